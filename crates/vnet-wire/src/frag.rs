@@ -1,0 +1,136 @@
+//! Splitting a frame into underlay-sized `vnet` datagrams.
+//!
+//! The datagrams are laid out back to back in one buffer, every one but the
+//! last exactly `segment` bytes long. That is the layout UDP GSO
+//! (`UDP_SEGMENT`) takes, so the same buffer can go out in one `sendmsg`
+//! or, without GSO, one `sendto` per segment.
+
+use crate::vnet::{VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
+
+/// Where the datagrams of one frame were written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segments {
+    /// Total bytes written.
+    pub total: usize,
+    /// Size of every datagram but the last.
+    pub segment: usize,
+}
+
+impl Segments {
+    /// Iterates over the byte ranges of the datagrams in the buffer.
+    pub fn ranges(&self) -> impl Iterator<Item = core::ops::Range<usize>> {
+        let (total, seg) = (self.total, self.segment.max(1));
+        (0..total.div_ceil(seg)).map(move |i| i * seg..((i + 1) * seg).min(total))
+    }
+}
+
+/// Why a frame could not be split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FragError {
+    #[error("frame of {0} bytes is larger than the format carries")]
+    TooLarge(usize),
+    #[error("datagram size {0} leaves no room for payload")]
+    DatagramTooSmall(usize),
+    #[error("output buffer too small: need {need}")]
+    NoRoom { need: usize },
+}
+
+/// Bytes needed in the output buffer for `frame_len` at `max_datagram`.
+pub fn needed(frame_len: usize, max_datagram: usize) -> usize {
+    let chunk = max_datagram.saturating_sub(HEADER_LEN).max(1);
+    frame_len + frame_len.div_ceil(chunk) * HEADER_LEN
+}
+
+/// Writes `frame` as `vnet` datagrams of at most `max_datagram` bytes into
+/// `out`. `base` gives network, flags and frame id; length and offset are
+/// filled in per datagram.
+pub fn split(
+    base: VnetRepr,
+    frame: &[u8],
+    max_datagram: usize,
+    out: &mut [u8],
+) -> Result<Segments, FragError> {
+    if frame.is_empty() || frame.len() > MAX_FRAME_LEN as usize {
+        return Err(FragError::TooLarge(frame.len()));
+    }
+    if max_datagram <= HEADER_LEN {
+        return Err(FragError::DatagramTooSmall(max_datagram));
+    }
+    let chunk = max_datagram - HEADER_LEN;
+    let need = needed(frame.len(), max_datagram);
+    if out.len() < need {
+        return Err(FragError::NoRoom { need });
+    }
+    let mut pos = 0;
+    for (i, piece) in frame.chunks(chunk).enumerate() {
+        let repr = VnetRepr {
+            frame_len: frame.len() as u32,
+            offset: (i * chunk) as u32,
+            ..base
+        };
+        // `out` was checked to hold `need` bytes above.
+        let _ = repr.emit(&mut out[pos..]);
+        out[pos + HEADER_LEN..pos + HEADER_LEN + piece.len()].copy_from_slice(piece);
+        pos += HEADER_LEN + piece.len();
+    }
+    Ok(Segments {
+        total: pos,
+        segment: max_datagram.min(pos),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vnet::{Flags, VnetPacket};
+
+    fn base() -> VnetRepr {
+        VnetRepr {
+            flags: Flags(0),
+            network: 3,
+            frame_id: 77,
+            frame_len: 0,
+            offset: 0,
+        }
+    }
+
+    #[test]
+    fn split_and_reparse() {
+        let frame: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        let mut out = vec![0u8; needed(3000, 1472)];
+        let s = split(base(), &frame, 1472, &mut out).unwrap();
+        assert_eq!(s.segment, 1472);
+        assert_eq!(s.total, 3000 + 3 * 20);
+        let mut rebuilt = vec![0u8; 3000];
+        for r in s.ranges() {
+            let p = VnetPacket::new_checked(&out[r]).unwrap();
+            let o = p.offset() as usize;
+            rebuilt[o..o + p.payload().len()].copy_from_slice(p.payload());
+            assert_eq!(p.frame_len(), 3000);
+            assert_eq!(p.frame_id(), 77);
+        }
+        assert_eq!(rebuilt, frame);
+    }
+
+    #[test]
+    fn whole_frame_is_one_segment() {
+        let mut out = [0u8; 100];
+        let s = split(base(), &[1u8; 60], 1472, &mut out).unwrap();
+        assert_eq!(s, Segments { total: 80, segment: 80 });
+        assert_eq!(s.ranges().count(), 1);
+    }
+
+    #[test]
+    fn errors() {
+        let mut out = [0u8; 10];
+        assert_eq!(split(base(), &[], 1472, &mut out), Err(FragError::TooLarge(0)));
+        assert_eq!(
+            split(base(), &[1; 5], 20, &mut out),
+            Err(FragError::DatagramTooSmall(20))
+        );
+        assert_eq!(
+            split(base(), &[1; 5], 1000, &mut out),
+            Err(FragError::NoRoom { need: 25 })
+        );
+    }
+}

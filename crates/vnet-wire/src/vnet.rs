@@ -1,0 +1,272 @@
+//! The `vnet` link format: a small versioned header in front of an Ethernet
+//! frame (or a fragment of one) inside a UDP datagram.
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +---------------+---------------+-------------------------------+
+//! |  version = 1  |     flags     |      header length (>= 20)    |
+//! +---------------+---------------+-------------------------------+
+//! |                          network id                           |
+//! +---------------------------------------------------------------+
+//! |                           frame id                            |
+//! +---------------------------------------------------------------+
+//! |                  frame length (whole frame)                   |
+//! +---------------------------------------------------------------+
+//! |                 fragment offset (bytes into frame)            |
+//! +---------------------------------------------------------------+
+//! |   options (header length - 20 bytes, skipped by v1 readers)   |
+//! +---------------------------------------------------------------+
+//! |                 frame bytes [offset, offset + n)              |
+//! ```
+//!
+//! All fields are big-endian. A datagram that carries a whole frame has
+//! offset 0 and frame length equal to its payload length. `docs/wire.md`
+//! has the full description and test vectors; the unit tests below check
+//! the same vectors.
+
+use crate::{Error, Result};
+
+mod field {
+    use core::ops::Range;
+    pub const VERSION: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const HDR_LEN: Range<usize> = 2..4;
+    pub const NETWORK: Range<usize> = 4..8;
+    pub const FRAME_ID: Range<usize> = 8..12;
+    pub const FRAME_LEN: Range<usize> = 12..16;
+    pub const OFFSET: Range<usize> = 16..20;
+}
+
+/// Length of the fixed header (no options).
+pub const HEADER_LEN: usize = 20;
+/// The only version this code speaks.
+pub const VERSION: u8 = 1;
+/// The largest frame the format carries: a 65535-byte MTU plus the
+/// Ethernet header.
+pub const MAX_FRAME_LEN: u32 = 65_535 + 14;
+
+/// Header flags. Bits not named here must be zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flags(pub u8);
+
+impl Flags {
+    /// An authentication tag follows the payload (reserved; not yet sent).
+    pub const AUTH: u8 = 0x01;
+    /// The payload begins with a `virtio_net_hdr` (reserved; not yet sent).
+    pub const VNET_HDR: u8 = 0x02;
+    const KNOWN: u8 = Self::AUTH | Self::VNET_HDR;
+}
+
+/// A view of a `vnet` datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct VnetPacket<T: AsRef<[u8]>> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> VnetPacket<T> {
+    /// Checks version, header length, and that the fragment lies inside the
+    /// frame it claims to be part of. After this no accessor panics.
+    pub fn new_checked(buf: T) -> Result<Self> {
+        let b = buf.as_ref();
+        if b.len() < HEADER_LEN {
+            return Err(Error::Truncated {
+                need: HEADER_LEN,
+                have: b.len(),
+            });
+        }
+        if b[field::VERSION] != VERSION {
+            return Err(Error::Version(b[field::VERSION]));
+        }
+        let p = VnetPacket { buf };
+        let hl = p.header_len();
+        if hl < HEADER_LEN || hl % 4 != 0 {
+            return Err(Error::Malformed("header length"));
+        }
+        let have = p.buf.as_ref().len();
+        if have < hl {
+            return Err(Error::Truncated { need: hl, have });
+        }
+        if p.flags().0 & !Flags::KNOWN != 0 {
+            return Err(Error::Malformed("flags"));
+        }
+        let (flen, off) = (p.frame_len() as u64, p.offset() as u64);
+        if flen == 0 || flen > MAX_FRAME_LEN as u64 {
+            return Err(Error::Malformed("frame length"));
+        }
+        let n = p.payload().len() as u64;
+        if n == 0 || off + n > flen {
+            return Err(Error::Malformed("fragment offset"));
+        }
+        Ok(p)
+    }
+
+    fn b(&self) -> &[u8] {
+        self.buf.as_ref()
+    }
+    fn u32_at(&self, r: core::ops::Range<usize>) -> u32 {
+        let s = &self.b()[r];
+        u32::from_be_bytes([s[0], s[1], s[2], s[3]])
+    }
+
+    pub fn flags(&self) -> Flags {
+        Flags(self.b()[field::FLAGS])
+    }
+    pub fn header_len(&self) -> usize {
+        let s = &self.b()[field::HDR_LEN];
+        u16::from_be_bytes([s[0], s[1]]) as usize
+    }
+    pub fn network(&self) -> u32 {
+        self.u32_at(field::NETWORK)
+    }
+    pub fn frame_id(&self) -> u32 {
+        self.u32_at(field::FRAME_ID)
+    }
+    pub fn frame_len(&self) -> u32 {
+        self.u32_at(field::FRAME_LEN)
+    }
+    pub fn offset(&self) -> u32 {
+        self.u32_at(field::OFFSET)
+    }
+    /// The frame bytes this datagram carries.
+    pub fn payload(&self) -> &[u8] {
+        &self.b()[self.header_len()..]
+    }
+}
+
+/// The parsed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VnetRepr {
+    pub flags: Flags,
+    pub network: u32,
+    pub frame_id: u32,
+    pub frame_len: u32,
+    pub offset: u32,
+}
+
+impl VnetRepr {
+    pub fn parse<T: AsRef<[u8]>>(p: &VnetPacket<T>) -> VnetRepr {
+        VnetRepr {
+            flags: p.flags(),
+            network: p.network(),
+            frame_id: p.frame_id(),
+            frame_len: p.frame_len(),
+            offset: p.offset(),
+        }
+    }
+
+    /// True when the datagram carries a whole frame of `payload_len` bytes.
+    pub fn is_whole(&self, payload_len: usize) -> bool {
+        self.offset == 0 && self.frame_len as usize == payload_len
+    }
+
+    /// Writes the fixed header into `out[..HEADER_LEN]`; `None` if `out` is
+    /// shorter than that.
+    pub fn emit(&self, out: &mut [u8]) -> Option<()> {
+        let h = out.get_mut(..HEADER_LEN)?;
+        h[field::VERSION] = VERSION;
+        h[field::FLAGS] = self.flags.0;
+        h[field::HDR_LEN].copy_from_slice(&(HEADER_LEN as u16).to_be_bytes());
+        h[field::NETWORK].copy_from_slice(&self.network.to_be_bytes());
+        h[field::FRAME_ID].copy_from_slice(&self.frame_id.to_be_bytes());
+        h[field::FRAME_LEN].copy_from_slice(&self.frame_len.to_be_bytes());
+        h[field::OFFSET].copy_from_slice(&self.offset.to_be_bytes());
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Test vector 1 of docs/wire.md: a whole 14-byte frame, network 7, id 0x01020304.
+    pub const VECTOR_WHOLE: [u8; 34] = [
+        0x01, 0x00, 0x00, 0x14, // version, flags, header length 20
+        0x00, 0x00, 0x00, 0x07, // network 7
+        0x01, 0x02, 0x03, 0x04, // frame id
+        0x00, 0x00, 0x00, 0x0e, // frame length 14
+        0x00, 0x00, 0x00, 0x00, // offset 0
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 0x88, 0xb5,
+    ];
+
+    /// Test vector 2 of docs/wire.md: the second fragment (offset 1452) of a
+    /// 3000-byte frame, network 1, id 9, with 4 bytes of options.
+    pub const VECTOR_FRAG: [u8; 28] = [
+        0x01, 0x00, 0x00, 0x18, // version, flags, header length 24
+        0x00, 0x00, 0x00, 0x01, // network 1
+        0x00, 0x00, 0x00, 0x09, // frame id 9
+        0x00, 0x00, 0x0b, 0xb8, // frame length 3000
+        0x00, 0x00, 0x05, 0xac, // offset 1452
+        0xde, 0xad, 0xbe, 0xef, // options (skipped)
+        0xaa, 0xbb, 0xcc, 0xdd, // four payload bytes
+    ];
+
+    #[test]
+    fn vector_whole_parses_and_reemits() {
+        let p = VnetPacket::new_checked(&VECTOR_WHOLE[..]).unwrap();
+        let r = VnetRepr::parse(&p);
+        assert_eq!(
+            r,
+            VnetRepr {
+                flags: Flags(0),
+                network: 7,
+                frame_id: 0x0102_0304,
+                frame_len: 14,
+                offset: 0
+            }
+        );
+        assert!(r.is_whole(p.payload().len()));
+        let mut out = [0u8; 20];
+        r.emit(&mut out).unwrap();
+        assert_eq!(out, VECTOR_WHOLE[..20]);
+    }
+
+    #[test]
+    fn vector_frag_skips_options() {
+        let p = VnetPacket::new_checked(&VECTOR_FRAG[..]).unwrap();
+        assert_eq!(p.header_len(), 24);
+        assert_eq!(p.payload(), &[0xaa, 0xbb, 0xcc, 0xdd]);
+        let r = VnetRepr::parse(&p);
+        assert_eq!((r.frame_len, r.offset, r.frame_id), (3000, 1452, 9));
+        assert!(!r.is_whole(4));
+    }
+
+    #[test]
+    fn rejects_malformed() {
+        let mut v = VECTOR_WHOLE;
+        v[0] = 2;
+        assert_eq!(VnetPacket::new_checked(&v[..]).unwrap_err(), Error::Version(2));
+        let mut v = VECTOR_WHOLE;
+        v[3] = 0x13;
+        assert!(VnetPacket::new_checked(&v[..]).is_err());
+        let mut v = VECTOR_WHOLE;
+        v[1] = 0x80;
+        assert_eq!(VnetPacket::new_checked(&v[..]).unwrap_err(), Error::Malformed("flags"));
+        let mut v = VECTOR_WHOLE;
+        v[15] = 13; // frame shorter than payload
+        assert!(VnetPacket::new_checked(&v[..]).is_err());
+        let mut v = VECTOR_WHOLE;
+        v[12..16].copy_from_slice(&0u32.to_be_bytes());
+        assert!(VnetPacket::new_checked(&v[..]).is_err());
+        assert!(VnetPacket::new_checked(&VECTOR_WHOLE[..20]).is_err()); // empty payload
+        assert!(VnetPacket::new_checked(&VECTOR_WHOLE[..19]).is_err());
+        assert!(VnetPacket::new_checked(&VECTOR_FRAG[..22]).is_err()); // options cut
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(data: Vec<u8>) {
+            if let Ok(p) = VnetPacket::new_checked(&data[..]) {
+                let r = VnetRepr::parse(&p);
+                proptest::prop_assert!(r.offset as usize + p.payload().len() <= r.frame_len as usize);
+            }
+        }
+
+        #[test]
+        fn mutated_vectors_never_panic(i in 0usize..28, x: u8, cut in 0usize..29) {
+            let mut v = VECTOR_FRAG;
+            v[i] ^= x;
+            let _ = VnetPacket::new_checked(&v[..cut.min(v.len())]).map(|p| VnetRepr::parse(&p));
+        }
+    }
+}
