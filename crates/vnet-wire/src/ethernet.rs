@@ -114,8 +114,8 @@ mod tests {
 
     const ARP_REQ: [u8; 42] = [
         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, //
-        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 10,
-        1, 0, 1, 0, 0, 0, 0, 0, 0, 10, 1, 0, 2,
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 10, 1,
+        0, 1, 0, 0, 0, 0, 0, 0, 10, 1, 0, 2,
     ];
 
     #[test]
@@ -135,7 +135,14 @@ mod tests {
         f.set_src(MacAddr([2, 0, 0, 0, 0, 9]));
         f.set_ethertype(EtherType::Unknown(0x88b5));
         assert_eq!(f.ethertype(), EtherType::Unknown(0x88b5));
-        assert_eq!(&b[..], &ARP_REQ[..6].iter().chain(&[2, 0, 0, 0, 0, 9, 0x88, 0xb5]).copied().collect::<Vec<_>>()[..]);
+        assert_eq!(
+            &b[..],
+            &ARP_REQ[..6]
+                .iter()
+                .chain(&[2, 0, 0, 0, 0, 9, 0x88, 0xb5])
+                .copied()
+                .collect::<Vec<_>>()[..]
+        );
     }
 
     #[test]

@@ -116,14 +116,23 @@ mod tests {
     fn whole_frame_is_one_segment() {
         let mut out = [0u8; 100];
         let s = split(base(), &[1u8; 60], 1472, &mut out).unwrap();
-        assert_eq!(s, Segments { total: 80, segment: 80 });
+        assert_eq!(
+            s,
+            Segments {
+                total: 80,
+                segment: 80
+            }
+        );
         assert_eq!(s.ranges().count(), 1);
     }
 
     #[test]
     fn errors() {
         let mut out = [0u8; 10];
-        assert_eq!(split(base(), &[], 1472, &mut out), Err(FragError::TooLarge(0)));
+        assert_eq!(
+            split(base(), &[], 1472, &mut out),
+            Err(FragError::TooLarge(0))
+        );
         assert_eq!(
             split(base(), &[1; 5], 20, &mut out),
             Err(FragError::DatagramTooSmall(20))

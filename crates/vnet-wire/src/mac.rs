@@ -67,7 +67,11 @@ impl FromStr for MacAddr {
         let mut out = [0u8; 6];
         let mut n = 0;
         for part in s.split(sep) {
-            if n == 6 || part.is_empty() || part.len() > 2 || !part.bytes().all(|c| c.is_ascii_hexdigit()) {
+            if n == 6
+                || part.is_empty()
+                || part.len() > 2
+                || !part.bytes().all(|c| c.is_ascii_hexdigit())
+            {
                 return Err(ParseMacError);
             }
             out[n] = u8::from_str_radix(part, 16).map_err(|_| ParseMacError)?;

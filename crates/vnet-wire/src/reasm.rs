@@ -177,7 +177,13 @@ impl Reassembler {
 
     /// Takes one fragment of frame `repr.frame_id` from `source` (any number
     /// that names the sender, such as a link id).
-    pub fn push(&mut self, now_ns: u64, source: u64, repr: &VnetRepr, payload: &[u8]) -> Outcome<'_> {
+    pub fn push(
+        &mut self,
+        now_ns: u64,
+        source: u64,
+        repr: &VnetRepr,
+        payload: &[u8],
+    ) -> Outcome<'_> {
         self.stats.fragments += 1;
         let flen = repr.frame_len as usize;
         let end = repr.offset as usize + payload.len();
@@ -273,7 +279,9 @@ mod tests {
     fn feed(r: &mut Reassembler, id: u32, f: &[u8], pieces: &[(usize, usize)]) -> Option<Vec<u8>> {
         let mut done = None;
         for &(o, l) in pieces {
-            if let Outcome::Complete(b) = r.push(0, 1, &repr(id, f.len() as u32, o as u32), &f[o..o + l]) {
+            if let Outcome::Complete(b) =
+                r.push(0, 1, &repr(id, f.len() as u32, o as u32), &f[o..o + l])
+            {
                 done = Some(b.to_vec());
             }
         }
@@ -284,7 +292,10 @@ mod tests {
     fn in_order() {
         let f = frame(3000);
         let mut r = small();
-        assert_eq!(feed(&mut r, 1, &f, &[(0, 1452), (1452, 1452), (2904, 96)]), Some(f));
+        assert_eq!(
+            feed(&mut r, 1, &f, &[(0, 1452), (1452, 1452), (2904, 96)]),
+            Some(f)
+        );
         assert_eq!(r.in_progress(), 0);
     }
 
@@ -296,7 +307,13 @@ mod tests {
             &mut r,
             2,
             &f,
-            &[(4000, 1000), (0, 1000), (0, 1000), (500, 2000), (2400, 1700)],
+            &[
+                (4000, 1000),
+                (0, 1000),
+                (0, 1000),
+                (500, 2000),
+                (2400, 1700),
+            ],
         );
         assert_eq!(got, Some(f));
         assert_eq!(r.stats().completed, 1);
@@ -319,10 +336,22 @@ mod tests {
     fn interleaved_frames_and_sources() {
         let (a, b) = (frame(2000), frame(2100));
         let mut r = small();
-        assert!(matches!(r.push(0, 1, &repr(9, 2000, 0), &a[..1000]), Outcome::Pending));
-        assert!(matches!(r.push(0, 2, &repr(9, 2100, 0), &b[..1000]), Outcome::Pending));
-        assert_eq!(r.push(0, 2, &repr(9, 2100, 1000), &b[1000..]), Outcome::Complete(&b[..]));
-        assert_eq!(r.push(0, 1, &repr(9, 2000, 1000), &a[1000..]), Outcome::Complete(&a[..]));
+        assert!(matches!(
+            r.push(0, 1, &repr(9, 2000, 0), &a[..1000]),
+            Outcome::Pending
+        ));
+        assert!(matches!(
+            r.push(0, 2, &repr(9, 2100, 0), &b[..1000]),
+            Outcome::Pending
+        ));
+        assert_eq!(
+            r.push(0, 2, &repr(9, 2100, 1000), &b[1000..]),
+            Outcome::Complete(&b[..])
+        );
+        assert_eq!(
+            r.push(0, 1, &repr(9, 2000, 1000), &a[1000..]),
+            Outcome::Complete(&a[..])
+        );
     }
 
     #[test]
@@ -330,7 +359,10 @@ mod tests {
         let mut r = small();
         let f = frame(2000);
         r.push(0, 1, &repr(5, 2000, 0), &f[..1000]);
-        assert_eq!(r.push(0, 1, &repr(5, 1900, 1000), &f[1000..1900]), Outcome::Dropped);
+        assert_eq!(
+            r.push(0, 1, &repr(5, 1900, 1000), &f[1000..1900]),
+            Outcome::Dropped
+        );
         assert_eq!(r.stats().inconsistent, 1);
     }
 
@@ -340,7 +372,12 @@ mod tests {
         let f = frame(10_000);
         let mut last = Outcome::Pending;
         for i in 0..=MAX_GAPS {
-            last = r.push(0, 1, &repr(6, 10_000, (i * 100) as u32), &f[i * 100..i * 100 + 10]);
+            last = r.push(
+                0,
+                1,
+                &repr(6, 10_000, (i * 100) as u32),
+                &f[i * 100..i * 100 + 10],
+            );
         }
         assert_eq!(last, Outcome::Dropped);
         assert_eq!(r.stats().too_fragmented, 1);
@@ -359,13 +396,19 @@ mod tests {
         assert!(r.stats().evicted + r.stats().timed_out >= 9_996);
         // A real frame still gets through after the flood.
         let g = frame(3000);
-        assert_eq!(feed(&mut r, 1_000_000, &g, &[(0, 1500), (1500, 1500)]), Some(g));
+        assert_eq!(
+            feed(&mut r, 1_000_000, &g, &[(0, 1500), (1500, 1500)]),
+            Some(g)
+        );
     }
 
     #[test]
     fn oversize_dropped() {
         let mut r = small();
-        assert_eq!(r.push(0, 1, &repr(1, 80_000, 0), &[0; 10]), Outcome::Dropped);
+        assert_eq!(
+            r.push(0, 1, &repr(1, 80_000, 0), &[0; 10]),
+            Outcome::Dropped
+        );
         assert_eq!(r.stats().too_large, 1);
     }
 

@@ -235,13 +235,19 @@ mod tests {
     fn rejects_malformed() {
         let mut v = VECTOR_WHOLE;
         v[0] = 2;
-        assert_eq!(VnetPacket::new_checked(&v[..]).unwrap_err(), Error::Version(2));
+        assert_eq!(
+            VnetPacket::new_checked(&v[..]).unwrap_err(),
+            Error::Version(2)
+        );
         let mut v = VECTOR_WHOLE;
         v[3] = 0x13;
         assert!(VnetPacket::new_checked(&v[..]).is_err());
         let mut v = VECTOR_WHOLE;
         v[1] = 0x80;
-        assert_eq!(VnetPacket::new_checked(&v[..]).unwrap_err(), Error::Malformed("flags"));
+        assert_eq!(
+            VnetPacket::new_checked(&v[..]).unwrap_err(),
+            Error::Malformed("flags")
+        );
         let mut v = VECTOR_WHOLE;
         v[15] = 13; // frame shorter than payload
         assert!(VnetPacket::new_checked(&v[..]).is_err());

@@ -1,0 +1,42 @@
+//! Packet, byte and drop counters shared between the data path and control.
+//!
+//! Counters are relaxed atomics: each is exact on its own, and a reader may
+//! see one a frame ahead of another. They live behind `Arc`s held by the
+//! control plane, so a route or port keeps its counts across table rebuilds.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Counters of one route, link or interface, in one direction.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub packets: AtomicU64,
+    pub bytes: AtomicU64,
+    pub drops: AtomicU64,
+}
+
+/// A plain copy of [`Counters`] for display.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Snapshot {
+    pub packets: u64,
+    pub bytes: u64,
+    pub drops: u64,
+}
+
+impl Counters {
+    #[inline]
+    pub fn add(&self, bytes: usize) {
+        self.packets.fetch_add(1, Relaxed);
+        self.bytes.fetch_add(bytes as u64, Relaxed);
+    }
+    #[inline]
+    pub fn drop_one(&self) {
+        self.drops.fetch_add(1, Relaxed);
+    }
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            packets: self.packets.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            drops: self.drops.load(Relaxed),
+        }
+    }
+}

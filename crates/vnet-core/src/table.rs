@@ -1,0 +1,335 @@
+//! The route table: Palacios semantics, indexed for fast misses.
+
+use crate::spec::{priority, MacSpec};
+use crate::stats::Counters;
+use core::fmt;
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
+use vnet_wire::MacAddr;
+
+/// Where a frame enters or leaves this host: a local interface or a link to
+/// another host, by control-plane id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Port {
+    Interface(u32),
+    Link(u32),
+}
+
+impl Port {
+    pub fn is_link(&self) -> bool {
+        matches!(self, Port::Link(_))
+    }
+}
+
+impl fmt::Display for Port {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Port::Interface(i) => write!(f, "interface#{i}"),
+            Port::Link(i) => write!(f, "link#{i}"),
+        }
+    }
+}
+
+/// Which frames a route considers, by where they came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceFilter {
+    Any,
+    Port(Port),
+}
+
+/// One route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// Stable id, as `show routes` prints it and `del` takes it.
+    pub id: u32,
+    pub src: MacSpec,
+    pub dst: MacSpec,
+    pub to: Port,
+    pub from: SourceFilter,
+    /// Frames this route delivered; kept across table rebuilds.
+    pub counters: Arc<Counters>,
+}
+
+impl Route {
+    pub fn new(id: u32, src: MacSpec, dst: MacSpec, to: Port, from: SourceFilter) -> Self {
+        Route {
+            id,
+            src,
+            dst,
+            to,
+            from,
+            counters: Arc::default(),
+        }
+    }
+}
+
+/// A decision: the port to send to and the index of the route that chose it.
+pub type Decision = (Port, u32);
+
+/// An immutable, indexed set of routes. Build a new one to change routes.
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    generation: u64,
+    routes: Vec<Route>,
+    /// Routes whose dst spec is an address, by that address.
+    by_dst: FxHashMap<MacAddr, Vec<u32>>,
+    /// Routes whose src spec is an address and dst spec is not.
+    by_src: FxHashMap<MacAddr, Vec<u32>>,
+    /// Routes that name no address on either side.
+    wild: Vec<u32>,
+}
+
+impl RouteTable {
+    /// Indexes `routes`. `generation` must differ from that of any table a
+    /// [`crate::RouteCache`] has seen before (a counter is fine).
+    pub fn new(generation: u64, routes: Vec<Route>) -> Self {
+        let mut t = RouteTable {
+            generation,
+            ..Default::default()
+        };
+        for (i, r) in routes.iter().enumerate() {
+            let i = i as u32;
+            match (r.src, r.dst) {
+                (MacSpec::None, _) | (_, MacSpec::None) => {} // never matches
+                (_, MacSpec::Addr(d)) => t.by_dst.entry(d).or_default().push(i),
+                (MacSpec::Addr(s), _) => t.by_src.entry(s).or_default().push(i),
+                _ => t.wild.push(i),
+            }
+        }
+        t.routes = routes;
+        t
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    pub fn route(&self, idx: u32) -> Option<&Route> {
+        self.routes.get(idx as usize)
+    }
+
+    /// Fills `out` with the ports that receive a frame `src -> dst` that came
+    /// in on `ingress`, each once, and returns how many routes were examined.
+    /// `out` is cleared first; it allocates only if it lacks capacity.
+    pub fn lookup(
+        &self,
+        ingress: Port,
+        src: MacAddr,
+        dst: MacAddr,
+        out: &mut Vec<Decision>,
+    ) -> usize {
+        out.clear();
+        let mut best = 0u8;
+        let none: &[u32] = &[];
+        let cands = self
+            .by_dst
+            .get(&dst)
+            .map_or(none, |v| v.as_slice())
+            .iter()
+            .chain(self.by_src.get(&src).map_or(none, |v| v.as_slice()))
+            .chain(&self.wild);
+        let mut examined = 0;
+        for &i in cands {
+            examined += 1;
+            let r = &self.routes[i as usize];
+            if let SourceFilter::Port(p) = r.from {
+                if p != ingress {
+                    continue;
+                }
+            }
+            let (Some(sc), Some(dc)) = (r.src.class(src), r.dst.class(dst)) else {
+                continue;
+            };
+            let p = priority(sc, dc);
+            if p > best {
+                best = p;
+                out.clear();
+            }
+            if p == best {
+                out.push((r.to, i));
+            }
+        }
+        // No reflection, split horizon for group frames, one copy per port.
+        let group = dst.is_group();
+        let mut k = 0;
+        for j in 0..out.len() {
+            let (port, _) = out[j];
+            let reflect = port == ingress || (group && ingress.is_link() && port.is_link());
+            if !reflect && !out[..k].iter().any(|&(p, _)| p == port) {
+                out[k] = out[j];
+                k += 1;
+            }
+        }
+        out.truncate(k);
+        examined
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use MacSpec::*;
+
+    fn mac(n: u8) -> MacAddr {
+        MacAddr([0x52, 0x54, 0, 0, 0, n])
+    }
+    const I0: Port = Port::Interface(0);
+    const I1: Port = Port::Interface(1);
+    const L0: Port = Port::Link(0);
+    const L1: Port = Port::Link(1);
+
+    fn table(routes: &[(MacSpec, MacSpec, Port, SourceFilter)]) -> RouteTable {
+        RouteTable::new(
+            1,
+            routes
+                .iter()
+                .enumerate()
+                .map(|(i, &(s, d, to, f))| Route::new(i as u32, s, d, to, f))
+                .collect(),
+        )
+    }
+
+    fn ports(t: &RouteTable, ingress: Port, src: MacAddr, dst: MacAddr) -> Vec<Port> {
+        let mut out = Vec::new();
+        t.lookup(ingress, src, dst, &mut out);
+        out.into_iter().map(|(p, _)| p).collect()
+    }
+
+    #[test]
+    fn highest_priority_wins() {
+        use SourceFilter::Any as F;
+        let t = table(&[
+            (Any, Any, L0, F),                   // 6
+            (Any, Addr(mac(2)), L1, F),          // 6 for mac 2
+            (Addr(mac(1)), Addr(mac(2)), I1, F), // 8
+            (Not(mac(9)), Not(mac(9)), I0, F),   // 3
+        ]);
+        assert_eq!(ports(&t, Port::Interface(7), mac(1), mac(2)), vec![I1]);
+        // From another source: ANY/DIRECT (6) ties with ANY/ANY (6): both receive.
+        assert_eq!(ports(&t, Port::Interface(7), mac(3), mac(2)), vec![L1, L0]);
+        assert_eq!(ports(&t, Port::Interface(7), mac(3), mac(4)), vec![L0]);
+    }
+
+    #[test]
+    fn ties_fan_out_like_broadcast() {
+        use SourceFilter::Any as F;
+        let b = MacAddr::BROADCAST;
+        let t = table(&[
+            (Any, Addr(b), L0, F),
+            (Any, Addr(b), L1, F),
+            (Any, Addr(b), I0, F),
+            (Any, Addr(b), I1, F),
+        ]);
+        assert_eq!(
+            ports(&t, Port::Interface(9), mac(1), b),
+            vec![L0, L1, I0, I1]
+        );
+        // Never back out the ingress port.
+        assert_eq!(ports(&t, I0, mac(1), b), vec![L0, L1, I1]);
+        // From a link, group frames go to interfaces only (split horizon).
+        assert_eq!(ports(&t, L0, mac(1), b), vec![I0, I1]);
+    }
+
+    #[test]
+    fn unicast_from_link_may_transit_to_another_link() {
+        let t = table(&[(Any, Addr(mac(2)), L1, SourceFilter::Any)]);
+        assert_eq!(ports(&t, L0, mac(1), mac(2)), vec![L1]);
+        assert_eq!(ports(&t, L1, mac(1), mac(2)), vec![]);
+    }
+
+    #[test]
+    fn none_never_matches() {
+        use SourceFilter::Any as F;
+        let t = table(&[(None, Any, L0, F), (Any, None, L1, F), (None, None, I0, F)]);
+        assert_eq!(ports(&t, I1, mac(1), mac(2)), vec![]);
+        assert_eq!(ports(&t, I1, mac(1), MacAddr::BROADCAST), vec![]);
+    }
+
+    #[test]
+    fn not_matches_all_but_one() {
+        use SourceFilter::Any as F;
+        let t = table(&[(Not(mac(1)), Any, L0, F)]);
+        assert_eq!(ports(&t, I0, mac(1), mac(2)), vec![]);
+        assert_eq!(ports(&t, I0, mac(3), mac(2)), vec![L0]);
+        // NOT/ANY (5) loses to ANY/ANY (6).
+        let t = table(&[(Not(mac(1)), Any, L0, F), (Any, Any, L1, F)]);
+        assert_eq!(ports(&t, I0, mac(3), mac(2)), vec![L1]);
+        // NOT/DIRECT (7) beats ANY/DIRECT (6).
+        let t = table(&[
+            (Not(mac(1)), Addr(mac(2)), L0, F),
+            (Any, Addr(mac(2)), L1, F),
+        ]);
+        assert_eq!(ports(&t, I0, mac(3), mac(2)), vec![L0]);
+        assert_eq!(ports(&t, I0, mac(1), mac(2)), vec![L1]);
+    }
+
+    #[test]
+    fn every_cell_decides_between_two_routes() {
+        // For each class pair, a route of that pair against an ANY/ANY (6) route.
+        use crate::spec::Class;
+        let (s, d) = (mac(1), mac(2));
+        let spec = |c: Class, m: MacAddr| match c {
+            Class::Not => Not(mac(99)),
+            Class::Any => Any,
+            Class::Direct => Addr(m),
+        };
+        for sc in [Class::Not, Class::Any, Class::Direct] {
+            for dc in [Class::Not, Class::Any, Class::Direct] {
+                let t = table(&[
+                    (spec(sc, s), spec(dc, d), L0, SourceFilter::Any),
+                    (Any, Any, L1, SourceFilter::Any),
+                ]);
+                let want = match priority(sc, dc) {
+                    p if p > 6 => vec![L0],
+                    6 => vec![L0, L1],
+                    _ => vec![L1],
+                };
+                let mut got = ports(&t, I0, s, d);
+                got.sort();
+                assert_eq!(got, want, "{sc:?}/{dc:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn source_filter() {
+        let t = table(&[
+            (Any, Any, I0, SourceFilter::Port(L0)),
+            (Any, Any, I1, SourceFilter::Any),
+        ]);
+        assert_eq!(ports(&t, L0, mac(1), mac(2)), vec![I0, I1]);
+        assert_eq!(ports(&t, L1, mac(1), mac(2)), vec![I1]);
+    }
+
+    #[test]
+    fn misses_examine_few_routes_at_100k() {
+        let mut routes: Vec<_> = (0..100_000u32)
+            .map(|i| {
+                let b = i.to_be_bytes();
+                let m = MacAddr([0x52, 0x54, b[0], b[1], b[2], b[3]]);
+                Route::new(i, Any, Addr(m), Port::Link(i % 7), SourceFilter::Any)
+            })
+            .collect();
+        routes.push(Route::new(
+            100_000,
+            Any,
+            Addr(MacAddr::BROADCAST),
+            L0,
+            SourceFilter::Any,
+        ));
+        let t = RouteTable::new(1, routes);
+        let mut out = Vec::new();
+        let n = t.lookup(
+            I0,
+            mac(1),
+            MacAddr([0x52, 0x54, 0, 1, 0x86, 0x9f]),
+            &mut out,
+        );
+        assert_eq!(n, 1);
+        assert_eq!(out, vec![(Port::Link(99_999 % 7), 99_999)]);
+    }
+}
