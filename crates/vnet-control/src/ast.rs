@@ -1,0 +1,128 @@
+//! What the control language says, parsed but not yet checked against state.
+
+use crate::Pos;
+use std::net::{IpAddr, SocketAddr};
+use vnet_core::MacSpec;
+use vnet_wire::MacAddr;
+
+/// A command and where it started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Located<T> {
+    pub pos: Pos,
+    pub item: T,
+}
+
+/// A name or address that refers to something, with its position so a
+/// failed lookup can point at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ref<T> {
+    pub pos: Pos,
+    pub by: T,
+}
+
+/// How a route or command names a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkRef {
+    Name(String),
+    /// Palacios style: the remote host's IP.
+    Ip(IpAddr),
+    /// `del <link-idx>`.
+    Id(u32),
+}
+
+/// How a route or command names an interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfaceRef {
+    Name(String),
+    /// Palacios style: the interface's MAC.
+    Mac(MacAddr),
+}
+
+/// Where a route sends frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Link(Ref<LinkRef>),
+    Interface(Ref<IfaceRef>),
+}
+
+/// Which arrivals a route considers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum From {
+    Any,
+    Link(Ref<LinkRef>),
+    Interface(Ref<IfaceRef>),
+}
+
+/// The link formats of the `vnet` UDP links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// The UDP payload is the Ethernet frame (Palacios VNET/P compatible).
+    #[default]
+    Raw,
+    /// vnet's own header: network id, fragments (see docs/wire.md).
+    Vnet,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShowWhat {
+    Routes,
+    Links,
+    Interfaces,
+    Stats,
+    Config,
+}
+
+/// One parsed command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// `listen udp ADDR:PORT`.
+    Listen(SocketAddr),
+    /// `interface NAME tap DEV [mac M] [mtu N] [netns NS]`.
+    Interface {
+        name: String,
+        dev: String,
+        mac: Option<MacAddr>,
+        mtu: Option<u32>,
+        netns: Option<String>,
+    },
+    /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`, or
+    /// the Palacios `add IP PORT [udp]` (then `name` is `None`).
+    Link {
+        name: Option<String>,
+        remote: SocketAddr,
+        format: Format,
+        network: u32,
+        mtu: u32,
+    },
+    /// `route SRC DST -> TARGET [from ...]`, or the Palacios route `add`.
+    Route {
+        src: MacSpec,
+        dst: MacSpec,
+        to: Target,
+        from: From,
+    },
+    DeleteRoute(Ref<u32>),
+    DeleteLink(Ref<LinkRef>),
+    DeleteInterface(Ref<String>),
+    Show {
+        what: ShowWhat,
+        json: bool,
+    },
+    /// Starts a transaction on the control socket.
+    Begin,
+    /// Applies the transaction.
+    Commit,
+    /// Discards the transaction.
+    Abort,
+}
+
+impl Command {
+    /// True for commands that change state (and so may appear in a config file
+    /// or a transaction).
+    pub fn is_change(&self) -> bool {
+        !matches!(
+            self,
+            Command::Show { .. } | Command::Begin | Command::Commit | Command::Abort
+        )
+    }
+}

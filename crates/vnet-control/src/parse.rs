@@ -1,0 +1,738 @@
+//! From text to [`Command`]s.
+
+use crate::ast::{Command, Format, From, IfaceRef, LinkRef, Located, Ref, ShowWhat, Target};
+use crate::lex::{found, words, Token};
+use crate::{Error, Pos, Result};
+use std::net::{IpAddr, SocketAddr};
+use vnet_core::MacSpec;
+use vnet_wire::MacAddr;
+
+/// The UDP port of Palacios VNET/P links, and vnet's default.
+pub const DEFAULT_PORT: u16 = 9000;
+/// The underlay MTU a link assumes unless told.
+pub const DEFAULT_LINK_MTU: u32 = 1500;
+
+/// Which Palacios `/proc/vnet` file bare `del N` lines refer to: set by a
+/// `[routes]` or `[links]` header line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Section {
+    #[default]
+    None,
+    Routes,
+    Links,
+}
+
+/// Parses a whole text (a config file or a transaction). Stops at the first
+/// error.
+pub fn parse(text: &str) -> Result<Vec<Located<Command>>> {
+    let mut section = Section::None;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if let Some(c) = parse_line(line, i as u32 + 1, &mut section)? {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// Parses one line. `Ok(None)` for blank lines, comments and section headers.
+pub fn parse_line(
+    line: &str,
+    line_no: u32,
+    section: &mut Section,
+) -> Result<Option<Located<Command>>> {
+    let toks = words(line, line_no);
+    let Some(first) = toks.first() else {
+        return Ok(None);
+    };
+    match first.text {
+        "[routes]" | "[links]" => {
+            if let Some(t) = toks.get(1) {
+                return Err(Error::new(
+                    t.pos,
+                    "end of line after a section header",
+                    found(Some(t)),
+                ));
+            }
+            *section = if first.text == "[routes]" {
+                Section::Routes
+            } else {
+                Section::Links
+            };
+            return Ok(None);
+        }
+        _ => {}
+    }
+    let mut p = Parser {
+        toks: &toks,
+        at: 0,
+        eol: Pos {
+            line: line_no,
+            column: line.chars().count() as u32 + 1,
+        },
+    };
+    let cmd = p.command(*section)?;
+    p.end()?;
+    Ok(Some(Located {
+        pos: first.pos,
+        item: cmd,
+    }))
+}
+
+struct Parser<'t, 'a> {
+    toks: &'t [Token<'a>],
+    at: usize,
+    eol: Pos,
+}
+
+const COMMANDS: &str = "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `show`, `begin`, `commit`, `abort`)";
+
+impl<'a> Parser<'_, 'a> {
+    fn peek(&self) -> Option<&Token<'a>> {
+        self.toks.get(self.at)
+    }
+
+    fn pos(&self) -> Pos {
+        self.peek().map_or(self.eol, |t| t.pos)
+    }
+
+    fn err<T>(&self, expected: &str) -> Result<T> {
+        Err(Error::new(self.pos(), expected, found(self.peek())))
+    }
+
+    fn next(&mut self, expected: &str) -> Result<Token<'a>> {
+        match self.peek() {
+            Some(t) => {
+                let t = *t;
+                self.at += 1;
+                Ok(t)
+            }
+            None => self.err(expected),
+        }
+    }
+
+    /// Takes the next word if it is one of `kws`.
+    fn keyword(&mut self, kws: &[&'static str], expected: &str) -> Result<&'static str> {
+        match self.peek().and_then(|t| kws.iter().find(|k| **k == t.text)) {
+            Some(k) => {
+                self.at += 1;
+                Ok(k)
+            }
+            None => self.err(expected),
+        }
+    }
+
+    fn eat(&mut self, kw: &str) -> bool {
+        if self.peek().is_some_and(|t| t.text == kw) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn end(&self) -> Result<()> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => self.err("end of line"),
+        }
+    }
+
+    fn parsed<T: std::str::FromStr>(&mut self, expected: &str) -> Result<T> {
+        let pos = self.pos();
+        let t = self.next(expected)?;
+        t.text
+            .parse()
+            .map_err(|_| Error::new(pos, expected, found(Some(&t))))
+    }
+
+    fn number(&mut self, expected: &str, range: std::ops::RangeInclusive<u32>) -> Result<u32> {
+        let pos = self.pos();
+        let t = self.next(expected)?;
+        match t.text.parse::<u32>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(Error::new(pos, expected, found(Some(&t)))),
+        }
+    }
+
+    fn name(&mut self, what: &str) -> Result<String> {
+        let expected = format!("{what} (a letter, then letters, digits, `_`, `-` or `.`)");
+        let pos = self.pos();
+        let t = self.next(&expected)?;
+        let ok = t.text.len() <= 64
+            && t.text.starts_with(|c: char| c.is_ascii_alphabetic())
+            && t.text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            && !matches!(t.text, "any" | "none" | "from" | "link" | "interface");
+        if ok {
+            Ok(t.text.to_string())
+        } else {
+            Err(Error::new(pos, expected, found(Some(&t))))
+        }
+    }
+
+    fn mac(&mut self, expected: &str) -> Result<MacAddr> {
+        self.parsed(expected)
+    }
+
+    fn mac_spec(&mut self, which: &str) -> Result<MacSpec> {
+        let expected = format!("{which} MAC: an address, `any`, `none` or `not-ADDRESS`");
+        let pos = self.pos();
+        let t = self.next(&expected)?;
+        let spec = match t.text {
+            "any" => Some(MacSpec::Any),
+            "none" => Some(MacSpec::None),
+            s => match s.strip_prefix("not-") {
+                Some(a) => a.parse().ok().map(MacSpec::Not),
+                None => s.parse().ok().map(MacSpec::Addr),
+            },
+        };
+        spec.ok_or_else(|| Error::new(pos, expected, found(Some(&t))))
+    }
+
+    /// `IP[:PORT]` or `[IPv6]:PORT`, port defaulting to 9000.
+    fn endpoint(&mut self) -> Result<SocketAddr> {
+        let expected = "an address like 10.0.0.2 or 10.0.0.2:9000";
+        let pos = self.pos();
+        let t = self.next(expected)?;
+        if let Ok(sa) = t.text.parse::<SocketAddr>() {
+            return Ok(sa);
+        }
+        match t.text.parse::<IpAddr>() {
+            Ok(ip) => Ok(SocketAddr::new(ip, DEFAULT_PORT)),
+            Err(_) => Err(Error::new(pos, expected, found(Some(&t)))),
+        }
+    }
+
+    fn link_ref(&mut self) -> Result<Ref<LinkRef>> {
+        let pos = self.pos();
+        if let Some(ip) = self.peek().and_then(|t| t.text.parse::<IpAddr>().ok()) {
+            self.at += 1;
+            return Ok(Ref {
+                pos,
+                by: LinkRef::Ip(ip),
+            });
+        }
+        let name = self.name("a link name or IP address")?;
+        Ok(Ref {
+            pos,
+            by: LinkRef::Name(name),
+        })
+    }
+
+    fn iface_ref(&mut self) -> Result<Ref<IfaceRef>> {
+        let pos = self.pos();
+        if let Some(mac) = self.peek().and_then(|t| t.text.parse::<MacAddr>().ok()) {
+            self.at += 1;
+            return Ok(Ref {
+                pos,
+                by: IfaceRef::Mac(mac),
+            });
+        }
+        let name = self.name("an interface name or MAC address")?;
+        Ok(Ref {
+            pos,
+            by: IfaceRef::Name(name),
+        })
+    }
+
+    fn command(&mut self, section: Section) -> Result<Command> {
+        let kw = self.keyword(
+            &[
+                "add",
+                "del",
+                "interface",
+                "link",
+                "route",
+                "delete",
+                "listen",
+                "show",
+                "begin",
+                "commit",
+                "abort",
+            ],
+            COMMANDS,
+        )?;
+        match kw {
+            "add" => self.palacios_add(),
+            "del" | "delete" => self.delete(section, kw == "del"),
+            "interface" => self.interface(),
+            "link" => self.link(),
+            "route" => self.route(),
+            "listen" => {
+                self.keyword(&["udp"], "`udp`")?;
+                let sa: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000")?;
+                Ok(Command::Listen(sa))
+            }
+            "show" => {
+                let what = match self.keyword(
+                    &["routes", "links", "interfaces", "stats", "config"],
+                    "`routes`, `links`, `interfaces`, `stats` or `config`",
+                )? {
+                    "routes" => ShowWhat::Routes,
+                    "links" => ShowWhat::Links,
+                    "interfaces" => ShowWhat::Interfaces,
+                    "config" => ShowWhat::Config,
+                    _ => ShowWhat::Stats,
+                };
+                let json = self.eat("json") || self.eat("--json");
+                Ok(Command::Show { what, json })
+            }
+            "begin" => Ok(Command::Begin),
+            "commit" => Ok(Command::Commit),
+            _ => Ok(Command::Abort),
+        }
+    }
+
+    /// Palacios `add`: a link if the first word is an IP, else a route.
+    fn palacios_add(&mut self) -> Result<Command> {
+        if let Some(ip) = self.peek().and_then(|t| t.text.parse::<IpAddr>().ok()) {
+            self.at += 1;
+            let port = self.number("a UDP port (1-65535)", 1..=65535)? as u16;
+            if self.peek().is_some() {
+                self.keyword(&["udp"], "`udp` (tcp links are not available yet)")?;
+            }
+            return Ok(Command::Link {
+                name: None,
+                remote: SocketAddr::new(ip, port),
+                format: Format::Raw,
+                network: 0,
+                mtu: DEFAULT_LINK_MTU,
+            });
+        }
+        if self.peek().is_none() {
+            return self.err("a source MAC (route) or a destination IP (link)");
+        }
+        let src = self.mac_spec("a source")?;
+        let dst = self.mac_spec("a destination")?;
+        let to = match self.keyword(
+            &["edge", "interface"],
+            "a destination type: `edge` or `interface`",
+        )? {
+            "edge" => Target::Link(self.palacios_edge()?),
+            _ => Target::Interface(self.palacios_iface()?),
+        };
+        let from = match self.keyword(
+            &["any", "edge", "interface"],
+            "a source type: `any`, `edge` or `interface`",
+        )? {
+            "any" => From::Any,
+            "edge" => From::Link(self.palacios_edge()?),
+            _ => From::Interface(self.palacios_iface()?),
+        };
+        Ok(Command::Route { src, dst, to, from })
+    }
+
+    fn palacios_edge(&mut self) -> Result<Ref<LinkRef>> {
+        let pos = self.pos();
+        let ip: IpAddr = self.parsed("the link's IP address")?;
+        Ok(Ref {
+            pos,
+            by: LinkRef::Ip(ip),
+        })
+    }
+
+    fn palacios_iface(&mut self) -> Result<Ref<IfaceRef>> {
+        let pos = self.pos();
+        let mac = self.mac("the interface's MAC address")?;
+        Ok(Ref {
+            pos,
+            by: IfaceRef::Mac(mac),
+        })
+    }
+
+    fn delete(&mut self, section: Section, palacios: bool) -> Result<Command> {
+        // Palacios `del N` takes its meaning from the section.
+        if palacios && self.peek().is_some_and(|t| t.text.parse::<u32>().is_ok()) {
+            let pos = self.pos();
+            let n = self.number("an index", 0..=u32::MAX)?;
+            return match section {
+                Section::Routes => Ok(Command::DeleteRoute(Ref { pos, by: n })),
+                Section::Links => Ok(Command::DeleteLink(Ref { pos, by: LinkRef::Id(n) })),
+                Section::None => Err(Error::new(
+                    pos,
+                    "`route N` or `link N` (a bare index needs a `[routes]` or `[links]` header line before it)",
+                    format!("`{n}`"),
+                )),
+            };
+        }
+        match self.keyword(
+            &["route", "link", "interface"],
+            "`route`, `link` or `interface`",
+        )? {
+            "route" => {
+                let pos = self.pos();
+                let n = self.number("a route id", 0..=u32::MAX)?;
+                Ok(Command::DeleteRoute(Ref { pos, by: n }))
+            }
+            "link" => {
+                let pos = self.pos();
+                if let Some(n) = self.peek().and_then(|t| t.text.parse::<u32>().ok()) {
+                    self.at += 1;
+                    return Ok(Command::DeleteLink(Ref {
+                        pos,
+                        by: LinkRef::Id(n),
+                    }));
+                }
+                Ok(Command::DeleteLink(self.link_ref()?))
+            }
+            _ => {
+                let pos = self.pos();
+                let name = self.name("an interface name")?;
+                Ok(Command::DeleteInterface(Ref { pos, by: name }))
+            }
+        }
+    }
+
+    fn interface(&mut self) -> Result<Command> {
+        let name = self.name("an interface name")?;
+        self.keyword(&["tap"], "an interface kind: `tap`")?;
+        let pos = self.pos();
+        let dev = self.next("a TAP device name")?;
+        if dev.text.is_empty()
+            || dev.text.len() > 15
+            || !dev
+                .text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        {
+            return Err(Error::new(
+                pos,
+                "a device name of 1-15 letters, digits, `_`, `-` or `.`",
+                found(Some(&dev)),
+            ));
+        }
+        let (mut mac, mut mtu, mut netns) = (None, None, None);
+        while self.peek().is_some() {
+            let opt_pos = self.pos();
+            let o = self.keyword(
+                &["mac", "mtu", "netns"],
+                "an option: `mac`, `mtu` or `netns`",
+            )?;
+            let dup = match o {
+                "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
+                "mtu" => mtu
+                    .replace(self.number("an MTU (68-65535)", 68..=65535)?)
+                    .is_some(),
+                _ => netns
+                    .replace(self.name("a network namespace name")?)
+                    .is_some(),
+            };
+            if dup {
+                return Err(Error::new(
+                    opt_pos,
+                    "each option once",
+                    format!("a second `{o}`"),
+                ));
+            }
+        }
+        if mac.is_some_and(|m: MacAddr| m.is_group()) {
+            return Err(Error::new(
+                pos,
+                "a unicast MAC for the interface",
+                "a group address",
+            ));
+        }
+        Ok(Command::Interface {
+            name,
+            dev: dev.text.to_string(),
+            mac,
+            mtu,
+            netns,
+        })
+    }
+
+    fn link(&mut self) -> Result<Command> {
+        let name = self.name("a link name")?;
+        self.keyword(&["udp"], "a link protocol: `udp`")?;
+        let remote = self.endpoint()?;
+        let (mut format, mut network, mut mtu) = (None, None, None);
+        while self.peek().is_some() {
+            let opt_pos = self.pos();
+            let o = self.keyword(
+                &["format", "network", "mtu"],
+                "an option: `format`, `network` or `mtu`",
+            )?;
+            let dup = match o {
+                "format" => {
+                    let f = match self.keyword(&["raw", "vnet"], "a format: `raw` or `vnet`")? {
+                        "raw" => Format::Raw,
+                        _ => Format::Vnet,
+                    };
+                    format.replace(f).is_some()
+                }
+                "network" => network
+                    .replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?)
+                    .is_some(),
+                _ => mtu
+                    .replace(self.number("an underlay MTU (576-65535)", 576..=65535)?)
+                    .is_some(),
+            };
+            if dup {
+                return Err(Error::new(
+                    opt_pos,
+                    "each option once",
+                    format!("a second `{o}`"),
+                ));
+            }
+        }
+        Ok(Command::Link {
+            name: Some(name),
+            remote,
+            format: format.unwrap_or_default(),
+            network: network.unwrap_or(0),
+            mtu: mtu.unwrap_or(DEFAULT_LINK_MTU),
+        })
+    }
+
+    fn route(&mut self) -> Result<Command> {
+        let src = self.mac_spec("a source")?;
+        let dst = self.mac_spec("a destination")?;
+        self.keyword(&["->"], "`->`")?;
+        let to = match self.keyword(&["link", "interface"], "`link` or `interface`")? {
+            "link" => Target::Link(self.link_ref()?),
+            _ => Target::Interface(self.iface_ref()?),
+        };
+        let from = if self.eat("from") {
+            match self.keyword(
+                &["any", "link", "interface"],
+                "`any`, `link` or `interface`",
+            )? {
+                "any" => From::Any,
+                "link" => From::Link(self.link_ref()?),
+                _ => From::Interface(self.iface_ref()?),
+            }
+        } else {
+            From::Any
+        };
+        Ok(Command::Route { src, dst, to, from })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(s: &str) -> Command {
+        parse(s).unwrap().remove(0).item
+    }
+
+    fn err(s: &str) -> Error {
+        parse(s).unwrap_err()
+    }
+
+    fn m(n: u8) -> MacAddr {
+        MacAddr([0x52, 0x54, 0, 0, 0, n])
+    }
+
+    #[test]
+    fn palacios_link_lines() {
+        for (s, port) in [("add 10.0.0.2 9000 udp", 9000), ("add 10.0.0.2 7000", 7000)] {
+            assert_eq!(
+                one(s),
+                Command::Link {
+                    name: None,
+                    remote: format!("10.0.0.2:{port}").parse().unwrap(),
+                    format: Format::Raw,
+                    network: 0,
+                    mtu: 1500
+                }
+            );
+        }
+        let e = err("add 10.0.0.2 9000 tcp");
+        assert_eq!((e.pos.line, e.pos.column), (1, 19));
+        assert!(e.expected.contains("udp"), "{e}");
+    }
+
+    #[test]
+    fn palacios_route_lines() {
+        let c = one("add any ff:ff:ff:ff:ff:ff edge 10.0.0.2 any");
+        let Command::Route { src, dst, to, from } = c else {
+            panic!()
+        };
+        assert_eq!(
+            (src, dst),
+            (MacSpec::Any, MacSpec::Addr(MacAddr::BROADCAST))
+        );
+        assert!(matches!(
+            to,
+            Target::Link(Ref {
+                by: LinkRef::Ip(_),
+                pos: Pos { column: 32, .. }
+            })
+        ));
+        assert_eq!(from, From::Any);
+
+        let c = one(
+            "add not-52:54:00:00:00:01 52:54:00:00:00:02 interface 52:54:00:00:00:02 edge 10.0.0.3",
+        );
+        let Command::Route { src, to, from, .. } = c else {
+            panic!()
+        };
+        assert_eq!(src, MacSpec::Not(m(1)));
+        assert!(matches!(to, Target::Interface(Ref { by: IfaceRef::Mac(x), .. }) if x == m(2)));
+        assert!(matches!(from, From::Link(_)));
+
+        let c = one("add none any interface 52:54:00:00:00:02 interface 52:54:00:00:00:03");
+        assert!(matches!(
+            c,
+            Command::Route {
+                src: MacSpec::None,
+                from: From::Interface(_),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn palacios_del_needs_section() {
+        let cmds = parse("[routes]\ndel 3\n[links]\ndel 1\n").unwrap();
+        assert_eq!(
+            cmds[0].item,
+            Command::DeleteRoute(Ref {
+                pos: Pos { line: 2, column: 5 },
+                by: 3
+            })
+        );
+        assert!(matches!(
+            cmds[1].item,
+            Command::DeleteLink(Ref {
+                by: LinkRef::Id(1),
+                ..
+            })
+        ));
+        let e = err("del 3");
+        assert_eq!((e.pos.line, e.pos.column), (1, 5));
+        assert!(e.expected.contains("[routes]"));
+    }
+
+    #[test]
+    fn superset_lines() {
+        assert_eq!(
+            one("interface vm0 tap vt0 mac 52:54:00:00:00:01 mtu 9000 netns vmA"),
+            Command::Interface {
+                name: "vm0".into(),
+                dev: "vt0".into(),
+                mac: Some(m(1)),
+                mtu: Some(9000),
+                netns: Some("vmA".into())
+            }
+        );
+        assert_eq!(
+            one("link hostb udp 10.0.0.2 format vnet network 7"),
+            Command::Link {
+                name: Some("hostb".into()),
+                remote: "10.0.0.2:9000".parse().unwrap(),
+                format: Format::Vnet,
+                network: 7,
+                mtu: 1500
+            }
+        );
+        assert!(matches!(
+            one("link x udp [::1]:9001 mtu 9000"),
+            Command::Link { mtu: 9000, .. }
+        ));
+        let c = one("route any 52:54:00:00:00:02 -> link hostb from interface vm0");
+        assert!(matches!(
+            c,
+            Command::Route {
+                to: Target::Link(_),
+                from: From::Interface(_),
+                ..
+            }
+        ));
+        assert_eq!(
+            one("listen udp 0.0.0.0:9000"),
+            Command::Listen("0.0.0.0:9000".parse().unwrap())
+        );
+        assert_eq!(
+            one("show routes json"),
+            Command::Show {
+                what: ShowWhat::Routes,
+                json: true
+            }
+        );
+        assert!(matches!(one("delete link hostb"), Command::DeleteLink(_)));
+        assert!(matches!(
+            one("delete route 4"),
+            Command::DeleteRoute(Ref { by: 4, .. })
+        ));
+        assert!(matches!(
+            one("del interface vm0"),
+            Command::DeleteInterface(_)
+        ));
+        assert!(parse("\n# nothing\n   \n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn error_positions() {
+        let cases: &[(&str, u32, u32, &str)] = &[
+            ("bogus", 1, 1, "a command"),
+            (
+                "\n\nroute any 52:54:00:00:00:0g -> link x",
+                3,
+                11,
+                "destination MAC",
+            ),
+            ("route any any => link x", 1, 15, "`->`"),
+            ("route any any -> link", 1, 22, "link name"),
+            ("interface vm0 tap vt0 mtu 70000", 1, 27, "MTU"),
+            (
+                "interface vm0 tap vt0 mtu 1500 mtu 1500",
+                1,
+                32,
+                "each option once",
+            ),
+            (
+                "interface vm0 tap averyveryverylongname",
+                1,
+                19,
+                "device name",
+            ),
+            ("interface 0vm tap x", 1, 11, "interface name"),
+            ("link a udp 10.0.0.300", 1, 12, "address"),
+            ("link a udp 10.0.0.3 format gre", 1, 28, "`raw` or `vnet`"),
+            ("show routes extra", 1, 13, "end of line"),
+            ("[routes] x", 1, 10, "end of line"),
+            ("add any ff:ff:ff:ff:ff:ff edge any", 1, 32, "IP"),
+            ("add", 1, 4, "source MAC"),
+        ];
+        for &(text, line, col, expect) in cases {
+            let e = err(text);
+            assert_eq!((e.pos.line, e.pos.column), (line, col), "{text}: {e}");
+            assert!(e.expected.contains(expect), "{text}: {e}");
+        }
+        let e = err("add any any edge").in_file("/etc/vnet.conf");
+        assert_eq!(
+            e.to_string(),
+            "/etc/vnet.conf:1:17: expected the link's IP address, found end of line"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_random_text(s in "\\PC{0,200}") {
+            let _ = parse(&s);
+        }
+
+        #[test]
+        fn never_panics_on_mutated_lines(i in 0usize..8, cut in 0usize..80, junk in "[ -~]{0,12}") {
+            let lines = [
+                "add any ff:ff:ff:ff:ff:ff edge 10.0.0.2 any",
+                "add 10.0.0.2 9000 udp",
+                "interface vm0 tap vt0 mac 52:54:00:00:00:01 mtu 9000 netns vmA",
+                "link hostb udp 10.0.0.2:9000 format vnet network 1 mtu 1500",
+                "route not-52:54:00:00:00:01 any -> interface vm0 from link hostb",
+                "[routes]\ndel 3",
+                "listen udp [::1]:9000",
+                "show stats json",
+            ];
+            let l = lines[i];
+            let mut s: String = l.chars().take(cut).collect();
+            s.push_str(&junk);
+            s.push_str(&l.chars().skip(cut).collect::<String>());
+            let _ = parse(&s);
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! The declared state of one vnetd, and how commands change it.
+//!
+//! [`State`] is plain data: what interfaces, links and routes exist, by id.
+//! The daemon turns it into open devices, sockets and a route table; this
+//! module only checks and records. [`State::apply_all`] is the atomic form:
+//! it works on a copy and returns it only if every command succeeded.
+
+use crate::ast::{Command, Format, From, IfaceRef, LinkRef, Located, Ref, Target};
+use crate::parse::DEFAULT_PORT;
+use crate::{Error, Result};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use vnet_core::{MacSpec, Port, SourceFilter};
+use vnet_wire::MacAddr;
+
+pub use crate::ast::Format as LinkFormat;
+
+/// A local interface (a TAP device).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceDef {
+    pub id: u32,
+    pub name: String,
+    pub dev: String,
+    pub mac: Option<MacAddr>,
+    pub mtu: Option<u32>,
+    pub netns: Option<String>,
+}
+
+/// A UDP link to another host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkDef {
+    pub id: u32,
+    pub name: String,
+    pub remote: SocketAddr,
+    pub format: Format,
+    pub network: u32,
+    /// The underlay MTU on the way to the peer.
+    pub mtu: u32,
+}
+
+/// A route, resolved to port ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteDef {
+    pub id: u32,
+    pub src: MacSpec,
+    pub dst: MacSpec,
+    pub to: Port,
+    pub from: SourceFilter,
+}
+
+/// Everything one vnetd is told to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// The UDP address links are received on.
+    pub listen: SocketAddr,
+    pub interfaces: BTreeMap<u32, InterfaceDef>,
+    pub links: BTreeMap<u32, LinkDef>,
+    pub routes: BTreeMap<u32, RouteDef>,
+    next_interface: u32,
+    next_link: u32,
+    next_route: u32,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_PORT),
+            interfaces: BTreeMap::new(),
+            links: BTreeMap::new(),
+            routes: BTreeMap::new(),
+            next_interface: 0,
+            next_link: 0,
+            next_route: 0,
+        }
+    }
+}
+
+impl State {
+    /// Applies `cmds` to a copy of `self` and returns it, or the first error
+    /// (with `self` untouched). Commands that change nothing (`show`, ...)
+    /// are errors here: a config file or transaction only declares.
+    pub fn apply_all(&self, cmds: &[Located<Command>]) -> Result<State> {
+        let mut next = self.clone();
+        for c in cmds {
+            next.apply(c)?;
+        }
+        Ok(next)
+    }
+
+    /// Applies one command in place. On error `self` is unchanged.
+    pub fn apply(&mut self, c: &Located<Command>) -> Result<()> {
+        let pos = c.pos;
+        match &c.item {
+            Command::Listen(sa) => self.listen = *sa,
+            Command::Interface {
+                name,
+                dev,
+                mac,
+                mtu,
+                netns,
+            } => {
+                if self.iface_by_name(name).is_some() {
+                    return Err(Error::new(
+                        pos,
+                        "a new interface name",
+                        format!("`{name}`, already declared"),
+                    ));
+                }
+                if self
+                    .interfaces
+                    .values()
+                    .any(|i| &i.dev == dev && &i.netns == netns)
+                {
+                    return Err(Error::new(
+                        pos,
+                        "a device no other interface uses",
+                        format!("`{dev}`, in use"),
+                    ));
+                }
+                if let Some(m) = mac {
+                    if self.interfaces.values().any(|i| i.mac == Some(*m)) {
+                        return Err(Error::new(
+                            pos,
+                            "a MAC no other interface has",
+                            format!("`{m}`, in use"),
+                        ));
+                    }
+                }
+                let id = self.next_interface;
+                self.next_interface += 1;
+                self.interfaces.insert(
+                    id,
+                    InterfaceDef {
+                        id,
+                        name: name.clone(),
+                        dev: dev.clone(),
+                        mac: *mac,
+                        mtu: *mtu,
+                        netns: netns.clone(),
+                    },
+                );
+            }
+            Command::Link {
+                name,
+                remote,
+                format,
+                network,
+                mtu,
+            } => {
+                let id = self.next_link;
+                let name = name.clone().unwrap_or_else(|| format!("link{id}"));
+                if self.links.values().any(|l| l.name == name) {
+                    return Err(Error::new(
+                        pos,
+                        "a new link name",
+                        format!("`{name}`, already declared"),
+                    ));
+                }
+                self.next_link += 1;
+                self.links.insert(
+                    id,
+                    LinkDef {
+                        id,
+                        name,
+                        remote: *remote,
+                        format: *format,
+                        network: *network,
+                        mtu: *mtu,
+                    },
+                );
+            }
+            Command::Route { src, dst, to, from } => {
+                let to = match to {
+                    Target::Link(r) => Port::Link(self.resolve_link(r)?),
+                    Target::Interface(r) => Port::Interface(self.resolve_iface(r)?),
+                };
+                let from = match from {
+                    From::Any => SourceFilter::Any,
+                    From::Link(r) => SourceFilter::Port(Port::Link(self.resolve_link(r)?)),
+                    From::Interface(r) => {
+                        SourceFilter::Port(Port::Interface(self.resolve_iface(r)?))
+                    }
+                };
+                let id = self.next_route;
+                self.next_route += 1;
+                self.routes.insert(
+                    id,
+                    RouteDef {
+                        id,
+                        src: *src,
+                        dst: *dst,
+                        to,
+                        from,
+                    },
+                );
+            }
+            Command::DeleteRoute(r) => {
+                if self.routes.remove(&r.by).is_none() {
+                    return Err(Error::new(
+                        r.pos,
+                        "the id of an existing route",
+                        format!("`{}`", r.by),
+                    ));
+                }
+            }
+            Command::DeleteLink(r) => {
+                let id = self.resolve_link(r)?;
+                self.unused(Port::Link(id), r.pos)?;
+                self.links.remove(&id);
+            }
+            Command::DeleteInterface(r) => {
+                let id = self.resolve_iface(&Ref {
+                    pos: r.pos,
+                    by: IfaceRef::Name(r.by.clone()),
+                })?;
+                self.unused(Port::Interface(id), r.pos)?;
+                self.interfaces.remove(&id);
+            }
+            Command::Show { .. } | Command::Begin | Command::Commit | Command::Abort => {
+                return Err(Error::new(
+                    pos,
+                    "a declaration (interface, link, route, add, del, listen)",
+                    "a control command",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn unused(&self, port: Port, pos: crate::Pos) -> Result<()> {
+        let users: Vec<String> = self
+            .routes
+            .values()
+            .filter(|r| r.to == port || r.from == SourceFilter::Port(port))
+            .map(|r| r.id.to_string())
+            .collect();
+        if users.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::new(
+                pos,
+                "something no route uses (delete its routes first)",
+                format!("one used by route(s) {}", users.join(", ")),
+            ))
+        }
+    }
+
+    pub fn iface_by_name(&self, name: &str) -> Option<&InterfaceDef> {
+        self.interfaces.values().find(|i| i.name == name)
+    }
+
+    pub fn link_by_name(&self, name: &str) -> Option<&LinkDef> {
+        self.links.values().find(|l| l.name == name)
+    }
+
+    fn resolve_link(&self, r: &Ref<LinkRef>) -> Result<u32> {
+        let hit = match &r.by {
+            LinkRef::Name(n) => self.link_by_name(n),
+            LinkRef::Ip(ip) => self.links.values().find(|l| l.remote.ip() == *ip),
+            LinkRef::Id(id) => self.links.get(id),
+        };
+        hit.map(|l| l.id).ok_or_else(|| {
+            let what = match &r.by {
+                LinkRef::Name(n) => format!("`{n}`"),
+                LinkRef::Ip(ip) => format!("`{ip}`"),
+                LinkRef::Id(id) => format!("`{id}`"),
+            };
+            Error::new(
+                r.pos,
+                "a declared link (name, remote IP or index)",
+                format!("{what}, which is not one"),
+            )
+        })
+    }
+
+    fn resolve_iface(&self, r: &Ref<IfaceRef>) -> Result<u32> {
+        let hit = match &r.by {
+            IfaceRef::Name(n) => self.iface_by_name(n),
+            IfaceRef::Mac(m) => self.interfaces.values().find(|i| i.mac == Some(*m)),
+        };
+        hit.map(|i| i.id).ok_or_else(|| {
+            let what = match &r.by {
+                IfaceRef::Name(n) => format!("`{n}`"),
+                IfaceRef::Mac(m) => format!("`{m}`"),
+            };
+            Error::new(
+                r.pos,
+                "a declared interface (name, or the MAC given in its `mac` option)",
+                format!("{what}, which is not one"),
+            )
+        })
+    }
+
+    /// The name of a port, for display.
+    pub fn port_name(&self, p: Port) -> String {
+        match p {
+            Port::Interface(i) => self
+                .interfaces
+                .get(&i)
+                .map_or(format!("interface#{i}"), |d| d.name.clone()),
+            Port::Link(i) => self
+                .links
+                .get(&i)
+                .map_or(format!("link#{i}"), |d| d.name.clone()),
+        }
+    }
+
+    /// The state as superset lines that rebuild it (ids may differ).
+    pub fn to_config(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "listen udp {}", self.listen);
+        for i in self.interfaces.values() {
+            let _ = write!(s, "interface {} tap {}", i.name, i.dev);
+            if let Some(m) = i.mac {
+                let _ = write!(s, " mac {m}");
+            }
+            if let Some(m) = i.mtu {
+                let _ = write!(s, " mtu {m}");
+            }
+            if let Some(n) = &i.netns {
+                let _ = write!(s, " netns {n}");
+            }
+            s.push('\n');
+        }
+        for l in self.links.values() {
+            let f = match l.format {
+                Format::Raw => "raw",
+                Format::Vnet => "vnet",
+            };
+            let _ = writeln!(
+                s,
+                "link {} udp {} format {f} network {} mtu {}",
+                l.name, l.remote, l.network, l.mtu
+            );
+        }
+        for r in self.routes.values() {
+            let kind = |p: Port| if p.is_link() { "link" } else { "interface" };
+            let _ = write!(
+                s,
+                "route {} {} -> {} {}",
+                r.src,
+                r.dst,
+                kind(r.to),
+                self.port_name(r.to)
+            );
+            if let SourceFilter::Port(p) = r.from {
+                let _ = write!(s, " from {} {}", kind(p), self.port_name(p));
+            }
+            s.push('\n');
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse;
+
+    fn load(text: &str) -> Result<State> {
+        State::default().apply_all(&parse(text)?)
+    }
+
+    const BASE: &str = "\
+interface vm0 tap vt0 mac 52:54:00:00:00:01
+link hostb udp 10.0.0.2 format vnet
+route any ff:ff:ff:ff:ff:ff -> link hostb
+route any 52:54:00:00:00:02 -> link 10.0.0.2
+route any 52:54:00:00:00:01 -> interface vm0
+";
+
+    #[test]
+    fn builds_state() {
+        let s = load(BASE).unwrap();
+        assert_eq!(s.interfaces.len(), 1);
+        assert_eq!(s.links[&0].remote, "10.0.0.2:9000".parse().unwrap());
+        assert_eq!(s.routes[&1].to, Port::Link(0));
+        assert_eq!(s.routes[&2].to, Port::Interface(0));
+    }
+
+    #[test]
+    fn palacios_lines_resolve_by_ip_and_mac() {
+        let s = load(
+            "interface vm0 tap vt0 mac 52:54:00:00:00:01\n\
+             add 10.0.0.2 9000 udp\n\
+             add any ff:ff:ff:ff:ff:ff edge 10.0.0.2 any\n\
+             add any 52:54:00:00:00:01 interface 52:54:00:00:00:01 edge 10.0.0.2\n",
+        )
+        .unwrap();
+        assert_eq!(s.links[&0].name, "link0");
+        assert_eq!(s.routes[&1].from, SourceFilter::Port(Port::Link(0)));
+        assert_eq!(s.routes[&1].to, Port::Interface(0));
+    }
+
+    #[test]
+    fn errors_point_at_the_reference() {
+        let e = load("route any any -> link nowhere").unwrap_err();
+        assert_eq!((e.pos.line, e.pos.column), (1, 23));
+        let e = load("add any any edge 10.9.9.9 any").unwrap_err();
+        assert_eq!(e.pos.column, 18);
+        let e = load("interface a tap t0\ninterface a tap t1").unwrap_err();
+        assert_eq!(e.pos.line, 2);
+        let e = load(&format!("{BASE}delete link hostb")).unwrap_err();
+        assert!(e.found.contains("route(s) 0, 1"), "{e}");
+        let e = load(&format!("{BASE}delete route 9")).unwrap_err();
+        assert_eq!((e.pos.line, e.pos.column), (6, 14));
+    }
+
+    #[test]
+    fn apply_all_is_atomic() {
+        let s = load(BASE).unwrap();
+        let bad = parse("route any 52:54:00:00:00:09 -> link hostb\nroute any any -> link ghost")
+            .unwrap();
+        let e = s.apply_all(&bad).unwrap_err();
+        assert_eq!(e.pos.line, 2);
+        assert_eq!(s.routes.len(), 3);
+    }
+
+    #[test]
+    fn delete_then_readd() {
+        let s = load(BASE).unwrap();
+        let s = s
+            .apply_all(&parse("[routes]\ndel 0\ndel 1\n").unwrap())
+            .unwrap();
+        let s = s.apply_all(&parse("delete link hostb").unwrap()).unwrap();
+        assert!(s.links.is_empty());
+        // Ids are never reused.
+        let s = s
+            .apply_all(&parse("link c udp 10.0.0.3\nroute any any -> link c").unwrap())
+            .unwrap();
+        assert_eq!(s.links.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(s.routes.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
+    }
+
+    #[test]
+    fn config_roundtrip() {
+        let s = load(BASE).unwrap();
+        let again = load(&s.to_config()).unwrap();
+        assert_eq!(again.to_config(), s.to_config());
+    }
+}
