@@ -1,0 +1,95 @@
+//! A blocking client of the control protocol (see [`crate::control`]), used
+//! by `vnetctl` and the lab.
+
+use crate::control::Endpoint;
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+trait Stream: io::Read + io::Write {}
+impl<T: io::Read + io::Write> Stream for T {}
+
+/// A connection to a vnetd control endpoint.
+pub struct Client {
+    r: BufReader<Box<dyn Stream>>,
+}
+
+/// The answer to one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub body: String,
+    /// `Err(message)` for `end error message`.
+    pub result: Result<(), String>,
+}
+
+impl Client {
+    pub fn connect(ep: &Endpoint) -> io::Result<Client> {
+        let timeout = Some(Duration::from_secs(30));
+        let s: Box<dyn Stream> = match ep {
+            Endpoint::Unix(p) => {
+                let s = UnixStream::connect(p)?;
+                s.set_read_timeout(timeout)?;
+                Box::new(s)
+            }
+            Endpoint::Tcp(a) => {
+                let s = TcpStream::connect(a)?;
+                s.set_read_timeout(timeout)?;
+                Box::new(s)
+            }
+        };
+        Ok(Client {
+            r: BufReader::new(s),
+        })
+    }
+
+    /// Sends one line (no newline inside) and reads its reply.
+    pub fn request(&mut self, line: &str) -> io::Result<Reply> {
+        let w = self.r.get_mut();
+        w.write_all(line.as_bytes())?;
+        w.write_all(b"\n")?;
+        w.flush()?;
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> io::Result<Reply> {
+        let mut body = String::new();
+        loop {
+            let mut l = String::new();
+            if self.r.read_line(&mut l)? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "vnetd closed the connection",
+                ));
+            }
+            if let Some(rest) = l.strip_prefix("end ") {
+                let rest = rest.trim_end();
+                let result = match rest.strip_prefix("error ") {
+                    Some(m) => Err(m.to_string()),
+                    None if rest == "ok" => Ok(()),
+                    None => Err(format!("unexpected reply `{rest}`")),
+                };
+                return Ok(Reply { body, result });
+            }
+            body.push_str(&l);
+        }
+    }
+
+    /// Applies `text` (a config file's content) as one transaction. On error
+    /// returns the first error message (positions are `text`'s lines).
+    pub fn apply(&mut self, text: &str) -> io::Result<Result<(), String>> {
+        self.request("begin")?.result.map_err(io::Error::other)?;
+        let mut first = None;
+        for line in text.lines() {
+            let r = self.request(line)?;
+            if let (Err(e), None) = (r.result, &first) {
+                first = Some(e);
+            }
+        }
+        let c = self.request("commit")?;
+        Ok(match first {
+            Some(e) => Err(e),
+            None => c.result,
+        })
+    }
+}
