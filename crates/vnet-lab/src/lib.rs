@@ -1,1 +1,765 @@
-//! placeholder
+//! The vnet lab: hosts, an underlay and VMs built from network namespaces,
+//! each host running its own `vnetd`, torn down on every exit path.
+//!
+//! ```text
+//!   VM ns h0v0 (TAP vt0, 10.88.0.1)          VM ns h1v0 (TAP vt0, 10.88.1.1)
+//!          |  fd held by vnetd                       |
+//!   host ns h0: vnetd ---- veth underlay 10.77.0.0/24 ---- host ns h1: vnetd
+//!                 (2 hosts: one veth pair; more: a bridge in a switch ns)
+//! ```
+//!
+//! A VM is a namespace owning a persistent TAP device that the lab creates
+//! and addresses; the host's vnetd attaches to it by name inside that
+//! namespace (`interface vmN tap vt0 netns ...`). Because the TAP is
+//! persistent, a vnetd can be stopped and started again and the VM keeps its
+//! addresses, like a VM whose host daemon restarts.
+//!
+//! Every name carries a per-run prefix (`vl<pid><n>`), every namespace and
+//! process is recorded in a process-wide registry, and [`Lab`]'s `Drop` (on
+//! success, failure or panic) and [`install_signal_cleanup`] (on Ctrl-C or
+//! SIGTERM) remove them. Only processes the lab started are killed, by pid.
+//! Traffic stays inside the lab's namespaces.
+
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub use vnetd::client::{Client, Reply};
+pub use vnetd::Endpoint;
+
+/// Lab errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("`{cmd}` failed ({status}): {stderr}")]
+    Command {
+        cmd: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.into();
+    move |source| Error::Io { what, source }
+}
+
+/// Namespaces and pids to remove if the process is interrupted.
+static REGISTRY: Mutex<(Vec<String>, Vec<u32>)> = Mutex::new((Vec::new(), Vec::new()));
+
+fn registry() -> std::sync::MutexGuard<'static, (Vec<String>, Vec<u32>)> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// On SIGINT/SIGTERM, kills the lab's processes, deletes its namespaces and
+/// exits with status 130. Call once, early, in a binary that builds labs.
+pub fn install_signal_cleanup() {
+    let _ = ctrlc::set_handler(|| {
+        let (nss, pids) = std::mem::take(&mut *registry());
+        for p in pids {
+            let _ = Command::new("kill")
+                .arg("-KILL")
+                .arg(p.to_string())
+                .status();
+        }
+        for ns in nss.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        eprintln!("vnet-lab: interrupted; lab removed");
+        std::process::exit(130);
+    });
+}
+
+/// Runs a command, failing with its stderr if it exits non-zero.
+pub fn run(args: &[&str]) -> Result<Output> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io(format!("running {}", args[0])))?;
+    if !out.status.success() {
+        return Err(Error::Command {
+            cmd: args.join(" "),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Where the workspace's binaries are: `$VNET_BIN_DIR`, else the cargo
+/// target directory of the running executable (tests live in `deps/`).
+pub fn bin(name: &str) -> Result<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("VNET_BIN_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(d) = exe.parent() {
+            dirs.push(d.to_path_buf());
+            if let Some(p) = d.parent() {
+                dirs.push(p.to_path_buf());
+            }
+        }
+    }
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            Error::Other(format!(
+                "`{name}` not found in {dirs:?}: run `cargo build --bins` first"
+            ))
+        })
+}
+
+/// Which link format the lab's vnetds use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Raw,
+    Vnet,
+}
+
+impl Format {
+    fn word(self) -> &'static str {
+        match self {
+            Format::Raw => "raw",
+            Format::Vnet => "vnet",
+        }
+    }
+}
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub hosts: usize,
+    pub vms_per_host: usize,
+    pub format: Format,
+    /// MTU of the underlay veths.
+    pub underlay_mtu: u32,
+    /// MTU of the VMs' interfaces.
+    pub vm_mtu: u32,
+    /// Hosts whose links and routes are written only as Palacios lines.
+    pub palacios_hosts: Vec<usize>,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            hosts: 2,
+            vms_per_host: 1,
+            format: Format::Vnet,
+            underlay_mtu: 1500,
+            vm_mtu: 1500,
+            palacios_hosts: Vec::new(),
+        }
+    }
+}
+
+/// A VM: a namespace with a TAP.
+#[derive(Debug, Clone)]
+pub struct Vm {
+    pub ns: String,
+    pub dev: String,
+    pub mac: String,
+    pub ip: Ipv4Addr,
+}
+
+/// A host: a namespace running vnetd.
+#[derive(Debug)]
+pub struct Host {
+    pub ns: String,
+    pub underlay_dev: String,
+    pub underlay_ip: Ipv4Addr,
+    pub config: PathBuf,
+    pub control: PathBuf,
+    pub log: PathBuf,
+    pub vms: Vec<Vm>,
+    vnetd: Option<Child>,
+}
+
+impl Host {
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::Unix(self.control.clone())
+    }
+}
+
+/// A running lab. Dropping it removes everything it made.
+pub struct Lab {
+    pub prefix: String,
+    pub spec: Spec,
+    pub hosts: Vec<Host>,
+    pub dir: PathBuf,
+    namespaces: Vec<String>,
+    children: Vec<Child>,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The MAC of VM `v` on host `h`.
+pub fn vm_mac(h: usize, v: usize) -> String {
+    format!("52:54:00:88:{:02x}:{:02x}", h, v + 1)
+}
+
+/// The IP of VM `v` on host `h` (in 10.88.0.0/16).
+pub fn vm_ip(h: usize, v: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 88, h as u8, v as u8 + 1)
+}
+
+fn underlay_ip(h: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 77, 0, h as u8 + 1)
+}
+
+impl Lab {
+    /// Builds the namespaces, underlay, VMs and configs, and starts a vnetd on
+    /// every host. On error, whatever was made is removed.
+    pub fn up(spec: Spec) -> Result<Lab> {
+        if spec.hosts == 0 || spec.hosts > 200 || spec.vms_per_host > 200 {
+            return Err(Error::Other(
+                "a lab has 1-200 hosts with 0-200 VMs each".into(),
+            ));
+        }
+        let prefix = format!(
+            "vl{:x}x{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = std::env::temp_dir().join(&prefix);
+        std::fs::create_dir_all(&dir).map_err(io("creating the lab directory"))?;
+        let mut lab = Lab {
+            prefix,
+            spec,
+            hosts: Vec::new(),
+            dir,
+            namespaces: Vec::new(),
+            children: Vec::new(),
+        };
+        lab.build()?;
+        for h in 0..lab.hosts.len() {
+            lab.start_vnetd(h)?;
+        }
+        Ok(lab)
+    }
+
+    fn add_ns(&mut self, name: String) -> Result<String> {
+        run(&["ip", "netns", "add", &name])?;
+        registry().0.push(name.clone());
+        self.namespaces.push(name.clone());
+        self.ns_exec(&name, &["ip", "link", "set", "lo", "up"])?;
+        Ok(name)
+    }
+
+    /// Runs `args` inside namespace `ns`; fails if it exits non-zero.
+    pub fn ns_exec(&self, ns: &str, args: &[&str]) -> Result<Output> {
+        let mut a = vec!["ip", "netns", "exec", ns];
+        a.extend_from_slice(args);
+        run(&a)
+    }
+
+    /// Runs `args` inside `ns` and returns its output whatever its status.
+    pub fn ns_output(&self, ns: &str, args: &[&str]) -> Result<Output> {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io(format!("running {}", args.join(" "))))
+    }
+
+    fn build(&mut self) -> Result<()> {
+        let s = self.spec.clone();
+        let p = self.prefix.clone();
+        let mut hosts = Vec::new();
+        for h in 0..s.hosts {
+            let ns = self.add_ns(format!("{p}-h{h}"))?;
+            hosts.push(Host {
+                ns,
+                underlay_dev: format!("u{h}"),
+                underlay_ip: underlay_ip(h),
+                config: self.dir.join(format!("h{h}.conf")),
+                control: self.dir.join(format!("h{h}.sock")),
+                log: self.dir.join(format!("h{h}.log")),
+                vms: Vec::new(),
+                vnetd: None,
+            });
+        }
+        // The underlay: a veth pair for two hosts, else a bridge in a switch namespace.
+        if s.hosts == 2 {
+            run(&[
+                "ip",
+                "link",
+                "add",
+                "u0",
+                "netns",
+                &hosts[0].ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "u1",
+                "netns",
+                &hosts[1].ns,
+            ])?;
+        } else if s.hosts > 2 {
+            let sw = self.add_ns(format!("{p}-sw"))?;
+            self.ns_exec(&sw, &["ip", "link", "add", "br0", "type", "bridge"])?;
+            self.ns_exec(
+                &sw,
+                &[
+                    "ip",
+                    "link",
+                    "set",
+                    "br0",
+                    "mtu",
+                    &s.underlay_mtu.to_string(),
+                    "up",
+                ],
+            )?;
+            for (h, host) in hosts.iter().enumerate() {
+                let port = format!("s{h}");
+                run(&[
+                    "ip",
+                    "link",
+                    "add",
+                    &host.underlay_dev,
+                    "netns",
+                    &host.ns,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &port,
+                    "netns",
+                    &sw,
+                ])?;
+                self.ns_exec(
+                    &sw,
+                    &[
+                        "ip",
+                        "link",
+                        "set",
+                        &port,
+                        "mtu",
+                        &s.underlay_mtu.to_string(),
+                        "master",
+                        "br0",
+                        "up",
+                    ],
+                )?;
+            }
+        }
+        for host in &hosts {
+            if s.hosts > 1 {
+                let dev = host.underlay_dev.as_str();
+                self.ns_exec(
+                    &host.ns,
+                    &[
+                        "ip",
+                        "link",
+                        "set",
+                        dev,
+                        "mtu",
+                        &s.underlay_mtu.to_string(),
+                        "up",
+                    ],
+                )?;
+                self.ns_exec(
+                    &host.ns,
+                    &[
+                        "ip",
+                        "addr",
+                        "add",
+                        &format!("{}/24", host.underlay_ip),
+                        "dev",
+                        dev,
+                    ],
+                )?;
+            }
+        }
+        for (h, host) in hosts.iter_mut().enumerate() {
+            for v in 0..s.vms_per_host {
+                let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
+                let vm = Vm {
+                    ns: ns.clone(),
+                    dev: "vt0".into(),
+                    mac: vm_mac(h, v),
+                    ip: vm_ip(h, v),
+                };
+                for sysctl in [
+                    "net.ipv6.conf.all.disable_ipv6=1",
+                    "net.ipv6.conf.default.disable_ipv6=1",
+                    "net.ipv4.icmp_echo_ignore_broadcasts=0",
+                ] {
+                    self.ns_exec(&ns, &["sysctl", "-q", "-w", sysctl])?;
+                }
+                self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", "vt0", "mode", "tap"])?;
+                self.ns_exec(
+                    &ns,
+                    &[
+                        "ip",
+                        "link",
+                        "set",
+                        "vt0",
+                        "address",
+                        &vm.mac,
+                        "mtu",
+                        &s.vm_mtu.to_string(),
+                        "up",
+                    ],
+                )?;
+                self.ns_exec(
+                    &ns,
+                    &["ip", "addr", "add", &format!("{}/16", vm.ip), "dev", "vt0"],
+                )?;
+                host.vms.push(vm);
+            }
+        }
+        for h in 0..hosts.len() {
+            let text = config_for(&s, &hosts, h);
+            std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
+        }
+        self.hosts = hosts;
+        Ok(())
+    }
+
+    /// Starts vnetd on host `h` with its config and waits for its control
+    /// socket to answer.
+    pub fn start_vnetd(&mut self, h: usize) -> Result<()> {
+        let vnetd = bin("vnetd")?;
+        let host = &mut self.hosts[h];
+        let _ = std::fs::remove_file(&host.control);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&host.log)
+            .map_err(io("opening the vnetd log"))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &host.ns])
+            .arg(&vnetd)
+            .arg("--config")
+            .arg(&host.config)
+            .arg("--control")
+            .arg(format!("unix:{}", host.control.display()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(io("log"))?)
+            .stderr(log)
+            .spawn()
+            .map_err(io("starting vnetd"))?;
+        registry().1.push(child.id());
+        host.vnetd = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = Client::connect(&self.hosts[h].endpoint()) {
+                if c.request("show links").is_ok() {
+                    return Ok(());
+                }
+            }
+            if let Some(c) = self.hosts[h].vnetd.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    return Err(Error::Other(format!(
+                        "vnetd on host {h} exited ({st}): {}",
+                        std::fs::read_to_string(&self.hosts[h].log).unwrap_or_default()
+                    )));
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!("vnetd on host {h} did not come up")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops host `h`'s vnetd (SIGTERM, then SIGKILL after 5 s).
+    pub fn stop_vnetd(&mut self, h: usize) -> Result<()> {
+        if let Some(c) = self.hosts[h].vnetd.take() {
+            stop_child(c);
+        }
+        Ok(())
+    }
+
+    /// Whether host `h`'s vnetd is still running.
+    pub fn vnetd_alive(&mut self, h: usize) -> bool {
+        self.hosts[h]
+            .vnetd
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// Sends one control line to host `h`'s vnetd.
+    pub fn control(&self, h: usize, line: &str) -> Result<Reply> {
+        let mut c =
+            Client::connect(&self.hosts[h].endpoint()).map_err(io("connecting to vnetd"))?;
+        c.request(line).map_err(io("talking to vnetd"))
+    }
+
+    /// Runs `vnetctl` against host `h` with `args`, returning its output.
+    pub fn vnetctl(&self, h: usize, args: &[&str]) -> Result<Output> {
+        Command::new(bin("vnetctl")?)
+            .arg("--control")
+            .arg(format!("unix:{}", self.hosts[h].control.display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io("running vnetctl"))
+    }
+
+    /// Pings from `vm` to `ip`; returns the replies received.
+    pub fn ping(&self, vm: &Vm, ip: Ipv4Addr, count: u32, size: u32) -> Result<PingResult> {
+        let out = self.ns_output(
+            &vm.ns,
+            &[
+                "ping",
+                "-n",
+                "-q",
+                "-c",
+                &count.to_string(),
+                "-i",
+                "0.2",
+                "-W",
+                "2",
+                "-s",
+                &size.to_string(),
+                &ip.to_string(),
+            ],
+        )?;
+        Ok(PingResult::parse(&String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// Starts a long-running process in `ns`; it is killed when the lab goes.
+    pub fn spawn(&mut self, ns: &str, args: &[&str]) -> Result<u32> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io(format!("starting {}", args.join(" "))))?;
+        let id = child.id();
+        registry().1.push(id);
+        self.children.push(child);
+        Ok(id)
+    }
+
+    /// Runs iperf3 from `from` to `to` (a server is started in `to`'s
+    /// namespace); returns the receiver's throughput in Gbit/s.
+    pub fn iperf3(
+        &mut self,
+        from: &Vm,
+        to: &Vm,
+        seconds: u32,
+        extra: &[&str],
+    ) -> Result<(f64, String)> {
+        let to_ns = to.ns.clone();
+        self.spawn(&to_ns, &["iperf3", "-s", "-1", "-B", &to.ip.to_string()])?;
+        let ip = to.ip.to_string();
+        let secs = seconds.to_string();
+        let mut args = vec!["iperf3", "-c", &ip, "-t", &secs, "-J"];
+        args.extend_from_slice(extra);
+        let mut last = None;
+        for _ in 0..50 {
+            let out = self.ns_output(&from.ns, &args)?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            if out.status.success() {
+                let v: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| Error::Other(format!("iperf3 output: {e}")))?;
+                let bps = v["end"]["sum_received"]["bits_per_second"]
+                    .as_f64()
+                    .or_else(|| v["end"]["sum"]["bits_per_second"].as_f64())
+                    .unwrap_or(0.0);
+                return Ok((bps / 1e9, text));
+            }
+            last = Some(text);
+            // The server may not be listening yet.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(Error::Other(format!(
+            "iperf3 failed: {}",
+            last.unwrap_or_default()
+        )))
+    }
+
+    /// The vnetd log of host `h`.
+    pub fn log(&self, h: usize) -> String {
+        std::fs::read_to_string(&self.hosts[h].log).unwrap_or_default()
+    }
+
+    /// Rewrites host `h`'s config file.
+    pub fn write_config(&self, h: usize, text: &str) -> Result<()> {
+        std::fs::write(&self.hosts[h].config, text).map_err(io("writing a config"))
+    }
+
+    pub fn vm(&self, h: usize, v: usize) -> &Vm {
+        &self.hosts[h].vms[v]
+    }
+}
+
+fn stop_child(mut c: Child) {
+    let pid = c.id();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            registry().1.retain(|p| *p != pid);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    registry().1.retain(|p| *p != pid);
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for h in 0..self.hosts.len() {
+            let _ = self.stop_vnetd(h);
+        }
+        for mut c in self.children.drain(..) {
+            let pid = c.id();
+            let _ = c.kill();
+            let _ = c.wait();
+            registry().1.retain(|p| *p != pid);
+        }
+        for ns in self.namespaces.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            registry().0.retain(|n| n != ns);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What ping reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PingResult {
+    pub sent: u32,
+    pub received: u32,
+    pub avg_ms: f64,
+}
+
+impl PingResult {
+    /// Parses iputils ping's summary.
+    pub fn parse(text: &str) -> PingResult {
+        let mut r = PingResult::default();
+        for line in text.lines() {
+            if line.contains("packets transmitted") {
+                let nums: Vec<u32> = line
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                if nums.len() >= 2 {
+                    r.sent = nums[0];
+                    r.received = nums[1];
+                }
+            }
+            if let Some(rest) = line.split(" = ").nth(1) {
+                if line.starts_with("rtt") {
+                    r.avg_ms = rest
+                        .split('/')
+                        .nth(1)
+                        .and_then(|x| x.parse().ok())
+                        .unwrap_or(0.0);
+                }
+            }
+        }
+        r
+    }
+}
+
+/// The vnetd config of host `h`: interfaces in the superset (always), links
+/// and routes in the superset or, for Palacios hosts, as Palacios lines.
+pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
+    let mut c = String::new();
+    let palacios = s.palacios_hosts.contains(&h);
+    let _ = writeln!(c, "# vnet-lab host {h}");
+    let _ = writeln!(c, "listen udp {}:9000", hosts[h].underlay_ip);
+    for (v, vm) in hosts[h].vms.iter().enumerate() {
+        let _ = writeln!(
+            c,
+            "interface vm{v} tap {} mac {} netns {}",
+            vm.dev, vm.mac, vm.ns
+        );
+    }
+    let bcast = "ff:ff:ff:ff:ff:ff";
+    for (k, other) in hosts.iter().enumerate() {
+        if k == h {
+            continue;
+        }
+        let ip = other.underlay_ip;
+        if palacios {
+            let _ = writeln!(c, "add {ip} 9000 udp");
+            let _ = writeln!(c, "add any {bcast} edge {ip} any");
+            for vm in &other.vms {
+                let _ = writeln!(c, "add any {} edge {ip} any", vm.mac);
+            }
+        } else {
+            // A link to a Palacios host speaks its (raw) format.
+            let f = if s.palacios_hosts.contains(&k) {
+                "raw"
+            } else {
+                s.format.word()
+            };
+            let _ = writeln!(
+                c,
+                "link h{k} udp {ip}:9000 format {f} mtu {}",
+                s.underlay_mtu
+            );
+            let _ = writeln!(c, "route any {bcast} -> link h{k}");
+            for vm in &other.vms {
+                let _ = writeln!(c, "route any {} -> link h{k}", vm.mac);
+            }
+        }
+    }
+    for (v, vm) in hosts[h].vms.iter().enumerate() {
+        if palacios {
+            let _ = writeln!(c, "add any {bcast} interface {} any", vm.mac);
+            let _ = writeln!(c, "add any {} interface {} any", vm.mac, vm.mac);
+        } else {
+            let _ = writeln!(c, "route any {bcast} -> interface vm{v}");
+            let _ = writeln!(c, "route any {} -> interface vm{v}", vm.mac);
+        }
+    }
+    c
+}
+
+/// Whether the lab can run here (root, with `ip netns`).
+pub fn available() -> bool {
+    Path::new("/dev/net/tun").exists() && run(&["ip", "netns", "list"]).is_ok() && is_root()
+}
+
+fn is_root() -> bool {
+    run(&["id", "-u"]).is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ping_summary() {
+        let t = "--- 10.88.1.1 ping statistics ---\n3 packets transmitted, 2 received, 33.3333% packet loss, time 402ms\nrtt min/avg/max/mdev = 0.301/0.412/0.523/0.090 ms\n";
+        assert_eq!(
+            PingResult::parse(t),
+            PingResult {
+                sent: 3,
+                received: 2,
+                avg_ms: 0.412
+            }
+        );
+    }
+}

@@ -1,0 +1,303 @@
+//! Namespace integration tests: real vnetds, TAPs and UDP in a lab.
+//!
+//! They need root (network namespaces, TAP devices), so they are `#[ignore]`d
+//! and the project's test command runs them with `--ignored`. Each builds
+//! its own lab with per-run names; the lab's `Drop` removes it even when an
+//! assertion fails.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+use vnet_lab::{Format, Lab, Spec, Vm};
+
+fn lab(spec: Spec) -> Lab {
+    assert!(
+        vnet_lab::available(),
+        "the lab needs root, /dev/net/tun and `ip netns`"
+    );
+    Lab::up(spec).unwrap_or_else(|e| panic!("lab: {e}"))
+}
+
+/// Pings until one reply (ARP, a restarting daemon), then asserts `n` of `n`.
+fn assert_ping(lab: &Lab, from: &Vm, to: Ipv4Addr, size: u32) {
+    let mut warm = false;
+    for _ in 0..10 {
+        if lab.ping(from, to, 1, size).unwrap().received == 1 {
+            warm = true;
+            break;
+        }
+    }
+    assert!(
+        warm,
+        "no reply from {to} to {} (size {size})\nlogs:\n{}\n{}",
+        from.ip,
+        lab.log(0),
+        lab.log(1)
+    );
+    let r = lab.ping(from, to, 5, size).unwrap();
+    assert_eq!(r.received, 5, "{} -> {to}: {r:?}", from.ip);
+}
+
+fn assert_no_ping(lab: &Lab, from: &Vm, to: Ipv4Addr) {
+    let r = lab.ping(from, to, 3, 56).unwrap();
+    assert_eq!(r.received, 0, "{} -> {to} should be cut: {r:?}", from.ip);
+}
+
+fn json(lab: &Lab, h: usize, what: &str) -> serde_json::Value {
+    let r = lab.control(h, &format!("show {what} json")).unwrap();
+    assert_eq!(r.result, Ok(()));
+    serde_json::from_str(&r.body).unwrap()
+}
+
+fn two_hosts_ping_both_ways(format: Format) {
+    let lab = lab(Spec {
+        format,
+        ..Spec::default()
+    });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 56);
+    // ARP resolved across the overlay: A knows B's MAC.
+    let neigh = lab
+        .ns_exec(&a.ns, &["ip", "neigh", "show", &b.ip.to_string()])
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&neigh.stdout).contains(&b.mac),
+        "{neigh:?}"
+    );
+    // Frames crossed the link in both directions, and the cache served them.
+    let s = json(&lab, 0, "stats");
+    assert!(s["links"][0]["tx_packets"].as_u64().unwrap() >= 6);
+    assert!(s["links"][0]["rx_packets"].as_u64().unwrap() >= 6);
+    assert!(s["global"]["route_cache_hits"].as_u64().unwrap() > 0);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn raw_format_ping_both_ways() {
+    two_hosts_ping_both_ways(Format::Raw);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn vnet_format_ping_both_ways() {
+    two_hosts_ping_both_ways(Format::Vnet);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn broadcast_reaches_every_vm_of_three_hosts() {
+    let lab = lab(Spec {
+        hosts: 3,
+        vms_per_host: 2,
+        ..Spec::default()
+    });
+    let a = lab.vm(0, 0).clone();
+    let out = lab
+        .ns_output(
+            &a.ns,
+            &[
+                "ping",
+                "-n",
+                "-b",
+                "-c",
+                "3",
+                "-i",
+                "0.3",
+                "-W",
+                "1",
+                "10.88.255.255",
+            ],
+        )
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for (h, v) in [(0, 1), (1, 0), (1, 1), (2, 0), (2, 1)] {
+        let ip = lab.vm(h, v).ip;
+        assert!(
+            text.contains(&format!("from {ip}:")),
+            "no broadcast reply from {ip}:\n{text}"
+        );
+    }
+    // Each host delivered the broadcasts to both its VMs, once (no loops).
+    for h in 1..3 {
+        let s = json(&lab, h, "interfaces");
+        for i in s["interfaces"].as_array().unwrap() {
+            let n = i["tx_packets"].as_u64().unwrap();
+            assert!(n >= 3, "host {h} {i}");
+        }
+        let links = json(&lab, h, "links");
+        for l in links["links"].as_array().unwrap() {
+            // Split horizon: a host never sends a broadcast it got from a link onwards.
+            assert!(l["tx_packets"].as_u64().unwrap() < 50, "host {h}: {l}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn iperf3_tcp_transfer_completes() {
+    let mut lab = lab(Spec::default());
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
+    assert!(gbps > 0.01, "iperf3 moved {gbps} Gbit/s");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn ping_60k_with_64k_virtual_mtu_over_1500_underlay() {
+    let lab = lab(Spec {
+        vm_mtu: 65_000,
+        underlay_mtu: 1500,
+        ..Spec::default()
+    });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 60_000);
+    // The frames really were fragmented and reassembled by vnet, not by IP.
+    let s = json(&lab, 1, "stats");
+    assert!(s["global"]["reasm_completed"].as_u64().unwrap() >= 5, "{s}");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn runtime_route_changes_with_vnetctl() {
+    let lab = lab(Spec::default());
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    // Route 1 on host 0 sends B's MAC to host 1 (see vnet_lab::config_for).
+    let routes = json(&lab, 0, "routes");
+    assert_eq!(routes["routes"][1]["dst"], b.mac.as_str());
+    let out = lab.vnetctl(0, &["delete", "route", "1"]).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_no_ping(&lab, &a, b.ip);
+    let out = lab
+        .vnetctl(0, &["route", "any", &b.mac, "->", "link", "h1"])
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_ping(&lab, &a, b.ip, 56);
+    let listed = lab.vnetctl(0, &["--json", "show", "routes"]).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let id = v["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["dst"] == b.mac.as_str())
+        .unwrap()["id"]
+        .clone();
+    assert_eq!(id, 4, "new routes get new ids");
+    let out = lab.vnetctl(0, &["delete", "route", "4"]).unwrap();
+    assert!(out.status.success());
+    assert_no_ping(&lab, &a, b.ip);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn restarting_one_vnetd_restores_traffic() {
+    let mut lab = lab(Spec::default());
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    lab.stop_vnetd(1).unwrap();
+    assert_no_ping(&lab, &a, b.ip);
+    lab.start_vnetd(1).unwrap();
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 56);
+    assert!(lab.vnetd_alive(0), "host 0's vnetd was not touched");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn bad_config_is_rejected_with_position_and_traffic_keeps_flowing() {
+    let mut lab = lab(Spec::default());
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    // A transaction whose third line is bad changes nothing.
+    let file = lab.dir.join("change.conf");
+    std::fs::write(&file, "[routes]\ndel 1\nroute any any -> link nowhere\n").unwrap();
+    let out = lab.vnetctl(0, &["apply", file.to_str().unwrap()]).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("change.conf:3:23: expected a declared link"),
+        "{err}"
+    );
+    assert_ping(&lab, &a, b.ip, 56);
+    // A bad command line too.
+    let out = lab
+        .vnetctl(
+            0,
+            &["route", "any", "52:54:00:zz:00:01", "->", "link", "h1"],
+        )
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1:11: expected a destination MAC"));
+    // A config that fails to load at start names file, line and column, and vnetd exits 2.
+    let bad = lab.dir.join("bad.conf");
+    std::fs::write(&bad, "# comment\nlink x udp 10.77.0.2 format gre\n").unwrap();
+    let st = std::process::Command::new(vnet_lab::bin("vnetd").unwrap())
+        .args([
+            "--config",
+            bad.to_str().unwrap(),
+            "--control",
+            "unix:/nonexistent/x.sock",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(st.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&st.stderr).contains("bad.conf:2:29: expected a format"),
+        "{st:?}"
+    );
+    // A valid change still works afterwards, and the daemon never died.
+    std::fs::write(&file, "route any 52:54:00:99:99:99 -> link h1\n").unwrap();
+    assert!(lab
+        .vnetctl(0, &["apply", file.to_str().unwrap()])
+        .unwrap()
+        .status
+        .success());
+    assert!(lab.vnetd_alive(0));
+    assert_ping(&lab, &a, b.ip, 56);
+    std::thread::sleep(Duration::from_millis(10));
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn palacios_configured_host_reaches_superset_host() {
+    let lab = lab(Spec {
+        format: Format::Raw,
+        palacios_hosts: vec![0],
+        ..Spec::default()
+    });
+    let cfg = std::fs::read_to_string(&lab.hosts[0].config).unwrap();
+    assert!(
+        cfg.contains("\nadd 10.77.0.2 9000 udp\n")
+            && !cfg.contains("\nroute ")
+            && !cfg.contains("\nlink "),
+        "{cfg}"
+    );
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 1400);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn datagrams_from_unknown_sources_are_dropped_and_counted() {
+    let lab = lab(Spec {
+        hosts: 3,
+        ..Spec::default()
+    });
+    // Host 2 is not a link of host 0 once host 0 forgets it.
+    let s = json(&lab, 0, "links");
+    assert_eq!(s["links"].as_array().unwrap().len(), 2);
+    // Routes 2 and 3 of host 0 lead to host 2 (see vnet_lab::config_for).
+    let f = lab.dir.join("forget.conf");
+    std::fs::write(&f, "[routes]\ndel 2\ndel 3\ndelete link h2\n").unwrap();
+    let out = lab.vnetctl(0, &["apply", f.to_str().unwrap()]).unwrap();
+    assert!(
+        out.status.success(),
+        "{out:?}\n{}",
+        std::fs::read_to_string(&lab.hosts[0].config).unwrap()
+    );
+    let c = lab.vm(2, 0).clone();
+    let _ = lab.ping(&c, lab.vm(0, 0).ip, 3, 56).unwrap();
+    let g = json(&lab, 0, "stats");
+    assert!(g["global"]["unknown_source"].as_u64().unwrap() >= 1, "{g}");
+}
