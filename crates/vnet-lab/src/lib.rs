@@ -568,26 +568,34 @@ impl Lab {
         let secs = seconds.to_string();
         let mut args = vec!["iperf3", "-c", &ip, "-t", &secs, "-J"];
         args.extend_from_slice(extra);
-        let mut last = None;
-        for _ in 0..50 {
-            let out = self.ns_output(&from.ns, &args)?;
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            if out.status.success() {
-                let v: serde_json::Value = serde_json::from_str(&text)
-                    .map_err(|e| Error::Other(format!("iperf3 output: {e}")))?;
-                let bps = v["end"]["sum_received"]["bits_per_second"]
-                    .as_f64()
-                    .or_else(|| v["end"]["sum"]["bits_per_second"].as_f64())
-                    .unwrap_or(0.0);
-                return Ok((bps / 1e9, text));
+        self.wait_listening(&to_ns, 5201)?;
+        let out = self.ns_output(&from.ns, &args)?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::Other(format!("iperf3 output: {e}: {text}")))?;
+        let bps = v["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .or_else(|| v["end"]["sum"]["bits_per_second"].as_f64())
+            .unwrap_or(0.0);
+        if !out.status.success() || bps <= 0.0 || v.get("error").is_some() {
+            return Err(Error::Other(format!("iperf3 moved nothing: {text}")));
+        }
+        Ok((bps / 1e9, text))
+    }
+
+    /// Waits (up to 5 s) until something listens on TCP `port` in `ns`.
+    pub fn wait_listening(&self, ns: &str, port: u16) -> Result<()> {
+        let want = format!(":{port} ");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let out = self.ns_output(ns, &["ss", "-Hltn"])?;
+            if String::from_utf8_lossy(&out.stdout).contains(&want) {
+                return Ok(());
             }
-            last = Some(text);
-            // The server may not be listening yet.
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         }
         Err(Error::Other(format!(
-            "iperf3 failed: {}",
-            last.unwrap_or_default()
+            "nothing listens on port {port} in {ns}"
         )))
     }
 

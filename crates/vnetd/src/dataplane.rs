@@ -183,9 +183,10 @@ impl Forwarder {
             match port {
                 Port::Interface(id) => {
                     if let Some(i) = plane.ifaces.get(&id) {
+                        // A TAP write takes a whole frame or fails.
                         match (&i.tap).write(frame) {
-                            Ok(_) => i.tx.add(frame.len()),
-                            Err(_) => i.tx.drop_one(),
+                            Ok(n) if n == frame.len() => i.tx.add(frame.len()),
+                            _ => i.tx.drop_one(),
                         }
                     }
                 }

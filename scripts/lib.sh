@@ -1,0 +1,38 @@
+# Shared by the project's scripts: dependency installation and checks.
+# Sourced, not run.
+
+# Debian packages the lab, the tests and the demo use.
+VNET_APT_PACKAGES="iproute2 iputils-ping iperf3 procps kmod"
+
+die() { echo "$(basename "$0"): $*" >&2; exit 1; }
+
+need_root() {
+    [ "$(id -u)" = 0 ] || die "run as root (network namespaces and TAP devices need it), e.g. sudo $0"
+}
+
+# Installs the missing ones of "$@" with apt-get; does nothing if all are there.
+ensure_apt() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    echo "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Puts cargo on PATH (rustup's default place too) or explains what is missing.
+ensure_cargo() {
+    [ -d "$HOME/.cargo/bin" ] && PATH="$HOME/.cargo/bin:$PATH"
+    command -v cargo >/dev/null || die "cargo not found: install Rust 1.85 or newer (https://rustup.rs), then rerun"
+    ensure_apt build-essential pkg-config
+}
+
+ensure_tun() {
+    [ -c /dev/net/tun ] || modprobe tun 2>/dev/null || true
+    [ -c /dev/net/tun ] || die "/dev/net/tun is missing: this kernel has no TUN/TAP support"
+}
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every test: formatting, lints, unit and property tests, a longer
+# property-test ("fuzz") pass over the decoders and the parser, and the
+# namespace integration tests (root). Installs what it needs first.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+need_root
+ensure_apt $VNET_APT_PACKAGES
+ensure_cargo
+ensure_tun
+rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
+
+step() { echo; echo "== $*"; }
+step "fmt";    cargo fmt --all -- --check
+step "clippy"; cargo clippy --workspace --all-targets -- -D warnings
+step "unit and property tests"
+cargo test --workspace
+step "fuzz: decoders and parser, 20000 cases each"
+PROPTEST_CASES=20000 cargo test --release -p vnet-wire -p vnet-control -- never_panics
+step "namespace integration tests (root)"
+cargo build --workspace --bins
+cargo test -p vnet-lab --test lab -- --ignored --test-threads=2
+left=$(ip netns list | grep -c '^vl' || true)
+[ "$left" = 0 ] || die "$left lab namespaces were left behind"
+echo; echo "all tests passed"
