@@ -17,6 +17,7 @@ step "unit and property tests"
 cargo test --workspace
 step "fuzz: decoders and parser, 20000 cases each"
 PROPTEST_CASES=20000 cargo test --release -p vnet-wire -p vnet-control -- never_panics
+PROPTEST_CASES=2000 cargo test --release -p vnetd -- any_line_gets_one_closing_reply
 step "namespace integration tests (root)"
 cargo build --workspace --bins
 cargo test -p vnet-lab --test lab -- --ignored --test-threads=2

@@ -63,6 +63,18 @@ pub enum Format {
     Vnet,
 }
 
+/// How vnetd reaches an interface's VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IfaceKind {
+    /// vnetd holds the TAP's file descriptor; the TAP netdev is the VM's NIC
+    /// (a container that owns it).
+    #[default]
+    Tap,
+    /// vnetd attaches to an existing netdev with a packet socket: a TAP that
+    /// QEMU holds, or the host end of a container's veth.
+    Netdev,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShowWhat {
     Routes,
@@ -77,9 +89,10 @@ pub enum ShowWhat {
 pub enum Command {
     /// `listen udp ADDR:PORT`.
     Listen(SocketAddr),
-    /// `interface NAME tap DEV [mac M] [mtu N] [netns NS]`.
+    /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS]`.
     Interface {
         name: String,
+        kind: IfaceKind,
         dev: String,
         mac: Option<MacAddr>,
         mtu: Option<u32>,
@@ -120,9 +133,6 @@ impl Command {
     /// True for commands that change state (and so may appear in a config file
     /// or a transaction).
     pub fn is_change(&self) -> bool {
-        !matches!(
-            self,
-            Command::Show { .. } | Command::Begin | Command::Commit | Command::Abort
-        )
+        !matches!(self, Command::Show { .. } | Command::Begin | Command::Commit | Command::Abort)
     }
 }

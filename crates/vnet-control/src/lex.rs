@@ -23,26 +23,14 @@ pub fn words(line: &str, line_no: u32) -> Vec<Token<'_>> {
         col += 1;
         if c.is_whitespace() {
             if let Some((s, sc)) = start.take() {
-                out.push(Token {
-                    text: &line[s..i],
-                    pos: Pos {
-                        line: line_no,
-                        column: sc,
-                    },
-                });
+                out.push(Token { text: &line[s..i], pos: Pos { line: line_no, column: sc } });
             }
         } else if start.is_none() {
             start = Some((i, col));
         }
     }
     if let Some((s, sc)) = start {
-        out.push(Token {
-            text: &line[s..],
-            pos: Pos {
-                line: line_no,
-                column: sc,
-            },
-        });
+        out.push(Token { text: &line[s..], pos: Pos { line: line_no, column: sc } });
     }
     out
 }

@@ -7,6 +7,7 @@
 //! ```text
 //! listen udp 0.0.0.0:9000
 //! interface vm0 tap vnet0 mac 52:54:00:00:00:01 mtu 9000 netns vmA
+//! interface vm1 netdev tap-qemu1 mac 52:54:00:00:00:03  # a TAP QEMU holds
 //! link hostb udp 10.0.0.2:9000 format vnet network 1 mtu 1500
 //! route any ff:ff:ff:ff:ff:ff -> link hostb
 //! route any 52:54:00:00:00:02 -> link hostb
@@ -31,7 +32,7 @@ pub mod state;
 
 pub use ast::{Command, Located, ShowWhat};
 pub use parse::{parse, parse_line, Section};
-pub use state::{InterfaceDef, LinkDef, LinkFormat, RouteDef, State};
+pub use state::{IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, State};
 
 use core::fmt;
 
@@ -54,12 +55,7 @@ pub struct Error {
 
 impl Error {
     pub fn new(pos: Pos, expected: impl Into<String>, found: impl Into<String>) -> Self {
-        Error {
-            file: None,
-            pos,
-            expected: expected.into(),
-            found: found.into(),
-        }
+        Error { file: None, pos, expected: expected.into(), found: found.into() }
     }
 
     /// Names the file the text came from.
@@ -74,11 +70,7 @@ impl fmt::Display for Error {
         if let Some(file) = &self.file {
             write!(f, "{file}:")?;
         }
-        write!(
-            f,
-            "{}:{}: expected {}, found {}",
-            self.pos.line, self.pos.column, self.expected, self.found
-        )
+        write!(f, "{}:{}: expected {}, found {}", self.pos.line, self.pos.column, self.expected, self.found)
     }
 }
 

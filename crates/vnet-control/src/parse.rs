@@ -1,6 +1,6 @@
 //! From text to [`Command`]s.
 
-use crate::ast::{Command, Format, From, IfaceRef, LinkRef, Located, Ref, ShowWhat, Target};
+use crate::ast::{Command, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Ref, ShowWhat, Target};
 use crate::lex::{found, words, Token};
 use crate::{Error, Pos, Result};
 use std::net::{IpAddr, SocketAddr};
@@ -36,11 +36,7 @@ pub fn parse(text: &str) -> Result<Vec<Located<Command>>> {
 }
 
 /// Parses one line. `Ok(None)` for blank lines, comments and section headers.
-pub fn parse_line(
-    line: &str,
-    line_no: u32,
-    section: &mut Section,
-) -> Result<Option<Located<Command>>> {
+pub fn parse_line(line: &str, line_no: u32, section: &mut Section) -> Result<Option<Located<Command>>> {
     let toks = words(line, line_no);
     let Some(first) = toks.first() else {
         return Ok(None);
@@ -48,35 +44,18 @@ pub fn parse_line(
     match first.text {
         "[routes]" | "[links]" => {
             if let Some(t) = toks.get(1) {
-                return Err(Error::new(
-                    t.pos,
-                    "end of line after a section header",
-                    found(Some(t)),
-                ));
+                return Err(Error::new(t.pos, "end of line after a section header", found(Some(t))));
             }
-            *section = if first.text == "[routes]" {
-                Section::Routes
-            } else {
-                Section::Links
-            };
+            *section = if first.text == "[routes]" { Section::Routes } else { Section::Links };
             return Ok(None);
         }
         _ => {}
     }
-    let mut p = Parser {
-        toks: &toks,
-        at: 0,
-        eol: Pos {
-            line: line_no,
-            column: line.chars().count() as u32 + 1,
-        },
-    };
+    let mut p =
+        Parser { toks: &toks, at: 0, eol: Pos { line: line_no, column: line.chars().count() as u32 + 1 } };
     let cmd = p.command(*section)?;
     p.end()?;
-    Ok(Some(Located {
-        pos: first.pos,
-        item: cmd,
-    }))
+    Ok(Some(Located { pos: first.pos, item: cmd }))
 }
 
 struct Parser<'t, 'a> {
@@ -141,9 +120,7 @@ impl<'a> Parser<'_, 'a> {
     fn parsed<T: std::str::FromStr>(&mut self, expected: &str) -> Result<T> {
         let pos = self.pos();
         let t = self.next(expected)?;
-        t.text
-            .parse()
-            .map_err(|_| Error::new(pos, expected, found(Some(&t))))
+        t.text.parse().map_err(|_| Error::new(pos, expected, found(Some(&t))))
     }
 
     fn number(&mut self, expected: &str, range: std::ops::RangeInclusive<u32>) -> Result<u32> {
@@ -161,9 +138,7 @@ impl<'a> Parser<'_, 'a> {
         let t = self.next(&expected)?;
         let ok = t.text.len() <= 64
             && t.text.starts_with(|c: char| c.is_ascii_alphabetic())
-            && t.text
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            && t.text.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
             && !matches!(t.text, "any" | "none" | "from" | "link" | "interface");
         if ok {
             Ok(t.text.to_string())
@@ -209,32 +184,20 @@ impl<'a> Parser<'_, 'a> {
         let pos = self.pos();
         if let Some(ip) = self.peek().and_then(|t| t.text.parse::<IpAddr>().ok()) {
             self.at += 1;
-            return Ok(Ref {
-                pos,
-                by: LinkRef::Ip(ip),
-            });
+            return Ok(Ref { pos, by: LinkRef::Ip(ip) });
         }
         let name = self.name("a link name or IP address")?;
-        Ok(Ref {
-            pos,
-            by: LinkRef::Name(name),
-        })
+        Ok(Ref { pos, by: LinkRef::Name(name) })
     }
 
     fn iface_ref(&mut self) -> Result<Ref<IfaceRef>> {
         let pos = self.pos();
         if let Some(mac) = self.peek().and_then(|t| t.text.parse::<MacAddr>().ok()) {
             self.at += 1;
-            return Ok(Ref {
-                pos,
-                by: IfaceRef::Mac(mac),
-            });
+            return Ok(Ref { pos, by: IfaceRef::Mac(mac) });
         }
         let name = self.name("an interface name or MAC address")?;
-        Ok(Ref {
-            pos,
-            by: IfaceRef::Name(name),
-        })
+        Ok(Ref { pos, by: IfaceRef::Name(name) })
     }
 
     fn command(&mut self, section: Section) -> Result<Command> {
@@ -306,17 +269,13 @@ impl<'a> Parser<'_, 'a> {
         }
         let src = self.mac_spec("a source")?;
         let dst = self.mac_spec("a destination")?;
-        let to = match self.keyword(
-            &["edge", "interface"],
-            "a destination type: `edge` or `interface`",
-        )? {
+        let to = match self.keyword(&["edge", "interface"], "a destination type: `edge` or `interface`")? {
             "edge" => Target::Link(self.palacios_edge()?),
             _ => Target::Interface(self.palacios_iface()?),
         };
-        let from = match self.keyword(
-            &["any", "edge", "interface"],
-            "a source type: `any`, `edge` or `interface`",
-        )? {
+        let from = match self
+            .keyword(&["any", "edge", "interface"], "a source type: `any`, `edge` or `interface`")?
+        {
             "any" => From::Any,
             "edge" => From::Link(self.palacios_edge()?),
             _ => From::Interface(self.palacios_iface()?),
@@ -327,19 +286,13 @@ impl<'a> Parser<'_, 'a> {
     fn palacios_edge(&mut self) -> Result<Ref<LinkRef>> {
         let pos = self.pos();
         let ip: IpAddr = self.parsed("the link's IP address")?;
-        Ok(Ref {
-            pos,
-            by: LinkRef::Ip(ip),
-        })
+        Ok(Ref { pos, by: LinkRef::Ip(ip) })
     }
 
     fn palacios_iface(&mut self) -> Result<Ref<IfaceRef>> {
         let pos = self.pos();
         let mac = self.mac("the interface's MAC address")?;
-        Ok(Ref {
-            pos,
-            by: IfaceRef::Mac(mac),
-        })
+        Ok(Ref { pos, by: IfaceRef::Mac(mac) })
     }
 
     fn delete(&mut self, section: Section, palacios: bool) -> Result<Command> {
@@ -357,10 +310,7 @@ impl<'a> Parser<'_, 'a> {
                 )),
             };
         }
-        match self.keyword(
-            &["route", "link", "interface"],
-            "`route`, `link` or `interface`",
-        )? {
+        match self.keyword(&["route", "link", "interface"], "`route`, `link` or `interface`")? {
             "route" => {
                 let pos = self.pos();
                 let n = self.number("a route id", 0..=u32::MAX)?;
@@ -370,10 +320,7 @@ impl<'a> Parser<'_, 'a> {
                 let pos = self.pos();
                 if let Some(n) = self.peek().and_then(|t| t.text.parse::<u32>().ok()) {
                     self.at += 1;
-                    return Ok(Command::DeleteLink(Ref {
-                        pos,
-                        by: LinkRef::Id(n),
-                    }));
+                    return Ok(Command::DeleteLink(Ref { pos, by: LinkRef::Id(n) }));
                 }
                 Ok(Command::DeleteLink(self.link_ref()?))
             }
@@ -387,15 +334,15 @@ impl<'a> Parser<'_, 'a> {
 
     fn interface(&mut self) -> Result<Command> {
         let name = self.name("an interface name")?;
-        self.keyword(&["tap"], "an interface kind: `tap`")?;
+        let kind = match self.keyword(&["tap", "netdev"], "an interface kind: `tap` or `netdev`")? {
+            "tap" => IfaceKind::Tap,
+            _ => IfaceKind::Netdev,
+        };
         let pos = self.pos();
-        let dev = self.next("a TAP device name")?;
+        let dev = self.next("a device name")?;
         if dev.text.is_empty()
             || dev.text.len() > 15
-            || !dev
-                .text
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            || !dev.text.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
         {
             return Err(Error::new(
                 pos,
@@ -406,41 +353,20 @@ impl<'a> Parser<'_, 'a> {
         let (mut mac, mut mtu, mut netns) = (None, None, None);
         while self.peek().is_some() {
             let opt_pos = self.pos();
-            let o = self.keyword(
-                &["mac", "mtu", "netns"],
-                "an option: `mac`, `mtu` or `netns`",
-            )?;
+            let o = self.keyword(&["mac", "mtu", "netns"], "an option: `mac`, `mtu` or `netns`")?;
             let dup = match o {
                 "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
-                "mtu" => mtu
-                    .replace(self.number("an MTU (68-65535)", 68..=65535)?)
-                    .is_some(),
-                _ => netns
-                    .replace(self.name("a network namespace name")?)
-                    .is_some(),
+                "mtu" => mtu.replace(self.number("an MTU (68-65535)", 68..=65535)?).is_some(),
+                _ => netns.replace(self.name("a network namespace name")?).is_some(),
             };
             if dup {
-                return Err(Error::new(
-                    opt_pos,
-                    "each option once",
-                    format!("a second `{o}`"),
-                ));
+                return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
             }
         }
         if mac.is_some_and(|m: MacAddr| m.is_group()) {
-            return Err(Error::new(
-                pos,
-                "a unicast MAC for the interface",
-                "a group address",
-            ));
+            return Err(Error::new(pos, "a unicast MAC for the interface", "a group address"));
         }
-        Ok(Command::Interface {
-            name,
-            dev: dev.text.to_string(),
-            mac,
-            mtu,
-            netns,
-        })
+        Ok(Command::Interface { name, kind, dev: dev.text.to_string(), mac, mtu, netns })
     }
 
     fn link(&mut self) -> Result<Command> {
@@ -450,10 +376,7 @@ impl<'a> Parser<'_, 'a> {
         let (mut format, mut network, mut mtu) = (None, None, None);
         while self.peek().is_some() {
             let opt_pos = self.pos();
-            let o = self.keyword(
-                &["format", "network", "mtu"],
-                "an option: `format`, `network` or `mtu`",
-            )?;
+            let o = self.keyword(&["format", "network", "mtu"], "an option: `format`, `network` or `mtu`")?;
             let dup = match o {
                 "format" => {
                     let f = match self.keyword(&["raw", "vnet"], "a format: `raw` or `vnet`")? {
@@ -462,19 +385,13 @@ impl<'a> Parser<'_, 'a> {
                     };
                     format.replace(f).is_some()
                 }
-                "network" => network
-                    .replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?)
-                    .is_some(),
-                _ => mtu
-                    .replace(self.number("an underlay MTU (576-65535)", 576..=65535)?)
-                    .is_some(),
+                "network" => {
+                    network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
+                }
+                _ => mtu.replace(self.number("an underlay MTU (576-65535)", 576..=65535)?).is_some(),
             };
             if dup {
-                return Err(Error::new(
-                    opt_pos,
-                    "each option once",
-                    format!("a second `{o}`"),
-                ));
+                return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
             }
         }
         Ok(Command::Link {
@@ -495,10 +412,7 @@ impl<'a> Parser<'_, 'a> {
             _ => Target::Interface(self.iface_ref()?),
         };
         let from = if self.eat("from") {
-            match self.keyword(
-                &["any", "link", "interface"],
-                "`any`, `link` or `interface`",
-            )? {
+            match self.keyword(&["any", "link", "interface"], "`any`, `link` or `interface`")? {
                 "any" => From::Any,
                 "link" => From::Link(self.link_ref()?),
                 _ => From::Interface(self.iface_ref()?),
@@ -548,60 +462,26 @@ mod tests {
     #[test]
     fn palacios_route_lines() {
         let c = one("add any ff:ff:ff:ff:ff:ff edge 10.0.0.2 any");
-        let Command::Route { src, dst, to, from } = c else {
-            panic!()
-        };
-        assert_eq!(
-            (src, dst),
-            (MacSpec::Any, MacSpec::Addr(MacAddr::BROADCAST))
-        );
-        assert!(matches!(
-            to,
-            Target::Link(Ref {
-                by: LinkRef::Ip(_),
-                pos: Pos { column: 32, .. }
-            })
-        ));
+        let Command::Route { src, dst, to, from } = c else { panic!() };
+        assert_eq!((src, dst), (MacSpec::Any, MacSpec::Addr(MacAddr::BROADCAST)));
+        assert!(matches!(to, Target::Link(Ref { by: LinkRef::Ip(_), pos: Pos { column: 32, .. } })));
         assert_eq!(from, From::Any);
 
-        let c = one(
-            "add not-52:54:00:00:00:01 52:54:00:00:00:02 interface 52:54:00:00:00:02 edge 10.0.0.3",
-        );
-        let Command::Route { src, to, from, .. } = c else {
-            panic!()
-        };
+        let c = one("add not-52:54:00:00:00:01 52:54:00:00:00:02 interface 52:54:00:00:00:02 edge 10.0.0.3");
+        let Command::Route { src, to, from, .. } = c else { panic!() };
         assert_eq!(src, MacSpec::Not(m(1)));
         assert!(matches!(to, Target::Interface(Ref { by: IfaceRef::Mac(x), .. }) if x == m(2)));
         assert!(matches!(from, From::Link(_)));
 
         let c = one("add none any interface 52:54:00:00:00:02 interface 52:54:00:00:00:03");
-        assert!(matches!(
-            c,
-            Command::Route {
-                src: MacSpec::None,
-                from: From::Interface(_),
-                ..
-            }
-        ));
+        assert!(matches!(c, Command::Route { src: MacSpec::None, from: From::Interface(_), .. }));
     }
 
     #[test]
     fn palacios_del_needs_section() {
         let cmds = parse("[routes]\ndel 3\n[links]\ndel 1\n").unwrap();
-        assert_eq!(
-            cmds[0].item,
-            Command::DeleteRoute(Ref {
-                pos: Pos { line: 2, column: 5 },
-                by: 3
-            })
-        );
-        assert!(matches!(
-            cmds[1].item,
-            Command::DeleteLink(Ref {
-                by: LinkRef::Id(1),
-                ..
-            })
-        ));
+        assert_eq!(cmds[0].item, Command::DeleteRoute(Ref { pos: Pos { line: 2, column: 5 }, by: 3 }));
+        assert!(matches!(cmds[1].item, Command::DeleteLink(Ref { by: LinkRef::Id(1), .. })));
         let e = err("del 3");
         assert_eq!((e.pos.line, e.pos.column), (1, 5));
         assert!(e.expected.contains("[routes]"));
@@ -613,6 +493,7 @@ mod tests {
             one("interface vm0 tap vt0 mac 52:54:00:00:00:01 mtu 9000 netns vmA"),
             Command::Interface {
                 name: "vm0".into(),
+                kind: IfaceKind::Tap,
                 dev: "vt0".into(),
                 mac: Some(m(1)),
                 mtu: Some(9000),
@@ -629,39 +510,14 @@ mod tests {
                 mtu: 1500
             }
         );
-        assert!(matches!(
-            one("link x udp [::1]:9001 mtu 9000"),
-            Command::Link { mtu: 9000, .. }
-        ));
+        assert!(matches!(one("link x udp [::1]:9001 mtu 9000"), Command::Link { mtu: 9000, .. }));
         let c = one("route any 52:54:00:00:00:02 -> link hostb from interface vm0");
-        assert!(matches!(
-            c,
-            Command::Route {
-                to: Target::Link(_),
-                from: From::Interface(_),
-                ..
-            }
-        ));
-        assert_eq!(
-            one("listen udp 0.0.0.0:9000"),
-            Command::Listen("0.0.0.0:9000".parse().unwrap())
-        );
-        assert_eq!(
-            one("show routes json"),
-            Command::Show {
-                what: ShowWhat::Routes,
-                json: true
-            }
-        );
+        assert!(matches!(c, Command::Route { to: Target::Link(_), from: From::Interface(_), .. }));
+        assert_eq!(one("listen udp 0.0.0.0:9000"), Command::Listen("0.0.0.0:9000".parse().unwrap()));
+        assert_eq!(one("show routes json"), Command::Show { what: ShowWhat::Routes, json: true });
         assert!(matches!(one("delete link hostb"), Command::DeleteLink(_)));
-        assert!(matches!(
-            one("delete route 4"),
-            Command::DeleteRoute(Ref { by: 4, .. })
-        ));
-        assert!(matches!(
-            one("del interface vm0"),
-            Command::DeleteInterface(_)
-        ));
+        assert!(matches!(one("delete route 4"), Command::DeleteRoute(Ref { by: 4, .. })));
+        assert!(matches!(one("del interface vm0"), Command::DeleteInterface(_)));
         assert!(parse("\n# nothing\n   \n").unwrap().is_empty());
     }
 
@@ -669,28 +525,14 @@ mod tests {
     fn error_positions() {
         let cases: &[(&str, u32, u32, &str)] = &[
             ("bogus", 1, 1, "a command"),
-            (
-                "\n\nroute any 52:54:00:00:00:0g -> link x",
-                3,
-                11,
-                "destination MAC",
-            ),
+            ("\n\nroute any 52:54:00:00:00:0g -> link x", 3, 11, "destination MAC"),
             ("route any any => link x", 1, 15, "`->`"),
             ("route any any -> link", 1, 22, "link name"),
             ("interface vm0 tap vt0 mtu 70000", 1, 27, "MTU"),
-            (
-                "interface vm0 tap vt0 mtu 1500 mtu 1500",
-                1,
-                32,
-                "each option once",
-            ),
-            (
-                "interface vm0 tap averyveryverylongname",
-                1,
-                19,
-                "device name",
-            ),
+            ("interface vm0 tap vt0 mtu 1500 mtu 1500", 1, 32, "each option once"),
+            ("interface vm0 tap averyveryverylongname", 1, 19, "device name"),
             ("interface 0vm tap x", 1, 11, "interface name"),
+            ("interface vm tun x", 1, 14, "`tap` or `netdev`"),
             ("link a udp 10.0.0.300", 1, 12, "address"),
             ("link a udp 10.0.0.3 format gre", 1, 28, "`raw` or `vnet`"),
             ("show routes extra", 1, 13, "end of line"),
@@ -704,10 +546,7 @@ mod tests {
             assert!(e.expected.contains(expect), "{text}: {e}");
         }
         let e = err("add any any edge").in_file("/etc/vnet.conf");
-        assert_eq!(
-            e.to_string(),
-            "/etc/vnet.conf:1:17: expected the link's IP address, found end of line"
-        );
+        assert_eq!(e.to_string(), "/etc/vnet.conf:1:17: expected the link's IP address, found end of line");
     }
 
     proptest::proptest! {

@@ -16,11 +16,14 @@ use vnet_wire::MacAddr;
 
 pub use crate::ast::Format as LinkFormat;
 
-/// A local interface (a TAP device).
+pub use crate::ast::IfaceKind;
+
+/// A local interface: a TAP vnetd holds, or a netdev it attaches to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InterfaceDef {
     pub id: u32,
     pub name: String,
+    pub kind: IfaceKind,
     pub dev: String,
     pub mac: Option<MacAddr>,
     pub mtu: Option<u32>,
@@ -93,13 +96,7 @@ impl State {
         let pos = c.pos;
         match &c.item {
             Command::Listen(sa) => self.listen = *sa,
-            Command::Interface {
-                name,
-                dev,
-                mac,
-                mtu,
-                netns,
-            } => {
+            Command::Interface { name, kind, dev, mac, mtu, netns } => {
                 if self.iface_by_name(name).is_some() {
                     return Err(Error::new(
                         pos,
@@ -107,11 +104,7 @@ impl State {
                         format!("`{name}`, already declared"),
                     ));
                 }
-                if self
-                    .interfaces
-                    .values()
-                    .any(|i| &i.dev == dev && &i.netns == netns)
-                {
+                if self.interfaces.values().any(|i| &i.dev == dev && &i.netns == netns) {
                     return Err(Error::new(
                         pos,
                         "a device no other interface uses",
@@ -134,6 +127,7 @@ impl State {
                     InterfaceDef {
                         id,
                         name: name.clone(),
+                        kind: *kind,
                         dev: dev.clone(),
                         mac: *mac,
                         mtu: *mtu,
@@ -141,33 +135,16 @@ impl State {
                     },
                 );
             }
-            Command::Link {
-                name,
-                remote,
-                format,
-                network,
-                mtu,
-            } => {
+            Command::Link { name, remote, format, network, mtu } => {
                 let id = self.next_link;
                 let name = name.clone().unwrap_or_else(|| format!("link{id}"));
                 if self.links.values().any(|l| l.name == name) {
-                    return Err(Error::new(
-                        pos,
-                        "a new link name",
-                        format!("`{name}`, already declared"),
-                    ));
+                    return Err(Error::new(pos, "a new link name", format!("`{name}`, already declared")));
                 }
                 self.next_link += 1;
                 self.links.insert(
                     id,
-                    LinkDef {
-                        id,
-                        name,
-                        remote: *remote,
-                        format: *format,
-                        network: *network,
-                        mtu: *mtu,
-                    },
+                    LinkDef { id, name, remote: *remote, format: *format, network: *network, mtu: *mtu },
                 );
             }
             Command::Route { src, dst, to, from } => {
@@ -178,30 +155,15 @@ impl State {
                 let from = match from {
                     From::Any => SourceFilter::Any,
                     From::Link(r) => SourceFilter::Port(Port::Link(self.resolve_link(r)?)),
-                    From::Interface(r) => {
-                        SourceFilter::Port(Port::Interface(self.resolve_iface(r)?))
-                    }
+                    From::Interface(r) => SourceFilter::Port(Port::Interface(self.resolve_iface(r)?)),
                 };
                 let id = self.next_route;
                 self.next_route += 1;
-                self.routes.insert(
-                    id,
-                    RouteDef {
-                        id,
-                        src: *src,
-                        dst: *dst,
-                        to,
-                        from,
-                    },
-                );
+                self.routes.insert(id, RouteDef { id, src: *src, dst: *dst, to, from });
             }
             Command::DeleteRoute(r) => {
                 if self.routes.remove(&r.by).is_none() {
-                    return Err(Error::new(
-                        r.pos,
-                        "the id of an existing route",
-                        format!("`{}`", r.by),
-                    ));
+                    return Err(Error::new(r.pos, "the id of an existing route", format!("`{}`", r.by)));
                 }
             }
             Command::DeleteLink(r) => {
@@ -210,10 +172,7 @@ impl State {
                 self.links.remove(&id);
             }
             Command::DeleteInterface(r) => {
-                let id = self.resolve_iface(&Ref {
-                    pos: r.pos,
-                    by: IfaceRef::Name(r.by.clone()),
-                })?;
+                let id = self.resolve_iface(&Ref { pos: r.pos, by: IfaceRef::Name(r.by.clone()) })?;
                 self.unused(Port::Interface(id), r.pos)?;
                 self.interfaces.remove(&id);
             }
@@ -295,14 +254,10 @@ impl State {
     /// The name of a port, for display.
     pub fn port_name(&self, p: Port) -> String {
         match p {
-            Port::Interface(i) => self
-                .interfaces
-                .get(&i)
-                .map_or(format!("interface#{i}"), |d| d.name.clone()),
-            Port::Link(i) => self
-                .links
-                .get(&i)
-                .map_or(format!("link#{i}"), |d| d.name.clone()),
+            Port::Interface(i) => {
+                self.interfaces.get(&i).map_or(format!("interface#{i}"), |d| d.name.clone())
+            }
+            Port::Link(i) => self.links.get(&i).map_or(format!("link#{i}"), |d| d.name.clone()),
         }
     }
 
@@ -311,7 +266,11 @@ impl State {
         let mut s = String::new();
         let _ = writeln!(s, "listen udp {}", self.listen);
         for i in self.interfaces.values() {
-            let _ = write!(s, "interface {} tap {}", i.name, i.dev);
+            let kind = match i.kind {
+                IfaceKind::Tap => "tap",
+                IfaceKind::Netdev => "netdev",
+            };
+            let _ = write!(s, "interface {} {kind} {}", i.name, i.dev);
             if let Some(m) = i.mac {
                 let _ = write!(s, " mac {m}");
             }
@@ -336,14 +295,7 @@ impl State {
         }
         for r in self.routes.values() {
             let kind = |p: Port| if p.is_link() { "link" } else { "interface" };
-            let _ = write!(
-                s,
-                "route {} {} -> {} {}",
-                r.src,
-                r.dst,
-                kind(r.to),
-                self.port_name(r.to)
-            );
+            let _ = write!(s, "route {} {} -> {} {}", r.src, r.dst, kind(r.to), self.port_name(r.to));
             if let SourceFilter::Port(p) = r.from {
                 let _ = write!(s, " from {} {}", kind(p), self.port_name(p));
             }
@@ -410,8 +362,7 @@ route any 52:54:00:00:00:01 -> interface vm0
     #[test]
     fn apply_all_is_atomic() {
         let s = load(BASE).unwrap();
-        let bad = parse("route any 52:54:00:00:00:09 -> link hostb\nroute any any -> link ghost")
-            .unwrap();
+        let bad = parse("route any 52:54:00:00:00:09 -> link hostb\nroute any any -> link ghost").unwrap();
         let e = s.apply_all(&bad).unwrap_err();
         assert_eq!(e.pos.line, 2);
         assert_eq!(s.routes.len(), 3);
@@ -420,15 +371,11 @@ route any 52:54:00:00:00:01 -> interface vm0
     #[test]
     fn delete_then_readd() {
         let s = load(BASE).unwrap();
-        let s = s
-            .apply_all(&parse("[routes]\ndel 0\ndel 1\n").unwrap())
-            .unwrap();
+        let s = s.apply_all(&parse("[routes]\ndel 0\ndel 1\n").unwrap()).unwrap();
         let s = s.apply_all(&parse("delete link hostb").unwrap()).unwrap();
         assert!(s.links.is_empty());
         // Ids are never reused.
-        let s = s
-            .apply_all(&parse("link c udp 10.0.0.3\nroute any any -> link c").unwrap())
-            .unwrap();
+        let s = s.apply_all(&parse("link c udp 10.0.0.3\nroute any any -> link c").unwrap()).unwrap();
         assert_eq!(s.links.keys().copied().collect::<Vec<_>>(), vec![1]);
         assert_eq!(s.routes.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
     }

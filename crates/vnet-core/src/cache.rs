@@ -49,11 +49,7 @@ impl RouteCache {
             n: 0,
             dests: [(Port::Interface(0), 0); MAX_CACHED_FANOUT],
         };
-        RouteCache {
-            entries: vec![empty; n].into_boxed_slice(),
-            mask: n - 1,
-            stats: CacheStats::default(),
-        }
+        RouteCache { entries: vec![empty; n].into_boxed_slice(), mask: n - 1, stats: CacheStats::default() }
     }
 
     pub fn stats(&self) -> CacheStats {
@@ -73,11 +69,7 @@ impl RouteCache {
         let mut h = FxHasher::default();
         (ingress, src, dst).hash(&mut h);
         let e = &mut self.entries[h.finish() as usize & self.mask];
-        if e.generation == table.generation()
-            && e.ingress == ingress
-            && e.src == src
-            && e.dst == dst
-        {
+        if e.generation == table.generation() && e.ingress == ingress && e.src == src && e.dst == dst {
             self.stats.hits += 1;
             out.clear();
             out.extend_from_slice(&e.dests[..e.n as usize]);
@@ -108,16 +100,7 @@ mod tests {
 
     #[test]
     fn hit_after_miss_and_invalidated_by_new_generation() {
-        let t1 = RouteTable::new(
-            1,
-            vec![Route::new(
-                0,
-                Any,
-                Addr(mac(2)),
-                Port::Link(0),
-                SourceFilter::Any,
-            )],
-        );
+        let t1 = RouteTable::new(1, vec![Route::new(0, Any, Addr(mac(2)), Port::Link(0), SourceFilter::Any)]);
         let mut c = RouteCache::new(16);
         let mut out = Vec::with_capacity(8);
         c.lookup(&t1, Port::Interface(0), mac(1), mac(2), &mut out);
@@ -126,16 +109,7 @@ mod tests {
         assert_eq!(c.stats(), CacheStats { hits: 1, misses: 1 });
 
         // The route moves to link 1: the cached decision must not survive.
-        let t2 = RouteTable::new(
-            2,
-            vec![Route::new(
-                0,
-                Any,
-                Addr(mac(2)),
-                Port::Link(1),
-                SourceFilter::Any,
-            )],
-        );
+        let t2 = RouteTable::new(2, vec![Route::new(0, Any, Addr(mac(2)), Port::Link(1), SourceFilter::Any)]);
         c.lookup(&t2, Port::Interface(0), mac(1), mac(2), &mut out);
         assert_eq!(out, vec![(Port::Link(1), 0)]);
         assert_eq!(c.stats().misses, 2);
@@ -149,9 +123,7 @@ mod tests {
     #[test]
     fn wide_fanout_is_correct_uncached() {
         let b = MacAddr::BROADCAST;
-        let routes = (0..20)
-            .map(|i| Route::new(i, Any, Addr(b), Port::Link(i), SourceFilter::Any))
-            .collect();
+        let routes = (0..20).map(|i| Route::new(i, Any, Addr(b), Port::Link(i), SourceFilter::Any)).collect();
         let t = RouteTable::new(1, routes);
         let mut c = RouteCache::new(4);
         let mut out = Vec::new();
@@ -166,15 +138,7 @@ mod tests {
         let t = RouteTable::new(
             1,
             (1..=40u8)
-                .map(|i| {
-                    Route::new(
-                        i as u32,
-                        Any,
-                        Addr(mac(i)),
-                        Port::Link(i as u32),
-                        SourceFilter::Any,
-                    )
-                })
+                .map(|i| Route::new(i as u32, Any, Addr(mac(i)), Port::Link(i as u32), SourceFilter::Any))
                 .collect(),
         );
         let mut c = RouteCache::new(2); // forces collisions
@@ -182,11 +146,7 @@ mod tests {
         for round in 0..3 {
             for i in 1..=40u8 {
                 c.lookup(&t, Port::Interface(0), mac(100), mac(i), &mut out);
-                assert_eq!(
-                    out,
-                    vec![(Port::Link(i as u32), i as u32 - 1)],
-                    "round {round}"
-                );
+                assert_eq!(out, vec![(Port::Link(i as u32), i as u32 - 1)], "round {round}");
             }
         }
     }

@@ -52,14 +52,7 @@ pub struct Route {
 
 impl Route {
     pub fn new(id: u32, src: MacSpec, dst: MacSpec, to: Port, from: SourceFilter) -> Self {
-        Route {
-            id,
-            src,
-            dst,
-            to,
-            from,
-            counters: Arc::default(),
-        }
+        Route { id, src, dst, to, from, counters: Arc::default() }
     }
 }
 
@@ -83,10 +76,7 @@ impl RouteTable {
     /// Indexes `routes`. `generation` must differ from that of any table a
     /// [`crate::RouteCache`] has seen before (a counter is fine).
     pub fn new(generation: u64, routes: Vec<Route>) -> Self {
-        let mut t = RouteTable {
-            generation,
-            ..Default::default()
-        };
+        let mut t = RouteTable { generation, ..Default::default() };
         for (i, r) in routes.iter().enumerate() {
             let i = i as u32;
             match (r.src, r.dst) {
@@ -115,13 +105,7 @@ impl RouteTable {
     /// Fills `out` with the ports that receive a frame `src -> dst` that came
     /// in on `ingress`, each once, and returns how many routes were examined.
     /// `out` is cleared first; it allocates only if it lacks capacity.
-    pub fn lookup(
-        &self,
-        ingress: Port,
-        src: MacAddr,
-        dst: MacAddr,
-        out: &mut Vec<Decision>,
-    ) -> usize {
+    pub fn lookup(&self, ingress: Port, src: MacAddr, dst: MacAddr, out: &mut Vec<Decision>) -> usize {
         out.clear();
         let mut best = 0u8;
         let none: &[u32] = &[];
@@ -185,11 +169,7 @@ mod tests {
     fn table(routes: &[(MacSpec, MacSpec, Port, SourceFilter)]) -> RouteTable {
         RouteTable::new(
             1,
-            routes
-                .iter()
-                .enumerate()
-                .map(|(i, &(s, d, to, f))| Route::new(i as u32, s, d, to, f))
-                .collect(),
+            routes.iter().enumerate().map(|(i, &(s, d, to, f))| Route::new(i as u32, s, d, to, f)).collect(),
         )
     }
 
@@ -224,10 +204,7 @@ mod tests {
             (Any, Addr(b), I0, F),
             (Any, Addr(b), I1, F),
         ]);
-        assert_eq!(
-            ports(&t, Port::Interface(9), mac(1), b),
-            vec![L0, L1, I0, I1]
-        );
+        assert_eq!(ports(&t, Port::Interface(9), mac(1), b), vec![L0, L1, I0, I1]);
         // Never back out the ingress port.
         assert_eq!(ports(&t, I0, mac(1), b), vec![L0, L1, I1]);
         // From a link, group frames go to interfaces only (split horizon).
@@ -259,10 +236,7 @@ mod tests {
         let t = table(&[(Not(mac(1)), Any, L0, F), (Any, Any, L1, F)]);
         assert_eq!(ports(&t, I0, mac(3), mac(2)), vec![L1]);
         // NOT/DIRECT (7) beats ANY/DIRECT (6).
-        let t = table(&[
-            (Not(mac(1)), Addr(mac(2)), L0, F),
-            (Any, Addr(mac(2)), L1, F),
-        ]);
+        let t = table(&[(Not(mac(1)), Addr(mac(2)), L0, F), (Any, Addr(mac(2)), L1, F)]);
         assert_eq!(ports(&t, I0, mac(3), mac(2)), vec![L0]);
         assert_eq!(ports(&t, I0, mac(1), mac(2)), vec![L1]);
     }
@@ -297,10 +271,7 @@ mod tests {
 
     #[test]
     fn source_filter() {
-        let t = table(&[
-            (Any, Any, I0, SourceFilter::Port(L0)),
-            (Any, Any, I1, SourceFilter::Any),
-        ]);
+        let t = table(&[(Any, Any, I0, SourceFilter::Port(L0)), (Any, Any, I1, SourceFilter::Any)]);
         assert_eq!(ports(&t, L0, mac(1), mac(2)), vec![I0, I1]);
         assert_eq!(ports(&t, L1, mac(1), mac(2)), vec![I1]);
     }
@@ -314,21 +285,10 @@ mod tests {
                 Route::new(i, Any, Addr(m), Port::Link(i % 7), SourceFilter::Any)
             })
             .collect();
-        routes.push(Route::new(
-            100_000,
-            Any,
-            Addr(MacAddr::BROADCAST),
-            L0,
-            SourceFilter::Any,
-        ));
+        routes.push(Route::new(100_000, Any, Addr(MacAddr::BROADCAST), L0, SourceFilter::Any));
         let t = RouteTable::new(1, routes);
         let mut out = Vec::new();
-        let n = t.lookup(
-            I0,
-            mac(1),
-            MacAddr([0x52, 0x54, 0, 1, 0x86, 0x9f]),
-            &mut out,
-        );
+        let n = t.lookup(I0, mac(1), MacAddr([0x52, 0x54, 0, 1, 0x86, 0x9f]), &mut out);
         assert_eq!(n, 1);
         assert_eq!(out, vec![(Port::Link(99_999 % 7), 99_999)]);
     }

@@ -35,11 +35,7 @@ pub use vnetd::Endpoint;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("`{cmd}` failed ({status}): {stderr}")]
-    Command {
-        cmd: String,
-        status: String,
-        stderr: String,
-    },
+    Command { cmd: String, status: String, stderr: String },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -70,10 +66,7 @@ pub fn install_signal_cleanup() {
     let _ = ctrlc::set_handler(|| {
         let (nss, pids) = std::mem::take(&mut *registry());
         for p in pids {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(p.to_string())
-                .status();
+            let _ = Command::new("kill").arg("-KILL").arg(p.to_string()).status();
         }
         for ns in nss.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
@@ -115,14 +108,9 @@ pub fn bin(name: &str) -> Result<PathBuf> {
             }
         }
     }
-    dirs.iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            Error::Other(format!(
-                "`{name}` not found in {dirs:?}: run `cargo build --bins` first"
-            ))
-        })
+    dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()).ok_or_else(|| {
+        Error::Other(format!("`{name}` not found in {dirs:?}: run `cargo build --bins` first"))
+    })
 }
 
 /// Which link format the lab's vnetds use.
@@ -153,6 +141,9 @@ pub struct Spec {
     pub vm_mtu: u32,
     /// Hosts whose links and routes are written only as Palacios lines.
     pub palacios_hosts: Vec<usize>,
+    /// Hosts whose VMs are containers on a veth pair (vnetd attaches to the
+    /// host end as a `netdev`) instead of owning a TAP.
+    pub veth_hosts: Vec<usize>,
 }
 
 impl Default for Spec {
@@ -164,15 +155,19 @@ impl Default for Spec {
             underlay_mtu: 1500,
             vm_mtu: 1500,
             palacios_hosts: Vec::new(),
+            veth_hosts: Vec::new(),
         }
     }
 }
 
-/// A VM: a namespace with a TAP.
+/// A VM: a namespace with a TAP, or with one end of a veth pair.
 #[derive(Debug, Clone)]
 pub struct Vm {
     pub ns: String,
+    /// The VM's NIC, inside its namespace.
     pub dev: String,
+    /// For a veth VM, the host's end (in the host namespace).
+    pub host_dev: Option<String>,
     pub mac: String,
     pub ip: Ipv4Addr,
 }
@@ -227,25 +222,13 @@ impl Lab {
     /// every host. On error, whatever was made is removed.
     pub fn up(spec: Spec) -> Result<Lab> {
         if spec.hosts == 0 || spec.hosts > 200 || spec.vms_per_host > 200 {
-            return Err(Error::Other(
-                "a lab has 1-200 hosts with 0-200 VMs each".into(),
-            ));
+            return Err(Error::Other("a lab has 1-200 hosts with 0-200 VMs each".into()));
         }
-        let prefix = format!(
-            "vl{:x}x{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
+        let prefix = format!("vl{:x}x{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
         let dir = std::env::temp_dir().join(&prefix);
         std::fs::create_dir_all(&dir).map_err(io("creating the lab directory"))?;
-        let mut lab = Lab {
-            prefix,
-            spec,
-            hosts: Vec::new(),
-            dir,
-            namespaces: Vec::new(),
-            children: Vec::new(),
-        };
+        let mut lab =
+            Lab { prefix, spec, hosts: Vec::new(), dir, namespaces: Vec::new(), children: Vec::new() };
         lab.build()?;
         for h in 0..lab.hosts.len() {
             lab.start_vnetd(h)?;
@@ -315,18 +298,7 @@ impl Lab {
         } else if s.hosts > 2 {
             let sw = self.add_ns(format!("{p}-sw"))?;
             self.ns_exec(&sw, &["ip", "link", "add", "br0", "type", "bridge"])?;
-            self.ns_exec(
-                &sw,
-                &[
-                    "ip",
-                    "link",
-                    "set",
-                    "br0",
-                    "mtu",
-                    &s.underlay_mtu.to_string(),
-                    "up",
-                ],
-            )?;
+            self.ns_exec(&sw, &["ip", "link", "set", "br0", "mtu", &s.underlay_mtu.to_string(), "up"])?;
             for (h, host) in hosts.iter().enumerate() {
                 let port = format!("s{h}");
                 run(&[
@@ -346,17 +318,7 @@ impl Lab {
                 ])?;
                 self.ns_exec(
                     &sw,
-                    &[
-                        "ip",
-                        "link",
-                        "set",
-                        &port,
-                        "mtu",
-                        &s.underlay_mtu.to_string(),
-                        "master",
-                        "br0",
-                        "up",
-                    ],
+                    &["ip", "link", "set", &port, "mtu", &s.underlay_mtu.to_string(), "master", "br0", "up"],
                 )?;
             }
         }
@@ -365,35 +327,23 @@ impl Lab {
                 let dev = host.underlay_dev.as_str();
                 self.ns_exec(
                     &host.ns,
-                    &[
-                        "ip",
-                        "link",
-                        "set",
-                        dev,
-                        "mtu",
-                        &s.underlay_mtu.to_string(),
-                        "up",
-                    ],
+                    &["ip", "link", "set", dev, "mtu", &s.underlay_mtu.to_string(), "up"],
                 )?;
                 self.ns_exec(
                     &host.ns,
-                    &[
-                        "ip",
-                        "addr",
-                        "add",
-                        &format!("{}/24", host.underlay_ip),
-                        "dev",
-                        dev,
-                    ],
+                    &["ip", "addr", "add", &format!("{}/24", host.underlay_ip), "dev", dev],
                 )?;
             }
         }
         for (h, host) in hosts.iter_mut().enumerate() {
             for v in 0..s.vms_per_host {
                 let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
+                let veth = s.veth_hosts.contains(&h);
+                let dev = if veth { "eth0" } else { "vt0" };
                 let vm = Vm {
                     ns: ns.clone(),
-                    dev: "vt0".into(),
+                    dev: dev.into(),
+                    host_dev: veth.then(|| format!("c{v}")),
                     mac: vm_mac(h, v),
                     ip: vm_ip(h, v),
                 };
@@ -404,25 +354,21 @@ impl Lab {
                 ] {
                     self.ns_exec(&ns, &["sysctl", "-q", "-w", sysctl])?;
                 }
-                self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", "vt0", "mode", "tap"])?;
-                self.ns_exec(
-                    &ns,
-                    &[
-                        "ip",
-                        "link",
-                        "set",
-                        "vt0",
-                        "address",
-                        &vm.mac,
-                        "mtu",
-                        &s.vm_mtu.to_string(),
-                        "up",
-                    ],
-                )?;
-                self.ns_exec(
-                    &ns,
-                    &["ip", "addr", "add", &format!("{}/16", vm.ip), "dev", "vt0"],
-                )?;
+                let mtu = s.vm_mtu.to_string();
+                if let Some(hd) = &vm.host_dev {
+                    // A container: a veth pair, the VM's end inside, the host's end for vnetd.
+                    run(&[
+                        "ip", "link", "add", hd, "netns", &host.ns, "type", "veth", "peer", "name", dev,
+                        "netns", &ns,
+                    ])?;
+                    self.ns_exec(&host.ns, &["ip", "link", "set", hd, "mtu", &mtu, "up"])?;
+                    // vnetd sees frames before the kernel would fill in offloaded checksums.
+                    self.ns_exec(&ns, &["ethtool", "-K", dev, "tx", "off"])?;
+                } else {
+                    self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
+                }
+                self.ns_exec(&ns, &["ip", "link", "set", dev, "address", &vm.mac, "mtu", &mtu, "up"])?;
+                self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/16", vm.ip), "dev", dev])?;
                 host.vms.push(vm);
             }
         }
@@ -491,16 +437,12 @@ impl Lab {
 
     /// Whether host `h`'s vnetd is still running.
     pub fn vnetd_alive(&mut self, h: usize) -> bool {
-        self.hosts[h]
-            .vnetd
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.hosts[h].vnetd.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// Sends one control line to host `h`'s vnetd.
     pub fn control(&self, h: usize, line: &str) -> Result<Reply> {
-        let mut c =
-            Client::connect(&self.hosts[h].endpoint()).map_err(io("connecting to vnetd"))?;
+        let mut c = Client::connect(&self.hosts[h].endpoint()).map_err(io("connecting to vnetd"))?;
         c.request(line).map_err(io("talking to vnetd"))
     }
 
@@ -555,13 +497,7 @@ impl Lab {
 
     /// Runs iperf3 from `from` to `to` (a server is started in `to`'s
     /// namespace); returns the receiver's throughput in Gbit/s.
-    pub fn iperf3(
-        &mut self,
-        from: &Vm,
-        to: &Vm,
-        seconds: u32,
-        extra: &[&str],
-    ) -> Result<(f64, String)> {
+    pub fn iperf3(&mut self, from: &Vm, to: &Vm, seconds: u32, extra: &[&str]) -> Result<(f64, String)> {
         let to_ns = to.ns.clone();
         self.spawn(&to_ns, &["iperf3", "-s", "-1", "-B", &to.ip.to_string()])?;
         let ip = to.ip.to_string();
@@ -571,8 +507,8 @@ impl Lab {
         self.wait_listening(&to_ns, 5201)?;
         let out = self.ns_output(&from.ns, &args)?;
         let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::Other(format!("iperf3 output: {e}: {text}")))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::Other(format!("iperf3 output: {e}: {text}")))?;
         let bps = v["end"]["sum_received"]["bits_per_second"]
             .as_f64()
             .or_else(|| v["end"]["sum"]["bits_per_second"].as_f64())
@@ -594,9 +530,7 @@ impl Lab {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(Error::Other(format!(
-            "nothing listens on port {port} in {ns}"
-        )))
+        Err(Error::Other(format!("nothing listens on port {port} in {ns}")))
     }
 
     /// The vnetd log of host `h`.
@@ -616,10 +550,7 @@ impl Lab {
 
 fn stop_child(mut c: Child) {
     let pid = c.id();
-    let _ = Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status();
+    let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = c.try_wait() {
@@ -666,10 +597,8 @@ impl PingResult {
         let mut r = PingResult::default();
         for line in text.lines() {
             if line.contains("packets transmitted") {
-                let nums: Vec<u32> = line
-                    .split(|c: char| !c.is_ascii_digit())
-                    .filter_map(|w| w.parse().ok())
-                    .collect();
+                let nums: Vec<u32> =
+                    line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
                 if nums.len() >= 2 {
                     r.sent = nums[0];
                     r.received = nums[1];
@@ -677,11 +606,7 @@ impl PingResult {
             }
             if let Some(rest) = line.split(" = ").nth(1) {
                 if line.starts_with("rtt") {
-                    r.avg_ms = rest
-                        .split('/')
-                        .nth(1)
-                        .and_then(|x| x.parse().ok())
-                        .unwrap_or(0.0);
+                    r.avg_ms = rest.split('/').nth(1).and_then(|x| x.parse().ok()).unwrap_or(0.0);
                 }
             }
         }
@@ -697,11 +622,11 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
     let _ = writeln!(c, "# vnet-lab host {h}");
     let _ = writeln!(c, "listen udp {}:9000", hosts[h].underlay_ip);
     for (v, vm) in hosts[h].vms.iter().enumerate() {
-        let _ = writeln!(
-            c,
-            "interface vm{v} tap {} mac {} netns {}",
-            vm.dev, vm.mac, vm.ns
-        );
+        match &vm.host_dev {
+            Some(hd) => writeln!(c, "interface vm{v} netdev {hd} mac {}", vm.mac),
+            None => writeln!(c, "interface vm{v} tap {} mac {} netns {}", vm.dev, vm.mac, vm.ns),
+        }
+        .ok();
     }
     let bcast = "ff:ff:ff:ff:ff:ff";
     for (k, other) in hosts.iter().enumerate() {
@@ -717,16 +642,8 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
             }
         } else {
             // A link to a Palacios host speaks its (raw) format.
-            let f = if s.palacios_hosts.contains(&k) {
-                "raw"
-            } else {
-                s.format.word()
-            };
-            let _ = writeln!(
-                c,
-                "link h{k} udp {ip}:9000 format {f} mtu {}",
-                s.underlay_mtu
-            );
+            let f = if s.palacios_hosts.contains(&k) { "raw" } else { s.format.word() };
+            let _ = writeln!(c, "link h{k} udp {ip}:9000 format {f} mtu {}", s.underlay_mtu);
             let _ = writeln!(c, "route any {bcast} -> link h{k}");
             for vm in &other.vms {
                 let _ = writeln!(c, "route any {} -> link h{k}", vm.mac);
@@ -761,13 +678,6 @@ mod tests {
     #[test]
     fn parses_ping_summary() {
         let t = "--- 10.88.1.1 ping statistics ---\n3 packets transmitted, 2 received, 33.3333% packet loss, time 402ms\nrtt min/avg/max/mdev = 0.301/0.412/0.523/0.090 ms\n";
-        assert_eq!(
-            PingResult::parse(t),
-            PingResult {
-                sent: 3,
-                received: 2,
-                avg_ms: 0.412
-            }
-        );
+        assert_eq!(PingResult::parse(t), PingResult { sent: 3, received: 2, avg_ms: 0.412 });
     }
 }

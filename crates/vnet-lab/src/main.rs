@@ -70,56 +70,22 @@ fn show(title: &str, text: &str) {
 }
 
 fn demo(format: Format, seconds: u32) -> vnet_lab::Result<()> {
-    let mut lab = Lab::up(Spec {
-        format,
-        ..Spec::default()
-    })?;
+    let mut lab = Lab::up(Spec { format, ..Spec::default() })?;
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     println!(
         "lab {}: host A ({}) runs VM A {} ({}); host B ({}) runs VM B {} ({}); link format {:?}",
-        lab.prefix,
-        lab.hosts[0].underlay_ip,
-        a.ip,
-        a.mac,
-        lab.hosts[1].underlay_ip,
-        b.ip,
-        b.mac,
-        format
+        lab.prefix, lab.hosts[0].underlay_ip, a.ip, a.mac, lab.hosts[1].underlay_ip, b.ip, b.mac, format
     );
-    show(
-        "host A config",
-        &std::fs::read_to_string(&lab.hosts[0].config).unwrap_or_default(),
-    );
-    let out = lab.ns_output(
-        &a.ns,
-        &["ping", "-n", "-c", "3", "-i", "0.2", &b.ip.to_string()],
-    )?;
+    show("host A config", &std::fs::read_to_string(&lab.hosts[0].config).unwrap_or_default());
+    let out = lab.ns_output(&a.ns, &["ping", "-n", "-c", "3", "-i", "0.2", &b.ip.to_string()])?;
     let arp = lab.ns_output(&a.ns, &["ip", "neigh", "show", "dev", "vt0"])?;
-    show(
-        "ARP: VM A's neighbour table after resolving VM B",
-        &String::from_utf8_lossy(&arp.stdout),
-    );
+    show("ARP: VM A's neighbour table after resolving VM B", &String::from_utf8_lossy(&arp.stdout));
     show("ping VM A -> VM B", &String::from_utf8_lossy(&out.stdout));
-    let big = lab.ns_output(
-        &a.ns,
-        &[
-            "ping",
-            "-n",
-            "-c",
-            "2",
-            "-i",
-            "0.2",
-            "-s",
-            "1400",
-            &b.ip.to_string(),
-        ],
-    )?;
+    let big =
+        lab.ns_output(&a.ns, &["ping", "-n", "-c", "2", "-i", "0.2", "-s", "1400", &b.ip.to_string()])?;
     show("ping 1400 bytes", &String::from_utf8_lossy(&big.stdout));
     let (gbps, _) = lab.iperf3(&a, &b, seconds, &[])?;
-    show(
-        &format!("iperf3 TCP VM A -> VM B, {seconds} s"),
-        &format!("{gbps:.2} Gbit/s received by VM B\n"),
-    );
+    show(&format!("iperf3 TCP VM A -> VM B, {seconds} s"), &format!("{gbps:.2} Gbit/s received by VM B\n"));
     let stats = lab.control(0, "show stats")?;
     show("vnetctl show stats (host A)", &stats.body);
     let ping = vnet_lab::PingResult::parse(&String::from_utf8_lossy(&out.stdout));
@@ -132,12 +98,7 @@ fn demo(format: Format, seconds: u32) -> vnet_lab::Result<()> {
 }
 
 fn up(hosts: usize, vms: usize, format: Format) -> vnet_lab::Result<()> {
-    let lab = Lab::up(Spec {
-        hosts,
-        vms_per_host: vms,
-        format,
-        ..Spec::default()
-    })?;
+    let lab = Lab::up(Spec { hosts, vms_per_host: vms, format, ..Spec::default() })?;
     for (h, host) in lab.hosts.iter().enumerate() {
         println!(
             "host {h}: ns {} underlay {} control unix:{}",

@@ -10,10 +10,7 @@ use std::time::Duration;
 use vnet_lab::{Format, Lab, Spec, Vm};
 
 fn lab(spec: Spec) -> Lab {
-    assert!(
-        vnet_lab::available(),
-        "the lab needs root, /dev/net/tun and `ip netns`"
-    );
+    assert!(vnet_lab::available(), "the lab needs root, /dev/net/tun and `ip netns`");
     Lab::up(spec).unwrap_or_else(|e| panic!("lab: {e}"))
 }
 
@@ -26,13 +23,7 @@ fn assert_ping(lab: &Lab, from: &Vm, to: Ipv4Addr, size: u32) {
             break;
         }
     }
-    assert!(
-        warm,
-        "no reply from {to} to {} (size {size})\nlogs:\n{}\n{}",
-        from.ip,
-        lab.log(0),
-        lab.log(1)
-    );
+    assert!(warm, "no reply from {to} to {} (size {size})\nlogs:\n{}\n{}", from.ip, lab.log(0), lab.log(1));
     let r = lab.ping(from, to, 5, size).unwrap();
     assert_eq!(r.received, 5, "{} -> {to}: {r:?}", from.ip);
 }
@@ -49,21 +40,17 @@ fn json(lab: &Lab, h: usize, what: &str) -> serde_json::Value {
 }
 
 fn two_hosts_ping_both_ways(format: Format) {
-    let lab = lab(Spec {
-        format,
-        ..Spec::default()
-    });
+    let lab = lab(Spec { format, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &b, a.ip, 56);
+    // The control socket is for root only.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&lab.hosts[0].control).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
     // ARP resolved across the overlay: A knows B's MAC.
-    let neigh = lab
-        .ns_exec(&a.ns, &["ip", "neigh", "show", &b.ip.to_string()])
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&neigh.stdout).contains(&b.mac),
-        "{neigh:?}"
-    );
+    let neigh = lab.ns_exec(&a.ns, &["ip", "neigh", "show", &b.ip.to_string()]).unwrap();
+    assert!(String::from_utf8_lossy(&neigh.stdout).contains(&b.mac), "{neigh:?}");
     // Frames crossed the link in both directions, and the cache served them.
     let s = json(&lab, 0, "stats");
     assert!(s["links"][0]["tx_packets"].as_u64().unwrap() >= 6);
@@ -86,36 +73,15 @@ fn vnet_format_ping_both_ways() {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn broadcast_reaches_every_vm_of_three_hosts() {
-    let lab = lab(Spec {
-        hosts: 3,
-        vms_per_host: 2,
-        ..Spec::default()
-    });
+    let lab = lab(Spec { hosts: 3, vms_per_host: 2, ..Spec::default() });
     let a = lab.vm(0, 0).clone();
     let out = lab
-        .ns_output(
-            &a.ns,
-            &[
-                "ping",
-                "-n",
-                "-b",
-                "-c",
-                "3",
-                "-i",
-                "0.3",
-                "-W",
-                "1",
-                "10.88.255.255",
-            ],
-        )
+        .ns_output(&a.ns, &["ping", "-n", "-b", "-c", "3", "-i", "0.3", "-W", "1", "10.88.255.255"])
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     for (h, v) in [(0, 1), (1, 0), (1, 1), (2, 0), (2, 1)] {
         let ip = lab.vm(h, v).ip;
-        assert!(
-            text.contains(&format!("from {ip}:")),
-            "no broadcast reply from {ip}:\n{text}"
-        );
+        assert!(text.contains(&format!("from {ip}:")), "no broadcast reply from {ip}:\n{text}");
     }
     // Each host delivered the broadcasts to both its VMs, once (no loops).
     for h in 1..3 {
@@ -145,11 +111,7 @@ fn iperf3_tcp_transfer_completes() {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn ping_60k_with_64k_virtual_mtu_over_1500_underlay() {
-    let lab = lab(Spec {
-        vm_mtu: 65_000,
-        underlay_mtu: 1500,
-        ..Spec::default()
-    });
+    let lab = lab(Spec { vm_mtu: 65_000, underlay_mtu: 1500, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 60_000);
     // The frames really were fragmented and reassembled by vnet, not by IP.
@@ -169,20 +131,13 @@ fn runtime_route_changes_with_vnetctl() {
     let out = lab.vnetctl(0, &["delete", "route", "1"]).unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_no_ping(&lab, &a, b.ip);
-    let out = lab
-        .vnetctl(0, &["route", "any", &b.mac, "->", "link", "h1"])
-        .unwrap();
+    let out = lab.vnetctl(0, &["route", "any", &b.mac, "->", "link", "h1"]).unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_ping(&lab, &a, b.ip, 56);
     let listed = lab.vnetctl(0, &["--json", "show", "routes"]).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
-    let id = v["routes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["dst"] == b.mac.as_str())
-        .unwrap()["id"]
-        .clone();
+    let id =
+        v["routes"].as_array().unwrap().iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["id"].clone();
     assert_eq!(id, 4, "new routes get new ids");
     let out = lab.vnetctl(0, &["delete", "route", "4"]).unwrap();
     assert!(out.status.success());
@@ -215,43 +170,23 @@ fn bad_config_is_rejected_with_position_and_traffic_keeps_flowing() {
     let out = lab.vnetctl(0, &["apply", file.to_str().unwrap()]).unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        err.contains("change.conf:3:23: expected a declared link"),
-        "{err}"
-    );
+    assert!(err.contains("change.conf:3:23: expected a declared link"), "{err}");
     assert_ping(&lab, &a, b.ip, 56);
     // A bad command line too.
-    let out = lab
-        .vnetctl(
-            0,
-            &["route", "any", "52:54:00:zz:00:01", "->", "link", "h1"],
-        )
-        .unwrap();
+    let out = lab.vnetctl(0, &["route", "any", "52:54:00:zz:00:01", "->", "link", "h1"]).unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("1:11: expected a destination MAC"));
     // A config that fails to load at start names file, line and column, and vnetd exits 2.
     let bad = lab.dir.join("bad.conf");
     std::fs::write(&bad, "# comment\nlink x udp 10.77.0.2 format gre\n").unwrap();
     let st = std::process::Command::new(vnet_lab::bin("vnetd").unwrap())
-        .args([
-            "--config",
-            bad.to_str().unwrap(),
-            "--control",
-            "unix:/nonexistent/x.sock",
-        ])
+        .args(["--config", bad.to_str().unwrap(), "--control", "unix:/nonexistent/x.sock"])
         .output()
         .unwrap();
     assert_eq!(st.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&st.stderr).contains("bad.conf:2:29: expected a format"),
-        "{st:?}"
-    );
+    assert!(String::from_utf8_lossy(&st.stderr).contains("bad.conf:2:29: expected a format"), "{st:?}");
     // A valid change still works afterwards, and the daemon never died.
     std::fs::write(&file, "route any 52:54:00:99:99:99 -> link h1\n").unwrap();
-    assert!(lab
-        .vnetctl(0, &["apply", file.to_str().unwrap()])
-        .unwrap()
-        .status
-        .success());
+    assert!(lab.vnetctl(0, &["apply", file.to_str().unwrap()]).unwrap().status.success());
     assert!(lab.vnetd_alive(0));
     assert_ping(&lab, &a, b.ip, 56);
     std::thread::sleep(Duration::from_millis(10));
@@ -260,16 +195,10 @@ fn bad_config_is_rejected_with_position_and_traffic_keeps_flowing() {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn palacios_configured_host_reaches_superset_host() {
-    let lab = lab(Spec {
-        format: Format::Raw,
-        palacios_hosts: vec![0],
-        ..Spec::default()
-    });
+    let lab = lab(Spec { format: Format::Raw, palacios_hosts: vec![0], ..Spec::default() });
     let cfg = std::fs::read_to_string(&lab.hosts[0].config).unwrap();
     assert!(
-        cfg.contains("\nadd 10.77.0.2 9000 udp\n")
-            && !cfg.contains("\nroute ")
-            && !cfg.contains("\nlink "),
+        cfg.contains("\nadd 10.77.0.2 9000 udp\n") && !cfg.contains("\nroute ") && !cfg.contains("\nlink "),
         "{cfg}"
     );
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
@@ -280,10 +209,7 @@ fn palacios_configured_host_reaches_superset_host() {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn datagrams_from_unknown_sources_are_dropped_and_counted() {
-    let lab = lab(Spec {
-        hosts: 3,
-        ..Spec::default()
-    });
+    let lab = lab(Spec { hosts: 3, ..Spec::default() });
     // Host 2 is not a link of host 0 once host 0 forgets it.
     let s = json(&lab, 0, "links");
     assert_eq!(s["links"].as_array().unwrap().len(), 2);
@@ -291,13 +217,23 @@ fn datagrams_from_unknown_sources_are_dropped_and_counted() {
     let f = lab.dir.join("forget.conf");
     std::fs::write(&f, "[routes]\ndel 2\ndel 3\ndelete link h2\n").unwrap();
     let out = lab.vnetctl(0, &["apply", f.to_str().unwrap()]).unwrap();
-    assert!(
-        out.status.success(),
-        "{out:?}\n{}",
-        std::fs::read_to_string(&lab.hosts[0].config).unwrap()
-    );
+    assert!(out.status.success(), "{out:?}\n{}", std::fs::read_to_string(&lab.hosts[0].config).unwrap());
     let c = lab.vm(2, 0).clone();
     let _ = lab.ping(&c, lab.vm(0, 0).ip, 3, 56).unwrap();
     let g = json(&lab, 0, "stats");
     assert!(g["global"]["unknown_source"].as_u64().unwrap() >= 1, "{g}");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn container_on_veth_netdev_talks_to_vm_on_tap() {
+    let mut lab = lab(Spec { veth_hosts: vec![1], ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_eq!(b.host_dev.as_deref(), Some("c0"));
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 1400);
+    let (gbps, _) = lab.iperf3(&b, &a, 2, &[]).unwrap();
+    assert!(gbps > 0.01, "{gbps}");
+    let s = json(&lab, 1, "interfaces");
+    assert_eq!(s["interfaces"][0]["kind"], "netdev");
 }

@@ -58,10 +58,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     pub fn new_checked(buf: T) -> Result<Self> {
         let have = buf.as_ref().len();
         if have < HEADER_LEN {
-            return Err(Error::Truncated {
-                need: HEADER_LEN,
-                have,
-            });
+            return Err(Error::Truncated { need: HEADER_LEN, have });
         }
         Ok(EthernetFrame { buf })
     }
@@ -114,8 +111,8 @@ mod tests {
 
     const ARP_REQ: [u8; 42] = [
         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, //
-        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 10, 1,
-        0, 1, 0, 0, 0, 0, 0, 0, 10, 1, 0, 2,
+        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 10, 1, 0, 1, 0,
+        0, 0, 0, 0, 0, 10, 1, 0, 2,
     ];
 
     #[test]
@@ -137,11 +134,7 @@ mod tests {
         assert_eq!(f.ethertype(), EtherType::Unknown(0x88b5));
         assert_eq!(
             &b[..],
-            &ARP_REQ[..6]
-                .iter()
-                .chain(&[2, 0, 0, 0, 0, 9, 0x88, 0xb5])
-                .copied()
-                .collect::<Vec<_>>()[..]
+            &ARP_REQ[..6].iter().chain(&[2, 0, 0, 0, 0, 9, 0x88, 0xb5]).copied().collect::<Vec<_>>()[..]
         );
     }
 

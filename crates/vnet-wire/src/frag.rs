@@ -63,20 +63,13 @@ pub fn split(
     }
     let mut pos = 0;
     for (i, piece) in frame.chunks(chunk).enumerate() {
-        let repr = VnetRepr {
-            frame_len: frame.len() as u32,
-            offset: (i * chunk) as u32,
-            ..base
-        };
+        let repr = VnetRepr { frame_len: frame.len() as u32, offset: (i * chunk) as u32, ..base };
         // `out` was checked to hold `need` bytes above.
         let _ = repr.emit(&mut out[pos..]);
         out[pos + HEADER_LEN..pos + HEADER_LEN + piece.len()].copy_from_slice(piece);
         pos += HEADER_LEN + piece.len();
     }
-    Ok(Segments {
-        total: pos,
-        segment: max_datagram.min(pos),
-    })
+    Ok(Segments { total: pos, segment: max_datagram.min(pos) })
 }
 
 #[cfg(test)]
@@ -85,13 +78,7 @@ mod tests {
     use crate::vnet::{Flags, VnetPacket};
 
     fn base() -> VnetRepr {
-        VnetRepr {
-            flags: Flags(0),
-            network: 3,
-            frame_id: 77,
-            frame_len: 0,
-            offset: 0,
-        }
+        VnetRepr { flags: Flags(0), network: 3, frame_id: 77, frame_len: 0, offset: 0 }
     }
 
     #[test]
@@ -116,30 +103,15 @@ mod tests {
     fn whole_frame_is_one_segment() {
         let mut out = [0u8; 100];
         let s = split(base(), &[1u8; 60], 1472, &mut out).unwrap();
-        assert_eq!(
-            s,
-            Segments {
-                total: 80,
-                segment: 80
-            }
-        );
+        assert_eq!(s, Segments { total: 80, segment: 80 });
         assert_eq!(s.ranges().count(), 1);
     }
 
     #[test]
     fn errors() {
         let mut out = [0u8; 10];
-        assert_eq!(
-            split(base(), &[], 1472, &mut out),
-            Err(FragError::TooLarge(0))
-        );
-        assert_eq!(
-            split(base(), &[1; 5], 20, &mut out),
-            Err(FragError::DatagramTooSmall(20))
-        );
-        assert_eq!(
-            split(base(), &[1; 5], 1000, &mut out),
-            Err(FragError::NoRoom { need: 25 })
-        );
+        assert_eq!(split(base(), &[], 1472, &mut out), Err(FragError::TooLarge(0)));
+        assert_eq!(split(base(), &[1; 5], 20, &mut out), Err(FragError::DatagramTooSmall(20)));
+        assert_eq!(split(base(), &[1; 5], 1000, &mut out), Err(FragError::NoRoom { need: 25 }));
     }
 }

@@ -39,11 +39,7 @@ impl MacAddr {
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let a = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            a[0], a[1], a[2], a[3], a[4], a[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", a[0], a[1], a[2], a[3], a[4], a[5])
     }
 }
 
@@ -67,11 +63,7 @@ impl FromStr for MacAddr {
         let mut out = [0u8; 6];
         let mut n = 0;
         for part in s.split(sep) {
-            if n == 6
-                || part.is_empty()
-                || part.len() > 2
-                || !part.bytes().all(|c| c.is_ascii_hexdigit())
-            {
+            if n == 6 || part.is_empty() || part.len() > 2 || !part.bytes().all(|c| c.is_ascii_hexdigit()) {
                 return Err(ParseMacError);
             }
             out[n] = u8::from_str_radix(part, 16).map_err(|_| ParseMacError)?;

@@ -34,11 +34,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config {
-            slots: 64,
-            max_frame: crate::vnet::MAX_FRAME_LEN as usize,
-            timeout_ns: 1_000_000_000,
-        }
+        Config { slots: 64, max_frame: crate::vnet::MAX_FRAME_LEN as usize, timeout_ns: 1_000_000_000 }
     }
 }
 
@@ -144,11 +140,7 @@ impl Reassembler {
                 buf: vec![0u8; cfg.max_frame].into_boxed_slice(),
             })
             .collect();
-        Reassembler {
-            cfg,
-            slots,
-            stats: Stats::default(),
-        }
+        Reassembler { cfg, slots, stats: Stats::default() }
     }
 
     pub fn stats(&self) -> Stats {
@@ -177,13 +169,7 @@ impl Reassembler {
 
     /// Takes one fragment of frame `repr.frame_id` from `source` (any number
     /// that names the sender, such as a link id).
-    pub fn push(
-        &mut self,
-        now_ns: u64,
-        source: u64,
-        repr: &VnetRepr,
-        payload: &[u8],
-    ) -> Outcome<'_> {
+    pub fn push(&mut self, now_ns: u64, source: u64, repr: &VnetRepr, payload: &[u8]) -> Outcome<'_> {
         self.stats.fragments += 1;
         let flen = repr.frame_len as usize;
         let end = repr.offset as usize + payload.len();
@@ -192,45 +178,43 @@ impl Reassembler {
             return Outcome::Dropped;
         }
         self.expire(now_ns);
-        let idx = match self
-            .slots
-            .iter()
-            .position(|s| s.busy && s.source == source && s.frame_id == repr.frame_id)
-        {
-            Some(i) => {
-                if self.slots[i].frame_len != repr.frame_len {
-                    self.slots[i].busy = false;
-                    self.stats.inconsistent += 1;
-                    return Outcome::Dropped;
-                }
-                i
-            }
-            None => {
-                let i = match self.slots.iter().position(|s| !s.busy) {
-                    Some(i) => i,
-                    None => {
-                        // Every slot busy: evict the oldest frame.
-                        let i = self
-                            .slots
-                            .iter()
-                            .enumerate()
-                            .min_by_key(|(_, s)| s.started_ns)
-                            .map(|(i, _)| i)
-                            .unwrap_or(0);
-                        self.stats.evicted += 1;
-                        i
+        let idx =
+            match self.slots.iter().position(|s| s.busy && s.source == source && s.frame_id == repr.frame_id)
+            {
+                Some(i) => {
+                    if self.slots[i].frame_len != repr.frame_len {
+                        self.slots[i].busy = false;
+                        self.stats.inconsistent += 1;
+                        return Outcome::Dropped;
                     }
-                };
-                let s = &mut self.slots[i];
-                s.busy = true;
-                s.source = source;
-                s.frame_id = repr.frame_id;
-                s.frame_len = repr.frame_len;
-                s.started_ns = now_ns;
-                s.n = 0;
-                i
-            }
-        };
+                    i
+                }
+                None => {
+                    let i = match self.slots.iter().position(|s| !s.busy) {
+                        Some(i) => i,
+                        None => {
+                            // Every slot busy: evict the oldest frame.
+                            let i = self
+                                .slots
+                                .iter()
+                                .enumerate()
+                                .min_by_key(|(_, s)| s.started_ns)
+                                .map(|(i, _)| i)
+                                .unwrap_or(0);
+                            self.stats.evicted += 1;
+                            i
+                        }
+                    };
+                    let s = &mut self.slots[i];
+                    s.busy = true;
+                    s.source = source;
+                    s.frame_id = repr.frame_id;
+                    s.frame_len = repr.frame_len;
+                    s.started_ns = now_ns;
+                    s.n = 0;
+                    i
+                }
+            };
         let s = &mut self.slots[idx];
         s.buf[repr.offset as usize..end].copy_from_slice(payload);
         if !s.add_range(repr.offset, end as u32) {
@@ -254,13 +238,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn repr(id: u32, len: u32, off: u32) -> VnetRepr {
-        VnetRepr {
-            flags: Flags(0),
-            network: 0,
-            frame_id: id,
-            frame_len: len,
-            offset: off,
-        }
+        VnetRepr { flags: Flags(0), network: 0, frame_id: id, frame_len: len, offset: off }
     }
 
     fn frame(n: usize) -> Vec<u8> {
@@ -268,20 +246,14 @@ mod tests {
     }
 
     fn small() -> Reassembler {
-        Reassembler::new(Config {
-            slots: 4,
-            max_frame: 70_000,
-            timeout_ns: 1000,
-        })
+        Reassembler::new(Config { slots: 4, max_frame: 70_000, timeout_ns: 1000 })
     }
 
     /// Feeds pieces `(off, len)` of `f` and returns the completed frame.
     fn feed(r: &mut Reassembler, id: u32, f: &[u8], pieces: &[(usize, usize)]) -> Option<Vec<u8>> {
         let mut done = None;
         for &(o, l) in pieces {
-            if let Outcome::Complete(b) =
-                r.push(0, 1, &repr(id, f.len() as u32, o as u32), &f[o..o + l])
-            {
+            if let Outcome::Complete(b) = r.push(0, 1, &repr(id, f.len() as u32, o as u32), &f[o..o + l]) {
                 done = Some(b.to_vec());
             }
         }
@@ -292,10 +264,7 @@ mod tests {
     fn in_order() {
         let f = frame(3000);
         let mut r = small();
-        assert_eq!(
-            feed(&mut r, 1, &f, &[(0, 1452), (1452, 1452), (2904, 96)]),
-            Some(f)
-        );
+        assert_eq!(feed(&mut r, 1, &f, &[(0, 1452), (1452, 1452), (2904, 96)]), Some(f));
         assert_eq!(r.in_progress(), 0);
     }
 
@@ -303,18 +272,7 @@ mod tests {
     fn reordered_duplicated_overlapping() {
         let f = frame(5000);
         let mut r = small();
-        let got = feed(
-            &mut r,
-            2,
-            &f,
-            &[
-                (4000, 1000),
-                (0, 1000),
-                (0, 1000),
-                (500, 2000),
-                (2400, 1700),
-            ],
-        );
+        let got = feed(&mut r, 2, &f, &[(4000, 1000), (0, 1000), (0, 1000), (500, 2000), (2400, 1700)]);
         assert_eq!(got, Some(f));
         assert_eq!(r.stats().completed, 1);
     }
@@ -336,22 +294,10 @@ mod tests {
     fn interleaved_frames_and_sources() {
         let (a, b) = (frame(2000), frame(2100));
         let mut r = small();
-        assert!(matches!(
-            r.push(0, 1, &repr(9, 2000, 0), &a[..1000]),
-            Outcome::Pending
-        ));
-        assert!(matches!(
-            r.push(0, 2, &repr(9, 2100, 0), &b[..1000]),
-            Outcome::Pending
-        ));
-        assert_eq!(
-            r.push(0, 2, &repr(9, 2100, 1000), &b[1000..]),
-            Outcome::Complete(&b[..])
-        );
-        assert_eq!(
-            r.push(0, 1, &repr(9, 2000, 1000), &a[1000..]),
-            Outcome::Complete(&a[..])
-        );
+        assert!(matches!(r.push(0, 1, &repr(9, 2000, 0), &a[..1000]), Outcome::Pending));
+        assert!(matches!(r.push(0, 2, &repr(9, 2100, 0), &b[..1000]), Outcome::Pending));
+        assert_eq!(r.push(0, 2, &repr(9, 2100, 1000), &b[1000..]), Outcome::Complete(&b[..]));
+        assert_eq!(r.push(0, 1, &repr(9, 2000, 1000), &a[1000..]), Outcome::Complete(&a[..]));
     }
 
     #[test]
@@ -359,10 +305,7 @@ mod tests {
         let mut r = small();
         let f = frame(2000);
         r.push(0, 1, &repr(5, 2000, 0), &f[..1000]);
-        assert_eq!(
-            r.push(0, 1, &repr(5, 1900, 1000), &f[1000..1900]),
-            Outcome::Dropped
-        );
+        assert_eq!(r.push(0, 1, &repr(5, 1900, 1000), &f[1000..1900]), Outcome::Dropped);
         assert_eq!(r.stats().inconsistent, 1);
     }
 
@@ -372,12 +315,7 @@ mod tests {
         let f = frame(10_000);
         let mut last = Outcome::Pending;
         for i in 0..=MAX_GAPS {
-            last = r.push(
-                0,
-                1,
-                &repr(6, 10_000, (i * 100) as u32),
-                &f[i * 100..i * 100 + 10],
-            );
+            last = r.push(0, 1, &repr(6, 10_000, (i * 100) as u32), &f[i * 100..i * 100 + 10]);
         }
         assert_eq!(last, Outcome::Dropped);
         assert_eq!(r.stats().too_fragmented, 1);
@@ -396,19 +334,13 @@ mod tests {
         assert!(r.stats().evicted + r.stats().timed_out >= 9_996);
         // A real frame still gets through after the flood.
         let g = frame(3000);
-        assert_eq!(
-            feed(&mut r, 1_000_000, &g, &[(0, 1500), (1500, 1500)]),
-            Some(g)
-        );
+        assert_eq!(feed(&mut r, 1_000_000, &g, &[(0, 1500), (1500, 1500)]), Some(g));
     }
 
     #[test]
     fn oversize_dropped() {
         let mut r = small();
-        assert_eq!(
-            r.push(0, 1, &repr(1, 80_000, 0), &[0; 10]),
-            Outcome::Dropped
-        );
+        assert_eq!(r.push(0, 1, &repr(1, 80_000, 0), &[0; 10]), Outcome::Dropped);
         assert_eq!(r.stats().too_large, 1);
     }
 

@@ -70,10 +70,7 @@ impl<T: AsRef<[u8]>> VnetPacket<T> {
     pub fn new_checked(buf: T) -> Result<Self> {
         let b = buf.as_ref();
         if b.len() < HEADER_LEN {
-            return Err(Error::Truncated {
-                need: HEADER_LEN,
-                have: b.len(),
-            });
+            return Err(Error::Truncated { need: HEADER_LEN, have: b.len() });
         }
         if b[field::VERSION] != VERSION {
             return Err(Error::Version(b[field::VERSION]));
@@ -207,13 +204,7 @@ mod tests {
         let r = VnetRepr::parse(&p);
         assert_eq!(
             r,
-            VnetRepr {
-                flags: Flags(0),
-                network: 7,
-                frame_id: 0x0102_0304,
-                frame_len: 14,
-                offset: 0
-            }
+            VnetRepr { flags: Flags(0), network: 7, frame_id: 0x0102_0304, frame_len: 14, offset: 0 }
         );
         assert!(r.is_whole(p.payload().len()));
         let mut out = [0u8; 20];
@@ -235,19 +226,13 @@ mod tests {
     fn rejects_malformed() {
         let mut v = VECTOR_WHOLE;
         v[0] = 2;
-        assert_eq!(
-            VnetPacket::new_checked(&v[..]).unwrap_err(),
-            Error::Version(2)
-        );
+        assert_eq!(VnetPacket::new_checked(&v[..]).unwrap_err(), Error::Version(2));
         let mut v = VECTOR_WHOLE;
         v[3] = 0x13;
         assert!(VnetPacket::new_checked(&v[..]).is_err());
         let mut v = VECTOR_WHOLE;
         v[1] = 0x80;
-        assert_eq!(
-            VnetPacket::new_checked(&v[..]).unwrap_err(),
-            Error::Malformed("flags")
-        );
+        assert_eq!(VnetPacket::new_checked(&v[..]).unwrap_err(), Error::Malformed("flags"));
         let mut v = VECTOR_WHOLE;
         v[15] = 13; // frame shorter than payload
         assert!(VnetPacket::new_checked(&v[..]).is_err());

@@ -38,9 +38,7 @@ impl Client {
                 Box::new(s)
             }
         };
-        Ok(Client {
-            r: BufReader::new(s),
-        })
+        Ok(Client { r: BufReader::new(s) })
     }
 
     /// Sends one line (no newline inside) and reads its reply.
@@ -57,10 +55,7 @@ impl Client {
         loop {
             let mut l = String::new();
             if self.r.read_line(&mut l)? == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "vnetd closed the connection",
-                ));
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "vnetd closed the connection"));
             }
             if let Some(rest) = l.strip_prefix("end ") {
                 let rest = rest.trim_end();

@@ -94,10 +94,7 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
     if let Some(t) = s.txn.as_mut() {
         t.lines += 1;
         if t.lines as usize > MAX_TXN_LINES {
-            return (
-                String::new(),
-                format!("end error transaction longer than {MAX_TXN_LINES} lines"),
-            );
+            return (String::new(), format!("end error transaction longer than {MAX_TXN_LINES} lines"));
         }
         let parsed = parse_line(line, t.lines, &mut s.section);
         return match parsed {
@@ -156,9 +153,7 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
                 });
                 (String::new(), ok())
             }
-            Command::Commit | Command::Abort => {
-                (String::new(), "end error no transaction is open".into())
-            }
+            Command::Commit | Command::Abort => (String::new(), "end error no transaction is open".into()),
             Command::Show { what, json } => (lock(daemon).show(what, json), ok()),
             _ => match lock(daemon).apply(std::slice::from_ref(&c)) {
                 Ok(()) => (String::new(), ok()),
@@ -179,18 +174,11 @@ fn lock(d: &Mutex<Daemon>) -> std::sync::MutexGuard<'_, Daemon> {
 pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(daemon: Arc<Mutex<Daemon>>, stream: S) {
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
-    let mut s = Session {
-        section: Section::None,
-        txn: None,
-    };
+    let mut s = Session { section: Section::None, txn: None };
     let mut buf = Vec::with_capacity(256);
     loop {
         buf.clear();
-        let n = match (&mut r)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut buf)
-            .await
-        {
+        let n = match (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await {
             Ok(n) => n,
             Err(_) => return,
         };
@@ -198,9 +186,7 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(daemon: Arc<Mutex<Dae
             return;
         }
         if buf.last() != Some(&b'\n') && buf.len() > MAX_LINE {
-            let _ = w
-                .write_all(format!("end error line longer than {MAX_LINE} bytes\n").as_bytes())
-                .await;
+            let _ = w.write_all(format!("end error line longer than {MAX_LINE} bytes\n").as_bytes()).await;
             return;
         }
         let reply = match std::str::from_utf8(&buf) {
@@ -249,7 +235,9 @@ pub async fn serve(
         }
         Endpoint::Tcp(addr) => {
             if !addr.ip().is_loopback() {
-                tracing::warn!("control port on non-loopback address {addr}: anyone who reaches it controls vnetd");
+                tracing::warn!(
+                    "control port on non-loopback address {addr}: anyone who reaches it controls vnetd"
+                );
             }
             let l = tokio::net::TcpListener::bind(addr).await?;
             loop {
@@ -279,9 +267,7 @@ fn spawn_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         Err(_) => {
             tokio::spawn(async move {
                 let mut c = c;
-                let _ = c
-                    .write_all(b"end error too many control connections\n")
-                    .await;
+                let _ = c.write_all(b"end error too many control connections\n").await;
             });
         }
     }
@@ -292,26 +278,14 @@ mod tests {
     use super::*;
 
     fn session() -> Session {
-        Session {
-            section: Section::None,
-            txn: None,
-        }
+        Session { section: Section::None, txn: None }
     }
 
     #[test]
     fn endpoints() {
-        assert_eq!(
-            "unix:/run/x.sock".parse(),
-            Ok(Endpoint::Unix("/run/x.sock".into()))
-        );
-        assert_eq!(
-            "tcp:7000".parse(),
-            Ok(Endpoint::Tcp("127.0.0.1:7000".parse().unwrap()))
-        );
-        assert_eq!(
-            "tcp:[::1]:7000".parse(),
-            Ok(Endpoint::Tcp("[::1]:7000".parse().unwrap()))
-        );
+        assert_eq!("unix:/run/x.sock".parse(), Ok(Endpoint::Unix("/run/x.sock".into())));
+        assert_eq!("tcp:7000".parse(), Ok(Endpoint::Tcp("127.0.0.1:7000".parse().unwrap())));
+        assert_eq!("tcp:[::1]:7000".parse(), Ok(Endpoint::Tcp("[::1]:7000".parse().unwrap())));
         assert!("udp:1".parse::<Endpoint>().is_err());
         assert!("unix:".parse::<Endpoint>().is_err());
     }
@@ -321,12 +295,7 @@ mod tests {
         let d = Mutex::new(Daemon::new());
         let mut s = session();
         // Use a loopback listen address with port 0 so no privileges are needed.
-        for l in [
-            "begin",
-            "listen udp 127.0.0.1:0",
-            "link b udp 127.0.0.2",
-            "route any any -> link b",
-        ] {
+        for l in ["begin", "listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
             assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
         }
         assert_eq!(handle_line(&d, &mut s, "commit").1, "end ok");
@@ -341,15 +310,39 @@ mod tests {
         assert!(e.starts_with("end error 2:23:"), "{e}");
         assert_eq!(lock(&d).state().routes.len(), 1, "nothing applied");
 
-        assert_eq!(
-            handle_line(&d, &mut s, "bogus").1.split(':').next(),
-            Some("end error 1")
-        );
+        assert_eq!(handle_line(&d, &mut s, "bogus").1.split(':').next(), Some("end error 1"));
         let (body, end) = handle_line(&d, &mut s, "show routes");
         assert_eq!(end, "end ok");
         assert!(body.contains("link b"), "{body}");
         let (body, _) = handle_line(&d, &mut s, "show stats json");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert!(v["global"]["no_route"].is_u64());
+    }
+
+    proptest::proptest! {
+        /// Whatever a client sends, the session answers with one closing line
+        /// and the daemon stays usable.
+        #[test]
+        fn any_line_gets_one_closing_reply(lines in proptest::collection::vec(
+            proptest::prop_oneof![
+                "\\PC{0,60}",
+                proptest::strategy::Strategy::prop_map(proptest::sample::select(vec![
+                    "begin", "commit", "abort", "[routes]", "[links]", "del 0", "show stats",
+                    "listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b",
+                    "delete link b", "delete route 0", "add 127.0.0.3 9000 udp",
+                ]), String::from),
+            ],
+            0..40,
+        )) {
+            let d = Mutex::new(Daemon::new());
+            let mut s = session();
+            for l in &lines {
+                let (body, end) = handle_line(&d, &mut s, l);
+                proptest::prop_assert!(end == "end ok" || end.starts_with("end error "), "{l:?} -> {end}");
+                proptest::prop_assert!(!body.lines().any(|b| b.starts_with("end ")));
+            }
+            let (_, end) = handle_line(&d, &mut session(), "show routes json");
+            proptest::prop_assert_eq!(end, "end ok");
+        }
     }
 }

@@ -14,10 +14,40 @@ use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use vnet_control::{Command, Error, InterfaceDef, Located, ShowWhat, State};
+use vnet_control::{Command, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State};
 use vnet_core::stats::Snapshot;
 use vnet_core::{Counters, Port, Route, RouteTable};
 use vnet_wire::reasm;
+
+/// Columns of the text tables of `show`.
+const IFACE_COLS: &[&str] = &[
+    "id",
+    "name",
+    "kind",
+    "dev",
+    "netns",
+    "mac",
+    "rx_packets",
+    "rx_bytes",
+    "tx_packets",
+    "tx_bytes",
+    "tx_drops",
+];
+const LINK_COLS: &[&str] = &[
+    "id",
+    "name",
+    "remote",
+    "format",
+    "network",
+    "mtu",
+    "rx_packets",
+    "rx_bytes",
+    "rx_drops",
+    "tx_packets",
+    "tx_bytes",
+    "tx_drops",
+];
+const ROUTE_COLS: &[&str] = &["id", "src", "dst", "to", "from", "packets", "bytes", "drops"];
 
 /// One host's vnet: configuration, resources and workers.
 pub struct Daemon {
@@ -74,11 +104,7 @@ impl Daemon {
                     .rev()
                     .find(|c| matches!(c.item, Command::Listen(_)))
                     .map_or(Default::default(), |c| c.pos);
-                Error::new(
-                    pos,
-                    format!("an address vnetd can bind ({})", next.listen),
-                    format!("error: {e}"),
-                )
+                Error::new(pos, format!("an address vnetd can bind ({})", next.listen), format!("error: {e}"))
             })?;
             new_socket = Some(sock);
         }
@@ -91,7 +117,7 @@ impl Daemon {
             let port = open_iface(def).map_err(|e| {
                 Error::new(
                     decl_pos(&def.name),
-                    "a TAP device vnetd can open and configure",
+                    "a device vnetd can open and configure",
                     format!("error: {e}"),
                 )
             })?;
@@ -126,12 +152,7 @@ impl Daemon {
         let route_counters: BTreeMap<u32, Arc<Counters>> = next
             .routes
             .keys()
-            .map(|id| {
-                (
-                    *id,
-                    self.route_counters.get(id).cloned().unwrap_or_default(),
-                )
-            })
+            .map(|id| (*id, self.route_counters.get(id).cloned().unwrap_or_default()))
             .collect();
         self.generation += 1;
         let routes = next
@@ -170,12 +191,8 @@ impl Daemon {
                 Err(e) => tracing::error!("cannot start the link worker: {e}"),
             }
         }
-        let gone: Vec<u32> = self
-            .ifaces
-            .keys()
-            .filter(|id| !next.interfaces.contains_key(id))
-            .copied()
-            .collect();
+        let gone: Vec<u32> =
+            self.ifaces.keys().filter(|id| !next.interfaces.contains_key(id)).copied().collect();
         for id in gone {
             if let Some((p, w)) = self.ifaces.remove(&id) {
                 w.stop();
@@ -183,9 +200,9 @@ impl Daemon {
             }
         }
         for p in opened {
-            match dataplane::spawn_tap_worker(&self.shared, p.clone()) {
+            match dataplane::spawn_iface_worker(&self.shared, p.clone()) {
                 Ok(w) => {
-                    tracing::info!(interface = %p.name, dev = %p.dev, mac = %p.mac, "interface attached");
+                    tracing::info!(interface = %p.name, dev = %p.dev, mac = ?p.mac, "interface attached");
                     self.ifaces.insert(p.id, (p, w));
                 }
                 Err(e) => tracing::error!("cannot start a worker for {}: {e}", p.name),
@@ -232,44 +249,7 @@ impl Daemon {
             return v.to_string();
         }
         let mut out = String::new();
-        for (key, cols) in [
-            (
-                "interfaces",
-                &[
-                    "id",
-                    "name",
-                    "dev",
-                    "netns",
-                    "mac",
-                    "rx_packets",
-                    "rx_bytes",
-                    "tx_packets",
-                    "tx_bytes",
-                    "tx_drops",
-                ][..],
-            ),
-            (
-                "links",
-                &[
-                    "id",
-                    "name",
-                    "remote",
-                    "format",
-                    "network",
-                    "mtu",
-                    "rx_packets",
-                    "rx_bytes",
-                    "rx_drops",
-                    "tx_packets",
-                    "tx_bytes",
-                    "tx_drops",
-                ][..],
-            ),
-            (
-                "routes",
-                &["id", "src", "dst", "to", "from", "packets", "bytes"][..],
-            ),
-        ] {
+        for (key, cols) in [("interfaces", IFACE_COLS), ("links", LINK_COLS), ("routes", ROUTE_COLS)] {
             if let Some(Value::Array(rows)) = v.get(key) {
                 if what == ShowWhat::Stats {
                     out.push_str(&format!("{key}:\n"));
@@ -295,11 +275,7 @@ impl Daemon {
             .routes
             .values()
             .map(|r| {
-                let c = self
-                    .route_counters
-                    .get(&r.id)
-                    .map(|c| c.snapshot())
-                    .unwrap_or_default();
+                let c = self.route_counters.get(&r.id).map(|c| c.snapshot()).unwrap_or_default();
                 json!({
                     "id": r.id,
                     "src": r.src.to_string(),
@@ -311,6 +287,7 @@ impl Daemon {
                     },
                     "packets": c.packets,
                     "bytes": c.bytes,
+                    "drops": c.drops,
                 })
             })
             .collect()
@@ -346,7 +323,8 @@ impl Daemon {
                     "name": p.name,
                     "dev": p.dev,
                     "netns": def.and_then(|d| d.netns.clone()).unwrap_or_else(|| "-".into()),
-                    "mac": p.mac.to_string(),
+                    "mac": p.mac.map_or("-".to_string(), |m| m.to_string()),
+                    "kind": match def.map(|d| d.kind) { Some(IfaceKind::Netdev) => "netdev", _ => "tap" },
                 });
                 counters_into(&mut v, p.rx.snapshot(), p.tx.snapshot());
                 v
@@ -408,12 +386,7 @@ fn table(cols: &[&str], rows: &[Value]) -> String {
         }
     }
     let line = |cells: Vec<String>| {
-        let mut s = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ");
+        let mut s = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ");
         s.truncate(s.trim_end().len());
         s.push('\n');
         s
@@ -434,24 +407,31 @@ fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
     Ok(Arc::new(s))
 }
 
-/// Opens (or attaches to) an interface's TAP, in its namespace if it has one,
-/// and configures MAC, MTU and link state.
+/// Opens an interface's device, in its namespace if it has one: a TAP
+/// (created if missing, MAC and MTU set, brought up) or a packet socket on an
+/// existing netdev (MTU set if asked; its MAC is the host side's, not the
+/// VM's, so it is left alone).
 fn open_iface(def: &InterfaceDef) -> std::io::Result<IfacePort> {
-    let dev = def.dev.clone();
-    let (mac, mtu) = (def.mac, def.mtu);
+    let (dev, kind, mac, mtu) = (def.dev.clone(), def.kind, def.mac, def.mtu);
     let setup = move || {
-        let tap = sys::open_tap(&dev)?;
-        if let Some(m) = mac {
+        let file = match kind {
+            IfaceKind::Tap => sys::open_tap(&dev)?,
+            IfaceKind::Netdev => sys::open_packet(&dev)?,
+        };
+        if let (IfaceKind::Tap, Some(m)) = (kind, mac) {
             sys::set_mac(&dev, m)?;
         }
         if let Some(m) = mtu {
             sys::set_mtu(&dev, m)?;
         }
         sys::set_up(&dev)?;
-        let mac = sys::get_mac(&dev)?;
-        Ok((tap, mac))
+        let mac = match kind {
+            IfaceKind::Tap => Some(sys::get_mac(&dev)?),
+            IfaceKind::Netdev => mac,
+        };
+        Ok((file, mac))
     };
-    let (tap, mac) = match &def.netns {
+    let (file, mac) = match &def.netns {
         Some(ns) => sys::in_netns(&sys::netns_path(ns), setup)?,
         None => setup()?,
     };
@@ -460,7 +440,7 @@ fn open_iface(def: &InterfaceDef) -> std::io::Result<IfacePort> {
         name: def.name.clone(),
         dev: def.dev.clone(),
         mac,
-        tap,
+        file,
         rx: Counters::default(),
         tx: Counters::default(),
     })

@@ -1,5 +1,5 @@
-//! The data path: workers that move frames between TAP interfaces and the
-//! UDP link socket.
+//! The data path: workers that move frames between interfaces (TAPs and
+//! netdevs) and the UDP link socket.
 //!
 //! Written by hand because it is the product: no library does Palacios
 //! routing over TAPs and UDP with vnet's formats. The shape leaves room for
@@ -49,8 +49,11 @@ pub struct IfacePort {
     pub id: u32,
     pub name: String,
     pub dev: String,
-    pub mac: MacAddr,
-    pub tap: File,
+    /// The VM's MAC, when known (a TAP's own address, or the `mac` option).
+    pub mac: Option<MacAddr>,
+    /// The TAP's file, or a packet socket bound to the netdev: either way a
+    /// read takes one frame from the VM and a write gives one to it.
+    pub file: File,
     /// Frames from the VM.
     pub rx: Counters,
     /// Frames to the VM.
@@ -70,12 +73,7 @@ pub struct LinkPort {
 
 impl LinkPort {
     pub fn new(def: LinkDef) -> Self {
-        LinkPort {
-            def,
-            rx: Counters::default(),
-            tx: Counters::default(),
-            next_frame_id: AtomicU32::new(0),
-        }
+        LinkPort { def, rx: Counters::default(), tx: Counters::default(), next_frame_id: AtomicU32::new(0) }
     }
 
     /// The largest UDP payload that crosses the underlay unfragmented.
@@ -166,38 +164,29 @@ impl Forwarder {
             g.malformed.fetch_add(1, Relaxed);
             return;
         };
-        self.cache.lookup(
-            &plane.table,
-            ingress,
-            eth.src(),
-            eth.dst(),
-            &mut self.decisions,
-        );
+        self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
         if self.decisions.is_empty() {
             g.no_route.fetch_add(1, Relaxed);
         }
         for &(port, ri) in &self.decisions {
+            let delivered = match port {
+                Port::Interface(id) => plane.ifaces.get(&id).is_some_and(|i| {
+                    // A TAP write or packet-socket send takes a whole frame or fails.
+                    let ok = matches!((&i.file).write(frame), Ok(n) if n == frame.len());
+                    count(&i.tx, ok, frame.len());
+                    ok
+                }),
+                Port::Link(id) => match (plane.links.get(&id), &plane.socket) {
+                    (Some(l), Some(sock)) => {
+                        let ok = send_link(l, sock, frame, &mut self.scratch).is_ok();
+                        count(&l.tx, ok, frame.len());
+                        ok
+                    }
+                    _ => false,
+                },
+            };
             if let Some(r) = plane.table.route(ri) {
-                r.counters.add(frame.len());
-            }
-            match port {
-                Port::Interface(id) => {
-                    if let Some(i) = plane.ifaces.get(&id) {
-                        // A TAP write takes a whole frame or fails.
-                        match (&i.tap).write(frame) {
-                            Ok(n) if n == frame.len() => i.tx.add(frame.len()),
-                            _ => i.tx.drop_one(),
-                        }
-                    }
-                }
-                Port::Link(id) => {
-                    if let (Some(l), Some(sock)) = (plane.links.get(&id), &plane.socket) {
-                        match send_link(l, sock, frame, &mut self.scratch) {
-                            Ok(()) => l.tx.add(frame.len()),
-                            Err(_) => l.tx.drop_one(),
-                        }
-                    }
-                }
+                count(&r.counters, delivered, frame.len());
             }
         }
     }
@@ -206,11 +195,19 @@ impl Forwarder {
     fn report(&mut self) {
         let s = self.cache.stats();
         let g = &self.shared.global;
-        g.cache_hits
-            .fetch_add(s.hits - self.cache_reported.0, Relaxed);
-        g.cache_misses
-            .fetch_add(s.misses - self.cache_reported.1, Relaxed);
+        g.cache_hits.fetch_add(s.hits - self.cache_reported.0, Relaxed);
+        g.cache_misses.fetch_add(s.misses - self.cache_reported.1, Relaxed);
         self.cache_reported = (s.hits, s.misses);
+    }
+}
+
+/// Counts a frame as delivered or dropped.
+#[inline]
+fn count(c: &Counters, ok: bool, len: usize) {
+    if ok {
+        c.add(len);
+    } else {
+        c.drop_one();
     }
 }
 
@@ -277,8 +274,7 @@ fn spawn_worker(
     mut body: impl FnMut() + Send + 'static,
 ) -> io::Result<WorkerHandle> {
     let mut poll = Poll::new()?;
-    poll.registry()
-        .register(&mut SourceFd(&fd), SOURCE, Interest::READABLE)?;
+    poll.registry().register(&mut SourceFd(&fd), SOURCE, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -298,22 +294,18 @@ fn spawn_worker(
             }
         }
     })?;
-    Ok(WorkerHandle {
-        stop,
-        waker,
-        join: Some(join),
-    })
+    Ok(WorkerHandle { stop, waker, join: Some(join) })
 }
 
-/// Starts the worker that reads frames from interface `iface`'s TAP.
-pub fn spawn_tap_worker(shared: &Arc<Shared>, iface: Arc<IfacePort>) -> io::Result<WorkerHandle> {
-    let fd = iface.tap.as_raw_fd();
+/// Starts the worker that reads the frames interface `iface`'s VM sends.
+pub fn spawn_iface_worker(shared: &Arc<Shared>, iface: Arc<IfacePort>) -> io::Result<WorkerHandle> {
+    let fd = iface.file.as_raw_fd();
     let mut fw = Forwarder::new(shared.clone());
     let mut buf = vec![0u8; MAX_FRAME];
     let iface_id = iface.id;
     let port = Port::Interface(iface_id);
     let body = move || loop {
-        match (&iface.tap).read(&mut buf) {
+        match (&iface.file).read(&mut buf) {
             Ok(n) => {
                 iface.rx.add(n);
                 let plane = fw.shared.plane.load();
@@ -332,7 +324,7 @@ pub fn spawn_tap_worker(shared: &Arc<Shared>, iface: Arc<IfacePort>) -> io::Resu
             }
         }
     };
-    spawn_worker(format!("vnet-tap{}", iface_id), fd, body)
+    spawn_worker(format!("vnet-if{iface_id}"), fd, body)
 }
 
 /// Starts the worker that receives datagrams on the link socket.
@@ -343,10 +335,7 @@ pub fn spawn_link_worker(
 ) -> io::Result<WorkerHandle> {
     let fd = sock.as_raw_fd();
     let mut fw = Forwarder::new(shared.clone());
-    let mut rx = RxState {
-        buf: vec![0u8; 1 << 16],
-        reasm: reasm::Reassembler::new(reasm_cfg),
-    };
+    let mut rx = RxState { buf: vec![0u8; 1 << 16], reasm: reasm::Reassembler::new(reasm_cfg) };
     let body = move || loop {
         match sock.recv_from(&mut rx.buf) {
             Ok((n, from)) => {
@@ -379,11 +368,7 @@ impl RxState {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
             v4 => v4,
         };
-        let Some(link) = plane
-            .links_by_ip
-            .get(&ip)
-            .and_then(|id| plane.links.get(id))
-        else {
+        let Some(link) = plane.links_by_ip.get(&ip).and_then(|id| plane.links.get(id)) else {
             g.unknown_source.fetch_add(1, Relaxed);
             return;
         };
@@ -413,8 +398,7 @@ impl RxState {
                 }
                 let now = fw.shared.now_ns();
                 if let reasm::Outcome::Complete(frame) =
-                    self.reasm
-                        .push(now, u64::from(link.def.id), &repr, p.payload())
+                    self.reasm.push(now, u64::from(link.def.id), &repr, p.payload())
                 {
                     link.rx.add(frame.len());
                     fw.forward(plane, port, frame);
@@ -429,7 +413,6 @@ impl RxState {
         g.reasm_completed.store(s.completed, Relaxed);
         g.reasm_timed_out.store(s.timed_out, Relaxed);
         g.reasm_evicted.store(s.evicted, Relaxed);
-        g.reasm_rejected
-            .store(s.too_large + s.inconsistent + s.too_fragmented, Relaxed);
+        g.reasm_rejected.store(s.too_large + s.inconsistent + s.too_fragmented, Relaxed);
     }
 }

@@ -5,10 +5,7 @@ use std::sync::{Arc, Mutex};
 use vnetd::{control, Daemon, Endpoint};
 
 #[derive(Parser)]
-#[command(
-    version,
-    about = "vnet host daemon: a layer-2 overlay for VMs and containers"
-)]
+#[command(version, about = "vnet host daemon: a layer-2 overlay for VMs and containers")]
 struct Args {
     /// Config file in the vnet control language, applied at start.
     #[arg(long, short)]
@@ -43,10 +40,7 @@ fn main() -> std::process::ExitCode {
         }
     }
     let daemon = Arc::new(Mutex::new(daemon));
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("vnetd: cannot start the runtime: {e}");
@@ -55,11 +49,10 @@ fn main() -> std::process::ExitCode {
     };
     let served = rt.block_on(async {
         let shutdown = async {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(_) => return std::future::pending().await,
-                };
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
             tokio::select! {
                 _ = term.recv() => {},
                 _ = tokio::signal::ctrl_c() => {},

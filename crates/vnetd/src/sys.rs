@@ -2,6 +2,7 @@
 //! device setup (`TUNSETIFF`), interface ioctls (MAC, MTU, flags) and
 //! entering a network namespace (`setns`).
 //!
+//! It also opens raw packet sockets on existing netdevs (`open_packet`).
 //! Everything else uses safe wrappers (`std::fs::File` for TAP reads and
 //! writes, `std::net` and `mio` for sockets). Each `unsafe` block states the
 //! invariants it relies on.
@@ -19,10 +20,7 @@ pub const IFNAMSIZ_MAX: usize = libc::IFNAMSIZ - 1;
 
 fn ifreq(name: &str) -> io::Result<libc::ifreq> {
     if name.is_empty() || name.len() > IFNAMSIZ_MAX || name.contains('\0') {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("bad interface name `{name}`"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad interface name `{name}`")));
     }
     // SAFETY:
     // - `ifreq` is a plain C struct of integers, arrays and a union of them;
@@ -160,30 +158,80 @@ pub fn netns_path(ns: &str) -> std::path::PathBuf {
 /// variants), else as far as those limits allow.
 pub fn set_socket_buffers(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
     let v = bytes.min(i32::MAX as usize) as libc::c_int;
-    for (force, plain) in [
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-    ] {
-        for opt in [force, plain] {
-            // SAFETY:
-            // - `sock` is an open socket for the whole call.
-            // - the option value is one `c_int`, passed by pointer with its size.
-            let rc = unsafe {
-                libc::setsockopt(
-                    sock.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&v as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if rc == 0 {
-                break;
-            }
-            if opt == plain {
-                return Err(io::Error::last_os_error());
-            }
+    for (force, plain) in [(libc::SO_SNDBUFFORCE, libc::SO_SNDBUF), (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)] {
+        if setsockopt_raw(sock, libc::SOL_SOCKET, force, &v).is_err() {
+            setsockopt_raw(sock, libc::SOL_SOCKET, plain, &v)?;
         }
     }
     Ok(())
+}
+
+fn setsockopt_raw<T>(fd: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY:
+    // - `fd` is an open socket for the whole call.
+    // - `val` is a live `T` and its exact size is passed with it; the kernel
+    //   only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            opt,
+            (val as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens a raw packet socket bound to the existing netdev `name` (the host
+/// end of a container's veth, or a TAP that QEMU holds): non-blocking,
+/// promiscuous, not seeing its own transmissions. Reads return whole frames;
+/// writes send a frame out of the device (towards the VM).
+pub fn open_packet(name: &str) -> io::Result<File> {
+    let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `cname` is a valid NUL-terminated string for the call.
+    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Protocol 0: receive nothing until bound to the device.
+    // SAFETY: `socket` takes no pointers; the result is checked below.
+    let fd = unsafe {
+        libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by `socket`, is valid and owned by no one else.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: `sockaddr_ll` is a plain C struct; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY:
+    // - `sock` is an open packet socket.
+    // - `sll` is a live `sockaddr_ll` and its size is passed with it.
+    let rc = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    setsockopt_raw(&sock, libc::SOL_PACKET, 23 /* PACKET_IGNORE_OUTGOING */, &(1 as libc::c_int))?;
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as i32,
+        mr_type: 1 as libc::c_ushort, // PACKET_MR_PROMISC
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    setsockopt_raw(&sock, libc::SOL_PACKET, 1 /* PACKET_ADD_MEMBERSHIP */, &mreq)?;
+    Ok(File::from(sock))
 }
