@@ -20,6 +20,8 @@
 //! SIGTERM) remove them. Only processes the lab started are killed, by pid.
 //! Traffic stays inside the lab's namespaces.
 
+pub mod bench;
+
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -48,7 +50,7 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
     move |source| Error::Io { what, source }
 }
@@ -144,6 +146,23 @@ pub struct Spec {
     /// Hosts whose VMs are containers on a veth pair (vnetd attaches to the
     /// host end as a `netdev`) instead of owning a TAP.
     pub veth_hosts: Vec<usize>,
+    /// What joins the VMs: vnet, the kernel's VXLAN, or nothing (hosts only).
+    pub overlay: Overlay,
+    /// Shape each host's underlay egress to this rate (`tc tbf`), e.g. "10gbit".
+    pub shape: Option<String>,
+    /// TCP congestion control set in every namespace, e.g. "cubic".
+    pub congestion_control: Option<String>,
+}
+
+/// What joins the lab's VMs across hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlay {
+    /// A vnetd per host; VMs on TAPs (or veths, see `veth_hosts`).
+    Vnet,
+    /// A Linux bridge and a kernel vxlan device per host; VMs on veths.
+    Vxlan,
+    /// No overlay and no vnetd: the hosts alone (the native baseline).
+    None,
 }
 
 impl Default for Spec {
@@ -156,6 +175,9 @@ impl Default for Spec {
             vm_mtu: 1500,
             palacios_hosts: Vec::new(),
             veth_hosts: Vec::new(),
+            overlay: Overlay::Vnet,
+            shape: None,
+            congestion_control: None,
         }
     }
 }
@@ -230,8 +252,10 @@ impl Lab {
         let mut lab =
             Lab { prefix, spec, hosts: Vec::new(), dir, namespaces: Vec::new(), children: Vec::new() };
         lab.build()?;
-        for h in 0..lab.hosts.len() {
-            lab.start_vnetd(h)?;
+        if lab.spec.overlay == Overlay::Vnet {
+            for h in 0..lab.hosts.len() {
+                lab.start_vnetd(h)?;
+            }
         }
         Ok(lab)
     }
@@ -241,6 +265,10 @@ impl Lab {
         registry().0.push(name.clone());
         self.namespaces.push(name.clone());
         self.ns_exec(&name, &["ip", "link", "set", "lo", "up"])?;
+        // Every namespace alike: the same congestion control, whatever the machine's default.
+        if let Some(cc) = &self.spec.congestion_control {
+            self.ns_exec(&name, &["sysctl", "-q", "-w", &format!("net.ipv4.tcp_congestion_control={cc}")])?;
+        }
         Ok(name)
     }
 
@@ -333,12 +361,26 @@ impl Lab {
                     &host.ns,
                     &["ip", "addr", "add", &format!("{}/24", host.underlay_ip), "dev", dev],
                 )?;
+                if let Some(rate) = &s.shape {
+                    self.ns_exec(
+                        &host.ns,
+                        &[
+                            "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "4mb",
+                            "latency", "20ms",
+                        ],
+                    )?;
+                }
+            }
+        }
+        if s.overlay == Overlay::Vxlan {
+            for (h, host) in hosts.iter().enumerate() {
+                self.vxlan_host(h, host, &hosts)?;
             }
         }
         for (h, host) in hosts.iter_mut().enumerate() {
             for v in 0..s.vms_per_host {
                 let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
-                let veth = s.veth_hosts.contains(&h);
+                let veth = s.veth_hosts.contains(&h) || s.overlay == Overlay::Vxlan;
                 let dev = if veth { "eth0" } else { "vt0" };
                 let vm = Vm {
                     ns: ns.clone(),
@@ -362,8 +404,12 @@ impl Lab {
                         "netns", &ns,
                     ])?;
                     self.ns_exec(&host.ns, &["ip", "link", "set", hd, "mtu", &mtu, "up"])?;
-                    // vnetd sees frames before the kernel would fill in offloaded checksums.
-                    self.ns_exec(&ns, &["ethtool", "-K", dev, "tx", "off"])?;
+                    if s.overlay == Overlay::Vxlan {
+                        self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
+                    } else {
+                        // vnetd sees frames before the kernel would fill in offloaded checksums.
+                        self.ns_exec(&ns, &["ethtool", "-K", dev, "tx", "off"])?;
+                    }
                 } else {
                     self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
                 }
@@ -372,11 +418,67 @@ impl Lab {
                 host.vms.push(vm);
             }
         }
+        if s.overlay == Overlay::Vxlan {
+            // Static forwarding: every VM MAC to its host's VTEP, no learning.
+            for (h, host) in hosts.iter().enumerate() {
+                for (k, other) in hosts.iter().enumerate() {
+                    if k == h {
+                        continue;
+                    }
+                    let dst = other.underlay_ip.to_string();
+                    for vm in &other.vms {
+                        let a = ["bridge", "fdb", "add", &vm.mac, "dev", "vxlan0", "dst", &dst, "static"];
+                        self.ns_exec(&host.ns, &a)?;
+                    }
+                }
+            }
+        }
         for h in 0..hosts.len() {
             let text = config_for(&s, &hosts, h);
             std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
         }
         self.hosts = hosts;
+        Ok(())
+    }
+
+    /// Host `h`'s kernel VXLAN: a bridge, a vxlan device (VNI 42, port 4789,
+    /// no learning) and flooding entries for every other host.
+    fn vxlan_host(&self, h: usize, host: &Host, hosts: &[Host]) -> Result<()> {
+        let ns = host.ns.as_str();
+        let mtu = self.spec.vm_mtu.to_string();
+        self.ns_exec(ns, &["ip", "link", "add", "br0", "type", "bridge"])?;
+        let local = host.underlay_ip.to_string();
+        self.ns_exec(
+            ns,
+            &[
+                "ip",
+                "link",
+                "add",
+                "vxlan0",
+                "type",
+                "vxlan",
+                "id",
+                "42",
+                "local",
+                &local,
+                "dstport",
+                "4789",
+                "nolearning",
+                "dev",
+                &host.underlay_dev,
+            ],
+        )?;
+        self.ns_exec(ns, &["ip", "link", "set", "vxlan0", "mtu", &mtu, "master", "br0", "up"])?;
+        self.ns_exec(ns, &["ip", "link", "set", "br0", "mtu", &mtu, "up"])?;
+        for (k, other) in hosts.iter().enumerate() {
+            if k != h {
+                let dst = other.underlay_ip.to_string();
+                self.ns_exec(
+                    ns,
+                    &["bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vxlan0", "dst", &dst],
+                )?;
+            }
+        }
         Ok(())
     }
 

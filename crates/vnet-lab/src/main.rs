@@ -28,6 +28,27 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         seconds: u32,
     },
+    /// Measure native, kernel VXLAN and vnet in one run; write JSON, a
+    /// Markdown table of ratios to native, and plots.
+    Bench {
+        /// One condition (MTU 1500, unshaped), one repeat, short runs.
+        #[arg(long)]
+        quick: bool,
+        #[arg(long)]
+        repeats: Option<usize>,
+        /// Seconds per iperf3/sockperf run.
+        #[arg(long)]
+        seconds: Option<u32>,
+        /// Output directory (default results/<timestamp>).
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Only these cases (native, vxlan, vnet-user-raw, vnet-user-vnet).
+        #[arg(long, value_delimiter = ',')]
+        cases: Vec<String>,
+        /// The compiled bench/mpi_pingpong.c.
+        #[arg(long)]
+        mpi: std::path::PathBuf,
+    },
     /// Build a lab and keep it until Ctrl-C, printing how to reach it.
     Up {
         #[arg(long, default_value_t = 2)]
@@ -51,6 +72,9 @@ fn main() -> ExitCode {
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds } => demo(fmt(format), seconds),
         Cmd::Up { hosts, vms, format } => up(hosts, vms, fmt(format)),
+        Cmd::Bench { quick, repeats, seconds, out, cases, mpi } => {
+            bench(quick, repeats, seconds, out, cases, mpi)
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -119,4 +143,74 @@ fn up(hosts: usize, vms: usize, format: Format) -> vnet_lab::Result<()> {
     loop {
         std::thread::sleep(std::time::Duration::from_secs(3600));
     }
+}
+
+fn bench(
+    quick: bool,
+    repeats: Option<usize>,
+    seconds: Option<u32>,
+    out: Option<std::path::PathBuf>,
+    cases: Vec<String>,
+    mpi: std::path::PathBuf,
+) -> vnet_lab::Result<()> {
+    use vnet_lab::bench::{self, Case, Condition};
+    let repo = bench::repo_dir();
+    let all = Case::all();
+    let cases: Vec<Case> = if cases.is_empty() {
+        all
+    } else {
+        let mut v = Vec::new();
+        for c in &cases {
+            match all.iter().find(|k| k.name() == c) {
+                Some(k) => v.push(*k),
+                None => return Err(vnet_lab::Error::Other(format!("unknown case `{c}`"))),
+            }
+        }
+        if !v.contains(&Case::Native) {
+            v.insert(0, Case::Native); // every figure is a ratio to native
+        }
+        v
+    };
+    let conditions = if quick {
+        vec![Condition { mtu: 1500, shaped: None }]
+    } else {
+        let mut c = Vec::new();
+        for mtu in [1500, 9000] {
+            for shaped in [None, Some("10gbit".to_string())] {
+                c.push(Condition { mtu, shaped });
+            }
+        }
+        c
+    };
+    let stamp = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y%m%dT%H%M%SZ")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|_| "run".into());
+    let opts = bench::Opts {
+        cases,
+        conditions,
+        repeats: repeats.unwrap_or(if quick { 1 } else { 3 }),
+        seconds: seconds.unwrap_or(if quick { 2 } else { 5 }),
+        pings: if quick { 100 } else { 200 },
+        mpi_max: if quick { 1 << 20 } else { 4 << 20 },
+        mpi_scale: if quick { 0.1 } else { 0.5 },
+        mpi_bin: mpi,
+        rsh_agent: repo.join("bench").join("rsh-netns"),
+        out: out.unwrap_or_else(|| repo.join("results").join(stamp)),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let dir = bench::run(&opts)?;
+    let plot = std::process::Command::new("/usr/bin/python3")
+        .arg(repo.join("bench").join("plot.py"))
+        .arg(dir.join("results.json"))
+        .arg(&dir)
+        .status();
+    if !matches!(plot, Ok(s) if s.success()) {
+        eprintln!("vnet-lab: plotting failed (is python3-matplotlib installed?)");
+    }
+    println!("{}", std::fs::read_to_string(dir.join("results.md")).unwrap_or_default());
+    println!("results in {}", dir.display());
+    Ok(())
 }

@@ -1,0 +1,561 @@
+//! The benchmark: native, kernel VXLAN and every vnet path, measured in one
+//! run on the same machine, each figure reported as a ratio to native.
+//!
+//! For every condition (underlay MTU, shaping), repeat and case, the bench
+//! builds a fresh lab, warms it up, waits until the machine is idle, runs
+//! every measurement, and tears the lab down (its `Drop`, also on failure;
+//! Ctrl-C is handled by the lab's signal cleanup). A case that fails is
+//! recorded as failed with its error, never skipped silently.
+//!
+//! Results go to `<out>/results.json` (every sample), `<out>/results.md`
+//! (medians as ratios to native, with the spread of the repeats) and PNG
+//! plots made by `bench/plot.py`.
+
+use crate::{Format, Lab, Overlay, Spec};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A kind of path between two endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    Native,
+    Vxlan,
+    VnetUser(Format),
+}
+
+impl Case {
+    pub fn name(self) -> &'static str {
+        match self {
+            Case::Native => "native",
+            Case::Vxlan => "vxlan",
+            Case::VnetUser(Format::Raw) => "vnet-user-raw",
+            Case::VnetUser(Format::Vnet) => "vnet-user-vnet",
+        }
+    }
+
+    pub fn all() -> Vec<Case> {
+        vec![Case::Native, Case::Vxlan, Case::VnetUser(Format::Raw), Case::VnetUser(Format::Vnet)]
+    }
+
+    /// The endpoints' MTU over an underlay of `mtu`.
+    fn endpoint_mtu(self, mtu: u32) -> u32 {
+        match self {
+            Case::Native => mtu,
+            Case::Vxlan => mtu - 50, // outer IPv4 20 + UDP 8 + VXLAN 8 + Ethernet 14
+            Case::VnetUser(Format::Raw) => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
+            Case::VnetUser(Format::Vnet) => 65_000, // vnet splits frames itself
+        }
+    }
+}
+
+/// Underlay conditions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Condition {
+    pub mtu: u32,
+    pub shaped: Option<String>,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Opts {
+    pub cases: Vec<Case>,
+    pub conditions: Vec<Condition>,
+    pub repeats: usize,
+    /// Seconds per iperf3 and sockperf run.
+    pub seconds: u32,
+    /// Pings per RTT measurement (10 ms apart).
+    pub pings: u32,
+    /// Largest MPI message, and the iteration scale (1.0 = full).
+    pub mpi_max: u64,
+    pub mpi_scale: f64,
+    /// The compiled `bench/mpi_pingpong.c`, and `bench/rsh-netns`.
+    pub mpi_bin: PathBuf,
+    pub rsh_agent: PathBuf,
+    pub out: PathBuf,
+    pub command: String,
+}
+
+/// One measured value.
+struct Sample {
+    metric: String,
+    unit: &'static str,
+    value: f64,
+}
+
+fn sample(metric: impl Into<String>, unit: &'static str, value: f64) -> Sample {
+    Sample { metric: metric.into(), unit, value }
+}
+
+type Key = (String, u32, Option<String>, String); // case, mtu, shaped, metric
+
+/// Runs the whole matrix and writes the results. Returns the output directory.
+pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
+    std::fs::create_dir_all(&opts.out).map_err(crate::io("creating the results directory"))?;
+    let mut rows: BTreeMap<Key, (&'static str, Vec<f64>)> = BTreeMap::new();
+    let mut failures: Vec<Value> = Vec::new();
+    let mut steal: Vec<f64> = Vec::new();
+    let total = opts.conditions.len() * opts.repeats * opts.cases.len();
+    let mut n = 0;
+    for cond in &opts.conditions {
+        for rep in 0..opts.repeats {
+            for &case in &opts.cases {
+                n += 1;
+                let t0 = Instant::now();
+                eprint!(
+                    "[{n}/{total}] mtu {} {} repeat {} {} ... ",
+                    cond.mtu,
+                    cond.shaped.as_deref().unwrap_or("unshaped"),
+                    rep + 1,
+                    case.name()
+                );
+                match measure(case, cond, opts) {
+                    Ok((samples, st)) => {
+                        steal.push(st);
+                        eprintln!("ok ({:.0} s)", t0.elapsed().as_secs_f64());
+                        for s in samples {
+                            let key = (case.name().to_string(), cond.mtu, cond.shaped.clone(), s.metric);
+                            rows.entry(key).or_insert((s.unit, Vec::new())).1.push(s.value);
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("FAILED: {e}");
+                        failures.push(json!({
+                            "case": case.name(), "mtu": cond.mtu, "shaped": cond.shaped,
+                            "repeat": rep + 1, "error": e,
+                        }));
+                    }
+                }
+            }
+        }
+    }
+    let results: Vec<Value> = rows
+        .iter()
+        .map(|((case, mtu, shaped, metric), (unit, samples))| {
+            json!({
+                "case": case, "mtu": mtu, "shaped": shaped, "metric": metric, "unit": unit,
+                "samples": samples, "median": median(samples),
+            })
+        })
+        .collect();
+    let doc = json!({
+        "date": now_utc(),
+        "machine": machine(),
+        "kernel": sh(&["uname", "-r"]),
+        "command": opts.command,
+        // New namespaces inherit the machine's default; all cases alike.
+        "congestion_control": std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .unwrap_or_default().trim(),
+        "repeats": opts.repeats,
+        "seconds": opts.seconds,
+        "steal_pct_median": median(&steal),
+        "notes": [
+            "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
+            "Endpoint MTU: native = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
+            "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
+            "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
+        ],
+        "failures": failures,
+        "results": results,
+    });
+    let json_path = opts.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&doc).unwrap_or_default())
+        .map_err(crate::io("writing results.json"))?;
+    std::fs::write(opts.out.join("results.md"), markdown(&doc)).map_err(crate::io("writing results.md"))?;
+    Ok(opts.out.clone())
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let m = s.len() / 2;
+    Some(if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 })
+}
+
+fn sh(args: &[&str]) -> String {
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn now_utc() -> String {
+    sh(&["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"])
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0))
+        })
+        .unwrap_or(0);
+    format!("{} cores, {cpu}, {} GiB", sh(&["nproc"]), mem / 1024 / 1024)
+}
+
+/// CPU time counters from /proc/stat: (busy, steal, total) in ticks.
+fn cpu_ticks() -> (u64, u64, u64) {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<u64> =
+        text.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let g = |i: usize| f.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal
+    let busy = g(0) + g(1) + g(2) + g(5) + g(6);
+    (busy, g(7), busy + g(3) + g(4) + g(7))
+}
+
+/// Waits until the machine is idle (busy < 15 %, steal < 10 % over 0.5 s),
+/// up to 20 tries. Returns the steal percentage of the last sample.
+fn wait_idle() -> f64 {
+    let mut steal = 0.0;
+    for _ in 0..20 {
+        let a = cpu_ticks();
+        std::thread::sleep(Duration::from_millis(500));
+        let b = cpu_ticks();
+        let total = (b.2 - a.2).max(1) as f64;
+        let busy = (b.0 - a.0) as f64 / total * 100.0;
+        steal = (b.1 - a.1) as f64 / total * 100.0;
+        if busy < 15.0 && steal < 10.0 {
+            return steal;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    steal
+}
+
+/// One endpoint of a measurement.
+struct End {
+    ns: String,
+    ip: String,
+}
+
+fn measure(case: Case, cond: &Condition, opts: &Opts) -> Result<(Vec<Sample>, f64), String> {
+    let (overlay, format) = match case {
+        Case::Native => (Overlay::None, Format::Raw),
+        Case::Vxlan => (Overlay::Vxlan, Format::Raw),
+        Case::VnetUser(f) => (Overlay::Vnet, f),
+    };
+    let spec = Spec {
+        hosts: 2,
+        vms_per_host: if case == Case::Native { 0 } else { 1 },
+        format,
+        underlay_mtu: cond.mtu,
+        vm_mtu: case.endpoint_mtu(cond.mtu),
+        overlay,
+        shape: cond.shaped.clone(),
+        ..Spec::default()
+    };
+    let mut lab = Lab::up(spec).map_err(|e| format!("lab: {e}"))?;
+    let (a, b) = if case == Case::Native {
+        (
+            End { ns: lab.hosts[0].ns.clone(), ip: lab.hosts[0].underlay_ip.to_string() },
+            End { ns: lab.hosts[1].ns.clone(), ip: lab.hosts[1].underlay_ip.to_string() },
+        )
+    } else {
+        let (x, y) = (lab.vm(0, 0), lab.vm(1, 0));
+        (End { ns: x.ns.clone(), ip: x.ip.to_string() }, End { ns: y.ns.clone(), ip: y.ip.to_string() })
+    };
+    let subnet = if case == Case::Native { "10.77.0.0/24" } else { "10.88.0.0/16" };
+    let mtu = case.endpoint_mtu(cond.mtu);
+    let secs = opts.seconds;
+    let e = |x: crate::Error| x.to_string();
+
+    // Warm up: reachability, ARP, a short transfer.
+    let mut reachable = false;
+    for _ in 0..20 {
+        let o = lab.ns_output(&a.ns, &["ping", "-n", "-c", "1", "-W", "1", &b.ip]).map_err(e)?;
+        if o.status.success() {
+            reachable = true;
+            break;
+        }
+    }
+    if !reachable {
+        return Err(format!("{} does not reach {}", a.ip, b.ip));
+    }
+    iperf(&mut lab, &a, &b, 1, &[]).map_err(|x| format!("warm-up: {x}"))?;
+    let steal = wait_idle();
+
+    let mut out = Vec::new();
+    // TCP, one stream, with the machine's CPU time per GB moved.
+    let t0 = cpu_ticks();
+    let (gbps, bytes) = iperf(&mut lab, &a, &b, secs, &[])?;
+    let t1 = cpu_ticks();
+    let hz = 100.0; // USER_HZ on Linux
+    let cpu_s = (t1.0 - t0.0) as f64 / hz;
+    out.push(sample("tcp1_gbps", "Gbit/s", gbps));
+    if bytes > 0.0 {
+        out.push(sample("cpu_s_per_gb", "s/GB", cpu_s / (bytes / 1e9)));
+    }
+    wait_idle();
+    out.push(sample("tcp4_gbps", "Gbit/s", iperf(&mut lab, &a, &b, secs, &["-P", "4"])?.0));
+    wait_idle();
+    let len = (mtu - 28).min(65_507).to_string();
+    out.push(sample("udp_gbps", "Gbit/s", iperf(&mut lab, &a, &b, secs, &["-u", "-b", "0", "-l", &len])?.0));
+    for size in [56u32, 1024, 8000] {
+        let (avg, mdev) = ping_rtt(&lab, &a, &b, size, opts.pings)?;
+        out.push(sample(format!("ping{size}_rtt_us"), "us", avg));
+        out.push(sample(format!("ping{size}_mdev_us"), "us", mdev));
+    }
+    for (proto, metric) in [("--tcp", "rr_tcp_p50_us"), ("", "rr_udp_p50_us")] {
+        out.push(sample(metric, "us", sockperf(&mut lab, &a, &b, proto, secs)?));
+    }
+    out.extend(mpi(&lab, &a, &b, subnet, opts)?);
+    Ok((out, steal))
+}
+
+/// iperf3 from `a` to `b`: (Gbit/s received, bytes received).
+fn iperf(lab: &mut Lab, a: &End, b: &End, secs: u32, extra: &[&str]) -> Result<(f64, f64), String> {
+    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip]).map_err(|e| e.to_string())?;
+    lab.wait_listening(&b.ns, 5201).map_err(|e| e.to_string())?;
+    let s = secs.to_string();
+    let mut args = vec!["iperf3", "-c", b.ip.as_str(), "-t", &s, "-J"];
+    args.extend_from_slice(extra);
+    let o = lab.ns_output(&a.ns, &args).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let v: Value = serde_json::from_str(&text).map_err(|x| format!("iperf3 {extra:?}: {x}"))?;
+    if let Some(err) = v.get("error") {
+        return Err(format!("iperf3 {extra:?}: {err}"));
+    }
+    let r = &v["end"]["sum_received"];
+    let bps = r["bits_per_second"].as_f64().unwrap_or(0.0);
+    if bps <= 0.0 {
+        return Err(format!("iperf3 {extra:?} moved nothing"));
+    }
+    Ok((bps / 1e9, r["bytes"].as_f64().unwrap_or(0.0)))
+}
+
+/// `count` pings 10 ms apart: (avg, mdev) in microseconds.
+fn ping_rtt(lab: &Lab, a: &End, b: &End, size: u32, count: u32) -> Result<(f64, f64), String> {
+    let (s, c) = (size.to_string(), count.to_string());
+    let o = lab
+        .ns_output(&a.ns, &["ping", "-n", "-q", "-c", &c, "-i", "0.01", "-s", &s, &b.ip])
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text.lines().find(|l| l.starts_with("rtt")).ok_or(format!("ping -s {size}: no replies"))?;
+    let nums: Vec<f64> = line
+        .split('=')
+        .nth(1)
+        .unwrap_or("")
+        .trim()
+        .trim_end_matches(" ms")
+        .split('/')
+        .filter_map(|x| x.trim().parse().ok())
+        .collect();
+    match nums.as_slice() {
+        [_, avg, _, mdev] => Ok((avg * 1000.0, mdev * 1000.0)),
+        _ => Err(format!("ping -s {size}: cannot read `{line}`")),
+    }
+}
+
+/// sockperf ping-pong (full round trip), median in microseconds.
+fn sockperf(lab: &mut Lab, a: &End, b: &End, proto: &str, secs: u32) -> Result<f64, String> {
+    let port = "11111";
+    let mut srv = vec!["sockperf", "sr", "-i", b.ip.as_str(), "-p", port];
+    if !proto.is_empty() {
+        srv.push(proto);
+    }
+    lab.spawn(&b.ns, &srv).map_err(|e| e.to_string())?;
+    if !proto.is_empty() {
+        lab.wait_listening(&b.ns, 11111).map_err(|e| e.to_string())?;
+    } else {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let s = secs.to_string();
+    let mut cli = vec!["sockperf", "pp", "-i", b.ip.as_str(), "-p", port, "-t", &s, "--full-rtt"];
+    if !proto.is_empty() {
+        cli.push(proto);
+    }
+    let o = lab.ns_output(&a.ns, &cli).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    text.lines()
+        .find(|l| l.contains("percentile 50.000"))
+        .and_then(|l| l.split('=').nth(1))
+        .and_then(|x| x.trim().parse().ok())
+        .ok_or_else(|| {
+            format!("sockperf {proto}: no median in output: {}", text.chars().take(400).collect::<String>())
+        })
+}
+
+/// The MPI ping-pong between one rank in each endpoint, over Open MPI's TCP
+/// transport.
+fn mpi(lab: &Lab, a: &End, b: &End, subnet: &str, opts: &Opts) -> Result<Vec<Sample>, String> {
+    let hosts = format!("{},{}", a.ip, b.ip);
+    let max = opts.mpi_max.to_string();
+    let scale = opts.mpi_scale.to_string();
+    let agent = opts.rsh_agent.to_string_lossy().to_string();
+    let bin = opts.mpi_bin.to_string_lossy().to_string();
+    let o = Command::new("ip")
+        .args(["netns", "exec", &a.ns, "timeout", "300", "mpirun", "-np", "2", "--host", &hosts])
+        .args(["--bind-to", "none", "--mca", "plm_rsh_agent", &agent, "--mca", "btl", "tcp,self"])
+        .args([
+            "--mca",
+            "pml",
+            "ob1",
+            "--mca",
+            "btl_tcp_if_include",
+            subnet,
+            "--mca",
+            "oob_tcp_if_include",
+            subnet,
+        ])
+        .args([&bin, &max, &scale])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("VNET_LAB_PREFIX", &lab.prefix)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("mpirun: {e}"))?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out = Vec::new();
+    let mut peak: f64 = 0.0;
+    for line in text.lines() {
+        let f: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        if let [size, lat, bw] = f[..] {
+            if size == 0.0 {
+                out.push(sample("mpi_lat0_us", "us", lat));
+            }
+            out.push(sample(format!("mpi_lat_{}B_us", size as u64), "us", lat));
+            peak = peak.max(bw);
+        }
+    }
+    if out.is_empty() || !o.status.success() {
+        return Err(format!(
+            "mpirun failed ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).chars().take(600).collect::<String>()
+        ));
+    }
+    out.push(sample("mpi_bw_peak_mbs", "MB/s", peak));
+    Ok(out)
+}
+
+/// The Markdown report: per condition, a table of medians with ratios to native.
+pub fn markdown(doc: &Value) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "Date: {}  ", doc["date"].as_str().unwrap_or(""));
+    let _ = writeln!(md, "Machine: {}  ", doc["machine"].as_str().unwrap_or(""));
+    let _ = writeln!(md, "Kernel: {}  ", doc["kernel"].as_str().unwrap_or(""));
+    let _ = writeln!(md, "Command: `{}`  ", doc["command"].as_str().unwrap_or(""));
+    let _ = writeln!(
+        md,
+        "Repeats: {}, {} s per transfer; median CPU steal during runs: {:.1} %; congestion control: {}\n",
+        doc["repeats"],
+        doc["seconds"],
+        doc["steal_pct_median"].as_f64().unwrap_or(0.0),
+        doc["congestion_control"].as_str().unwrap_or("")
+    );
+    for n in doc["notes"].as_array().into_iter().flatten() {
+        let _ = writeln!(md, "- {}", n.as_str().unwrap_or(""));
+    }
+    let rows = doc["results"].as_array().cloned().unwrap_or_default();
+    let mut conds: Vec<(u64, String)> = rows
+        .iter()
+        .map(|r| (r["mtu"].as_u64().unwrap_or(0), r["shaped"].as_str().unwrap_or("unshaped").to_string()))
+        .collect();
+    conds.sort();
+    conds.dedup();
+    let mut cases: Vec<String> = rows.iter().filter_map(|r| r["case"].as_str().map(String::from)).collect();
+    cases.sort_by_key(|c| (c != "native", c != "vxlan", c.clone()));
+    cases.dedup();
+    let metrics = [
+        "tcp1_gbps",
+        "tcp4_gbps",
+        "udp_gbps",
+        "ping56_rtt_us",
+        "ping1024_rtt_us",
+        "ping8000_rtt_us",
+        "rr_tcp_p50_us",
+        "rr_udp_p50_us",
+        "mpi_lat0_us",
+        "mpi_bw_peak_mbs",
+        "cpu_s_per_gb",
+    ];
+    for (mtu, shaped) in &conds {
+        let _ = writeln!(md, "\n### Underlay MTU {mtu}, {shaped}\n");
+        let _ = writeln!(md, "Each cell: median (ratio to native) [min-max of the repeats].\n");
+        let _ = write!(md, "| metric |");
+        for c in &cases {
+            let _ = write!(md, " {c} |");
+        }
+        let _ = write!(md, "\n|---|");
+        for _ in &cases {
+            let _ = write!(md, "---|");
+        }
+        md.push('\n');
+        for m in metrics {
+            let find = |c: &str| {
+                rows.iter().find(|r| {
+                    r["case"] == c
+                        && r["metric"] == m
+                        && r["mtu"].as_u64() == Some(*mtu)
+                        && r["shaped"].as_str().unwrap_or("unshaped") == shaped
+                })
+            };
+            let native = find("native").and_then(|r| r["median"].as_f64());
+            let unit = cases.iter().find_map(|c| find(c)).and_then(|r| r["unit"].as_str()).unwrap_or("");
+            let _ = write!(md, "| {m} ({unit}) |");
+            for c in &cases {
+                match find(c) {
+                    Some(r) => {
+                        let med = r["median"].as_f64().unwrap_or(f64::NAN);
+                        let s: Vec<f64> = r["samples"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|x| x.as_f64())
+                            .collect();
+                        let (lo, hi) = s.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+                        let ratio = native.map_or(String::new(), |n| format!(" ({:.2}x)", med / n));
+                        let spread = if s.len() > 1 { format!(" [{lo:.1}-{hi:.1}]") } else { String::new() };
+                        let _ = write!(md, " {med:.2}{ratio}{spread} |");
+                    }
+                    None => {
+                        let _ = write!(md, " failed |");
+                    }
+                }
+            }
+            md.push('\n');
+        }
+    }
+    let fails = doc["failures"].as_array().cloned().unwrap_or_default();
+    if !fails.is_empty() {
+        let _ = writeln!(md, "\n### Failed runs\n");
+        for f in fails {
+            let _ = writeln!(
+                md,
+                "- {} mtu {} {} repeat {}: {}",
+                f["case"].as_str().unwrap_or(""),
+                f["mtu"],
+                f["shaped"].as_str().unwrap_or("unshaped"),
+                f["repeat"],
+                f["error"].as_str().unwrap_or("")
+            );
+        }
+    }
+    md
+}
+
+/// Where the repository is, from this binary's place in `target/`.
+pub fn repo_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| {
+            p.ancestors().find(|a| a.join("bench").join("plot.py").is_file()).map(Path::to_path_buf)
+        })
+        .unwrap_or_else(|| PathBuf::from("."))
+}
