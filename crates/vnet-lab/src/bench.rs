@@ -559,3 +559,38 @@ pub fn repo_dir() -> PathBuf {
         })
         .unwrap_or_else(|| PathBuf::from("."))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
+
+    #[test]
+    fn report_gives_ratios_to_native_and_marks_failures() {
+        let row = |case: &str, metric: &str, unit: &str, samples: &[f64]| {
+            json!({"case": case, "mtu": 1500, "shaped": null, "metric": metric, "unit": unit,
+                   "samples": samples, "median": median(samples)})
+        };
+        let doc = json!({
+            "date": "d", "machine": "m", "kernel": "k", "command": "c", "repeats": 3, "seconds": 5,
+            "steal_pct_median": 1.0, "congestion_control": "bbr", "notes": [],
+            "failures": [{"case": "vnet-user-raw", "mtu": 1500, "shaped": null, "repeat": 2, "error": "boom"}],
+            "results": [
+                row("native", "tcp1_gbps", "Gbit/s", &[20.0, 22.0, 21.0]),
+                row("vxlan", "tcp1_gbps", "Gbit/s", &[10.0, 10.5, 11.0]),
+            ],
+        });
+        let md = markdown(&doc);
+        assert!(
+            md.contains("| tcp1_gbps (Gbit/s) | 21.00 (1.00x) [20.0-22.0] | 10.50 (0.50x) [10.0-11.0] |"),
+            "{md}"
+        );
+        assert!(md.contains("vnet-user-raw mtu 1500 unshaped repeat 2: boom"), "{md}");
+    }
+}

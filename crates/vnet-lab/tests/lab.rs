@@ -237,3 +237,13 @@ fn container_on_veth_netdev_talks_to_vm_on_tap() {
     let s = json(&lab, 1, "interfaces");
     assert_eq!(s["interfaces"][0]["kind"], "netdev");
 }
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn kernel_vxlan_baseline_lab_works() {
+    let lab = lab(Spec { overlay: vnet_lab::Overlay::Vxlan, vm_mtu: 1450, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 1400);
+    // No vnetd runs in a VXLAN lab.
+    assert!(lab.control(0, "show links").is_err());
+}
