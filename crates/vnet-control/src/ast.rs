@@ -75,6 +75,30 @@ pub enum IfaceKind {
     Netdev,
 }
 
+/// How a worker waits for frames (the paper's dispatch modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Sleep until the kernel says a frame is there: lowest CPU, a wake-up
+    /// per burst (the paper's guest-driven mode).
+    Notify,
+    /// Keep polling for a while after the last frame before sleeping:
+    /// no wake-ups under load (the paper's VMM-driven mode).
+    Poll,
+    /// Switch between the two by frame rate, with hysteresis.
+    #[default]
+    Adaptive,
+}
+
+impl Mode {
+    pub fn word(self) -> &'static str {
+        match self {
+            Mode::Notify => "notify",
+            Mode::Poll => "poll",
+            Mode::Adaptive => "adaptive",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShowWhat {
     Routes,
@@ -87,9 +111,9 @@ pub enum ShowWhat {
 /// One parsed command.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
-    /// `listen udp ADDR:PORT`.
-    Listen(SocketAddr),
-    /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS]`.
+    /// `listen udp ADDR:PORT [mode M]`.
+    Listen { addr: SocketAddr, mode: Option<Mode> },
+    /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS] [mode M] [queues N] [offload on|off]`.
     Interface {
         name: String,
         kind: IfaceKind,
@@ -97,6 +121,9 @@ pub enum Command {
         mac: Option<MacAddr>,
         mtu: Option<u32>,
         netns: Option<String>,
+        mode: Mode,
+        queues: u32,
+        offload: bool,
     },
     /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`, or
     /// the Palacios `add IP PORT [udp]` (then `name` is `None`).

@@ -1,6 +1,6 @@
 //! From text to [`Command`]s.
 
-use crate::ast::{Command, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Ref, ShowWhat, Target};
+use crate::ast::{Command, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, Ref, ShowWhat, Target};
 use crate::lex::{found, words, Token};
 use crate::{Error, Pos, Result};
 use std::net::{IpAddr, SocketAddr};
@@ -225,8 +225,9 @@ impl<'a> Parser<'_, 'a> {
             "route" => self.route(),
             "listen" => {
                 self.keyword(&["udp"], "`udp`")?;
-                let sa: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000")?;
-                Ok(Command::Listen(sa))
+                let addr: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000")?;
+                let mode = if self.eat("mode") { Some(self.mode()?) } else { None };
+                Ok(Command::Listen { addr, mode })
             }
             "show" => {
                 let what = match self.keyword(
@@ -350,13 +351,19 @@ impl<'a> Parser<'_, 'a> {
                 found(Some(&dev)),
             ));
         }
-        let (mut mac, mut mtu, mut netns) = (None, None, None);
+        let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload) = (None, None, None, None, None, None);
         while self.peek().is_some() {
             let opt_pos = self.pos();
-            let o = self.keyword(&["mac", "mtu", "netns"], "an option: `mac`, `mtu` or `netns`")?;
+            let o = self.keyword(
+                &["mac", "mtu", "netns", "mode", "queues", "offload"],
+                "an option: `mac`, `mtu`, `netns`, `mode`, `queues` or `offload`",
+            )?;
             let dup = match o {
                 "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
                 "mtu" => mtu.replace(self.number("an MTU (68-65535)", 68..=65535)?).is_some(),
+                "mode" => mode.replace(self.mode()?).is_some(),
+                "queues" => queues.replace(self.number("a queue count (1-16)", 1..=16)?).is_some(),
+                "offload" => offload.replace(self.keyword(&["on", "off"], "`on` or `off`")? == "on").is_some(),
                 _ => netns.replace(self.name("a network namespace name")?).is_some(),
             };
             if dup {
@@ -366,7 +373,25 @@ impl<'a> Parser<'_, 'a> {
         if mac.is_some_and(|m: MacAddr| m.is_group()) {
             return Err(Error::new(pos, "a unicast MAC for the interface", "a group address"));
         }
-        Ok(Command::Interface { name, kind, dev: dev.text.to_string(), mac, mtu, netns })
+        Ok(Command::Interface {
+            name,
+            kind,
+            dev: dev.text.to_string(),
+            mac,
+            mtu,
+            netns,
+            mode: mode.unwrap_or_default(),
+            queues: queues.unwrap_or(1),
+            offload: offload.unwrap_or(true),
+        })
+    }
+
+    fn mode(&mut self) -> Result<Mode> {
+        Ok(match self.keyword(&["notify", "poll", "adaptive"], "a mode: `notify`, `poll` or `adaptive`")? {
+            "notify" => Mode::Notify,
+            "poll" => Mode::Poll,
+            _ => Mode::Adaptive,
+        })
     }
 
     fn link(&mut self) -> Result<Command> {
@@ -497,7 +522,10 @@ mod tests {
                 dev: "vt0".into(),
                 mac: Some(m(1)),
                 mtu: Some(9000),
-                netns: Some("vmA".into())
+                netns: Some("vmA".into()),
+                mode: Mode::Adaptive,
+                queues: 1,
+                offload: true,
             }
         );
         assert_eq!(
@@ -513,7 +541,15 @@ mod tests {
         assert!(matches!(one("link x udp [::1]:9001 mtu 9000"), Command::Link { mtu: 9000, .. }));
         let c = one("route any 52:54:00:00:00:02 -> link hostb from interface vm0");
         assert!(matches!(c, Command::Route { to: Target::Link(_), from: From::Interface(_), .. }));
-        assert_eq!(one("listen udp 0.0.0.0:9000"), Command::Listen("0.0.0.0:9000".parse().unwrap()));
+        assert_eq!(
+            one("listen udp 0.0.0.0:9000"),
+            Command::Listen { addr: "0.0.0.0:9000".parse().unwrap(), mode: None }
+        );
+        assert!(matches!(one("listen udp 0.0.0.0:9000 mode poll"), Command::Listen { mode: Some(Mode::Poll), .. }));
+        assert!(matches!(
+            one("interface a tap t mode notify queues 2 offload off"),
+            Command::Interface { mode: Mode::Notify, queues: 2, offload: false, .. }
+        ));
         assert_eq!(one("show routes json"), Command::Show { what: ShowWhat::Routes, json: true });
         assert!(matches!(one("delete link hostb"), Command::DeleteLink(_)));
         assert!(matches!(one("delete route 4"), Command::DeleteRoute(Ref { by: 4, .. })));
@@ -533,6 +569,8 @@ mod tests {
             ("interface vm0 tap averyveryverylongname", 1, 19, "device name"),
             ("interface 0vm tap x", 1, 11, "interface name"),
             ("interface vm tun x", 1, 14, "`tap` or `netdev`"),
+            ("interface vm tap x mode fast", 1, 25, "a mode"),
+            ("interface vm tap x queues 17", 1, 27, "queue count"),
             ("link a udp 10.0.0.300", 1, 12, "address"),
             ("link a udp 10.0.0.3 format gre", 1, 28, "`raw` or `vnet`"),
             ("show routes extra", 1, 13, "end of line"),

@@ -16,7 +16,7 @@ use vnet_wire::MacAddr;
 
 pub use crate::ast::Format as LinkFormat;
 
-pub use crate::ast::IfaceKind;
+pub use crate::ast::{IfaceKind, Mode};
 
 /// A local interface: a TAP vnetd holds, or a netdev it attaches to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,10 @@ pub struct InterfaceDef {
     pub mac: Option<MacAddr>,
     pub mtu: Option<u32>,
     pub netns: Option<String>,
+    pub mode: Mode,
+    pub queues: u32,
+    /// Pass checksum and segmentation offloads through (`virtio_net_hdr`).
+    pub offload: bool,
 }
 
 /// A UDP link to another host.
@@ -57,6 +61,8 @@ pub struct RouteDef {
 pub struct State {
     /// The UDP address links are received on.
     pub listen: SocketAddr,
+    /// How the link worker waits for datagrams.
+    pub listen_mode: Mode,
     pub interfaces: BTreeMap<u32, InterfaceDef>,
     pub links: BTreeMap<u32, LinkDef>,
     pub routes: BTreeMap<u32, RouteDef>,
@@ -69,6 +75,7 @@ impl Default for State {
     fn default() -> Self {
         State {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_PORT),
+            listen_mode: Mode::default(),
             interfaces: BTreeMap::new(),
             links: BTreeMap::new(),
             routes: BTreeMap::new(),
@@ -95,8 +102,13 @@ impl State {
     pub fn apply(&mut self, c: &Located<Command>) -> Result<()> {
         let pos = c.pos;
         match &c.item {
-            Command::Listen(sa) => self.listen = *sa,
-            Command::Interface { name, kind, dev, mac, mtu, netns } => {
+            Command::Listen { addr, mode } => {
+                self.listen = *addr;
+                if let Some(m) = mode {
+                    self.listen_mode = *m;
+                }
+            }
+            Command::Interface { name, kind, dev, mac, mtu, netns, mode, queues, offload } => {
                 if self.iface_by_name(name).is_some() {
                     return Err(Error::new(
                         pos,
@@ -132,6 +144,9 @@ impl State {
                         mac: *mac,
                         mtu: *mtu,
                         netns: netns.clone(),
+                        mode: *mode,
+                        queues: *queues,
+                        offload: *offload,
                     },
                 );
             }
@@ -264,7 +279,7 @@ impl State {
     /// The state as superset lines that rebuild it (ids may differ).
     pub fn to_config(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "listen udp {}", self.listen);
+        let _ = writeln!(s, "listen udp {} mode {}", self.listen, self.listen_mode.word());
         for i in self.interfaces.values() {
             let kind = match i.kind {
                 IfaceKind::Tap => "tap",
@@ -279,6 +294,10 @@ impl State {
             }
             if let Some(n) = &i.netns {
                 let _ = write!(s, " netns {n}");
+            }
+            let _ = write!(s, " mode {} queues {}", i.mode.word(), i.queues);
+            if !i.offload {
+                s.push_str(" offload off");
             }
             s.push('\n');
         }

@@ -152,6 +152,9 @@ pub struct Spec {
     pub shape: Option<String>,
     /// TCP congestion control set in every namespace, e.g. "cubic".
     pub congestion_control: Option<String>,
+    /// vnetd dispatch mode for interfaces and the link socket
+    /// (`notify`, `poll`, `adaptive`; vnetd's default when `None`).
+    pub dispatch: Option<String>,
 }
 
 /// What joins the lab's VMs across hosts.
@@ -178,6 +181,7 @@ impl Default for Spec {
             overlay: Overlay::Vnet,
             shape: None,
             congestion_control: None,
+            dispatch: None,
         }
     }
 }
@@ -722,11 +726,12 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
     let mut c = String::new();
     let palacios = s.palacios_hosts.contains(&h);
     let _ = writeln!(c, "# vnet-lab host {h}");
-    let _ = writeln!(c, "listen udp {}:9000", hosts[h].underlay_ip);
+    let mode = s.dispatch.as_ref().map_or(String::new(), |m| format!(" mode {m}"));
+    let _ = writeln!(c, "listen udp {}:9000{mode}", hosts[h].underlay_ip);
     for (v, vm) in hosts[h].vms.iter().enumerate() {
         match &vm.host_dev {
-            Some(hd) => writeln!(c, "interface vm{v} netdev {hd} mac {}", vm.mac),
-            None => writeln!(c, "interface vm{v} tap {} mac {} netns {}", vm.dev, vm.mac, vm.ns),
+            Some(hd) => writeln!(c, "interface vm{v} netdev {hd} mac {}{mode}", vm.mac),
+            None => writeln!(c, "interface vm{v} tap {} mac {} netns {}{mode}", vm.dev, vm.mac, vm.ns),
         }
         .ok();
     }

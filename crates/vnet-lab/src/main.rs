@@ -57,6 +57,12 @@ enum Cmd {
         vms: usize,
         #[arg(long, value_enum, default_value = "vnet")]
         format: Fmt,
+        /// vnetd dispatch mode: notify, poll or adaptive.
+        #[arg(long)]
+        mode: Option<String>,
+        /// VM MTU.
+        #[arg(long, default_value_t = 1500)]
+        vm_mtu: u32,
     },
 }
 
@@ -71,7 +77,7 @@ fn main() -> ExitCode {
     install_signal_cleanup();
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds } => demo(fmt(format), seconds),
-        Cmd::Up { hosts, vms, format } => up(hosts, vms, fmt(format)),
+        Cmd::Up { hosts, vms, format, mode, vm_mtu } => up(hosts, vms, fmt(format), mode, vm_mtu),
         Cmd::Bench { quick, repeats, seconds, out, cases, mpi } => {
             bench(quick, repeats, seconds, out, cases, mpi)
         }
@@ -121,8 +127,8 @@ fn demo(format: Format, seconds: u32) -> vnet_lab::Result<()> {
     Ok(())
 }
 
-fn up(hosts: usize, vms: usize, format: Format) -> vnet_lab::Result<()> {
-    let lab = Lab::up(Spec { hosts, vms_per_host: vms, format, ..Spec::default() })?;
+fn up(hosts: usize, vms: usize, format: Format, dispatch: Option<String>, vm_mtu: u32) -> vnet_lab::Result<()> {
+    let lab = Lab::up(Spec { hosts, vms_per_host: vms, format, dispatch, vm_mtu, ..Spec::default() })?;
     for (h, host) in lab.hosts.iter().enumerate() {
         println!(
             "host {h}: ns {} underlay {} control unix:{}",

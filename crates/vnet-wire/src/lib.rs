@@ -16,11 +16,15 @@
 //! - [`vnet`]: the `vnet` link format header (see `docs/wire.md`).
 //! - [`frag`]: splitting a frame into underlay-sized `vnet` datagrams.
 //! - [`reasm`]: bounded-memory reassembly of `vnet` fragments.
+//! - [`virtio`]: the `virtio_net_hdr` offload metadata.
+//! - [`offload`]: completing checksums and segmenting TCP in software.
 
 pub mod ethernet;
 pub mod frag;
 pub mod mac;
+pub mod offload;
 pub mod reasm;
+pub mod virtio;
 pub mod vnet;
 
 pub use ethernet::EthernetFrame;

@@ -21,17 +21,8 @@ use vnet_wire::reasm;
 
 /// Columns of the text tables of `show`.
 const IFACE_COLS: &[&str] = &[
-    "id",
-    "name",
-    "kind",
-    "dev",
-    "netns",
-    "mac",
-    "rx_packets",
-    "rx_bytes",
-    "tx_packets",
-    "tx_bytes",
-    "tx_drops",
+    "id", "name", "kind", "dev", "netns", "mac", "offload", "queues", "mode", "dispatch", "mode_switches",
+    "rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "tx_drops",
 ];
 const LINK_COLS: &[&str] = &[
     "id",
@@ -49,15 +40,25 @@ const LINK_COLS: &[&str] = &[
 ];
 const ROUTE_COLS: &[&str] = &["id", "src", "dst", "to", "from", "packets", "bytes", "drops"];
 
+/// The link sockets: the one bound to the `listen` address (received on),
+/// the pool `vnet` links send from, and the receiving worker.
+struct Listener {
+    addr: SocketAddr,
+    mode: vnet_control::Mode,
+    sock: Arc<UdpSocket>,
+    pool: Vec<Arc<UdpSocket>>,
+    worker: WorkerHandle,
+}
+
 /// One host's vnet: configuration, resources and workers.
 pub struct Daemon {
     state: State,
     shared: Arc<Shared>,
     generation: u64,
-    ifaces: BTreeMap<u32, (Arc<IfacePort>, WorkerHandle)>,
+    ifaces: BTreeMap<u32, (Arc<IfacePort>, Vec<WorkerHandle>)>,
     links: BTreeMap<u32, Arc<LinkPort>>,
     route_counters: BTreeMap<u32, Arc<Counters>>,
-    socket: Option<(SocketAddr, Arc<UdpSocket>, WorkerHandle)>,
+    socket: Option<Listener>,
     reasm: reasm::Config,
 }
 
@@ -97,12 +98,13 @@ impl Daemon {
 
         // Acquire: the socket, if the address changed or there is none yet.
         let mut new_socket = None;
-        if self.socket.as_ref().map(|s| s.0) != Some(next.listen) {
-            let sock = bind(next.listen).map_err(|e| {
+        let mode_changed = self.socket.as_ref().is_some_and(|s| s.mode != next.listen_mode);
+        if self.socket.as_ref().map(|s| s.addr) != Some(next.listen) {
+            let sock = bind_all(next.listen).map_err(|e| {
                 let pos = cmds
                     .iter()
                     .rev()
-                    .find(|c| matches!(c.item, Command::Listen(_)))
+                    .find(|c| matches!(c.item, Command::Listen { .. }))
                     .map_or(Default::default(), |c| c.pos);
                 Error::new(pos, format!("an address vnetd can bind ({})", next.listen), format!("error: {e}"))
             })?;
@@ -114,7 +116,7 @@ impl Daemon {
             if self.ifaces.contains_key(id) {
                 continue;
             }
-            let port = open_iface(def).map_err(|e| {
+            let port = open_iface(def, &self.shared.global).map_err(|e| {
                 Error::new(
                     decl_pos(&def.name),
                     "a device vnetd can open and configure",
@@ -125,9 +127,12 @@ impl Daemon {
         }
 
         // Everything acquired: build and publish the new plane.
-        let socket = match &new_socket {
-            Some(s) => Some(s.clone()),
-            None => self.socket.as_ref().map(|s| s.1.clone()),
+        let (socket, tx_pool) = match &new_socket {
+            Some((s, pool)) => (Some(s.clone()), pool.clone()),
+            None => match &self.socket {
+                Some(l) => (Some(l.sock.clone()), l.pool.clone()),
+                None => (None, Vec::new()),
+            },
         };
         let mut ifaces: BTreeMap<u32, Arc<IfacePort>> = self
             .ifaces
@@ -177,16 +182,24 @@ impl Daemon {
             links: links.iter().map(|(k, v)| (*k, v.clone())).collect(),
             links_by_ip,
             socket,
+            tx_pool,
         };
         self.shared.plane.store(Arc::new(plane));
 
         // Start workers for what is new, stop those of what is gone.
-        if let Some(sock) = new_socket {
-            match dataplane::spawn_link_worker(&self.shared, sock.clone(), self.reasm) {
-                Ok(w) => {
-                    if let Some((_, _, old)) = self.socket.replace((next.listen, sock, w)) {
-                        old.stop();
-                    }
+        let restart = match new_socket {
+            Some(s) => Some(s),
+            None if mode_changed => self.socket.as_ref().map(|l| (l.sock.clone(), l.pool.clone())),
+            None => None,
+        };
+        if let Some((sock, pool)) = restart {
+            if let Some(old) = self.socket.take() {
+                old.worker.stop();
+            }
+            match dataplane::spawn_link_worker(&self.shared, sock.clone(), next.listen_mode, self.reasm) {
+                Ok(worker) => {
+                    self.socket =
+                        Some(Listener { addr: next.listen, mode: next.listen_mode, sock, pool, worker })
                 }
                 Err(e) => tracing::error!("cannot start the link worker: {e}"),
             }
@@ -194,19 +207,22 @@ impl Daemon {
         let gone: Vec<u32> =
             self.ifaces.keys().filter(|id| !next.interfaces.contains_key(id)).copied().collect();
         for id in gone {
-            if let Some((p, w)) = self.ifaces.remove(&id) {
-                w.stop();
+            if let Some((p, ws)) = self.ifaces.remove(&id) {
+                ws.into_iter().for_each(WorkerHandle::stop);
                 tracing::info!(interface = %p.name, "interface removed");
             }
         }
         for p in opened {
-            match dataplane::spawn_iface_worker(&self.shared, p.clone()) {
-                Ok(w) => {
-                    tracing::info!(interface = %p.name, dev = %p.dev, mac = ?p.mac, "interface attached");
-                    self.ifaces.insert(p.id, (p, w));
+            let mut ws = Vec::new();
+            for q in 0..p.queues.len() {
+                match dataplane::spawn_iface_worker(&self.shared, p.clone(), q) {
+                    Ok(w) => ws.push(w),
+                    Err(e) => tracing::error!("cannot start a worker for {} queue {q}: {e}", p.name),
                 }
-                Err(e) => tracing::error!("cannot start a worker for {}: {e}", p.name),
             }
+            tracing::info!(interface = %p.name, dev = %p.dev, mac = ?p.mac, queues = p.queues.len(),
+                offload = p.vnet_hdr, "interface attached");
+            self.ifaces.insert(p.id, (p, ws));
         }
         self.links = links;
         self.route_counters = route_counters;
@@ -217,11 +233,11 @@ impl Daemon {
     /// Stops every worker and closes every device and socket.
     pub fn shutdown(&mut self) {
         self.shared.plane.store(Arc::new(Plane::default()));
-        for (_, (_, w)) in std::mem::take(&mut self.ifaces) {
-            w.stop();
+        for (_, (_, ws)) in std::mem::take(&mut self.ifaces) {
+            ws.into_iter().for_each(WorkerHandle::stop);
         }
-        if let Some((_, _, w)) = self.socket.take() {
-            w.stop();
+        if let Some(l) = self.socket.take() {
+            l.worker.stop();
         }
     }
 
@@ -325,6 +341,12 @@ impl Daemon {
                     "netns": def.and_then(|d| d.netns.clone()).unwrap_or_else(|| "-".into()),
                     "mac": p.mac.map_or("-".to_string(), |m| m.to_string()),
                     "kind": match def.map(|d| d.kind) { Some(IfaceKind::Netdev) => "netdev", _ => "tap" },
+                    "offload": p.vnet_hdr,
+                    "queues": p.queues.len(),
+                    "mode": p.mode.word(),
+                    "dispatch": p.dispatch.mode_word(),
+                    "mode_switches": p.dispatch.switches.load(Relaxed),
+                    "wakeups": p.dispatch.wakeups.load(Relaxed),
                 });
                 counters_into(&mut v, p.rx.snapshot(), p.tx.snapshot());
                 v
@@ -347,6 +369,17 @@ impl Daemon {
             "route_cache_hits": g.cache_hits.load(Relaxed),
             "route_cache_misses": g.cache_misses.load(Relaxed),
             "route_table_generation": self.generation,
+            "unsupported_flags": g.unsupported_flags.load(Relaxed),
+            "rx_whole_batches": g.rx_whole_batches.load(Relaxed),
+            "sw_segmented": g.sw_segmented.load(Relaxed),
+            "sw_checksummed": g.sw_checksummed.load(Relaxed),
+            "offload_errors": g.offload_errors.load(Relaxed),
+            "offload_refused": g.offload_refused.load(Relaxed),
+            "gso_fallbacks": g.gso_fallbacks.load(Relaxed),
+            "link_mode": self.state.listen_mode.word(),
+            "link_dispatch": g.link_dispatch.mode_word(),
+            "link_mode_switches": g.link_dispatch.switches.load(Relaxed),
+            "link_wakeups": g.link_dispatch.wakeups.load(Relaxed),
         })
     }
 }
@@ -407,19 +440,54 @@ fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
     Ok(Arc::new(s))
 }
 
+/// Binds the listening socket and the pool of sending sockets (same
+/// address, ephemeral ports).
+fn bind_all(addr: SocketAddr) -> std::io::Result<(Arc<UdpSocket>, Vec<Arc<UdpSocket>>)> {
+    let sock = bind(addr)?;
+    let pool = (0..dataplane::TX_POOL)
+        .map(|_| bind(SocketAddr::new(addr.ip(), 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok((sock, pool))
+}
+
 /// Opens an interface's device, in its namespace if it has one: a TAP
-/// (created if missing, MAC and MTU set, brought up) or a packet socket on an
-/// existing netdev (MTU set if asked; its MAC is the host side's, not the
-/// VM's, so it is left alone).
-fn open_iface(def: &InterfaceDef) -> std::io::Result<IfacePort> {
+/// (created if missing, one file per queue, MAC and MTU set, brought up) or
+/// a packet socket on an existing netdev (MTU set if asked; its MAC is the
+/// host side's, not the VM's, so it is left alone). With `offload`, frames
+/// carry a `virtio_net_hdr` and the TAP accepts checksum and TSO offloads;
+/// where the kernel refuses, the interface works without them.
+fn open_iface(def: &InterfaceDef, g: &dataplane::Global) -> std::io::Result<IfacePort> {
     let (dev, kind, mac, mtu) = (def.dev.clone(), def.kind, def.mac, def.mtu);
-    let setup = move || {
-        let file = match kind {
-            IfaceKind::Tap => sys::open_tap(&dev)?,
-            IfaceKind::Netdev => sys::open_packet(&dev)?,
-        };
+    let (queues, offload) = (def.queues.max(1) as usize, def.offload);
+    let setup = move || -> std::io::Result<(Vec<std::fs::File>, Option<vnet_wire::MacAddr>, bool, bool)> {
+        let mut files = Vec::new();
+        let mut vnet_hdr = offload;
+        let mut refused = false;
+        match kind {
+            IfaceKind::Tap => {
+                for _ in 0..queues {
+                    let f = sys::open_tap(&dev, offload, queues > 1)?;
+                    if offload && sys::tap_enable_offloads(&f, sys::TAP_OFFLOADS).is_err() {
+                        // The header stays on (set at open); offloads are off.
+                        refused = true;
+                    }
+                    files.push(f);
+                }
+            }
+            IfaceKind::Netdev => {
+                let f = sys::open_packet(&dev)?;
+                if offload && sys::packet_enable_vnet_hdr(&f).is_err() {
+                    vnet_hdr = false;
+                    refused = true;
+                }
+                files.push(f);
+            }
+        }
         if let (IfaceKind::Tap, Some(m)) = (kind, mac) {
             sys::set_mac(&dev, m)?;
+        }
+        if kind == IfaceKind::Tap && vnet_hdr && sys::set_gso_max_size(&dev, dataplane::TAP_GSO_MAX).is_err() {
+            refused = true;
         }
         if let Some(m) = mtu {
             sys::set_mtu(&dev, m)?;
@@ -429,19 +497,26 @@ fn open_iface(def: &InterfaceDef) -> std::io::Result<IfacePort> {
             IfaceKind::Tap => Some(sys::get_mac(&dev)?),
             IfaceKind::Netdev => mac,
         };
-        Ok((file, mac))
+        Ok((files, mac, vnet_hdr, refused))
     };
-    let (file, mac) = match &def.netns {
+    let (files, mac, vnet_hdr, refused) = match &def.netns {
         Some(ns) => sys::in_netns(&sys::netns_path(ns), setup)?,
         None => setup()?,
     };
+    if refused {
+        g.offload_refused.fetch_add(1, Relaxed);
+        tracing::warn!(interface = %def.name, "the kernel refused offloads: frames are finished in software");
+    }
     Ok(IfacePort {
         id: def.id,
         name: def.name.clone(),
         dev: def.dev.clone(),
         mac,
-        file,
+        queues: files,
+        vnet_hdr,
+        mode: def.mode,
         rx: Counters::default(),
         tx: Counters::default(),
+        dispatch: Arc::default(),
     })
 }

@@ -33,15 +33,24 @@ fn ifreq(name: &str) -> io::Result<libc::ifreq> {
 }
 
 /// Opens `/dev/net/tun` and attaches to (or creates) the TAP device `name`,
-/// without packet information, non-blocking. Returns the open file.
-pub fn open_tap(name: &str) -> io::Result<File> {
+/// without packet information, non-blocking; with `vnet_hdr`, every read
+/// and write carries a 10-byte `virtio_net_hdr`; with `multi_queue`, this is
+/// one queue of a multi-queue TAP. Returns the open file.
+pub fn open_tap(name: &str, vnet_hdr: bool, multi_queue: bool) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open("/dev/net/tun")?;
     let mut req = ifreq(name)?;
-    req.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
+    let mut flags = libc::IFF_TAP | libc::IFF_NO_PI;
+    if vnet_hdr {
+        flags |= libc::IFF_VNET_HDR;
+    }
+    if multi_queue {
+        flags |= libc::IFF_MULTI_QUEUE;
+    }
+    req.ifr_ifru.ifru_flags = flags as libc::c_short;
     // SAFETY:
     // - `file` is an open descriptor of /dev/net/tun for the whole call.
     // - TUNSETIFF reads and writes one `struct ifreq`; `req` is one, live and
@@ -234,4 +243,236 @@ pub fn open_packet(name: &str) -> io::Result<File> {
     };
     setsockopt_raw(&sock, libc::SOL_PACKET, 1 /* PACKET_ADD_MEMBERSHIP */, &mreq)?;
     Ok(File::from(sock))
+}
+
+fn tap_ioctl_int(tap: &File, req: libc::Ioctl, val: libc::c_int) -> io::Result<()> {
+    // SAFETY:
+    // - `tap` is an open /dev/net/tun file for the whole call.
+    // - TUNSETOFFLOAD takes its argument by value; TUNSETVNETHDRSZ reads one
+    //   `int` through the pointer, which points at a live local.
+    let rc = if req == libc::TUNSETOFFLOAD {
+        unsafe { libc::ioctl(tap.as_raw_fd(), req as _, val as libc::c_ulong) }
+    } else {
+        unsafe { libc::ioctl(tap.as_raw_fd(), req as _, &val as *const libc::c_int) }
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Offloads a TAP accepts from its VM: checksum, TSO for IPv4 and IPv6.
+pub const TAP_OFFLOADS: libc::c_uint = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+
+/// Sets the `virtio_net_hdr` size (10) and the offloads of a TAP opened with
+/// `vnet_hdr`.
+pub fn tap_enable_offloads(tap: &File, offloads: libc::c_uint) -> io::Result<()> {
+    tap_ioctl_int(tap, libc::TUNSETVNETHDRSZ, 10)?;
+    tap_ioctl_int(tap, libc::TUNSETOFFLOAD, offloads as libc::c_int)
+}
+
+/// Makes a packet socket read and write a 10-byte `virtio_net_hdr` before
+/// every frame, so GSO and partial-checksum frames pass whole.
+pub fn packet_enable_vnet_hdr(sock: &File) -> io::Result<()> {
+    setsockopt_raw(sock, libc::SOL_PACKET, 15 /* PACKET_VNET_HDR */, &(1 as libc::c_int))
+}
+
+/// Asks the kernel to coalesce received datagrams of one flow (`UDP_GRO`).
+pub fn udp_enable_gro(sock: &impl AsRawFd) -> io::Result<()> {
+    setsockopt_raw(sock, libc::SOL_UDP, libc::UDP_GRO, &(1 as libc::c_int))
+}
+
+/// A socket address in the kernel's form.
+struct RawAddr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+fn raw_addr(a: &std::net::SocketAddr) -> RawAddr {
+    // SAFETY: `sockaddr_storage` is plain data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        std::net::SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: `sockaddr_storage` is larger than and aligned for
+            // `sockaddr_in`; we write one whole value at its start.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: as above, for `sockaddr_in6`.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    RawAddr { storage, len: len as libc::socklen_t }
+}
+
+fn from_raw_addr(s: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    match s.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a `sockaddr_in`.
+            let sin: &libc::sockaddr_in = unsafe { &*(s as *const libc::sockaddr_storage).cast() };
+            let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(std::net::SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a `sockaddr_in6`.
+            let sin6: &libc::sockaddr_in6 = unsafe { &*(s as *const libc::sockaddr_storage).cast() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(std::net::SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
+        }
+        _ => None,
+    }
+}
+
+/// Room for one `UDP_SEGMENT`/`UDP_GRO` control message (an int), aligned.
+#[repr(C, align(8))]
+struct CmsgBuf([u8; 64]);
+
+/// Sends the concatenation of `iov` to `dst` as one `sendmsg`. With
+/// `segment > 0` the kernel splits it into datagrams of `segment` bytes
+/// (UDP GSO; the last may be shorter). Returns the bytes sent.
+pub fn send_segments(
+    sock: &impl AsRawFd,
+    dst: &std::net::SocketAddr,
+    iov: &[io::IoSlice<'_>],
+    segment: u16,
+) -> io::Result<usize> {
+    let mut addr = raw_addr(dst);
+    let mut cbuf = CmsgBuf([0; 64]);
+    // SAFETY: `msghdr` is plain data; all-zero is a valid (empty) value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut addr.storage as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = addr.len;
+    // `IoSlice` is guaranteed ABI-compatible with `iovec` on Unix.
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    if segment > 0 {
+        // SAFETY: CMSG_SPACE is a pure computation on its argument.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+        msg.msg_control = cbuf.0.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY:
+        // - `msg.msg_control` points at `cbuf`, 64 aligned bytes, more than
+        //   `space`, so CMSG_FIRSTHDR returns a pointer into it (not null).
+        // - we write one `cmsghdr` and a u16 of data inside `space` bytes.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment);
+        }
+    }
+    // SAFETY:
+    // - `sock` is an open socket; `msg` points at `addr`, `iov` and `cbuf`,
+    //   all live for the call; the kernel only reads them.
+    let rc = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
+}
+
+/// Receives one datagram, or with `UDP_GRO` several coalesced ones, into
+/// `buf`. Returns the length, the sender, and the size of each coalesced
+/// datagram (0 when not coalesced).
+pub fn recv_segments(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, std::net::SocketAddr, u16)> {
+    // SAFETY: plain data; all-zero is valid.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut cbuf = CmsgBuf([0; 64]);
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut storage as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.0.as_mut_ptr().cast();
+    msg.msg_controllen = cbuf.0.len() as _;
+    // SAFETY:
+    // - `sock` is an open socket; `msg` points at `storage`, `iov` (which
+    //   points at `buf`) and `cbuf`, all live and writable for the call, with
+    //   their true sizes.
+    let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut gso = 0u16;
+    // SAFETY: walking the control messages the kernel wrote into `cbuf`,
+    // within `msg.msg_controllen`, with the CMSG_* helpers.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                gso = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) as u16;
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    let from = from_raw_addr(&storage).ok_or_else(|| io::Error::other("datagram from an unknown address family"))?;
+    Ok((rc as usize, from, gso))
+}
+
+/// Sets the largest GSO frame the stack builds for device `name` (in the
+/// current namespace), with one rtnetlink `RTM_NEWLINK` request
+/// (`IFLA_GSO_MAX_SIZE`), as `ip link set NAME gso_max_size SIZE` does.
+pub fn set_gso_max_size(name: &str, size: u32) -> io::Result<()> {
+    let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `cname` is a valid NUL-terminated string for the call.
+    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `socket` takes no pointers; the result is checked below.
+    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by `socket`, is valid and owned by no one else.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // nlmsghdr (16) + ifinfomsg (16) + rtattr header (4) + u32 (4).
+    let mut msg = [0u8; 40];
+    msg[0..4].copy_from_slice(&40u32.to_ne_bytes());
+    msg[4..6].copy_from_slice(&libc::RTM_NEWLINK.to_ne_bytes());
+    msg[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16).to_ne_bytes());
+    msg[8..12].copy_from_slice(&1u32.to_ne_bytes()); // sequence
+    msg[16] = libc::AF_UNSPEC as u8;
+    msg[20..24].copy_from_slice(&(ifindex as i32).to_ne_bytes());
+    msg[32..34].copy_from_slice(&8u16.to_ne_bytes());
+    msg[34..36].copy_from_slice(&libc::IFLA_GSO_MAX_SIZE.to_ne_bytes());
+    msg[36..40].copy_from_slice(&size.to_ne_bytes());
+    // SAFETY: `sock` is an open netlink socket; `msg` is live and its length
+    // is passed with it; the kernel only reads it.
+    let rc = unsafe { libc::send(sock.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut ack = [0u8; 256];
+    // SAFETY: `ack` is live and writable for its whole length.
+    let n = unsafe { libc::recv(sock.as_raw_fd(), ack.as_mut_ptr().cast(), ack.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // An NLMSG_ERROR message: a negative errno after the 16-byte header, 0 for success.
+    if n >= 20 && u16::from_ne_bytes([ack[4], ack[5]]) == libc::NLMSG_ERROR as u16 {
+        let err = i32::from_ne_bytes([ack[16], ack[17], ack[18], ack[19]]);
+        if err != 0 {
+            return Err(io::Error::from_raw_os_error(-err));
+        }
+    }
+    Ok(())
 }
