@@ -112,7 +112,10 @@ pub enum ShowWhat {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     /// `listen udp ADDR:PORT [mode M]`.
-    Listen { addr: SocketAddr, mode: Option<Mode> },
+    Listen {
+        addr: SocketAddr,
+        mode: Option<Mode>,
+    },
     /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS] [mode M] [queues N] [offload on|off]`.
     Interface {
         name: String,

@@ -351,7 +351,8 @@ impl<'a> Parser<'_, 'a> {
                 found(Some(&dev)),
             ));
         }
-        let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload) = (None, None, None, None, None, None);
+        let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload) =
+            (None, None, None, None, None, None);
         while self.peek().is_some() {
             let opt_pos = self.pos();
             let o = self.keyword(
@@ -363,7 +364,9 @@ impl<'a> Parser<'_, 'a> {
                 "mtu" => mtu.replace(self.number("an MTU (68-65535)", 68..=65535)?).is_some(),
                 "mode" => mode.replace(self.mode()?).is_some(),
                 "queues" => queues.replace(self.number("a queue count (1-16)", 1..=16)?).is_some(),
-                "offload" => offload.replace(self.keyword(&["on", "off"], "`on` or `off`")? == "on").is_some(),
+                "offload" => {
+                    offload.replace(self.keyword(&["on", "off"], "`on` or `off`")? == "on").is_some()
+                }
                 _ => netns.replace(self.name("a network namespace name")?).is_some(),
             };
             if dup {
@@ -545,7 +548,10 @@ mod tests {
             one("listen udp 0.0.0.0:9000"),
             Command::Listen { addr: "0.0.0.0:9000".parse().unwrap(), mode: None }
         );
-        assert!(matches!(one("listen udp 0.0.0.0:9000 mode poll"), Command::Listen { mode: Some(Mode::Poll), .. }));
+        assert!(matches!(
+            one("listen udp 0.0.0.0:9000 mode poll"),
+            Command::Listen { mode: Some(Mode::Poll), .. }
+        ));
         assert!(matches!(
             one("interface a tap t mode notify queues 2 offload off"),
             Command::Interface { mode: Mode::Notify, queues: 2, offload: false, .. }

@@ -24,7 +24,10 @@ use std::time::{Duration, Instant};
 pub enum Case {
     Native,
     Vxlan,
+    /// vnetd's user-space path in its default (adaptive) dispatch mode.
     VnetUser(Format),
+    /// vnetd's user-space path with every worker in `poll` mode.
+    VnetUserPoll(Format),
 }
 
 impl Case {
@@ -34,11 +37,19 @@ impl Case {
             Case::Vxlan => "vxlan",
             Case::VnetUser(Format::Raw) => "vnet-user-raw",
             Case::VnetUser(Format::Vnet) => "vnet-user-vnet",
+            Case::VnetUserPoll(Format::Raw) => "vnet-userpoll-raw",
+            Case::VnetUserPoll(Format::Vnet) => "vnet-userpoll-vnet",
         }
     }
 
     pub fn all() -> Vec<Case> {
-        vec![Case::Native, Case::Vxlan, Case::VnetUser(Format::Raw), Case::VnetUser(Format::Vnet)]
+        vec![
+            Case::Native,
+            Case::Vxlan,
+            Case::VnetUser(Format::Raw),
+            Case::VnetUser(Format::Vnet),
+            Case::VnetUserPoll(Format::Vnet),
+        ]
     }
 
     /// The endpoints' MTU over an underlay of `mtu`.
@@ -46,8 +57,8 @@ impl Case {
         match self {
             Case::Native => mtu,
             Case::Vxlan => mtu - 50, // outer IPv4 20 + UDP 8 + VXLAN 8 + Ethernet 14
-            Case::VnetUser(Format::Raw) => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
-            Case::VnetUser(Format::Vnet) => 65_000, // vnet splits frames itself
+            Case::VnetUser(Format::Raw) | Case::VnetUserPoll(Format::Raw) => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
+            Case::VnetUser(Format::Vnet) | Case::VnetUserPoll(Format::Vnet) => 65_000, // vnet splits frames itself
         }
     }
 }
@@ -155,6 +166,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
         "notes": [
             "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
             "Endpoint MTU: native = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
+            "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
             "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
         ],
@@ -245,10 +257,11 @@ struct End {
 }
 
 fn measure(case: Case, cond: &Condition, opts: &Opts) -> Result<(Vec<Sample>, f64), String> {
-    let (overlay, format) = match case {
-        Case::Native => (Overlay::None, Format::Raw),
-        Case::Vxlan => (Overlay::Vxlan, Format::Raw),
-        Case::VnetUser(f) => (Overlay::Vnet, f),
+    let (overlay, format, dispatch) = match case {
+        Case::Native => (Overlay::None, Format::Raw, None),
+        Case::Vxlan => (Overlay::Vxlan, Format::Raw, None),
+        Case::VnetUser(f) => (Overlay::Vnet, f, None),
+        Case::VnetUserPoll(f) => (Overlay::Vnet, f, Some("poll".to_string())),
     };
     let spec = Spec {
         hosts: 2,
@@ -258,6 +271,7 @@ fn measure(case: Case, cond: &Condition, opts: &Opts) -> Result<(Vec<Sample>, f6
         vm_mtu: case.endpoint_mtu(cond.mtu),
         overlay,
         shape: cond.shaped.clone(),
+        dispatch,
         ..Spec::default()
     };
     let mut lab = Lab::up(spec).map_err(|e| format!("lab: {e}"))?;

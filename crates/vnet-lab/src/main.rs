@@ -127,7 +127,13 @@ fn demo(format: Format, seconds: u32) -> vnet_lab::Result<()> {
     Ok(())
 }
 
-fn up(hosts: usize, vms: usize, format: Format, dispatch: Option<String>, vm_mtu: u32) -> vnet_lab::Result<()> {
+fn up(
+    hosts: usize,
+    vms: usize,
+    format: Format,
+    dispatch: Option<String>,
+    vm_mtu: u32,
+) -> vnet_lab::Result<()> {
     let lab = Lab::up(Spec { hosts, vms_per_host: vms, format, dispatch, vm_mtu, ..Spec::default() })?;
     for (h, host) in lab.hosts.iter().enumerate() {
         println!(

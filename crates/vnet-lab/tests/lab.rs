@@ -247,3 +247,64 @@ fn kernel_vxlan_baseline_lab_works() {
     // No vnetd runs in a VXLAN lab.
     assert!(lab.control(0, "show links").is_err());
 }
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn adaptive_dispatch_polls_under_load_and_sleeps_when_idle() {
+    let mut lab = lab(Spec { dispatch: Some("adaptive".into()), ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let iface = |lab: &Lab| json(lab, 0, "interfaces")["interfaces"][0].clone();
+    assert_eq!(iface(&lab)["dispatch"], "notify", "idle at start");
+    // Under an iperf3 load the sending interface switches to polling.
+    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
+    lab.wait_listening(&b.ns, 5201).unwrap();
+    lab.spawn(&a.ns, &["iperf3", "-c", &b.ip.to_string(), "-t", "3"]).unwrap();
+    let mut polled = false;
+    for _ in 0..25 {
+        std::thread::sleep(Duration::from_millis(100));
+        if iface(&lab)["dispatch"] == "poll" {
+            polled = true;
+            break;
+        }
+    }
+    assert!(polled, "never switched to poll under load: {}", iface(&lab));
+    // Idle again: back to notify, with both switches counted.
+    std::thread::sleep(Duration::from_secs(4));
+    let i = iface(&lab);
+    assert_eq!(i["dispatch"], "notify", "{i}");
+    assert!(i["mode_switches"].as_u64().unwrap() >= 2, "{i}");
+    let text = lab.vnetctl(0, &["show", "interfaces"]).unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("mode_switches"));
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn sixty_second_transfer_without_drops() {
+    let mut lab = lab(Spec::default());
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let (gbps, _) = lab.iperf3(&a, &b, 60, &[]).unwrap();
+    assert!(gbps > 0.1, "{gbps}");
+    for h in 0..2 {
+        let s = json(&lab, h, "stats");
+        for i in s["interfaces"].as_array().unwrap() {
+            assert_eq!(i["tx_drops"], 0, "host {h}: {i}");
+            assert_eq!(i["rx_drops"], 0, "host {h}: {i}");
+        }
+        for l in s["links"].as_array().unwrap() {
+            assert_eq!(l["tx_drops"], 0, "host {h}: {l}");
+            assert_eq!(l["rx_drops"], 0, "host {h}: {l}");
+        }
+        for k in [
+            "malformed",
+            "offload_errors",
+            "reasm_timed_out",
+            "reasm_evicted",
+            "reasm_rejected",
+            "unknown_source",
+        ] {
+            assert_eq!(s["global"][k], 0, "host {h}: {k} in {}", s["global"]);
+        }
+    }
+}

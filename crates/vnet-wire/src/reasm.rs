@@ -297,8 +297,12 @@ mod tests {
         let mut r = small();
         assert!(matches!(r.push(0, 1, &repr(9, 2000, 0), &a[..1000]), Outcome::Pending));
         assert!(matches!(r.push(0, 2, &repr(9, 2100, 0), &b[..1000]), Outcome::Pending));
-        assert!(matches!(r.push(0, 2, &repr(9, 2100, 1000), &b[1000..]), Outcome::Complete(f) if *f == b[..]));
-        assert!(matches!(r.push(0, 1, &repr(9, 2000, 1000), &a[1000..]), Outcome::Complete(f) if *f == a[..]));
+        assert!(
+            matches!(r.push(0, 2, &repr(9, 2100, 1000), &b[1000..]), Outcome::Complete(f) if *f == b[..])
+        );
+        assert!(
+            matches!(r.push(0, 1, &repr(9, 2000, 1000), &a[1000..]), Outcome::Complete(f) if *f == a[..])
+        );
     }
 
     #[test]

@@ -21,8 +21,22 @@ use vnet_wire::reasm;
 
 /// Columns of the text tables of `show`.
 const IFACE_COLS: &[&str] = &[
-    "id", "name", "kind", "dev", "netns", "mac", "offload", "queues", "mode", "dispatch", "mode_switches",
-    "rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "tx_drops",
+    "id",
+    "name",
+    "kind",
+    "dev",
+    "netns",
+    "mac",
+    "offload",
+    "queues",
+    "mode",
+    "dispatch",
+    "mode_switches",
+    "rx_packets",
+    "rx_bytes",
+    "tx_packets",
+    "tx_bytes",
+    "tx_drops",
 ];
 const LINK_COLS: &[&str] = &[
     "id",
@@ -40,14 +54,13 @@ const LINK_COLS: &[&str] = &[
 ];
 const ROUTE_COLS: &[&str] = &["id", "src", "dst", "to", "from", "packets", "bytes", "drops"];
 
-/// The link sockets: the one bound to the `listen` address (received on),
-/// the pool `vnet` links send from, and the receiving worker.
+/// The link sockets: the one bound to the `listen` address (received on)
+/// and the pool `vnet` links send from.
 struct Listener {
     addr: SocketAddr,
     mode: vnet_control::Mode,
     sock: Arc<UdpSocket>,
     pool: Vec<Arc<UdpSocket>>,
-    worker: WorkerHandle,
 }
 
 /// One host's vnet: configuration, resources and workers.
@@ -55,7 +68,9 @@ pub struct Daemon {
     state: State,
     shared: Arc<Shared>,
     generation: u64,
-    ifaces: BTreeMap<u32, (Arc<IfacePort>, Vec<WorkerHandle>)>,
+    ifaces: BTreeMap<u32, Arc<IfacePort>>,
+    /// Worker k serves queue k of every interface; worker 0 also the link socket.
+    workers: Vec<WorkerHandle>,
     links: BTreeMap<u32, Arc<LinkPort>>,
     route_counters: BTreeMap<u32, Arc<Counters>>,
     socket: Option<Listener>,
@@ -75,6 +90,7 @@ impl Daemon {
             shared: Shared::new(),
             generation: 0,
             ifaces: BTreeMap::new(),
+            workers: Vec::new(),
             links: BTreeMap::new(),
             route_counters: BTreeMap::new(),
             socket: None,
@@ -138,7 +154,7 @@ impl Daemon {
             .ifaces
             .iter()
             .filter(|(id, _)| next.interfaces.contains_key(id))
-            .map(|(id, (p, _))| (*id, p.clone()))
+            .map(|(id, p)| (*id, p.clone()))
             .collect();
         for p in &opened {
             ifaces.insert(p.id, p.clone());
@@ -186,43 +202,27 @@ impl Daemon {
         };
         self.shared.plane.store(Arc::new(plane));
 
-        // Start workers for what is new, stop those of what is gone.
-        let restart = match new_socket {
-            Some(s) => Some(s),
-            None if mode_changed => self.socket.as_ref().map(|l| (l.sock.clone(), l.pool.clone())),
-            None => None,
-        };
-        if let Some((sock, pool)) = restart {
-            if let Some(old) = self.socket.take() {
-                old.worker.stop();
-            }
-            match dataplane::spawn_link_worker(&self.shared, sock.clone(), next.listen_mode, self.reasm) {
-                Ok(worker) => {
-                    self.socket =
-                        Some(Listener { addr: next.listen, mode: next.listen_mode, sock, pool, worker })
-                }
-                Err(e) => tracing::error!("cannot start the link worker: {e}"),
-            }
+        // Workers: restarted when interfaces or the link socket changed.
+        let respawn = restart_needed(&new_socket, mode_changed, &opened, &self.ifaces, &next);
+        if let Some((sock, pool)) = new_socket {
+            self.socket = Some(Listener { addr: next.listen, mode: next.listen_mode, sock, pool });
+        } else if let Some(l) = self.socket.as_mut() {
+            l.mode = next.listen_mode;
         }
-        let gone: Vec<u32> =
-            self.ifaces.keys().filter(|id| !next.interfaces.contains_key(id)).copied().collect();
-        for id in gone {
-            if let Some((p, ws)) = self.ifaces.remove(&id) {
-                ws.into_iter().for_each(WorkerHandle::stop);
+        self.ifaces.retain(|id, p| {
+            let keep = next.interfaces.contains_key(id);
+            if !keep {
                 tracing::info!(interface = %p.name, "interface removed");
             }
-        }
+            keep
+        });
         for p in opened {
-            let mut ws = Vec::new();
-            for q in 0..p.queues.len() {
-                match dataplane::spawn_iface_worker(&self.shared, p.clone(), q) {
-                    Ok(w) => ws.push(w),
-                    Err(e) => tracing::error!("cannot start a worker for {} queue {q}: {e}", p.name),
-                }
-            }
             tracing::info!(interface = %p.name, dev = %p.dev, mac = ?p.mac, queues = p.queues.len(),
                 offload = p.vnet_hdr, "interface attached");
-            self.ifaces.insert(p.id, (p, ws));
+            self.ifaces.insert(p.id, p);
+        }
+        if respawn {
+            self.respawn();
         }
         self.links = links;
         self.route_counters = route_counters;
@@ -230,15 +230,35 @@ impl Daemon {
         Ok(())
     }
 
+    /// Replaces the workers: worker k reads queue k of every interface, and
+    /// worker 0 the link socket too.
+    fn respawn(&mut self) {
+        self.workers.drain(..).for_each(WorkerHandle::stop);
+        let queues = self.ifaces.values().map(|p| p.queues.len()).max().unwrap_or(1).max(1);
+        for k in 0..queues {
+            let mut sources = Vec::new();
+            if let (0, Some(l)) = (k, &self.socket) {
+                sources.push(dataplane::link_source(&self.shared, l.sock.clone(), l.mode, self.reasm));
+            }
+            for p in self.ifaces.values().filter(|p| p.queues.len() > k) {
+                sources.push(dataplane::iface_source(&self.shared, p.clone(), k));
+            }
+            if sources.is_empty() {
+                continue;
+            }
+            match dataplane::spawn_worker(format!("vnet-w{k}"), sources) {
+                Ok(w) => self.workers.push(w),
+                Err(e) => tracing::error!("cannot start worker {k}: {e}"),
+            }
+        }
+    }
+
     /// Stops every worker and closes every device and socket.
     pub fn shutdown(&mut self) {
         self.shared.plane.store(Arc::new(Plane::default()));
-        for (_, (_, ws)) in std::mem::take(&mut self.ifaces) {
-            ws.into_iter().for_each(WorkerHandle::stop);
-        }
-        if let Some(l) = self.socket.take() {
-            l.worker.stop();
-        }
+        self.workers.drain(..).for_each(WorkerHandle::stop);
+        self.ifaces.clear();
+        self.socket = None;
     }
 
     /// The reply body of a `show` command.
@@ -332,7 +352,7 @@ impl Daemon {
     fn ifaces_json(&self) -> Vec<Value> {
         self.ifaces
             .values()
-            .map(|(p, _)| {
+            .map(|p| {
                 let def = self.state.interfaces.get(&p.id);
                 let mut v = json!({
                     "id": p.id,
@@ -431,6 +451,20 @@ fn table(cols: &[&str], rows: &[Value]) -> String {
     out
 }
 
+/// Whether the workers must be restarted for a change.
+fn restart_needed(
+    new_socket: &Option<(Arc<UdpSocket>, Vec<Arc<UdpSocket>>)>,
+    mode_changed: bool,
+    opened: &[Arc<IfacePort>],
+    ifaces: &BTreeMap<u32, Arc<IfacePort>>,
+    next: &State,
+) -> bool {
+    new_socket.is_some()
+        || mode_changed
+        || !opened.is_empty()
+        || ifaces.keys().any(|id| !next.interfaces.contains_key(id))
+}
+
 fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
     let s = UdpSocket::bind(addr)?;
     s.set_nonblocking(true)?;
@@ -444,6 +478,9 @@ fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
 /// address, ephemeral ports).
 fn bind_all(addr: SocketAddr) -> std::io::Result<(Arc<UdpSocket>, Vec<Arc<UdpSocket>>)> {
     let sock = bind(addr)?;
+    if let Err(e) = sys::udp_enable_gro(&*sock) {
+        tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
+    }
     let pool = (0..dataplane::TX_POOL)
         .map(|_| bind(SocketAddr::new(addr.ip(), 0)))
         .collect::<std::io::Result<Vec<_>>>()?;
@@ -486,7 +523,8 @@ fn open_iface(def: &InterfaceDef, g: &dataplane::Global) -> std::io::Result<Ifac
         if let (IfaceKind::Tap, Some(m)) = (kind, mac) {
             sys::set_mac(&dev, m)?;
         }
-        if kind == IfaceKind::Tap && vnet_hdr && sys::set_gso_max_size(&dev, dataplane::TAP_GSO_MAX).is_err() {
+        if kind == IfaceKind::Tap && vnet_hdr && sys::set_gso_max_size(&dev, dataplane::TAP_GSO_MAX).is_err()
+        {
             refused = true;
         }
         if let Some(m) = mtu {

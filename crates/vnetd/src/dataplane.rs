@@ -75,8 +75,12 @@ const MAX_SEGS: usize = 160;
 pub const TAP_GSO_MAX: u32 = 62_000;
 /// Sockets in the pool that gives `vnet` links a source port per flow.
 pub const TX_POOL: usize = 4;
-/// `poll` mode keeps polling this long after the last frame.
-const POLL_IDLE: Duration = Duration::from_micros(250);
+/// `poll` mode keeps polling this long after the last frame (so traffic as
+/// sparse as a ping every 10 ms never waits for a wake-up)...
+const POLL_IDLE: Duration = Duration::from_millis(20);
+/// ...and `adaptive` mode, once its rate put it in polling, this long (at
+/// the rates that got it there, frames come far more often).
+const ADAPTIVE_POLL_IDLE: Duration = Duration::from_micros(250);
 /// Adaptive dispatch: measuring window and thresholds (frames/s).
 const ADAPT_WINDOW: Duration = Duration::from_millis(10);
 const ADAPT_UP: u64 = 10_000;
@@ -488,7 +492,10 @@ fn send_batch(l: &LinkPort, sock: &UdpSocket, iov: &[IoSlice<'_>], seg: usize, g
         let segment = if total > seg { seg as u16 } else { 0 };
         match sys::send_segments(sock, &l.def.remote, iov, segment) {
             Ok(_) => return true,
-            Err(e) if segment > 0 && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT)) => {
+            Err(e)
+                if segment > 0
+                    && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT)) =>
+            {
                 l.gso_off.store(true, Relaxed);
                 g.gso_fallbacks.fetch_add(1, Relaxed);
                 tracing::warn!(link = %l.def.name, "UDP GSO refused ({e}); sending datagram by datagram");
@@ -592,8 +599,7 @@ impl Drop for WorkerHandle {
     }
 }
 
-const SOURCE: Token = Token(0);
-const WAKE: Token = Token(1);
+const WAKE: Token = Token(0);
 
 /// The adaptive-dispatch decision, sans-IO: fed frame counts and time.
 #[derive(Debug)]
@@ -637,7 +643,8 @@ impl Dispatcher {
 
     /// Whether to keep polling rather than sleep, at `now`.
     pub fn keep_polling(&self, now: Instant) -> bool {
-        self.polling && now.duration_since(self.last_frame) < POLL_IDLE
+        let idle = if self.mode == Mode::Poll { POLL_IDLE } else { ADAPTIVE_POLL_IDLE };
+        self.polling && now.duration_since(self.last_frame) < idle
     }
 
     pub fn polling(&self) -> bool {
@@ -645,42 +652,59 @@ impl Dispatcher {
     }
 }
 
-/// Runs `body` (which handles up to a batch and returns how many frames it
-/// handled) whenever `fd` is readable, in the given dispatch mode, until
-/// stopped.
-fn spawn_worker(
-    name: String,
+/// One thing a worker reads from: an interface queue or the link socket.
+pub struct Source {
     fd: std::os::fd::RawFd,
     mode: Mode,
     stats: Arc<DispatchStats>,
-    mut body: impl FnMut() -> usize + Send + 'static,
-) -> io::Result<WorkerHandle> {
+    /// Handles up to a batch of frames; returns how many it handled.
+    body: Box<dyn FnMut() -> usize + Send>,
+}
+
+/// Runs a worker thread over `sources` until stopped. Every pass reads each
+/// source until it is empty (or a batch is done); each source keeps its
+/// own dispatch state, and the worker sleeps in epoll only when none of its
+/// sources wants to keep polling.
+pub fn spawn_worker(name: String, mut sources: Vec<Source>) -> io::Result<WorkerHandle> {
     let mut poll = Poll::new()?;
-    poll.registry().register(&mut SourceFd(&fd), SOURCE, Interest::READABLE)?;
+    for (i, s) in sources.iter().enumerate() {
+        poll.registry().register(&mut SourceFd(&s.fd), Token(i + 1), Interest::READABLE)?;
+    }
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let join = std::thread::Builder::new().name(name).spawn(move || {
-        let mut events = Events::with_capacity(8);
-        let mut d = Dispatcher::new(mode, Instant::now());
-        stats.polling.store(d.polling() as u8, Relaxed);
+        let mut events = Events::with_capacity(16);
+        let now = Instant::now();
+        let mut ds: Vec<Dispatcher> = sources.iter().map(|s| Dispatcher::new(s.mode, now)).collect();
+        for (s, d) in sources.iter().zip(&ds) {
+            s.stats.polling.store(d.polling() as u8, Relaxed);
+        }
         while !stop2.load(Relaxed) {
-            let n = body();
+            let mut total = 0;
             let now = Instant::now();
-            if d.record(n, now) {
-                stats.switches.fetch_add(1, Relaxed);
-                stats.polling.store(d.polling() as u8, Relaxed);
+            for (s, d) in sources.iter_mut().zip(ds.iter_mut()) {
+                let n = (s.body)();
+                total += n;
+                if d.record(n, now) {
+                    s.stats.switches.fetch_add(1, Relaxed);
+                    s.stats.polling.store(d.polling() as u8, Relaxed);
+                }
             }
-            if n > 0 {
+            if total > 0 {
                 continue; // more may be waiting: read until empty
             }
-            if d.keep_polling(now) {
+            if ds.iter().any(|d| d.keep_polling(now)) {
                 std::thread::yield_now();
                 continue;
             }
             match poll.poll(&mut events, Some(Duration::from_millis(100))) {
                 Ok(()) => {
-                    stats.wakeups.fetch_add(1, Relaxed);
+                    for e in events.iter() {
+                        if let Some(s) = e.token().0.checked_sub(1).and_then(|i| sources.get(i)) {
+                            s.stats.wakeups.fetch_add(1, Relaxed);
+                        }
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -693,14 +717,12 @@ fn spawn_worker(
     Ok(WorkerHandle { stop, waker, join: Some(join) })
 }
 
-/// Starts the worker that reads the frames interface `iface`'s VM sends on
-/// queue `q`.
-pub fn spawn_iface_worker(shared: &Arc<Shared>, iface: Arc<IfacePort>, q: usize) -> io::Result<WorkerHandle> {
+/// The source that reads the frames interface `iface`'s VM sends on queue `q`.
+pub fn iface_source(shared: &Arc<Shared>, iface: Arc<IfacePort>, q: usize) -> Source {
     let fd = iface.queues[q].as_raw_fd();
     let mut fw = Forwarder::new(shared.clone());
     let mut buf = vec![0u8; BUF];
     let port = Port::Interface(iface.id);
-    let name = format!("vnet-if{}q{q}", iface.id);
     let (mode, stats) = (iface.mode, iface.dispatch.clone());
     let body = move || {
         let plane = fw.shared.plane.load();
@@ -733,24 +755,22 @@ pub fn spawn_iface_worker(shared: &Arc<Shared>, iface: Arc<IfacePort>, q: usize)
                 }
             }
         }
-        fw.report();
+        if n > 0 {
+            fw.report();
+        }
         n
     };
-    spawn_worker(name, fd, mode, stats, body)
+    Source { fd, mode, stats, body: Box::new(body) }
 }
 
-/// Starts the worker that receives datagrams on the link socket.
-pub fn spawn_link_worker(
+/// The source that receives datagrams on the link socket.
+pub fn link_source(
     shared: &Arc<Shared>,
     sock: Arc<UdpSocket>,
     mode: Mode,
     reasm_cfg: reasm::Config,
-) -> io::Result<WorkerHandle> {
+) -> Source {
     let fd = sock.as_raw_fd();
-    if let Err(e) = sys::udp_enable_gro(&*sock) {
-        tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
-        shared.global.offload_refused.fetch_add(1, Relaxed);
-    }
     let mut fw = Forwarder::new(shared.clone());
     let mut buf = vec![0u8; 1 << 16];
     let mut rx = RxState { reasm: reasm::Reassembler::new(reasm_cfg) };
@@ -781,11 +801,13 @@ pub fn spawn_link_worker(
                 }
             }
         }
-        rx.report(&fw.shared.global);
-        fw.report();
+        if n > 0 {
+            rx.report(&fw.shared.global);
+            fw.report();
+        }
         n
     };
-    spawn_worker("vnet-link-rx".into(), fd, mode, stats, body)
+    Source { fd, mode, stats, body: Box::new(body) }
 }
 
 struct RxState {
@@ -808,7 +830,7 @@ fn deliver_vnet(fw: &mut Forwarder, plane: &Plane, port: Port, with_vh: bool, by
 }
 
 /// The link a datagram from `from` belongs to.
-fn link_of<'p>(plane: &'p Plane, from: SocketAddr) -> Option<&'p Arc<LinkPort>> {
+fn link_of(plane: &Plane, from: SocketAddr) -> Option<&Arc<LinkPort>> {
     let ip = match from.ip() {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,
@@ -824,10 +846,17 @@ impl RxState {
     /// reassembly copy. Returns false, having delivered nothing, when the
     /// batch is anything else or a destination needs a contiguous frame; the
     /// caller then takes the datagrams one by one.
-    fn whole_frame_batch(&mut self, fw: &mut Forwarder, plane: &Plane, from: SocketAddr, data: &[u8], seg: usize) -> bool {
+    fn whole_frame_batch(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        from: SocketAddr,
+        data: &[u8],
+        seg: usize,
+    ) -> bool {
         let Some(link) = link_of(plane, from) else { return false };
         let n = data.len().div_ceil(seg);
-        if link.def.format != LinkFormat::Vnet || n < 2 || n > GSO_MAX_SEGS {
+        if link.def.format != LinkFormat::Vnet || !(2..=GSO_MAX_SEGS).contains(&n) {
             return false;
         }
         let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS];
@@ -837,11 +866,7 @@ impl RxState {
             let Ok(p) = VnetPacket::new_checked(d) else { return false };
             let r = VnetRepr::parse(&p);
             let ok = match first {
-                None => {
-                    r.offset == 0
-                        && r.flags.0 == Flags::VNET_HDR
-                        && r.network == link.def.network
-                }
+                None => r.offset == 0 && r.flags.0 == Flags::VNET_HDR && r.network == link.def.network,
                 Some(f) => r.frame_id == f.frame_id && r.frame_len == f.frame_len && r.flags == f.flags,
             };
             if !ok || r.offset as usize != expect {
@@ -952,8 +977,12 @@ mod tests {
         let t0 = Instant::now();
         let mut d = Dispatcher::new(Mode::Poll, t0);
         d.record(1, t0);
-        assert!(d.keep_polling(t0 + Duration::from_micros(100)));
-        assert!(!d.keep_polling(t0 + Duration::from_millis(5)));
+        assert!(d.keep_polling(t0 + Duration::from_millis(5)));
+        assert!(!d.keep_polling(t0 + Duration::from_millis(25)));
+        let mut a = Dispatcher::new(Mode::Adaptive, t0);
+        a.record(500, t0 + Duration::from_millis(10));
+        assert!(a.polling() && a.keep_polling(t0 + Duration::from_micros(10_100)));
+        assert!(!a.keep_polling(t0 + Duration::from_millis(11)));
     }
 
     #[test]

@@ -246,13 +246,13 @@ pub fn open_packet(name: &str) -> io::Result<File> {
 }
 
 fn tap_ioctl_int(tap: &File, req: libc::Ioctl, val: libc::c_int) -> io::Result<()> {
-    // SAFETY:
-    // - `tap` is an open /dev/net/tun file for the whole call.
-    // - TUNSETOFFLOAD takes its argument by value; TUNSETVNETHDRSZ reads one
-    //   `int` through the pointer, which points at a live local.
     let rc = if req == libc::TUNSETOFFLOAD {
+        // SAFETY: `tap` is an open /dev/net/tun file for the whole call, and
+        // TUNSETOFFLOAD takes its argument by value (no pointer).
         unsafe { libc::ioctl(tap.as_raw_fd(), req as _, val as libc::c_ulong) }
     } else {
+        // SAFETY: `tap` is an open /dev/net/tun file for the whole call, and
+        // the request reads one `int` through a pointer to a live local.
         unsafe { libc::ioctl(tap.as_raw_fd(), req as _, &val as *const libc::c_int) }
     };
     if rc < 0 {
@@ -423,7 +423,8 @@ pub fn recv_segments(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, 
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    let from = from_raw_addr(&storage).ok_or_else(|| io::Error::other("datagram from an unknown address family"))?;
+    let from =
+        from_raw_addr(&storage).ok_or_else(|| io::Error::other("datagram from an unknown address family"))?;
     Ok((rc as usize, from, gso))
 }
 
@@ -438,7 +439,8 @@ pub fn set_gso_max_size(name: &str, size: u32) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `socket` takes no pointers; the result is checked below.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
+    let fd =
+        unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
