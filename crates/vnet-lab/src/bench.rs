@@ -361,18 +361,24 @@ fn ping_rtt(lab: &Lab, a: &End, b: &End, size: u32, count: u32) -> Result<(f64, 
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&o.stdout);
     let line = text.lines().find(|l| l.starts_with("rtt")).ok_or(format!("ping -s {size}: no replies"))?;
+    parse_rtt(line).ok_or_else(|| format!("ping -s {size}: cannot read `{line}`"))
+}
+
+/// Reads `rtt min/avg/max/mdev = a/b/c/d ms[, pipe N]` as (avg, mdev) in
+/// microseconds.
+fn parse_rtt(line: &str) -> Option<(f64, f64)> {
     let nums: Vec<f64> = line
         .split('=')
-        .nth(1)
-        .unwrap_or("")
+        .nth(1)?
+        .split(" ms")
+        .next()?
         .trim()
-        .trim_end_matches(" ms")
         .split('/')
         .filter_map(|x| x.trim().parse().ok())
         .collect();
     match nums.as_slice() {
-        [_, avg, _, mdev] => Ok((avg * 1000.0, mdev * 1000.0)),
-        _ => Err(format!("ping -s {size}: cannot read `{line}`")),
+        [_, avg, _, mdev] => Some((avg * 1000.0, mdev * 1000.0)),
+        _ => None,
     }
 }
 
@@ -577,6 +583,14 @@ pub fn repo_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_ping_rtt_lines() {
+        let r = parse_rtt("rtt min/avg/max/mdev = 0.137/0.915/18.716/1.818 ms, pipe 2").unwrap();
+        assert!((r.0 - 915.0).abs() < 1e-6 && (r.1 - 1818.0).abs() < 1e-6);
+        assert_eq!(parse_rtt("rtt min/avg/max/mdev = 0.1/0.2/0.3/0.5 ms"), Some((200.0, 500.0)));
+        assert_eq!(parse_rtt("rtt garbage"), None);
+    }
 
     #[test]
     fn medians() {
