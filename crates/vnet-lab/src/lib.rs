@@ -410,9 +410,6 @@ impl Lab {
                     self.ns_exec(&host.ns, &["ip", "link", "set", hd, "mtu", &mtu, "up"])?;
                     if s.overlay == Overlay::Vxlan {
                         self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
-                    } else {
-                        // vnetd sees frames before the kernel would fill in offloaded checksums.
-                        self.ns_exec(&ns, &["ethtool", "-K", dev, "tx", "off"])?;
                     }
                 } else {
                     self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
