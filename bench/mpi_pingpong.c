@@ -5,12 +5,29 @@
  * trip, bandwidth is size / one-way latency.
  *
  * usage: mpi_pingpong [max_bytes [scale]]
+ * Each size runs `scale` times its default iterations, fewer if that would
+ * take more than TIME_BUDGET seconds on this path.
  * prints: "bytes latency_us bandwidth_MBps" per size, from rank 0.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Most seconds one message size may take (after calibration). */
+#define TIME_BUDGET 1.0
+
+static void pingpong(int rank, char *buf, long size, int n) {
+    for (int i = 0; i < n; i++) {
+        if (rank == 0) {
+            MPI_Send(buf, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
+            MPI_Recv(buf, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(buf, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
+        }
+    }
+}
 
 static int iterations(long size, double scale) {
     long it = (long)((size <= 4096 ? 2000 : (64L << 20) / size) * scale);
@@ -35,18 +52,20 @@ int main(int argc, char **argv) {
     memset(buf, 0xa5, max > 0 ? max : 1);
     for (long size = 0; size <= max; size = size ? size * 4 : 1) {
         int iters = iterations(size, scale), warm = iters / 10 + 1;
-        double t0 = 0;
+        /* Calibrate: a slow path gets fewer iterations, so a size never
+           takes much more than TIME_BUDGET seconds. */
         MPI_Barrier(MPI_COMM_WORLD);
-        for (int i = 0; i < warm + iters; i++) {
-            if (i == warm) t0 = MPI_Wtime();
-            if (rank == 0) {
-                MPI_Send(buf, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
-                MPI_Recv(buf, (int)size, MPI_CHAR, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            } else {
-                MPI_Recv(buf, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                MPI_Send(buf, (int)size, MPI_CHAR, 0, 1, MPI_COMM_WORLD);
-            }
-        }
+        double c0 = MPI_Wtime();
+        pingpong(rank, buf, size, 3);
+        double per = (MPI_Wtime() - c0) / 3;
+        int fit = per > 0 ? (int)(TIME_BUDGET / per) : iters;
+        if (fit < iters) iters = fit < 5 ? 5 : fit;
+        if (warm > iters / 10 + 1) warm = iters / 10 + 1;
+        MPI_Bcast(&iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(&warm, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        pingpong(rank, buf, size, warm);
+        double t0 = MPI_Wtime();
+        pingpong(rank, buf, size, iters);
         double lat = (MPI_Wtime() - t0) / iters / 2 * 1e6;
         if (rank == 0) {
             printf("%ld %.3f %.3f\n", size, lat, lat > 0 ? size / lat : 0.0);

@@ -419,8 +419,8 @@ fn mpi(lab: &Lab, a: &End, b: &End, subnet: &str, opts: &Opts) -> Result<Vec<Sam
     let scale = opts.mpi_scale.to_string();
     let agent = opts.rsh_agent.to_string_lossy().to_string();
     let bin = opts.mpi_bin.to_string_lossy().to_string();
-    let o = Command::new("ip")
-        .args(["netns", "exec", &a.ns, "timeout", "300", "mpirun", "-np", "2", "--host", &hosts])
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &a.ns, "timeout", "300", "mpirun", "-np", "2", "--host", &hosts])
         .args(["--bind-to", "none", "--mca", "plm_rsh_agent", &agent, "--mca", "btl", "tcp,self"])
         .args([
             "--mca",
@@ -436,10 +436,8 @@ fn mpi(lab: &Lab, a: &End, b: &End, subnet: &str, opts: &Opts) -> Result<Vec<Sam
         .args([&bin, &max, &scale])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("VNET_LAB_PREFIX", &lab.prefix)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("mpirun: {e}"))?;
+        .env("VNET_LAB_PREFIX", &lab.prefix);
+    let o = crate::run_group(cmd).map_err(|e| format!("mpirun: {e}"))?;
     let text = String::from_utf8_lossy(&o.stdout);
     let mut out = Vec::new();
     let mut peak: f64 = 0.0;

@@ -55,11 +55,42 @@ pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Erro
     move |source| Error::Io { what, source }
 }
 
-/// Namespaces and pids to remove if the process is interrupted.
+/// Namespaces, pids and process groups to remove if the process is
+/// interrupted.
 static REGISTRY: Mutex<(Vec<String>, Vec<u32>)> = Mutex::new((Vec::new(), Vec::new()));
+static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
 fn registry() -> std::sync::MutexGuard<'static, (Vec<String>, Vec<u32>)> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn groups() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn kill_group(pgid: u32) {
+    let _ =
+        Command::new("kill").arg("-KILL").arg("--").arg(format!("-{pgid}")).stderr(Stdio::null()).status();
+}
+
+/// Runs `cmd` in a process group of its own and returns its output; the
+/// whole group (children that outlive it, such as MPI ranks) is killed when
+/// it ends, and on Ctrl-C.
+pub fn run_group(mut cmd: Command) -> Result<Output> {
+    use std::os::unix::process::CommandExt;
+    let child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(io("starting a process group"))?;
+    let pgid = child.id();
+    groups().push(pgid);
+    let out = child.wait_with_output().map_err(io("waiting for a process group"));
+    kill_group(pgid);
+    groups().retain(|g| *g != pgid);
+    out
 }
 
 /// On SIGINT/SIGTERM, kills the lab's processes, deletes its namespaces and
@@ -67,6 +98,9 @@ fn registry() -> std::sync::MutexGuard<'static, (Vec<String>, Vec<u32>)> {
 pub fn install_signal_cleanup() {
     let _ = ctrlc::set_handler(|| {
         let (nss, pids) = std::mem::take(&mut *registry());
+        for g in std::mem::take(&mut *groups()) {
+            kill_group(g);
+        }
         for p in pids {
             let _ = Command::new("kill").arg("-KILL").arg(p.to_string()).status();
         }

@@ -205,7 +205,7 @@ fn bench(
         conditions,
         repeats: repeats.unwrap_or(if quick { 1 } else { 3 }),
         seconds: seconds.unwrap_or(if quick { 2 } else { 5 }),
-        pings: if quick { 100 } else { 200 },
+        pings: 100,
         mpi_max: if quick { 1 << 20 } else { 4 << 20 },
         mpi_scale: if quick { 0.1 } else { 0.5 },
         mpi_bin: mpi,
