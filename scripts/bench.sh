@@ -5,10 +5,7 @@
 # Extra arguments go to `vnet-lab bench` (see --help). Results: results/<timestamp>/.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-need_root
-ensure_apt $VNET_APT_PACKAGES sockperf openmpi-bin libopenmpi-dev python3-matplotlib
-ensure_cargo
-ensure_tun
+prepare sockperf openmpi-bin libopenmpi-dev python3-matplotlib
 cargo build --release --bins
 mkdir -p target/bench
 mpicc -O2 -o target/bench/mpi_pingpong bench/mpi_pingpong.c

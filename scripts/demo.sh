@@ -4,9 +4,6 @@
 # Extra arguments go to `vnet-lab demo` (e.g. --format raw, --seconds 10).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-need_root
-ensure_apt $VNET_APT_PACKAGES
-ensure_cargo
-ensure_tun
+prepare
 cargo build --release --bins
 exec target/release/vnet-lab demo "$@"

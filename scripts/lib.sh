@@ -35,4 +35,13 @@ ensure_tun() {
     [ -c /dev/net/tun ] || die "/dev/net/tun is missing: this kernel has no TUN/TAP support"
 }
 
+# What every entry script needs first: root, the Debian packages (plus any
+# named in "$@"), cargo, and TUN/TAP.
+prepare() {
+    need_root
+    ensure_apt $VNET_APT_PACKAGES "$@"
+    ensure_cargo
+    ensure_tun
+}
+
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1

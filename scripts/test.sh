@@ -4,10 +4,7 @@
 # namespace integration tests (root). Installs what it needs first.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-need_root
-ensure_apt $VNET_APT_PACKAGES
-ensure_cargo
-ensure_tun
+prepare
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
 
 step() { echo; echo "== $*"; }
