@@ -434,7 +434,8 @@ impl<'a> Parser<'_, 'a> {
     fn route(&mut self) -> Result<Command> {
         let src = self.mac_spec("a source")?;
         let dst = self.mac_spec("a destination")?;
-        self.keyword(&["->"], "`->`")?;
+        // `to` spares shell users from quoting `->`.
+        self.keyword(&["->", "to"], "`->` (or `to`)")?;
         let to = match self.keyword(&["link", "interface"], "`link` or `interface`")? {
             "link" => Target::Link(self.link_ref()?),
             _ => Target::Interface(self.iface_ref()?),
@@ -542,6 +543,11 @@ mod tests {
             }
         );
         assert!(matches!(one("link x udp [::1]:9001 mtu 9000"), Command::Link { mtu: 9000, .. }));
+        assert_eq!(
+            one("route any any to link hostb"),
+            one("route any any -> link hostb"),
+            "`to` is `->` without the shell's `>`"
+        );
         let c = one("route any 52:54:00:00:00:02 -> link hostb from interface vm0");
         assert!(matches!(c, Command::Route { to: Target::Link(_), from: From::Interface(_), .. }));
         assert_eq!(

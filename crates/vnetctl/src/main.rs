@@ -3,7 +3,7 @@
 //! ```text
 //! vnetctl show routes            # any control line, as words
 //! vnetctl --json show stats
-//! vnetctl route any 52:54:00:00:00:02 -> link hostb
+//! vnetctl route any 52:54:00:00:00:02 to link hostb   # `to` = `->`
 //! vnetctl apply changes.conf     # a file, applied atomically
 //! ```
 
