@@ -35,10 +35,26 @@ pub enum FragError {
     NoRoom { need: usize },
 }
 
+/// Frame bytes each datagram carries at `max_datagram` (at least 1).
+pub fn chunk_len(max_datagram: usize) -> usize {
+    max_datagram.saturating_sub(HEADER_LEN).max(1)
+}
+
+/// How many datagrams a `frame_len`-byte frame becomes at `max_datagram`.
+pub fn count(frame_len: usize, max_datagram: usize) -> usize {
+    frame_len.div_ceil(chunk_len(max_datagram))
+}
+
+/// The bytes of a `frame_len`-byte frame that datagram `i` carries (its
+/// header's offset is the range's start).
+pub fn chunk(i: usize, frame_len: usize, max_datagram: usize) -> core::ops::Range<usize> {
+    let c = chunk_len(max_datagram);
+    (i * c).min(frame_len)..((i + 1) * c).min(frame_len)
+}
+
 /// Bytes needed in the output buffer for `frame_len` at `max_datagram`.
 pub fn needed(frame_len: usize, max_datagram: usize) -> usize {
-    let chunk = max_datagram.saturating_sub(HEADER_LEN).max(1);
-    frame_len + frame_len.div_ceil(chunk) * HEADER_LEN
+    frame_len + count(frame_len, max_datagram) * HEADER_LEN
 }
 
 /// Writes `frame` as `vnet` datagrams of at most `max_datagram` bytes into
@@ -56,14 +72,15 @@ pub fn split(
     if max_datagram <= HEADER_LEN {
         return Err(FragError::DatagramTooSmall(max_datagram));
     }
-    let chunk = max_datagram - HEADER_LEN;
     let need = needed(frame.len(), max_datagram);
     if out.len() < need {
         return Err(FragError::NoRoom { need });
     }
     let mut pos = 0;
-    for (i, piece) in frame.chunks(chunk).enumerate() {
-        let repr = VnetRepr { frame_len: frame.len() as u32, offset: (i * chunk) as u32, ..base };
+    for i in 0..count(frame.len(), max_datagram) {
+        let r = chunk(i, frame.len(), max_datagram);
+        let repr = VnetRepr { frame_len: frame.len() as u32, offset: r.start as u32, ..base };
+        let piece = &frame[r];
         // `out` was checked to hold `need` bytes above.
         let _ = repr.emit(&mut out[pos..]);
         out[pos + HEADER_LEN..pos + HEADER_LEN + piece.len()].copy_from_slice(piece);

@@ -50,7 +50,7 @@ use vnet_core::{Counters, Port, RouteCache, RouteTable};
 use vnet_wire::offload::{complete_checksum, segment_tcp};
 use vnet_wire::virtio::{self, VirtioNetHdr};
 use vnet_wire::vnet::{Flags, VnetPacket, VnetRepr, HEADER_LEN as VNET_HDR_LEN, MAX_FRAME_LEN};
-use vnet_wire::{reasm, EthernetFrame, MacAddr};
+use vnet_wire::{frag, reasm, EthernetFrame, MacAddr};
 
 /// Largest frame read from an interface or received from a link.
 pub const MAX_FRAME: usize = MAX_FRAME_LEN as usize;
@@ -398,8 +398,7 @@ impl Forwarder {
         if total > MAX_FRAME_LEN as usize + virtio::LEN || dgram <= VNET_HDR_LEN {
             return false;
         }
-        let chunk = dgram - VNET_HDR_LEN;
-        let n = total.div_ceil(chunk);
+        let n = frag::count(total, dgram);
         if n > MAX_SEGS {
             return false;
         }
@@ -411,7 +410,8 @@ impl Forwarder {
             offset: 0,
         };
         for (i, h) in self.hdrs[..n].iter_mut().enumerate() {
-            let _ = VnetRepr { offset: (i * chunk) as u32, ..base }.emit(h);
+            let offset = frag::chunk(i, total, dgram).start as u32;
+            let _ = VnetRepr { offset, ..base }.emit(h);
         }
         let per = (GSO_MAX_BYTES / dgram).clamp(1, GSO_MAX_SEGS);
         let mut iov = [IoSlice::new(&[]); 3 * GSO_MAX_SEGS];
@@ -420,7 +420,7 @@ impl Forwarder {
             let last = (first + per).min(n);
             let mut k = 0;
             for i in first..last {
-                let (s, e) = (i * chunk, ((i + 1) * chunk).min(total));
+                let std::ops::Range { start: s, end: e } = frag::chunk(i, total, dgram);
                 iov[k] = IoSlice::new(&self.hdrs[i]);
                 k += 1;
                 if s < pre.len() {
