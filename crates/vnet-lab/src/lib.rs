@@ -675,11 +675,6 @@ impl Lab {
         std::fs::read_to_string(&self.hosts[h].log).unwrap_or_default()
     }
 
-    /// Rewrites host `h`'s config file.
-    pub fn write_config(&self, h: usize, text: &str) -> Result<()> {
-        std::fs::write(&self.hosts[h].config, text).map_err(io("writing a config"))
-    }
-
     pub fn vm(&self, h: usize, v: usize) -> &Vm {
         &self.hosts[h].vms[v]
     }

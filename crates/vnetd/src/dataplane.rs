@@ -332,27 +332,23 @@ impl Forwarder {
         if !vh.needs_finishing() {
             return Finished::Whole;
         }
-        if vh.is_gso() {
-            match segment_tcp(frame, vh, &mut self.seg_buf, &mut self.seg_ranges) {
-                Ok(()) => {
-                    g.sw_segmented.fetch_add(1, Relaxed);
-                    Finished::Segments
-                }
-                Err(_) => {
-                    g.offload_errors.fetch_add(1, Relaxed);
-                    Finished::Failed
-                }
-            }
+        let (done, result, counter) = if vh.is_gso() {
+            (
+                Finished::Segments,
+                segment_tcp(frame, vh, &mut self.seg_buf, &mut self.seg_ranges),
+                &g.sw_segmented,
+            )
         } else {
-            match complete_checksum(frame, vh) {
-                Ok(()) => {
-                    g.sw_checksummed.fetch_add(1, Relaxed);
-                    Finished::Whole
-                }
-                Err(_) => {
-                    g.offload_errors.fetch_add(1, Relaxed);
-                    Finished::Failed
-                }
+            (Finished::Whole, complete_checksum(frame, vh), &g.sw_checksummed)
+        };
+        match result {
+            Ok(()) => {
+                counter.fetch_add(1, Relaxed);
+                done
+            }
+            Err(_) => {
+                g.offload_errors.fetch_add(1, Relaxed);
+                Finished::Failed
             }
         }
     }
