@@ -11,6 +11,7 @@
 //! (medians as ratios to native, with the spread of the repeats) and PNG
 //! plots made by `bench/plot.py`.
 
+use crate::noise::median;
 use crate::{Format, Lab, Overlay, Spec};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -106,7 +107,7 @@ type Key = (String, u32, Option<String>, String); // case, mtu, shaped, metric
 /// Runs the whole matrix and writes the results. Returns the output directory.
 pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
     std::fs::create_dir_all(&opts.out).map_err(crate::io("creating the results directory"))?;
-    let mut rows: BTreeMap<Key, (&'static str, Vec<f64>)> = BTreeMap::new();
+    let mut rows: BTreeMap<Key, (&'static str, Vec<f64>, Vec<usize>)> = BTreeMap::new();
     let mut failures: Vec<Value> = Vec::new();
     let mut steal: Vec<f64> = Vec::new();
     let total = opts.conditions.len() * opts.repeats * opts.cases.len();
@@ -129,7 +130,9 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
                         eprintln!("ok ({:.0} s)", t0.elapsed().as_secs_f64());
                         for s in samples {
                             let key = (case.name().to_string(), cond.mtu, cond.shaped.clone(), s.metric);
-                            rows.entry(key).or_insert((s.unit, Vec::new())).1.push(s.value);
+                            let row = rows.entry(key).or_insert((s.unit, Vec::new(), Vec::new()));
+                            row.1.push(s.value);
+                            row.2.push(rep + 1);
                         }
                     }
                     Err(e) => {
@@ -145,14 +148,14 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
     }
     let results: Vec<Value> = rows
         .iter()
-        .map(|((case, mtu, shaped, metric), (unit, samples))| {
+        .map(|((case, mtu, shaped, metric), (unit, samples, reps))| {
             json!({
                 "case": case, "mtu": mtu, "shaped": shaped, "metric": metric, "unit": unit,
-                "samples": samples, "median": median(samples),
+                "samples": samples, "sample_repeats": reps, "median": median(samples),
             })
         })
         .collect();
-    let doc = json!({
+    let mut doc = json!({
         "date": now_utc(),
         "machine": machine(),
         "kernel": sh(&["uname", "-r"]),
@@ -169,25 +172,17 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
             "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
             "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
+            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it (`vnet-lab compare` checks).",
         ],
         "failures": failures,
         "results": results,
     });
+    crate::noise::annotate(&mut doc);
     let json_path = opts.out.join("results.json");
     std::fs::write(&json_path, serde_json::to_string_pretty(&doc).unwrap_or_default())
         .map_err(crate::io("writing results.json"))?;
     std::fs::write(opts.out.join("results.md"), markdown(&doc)).map_err(crate::io("writing results.md"))?;
     Ok(opts.out.clone())
-}
-
-fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let m = s.len() / 2;
-    Some(if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 })
 }
 
 fn sh(args: &[&str]) -> String {
@@ -505,12 +500,15 @@ pub fn markdown(doc: &Value) -> String {
     ];
     for (mtu, shaped) in &conds {
         let _ = writeln!(md, "\n### Underlay MTU {mtu}, {shaped}\n");
-        let _ = writeln!(md, "Each cell: median (ratio to native) [min-max of the repeats].\n");
-        let _ = write!(md, "| metric |");
+        let _ = writeln!(
+            md,
+            "Each cell: median (ratio to native) [min-max of the repeats]. Noise: the row's ± for medians / for ratios.\n"
+        );
+        let _ = write!(md, "| metric | noise |");
         for c in &cases {
             let _ = write!(md, " {c} |");
         }
-        let _ = write!(md, "\n|---|");
+        let _ = write!(md, "\n|---|---|");
         for _ in &cases {
             let _ = write!(md, "---|");
         }
@@ -526,7 +524,10 @@ pub fn markdown(doc: &Value) -> String {
             };
             let native = find("native").and_then(|r| r["median"].as_f64());
             let unit = cases.iter().find_map(|c| find(c)).and_then(|r| r["unit"].as_str()).unwrap_or("");
-            let _ = write!(md, "| {m} ({unit}) |");
+            let any = cases.iter().find_map(|c| find(c));
+            let noise =
+                |k: &str| any.and_then(|r| r[k].as_f64()).map_or(String::from("-"), |x| format!("{x:.0}%"));
+            let _ = write!(md, "| {m} ({unit}) | ±{} / ±{} |", noise("noise_pct"), noise("ratio_noise_pct"));
             for c in &cases {
                 match find(c) {
                     Some(r) => {
@@ -538,7 +539,10 @@ pub fn markdown(doc: &Value) -> String {
                             .filter_map(|x| x.as_f64())
                             .collect();
                         let (lo, hi) = s.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
-                        let ratio = native.map_or(String::new(), |n| format!(" ({:.2}x)", med / n));
+                        let ratio = r["ratio_median"]
+                            .as_f64()
+                            .or(native.map(|n| med / n))
+                            .map_or(String::new(), |x| format!(" ({x:.2}x)"));
                         let spread = if s.len() > 1 { format!(" [{lo:.1}-{hi:.1}]") } else { String::new() };
                         let _ = write!(md, " {med:.2}{ratio}{spread} |");
                     }
@@ -612,9 +616,13 @@ mod tests {
                 row("vxlan", "tcp1_gbps", "Gbit/s", &[10.0, 10.5, 11.0]),
             ],
         });
+        let mut doc = doc;
+        crate::noise::annotate(&mut doc);
         let md = markdown(&doc);
         assert!(
-            md.contains("| tcp1_gbps (Gbit/s) | 21.00 (1.00x) [20.0-22.0] | 10.50 (0.50x) [10.0-11.0] |"),
+            md.contains(
+                "| tcp1_gbps (Gbit/s) | ±5% / ±5% | 21.00 (1.00x) [20.0-22.0] | 10.50 (0.50x) [10.0-11.0] |"
+            ),
             "{md}"
         );
         assert!(md.contains("vnet-user-raw mtu 1500 unshaped repeat 2: boom"), "{md}");

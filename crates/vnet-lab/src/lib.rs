@@ -21,6 +21,7 @@
 //! Traffic stays inside the lab's namespaces.
 
 pub mod bench;
+pub mod noise;
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;

@@ -48,7 +48,14 @@ enum Cmd {
         /// The compiled bench/mpi_pingpong.c.
         #[arg(long)]
         mpi: std::path::PathBuf,
+        /// After the run, check its medians against this earlier
+        /// results.json and its noise (as `compare` does).
+        #[arg(long)]
+        check: Option<std::path::PathBuf>,
     },
+    /// Check a rerun against a first run: which medians and ratios of NEW
+    /// lie within OLD's median plus or minus OLD's reported noise.
+    Compare { old: std::path::PathBuf, new: std::path::PathBuf },
     /// Build a lab and keep it until Ctrl-C, printing how to reach it.
     Up {
         #[arg(long, default_value_t = 2)]
@@ -78,9 +85,13 @@ fn main() -> ExitCode {
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds } => demo(fmt(format), seconds),
         Cmd::Up { hosts, vms, format, mode, vm_mtu } => up(hosts, vms, fmt(format), mode, vm_mtu),
-        Cmd::Bench { quick, repeats, seconds, out, cases, mpi } => {
-            bench(quick, repeats, seconds, out, cases, mpi)
+        Cmd::Bench { quick, repeats, seconds, out, cases, mpi, check } => {
+            bench(quick, repeats, seconds, out, cases, mpi).and_then(|dir| match check {
+                Some(old) => compare(&old, &dir.join("results.json")),
+                None => Ok(()),
+            })
         }
+        Cmd::Compare { old, new } => compare(&old, &new),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -164,7 +175,7 @@ fn bench(
     out: Option<std::path::PathBuf>,
     cases: Vec<String>,
     mpi: std::path::PathBuf,
-) -> vnet_lab::Result<()> {
+) -> vnet_lab::Result<std::path::PathBuf> {
     use vnet_lab::bench::{self, Case, Condition};
     let repo = bench::repo_dir();
     let all = Case::all();
@@ -224,5 +235,18 @@ fn bench(
     }
     println!("{}", std::fs::read_to_string(dir.join("results.md")).unwrap_or_default());
     println!("results in {}", dir.display());
+    Ok(dir)
+}
+
+fn read_json(path: &std::path::Path) -> vnet_lab::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| vnet_lab::Error::Other(format!("{}:{}:{}: {e}", path.display(), e.line(), e.column())))
+}
+
+fn compare(old: &std::path::Path, new: &std::path::Path) -> vnet_lab::Result<()> {
+    let c = vnet_lab::noise::compare(&read_json(old)?, &read_json(new)?);
+    println!("## {} against {}\n\n{}", new.display(), old.display(), c.text);
     Ok(())
 }

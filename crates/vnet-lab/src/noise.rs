@@ -1,0 +1,226 @@
+//! How much a bench figure moves between repeats, and whether a rerun
+//! stayed inside that.
+//!
+//! Repeats are interleaved in time (repeat 1 of every case, then repeat 2,
+//! each on a freshly built lab), so the spread of one cell's repeats already
+//! holds the machine's drift over the whole run, not only back-to-back
+//! jitter. Three repeats are few for one cell, so the noise of a row is
+//! pooled: for one condition and metric, it is the largest relative distance
+//! of any single repeat from its own case's median, over every case of that
+//! row. Ratios to native are formed per repeat (case in repeat r over native
+//! in repeat r), which cancels drift that hits both alike; their noise is
+//! pooled the same way over the non-native cases.
+//!
+//! A rerun passes for a row when its median lies within the first run's
+//! median plus or minus that noise; [`compare`] counts both the absolute
+//! medians and the ratios.
+
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+
+fn nums(v: &Value) -> Vec<f64> {
+    v.as_array().into_iter().flatten().filter_map(Value::as_f64).collect()
+}
+
+pub(crate) fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let m = s.len() / 2;
+    Some(if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 })
+}
+
+/// The largest |x - median| / median over the samples, in percent.
+fn max_dev_pct(samples: &[f64]) -> f64 {
+    let Some(m) = median(samples) else { return 0.0 };
+    if m == 0.0 {
+        return 0.0;
+    }
+    samples.iter().map(|x| ((x - m) / m).abs() * 100.0).fold(0.0, f64::max)
+}
+
+fn same_row(a: &Value, b: &Value) -> bool {
+    a["mtu"] == b["mtu"] && a["shaped"] == b["shaped"] && a["metric"] == b["metric"]
+}
+
+/// The repeat number of each sample: `sample_repeats` when the run wrote
+/// it, else 1, 2, ... (runs without failures write samples in repeat order).
+fn repeats_of(row: &Value) -> Vec<u64> {
+    let given: Vec<u64> =
+        row["sample_repeats"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+    let n = nums(&row["samples"]).len();
+    if given.len() == n {
+        given
+    } else {
+        (1..=n as u64).collect()
+    }
+}
+
+/// Adds `ratio_samples`, `ratio_median`, `noise_pct` and `ratio_noise_pct`
+/// to every row of a results document.
+pub fn annotate(doc: &mut Value) {
+    let Some(rows) = doc["results"].as_array().cloned() else { return };
+    let mut out = rows.clone();
+    for (i, row) in rows.iter().enumerate() {
+        let native = rows.iter().find(|r| r["case"] == "native" && same_row(r, row));
+        let mut ratios = Vec::new();
+        if let Some(nat) = native {
+            let (ns, nr) = (nums(&nat["samples"]), repeats_of(nat));
+            for (x, rep) in nums(&row["samples"]).into_iter().zip(repeats_of(row)) {
+                if let Some(j) = nr.iter().position(|&q| q == rep) {
+                    if ns[j] != 0.0 {
+                        ratios.push(x / ns[j]);
+                    }
+                }
+            }
+        }
+        out[i]["ratio_median"] = json!(median(&ratios));
+        out[i]["ratio_samples"] = json!(ratios);
+    }
+    let snapshot = out.clone();
+    for row in out.iter_mut() {
+        let peers = snapshot.iter().filter(|r| same_row(r, row));
+        let (mut noise, mut ratio_noise) = (0.0f64, 0.0f64);
+        for p in peers {
+            noise = noise.max(max_dev_pct(&nums(&p["samples"])));
+            if p["case"] != "native" {
+                ratio_noise = ratio_noise.max(max_dev_pct(&nums(&p["ratio_samples"])));
+            }
+        }
+        row["noise_pct"] = json!(noise);
+        row["ratio_noise_pct"] = json!(ratio_noise);
+    }
+    doc["results"] = Value::Array(out);
+}
+
+/// The outcome of checking a rerun against a first run.
+#[derive(Debug, Default)]
+pub struct Comparison {
+    pub medians_inside: usize,
+    pub medians: usize,
+    pub ratios_inside: usize,
+    pub ratios: usize,
+    /// A Markdown table, one line per row found in both runs.
+    pub text: String,
+}
+
+fn inside(old: f64, noise_pct: f64, new: f64) -> bool {
+    (new - old).abs() <= old.abs() * noise_pct / 100.0 + 1e-9
+}
+
+/// Checks every row of `new` that `old` also has against `old`'s medians
+/// and noise. Both documents are annotated first (so files written before
+/// the noise fields existed work too).
+pub fn compare(old: &Value, new: &Value) -> Comparison {
+    let (mut old, mut new) = (old.clone(), new.clone());
+    annotate(&mut old);
+    annotate(&mut new);
+    let mut c = Comparison::default();
+    let _ = writeln!(c.text, "| condition | case | metric | first: median ±noise | rerun | in | first: ratio ±noise | rerun | in |");
+    let _ = writeln!(c.text, "|---|---|---|---|---|---|---|---|---|");
+    let empty = Vec::new();
+    for o in old["results"].as_array().unwrap_or(&empty) {
+        let Some(n) = new["results"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .find(|r| r["case"] == o["case"] && same_row(r, o))
+        else {
+            continue;
+        };
+        let (Some(om), Some(nm)) = (o["median"].as_f64(), n["median"].as_f64()) else { continue };
+        let noise = o["noise_pct"].as_f64().unwrap_or(0.0);
+        let med_ok = inside(om, noise, nm);
+        c.medians += 1;
+        c.medians_inside += usize::from(med_ok);
+        let mark = |ok: bool| if ok { "yes" } else { "**no**" };
+        let mut ratio_cells = String::from(" | | ");
+        if o["case"] != "native" {
+            if let (Some(or), Some(nr)) = (o["ratio_median"].as_f64(), n["ratio_median"].as_f64()) {
+                let rn = o["ratio_noise_pct"].as_f64().unwrap_or(0.0);
+                let ok = inside(or, rn, nr);
+                c.ratios += 1;
+                c.ratios_inside += usize::from(ok);
+                ratio_cells = format!("{or:.2} ±{rn:.0}% | {nr:.2} | {}", mark(ok));
+            }
+        }
+        let _ = writeln!(
+            c.text,
+            "| {} {} | {} | {} | {om:.2} ±{noise:.0}% | {nm:.2} | {} | {ratio_cells} |",
+            o["mtu"],
+            o["shaped"].as_str().unwrap_or("unshaped"),
+            o["case"].as_str().unwrap_or(""),
+            o["metric"].as_str().unwrap_or(""),
+            mark(med_ok),
+        );
+    }
+    let _ = writeln!(
+        c.text,
+        "\n{}/{} medians and {}/{} ratios to native of the rerun lie within the first run's noise.",
+        c.medians_inside, c.medians, c.ratios_inside, c.ratios
+    );
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(case: &str, metric: &str, samples: &[f64]) -> Value {
+        json!({"case": case, "mtu": 1500, "shaped": null, "metric": metric, "unit": "x",
+               "samples": samples, "median": median(samples)})
+    }
+
+    #[test]
+    fn noise_is_pooled_over_the_cases_of_a_row_and_ratios_pair_repeats() {
+        let mut doc = json!({"results": [
+            row("native", "tcp1_gbps", &[20.0, 22.0, 18.0]),
+            row("vxlan", "tcp1_gbps", &[10.0, 11.0, 9.0]),
+            row("native", "ping56_rtt_us", &[50.0, 50.0, 50.0]),
+        ]});
+        annotate(&mut doc);
+        let r = &doc["results"];
+        // vxlan deviates by 10 % at most, native by 10 %: the row's noise.
+        assert!((r[0]["noise_pct"].as_f64().unwrap() - 10.0).abs() < 1e-9);
+        assert!((r[1]["noise_pct"].as_f64().unwrap() - 10.0).abs() < 1e-9);
+        // Per-repeat ratios are all 0.5: drift shared by both cancels.
+        assert_eq!(nums(&r[1]["ratio_samples"]), vec![0.5, 0.5, 0.5]);
+        assert!(r[1]["ratio_noise_pct"].as_f64().unwrap() < 1e-9);
+        assert_eq!(r[2]["noise_pct"].as_f64(), Some(0.0));
+    }
+
+    #[test]
+    fn ratios_pair_by_repeat_number_when_a_repeat_failed() {
+        let mut nat = row("native", "tcp1_gbps", &[20.0, 30.0, 40.0]);
+        nat["sample_repeats"] = json!([1, 2, 3]);
+        let mut vx = row("vxlan", "tcp1_gbps", &[15.0, 20.0]);
+        vx["sample_repeats"] = json!([2, 3]);
+        let mut doc = json!({"results": [nat, vx]});
+        annotate(&mut doc);
+        assert_eq!(nums(&doc["results"][1]["ratio_samples"]), vec![0.5, 0.5]);
+    }
+
+    #[test]
+    fn compare_counts_medians_and_ratios_inside_the_noise() {
+        let old = json!({"results": [
+            row("native", "tcp1_gbps", &[20.0, 22.0, 18.0]),
+            row("vxlan", "tcp1_gbps", &[10.0, 11.0, 9.0]),
+            row("vnet-user-vnet", "tcp1_gbps", &[8.0, 8.0, 8.0]),
+        ]});
+        let new = json!({"results": [
+            row("native", "tcp1_gbps", &[21.0, 21.0, 21.0]),   // inside 20 ±10 %
+            row("vxlan", "tcp1_gbps", &[12.0, 12.0, 12.0]),    // outside 10 ±10 %
+            row("vnet-user-vnet", "tcp1_gbps", &[8.4, 8.4, 8.4]),
+            row("vnet-kernel-vnet", "tcp1_gbps", &[20.0]),     // not in the first run
+        ]});
+        let c = compare(&old, &new);
+        assert_eq!((c.medians_inside, c.medians), (2, 3), "{}", c.text);
+        // Ratio noise pooled over vxlan and vnet: vxlan's per-repeat ratios
+        // are all 0.5, vnet's 0.4, 0.364, 0.444 (max deviation 10 %).
+        // Rerun ratios 0.571 (vxlan, outside 0.5 ±10 %) and 0.4 (inside).
+        assert_eq!((c.ratios_inside, c.ratios), (1, 2), "{}", c.text);
+        assert!(c.text.contains("vxlan | tcp1_gbps | 10.00 ±10% | 12.00 | **no**"), "{}", c.text);
+    }
+}
