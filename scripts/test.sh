@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit and property tests, a longer
 # property-test ("fuzz") pass over the decoders and the parser, and the
-# namespace integration tests (root). Installs what it needs first.
+# namespace integration tests (root), on the user path and again on the
+# kernel (eBPF) path. Installs what it needs first.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prepare
@@ -15,9 +16,11 @@ cargo test --workspace
 step "fuzz: decoders and parser, 20000 cases each"
 PROPTEST_CASES=20000 cargo test --release -p vnet-wire -p vnet-control -- never_panics
 PROPTEST_CASES=2000 cargo test --release -p vnetd -- any_line_gets_one_closing_reply
-step "namespace integration tests (root)"
+step "namespace integration tests (root), user path"
 cargo build --workspace --bins
 cargo test -p vnet-lab --test lab -- --ignored --test-threads=2
+step "namespace integration tests (root), again with every VM on the kernel (eBPF) path"
+VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=2
 left=$(ip netns list | grep -c '^vl' || true)
 [ "$left" = 0 ] || die "$left lab namespaces were left behind"
 echo; echo "all tests passed"

@@ -99,6 +99,30 @@ impl Mode {
     }
 }
 
+/// Which path moves an interface's frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Datapath {
+    /// vnetd's workers (every interface kind).
+    User,
+    /// The in-kernel eBPF fast path for unicast, the user path for the
+    /// rest; the interface fails to attach if the programs cannot load.
+    Kernel,
+    /// The kernel path when it can be used (a netdev in vnetd's namespace,
+    /// programs loaded), else the user path, with the reason logged.
+    #[default]
+    Auto,
+}
+
+impl Datapath {
+    pub fn word(self) -> &'static str {
+        match self {
+            Datapath::User => "user",
+            Datapath::Kernel => "kernel",
+            Datapath::Auto => "auto",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShowWhat {
     Routes,
@@ -116,7 +140,8 @@ pub enum Command {
         addr: SocketAddr,
         mode: Option<Mode>,
     },
-    /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS] [mode M] [queues N] [offload on|off]`.
+    /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS] [mode M] [queues N] [offload on|off]
+    /// [datapath user|kernel|auto]`.
     Interface {
         name: String,
         kind: IfaceKind,
@@ -127,6 +152,7 @@ pub enum Command {
         mode: Mode,
         queues: u32,
         offload: bool,
+        datapath: Datapath,
     },
     /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`, or
     /// the Palacios `add IP PORT [udp]` (then `name` is `None`).

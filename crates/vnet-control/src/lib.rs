@@ -30,7 +30,7 @@ pub mod lex;
 pub mod parse;
 pub mod state;
 
-pub use ast::{Command, Located, Mode, ShowWhat};
+pub use ast::{Command, Datapath, Located, Mode, ShowWhat};
 pub use parse::{parse, parse_line, Section};
 pub use state::{IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, State};
 

@@ -1,6 +1,8 @@
 //! From text to [`Command`]s.
 
-use crate::ast::{Command, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, Ref, ShowWhat, Target};
+use crate::ast::{
+    Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, Ref, ShowWhat, Target,
+};
 use crate::lex::{found, words, Token};
 use crate::{Error, Pos, Result};
 use std::net::{IpAddr, SocketAddr};
@@ -351,13 +353,13 @@ impl<'a> Parser<'_, 'a> {
                 found(Some(&dev)),
             ));
         }
-        let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload) =
-            (None, None, None, None, None, None);
+        let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload, mut datapath) =
+            (None, None, None, None, None, None, None);
         while self.peek().is_some() {
             let opt_pos = self.pos();
             let o = self.keyword(
-                &["mac", "mtu", "netns", "mode", "queues", "offload"],
-                "an option: `mac`, `mtu`, `netns`, `mode`, `queues` or `offload`",
+                &["mac", "mtu", "netns", "mode", "queues", "offload", "datapath"],
+                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload` or `datapath`",
             )?;
             let dup = match o {
                 "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
@@ -367,6 +369,7 @@ impl<'a> Parser<'_, 'a> {
                 "offload" => {
                     offload.replace(self.keyword(&["on", "off"], "`on` or `off`")? == "on").is_some()
                 }
+                "datapath" => datapath.replace(self.datapath()?).is_some(),
                 _ => netns.replace(self.name("a network namespace name")?).is_some(),
             };
             if dup {
@@ -386,6 +389,15 @@ impl<'a> Parser<'_, 'a> {
             mode: mode.unwrap_or_default(),
             queues: queues.unwrap_or(1),
             offload: offload.unwrap_or(true),
+            datapath: datapath.unwrap_or_default(),
+        })
+    }
+
+    fn datapath(&mut self) -> Result<Datapath> {
+        Ok(match self.keyword(&["user", "kernel", "auto"], "a data path: `user`, `kernel` or `auto`")? {
+            "user" => Datapath::User,
+            "kernel" => Datapath::Kernel,
+            _ => Datapath::Auto,
         })
     }
 
@@ -530,6 +542,7 @@ mod tests {
                 mode: Mode::Adaptive,
                 queues: 1,
                 offload: true,
+                datapath: Datapath::Auto,
             }
         );
         assert_eq!(
@@ -559,8 +572,14 @@ mod tests {
             Command::Listen { mode: Some(Mode::Poll), .. }
         ));
         assert!(matches!(
-            one("interface a tap t mode notify queues 2 offload off"),
-            Command::Interface { mode: Mode::Notify, queues: 2, offload: false, .. }
+            one("interface a tap t mode notify queues 2 offload off datapath user"),
+            Command::Interface {
+                mode: Mode::Notify,
+                queues: 2,
+                offload: false,
+                datapath: Datapath::User,
+                ..
+            }
         ));
         assert_eq!(one("show routes json"), Command::Show { what: ShowWhat::Routes, json: true });
         assert!(matches!(one("delete link hostb"), Command::DeleteLink(_)));

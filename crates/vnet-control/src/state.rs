@@ -5,7 +5,7 @@
 //! module only checks and records. [`State::apply_all`] is the atomic form:
 //! it works on a copy and returns it only if every command succeeded.
 
-use crate::ast::{Command, Format, From, IfaceRef, LinkRef, Located, Ref, Target};
+use crate::ast::{Command, Datapath, Format, From, IfaceRef, LinkRef, Located, Ref, Target};
 use crate::parse::DEFAULT_PORT;
 use crate::{Error, Result};
 use std::collections::BTreeMap;
@@ -32,6 +32,7 @@ pub struct InterfaceDef {
     pub queues: u32,
     /// Pass checksum and segmentation offloads through (`virtio_net_hdr`).
     pub offload: bool,
+    pub datapath: Datapath,
 }
 
 /// A UDP link to another host.
@@ -108,7 +109,7 @@ impl State {
                     self.listen_mode = *m;
                 }
             }
-            Command::Interface { name, kind, dev, mac, mtu, netns, mode, queues, offload } => {
+            Command::Interface { name, kind, dev, mac, mtu, netns, mode, queues, offload, datapath } => {
                 if self.iface_by_name(name).is_some() {
                     return Err(Error::new(
                         pos,
@@ -147,6 +148,7 @@ impl State {
                         mode: *mode,
                         queues: *queues,
                         offload: *offload,
+                        datapath: *datapath,
                     },
                 );
             }
@@ -298,6 +300,9 @@ impl State {
             let _ = write!(s, " mode {} queues {}", i.mode.word(), i.queues);
             if !i.offload {
                 s.push_str(" offload off");
+            }
+            if i.datapath != Datapath::Auto {
+                let _ = write!(s, " datapath {}", i.datapath.word());
             }
             s.push('\n');
         }

@@ -29,6 +29,8 @@ pub enum Case {
     VnetUser(Format),
     /// vnetd's user-space path with every worker in `poll` mode.
     VnetUserPoll(Format),
+    /// vnetd's in-kernel eBPF fast path (`datapath kernel`; VMs on veths).
+    VnetKernel(Format),
 }
 
 impl Case {
@@ -40,6 +42,8 @@ impl Case {
             Case::VnetUser(Format::Vnet) => "vnet-user-vnet",
             Case::VnetUserPoll(Format::Raw) => "vnet-userpoll-raw",
             Case::VnetUserPoll(Format::Vnet) => "vnet-userpoll-vnet",
+            Case::VnetKernel(Format::Raw) => "vnet-kernel-raw",
+            Case::VnetKernel(Format::Vnet) => "vnet-kernel-vnet",
         }
     }
 
@@ -50,7 +54,15 @@ impl Case {
             Case::VnetUser(Format::Raw),
             Case::VnetUser(Format::Vnet),
             Case::VnetUserPoll(Format::Vnet),
+            Case::VnetKernel(Format::Vnet),
         ]
+    }
+
+    /// Every case the bench knows, for `--cases`.
+    pub fn known() -> Vec<Case> {
+        let mut v = Case::all();
+        v.extend([Case::VnetUserPoll(Format::Raw), Case::VnetKernel(Format::Raw)]);
+        v
     }
 
     /// The endpoints' MTU over an underlay of `mtu`.
@@ -60,6 +72,9 @@ impl Case {
             Case::Vxlan => mtu - 50, // outer IPv4 20 + UDP 8 + VXLAN 8 + Ethernet 14
             Case::VnetUser(Format::Raw) | Case::VnetUserPoll(Format::Raw) => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
             Case::VnetUser(Format::Vnet) | Case::VnetUserPoll(Format::Vnet) => 65_000, // vnet splits frames itself
+            // The kernel path does not fragment: the VM's frames must fit.
+            Case::VnetKernel(Format::Raw) => mtu - 42,
+            Case::VnetKernel(Format::Vnet) => mtu - 62, // + the 20-byte vnet header
         }
     }
 }
@@ -170,6 +185,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
             "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
             "Endpoint MTU: native = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
             "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
+            "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
             "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
             "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it (`vnet-lab compare` checks).",
@@ -252,11 +268,12 @@ struct End {
 }
 
 fn measure(case: Case, cond: &Condition, opts: &Opts) -> Result<(Vec<Sample>, f64), String> {
-    let (overlay, format, dispatch) = match case {
-        Case::Native => (Overlay::None, Format::Raw, None),
-        Case::Vxlan => (Overlay::Vxlan, Format::Raw, None),
-        Case::VnetUser(f) => (Overlay::Vnet, f, None),
-        Case::VnetUserPoll(f) => (Overlay::Vnet, f, Some("poll".to_string())),
+    let (overlay, format, dispatch, datapath) = match case {
+        Case::Native => (Overlay::None, Format::Raw, None, None),
+        Case::Vxlan => (Overlay::Vxlan, Format::Raw, None, None),
+        Case::VnetUser(f) => (Overlay::Vnet, f, None, None),
+        Case::VnetUserPoll(f) => (Overlay::Vnet, f, Some("poll".to_string()), None),
+        Case::VnetKernel(f) => (Overlay::Vnet, f, None, Some("kernel".to_string())),
     };
     let spec = Spec {
         hosts: 2,
@@ -267,6 +284,7 @@ fn measure(case: Case, cond: &Condition, opts: &Opts) -> Result<(Vec<Sample>, f6
         overlay,
         shape: cond.shaped.clone(),
         dispatch,
+        datapath,
         ..Spec::default()
     };
     let mut lab = Lab::up(spec).map_err(|e| format!("lab: {e}"))?;

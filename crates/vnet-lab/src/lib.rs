@@ -190,6 +190,11 @@ pub struct Spec {
     /// vnetd dispatch mode for interfaces and the link socket
     /// (`notify`, `poll`, `adaptive`; vnetd's default when `None`).
     pub dispatch: Option<String>,
+    /// vnetd `datapath` for every interface (`user`, `kernel`, `auto`).
+    /// When set, every VM is a container on a veth (the kernel path serves
+    /// netdevs). Default: the `VNET_LAB_DATAPATH` environment variable, so
+    /// the whole integration suite can run on the kernel path.
+    pub datapath: Option<String>,
 }
 
 /// What joins the lab's VMs across hosts.
@@ -217,6 +222,7 @@ impl Default for Spec {
             shape: None,
             congestion_control: None,
             dispatch: None,
+            datapath: std::env::var("VNET_LAB_DATAPATH").ok().filter(|d| !d.is_empty()),
         }
     }
 }
@@ -419,7 +425,9 @@ impl Lab {
         for (h, host) in hosts.iter_mut().enumerate() {
             for v in 0..s.vms_per_host {
                 let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
-                let veth = s.veth_hosts.contains(&h) || s.overlay == Overlay::Vxlan;
+                let veth = s.veth_hosts.contains(&h)
+                    || s.overlay == Overlay::Vxlan
+                    || (s.overlay == Overlay::Vnet && s.datapath.is_some());
                 let dev = if veth { "eth0" } else { "vt0" };
                 let vm = Vm {
                     ns: ns.clone(),
@@ -755,9 +763,10 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
     let _ = writeln!(c, "# vnet-lab host {h}");
     let mode = s.dispatch.as_ref().map_or(String::new(), |m| format!(" mode {m}"));
     let _ = writeln!(c, "listen udp {}:9000{mode}", hosts[h].underlay_ip);
+    let dp = s.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
     for (v, vm) in hosts[h].vms.iter().enumerate() {
         match &vm.host_dev {
-            Some(hd) => writeln!(c, "interface vm{v} netdev {hd} mac {}{mode}", vm.mac),
+            Some(hd) => writeln!(c, "interface vm{v} netdev {hd} mac {}{mode}{dp}", vm.mac),
             None => writeln!(c, "interface vm{v} tap {} mac {} netns {}{mode}", vm.dev, vm.mac, vm.ns),
         }
         .ok();

@@ -42,7 +42,8 @@ enum Cmd {
         /// Output directory (default results/<timestamp>).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
-        /// Only these cases (native, vxlan, vnet-user-raw, vnet-user-vnet).
+        /// Only these cases (native, vxlan, vnet-user-raw, vnet-user-vnet,
+        /// vnet-userpoll-vnet, vnet-kernel-vnet, vnet-kernel-raw, ...).
         #[arg(long, value_delimiter = ',')]
         cases: Vec<String>,
         /// The compiled bench/mpi_pingpong.c.
@@ -70,6 +71,10 @@ enum Cmd {
         /// VM MTU.
         #[arg(long, default_value_t = 1500)]
         vm_mtu: u32,
+        /// vnetd data path for every interface: user, kernel or auto (VMs
+        /// become containers on veths).
+        #[arg(long)]
+        datapath: Option<String>,
     },
 }
 
@@ -84,7 +89,9 @@ fn main() -> ExitCode {
     install_signal_cleanup();
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds } => demo(fmt(format), seconds),
-        Cmd::Up { hosts, vms, format, mode, vm_mtu } => up(hosts, vms, fmt(format), mode, vm_mtu),
+        Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath } => {
+            up(hosts, vms, fmt(format), mode, vm_mtu, datapath)
+        }
         Cmd::Bench { quick, repeats, seconds, out, cases, mpi, check } => {
             bench(quick, repeats, seconds, out, cases, mpi).and_then(|dir| match check {
                 Some(old) => compare(&old, &dir.join("results.json")),
@@ -144,8 +151,13 @@ fn up(
     format: Format,
     dispatch: Option<String>,
     vm_mtu: u32,
+    datapath: Option<String>,
 ) -> vnet_lab::Result<()> {
-    let lab = Lab::up(Spec { hosts, vms_per_host: vms, format, dispatch, vm_mtu, ..Spec::default() })?;
+    let mut spec = Spec { hosts, vms_per_host: vms, format, dispatch, vm_mtu, ..Spec::default() };
+    if datapath.is_some() {
+        spec.datapath = datapath;
+    }
+    let lab = Lab::up(spec)?;
     for (h, host) in lab.hosts.iter().enumerate() {
         println!(
             "host {h}: ns {} underlay {} control unix:{}",
@@ -178,9 +190,9 @@ fn bench(
 ) -> vnet_lab::Result<std::path::PathBuf> {
     use vnet_lab::bench::{self, Case, Condition};
     let repo = bench::repo_dir();
-    let all = Case::all();
+    let all = Case::known();
     let cases: Vec<Case> = if cases.is_empty() {
-        all
+        Case::all()
     } else {
         let mut v = Vec::new();
         for c in &cases {

@@ -55,7 +55,12 @@ impl Flags {
     pub const AUTH: u8 = 0x01;
     /// The payload begins with a `virtio_net_hdr` (reserved; not yet sent).
     pub const VNET_HDR: u8 = 0x02;
-    const KNOWN: u8 = Self::AUTH | Self::VNET_HDR;
+    /// The datagram carries one whole frame that ends where the datagram
+    /// ends; frame id, frame length and offset are written as 0 and ignored.
+    /// The kernel fast path sends this: tunnel GSO copies one outer header
+    /// onto every segment, so no per-datagram length could be right.
+    pub const WHOLE: u8 = 0x04;
+    const KNOWN: u8 = Self::AUTH | Self::VNET_HDR | Self::WHOLE;
 }
 
 /// A view of a `vnet` datagram.
@@ -87,11 +92,17 @@ impl<T: AsRef<[u8]>> VnetPacket<T> {
         if p.flags().0 & !Flags::KNOWN != 0 {
             return Err(Error::Malformed("flags"));
         }
+        let n = p.payload().len() as u64;
+        if p.flags().0 & Flags::WHOLE != 0 {
+            if n == 0 || n > MAX_FRAME_LEN as u64 {
+                return Err(Error::Malformed("frame length"));
+            }
+            return Ok(p);
+        }
         let (flen, off) = (p.frame_len() as u64, p.offset() as u64);
         if flen == 0 || flen > MAX_FRAME_LEN as u64 {
             return Err(Error::Malformed("frame length"));
         }
-        let n = p.payload().len() as u64;
         if n == 0 || off + n > flen {
             return Err(Error::Malformed("fragment offset"));
         }
@@ -154,7 +165,7 @@ impl VnetRepr {
 
     /// True when the datagram carries a whole frame of `payload_len` bytes.
     pub fn is_whole(&self, payload_len: usize) -> bool {
-        self.offset == 0 && self.frame_len as usize == payload_len
+        self.flags.0 & Flags::WHOLE != 0 || (self.offset == 0 && self.frame_len as usize == payload_len)
     }
 
     /// Writes the fixed header into `out[..HEADER_LEN]`; `None` if `out` is
@@ -185,6 +196,26 @@ mod tests {
         0x00, 0x00, 0x00, 0x00, // offset 0
         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 0x88, 0xb5,
     ];
+
+    /// Test vector 3 of docs/wire.md: the same frame as the kernel fast path
+    /// sends it (flag WHOLE, id, length and offset 0), network 7.
+    pub const VECTOR_KERNEL: [u8; 34] = [
+        0x01, 0x04, 0x00, 0x14, // version, flags WHOLE, header length 20
+        0x00, 0x00, 0x00, 0x07, // network 7
+        0x00, 0x00, 0x00, 0x00, // frame id (ignored)
+        0x00, 0x00, 0x00, 0x00, // frame length (ignored)
+        0x00, 0x00, 0x00, 0x00, // offset (ignored)
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 0x88, 0xb5,
+    ];
+
+    #[test]
+    fn whole_flag_datagram_is_one_frame() {
+        let p = VnetPacket::new_checked(&VECTOR_KERNEL[..]).unwrap();
+        let r = VnetRepr::parse(&p);
+        assert!(r.is_whole(p.payload().len()));
+        assert_eq!(p.payload(), &VECTOR_WHOLE[20..]);
+        assert!(VnetPacket::new_checked(&VECTOR_KERNEL[..20]).is_err(), "no frame bytes");
+    }
 
     /// Test vector 2 of docs/wire.md: the second fragment (offset 1452) of a
     /// 3000-byte frame, network 1, id 9, with 4 bytes of options.

@@ -8,13 +8,14 @@
 //! running configuration is untouched, so traffic keeps flowing.
 
 use crate::dataplane::{self, IfacePort, LinkPort, Plane, Shared, WorkerHandle};
+use crate::kernel::{self, KernelIface, KernelPath};
 use crate::sys;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use vnet_control::{Command, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State};
+use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State};
 use vnet_core::stats::Snapshot;
 use vnet_core::{Counters, Port, Route, RouteTable};
 use vnet_wire::reasm;
@@ -30,6 +31,7 @@ const IFACE_COLS: &[&str] = &[
     "offload",
     "queues",
     "mode",
+    "datapath",
     "dispatch",
     "mode_switches",
     "rx_packets",
@@ -75,6 +77,13 @@ pub struct Daemon {
     route_counters: BTreeMap<u32, Arc<Counters>>,
     socket: Option<Listener>,
     reasm: reasm::Config,
+    /// The eBPF fast path, loaded the first time an interface asks for it.
+    kernel: Option<KernelPath>,
+    /// Why it could not be loaded (asked once; `auto` then stays on user).
+    kernel_off: Option<String>,
+    /// Interfaces the kernel path serves, and why others are on the user path.
+    kernel_ifaces: BTreeMap<u32, KernelIface>,
+    user_reasons: BTreeMap<u32, String>,
 }
 
 impl Default for Daemon {
@@ -95,6 +104,10 @@ impl Daemon {
             route_counters: BTreeMap::new(),
             socket: None,
             reasm: reasm::Config::default(),
+            kernel: None,
+            kernel_off: None,
+            kernel_ifaces: BTreeMap::new(),
+            user_reasons: BTreeMap::new(),
         }
     }
 
@@ -140,6 +153,33 @@ impl Daemon {
                 )
             })?;
             opened.push(Arc::new(port));
+        }
+        // The kernel path for the new interfaces that ask for it; undone if
+        // one that requires it (`datapath kernel`) cannot have it.
+        let mut attached: Vec<(u32, KernelIface)> = Vec::new();
+        let mut reasons: Vec<(u32, String)> = Vec::new();
+        for p in &opened {
+            let def = &next.interfaces[&p.id];
+            match self.attach_kernel(def, p) {
+                Ok(Some(k)) => attached.push((p.id, k)),
+                Ok(None) => {}
+                Err(reason) if def.datapath == Datapath::Kernel => {
+                    for (_, k) in &attached {
+                        if let Some(kp) = self.kernel.as_mut() {
+                            kp.detach_iface(&k.dev);
+                        }
+                    }
+                    return Err(Error::new(
+                        decl_pos(&def.name),
+                        "an interface the kernel path can serve (`datapath kernel`)",
+                        reason,
+                    ));
+                }
+                Err(reason) => {
+                    tracing::info!(interface = %def.name, %reason, "datapath auto: user path");
+                    reasons.push((p.id, reason));
+                }
+            }
         }
 
         // Everything acquired: build and publish the new plane.
@@ -200,7 +240,30 @@ impl Daemon {
             socket,
             tx_pool,
         };
-        self.shared.plane.store(Arc::new(plane));
+        let plane = Arc::new(plane);
+        self.shared.plane.store(plane.clone());
+        self.kernel_ifaces.retain(|id, k| {
+            let keep = next.interfaces.contains_key(id);
+            if !keep {
+                if let Some(kp) = self.kernel.as_mut() {
+                    kp.detach_iface(&k.dev);
+                }
+            }
+            keep
+        });
+        self.user_reasons.retain(|id, _| next.interfaces.contains_key(id));
+        self.kernel_ifaces.extend(attached);
+        self.user_reasons.extend(reasons);
+        if let Some(kp) = self.kernel.as_mut() {
+            match kp.sync(&plane, &self.kernel_ifaces, next.listen) {
+                Ok(skipped) => {
+                    for (link, reason) in skipped {
+                        tracing::info!(%link, %reason, "link left to the user path");
+                    }
+                }
+                Err(e) => tracing::error!("the kernel path's maps could not be updated: {e}"),
+            }
+        }
 
         // Workers: restarted when interfaces or the link socket changed.
         let respawn = restart_needed(&new_socket, mode_changed, &opened, &self.ifaces, &next);
@@ -253,8 +316,48 @@ impl Daemon {
         }
     }
 
+    /// Puts a new interface on the kernel path if its `datapath` asks for
+    /// it and the kernel path can serve it: `Ok(None)` for `user`, the
+    /// reason when it cannot.
+    fn attach_kernel(&mut self, def: &InterfaceDef, port: &IfacePort) -> Result<Option<KernelIface>, String> {
+        if def.datapath == Datapath::User {
+            return Ok(None);
+        }
+        if def.kind == IfaceKind::Tap {
+            return Err("vnetd serves this TAP through its file descriptor (the kernel path takes netdevs: \
+                        a container's veth, a TAP QEMU holds)"
+                .into());
+        }
+        if def.netns.is_some() {
+            return Err("the device is in another namespace than vnetd and its underlay".into());
+        }
+        if let Some(r) = &self.kernel_off {
+            return Err(r.clone());
+        }
+        if self.kernel.is_none() {
+            match KernelPath::load() {
+                Ok(k) => {
+                    tracing::info!("eBPF fast path loaded");
+                    self.kernel = Some(k);
+                }
+                Err(r) => {
+                    tracing::warn!(reason = %r, "eBPF fast path unavailable");
+                    self.kernel_off = Some(r.clone());
+                    return Err(r);
+                }
+            }
+        }
+        let kp = self.kernel.as_mut().ok_or("the kernel path is not loaded")?;
+        let ifindex = kernel::ifindex(&def.dev).ok_or_else(|| format!("no ifindex for {}", def.dev))?;
+        let sock = port.queues.first().ok_or("the interface has no socket")?;
+        kp.attach_iface(&def.dev, sock)?;
+        Ok(Some(KernelIface { dev: def.dev.clone(), ifindex, peer: !kernel::is_tap(&def.dev) }))
+    }
+
     /// Stops every worker and closes every device and socket.
     pub fn shutdown(&mut self) {
+        self.kernel_ifaces.clear();
+        self.kernel = None;
         self.shared.plane.store(Arc::new(Plane::default()));
         self.workers.drain(..).for_each(WorkerHandle::stop);
         self.ifaces.clear();
@@ -344,6 +447,9 @@ impl Daemon {
                     "mtu": d.mtu,
                 });
                 counters_into(&mut v, rx, tx);
+                if let Some(k) = &self.kernel {
+                    add_kernel(&mut v, k.link_counters(d.id));
+                }
                 v
             })
             .collect()
@@ -364,11 +470,16 @@ impl Daemon {
                     "offload": p.vnet_hdr,
                     "queues": p.queues.len(),
                     "mode": p.mode.word(),
+                    "datapath": if self.kernel_ifaces.contains_key(&p.id) { "kernel" } else { "user" },
+                    "datapath_reason": self.user_reasons.get(&p.id),
                     "dispatch": p.dispatch.mode_word(),
                     "mode_switches": p.dispatch.switches.load(Relaxed),
                     "wakeups": p.dispatch.wakeups.load(Relaxed),
                 });
                 counters_into(&mut v, p.rx.snapshot(), p.tx.snapshot());
+                if let (Some(k), Some(ki)) = (&self.kernel, self.kernel_ifaces.get(&p.id)) {
+                    add_kernel(&mut v, k.iface_counters(ki.ifindex));
+                }
                 v
             })
             .collect()
@@ -376,6 +487,26 @@ impl Daemon {
 
     fn global_json(&self) -> Value {
         let g = &self.shared.global;
+        let mut v = self.global_user_json(g);
+        if let Value::Object(m) = &mut v {
+            let status = match (&self.kernel, &self.kernel_off) {
+                (Some(_), _) => "loaded".to_string(),
+                (None, Some(r)) => format!("off: {r}"),
+                (None, None) => "not requested".to_string(),
+            };
+            m.insert("kernel_path".into(), status.into());
+            if let Some(k) = &self.kernel {
+                m.insert("kernel_route_entries".into(), k.entries.into());
+                m.insert("kernel_route_overflow".into(), k.overflow.into());
+                for (name, n) in k.stats() {
+                    m.insert(name.into(), n.into());
+                }
+            }
+        }
+        v
+    }
+
+    fn global_user_json(&self, g: &dataplane::Global) -> Value {
         json!({
             "no_route": g.no_route.load(Relaxed),
             "unknown_source": g.unknown_source.load(Relaxed),
@@ -422,6 +553,24 @@ fn counters_into(v: &mut Value, rx: Snapshot, tx: Snapshot) {
         ] {
             m.insert(k.into(), n.into());
         }
+    }
+}
+
+/// Adds what the kernel path moved for a port to its (user path) counters,
+/// so `show` reports the port's whole traffic.
+fn add_kernel(v: &mut Value, k: crate::sys::bpf::PortStats) {
+    if let Value::Object(m) = v {
+        for (key, n) in [
+            ("rx_packets", k.rx_packets),
+            ("rx_bytes", k.rx_bytes),
+            ("tx_packets", k.tx_packets),
+            ("tx_bytes", k.tx_bytes),
+        ] {
+            let sum = m.get(key).and_then(Value::as_u64).unwrap_or(0) + n;
+            m.insert(key.into(), sum.into());
+        }
+        m.insert("kernel_rx_packets".into(), k.rx_packets.into());
+        m.insert("kernel_tx_packets".into(), k.tx_packets.into());
     }
 }
 

@@ -11,6 +11,7 @@ pub mod client;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
+pub mod kernel;
 pub mod sys;
 
 pub use control::Endpoint;

@@ -478,3 +478,78 @@ pub fn set_gso_max_size(name: &str, size: u32) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Twins of the C structs the eBPF fast path keeps in its maps
+/// (`bpf/vnet.bpf.c`): same fields, same order, no padding.
+pub mod bpf {
+    /// `struct route_key`: ingress port (ifindex, or `PORT_LINK | link id`),
+    /// destination and source MAC.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+    pub struct RouteKey {
+        pub port: u32,
+        pub dst: [u8; 6],
+        pub src: [u8; 6],
+    }
+
+    /// `struct route_val`.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct RouteVal {
+        pub action: u32,
+        pub target: u32,
+    }
+
+    /// `struct link_val`; addresses and port in network byte order.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct LinkVal {
+        pub remote_ip: u32,
+        pub local_ip: u32,
+        pub remote_port: u16,
+        pub format: u8,
+        pub pad: u8,
+        pub network: u32,
+        pub ifindex: u32,
+        pub mtu: u32,
+    }
+
+    /// `struct cfg`; `port` in network byte order.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct Cfg {
+        pub active: u32,
+        pub port: u16,
+        pub pad: u16,
+    }
+
+    /// `struct port_stats`: one port's frames and bytes moved by the kernel.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct PortStats {
+        pub rx_packets: u64,
+        pub rx_bytes: u64,
+        pub tx_packets: u64,
+        pub tx_bytes: u64,
+    }
+
+    // SAFETY: each type is `repr(C)`, made only of integers and byte arrays,
+    // laid out without padding (16, 8, 24 and 8 bytes, checked below), so
+    // every byte pattern is a valid value and none is uninitialised: what
+    // `aya::Pod` requires to copy them to and from the kernel's maps.
+    unsafe impl aya::Pod for RouteKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for RouteVal {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for LinkVal {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Cfg {}
+    // SAFETY: as above (four u64, 32 bytes).
+    unsafe impl aya::Pod for PortStats {}
+
+    const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
+    const _: () = assert!(std::mem::size_of::<RouteVal>() == 8);
+    const _: () = assert!(std::mem::size_of::<LinkVal>() == 24);
+    const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
+    const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
+}

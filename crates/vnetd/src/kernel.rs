@@ -1,0 +1,479 @@
+//! The in-kernel fast path: loads `bpf/vnet.bpf.c` (built by `build.rs`
+//! with clang), attaches it with TC, and keeps its maps equal to the
+//! routing decisions of the published [`Plane`].
+//!
+//! vnetd stays the control plane and the slow path. The routing semantics
+//! (Palacios priorities, no reflection, split horizon) are evaluated here,
+//! in user space, by the same [`vnet_core::RouteTable::lookup`] the workers
+//! use: for every port the kernel serves and every pair of known unicast
+//! MACs, a decision with exactly one destination the kernel can reach is
+//! written to the map; everything else is absent, and the programs leave
+//! those frames to the user path. So behaviour is the same with and
+//! without the fast path; only the speed differs.
+//!
+//! Updates are atomic: decisions go into the inactive one of two tables and
+//! one write to `config.active` switches the programs over. Programs are
+//! attached as TCX links owned by this process (aya detaches them on drop;
+//! the kernel does when the process dies), so a stopped or killed vnetd
+//! leaves nothing attached and a restart attaches afresh.
+
+use crate::dataplane::Plane;
+use crate::sys::bpf::{Cfg, LinkVal, PortStats, RouteKey, RouteVal};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues};
+use aya::programs::tc::SchedClassifierLinkId;
+use aya::programs::{SchedClassifier, SocketFilter, TcAttachType};
+use aya::Ebpf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use vnet_control::LinkFormat;
+use vnet_core::Port;
+use vnet_wire::MacAddr;
+
+/// The object `build.rs` compiled (empty when clang was missing).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/vnet.bpf.o"));
+
+const PORT_LINK: u32 = 0x8000_0000;
+const ACT_IFACE_PEER: u32 = 1;
+const ACT_LINK: u32 = 2;
+const ACT_IFACE_XMIT: u32 = 3;
+const FMT_RAW: u8 = 0;
+const FMT_VNET: u8 = 1;
+/// Route entries per table (the maps' `max_entries`).
+pub const MAX_ROUTES: usize = 65_536;
+
+/// The programs' counters, in the order of the C enum.
+pub const STAT_NAMES: [&str; 9] = [
+    "kernel_vm_frames",
+    "kernel_local",
+    "kernel_encap",
+    "kernel_encap_bytes",
+    "kernel_wire_datagrams",
+    "kernel_decap",
+    "kernel_decap_bytes",
+    "kernel_to_user",
+    "kernel_errors",
+];
+
+/// A local interface the kernel path serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelIface {
+    pub dev: String,
+    pub ifindex: u32,
+    /// A veth: frames for it go into its peer (`bpf_redirect_peer`);
+    /// otherwise (a TAP QEMU holds) out of it (`bpf_redirect`).
+    pub peer: bool,
+}
+
+/// Why the kernel path cannot serve something.
+pub type Reason = String;
+
+/// The loaded programs and their maps.
+pub struct KernelPath {
+    ebpf: Ebpf,
+    vm_attached: BTreeMap<String, SchedClassifierLinkId>,
+    wire_attached: BTreeMap<String, SchedClassifierLinkId>,
+    /// Keys written to each route table.
+    tables: [BTreeSet<RouteKey>; 2],
+    active: u32,
+    peers: BTreeSet<u32>,
+    links: BTreeSet<u32>,
+    /// Route entries in the live table, and decisions left out for lack of room.
+    pub entries: usize,
+    pub overflow: usize,
+}
+
+fn err(what: &str) -> impl Fn(String) -> Reason + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+impl KernelPath {
+    /// Loads the programs into the kernel (not attached yet).
+    pub fn load() -> Result<Self, Reason> {
+        if OBJECT.is_empty() {
+            return Err("vnetd was built without the eBPF object (clang was missing)".into());
+        }
+        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| format!("loading the eBPF object: {e}"))?;
+        for name in ["vnet_from_vm", "vnet_from_wire"] {
+            let p: &mut SchedClassifier = ebpf
+                .program_mut(name)
+                .ok_or_else(|| format!("program {name} missing from the object"))?
+                .try_into()
+                .map_err(|e| format!("{name}: {e}"))?;
+            p.load().map_err(|e| format!("the kernel refused {name}: {e}"))?;
+        }
+        let f: &mut SocketFilter = ebpf
+            .program_mut("vnet_sock_filter")
+            .ok_or("program vnet_sock_filter missing from the object")?
+            .try_into()
+            .map_err(|e| format!("vnet_sock_filter: {e}"))?;
+        f.load().map_err(|e| format!("the kernel refused vnet_sock_filter: {e}"))?;
+        Ok(KernelPath {
+            ebpf,
+            vm_attached: BTreeMap::new(),
+            wire_attached: BTreeMap::new(),
+            tables: Default::default(),
+            active: 0,
+            peers: BTreeSet::new(),
+            links: BTreeSet::new(),
+            entries: 0,
+            overflow: 0,
+        })
+    }
+
+    fn classifier(&mut self, name: &str) -> Result<&mut SchedClassifier, Reason> {
+        self.ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("program {name} missing"))?
+            .try_into()
+            .map_err(|e| format!("{name}: {e}"))
+    }
+
+    /// Serves interface `dev`: the socket filter on vnetd's packet socket
+    /// first (so no frame is forwarded twice), then TC ingress.
+    pub fn attach_iface(&mut self, dev: &str, sock: &File) -> Result<(), Reason> {
+        let f: &mut SocketFilter = self
+            .ebpf
+            .program_mut("vnet_sock_filter")
+            .ok_or("program vnet_sock_filter missing")?
+            .try_into()
+            .map_err(|e| format!("vnet_sock_filter: {e}"))?;
+        f.attach(sock).map_err(|e| format!("attaching the socket filter on {dev}: {e}"))?;
+        if !self.vm_attached.contains_key(dev) {
+            let id = self
+                .classifier("vnet_from_vm")?
+                .attach(dev, TcAttachType::Ingress)
+                .map_err(|e| format!("attaching to TC ingress of {dev}: {e}"))?;
+            self.vm_attached.insert(dev.to_string(), id);
+        }
+        Ok(())
+    }
+
+    /// Stops serving interface `dev` (its device may already be gone).
+    pub fn detach_iface(&mut self, dev: &str) {
+        if let Some(id) = self.vm_attached.remove(dev) {
+            if let Ok(p) = self.classifier("vnet_from_vm") {
+                let _ = p.detach(id);
+            }
+        }
+    }
+
+    /// Makes the maps say what `plane` says, for the interfaces in `ifaces`
+    /// (by interface id), and attaches the wire program to every underlay
+    /// device a link leaves by. `listen` is vnetd's link socket address.
+    /// Returns the links the kernel cannot serve, with the reason.
+    pub fn sync(
+        &mut self,
+        plane: &Plane,
+        ifaces: &BTreeMap<u32, KernelIface>,
+        listen: SocketAddr,
+    ) -> Result<Vec<(String, Reason)>, Reason> {
+        // Links: where each one leaves, from which address.
+        let mut link_vals = BTreeMap::new();
+        let mut skipped = Vec::new();
+        for (id, l) in &plane.links {
+            match link_val(l.def.remote, l.def.format, l.def.network, l.def.mtu, listen) {
+                Ok((v, dev)) => {
+                    link_vals.insert(*id, (v, dev));
+                }
+                Err(r) => skipped.push((l.def.name.clone(), r)),
+            }
+        }
+        let devs: BTreeSet<String> = link_vals.values().map(|(_, d)| d.clone()).collect();
+        for dev in &devs {
+            if !self.wire_attached.contains_key(dev) {
+                let id = self
+                    .classifier("vnet_from_wire")?
+                    .attach(dev, TcAttachType::Ingress)
+                    .map_err(|e| format!("attaching to TC ingress of underlay {dev}: {e}"))?;
+                self.wire_attached.insert(dev.clone(), id);
+            }
+        }
+        let stale: Vec<String> = self.wire_attached.keys().filter(|d| !devs.contains(*d)).cloned().collect();
+        for dev in stale {
+            if let Some(id) = self.wire_attached.remove(&dev) {
+                let _ = self.classifier("vnet_from_wire")?.detach(id);
+            }
+        }
+
+        // Links and peers first (a route may only name a link that exists).
+        {
+            let mut m: BpfHashMap<&mut MapData, u32, LinkVal> = map(&mut self.ebpf, "links")?;
+            for (id, (v, _)) in &link_vals {
+                m.insert(id, v, 0).map_err(|e| err("links")(e.to_string()))?;
+            }
+        }
+        {
+            let mut m: BpfHashMap<&mut MapData, u32, u32> = map(&mut self.ebpf, "peers")?;
+            let mut now = BTreeSet::new();
+            for (id, (v, _)) in &link_vals {
+                m.insert(v.remote_ip, id, 0).map_err(|e| err("peers")(e.to_string()))?;
+                now.insert(v.remote_ip);
+            }
+            for gone in self.peers.difference(&now) {
+                let _ = m.remove(gone);
+            }
+            self.peers = now;
+        }
+
+        // A counter entry for every port served (the programs only add).
+        {
+            let cpus = aya::util::nr_cpus().map_err(|(w, e)| format!("{w}: {e}"))?;
+            let mut m: PerCpuHashMap<&mut MapData, u32, PortStats> = map(&mut self.ebpf, "port_stats")?;
+            let ports = ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id));
+            for p in ports {
+                if m.get(&p, 0).is_err() {
+                    let zero = PerCpuValues::try_from(vec![PortStats::default(); cpus])
+                        .map_err(|e| format!("port_stats: {e}"))?;
+                    m.insert(p, zero, 0).map_err(|e| format!("port_stats: {e}"))?;
+                }
+            }
+        }
+
+        // Decisions into the inactive table, then switch.
+        let (decisions, overflow) = decisions(plane, ifaces, &link_vals.keys().copied().collect());
+        let next = 1 - self.active;
+        {
+            let name = if next == 0 { "routes_0" } else { "routes_1" };
+            let mut m: BpfHashMap<&mut MapData, RouteKey, RouteVal> = map(&mut self.ebpf, name)?;
+            let old = &self.tables[next as usize];
+            for k in old.iter().filter(|k| !decisions.contains_key(k)) {
+                let _ = m.remove(k);
+            }
+            for (k, v) in &decisions {
+                m.insert(k, v, 0).map_err(|e| err(name)(e.to_string()))?;
+            }
+        }
+        let port = listen.port().to_be();
+        {
+            let mut cfg: Array<&mut MapData, Cfg> = map(&mut self.ebpf, "config")?;
+            cfg.set(0, Cfg { active: next, port, pad: 0 }, 0).map_err(|e| err("config")(e.to_string()))?;
+        }
+        self.active = next;
+        self.tables[next as usize] = decisions.keys().copied().collect();
+        self.entries = decisions.len();
+        self.overflow = overflow;
+
+        // Links that are gone: after the switch, no route names them.
+        {
+            let mut m: BpfHashMap<&mut MapData, u32, LinkVal> = map(&mut self.ebpf, "links")?;
+            for gone in self.links.iter().filter(|id| !link_vals.contains_key(id)) {
+                let _ = m.remove(gone);
+            }
+        }
+        self.links = link_vals.keys().copied().collect();
+        Ok(skipped)
+    }
+
+    /// What the kernel moved for an interface (by ifindex) or a link (by id).
+    pub fn iface_counters(&self, ifindex: u32) -> PortStats {
+        self.port_counters(ifindex)
+    }
+    pub fn link_counters(&self, id: u32) -> PortStats {
+        self.port_counters(PORT_LINK | id)
+    }
+
+    fn port_counters(&self, port: u32) -> PortStats {
+        let Some(m) = self.ebpf.map("port_stats") else { return PortStats::default() };
+        let Ok(h) = PerCpuHashMap::<&MapData, u32, PortStats>::try_from(m) else {
+            return PortStats::default();
+        };
+        let Ok(vals) = h.get(&port, 0) else { return PortStats::default() };
+        vals.iter().fold(PortStats::default(), |a, v| PortStats {
+            rx_packets: a.rx_packets + v.rx_packets,
+            rx_bytes: a.rx_bytes + v.rx_bytes,
+            tx_packets: a.tx_packets + v.tx_packets,
+            tx_bytes: a.tx_bytes + v.tx_bytes,
+        })
+    }
+
+    /// The programs' counters summed over CPUs, named by [`STAT_NAMES`].
+    pub fn stats(&self) -> Vec<(&'static str, u64)> {
+        let Some(m) = self.ebpf.map("stats") else { return Vec::new() };
+        let Ok(a) = PerCpuArray::<&MapData, u64>::try_from(m) else { return Vec::new() };
+        STAT_NAMES
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (*n, a.get(&(i as u32), 0).map_or(0, |v| v.iter().sum())))
+            .collect()
+    }
+}
+
+impl Drop for KernelPath {
+    fn drop(&mut self) {
+        let vms: Vec<String> = self.vm_attached.keys().cloned().collect();
+        for d in vms {
+            self.detach_iface(&d);
+        }
+        let wires: Vec<(String, SchedClassifierLinkId)> =
+            std::mem::take(&mut self.wire_attached).into_iter().collect();
+        if let Ok(p) = self.classifier("vnet_from_wire") {
+            for (_, id) in wires {
+                let _ = p.detach(id);
+            }
+        }
+    }
+}
+
+/// The decisions the kernel can carry out: for each port it serves and each
+/// pair of distinct known unicast MACs, the one destination the route table
+/// gives, when that is a kernel interface (or, from an interface, a link the
+/// kernel can send on). Returns them and how many did not fit the map.
+pub fn decisions(
+    plane: &Plane,
+    ifaces: &BTreeMap<u32, KernelIface>,
+    kernel_links: &BTreeSet<u32>,
+) -> (BTreeMap<RouteKey, RouteVal>, usize) {
+    let mut macs: BTreeSet<MacAddr> = BTreeSet::new();
+    for r in plane.table.routes() {
+        for spec in [r.src, r.dst] {
+            if let Some(m) = spec.addr() {
+                if !m.is_group() {
+                    macs.insert(m);
+                }
+            }
+        }
+    }
+    for p in plane.ifaces.values() {
+        if let Some(m) = p.mac {
+            macs.insert(m);
+        }
+    }
+    let mut ports: Vec<(Port, u32)> =
+        ifaces.iter().map(|(id, k)| (Port::Interface(*id), k.ifindex)).collect();
+    ports.extend(kernel_links.iter().map(|id| (Port::Link(*id), PORT_LINK | id)));
+    let mut out = BTreeMap::new();
+    let mut overflow = 0;
+    let mut found = Vec::new();
+    for &(port, key_port) in &ports {
+        for &s in &macs {
+            for &d in &macs {
+                if s == d {
+                    continue;
+                }
+                plane.table.lookup(port, s, d, &mut found);
+                let [(to, _)] = found[..] else { continue };
+                let val = match to {
+                    Port::Interface(i) => match ifaces.get(&i) {
+                        Some(k) => RouteVal {
+                            action: if k.peer { ACT_IFACE_PEER } else { ACT_IFACE_XMIT },
+                            target: k.ifindex,
+                        },
+                        None => continue,
+                    },
+                    Port::Link(l) if !port.is_link() && kernel_links.contains(&l) => {
+                        RouteVal { action: ACT_LINK, target: l }
+                    }
+                    Port::Link(_) => continue,
+                };
+                if out.len() >= MAX_ROUTES {
+                    overflow += 1;
+                    continue;
+                }
+                out.insert(RouteKey { port: key_port, dst: d.0, src: s.0 }, val);
+            }
+        }
+    }
+    (out, overflow)
+}
+
+fn map<'a, T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<T, Reason> {
+    let m = ebpf.map_mut(name).ok_or_else(|| format!("map {name} missing"))?;
+    T::try_from(m).map_err(|e| format!("map {name}: {e}"))
+}
+
+/// What the kernel needs to send on a link, and the underlay device.
+fn link_val(
+    remote: SocketAddr,
+    format: LinkFormat,
+    network: u32,
+    mtu: u32,
+    listen: SocketAddr,
+) -> Result<(LinkVal, String), Reason> {
+    let IpAddr::V4(rip) = remote.ip() else {
+        return Err("an IPv6 underlay is the user path's (not yet the kernel's)".into());
+    };
+    let lip = match listen.ip() {
+        IpAddr::V4(a) if !a.is_unspecified() => a,
+        _ => local_ip_towards(rip).map_err(|e| format!("no local address towards {rip}: {e}"))?,
+    };
+    let dev = route_dev(rip).ok_or_else(|| format!("no route to {rip} in /proc/net/route"))?;
+    let ifindex = ifindex(&dev).ok_or_else(|| format!("no ifindex for {dev}"))?;
+    let v = LinkVal {
+        remote_ip: u32::from_ne_bytes(rip.octets()),
+        local_ip: u32::from_ne_bytes(lip.octets()),
+        remote_port: remote.port().to_be(),
+        format: match format {
+            LinkFormat::Raw => FMT_RAW,
+            LinkFormat::Vnet => FMT_VNET,
+        },
+        pad: 0,
+        network,
+        ifindex,
+        mtu,
+    };
+    Ok((v, dev))
+}
+
+/// The source address the kernel would pick towards `ip`.
+fn local_ip_towards(ip: Ipv4Addr) -> std::io::Result<Ipv4Addr> {
+    let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+    s.connect((ip, 9))?;
+    match s.local_addr()?.ip() {
+        IpAddr::V4(a) => Ok(a),
+        IpAddr::V6(_) => Err(std::io::Error::other("an IPv6 source")),
+    }
+}
+
+/// The device of the longest-prefix IPv4 route to `ip` (this namespace's
+/// `/proc/net/route`).
+pub fn route_dev(ip: Ipv4Addr) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/net/route").ok()?;
+    best_route(&text, ip)
+}
+
+fn best_route(table: &str, ip: Ipv4Addr) -> Option<String> {
+    let addr = u32::from_ne_bytes(ip.octets());
+    let mut best: Option<(u32, String)> = None;
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(dev), Some(dst), Some(mask)) = (f.first(), f.get(1), f.get(7)) else { continue };
+        let (Ok(dst), Ok(mask)) = (u32::from_str_radix(dst, 16), u32::from_str_radix(mask, 16)) else {
+            continue;
+        };
+        // The file holds the kernel's in-memory (network order) words.
+        if addr & mask == dst && best.as_ref().is_none_or(|(m, _)| mask.count_ones() > m.count_ones()) {
+            best = Some((mask, dev.to_string()));
+        }
+    }
+    best.map(|(_, d)| d)
+}
+
+/// A device's ifindex, from sysfs.
+pub fn ifindex(dev: &str) -> Option<u32> {
+    std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex")).ok()?.trim().parse().ok()
+}
+
+/// Whether `dev` is a TAP (frames for it leave by it) rather than a veth
+/// (frames for it go into its peer).
+pub fn is_tap(dev: &str) -> bool {
+    std::path::Path::new(&format!("/sys/class/net/{dev}/tun_flags")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_prefix_route_wins() {
+        let t = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                 eth9\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+                 u0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
+        assert_eq!(best_route(t, Ipv4Addr::new(10, 77, 0, 2)).as_deref(), Some("u0"));
+        assert_eq!(best_route(t, Ipv4Addr::new(8, 8, 8, 8)).as_deref(), Some("eth9"));
+        assert_eq!(best_route("garbage\nx y z\n", Ipv4Addr::LOCALHOST), None);
+    }
+}
