@@ -11,6 +11,8 @@ use vnet_lab::{Format, Lab, Spec, Vm};
 
 fn lab(spec: Spec) -> Lab {
     assert!(vnet_lab::available(), "the lab needs root, /dev/net/tun and `ip netns`");
+    // Ctrl-C (or SIGTERM from a CI timeout) removes every lab of this run.
+    vnet_lab::install_signal_cleanup();
     Lab::up(spec).unwrap_or_else(|e| panic!("lab: {e}"))
 }
 

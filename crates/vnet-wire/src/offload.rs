@@ -59,6 +59,65 @@ pub fn complete_checksum(frame: &mut [u8], hdr: &VirtioNetHdr) -> Result<(), Off
     Ok(())
 }
 
+/// The offload header a frame needs when it arrived without one from a
+/// sender that may have left its work to the devices: a peer's kernel
+/// path hands over frames as the VM's stack made them, possibly with a
+/// partial TCP/UDP checksum (the pseudo-header sum, as `NEEDS_CSUM` means)
+/// and, for TCP, larger than one segment.
+///
+/// For an IPv4 or IPv6 (no extension headers) TCP or UDP frame: if the L4
+/// checksum does not verify, `NEEDS_CSUM` with its offsets; for TCP with
+/// more than `mss` payload bytes, also the TCP GSO type and `mss`. `None`
+/// for anything else, or when nothing is needed.
+pub fn infer(frame: &[u8], mss: u16) -> Option<VirtioNetHdr> {
+    let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    let (l4, proto, v4) = match ethertype {
+        0x0800 => {
+            let ihl = (*frame.get(14)? & 0x0f) as usize * 4;
+            let frag = u16::from_be_bytes([*frame.get(20)?, *frame.get(21)?]) & 0x3fff;
+            if ihl < 20 || frag != 0 {
+                return None;
+            }
+            (14 + ihl, *frame.get(23)?, true)
+        }
+        0x86dd => (54, *frame.get(20)?, false),
+        _ => return None,
+    };
+    let (csum_offset, l4_hdr) = match proto {
+        6 => (16usize, (*frame.get(l4 + 12)? >> 4) as usize * 4),
+        17 => (6, 8),
+        _ => return None,
+    };
+    if l4_hdr < 8 || l4 + l4_hdr > frame.len() {
+        return None;
+    }
+    // The checksum over the pseudo-header and the segment verifies when complete.
+    let seg = &frame[l4..];
+    let pseudo = if v4 {
+        sum16(&frame[26..34], u64::from(proto) + seg.len() as u64)
+    } else {
+        sum16(&frame[22..54], u64::from(proto) + seg.len() as u64)
+    };
+    let complete = fold(sum16(seg, pseudo)) == 0xffff;
+    let payload = frame.len() - l4 - l4_hdr;
+    let gso = proto == 6 && mss > 0 && payload > mss as usize;
+    if complete && !gso {
+        return None;
+    }
+    let mut h = VirtioNetHdr::NONE;
+    if !complete {
+        h.flags = F_NEEDS_CSUM;
+        h.csum_start = l4 as u16;
+        h.csum_offset = csum_offset as u16;
+    }
+    if gso {
+        h.gso_type = if v4 { GSO_TCPV4 } else { GSO_TCPV6 };
+        h.gso_size = mss;
+        h.hdr_len = (l4 + l4_hdr) as u16;
+    }
+    Some(h)
+}
+
 /// The TCP/IP header layout of a GSO frame.
 struct Layout {
     l3: usize,
@@ -208,6 +267,31 @@ mod tests {
     }
 
     #[test]
+    fn infers_what_a_kernel_sent_frame_needs() {
+        // Partial checksum, larger than one segment: NEEDS_CSUM and TCP GSO.
+        let mut f = tcp4(4000, 0x18);
+        let seeded = partial(&mut f);
+        let h = infer(&f, 1448).unwrap();
+        assert_eq!((h.flags, h.csum_start, h.csum_offset), (F_NEEDS_CSUM, 34, 16));
+        assert_eq!((h.gso_type, h.gso_size, h.hdr_len), (GSO_TCPV4, 1448, 54));
+        // Completing it as inferred gives a valid frame.
+        complete_checksum(&mut f, &seeded).unwrap();
+        assert!(valid_tcp4(&f));
+        // Complete and small: nothing to do.
+        let mut g = tcp4(100, 0x18);
+        let hg = partial(&mut g);
+        complete_checksum(&mut g, &hg).unwrap();
+        assert_eq!(infer(&g, 1448), None);
+        // Partial and small: checksum only.
+        let mut p = tcp4(100, 0x18);
+        partial(&mut p);
+        assert_eq!(infer(&p, 1448).map(|h| (h.flags, h.gso_type)), Some((F_NEEDS_CSUM, 0)));
+        // Not TCP/UDP over IP, or truncated: nothing.
+        assert_eq!(infer(&[0u8; 20], 1448), None);
+        assert_eq!(infer(&f[..40], 1448), None);
+    }
+
+    #[test]
     fn completes_checksum() {
         let mut f = tcp4(333, 0x18);
         let h = partial(&mut f);
@@ -265,6 +349,7 @@ mod tests {
             let mut out = vec![0u8; 2000];
             let mut r = Vec::new();
             let _ = segment_tcp(&frame, &h, &mut out, &mut r);
+            let _ = infer(&frame, gso_size);
         }
     }
 }

@@ -825,6 +825,20 @@ fn deliver_vnet(fw: &mut Forwarder, plane: &Plane, port: Port, with_vh: bool, by
     }
 }
 
+/// Forwards a whole frame that came without an offload header from a
+/// sender that may have left checksum and segmentation to the devices (a
+/// peer's kernel path hands frames over as the VM's stack made them, and a
+/// veth underlay carries them unsegmented): the header it needs is
+/// inferred from the frame (`offload::infer`), so offload-capable
+/// destinations take it as is and the rest get it finished in software.
+fn forward_inferred(fw: &mut Forwarder, plane: &Plane, port: Port, link: &LinkPort, frame: &mut [u8]) {
+    // The segment size the sender's VM used, as well as it can be told: the
+    // link MTU less the largest encapsulation and TCP/IP headers.
+    let mss = (link.def.mtu as usize).saturating_sub(62 + 40).max(536) as u16;
+    let vh = vnet_wire::offload::infer(frame, mss).unwrap_or(VirtioNetHdr::NONE);
+    fw.forward(plane, port, vh, frame);
+}
+
 /// The link a datagram from `from` belongs to.
 fn link_of(plane: &Plane, from: SocketAddr) -> Option<&Arc<LinkPort>> {
     let ip = match from.ip() {
@@ -895,7 +909,7 @@ impl RxState {
         match link.def.format {
             LinkFormat::Raw => {
                 link.rx.add(data.len());
-                fw.forward(plane, port, VirtioNetHdr::NONE, data);
+                forward_inferred(fw, plane, port, link, data);
             }
             LinkFormat::Vnet => {
                 let (repr, hl, plen) = match VnetPacket::new_checked(&*data) {
@@ -919,7 +933,11 @@ impl RxState {
                 let with_vh = repr.flags.0 & Flags::VNET_HDR != 0;
                 if repr.is_whole(plen) {
                     link.rx.add(plen);
-                    deliver_vnet(fw, plane, port, with_vh, &mut data[hl..]);
+                    if repr.flags.0 & Flags::WHOLE != 0 && !with_vh {
+                        forward_inferred(fw, plane, port, link, &mut data[hl..]);
+                    } else {
+                        deliver_vnet(fw, plane, port, with_vh, &mut data[hl..]);
+                    }
                     return;
                 }
                 let now = fw.shared.now_ns();
