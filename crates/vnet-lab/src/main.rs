@@ -43,7 +43,7 @@ enum Cmd {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
         /// Only these cases (native, vxlan, vnet-user-raw, vnet-user-vnet,
-        /// vnet-userpoll-vnet, vnet-kernel-vnet, vnet-kernel-raw, ...).
+        /// vnet-userpoll-vnet, vnet-userpoll-raw, vnet-kernel-vnet).
         #[arg(long, value_delimiter = ',')]
         cases: Vec<String>,
         /// The compiled bench/mpi_pingpong.c.

@@ -96,19 +96,17 @@ enum {
 	S_MAX,
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_ROUTES);
-	__type(key, struct route_key);
-	__type(value, struct route_val);
-} routes_0 SEC(".maps");
+/* Two route tables: the daemon fills the inactive one, then flips cfg.active. */
+#define ROUTE_TABLE(name)                                                                  \
+	struct {                                                                           \
+		__uint(type, BPF_MAP_TYPE_HASH);                                           \
+		__uint(max_entries, MAX_ROUTES);                                           \
+		__type(key, struct route_key);                                             \
+		__type(value, struct route_val);                                           \
+	} name SEC(".maps")
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_ROUTES);
-	__type(key, struct route_key);
-	__type(value, struct route_val);
-} routes_1 SEC(".maps");
+ROUTE_TABLE(routes_0);
+ROUTE_TABLE(routes_1);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -542,35 +542,42 @@ impl Drop for Daemon {
 }
 
 fn counters_into(v: &mut Value, rx: Snapshot, tx: Snapshot) {
-    if let Value::Object(m) = v {
-        for (k, n) in [
+    add_counters(
+        v,
+        &[
             ("rx_packets", rx.packets),
             ("rx_bytes", rx.bytes),
             ("rx_drops", rx.drops),
             ("tx_packets", tx.packets),
             ("tx_bytes", tx.bytes),
             ("tx_drops", tx.drops),
-        ] {
-            m.insert(k.into(), n.into());
-        }
-    }
+        ],
+    );
 }
 
 /// Adds what the kernel path moved for a port to its (user path) counters,
-/// so `show` reports the port's whole traffic.
+/// so `show` reports the port's whole traffic, and shows the kernel's part.
 fn add_kernel(v: &mut Value, k: crate::sys::bpf::PortStats) {
-    if let Value::Object(m) = v {
-        for (key, n) in [
+    add_counters(
+        v,
+        &[
             ("rx_packets", k.rx_packets),
             ("rx_bytes", k.rx_bytes),
             ("tx_packets", k.tx_packets),
             ("tx_bytes", k.tx_bytes),
-        ] {
+            ("kernel_rx_packets", k.rx_packets),
+            ("kernel_tx_packets", k.tx_packets),
+        ],
+    );
+}
+
+/// Adds each named count to the object's field of that name (0 if absent).
+fn add_counters(v: &mut Value, counts: &[(&str, u64)]) {
+    if let Value::Object(m) = v {
+        for &(key, n) in counts {
             let sum = m.get(key).and_then(Value::as_u64).unwrap_or(0) + n;
             m.insert(key.into(), sum.into());
         }
-        m.insert("kernel_rx_packets".into(), k.rx_packets.into());
-        m.insert("kernel_tx_packets".into(), k.tx_packets.into());
     }
 }
 

@@ -827,10 +827,13 @@ fn deliver_vnet(fw: &mut Forwarder, plane: &Plane, port: Port, with_vh: bool, by
 
 /// Forwards a whole frame that came without an offload header from a
 /// sender that may have left checksum and segmentation to the devices (a
-/// peer's kernel path hands frames over as the VM's stack made them, and a
-/// veth underlay carries them unsegmented): the header it needs is
-/// inferred from the frame (`offload::infer`), so offload-capable
-/// destinations take it as is and the rest get it finished in software.
+/// peer's kernel path, which marks its datagrams `WHOLE`, hands frames over
+/// as the VM's stack made them, and a veth underlay carries them
+/// unsegmented): the header it needs is inferred from the frame
+/// (`offload::infer`), so offload-capable destinations take it as is and
+/// the rest get it finished in software. `raw` datagrams carry no such
+/// mark, and Palacios peers always send finished frames, so they are not
+/// inspected (the kernel path does not send `raw`).
 fn forward_inferred(fw: &mut Forwarder, plane: &Plane, port: Port, link: &LinkPort, frame: &mut [u8]) {
     // The segment size the sender's VM used, as well as it can be told: the
     // link MTU less the largest encapsulation and TCP/IP headers.
@@ -909,7 +912,7 @@ impl RxState {
         match link.def.format {
             LinkFormat::Raw => {
                 link.rx.add(data.len());
-                forward_inferred(fw, plane, port, link, data);
+                fw.forward(plane, port, VirtioNetHdr::NONE, data);
             }
             LinkFormat::Vnet => {
                 let (repr, hl, plen) = match VnetPacket::new_checked(&*data) {

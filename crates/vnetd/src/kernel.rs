@@ -37,7 +37,7 @@ const PORT_LINK: u32 = 0x8000_0000;
 const ACT_IFACE_PEER: u32 = 1;
 const ACT_LINK: u32 = 2;
 const ACT_IFACE_XMIT: u32 = 3;
-const FMT_RAW: u8 = 0;
+const FMT_RAW: u8 = 0; // understood by the programs; not sent (see `link_val`)
 const FMT_VNET: u8 = 1;
 /// Route entries per table (the maps' `max_entries`).
 pub const MAX_ROUTES: usize = 65_536;
@@ -140,13 +140,17 @@ impl KernelPath {
             .map_err(|e| format!("vnet_sock_filter: {e}"))?;
         f.attach(sock).map_err(|e| format!("attaching the socket filter on {dev}: {e}"))?;
         if !self.vm_attached.contains_key(dev) {
-            let id = self
-                .classifier("vnet_from_vm")?
-                .attach(dev, TcAttachType::Ingress)
-                .map_err(|e| format!("attaching to TC ingress of {dev}: {e}"))?;
+            let id = self.attach_ingress("vnet_from_vm", dev)?;
             self.vm_attached.insert(dev.to_string(), id);
         }
         Ok(())
+    }
+
+    /// Attaches program `name` to TC ingress of `dev` (TCX, owned by vnetd).
+    fn attach_ingress(&mut self, name: &str, dev: &str) -> Result<SchedClassifierLinkId, Reason> {
+        self.classifier(name)?
+            .attach(dev, TcAttachType::Ingress)
+            .map_err(|e| format!("attaching {name} to TC ingress of {dev}: {e}"))
     }
 
     /// Stops serving interface `dev` (its device may already be gone).
@@ -182,10 +186,7 @@ impl KernelPath {
         let devs: BTreeSet<String> = link_vals.values().map(|(_, d)| d.clone()).collect();
         for dev in &devs {
             if !self.wire_attached.contains_key(dev) {
-                let id = self
-                    .classifier("vnet_from_wire")?
-                    .attach(dev, TcAttachType::Ingress)
-                    .map_err(|e| format!("attaching to TC ingress of underlay {dev}: {e}"))?;
+                let id = self.attach_ingress("vnet_from_wire", dev)?;
                 self.wire_attached.insert(dev.clone(), id);
             }
         }
@@ -396,6 +397,15 @@ fn link_val(
     let IpAddr::V4(rip) = remote.ip() else {
         return Err("an IPv6 underlay is the user path's (not yet the kernel's)".into());
     };
+    if format == LinkFormat::Raw {
+        // The kernel hands frames over as the VM made them (checksums may
+        // be partial, TCP frames larger than a segment); a `vnet` datagram
+        // says so with its WHOLE flag, a `raw` one cannot, and a Palacios
+        // peer could not finish them.
+        return Err("the raw format (Palacios) stays on the user path: it cannot mark frames \
+                    whose checksum or segmentation the receiver must finish"
+            .into());
+    }
     let lip = match listen.ip() {
         IpAddr::V4(a) if !a.is_unspecified() => a,
         _ => local_ip_towards(rip).map_err(|e| format!("no local address towards {rip}: {e}"))?,
@@ -466,6 +476,75 @@ pub fn is_tap(dev: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::dataplane::{IfacePort, LinkPort};
+    use std::sync::Arc;
+    use vnet_core::{MacSpec, Route, RouteTable, SourceFilter};
+
+    fn mac(n: u8) -> MacAddr {
+        MacAddr([0x52, 0x54, 0, 0, 0, n])
+    }
+
+    fn iface(id: u32, m: MacAddr) -> (u32, Arc<IfacePort>) {
+        let p = IfacePort {
+            id,
+            name: format!("vm{id}"),
+            dev: format!("c{id}"),
+            mac: Some(m),
+            queues: Vec::new(),
+            vnet_hdr: false,
+            mode: Default::default(),
+            rx: Default::default(),
+            tx: Default::default(),
+            dispatch: Default::default(),
+        };
+        (id, Arc::new(p))
+    }
+
+    #[test]
+    fn decisions_are_the_route_tables_single_destination_answers() {
+        let (a, b, c) = (mac(1), mac(2), mac(3));
+        let any = SourceFilter::Any;
+        let routes = vec![
+            Route::new(0, MacSpec::Any, MacSpec::Addr(MacAddr::BROADCAST), Port::Link(0), any),
+            Route::new(1, MacSpec::Any, MacSpec::Addr(b), Port::Link(0), any),
+            Route::new(2, MacSpec::Any, MacSpec::Addr(a), Port::Interface(0), any),
+            Route::new(3, MacSpec::Any, MacSpec::Addr(c), Port::Interface(1), any),
+        ];
+        let def = vnet_control::LinkDef {
+            id: 0,
+            name: "h1".into(),
+            remote: "10.77.0.2:9000".parse().unwrap(),
+            format: LinkFormat::Vnet,
+            network: 0,
+            mtu: 1500,
+        };
+        let plane = Plane {
+            table: RouteTable::new(1, routes),
+            ifaces: [iface(0, a), iface(1, c)].into_iter().collect(),
+            links: [(0, Arc::new(LinkPort::new(def)))].into_iter().collect(),
+            ..Plane::default()
+        };
+        let kif = |ifindex, peer| KernelIface { dev: String::new(), ifindex, peer };
+        let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10, true)), (1, kif(11, false))].into();
+        let (d, overflow) = decisions(&plane, &ifaces, &[0].into());
+        assert_eq!(overflow, 0);
+        let get =
+            |port, dst: MacAddr, src: MacAddr| d.get(&RouteKey { port, dst: dst.0, src: src.0 }).copied();
+        // A -> B leaves by the link; A -> C goes out of C's TAP; from the
+        // link, B -> A goes into A's veth peer.
+        assert_eq!(get(10, b, a), Some(RouteVal { action: ACT_LINK, target: 0 }));
+        assert_eq!(get(10, c, a), Some(RouteVal { action: ACT_IFACE_XMIT, target: 11 }));
+        assert_eq!(get(PORT_LINK, a, b), Some(RouteVal { action: ACT_IFACE_PEER, target: 10 }));
+        // No reflection (link -> same link, interface -> itself), no group
+        // destinations: those stay with the user path.
+        assert_eq!(get(PORT_LINK, b, a), None);
+        assert_eq!(get(10, a, c), None);
+        assert!(d.keys().all(|k| k.dst[0] & 1 == 0));
+        // A route change is a different answer.
+        let none = decisions(&Plane::default(), &ifaces, &[0].into()).0;
+        assert!(none.is_empty());
+    }
 
     #[test]
     fn longest_prefix_route_wins() {
