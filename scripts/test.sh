@@ -5,7 +5,7 @@
 # kernel (eBPF) path. Installs what it needs first.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-prepare
+prepare qemu-system-x86 busybox-static cpio   # the QEMU guest tests (lab/build-guest.sh)
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
 
 step() { echo; echo "== $*"; }

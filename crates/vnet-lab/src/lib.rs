@@ -195,6 +195,10 @@ pub struct Spec {
     /// netdevs). Default: the `VNET_LAB_DATAPATH` environment variable, so
     /// the whole integration suite can run on the kernel path.
     pub datapath: Option<String>,
+    /// Hosts whose first VM is a QEMU guest (TCG, Debian's kernel and a
+    /// busybox initramfs from `lab/build-guest.sh`) on a TAP in the host
+    /// namespace, which vnetd attaches to as a `netdev`.
+    pub qemu_hosts: Vec<usize>,
 }
 
 /// What joins the lab's VMs across hosts.
@@ -223,6 +227,7 @@ impl Default for Spec {
             congestion_control: None,
             dispatch: None,
             datapath: std::env::var("VNET_LAB_DATAPATH").ok().filter(|d| !d.is_empty()),
+            qemu_hosts: Vec::new(),
         }
     }
 }
@@ -237,6 +242,9 @@ pub struct Vm {
     pub host_dev: Option<String>,
     pub mac: String,
     pub ip: Ipv4Addr,
+    /// For a QEMU guest: its serial console log (`ns` is then the host's
+    /// namespace, where QEMU runs).
+    pub console: Option<PathBuf>,
 }
 
 /// A host: a namespace running vnetd.
@@ -424,6 +432,11 @@ impl Lab {
         }
         for (h, host) in hosts.iter_mut().enumerate() {
             for v in 0..s.vms_per_host {
+                if v == 0 && s.qemu_hosts.contains(&h) {
+                    let vm = self.qemu_vm(h, host)?;
+                    host.vms.push(vm);
+                    continue;
+                }
                 let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
                 let veth = s.veth_hosts.contains(&h)
                     || s.overlay == Overlay::Vxlan
@@ -435,6 +448,7 @@ impl Lab {
                     host_dev: veth.then(|| format!("c{v}")),
                     mac: vm_mac(h, v),
                     ip: vm_ip(h, v),
+                    console: None,
                 };
                 for sysctl in [
                     "net.ipv6.conf.all.disable_ipv6=1",
@@ -483,6 +497,70 @@ impl Lab {
         }
         self.hosts = hosts;
         Ok(())
+    }
+
+    /// VM 0 of host `h` as a QEMU guest: a TAP `q0` in the host namespace,
+    /// QEMU (TCG) attached to it, started and waited for (its console says
+    /// `VNET-GUEST-READY`).
+    fn qemu_vm(&mut self, h: usize, host: &Host) -> Result<Vm> {
+        let repo = crate::bench::repo_dir();
+        let out = run(&[
+            repo.join("lab/build-guest.sh").to_str().unwrap_or("lab/build-guest.sh"),
+            repo.join("target/guest").to_str().unwrap_or("target/guest"),
+        ])?;
+        let paths = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut it = paths.split_whitespace();
+        let (Some(kernel), Some(initrd)) = (it.next(), it.next()) else {
+            return Err(Error::Other(format!("lab/build-guest.sh printed `{paths}`, not two paths")));
+        };
+        let (mac, ip) = (vm_mac(h, 0), vm_ip(h, 0));
+        let mtu = self.spec.vm_mtu.to_string();
+        self.ns_exec(&host.ns, &["ip", "tuntap", "add", "dev", "q0", "mode", "tap"])?;
+        self.ns_exec(&host.ns, &["ip", "link", "set", "q0", "mtu", &mtu, "up"])?;
+        let console = self.dir.join(format!("guest-h{h}.log"));
+        let append = format!("console=ttyS0 quiet panic=-1 vnet_ip={ip}/16 vnet_mtu={mtu}");
+        let serial = format!("file:{}", console.display());
+        let device = format!("virtio-net-pci,netdev=n0,mac={mac}");
+        let ns = host.ns.clone();
+        self.spawn(
+            &ns,
+            &[
+                "qemu-system-x86_64",
+                "-accel",
+                "tcg",
+                "-m",
+                "256",
+                "-nographic",
+                "-no-reboot",
+                "-display",
+                "none",
+                "-monitor",
+                "none",
+                "-kernel",
+                kernel,
+                "-initrd",
+                initrd,
+                "-append",
+                &append,
+                "-netdev",
+                "tap,id=n0,ifname=q0,script=no,downscript=no",
+                "-device",
+                &device,
+                "-serial",
+                &serial,
+            ],
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !std::fs::read_to_string(&console).unwrap_or_default().contains("VNET-GUEST-READY") {
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "the QEMU guest did not come up: see {}",
+                    console.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(Vm { ns, dev: "q0".into(), host_dev: Some("q0".into()), mac, ip, console: Some(console) })
     }
 
     /// Host `h`'s kernel VXLAN: a bridge, a vxlan device (VNI 42, port 4789,
