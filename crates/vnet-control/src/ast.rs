@@ -130,6 +130,8 @@ pub enum ShowWhat {
     Interfaces,
     Stats,
     Config,
+    /// Every counter in the Prometheus text format.
+    Metrics,
 }
 
 /// One parsed command.

@@ -233,13 +233,14 @@ impl<'a> Parser<'_, 'a> {
             }
             "show" => {
                 let what = match self.keyword(
-                    &["routes", "links", "interfaces", "stats", "config"],
-                    "`routes`, `links`, `interfaces`, `stats` or `config`",
+                    &["routes", "links", "interfaces", "stats", "config", "metrics"],
+                    "`routes`, `links`, `interfaces`, `stats`, `config` or `metrics`",
                 )? {
                     "routes" => ShowWhat::Routes,
                     "links" => ShowWhat::Links,
                     "interfaces" => ShowWhat::Interfaces,
                     "config" => ShowWhat::Config,
+                    "metrics" => ShowWhat::Metrics,
                     _ => ShowWhat::Stats,
                 };
                 let json = self.eat("json") || self.eat("--json");

@@ -336,6 +336,11 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
         assert!(s["links"][0]["kernel_tx_packets"].as_u64().unwrap() >= 10);
         assert!(s["links"][0]["tx_packets"].as_u64() >= s["links"][0]["kernel_tx_packets"].as_u64());
     }
+    // The same counters for scrapers (`show metrics`, `vnetd --metrics`).
+    let m = lab.control(0, "show metrics").unwrap().body;
+    let encap = m.lines().find_map(|l| l.strip_prefix("vnet_kernel_encap ")).unwrap_or("0");
+    assert!(encap.parse::<u64>().unwrap() >= 10, "{m}");
+    assert!(m.contains("vnet_link_tx_packets{link=\"h1\"} "), "{m}");
     // Nearly every byte of the transfer took the kernel path, not the user path.
     let g = json(&lab, 0, "stats")["global"].clone();
     let kernel_bytes = g["kernel_encap_bytes"].as_u64().unwrap() as f64;

@@ -366,6 +366,9 @@ impl Daemon {
 
     /// The reply body of a `show` command.
     pub fn show(&self, what: ShowWhat, as_json: bool) -> String {
+        if what == ShowWhat::Metrics {
+            return self.metrics();
+        }
         if what == ShowWhat::Config {
             return if as_json {
                 json!({ "config": self.state.to_config() }).to_string()
@@ -400,6 +403,29 @@ impl Daemon {
             out.push_str("global:\n");
             for (k, v) in g {
                 out.push_str(&format!("  {k} {v}\n"));
+            }
+        }
+        out
+    }
+
+    /// Every counter of `show stats` (user and kernel path merged) in the
+    /// Prometheus text exposition format (version 0.0.4), for `show
+    /// metrics` and `vnetd --metrics`. Written out here rather than through
+    /// a metrics registry: vnetd already keeps every counter, and the
+    /// format is a line per sample.
+    pub fn metrics(&self) -> String {
+        let mut out = String::new();
+        let groups =
+            [("interface", self.ifaces_json()), ("link", self.links_json()), ("route", self.routes_json())];
+        for (kind, rows) in &groups {
+            let label = if *kind == "route" { "id" } else { "name" };
+            metric_rows(&mut out, kind, label, rows);
+        }
+        if let Value::Object(g) = self.global_json() {
+            for (k, v) in g {
+                if let Some(n) = v.as_u64() {
+                    out.push_str(&format!("# TYPE vnet_{k} untyped\nvnet_{k} {n}\n"));
+                }
             }
         }
         out
@@ -569,6 +595,32 @@ fn add_kernel(v: &mut Value, k: crate::sys::bpf::PortStats) {
             ("kernel_tx_packets", k.tx_packets),
         ],
     );
+}
+
+/// One Prometheus family per numeric field of `rows`, a sample per row
+/// labelled by its `label` field: `vnet_<kind>_<field>{<kind>="..."} N`.
+fn metric_rows(out: &mut String, kind: &str, label: &str, rows: &[Value]) {
+    let mut fields: Vec<&str> = Vec::new();
+    for r in rows {
+        if let Value::Object(m) = r {
+            for (k, v) in m {
+                if v.is_u64() && k != "id" && !fields.contains(&k.as_str()) {
+                    fields.push(k);
+                }
+            }
+        }
+    }
+    for f in fields {
+        out.push_str(&format!("# TYPE vnet_{kind}_{f} untyped\n"));
+        for r in rows {
+            let (Some(n), Some(l)) = (r[f].as_u64(), r.get(label)) else { continue };
+            let l = match l {
+                Value::String(s) => s.replace('\\', "\\\\").replace('"', "\\\""),
+                other => other.to_string(),
+            };
+            out.push_str(&format!("vnet_{kind}_{f}{{{kind}=\"{l}\"}} {n}\n"));
+        }
+    }
 }
 
 /// Adds each named count to the object's field of that name (0 if absent).

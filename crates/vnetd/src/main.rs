@@ -13,6 +13,10 @@ struct Args {
     /// Control endpoint: unix:PATH or tcp:ADDR:PORT (tcp:PORT is loopback).
     #[arg(long, default_value = control::DEFAULT_ENDPOINT)]
     control: Endpoint,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address, e.g.
+    /// 127.0.0.1:9108.
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
     /// Log filter, e.g. info or vnetd=debug.
     #[arg(long, default_value = "info", env = "VNETD_LOG")]
     log: String,
@@ -58,6 +62,14 @@ fn main() -> std::process::ExitCode {
                 _ = tokio::signal::ctrl_c() => {},
             }
         };
+        if let Some(addr) = args.metrics {
+            let d = daemon.clone();
+            tokio::spawn(async move {
+                if let Err(e) = control::serve_metrics(addr, d).await {
+                    tracing::error!("metrics endpoint {addr}: {e}");
+                }
+            });
+        }
         tracing::info!(control = %args.control, "vnetd ready");
         control::serve(&args.control, daemon.clone(), shutdown).await
     });
