@@ -27,6 +27,11 @@ enum Cmd {
         /// iperf3 duration.
         #[arg(long, default_value_t = 5)]
         seconds: u32,
+        /// vnetd data path for the VMs' interfaces: user (VMs on TAPs that
+        /// vnetd serves) or kernel (VMs as containers on veths, unicast moved
+        /// by the eBPF fast path).
+        #[arg(long, default_value = "user")]
+        datapath: String,
     },
     /// Measure native, kernel VXLAN and vnet in one run; write JSON, a
     /// Markdown table of ratios to native, and plots.
@@ -88,7 +93,7 @@ fn fmt(f: Fmt) -> Format {
 fn main() -> ExitCode {
     install_signal_cleanup();
     let r = match Args::parse().cmd {
-        Cmd::Demo { format, seconds } => demo(fmt(format), seconds),
+        Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
         Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath } => {
             up(hosts, vms, fmt(format), mode, vm_mtu, datapath)
         }
@@ -117,11 +122,17 @@ fn show(title: &str, text: &str) {
     }
 }
 
-fn demo(format: Format, seconds: u32) -> vnet_lab::Result<()> {
-    let mut lab = Lab::up(Spec { format, ..Spec::default() })?;
+fn demo(format: Format, seconds: u32, datapath: &str) -> vnet_lab::Result<()> {
+    let mut spec = Spec { format, datapath: None, ..Spec::default() };
+    if datapath != "user" {
+        // The kernel path does not fragment: VM frames must fit the underlay.
+        spec.datapath = Some(datapath.to_string());
+        spec.vm_mtu = spec.underlay_mtu - 62;
+    }
+    let mut lab = Lab::up(spec)?;
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     println!(
-        "lab {}: host A ({}) runs VM A {} ({}); host B ({}) runs VM B {} ({}); link format {:?}",
+        "lab {}: host A ({}) runs VM A {} ({}); host B ({}) runs VM B {} ({}); link format {:?}; {datapath} data path",
         lab.prefix, lab.hosts[0].underlay_ip, a.ip, a.mac, lab.hosts[1].underlay_ip, b.ip, b.mac, format
     );
     show("host A config", &std::fs::read_to_string(&lab.hosts[0].config).unwrap_or_default());
