@@ -355,6 +355,35 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     let add = ["route", "any", b.mac.as_str(), "->", "link", "h1"];
     assert!(lab.vnetctl(0, &add).unwrap().status.success());
     assert_ping(&lab, &a, b.ip, 56);
+    // Deleting the interface detaches its program (frames from VM A reach
+    // no one); declaring it again re-attaches it.
+    let v = json(&lab, 0, "routes");
+    let mut drop = String::new();
+    for r in v["routes"].as_array().unwrap().iter().filter(|r| r["to"] == "interface vm0") {
+        drop.push_str(&format!("delete route {}\n", r["id"]));
+    }
+    drop.push_str("delete interface vm0\n");
+    let change = lab.dir.join("drop-vm0.conf");
+    std::fs::write(&change, drop).unwrap();
+    let out = lab.vnetctl(0, &["apply", change.to_str().unwrap()]).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(json(&lab, 0, "interfaces")["interfaces"].as_array().unwrap().len(), 0);
+    let seen = || json(&lab, 0, "stats")["global"]["kernel_vm_frames"].as_u64().unwrap();
+    let before = seen();
+    assert_no_ping(&lab, &a, b.ip);
+    assert_eq!(seen(), before, "the program still sees VM A's frames after its interface was deleted");
+    let back = format!(
+        "interface vm0 netdev {} mac {} datapath kernel\nroute any {} -> interface vm0\n\
+         route any ff:ff:ff:ff:ff:ff -> interface vm0\n",
+        a.host_dev.as_deref().unwrap(),
+        a.mac,
+        a.mac
+    );
+    std::fs::write(&change, back).unwrap();
+    let out = lab.vnetctl(0, &["apply", change.to_str().unwrap()]).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_eq!(json(&lab, 0, "interfaces")["interfaces"][0]["datapath"], "kernel");
     // Stopping vnetd removes its programs: were they left attached (with
     // their maps), host 0 would still forward in the kernel and A reach B.
     lab.stop_vnetd(0).unwrap();
