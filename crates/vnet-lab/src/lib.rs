@@ -765,6 +765,93 @@ impl Lab {
     pub fn vm(&self, h: usize, v: usize) -> &Vm {
         &self.hosts[h].vms[v]
     }
+
+    /// Applies `text` as one transaction on host `h` (through `vnetctl apply`).
+    fn apply(&self, h: usize, text: &str) -> Result<()> {
+        let file = self.dir.join(format!("change-h{h}.conf"));
+        std::fs::write(&file, text).map_err(io("writing a change"))?;
+        let out = self.vnetctl(h, &["apply", file.to_str().unwrap_or("")])?;
+        if !out.status.success() {
+            return Err(Error::Other(format!("host {h}: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        Ok(())
+    }
+
+    /// The ids of host `h`'s routes whose `field` (`dst` or `to`) is `value`.
+    fn route_ids(&self, h: usize, field: &str, value: &str) -> Result<Vec<u64>> {
+        let r = self.control(h, "show routes json")?;
+        let v: serde_json::Value =
+            serde_json::from_str(&r.body).map_err(|e| Error::Other(format!("show routes: {e}")))?;
+        Ok(v["routes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r[field] == value)
+            .filter_map(|r| r["id"].as_u64())
+            .collect())
+    }
+
+    /// Moves VM `v` of host `from` (a container on a veth) to host `to`, the
+    /// way a VM is relocated: the new host attaches a new NIC with the same
+    /// MAC and routes it; every other host routes the MAC to the new host
+    /// (one transaction each); the old host deletes the interface; then the
+    /// VM's address moves to the new NIC and the old one is removed. The
+    /// VM keeps its MAC and IP, so its peers' ARP caches and connections
+    /// stay valid. Returns the VM's new index on host `to`.
+    pub fn relocate(&mut self, from: usize, v: usize, to: usize) -> Result<usize> {
+        let vm = self.hosts[from].vms[v].clone();
+        if vm.host_dev.is_none() || vm.console.is_some() {
+            return Err(Error::Other("only a VM on a veth can be relocated".into()));
+        }
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let (hd, nic) = (format!("m{n}"), format!("eth{}", n + 1));
+        let name = format!("mv{n}");
+        let mtu = self.spec.vm_mtu.to_string();
+        let to_ns = self.hosts[to].ns.clone();
+        run(&[
+            "ip", "link", "add", &hd, "netns", &to_ns, "type", "veth", "peer", "name", &nic, "netns", &vm.ns,
+        ])?;
+        self.ns_exec(&to_ns, &["ip", "link", "set", &hd, "mtu", &mtu, "up"])?;
+        self.ns_exec(&vm.ns, &["ip", "link", "set", &nic, "address", &vm.mac, "mtu", &mtu, "up"])?;
+        let dp = self.spec.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
+        self.apply(
+            to,
+            &format!(
+                "delete route {}\ninterface {name} netdev {hd} mac {}{dp}\nroute any {} -> interface {name}\n\
+                 route any ff:ff:ff:ff:ff:ff -> interface {name}\n",
+                self.route_ids(to, "dst", &vm.mac)?.first().copied().unwrap_or(u64::MAX),
+                vm.mac,
+                vm.mac
+            ),
+        )?;
+        for h in 0..self.hosts.len() {
+            if h == to {
+                continue;
+            }
+            let mut t = String::new();
+            for id in self.route_ids(h, "dst", &vm.mac)? {
+                t.push_str(&format!("delete route {id}\n"));
+            }
+            if h == from {
+                let old_name = format!("vm{v}");
+                for id in self.route_ids(h, "to", &format!("interface {old_name}"))? {
+                    if !t.contains(&format!("delete route {id}\n")) {
+                        t.push_str(&format!("delete route {id}\n"));
+                    }
+                }
+                t.push_str(&format!("delete interface {old_name}\n"));
+            }
+            t.push_str(&format!("route any {} -> link h{to}\n", vm.mac));
+            self.apply(h, &t)?;
+        }
+        let cidr = format!("{}/16", vm.ip);
+        self.ns_exec(&vm.ns, &["ip", "addr", "add", &cidr, "dev", &nic])?;
+        self.ns_exec(&vm.ns, &["ip", "link", "del", &vm.dev])?;
+        let moved = Vm { dev: nic, host_dev: Some(hd), ..vm };
+        self.hosts[from].vms.remove(v);
+        self.hosts[to].vms.push(moved);
+        Ok(self.hosts[to].vms.len() - 1)
+    }
 }
 
 fn stop_child(mut c: Child) {

@@ -436,3 +436,56 @@ fn qemu_guest_on_tap_mtu_9000_talks_to_namespace_vm() {
 fn qemu_guest_on_tap_mtu_64000_talks_to_namespace_vm() {
     qemu_guest_on_tap(64_000, 60_000);
 }
+
+/// The paper's location independence: VM B moves from host 1 to host 2
+/// while VM A on host 0 pings it every 20 ms and streams TCP to it. A few
+/// pings may be lost; the TCP connection must not break.
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn relocating_a_vm_loses_a_handful_of_pings_and_no_connection() {
+    let mut lab = lab(Spec { hosts: 3, veth_hosts: vec![0, 1, 2], ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
+    lab.wait_listening(&b.ns, 5201).unwrap();
+    let ip = b.ip.to_string();
+    let ns = a.ns.clone();
+    let ping = {
+        let (ns, ip) = (ns.clone(), ip.clone());
+        std::thread::spawn(move || {
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &ns, "ping", "-n", "-i", "0.02", "-c", "250", "-W", "1", &ip])
+                .output()
+                .unwrap()
+        })
+    };
+    let tcp = std::thread::spawn(move || {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "iperf3", "-c", &ip, "-t", "6", "-b", "200M", "-J"])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.relocate(1, 0, 2).unwrap();
+    let ping = ping.join().unwrap();
+    let tcp = tcp.join().unwrap();
+    let r = vnet_lab::PingResult::parse(&String::from_utf8_lossy(&ping.stdout));
+    let lost = r.sent - r.received;
+    eprintln!("relocation: {lost} of {} pings lost (20 ms apart)", r.sent);
+    assert!(lost <= 10, "{lost} pings lost: {r:?}");
+    let j: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap_or_default();
+    assert!(
+        tcp.status.success() && j.get("error").is_none(),
+        "the TCP stream broke: {}",
+        String::from_utf8_lossy(&tcp.stdout)
+    );
+    assert!(j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0) > 0);
+    // B now lives on host 2, and host 0 routes it there.
+    let moved = lab.vm(2, 1).clone();
+    assert_eq!(moved.mac, b.mac);
+    assert_ping(&lab, &a, moved.ip, 56);
+    let v = json(&lab, 0, "routes");
+    let to =
+        v["routes"].as_array().unwrap().iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["to"].clone();
+    assert_eq!(to, "link h2");
+}
