@@ -179,6 +179,10 @@ pub enum Command {
         what: ShowWhat,
         json: bool,
     },
+    /// `announce MAC`: send a broadcast RARP from MAC over every link, as a
+    /// relocated VM's new host does so that learning switches and caches
+    /// on the way re-learn where MAC lives.
+    Announce(MacAddr),
     /// Starts a transaction on the control socket.
     Begin,
     /// Applies the transaction.
@@ -191,6 +195,9 @@ impl Command {
     /// True for commands that change state (and so may appear in a config file
     /// or a transaction).
     pub fn is_change(&self) -> bool {
-        !matches!(self, Command::Show { .. } | Command::Begin | Command::Commit | Command::Abort)
+        !matches!(
+            self,
+            Command::Show { .. } | Command::Announce(_) | Command::Begin | Command::Commit | Command::Abort
+        )
     }
 }

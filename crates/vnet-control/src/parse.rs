@@ -66,7 +66,8 @@ struct Parser<'t, 'a> {
     eol: Pos,
 }
 
-const COMMANDS: &str = "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `show`, `begin`, `commit`, `abort`)";
+const COMMANDS: &str =
+    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `show`, `announce`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn peek(&self) -> Option<&Token<'a>> {
@@ -213,6 +214,7 @@ impl<'a> Parser<'_, 'a> {
                 "delete",
                 "listen",
                 "show",
+                "announce",
                 "begin",
                 "commit",
                 "abort",
@@ -246,6 +248,7 @@ impl<'a> Parser<'_, 'a> {
                 let json = self.eat("json") || self.eat("--json");
                 Ok(Command::Show { what, json })
             }
+            "announce" => Ok(Command::Announce(self.mac("a MAC address to announce")?)),
             "begin" => Ok(Command::Begin),
             "commit" => Ok(Command::Commit),
             _ => Ok(Command::Abort),
@@ -583,6 +586,11 @@ mod tests {
             }
         ));
         assert_eq!(one("show routes json"), Command::Show { what: ShowWhat::Routes, json: true });
+        assert_eq!(
+            one("announce 52:54:00:00:00:01"),
+            Command::Announce("52:54:00:00:00:01".parse().unwrap())
+        );
+        assert_eq!(one("show metrics"), Command::Show { what: ShowWhat::Metrics, json: false });
         assert!(matches!(one("delete link hostb"), Command::DeleteLink(_)));
         assert!(matches!(one("delete route 4"), Command::DeleteRoute(Ref { by: 4, .. })));
         assert!(matches!(one("del interface vm0"), Command::DeleteInterface(_)));

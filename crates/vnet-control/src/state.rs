@@ -193,7 +193,11 @@ impl State {
                 self.unused(Port::Interface(id), r.pos)?;
                 self.interfaces.remove(&id);
             }
-            Command::Show { .. } | Command::Begin | Command::Commit | Command::Abort => {
+            Command::Show { .. }
+            | Command::Announce(_)
+            | Command::Begin
+            | Command::Commit
+            | Command::Abort => {
                 return Err(Error::new(
                     pos,
                     "a declaration (interface, link, route, add, del, listen)",

@@ -795,7 +795,8 @@ impl Lab {
     /// way a VM is relocated: the new host attaches a new NIC with the same
     /// MAC and routes it; every other host routes the MAC to the new host
     /// (one transaction each); the old host deletes the interface; then the
-    /// VM's address moves to the new NIC and the old one is removed. The
+    /// VM's address moves to the new NIC, the old one is removed, and the new
+    /// host announces the MAC (a broadcast RARP over every link). The
     /// VM keeps its MAC and IP, so its peers' ARP caches and connections
     /// stay valid. Returns the VM's new index on host `to`.
     pub fn relocate(&mut self, from: usize, v: usize, to: usize) -> Result<usize> {
@@ -847,6 +848,11 @@ impl Lab {
         let cidr = format!("{}/16", vm.ip);
         self.ns_exec(&vm.ns, &["ip", "addr", "add", &cidr, "dev", &nic])?;
         self.ns_exec(&vm.ns, &["ip", "link", "del", &vm.dev])?;
+        // The new host tells the network where the MAC lives now.
+        let r = self.control(to, &format!("announce {}", vm.mac))?;
+        if r.result.is_err() || !r.body.starts_with("announced") {
+            return Err(Error::Other(format!("announce on host {to}: {:?} {}", r.result, r.body)));
+        }
         let moved = Vm { dev: nic, host_dev: Some(hd), ..vm };
         self.hosts[from].vms.remove(v);
         self.hosts[to].vms.push(moved);

@@ -488,4 +488,7 @@ fn relocating_a_vm_loses_a_handful_of_pings_and_no_connection() {
     let to =
         v["routes"].as_array().unwrap().iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["to"].clone();
     assert_eq!(to, "link h2");
+    // The new host announced the MAC over both its links.
+    let r = lab.control(2, &format!("announce {}", b.mac)).unwrap();
+    assert_eq!(r.body.trim(), format!("announced {} to 2 of 2 links", b.mac));
 }

@@ -408,6 +408,52 @@ impl Daemon {
         out
     }
 
+    /// Sends a broadcast RARP from `mac` over every link (`announce MAC`),
+    /// as QEMU does after a migration: the relocated VM's new host says
+    /// where the MAC now lives, so learning switches and caches on the way
+    /// re-learn at once (vnet's own routes are changed by the controller).
+    /// Returns the reply body.
+    pub fn announce(&self, mac: vnet_wire::MacAddr) -> String {
+        let mut frame = [0u8; 60];
+        frame[..6].copy_from_slice(&[0xff; 6]);
+        frame[6..12].copy_from_slice(&mac.0);
+        frame[12..14].copy_from_slice(&0x8035u16.to_be_bytes()); // RARP
+        frame[14..22].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 3]); // Ethernet/IPv4, request reverse
+        frame[22..28].copy_from_slice(&mac.0); // sender hardware address
+        frame[32..38].copy_from_slice(&mac.0); // target hardware address
+        let Some(l) = &self.socket else { return "no link socket: nothing sent\n".into() };
+        let mut sent = 0;
+        let mut dgram = [0u8; vnet_wire::vnet::HEADER_LEN + 60];
+        for link in self.links.values() {
+            let payload: &[u8] = match link.def.format {
+                vnet_control::LinkFormat::Raw => &frame,
+                vnet_control::LinkFormat::Vnet => {
+                    let repr = vnet_wire::vnet::VnetRepr {
+                        flags: vnet_wire::vnet::Flags(vnet_wire::vnet::Flags::WHOLE),
+                        network: link.def.network,
+                        frame_id: 0,
+                        frame_len: 0,
+                        offset: 0,
+                    };
+                    let _ = repr.emit(&mut dgram);
+                    dgram[vnet_wire::vnet::HEADER_LEN..].copy_from_slice(&frame);
+                    &dgram
+                }
+            };
+            match l.sock.send_to(payload, link.def.remote) {
+                Ok(_) => {
+                    link.tx.add(frame.len());
+                    sent += 1;
+                }
+                Err(e) => {
+                    link.tx.drop_one();
+                    tracing::warn!(link = %link.def.name, "announce: {e}");
+                }
+            }
+        }
+        format!("announced {mac} to {sent} of {} links\n", self.links.len())
+    }
+
     /// Every counter of `show stats` (user and kernel path merged) in the
     /// Prometheus text exposition format (version 0.0.4), for `show
     /// metrics` and `vnetd --metrics`. Written out here rather than through
