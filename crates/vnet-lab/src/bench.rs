@@ -74,7 +74,7 @@ impl Case {
             Case::VnetUser(Format::Vnet) | Case::VnetUserPoll(Format::Vnet) => 65_000, // vnet splits frames itself
             // The kernel path does not fragment: the VM's frames must fit.
             Case::VnetKernel(Format::Raw) => mtu - 42,
-            Case::VnetKernel(Format::Vnet) => mtu - 62, // + the 20-byte vnet header
+            Case::VnetKernel(Format::Vnet) => mtu - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32,
         }
     }
 }
@@ -541,8 +541,8 @@ pub fn markdown(doc: &Value) -> String {
                 })
             };
             let native = find("native").and_then(|r| r["median"].as_f64());
-            let unit = cases.iter().find_map(|c| find(c)).and_then(|r| r["unit"].as_str()).unwrap_or("");
             let any = cases.iter().find_map(|c| find(c));
+            let unit = any.and_then(|r| r["unit"].as_str()).unwrap_or("");
             let noise =
                 |k: &str| any.and_then(|r| r[k].as_f64()).map_or(String::from("-"), |x| format!("{x:.0}%"));
             let _ = write!(md, "| {m} ({unit}) | ±{} / ±{} |", noise("noise_pct"), noise("ratio_noise_pct"));

@@ -459,12 +459,7 @@ impl Lab {
                 }
                 let mtu = s.vm_mtu.to_string();
                 if let Some(hd) = &vm.host_dev {
-                    // A container: a veth pair, the VM's end inside, the host's end for vnetd.
-                    run(&[
-                        "ip", "link", "add", hd, "netns", &host.ns, "type", "veth", "peer", "name", dev,
-                        "netns", &ns,
-                    ])?;
-                    self.ns_exec(&host.ns, &["ip", "link", "set", hd, "mtu", &mtu, "up"])?;
+                    self.add_veth(&host.ns, hd, &ns, dev)?;
                     if s.overlay == Overlay::Vxlan {
                         self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
                     }
@@ -496,6 +491,18 @@ impl Lab {
             std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
         }
         self.hosts = hosts;
+        Ok(())
+    }
+
+    /// A container's NIC: a veth pair with `host_dev` in `host_ns` (for
+    /// vnetd, brought up at the VM MTU) and `dev` in `vm_ns`.
+    fn add_veth(&self, host_ns: &str, host_dev: &str, vm_ns: &str, dev: &str) -> Result<()> {
+        run(&[
+            "ip", "link", "add", host_dev, "netns", host_ns, "type", "veth", "peer", "name", dev, "netns",
+            vm_ns,
+        ])?;
+        let mtu = self.spec.vm_mtu.to_string();
+        self.ns_exec(host_ns, &["ip", "link", "set", host_dev, "mtu", &mtu, "up"])?;
         Ok(())
     }
 
@@ -767,7 +774,7 @@ impl Lab {
     }
 
     /// Applies `text` as one transaction on host `h` (through `vnetctl apply`).
-    fn apply(&self, h: usize, text: &str) -> Result<()> {
+    pub fn apply(&self, h: usize, text: &str) -> Result<()> {
         let file = self.dir.join(format!("change-h{h}.conf"));
         std::fs::write(&file, text).map_err(io("writing a change"))?;
         let out = self.vnetctl(h, &["apply", file.to_str().unwrap_or("")])?;
@@ -809,40 +816,34 @@ impl Lab {
         let name = format!("mv{n}");
         let mtu = self.spec.vm_mtu.to_string();
         let to_ns = self.hosts[to].ns.clone();
-        run(&[
-            "ip", "link", "add", &hd, "netns", &to_ns, "type", "veth", "peer", "name", &nic, "netns", &vm.ns,
-        ])?;
-        self.ns_exec(&to_ns, &["ip", "link", "set", &hd, "mtu", &mtu, "up"])?;
+        self.add_veth(&to_ns, &hd, &vm.ns, &nic)?;
         self.ns_exec(&vm.ns, &["ip", "link", "set", &nic, "address", &vm.mac, "mtu", &mtu, "up"])?;
         let dp = self.spec.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
-        self.apply(
-            to,
-            &format!(
-                "delete route {}\ninterface {name} netdev {hd} mac {}{dp}\nroute any {} -> interface {name}\n\
-                 route any ff:ff:ff:ff:ff:ff -> interface {name}\n",
-                self.route_ids(to, "dst", &vm.mac)?.first().copied().unwrap_or(u64::MAX),
-                vm.mac,
-                vm.mac
-            ),
-        )?;
-        for h in 0..self.hosts.len() {
-            if h == to {
-                continue;
-            }
-            let mut t = String::new();
-            for id in self.route_ids(h, "dst", &vm.mac)? {
-                t.push_str(&format!("delete route {id}\n"));
-            }
+        let old_name = format!("vm{v}");
+        // One transaction per host, the new host first: its old route for
+        // the MAC (and, on the old host, every route to the old interface)
+        // goes, and the MAC is routed to the new interface or the new host.
+        let others = (0..self.hosts.len()).filter(|&h| h != to);
+        for h in std::iter::once(to).chain(others) {
+            let mut ids = self.route_ids(h, "dst", &vm.mac)?;
             if h == from {
-                let old_name = format!("vm{v}");
-                for id in self.route_ids(h, "to", &format!("interface {old_name}"))? {
-                    if !t.contains(&format!("delete route {id}\n")) {
-                        t.push_str(&format!("delete route {id}\n"));
-                    }
-                }
+                ids.extend(self.route_ids(h, "to", &format!("interface {old_name}"))?);
+                ids.sort_unstable();
+                ids.dedup();
+            }
+            let mut t: String = ids.iter().map(|id| format!("delete route {id}\n")).collect();
+            if h == from {
                 t.push_str(&format!("delete interface {old_name}\n"));
             }
-            t.push_str(&format!("route any {} -> link h{to}\n", vm.mac));
+            if h == to {
+                t.push_str(&format!(
+                    "interface {name} netdev {hd} mac {mac}{dp}\nroute any {mac} -> interface {name}\n\
+                     route any ff:ff:ff:ff:ff:ff -> interface {name}\n",
+                    mac = vm.mac
+                ));
+            } else {
+                t.push_str(&format!("route any {} -> link h{to}\n", vm.mac));
+            }
             self.apply(h, &t)?;
         }
         let cidr = format!("{}/16", vm.ip);

@@ -127,7 +127,7 @@ fn demo(format: Format, seconds: u32, datapath: &str) -> vnet_lab::Result<()> {
     if datapath != "user" {
         // The kernel path does not fragment: VM frames must fit the underlay.
         spec.datapath = Some(datapath.to_string());
-        spec.vm_mtu = spec.underlay_mtu - 62;
+        spec.vm_mtu = spec.underlay_mtu - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32;
     }
     let mut lab = Lab::up(spec)?;
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());

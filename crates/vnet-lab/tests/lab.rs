@@ -363,10 +363,7 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
         drop.push_str(&format!("delete route {}\n", r["id"]));
     }
     drop.push_str("delete interface vm0\n");
-    let change = lab.dir.join("drop-vm0.conf");
-    std::fs::write(&change, drop).unwrap();
-    let out = lab.vnetctl(0, &["apply", change.to_str().unwrap()]).unwrap();
-    assert!(out.status.success(), "{out:?}");
+    lab.apply(0, &drop).unwrap();
     assert_eq!(json(&lab, 0, "interfaces")["interfaces"].as_array().unwrap().len(), 0);
     let seen = || json(&lab, 0, "stats")["global"]["kernel_vm_frames"].as_u64().unwrap();
     let before = seen();
@@ -379,9 +376,7 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
         a.mac,
         a.mac
     );
-    std::fs::write(&change, back).unwrap();
-    let out = lab.vnetctl(0, &["apply", change.to_str().unwrap()]).unwrap();
-    assert!(out.status.success(), "{out:?}");
+    lab.apply(0, &back).unwrap();
     assert_ping(&lab, &a, b.ip, 56);
     assert_eq!(json(&lab, 0, "interfaces")["interfaces"][0]["datapath"], "kernel");
     // Stopping vnetd removes its programs: were they left attached (with

@@ -40,6 +40,11 @@ mod field {
 
 /// Length of the fixed header (no options).
 pub const HEADER_LEN: usize = 20;
+/// What a frame gains as one whole-frame `vnet` datagram over IPv4: outer
+/// IPv4 (20) + UDP (8) + this header + the inner Ethernet header (14). A VM
+/// MTU of the underlay MTU less this fits without fragmenting (what the
+/// kernel path, which does not fragment, needs).
+pub const IPV4_ENCAP_OVERHEAD: usize = 20 + 8 + HEADER_LEN + 14;
 /// The only version this code speaks.
 pub const VERSION: u8 = 1;
 /// The largest frame the format carries: a 65535-byte MTU plus the

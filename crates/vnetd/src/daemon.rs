@@ -348,7 +348,7 @@ impl Daemon {
             }
         }
         let kp = self.kernel.as_mut().ok_or("the kernel path is not loaded")?;
-        let ifindex = kernel::ifindex(&def.dev).ok_or_else(|| format!("no ifindex for {}", def.dev))?;
+        let ifindex = sys::ifindex(&def.dev).map_err(|e| format!("no ifindex for {}: {e}", def.dev))?;
         let sock = port.queues.first().ok_or("the interface has no socket")?;
         kp.attach_iface(&def.dev, sock)?;
         Ok(Some(KernelIface { dev: def.dev.clone(), ifindex, peer: !kernel::is_tap(&def.dev) }))
@@ -558,8 +558,7 @@ impl Daemon {
     }
 
     fn global_json(&self) -> Value {
-        let g = &self.shared.global;
-        let mut v = self.global_user_json(g);
+        let mut v = self.global_user_json();
         if let Value::Object(m) = &mut v {
             let status = match (&self.kernel, &self.kernel_off) {
                 (Some(_), _) => "loaded".to_string(),
@@ -578,7 +577,8 @@ impl Daemon {
         v
     }
 
-    fn global_user_json(&self, g: &dataplane::Global) -> Value {
+    fn global_user_json(&self) -> Value {
+        let g = &self.shared.global;
         json!({
             "no_route": g.no_route.load(Relaxed),
             "unknown_source": g.unknown_source.load(Relaxed),

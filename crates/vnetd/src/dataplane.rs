@@ -837,7 +837,8 @@ fn deliver_vnet(fw: &mut Forwarder, plane: &Plane, port: Port, with_vh: bool, by
 fn forward_inferred(fw: &mut Forwarder, plane: &Plane, port: Port, link: &LinkPort, frame: &mut [u8]) {
     // The segment size the sender's VM used, as well as it can be told: the
     // link MTU less the largest encapsulation and TCP/IP headers.
-    let mss = (link.def.mtu as usize).saturating_sub(62 + 40).max(536) as u16;
+    let mss =
+        (link.def.mtu as usize).saturating_sub(vnet_wire::vnet::IPV4_ENCAP_OVERHEAD + 40).max(536) as u16;
     let vh = vnet_wire::offload::infer(frame, mss).unwrap_or(VirtioNetHdr::NONE);
     fw.forward(plane, port, vh, frame);
 }

@@ -83,10 +83,6 @@ pub struct KernelPath {
     pub overflow: usize,
 }
 
-fn err(what: &str) -> impl Fn(String) -> Reason + '_ {
-    move |e| format!("{what}: {e}")
-}
-
 impl KernelPath {
     /// Loads the programs into the kernel (not attached yet).
     pub fn load() -> Result<Self, Reason> {
@@ -95,18 +91,10 @@ impl KernelPath {
         }
         let mut ebpf = Ebpf::load(OBJECT).map_err(|e| format!("loading the eBPF object: {e}"))?;
         for name in ["vnet_from_vm", "vnet_from_wire"] {
-            let p: &mut SchedClassifier = ebpf
-                .program_mut(name)
-                .ok_or_else(|| format!("program {name} missing from the object"))?
-                .try_into()
-                .map_err(|e| format!("{name}: {e}"))?;
+            let p: &mut SchedClassifier = program(&mut ebpf, name)?;
             p.load().map_err(|e| format!("the kernel refused {name}: {e}"))?;
         }
-        let f: &mut SocketFilter = ebpf
-            .program_mut("vnet_sock_filter")
-            .ok_or("program vnet_sock_filter missing from the object")?
-            .try_into()
-            .map_err(|e| format!("vnet_sock_filter: {e}"))?;
+        let f: &mut SocketFilter = program(&mut ebpf, "vnet_sock_filter")?;
         f.load().map_err(|e| format!("the kernel refused vnet_sock_filter: {e}"))?;
         Ok(KernelPath {
             ebpf,
@@ -122,22 +110,13 @@ impl KernelPath {
     }
 
     fn classifier(&mut self, name: &str) -> Result<&mut SchedClassifier, Reason> {
-        self.ebpf
-            .program_mut(name)
-            .ok_or_else(|| format!("program {name} missing"))?
-            .try_into()
-            .map_err(|e| format!("{name}: {e}"))
+        program(&mut self.ebpf, name)
     }
 
     /// Serves interface `dev`: the socket filter on vnetd's packet socket
     /// first (so no frame is forwarded twice), then TC ingress.
     pub fn attach_iface(&mut self, dev: &str, sock: &File) -> Result<(), Reason> {
-        let f: &mut SocketFilter = self
-            .ebpf
-            .program_mut("vnet_sock_filter")
-            .ok_or("program vnet_sock_filter missing")?
-            .try_into()
-            .map_err(|e| format!("vnet_sock_filter: {e}"))?;
+        let f: &mut SocketFilter = program(&mut self.ebpf, "vnet_sock_filter")?;
         f.attach(sock).map_err(|e| format!("attaching the socket filter on {dev}: {e}"))?;
         if !self.vm_attached.contains_key(dev) {
             let id = self.attach_ingress("vnet_from_vm", dev)?;
@@ -201,14 +180,14 @@ impl KernelPath {
         {
             let mut m: BpfHashMap<&mut MapData, u32, LinkVal> = map(&mut self.ebpf, "links")?;
             for (id, (v, _)) in &link_vals {
-                m.insert(id, v, 0).map_err(|e| err("links")(e.to_string()))?;
+                m.insert(id, v, 0).map_err(|e| format!("links: {e}"))?;
             }
         }
         {
             let mut m: BpfHashMap<&mut MapData, u32, u32> = map(&mut self.ebpf, "peers")?;
             let mut now = BTreeSet::new();
             for (id, (v, _)) in &link_vals {
-                m.insert(v.remote_ip, id, 0).map_err(|e| err("peers")(e.to_string()))?;
+                m.insert(v.remote_ip, id, 0).map_err(|e| format!("peers: {e}"))?;
                 now.insert(v.remote_ip);
             }
             for gone in self.peers.difference(&now) {
@@ -242,13 +221,13 @@ impl KernelPath {
                 let _ = m.remove(k);
             }
             for (k, v) in &decisions {
-                m.insert(k, v, 0).map_err(|e| err(name)(e.to_string()))?;
+                m.insert(k, v, 0).map_err(|e| format!("{name}: {e}"))?;
             }
         }
         let port = listen.port().to_be();
         {
             let mut cfg: Array<&mut MapData, Cfg> = map(&mut self.ebpf, "config")?;
-            cfg.set(0, Cfg { active: next, port, pad: 0 }, 0).map_err(|e| err("config")(e.to_string()))?;
+            cfg.set(0, Cfg { active: next, port, pad: 0 }, 0).map_err(|e| format!("config: {e}"))?;
         }
         self.active = next;
         self.tables[next as usize] = decisions.keys().copied().collect();
@@ -378,6 +357,16 @@ pub fn decisions(
     (out, overflow)
 }
 
+/// Program `name` of the object, as its type `T`.
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, Reason>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let p = ebpf.program_mut(name).ok_or_else(|| format!("program {name} missing from the object"))?;
+    p.try_into().map_err(|e| format!("{name}: {e}"))
+}
+
+/// Map `name` of the object, as its type `T`.
 fn map<'a, T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
     ebpf: &'a mut Ebpf,
     name: &str,
@@ -411,7 +400,7 @@ fn link_val(
         _ => local_ip_towards(rip).map_err(|e| format!("no local address towards {rip}: {e}"))?,
     };
     let dev = route_dev(rip).ok_or_else(|| format!("no route to {rip} in /proc/net/route"))?;
-    let ifindex = ifindex(&dev).ok_or_else(|| format!("no ifindex for {dev}"))?;
+    let ifindex = crate::sys::ifindex(&dev).map_err(|e| format!("no ifindex for {dev}: {e}"))?;
     let v = LinkVal {
         remote_ip: u32::from_ne_bytes(rip.octets()),
         local_ip: u32::from_ne_bytes(lip.octets()),
@@ -460,11 +449,6 @@ fn best_route(table: &str, ip: Ipv4Addr) -> Option<String> {
         }
     }
     best.map(|(_, d)| d)
-}
-
-/// A device's ifindex, from sysfs.
-pub fn ifindex(dev: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{dev}/ifindex")).ok()?.trim().parse().ok()
 }
 
 /// Whether `dev` is a TAP (frames for it leave by it) rather than a veth

@@ -195,17 +195,24 @@ fn setsockopt_raw<T>(fd: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, va
     Ok(())
 }
 
-/// Opens a raw packet socket bound to the existing netdev `name` (the host
-/// end of a container's veth, or a TAP that QEMU holds): non-blocking,
-/// promiscuous, not seeing its own transmissions. Reads return whole frames;
-/// writes send a frame out of the device (towards the VM).
-pub fn open_packet(name: &str) -> io::Result<File> {
+/// The index of device `name` in this thread's network namespace (asked of
+/// the kernel, so right inside `in_netns` too, unlike sysfs).
+pub fn ifindex(name: &str) -> io::Result<u32> {
     let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `cname` is a valid NUL-terminated string for the call.
     let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
     if ifindex == 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(ifindex)
+}
+
+/// Opens a raw packet socket bound to the existing netdev `name` (the host
+/// end of a container's veth, or a TAP that QEMU holds): non-blocking,
+/// promiscuous, not seeing its own transmissions. Reads return whole frames;
+/// writes send a frame out of the device (towards the VM).
+pub fn open_packet(name: &str) -> io::Result<File> {
+    let ifindex = ifindex(name)?;
     // Protocol 0: receive nothing until bound to the device.
     // SAFETY: `socket` takes no pointers; the result is checked below.
     let fd = unsafe {
@@ -432,12 +439,7 @@ pub fn recv_segments(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, 
 /// current namespace), with one rtnetlink `RTM_NEWLINK` request
 /// (`IFLA_GSO_MAX_SIZE`), as `ip link set NAME gso_max_size SIZE` does.
 pub fn set_gso_max_size(name: &str, size: u32) -> io::Result<()> {
-    let cname = std::ffi::CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `cname` is a valid NUL-terminated string for the call.
-    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-    if ifindex == 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let ifindex = ifindex(name)?;
     // SAFETY: `socket` takes no pointers; the result is checked below.
     let fd =
         unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
