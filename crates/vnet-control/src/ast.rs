@@ -73,6 +73,19 @@ pub enum IfaceKind {
     /// vnetd attaches to an existing netdev with a packet socket: a TAP that
     /// QEMU holds, or the host end of a container's veth.
     Netdev,
+    /// vnetd serves a vhost-user socket (QEMU `-netdev vhost-user`) and
+    /// reads and writes the guest's virtio rings; `dev` is the socket path.
+    VhostUser,
+}
+
+impl IfaceKind {
+    pub fn word(self) -> &'static str {
+        match self {
+            IfaceKind::Tap => "tap",
+            IfaceKind::Netdev => "netdev",
+            IfaceKind::VhostUser => "vhost-user",
+        }
+    }
 }
 
 /// How a worker waits for frames (the paper's dispatch modes).

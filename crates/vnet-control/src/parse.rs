@@ -341,11 +341,26 @@ impl<'a> Parser<'_, 'a> {
 
     fn interface(&mut self) -> Result<Command> {
         let name = self.name("an interface name")?;
-        let kind = match self.keyword(&["tap", "netdev"], "an interface kind: `tap` or `netdev`")? {
+        let kind = match self
+            .keyword(&["tap", "netdev", "vhost-user"], "an interface kind: `tap`, `netdev` or `vhost-user`")?
+        {
             "tap" => IfaceKind::Tap,
-            _ => IfaceKind::Netdev,
+            "netdev" => IfaceKind::Netdev,
+            _ => IfaceKind::VhostUser,
         };
         let pos = self.pos();
+        if kind == IfaceKind::VhostUser {
+            let path = self.next("a socket path")?;
+            // A Unix socket path: absolute, and short enough for sun_path.
+            if !path.text.starts_with('/') || path.text.len() > 107 || path.text.contains(char::is_control) {
+                return Err(Error::new(
+                    pos,
+                    "an absolute socket path of at most 107 bytes",
+                    found(Some(&path)),
+                ));
+            }
+            return self.interface_options(name, kind, path.text.to_string(), pos);
+        }
         let dev = self.next("a device name")?;
         if dev.text.is_empty()
             || dev.text.len() > 15
@@ -357,6 +372,11 @@ impl<'a> Parser<'_, 'a> {
                 found(Some(&dev)),
             ));
         }
+        self.interface_options(name, kind, dev.text.to_string(), pos)
+    }
+
+    /// The options after `interface NAME KIND DEV`.
+    fn interface_options(&mut self, name: String, kind: IfaceKind, dev: String, pos: Pos) -> Result<Command> {
         let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload, mut datapath) =
             (None, None, None, None, None, None, None);
         while self.peek().is_some() {
@@ -379,6 +399,20 @@ impl<'a> Parser<'_, 'a> {
             if dup {
                 return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
             }
+            if kind == IfaceKind::VhostUser && matches!(o, "mtu" | "netns") {
+                return Err(Error::new(
+                    opt_pos,
+                    "an option a vhost-user interface has (the guest sets its own MTU; the socket has no namespace)",
+                    format!("`{o}`"),
+                ));
+            }
+            if kind == IfaceKind::VhostUser && datapath == Some(Datapath::Kernel) {
+                return Err(Error::new(
+                    opt_pos,
+                    "`datapath user` or `auto` (vnetd itself reads a vhost-user guest's rings)",
+                    "`datapath kernel`",
+                ));
+            }
         }
         if mac.is_some_and(|m: MacAddr| m.is_group()) {
             return Err(Error::new(pos, "a unicast MAC for the interface", "a group address"));
@@ -386,7 +420,7 @@ impl<'a> Parser<'_, 'a> {
         Ok(Command::Interface {
             name,
             kind,
-            dev: dev.text.to_string(),
+            dev,
             mac,
             mtu,
             netns,
@@ -550,6 +584,21 @@ mod tests {
             }
         );
         assert_eq!(
+            one("interface g0 vhost-user /run/vnet/g0.sock mac 52:54:00:00:00:01 mode poll queues 2"),
+            Command::Interface {
+                name: "g0".into(),
+                kind: IfaceKind::VhostUser,
+                dev: "/run/vnet/g0.sock".into(),
+                mac: Some(m(1)),
+                mtu: None,
+                netns: None,
+                mode: Mode::Poll,
+                queues: 2,
+                offload: true,
+                datapath: Datapath::Auto,
+            }
+        );
+        assert_eq!(
             one("link hostb udp 10.0.0.2 format vnet network 7"),
             Command::Link {
                 name: Some("hostb".into()),
@@ -608,7 +657,10 @@ mod tests {
             ("interface vm0 tap vt0 mtu 1500 mtu 1500", 1, 32, "each option once"),
             ("interface vm0 tap averyveryverylongname", 1, 19, "device name"),
             ("interface 0vm tap x", 1, 11, "interface name"),
-            ("interface vm tun x", 1, 14, "`tap` or `netdev`"),
+            ("interface vm tun x", 1, 14, "`tap`, `netdev` or `vhost-user`"),
+            ("interface vm vhost-user rel.sock", 1, 25, "an absolute socket path"),
+            ("interface vm vhost-user /run/vm.sock mtu 9000", 1, 38, "an option a vhost-user interface has"),
+            ("interface vm vhost-user /run/vm.sock datapath kernel", 1, 38, "`datapath user` or `auto`"),
             ("interface vm tap x mode fast", 1, 25, "a mode"),
             ("interface vm tap x queues 17", 1, 27, "queue count"),
             ("link a udp 10.0.0.300", 1, 12, "address"),
@@ -634,11 +686,12 @@ mod tests {
         }
 
         #[test]
-        fn never_panics_on_mutated_lines(i in 0usize..8, cut in 0usize..80, junk in "[ -~]{0,12}") {
+        fn never_panics_on_mutated_lines(i in 0usize..9, cut in 0usize..80, junk in "[ -~]{0,12}") {
             let lines = [
                 "add any ff:ff:ff:ff:ff:ff edge 10.0.0.2 any",
                 "add 10.0.0.2 9000 udp",
                 "interface vm0 tap vt0 mac 52:54:00:00:00:01 mtu 9000 netns vmA",
+                "interface g0 vhost-user /run/vnet/g0.sock mac 52:54:00:00:00:01 queues 2",
                 "link hostb udp 10.0.0.2:9000 format vnet network 1 mtu 1500",
                 "route not-52:54:00:00:00:01 any -> interface vm0 from link hostb",
                 "[routes]\ndel 3",

@@ -287,10 +287,7 @@ impl State {
         let mut s = String::new();
         let _ = writeln!(s, "listen udp {} mode {}", self.listen, self.listen_mode.word());
         for i in self.interfaces.values() {
-            let kind = match i.kind {
-                IfaceKind::Tap => "tap",
-                IfaceKind::Netdev => "netdev",
-            };
+            let kind = i.kind.word();
             let _ = write!(s, "interface {} {kind} {}", i.name, i.dev);
             if let Some(m) = i.mac {
                 let _ = write!(s, " mac {m}");

@@ -197,8 +197,15 @@ pub struct Spec {
     pub datapath: Option<String>,
     /// Hosts whose first VM is a QEMU guest (TCG, Debian's kernel and a
     /// busybox initramfs from `lab/build-guest.sh`) on a TAP in the host
-    /// namespace, which vnetd attaches to as a `netdev`.
+    /// namespace, which vnetd attaches to as a `netdev` (or, with
+    /// `qemu_vhost`, on a vhost-user socket vnetd serves).
     pub qemu_hosts: Vec<usize>,
+    /// QEMU guests get a vhost-user NIC (`interface ... vhost-user`)
+    /// instead of a TAP.
+    pub qemu_vhost: bool,
+    /// More kernel command line for host h's guest (`vnet_peer=IP`,
+    /// `vnet_ping=1`, `vnet_send_mb=N`: see `lab/build-guest.sh`).
+    pub guest_args: Vec<(usize, String)>,
 }
 
 /// What joins the lab's VMs across hosts.
@@ -228,6 +235,8 @@ impl Default for Spec {
             dispatch: None,
             datapath: std::env::var("VNET_LAB_DATAPATH").ok().filter(|d| !d.is_empty()),
             qemu_hosts: Vec::new(),
+            qemu_vhost: false,
+            guest_args: Vec::new(),
         }
     }
 }
@@ -245,6 +254,8 @@ pub struct Vm {
     /// For a QEMU guest: its serial console log (`ns` is then the host's
     /// namespace, where QEMU runs).
     pub console: Option<PathBuf>,
+    /// For a QEMU guest on vhost-user: the socket vnetd serves.
+    pub vhost: Option<PathBuf>,
 }
 
 /// A host: a namespace running vnetd.
@@ -274,6 +285,17 @@ pub struct Lab {
     pub dir: PathBuf,
     namespaces: Vec<String>,
     children: Vec<Child>,
+    guests: Vec<Guest>,
+}
+
+/// A QEMU guest of the lab: how to start it again, and its process.
+#[derive(Debug, Clone)]
+struct Guest {
+    host: usize,
+    ns: String,
+    args: Vec<String>,
+    console: PathBuf,
+    pid: Option<u32>,
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -302,13 +324,29 @@ impl Lab {
         let prefix = format!("vl{:x}x{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
         let dir = std::env::temp_dir().join(&prefix);
         std::fs::create_dir_all(&dir).map_err(io("creating the lab directory"))?;
-        let mut lab =
-            Lab { prefix, spec, hosts: Vec::new(), dir, namespaces: Vec::new(), children: Vec::new() };
+        let mut lab = Lab {
+            prefix,
+            spec,
+            hosts: Vec::new(),
+            dir,
+            namespaces: Vec::new(),
+            children: Vec::new(),
+            guests: Vec::new(),
+        };
         lab.build()?;
         if lab.spec.overlay == Overlay::Vnet {
             for h in 0..lab.hosts.len() {
                 lab.start_vnetd(h)?;
             }
+        }
+        // Guests on vhost-user connect to the vnetd serving their socket:
+        // booted now, all at once, then waited for.
+        let pending: Vec<usize> = (0..lab.guests.len()).filter(|&i| lab.guests[i].pid.is_none()).collect();
+        for &i in &pending {
+            lab.boot_guest(i)?;
+        }
+        for &i in &pending {
+            lab.wait_guest(i)?;
         }
         Ok(lab)
     }
@@ -449,6 +487,7 @@ impl Lab {
                     mac: vm_mac(h, v),
                     ip: vm_ip(h, v),
                     console: None,
+                    vhost: None,
                 };
                 for sysctl in [
                     "net.ipv6.conf.all.disable_ipv6=1",
@@ -506,9 +545,10 @@ impl Lab {
         Ok(())
     }
 
-    /// VM 0 of host `h` as a QEMU guest: a TAP `q0` in the host namespace,
-    /// QEMU (TCG) attached to it, started and waited for (its console says
-    /// `VNET-GUEST-READY`).
+    /// VM 0 of host `h` as a QEMU guest (TCG): on a TAP `q0` in the host
+    /// namespace, started and waited for (its console says
+    /// `VNET-GUEST-READY`) now; or on a vhost-user socket, started once
+    /// vnetd serves it (`Lab::up`).
     fn qemu_vm(&mut self, h: usize, host: &Host) -> Result<Vm> {
         let repo = crate::bench::repo_dir();
         let out = run(&[
@@ -522,43 +562,95 @@ impl Lab {
         };
         let (mac, ip) = (vm_mac(h, 0), vm_ip(h, 0));
         let mtu = self.spec.vm_mtu.to_string();
-        self.ns_exec(&host.ns, &["ip", "tuntap", "add", "dev", "q0", "mode", "tap"])?;
-        self.ns_exec(&host.ns, &["ip", "link", "set", "q0", "mtu", &mtu, "up"])?;
         let console = self.dir.join(format!("guest-h{h}.log"));
-        let append = format!("console=ttyS0 quiet panic=-1 vnet_ip={ip}/16 vnet_mtu={mtu}");
-        let serial = format!("file:{}", console.display());
-        let device = format!("virtio-net-pci,netdev=n0,mac={mac}");
+        let mut append = format!("console=ttyS0 quiet panic=-1 vnet_ip={ip}/16 vnet_mtu={mtu}");
+        for (_, a) in self.spec.guest_args.iter().filter(|(g, _)| *g == h) {
+            append.push(' ');
+            append.push_str(a);
+        }
+        let mut args: Vec<String> = [
+            "qemu-system-x86_64",
+            "-accel",
+            "tcg",
+            "-m",
+            "512",
+            "-nographic",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-kernel",
+            kernel,
+            "-initrd",
+            initrd,
+            "-append",
+            &append,
+            "-serial",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.push(format!("file:{}", console.display()));
+        let vhost = self.spec.qemu_vhost.then(|| self.dir.join(format!("vhost-h{h}.sock")));
+        match &vhost {
+            Some(sock) => {
+                // Guest memory vnetd can map; MSI-X off (QEMU 7.2 under TCG
+                // crashes starting vhost-user with it).
+                args.extend(
+                    [
+                        "-object",
+                        "memory-backend-memfd,id=mem0,size=512M,share=on",
+                        "-numa",
+                        "node,memdev=mem0",
+                        "-chardev",
+                        &format!("socket,id=chr0,path={},reconnect=1", sock.display()),
+                        "-netdev",
+                        "vhost-user,id=n0,chardev=chr0",
+                        "-device",
+                        &format!("virtio-net-pci,netdev=n0,mac={mac},vectors=0,mrg_rxbuf=on"),
+                    ]
+                    .iter()
+                    .map(|a| a.to_string()),
+                );
+            }
+            None => {
+                self.ns_exec(&host.ns, &["ip", "tuntap", "add", "dev", "q0", "mode", "tap"])?;
+                self.ns_exec(&host.ns, &["ip", "link", "set", "q0", "mtu", &mtu, "up"])?;
+                args.extend(
+                    ["-netdev", "tap,id=n0,ifname=q0,script=no,downscript=no", "-device"]
+                        .iter()
+                        .map(|a| a.to_string()),
+                );
+                args.push(format!("virtio-net-pci,netdev=n0,mac={mac}"));
+            }
+        }
         let ns = host.ns.clone();
-        self.spawn(
-            &ns,
-            &[
-                "qemu-system-x86_64",
-                "-accel",
-                "tcg",
-                "-m",
-                "256",
-                "-nographic",
-                "-no-reboot",
-                "-display",
-                "none",
-                "-monitor",
-                "none",
-                "-kernel",
-                kernel,
-                "-initrd",
-                initrd,
-                "-append",
-                &append,
-                "-netdev",
-                "tap,id=n0,ifname=q0,script=no,downscript=no",
-                "-device",
-                &device,
-                "-serial",
-                &serial,
-            ],
-        )?;
+        self.guests.push(Guest { host: h, ns: ns.clone(), args, console: console.clone(), pid: None });
+        if vhost.is_none() {
+            let i = self.guests.len() - 1;
+            self.boot_guest(i)?;
+            self.wait_guest(i)?;
+        }
+        let host_dev = vhost.is_none().then(|| "q0".to_string());
+        Ok(Vm { ns, dev: "q0".into(), host_dev, mac, ip, console: Some(console), vhost })
+    }
+
+    /// Starts QEMU for guest `i` (a fresh console log).
+    fn boot_guest(&mut self, i: usize) -> Result<()> {
+        let g = self.guests[i].clone();
+        let _ = std::fs::remove_file(&g.console);
+        let args: Vec<&str> = g.args.iter().map(String::as_str).collect();
+        let pid = self.spawn(&g.ns, &args)?;
+        self.guests[i].pid = Some(pid);
+        Ok(())
+    }
+
+    /// Waits (up to 120 s of TCG boot) for guest `i` to say it is ready.
+    fn wait_guest(&self, i: usize) -> Result<()> {
+        let console = &self.guests[i].console;
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !std::fs::read_to_string(&console).unwrap_or_default().contains("VNET-GUEST-READY") {
+        while !std::fs::read_to_string(console).unwrap_or_default().contains("VNET-GUEST-READY") {
             if Instant::now() > deadline {
                 return Err(Error::Other(format!(
                     "the QEMU guest did not come up: see {}",
@@ -567,7 +659,42 @@ impl Lab {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        Ok(Vm { ns, dev: "q0".into(), host_dev: Some("q0".into()), mac, ip, console: Some(console) })
+        Ok(())
+    }
+
+    /// Stops host `h`'s QEMU (the guest is gone; vnetd keeps serving its
+    /// socket) and starts it again, on the same socket or TAP, with `args`
+    /// as its extra kernel command line; waits until it is ready.
+    pub fn restart_guest(&mut self, h: usize, args: &str) -> Result<()> {
+        let i = self
+            .guests
+            .iter()
+            .position(|g| g.host == h)
+            .ok_or_else(|| Error::Other(format!("host {h} has no QEMU guest")))?;
+        if let Some(pid) = self.guests[i].pid.take() {
+            self.kill_child(pid);
+        }
+        if let Some(a) = self.guests[i].args.iter_mut().find(|a| a.starts_with("console=ttyS0")) {
+            let base: Vec<&str> = a
+                .split_whitespace()
+                .filter(|w| {
+                    !w.starts_with("vnet_peer") && !w.starts_with("vnet_ping") && !w.starts_with("vnet_send")
+                })
+                .collect();
+            *a = format!("{} {args}", base.join(" ")).trim().to_string();
+        }
+        self.boot_guest(i)?;
+        self.wait_guest(i)
+    }
+
+    /// Kills and reaps one process the lab started.
+    fn kill_child(&mut self, pid: u32) {
+        if let Some(k) = self.children.iter().position(|c| c.id() == pid) {
+            let mut c = self.children.remove(k);
+            let _ = c.kill();
+            let _ = c.wait();
+            registry().1.retain(|p| *p != pid);
+        }
     }
 
     /// Host `h`'s kernel VXLAN: a bridge, a vxlan device (VNI 42, port 4789,
@@ -937,9 +1064,14 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
     let _ = writeln!(c, "listen udp {}:9000{mode}", hosts[h].underlay_ip);
     let dp = s.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
     for (v, vm) in hosts[h].vms.iter().enumerate() {
-        match &vm.host_dev {
-            Some(hd) => writeln!(c, "interface vm{v} netdev {hd} mac {}{mode}{dp}", vm.mac),
-            None => writeln!(c, "interface vm{v} tap {} mac {} netns {}{mode}", vm.dev, vm.mac, vm.ns),
+        match (&vm.host_dev, &vm.vhost) {
+            (_, Some(sock)) => {
+                writeln!(c, "interface vm{v} vhost-user {} mac {}{mode}", sock.display(), vm.mac)
+            }
+            (Some(hd), None) => writeln!(c, "interface vm{v} netdev {hd} mac {}{mode}{dp}", vm.mac),
+            (None, None) => {
+                writeln!(c, "interface vm{v} tap {} mac {} netns {}{mode}", vm.dev, vm.mac, vm.ns)
+            }
         }
         .ok();
     }

@@ -80,6 +80,12 @@ enum Cmd {
         /// become containers on veths).
         #[arg(long)]
         datapath: Option<String>,
+        /// Hosts whose first VM is a QEMU guest (TCG), e.g. `0,1`.
+        #[arg(long, value_delimiter = ',')]
+        qemu: Vec<usize>,
+        /// QEMU guests on vhost-user sockets vnetd serves (else on TAPs).
+        #[arg(long)]
+        vhost_user: bool,
     },
 }
 
@@ -94,8 +100,18 @@ fn main() -> ExitCode {
     install_signal_cleanup();
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
-        Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath } => {
-            up(hosts, vms, fmt(format), mode, vm_mtu, datapath)
+        Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath, qemu, vhost_user } => {
+            let spec = Spec {
+                hosts,
+                vms_per_host: vms,
+                format: fmt(format),
+                dispatch: mode,
+                vm_mtu,
+                qemu_hosts: qemu,
+                qemu_vhost: vhost_user,
+                ..Spec::default()
+            };
+            up(spec, datapath)
         }
         Cmd::Bench { quick, repeats, seconds, out, cases, mpi, check } => {
             bench(quick, repeats, seconds, out, cases, mpi).and_then(|dir| match check {
@@ -156,15 +172,8 @@ fn demo(format: Format, seconds: u32, datapath: &str) -> vnet_lab::Result<()> {
     Ok(())
 }
 
-fn up(
-    hosts: usize,
-    vms: usize,
-    format: Format,
-    dispatch: Option<String>,
-    vm_mtu: u32,
-    datapath: Option<String>,
-) -> vnet_lab::Result<()> {
-    let mut spec = Spec { hosts, vms_per_host: vms, format, dispatch, vm_mtu, ..Spec::default() };
+fn up(mut spec: Spec, datapath: Option<String>) -> vnet_lab::Result<()> {
+    let hosts = spec.hosts;
     if datapath.is_some() {
         spec.datapath = datapath;
     }
@@ -177,7 +186,10 @@ fn up(
             host.control.display()
         );
         for vm in &host.vms {
-            println!("  vm: ns {} ip {} mac {}", vm.ns, vm.ip, vm.mac);
+            match &vm.console {
+                Some(c) => println!("  vm: QEMU guest ip {} mac {} console {}", vm.ip, vm.mac, c.display()),
+                None => println!("  vm: ns {} ip {} mac {}", vm.ns, vm.ip, vm.mac),
+            }
         }
     }
     println!(

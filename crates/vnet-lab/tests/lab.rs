@@ -387,12 +387,28 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     assert_ping(&lab, &a, b.ip, 56);
 }
 
-/// A QEMU guest (TCG) on a TAP QEMU holds, on host A; a namespace VM on host
-/// B. Both with MTU `mtu` over a 1500-byte underlay: vnet splits the large
-/// frames. Ping small and `big`, then 8 MB over TCP to the guest, checked by
-/// md5 on the guest's console.
-fn qemu_guest_on_tap(mtu: u32, big: u32) {
-    let lab = lab(Spec { qemu_hosts: vec![0], vm_mtu: mtu, ..Spec::default() });
+/// The first line of a guest's console that starts with `prefix`, waited
+/// for up to `secs` seconds.
+fn console_line(vm: &Vm, prefix: &str, secs: u64) -> String {
+    let console = vm.console.clone().expect("a QEMU guest");
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let text = std::fs::read_to_string(&console).unwrap_or_default();
+        if let Some(l) = text.lines().find(|l| l.starts_with(prefix)) {
+            return l.trim().to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "no `{prefix}` from the guest in {secs} s:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A QEMU guest (TCG) on host A, on a TAP QEMU holds or on a vhost-user
+/// socket vnetd serves; a namespace VM on host B. Both with MTU `mtu` over
+/// a 1500-byte underlay: vnet splits the large frames. Ping small and
+/// `big`, then 8 MB over TCP to the guest, checked by md5 on the guest's
+/// console.
+fn qemu_guest_talks_to_namespace_vm(mtu: u32, big: u32, vhost: bool) {
+    let lab = lab(Spec { qemu_hosts: vec![0], qemu_vhost: vhost, vm_mtu: mtu, ..Spec::default() });
     let (guest, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &b, guest.ip, 56);
     assert_ping(&lab, &b, guest.ip, big);
@@ -404,32 +420,75 @@ fn qemu_guest_on_tap(mtu: u32, big: u32) {
     let script = format!("busybox nc {} 5001 < {}", guest.ip, data.display());
     let out = lab.ns_output(&b.ns, &["timeout", "120", "sh", "-c", &script]).unwrap();
     assert!(out.status.success(), "{out:?}");
-    let console = guest.console.clone().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let line = loop {
-        let text = std::fs::read_to_string(&console).unwrap_or_default();
-        if let Some(l) = text.lines().find(|l| l.starts_with("VNET-MD5 ")) {
-            break l.to_string();
-        }
-        assert!(std::time::Instant::now() < deadline, "no checksum from the guest:\n{text}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let line = console_line(&guest, "VNET-MD5 ", 60);
     assert_eq!(line, format!("VNET-MD5 {want} {}", 8u32 << 20), "guest console: {line}");
     // Frames larger than the underlay crossed as vnet fragments.
     let g = json(&lab, 1, "stats")["global"].clone();
     assert!(g["reasm_completed"].as_u64().unwrap() > 0, "{g}");
+    if vhost {
+        let i = json(&lab, 0, "interfaces")["interfaces"][0].clone();
+        assert_eq!(i["kind"], "vhost-user", "{i}");
+        assert_eq!(i["offload"], true, "the guest took the RX offloads: {i}");
+        assert!(i["tx_bytes"].as_u64().unwrap() > 8 << 20 && i["rx_packets"].as_u64().unwrap() > 10, "{i}");
+        assert_eq!(i["bad_chains"], 0, "{i}");
+    }
 }
 
 #[test]
 #[ignore = "needs root, network namespaces and qemu-system-x86: run with --ignored"]
 fn qemu_guest_on_tap_mtu_9000_talks_to_namespace_vm() {
-    qemu_guest_on_tap(9000, 8000);
+    qemu_guest_talks_to_namespace_vm(9000, 8000, false);
 }
 
 #[test]
 #[ignore = "needs root, network namespaces and qemu-system-x86: run with --ignored"]
 fn qemu_guest_on_tap_mtu_64000_talks_to_namespace_vm() {
-    qemu_guest_on_tap(64_000, 60_000);
+    qemu_guest_talks_to_namespace_vm(64_000, 60_000, false);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and qemu-system-x86: run with --ignored"]
+fn qemu_guest_on_vhost_user_mtu_64000_talks_to_namespace_vm() {
+    qemu_guest_talks_to_namespace_vm(64_000, 60_000, true);
+}
+
+/// Two QEMU guests, each on a vhost-user socket its host's vnetd serves:
+/// ARP and ping both ways, 64 MB guest to guest over TCP (busybox nc) with
+/// matching md5s, the ring counters; then QEMU on host B is killed and
+/// started again on the same socket: vnetd serves the new guest and
+/// traffic resumes.
+#[test]
+#[ignore = "needs root, network namespaces and qemu-system-x86: run with --ignored"]
+fn qemu_guests_on_vhost_user_talk_and_survive_a_qemu_restart() {
+    let (ip0, ip1) = (vnet_lab::vm_ip(0, 0), vnet_lab::vm_ip(1, 0));
+    let mut lab = lab(Spec {
+        qemu_hosts: vec![0, 1],
+        qemu_vhost: true,
+        guest_args: vec![
+            (0, format!("vnet_peer={ip1} vnet_ping=1")),
+            (1, format!("vnet_peer={ip0} vnet_ping=1 vnet_send_mb=64")),
+        ],
+        ..Spec::default()
+    });
+    let (g0, g1) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_eq!(console_line(&g0, "VNET-PING ", 120), format!("VNET-PING {ip1} 5"));
+    assert_eq!(console_line(&g1, "VNET-PING ", 120), format!("VNET-PING {ip0} 5"));
+    let sent = console_line(&g1, "VNET-TX-MD5 ", 180);
+    let got = console_line(&g0, "VNET-MD5 ", 300);
+    assert_eq!(got["VNET-MD5 ".len()..], sent["VNET-TX-MD5 ".len()..], "sent {sent}, received {got}");
+    assert!(got.ends_with(&format!(" {}", 64u32 << 20)), "{got}");
+    for h in 0..2 {
+        let i = json(&lab, h, "interfaces")["interfaces"][0].clone();
+        assert_eq!((i["kind"].as_str(), i["vhost_connected"].as_u64()), (Some("vhost-user"), Some(1)), "{i}");
+        for k in ["kicks", "signals", "rx_packets", "tx_packets"] {
+            assert!(i[k].as_u64().unwrap() > 0, "{k}: {i}");
+        }
+        assert_eq!(i["bad_chains"], 0, "{i}");
+    }
+    lab.restart_guest(1, &format!("vnet_peer={ip0} vnet_ping=1")).unwrap();
+    assert_eq!(console_line(&g1, "VNET-PING ", 120), format!("VNET-PING {ip0} 5"));
+    let i = json(&lab, 1, "interfaces")["interfaces"][0].clone();
+    assert_eq!((i["vhost_connected"].as_u64(), i["vhost_connections"].as_u64()), (Some(1), Some(2)), "{i}");
 }
 
 /// The paper's location independence: VM B moves from host 1 to host 2

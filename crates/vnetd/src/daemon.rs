@@ -10,6 +10,7 @@
 use crate::dataplane::{self, IfacePort, LinkPort, Plane, Shared, WorkerHandle};
 use crate::kernel::{self, KernelIface, KernelPath};
 use crate::sys;
+use crate::vhost;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -139,26 +140,27 @@ impl Daemon {
             })?;
             new_socket = Some(sock);
         }
-        // Acquire: new interfaces.
-        let mut opened = Vec::new();
+        // Acquire: new interfaces (vhost-user servers stop again if the
+        // transaction fails after this).
+        let mut opened = Opened(Vec::new());
         for (id, def) in &next.interfaces {
             if self.ifaces.contains_key(id) {
                 continue;
             }
-            let port = open_iface(def, &self.shared.global).map_err(|e| {
+            let port = open_iface(def, &self.shared).map_err(|e| {
                 Error::new(
                     decl_pos(&def.name),
                     "a device vnetd can open and configure",
                     format!("error: {e}"),
                 )
             })?;
-            opened.push(Arc::new(port));
+            opened.0.push(Arc::new(port));
         }
         // The kernel path for the new interfaces that ask for it; undone if
         // one that requires it (`datapath kernel`) cannot have it.
         let mut attached: Vec<(u32, KernelIface)> = Vec::new();
         let mut reasons: Vec<(u32, String)> = Vec::new();
-        for p in &opened {
+        for p in &opened.0 {
             let def = &next.interfaces[&p.id];
             match self.attach_kernel(def, p) {
                 Ok(Some(k)) => attached.push((p.id, k)),
@@ -196,7 +198,7 @@ impl Daemon {
             .filter(|(id, _)| next.interfaces.contains_key(id))
             .map(|(id, p)| (*id, p.clone()))
             .collect();
-        for p in &opened {
+        for p in &opened.0 {
             ifaces.insert(p.id, p.clone());
         }
         let links: BTreeMap<u32, Arc<LinkPort>> = next
@@ -266,6 +268,7 @@ impl Daemon {
         }
 
         // Workers: restarted when interfaces or the link socket changed.
+        let opened = opened.keep();
         let respawn = restart_needed(&new_socket, mode_changed, &opened, &self.ifaces, &next);
         if let Some((sock, pool)) = new_socket {
             self.socket = Some(Listener { addr: next.listen, mode: next.listen_mode, sock, pool });
@@ -275,6 +278,9 @@ impl Daemon {
         self.ifaces.retain(|id, p| {
             let keep = next.interfaces.contains_key(id);
             if !keep {
+                if let Some(v) = &p.vhost {
+                    v.stop();
+                }
                 tracing::info!(interface = %p.name, "interface removed");
             }
             keep
@@ -323,6 +329,9 @@ impl Daemon {
         if def.datapath == Datapath::User {
             return Ok(None);
         }
+        if def.kind == IfaceKind::VhostUser {
+            return Err("vnetd reads and writes this guest's virtio rings itself".into());
+        }
         if def.kind == IfaceKind::Tap {
             return Err("vnetd serves this TAP through its file descriptor (the kernel path takes netdevs: \
                         a container's veth, a TAP QEMU holds)"
@@ -360,6 +369,9 @@ impl Daemon {
         self.kernel = None;
         self.shared.plane.store(Arc::new(Plane::default()));
         self.workers.drain(..).for_each(WorkerHandle::stop);
+        for v in self.ifaces.values().filter_map(|p| p.vhost.as_ref()) {
+            v.stop();
+        }
         self.ifaces.clear();
         self.socket = None;
     }
@@ -538,7 +550,7 @@ impl Daemon {
                     "dev": p.dev,
                     "netns": def.and_then(|d| d.netns.clone()).unwrap_or_else(|| "-".into()),
                     "mac": p.mac.map_or("-".to_string(), |m| m.to_string()),
-                    "kind": match def.map(|d| d.kind) { Some(IfaceKind::Netdev) => "netdev", _ => "tap" },
+                    "kind": def.map_or("tap", |d| d.kind.word()),
                     "offload": p.vnet_hdr,
                     "queues": p.queues.len(),
                     "mode": p.mode.word(),
@@ -549,6 +561,25 @@ impl Daemon {
                     "wakeups": p.dispatch.wakeups.load(Relaxed),
                 });
                 counters_into(&mut v, p.rx.snapshot(), p.tx.snapshot());
+                if let (Some(d), Value::Object(m)) = (&p.vhost, &mut v) {
+                    let s = &d.stats;
+                    for (k, n) in [
+                        ("queues", d.pairs as u64),
+                        ("vhost_connected", s.connected.load(Relaxed) as u64),
+                        ("vhost_connections", s.connections.load(Relaxed)),
+                        ("vhost_features", s.features.load(Relaxed)),
+                        ("kicks", s.kicks.load(Relaxed)),
+                        ("rx_kicks", s.rx_kicks.load(Relaxed)),
+                        ("signals", s.signals.load(Relaxed)),
+                        ("early_signals", s.early_signals.load(Relaxed)),
+                        ("signals_suppressed", s.signals_suppressed.load(Relaxed)),
+                        ("rx_no_buffers", s.rx_no_buffers.load(Relaxed)),
+                        ("bad_chains", s.bad_chains.load(Relaxed)),
+                    ] {
+                        m.insert(k.into(), n.into());
+                    }
+                    m.insert("offload".into(), d.takes_offloads().into());
+                }
                 if let (Some(k), Some(ki)) = (&self.kernel, self.kernel_ifaces.get(&p.id)) {
                     add_kernel(&mut v, k.iface_counters(ki.ifindex));
                 }
@@ -747,7 +778,27 @@ fn bind_all(addr: SocketAddr) -> std::io::Result<(Arc<UdpSocket>, Vec<Arc<UdpSoc
 /// host side's, not the VM's, so it is left alone). With `offload`, frames
 /// carry a `virtio_net_hdr` and the TAP accepts checksum and TSO offloads;
 /// where the kernel refuses, the interface works without them.
-fn open_iface(def: &InterfaceDef, g: &dataplane::Global) -> std::io::Result<IfacePort> {
+fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>) -> std::io::Result<IfacePort> {
+    let g = &shared.global;
+    if def.kind == IfaceKind::VhostUser {
+        let dispatch = Arc::<dataplane::DispatchStats>::default();
+        let path = std::path::Path::new(&def.dev);
+        let dev =
+            vhost::serve(shared, def.id, &def.name, path, def.queues as usize, def.mode, dispatch.clone())?;
+        return Ok(IfacePort {
+            id: def.id,
+            name: def.name.clone(),
+            dev: def.dev.clone(),
+            mac: def.mac,
+            queues: Vec::new(),
+            vnet_hdr: true,
+            vhost: Some(dev),
+            mode: def.mode,
+            rx: Counters::default(),
+            tx: Counters::default(),
+            dispatch,
+        });
+    }
     let (dev, kind, mac, mtu) = (def.dev.clone(), def.kind, def.mac, def.mtu);
     let (queues, offload) = (def.queues.max(1) as usize, def.offload);
     let setup = move || -> std::io::Result<(Vec<std::fs::File>, Option<vnet_wire::MacAddr>, bool, bool)> {
@@ -764,6 +815,9 @@ fn open_iface(def: &InterfaceDef, g: &dataplane::Global) -> std::io::Result<Ifac
                     }
                     files.push(f);
                 }
+            }
+            IfaceKind::VhostUser => {
+                return Err(std::io::Error::other("a vhost-user interface has no device"))
             }
             IfaceKind::Netdev => {
                 let f = sys::open_packet(&dev)?;
@@ -787,7 +841,7 @@ fn open_iface(def: &InterfaceDef, g: &dataplane::Global) -> std::io::Result<Ifac
         sys::set_up(&dev)?;
         let mac = match kind {
             IfaceKind::Tap => Some(sys::get_mac(&dev)?),
-            IfaceKind::Netdev => mac,
+            IfaceKind::Netdev | IfaceKind::VhostUser => mac,
         };
         Ok((files, mac, vnet_hdr, refused))
     };
@@ -806,9 +860,28 @@ fn open_iface(def: &InterfaceDef, g: &dataplane::Global) -> std::io::Result<Ifac
         mac,
         queues: files,
         vnet_hdr,
+        vhost: None,
         mode: def.mode,
         rx: Counters::default(),
         tx: Counters::default(),
         dispatch: Arc::default(),
     })
+}
+
+/// Interfaces opened by a transaction not yet committed: their vhost-user
+/// servers are stopped if it fails.
+struct Opened(Vec<Arc<IfacePort>>);
+
+impl Opened {
+    fn keep(mut self) -> Vec<Arc<IfacePort>> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        for v in self.0.iter().filter_map(|p| p.vhost.as_ref()) {
+            v.stop();
+        }
+    }
 }

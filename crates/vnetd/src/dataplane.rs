@@ -31,6 +31,7 @@
 //!   pool of sockets, so underlay RSS/ECMP can spread the flows.
 
 use crate::sys;
+use crate::vhost::VhostDev;
 use arc_swap::ArcSwap;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -55,7 +56,7 @@ use vnet_wire::{frag, reasm, EthernetFrame, MacAddr};
 /// Largest frame read from an interface or received from a link.
 pub const MAX_FRAME: usize = MAX_FRAME_LEN as usize;
 /// Read buffer: a `virtio_net_hdr` and a largest frame, with slack.
-const BUF: usize = virtio::LEN + MAX_FRAME + 256;
+pub(crate) const BUF: usize = virtio::LEN + MAX_FRAME + 256;
 /// Frames a worker handles per wake-up before it looks at its mode and the
 /// stop flag again.
 const BATCH: usize = 64;
@@ -119,12 +120,51 @@ pub struct IfacePort {
     pub queues: Vec<File>,
     /// Reads and writes carry a `virtio_net_hdr` (offloads pass through).
     pub vnet_hdr: bool,
+    /// A vhost-user interface: frames go into the guest's rings (and
+    /// `queues` is empty; the rings have their own threads).
+    pub vhost: Option<Arc<VhostDev>>,
     pub mode: Mode,
     /// Frames from the VM.
     pub rx: Counters,
     /// Frames to the VM.
     pub tx: Counters,
     pub dispatch: Arc<DispatchStats>,
+}
+
+impl IfacePort {
+    /// Whether frames reach the VM with their offload header as is.
+    pub fn takes_offloads(&self) -> bool {
+        self.vnet_hdr && self.vhost.as_ref().is_none_or(|v| v.takes_offloads())
+    }
+
+    /// Gives the VM one frame, `parts` concatenated: a `virtio_net_hdr` and
+    /// the frame if `hdr`, else the plain frame.
+    fn write(&self, parts: &[IoSlice<'_>], hdr: bool, touched: &mut Vec<Arc<VhostDev>>) -> bool {
+        match &self.vhost {
+            Some(v) => {
+                let mut all = [IoSlice::new(&[]); GSO_MAX_SEGS + 2];
+                let none = VirtioNetHdr::NONE.emit();
+                let k = usize::from(!hdr);
+                if parts.len() + k > all.len() {
+                    return false;
+                }
+                all[0] = IoSlice::new(&none);
+                all[k..k + parts.len()].copy_from_slice(parts);
+                let all = &all[..k + parts.len()];
+                let head = all.iter().find(|p| p.len() > virtio::LEN).map_or(&[][..], |p| &p[..]);
+                let flow = flow_hash(head.get(virtio::LEN..).unwrap_or(&[]));
+                let ok = v.deliver(all, flow);
+                if ok && !touched.iter().any(|t| Arc::ptr_eq(t, v)) && touched.len() < touched.capacity() {
+                    touched.push(v.clone());
+                }
+                ok
+            }
+            None => {
+                let want: usize = parts.iter().map(|p| p.len()).sum();
+                matches!((&self.queues[0]).write_vectored(parts), Ok(n) if n == want)
+            }
+        }
+    }
 }
 
 /// A link as the data path sees it.
@@ -241,7 +281,7 @@ enum Finished {
 }
 
 /// Per-worker forwarding state: nothing here is shared or allocated per frame.
-struct Forwarder {
+pub(crate) struct Forwarder {
     shared: Arc<Shared>,
     cache: RouteCache,
     decisions: Vec<Decision>,
@@ -251,10 +291,12 @@ struct Forwarder {
     seg_buf: Vec<u8>,
     seg_ranges: Vec<std::ops::Range<usize>>,
     cache_reported: (u64, u64),
+    /// vhost-user interfaces given frames in this batch (signalled at its end).
+    touched: Vec<Arc<VhostDev>>,
 }
 
 impl Forwarder {
-    fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
         Forwarder {
             shared,
             cache: RouteCache::new(CACHE_SLOTS),
@@ -264,12 +306,13 @@ impl Forwarder {
             seg_buf: vec![0u8; 4 * BUF],
             seg_ranges: Vec::with_capacity(2048),
             cache_reported: (0, 0),
+            touched: Vec::with_capacity(16),
         }
     }
 
     /// Routes one frame that arrived on `ingress` and delivers it. `vh` is
     /// its offload header (`NONE` for a plain frame).
-    fn forward(&mut self, plane: &Plane, ingress: Port, vh: VirtioNetHdr, frame: &mut [u8]) {
+    pub(crate) fn forward(&mut self, plane: &Plane, ingress: Port, vh: VirtioNetHdr, frame: &mut [u8]) {
         let g = &self.shared.global;
         let Ok(eth) = EthernetFrame::new_checked(&*frame) else {
             g.malformed.fetch_add(1, Relaxed);
@@ -290,11 +333,13 @@ impl Forwarder {
                 let delivered = match port {
                     Port::Interface(id) => {
                         let Some(ifc) = plane.ifaces.get(&id) else { continue };
-                        if ifc.vnet_hdr == plain_pass {
+                        let offloads = ifc.takes_offloads();
+                        if offloads == plain_pass {
                             continue;
                         }
-                        let ok = if ifc.vnet_hdr {
-                            write_vnet(ifc, &vh, frame)
+                        let ok = if offloads {
+                            let h = vh.emit();
+                            ifc.write(&[IoSlice::new(&h), IoSlice::new(frame)], true, &mut self.touched)
                         } else {
                             let f = *finished.get_or_insert_with(|| self.finish(&vh, frame));
                             self.write_plain(ifc, f, frame)
@@ -353,9 +398,9 @@ impl Forwarder {
         }
     }
 
-    fn write_plain(&self, ifc: &IfacePort, f: Finished, frame: &[u8]) -> bool {
-        let file = &ifc.queues[0];
-        let w = |b: &[u8]| matches!((&*file).write(b), Ok(n) if n == b.len());
+    fn write_plain(&mut self, ifc: &IfacePort, f: Finished, frame: &[u8]) -> bool {
+        let touched = &mut self.touched;
+        let mut w = |b: &[u8]| ifc.write(&[IoSlice::new(b)], false, touched);
         match f {
             Finished::Whole => w(frame),
             Finished::Segments => self.seg_ranges.iter().all(|r| w(&self.seg_buf[r.clone()])),
@@ -444,7 +489,7 @@ impl Forwarder {
         let Ok(eth) = EthernetFrame::new_checked(eth) else { return false };
         self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
         let capable = |&(p, _): &Decision| match p {
-            Port::Interface(id) => plane.ifaces.get(&id).is_some_and(|i| i.vnet_hdr),
+            Port::Interface(id) => plane.ifaces.get(&id).is_some_and(|i| i.takes_offloads()),
             Port::Link(_) => false,
         };
         if self.decisions.is_empty() || !self.decisions.iter().all(capable) {
@@ -454,7 +499,7 @@ impl Forwarder {
         for &(port, ri) in &self.decisions {
             let Port::Interface(id) = port else { continue };
             let Some(ifc) = plane.ifaces.get(&id) else { continue };
-            let ok = matches!((&ifc.queues[0]).write_vectored(parts), Ok(n) if n == total);
+            let ok = ifc.write(parts, true, &mut self.touched);
             count(&ifc.tx, ok, len);
             if let Some(r) = plane.table.route(ri) {
                 count(&r.counters, ok, len);
@@ -464,20 +509,16 @@ impl Forwarder {
     }
 
     /// Publishes this worker's cache counts into the global totals.
-    fn report(&mut self) {
+    pub(crate) fn report(&mut self) {
+        for v in self.touched.drain(..) {
+            v.end_burst();
+        }
         let s = self.cache.stats();
         let g = &self.shared.global;
         g.cache_hits.fetch_add(s.hits - self.cache_reported.0, Relaxed);
         g.cache_misses.fetch_add(s.misses - self.cache_reported.1, Relaxed);
         self.cache_reported = (s.hits, s.misses);
     }
-}
-
-/// Writes `[vh] frame` to an interface that takes offload headers.
-fn write_vnet(ifc: &IfacePort, vh: &VirtioNetHdr, frame: &[u8]) -> bool {
-    let h = vh.emit();
-    let want = h.len() + frame.len();
-    matches!((&ifc.queues[0]).write_vectored(&[IoSlice::new(&h), IoSlice::new(frame)]), Ok(n) if n == want)
 }
 
 /// Sends the datagrams in `iov` (each `seg` bytes but the last) to the link:

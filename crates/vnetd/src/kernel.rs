@@ -477,6 +477,7 @@ mod tests {
             mac: Some(m),
             queues: Vec::new(),
             vnet_hdr: false,
+            vhost: None,
             mode: Default::default(),
             rx: Default::default(),
             tx: Default::default(),

@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod kernel;
 pub mod sys;
+pub mod vhost;
 
 pub use control::Endpoint;
 pub use daemon::Daemon;
