@@ -86,6 +86,10 @@ enum Cmd {
         /// QEMU guests on vhost-user sockets vnetd serves (else on TAPs).
         #[arg(long)]
         vhost_user: bool,
+        /// More kernel command line for a host's guest, `H:ARGS` (e.g.
+        /// `1:vnet_peer=10.88.0.1 vnet_send_mb=64`; see lab/build-guest.sh).
+        #[arg(long)]
+        guest_args: Vec<String>,
     },
 }
 
@@ -100,7 +104,12 @@ fn main() -> ExitCode {
     install_signal_cleanup();
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
-        Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath, qemu, vhost_user } => {
+        Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath, qemu, vhost_user, guest_args } => {
+            let guest_args = guest_args
+                .iter()
+                .filter_map(|a| a.split_once(':'))
+                .filter_map(|(h, a)| Some((h.parse().ok()?, a.to_string())))
+                .collect();
             let spec = Spec {
                 hosts,
                 vms_per_host: vms,
@@ -109,6 +118,7 @@ fn main() -> ExitCode {
                 vm_mtu,
                 qemu_hosts: qemu,
                 qemu_vhost: vhost_user,
+                guest_args,
                 ..Spec::default()
             };
             up(spec, datapath)

@@ -53,6 +53,7 @@
 #define VNET_WHOLE 0x04
 #define OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr)) /* 28 */
 #define MAX_ROUTES 65536
+#define GSO_LIMIT 65536 /* GSO_LEGACY_MAX_SIZE: larger GSO frames are segmented */
 
 /* Shared with crates/vnetd/src/kernel.rs (repr(C) twins). */
 struct route_key {
@@ -194,6 +195,38 @@ static __always_inline int fast_proto(__u16 proto)
 	return proto == bpf_htons(ETH_P_IP) || proto == bpf_htons(ETH_P_IPV6);
 }
 
+/* The headers each segment of a GSO frame repeats (Ethernet, IP, TCP or
+ * UDP), or 0 when they cannot be told (the frame is then vnetd's). */
+static __always_inline __u32 seg_hdr_len(struct __sk_buff *skb, __u16 proto)
+{
+	__u8 l4;
+	__u32 ip_len;
+
+	if (proto == bpf_htons(ETH_P_IP)) {
+		__u8 b[10];
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, b, sizeof(b)) < 0)
+			return 0;
+		ip_len = (b[0] & 0x0f) * 4;
+		l4 = b[9];
+	} else {
+		__u8 b[7];
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, b, sizeof(b)) < 0)
+			return 0;
+		ip_len = 40;
+		l4 = b[6];
+	}
+	if (ip_len < 20 || ip_len > 60)
+		return 0;
+	if (l4 == IPPROTO_UDP)
+		return ETH_HLEN + ip_len + 8;
+	if (l4 != IPPROTO_TCP)
+		return 0;
+	__u8 doff;
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + ip_len + 12, &doff, 1) < 0)
+		return 0;
+	return ETH_HLEN + ip_len + (doff >> 4) * 4;
+}
+
 /* The decision for a frame from a local interface: the route, or NULL when
  * the frame is vnetd's. Shared by the TC program and the socket filter so
  * that exactly one of the two paths forwards each frame. */
@@ -218,9 +251,29 @@ static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, stru
 		if (!l)
 			return NULL;
 		__u32 over = OUTER_LEN + (l->format == FMT_VNET ? VNET_HDR_LEN : 0);
-		/* A frame too big for the underlay, unless the kernel segments
-		 * it (GSO), is vnetd's: it fragments `vnet` frames itself. */
-		if (!skb->gso_size && skb->len + over > l->mtu + ETH_HLEN)
+		/* A frame too big for the underlay is vnetd's: it fragments
+		 * `vnet` frames itself. A GSO frame stays whole through the
+		 * encapsulation (tunnel GSO), but wherever it is segmented each
+		 * segment must fit too: a guest on MTU 1500 over a 1500-byte
+		 * underlay sends segments the kernel could only drop (a frame
+		 * of one segment is segmented at once, on the underlay device,
+		 * and dropped there for its size). */
+		__u32 seg = skb->len;
+		/* A GSO frame that the encapsulation takes to the kernel's
+		 * 64 KB GSO limit is segmented in software on the underlay,
+		 * into segments the underlay then drops for their size (a
+		 * QEMU guest's TSO frames reach 65535 bytes): vnetd's. */
+		if (skb->len + over >= GSO_LIMIT)
+			return NULL;
+		if (skb->gso_size) {
+			__u32 hl = seg_hdr_len(skb, eth.h_proto);
+			if (!hl)
+				return NULL;
+			seg = hl + skb->gso_size;
+		}
+		/* The outer IP packet: the encapsulation and the whole inner
+		 * frame, Ethernet header included. */
+		if (seg + over > l->mtu)
 			return NULL;
 		*lk = l;
 	}

@@ -40,6 +40,7 @@
 use crate::dataplane::{DispatchStats, Dispatcher, Forwarder, Shared, BUF};
 use arc_swap::ArcSwapOption;
 use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -56,6 +57,7 @@ use virtio_queue::{QueueOwnedT, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::timerfd::TimerFd;
 use vnet_control::Mode;
 use vnet_core::Port;
 use vnet_wire::virtio::{self, VirtioNetHdr};
@@ -65,6 +67,8 @@ type Ring = VringRwLock<Mem>;
 
 /// Ring size vnetd accepts (QEMU's default is 256).
 const QUEUE_SIZE: usize = 1024;
+/// How often an `adaptive` ring's rate is looked at when no kick comes.
+const TICK: std::time::Duration = std::time::Duration::from_millis(100);
 /// Frames taken from the TX ring before the dispatch looks at its mode.
 const TX_BATCH: usize = 64;
 /// Most RX buffers one frame may spread over (64 KB in 4 KB pages and more).
@@ -380,12 +384,21 @@ struct PairWorker {
 #[derive(Clone)]
 struct NetBackend {
     iface: u32,
-    mode: Mode,
     dev: Arc<VhostDev>,
     conn: Arc<Conn>,
     shared: Arc<Shared>,
     dispatch: Arc<DispatchStats>,
     workers: Arc<Vec<Mutex<PairWorker>>>,
+    /// `adaptive` only: a 100 ms tick per pair thread, so that a ring that
+    /// went idle while polling is seen to be idle and goes back to `notify`
+    /// (an idle ring sends no kicks that would tell).
+    ticks: Arc<Vec<Mutex<TimerFd>>>,
+}
+
+/// A 100 ms tick's event id on a pair thread: past the rings and the
+/// library's exit event.
+fn tick_event(pairs: usize) -> u16 {
+    (2 * pairs + 1) as u16
 }
 
 impl VhostUserBackend for NetBackend {
@@ -434,6 +447,16 @@ impl VhostUserBackend for NetBackend {
     }
 
     fn handle_event(&self, event: u16, _evset: EventSet, vrings: &[Ring], thread: usize) -> io::Result<()> {
+        if event == tick_event(self.dev.pairs) {
+            if let Some(t) = self.ticks.get(thread) {
+                let _ = t.lock().unwrap_or_else(|e| e.into_inner()).wait();
+            }
+            if let Some(w) = self.workers.get(thread) {
+                let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
+                self.record(&mut w, 0, Instant::now());
+            }
+            return Ok(());
+        }
         let (Some(rx), Some(tx), Some(slot)) = (vrings.first(), vrings.get(1), self.conn.rx.get(thread))
         else {
             return Ok(());
@@ -464,10 +487,7 @@ impl NetBackend {
             loop {
                 let n = self.tx_batch(tx, w);
                 let now = Instant::now();
-                if w.dispatch.record(n, now) {
-                    self.dispatch.switches.fetch_add(1, Relaxed);
-                    self.dispatch.polling.store(w.dispatch.polling() as u8, Relaxed);
-                }
+                self.record(w, n, now);
                 if n > 0 {
                     continue;
                 }
@@ -482,6 +502,14 @@ impl NetBackend {
                 Ok(true) if !self.dev.stop.load(Relaxed) => continue,
                 _ => break,
             }
+        }
+    }
+
+    /// Feeds the dispatch `n` frames handled at `now`; counts a switch.
+    fn record(&self, w: &mut PairWorker, n: usize, now: Instant) {
+        if w.dispatch.record(n, now) {
+            self.dispatch.switches.fetch_add(1, Relaxed);
+            self.dispatch.polling.store(w.dispatch.polling() as u8, Relaxed);
         }
     }
 
@@ -602,18 +630,34 @@ fn serve_one(
         })
         .collect();
     dispatch.polling.store((mode == Mode::Poll) as u8, Relaxed);
+    let ticks: Vec<Mutex<TimerFd>> = if mode == Mode::Adaptive {
+        (0..dev.pairs)
+            .map(|_| {
+                let mut t = TimerFd::new()?;
+                t.reset(TICK, Some(TICK))?;
+                Ok(Mutex::new(t))
+            })
+            .collect::<io::Result<_>>()
+            .map_err(|e| format!("timerfd: {e}"))?
+    } else {
+        Vec::new()
+    };
     let backend = NetBackend {
         iface,
-        mode,
         dev: dev.clone(),
         conn: conn.clone(),
         shared: shared.clone(),
         dispatch: dispatch.clone(),
         workers: Arc::new(workers),
+        ticks: Arc::new(ticks),
     };
-    let _ = backend.mode;
+    let ticks = backend.ticks.clone();
     let mut daemon =
         VhostUserDaemon::new(format!("vhost-{name}"), backend, mem).map_err(|e| e.to_string())?;
+    for (h, t) in daemon.get_epoll_handlers().iter().zip(ticks.iter()) {
+        let fd = t.lock().unwrap_or_else(|e| e.into_inner()).as_raw_fd();
+        h.register_listener(fd, EventSet::IN, u64::from(tick_event(dev.pairs))).map_err(|e| e.to_string())?;
+    }
     daemon.start(listener).map_err(|e| e.to_string())?;
     if dev.stop.load(Relaxed) {
         daemon.request_shutdown();
