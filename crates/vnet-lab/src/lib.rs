@@ -912,27 +912,15 @@ impl Lab {
     }
 
     /// The ids of host `h`'s routes whose `field` (`dst` or `to`) is `value`.
-    fn route_ids(&self, h: usize, field: &str, value: &str) -> Result<Vec<u64>> {
-        let r = self.control(h, "show routes json")?;
-        let v: serde_json::Value =
-            serde_json::from_str(&r.body).map_err(|e| Error::Other(format!("show routes: {e}")))?;
-        Ok(v["routes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|r| r[field] == value)
-            .filter_map(|r| r["id"].as_u64())
-            .collect())
-    }
-
     /// Moves VM `v` of host `from` (a container on a veth) to host `to`, the
-    /// way a VM is relocated: the new host attaches a new NIC with the same
-    /// MAC and routes it; every other host routes the MAC to the new host
-    /// (one transaction each); the old host deletes the interface; then the
-    /// VM's address moves to the new NIC, the old one is removed, and the new
-    /// host announces the MAC (a broadcast RARP over every link). The
-    /// VM keeps its MAC and IP, so its peers' ARP caches and connections
-    /// stay valid. Returns the VM's new index on host `to`.
+    /// way a VM is relocated: a new NIC with the same MAC is plugged into
+    /// host `to`; `vnetctl move` has the new host attach and route it, every
+    /// other host route the MAC to the new host (one transaction each; the
+    /// old host also deletes the interface) and the new host announce the
+    /// MAC (a broadcast RARP over every link); then the VM's address moves
+    /// to the new NIC and the old one is removed. The VM keeps its MAC and
+    /// IP, so its peers' ARP caches and connections stay valid. Returns the
+    /// VM's new index on host `to`.
     pub fn relocate(&mut self, from: usize, v: usize, to: usize) -> Result<usize> {
         let vm = self.hosts[from].vms[v].clone();
         if vm.host_dev.is_none() || vm.console.is_some() {
@@ -946,41 +934,23 @@ impl Lab {
         self.add_veth(&to_ns, &hd, &vm.ns, &nic)?;
         self.ns_exec(&vm.ns, &["ip", "link", "set", &nic, "address", &vm.mac, "mtu", &mtu, "up"])?;
         let dp = self.spec.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
-        let old_name = format!("vm{v}");
-        // One transaction per host, the new host first: its old route for
-        // the MAC (and, on the old host, every route to the old interface)
-        // goes, and the MAC is routed to the new interface or the new host.
-        let others = (0..self.hosts.len()).filter(|&h| h != to);
-        for h in std::iter::once(to).chain(others) {
-            let mut ids = self.route_ids(h, "dst", &vm.mac)?;
-            if h == from {
-                ids.extend(self.route_ids(h, "to", &format!("interface {old_name}"))?);
-                ids.sort_unstable();
-                ids.dedup();
-            }
-            let mut t: String = ids.iter().map(|id| format!("delete route {id}\n")).collect();
-            if h == from {
-                t.push_str(&format!("delete interface {old_name}\n"));
-            }
-            if h == to {
-                t.push_str(&format!(
-                    "interface {name} netdev {hd} mac {mac}{dp}\nroute any {mac} -> interface {name}\n\
-                     route any ff:ff:ff:ff:ff:ff -> interface {name}\n",
-                    mac = vm.mac
-                ));
-            } else {
-                t.push_str(&format!("route any {} -> link h{to}\n", vm.mac));
-            }
-            self.apply(h, &t)?;
-        }
+        // What `vnetctl move` does: the new host attaches and routes the
+        // MAC, every other host routes it over its link to the new host
+        // (the old one also drops its interface), the new host announces.
+        let ep = |h: &Host| format!("unix:{}", h.control.display());
+        let hosts: Vec<String> = self.hosts.iter().map(ep).collect();
+        let (to_ep, hosts) = (ep(&self.hosts[to]), hosts.join(","));
+        let vnetctl = bin("vnetctl")?;
+        let mut args =
+            vec![vnetctl.to_str().unwrap_or("vnetctl"), "move", &vm.mac, "to", &to_ep, "hosts", &hosts];
+        let decl = format!("{name} netdev {hd}{dp}");
+        args.push("interface");
+        args.extend(decl.split_whitespace());
+        run(&args)?;
+        // The VM's address moves to its new NIC.
         let cidr = format!("{}/16", vm.ip);
         self.ns_exec(&vm.ns, &["ip", "addr", "add", &cidr, "dev", &nic])?;
         self.ns_exec(&vm.ns, &["ip", "link", "del", &vm.dev])?;
-        // The new host tells the network where the MAC lives now.
-        let r = self.control(to, &format!("announce {}", vm.mac))?;
-        if r.result.is_err() || !r.body.starts_with("announced") {
-            return Err(Error::Other(format!("announce on host {to}: {:?} {}", r.result, r.body)));
-        }
         let moved = Vm { dev: nic, host_dev: Some(hd), ..vm };
         self.hosts[from].vms.remove(v);
         self.hosts[to].vms.push(moved);

@@ -5,6 +5,10 @@
 //! vnetctl --json show stats
 //! vnetctl route any 52:54:00:00:00:02 to link hostb   # `to` = `->`
 //! vnetctl apply changes.conf     # a file, applied atomically
+//! # relocate a VM: the new host attaches it, every host reroutes its MAC,
+//! # the old host drops its interface, the new host announces the MAC
+//! vnetctl move 52:54:00:00:00:02 to unix:/run/c.sock hosts unix:/run/a.sock,unix:/run/b.sock \
+//!     interface vm2 netdev c2
 //! ```
 
 use clap::Parser;
@@ -29,6 +33,18 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.words.first().is_some_and(|w| w == "move") {
+        return match parse_move(&args.words[1..]).and_then(|m| vnetd::relocate::relocate(&m)) {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("vnetctl: move: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let mut c = match Client::connect(&args.control) {
         Ok(c) => c,
         Err(e) => {
@@ -75,6 +91,70 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("vnetctl: {e}");
             ExitCode::from(3)
+        }
+    }
+}
+
+/// `MAC to ENDPOINT [via IP] [hosts ENDPOINT,...] interface NAME KIND DEV [options]`.
+fn parse_move(w: &[String]) -> Result<vnetd::relocate::Move, String> {
+    const USAGE: &str =
+        "usage: vnetctl move MAC to ENDPOINT [via IP] [hosts ENDPOINT,...] interface NAME KIND DEV [options]";
+    let mac = w.first().and_then(|m| m.parse().ok()).ok_or(format!("expected a MAC first; {USAGE}"))?;
+    let (mut to, mut via, mut hosts, mut decl) = (None, None, Vec::new(), None);
+    let mut i = 1;
+    while i < w.len() {
+        let val = w.get(i + 1).ok_or(format!("`{}` needs a value; {USAGE}", w[i]))?;
+        match w[i].as_str() {
+            "to" => to = Some(val.parse::<Endpoint>().map_err(|e| format!("to: {e}"))?),
+            "via" => via = Some(val.parse().map_err(|e| format!("via: {e}"))?),
+            "hosts" => {
+                for h in val.split(',').filter(|h| !h.is_empty()) {
+                    hosts.push(h.parse::<Endpoint>().map_err(|e| format!("hosts: {e}"))?);
+                }
+            }
+            "interface" => {
+                decl = Some(w[i + 1..].join(" "));
+                break;
+            }
+            other => return Err(format!("unexpected `{other}`; {USAGE}")),
+        }
+        i += 2;
+    }
+    Ok(vnetd::relocate::Move {
+        mac,
+        to: to.ok_or(format!("expected `to ENDPOINT`; {USAGE}"))?,
+        decl: decl.ok_or(format!("expected `interface NAME KIND DEV`; {USAGE}"))?,
+        hosts,
+        to_ip: via,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn move_words() {
+        let m = parse_move(&words(
+            "52:54:00:00:00:02 to unix:/c.sock via 10.0.0.3 hosts unix:/a.sock,tcp:9001 interface vm2 netdev c2 mode poll",
+        ))
+        .unwrap();
+        assert_eq!(m.to, "unix:/c.sock".parse().unwrap());
+        assert_eq!(m.hosts.len(), 2);
+        assert_eq!(m.decl, "vm2 netdev c2 mode poll");
+        assert_eq!(m.to_ip, Some("10.0.0.3".parse().unwrap()));
+        for bad in [
+            "",
+            "xx to unix:/c interface a tap b",
+            "52:54:00:00:00:02 interface a tap b",
+            "52:54:00:00:00:02 to",
+            "52:54:00:00:00:02 to unix:/c bogus 1",
+        ] {
+            assert!(parse_move(&words(bad)).is_err(), "{bad}");
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod control;
 pub mod daemon;
 pub mod dataplane;
 pub mod kernel;
+pub mod relocate;
 pub mod sys;
 pub mod vhost;
 

@@ -1,0 +1,165 @@
+//! Moving a VM's interface from one host to another (`vnetctl move`), the
+//! paper's location independence, driven over the control endpoints of
+//! every host of the overlay:
+//!
+//! 1. the new host declares the interface (same MAC) and routes the MAC and
+//!    broadcast to it, in one transaction;
+//! 2. every other host, in one transaction each, drops its routes for the
+//!    MAC and routes it over its link to the new host; the old host (the
+//!    one with an interface of that MAC) also deletes that interface and
+//!    its routes;
+//! 3. the new host announces the MAC (a broadcast RARP over every link), so
+//!    learning switches and caches on the way re-learn at once.
+//!
+//! Each host changes atomically; between hosts, frames for the VM may for
+//! a moment go to the old host, which is why the new host goes first.
+
+use crate::client::Client;
+use crate::control::Endpoint;
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use vnet_wire::MacAddr;
+
+/// What to move where.
+#[derive(Debug, Clone)]
+pub struct Move {
+    pub mac: MacAddr,
+    /// The new host's control endpoint.
+    pub to: Endpoint,
+    /// The interface declaration on the new host, as after `interface`:
+    /// `NAME KIND DEV [options]` (`mac` is added when missing).
+    pub decl: String,
+    /// Every other host of the overlay (the old one among them).
+    pub hosts: Vec<Endpoint>,
+    /// The new host's underlay address, as its peers' links name it; by
+    /// default its `listen` address.
+    pub to_ip: Option<IpAddr>,
+}
+
+/// Carries out `m`; returns what was done, one line per host.
+pub fn relocate(m: &Move) -> Result<String, String> {
+    let mac = m.mac.to_string();
+    let name = m.decl.split_whitespace().next().ok_or("an interface declaration: NAME KIND DEV [options]")?;
+    let mut decl = m.decl.trim().to_string();
+    if !decl.split_whitespace().any(|w| w == "mac") {
+        decl.push_str(&format!(" mac {mac}"));
+    }
+    let mut to = connect(&m.to)?;
+    let to_ip = match m.to_ip {
+        Some(ip) => ip,
+        None => listen_ip(&mut to).map_err(|e| format!("{}: {e}", m.to))?,
+    };
+    let mut report = String::new();
+
+    let mut t = delete_routes(&routes(&mut to, &m.to)?, |r| r["dst"] == mac.as_str());
+    let _ = write!(
+        t,
+        "interface {decl}\nroute any {mac} -> interface {name}\nroute any ff:ff:ff:ff:ff:ff -> interface {name}\n"
+    );
+    apply(&mut to, &m.to, &t)?;
+    let _ = writeln!(report, "{}: interface {name} attached, {mac} routed to it", m.to);
+
+    for ep in m.hosts.iter().filter(|e| **e != m.to) {
+        let mut c = connect(ep)?;
+        let old = show(&mut c, ep, "interfaces")?
+            .iter()
+            .find(|i| i["mac"] == mac.as_str())
+            .and_then(|i| i["name"].as_str().map(str::to_string));
+        let link = show(&mut c, ep, "links")?
+            .iter()
+            .find(|l| {
+                l["remote"].as_str().and_then(|r| r.parse::<SocketAddr>().ok()).map(|a| a.ip()) == Some(to_ip)
+            })
+            .and_then(|l| l["name"].as_str().map(str::to_string))
+            .ok_or_else(|| format!("{ep}: no link to the new host ({to_ip})"))?;
+        let old_to = old.as_ref().map(|o| format!("interface {o}"));
+        let mut t = delete_routes(&routes(&mut c, ep)?, |r| {
+            r["dst"] == mac.as_str() || old_to.as_deref().is_some_and(|o| r["to"] == o)
+        });
+        if let Some(o) = &old {
+            let _ = writeln!(t, "delete interface {o}");
+        }
+        let _ = writeln!(t, "route any {mac} -> link {link}");
+        apply(&mut c, ep, &t)?;
+        match &old {
+            Some(o) => {
+                let _ = writeln!(report, "{ep}: interface {o} deleted, {mac} routed over link {link}");
+            }
+            None => {
+                let _ = writeln!(report, "{ep}: {mac} routed over link {link}");
+            }
+        }
+    }
+
+    let r = to.request(&format!("announce {mac}")).map_err(|e| format!("{}: {e}", m.to))?;
+    r.result.map_err(|e| format!("{}: announce: {e}", m.to))?;
+    let _ = write!(report, "{}: {}", m.to, r.body);
+    Ok(report)
+}
+
+fn connect(ep: &Endpoint) -> Result<Client, String> {
+    Client::connect(ep).map_err(|e| format!("cannot reach vnetd at {ep}: {e}"))
+}
+
+fn show(c: &mut Client, ep: &Endpoint, what: &str) -> Result<Vec<Value>, String> {
+    let r = c.request(&format!("show {what} json")).map_err(|e| format!("{ep}: {e}"))?;
+    r.result.map_err(|e| format!("{ep}: show {what}: {e}"))?;
+    let v: Value = serde_json::from_str(&r.body).map_err(|e| format!("{ep}: show {what}: {e}"))?;
+    Ok(v[what].as_array().cloned().unwrap_or_default())
+}
+
+fn routes(c: &mut Client, ep: &Endpoint) -> Result<Vec<Value>, String> {
+    show(c, ep, "routes")
+}
+
+/// `delete route N` lines for the routes `pick` chooses.
+fn delete_routes(routes: &[Value], pick: impl Fn(&Value) -> bool) -> String {
+    routes
+        .iter()
+        .filter(|r| pick(r))
+        .filter_map(|r| r["id"].as_u64())
+        .map(|id| format!("delete route {id}\n"))
+        .collect()
+}
+
+fn apply(c: &mut Client, ep: &Endpoint, text: &str) -> Result<(), String> {
+    match c.apply(text) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(format!("{ep}: the transaction was refused ({e}):\n{text}")),
+        Err(e) => Err(format!("{ep}: {e}")),
+    }
+}
+
+/// The address in the host's `listen` line.
+fn listen_ip(c: &mut Client) -> Result<IpAddr, String> {
+    let r = c.request("show config").map_err(|e| e.to_string())?;
+    let addr = r
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("listen udp "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|a| a.parse::<SocketAddr>().ok())
+        .ok_or("no `listen udp ADDR` in its config")?;
+    if addr.ip().is_unspecified() {
+        return Err(format!("it listens on {addr}: name its underlay address with `via IP`"));
+    }
+    Ok(addr.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn deletes_only_the_chosen_routes() {
+        let rs = vec![
+            json!({"id": 1, "dst": "52:54:00:00:00:01", "to": "link a"}),
+            json!({"id": 4, "dst": "ff:ff:ff:ff:ff:ff", "to": "interface vm0"}),
+            json!({"id": 7, "dst": "52:54:00:00:00:02", "to": "link a"}),
+        ];
+        let t = delete_routes(&rs, |r| r["dst"] == "52:54:00:00:00:01" || r["to"] == "interface vm0");
+        assert_eq!(t, "delete route 1\ndelete route 4\n");
+    }
+}
