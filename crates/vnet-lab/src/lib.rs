@@ -221,19 +221,27 @@ pub enum Overlay {
 
 impl Default for Spec {
     fn default() -> Self {
+        let datapath = std::env::var("VNET_LAB_DATAPATH").ok().filter(|d| !d.is_empty());
+        // On the kernel path a VM's frames must fit the underlay with the
+        // encapsulation (larger ones are vnetd's to fragment).
+        let vm_mtu = if datapath.as_deref() == Some("kernel") {
+            1500 - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32
+        } else {
+            1500
+        };
         Spec {
             hosts: 2,
             vms_per_host: 1,
             format: Format::Vnet,
             underlay_mtu: 1500,
-            vm_mtu: 1500,
+            vm_mtu,
             palacios_hosts: Vec::new(),
             veth_hosts: Vec::new(),
             overlay: Overlay::Vnet,
             shape: None,
             congestion_control: None,
             dispatch: None,
-            datapath: std::env::var("VNET_LAB_DATAPATH").ok().filter(|d| !d.is_empty()),
+            datapath,
             qemu_hosts: Vec::new(),
             qemu_vhost: false,
             guest_args: Vec::new(),

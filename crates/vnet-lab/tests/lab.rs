@@ -256,7 +256,9 @@ fn kernel_vxlan_baseline_lab_works() {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn adaptive_dispatch_polls_under_load_and_sleeps_when_idle() {
-    let mut lab = lab(Spec { dispatch: Some("adaptive".into()), ..Spec::default() });
+    // The user path's dispatch: VMs on TAPs vnetd holds, whatever the pass.
+    let mut lab =
+        lab(Spec { dispatch: Some("adaptive".into()), datapath: None, vm_mtu: 1500, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     let iface = |lab: &Lab| json(lab, 0, "interfaces")["interfaces"][0].clone();
