@@ -203,6 +203,9 @@ pub struct Spec {
     /// QEMU guests get a vhost-user NIC (`interface ... vhost-user`)
     /// instead of a TAP.
     pub qemu_vhost: bool,
+    /// Queue pairs of a vhost-user guest's NIC (and its vCPUs, so that the
+    /// guest uses them all).
+    pub qemu_queues: u32,
     /// More kernel command line for host h's guest (`vnet_peer=IP`,
     /// `vnet_ping=1`, `vnet_send_mb=N`: see `lab/build-guest.sh`).
     pub guest_args: Vec<(usize, String)>,
@@ -244,6 +247,7 @@ impl Default for Spec {
             datapath,
             qemu_hosts: Vec::new(),
             qemu_vhost: false,
+            qemu_queues: 1,
             guest_args: Vec::new(),
         }
     }
@@ -601,6 +605,7 @@ impl Lab {
         .collect();
         args.push(format!("file:{}", console.display()));
         let vhost = self.spec.qemu_vhost.then(|| self.dir.join(format!("vhost-h{h}.sock")));
+        let q = self.spec.qemu_queues.max(1);
         match &vhost {
             Some(sock) => {
                 // Guest memory vnetd can map; MSI-X off (QEMU 7.2 under TCG
@@ -613,10 +618,15 @@ impl Lab {
                         "node,memdev=mem0",
                         "-chardev",
                         &format!("socket,id=chr0,path={},reconnect=1", sock.display()),
+                        "-smp",
+                        &q.to_string(),
                         "-netdev",
-                        "vhost-user,id=n0,chardev=chr0",
+                        &format!("vhost-user,id=n0,chardev=chr0,queues={q}"),
                         "-device",
-                        &format!("virtio-net-pci,netdev=n0,mac={mac},vectors=0,mrg_rxbuf=on"),
+                        &format!(
+                            "virtio-net-pci,netdev=n0,mac={mac},vectors=0,mrg_rxbuf=on,mq={}",
+                            if q > 1 { "on" } else { "off" }
+                        ),
                     ]
                     .iter()
                     .map(|a| a.to_string()),
@@ -1044,7 +1054,8 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
     for (v, vm) in hosts[h].vms.iter().enumerate() {
         match (&vm.host_dev, &vm.vhost) {
             (_, Some(sock)) => {
-                writeln!(c, "interface vm{v} vhost-user {} mac {}{mode}", sock.display(), vm.mac)
+                let q = s.qemu_queues.max(1);
+                writeln!(c, "interface vm{v} vhost-user {} mac {} queues {q}{mode}", sock.display(), vm.mac)
             }
             (Some(hd), None) => writeln!(c, "interface vm{v} netdev {hd} mac {}{mode}{dp}", vm.mac),
             (None, None) => {

@@ -409,8 +409,14 @@ fn console_line(vm: &Vm, prefix: &str, secs: u64) -> String {
 /// a 1500-byte underlay: vnet splits the large frames. Ping small and
 /// `big`, then 8 MB over TCP to the guest, checked by md5 on the guest's
 /// console.
-fn qemu_guest_talks_to_namespace_vm(mtu: u32, big: u32, vhost: bool) {
-    let lab = lab(Spec { qemu_hosts: vec![0], qemu_vhost: vhost, vm_mtu: mtu, ..Spec::default() });
+fn qemu_guest_talks_to_namespace_vm(mtu: u32, big: u32, vhost: bool, queues: u32) {
+    let lab = lab(Spec {
+        qemu_hosts: vec![0],
+        qemu_vhost: vhost,
+        qemu_queues: queues,
+        vm_mtu: mtu,
+        ..Spec::default()
+    });
     let (guest, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &b, guest.ip, 56);
     assert_ping(&lab, &b, guest.ip, big);
@@ -429,7 +435,14 @@ fn qemu_guest_talks_to_namespace_vm(mtu: u32, big: u32, vhost: bool) {
     assert!(g["reasm_completed"].as_u64().unwrap() > 0, "{g}");
     if vhost {
         let i = json(&lab, 0, "interfaces")["interfaces"][0].clone();
-        assert_eq!(i["kind"], "vhost-user", "{i}");
+        assert_eq!(
+            (i["kind"].as_str(), i["queues"].as_u64()),
+            (Some("vhost-user"), Some(queues.into())),
+            "{i}"
+        );
+        if queues > 1 {
+            assert_ne!(i["vhost_features"].as_u64().unwrap() & 1 << 22, 0, "the guest took multiqueue: {i}");
+        }
         assert_eq!(i["offload"], true, "the guest took the RX offloads: {i}");
         assert!(i["tx_bytes"].as_u64().unwrap() > 8 << 20 && i["rx_packets"].as_u64().unwrap() > 10, "{i}");
         assert_eq!(i["bad_chains"], 0, "{i}");
@@ -439,25 +452,25 @@ fn qemu_guest_talks_to_namespace_vm(mtu: u32, big: u32, vhost: bool) {
 #[test]
 #[ignore = "needs root, network namespaces and qemu-system-x86: run with --ignored"]
 fn qemu_guest_on_tap_mtu_9000_talks_to_namespace_vm() {
-    qemu_guest_talks_to_namespace_vm(9000, 8000, false);
+    qemu_guest_talks_to_namespace_vm(9000, 8000, false, 1);
 }
 
 #[test]
 #[ignore = "needs root, network namespaces and qemu-system-x86: run with --ignored"]
 fn qemu_guest_on_tap_mtu_64000_talks_to_namespace_vm() {
-    qemu_guest_talks_to_namespace_vm(64_000, 60_000, false);
+    qemu_guest_talks_to_namespace_vm(64_000, 60_000, false, 1);
 }
 
 #[test]
 #[ignore = "needs root, network namespaces and qemu-system-x86: run with --ignored"]
-fn qemu_guest_on_vhost_user_mtu_9000_talks_to_namespace_vm() {
-    qemu_guest_talks_to_namespace_vm(9000, 8000, true);
+fn qemu_guest_on_vhost_user_mtu_9000_with_two_queue_pairs_talks_to_namespace_vm() {
+    qemu_guest_talks_to_namespace_vm(9000, 8000, true, 2);
 }
 
 #[test]
 #[ignore = "needs root, network namespaces and qemu-system-x86: run with --ignored"]
 fn qemu_guest_on_vhost_user_mtu_64000_talks_to_namespace_vm() {
-    qemu_guest_talks_to_namespace_vm(64_000, 60_000, true);
+    qemu_guest_talks_to_namespace_vm(64_000, 60_000, true, 1);
 }
 
 /// The paper's dispatch modes on a vhost-user guest's rings: the guest

@@ -187,7 +187,7 @@ where
                         // request has been read whole: refuse it and go on,
                         // rather than drop the connection.
                         Err(VhostUserError::InactiveFeature(f)) => {
-                            log::warn!("request needs inactive feature {f:?}: ignored");
+                            log::debug!("request needs inactive feature {f:?}: ignored");
                         }
                         Err(e) => break Err(Error::HandleRequest(e)),
                     }
