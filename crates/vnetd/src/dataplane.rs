@@ -154,8 +154,14 @@ impl IfacePort {
                 let head = all.iter().find(|p| p.len() > virtio::LEN).map_or(&[][..], |p| &p[..]);
                 let flow = flow_hash(head.get(virtio::LEN..).unwrap_or(&[]));
                 let ok = v.deliver(all, flow);
-                if ok && !touched.iter().any(|t| Arc::ptr_eq(t, v)) && touched.len() < touched.capacity() {
-                    touched.push(v.clone());
+                if ok && !touched.iter().any(|t| Arc::ptr_eq(t, v)) {
+                    if touched.len() < touched.capacity() {
+                        touched.push(v.clone());
+                    } else {
+                        // More guests in one batch than tracked: no end of
+                        // burst for this one, so signal it now.
+                        v.end_burst();
+                    }
                 }
                 ok
             }
