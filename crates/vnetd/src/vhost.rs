@@ -140,6 +140,8 @@ struct Conn {
     /// Frames placed since the guest was last signalled (optimistic
     /// interrupts), per pair.
     burst: Vec<AtomicU64>,
+    /// Frames placed in each pair's RX ring, for its dispatch's rate.
+    placed: Vec<AtomicU64>,
 }
 
 impl Conn {
@@ -266,6 +268,7 @@ impl VhostDev {
             }
         }
         let b = &conn.burst[pair];
+        conn.placed[pair].fetch_add(1, Relaxed);
         if b.fetch_add(1, Relaxed) == 0 {
             self.stats.early_signals.fetch_add(1, Relaxed);
             self.signal(&mut v);
@@ -378,6 +381,8 @@ struct PairWorker {
     fw: Forwarder,
     buf: Vec<u8>,
     dispatch: Dispatcher,
+    /// `Conn::placed` of this pair when the dispatch last looked.
+    placed_seen: u64,
 }
 
 /// The `vhost-user-backend` device of one connection.
@@ -453,7 +458,7 @@ impl VhostUserBackend for NetBackend {
             }
             if let Some(w) = self.workers.get(thread) {
                 let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
-                self.record(&mut w, 0, Instant::now());
+                self.record(thread, &mut w, 0, Instant::now());
             }
             return Ok(());
         }
@@ -473,7 +478,7 @@ impl VhostUserBackend for NetBackend {
         self.dispatch.wakeups.fetch_add(1, Relaxed);
         let Some(w) = self.workers.get(thread) else { return Ok(()) };
         let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
-        self.serve_tx(tx, &mut w);
+        self.serve_tx(thread, tx, &mut w);
         Ok(())
     }
 }
@@ -481,13 +486,13 @@ impl VhostUserBackend for NetBackend {
 impl NetBackend {
     /// Empties the TX ring, keeps polling it as the dispatch mode says (kicks
     /// stay suppressed meanwhile), then re-enables kicks.
-    fn serve_tx(&self, tx: &Ring, w: &mut PairWorker) {
+    fn serve_tx(&self, pair: usize, tx: &Ring, w: &mut PairWorker) {
         loop {
             let _ = tx.disable_notification();
             loop {
                 let n = self.tx_batch(tx, w);
                 let now = Instant::now();
-                self.record(w, n, now);
+                self.record(pair, w, n, now);
                 if n > 0 {
                     continue;
                 }
@@ -506,8 +511,13 @@ impl NetBackend {
     }
 
     /// Feeds the dispatch `n` frames handled at `now`; counts a switch.
-    fn record(&self, w: &mut PairWorker, n: usize, now: Instant) {
-        if w.dispatch.record(n, now) {
+    fn record(&self, pair: usize, w: &mut PairWorker, n: usize, now: Instant) {
+        // The pair's frame rate counts both ways, as the paper's did: what
+        // the guest sends and what it is given.
+        let placed = self.conn.placed.get(pair).map_or(0, |p| p.load(Relaxed));
+        let given = placed.wrapping_sub(w.placed_seen) as usize;
+        w.placed_seen = placed;
+        if w.dispatch.record(n + given, now) {
             self.dispatch.switches.fetch_add(1, Relaxed);
             self.dispatch.polling.store(w.dispatch.polling() as u8, Relaxed);
         }
@@ -618,6 +628,7 @@ fn serve_one(
         live: AtomicUsize::new(0),
         acked: AtomicU64::new(0),
         burst: (0..dev.pairs).map(|_| AtomicU64::new(0)).collect(),
+        placed: (0..dev.pairs).map(|_| AtomicU64::new(0)).collect(),
     });
     let now = Instant::now();
     let workers = (0..dev.pairs)
@@ -626,6 +637,7 @@ fn serve_one(
                 fw: Forwarder::new(shared.clone()),
                 buf: vec![0u8; BUF],
                 dispatch: Dispatcher::new(mode, now),
+                placed_seen: 0,
             })
         })
         .collect();
