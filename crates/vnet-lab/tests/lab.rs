@@ -266,7 +266,10 @@ fn adaptive_dispatch_polls_under_load_and_sleeps_when_idle() {
     // Under an iperf3 load the sending interface switches to polling.
     lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
     lab.wait_listening(&b.ns, 5201).unwrap();
-    lab.spawn(&a.ns, &["iperf3", "-c", &b.ip.to_string(), "-t", "3"]).unwrap();
+    // Small UDP datagrams: a frame rate far past the 10000/s threshold
+    // whatever the machine's speed (64 KB TCP frames sit near it).
+    lab.spawn(&a.ns, &["iperf3", "-c", &b.ip.to_string(), "-t", "3", "-u", "-b", "200M", "-l", "200"])
+        .unwrap();
     let mut polled = false;
     for _ in 0..25 {
         std::thread::sleep(Duration::from_millis(100));
