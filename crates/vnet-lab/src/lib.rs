@@ -666,18 +666,7 @@ impl Lab {
 
     /// Waits (up to 120 s of TCG boot) for guest `i` to say it is ready.
     fn wait_guest(&self, i: usize) -> Result<()> {
-        let console = &self.guests[i].console;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !std::fs::read_to_string(console).unwrap_or_default().contains("VNET-GUEST-READY") {
-            if Instant::now() > deadline {
-                return Err(Error::Other(format!(
-                    "the QEMU guest did not come up: see {}",
-                    console.display()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Ok(())
+        console_line(&self.guests[i].console, "VNET-GUEST-READY", Duration::from_secs(120)).map(drop)
     }
 
     /// Stops host `h`'s QEMU (the guest is gone; vnetd keeps serving its
@@ -1096,6 +1085,27 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
         }
     }
     c
+}
+
+/// Waits up to `timeout` for a QEMU guest's console (`console`) to print
+/// `marker`; returns that line from the marker on (a console line may begin
+/// with terminal escapes). The error holds what the console said.
+pub fn console_line(console: &Path, marker: &str, timeout: Duration) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(console).unwrap_or_default();
+        if let Some(l) = text.lines().find_map(|l| l.find(marker).map(|i| &l[i..])) {
+            return Ok(l.trim().to_string());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Other(format!(
+                "no `{marker}` from the guest in {} s ({}):\n{text}",
+                timeout.as_secs(),
+                console.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// Whether the lab can run here (root, with `ip netns`).

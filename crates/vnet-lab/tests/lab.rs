@@ -392,19 +392,11 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     assert_ping(&lab, &a, b.ip, 56);
 }
 
-/// The first line of a guest's console that starts with `prefix`, waited
-/// for up to `secs` seconds.
+/// The first line of a guest's console with `prefix`, from it on, waited for
+/// up to `secs` seconds.
 fn console_line(vm: &Vm, prefix: &str, secs: u64) -> String {
-    let console = vm.console.clone().expect("a QEMU guest");
-    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        let text = std::fs::read_to_string(&console).unwrap_or_default();
-        if let Some(l) = text.lines().find(|l| l.starts_with(prefix)) {
-            return l.trim().to_string();
-        }
-        assert!(std::time::Instant::now() < deadline, "no `{prefix}` from the guest in {secs} s:\n{text}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let console = vm.console.as_deref().expect("a QEMU guest");
+    vnet_lab::console_line(console, prefix, Duration::from_secs(secs)).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A QEMU guest (TCG) on host A, on a TAP QEMU holds or on a vhost-user

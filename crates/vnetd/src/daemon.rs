@@ -780,24 +780,25 @@ fn bind_all(addr: SocketAddr) -> std::io::Result<(Arc<UdpSocket>, Vec<Arc<UdpSoc
 /// where the kernel refuses, the interface works without them.
 fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>) -> std::io::Result<IfacePort> {
     let g = &shared.global;
+    let dispatch = Arc::<dataplane::DispatchStats>::default();
+    let port = |queues, mac, vnet_hdr, vhost| IfacePort {
+        id: def.id,
+        name: def.name.clone(),
+        dev: def.dev.clone(),
+        mac,
+        queues,
+        vnet_hdr,
+        vhost,
+        mode: def.mode,
+        rx: Counters::default(),
+        tx: Counters::default(),
+        dispatch: dispatch.clone(),
+    };
     if def.kind == IfaceKind::VhostUser {
-        let dispatch = Arc::<dataplane::DispatchStats>::default();
         let path = std::path::Path::new(&def.dev);
         let dev =
             vhost::serve(shared, def.id, &def.name, path, def.queues as usize, def.mode, dispatch.clone())?;
-        return Ok(IfacePort {
-            id: def.id,
-            name: def.name.clone(),
-            dev: def.dev.clone(),
-            mac: def.mac,
-            queues: Vec::new(),
-            vnet_hdr: true,
-            vhost: Some(dev),
-            mode: def.mode,
-            rx: Counters::default(),
-            tx: Counters::default(),
-            dispatch,
-        });
+        return Ok(port(Vec::new(), def.mac, true, Some(dev)));
     }
     let (dev, kind, mac, mtu) = (def.dev.clone(), def.kind, def.mac, def.mtu);
     let (queues, offload) = (def.queues.max(1) as usize, def.offload);
@@ -853,19 +854,7 @@ fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>) -> std::io::Result<Iface
         g.offload_refused.fetch_add(1, Relaxed);
         tracing::warn!(interface = %def.name, "the kernel refused offloads: frames are finished in software");
     }
-    Ok(IfacePort {
-        id: def.id,
-        name: def.name.clone(),
-        dev: def.dev.clone(),
-        mac,
-        queues: files,
-        vnet_hdr,
-        vhost: None,
-        mode: def.mode,
-        rx: Counters::default(),
-        tx: Counters::default(),
-        dispatch: Arc::default(),
-    })
+    Ok(port(files, mac, vnet_hdr, None))
 }
 
 /// Interfaces opened by a transaction not yet committed: their vhost-user

@@ -150,10 +150,7 @@ impl IfacePort {
                 }
                 all[0] = IoSlice::new(&none);
                 all[k..k + parts.len()].copy_from_slice(parts);
-                let all = &all[..k + parts.len()];
-                let head = all.iter().find(|p| p.len() > virtio::LEN).map_or(&[][..], |p| &p[..]);
-                let flow = flow_hash(head.get(virtio::LEN..).unwrap_or(&[]));
-                let ok = v.deliver(all, flow);
+                let ok = v.deliver(&all[..k + parts.len()]);
                 if ok && !touched.iter().any(|t| Arc::ptr_eq(t, v)) {
                     if touched.len() < touched.capacity() {
                         touched.push(v.clone());
@@ -583,7 +580,7 @@ fn count(c: &Counters, ok: bool, len: usize) {
 
 /// A hash of the inner flow: MACs, IP addresses, protocol and ports, never
 /// fields that change per packet (so a flow keeps its outer port and order).
-fn flow_hash(f: &[u8]) -> u64 {
+pub(crate) fn flow_hash(f: &[u8]) -> u64 {
     let mut h = FxHasher::default();
     f.get(..14).hash(&mut h);
     match f.get(12..14) {

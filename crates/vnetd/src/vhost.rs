@@ -37,7 +37,7 @@
 //! frame is dropped and counted, and a ring without buffers drops the frame
 //! (counted) rather than queueing it.
 
-use crate::dataplane::{DispatchStats, Dispatcher, Forwarder, Shared, BUF};
+use crate::dataplane::{flow_hash, DispatchStats, Dispatcher, Forwarder, Shared, BUF};
 use arc_swap::ArcSwapOption;
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
@@ -182,14 +182,15 @@ impl VhostDev {
     /// the 10-byte `virtio_net_hdr` and the frame. Returns whether it was
     /// placed; the guest is signalled for the first frame of a burst, and
     /// by [`VhostDev::end_burst`] for the rest.
-    pub fn deliver(&self, parts: &[IoSlice<'_>], flow: u64) -> bool {
+    pub fn deliver(&self, parts: &[IoSlice<'_>]) -> bool {
         let guard = self.conn.load();
         let Some(conn) = guard.as_ref() else {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
             return false;
         };
+        // The pair by flow, where the guest runs more than one.
         let live = conn.live.load(Relaxed).max(1);
-        let pair = (flow % live as u64) as usize;
+        let pair = if live > 1 { (flow_hash(frame_start(parts)) % live as u64) as usize } else { 0 };
         let ring = conn.rx.get(pair).map(|r| r.load());
         let Some(Some(ring)) = ring.as_deref() else {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
@@ -313,6 +314,18 @@ impl VhostDev {
         }
         let _ = std::fs::remove_file(&self.socket);
     }
+}
+
+/// The frame's first bytes: what follows the 10-byte header in `parts`.
+fn frame_start<'a>(parts: &'a [IoSlice<'a>]) -> &'a [u8] {
+    let mut skip = virtio::LEN;
+    for p in parts {
+        if p.len() > skip {
+            return &p[skip..];
+        }
+        skip -= p.len();
+    }
+    &[]
 }
 
 /// The bytes of one frame for the guest: the header (`hdr_len` bytes: the
@@ -563,12 +576,7 @@ impl NetBackend {
         }
         if n > 0 {
             // Completions of the guest's sends: it reclaims its buffers.
-            if tx.needs_notification().unwrap_or(true) {
-                self.dev.stats.signals.fetch_add(1, Relaxed);
-                let _ = tx.signal_used_queue();
-            } else {
-                self.dev.stats.signals_suppressed.fetch_add(1, Relaxed);
-            }
+            self.dev.signal(&mut tx.get_mut());
             w.fw.report();
         }
         n
@@ -734,6 +742,17 @@ mod tests {
         assert_eq!(s.write_to(&m, GuestAddress((1 << 16) - 8), 64), None);
         let mut s = Stream::new(&parts, virtio::LEN);
         assert_eq!(s.write_to(&m, GuestAddress(u64::MAX - 4), 64), None);
+    }
+
+    #[test]
+    fn frame_start_skips_the_header_however_it_is_split() {
+        let (h, f) = ([9u8; 10], [1u8, 2, 3, 4]);
+        let mut joined = h.to_vec();
+        joined.extend_from_slice(&f);
+        assert_eq!(frame_start(&[IoSlice::new(&h), IoSlice::new(&f)]), &f);
+        assert_eq!(frame_start(&[IoSlice::new(&joined)]), &f);
+        assert_eq!(frame_start(&[IoSlice::new(&h[..4]), IoSlice::new(&h[4..]), IoSlice::new(&f)]), &f);
+        assert!(frame_start(&[IoSlice::new(&h)]).is_empty());
     }
 
     #[test]
