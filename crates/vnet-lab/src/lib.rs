@@ -209,6 +209,8 @@ pub struct Spec {
     /// More kernel command line for host h's guest (`vnet_peer=IP`,
     /// `vnet_ping=1`, `vnet_send_mb=N`: see `lab/build-guest.sh`).
     pub guest_args: Vec<(usize, String)>,
+    /// More command-line arguments for every vnetd (e.g. `--worker-cpus 1`).
+    pub vnetd_args: Vec<String>,
 }
 
 /// What joins the lab's VMs across hosts.
@@ -249,6 +251,7 @@ impl Default for Spec {
             qemu_vhost: false,
             qemu_queues: 1,
             guest_args: Vec::new(),
+            vnetd_args: Vec::new(),
         }
     }
 }
@@ -763,6 +766,7 @@ impl Lab {
             .arg(&host.config)
             .arg("--control")
             .arg(format!("unix:{}", host.control.display()))
+            .args(&self.spec.vnetd_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(io("log"))?)
             .stderr(log)
@@ -901,6 +905,11 @@ impl Lab {
     /// The vnetd log of host `h`.
     pub fn log(&self, h: usize) -> String {
         std::fs::read_to_string(&self.hosts[h].log).unwrap_or_default()
+    }
+
+    /// The process id of host `h`'s running vnetd.
+    pub fn vnetd_pid(&self, h: usize) -> Option<u32> {
+        self.hosts[h].vnetd.as_ref().map(Child::id)
     }
 
     pub fn vm(&self, h: usize, v: usize) -> &Vm {

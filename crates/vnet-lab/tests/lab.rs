@@ -290,6 +290,50 @@ fn adaptive_dispatch_polls_under_load_and_sleeps_when_idle() {
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
+fn workers_run_on_the_cpu_given_and_links_receive_in_batches() {
+    let allowed: Vec<usize> = vnetd::sys::allowed_cpus().unwrap();
+    let cpu = *allowed.last().unwrap();
+    let mut lab = lab(Spec {
+        datapath: None,
+        vm_mtu: 1500,
+        vnetd_args: vec!["--worker-cpus".into(), cpu.to_string()],
+        ..Spec::default()
+    });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    for h in 0..2 {
+        let pid = lab.vnetd_pid(h).unwrap();
+        let mut workers = 0;
+        for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+            let t = t.unwrap().path();
+            let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+            if !comm.starts_with("vnet-w") {
+                continue;
+            }
+            workers += 1;
+            let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+            let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap_or_default();
+            assert_eq!(
+                line.split_whitespace().nth(1),
+                Some(cpu.to_string().as_str()),
+                "host {h} {comm}: {line}"
+            );
+        }
+        assert!(workers >= 1, "host {h}: no worker thread");
+    }
+    // A small-datagram flood: host B's link socket has many waiting at a
+    // time and takes them with few `recvmmsg` calls.
+    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
+    lab.wait_listening(&b.ns, 5201).unwrap();
+    lab.ns_exec(&a.ns, &["iperf3", "-c", &b.ip.to_string(), "-t", "2", "-u", "-b", "200M", "-l", "200"])
+        .unwrap();
+    let g = json(&lab, 1, "stats")["global"].clone();
+    let (calls, msgs) = (g["link_recv_calls"].as_u64().unwrap(), g["link_recv_messages"].as_u64().unwrap());
+    assert!(calls > 0 && msgs > 2 * calls, "messages per recvmmsg: {msgs} / {calls}");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
 fn sixty_second_transfer_without_drops() {
     let mut lab = lab(Spec::default());
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());

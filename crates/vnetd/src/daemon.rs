@@ -74,6 +74,9 @@ pub struct Daemon {
     ifaces: BTreeMap<u32, Arc<IfacePort>>,
     /// Worker k serves queue k of every interface; worker 0 also the link socket.
     workers: Vec<WorkerHandle>,
+    /// CPUs the workers run on: worker k on `worker_cpus[k % len]`
+    /// (empty: wherever the scheduler puts them).
+    worker_cpus: Vec<usize>,
     links: BTreeMap<u32, Arc<LinkPort>>,
     route_counters: BTreeMap<u32, Arc<Counters>>,
     socket: Option<Listener>,
@@ -101,6 +104,7 @@ impl Daemon {
             generation: 0,
             ifaces: BTreeMap::new(),
             workers: Vec::new(),
+            worker_cpus: Vec::new(),
             links: BTreeMap::new(),
             route_counters: BTreeMap::new(),
             socket: None,
@@ -299,6 +303,16 @@ impl Daemon {
         Ok(())
     }
 
+    /// Places the data-path workers: worker k runs only on CPU
+    /// `cpus[k % cpus.len()]` (an empty list unpins them). Takes effect for
+    /// the running workers at once.
+    pub fn set_worker_cpus(&mut self, cpus: Vec<usize>) {
+        self.worker_cpus = cpus;
+        if !self.workers.is_empty() {
+            self.respawn();
+        }
+    }
+
     /// Replaces the workers: worker k reads queue k of every interface, and
     /// worker 0 the link socket too.
     fn respawn(&mut self) {
@@ -315,7 +329,8 @@ impl Daemon {
             if sources.is_empty() {
                 continue;
             }
-            match dataplane::spawn_worker(format!("vnet-w{k}"), sources) {
+            let cpu = (!self.worker_cpus.is_empty()).then(|| self.worker_cpus[k % self.worker_cpus.len()]);
+            match dataplane::spawn_worker(format!("vnet-w{k}"), cpu, sources) {
                 Ok(w) => self.workers.push(w),
                 Err(e) => tracing::error!("cannot start worker {k}: {e}"),
             }
@@ -625,6 +640,8 @@ impl Daemon {
             "route_table_generation": self.generation,
             "unsupported_flags": g.unsupported_flags.load(Relaxed),
             "rx_whole_batches": g.rx_whole_batches.load(Relaxed),
+            "link_recv_calls": g.link_recv_calls.load(Relaxed),
+            "link_recv_messages": g.link_recv_messages.load(Relaxed),
             "sw_segmented": g.sw_segmented.load(Relaxed),
             "sw_checksummed": g.sw_checksummed.load(Relaxed),
             "offload_errors": g.offload_errors.load(Relaxed),

@@ -225,6 +225,10 @@ pub struct Global {
     pub cache_misses: AtomicU64,
     /// Frames delivered from a GRO batch without reassembly.
     pub rx_whole_batches: AtomicU64,
+    /// `recvmmsg` calls on the link socket that returned messages, and the
+    /// messages they returned (their ratio is the receive batching).
+    pub link_recv_calls: AtomicU64,
+    pub link_recv_messages: AtomicU64,
     /// Offloaded frames finished in software for a plain destination.
     pub sw_segmented: AtomicU64,
     pub sw_checksummed: AtomicU64,
@@ -705,7 +709,7 @@ pub struct Source {
 /// source until it is empty (or a batch is done); each source keeps its
 /// own dispatch state, and the worker sleeps in epoll only when none of its
 /// sources wants to keep polling.
-pub fn spawn_worker(name: String, mut sources: Vec<Source>) -> io::Result<WorkerHandle> {
+pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) -> io::Result<WorkerHandle> {
     let mut poll = Poll::new()?;
     for (i, s) in sources.iter().enumerate() {
         poll.registry().register(&mut SourceFd(&s.fd), Token(i + 1), Interest::READABLE)?;
@@ -713,7 +717,13 @@ pub fn spawn_worker(name: String, mut sources: Vec<Source>) -> io::Result<Worker
     let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
-    let join = std::thread::Builder::new().name(name).spawn(move || {
+    let join = std::thread::Builder::new().name(name.clone()).spawn(move || {
+        if let Some(cpu) = cpu {
+            match sys::pin_current_thread(cpu) {
+                Ok(()) => tracing::debug!("{name} runs on cpu {cpu}"),
+                Err(e) => tracing::warn!("{name}: cannot run on cpu {cpu} only: {e}; left unpinned"),
+            }
+        }
         let mut events = Events::with_capacity(16);
         let now = Instant::now();
         let mut ds: Vec<Dispatcher> = sources.iter().map(|s| Dispatcher::new(s.mode, now)).collect();
@@ -812,33 +822,45 @@ pub fn link_source(
 ) -> Source {
     let fd = sock.as_raw_fd();
     let mut fw = Forwarder::new(shared.clone());
-    let mut buf = vec![0u8; 1 << 16];
+    let mut batch = sys::RecvBatch::new();
     let mut rx = RxState { reasm: reasm::Reassembler::new(reasm_cfg) };
     let stats = shared.global.link_dispatch.clone();
     let body = move || {
         let plane = fw.shared.plane.load();
         let mut n = 0;
         while n < BATCH {
-            match sys::recv_segments(&*sock, &mut buf) {
-                Ok((len, from, gso)) => {
-                    n += 1;
-                    if gso > 0 && rx.whole_frame_batch(&mut fw, &plane, from, &buf[..len], gso as usize) {
-                        continue;
-                    }
-                    let seg = if gso > 0 { gso as usize } else { len.max(1) };
-                    let mut off = 0;
-                    while off < len {
-                        let end = (off + seg).min(len);
-                        rx.datagram(&mut fw, &plane, from, &mut buf[off..end]);
-                        off = end;
-                    }
-                }
+            let got = match batch.recv(&*sock) {
+                Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => {
                     fw.shared.global.malformed.fetch_add(1, Relaxed);
                     break;
                 }
+            };
+            n += got;
+            fw.shared.global.link_recv_calls.fetch_add(1, Relaxed);
+            fw.shared.global.link_recv_messages.fetch_add(got as u64, Relaxed);
+            for i in 0..got {
+                let (buf, from, gso) = batch.message(i);
+                let Some(from) = from else {
+                    fw.shared.global.malformed.fetch_add(1, Relaxed);
+                    continue;
+                };
+                let len = buf.len();
+                if gso > 0 && rx.whole_frame_batch(&mut fw, &plane, from, buf, gso as usize) {
+                    continue;
+                }
+                let seg = if gso > 0 { gso as usize } else { len.max(1) };
+                let mut off = 0;
+                while off < len {
+                    let end = (off + seg).min(len);
+                    rx.datagram(&mut fw, &plane, from, &mut buf[off..end]);
+                    off = end;
+                }
+            }
+            if got < sys::RECV_BATCH {
+                break; // the socket is empty
             }
         }
         if n > 0 {

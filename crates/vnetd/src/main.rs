@@ -17,6 +17,11 @@ struct Args {
     /// 127.0.0.1:9108.
     #[arg(long)]
     metrics: Option<std::net::SocketAddr>,
+    /// Run the data-path workers on these CPUs: worker k (queue k of every
+    /// interface; worker 0 also receives the links) on the k-th CPU of the
+    /// list, wrapping around, e.g. `--worker-cpus 1` or `--worker-cpus 0,1`.
+    #[arg(long, value_delimiter = ',')]
+    worker_cpus: Vec<usize>,
     /// Log filter, e.g. info or vnetd=debug.
     #[arg(long, default_value = "info", env = "VNETD_LOG")]
     log: String,
@@ -29,6 +34,18 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let mut daemon = Daemon::new();
+    if !args.worker_cpus.is_empty() {
+        let allowed = vnetd::sys::allowed_cpus().unwrap_or_default();
+        if let Some(bad) = args.worker_cpus.iter().find(|c| !allowed.contains(c)) {
+            let list: Vec<String> = allowed.iter().map(|c| c.to_string()).collect();
+            eprintln!(
+                "vnetd: --worker-cpus: cpu {bad} is not one this process may run on (allowed: {})",
+                list.join(",")
+            );
+            return std::process::ExitCode::from(2);
+        }
+        daemon.set_worker_cpus(args.worker_cpus.clone());
+    }
     if let Some(path) = &args.config {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,

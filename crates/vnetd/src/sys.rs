@@ -2,7 +2,10 @@
 //! device setup (`TUNSETIFF`), interface ioctls (MAC, MTU, flags) and
 //! entering a network namespace (`setns`).
 //!
-//! It also opens raw packet sockets on existing netdevs (`open_packet`).
+//! It also opens raw packet sockets on existing netdevs (`open_packet`),
+//! sends and receives GSO/GRO datagrams with their control messages
+//! (`send_segments`, and `RecvBatch`: `recvmmsg` into buffers allocated once)
+//! and places threads on CPUs (`pin_current_thread`).
 //! Everything else uses safe wrappers (`std::fs::File` for TAP reads and
 //! writes, `std::net` and `mio` for sockets). Each `unsafe` block states the
 //! invariants it relies on.
@@ -394,45 +397,104 @@ pub fn send_segments(
     Ok(rc as usize)
 }
 
-/// Receives one datagram, or with `UDP_GRO` several coalesced ones, into
-/// `buf`. Returns the length, the sender, and the size of each coalesced
-/// datagram (0 when not coalesced).
-pub fn recv_segments(sock: &impl AsRawFd, buf: &mut [u8]) -> io::Result<(usize, std::net::SocketAddr, u16)> {
-    // SAFETY: plain data; all-zero is valid.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut cbuf = CmsgBuf([0; 64]);
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-    // SAFETY: plain data; all-zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut storage as *mut libc::sockaddr_storage).cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.0.as_mut_ptr().cast();
-    msg.msg_controllen = cbuf.0.len() as _;
-    // SAFETY:
-    // - `sock` is an open socket; `msg` points at `storage`, `iov` (which
-    //   points at `buf`) and `cbuf`, all live and writable for the call, with
-    //   their true sizes.
-    let rc = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
+/// Most messages one [`RecvBatch::recv`] takes.
+pub const RECV_BATCH: usize = 16;
+/// Room for one received message: a whole GRO batch (up to 64 KB).
+const RECV_MSG_BYTES: usize = 1 << 16;
+
+/// Receives up to [`RECV_BATCH`] messages with one `recvmmsg`: datagrams,
+/// or with `UDP_GRO` runs of coalesced ones. Everything is allocated once,
+/// when the batch is made (16 x 64 KB), and reused for every call.
+pub struct RecvBatch {
+    bufs: Vec<u8>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<CmsgBuf>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` point only into the batch's
+// own vectors and are rewritten before each use; nothing is shared.
+unsafe impl Send for RecvBatch {}
+
+impl Default for RecvBatch {
+    fn default() -> Self {
+        Self::new()
     }
-    let mut gso = 0u16;
-    // SAFETY: walking the control messages the kernel wrote into `cbuf`,
-    // within `msg.msg_controllen`, with the CMSG_* helpers.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
-                gso = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) as u16;
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
+}
+
+impl RecvBatch {
+    pub fn new() -> Self {
+        // SAFETY: `sockaddr_storage` and `mmsghdr` are plain data; all-zero
+        // is a valid value of each.
+        let (name, hdr) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        RecvBatch {
+            bufs: vec![0u8; RECV_BATCH * RECV_MSG_BYTES],
+            iovs: vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; RECV_BATCH],
+            names: vec![name; RECV_BATCH],
+            cmsgs: (0..RECV_BATCH).map(|_| CmsgBuf([0; 64])).collect(),
+            hdrs: vec![hdr; RECV_BATCH],
         }
     }
-    let from =
-        from_raw_addr(&storage).ok_or_else(|| io::Error::other("datagram from an unknown address family"))?;
-    Ok((rc as usize, from, gso))
+
+    /// Receives what is waiting, up to the batch: returns how many
+    /// messages (at least one), or `WouldBlock` when none is.
+    pub fn recv(&mut self, sock: &impl AsRawFd) -> io::Result<usize> {
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..RECV_BATCH {
+            // SAFETY: `i * RECV_MSG_BYTES` is inside `bufs`, which holds
+            // RECV_BATCH such slots.
+            self.iovs[i] = libc::iovec {
+                iov_base: unsafe { base.add(i * RECV_MSG_BYTES) }.cast(),
+                iov_len: RECV_MSG_BYTES,
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.cmsgs[i].0.as_mut_ptr().cast();
+            h.msg_controllen = self.cmsgs[i].0.len() as _;
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY:
+        // - `sock` is an open socket; `hdrs` holds RECV_BATCH headers, each
+        //   pointing at its own name, iovec (into its own 64 KB slot of
+        //   `bufs`) and control buffer, all owned by `self`, live and
+        //   writable for the call, with their true sizes.
+        let rc = unsafe {
+            libc::recvmmsg(sock.as_raw_fd(), self.hdrs.as_mut_ptr(), RECV_BATCH as _, 0, std::ptr::null_mut())
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(rc as usize)
+    }
+
+    /// Message `i` of the last [`recv`](Self::recv): its bytes, its
+    /// sender (`None` for an unknown address family), and the size of each
+    /// coalesced datagram in it (0 when not coalesced).
+    pub fn message(&mut self, i: usize) -> (&mut [u8], Option<std::net::SocketAddr>, u16) {
+        let h = &self.hdrs[i];
+        let len = (h.msg_len as usize).min(RECV_MSG_BYTES);
+        let mut gso = 0u16;
+        // SAFETY: walking the control messages the kernel wrote into this
+        // message's control buffer, within its `msg_controllen`, with the
+        // CMSG_* helpers.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                    gso = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) as u16;
+                }
+                c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+            }
+        }
+        let from = from_raw_addr(&self.names[i]);
+        let start = i * RECV_MSG_BYTES;
+        (&mut self.bufs[start..start + len], from, gso)
+    }
 }
 
 /// Sets the largest GSO frame the stack builds for device `name` (in the
@@ -554,4 +616,36 @@ pub mod bpf {
     const _: () = assert!(std::mem::size_of::<LinkVal>() == 24);
     const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
     const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
+}
+
+/// Restricts the calling thread to CPU `cpu` (`sched_setaffinity`).
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("cpu {cpu} is out of range")));
+    }
+    // SAFETY: `cpu_set_t` is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` < CPU_SETSIZE (checked above), so CPU_SET stays inside `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; `set` is a live, initialised
+    // `cpu_set_t` and its true size is passed.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`).
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: `cpu_set_t` is plain data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the kernel writes at most the
+    // size passed into `set`, which is live and writable.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: every index passed to CPU_ISSET is below CPU_SETSIZE.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
 }
