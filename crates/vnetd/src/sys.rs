@@ -444,10 +444,8 @@ impl RecvBatch {
         for i in 0..RECV_BATCH {
             // SAFETY: `i * RECV_MSG_BYTES` is inside `bufs`, which holds
             // RECV_BATCH such slots.
-            self.iovs[i] = libc::iovec {
-                iov_base: unsafe { base.add(i * RECV_MSG_BYTES) }.cast(),
-                iov_len: RECV_MSG_BYTES,
-            };
+            let slot = unsafe { base.add(i * RECV_MSG_BYTES) };
+            self.iovs[i] = libc::iovec { iov_base: slot.cast(), iov_len: RECV_MSG_BYTES };
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
             h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
