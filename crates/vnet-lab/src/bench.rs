@@ -188,7 +188,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
             "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
             "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
-            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it (`vnet-lab compare` checks).",
+            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it, or at least to agree with it (the two runs' intervals overlap); `vnet-lab compare` counts both.",
         ],
         "failures": failures,
         "results": results,

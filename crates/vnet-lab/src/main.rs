@@ -125,11 +125,11 @@ fn main() -> ExitCode {
         }
         Cmd::Bench { quick, repeats, seconds, out, cases, mpi, check } => {
             bench(quick, repeats, seconds, out, cases, mpi).and_then(|dir| match check {
-                Some(old) => compare(&old, &dir.join("results.json")),
+                Some(old) => compare(&old, &dir.join("results.json"), Some(&dir.join("compare.md"))),
                 None => Ok(()),
             })
         }
-        Cmd::Compare { old, new } => compare(&old, &new),
+        Cmd::Compare { old, new } => compare(&old, &new, None),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -290,8 +290,18 @@ fn read_json(path: &std::path::Path) -> vnet_lab::Result<serde_json::Value> {
         .map_err(|e| vnet_lab::Error::Other(format!("{}:{}:{}: {e}", path.display(), e.line(), e.column())))
 }
 
-fn compare(old: &std::path::Path, new: &std::path::Path) -> vnet_lab::Result<()> {
+/// Prints the check of `new` against `old` (and writes it to `save`).
+fn compare(
+    old: &std::path::Path,
+    new: &std::path::Path,
+    save: Option<&std::path::Path>,
+) -> vnet_lab::Result<()> {
     let c = vnet_lab::noise::compare(&read_json(old)?, &read_json(new)?);
-    println!("## {} against {}\n\n{}", new.display(), old.display(), c.text);
+    let text = format!("## {} against {}\n\n{}", new.display(), old.display(), c.text);
+    println!("{text}");
+    if let Some(path) = save {
+        std::fs::write(path, &text)
+            .map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", path.display())))?;
+    }
     Ok(())
 }

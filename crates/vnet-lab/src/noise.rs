@@ -13,7 +13,12 @@
 //!
 //! A rerun passes for a row when its median lies within the first run's
 //! median plus or minus that noise; [`compare`] counts both the absolute
-//! medians and the ratios.
+//! medians and the ratios. It also counts the rows where the two runs
+//! agree within the noise each reports (the intervals median ± noise of the
+//! two runs overlap): the usual test of whether two noisy measurements of
+//! one quantity disagree, since the rerun's median is as noisy as the
+//! first's. Both counts are printed for every row and for the headline
+//! metrics alone.
 
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -102,6 +107,12 @@ pub struct Comparison {
     pub medians: usize,
     pub ratios_inside: usize,
     pub ratios: usize,
+    /// Rows whose two intervals (median ± each run's noise) overlap.
+    pub medians_agree: usize,
+    pub ratios_agree: usize,
+    /// The same four counts and totals for the [`HEADLINE`] metrics only:
+    /// medians inside, agreeing, of; ratios inside, agreeing, of.
+    pub headline: [usize; 6],
     /// A Markdown table, one line per row found in both runs.
     pub text: String,
 }
@@ -109,6 +120,25 @@ pub struct Comparison {
 fn inside(old: f64, noise_pct: f64, new: f64) -> bool {
     (new - old).abs() <= old.abs() * noise_pct / 100.0 + 1e-9
 }
+
+/// Whether `a ± a_pct` and `b ± b_pct` overlap.
+fn agree(a: f64, a_pct: f64, b: f64, b_pct: f64) -> bool {
+    (b - a).abs() <= a.abs() * a_pct / 100.0 + b.abs() * b_pct / 100.0 + 1e-9
+}
+
+/// The metrics the report's summary is about (the rest are per-size MPI
+/// latencies, ping mdev and other detail).
+pub const HEADLINE: [&str; 9] = [
+    "tcp1_gbps",
+    "tcp4_gbps",
+    "udp_gbps",
+    "ping56_rtt_us",
+    "rr_tcp_p50_us",
+    "rr_udp_p50_us",
+    "mpi_lat0_us",
+    "mpi_bw_peak_mbs",
+    "cpu_s_per_gb",
+];
 
 /// Checks every row of `new` that `old` also has against `old`'s medians
 /// and noise. Both documents are annotated first (so files written before
@@ -118,8 +148,11 @@ pub fn compare(old: &Value, new: &Value) -> Comparison {
     annotate(&mut old);
     annotate(&mut new);
     let mut c = Comparison::default();
-    let _ = writeln!(c.text, "| condition | case | metric | first: median ±noise | rerun | in | first: ratio ±noise | rerun | in |");
-    let _ = writeln!(c.text, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        c.text,
+        "| condition | case | metric | first: median ±noise | rerun ±noise | in | agree | first: ratio ±noise | rerun ±noise | in | agree |"
+    );
+    let _ = writeln!(c.text, "|---|---|---|---|---|---|---|---|---|---|---|");
     let empty = Vec::new();
     for o in old["results"].as_array().unwrap_or(&empty) {
         let Some(n) = new["results"]
@@ -132,34 +165,56 @@ pub fn compare(old: &Value, new: &Value) -> Comparison {
         };
         let (Some(om), Some(nm)) = (o["median"].as_f64(), n["median"].as_f64()) else { continue };
         let noise = o["noise_pct"].as_f64().unwrap_or(0.0);
+        let n_noise = n["noise_pct"].as_f64().unwrap_or(0.0);
+        let head = HEADLINE.iter().any(|h| o["metric"] == *h);
         let med_ok = inside(om, noise, nm);
+        let med_agree = agree(om, noise, nm, n_noise);
         c.medians += 1;
         c.medians_inside += usize::from(med_ok);
+        c.medians_agree += usize::from(med_agree);
+        if head {
+            c.headline[0] += usize::from(med_ok);
+            c.headline[1] += usize::from(med_agree);
+            c.headline[2] += 1;
+        }
         let mark = |ok: bool| if ok { "yes" } else { "**no**" };
-        let mut ratio_cells = String::from(" | | ");
+        let mut ratio_cells = String::from(" | | | ");
         if o["case"] != "native" {
             if let (Some(or), Some(nr)) = (o["ratio_median"].as_f64(), n["ratio_median"].as_f64()) {
                 let rn = o["ratio_noise_pct"].as_f64().unwrap_or(0.0);
-                let ok = inside(or, rn, nr);
+                let nrn = n["ratio_noise_pct"].as_f64().unwrap_or(0.0);
+                let (ok, ag) = (inside(or, rn, nr), agree(or, rn, nr, nrn));
                 c.ratios += 1;
                 c.ratios_inside += usize::from(ok);
-                ratio_cells = format!("{or:.2} ±{rn:.0}% | {nr:.2} | {}", mark(ok));
+                c.ratios_agree += usize::from(ag);
+                if head {
+                    c.headline[3] += usize::from(ok);
+                    c.headline[4] += usize::from(ag);
+                    c.headline[5] += 1;
+                }
+                ratio_cells = format!("{or:.2} ±{rn:.0}% | {nr:.2} ±{nrn:.0}% | {} | {}", mark(ok), mark(ag));
             }
         }
         let _ = writeln!(
             c.text,
-            "| {} {} | {} | {} | {om:.2} ±{noise:.0}% | {nm:.2} | {} | {ratio_cells} |",
+            "| {} {} | {} | {} | {om:.2} ±{noise:.0}% | {nm:.2} ±{n_noise:.0}% | {} | {} | {ratio_cells} |",
             o["mtu"],
             o["shaped"].as_str().unwrap_or("unshaped"),
             o["case"].as_str().unwrap_or(""),
             o["metric"].as_str().unwrap_or(""),
             mark(med_ok),
+            mark(med_agree),
         );
     }
+    let h = c.headline;
     let _ = writeln!(
         c.text,
-        "\n{}/{} medians and {}/{} ratios to native of the rerun lie within the first run's noise.",
-        c.medians_inside, c.medians, c.ratios_inside, c.ratios
+        "\n| rows | medians inside the first run's noise | medians agreeing (intervals overlap) | ratios inside | ratios agreeing |\n\
+         |---|---|---|---|---|\n\
+         | all | {}/{} | {}/{} | {}/{} | {}/{} |\n\
+         | headline metrics | {}/{} | {}/{} | {}/{} | {}/{} |",
+        c.medians_inside, c.medians, c.medians_agree, c.medians, c.ratios_inside, c.ratios, c.ratios_agree, c.ratios,
+        h[0], h[2], h[1], h[2], h[3], h[5], h[4], h[5],
     );
     c
 }
@@ -221,6 +276,27 @@ mod tests {
         // are all 0.5, vnet's 0.4, 0.364, 0.444 (max deviation 10 %).
         // Rerun ratios 0.571 (vxlan, outside 0.5 ±10 %) and 0.4 (inside).
         assert_eq!((c.ratios_inside, c.ratios), (1, 2), "{}", c.text);
-        assert!(c.text.contains("vxlan | tcp1_gbps | 10.00 ±10% | 12.00 | **no**"), "{}", c.text);
+        assert!(
+            c.text.contains("vxlan | tcp1_gbps | 10.00 ±10% | 12.00 ±0% | **no** | **no**"),
+            "{}",
+            c.text
+        );
+        // The rerun's own noise is 0 here, so agreeing is being inside.
+        assert_eq!((c.medians_agree, c.ratios_agree), (2, 1));
+        assert_eq!(c.headline, [2, 2, 3, 1, 1, 2]);
+    }
+
+    #[test]
+    fn runs_agree_when_their_intervals_overlap() {
+        let old = json!({"results": [
+            row("native", "ping56_rtt_us", &[50.0, 55.0, 45.0]),  // 50 ±10 %
+        ]});
+        let new = json!({"results": [
+            row("native", "ping56_rtt_us", &[54.0, 57.0, 60.0]),  // 57 ±5 %: 54 < 55
+        ]});
+        let c = compare(&old, &new);
+        assert_eq!((c.medians_inside, c.medians_agree, c.medians), (0, 1, 1), "{}", c.text);
+        let far = json!({"results": [row("native", "ping56_rtt_us", &[70.0, 70.0, 70.0])]});
+        assert_eq!(compare(&old, &far).medians_agree, 0);
     }
 }
