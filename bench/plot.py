@@ -19,7 +19,7 @@ def conditions(rows):
 
 def cases(rows):
     names = {r["case"] for r in rows}
-    return sorted(names, key=lambda c: (c != "native", c != "vxlan", c))
+    return sorted(names, key=lambda c: (c != "native", c != "routed", c != "vxlan", c))
 
 
 def median(rows, case, cond, metric):

@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 pub enum Case {
     Native,
     Vxlan,
+    /// No overlay: VMs on veths and IP routing in the hosts. The cost of a
+    /// VM's veth alone, a floor for every VM-on-veth case (vxlan, kernel).
+    Routed,
     /// vnetd's user-space path in its default (adaptive) dispatch mode.
     VnetUser(Format),
     /// vnetd's user-space path with every worker in `poll` mode.
@@ -38,6 +41,7 @@ impl Case {
         match self {
             Case::Native => "native",
             Case::Vxlan => "vxlan",
+            Case::Routed => "routed",
             Case::VnetUser(Format::Raw) => "vnet-user-raw",
             Case::VnetUser(Format::Vnet) => "vnet-user-vnet",
             Case::VnetUserPoll(Format::Raw) => "vnet-userpoll-raw",
@@ -50,6 +54,7 @@ impl Case {
     pub fn all() -> Vec<Case> {
         vec![
             Case::Native,
+            Case::Routed,
             Case::Vxlan,
             Case::VnetUser(Format::Raw),
             Case::VnetUser(Format::Vnet),
@@ -68,7 +73,7 @@ impl Case {
     /// The endpoints' MTU over an underlay of `mtu`.
     fn endpoint_mtu(self, mtu: u32) -> u32 {
         match self {
-            Case::Native => mtu,
+            Case::Native | Case::Routed => mtu,
             Case::Vxlan => mtu - 50, // outer IPv4 20 + UDP 8 + VXLAN 8 + Ethernet 14
             Case::VnetUser(Format::Raw) | Case::VnetUserPoll(Format::Raw) => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
             Case::VnetUser(Format::Vnet) | Case::VnetUserPoll(Format::Vnet) => 65_000, // vnet splits frames itself
@@ -183,7 +188,8 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
         "steal_pct_median": median(&steal),
         "notes": [
             "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
-            "Endpoint MTU: native = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
+            "routed: no overlay at all; VMs on veths (as for vxlan and vnet-kernel) and plain IP routing in each host. It costs what a VM's veth hop alone costs, so it bounds from above what any overlay with VMs on veths can reach here.",
+            "Endpoint MTU: native and routed = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
             "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
             "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
@@ -271,6 +277,7 @@ fn measure(case: Case, cond: &Condition, opts: &Opts) -> Result<(Vec<Sample>, f6
     let (overlay, format, dispatch, datapath) = match case {
         Case::Native => (Overlay::None, Format::Raw, None, None),
         Case::Vxlan => (Overlay::Vxlan, Format::Raw, None, None),
+        Case::Routed => (Overlay::Routed, Format::Raw, None, None),
         Case::VnetUser(f) => (Overlay::Vnet, f, None, None),
         Case::VnetUserPoll(f) => (Overlay::Vnet, f, Some("poll".to_string()), None),
         Case::VnetKernel(f) => (Overlay::Vnet, f, None, Some("kernel".to_string())),
@@ -501,7 +508,7 @@ pub fn markdown(doc: &Value) -> String {
     conds.sort();
     conds.dedup();
     let mut cases: Vec<String> = rows.iter().filter_map(|r| r["case"].as_str().map(String::from)).collect();
-    cases.sort_by_key(|c| (c != "native", c != "vxlan", c.clone()));
+    cases.sort_by_key(|c| (c != "native", c != "routed", c != "vxlan", c.clone()));
     cases.dedup();
     let metrics = [
         "tcp1_gbps",

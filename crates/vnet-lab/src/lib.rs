@@ -222,6 +222,9 @@ pub enum Overlay {
     Vxlan,
     /// No overlay and no vnetd: the hosts alone (the native baseline).
     None,
+    /// No overlay: VMs on veths, each host an IP router between its VMs'
+    /// /24 and the underlay. What a VM's extra veth hop costs by itself.
+    Routed,
 }
 
 impl Default for Spec {
@@ -323,6 +326,11 @@ pub fn vm_mac(h: usize, v: usize) -> String {
 /// The IP of VM `v` on host `h` (in 10.88.0.0/16).
 pub fn vm_ip(h: usize, v: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 88, h as u8, v as u8 + 1)
+}
+
+/// Host h's address on its VMs' /24 in a routed lab (one VM per host).
+fn routed_gateway(h: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 88, h as u8, 254)
 }
 
 fn underlay_ip(h: usize) -> Ipv4Addr {
@@ -493,6 +501,7 @@ impl Lab {
                 let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
                 let veth = s.veth_hosts.contains(&h)
                     || s.overlay == Overlay::Vxlan
+                    || s.overlay == Overlay::Routed
                     || (s.overlay == Overlay::Vnet && s.datapath.is_some());
                 let dev = if veth { "eth0" } else { "vt0" };
                 let vm = Vm {
@@ -521,7 +530,17 @@ impl Lab {
                     self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
                 }
                 self.ns_exec(&ns, &["ip", "link", "set", dev, "address", &vm.mac, "mtu", &mtu, "up"])?;
-                self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/16", vm.ip), "dev", dev])?;
+                if s.overlay == Overlay::Routed {
+                    let gw = routed_gateway(h);
+                    let hd = vm.host_dev.as_deref().unwrap_or("c0");
+                    if v == 0 {
+                        self.ns_exec(&host.ns, &["ip", "addr", "add", &format!("{gw}/24"), "dev", hd])?;
+                    }
+                    self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/24", vm.ip), "dev", dev])?;
+                    self.ns_exec(&ns, &["ip", "route", "add", "default", "via", &gw.to_string()])?;
+                } else {
+                    self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/16", vm.ip), "dev", dev])?;
+                }
                 host.vms.push(vm);
             }
         }
@@ -536,6 +555,21 @@ impl Lab {
                     for vm in &other.vms {
                         let a = ["bridge", "fdb", "add", &vm.mac, "dev", "vxlan0", "dst", &dst, "static"];
                         self.ns_exec(&host.ns, &a)?;
+                    }
+                }
+            }
+        }
+        if s.overlay == Overlay::Routed {
+            // Each host forwards between its VMs' /24 and the underlay.
+            for (h, host) in hosts.iter().enumerate() {
+                self.ns_exec(&host.ns, &["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
+                for (k, other) in hosts.iter().enumerate() {
+                    if k != h {
+                        let net = format!("10.88.{k}.0/24");
+                        self.ns_exec(
+                            &host.ns,
+                            &["ip", "route", "add", &net, "via", &other.underlay_ip.to_string()],
+                        )?;
                     }
                 }
             }

@@ -47,7 +47,7 @@ enum Cmd {
         /// Output directory (default results/<timestamp>).
         #[arg(long)]
         out: Option<std::path::PathBuf>,
-        /// Only these cases (native, vxlan, vnet-user-raw, vnet-user-vnet,
+        /// Only these cases (native, routed, vxlan, vnet-user-raw, vnet-user-vnet,
         /// vnet-userpoll-vnet, vnet-userpoll-raw, vnet-kernel-vnet).
         #[arg(long, value_delimiter = ',')]
         cases: Vec<String>,

@@ -30,6 +30,22 @@ fn assert_ping(lab: &Lab, from: &Vm, to: Ipv4Addr, size: u32) {
     assert_eq!(r.received, 5, "{} -> {to}: {r:?}", from.ip);
 }
 
+/// The `Cpus_allowed_list` of each thread of process `pid` whose name
+/// starts with `prefix`.
+fn thread_cpus(pid: u32, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        if !std::fs::read_to_string(t.join("comm")).unwrap_or_default().starts_with(prefix) {
+            continue;
+        }
+        let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+        let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap_or_default();
+        out.push(line.split_whitespace().nth(1).unwrap_or("").to_string());
+    }
+    out
+}
+
 fn assert_no_ping(lab: &Lab, from: &Vm, to: Ipv4Addr) {
     let r = lab.ping(from, to, 3, 56).unwrap();
     assert_eq!(r.received, 0, "{} -> {to} should be cut: {r:?}", from.ip);
@@ -302,24 +318,9 @@ fn workers_run_on_the_cpu_given_and_links_receive_in_batches() {
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     for h in 0..2 {
-        let pid = lab.vnetd_pid(h).unwrap();
-        let mut workers = 0;
-        for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-            let t = t.unwrap().path();
-            let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
-            if !comm.starts_with("vnet-w") {
-                continue;
-            }
-            workers += 1;
-            let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
-            let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")).unwrap_or_default();
-            assert_eq!(
-                line.split_whitespace().nth(1),
-                Some(cpu.to_string().as_str()),
-                "host {h} {comm}: {line}"
-            );
-        }
-        assert!(workers >= 1, "host {h}: no worker thread");
+        let cpus = thread_cpus(lab.vnetd_pid(h).unwrap(), "vnet-w");
+        assert!(!cpus.is_empty(), "host {h}: no worker thread");
+        assert!(cpus.iter().all(|c| *c == cpu.to_string()), "host {h}: workers on {cpus:?}, not {cpu}");
     }
     // A small-datagram flood: host B's link socket has many waiting at a
     // time and takes them with few `recvmmsg` calls.
@@ -449,11 +450,22 @@ fn console_line(vm: &Vm, prefix: &str, secs: u64) -> String {
 /// `big`, then 8 MB over TCP to the guest, checked by md5 on the guest's
 /// console.
 fn qemu_guest_talks_to_namespace_vm(mtu: u32, big: u32, vhost: bool, queues: u32) {
+    // With several queue pairs, place them: pair p on the p-th CPU given.
+    let cpus: Vec<String> = vnetd::sys::allowed_cpus()
+        .unwrap()
+        .iter()
+        .rev()
+        .take(queues as usize)
+        .map(|c| c.to_string())
+        .collect();
+    let place = vhost && queues > 1;
+    let vnetd_args = if place { vec!["--worker-cpus".into(), cpus.join(",")] } else { Vec::new() };
     let lab = lab(Spec {
         qemu_hosts: vec![0],
         qemu_vhost: vhost,
         qemu_queues: queues,
         vm_mtu: mtu,
+        vnetd_args,
         ..Spec::default()
     });
     let (guest, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
@@ -481,6 +493,15 @@ fn qemu_guest_talks_to_namespace_vm(mtu: u32, big: u32, vhost: bool, queues: u32
         );
         if queues > 1 {
             assert_ne!(i["vhost_features"].as_u64().unwrap() & 1 << 22, 0, "the guest took multiqueue: {i}");
+        }
+        if place {
+            // Each pair thread placed itself at its first event (the
+            // adaptive tick reaches every pair, busy or not).
+            let mut on = thread_cpus(lab.vnetd_pid(0).unwrap(), "vring_worker");
+            on.sort();
+            let mut want: Vec<String> = (0..queues as usize).map(|p| cpus[p % cpus.len()].clone()).collect();
+            want.sort();
+            assert_eq!(on, want, "vhost pair threads' CPUs");
         }
         assert_eq!(i["offload"], true, "the guest took the RX offloads: {i}");
         assert!(i["tx_bytes"].as_u64().unwrap() > 8 << 20 && i["rx_packets"].as_u64().unwrap() > 10, "{i}");

@@ -151,7 +151,7 @@ impl Daemon {
             if self.ifaces.contains_key(id) {
                 continue;
             }
-            let port = open_iface(def, &self.shared).map_err(|e| {
+            let port = open_iface(def, &self.shared, &self.worker_cpus).map_err(|e| {
                 Error::new(
                     decl_pos(&def.name),
                     "a device vnetd can open and configure",
@@ -795,7 +795,7 @@ fn bind_all(addr: SocketAddr) -> std::io::Result<(Arc<UdpSocket>, Vec<Arc<UdpSoc
 /// host side's, not the VM's, so it is left alone). With `offload`, frames
 /// carry a `virtio_net_hdr` and the TAP accepts checksum and TSO offloads;
 /// where the kernel refuses, the interface works without them.
-fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>) -> std::io::Result<IfacePort> {
+fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io::Result<IfacePort> {
     let g = &shared.global;
     let dispatch = Arc::<dataplane::DispatchStats>::default();
     let port = |queues, mac, vnet_hdr, vhost| IfacePort {
@@ -813,8 +813,8 @@ fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>) -> std::io::Result<Iface
     };
     if def.kind == IfaceKind::VhostUser {
         let path = std::path::Path::new(&def.dev);
-        let dev =
-            vhost::serve(shared, def.id, &def.name, path, def.queues as usize, def.mode, dispatch.clone())?;
+        let cfg = vhost::Serve { pairs: def.queues as usize, mode: def.mode, cpus: cpus.to_vec() };
+        let dev = vhost::serve(shared, def.id, &def.name, path, cfg, dispatch.clone())?;
         return Ok(port(Vec::new(), def.mac, true, Some(dev)));
     }
     let (dev, kind, mac, mtu) = (def.dev.clone(), def.kind, def.mac, def.mtu);

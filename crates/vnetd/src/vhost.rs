@@ -159,6 +159,9 @@ impl Conn {
 pub struct VhostDev {
     pub socket: PathBuf,
     pub pairs: usize,
+    /// CPUs for the queue-pair threads: pair p on `cpus[p % len]` (empty:
+    /// unplaced), as `vnetd --worker-cpus` places the other workers.
+    cpus: Vec<usize>,
     pub stats: RingStats,
     conn: ArcSwapOption<Conn>,
     stop: AtomicBool,
@@ -396,6 +399,9 @@ struct PairWorker {
     dispatch: Dispatcher,
     /// `Conn::placed` of this pair when the dispatch last looked.
     placed_seen: u64,
+    /// Whether this pair's thread has been put on its CPU (the library
+    /// makes the threads; each places itself at its first event).
+    placed_on_cpu: bool,
 }
 
 /// The `vhost-user-backend` device of one connection.
@@ -471,6 +477,7 @@ impl VhostUserBackend for NetBackend {
             }
             if let Some(w) = self.workers.get(thread) {
                 let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
+                self.place(thread, &mut w);
                 self.record(thread, &mut w, 0, Instant::now());
             }
             return Ok(());
@@ -491,12 +498,25 @@ impl VhostUserBackend for NetBackend {
         self.dispatch.wakeups.fetch_add(1, Relaxed);
         let Some(w) = self.workers.get(thread) else { return Ok(()) };
         let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
+        self.place(thread, &mut w);
         self.serve_tx(thread, tx, &mut w);
         Ok(())
     }
 }
 
 impl NetBackend {
+    /// Puts the calling pair thread on its CPU, once per connection.
+    fn place(&self, pair: usize, w: &mut PairWorker) {
+        if w.placed_on_cpu || self.dev.cpus.is_empty() {
+            return;
+        }
+        w.placed_on_cpu = true;
+        let cpu = self.dev.cpus[pair % self.dev.cpus.len()];
+        if let Err(e) = crate::sys::pin_current_thread(cpu) {
+            tracing::warn!(pair, "vhost-user pair thread: cannot run on cpu {cpu} only: {e}; left unpinned");
+        }
+    }
+
     /// Empties the TX ring, keeps polling it as the dispatch mode says (kicks
     /// stay suppressed meanwhile), then re-enables kicks.
     fn serve_tx(&self, pair: usize, tx: &Ring, w: &mut PairWorker) {
@@ -583,6 +603,17 @@ impl NetBackend {
     }
 }
 
+/// How a vhost-user interface is served.
+#[derive(Debug, Clone)]
+pub struct Serve {
+    /// Queue pairs offered (1-16).
+    pub pairs: usize,
+    /// Dispatch on the TX rings.
+    pub mode: Mode,
+    /// CPUs for the pair threads (pair p on `cpus[p % len]`; empty: any).
+    pub cpus: Vec<usize>,
+}
+
 /// Starts serving `socket` for interface `iface`: the listener is bound now
 /// (so errors reach the transaction), front ends are served one after the
 /// other on a thread until [`VhostDev::stop`].
@@ -591,15 +622,15 @@ pub fn serve(
     iface: u32,
     name: &str,
     socket: &Path,
-    pairs: usize,
-    mode: Mode,
+    cfg: Serve,
     dispatch: Arc<DispatchStats>,
 ) -> io::Result<Arc<VhostDev>> {
-    let pairs = pairs.clamp(1, 16);
+    let (pairs, mode) = (cfg.pairs.clamp(1, 16), cfg.mode);
     let mut listener = Listener::new(socket, true).map_err(|e| io::Error::other(format!("{e}")))?;
     let dev = Arc::new(VhostDev {
         socket: socket.to_path_buf(),
         pairs,
+        cpus: cfg.cpus,
         stats: RingStats::default(),
         conn: ArcSwapOption::empty(),
         stop: AtomicBool::new(false),
@@ -646,6 +677,7 @@ fn serve_one(
                 buf: vec![0u8; BUF],
                 dispatch: Dispatcher::new(mode, now),
                 placed_seen: 0,
+                placed_on_cpu: false,
             })
         })
         .collect();
