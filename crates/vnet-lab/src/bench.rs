@@ -188,7 +188,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
         "steal_pct_median": median(&steal),
         "notes": [
             "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
-            "routed: no overlay at all; VMs on veths (as for vxlan and vnet-kernel) and plain IP routing in each host. It costs what a VM's veth hop alone costs, so it bounds from above what any overlay with VMs on veths can reach here.",
+            "routed: no overlay at all; VMs on veths (as for vxlan and vnet-kernel) and plain IP routing in each host: what VMs behind veths cost without any overlay (a reference, not a strict bound: the kernel path skips the hosts' IP routing).",
             "Endpoint MTU: native and routed = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
             "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
             "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",

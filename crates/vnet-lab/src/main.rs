@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
-use vnet_lab::{install_signal_cleanup, Format, Lab, Spec};
+use vnet_lab::{install_signal_cleanup, Format, Lab, Overlay, Spec};
 
 #[derive(Parser)]
 #[command(version, about = "vnet lab: hosts and VMs in network namespaces")]
@@ -15,6 +15,17 @@ struct Args {
 enum Fmt {
     Raw,
     Vnet,
+}
+
+/// What joins the lab's VMs (`vnet-lab up --overlay`).
+#[derive(Clone, Copy, ValueEnum)]
+enum Join {
+    /// vnetd on every host.
+    Vnet,
+    /// The kernel's VXLAN and a bridge per host.
+    Vxlan,
+    /// No overlay: VMs on veths, IP routing in the hosts.
+    Routed,
 }
 
 #[derive(Subcommand)]
@@ -90,6 +101,9 @@ enum Cmd {
         /// `1:vnet_peer=10.88.0.1 vnet_send_mb=64`; see lab/build-guest.sh).
         #[arg(long)]
         guest_args: Vec<String>,
+        /// What joins the VMs: vnet, or a baseline to compare with.
+        #[arg(long, value_enum, default_value = "vnet")]
+        overlay: Join,
     },
 }
 
@@ -104,7 +118,7 @@ fn main() -> ExitCode {
     install_signal_cleanup();
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
-        Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath, qemu, vhost_user, guest_args } => {
+        Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath, qemu, vhost_user, guest_args, overlay } => {
             let guest_args = guest_args
                 .iter()
                 .filter_map(|a| a.split_once(':'))
@@ -119,6 +133,11 @@ fn main() -> ExitCode {
                 qemu_hosts: qemu,
                 qemu_vhost: vhost_user,
                 guest_args,
+                overlay: match overlay {
+                    Join::Vnet => Overlay::Vnet,
+                    Join::Vxlan => Overlay::Vxlan,
+                    Join::Routed => Overlay::Routed,
+                },
                 ..Spec::default()
             };
             up(spec, datapath)

@@ -256,7 +256,14 @@ fn container_on_veth_netdev_talks_to_vm_on_tap() {
     let (gbps, _) = lab.iperf3(&b, &a, 2, &[]).unwrap();
     assert!(gbps > 0.01, "{gbps}");
     let s = json(&lab, 1, "interfaces");
-    assert_eq!(s["interfaces"][0]["kind"], "netdev");
+    let i = &s["interfaces"][0];
+    assert_eq!(i["kind"], "netdev");
+    // The container's frames (64 KB TCP ones among them) came off the
+    // packet socket's receive ring, none truncated.
+    assert_eq!(i["rx_ring"], true, "{i}");
+    let st = json(&lab, 1, "stats")["interfaces"][0].clone();
+    assert!(st["rx_packets"].as_u64().unwrap() > 100, "{st}");
+    assert_eq!(st["rx_drops"], 0, "{st}");
 }
 
 #[test]
@@ -494,6 +501,15 @@ fn qemu_guest_talks_to_namespace_vm(mtu: u32, big: u32, vhost: bool, queues: u32
         if queues > 1 {
             assert_ne!(i["vhost_features"].as_u64().unwrap() & 1 << 22, 0, "the guest took multiqueue: {i}");
         }
+        // Per-pair counters: one entry per pair, adding up to the frames.
+        let sum = |k: &str| -> (usize, u64) {
+            let a = i[k].as_array().unwrap();
+            (a.len(), a.iter().filter_map(|n| n.as_u64()).sum())
+        };
+        let ((rxn, rx), (txn, tx)) = (sum("pair_rx_frames"), sum("pair_tx_frames"));
+        assert_eq!((rxn, txn), (queues as usize, queues as usize), "{i}");
+        assert_eq!(rx, i["tx_packets"].as_u64().unwrap(), "frames placed in the RX rings: {i}");
+        assert!(tx >= i["rx_packets"].as_u64().unwrap(), "chains taken from the TX rings: {i}");
         if place {
             // Each pair thread placed itself at its first event (the
             // adaptive tick reaches every pair, busy or not).

@@ -568,6 +568,7 @@ impl Daemon {
                     "kind": def.map_or("tap", |d| d.kind.word()),
                     "offload": p.vnet_hdr,
                     "queues": p.queues.len(),
+                    "rx_ring": !p.rings.is_empty(),
                     "mode": p.mode.word(),
                     "datapath": if self.kernel_ifaces.contains_key(&p.id) { "kernel" } else { "user" },
                     "datapath_reason": self.user_reasons.get(&p.id),
@@ -594,6 +595,11 @@ impl Daemon {
                         m.insert(k.into(), n.into());
                     }
                     m.insert("offload".into(), d.takes_offloads().into());
+                    let per_pair = |c: &[std::sync::atomic::AtomicU64]| -> Value {
+                        c.iter().take(d.pairs).map(|n| n.load(Relaxed)).collect::<Vec<_>>().into()
+                    };
+                    m.insert("pair_rx_frames".into(), per_pair(&s.pair_rx));
+                    m.insert("pair_tx_frames".into(), per_pair(&s.pair_tx));
                 }
                 if let (Some(k), Some(ki)) = (&self.kernel, self.kernel_ifaces.get(&p.id)) {
                     add_kernel(&mut v, k.iface_counters(ki.ifindex));
@@ -798,12 +804,13 @@ fn bind_all(addr: SocketAddr) -> std::io::Result<(Arc<UdpSocket>, Vec<Arc<UdpSoc
 fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io::Result<IfacePort> {
     let g = &shared.global;
     let dispatch = Arc::<dataplane::DispatchStats>::default();
-    let port = |queues, mac, vnet_hdr, vhost| IfacePort {
+    let port = |queues, rings, mac, vnet_hdr, vhost| IfacePort {
         id: def.id,
         name: def.name.clone(),
         dev: def.dev.clone(),
         mac,
         queues,
+        rings,
         vnet_hdr,
         vhost,
         mode: def.mode,
@@ -815,12 +822,15 @@ fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::
         let path = std::path::Path::new(&def.dev);
         let cfg = vhost::Serve { pairs: def.queues as usize, mode: def.mode, cpus: cpus.to_vec() };
         let dev = vhost::serve(shared, def.id, &def.name, path, cfg, dispatch.clone())?;
-        return Ok(port(Vec::new(), def.mac, true, Some(dev)));
+        return Ok(port(Vec::new(), Vec::new(), def.mac, true, Some(dev)));
     }
     let (dev, kind, mac, mtu) = (def.dev.clone(), def.kind, def.mac, def.mtu);
     let (queues, offload) = (def.queues.max(1) as usize, def.offload);
-    let setup = move || -> std::io::Result<(Vec<std::fs::File>, Option<vnet_wire::MacAddr>, bool, bool)> {
+    type Devices =
+        (Vec<std::fs::File>, Vec<std::sync::Mutex<sys::RxRing>>, Option<vnet_wire::MacAddr>, bool, bool);
+    let setup = move || -> std::io::Result<Devices> {
         let mut files = Vec::new();
+        let mut rings = Vec::new();
         let mut vnet_hdr = offload;
         let mut refused = false;
         match kind {
@@ -843,6 +853,12 @@ fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::
                     vnet_hdr = false;
                     refused = true;
                 }
+                match sys::RxRing::new(&f, dataplane::RX_RING_BLOCKS, vnet_hdr) {
+                    Ok(r) => rings.push(std::sync::Mutex::new(r)),
+                    Err(e) => {
+                        tracing::warn!(device = %dev, "no receive ring ({e}): frames are read one by one")
+                    }
+                }
                 files.push(f);
             }
         }
@@ -861,9 +877,9 @@ fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::
             IfaceKind::Tap => Some(sys::get_mac(&dev)?),
             IfaceKind::Netdev | IfaceKind::VhostUser => mac,
         };
-        Ok((files, mac, vnet_hdr, refused))
+        Ok((files, rings, mac, vnet_hdr, refused))
     };
-    let (files, mac, vnet_hdr, refused) = match &def.netns {
+    let (files, rings, mac, vnet_hdr, refused) = match &def.netns {
         Some(ns) => sys::in_netns(&sys::netns_path(ns), setup)?,
         None => setup()?,
     };
@@ -871,7 +887,7 @@ fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::
         g.offload_refused.fetch_add(1, Relaxed);
         tracing::warn!(interface = %def.name, "the kernel refused offloads: frames are finished in software");
     }
-    Ok(port(files, mac, vnet_hdr, None))
+    Ok(port(files, rings, mac, vnet_hdr, None))
 }
 
 /// Interfaces opened by a transaction not yet committed: their vhost-user

@@ -476,6 +476,7 @@ mod tests {
             dev: format!("c{id}"),
             mac: Some(m),
             queues: Vec::new(),
+            rings: Vec::new(),
             vnet_hdr: false,
             vhost: None,
             mode: Default::default(),

@@ -647,3 +647,168 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: every index passed to CPU_ISSET is below CPU_SETSIZE.
     Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
 }
+
+/// `struct tpacket2_hdr` (linux/if_packet.h): the head of each ring frame.
+#[repr(C)]
+#[allow(dead_code)] // the kernel's layout; only some fields are read
+struct Tpacket2Hdr {
+    tp_status: u32,
+    tp_len: u32,
+    tp_snaplen: u32,
+    tp_mac: u16,
+    tp_net: u16,
+    tp_sec: u32,
+    tp_nsec: u32,
+    tp_vlan_tci: u16,
+    tp_vlan_tpid: u16,
+    tp_padding: [u8; 4],
+}
+
+/// `struct tpacket_req` (linux/if_packet.h).
+#[repr(C)]
+#[allow(dead_code)] // read by the kernel
+struct TpacketReq {
+    tp_block_size: libc::c_uint,
+    tp_block_nr: libc::c_uint,
+    tp_frame_size: libc::c_uint,
+    tp_frame_nr: libc::c_uint,
+}
+
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_VERSION: libc::c_int = 10;
+const TPACKET_V2: libc::c_int = 1;
+const TP_STATUS_KERNEL: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+/// A ring block: the kernel allocates each as 2^n pages, so a power of two
+/// wastes nothing.
+const RING_BLOCK: usize = 256 << 10;
+/// Frames per block, and one frame's slot: its header, the address, a
+/// `virtio_net_hdr` and a largest GSO frame (64 KB) fit in a third of a
+/// block (rounded down to the 16-byte `TPACKET_ALIGNMENT`).
+const RING_PER_BLOCK: usize = 3;
+const RING_FRAME: usize = RING_BLOCK / RING_PER_BLOCK / 16 * 16;
+
+/// A `TPACKET_V2` receive ring on a packet socket: the kernel copies each
+/// frame the device receives into the next free slot of a memory area it
+/// shares with vnetd, and vnetd takes frames from there without a system
+/// call per frame (`read` costs one each). Frames keep their
+/// `virtio_net_hdr` in front when the socket has `PACKET_VNET_HDR`.
+///
+/// One reader at a time (the worker serving the interface's queue takes
+/// the ring's lock for a batch); a slot goes back to the kernel when the
+/// [`RingFrame`] that lent it is dropped.
+pub struct RxRing {
+    base: *mut u8,
+    len: usize,
+    frames: usize,
+    next: usize,
+    vnet_hdr: usize,
+}
+
+// SAFETY: the mapping is owned by the ring and unmapped only on drop; a
+// frame's bytes are handed out only while the kernel has marked it the
+// user's, through `&mut self` (one reader); the status word is accessed
+// atomically. Moving the ring to another thread changes none of that.
+unsafe impl Send for RxRing {}
+
+impl std::fmt::Debug for RxRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RxRing").field("frames", &self.frames).finish()
+    }
+}
+
+/// One frame lent by an [`RxRing`]: `data` is `[virtio_net_hdr] frame`, as
+/// a `read` would have returned it; `truncated` says the slot was too
+/// small for the whole frame.
+pub struct RingFrame<'a> {
+    status: &'a std::sync::atomic::AtomicU32,
+    pub data: &'a mut [u8],
+    pub truncated: bool,
+}
+
+impl Drop for RingFrame<'_> {
+    fn drop(&mut self) {
+        self.status.store(TP_STATUS_KERNEL, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl RxRing {
+    /// Sets up a ring of `blocks` blocks (3 frames of up to 64 KB each,
+    /// 256 KB) on packet socket `sock`, which must have no ring yet
+    /// (`vnet_hdr` as set on the socket), and maps it.
+    pub fn new(sock: &File, blocks: usize, vnet_hdr: bool) -> io::Result<RxRing> {
+        let blocks = blocks.max(1);
+        let frames = blocks * RING_PER_BLOCK;
+        setsockopt_raw(sock, libc::SOL_PACKET, PACKET_VERSION, &TPACKET_V2)?;
+        let req = TpacketReq {
+            tp_block_size: RING_BLOCK as libc::c_uint,
+            tp_block_nr: blocks as libc::c_uint,
+            tp_frame_size: RING_FRAME as libc::c_uint,
+            tp_frame_nr: frames as libc::c_uint,
+        };
+        setsockopt_raw(sock, libc::SOL_PACKET, PACKET_RX_RING, &req)?;
+        let len = RING_BLOCK * blocks;
+        // SAFETY: a new shared mapping of the socket's ring (the kernel
+        // checks `len` against the ring it just made); no existing memory is
+        // touched; the result is checked below.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                sock.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let vnet_hdr = if vnet_hdr { 10 } else { 0 };
+        Ok(RxRing { base: base.cast(), len, frames, next: 0, vnet_hdr })
+    }
+
+    /// The next frame the kernel has filled, if any.
+    pub fn take_frame(&mut self) -> Option<RingFrame<'_>> {
+        let slot = self.next / RING_PER_BLOCK * RING_BLOCK + self.next % RING_PER_BLOCK * RING_FRAME;
+        // SAFETY: `slot` is the start of one of `frames` slots inside the
+        // mapping, 16-byte aligned, so aligned for the header; the status word
+        // is the header's first field and is shared with the kernel, so it
+        // is only accessed atomically.
+        let (hdr, status) = unsafe {
+            let hdr = self.base.add(slot) as *const Tpacket2Hdr;
+            (hdr, std::sync::atomic::AtomicU32::from_ptr(hdr as *mut u32))
+        };
+        if status.load(std::sync::atomic::Ordering::Acquire) & TP_STATUS_USER == 0 {
+            return None;
+        }
+        // SAFETY: the kernel set TP_STATUS_USER (read with Acquire above):
+        // it wrote the header and the frame and leaves the slot alone until
+        // we hand it back. Read the header's plain fields.
+        let (mac, snaplen, len) = unsafe {
+            (
+                std::ptr::addr_of!((*hdr).tp_mac).read() as usize,
+                std::ptr::addr_of!((*hdr).tp_snaplen).read() as usize,
+                std::ptr::addr_of!((*hdr).tp_len).read() as usize,
+            )
+        };
+        self.next = (self.next + 1) % self.frames;
+        let start = mac.saturating_sub(self.vnet_hdr).max(std::mem::size_of::<Tpacket2Hdr>());
+        let end = (mac + snaplen).min(RING_FRAME);
+        let start = start.min(end);
+        // SAFETY: `slot + start .. slot + end` lies inside this slot (both
+        // clamped to RING_FRAME), which the kernel has lent us (above); the
+        // returned borrow of `self` keeps `take_frame` from lending it twice, and
+        // `RingFrame`'s drop hands it back.
+        let data = unsafe { std::slice::from_raw_parts_mut(self.base.add(slot + start), end - start) };
+        Some(RingFrame { status, data, truncated: snaplen < len || mac < self.vnet_hdr })
+    }
+}
+
+impl Drop for RxRing {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` are exactly the mapping made in `new`, and no
+        // `RingFrame` can outlive the ring (it borrows it).
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}

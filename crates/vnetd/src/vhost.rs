@@ -67,6 +67,8 @@ type Ring = VringRwLock<Mem>;
 
 /// Ring size vnetd accepts (QEMU's default is 256).
 const QUEUE_SIZE: usize = 1024;
+/// Most queue pairs an interface offers.
+pub const MAX_PAIRS: usize = 16;
 /// How often an `adaptive` ring's rate is looked at when no kick comes.
 const TICK: std::time::Duration = std::time::Duration::from_millis(100);
 /// Frames taken from the TX ring before the dispatch looks at its mode.
@@ -127,6 +129,11 @@ pub struct RingStats {
     pub connected: AtomicBool,
     /// Features the guest acknowledged.
     pub features: AtomicU64,
+    /// Per queue pair: frames placed in its RX ring, and chains taken from
+    /// its TX ring (over every connection), so how a guest spreads its
+    /// traffic over the pairs shows.
+    pub pair_rx: [AtomicU64; MAX_PAIRS],
+    pub pair_tx: [AtomicU64; MAX_PAIRS],
 }
 
 /// One front-end connection: the guest's memory and, as each pair's thread
@@ -273,6 +280,7 @@ impl VhostDev {
         }
         let b = &conn.burst[pair];
         conn.placed[pair].fetch_add(1, Relaxed);
+        self.stats.pair_rx[pair].fetch_add(1, Relaxed);
         if b.fetch_add(1, Relaxed) == 0 {
             self.stats.early_signals.fetch_add(1, Relaxed);
             self.signal(&mut v);
@@ -524,6 +532,7 @@ impl NetBackend {
             let _ = tx.disable_notification();
             loop {
                 let n = self.tx_batch(tx, w);
+                self.dev.stats.pair_tx[pair].fetch_add(n as u64, Relaxed);
                 let now = Instant::now();
                 self.record(pair, w, n, now);
                 if n > 0 {
@@ -625,7 +634,7 @@ pub fn serve(
     cfg: Serve,
     dispatch: Arc<DispatchStats>,
 ) -> io::Result<Arc<VhostDev>> {
-    let (pairs, mode) = (cfg.pairs.clamp(1, 16), cfg.mode);
+    let (pairs, mode) = (cfg.pairs.clamp(1, MAX_PAIRS), cfg.mode);
     let mut listener = Listener::new(socket, true).map_err(|e| io::Error::other(format!("{e}")))?;
     let dev = Arc::new(VhostDev {
         socket: socket.to_path_buf(),
