@@ -147,8 +147,6 @@ struct Conn {
     /// Frames placed since the guest was last signalled (optimistic
     /// interrupts), per pair.
     burst: Vec<AtomicU64>,
-    /// Frames placed in each pair's RX ring, for its dispatch's rate.
-    placed: Vec<AtomicU64>,
 }
 
 impl Conn {
@@ -279,7 +277,6 @@ impl VhostDev {
             }
         }
         let b = &conn.burst[pair];
-        conn.placed[pair].fetch_add(1, Relaxed);
         self.stats.pair_rx[pair].fetch_add(1, Relaxed);
         if b.fetch_add(1, Relaxed) == 0 {
             self.stats.early_signals.fetch_add(1, Relaxed);
@@ -405,7 +402,7 @@ struct PairWorker {
     fw: Forwarder,
     buf: Vec<u8>,
     dispatch: Dispatcher,
-    /// `Conn::placed` of this pair when the dispatch last looked.
+    /// `RingStats::pair_rx` of this pair when the dispatch last looked.
     placed_seen: u64,
     /// Whether this pair's thread has been put on its CPU (the library
     /// makes the threads; each places itself at its first event).
@@ -556,7 +553,7 @@ impl NetBackend {
     fn record(&self, pair: usize, w: &mut PairWorker, n: usize, now: Instant) {
         // The pair's frame rate counts both ways, as the paper's did: what
         // the guest sends and what it is given.
-        let placed = self.conn.placed.get(pair).map_or(0, |p| p.load(Relaxed));
+        let placed = self.dev.stats.pair_rx.get(pair).map_or(0, |p| p.load(Relaxed));
         let given = placed.wrapping_sub(w.placed_seen) as usize;
         w.placed_seen = placed;
         if w.dispatch.record(n + given, now) {
@@ -676,16 +673,16 @@ fn serve_one(
         live: AtomicUsize::new(0),
         acked: AtomicU64::new(0),
         burst: (0..dev.pairs).map(|_| AtomicU64::new(0)).collect(),
-        placed: (0..dev.pairs).map(|_| AtomicU64::new(0)).collect(),
     });
     let now = Instant::now();
     let workers = (0..dev.pairs)
-        .map(|_| {
+        .map(|p| {
             Mutex::new(PairWorker {
                 fw: Forwarder::new(shared.clone()),
                 buf: vec![0u8; BUF],
                 dispatch: Dispatcher::new(mode, now),
-                placed_seen: 0,
+                // The counter runs over every connection: start from it.
+                placed_seen: dev.stats.pair_rx[p].load(Relaxed),
                 placed_on_cpu: false,
             })
         })
