@@ -223,7 +223,8 @@ pub enum Overlay {
     /// No overlay and no vnetd: the hosts alone (the native baseline).
     None,
     /// No overlay: VMs on veths, each host an IP router between its VMs'
-    /// /24 and the underlay. What a VM's extra veth hop costs by itself.
+    /// /24 and the underlay (one VM per host). What a VM's extra veth hop
+    /// costs by itself.
     Routed,
 }
 
@@ -405,6 +406,10 @@ impl Lab {
 
     fn build(&mut self) -> Result<()> {
         let s = self.spec.clone();
+        if s.overlay == Overlay::Routed && s.vms_per_host > 1 {
+            // Each host routes one /24 through its one VM-facing veth.
+            return Err(Error::Other("a routed lab has one VM per host".into()));
+        }
         let p = self.prefix.clone();
         let mut hosts = Vec::new();
         for h in 0..s.hosts {
@@ -533,9 +538,7 @@ impl Lab {
                 if s.overlay == Overlay::Routed {
                     let gw = routed_gateway(h);
                     let hd = vm.host_dev.as_deref().unwrap_or("c0");
-                    if v == 0 {
-                        self.ns_exec(&host.ns, &["ip", "addr", "add", &format!("{gw}/24"), "dev", hd])?;
-                    }
+                    self.ns_exec(&host.ns, &["ip", "addr", "add", &format!("{gw}/24"), "dev", hd])?;
                     self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/24", vm.ip), "dev", dev])?;
                     self.ns_exec(&ns, &["ip", "route", "add", "default", "via", &gw.to_string()])?;
                 } else {
