@@ -111,25 +111,122 @@ pub struct Opts {
     pub command: String,
 }
 
-/// One measured value.
+/// One measured value, with the CPU steal during the measurement it came
+/// from.
 struct Sample {
     metric: String,
     unit: &'static str,
     value: f64,
+    steal_pct: f64,
 }
 
 fn sample(metric: impl Into<String>, unit: &'static str, value: f64) -> Sample {
-    Sample { metric: metric.into(), unit, value }
+    Sample { metric: metric.into(), unit, value, steal_pct: 0.0 }
 }
 
 type Key = (String, u32, Option<String>, String); // case, mtu, shaped, metric
 
+/// The samples of one result row, with each one's repeat and steal.
+#[derive(Default)]
+struct Row {
+    unit: &'static str,
+    samples: Vec<f64>,
+    repeats: Vec<usize>,
+    steal: Vec<f64>,
+}
+
+/// A measurement during which the hypervisor stole more than this share of
+/// the machine's CPU time is taken again. On this kind of VM throughput
+/// falls almost in proportion to steal (measured: 22 Gbit/s native TCP at
+/// 1-2 % steal, 13-15 at 22-30 %), and steal comes and goes over minutes,
+/// so two runs an hour apart differ by more than the repeats of one run
+/// show unless stolen measurements are refused.
+pub const STEAL_MAX_PCT: f64 = 8.0;
+/// Tries per measurement; when every one is stolen, the least stolen is
+/// kept (and its steal is in the results).
+const STEAL_TRIES: usize = 3;
+/// Measuring again may add at most this share to the run's time: when the
+/// host is busy for long, steal stays high on every try, and the run must
+/// still end.
+const REMEASURE_BUDGET: f64 = 0.15;
+
+/// Steal seen by the measurements of a run.
+struct StealLog {
+    /// The steal of every measurement kept, in percent.
+    kept: Vec<f64>,
+    /// Measurements taken again because of steal.
+    remeasured: usize,
+    /// When the run started, and the time spent measuring again.
+    start: Instant,
+    spent: Duration,
+}
+
+impl Default for StealLog {
+    fn default() -> Self {
+        StealLog { kept: Vec::new(), remeasured: 0, start: Instant::now(), spent: Duration::ZERO }
+    }
+}
+
+impl StealLog {
+    fn may_remeasure(&self) -> bool {
+        self.spent.as_secs_f64() < REMEASURE_BUDGET * self.start.elapsed().as_secs_f64()
+    }
+}
+
+/// Steal as a percentage of all CPU time between two [`cpu_ticks`] readings.
+fn steal_pct(a: (u64, u64, u64), b: (u64, u64, u64)) -> f64 {
+    b.1.saturating_sub(a.1) as f64 / b.2.saturating_sub(a.2).max(1) as f64 * 100.0
+}
+
+/// Runs one measurement after the machine is idle, again while the steal
+/// during it exceeds [`STEAL_MAX_PCT`] (up to [`STEAL_TRIES`] times, within
+/// [`REMEASURE_BUDGET`]), and returns the least stolen result with its
+/// steal. An error ends it.
+fn steady<T>(
+    what: &str,
+    log: &mut StealLog,
+    mut f: impl FnMut() -> Result<T, String>,
+) -> Result<(T, f64), String> {
+    let mut best: Option<(T, f64)> = None;
+    for attempt in 1..=STEAL_TRIES {
+        wait_idle();
+        let t = Instant::now();
+        let a = cpu_ticks();
+        let v = f()?;
+        let st = steal_pct(a, cpu_ticks());
+        if best.as_ref().is_none_or(|b| st < b.1) {
+            best = Some((v, st));
+        }
+        if attempt > 1 {
+            log.spent += t.elapsed();
+        }
+        if st <= STEAL_MAX_PCT || !log.may_remeasure() {
+            break;
+        }
+        if attempt < STEAL_TRIES {
+            log.remeasured += 1;
+            eprint!("({what}: {st:.0} % stolen, again) ");
+        }
+    }
+    let (v, st) = best.ok_or_else(|| format!("{what}: not measured"))?;
+    log.kept.push(st);
+    Ok((v, st))
+}
+
+/// Stamps the steal of the measurement they came from on samples.
+fn stolen(mut v: Vec<Sample>, st: f64) -> Vec<Sample> {
+    for s in &mut v {
+        s.steal_pct = st;
+    }
+    v
+}
+
 /// Runs the whole matrix and writes the results. Returns the output directory.
 pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
     std::fs::create_dir_all(&opts.out).map_err(crate::io("creating the results directory"))?;
-    let mut rows: BTreeMap<Key, (&'static str, Vec<f64>, Vec<usize>)> = BTreeMap::new();
+    let mut rows: BTreeMap<Key, Row> = BTreeMap::new();
     let mut failures: Vec<Value> = Vec::new();
-    let mut steal: Vec<f64> = Vec::new();
+    let mut steal = StealLog::default();
     let total = opts.conditions.len() * opts.repeats * opts.cases.len();
     let mut n = 0;
     for cond in &opts.conditions {
@@ -144,15 +241,16 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
                     rep + 1,
                     case.name()
                 );
-                match measure(case, cond, opts) {
-                    Ok((samples, st)) => {
-                        steal.push(st);
+                match measure(case, cond, opts, &mut steal) {
+                    Ok(samples) => {
                         eprintln!("ok ({:.0} s)", t0.elapsed().as_secs_f64());
                         for s in samples {
                             let key = (case.name().to_string(), cond.mtu, cond.shaped.clone(), s.metric);
-                            let row = rows.entry(key).or_insert((s.unit, Vec::new(), Vec::new()));
-                            row.1.push(s.value);
-                            row.2.push(rep + 1);
+                            let row =
+                                rows.entry(key).or_insert_with(|| Row { unit: s.unit, ..Row::default() });
+                            row.samples.push(s.value);
+                            row.repeats.push(rep + 1);
+                            row.steal.push(s.steal_pct);
                         }
                     }
                     Err(e) => {
@@ -168,10 +266,11 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
     }
     let results: Vec<Value> = rows
         .iter()
-        .map(|((case, mtu, shaped, metric), (unit, samples, reps))| {
+        .map(|((case, mtu, shaped, metric), r)| {
             json!({
-                "case": case, "mtu": mtu, "shaped": shaped, "metric": metric, "unit": unit,
-                "samples": samples, "sample_repeats": reps, "median": median(samples),
+                "case": case, "mtu": mtu, "shaped": shaped, "metric": metric, "unit": r.unit,
+                "samples": r.samples, "sample_repeats": r.repeats, "sample_steal_pct": r.steal,
+                "median": median(&r.samples),
             })
         })
         .collect();
@@ -185,7 +284,10 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
             .unwrap_or_default().trim(),
         "repeats": opts.repeats,
         "seconds": opts.seconds,
-        "steal_pct_median": median(&steal),
+        "steal_pct_median": median(&steal.kept),
+        "steal_pct_max": steal.kept.iter().copied().fold(0.0, f64::max),
+        "steal_limit_pct": STEAL_MAX_PCT,
+        "steal_remeasured": steal.remeasured,
         "notes": [
             "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
             "routed: no overlay at all; VMs on veths (as for vxlan and vnet-kernel) and plain IP routing in each host: what VMs behind veths cost without any overlay (a reference, not a strict bound: the kernel path skips the hosts' IP routing).",
@@ -194,7 +296,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
             "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
             "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
-            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it, or at least to agree with it (the two runs' intervals overlap); `vnet-lab compare` counts both.",
+            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Each measurement is taken again (up to 3 tries, the least stolen kept, while measuring again has added under 15 % to the run's time) when the hypervisor stole more than the steal limit of the machine's CPU time during it (`sample_steal_pct` per sample): on this VM throughput falls almost in proportion to steal, which comes and goes over minutes. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it, or at least to agree with it (the two runs' intervals overlap); `vnet-lab compare` counts both.",
         ],
         "failures": failures,
         "results": results,
@@ -249,22 +351,18 @@ fn cpu_ticks() -> (u64, u64, u64) {
 }
 
 /// Waits until the machine is idle (busy < 15 %, steal < 10 % over 0.5 s),
-/// up to 20 tries. Returns the steal percentage of the last sample.
-fn wait_idle() -> f64 {
-    let mut steal = 0.0;
+/// up to 20 tries.
+fn wait_idle() {
     for _ in 0..20 {
         let a = cpu_ticks();
         std::thread::sleep(Duration::from_millis(500));
         let b = cpu_ticks();
-        let total = (b.2 - a.2).max(1) as f64;
-        let busy = (b.0 - a.0) as f64 / total * 100.0;
-        steal = (b.1 - a.1) as f64 / total * 100.0;
-        if busy < 15.0 && steal < 10.0 {
-            return steal;
+        let busy = b.0.saturating_sub(a.0) as f64 / b.2.saturating_sub(a.2).max(1) as f64 * 100.0;
+        if busy < 15.0 && steal_pct(a, b) < 10.0 {
+            return;
         }
         std::thread::sleep(Duration::from_secs(1));
     }
-    steal
 }
 
 /// One endpoint of a measurement.
@@ -273,7 +371,7 @@ struct End {
     ip: String,
 }
 
-fn measure(case: Case, cond: &Condition, opts: &Opts) -> Result<(Vec<Sample>, f64), String> {
+fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
     let (overlay, format, dispatch, datapath) = match case {
         Case::Native => (Overlay::None, Format::Raw, None, None),
         Case::Vxlan => (Overlay::Vxlan, Format::Raw, None, None),
@@ -322,34 +420,43 @@ fn measure(case: Case, cond: &Condition, opts: &Opts) -> Result<(Vec<Sample>, f6
         return Err(format!("{} does not reach {}", a.ip, b.ip));
     }
     iperf(&mut lab, &a, &b, 1, &[]).map_err(|x| format!("warm-up: {x}"))?;
-    let steal = wait_idle();
 
     let mut out = Vec::new();
     // TCP, one stream, with the machine's CPU time per GB moved.
-    let t0 = cpu_ticks();
-    let (gbps, bytes) = iperf(&mut lab, &a, &b, secs, &[])?;
-    let t1 = cpu_ticks();
-    let hz = 100.0; // USER_HZ on Linux
-    let cpu_s = (t1.0 - t0.0) as f64 / hz;
-    out.push(sample("tcp1_gbps", "Gbit/s", gbps));
+    let ((gbps, bytes, cpu_s), st) = steady("tcp1", log, || {
+        let t0 = cpu_ticks();
+        let (gbps, bytes) = iperf(&mut lab, &a, &b, secs, &[])?;
+        let t1 = cpu_ticks();
+        let hz = 100.0; // USER_HZ on Linux
+        Ok((gbps, bytes, (t1.0 - t0.0) as f64 / hz))
+    })?;
+    let mut first = vec![sample("tcp1_gbps", "Gbit/s", gbps)];
     if bytes > 0.0 {
-        out.push(sample("cpu_s_per_gb", "s/GB", cpu_s / (bytes / 1e9)));
+        first.push(sample("cpu_s_per_gb", "s/GB", cpu_s / (bytes / 1e9)));
     }
-    wait_idle();
-    out.push(sample("tcp4_gbps", "Gbit/s", iperf(&mut lab, &a, &b, secs, &["-P", "4"])?.0));
-    wait_idle();
+    out.extend(stolen(first, st));
+    let (g, st) = steady("tcp4", log, || iperf(&mut lab, &a, &b, secs, &["-P", "4"]))?;
+    out.extend(stolen(vec![sample("tcp4_gbps", "Gbit/s", g.0)], st));
     let len = (mtu - 28).min(65_507).to_string();
-    out.push(sample("udp_gbps", "Gbit/s", iperf(&mut lab, &a, &b, secs, &["-u", "-b", "0", "-l", &len])?.0));
+    let (g, st) = steady("udp", log, || iperf(&mut lab, &a, &b, secs, &["-u", "-b", "0", "-l", &len]))?;
+    out.extend(stolen(vec![sample("udp_gbps", "Gbit/s", g.0)], st));
     for size in [56u32, 1024, 8000] {
-        let (avg, mdev) = ping_rtt(&lab, &a, &b, size, opts.pings)?;
-        out.push(sample(format!("ping{size}_rtt_us"), "us", avg));
-        out.push(sample(format!("ping{size}_mdev_us"), "us", mdev));
+        let ((avg, mdev), st) = steady("ping", log, || ping_rtt(&lab, &a, &b, size, opts.pings))?;
+        out.extend(stolen(
+            vec![
+                sample(format!("ping{size}_rtt_us"), "us", avg),
+                sample(format!("ping{size}_mdev_us"), "us", mdev),
+            ],
+            st,
+        ));
     }
     for (proto, metric) in [("--tcp", "rr_tcp_p50_us"), ("", "rr_udp_p50_us")] {
-        out.push(sample(metric, "us", sockperf(&mut lab, &a, &b, proto, secs)?));
+        let (p50, st) = steady(metric, log, || sockperf(&mut lab, &a, &b, proto, secs))?;
+        out.extend(stolen(vec![sample(metric, "us", p50)], st));
     }
-    out.extend(mpi(&lab, &a, &b, subnet, opts)?);
-    Ok((out, steal))
+    let (m, st) = steady("mpi", log, || mpi(&lab, &a, &b, subnet, opts))?;
+    out.extend(stolen(m, st));
+    Ok(out)
 }
 
 /// iperf3 from `a` to `b`: (Gbit/s received, bytes received).
@@ -491,10 +598,14 @@ pub fn markdown(doc: &Value) -> String {
     let _ = writeln!(md, "Command: `{}`  ", doc["command"].as_str().unwrap_or(""));
     let _ = writeln!(
         md,
-        "Repeats: {}, {} s per transfer; median CPU steal during runs: {:.1} %; congestion control: {}\n",
+        "Repeats: {}, {} s per transfer; CPU steal during measurements: median {:.1} %, largest {:.1} % \
+         (limit {:.0} %; {} measurements taken again); congestion control: {}\n",
         doc["repeats"],
         doc["seconds"],
         doc["steal_pct_median"].as_f64().unwrap_or(0.0),
+        doc["steal_pct_max"].as_f64().unwrap_or(0.0),
+        doc["steal_limit_pct"].as_f64().unwrap_or(0.0),
+        doc["steal_remeasured"].as_u64().unwrap_or(0),
         doc["congestion_control"].as_str().unwrap_or("")
     );
     for n in doc["notes"].as_array().into_iter().flatten() {
@@ -617,6 +728,14 @@ mod tests {
         assert!((r.0 - 915.0).abs() < 1e-6 && (r.1 - 1818.0).abs() < 1e-6);
         assert_eq!(parse_rtt("rtt min/avg/max/mdev = 0.1/0.2/0.3/0.5 ms"), Some((200.0, 500.0)));
         assert_eq!(parse_rtt("rtt garbage"), None);
+    }
+
+    #[test]
+    fn steal_is_a_share_of_all_cpu_time_and_survives_a_counter_reset() {
+        assert_eq!(steal_pct((0, 100, 1000), (0, 150, 2000)), 5.0);
+        assert_eq!(steal_pct((0, 100, 1000), (0, 90, 1000)), 0.0);
+        let s = stolen(vec![sample("a", "us", 1.0), sample("b", "us", 2.0)], 7.5);
+        assert!(s.iter().all(|x| x.steal_pct == 7.5));
     }
 
     #[test]
