@@ -148,7 +148,7 @@ const STEAL_TRIES: usize = 3;
 /// Measuring again may add at most this share to the run's time: when the
 /// host is busy for long, steal stays high on every try, and the run must
 /// still end.
-const REMEASURE_BUDGET: f64 = 0.15;
+const REMEASURE_BUDGET: f64 = 0.10;
 
 /// Steal seen by the measurements of a run.
 struct StealLog {
@@ -296,7 +296,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
             "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
             "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
-            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Each measurement is taken again (up to 3 tries, the least stolen kept, while measuring again has added under 15 % to the run's time) when the hypervisor stole more than the steal limit of the machine's CPU time during it (`sample_steal_pct` per sample): on this VM throughput falls almost in proportion to steal, which comes and goes over minutes. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it, or at least to agree with it (the two runs' intervals overlap); `vnet-lab compare` counts both.",
+            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Each measurement is taken again (up to 3 tries, the least stolen kept, while measuring again has added under 10 % to the run's time) when the hypervisor stole more than the steal limit of the machine's CPU time during it (`sample_steal_pct` per sample): on this VM throughput falls almost in proportion to steal, which comes and goes over minutes. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it, or at least to agree with it (the two runs' intervals overlap); `vnet-lab compare` counts both.",
         ],
         "failures": failures,
         "results": results,
@@ -350,12 +350,12 @@ fn cpu_ticks() -> (u64, u64, u64) {
     (busy, g(7), busy + g(3) + g(4) + g(7))
 }
 
-/// Waits until the machine is idle (busy < 15 %, steal < 10 % over 0.5 s),
+/// Waits until the machine is idle (busy < 15 %, steal < 10 % over 0.2 s),
 /// up to 20 tries.
 fn wait_idle() {
     for _ in 0..20 {
         let a = cpu_ticks();
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(200));
         let b = cpu_ticks();
         let busy = b.0.saturating_sub(a.0) as f64 / b.2.saturating_sub(a.2).max(1) as f64 * 100.0;
         if busy < 15.0 && steal_pct(a, b) < 10.0 {

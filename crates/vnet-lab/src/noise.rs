@@ -100,19 +100,33 @@ pub fn annotate(doc: &mut Value) {
     doc["results"] = Value::Array(out);
 }
 
+/// How many rows of a kind passed each test.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// The rerun's figure lies within the first run's ± noise.
+    pub inside: usize,
+    /// The two intervals (figure ± each run's noise) overlap.
+    pub agree: usize,
+    /// Rows found in both runs.
+    pub of: usize,
+}
+
+impl Counts {
+    fn add(&mut self, inside: bool, agree: bool) {
+        self.inside += usize::from(inside);
+        self.agree += usize::from(agree);
+        self.of += 1;
+    }
+}
+
 /// The outcome of checking a rerun against a first run.
 #[derive(Debug, Default)]
 pub struct Comparison {
-    pub medians_inside: usize,
-    pub medians: usize,
-    pub ratios_inside: usize,
-    pub ratios: usize,
-    /// Rows whose two intervals (median ± each run's noise) overlap.
-    pub medians_agree: usize,
-    pub ratios_agree: usize,
-    /// The same four counts and totals for the [`HEADLINE`] metrics only:
-    /// medians inside, agreeing, of; ratios inside, agreeing, of.
-    pub headline: [usize; 6],
+    pub medians: Counts,
+    pub ratios: Counts,
+    /// The same for the [`HEADLINE`] metrics only.
+    pub headline_medians: Counts,
+    pub headline_ratios: Counts,
     /// A Markdown table, one line per row found in both runs.
     pub text: String,
 }
@@ -140,6 +154,20 @@ pub const HEADLINE: [&str; 9] = [
     "cpu_s_per_gb",
 ];
 
+/// The CPU steal a run recorded, for the comparison's header.
+fn steal_note(d: &Value) -> String {
+    match (d["steal_pct_median"].as_f64(), d["steal_pct_max"].as_f64()) {
+        (Some(m), Some(x)) => format!(
+            "; steal during measurements: median {m:.1} %, largest {x:.1} %, {} taken again",
+            d["steal_remeasured"].as_u64().unwrap_or(0)
+        ),
+        (Some(m), None) => {
+            format!("; steal while idle before each case: median {m:.1} % (steal under load not recorded)")
+        }
+        _ => String::new(),
+    }
+}
+
 /// Checks every row of `new` that `old` also has against `old`'s medians
 /// and noise. Both documents are annotated first (so files written before
 /// the noise fields existed work too).
@@ -148,6 +176,16 @@ pub fn compare(old: &Value, new: &Value) -> Comparison {
     annotate(&mut old);
     annotate(&mut new);
     let mut c = Comparison::default();
+    for (name, d) in [("First run", &old), ("Rerun", &new)] {
+        let _ = writeln!(
+            c.text,
+            "{name}: {} ({}){}  ",
+            d["date"].as_str().unwrap_or("?"),
+            d["command"].as_str().unwrap_or("?"),
+            steal_note(d)
+        );
+    }
+    c.text.push('\n');
     let _ = writeln!(
         c.text,
         "| condition | case | metric | first: median ±noise | rerun ±noise | in | agree | first: ratio ±noise | rerun ±noise | in | agree |"
@@ -169,13 +207,9 @@ pub fn compare(old: &Value, new: &Value) -> Comparison {
         let head = HEADLINE.iter().any(|h| o["metric"] == *h);
         let med_ok = inside(om, noise, nm);
         let med_agree = agree(om, noise, nm, n_noise);
-        c.medians += 1;
-        c.medians_inside += usize::from(med_ok);
-        c.medians_agree += usize::from(med_agree);
+        c.medians.add(med_ok, med_agree);
         if head {
-            c.headline[0] += usize::from(med_ok);
-            c.headline[1] += usize::from(med_agree);
-            c.headline[2] += 1;
+            c.headline_medians.add(med_ok, med_agree);
         }
         let mark = |ok: bool| if ok { "yes" } else { "**no**" };
         let mut ratio_cells = String::from(" | | | ");
@@ -184,13 +218,9 @@ pub fn compare(old: &Value, new: &Value) -> Comparison {
                 let rn = o["ratio_noise_pct"].as_f64().unwrap_or(0.0);
                 let nrn = n["ratio_noise_pct"].as_f64().unwrap_or(0.0);
                 let (ok, ag) = (inside(or, rn, nr), agree(or, rn, nr, nrn));
-                c.ratios += 1;
-                c.ratios_inside += usize::from(ok);
-                c.ratios_agree += usize::from(ag);
+                c.ratios.add(ok, ag);
                 if head {
-                    c.headline[3] += usize::from(ok);
-                    c.headline[4] += usize::from(ag);
-                    c.headline[5] += 1;
+                    c.headline_ratios.add(ok, ag);
                 }
                 ratio_cells = format!("{or:.2} ±{rn:.0}% | {nr:.2} ±{nrn:.0}% | {} | {}", mark(ok), mark(ag));
             }
@@ -206,16 +236,20 @@ pub fn compare(old: &Value, new: &Value) -> Comparison {
             mark(med_agree),
         );
     }
-    let h = c.headline;
     let _ = writeln!(
         c.text,
         "\n| rows | medians inside the first run's noise | medians agreeing (intervals overlap) | ratios inside | ratios agreeing |\n\
-         |---|---|---|---|---|\n\
-         | all | {}/{} | {}/{} | {}/{} | {}/{} |\n\
-         | headline metrics | {}/{} | {}/{} | {}/{} | {}/{} |",
-        c.medians_inside, c.medians, c.medians_agree, c.medians, c.ratios_inside, c.ratios, c.ratios_agree, c.ratios,
-        h[0], h[2], h[1], h[2], h[3], h[5], h[4], h[5],
+         |---|---|---|---|---|"
     );
+    for (name, m, r) in
+        [("all", c.medians, c.ratios), ("headline metrics", c.headline_medians, c.headline_ratios)]
+    {
+        let _ = writeln!(
+            c.text,
+            "| {name} | {}/{} | {}/{} | {}/{} | {}/{} |",
+            m.inside, m.of, m.agree, m.of, r.inside, r.of, r.agree, r.of
+        );
+    }
     c
 }
 
@@ -271,19 +305,20 @@ mod tests {
             row("vnet-kernel-vnet", "tcp1_gbps", &[20.0]),     // not in the first run
         ]});
         let c = compare(&old, &new);
-        assert_eq!((c.medians_inside, c.medians), (2, 3), "{}", c.text);
+        assert_eq!((c.medians.inside, c.medians.of), (2, 3), "{}", c.text);
         // Ratio noise pooled over vxlan and vnet: vxlan's per-repeat ratios
         // are all 0.5, vnet's 0.4, 0.364, 0.444 (max deviation 10 %).
         // Rerun ratios 0.571 (vxlan, outside 0.5 ±10 %) and 0.4 (inside).
-        assert_eq!((c.ratios_inside, c.ratios), (1, 2), "{}", c.text);
+        assert_eq!((c.ratios.inside, c.ratios.of), (1, 2), "{}", c.text);
         assert!(
             c.text.contains("vxlan | tcp1_gbps | 10.00 ±10% | 12.00 ±0% | **no** | **no**"),
             "{}",
             c.text
         );
         // The rerun's own noise is 0 here, so agreeing is being inside.
-        assert_eq!((c.medians_agree, c.ratios_agree), (2, 1));
-        assert_eq!(c.headline, [2, 2, 3, 1, 1, 2]);
+        assert_eq!((c.medians.agree, c.ratios.agree), (2, 1));
+        assert_eq!(c.headline_medians, Counts { inside: 2, agree: 2, of: 3 });
+        assert_eq!(c.headline_ratios, Counts { inside: 1, agree: 1, of: 2 });
     }
 
     #[test]
@@ -295,8 +330,8 @@ mod tests {
             row("native", "ping56_rtt_us", &[54.0, 57.0, 60.0]),  // 57 ±5 %: 54 < 55
         ]});
         let c = compare(&old, &new);
-        assert_eq!((c.medians_inside, c.medians_agree, c.medians), (0, 1, 1), "{}", c.text);
+        assert_eq!(c.medians, Counts { inside: 0, agree: 1, of: 1 }, "{}", c.text);
         let far = json!({"results": [row("native", "ping56_rtt_us", &[70.0, 70.0, 70.0])]});
-        assert_eq!(compare(&old, &far).medians_agree, 0);
+        assert_eq!(compare(&old, &far).medians.agree, 0);
     }
 }
