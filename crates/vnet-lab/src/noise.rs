@@ -11,6 +11,13 @@
 //! in repeat r), which cancels drift that hits both alike; their noise is
 //! pooled the same way over the non-native cases.
 //!
+//! What the repeats cannot hold is the host: on a VM, the CPU time the
+//! hypervisor steals moves throughput by tens of percent and comes and goes
+//! over seconds to hours, so a run in a quiet hour reports a narrow noise
+//! that a run in a crowded hour falls outside of. The bench therefore
+//! measures again what was stolen from (`bench::STEAL_MAX_PCT`), and every
+//! sample carries its steal so a comparison can say which run was crowded.
+//!
 //! A rerun passes for a row when its median lies within the first run's
 //! median plus or minus that noise; [`compare`] counts both the absolute
 //! medians and the ratios. It also counts the rows where the two runs
