@@ -9,6 +9,9 @@ prepare qemu-system-x86 busybox-static cpio   # the QEMU guest tests (lab/build-
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
 
 step() { echo; echo "== $*"; }
+# Every lab this run makes carries its tag, so the check at the end counts
+# what this run left behind, not the namespaces of a bench running meanwhile.
+export VNET_LAB_TAG="t$$"
 step "fmt";    cargo fmt --all -- --check
 step "clippy"; cargo clippy --workspace --all-targets -- -D warnings
 step "unit and property tests"
@@ -27,6 +30,6 @@ step "QEMU guests (TCG) on TAP and vhost-user"
 cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${qemu[@]}"
 step "namespace integration tests (root), again with every VM on the kernel (eBPF) path"
 VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${qemu[@]/#/--skip=}"
-left=$(ip netns list | grep -c '^vl' || true)
+left=$(ip netns list | grep -c "^vl$VNET_LAB_TAG-" || true)
 [ "$left" = 0 ] || die "$left lab namespaces were left behind"
 echo; echo "all tests passed"

@@ -14,7 +14,8 @@
 //! persistent, a vnetd can be stopped and started again and the VM keeps its
 //! addresses, like a VM whose host daemon restarts.
 //!
-//! Every name carries a per-run prefix (`vl<pid><n>`), every namespace and
+//! Every name carries a per-run prefix (`vl<pid>x<n>`, or `vl<tag>-<pid>x<n>`
+//! with `VNET_LAB_TAG`), every namespace and
 //! process is recorded in a process-wide registry, and [`Lab`]'s `Drop` (on
 //! success, failure or panic) and [`install_signal_cleanup`] (on Ctrl-C or
 //! SIGTERM) remove them. Only processes the lab started are killed, by pid.
@@ -319,6 +320,19 @@ struct Guest {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// `VNET_LAB_TAG` (1-16 of `a-z0-9`), when set, goes into every name after
+/// `vl` and before a `-`: a test run tags its labs so it can tell its own
+/// leftovers from those of a bench running on the same machine.
+fn run_tag() -> Result<String> {
+    let Ok(t) = std::env::var("VNET_LAB_TAG") else { return Ok(String::new()) };
+    let valid =
+        (1..=16).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if !valid {
+        return Err(Error::Other(format!("VNET_LAB_TAG {t:?}: expected 1-16 characters of a-z and 0-9")));
+    }
+    Ok(format!("{t}-"))
+}
+
 /// The MAC of VM `v` on host `h`.
 pub fn vm_mac(h: usize, v: usize) -> String {
     format!("52:54:00:88:{:02x}:{:02x}", h, v + 1)
@@ -345,7 +359,8 @@ impl Lab {
         if spec.hosts == 0 || spec.hosts > 200 || spec.vms_per_host > 200 {
             return Err(Error::Other("a lab has 1-200 hosts with 0-200 VMs each".into()));
         }
-        let prefix = format!("vl{:x}x{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        let prefix =
+            format!("vl{}{:x}x{}", run_tag()?, std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
         let dir = std::env::temp_dir().join(&prefix);
         std::fs::create_dir_all(&dir).map_err(io("creating the lab directory"))?;
         let mut lab = Lab {
