@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
 
 def conditions(rows):
@@ -29,12 +30,23 @@ def median(rows, case, cond, metric):
     return None
 
 
-def bars(rows, metrics, ylabel, path, title):
+def grid(n):
+    """A figure with one panel per condition, two panels a row."""
+    cols = min(n, 2)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(7.5 * cols, 4.6 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def bars(rows, metrics, ylabel, path, title, log=False):
     conds = conditions(rows)
     cs = cases(rows)
-    fig, axes = plt.subplots(1, len(conds), figsize=(5.5 * len(conds), 4.2), squeeze=False)
+    fig, axes = grid(len(conds))
     width = 0.8 / max(len(cs), 1)
-    for ax, cond in zip(axes[0], conds):
+    for ax, cond in zip(axes, conds):
         for i, c in enumerate(cs):
             vals = [median(rows, c, cond, m) or 0 for m in metrics]
             xs = [j + i * width for j in range(len(metrics))]
@@ -43,8 +55,13 @@ def bars(rows, metrics, ylabel, path, title):
         ax.set_xticklabels(metrics, rotation=20)
         ax.set_title(f"MTU {cond[0]}, {cond[1]}")
         ax.set_ylabel(ylabel)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+        if log:
+            # The cases span three orders of magnitude (tens of us to
+            # milliseconds): on a linear axis all but the slowest vanish.
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.grid(axis="y", alpha=0.3, which="both" if log else "major")
+    axes[0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -54,8 +71,8 @@ def bars(rows, metrics, ylabel, path, title):
 def mpi_latency(rows, path):
     conds = conditions(rows)
     cs = cases(rows)
-    fig, axes = plt.subplots(1, len(conds), figsize=(5.5 * len(conds), 4.2), squeeze=False)
-    for ax, cond in zip(axes[0], conds):
+    fig, axes = grid(len(conds))
+    for ax, cond in zip(axes, conds):
         for c in cs:
             pts = []
             for r in rows:
@@ -72,7 +89,7 @@ def mpi_latency(rows, path):
         ax.set_ylabel("one-way latency (us)")
         ax.set_title(f"MPI ping-pong, MTU {cond[0]}, {cond[1]}")
         ax.grid(alpha=0.3, which="both")
-    axes[0][0].legend(fontsize=8)
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -87,7 +104,8 @@ def main():
         return 1
     bars(rows, ["tcp1_gbps", "tcp4_gbps", "udp_gbps"], "Gbit/s", f"{out}/throughput.png", "Throughput (median)")
     bars(rows, ["ping56_rtt_us", "ping1024_rtt_us", "ping8000_rtt_us", "rr_tcp_p50_us", "rr_udp_p50_us",
-                "mpi_lat0_us"], "microseconds", f"{out}/latency.png", "Latency (median; lower is better)")
+                "mpi_lat0_us"], "microseconds (log scale)", f"{out}/latency.png",
+         "Latency (median; lower is better)", log=True)
     mpi_latency(rows, f"{out}/mpi_latency.png")
     return 0
 
