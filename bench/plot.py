@@ -41,6 +41,14 @@ def grid(n):
     return fig, flat[:n]
 
 
+def save(fig, axes, path):
+    """The legend on the first panel, then the figure to path."""
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def bars(rows, metrics, ylabel, path, title, log=False):
     conds = conditions(rows)
     cs = cases(rows)
@@ -61,11 +69,8 @@ def bars(rows, metrics, ylabel, path, title, log=False):
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.grid(axis="y", alpha=0.3, which="both" if log else "major")
-    axes[0].legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, axes, path)
 
 
 def mpi_latency(rows, path):
@@ -89,10 +94,7 @@ def mpi_latency(rows, path):
         ax.set_ylabel("one-way latency (us)")
         ax.set_title(f"MPI ping-pong, MTU {cond[0]}, {cond[1]}")
         ax.grid(alpha=0.3, which="both")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, axes, path)
 
 
 def main():
