@@ -63,6 +63,35 @@ pub enum Format {
     Vnet,
 }
 
+/// How a link reaches its peer: one variant per link kind. Every `match` on
+/// it is exhaustive, so a new kind is one variant here and the compiler names
+/// every place that must learn it (parser, state, engine, daemon, kernel path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// UDP to a peer vnetd (`vnet` format) or a Palacios host (`raw`).
+    Udp { remote: SocketAddr, format: Format, network: u32 },
+    /// VXLAN (RFC 7348) to a VTEP: a Linux vxlan device, Open vSwitch, a
+    /// switch, or another vnetd. One frame per datagram, never fragmented.
+    Vxlan { remote: SocketAddr, vni: u32 },
+}
+
+impl Transport {
+    /// The peer's underlay address.
+    pub fn remote(&self) -> SocketAddr {
+        match self {
+            Transport::Udp { remote, .. } | Transport::Vxlan { remote, .. } => *remote,
+        }
+    }
+
+    /// The kind's word in the control language.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Transport::Udp { .. } => "udp",
+            Transport::Vxlan { .. } => "vxlan",
+        }
+    }
+}
+
 /// How vnetd reaches an interface's VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IfaceKind {
@@ -169,15 +198,16 @@ pub enum Command {
         offload: bool,
         datapath: Datapath,
     },
-    /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`, or
-    /// the Palacios `add IP PORT [udp]` (then `name` is `None`).
+    /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`,
+    /// `link NAME vxlan ADDR[:PORT] vni N [mtu N]`, or the Palacios
+    /// `add IP PORT [udp]` (then `name` is `None`).
     Link {
         name: Option<String>,
-        remote: SocketAddr,
-        format: Format,
-        network: u32,
+        transport: Transport,
         mtu: u32,
     },
+    /// `listen vxlan ADDR:PORT`: where VXLAN datagrams are received.
+    ListenVxlan(SocketAddr),
     /// `route SRC DST -> TARGET [from ...]`, or the Palacios route `add`.
     Route {
         src: MacSpec,

@@ -9,6 +9,7 @@
 //! interface vm0 tap vnet0 mac 52:54:00:00:00:01 mtu 9000 netns vmA
 //! interface vm1 netdev tap-qemu1 mac 52:54:00:00:00:03  # a TAP QEMU holds
 //! link hostb udp 10.0.0.2:9000 format vnet network 1 mtu 1500
+//! link fabric vxlan 10.0.0.4 vni 42 mtu 1500      # a Linux or OVS VTEP
 //! route any ff:ff:ff:ff:ff:ff -> link hostb
 //! route any 52:54:00:00:00:02 -> link hostb
 //! route any 52:54:00:00:00:01 -> interface vm0 from link hostb
@@ -30,9 +31,9 @@ pub mod lex;
 pub mod parse;
 pub mod state;
 
-pub use ast::{Command, Datapath, Located, Mode, ShowWhat};
+pub use ast::{Command, Datapath, Located, Mode, ShowWhat, Transport};
 pub use parse::{parse, parse_line, Section};
-pub use state::{IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, State};
+pub use state::{canonical, IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, RxKey, State};
 
 use core::fmt;
 

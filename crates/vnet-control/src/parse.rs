@@ -2,6 +2,7 @@
 
 use crate::ast::{
     Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, Ref, ShowWhat, Target,
+    Transport,
 };
 use crate::lex::{found, words, Token};
 use crate::{Error, Pos, Result};
@@ -58,6 +59,24 @@ pub fn parse_line(line: &str, line_no: u32, section: &mut Section) -> Result<Opt
     let cmd = p.command(*section)?;
     p.end()?;
     Ok(Some(Located { pos: first.pos, item: cmd }))
+}
+
+/// A link's remote must be one host that can answer: a unicast address and
+/// a port other than 0 (`255.255.255.255:9000` or `IP:0` would be accepted
+/// by a socket and lead nowhere, or everywhere).
+fn check_remote(pos: Pos, remote: SocketAddr) -> Result<()> {
+    let ip = remote.ip();
+    let bad = match ip {
+        IpAddr::V4(a) => a.is_unspecified() || a.is_broadcast() || a.is_multicast(),
+        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
+    };
+    if bad {
+        return Err(Error::new(pos, "a unicast address for the link's peer", format!("`{ip}`")));
+    }
+    if remote.port() == 0 {
+        return Err(Error::new(pos, "a port from 1 to 65535", "port 0"));
+    }
+    Ok(())
 }
 
 struct Parser<'t, 'a> {
@@ -170,7 +189,8 @@ impl<'a> Parser<'_, 'a> {
     }
 
     /// `IP[:PORT]` or `[IPv6]:PORT`, port defaulting to 9000.
-    fn endpoint(&mut self) -> Result<SocketAddr> {
+    /// `IP` or `IP:PORT` (`[IPv6]:PORT`); `IP` alone takes `default_port`.
+    fn endpoint(&mut self, default_port: u16) -> Result<SocketAddr> {
         let expected = "an address like 10.0.0.2 or 10.0.0.2:9000";
         let pos = self.pos();
         let t = self.next(expected)?;
@@ -178,7 +198,7 @@ impl<'a> Parser<'_, 'a> {
             return Ok(sa);
         }
         match t.text.parse::<IpAddr>() {
-            Ok(ip) => Ok(SocketAddr::new(ip, DEFAULT_PORT)),
+            Ok(ip) => Ok(SocketAddr::new(ip, default_port)),
             Err(_) => Err(Error::new(pos, expected, found(Some(&t)))),
         }
     }
@@ -227,12 +247,14 @@ impl<'a> Parser<'_, 'a> {
             "interface" => self.interface(),
             "link" => self.link(),
             "route" => self.route(),
-            "listen" => {
-                self.keyword(&["udp"], "`udp`")?;
-                let addr: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000")?;
-                let mode = if self.eat("mode") { Some(self.mode()?) } else { None };
-                Ok(Command::Listen { addr, mode })
-            }
+            "listen" => match self.keyword(&["udp", "vxlan"], "`udp` or `vxlan`")? {
+                "udp" => {
+                    let addr: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000")?;
+                    let mode = if self.eat("mode") { Some(self.mode()?) } else { None };
+                    Ok(Command::Listen { addr, mode })
+                }
+                _ => Ok(Command::ListenVxlan(self.parsed("an address and port like 0.0.0.0:4789")?)),
+            },
             "show" => {
                 let what = match self.keyword(
                     &["routes", "links", "interfaces", "stats", "config", "metrics"],
@@ -265,9 +287,11 @@ impl<'a> Parser<'_, 'a> {
             }
             return Ok(Command::Link {
                 name: None,
-                remote: SocketAddr::new(ip, port),
-                format: Format::Raw,
-                network: 0,
+                transport: Transport::Udp {
+                    remote: SocketAddr::new(ip, port),
+                    format: Format::Raw,
+                    network: 0,
+                },
                 mtu: DEFAULT_LINK_MTU,
             });
         }
@@ -449,36 +473,53 @@ impl<'a> Parser<'_, 'a> {
 
     fn link(&mut self) -> Result<Command> {
         let name = self.name("a link name")?;
-        self.keyword(&["udp"], "a link protocol: `udp`")?;
-        let remote = self.endpoint()?;
-        let (mut format, mut network, mut mtu) = (None, None, None);
+        let kind = self.keyword(&["udp", "vxlan"], "a link kind: `udp` or `vxlan`")?;
+        // `vxlan IP` means IANA's port, `udp IP` vnet's (and Palacios').
+        let default_port = if kind == "vxlan" { vnet_wire::vxlan::IANA_PORT } else { DEFAULT_PORT };
+        let (remote_pos, remote) = (self.pos(), self.endpoint(default_port)?);
+        let (mut format, mut network, mut mtu, mut vni) = (None, None, None, None);
+        let (opts, expected): (&[&str], _) = match kind {
+            "udp" => (&["format", "network", "mtu"], "an option: `format`, `network` or `mtu`"),
+            _ => (&["vni", "mtu"], "an option: `vni` or `mtu`"),
+        };
         while self.peek().is_some() {
             let opt_pos = self.pos();
-            let o = self.keyword(&["format", "network", "mtu"], "an option: `format`, `network` or `mtu`")?;
-            let dup = match o {
-                "format" => {
-                    let f = match self.keyword(&["raw", "vnet"], "a format: `raw` or `vnet`")? {
-                        "raw" => Format::Raw,
-                        _ => Format::Vnet,
-                    };
-                    format.replace(f).is_some()
-                }
-                "network" => {
-                    network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
-                }
-                _ => mtu.replace(self.number("an underlay MTU (576-65535)", 576..=65535)?).is_some(),
-            };
+            let o = self.keyword(opts, expected)?;
+            let dup =
+                match o {
+                    "format" => {
+                        let f = match self.keyword(&["raw", "vnet"], "a format: `raw` or `vnet`")? {
+                            "raw" => Format::Raw,
+                            _ => Format::Vnet,
+                        };
+                        format.replace(f).is_some()
+                    }
+                    "network" => {
+                        network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
+                    }
+                    "vni" => vni
+                        .replace(self.number(
+                            "a VXLAN network identifier (0-16777215)",
+                            0..=vnet_wire::vxlan::MAX_VNI,
+                        )?)
+                        .is_some(),
+                    _ => mtu.replace(self.number("an underlay MTU (576-65535)", 576..=65535)?).is_some(),
+                };
             if dup {
                 return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
             }
         }
-        Ok(Command::Link {
-            name: Some(name),
-            remote,
-            format: format.unwrap_or_default(),
-            network: network.unwrap_or(0),
-            mtu: mtu.unwrap_or(DEFAULT_LINK_MTU),
-        })
+        check_remote(remote_pos, remote)?;
+        let transport = match kind {
+            "udp" => {
+                Transport::Udp { remote, format: format.unwrap_or_default(), network: network.unwrap_or(0) }
+            }
+            _ => match vni {
+                Some(vni) => Transport::Vxlan { remote, vni },
+                None => return self.err("`vni N` (a VXLAN link names its network identifier)"),
+            },
+        };
+        Ok(Command::Link { name: Some(name), transport, mtu: mtu.unwrap_or(DEFAULT_LINK_MTU) })
     }
 
     fn route(&mut self) -> Result<Command> {
@@ -526,9 +567,11 @@ mod tests {
                 one(s),
                 Command::Link {
                     name: None,
-                    remote: format!("10.0.0.2:{port}").parse().unwrap(),
-                    format: Format::Raw,
-                    network: 0,
+                    transport: Transport::Udp {
+                        remote: format!("10.0.0.2:{port}").parse().unwrap(),
+                        format: Format::Raw,
+                        network: 0
+                    },
                     mtu: 1500
                 }
             );
@@ -602,12 +645,28 @@ mod tests {
             one("link hostb udp 10.0.0.2 format vnet network 7"),
             Command::Link {
                 name: Some("hostb".into()),
-                remote: "10.0.0.2:9000".parse().unwrap(),
-                format: Format::Vnet,
-                network: 7,
+                transport: Transport::Udp {
+                    remote: "10.0.0.2:9000".parse().unwrap(),
+                    format: Format::Vnet,
+                    network: 7
+                },
                 mtu: 1500
             }
         );
+        // VXLAN: IANA's port unless told (8472 is what a Linux device without `dstport` uses).
+        assert_eq!(
+            one("link fab vxlan 10.0.0.4 vni 42"),
+            Command::Link {
+                name: Some("fab".into()),
+                transport: Transport::Vxlan { remote: "10.0.0.4:4789".parse().unwrap(), vni: 42 },
+                mtu: 1500
+            }
+        );
+        assert!(matches!(
+            one("link fab vxlan 10.0.0.4:8472 vni 16777215 mtu 9000"),
+            Command::Link { transport: Transport::Vxlan { vni: 16_777_215, .. }, mtu: 9000, .. }
+        ));
+        assert_eq!(one("listen vxlan 0.0.0.0:8472"), Command::ListenVxlan("0.0.0.0:8472".parse().unwrap()));
         assert!(matches!(one("link x udp [::1]:9001 mtu 9000"), Command::Link { mtu: 9000, .. }));
         assert_eq!(
             one("route any any to link hostb"),
@@ -665,6 +724,16 @@ mod tests {
             ("interface vm tap x queues 17", 1, 27, "queue count"),
             ("link a udp 10.0.0.300", 1, 12, "address"),
             ("link a udp 10.0.0.3 format gre", 1, 28, "`raw` or `vnet`"),
+            ("link a gre 10.0.0.3", 1, 8, "`udp` or `vxlan`"),
+            ("link a vxlan 10.0.0.3", 1, 22, "`vni N`"),
+            ("link a vxlan 10.0.0.3 vni 16777216", 1, 27, "VXLAN network identifier"),
+            ("link a vxlan 10.0.0.3 format vnet", 1, 23, "`vni` or `mtu`"),
+            ("link a vxlan 10.0.0.3 vni 1 vni 2", 1, 29, "each option once"),
+            ("link a udp 10.0.0.3:0", 1, 12, "a port from 1 to 65535"),
+            ("link a udp 255.255.255.255:9000", 1, 12, "unicast address"),
+            ("link a vxlan 224.0.0.1 vni 3", 1, 14, "unicast address"),
+            ("listen vxlan 0.0.0.0", 1, 14, "0.0.0.0:4789"),
+            ("listen tcp 0.0.0.0:1", 1, 8, "`udp` or `vxlan`"),
             ("show routes extra", 1, 13, "end of line"),
             ("[routes] x", 1, 10, "end of line"),
             ("add any ff:ff:ff:ff:ff:ff edge any", 1, 32, "IP"),

@@ -5,7 +5,7 @@
 //! module only checks and records. [`State::apply_all`] is the atomic form:
 //! it works on a copy and returns it only if every command succeeded.
 
-use crate::ast::{Command, Datapath, Format, From, IfaceRef, LinkRef, Located, Ref, Target};
+use crate::ast::{Command, Datapath, Format, From, IfaceRef, LinkRef, Located, Ref, Target, Transport};
 use crate::parse::DEFAULT_PORT;
 use crate::{Error, Result};
 use std::collections::BTreeMap;
@@ -35,16 +35,64 @@ pub struct InterfaceDef {
     pub datapath: Datapath,
 }
 
-/// A UDP link to another host.
+/// A link to another host, of one of the kinds of [`Transport`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkDef {
     pub id: u32,
     pub name: String,
-    pub remote: SocketAddr,
-    pub format: Format,
-    pub network: u32,
+    pub transport: Transport,
     /// The underlay MTU on the way to the peer.
     pub mtu: u32,
+}
+
+impl LinkDef {
+    /// The peer's underlay address.
+    pub fn remote(&self) -> SocketAddr {
+        self.transport.remote()
+    }
+
+    /// Which of a host's receiving sockets the peer's datagrams arrive on,
+    /// and what tells two links to one peer apart there: a peer has one
+    /// `udp` link, and one `vxlan` link per VNI.
+    pub fn rx_key(&self) -> RxKey {
+        match self.transport {
+            Transport::Udp { remote, .. } => RxKey::Udp(canonical(remote.ip())),
+            Transport::Vxlan { remote, vni } => RxKey::Vxlan(canonical(remote.ip()), vni),
+        }
+    }
+
+    /// The line that declares it.
+    pub fn to_line(&self) -> String {
+        match self.transport {
+            Transport::Udp { remote, format, network } => {
+                let f = match format {
+                    Format::Raw => "raw",
+                    Format::Vnet => "vnet",
+                };
+                format!("link {} udp {remote} format {f} network {network} mtu {}", self.name, self.mtu)
+            }
+            Transport::Vxlan { remote, vni } => {
+                format!("link {} vxlan {remote} vni {vni} mtu {}", self.name, self.mtu)
+            }
+        }
+    }
+}
+
+/// What attributes an arriving datagram to a link: the socket it came in on
+/// and its source address (and, for VXLAN, its VNI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RxKey {
+    Udp(IpAddr),
+    Vxlan(IpAddr, u32),
+}
+
+/// An IPv4-mapped IPv6 address as its IPv4 form (what a dual-stack socket
+/// reports), anything else as it is.
+pub fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
 }
 
 /// A route, resolved to port ids.
@@ -64,6 +112,9 @@ pub struct State {
     pub listen: SocketAddr,
     /// How the link worker waits for datagrams.
     pub listen_mode: Mode,
+    /// Where VXLAN datagrams are received (`listen vxlan`); when unset and a
+    /// `vxlan` link exists, the `listen` address's IP and port 4789.
+    pub listen_vxlan: Option<SocketAddr>,
     pub interfaces: BTreeMap<u32, InterfaceDef>,
     pub links: BTreeMap<u32, LinkDef>,
     pub routes: BTreeMap<u32, RouteDef>,
@@ -77,6 +128,7 @@ impl Default for State {
         State {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_PORT),
             listen_mode: Mode::default(),
+            listen_vxlan: None,
             interfaces: BTreeMap::new(),
             links: BTreeMap::new(),
             routes: BTreeMap::new(),
@@ -152,18 +204,27 @@ impl State {
                     },
                 );
             }
-            Command::Link { name, remote, format, network, mtu } => {
+            Command::Link { name, transport, mtu } => {
                 let id = self.next_link;
                 let name = name.clone().unwrap_or_else(|| format!("link{id}"));
                 if self.links.values().any(|l| l.name == name) {
                     return Err(Error::new(pos, "a new link name", format!("`{name}`, already declared")));
                 }
+                let def = LinkDef { id, name, transport: *transport, mtu: *mtu };
+                // Two links that arriving datagrams cannot tell apart would
+                // make the receiver guess (and the kernel path guess otherwise).
+                if let Some(other) = self.links.values().find(|l| l.rx_key() == def.rx_key()) {
+                    return Err(Error::new(
+                        pos,
+                        "a peer no other link of this kind reaches (one `udp` link per peer address, \
+                         one `vxlan` link per peer address and VNI)",
+                        format!("`{}`, already reached by link `{}`", def.remote().ip(), other.name),
+                    ));
+                }
                 self.next_link += 1;
-                self.links.insert(
-                    id,
-                    LinkDef { id, name, remote: *remote, format: *format, network: *network, mtu: *mtu },
-                );
+                self.links.insert(id, def);
             }
+            Command::ListenVxlan(addr) => self.listen_vxlan = Some(*addr),
             Command::Route { src, dst, to, from } => {
                 let to = match to {
                     Target::Link(r) => Port::Link(self.resolve_link(r)?),
@@ -237,7 +298,7 @@ impl State {
     fn resolve_link(&self, r: &Ref<LinkRef>) -> Result<u32> {
         let hit = match &r.by {
             LinkRef::Name(n) => self.link_by_name(n),
-            LinkRef::Ip(ip) => self.links.values().find(|l| l.remote.ip() == *ip),
+            LinkRef::Ip(ip) => self.links.values().find(|l| l.remote().ip() == *ip),
             LinkRef::Id(id) => self.links.get(id),
         };
         hit.map(|l| l.id).ok_or_else(|| {
@@ -286,6 +347,9 @@ impl State {
     pub fn to_config(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "listen udp {} mode {}", self.listen, self.listen_mode.word());
+        if let Some(v) = self.listen_vxlan {
+            let _ = writeln!(s, "listen vxlan {v}");
+        }
         for i in self.interfaces.values() {
             let kind = i.kind.word();
             let _ = write!(s, "interface {} {kind} {}", i.name, i.dev);
@@ -308,15 +372,7 @@ impl State {
             s.push('\n');
         }
         for l in self.links.values() {
-            let f = match l.format {
-                Format::Raw => "raw",
-                Format::Vnet => "vnet",
-            };
-            let _ = writeln!(
-                s,
-                "link {} udp {} format {f} network {} mtu {}",
-                l.name, l.remote, l.network, l.mtu
-            );
+            let _ = writeln!(s, "{}", l.to_line());
         }
         for r in self.routes.values() {
             let kind = |p: Port| if p.is_link() { "link" } else { "interface" };
@@ -351,7 +407,7 @@ route any 52:54:00:00:00:01 -> interface vm0
     fn builds_state() {
         let s = load(BASE).unwrap();
         assert_eq!(s.interfaces.len(), 1);
-        assert_eq!(s.links[&0].remote, "10.0.0.2:9000".parse().unwrap());
+        assert_eq!(s.links[&0].remote(), "10.0.0.2:9000".parse().unwrap());
         assert_eq!(s.routes[&1].to, Port::Link(0));
         assert_eq!(s.routes[&2].to, Port::Interface(0));
     }
@@ -406,8 +462,22 @@ route any 52:54:00:00:00:01 -> interface vm0
     }
 
     #[test]
+    fn links_a_receiver_could_not_tell_apart_are_refused() {
+        let e = load("link a udp 10.0.0.2\nlink b udp 10.0.0.2:9001 format vnet").unwrap_err();
+        assert_eq!(e.pos.line, 2);
+        assert!(e.found.contains("already reached by link `a`"), "{e}");
+        // VXLAN links to one VTEP differ by VNI; a udp link beside them is another socket.
+        let s =
+            load("link a vxlan 10.0.0.2 vni 1\nlink b vxlan 10.0.0.2 vni 2\nlink c udp 10.0.0.2").unwrap();
+        assert_eq!(s.links.len(), 3);
+        assert!(load("link a vxlan 10.0.0.2 vni 1\nlink b vxlan 10.0.0.2:8472 vni 1").is_err());
+    }
+
+    #[test]
     fn config_roundtrip() {
-        let s = load(BASE).unwrap();
+        let s =
+            load(&format!("{BASE}listen vxlan 0.0.0.0:8472\nlink v vxlan 10.0.0.3:8472 vni 42 mtu 9000\n"))
+                .unwrap();
         let again = load(&s.to_config()).unwrap();
         assert_eq!(again.to_config(), s.to_config());
     }

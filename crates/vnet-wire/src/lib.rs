@@ -18,14 +18,20 @@
 //! - [`reasm`]: bounded-memory reassembly of `vnet` fragments.
 //! - [`virtio`]: the `virtio_net_hdr` offload metadata.
 //! - [`offload`]: completing checksums and segmenting TCP in software.
+//! - [`vxlan`]: the VXLAN header (RFC 7348), as Linux and Open vSwitch speak it.
+//! - [`ip`]: what the data path reads of IPv4/IPv6/TCP/UDP (the flow key).
+//! - [`arp`]: ARP and RARP bodies, and the RARP announcement of a moved VM.
 
+pub mod arp;
 pub mod ethernet;
 pub mod frag;
+pub mod ip;
 pub mod mac;
 pub mod offload;
 pub mod reasm;
 pub mod virtio;
 pub mod vnet;
+pub mod vxlan;
 
 pub use ethernet::EthernetFrame;
 pub use mac::MacAddr;

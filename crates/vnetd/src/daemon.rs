@@ -7,18 +7,20 @@
 //! released; on any failure the new resources are dropped (closed) and the
 //! running configuration is untouched, so traffic keeps flowing.
 
-use crate::dataplane::{self, IfacePort, LinkPort, Plane, Shared, WorkerHandle};
+use crate::dataplane::{self, Shared, WorkerHandle};
+use crate::iface::{self, Attached};
 use crate::kernel::{self, KernelIface, KernelPath};
+use crate::link::{self, Sockets};
 use crate::sys;
-use crate::vhost;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State};
+use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State, Transport};
 use vnet_core::stats::Snapshot;
-use vnet_core::{Counters, Port, Route, RouteTable};
+use vnet_core::{Counters, Port};
+use vnet_engine::{Link, Plane, Via};
 use vnet_wire::reasm;
 
 /// Columns of the text tables of `show`.
@@ -44,6 +46,7 @@ const IFACE_COLS: &[&str] = &[
 const LINK_COLS: &[&str] = &[
     "id",
     "name",
+    "kind",
     "remote",
     "format",
     "network",
@@ -57,29 +60,22 @@ const LINK_COLS: &[&str] = &[
 ];
 const ROUTE_COLS: &[&str] = &["id", "src", "dst", "to", "from", "packets", "bytes", "drops"];
 
-/// The link sockets: the one bound to the `listen` address (received on)
-/// and the pool `vnet` links send from.
-struct Listener {
-    addr: SocketAddr,
-    mode: vnet_control::Mode,
-    sock: Arc<UdpSocket>,
-    pool: Vec<Arc<UdpSocket>>,
-}
-
 /// One host's vnet: configuration, resources and workers.
 pub struct Daemon {
     state: State,
     shared: Arc<Shared>,
     generation: u64,
-    ifaces: BTreeMap<u32, Arc<IfacePort>>,
-    /// Worker k serves queue k of every interface; worker 0 also the link socket.
+    ifaces: BTreeMap<u32, Arc<Attached>>,
+    /// Worker k serves queue k of every interface; worker 0 also the link sockets.
     workers: Vec<WorkerHandle>,
     /// CPUs the workers run on: worker k on `worker_cpus[k % len]`
     /// (empty: wherever the scheduler puts them).
     worker_cpus: Vec<usize>,
-    links: BTreeMap<u32, Arc<LinkPort>>,
+    links: BTreeMap<u32, Arc<Link>>,
     route_counters: BTreeMap<u32, Arc<Counters>>,
-    socket: Option<Listener>,
+    /// The link sockets, and how the worker that reads them waits.
+    sockets: Sockets,
+    listen_mode: vnet_control::Mode,
     reasm: reasm::Config,
     /// The eBPF fast path, loaded the first time an interface asks for it.
     kernel: Option<KernelPath>,
@@ -96,6 +92,13 @@ impl Default for Daemon {
     }
 }
 
+/// Where VXLAN datagrams are received: `listen vxlan`, or, when a VXLAN link
+/// exists without one, IANA's port on the `listen` address.
+fn vxlan_addr(s: &State) -> Option<SocketAddr> {
+    let wanted = s.links.values().any(|l| matches!(l.transport, Transport::Vxlan { .. }));
+    s.listen_vxlan.or_else(|| wanted.then(|| SocketAddr::new(s.listen.ip(), vnet_wire::vxlan::IANA_PORT)))
+}
+
 impl Daemon {
     pub fn new() -> Self {
         Daemon {
@@ -107,7 +110,8 @@ impl Daemon {
             worker_cpus: Vec::new(),
             links: BTreeMap::new(),
             route_counters: BTreeMap::new(),
-            socket: None,
+            sockets: Sockets::default(),
+            listen_mode: vnet_control::Mode::default(),
             reasm: reasm::Config::default(),
             kernel: None,
             kernel_off: None,
@@ -123,26 +127,64 @@ impl Daemon {
     /// Applies `cmds` as one transaction: all of them, or none.
     pub fn apply(&mut self, cmds: &[Located<Command>]) -> Result<(), Error> {
         let next = self.state.apply_all(cmds)?;
-        // Where each new interface was declared, to point errors at it.
+        // Where each new interface (or listen line) was declared, to point errors at it.
         let decl_pos = |name: &str| {
             cmds.iter()
                 .find(|c| matches!(&c.item, Command::Interface { name: n, .. } if n == name))
                 .map_or(Default::default(), |c| c.pos)
         };
+        let last_pos = |pick: fn(&Command) -> bool| {
+            cmds.iter().rev().find(|c| pick(&c.item)).map_or(Default::default(), |c| c.pos)
+        };
 
-        // Acquire: the socket, if the address changed or there is none yet.
-        let mut new_socket = None;
-        let mode_changed = self.socket.as_ref().is_some_and(|s| s.mode != next.listen_mode);
-        if self.socket.as_ref().map(|s| s.addr) != Some(next.listen) {
-            let sock = bind_all(next.listen).map_err(|e| {
-                let pos = cmds
-                    .iter()
-                    .rev()
-                    .find(|c| matches!(c.item, Command::Listen { .. }))
-                    .map_or(Default::default(), |c| c.pos);
-                Error::new(pos, format!("an address vnetd can bind ({})", next.listen), format!("error: {e}"))
+        // Acquire: the link sockets whose address changed (or that are new).
+        let mut sockets = self.sockets.clone();
+        let mut new_socket = false;
+        if sockets.udp.as_ref().map(|b| b.addr) != Some(next.listen) {
+            let b = link::udp::bind_udp(next.listen).map_err(|e| {
+                Error::new(
+                    last_pos(|c| matches!(c, Command::Listen { .. })),
+                    format!("an address vnetd can bind ({})", next.listen),
+                    format!("error: {e}"),
+                )
             })?;
-            new_socket = Some(sock);
+            sockets.udp = Some(b);
+            new_socket = true;
+        }
+        let want_vxlan = vxlan_addr(&next);
+        if sockets.vxlan.as_ref().map(|b| b.addr) != want_vxlan {
+            sockets.vxlan = match want_vxlan {
+                Some(a) => Some(link::udp::bind_vxlan(a).map_err(|e| {
+                    Error::new(
+                        last_pos(|c| matches!(c, Command::ListenVxlan(_) | Command::Link { .. })),
+                        format!("an address vnetd can bind for VXLAN ({a})"),
+                        format!("error: {e}"),
+                    )
+                })?),
+                None => None,
+            };
+            new_socket = true;
+        }
+        let mode_changed = self.listen_mode != next.listen_mode;
+        // Acquire: the links' I/O (new links, and every link if its socket changed).
+        let mut links: BTreeMap<u32, Arc<Link>> = BTreeMap::new();
+        for d in next.links.values() {
+            let keep = self.links.get(&d.id).filter(|l| l.def == *d && !new_socket);
+            let l = match keep {
+                Some(l) => l.clone(),
+                None => {
+                    let io =
+                        link::open(&d.name, &d.transport, &sockets, &self.shared.global).map_err(|e| {
+                            Error::new(
+                                last_pos(|c| matches!(c, Command::Link { .. })),
+                                format!("a link vnetd can send on ({})", d.name),
+                                e,
+                            )
+                        })?;
+                    Arc::new(Link::new(d.clone(), io))
+                }
+            };
+            links.insert(d.id, l);
         }
         // Acquire: new interfaces (vhost-user servers stop again if the
         // transaction fails after this).
@@ -151,23 +193,23 @@ impl Daemon {
             if self.ifaces.contains_key(id) {
                 continue;
             }
-            let port = open_iface(def, &self.shared, &self.worker_cpus).map_err(|e| {
+            let att = iface::open(def, &self.shared, &self.worker_cpus).map_err(|e| {
                 Error::new(
                     decl_pos(&def.name),
                     "a device vnetd can open and configure",
                     format!("error: {e}"),
                 )
             })?;
-            opened.0.push(Arc::new(port));
+            opened.0.push(Arc::new(att));
         }
         // The kernel path for the new interfaces that ask for it; undone if
         // one that requires it (`datapath kernel`) cannot have it.
         let mut attached: Vec<(u32, KernelIface)> = Vec::new();
         let mut reasons: Vec<(u32, String)> = Vec::new();
         for p in &opened.0 {
-            let def = &next.interfaces[&p.id];
+            let def = &p.def;
             match self.attach_kernel(def, p) {
-                Ok(Some(k)) => attached.push((p.id, k)),
+                Ok(Some(k)) => attached.push((def.id, k)),
                 Ok(None) => {}
                 Err(reason) if def.datapath == Datapath::Kernel => {
                     for (_, k) in &attached {
@@ -183,69 +225,29 @@ impl Daemon {
                 }
                 Err(reason) => {
                     tracing::info!(interface = %def.name, %reason, "datapath auto: user path");
-                    reasons.push((p.id, reason));
+                    reasons.push((def.id, reason));
                 }
             }
         }
 
         // Everything acquired: build and publish the new plane.
-        let (socket, tx_pool) = match &new_socket {
-            Some((s, pool)) => (Some(s.clone()), pool.clone()),
-            None => match &self.socket {
-                Some(l) => (Some(l.sock.clone()), l.pool.clone()),
-                None => (None, Vec::new()),
-            },
-        };
-        let mut ifaces: BTreeMap<u32, Arc<IfacePort>> = self
+        let mut ifaces: BTreeMap<u32, Arc<Attached>> = self
             .ifaces
             .iter()
             .filter(|(id, _)| next.interfaces.contains_key(id))
             .map(|(id, p)| (*id, p.clone()))
             .collect();
         for p in &opened.0 {
-            ifaces.insert(p.id, p.clone());
+            ifaces.insert(p.def.id, p.clone());
         }
-        let links: BTreeMap<u32, Arc<LinkPort>> = next
-            .links
-            .values()
-            .map(|d| {
-                let p = match self.links.get(&d.id) {
-                    Some(p) if p.def == *d => p.clone(),
-                    _ => Arc::new(LinkPort::new(d.clone())),
-                };
-                (d.id, p)
-            })
-            .collect();
-        let route_counters: BTreeMap<u32, Arc<Counters>> = next
-            .routes
-            .keys()
-            .map(|id| (*id, self.route_counters.get(id).cloned().unwrap_or_default()))
-            .collect();
+        let mut route_counters = self.route_counters.clone();
         self.generation += 1;
-        let routes = next
-            .routes
-            .values()
-            .map(|r| Route {
-                id: r.id,
-                src: r.src,
-                dst: r.dst,
-                to: r.to,
-                from: r.from,
-                counters: route_counters[&r.id].clone(),
-            })
-            .collect();
-        let mut links_by_ip = rustc_hash::FxHashMap::default();
-        for l in links.values().rev() {
-            links_by_ip.insert(l.def.remote.ip(), l.def.id);
-        }
-        let plane = Plane {
-            table: RouteTable::new(self.generation, routes),
-            ifaces: ifaces.iter().map(|(k, v)| (*k, v.clone())).collect(),
-            links: links.iter().map(|(k, v)| (*k, v.clone())).collect(),
-            links_by_ip,
-            socket,
-            tx_pool,
-        };
+        let table = vnet_engine::plane::route_table(&next, self.generation, &mut route_counters);
+        let plane = Plane::new(
+            table,
+            ifaces.values().map(|a| a.iface.clone()).collect(),
+            links.values().cloned().collect(),
+        );
         let plane = Arc::new(plane);
         self.shared.plane.store(plane.clone());
         self.kernel_ifaces.retain(|id, k| {
@@ -271,28 +273,26 @@ impl Daemon {
             }
         }
 
-        // Workers: restarted when interfaces or the link socket changed.
+        // Workers: restarted when interfaces or the link sockets changed.
         let opened = opened.keep();
-        let respawn = restart_needed(&new_socket, mode_changed, &opened, &self.ifaces, &next);
-        if let Some((sock, pool)) = new_socket {
-            self.socket = Some(Listener { addr: next.listen, mode: next.listen_mode, sock, pool });
-        } else if let Some(l) = self.socket.as_mut() {
-            l.mode = next.listen_mode;
-        }
+        let respawn = new_socket
+            || mode_changed
+            || !opened.is_empty()
+            || self.ifaces.keys().any(|id| !next.interfaces.contains_key(id));
+        self.sockets = sockets;
+        self.listen_mode = next.listen_mode;
         self.ifaces.retain(|id, p| {
             let keep = next.interfaces.contains_key(id);
             if !keep {
-                if let Some(v) = &p.vhost {
-                    v.stop();
-                }
-                tracing::info!(interface = %p.name, "interface removed");
+                p.dev.stop();
+                tracing::info!(interface = %p.def.name, "interface removed");
             }
             keep
         });
         for p in opened {
-            tracing::info!(interface = %p.name, dev = %p.dev, mac = ?p.mac, queues = p.queues.len(),
-                offload = p.vnet_hdr, "interface attached");
-            self.ifaces.insert(p.id, p);
+            tracing::info!(interface = %p.def.name, dev = %p.def.dev, mac = ?p.iface.mac,
+                queues = p.dev.queues(), offload = p.dev.vnet_hdr(), "interface attached");
+            self.ifaces.insert(p.def.id, p);
         }
         if respawn {
             self.respawn();
@@ -314,17 +314,28 @@ impl Daemon {
     }
 
     /// Replaces the workers: worker k reads queue k of every interface, and
-    /// worker 0 the link socket too.
+    /// worker 0 the link sockets too.
     fn respawn(&mut self) {
         self.workers.drain(..).for_each(WorkerHandle::stop);
-        let queues = self.ifaces.values().map(|p| p.queues.len()).max().unwrap_or(1).max(1);
+        let queues = self.ifaces.values().map(|p| p.dev.queues()).max().unwrap_or(1).max(1);
         for k in 0..queues {
             let mut sources = Vec::new();
-            if let (0, Some(l)) = (k, &self.socket) {
-                sources.push(dataplane::link_source(&self.shared, l.sock.clone(), l.mode, self.reasm));
+            if k == 0 {
+                for (b, via) in [(&self.sockets.udp, Via::Udp), (&self.sockets.vxlan, Via::Vxlan)] {
+                    if let Some(b) = b {
+                        let mode = self.listen_mode;
+                        sources.push(dataplane::link_source(
+                            &self.shared,
+                            b.sock.clone(),
+                            via,
+                            mode,
+                            self.reasm,
+                        ));
+                    }
+                }
             }
-            for p in self.ifaces.values().filter(|p| p.queues.len() > k) {
-                sources.push(dataplane::iface_source(&self.shared, p.clone(), k));
+            for p in self.ifaces.values() {
+                sources.extend(dataplane::iface_source(&self.shared, p, k));
             }
             if sources.is_empty() {
                 continue;
@@ -340,7 +351,7 @@ impl Daemon {
     /// Puts a new interface on the kernel path if its `datapath` asks for
     /// it and the kernel path can serve it: `Ok(None)` for `user`, the
     /// reason when it cannot.
-    fn attach_kernel(&mut self, def: &InterfaceDef, port: &IfacePort) -> Result<Option<KernelIface>, String> {
+    fn attach_kernel(&mut self, def: &InterfaceDef, att: &Attached) -> Result<Option<KernelIface>, String> {
         if def.datapath == Datapath::User {
             return Ok(None);
         }
@@ -373,8 +384,10 @@ impl Daemon {
         }
         let kp = self.kernel.as_mut().ok_or("the kernel path is not loaded")?;
         let ifindex = sys::ifindex(&def.dev).map_err(|e| format!("no ifindex for {}: {e}", def.dev))?;
-        let sock = port.queues.first().ok_or("the interface has no socket")?;
-        kp.attach_iface(&def.dev, sock)?;
+        let iface::Device::Netdev(nd) = &att.dev else {
+            return Err("the interface has no packet socket".into());
+        };
+        kp.attach_iface(&def.dev, &nd.sock)?;
         Ok(Some(KernelIface { dev: def.dev.clone(), ifindex, peer: !kernel::is_tap(&def.dev) }))
     }
 
@@ -384,11 +397,12 @@ impl Daemon {
         self.kernel = None;
         self.shared.plane.store(Arc::new(Plane::default()));
         self.workers.drain(..).for_each(WorkerHandle::stop);
-        for v in self.ifaces.values().filter_map(|p| p.vhost.as_ref()) {
-            v.stop();
+        for p in self.ifaces.values() {
+            p.dev.stop();
         }
         self.ifaces.clear();
-        self.socket = None;
+        self.links.clear();
+        self.sockets = Sockets::default();
     }
 
     /// The reply body of a `show` command.
@@ -441,41 +455,22 @@ impl Daemon {
     /// re-learn at once (vnet's own routes are changed by the controller).
     /// Returns the reply body.
     pub fn announce(&self, mac: vnet_wire::MacAddr) -> String {
-        let mut frame = [0u8; 60];
-        frame[..6].copy_from_slice(&[0xff; 6]);
-        frame[6..12].copy_from_slice(&mac.0);
-        frame[12..14].copy_from_slice(&0x8035u16.to_be_bytes()); // RARP
-        frame[14..22].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 3]); // Ethernet/IPv4, request reverse
-        frame[22..28].copy_from_slice(&mac.0); // sender hardware address
-        frame[32..38].copy_from_slice(&mac.0); // target hardware address
-        let Some(l) = &self.socket else { return "no link socket: nothing sent\n".into() };
+        let frame = vnet_wire::arp::rarp_announcement(mac);
+        let parts = [std::io::IoSlice::new(&frame)];
+        let mut scratch = vnet_engine::port::Scratch::default();
         let mut sent = 0;
-        let mut dgram = [0u8; vnet_wire::vnet::HEADER_LEN + 60];
         for link in self.links.values() {
-            let payload: &[u8] = match link.def.format {
-                vnet_control::LinkFormat::Raw => &frame,
-                vnet_control::LinkFormat::Vnet => {
-                    let repr = vnet_wire::vnet::VnetRepr {
-                        flags: vnet_wire::vnet::Flags(vnet_wire::vnet::Flags::WHOLE),
-                        network: link.def.network,
-                        frame_id: 0,
-                        frame_len: 0,
-                        offset: 0,
-                    };
-                    let _ = repr.emit(&mut dgram);
-                    dgram[vnet_wire::vnet::HEADER_LEN..].copy_from_slice(&frame);
-                    &dgram
-                }
-            };
-            match l.sock.send_to(payload, link.def.remote) {
-                Ok(_) => {
-                    link.tx.add(frame.len());
-                    sent += 1;
-                }
-                Err(e) => {
-                    link.tx.drop_one();
-                    tracing::warn!(link = %link.def.name, "announce: {e}");
-                }
+            // Each link's own codec: raw, vnet or VXLAN.
+            if vnet_engine::Port::send(
+                &**link,
+                &mut scratch,
+                vnet_engine::Payload::Frame { parts: &parts, hdr: false },
+            ) {
+                link.tx.add(frame.len());
+                sent += 1;
+            } else {
+                link.tx.drop_one();
+                tracing::warn!(link = %link.def.name, "announce: not sent");
             }
         }
         format!("announced {mac} to {sent} of {} links\n", self.links.len())
@@ -537,13 +532,24 @@ impl Daemon {
             .map(|l| {
                 let (rx, tx) = (l.rx.snapshot(), l.tx.snapshot());
                 let d = &l.def;
+                let (format, network) = match d.transport {
+                    Transport::Udp { format: vnet_control::LinkFormat::Raw, network, .. } => ("raw", network),
+                    Transport::Udp { format: vnet_control::LinkFormat::Vnet, network, .. } => {
+                        ("vnet", network)
+                    }
+                    Transport::Vxlan { vni, .. } => ("vxlan", vni),
+                };
                 let mut v = json!({
                     "id": d.id,
                     "name": d.name,
-                    "remote": d.remote.to_string(),
-                    "format": match d.format { vnet_control::LinkFormat::Raw => "raw", vnet_control::LinkFormat::Vnet => "vnet" },
-                    "network": d.network,
+                    "kind": d.transport.word(),
+                    "remote": d.remote().to_string(),
+                    "format": format,
+                    // The `vnet` network id, or the VXLAN VNI.
+                    "network": network,
                     "mtu": d.mtu,
+                    "max_frame": l.max_whole_frame(),
+                    "too_big": l.too_big.load(Relaxed),
                 });
                 counters_into(&mut v, rx, tx);
                 if let Some(k) = &self.kernel {
@@ -558,26 +564,26 @@ impl Daemon {
         self.ifaces
             .values()
             .map(|p| {
-                let def = self.state.interfaces.get(&p.id);
+                let (def, i) = (&p.def, &p.iface);
                 let mut v = json!({
-                    "id": p.id,
-                    "name": p.name,
-                    "dev": p.dev,
-                    "netns": def.and_then(|d| d.netns.clone()).unwrap_or_else(|| "-".into()),
-                    "mac": p.mac.map_or("-".to_string(), |m| m.to_string()),
-                    "kind": def.map_or("tap", |d| d.kind.word()),
-                    "offload": p.vnet_hdr,
-                    "queues": p.queues.len(),
-                    "rx_ring": !p.rings.is_empty(),
-                    "mode": p.mode.word(),
-                    "datapath": if self.kernel_ifaces.contains_key(&p.id) { "kernel" } else { "user" },
-                    "datapath_reason": self.user_reasons.get(&p.id),
+                    "id": def.id,
+                    "name": def.name,
+                    "dev": def.dev,
+                    "netns": def.netns.clone().unwrap_or_else(|| "-".into()),
+                    "mac": i.mac.map_or("-".to_string(), |m| m.to_string()),
+                    "kind": def.kind.word(),
+                    "offload": p.dev.vnet_hdr(),
+                    "queues": p.dev.queues(),
+                    "rx_ring": p.dev.rx_ring(),
+                    "mode": def.mode.word(),
+                    "datapath": if self.kernel_ifaces.contains_key(&def.id) { "kernel" } else { "user" },
+                    "datapath_reason": self.user_reasons.get(&def.id),
                     "dispatch": p.dispatch.mode_word(),
                     "mode_switches": p.dispatch.switches.load(Relaxed),
                     "wakeups": p.dispatch.wakeups.load(Relaxed),
                 });
-                counters_into(&mut v, p.rx.snapshot(), p.tx.snapshot());
-                if let (Some(d), Value::Object(m)) = (&p.vhost, &mut v) {
+                counters_into(&mut v, i.rx.snapshot(), i.tx.snapshot());
+                if let (Some(d), Value::Object(m)) = (p.dev.vhost(), &mut v) {
                     let s = &d.stats;
                     for (k, n) in [
                         ("queues", d.pairs as u64),
@@ -601,7 +607,7 @@ impl Daemon {
                     m.insert("pair_rx_frames".into(), per_pair(&s.pair_rx));
                     m.insert("pair_tx_frames".into(), per_pair(&s.pair_tx));
                 }
-                if let (Some(k), Some(ki)) = (&self.kernel, self.kernel_ifaces.get(&p.id)) {
+                if let (Some(k), Some(ki)) = (&self.kernel, self.kernel_ifaces.get(&def.id)) {
                     add_kernel(&mut v, k.iface_counters(ki.ifindex));
                 }
                 v
@@ -759,151 +765,20 @@ fn table(cols: &[&str], rows: &[Value]) -> String {
     out
 }
 
-/// Whether the workers must be restarted for a change.
-fn restart_needed(
-    new_socket: &Option<(Arc<UdpSocket>, Vec<Arc<UdpSocket>>)>,
-    mode_changed: bool,
-    opened: &[Arc<IfacePort>],
-    ifaces: &BTreeMap<u32, Arc<IfacePort>>,
-    next: &State,
-) -> bool {
-    new_socket.is_some()
-        || mode_changed
-        || !opened.is_empty()
-        || ifaces.keys().any(|id| !next.interfaces.contains_key(id))
-}
-
-fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
-    let s = UdpSocket::bind(addr)?;
-    s.set_nonblocking(true)?;
-    if let Err(e) = sys::set_socket_buffers(&s, dataplane::SOCKET_BUFFER) {
-        tracing::warn!("socket buffers left at the default: {e}");
-    }
-    Ok(Arc::new(s))
-}
-
-/// Binds the listening socket and the pool of sending sockets (same
-/// address, ephemeral ports).
-fn bind_all(addr: SocketAddr) -> std::io::Result<(Arc<UdpSocket>, Vec<Arc<UdpSocket>>)> {
-    let sock = bind(addr)?;
-    if let Err(e) = sys::udp_enable_gro(&*sock) {
-        tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
-    }
-    let pool = (0..dataplane::TX_POOL)
-        .map(|_| bind(SocketAddr::new(addr.ip(), 0)))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    Ok((sock, pool))
-}
-
-/// Opens an interface's device, in its namespace if it has one: a TAP
-/// (created if missing, one file per queue, MAC and MTU set, brought up) or
-/// a packet socket on an existing netdev (MTU set if asked; its MAC is the
-/// host side's, not the VM's, so it is left alone). With `offload`, frames
-/// carry a `virtio_net_hdr` and the TAP accepts checksum and TSO offloads;
-/// where the kernel refuses, the interface works without them.
-fn open_iface(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io::Result<IfacePort> {
-    let g = &shared.global;
-    let dispatch = Arc::<dataplane::DispatchStats>::default();
-    let port = |queues, rings, mac, vnet_hdr, vhost| IfacePort {
-        id: def.id,
-        name: def.name.clone(),
-        dev: def.dev.clone(),
-        mac,
-        queues,
-        rings,
-        vnet_hdr,
-        vhost,
-        mode: def.mode,
-        rx: Counters::default(),
-        tx: Counters::default(),
-        dispatch: dispatch.clone(),
-    };
-    if def.kind == IfaceKind::VhostUser {
-        let path = std::path::Path::new(&def.dev);
-        let cfg = vhost::Serve { pairs: def.queues as usize, mode: def.mode, cpus: cpus.to_vec() };
-        let dev = vhost::serve(shared, def.id, &def.name, path, cfg, dispatch.clone())?;
-        return Ok(port(Vec::new(), Vec::new(), def.mac, true, Some(dev)));
-    }
-    let (dev, kind, mac, mtu) = (def.dev.clone(), def.kind, def.mac, def.mtu);
-    let (queues, offload) = (def.queues.max(1) as usize, def.offload);
-    type Devices =
-        (Vec<std::fs::File>, Vec<std::sync::Mutex<sys::RxRing>>, Option<vnet_wire::MacAddr>, bool, bool);
-    let setup = move || -> std::io::Result<Devices> {
-        let mut files = Vec::new();
-        let mut rings = Vec::new();
-        let mut vnet_hdr = offload;
-        let mut refused = false;
-        match kind {
-            IfaceKind::Tap => {
-                for _ in 0..queues {
-                    let f = sys::open_tap(&dev, offload, queues > 1)?;
-                    if offload && sys::tap_enable_offloads(&f, sys::TAP_OFFLOADS).is_err() {
-                        // The header stays on (set at open); offloads are off.
-                        refused = true;
-                    }
-                    files.push(f);
-                }
-            }
-            IfaceKind::VhostUser => {
-                return Err(std::io::Error::other("a vhost-user interface has no device"))
-            }
-            IfaceKind::Netdev => {
-                let f = sys::open_packet(&dev)?;
-                if offload && sys::packet_enable_vnet_hdr(&f).is_err() {
-                    vnet_hdr = false;
-                    refused = true;
-                }
-                match sys::RxRing::new(&f, dataplane::RX_RING_BLOCKS, vnet_hdr) {
-                    Ok(r) => rings.push(std::sync::Mutex::new(r)),
-                    Err(e) => {
-                        tracing::warn!(device = %dev, "no receive ring ({e}): frames are read one by one")
-                    }
-                }
-                files.push(f);
-            }
-        }
-        if let (IfaceKind::Tap, Some(m)) = (kind, mac) {
-            sys::set_mac(&dev, m)?;
-        }
-        if kind == IfaceKind::Tap && vnet_hdr && sys::set_gso_max_size(&dev, dataplane::TAP_GSO_MAX).is_err()
-        {
-            refused = true;
-        }
-        if let Some(m) = mtu {
-            sys::set_mtu(&dev, m)?;
-        }
-        sys::set_up(&dev)?;
-        let mac = match kind {
-            IfaceKind::Tap => Some(sys::get_mac(&dev)?),
-            IfaceKind::Netdev | IfaceKind::VhostUser => mac,
-        };
-        Ok((files, rings, mac, vnet_hdr, refused))
-    };
-    let (files, rings, mac, vnet_hdr, refused) = match &def.netns {
-        Some(ns) => sys::in_netns(&sys::netns_path(ns), setup)?,
-        None => setup()?,
-    };
-    if refused {
-        g.offload_refused.fetch_add(1, Relaxed);
-        tracing::warn!(interface = %def.name, "the kernel refused offloads: frames are finished in software");
-    }
-    Ok(port(files, rings, mac, vnet_hdr, None))
-}
-
 /// Interfaces opened by a transaction not yet committed: their vhost-user
 /// servers are stopped if it fails.
-struct Opened(Vec<Arc<IfacePort>>);
+struct Opened(Vec<Arc<Attached>>);
 
 impl Opened {
-    fn keep(mut self) -> Vec<Arc<IfacePort>> {
+    fn keep(mut self) -> Vec<Arc<Attached>> {
         std::mem::take(&mut self.0)
     }
 }
 
 impl Drop for Opened {
     fn drop(&mut self) {
-        for v in self.0.iter().filter_map(|p| p.vhost.as_ref()) {
-            v.stop();
+        for p in &self.0 {
+            p.dev.stop();
         }
     }
 }

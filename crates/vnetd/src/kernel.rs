@@ -17,7 +17,6 @@
 //! the kernel does when the process dies), so a stopped or killed vnetd
 //! leaves nothing attached and a restart attaches afresh.
 
-use crate::dataplane::Plane;
 use crate::sys::bpf::{Cfg, LinkVal, PortStats, RouteKey, RouteVal};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use aya::programs::tc::SchedClassifierLinkId;
@@ -26,8 +25,9 @@ use aya::Ebpf;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use vnet_control::LinkFormat;
+use vnet_control::{LinkDef, LinkFormat, Transport};
 use vnet_core::Port;
+use vnet_engine::Plane;
 use vnet_wire::MacAddr;
 
 /// The object `build.rs` compiled (empty when clang was missing).
@@ -155,7 +155,7 @@ impl KernelPath {
         let mut link_vals = BTreeMap::new();
         let mut skipped = Vec::new();
         for (id, l) in &plane.links {
-            match link_val(l.def.remote, l.def.format, l.def.network, l.def.mtu, listen) {
+            match link_val(&l.def, listen) {
                 Ok((v, dev)) => {
                     link_vals.insert(*id, (v, dev));
                 }
@@ -375,14 +375,15 @@ fn map<'a, T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
     T::try_from(m).map_err(|e| format!("map {name}: {e}"))
 }
 
-/// What the kernel needs to send on a link, and the underlay device.
-fn link_val(
-    remote: SocketAddr,
-    format: LinkFormat,
-    network: u32,
-    mtu: u32,
-    listen: SocketAddr,
-) -> Result<(LinkVal, String), Reason> {
+/// What the kernel needs to send on a link, and the underlay device; or
+/// why the link stays on the user path.
+fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reason> {
+    let (remote, format, network, mtu) = match def.transport {
+        Transport::Udp { remote, format, network } => (remote, format, network, def.mtu),
+        Transport::Vxlan { .. } => {
+            return Err("VXLAN links are served by the user path (the eBPF programs speak `vnet` only)".into())
+        }
+    };
     let IpAddr::V4(rip) = remote.ip() else {
         return Err("an IPv6 underlay is the user path's (not yet the kernel's)".into());
     };
@@ -461,30 +462,17 @@ pub fn is_tap(dev: &str) -> bool {
 mod tests {
     use super::*;
 
-    use crate::dataplane::{IfacePort, LinkPort};
     use std::sync::Arc;
     use vnet_core::{MacSpec, Route, RouteTable, SourceFilter};
+    use vnet_engine::port::Nowhere;
+    use vnet_engine::{Iface, Link};
 
     fn mac(n: u8) -> MacAddr {
         MacAddr([0x52, 0x54, 0, 0, 0, n])
     }
 
-    fn iface(id: u32, m: MacAddr) -> (u32, Arc<IfacePort>) {
-        let p = IfacePort {
-            id,
-            name: format!("vm{id}"),
-            dev: format!("c{id}"),
-            mac: Some(m),
-            queues: Vec::new(),
-            rings: Vec::new(),
-            vnet_hdr: false,
-            vhost: None,
-            mode: Default::default(),
-            rx: Default::default(),
-            tx: Default::default(),
-            dispatch: Default::default(),
-        };
-        (id, Arc::new(p))
+    fn iface(id: u32, m: MacAddr) -> Arc<Iface> {
+        Arc::new(Iface::new(id, format!("vm{id}"), Some(m), Arc::new(Nowhere)))
     }
 
     #[test]
@@ -500,17 +488,18 @@ mod tests {
         let def = vnet_control::LinkDef {
             id: 0,
             name: "h1".into(),
-            remote: "10.77.0.2:9000".parse().unwrap(),
-            format: LinkFormat::Vnet,
-            network: 0,
+            transport: Transport::Udp {
+                remote: "10.77.0.2:9000".parse().unwrap(),
+                format: LinkFormat::Vnet,
+                network: 0,
+            },
             mtu: 1500,
         };
-        let plane = Plane {
-            table: RouteTable::new(1, routes),
-            ifaces: [iface(0, a), iface(1, c)].into_iter().collect(),
-            links: [(0, Arc::new(LinkPort::new(def)))].into_iter().collect(),
-            ..Plane::default()
-        };
+        let plane = Plane::new(
+            RouteTable::new(1, routes),
+            vec![iface(0, a), iface(1, c)],
+            vec![Arc::new(Link::new(def, Arc::new(Nowhere)))],
+        );
         let kif = |ifindex, peer| KernelIface { dev: String::new(), ifindex, peer };
         let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10, true)), (1, kif(11, false))].into();
         let (d, overflow) = decisions(&plane, &ifaces, &[0].into());

@@ -1,20 +1,25 @@
 //! vnetd: the vnet host daemon, as a library (the `vnetd` binary is a thin
-//! wrapper, and `vnetctl` uses the [`client`]).
+//! wrapper, and `vnetctl` uses the [`client`]). Routing and encapsulation
+//! are the sans-IO `vnet_engine`; this crate is the I/O around it.
 //!
 //! - [`daemon`]: declared state to resources, atomically.
-//! - [`dataplane`]: the workers that move frames.
+//! - [`dataplane`]: the worker threads that read sources into the engine.
+//! - [`iface`]: interface kinds (`tap`, `netdev`, `vhost`), each a port.
+//! - [`link`]: link transports (`udp`) and the host's link sockets.
+//! - [`kernel`]: the eBPF fast path.
 //! - [`control`]: the control endpoint and its line protocol.
-//! - [`client`]: a blocking client of that protocol.
-//! - [`sys`]: the only module with `unsafe` (ioctls, `setns`).
+//! - [`client`]: a blocking client of that protocol; [`relocate`]: `move`.
+//! - [`sys`]: the only module with `unsafe` (ioctls, `setns`, sockets).
 
 pub mod client;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
+pub mod iface;
 pub mod kernel;
+pub mod link;
 pub mod relocate;
 pub mod sys;
-pub mod vhost;
 
 pub use control::Endpoint;
 pub use daemon::Daemon;

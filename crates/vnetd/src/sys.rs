@@ -292,6 +292,25 @@ pub fn udp_enable_gro(sock: &impl AsRawFd) -> io::Result<()> {
     setsockopt_raw(sock, libc::SOL_UDP, libc::UDP_GRO, &(1 as libc::c_int))
 }
 
+/// Never lets the kernel fragment what this socket sends (`IP_MTU_DISCOVER`
+/// = `IP_PMTUDISC_DO`, or `IPV6_MTU_DISCOVER` for IPv6): a datagram larger
+/// than the path fails instead.
+pub fn set_dont_fragment(sock: &impl AsRawFd, ipv4: bool) -> io::Result<()> {
+    if ipv4 {
+        setsockopt_raw(sock, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, &libc::IP_PMTUDISC_DO)
+    } else {
+        setsockopt_raw(sock, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, &libc::IPV6_PMTUDISC_DO)
+    }
+}
+
+/// Sends IPv4 UDP datagrams with a zero checksum (`SO_NO_CHECK`), as Linux
+/// VXLAN devices do by default.
+pub fn udp_no_checksum(sock: &impl AsRawFd) -> io::Result<()> {
+    /// `asm-generic/socket.h` (libc names it for L4Re only).
+    const SO_NO_CHECK: libc::c_int = 11;
+    setsockopt_raw(sock, libc::SOL_SOCKET, SO_NO_CHECK, &(1 as libc::c_int))
+}
+
 /// A socket address in the kernel's form.
 struct RawAddr {
     storage: libc::sockaddr_storage,

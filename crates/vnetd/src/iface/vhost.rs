@@ -37,7 +37,7 @@
 //! frame is dropped and counted, and a ring without buffers drops the frame
 //! (counted) rather than queueing it.
 
-use crate::dataplane::{flow_hash, DispatchStats, Dispatcher, Forwarder, Shared, BUF};
+use crate::dataplane::{Shared, BUF};
 use arc_swap::ArcSwapOption;
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
@@ -60,6 +60,9 @@ use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventF
 use vmm_sys_util::timerfd::TimerFd;
 use vnet_control::Mode;
 use vnet_core::Port;
+use vnet_engine::flow::flow_hash;
+use vnet_engine::port::{Payload, Port as EnginePort, Scratch};
+use vnet_engine::{DispatchStats, Dispatcher, Forwarder};
 use vnet_wire::virtio::{self, VirtioNetHdr};
 
 type Mem = GuestMemoryAtomic<GuestMemoryMmap>;
@@ -321,6 +324,38 @@ impl VhostDev {
             let _ = j.join();
         }
         let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl EnginePort for VhostDev {
+    fn takes_offloads(&self) -> bool {
+        VhostDev::takes_offloads(self)
+    }
+
+    /// Places each frame in the guest's RX ring; a plain frame gets an
+    /// empty `virtio_net_hdr` in front (the guest always reads one).
+    fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
+        payload.each_frame(|parts, hdr| {
+            if hdr {
+                return self.deliver(parts);
+            }
+            let mut all = [IoSlice::new(&[]); vnet_engine::GSO_MAX_SEGS + 2];
+            let none = VirtioNetHdr::NONE.emit();
+            if parts.len() + 1 > all.len() {
+                return false;
+            }
+            all[0] = IoSlice::new(&none);
+            all[1..=parts.len()].copy_from_slice(parts);
+            self.deliver(&all[..=parts.len()])
+        })
+    }
+
+    fn batches(&self) -> bool {
+        true
+    }
+
+    fn end_burst(&self) {
+        VhostDev::end_burst(self)
     }
 }
 
@@ -678,7 +713,7 @@ fn serve_one(
     let workers = (0..dev.pairs)
         .map(|p| {
             Mutex::new(PairWorker {
-                fw: Forwarder::new(shared.clone()),
+                fw: shared.forwarder(),
                 buf: vec![0u8; BUF],
                 dispatch: Dispatcher::new(mode, now),
                 // The counter runs over every connection: start from it.

@@ -1,0 +1,41 @@
+//! One module per link kind: how a frame becomes datagrams (encapsulation),
+//! how datagrams become frames again (decapsulation), and what the kind
+//! adds to a frame (overhead). The I/O is not here: a link's datagrams go
+//! to its [`crate::DatagramTx`].
+
+pub mod raw;
+pub mod vnet;
+pub mod vxlan;
+
+use crate::link::Link;
+use crate::{GSO_MAX_BYTES, GSO_MAX_SEGS};
+use std::io::IoSlice;
+use std::ops::Range;
+
+/// Sends the segments of a finished super-frame, each as one datagram with
+/// `prefix` (an encapsulation header, possibly empty) in front: equal-sized
+/// datagrams in batches of one GSO send each.
+pub(crate) fn send_segments(
+    link: &Link,
+    buf: &[u8],
+    ranges: &[Range<usize>],
+    prefix: &[u8],
+    flow: u64,
+) -> bool {
+    let seg = prefix.len() + ranges.first().map_or(1, |r| r.len()).max(1);
+    let per = (GSO_MAX_BYTES / seg).clamp(1, GSO_MAX_SEGS);
+    let mut iov = [IoSlice::new(&[]); 2 * GSO_MAX_SEGS];
+    ranges.chunks(per).all(|batch| {
+        let mut k = 0;
+        for r in batch {
+            let Some(s) = buf.get(r.clone()) else { return false };
+            if !prefix.is_empty() {
+                iov[k] = IoSlice::new(prefix);
+                k += 1;
+            }
+            iov[k] = IoSlice::new(s);
+            k += 1;
+        }
+        link.io.send(&iov[..k], seg, flow)
+    })
+}

@@ -1,0 +1,98 @@
+//! `vnet`: vnet's own format (`vnet_wire::vnet`, `docs/wire.md`). A 20-byte
+//! header per datagram with the network id, and frames of up to 64 KB split
+//! into underlay-sized datagrams that the receiver reassembles; the frame
+//! may begin with its `virtio_net_hdr` (flag `VNET_HDR`), so offloads cross
+//! the link and nobody segments in between. Datagrams are laid out as an
+//! iovec per header and chunk, straight from the frame's buffer, and given
+//! to the link's I/O in GSO batches.
+
+use crate::link::Link;
+use crate::port::{slices_in, Payload, Scratch};
+use crate::{GSO_MAX_BYTES, GSO_MAX_SEGS, MAX_SEGS};
+use std::io::IoSlice;
+use std::sync::atomic::Ordering::Relaxed;
+use vnet_wire::frag;
+use vnet_wire::virtio;
+use vnet_wire::vnet::{Flags, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
+
+/// Bytes the format adds to each datagram.
+pub const OVERHEAD: usize = HEADER_LEN;
+
+/// Sends a frame as `vnet` datagrams; segments of a finished frame (not
+/// given to a port that takes offloads, but possible) go as whole frames.
+pub fn send(link: &Link, scratch: &mut Scratch, payload: Payload<'_>, network: u32, flow: u64) -> bool {
+    payload.each_frame(|parts, hdr| send_frame(link, scratch, parts, hdr, network, flow))
+}
+
+fn send_frame(
+    link: &Link,
+    scratch: &mut Scratch,
+    parts: &[IoSlice<'_>],
+    hdr: bool,
+    network: u32,
+    flow: u64,
+) -> bool {
+    let total_in: usize = parts.iter().map(|p| p.len()).sum();
+    // An all-zero header says nothing: leave it out (and the flag unset).
+    let skip = if hdr && header_is_none(parts) { virtio::LEN } else { 0 };
+    let with_vh = hdr && skip == 0;
+    let total = total_in - skip;
+    let dgram = link.max_datagram();
+    if total > MAX_FRAME_LEN as usize + virtio::LEN || dgram <= HEADER_LEN {
+        return false;
+    }
+    let n = frag::count(total, dgram);
+    if n > MAX_SEGS || n > scratch.vnet_hdrs.len() {
+        return false;
+    }
+    let base = VnetRepr {
+        flags: Flags(if with_vh { Flags::VNET_HDR } else { 0 }),
+        network,
+        frame_id: link.next_frame_id.fetch_add(1, Relaxed),
+        frame_len: total as u32,
+        offset: 0,
+    };
+    for (i, h) in scratch.vnet_hdrs[..n].iter_mut().enumerate() {
+        let offset = frag::chunk(i, total, dgram).start as u32;
+        let _ = VnetRepr { offset, ..base }.emit(h);
+    }
+    let per = (GSO_MAX_BYTES / dgram).clamp(1, GSO_MAX_SEGS);
+    let mut iov = [IoSlice::new(&[]); 4 * GSO_MAX_SEGS];
+    let mut first = 0;
+    while first < n {
+        let last = (first + per).min(n);
+        let mut k = 0;
+        for i in first..last {
+            let r = frag::chunk(i, total, dgram);
+            if k >= iov.len() {
+                return false;
+            }
+            iov[k] = IoSlice::new(&scratch.vnet_hdrs[i]);
+            k += 1;
+            if !slices_in(parts, r.start + skip..r.end + skip, &mut iov, &mut k) {
+                return false;
+            }
+        }
+        if !link.io.send(&iov[..k], dgram, flow) {
+            return false;
+        }
+        first = last;
+    }
+    true
+}
+
+/// Whether the `virtio_net_hdr` at the front of `parts` is all zeros.
+fn header_is_none(parts: &[IoSlice<'_>]) -> bool {
+    let mut left = virtio::LEN;
+    for p in parts {
+        let take = p.len().min(left);
+        if p[..take].iter().any(|&b| b != 0) {
+            return false;
+        }
+        left -= take;
+        if left == 0 {
+            return true;
+        }
+    }
+    false
+}

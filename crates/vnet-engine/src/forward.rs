@@ -1,0 +1,234 @@
+//! Routing and delivery of one frame, per worker.
+//!
+//! A frame comes with its offload header (`virtio_net_hdr`: a partial
+//! checksum, or a TCP super-frame of up to 64 KB). Ports that take offloads
+//! get it as it is, from the untouched buffer; then the plain ones (a `raw`
+//! or VXLAN link, an interface with `offload off`) get it finished once in
+//! software: checksum completed, or the super-frame cut into segments.
+//! Nothing here allocates or locks: the cache, decision list, scratch and
+//! segment buffer belong to the worker and are sized at start.
+
+use crate::plane::{Global, Iface, Plane};
+use crate::port::{Payload, Scratch};
+use crate::BUF;
+use std::io::IoSlice;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use vnet_core::table::Decision;
+use vnet_core::{Counters, Port as PortId, RouteCache};
+use vnet_wire::offload::{complete_checksum, segment_tcp};
+use vnet_wire::virtio::{self, VirtioNetHdr};
+use vnet_wire::EthernetFrame;
+
+/// Route cache entries per worker.
+pub const CACHE_SLOTS: usize = 4096;
+/// Ports with an end-of-burst hook one batch tracks (more are ended at once).
+const TOUCHED: usize = 16;
+
+/// A frame finished for plain destinations.
+#[derive(Clone, Copy)]
+enum Finished {
+    /// Not offloaded, or its checksum completed in place.
+    Whole,
+    /// Segmented into `Forwarder::seg_ranges` of `Forwarder::seg_buf`.
+    Segments,
+    /// Could not be finished: plain destinations drop it.
+    Failed,
+}
+
+/// Per-worker forwarding state.
+pub struct Forwarder {
+    global: Arc<Global>,
+    cache: RouteCache,
+    decisions: Vec<Decision>,
+    scratch: Scratch,
+    /// Software segments of one GSO frame.
+    seg_buf: Vec<u8>,
+    seg_ranges: Vec<std::ops::Range<usize>>,
+    cache_reported: (u64, u64),
+    /// Interfaces given frames in this batch that want its end.
+    touched: Vec<Arc<Iface>>,
+}
+
+impl Forwarder {
+    pub fn new(global: Arc<Global>) -> Self {
+        Forwarder {
+            global,
+            cache: RouteCache::new(CACHE_SLOTS),
+            decisions: Vec::with_capacity(64),
+            scratch: Scratch::default(),
+            // A 64 KB frame split at a small MSS repeats its headers often.
+            seg_buf: vec![0u8; 4 * BUF],
+            seg_ranges: Vec::with_capacity(2048),
+            cache_reported: (0, 0),
+            touched: Vec::with_capacity(TOUCHED),
+        }
+    }
+
+    pub fn global(&self) -> &Arc<Global> {
+        &self.global
+    }
+
+    /// Routes one frame that arrived on `ingress` and delivers it. `vh` is
+    /// its offload header (`NONE` for a plain frame).
+    pub fn forward(&mut self, plane: &Plane, ingress: PortId, vh: VirtioNetHdr, frame: &mut [u8]) {
+        let g = &self.global;
+        let Ok(eth) = EthernetFrame::new_checked(&*frame) else {
+            g.malformed.fetch_add(1, Relaxed);
+            return;
+        };
+        self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
+        if self.decisions.is_empty() {
+            g.no_route.fetch_add(1, Relaxed);
+            return;
+        }
+        let len = frame.len();
+        let mut finished = None;
+        // Offload-capable destinations first, from the untouched frame; then
+        // the plain ones, from a frame finished once.
+        for plain_pass in [false, true] {
+            for i in 0..self.decisions.len() {
+                let (to, ri) = self.decisions[i];
+                let (port, tx, iface): (&dyn crate::Port, &Counters, _) = match to {
+                    PortId::Interface(id) => {
+                        let Some(ifc) = plane.ifaces.get(&id) else { continue };
+                        (&*ifc.port, &ifc.tx, Some(ifc))
+                    }
+                    PortId::Link(id) => {
+                        let Some(l) = plane.links.get(&id) else { continue };
+                        (&**l, &l.tx, None)
+                    }
+                };
+                let offloads = port.takes_offloads();
+                if offloads == plain_pass {
+                    continue;
+                }
+                let ok = if offloads {
+                    let h = vh.emit();
+                    let parts = [IoSlice::new(&h), IoSlice::new(frame)];
+                    port.send(&mut self.scratch, Payload::Frame { parts: &parts, hdr: true })
+                } else {
+                    let f = *finished.get_or_insert_with(|| self.finish(&vh, frame));
+                    match f {
+                        Finished::Whole => {
+                            let parts = [IoSlice::new(frame)];
+                            port.send(&mut self.scratch, Payload::Frame { parts: &parts, hdr: false })
+                        }
+                        Finished::Segments => port.send(
+                            &mut self.scratch,
+                            Payload::Segments { buf: &self.seg_buf, ranges: &self.seg_ranges },
+                        ),
+                        Finished::Failed => false,
+                    }
+                };
+                count(tx, ok, len);
+                if let (true, Some(ifc)) = (ok, iface) {
+                    touch(&mut self.touched, ifc);
+                }
+                if let Some(r) = plane.table.route(ri) {
+                    count(&r.counters, ok, len);
+                }
+            }
+        }
+    }
+
+    /// Makes `frame` plain for destinations without offloads.
+    fn finish(&mut self, vh: &VirtioNetHdr, frame: &mut [u8]) -> Finished {
+        let g = &self.global;
+        if !vh.needs_finishing() {
+            return Finished::Whole;
+        }
+        let (done, result, counter) = if vh.is_gso() {
+            (
+                Finished::Segments,
+                segment_tcp(frame, vh, &mut self.seg_buf, &mut self.seg_ranges),
+                &g.sw_segmented,
+            )
+        } else {
+            (Finished::Whole, complete_checksum(frame, vh), &g.sw_checksummed)
+        };
+        match result {
+            Ok(()) => {
+                counter.fetch_add(1, Relaxed);
+                done
+            }
+            Err(_) => {
+                g.offload_errors.fetch_add(1, Relaxed);
+                Finished::Failed
+            }
+        }
+    }
+
+    /// Delivers a frame given as pieces (`[virtio_net_hdr] frame`, `total`
+    /// bytes) if every destination is an interface that takes offload
+    /// headers; otherwise delivers nothing and returns false (the caller
+    /// then makes the frame contiguous and calls [`Forwarder::forward`]).
+    pub fn forward_parts(
+        &mut self,
+        plane: &Plane,
+        ingress: PortId,
+        parts: &[IoSlice<'_>],
+        total: usize,
+    ) -> bool {
+        let Some(eth) = parts.first().and_then(|p| p.get(virtio::LEN..)) else { return false };
+        let Ok(eth) = EthernetFrame::new_checked(eth) else { return false };
+        self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
+        let capable = |&(p, _): &Decision| match p {
+            PortId::Interface(id) => plane.ifaces.get(&id).is_some_and(|i| i.port.takes_offloads()),
+            PortId::Link(_) => false,
+        };
+        if self.decisions.is_empty() || !self.decisions.iter().all(capable) {
+            return false;
+        }
+        let len = total - virtio::LEN;
+        for &(to, ri) in &self.decisions {
+            let PortId::Interface(id) = to else { continue };
+            let Some(ifc) = plane.ifaces.get(&id) else { continue };
+            let ok = ifc.port.send(&mut self.scratch, Payload::Frame { parts, hdr: true });
+            count(&ifc.tx, ok, len);
+            if ok {
+                touch(&mut self.touched, ifc);
+            }
+            if let Some(r) = plane.table.route(ri) {
+                count(&r.counters, ok, len);
+            }
+        }
+        true
+    }
+
+    /// The end of a batch: ends the bursts of the ports that want it, and
+    /// publishes this worker's cache counts into the global totals.
+    pub fn report(&mut self) {
+        for i in self.touched.drain(..) {
+            i.port.end_burst();
+        }
+        let s = self.cache.stats();
+        let g = &self.global;
+        g.cache_hits.fetch_add(s.hits - self.cache_reported.0, Relaxed);
+        g.cache_misses.fetch_add(s.misses - self.cache_reported.1, Relaxed);
+        self.cache_reported = (s.hits, s.misses);
+    }
+}
+
+/// Remembers that `ifc` got a frame in this batch, if its port wants the
+/// batch's end; with more such ports than tracked, ends this one's burst now.
+fn touch(touched: &mut Vec<Arc<Iface>>, ifc: &Arc<Iface>) {
+    if !ifc.port.batches() || touched.iter().any(|t| Arc::ptr_eq(t, ifc)) {
+        return;
+    }
+    if touched.len() < TOUCHED {
+        touched.push(ifc.clone());
+    } else {
+        ifc.port.end_burst();
+    }
+}
+
+/// Counts a frame as delivered or dropped.
+#[inline]
+pub fn count(c: &Counters, ok: bool, len: usize) {
+    if ok {
+        c.add(len);
+    } else {
+        c.drop_one();
+    }
+}

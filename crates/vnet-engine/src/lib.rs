@@ -1,0 +1,55 @@
+//! vnet's forwarding engine: everything the data path decides, nothing it
+//! does to a device. Frames and datagrams come in as bytes with the time
+//! passed in; they leave through [`Port`]s, a small trait that TAPs,
+//! netdevs, vhost-user rings, link sockets and the simulator's recording
+//! ports all implement. The engine knows none of them, so it can be unit
+//! tested, fuzzed and run as many hosts in one process (`tests/sim.rs`).
+//!
+//! Written by hand rather than taken from a library because it is the
+//! product: Palacios routing semantics over offload-carrying frames, and
+//! vnet's link formats, with no allocation and no lock per frame.
+//!
+//! - [`plane`]: the immutable snapshot a worker reads (route table, ports,
+//!   links) and the daemon-wide counters.
+//! - [`port`]: the port trait and the payload it is given.
+//! - [`forward`]: the per-worker [`Forwarder`]: route, then deliver to
+//!   offload-capable ports from the untouched frame and to plain ports from
+//!   a frame finished once in software.
+//! - [`codec`]: one module per link kind, each with its encapsulation,
+//!   decapsulation and overhead; [`link::Link`] dispatches on the kind with
+//!   an exhaustive `match`, so a new kind is a variant and a module.
+//! - [`rx`]: datagrams from links to frames (attribution, checks,
+//!   reassembly).
+//! - [`dispatch`]: the adaptive notify/poll decision (VNET/P's modes).
+//! - [`flow`]: the inner flow hash.
+//! - [`sim`]: many hosts in one process on a virtual clock and a faulty wire.
+//!
+//! Dependencies run one way: `vnet-wire` (views) and `vnet-core` (routing)
+//! below, `vnetd` (devices, sockets, threads) above.
+
+pub mod codec;
+pub mod dispatch;
+pub mod flow;
+pub mod forward;
+pub mod link;
+pub mod plane;
+pub mod port;
+pub mod rx;
+pub mod sim;
+
+pub use dispatch::{DispatchStats, Dispatcher};
+pub use forward::Forwarder;
+pub use link::{DatagramTx, Link};
+pub use plane::{Global, Iface, Plane};
+pub use port::{Payload, Port};
+pub use rx::{Receiver, Via};
+
+/// Largest frame read from an interface or received from a link.
+pub const MAX_FRAME: usize = vnet_wire::vnet::MAX_FRAME_LEN as usize;
+/// A frame buffer: a `virtio_net_hdr` and a largest frame, with slack.
+pub const BUF: usize = vnet_wire::virtio::LEN + MAX_FRAME + 256;
+/// Most datagrams in one GSO send, and most payload bytes in one send.
+pub const GSO_MAX_SEGS: usize = 64;
+pub const GSO_MAX_BYTES: usize = 65_000;
+/// Most datagrams one frame becomes (a 64 KB frame at the smallest MTU).
+pub const MAX_SEGS: usize = 160;

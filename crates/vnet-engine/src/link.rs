@@ -1,0 +1,95 @@
+//! A link as the engine sees it: its definition, counters, and the I/O that
+//! carries its datagrams ([`DatagramTx`], implemented by the daemon's link
+//! modules and by the simulator's wire). How a frame becomes datagrams is
+//! the kind's codec ([`crate::codec`]); [`Link::send`] picks it with an
+//! exhaustive `match` on the transport.
+
+use crate::codec;
+use crate::port::{Payload, Port, Scratch};
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::Arc;
+use vnet_control::{LinkDef, LinkFormat, Transport};
+use vnet_core::Counters;
+
+/// Carries a link's datagrams to its peer.
+pub trait DatagramTx: Send + Sync {
+    /// Sends the datagrams laid out in `iov`: one datagram when `seg` is at
+    /// least their total length, else datagrams of `seg` bytes each (the
+    /// last may be shorter), as one GSO send where the transport can. `flow`
+    /// is the inner flow's hash (it picks the outer source port).
+    fn send(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool;
+}
+
+/// A link.
+pub struct Link {
+    pub def: LinkDef,
+    /// Frames received from the peer.
+    pub rx: Counters,
+    /// Frames sent to the peer.
+    pub tx: Counters,
+    pub io: Arc<dyn DatagramTx>,
+    pub(crate) next_frame_id: AtomicU32,
+    /// Frames dropped because the kind cannot fragment them (VXLAN).
+    pub too_big: AtomicU64,
+    /// Whether "frame too big" was logged for this link (once is enough).
+    pub(crate) too_big_logged: AtomicBool,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("def", &self.def).finish()
+    }
+}
+
+impl Link {
+    pub fn new(def: LinkDef, io: Arc<dyn DatagramTx>) -> Self {
+        Link {
+            def,
+            rx: Counters::default(),
+            tx: Counters::default(),
+            io,
+            next_frame_id: AtomicU32::new(0),
+            too_big: AtomicU64::new(0),
+            too_big_logged: AtomicBool::new(false),
+        }
+    }
+
+    /// The largest UDP payload that crosses the underlay unfragmented.
+    pub fn max_datagram(&self) -> usize {
+        let ip = if self.def.remote().is_ipv4() { 20 } else { 40 };
+        (self.def.mtu as usize).saturating_sub(ip + 8)
+    }
+
+    /// The largest frame (Ethernet header included) the link carries
+    /// without fragmenting it, given its kind's encapsulation.
+    pub fn max_whole_frame(&self) -> usize {
+        self.max_datagram().saturating_sub(match self.def.transport {
+            Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::OVERHEAD,
+            Transport::Udp { format: LinkFormat::Vnet, .. } => codec::vnet::OVERHEAD,
+            Transport::Vxlan { .. } => codec::vxlan::OVERHEAD,
+        })
+    }
+}
+
+impl Port for Link {
+    fn takes_offloads(&self) -> bool {
+        match self.def.transport {
+            // A `vnet` datagram carries the offload header to the peer's VM.
+            Transport::Udp { format: LinkFormat::Vnet, .. } => true,
+            // A Palacios host and a VTEP take finished Ethernet frames.
+            Transport::Udp { format: LinkFormat::Raw, .. } | Transport::Vxlan { .. } => false,
+        }
+    }
+
+    fn send(&self, scratch: &mut Scratch, payload: Payload<'_>) -> bool {
+        let flow = crate::flow::flow_hash(payload.frame_start());
+        match self.def.transport {
+            Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::send(self, payload, flow),
+            Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
+                codec::vnet::send(self, scratch, payload, network, flow)
+            }
+            Transport::Vxlan { vni, .. } => codec::vxlan::send(self, payload, vni, flow),
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! What every worker reads: an immutable snapshot of routes, interfaces and
+//! links, published by the control plane and swapped atomically; and the
+//! daemon-wide counters of what no single port accounts for.
+
+use crate::link::Link;
+use crate::port::Port;
+use crate::DispatchStats;
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use vnet_control::{RxKey, State};
+use vnet_core::{Counters, Route, RouteTable};
+use vnet_wire::MacAddr;
+
+/// A local interface as the engine sees it: counters and the port frames
+/// for its VM leave by.
+pub struct Iface {
+    pub id: u32,
+    pub name: String,
+    /// The VM's MAC, when known (a TAP's own address, or the `mac` option).
+    pub mac: Option<MacAddr>,
+    /// Frames from the VM.
+    pub rx: Counters,
+    /// Frames to the VM.
+    pub tx: Counters,
+    pub port: Arc<dyn Port>,
+}
+
+impl std::fmt::Debug for Iface {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Iface").field("id", &self.id).field("name", &self.name).finish()
+    }
+}
+
+impl Iface {
+    pub fn new(id: u32, name: impl Into<String>, mac: Option<MacAddr>, port: Arc<dyn Port>) -> Self {
+        Iface { id, name: name.into(), mac, rx: Counters::default(), tx: Counters::default(), port }
+    }
+}
+
+/// The snapshot.
+#[derive(Default)]
+pub struct Plane {
+    pub table: RouteTable,
+    pub ifaces: FxHashMap<u32, Arc<Iface>>,
+    pub links: FxHashMap<u32, Arc<Link>>,
+    /// Links by what attributes an arriving datagram to them.
+    pub links_by_rx: FxHashMap<RxKey, u32>,
+}
+
+impl Plane {
+    /// A plane over `table`, `ifaces` and `links`, with the receive index built.
+    pub fn new(table: RouteTable, ifaces: Vec<Arc<Iface>>, links: Vec<Arc<Link>>) -> Self {
+        let links_by_rx = links.iter().map(|l| (l.def.rx_key(), l.def.id)).collect();
+        Plane {
+            table,
+            ifaces: ifaces.into_iter().map(|i| (i.id, i)).collect(),
+            links: links.into_iter().map(|l| (l.def.id, l)).collect(),
+            links_by_rx,
+        }
+    }
+
+    /// The link datagrams with this key belong to.
+    pub fn link_for(&self, key: RxKey) -> Option<&Arc<Link>> {
+        self.links_by_rx.get(&key).and_then(|id| self.links.get(id))
+    }
+}
+
+/// The route table `state` declares, as generation `generation`. Each
+/// route's counters are taken from `counters` by route id (so they survive
+/// table rebuilds), and `counters` is left holding exactly the routes of
+/// `state`.
+pub fn route_table(
+    state: &State,
+    generation: u64,
+    counters: &mut BTreeMap<u32, Arc<Counters>>,
+) -> RouteTable {
+    counters.retain(|id, _| state.routes.contains_key(id));
+    let routes = state
+        .routes
+        .values()
+        .map(|r| Route {
+            id: r.id,
+            src: r.src,
+            dst: r.dst,
+            to: r.to,
+            from: r.from,
+            counters: counters.entry(r.id).or_default().clone(),
+        })
+        .collect();
+    RouteTable::new(generation, routes)
+}
+
+/// Daemon-wide counters.
+#[derive(Debug, Default)]
+pub struct Global {
+    /// Frames no route matched.
+    pub no_route: AtomicU64,
+    /// Datagrams from an address (or VNI) that is not a configured link.
+    pub unknown_source: AtomicU64,
+    /// Frames or datagrams too short or malformed to route.
+    pub malformed: AtomicU64,
+    /// `vnet` datagrams carrying another network id than the link's.
+    pub wrong_network: AtomicU64,
+    /// `vnet` datagrams with a flag this vnetd does not handle (AUTH).
+    pub unsupported_flags: AtomicU64,
+    /// Reassembly, as last reported by the link worker.
+    pub reasm_fragments: AtomicU64,
+    pub reasm_completed: AtomicU64,
+    pub reasm_timed_out: AtomicU64,
+    pub reasm_evicted: AtomicU64,
+    pub reasm_rejected: AtomicU64,
+    /// Route cache totals over all workers.
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    /// Frames delivered from a GRO batch without reassembly.
+    pub rx_whole_batches: AtomicU64,
+    /// `recvmmsg` calls on the link sockets that returned messages, and the
+    /// messages they returned (their ratio is the receive batching).
+    pub link_recv_calls: AtomicU64,
+    pub link_recv_messages: AtomicU64,
+    /// Offloaded frames finished in software for a plain destination.
+    pub sw_segmented: AtomicU64,
+    pub sw_checksummed: AtomicU64,
+    /// Offloaded frames whose headers could not be finished (dropped).
+    pub offload_errors: AtomicU64,
+    /// Interfaces or links where the kernel refused an offload.
+    pub offload_refused: AtomicU64,
+    pub gso_fallbacks: AtomicU64,
+    /// The link worker's dispatch.
+    pub link_dispatch: Arc<DispatchStats>,
+}

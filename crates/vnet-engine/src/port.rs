@@ -1,0 +1,141 @@
+//! The one trait every place a frame can leave by implements: TAPs,
+//! netdevs, vhost-user rings and links in the daemon, recording ports in
+//! the simulator. Transmit is a call with the frame as slices, so a port
+//! writes straight from the buffer the frame was read into (an iovec per
+//! piece), whatever it is.
+
+use std::io::IoSlice;
+use std::ops::Range;
+
+/// What a port is given to send.
+#[derive(Clone, Copy)]
+pub enum Payload<'a> {
+    /// One frame. `parts` concatenated are a `virtio_net_hdr` and the frame
+    /// when `hdr` (only ports that take offloads get that), else the plain
+    /// frame.
+    Frame { parts: &'a [IoSlice<'a>], hdr: bool },
+    /// The segments of one finished TCP super-frame: each range of `buf` is
+    /// one plain frame, all of one length but the last.
+    Segments { buf: &'a [u8], ranges: &'a [Range<usize>] },
+}
+
+impl<'a> Payload<'a> {
+    /// Calls `f` with each plain frame, as slices (a `Frame` with a header
+    /// is passed as it is, header first); stops at the first `false`.
+    pub fn each_frame(&self, mut f: impl FnMut(&[IoSlice<'_>], bool) -> bool) -> bool {
+        match *self {
+            Payload::Frame { parts, hdr } => f(parts, hdr),
+            Payload::Segments { buf, ranges } => {
+                ranges.iter().all(|r| buf.get(r.clone()).is_some_and(|s| f(&[IoSlice::new(s)], false)))
+            }
+        }
+    }
+
+    /// The frame's first bytes (after the header, if any), as far as the
+    /// first slice holds them: enough for a flow hash.
+    pub fn frame_start(&self) -> &'a [u8] {
+        match *self {
+            Payload::Frame { parts, hdr } => {
+                let mut skip = if hdr { vnet_wire::virtio::LEN } else { 0 };
+                for p in parts {
+                    // `IoSlice` derefs to a slice borrowed from `parts`' lifetime.
+                    let s: &'a [u8] = slice_of(p);
+                    if s.len() > skip {
+                        return &s[skip..];
+                    }
+                    skip -= s.len();
+                }
+                &[]
+            }
+            Payload::Segments { buf, ranges } => {
+                ranges.first().and_then(|r| buf.get(r.clone())).unwrap_or(&[])
+            }
+        }
+    }
+}
+
+/// The bytes of an `IoSlice` with the lifetime of the slice it was made of.
+fn slice_of<'a>(s: &'a IoSlice<'a>) -> &'a [u8] {
+    s
+}
+
+/// A place frames leave by.
+pub trait Port: Send + Sync {
+    /// Whether the port takes frames with their `virtio_net_hdr` (partial
+    /// checksums, TCP super-frames) as they are.
+    fn takes_offloads(&self) -> bool;
+
+    /// Sends what `payload` holds: one frame, or the segments of one.
+    /// Returns whether all of it was taken. `scratch` is the calling
+    /// worker's, for encapsulation headers.
+    fn send(&self, scratch: &mut Scratch, payload: Payload<'_>) -> bool;
+
+    /// Whether the port wants [`Port::end_burst`] after a batch it got
+    /// frames in (a vhost-user ring signals its guest then).
+    fn batches(&self) -> bool {
+        false
+    }
+
+    /// The end of a worker's batch.
+    fn end_burst(&self) {}
+}
+
+/// Per-worker scratch space ports may use while sending: allocated once.
+pub struct Scratch {
+    /// `vnet` headers of the datagrams of one frame.
+    pub vnet_hdrs: Vec<[u8; vnet_wire::vnet::HEADER_LEN]>,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch { vnet_hdrs: vec![[0u8; vnet_wire::vnet::HEADER_LEN]; crate::MAX_SEGS] }
+    }
+}
+
+/// Appends to `out` (from index `*k`) slices covering bytes `range` of the
+/// concatenation of `parts`. Returns false if `out` is too small.
+pub fn slices_in<'a>(
+    parts: &'a [IoSlice<'a>],
+    range: Range<usize>,
+    out: &mut [IoSlice<'a>],
+    k: &mut usize,
+) -> bool {
+    let mut at = 0;
+    for p in parts {
+        let (s, e) = (at, at + p.len());
+        at = e;
+        if e <= range.start {
+            continue;
+        }
+        if s >= range.end {
+            break;
+        }
+        let from = range.start.max(s) - s;
+        let to = range.end.min(e) - s;
+        if *k >= out.len() {
+            return false;
+        }
+        out[*k] = IoSlice::new(&slice_of(p)[from..to]);
+        *k += 1;
+    }
+    true
+}
+
+/// A port that takes nothing (sends fail): a placeholder where a plane is
+/// built for its routes alone, as the kernel path's compiler and tests do.
+pub struct Nowhere;
+
+impl Port for Nowhere {
+    fn takes_offloads(&self) -> bool {
+        false
+    }
+    fn send(&self, _: &mut Scratch, _: Payload<'_>) -> bool {
+        false
+    }
+}
+
+impl crate::DatagramTx for Nowhere {
+    fn send(&self, _: &[IoSlice<'_>], _: usize, _: u64) -> bool {
+        false
+    }
+}

@@ -1,0 +1,379 @@
+//! An in-memory network of vnet hosts on the engine: what needs no kernel
+//! (routing, split horizon, fan-out, link formats, fragmentation and
+//! reassembly under loss and reordering, relocation) runs here, under plain
+//! `cargo test`, in milliseconds (after vpncloud's `src/tests/common.rs`
+//! and smoltcp's `tests/netsim.rs`).
+//!
+//! Each host is configured in the control language, as a vnetd is: its
+//! interfaces become [`Recorder`] ports that keep what they are given, its
+//! links send their datagrams onto a shared [`Wire`] that delivers them, in
+//! time order on a virtual clock, to the host that owns the destination
+//! address (`IP:9000` for `udp` links, `IP:4789` for VXLAN), with loss,
+//! delay jitter (reordering) and duplication as the test sets them. A
+//! host's datagrams reach the engine's [`Receiver`] exactly as a socket's
+//! would. Nothing here is on the daemon's data path; it allocates freely.
+
+use crate::link::{DatagramTx, Link};
+use crate::plane::{route_table, Iface, Plane};
+use crate::port::{Payload, Port, Scratch};
+use crate::rx::{Receiver, Via};
+use crate::{Forwarder, Global};
+use std::collections::{BTreeMap, BinaryHeap};
+use std::io::IoSlice;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use vnet_control::{Located, State, Transport};
+use vnet_core::{Counters, Port as PortId};
+use vnet_wire::virtio::VirtioNetHdr;
+
+/// The port `udp` links reach a simulated host on, and VXLAN's.
+pub const UDP_PORT: u16 = 9000;
+pub const VXLAN_PORT: u16 = vnet_wire::vxlan::IANA_PORT;
+
+/// A frame a [`Recorder`] was given: its offload header (`None` for a plain
+/// frame) and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub vh: Option<VirtioNetHdr>,
+    pub frame: Vec<u8>,
+}
+
+/// A VM's NIC in the simulation: keeps every frame it is given.
+pub struct Recorder {
+    offloads: bool,
+    frames: Mutex<Vec<Delivered>>,
+}
+
+impl Recorder {
+    pub fn new(offloads: bool) -> Self {
+        Recorder { offloads, frames: Mutex::new(Vec::new()) }
+    }
+
+    /// Takes what arrived since the last call.
+    pub fn take(&self) -> Vec<Delivered> {
+        std::mem::take(&mut *self.frames.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Port for Recorder {
+    fn takes_offloads(&self) -> bool {
+        self.offloads
+    }
+
+    fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
+        let mut got = self.frames.lock().unwrap_or_else(|e| e.into_inner());
+        payload.each_frame(|parts, hdr| {
+            let bytes: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            let d = if hdr {
+                match VirtioNetHdr::parse(&bytes) {
+                    Some(vh) => Delivered { vh: Some(vh), frame: bytes[vnet_wire::virtio::LEN..].to_vec() },
+                    None => return false,
+                }
+            } else {
+                Delivered { vh: None, frame: bytes }
+            };
+            got.push(d);
+            true
+        })
+    }
+}
+
+/// Faults the wire applies to every datagram.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Probability that a datagram is lost.
+    pub loss: f64,
+    /// Probability that a datagram is delivered twice.
+    pub duplicate: f64,
+    /// Extra delay, uniform in 0..=jitter_ns (reorders datagrams).
+    pub jitter_ns: u64,
+}
+
+/// A datagram in flight.
+#[derive(Debug, PartialEq, Eq)]
+struct InFlight {
+    at: u64,
+    seq: u64,
+    from: IpAddr,
+    to: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+impl Ord for InFlight {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // Earliest first out of the max-heap.
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// The shared underlay: datagrams in flight, the clock, the faults.
+pub struct Wire {
+    now_ns: u64,
+    seq: u64,
+    rng: u64,
+    /// One-way delay of every datagram.
+    pub delay_ns: u64,
+    pub faults: Faults,
+    queue: BinaryHeap<InFlight>,
+    /// Datagrams sent, lost and duplicated so far.
+    pub sent: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+}
+
+impl Wire {
+    fn random(&mut self) -> u64 {
+        // xorshift64*: deterministic per seed.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && ((self.random() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+
+    fn put(&mut self, from: IpAddr, to: SocketAddr, bytes: Vec<u8>) {
+        self.sent += 1;
+        if self.chance(self.faults.loss) {
+            self.lost += 1;
+            return;
+        }
+        let copies = if self.chance(self.faults.duplicate) { 2 } else { 1 };
+        self.duplicated += copies - 1;
+        for _ in 0..copies {
+            let jitter =
+                if self.faults.jitter_ns > 0 { self.random() % (self.faults.jitter_ns + 1) } else { 0 };
+            self.seq += 1;
+            let f = InFlight {
+                at: self.now_ns + self.delay_ns + jitter,
+                seq: self.seq,
+                from,
+                to,
+                bytes: bytes.clone(),
+            };
+            self.queue.push(f);
+        }
+    }
+}
+
+/// A link's I/O in the simulation: datagrams onto the wire.
+struct WireTx {
+    from: IpAddr,
+    to: SocketAddr,
+    wire: Arc<Mutex<Wire>>,
+}
+
+impl DatagramTx for WireTx {
+    fn send(&self, iov: &[IoSlice<'_>], seg: usize, _flow: u64) -> bool {
+        let bytes: Vec<u8> = iov.iter().flat_map(|p| p.iter().copied()).collect();
+        let mut w = self.wire.lock().unwrap_or_else(|e| e.into_inner());
+        for d in bytes.chunks(seg.max(1)) {
+            w.put(self.from, self.to, d.to_vec());
+        }
+        true
+    }
+}
+
+/// One simulated vnetd.
+pub struct Host {
+    pub ip: IpAddr,
+    pub state: State,
+    pub plane: Arc<Plane>,
+    pub global: Arc<Global>,
+    /// The VMs' NICs, by interface name.
+    pub vms: BTreeMap<String, Arc<Recorder>>,
+    fw: Forwarder,
+    rx_udp: Receiver,
+    rx_vxlan: Receiver,
+    generation: u64,
+    route_counters: BTreeMap<u32, Arc<Counters>>,
+}
+
+/// A network of simulated hosts.
+pub struct Net {
+    pub wire: Arc<Mutex<Wire>>,
+    pub hosts: Vec<Host>,
+}
+
+/// What went wrong configuring a simulated host.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl Net {
+    /// A network with a 50 us one-way delay and no faults; `seed` fixes
+    /// every random choice.
+    pub fn new(seed: u64) -> Self {
+        let wire = Wire {
+            now_ns: 0,
+            seq: 0,
+            rng: seed | 1,
+            delay_ns: 50_000,
+            faults: Faults::default(),
+            queue: BinaryHeap::new(),
+            sent: 0,
+            lost: 0,
+            duplicated: 0,
+        };
+        Net { wire: Arc::new(Mutex::new(wire)), hosts: Vec::new() }
+    }
+
+    fn wire(&self) -> std::sync::MutexGuard<'_, Wire> {
+        self.wire.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.wire().now_ns
+    }
+
+    pub fn set_faults(&self, f: Faults) {
+        self.wire().faults = f;
+    }
+
+    /// Adds a host with underlay address `ip`, configured by `config` (the
+    /// control language; interfaces of any kind become recorders that take
+    /// offloads unless `offload off`). Returns its index.
+    pub fn add_host(&mut self, ip: &str, config: &str) -> Result<usize, ConfigError> {
+        let ip: IpAddr = ip.parse().map_err(|e| ConfigError(format!("{ip}: {e}")))?;
+        let global = Arc::<Global>::default();
+        let mut h = Host {
+            ip,
+            state: State::default(),
+            plane: Arc::default(),
+            global: global.clone(),
+            vms: BTreeMap::new(),
+            fw: Forwarder::new(global),
+            rx_udp: Receiver::new(Via::Udp, Default::default()),
+            rx_vxlan: Receiver::new(Via::Vxlan, Default::default()),
+            generation: 0,
+            route_counters: BTreeMap::new(),
+        };
+        h.apply(&self.wire, config)?;
+        self.hosts.push(h);
+        Ok(self.hosts.len() - 1)
+    }
+
+    /// Applies control text to host `h` as one transaction.
+    pub fn apply(&mut self, h: usize, text: &str) -> Result<(), ConfigError> {
+        let wire = self.wire.clone();
+        self.hosts[h].apply(&wire, text)
+    }
+
+    /// VM `vm` of host `h` sends `frame` (with offload header `vh`).
+    pub fn send_with(&mut self, h: usize, vm: &str, vh: VirtioNetHdr, frame: &[u8]) {
+        let host = &mut self.hosts[h];
+        let Some(def) = host.state.iface_by_name(vm) else { return };
+        let id = def.id;
+        if let Some(i) = host.plane.ifaces.get(&id) {
+            i.rx.add(frame.len());
+        }
+        let mut buf = frame.to_vec();
+        let plane = host.plane.clone();
+        host.fw.forward(&plane, PortId::Interface(id), vh, &mut buf);
+        host.fw.report();
+    }
+
+    /// VM `vm` of host `h` sends a plain frame.
+    pub fn send(&mut self, h: usize, vm: &str, frame: &[u8]) {
+        self.send_with(h, vm, VirtioNetHdr::NONE, frame)
+    }
+
+    /// Delivers datagrams in time order until none is in flight (or
+    /// `max_steps` were delivered). Returns how many were delivered.
+    pub fn run(&mut self, max_steps: usize) -> usize {
+        let mut n = 0;
+        while n < max_steps {
+            let next = {
+                let mut w = self.wire();
+                let Some(d) = w.queue.pop() else { break };
+                w.now_ns = w.now_ns.max(d.at);
+                d
+            };
+            n += 1;
+            let now = next.at;
+            let Some(host) = self.hosts.iter_mut().find(|h| h.ip == next.to.ip()) else { continue };
+            let via = match next.to.port() {
+                UDP_PORT => Via::Udp,
+                VXLAN_PORT => Via::Vxlan,
+                _ => continue,
+            };
+            let mut bytes = next.bytes;
+            let plane = host.plane.clone();
+            let rx = if via == Via::Udp { &mut host.rx_udp } else { &mut host.rx_vxlan };
+            rx.receive(&mut host.fw, &plane, next.from, &mut bytes, 0, now);
+            rx.report(&host.global);
+            host.fw.report();
+        }
+        n
+    }
+
+    /// Moves the clock forward by `ns` (timeouts), delivering what falls due.
+    pub fn advance(&mut self, ns: u64) {
+        let until = self.now_ns() + ns;
+        loop {
+            let due = self.wire().queue.peek().is_some_and(|d| d.at <= until);
+            if !due {
+                break;
+            }
+            self.run(1);
+        }
+        self.wire().now_ns = until;
+        for h in &mut self.hosts {
+            h.rx_udp.expire(until);
+            h.rx_udp.report(&h.global);
+        }
+    }
+
+    /// What VM `vm` of host `h` received since the last call.
+    pub fn take(&self, h: usize, vm: &str) -> Vec<Delivered> {
+        self.hosts[h].vms.get(vm).map(|r| r.take()).unwrap_or_default()
+    }
+}
+
+impl Host {
+    fn apply(&mut self, wire: &Arc<Mutex<Wire>>, text: &str) -> Result<(), ConfigError> {
+        let cmds: Vec<Located<vnet_control::Command>> =
+            vnet_control::parse(text).map_err(|e| ConfigError(e.to_string()))?;
+        let next = self.state.apply_all(&cmds).map_err(|e| ConfigError(e.to_string()))?;
+        let mut ifaces = Vec::new();
+        for d in next.interfaces.values() {
+            let rec =
+                self.vms.entry(d.name.clone()).or_insert_with(|| Arc::new(Recorder::new(d.offload))).clone();
+            // Keep the interface (and its counters) when it stays.
+            let keep = self.plane.ifaces.get(&d.id).filter(|i| i.name == d.name).cloned();
+            ifaces.push(keep.unwrap_or_else(|| Arc::new(Iface::new(d.id, d.name.clone(), d.mac, rec))));
+        }
+        self.vms.retain(|n, _| next.iface_by_name(n).is_some());
+        let links = next
+            .links
+            .values()
+            .map(|d| match self.plane.links.get(&d.id).filter(|l| l.def == *d) {
+                Some(l) => l.clone(),
+                None => {
+                    let to = match d.transport {
+                        Transport::Udp { remote, .. } => SocketAddr::new(remote.ip(), UDP_PORT),
+                        Transport::Vxlan { remote, .. } => SocketAddr::new(remote.ip(), VXLAN_PORT),
+                    };
+                    Arc::new(Link::new(d.clone(), Arc::new(WireTx { from: self.ip, to, wire: wire.clone() })))
+                }
+            })
+            .collect();
+        self.generation += 1;
+        let table = route_table(&next, self.generation, &mut self.route_counters);
+        self.plane = Arc::new(Plane::new(table, ifaces, links));
+        self.state = next;
+        Ok(())
+    }
+
+    /// A link by name.
+    pub fn link(&self, name: &str) -> Option<&Arc<Link>> {
+        let id = self.state.link_by_name(name)?.id;
+        self.plane.links.get(&id)
+    }
+}

@@ -1,0 +1,150 @@
+//! Interfaces: the local virtual NICs VMs are attached to, one module per
+//! kind (`tap`, `netdev`, `vhost`), each opening its device and
+//! implementing the engine's `Port` for the frames that go to the VM.
+//! [`open`] and [`Device`] match on the kind exhaustively, so a new kind is
+//! a variant of `IfaceKind` and a module here.
+
+pub mod netdev;
+pub mod tap;
+pub mod vhost;
+
+use crate::dataplane::Shared;
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+use vnet_control::{IfaceKind, InterfaceDef};
+use vnet_engine::{DispatchStats, Iface, Port};
+
+/// An interface vnetd serves: the engine's view, its declaration, and the
+/// device behind it.
+pub struct Attached {
+    pub iface: Arc<Iface>,
+    pub def: InterfaceDef,
+    pub dev: Device,
+    pub dispatch: Arc<DispatchStats>,
+}
+
+/// The device behind an interface, by kind.
+pub enum Device {
+    Tap(Arc<tap::Tap>),
+    Netdev(Arc<netdev::Netdev>),
+    Vhost(Arc<vhost::VhostDev>),
+}
+
+/// Where a worker reads a queue's frames from.
+pub enum Reader {
+    File(Arc<File>),
+    /// A netdev's receive ring, and the socket that signals it.
+    Ring(Arc<File>, Arc<Mutex<crate::sys::RxRing>>),
+}
+
+impl Reader {
+    pub fn fd(&self) -> RawFd {
+        match self {
+            Reader::File(f) | Reader::Ring(f, _) => f.as_raw_fd(),
+        }
+    }
+}
+
+impl Device {
+    /// The port frames for the VM leave by.
+    pub fn port(&self) -> Arc<dyn Port> {
+        match self {
+            Device::Tap(t) => t.clone(),
+            Device::Netdev(n) => n.clone(),
+            Device::Vhost(v) => v.clone(),
+        }
+    }
+
+    /// Queues workers read (a vhost-user interface has its own threads).
+    pub fn queues(&self) -> usize {
+        match self {
+            Device::Tap(t) => t.queues.len(),
+            Device::Netdev(_) => 1,
+            Device::Vhost(_) => 0,
+        }
+    }
+
+    /// What worker `q` reads, if it reads this device.
+    pub fn reader(&self, q: usize) -> Option<Reader> {
+        match self {
+            Device::Tap(t) => t.queues.get(q).map(|f| Reader::File(f.clone())),
+            Device::Netdev(n) if q == 0 => Some(match &n.ring {
+                Some(r) => Reader::Ring(n.sock.clone(), r.clone()),
+                None => Reader::File(n.sock.clone()),
+            }),
+            Device::Netdev(_) | Device::Vhost(_) => None,
+        }
+    }
+
+    /// Whether frames carry a `virtio_net_hdr` both ways.
+    pub fn vnet_hdr(&self) -> bool {
+        match self {
+            Device::Tap(t) => t.vnet_hdr,
+            Device::Netdev(n) => n.vnet_hdr,
+            Device::Vhost(v) => v.takes_offloads(),
+        }
+    }
+
+    /// Whether a netdev's frames come off a receive ring.
+    pub fn rx_ring(&self) -> bool {
+        matches!(self, Device::Netdev(n) if n.ring.is_some())
+    }
+
+    pub fn vhost(&self) -> Option<&Arc<vhost::VhostDev>> {
+        match self {
+            Device::Vhost(v) => Some(v),
+            Device::Tap(_) | Device::Netdev(_) => None,
+        }
+    }
+
+    /// Stops what runs on its own (a vhost-user server).
+    pub fn stop(&self) {
+        if let Device::Vhost(v) = self {
+            v.stop();
+        }
+    }
+}
+
+/// Opens an interface's device, in its namespace if it has one.
+pub fn open(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io::Result<Attached> {
+    let dispatch = Arc::<DispatchStats>::default();
+    let (dev, mac) = match def.kind {
+        IfaceKind::Tap => {
+            let (t, mac) = tap::open(def, &shared.global)?;
+            (Device::Tap(Arc::new(t)), Some(mac))
+        }
+        IfaceKind::Netdev => (Device::Netdev(Arc::new(netdev::open(def, &shared.global)?)), def.mac),
+        IfaceKind::VhostUser => {
+            let path = std::path::Path::new(&def.dev);
+            let cfg = vhost::Serve { pairs: def.queues as usize, mode: def.mode, cpus: cpus.to_vec() };
+            let v = vhost::serve(shared, def.id, &def.name, path, cfg, dispatch.clone())?;
+            (Device::Vhost(v), def.mac)
+        }
+    };
+    let iface = Arc::new(Iface::new(def.id, def.name.clone(), mac, dev.port()));
+    Ok(Attached { iface, def: def.clone(), dev, dispatch })
+}
+
+/// Runs `f` in the interface's namespace, if it names one.
+fn in_ns<T: Send>(def: &InterfaceDef, f: impl FnOnce() -> std::io::Result<T> + Send) -> std::io::Result<T> {
+    match &def.netns {
+        Some(ns) => crate::sys::in_netns(&crate::sys::netns_path(ns), f),
+        None => f(),
+    }
+}
+
+/// Counts and logs an interface where the kernel refused offloads.
+fn offloads_refused(def: &InterfaceDef, g: &vnet_engine::Global) {
+    g.offload_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::warn!(interface = %def.name, "the kernel refused offloads: frames are finished in software");
+}
+
+/// Gives the VM one frame with one `writev` on `file`.
+fn write_frame(file: &File, payload: vnet_engine::Payload<'_>) -> bool {
+    use std::io::Write;
+    payload.each_frame(|parts, _| {
+        let want: usize = parts.iter().map(|p| p.len()).sum();
+        matches!((&*file).write_vectored(parts), Ok(n) if n == want)
+    })
+}

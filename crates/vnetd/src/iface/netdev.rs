@@ -1,0 +1,62 @@
+//! `netdev`: vnetd attaches to a netdev it does not own with a packet
+//! socket: a TAP that QEMU holds, or the host end of a container's veth.
+//! The VM's frames are taken from a `TPACKET_V2` receive ring shared with
+//! the kernel where it gives one (no system call per frame); with offloads
+//! the socket carries a `virtio_net_hdr` (`PACKET_VNET_HDR`). The device's
+//! MAC is the host side's, not the VM's, so it is left alone.
+
+use crate::dataplane::RX_RING_BLOCKS;
+use crate::sys;
+use std::fs::File;
+use std::sync::{Arc, Mutex};
+use vnet_control::InterfaceDef;
+use vnet_engine::port::{Payload, Port, Scratch};
+use vnet_engine::Global;
+
+/// An attached netdev.
+pub struct Netdev {
+    pub sock: Arc<File>,
+    pub ring: Option<Arc<Mutex<sys::RxRing>>>,
+    pub vnet_hdr: bool,
+}
+
+/// Opens a packet socket on the device (and its receive ring), sets the MTU
+/// if asked, and brings the device up.
+pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
+    let (dev, mtu, offload) = (def.dev.clone(), def.mtu, def.offload);
+    let (nd, refused) = super::in_ns(def, move || {
+        let f = sys::open_packet(&dev)?;
+        let mut vnet_hdr = offload;
+        let mut refused = false;
+        if offload && sys::packet_enable_vnet_hdr(&f).is_err() {
+            vnet_hdr = false;
+            refused = true;
+        }
+        let ring = match sys::RxRing::new(&f, RX_RING_BLOCKS, vnet_hdr) {
+            Ok(r) => Some(Arc::new(Mutex::new(r))),
+            Err(e) => {
+                tracing::warn!(device = %dev, "no receive ring ({e}): frames are read one by one");
+                None
+            }
+        };
+        if let Some(m) = mtu {
+            sys::set_mtu(&dev, m)?;
+        }
+        sys::set_up(&dev)?;
+        Ok((Netdev { sock: Arc::new(f), ring, vnet_hdr }, refused))
+    })?;
+    if refused {
+        super::offloads_refused(def, g);
+    }
+    Ok(nd)
+}
+
+impl Port for Netdev {
+    fn takes_offloads(&self) -> bool {
+        self.vnet_hdr
+    }
+
+    fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
+        super::write_frame(&self.sock, payload)
+    }
+}

@@ -1,0 +1,132 @@
+//! UDP transport, for `raw`, `vnet` and VXLAN links: datagrams go out in
+//! one `sendmsg` per batch with `UDP_SEGMENT` (GSO), or one by one where
+//! the kernel refuses GSO; the socket is picked from the link's pool by the
+//! inner flow's hash. Also the binding of the receiving sockets and pools.
+
+use crate::sys;
+use std::io::IoSlice;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use vnet_engine::{DatagramTx, Global};
+
+/// Sends one link's datagrams.
+pub struct UdpTx {
+    name: String,
+    remote: SocketAddr,
+    socks: Vec<Arc<UdpSocket>>,
+    /// Set when the kernel refused UDP GSO: send datagram by datagram.
+    gso_off: AtomicBool,
+    global: Arc<Global>,
+}
+
+impl UdpTx {
+    pub fn new(name: &str, remote: SocketAddr, socks: Vec<Arc<UdpSocket>>, global: Arc<Global>) -> Self {
+        UdpTx { name: name.to_string(), remote, socks, gso_off: AtomicBool::new(false), global }
+    }
+}
+
+impl DatagramTx for UdpTx {
+    fn send(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool {
+        let Some(sock) = self.socks.get((flow % self.socks.len().max(1) as u64) as usize) else {
+            return false;
+        };
+        let total: usize = iov.iter().map(|s| s.len()).sum();
+        if total <= seg || !self.gso_off.load(Relaxed) {
+            let segment = if total > seg { seg as u16 } else { 0 };
+            match sys::send_segments(sock, &self.remote, iov, segment) {
+                Ok(_) => return true,
+                Err(e)
+                    if segment > 0
+                        && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT)) =>
+                {
+                    self.gso_off.store(true, Relaxed);
+                    self.global.gso_fallbacks.fetch_add(1, Relaxed);
+                    tracing::warn!(link = %self.name, "UDP GSO refused ({e}); sending datagram by datagram");
+                }
+                Err(_) => return false,
+            }
+        }
+        // One datagram at a time: regroup the slices into datagrams of `seg` bytes.
+        let mut one = [IoSlice::new(&[]); 8];
+        let (mut k, mut have) = (0, 0);
+        for s in iov {
+            let mut rest: &[u8] = s;
+            while !rest.is_empty() {
+                let take = rest.len().min(seg - have);
+                if k == one.len() {
+                    return false;
+                }
+                one[k] = IoSlice::new(&rest[..take]);
+                k += 1;
+                have += take;
+                rest = &rest[take..];
+                if have == seg {
+                    if sys::send_segments(sock, &self.remote, &one[..k], 0).is_err() {
+                        return false;
+                    }
+                    (k, have) = (0, 0);
+                }
+            }
+        }
+        k == 0 || sys::send_segments(sock, &self.remote, &one[..k], 0).is_ok()
+    }
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
+    let s = UdpSocket::bind(addr)?;
+    s.set_nonblocking(true)?;
+    if let Err(e) = sys::set_socket_buffers(&s, crate::dataplane::SOCKET_BUFFER) {
+        tracing::warn!("socket buffers left at the default: {e}");
+    }
+    Ok(Arc::new(s))
+}
+
+/// Binds a receiving socket (with UDP GRO) and its sending pool: for `vnet`
+/// links, ephemeral ports on the same address.
+pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
+    let sock = bind(addr)?;
+    if let Err(e) = sys::udp_enable_gro(&*sock) {
+        tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
+    }
+    let pool = (0..crate::dataplane::TX_POOL)
+        .map(|_| bind(SocketAddr::new(addr.ip(), 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok(super::Bound { addr, sock, pool })
+}
+
+/// The VXLAN source-port range (RFC 7348: the dynamic range).
+pub const VXLAN_SOURCE_PORTS: (u16, u16) = (49152, 65535);
+
+/// Binds the VXLAN receiving socket and a pool of sending sockets whose
+/// ports lie in [`VXLAN_SOURCE_PORTS`], so the outer source port of a flow
+/// is in the RFC's range and fixed by the inner flow's hash. Sending
+/// sockets never fragment (`IP_PMTUDISC_DO`: VTEPs must not) and, over
+/// IPv4, send a zero UDP checksum as Linux VTEPs do by default.
+pub fn bind_vxlan(addr: SocketAddr) -> std::io::Result<super::Bound> {
+    let sock = bind(addr)?;
+    if let Err(e) = sys::udp_enable_gro(&*sock) {
+        tracing::warn!("UDP GRO refused on the VXLAN socket ({e})");
+    }
+    let mut pool = Vec::new();
+    let mut seed = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..64 {
+        if pool.len() == crate::dataplane::TX_POOL {
+            break;
+        }
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        let port = vnet_wire::vxlan::source_port(seed, VXLAN_SOURCE_PORTS);
+        let Ok(s) = bind(SocketAddr::new(addr.ip(), port)) else { continue };
+        if let Err(e) = sys::set_dont_fragment(&*s, addr.is_ipv4()) {
+            tracing::warn!("VXLAN socket may fragment: {e}");
+        }
+        if addr.is_ipv4() {
+            let _ = sys::udp_no_checksum(&*s);
+        }
+        pool.push(s);
+    }
+    if pool.is_empty() {
+        return Err(std::io::Error::other("no free port in 49152-65535 for VXLAN's sending sockets"));
+    }
+    Ok(super::Bound { addr, sock, pool })
+}
