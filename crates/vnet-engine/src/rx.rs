@@ -107,7 +107,10 @@ impl Receiver {
             Transport::Vxlan { .. } => {
                 let frame = &mut data[frame_at..];
                 link.rx.add(frame.len());
-                fw.forward(plane, port, VirtioNetHdr::NONE, frame);
+                // A Linux VTEP over a veth may leave the inner checksum to
+                // "the device" (CHECKSUM_PARTIAL survives the veth); VXLAN
+                // frames always fit the link, so never a super-frame.
+                forward_inferred(fw, plane, port, 0, frame);
             }
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
                 self.vnet_datagram(fw, plane, link, network, data, now_ns, &g)
@@ -149,7 +152,12 @@ impl Receiver {
         if repr.is_whole(plen) {
             link.rx.add(plen);
             if repr.flags.0 & Flags::WHOLE != 0 && !with_vh {
-                forward_inferred(fw, plane, port, link, &mut data[hl..]);
+                // The segment size the sender's VM used, as well as it can be
+                // told: the link MTU less the largest encapsulation and TCP/IP headers.
+                let mss = (link.def.mtu as usize)
+                    .saturating_sub(vnet_wire::vnet::IPV4_ENCAP_OVERHEAD + 40)
+                    .max(536) as u16;
+                forward_inferred(fw, plane, port, mss, &mut data[hl..]);
             } else {
                 deliver_vnet(fw, plane, port, with_vh, &mut data[hl..]);
             }
@@ -249,17 +257,15 @@ fn deliver_vnet(fw: &mut Forwarder, plane: &Plane, port: PortId, with_vh: bool, 
 }
 
 /// Forwards a whole frame that came without an offload header from a
-/// sender that may have left checksum and segmentation to the devices (a
-/// peer's kernel path, which marks its datagrams `WHOLE`, hands frames over
-/// as the VM's stack made them): the header it needs is inferred from the
-/// frame (`offload::infer`), so offload-capable destinations take it as is
-/// and the rest get it finished in software. `raw` and VXLAN datagrams
-/// carry no such mark and are finished frames.
-fn forward_inferred(fw: &mut Forwarder, plane: &Plane, port: PortId, link: &Link, frame: &mut [u8]) {
-    // The segment size the sender's VM used, as well as it can be told: the
-    // link MTU less the largest encapsulation and TCP/IP headers.
-    let mss =
-        (link.def.mtu as usize).saturating_sub(vnet_wire::vnet::IPV4_ENCAP_OVERHEAD + 40).max(536) as u16;
+/// sender that may have left checksum and segmentation to the devices: a
+/// peer's kernel path (it marks its `vnet` datagrams `WHOLE`) hands frames
+/// over as the VM's stack made them, and a Linux VTEP over a veth may leave
+/// the inner checksum partial. The header the frame needs is inferred
+/// (`offload::infer`, with `mss` 0 for "never a super-frame"), so
+/// offload-capable destinations take it as is and the rest get it finished
+/// in software. `raw` datagrams come from Palacios hosts, which send
+/// finished frames, and are not inspected.
+fn forward_inferred(fw: &mut Forwarder, plane: &Plane, port: PortId, mss: u16, frame: &mut [u8]) {
     let vh = vnet_wire::offload::infer(frame, mss).unwrap_or(VirtioNetHdr::NONE);
     fw.forward(plane, port, vh, frame);
 }

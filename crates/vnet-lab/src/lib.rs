@@ -25,12 +25,13 @@ pub mod bench;
 pub mod noise;
 
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use vnet_control::{LinkDef, Transport};
 
 pub use vnetd::client::{Client, Reply};
 pub use vnetd::Endpoint;
@@ -158,11 +159,11 @@ pub enum Format {
     Vnet,
 }
 
-impl Format {
-    fn word(self) -> &'static str {
-        match self {
-            Format::Raw => "raw",
-            Format::Vnet => "vnet",
+impl From<Format> for vnet_control::LinkFormat {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Raw => vnet_control::LinkFormat::Raw,
+            Format::Vnet => vnet_control::LinkFormat::Vnet,
         }
     }
 }
@@ -212,7 +213,19 @@ pub struct Spec {
     pub guest_args: Vec<(usize, String)>,
     /// More command-line arguments for every vnetd (e.g. `--worker-cpus 1`).
     pub vnetd_args: Vec<String>,
+    /// In a vnet lab, hosts that are Linux kernel VTEPs instead of vnetds:
+    /// a bridge with a `vxlan` device (VNI [`VNI`], port 4789, no learning,
+    /// static FDB entries, head-end replication to every other host) and
+    /// the VMs on veths in the bridge. vnetd hosts reach them over `vxlan`
+    /// links.
+    pub vteps: Vec<usize>,
+    /// vnetd hosts reach each other over `vxlan` links too (else `udp`
+    /// links in `format`).
+    pub vxlan_links: bool,
 }
+
+/// The VXLAN network identifier of the lab's VXLAN links and devices.
+pub const VNI: u32 = 42;
 
 /// What joins the lab's VMs across hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,7 +270,22 @@ impl Default for Spec {
             qemu_queues: 1,
             guest_args: Vec::new(),
             vnetd_args: Vec::new(),
+            vteps: Vec::new(),
+            vxlan_links: false,
         }
+    }
+}
+
+impl Spec {
+    /// Whether host `h` runs a kernel VXLAN bridge (a VXLAN lab's hosts,
+    /// and a vnet lab's `vteps`) rather than a vnetd or nothing.
+    pub fn kernel_vtep(&self, h: usize) -> bool {
+        self.overlay == Overlay::Vxlan || (self.overlay == Overlay::Vnet && self.vteps.contains(&h))
+    }
+
+    /// Whether host `h` runs a vnetd.
+    pub fn runs_vnetd(&self, h: usize) -> bool {
+        self.overlay == Overlay::Vnet && !self.vteps.contains(&h)
     }
 }
 
@@ -373,8 +401,8 @@ impl Lab {
             guests: Vec::new(),
         };
         lab.build()?;
-        if lab.spec.overlay == Overlay::Vnet {
-            for h in 0..lab.hosts.len() {
+        for h in 0..lab.hosts.len() {
+            if lab.spec.runs_vnetd(h) {
                 lab.start_vnetd(h)?;
             }
         }
@@ -506,8 +534,8 @@ impl Lab {
                 }
             }
         }
-        if s.overlay == Overlay::Vxlan {
-            for (h, host) in hosts.iter().enumerate() {
+        for (h, host) in hosts.iter().enumerate() {
+            if s.kernel_vtep(h) {
                 self.vxlan_host(h, host, &hosts)?;
             }
         }
@@ -520,7 +548,7 @@ impl Lab {
                 }
                 let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
                 let veth = s.veth_hosts.contains(&h)
-                    || s.overlay == Overlay::Vxlan
+                    || s.kernel_vtep(h)
                     || s.overlay == Overlay::Routed
                     || (s.overlay == Overlay::Vnet && s.datapath.is_some());
                 let dev = if veth { "eth0" } else { "vt0" };
@@ -543,7 +571,7 @@ impl Lab {
                 let mtu = s.vm_mtu.to_string();
                 if let Some(hd) = &vm.host_dev {
                     self.add_veth(&host.ns, hd, &ns, dev)?;
-                    if s.overlay == Overlay::Vxlan {
+                    if s.kernel_vtep(h) {
                         self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
                     }
                 } else {
@@ -562,9 +590,9 @@ impl Lab {
                 host.vms.push(vm);
             }
         }
-        if s.overlay == Overlay::Vxlan {
-            // Static forwarding: every VM MAC to its host's VTEP, no learning.
-            for (h, host) in hosts.iter().enumerate() {
+        // Static forwarding on kernel VTEPs: every VM MAC to its host, no learning.
+        for (h, host) in hosts.iter().enumerate() {
+            if s.kernel_vtep(h) {
                 for (k, other) in hosts.iter().enumerate() {
                     if k == h {
                         continue;
@@ -592,7 +620,7 @@ impl Lab {
                 }
             }
         }
-        for h in 0..hosts.len() {
+        for h in (0..hosts.len()).filter(|&h| s.runs_vnetd(h)) {
             let text = config_for(&s, &hosts, h);
             std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
         }
@@ -776,7 +804,7 @@ impl Lab {
                 "type",
                 "vxlan",
                 "id",
-                "42",
+                &VNI.to_string(),
                 "local",
                 &local,
                 "dstport",
@@ -1100,6 +1128,10 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
     let _ = writeln!(c, "# vnet-lab host {h}");
     let mode = s.dispatch.as_ref().map_or(String::new(), |m| format!(" mode {m}"));
     let _ = writeln!(c, "listen udp {}:9000{mode}", hosts[h].underlay_ip);
+    let vxlan_to = |k: usize| s.vxlan_links || s.vteps.contains(&k);
+    if (0..hosts.len()).any(|k| k != h && vxlan_to(k)) {
+        let _ = writeln!(c, "listen vxlan {}:{}", hosts[h].underlay_ip, vnet_wire::vxlan::IANA_PORT);
+    }
     let dp = s.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
     for (v, vm) in hosts[h].vms.iter().enumerate() {
         match (&vm.host_dev, &vm.vhost) {
@@ -1127,9 +1159,15 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
                 let _ = writeln!(c, "add any {} edge {ip} any", vm.mac);
             }
         } else {
-            // A link to a Palacios host speaks its (raw) format.
-            let f = if s.palacios_hosts.contains(&k) { "raw" } else { s.format.word() };
-            let _ = writeln!(c, "link h{k} udp {ip}:9000 format {f} mtu {}", s.underlay_mtu);
+            let transport = if vxlan_to(k) {
+                Transport::Vxlan { remote: SocketAddr::new(ip.into(), vnet_wire::vxlan::IANA_PORT), vni: VNI }
+            } else {
+                // A link to a Palacios host speaks its (raw) format.
+                let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };
+                Transport::Udp { remote: SocketAddr::new(ip.into(), 9000), format: format.into(), network: 0 }
+            };
+            let def = LinkDef { id: 0, name: format!("h{k}"), transport, mtu: s.underlay_mtu };
+            let _ = writeln!(c, "{}", def.to_line());
             let _ = writeln!(c, "route any {bcast} -> link h{k}");
             for vm in &other.vms {
                 let _ = writeln!(c, "route any {} -> link h{k}", vm.mac);

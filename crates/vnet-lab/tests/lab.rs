@@ -711,3 +711,93 @@ fn relocating_a_vm_loses_a_handful_of_pings_and_no_connection() {
     let r = lab.control(2, &format!("announce {}", b.mac)).unwrap();
     assert_eq!(r.body.trim(), format!("announced {} to 2 of 2 links", b.mac));
 }
+
+/// The VM MTU that fits both a `vnet` link on the kernel path (62 bytes of
+/// encapsulation) and a VXLAN link (50) over a 1500-byte underlay.
+const MIXED_VM_MTU: u32 = 1500 - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32;
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn vnetd_and_a_linux_kernel_vtep_talk_both_ways() {
+    // Host 0 runs vnetd with a `vxlan` link; host 1 is a Linux bridge with a
+    // kernel vxlan device (VNI 42, port 4789, nolearning, static FDB).
+    let mut lab = lab(Spec { vteps: vec![1], vm_mtu: MIXED_VM_MTU, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 56);
+    // Full-size frames both ways: they fit the VXLAN link unfragmented.
+    assert_ping(&lab, &a, b.ip, MIXED_VM_MTU - 28);
+    assert_ping(&lab, &b, a.ip, MIXED_VM_MTU - 28);
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        let (gbps, _) = lab.iperf3(from, to, 10, &[]).unwrap();
+        assert!(gbps > 0.2, "{} -> {}: iperf3 moved {gbps} Gbit/s", from.ip, to.ip);
+    }
+    let links = json(&lab, 0, "links");
+    let l = &links["links"][0];
+    assert_eq!((l["kind"].as_str(), l["network"].as_u64()), (Some("vxlan"), Some(42)), "{l}");
+    assert!(l["rx_packets"].as_u64().unwrap() > 10_000 && l["tx_packets"].as_u64().unwrap() > 10_000, "{l}");
+    assert_eq!(l["too_big"], 0, "{l}");
+    let g = json(&lab, 0, "stats")["global"].clone();
+    assert_eq!((g["malformed"].as_u64(), g["unknown_source"].as_u64()), (Some(0), Some(0)), "{g}");
+}
+
+/// Pings the broadcast address from `from` (`count` requests) and returns
+/// the replies per responder and sequence number, failing on a `DUP!`.
+fn broadcast_replies(lab: &Lab, from: &Vm, count: u32) -> std::collections::BTreeMap<(String, u32), u32> {
+    let c = count.to_string();
+    let out = lab
+        .ns_output(&from.ns, &["ping", "-n", "-b", "-c", &c, "-i", "0.3", "-W", "1", "10.88.255.255"])
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!text.contains("DUP!"), "a broadcast from {} arrived twice somewhere:\n{text}", from.ip);
+    let mut seen = std::collections::BTreeMap::new();
+    for l in text.lines().filter(|l| l.contains("bytes from")) {
+        let ip = l.split("from ").nth(1).and_then(|r| r.split(':').next()).unwrap_or("").to_string();
+        let seq = l.split("icmp_seq=").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok());
+        *seen.entry((ip, seq.unwrap_or(0))).or_insert(0) += 1;
+    }
+    seen
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn broadcasts_among_two_vnetds_and_a_kernel_vtep_reach_each_other_host_exactly_once() {
+    // Hosts 0 and 1 run vnetd (a `vnet` link between them, `vxlan` links to
+    // host 2); host 2 is a Linux kernel VTEP with head-end replication.
+    let lab = lab(Spec { hosts: 3, vteps: vec![2], vm_mtu: MIXED_VM_MTU, ..Spec::default() });
+    let vms: Vec<Vm> = (0..3).map(|h| lab.vm(h, 0).clone()).collect();
+    // ARP first (unicast ping), so every broadcast below is answered.
+    for (i, a) in vms.iter().enumerate() {
+        for b in vms.iter().skip(i + 1) {
+            assert_ping(&lab, a, b.ip, 56);
+        }
+    }
+    for from in &vms {
+        // ping may exit before the last request's replies are all in: five
+        // requests, the first four checked.
+        let seen = broadcast_replies(&lab, from, 5);
+        for to in vms.iter().filter(|v| v.ip != from.ip) {
+            for seq in 1..=4 {
+                let n = seen.get(&(to.ip.to_string(), seq)).copied().unwrap_or(0);
+                assert_eq!(
+                    n, 1,
+                    "broadcast {seq} from {} answered {n} times by {}: {seen:?}",
+                    from.ip, to.ip
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn two_vnetds_over_a_vxlan_link_carry_tcp() {
+    let mut lab = lab(Spec { vxlan_links: true, vm_mtu: MIXED_VM_MTU, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, MIXED_VM_MTU - 28);
+    let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
+    assert!(gbps > 0.2, "iperf3 moved {gbps} Gbit/s");
+    let l = &json(&lab, 1, "links")["links"][0];
+    assert_eq!(l["kind"], "vxlan", "{l}");
+    assert!(l["rx_packets"].as_u64().unwrap() > 1000, "{l}");
+}

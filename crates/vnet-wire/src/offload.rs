@@ -66,9 +66,12 @@ pub fn complete_checksum(frame: &mut [u8], hdr: &VirtioNetHdr) -> Result<(), Off
 /// and, for TCP, larger than one segment.
 ///
 /// For an IPv4 or IPv6 (no extension headers) TCP or UDP frame: if the L4
-/// checksum does not verify, `NEEDS_CSUM` with its offsets; for TCP with
-/// more than `mss` payload bytes, also the TCP GSO type and `mss`. `None`
-/// for anything else, or when nothing is needed.
+/// checksum field holds exactly the pseudo-header sum (what a stack leaves
+/// for the device to finish), `NEEDS_CSUM` with its offsets; for TCP with
+/// more than `mss` payload bytes (`mss` 0: never), also the TCP GSO type and
+/// `mss`. `None` for anything else, or when nothing is needed. A checksum
+/// that is neither complete nor partial is a corrupted frame: it is left as
+/// it is, for the receiving stack to drop, never "completed".
 pub fn infer(frame: &[u8], mss: u16) -> Option<VirtioNetHdr> {
     let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
     let (l4, proto, v4) = match ethertype {
@@ -99,6 +102,13 @@ pub fn infer(frame: &[u8], mss: u16) -> Option<VirtioNetHdr> {
         sum16(&frame[22..54], u64::from(proto) + seg.len() as u64)
     };
     let complete = fold(sum16(seg, pseudo)) == 0xffff;
+    let stored = u16::from_be_bytes([frame[l4 + csum_offset], frame[l4 + csum_offset + 1]]);
+    let seed = fold(pseudo);
+    // One's complement has two zeros: a seed of 0xffff may be stored as 0.
+    let partial = !complete && (stored == seed || (seed == 0xffff && stored == 0));
+    if !complete && !partial {
+        return None;
+    }
     let payload = frame.len() - l4 - l4_hdr;
     let gso = proto == 6 && mss > 0 && payload > mss as usize;
     if complete && !gso {
@@ -286,6 +296,15 @@ mod tests {
         let mut p = tcp4(100, 0x18);
         partial(&mut p);
         assert_eq!(infer(&p, 1448).map(|h| (h.flags, h.gso_type)), Some((F_NEEDS_CSUM, 0)));
+        // A corrupted checksum (neither complete nor the seed) is not "partial".
+        let mut bad = tcp4(100, 0x18);
+        partial(&mut bad);
+        bad[50] ^= 0x40;
+        assert_eq!(infer(&bad, 1448), None);
+        // mss 0: never GSO, however large.
+        let mut big = tcp4(4000, 0x18);
+        partial(&mut big);
+        assert_eq!(infer(&big, 0).map(|h| (h.flags, h.gso_type)), Some((F_NEEDS_CSUM, 0)));
         // Not TCP/UDP over IP, or truncated: nothing.
         assert_eq!(infer(&[0u8; 20], 1448), None);
         assert_eq!(infer(&f[..40], 1448), None);
