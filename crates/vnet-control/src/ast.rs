@@ -73,13 +73,18 @@ pub enum Transport {
     /// VXLAN (RFC 7348) to a VTEP: a Linux vxlan device, Open vSwitch, a
     /// switch, or another vnetd. One frame per datagram, never fragmented.
     Vxlan { remote: SocketAddr, vni: u32 },
+    /// A TCP connection to a peer vnetd (where UDP cannot pass), optionally
+    /// in TLS 1.3 with mutual certificate authentication (`tls`).
+    Tcp { remote: SocketAddr, tls: bool },
 }
 
 impl Transport {
     /// The peer's underlay address.
     pub fn remote(&self) -> SocketAddr {
         match self {
-            Transport::Udp { remote, .. } | Transport::Vxlan { remote, .. } => *remote,
+            Transport::Udp { remote, .. }
+            | Transport::Vxlan { remote, .. }
+            | Transport::Tcp { remote, .. } => *remote,
         }
     }
 
@@ -88,8 +93,17 @@ impl Transport {
         match self {
             Transport::Udp { .. } => "udp",
             Transport::Vxlan { .. } => "vxlan",
+            Transport::Tcp { .. } => "tcp",
         }
     }
+}
+
+/// The files of a host's TLS identity and trust.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: String,
+    pub key: String,
+    pub ca: String,
 }
 
 /// How vnetd reaches an interface's VM.
@@ -208,6 +222,12 @@ pub enum Command {
     },
     /// `listen vxlan ADDR:PORT`: where VXLAN datagrams are received.
     ListenVxlan(SocketAddr),
+    /// `listen tcp ADDR:PORT`: where peers' TCP (and TLS) links connect.
+    ListenTcp(SocketAddr),
+    /// `tls cert FILE key FILE ca FILE`: this host's certificate chain and
+    /// key (PEM) for TLS links, and the CA its peers' certificates must
+    /// chain to.
+    Tls(TlsFiles),
     /// `route SRC DST -> TARGET [from ...]`, or the Palacios route `add`.
     Route {
         src: MacSpec,

@@ -10,6 +10,8 @@
 //! interface vm1 netdev tap-qemu1 mac 52:54:00:00:00:03  # a TAP QEMU holds
 //! link hostb udp 10.0.0.2:9000 format vnet network 1 mtu 1500
 //! link fabric vxlan 10.0.0.4 vni 42 mtu 1500      # a Linux or OVS VTEP
+//! link far tcp 192.0.2.9:9000 tls                 # where UDP cannot pass
+//! tls cert /etc/vnet/host.pem key /etc/vnet/host.key ca /etc/vnet/ca.pem
 //! route any ff:ff:ff:ff:ff:ff -> link hostb
 //! route any 52:54:00:00:00:02 -> link hostb
 //! route any 52:54:00:00:00:01 -> interface vm0 from link hostb
@@ -31,7 +33,7 @@ pub mod lex;
 pub mod parse;
 pub mod state;
 
-pub use ast::{Command, Datapath, Located, Mode, ShowWhat, Transport};
+pub use ast::{Command, Datapath, Located, Mode, ShowWhat, TlsFiles, Transport};
 pub use parse::{parse, parse_line, Section};
 pub use state::{canonical, IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, RxKey, State};
 

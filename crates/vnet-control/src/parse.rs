@@ -2,7 +2,7 @@
 
 use crate::ast::{
     Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, Ref, ShowWhat, Target,
-    Transport,
+    TlsFiles, Transport,
 };
 use crate::lex::{found, words, Token};
 use crate::{Error, Pos, Result};
@@ -86,7 +86,7 @@ struct Parser<'t, 'a> {
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `show`, `announce`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `show`, `announce`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn peek(&self) -> Option<&Token<'a>> {
@@ -233,6 +233,7 @@ impl<'a> Parser<'_, 'a> {
                 "route",
                 "delete",
                 "listen",
+                "tls",
                 "show",
                 "announce",
                 "begin",
@@ -247,14 +248,16 @@ impl<'a> Parser<'_, 'a> {
             "interface" => self.interface(),
             "link" => self.link(),
             "route" => self.route(),
-            "listen" => match self.keyword(&["udp", "vxlan"], "`udp` or `vxlan`")? {
+            "listen" => match self.keyword(&["udp", "vxlan", "tcp"], "`udp`, `vxlan` or `tcp`")? {
                 "udp" => {
                     let addr: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000")?;
                     let mode = if self.eat("mode") { Some(self.mode()?) } else { None };
                     Ok(Command::Listen { addr, mode })
                 }
-                _ => Ok(Command::ListenVxlan(self.parsed("an address and port like 0.0.0.0:4789")?)),
+                "vxlan" => Ok(Command::ListenVxlan(self.parsed("an address and port like 0.0.0.0:4789")?)),
+                _ => Ok(Command::ListenTcp(self.parsed("an address and port like 0.0.0.0:9000")?)),
             },
+            "tls" => self.tls(),
             "show" => {
                 let what = match self.keyword(
                     &["routes", "links", "interfaces", "stats", "config", "metrics"],
@@ -281,19 +284,17 @@ impl<'a> Parser<'_, 'a> {
     fn palacios_add(&mut self) -> Result<Command> {
         if let Some(ip) = self.peek().and_then(|t| t.text.parse::<IpAddr>().ok()) {
             self.at += 1;
-            let port = self.number("a UDP port (1-65535)", 1..=65535)? as u16;
-            if self.peek().is_some() {
-                self.keyword(&["udp"], "`udp` (tcp links are not available yet)")?;
-            }
-            return Ok(Command::Link {
-                name: None,
-                transport: Transport::Udp {
-                    remote: SocketAddr::new(ip, port),
-                    format: Format::Raw,
-                    network: 0,
-                },
-                mtu: DEFAULT_LINK_MTU,
-            });
+            let pos = self.pos();
+            let port = self.number("a port (1-65535)", 1..=65535)? as u16;
+            let remote = SocketAddr::new(ip, port);
+            check_remote(pos, remote)?;
+            let tcp = self.peek().is_some() && self.keyword(&["udp", "tcp"], "`udp` or `tcp`")? == "tcp";
+            let transport = if tcp {
+                Transport::Tcp { remote, tls: false }
+            } else {
+                Transport::Udp { remote, format: Format::Raw, network: 0 }
+            };
+            return Ok(Command::Link { name: None, transport, mtu: DEFAULT_LINK_MTU });
         }
         if self.peek().is_none() {
             return self.err("a source MAC (route) or a destination IP (link)");
@@ -473,13 +474,14 @@ impl<'a> Parser<'_, 'a> {
 
     fn link(&mut self) -> Result<Command> {
         let name = self.name("a link name")?;
-        let kind = self.keyword(&["udp", "vxlan"], "a link kind: `udp` or `vxlan`")?;
+        let kind = self.keyword(&["udp", "vxlan", "tcp"], "a link kind: `udp`, `vxlan` or `tcp`")?;
         // `vxlan IP` means IANA's port, `udp IP` vnet's (and Palacios').
         let default_port = if kind == "vxlan" { vnet_wire::vxlan::IANA_PORT } else { DEFAULT_PORT };
         let (remote_pos, remote) = (self.pos(), self.endpoint(default_port)?);
-        let (mut format, mut network, mut mtu, mut vni) = (None, None, None, None);
+        let (mut format, mut network, mut mtu, mut vni, mut tls) = (None, None, None, None, None);
         let (opts, expected): (&[&str], _) = match kind {
             "udp" => (&["format", "network", "mtu"], "an option: `format`, `network` or `mtu`"),
+            "tcp" => (&["tls", "mtu"], "an option: `tls` or `mtu`"),
             _ => (&["vni", "mtu"], "an option: `vni` or `mtu`"),
         };
         while self.peek().is_some() {
@@ -497,6 +499,7 @@ impl<'a> Parser<'_, 'a> {
                     "network" => {
                         network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
                     }
+                    "tls" => tls.replace(true).is_some(),
                     "vni" => vni
                         .replace(self.number(
                             "a VXLAN network identifier (0-16777215)",
@@ -514,12 +517,45 @@ impl<'a> Parser<'_, 'a> {
             "udp" => {
                 Transport::Udp { remote, format: format.unwrap_or_default(), network: network.unwrap_or(0) }
             }
+            "tcp" => Transport::Tcp { remote, tls: tls.unwrap_or(false) },
             _ => match vni {
                 Some(vni) => Transport::Vxlan { remote, vni },
                 None => return self.err("`vni N` (a VXLAN link names its network identifier)"),
             },
         };
         Ok(Command::Link { name: Some(name), transport, mtu: mtu.unwrap_or(DEFAULT_LINK_MTU) })
+    }
+
+    /// `tls cert FILE key FILE ca FILE`, in any order, each once.
+    fn tls(&mut self) -> Result<Command> {
+        let (mut cert, mut key, mut ca) = (None, None, None);
+        while self.peek().is_some() {
+            let opt_pos = self.pos();
+            let o = self.keyword(&["cert", "key", "ca"], "`cert`, `key` or `ca`")?;
+            let f = self.path("an absolute file path")?;
+            let slot = match o {
+                "cert" => &mut cert,
+                "key" => &mut key,
+                _ => &mut ca,
+            };
+            if slot.replace(f).is_some() {
+                return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
+            }
+        }
+        match (cert, key, ca) {
+            (Some(cert), Some(key), Some(ca)) => Ok(Command::Tls(TlsFiles { cert, key, ca })),
+            _ => self.err("`cert FILE key FILE ca FILE` (all three)"),
+        }
+    }
+
+    /// An absolute path.
+    fn path(&mut self, expected: &str) -> Result<String> {
+        let pos = self.pos();
+        let t = self.next(expected)?;
+        if !t.text.starts_with('/') {
+            return Err(Error::new(pos, expected, found(Some(&t))));
+        }
+        Ok(t.text.to_string())
     }
 
     fn route(&mut self) -> Result<Command> {
@@ -576,9 +612,18 @@ mod tests {
                 }
             );
         }
-        let e = err("add 10.0.0.2 9000 tcp");
+        // VNET/U's TCP links, Palacios syntax.
+        assert_eq!(
+            one("add 10.0.0.2 9000 tcp"),
+            Command::Link {
+                name: None,
+                transport: Transport::Tcp { remote: "10.0.0.2:9000".parse().unwrap(), tls: false },
+                mtu: 1500
+            }
+        );
+        let e = err("add 10.0.0.2 9000 sctp");
         assert_eq!((e.pos.line, e.pos.column), (1, 19));
-        assert!(e.expected.contains("udp"), "{e}");
+        assert!(e.expected.contains("`udp` or `tcp`"), "{e}");
     }
 
     #[test]
@@ -667,6 +712,19 @@ mod tests {
             Command::Link { transport: Transport::Vxlan { vni: 16_777_215, .. }, mtu: 9000, .. }
         ));
         assert_eq!(one("listen vxlan 0.0.0.0:8472"), Command::ListenVxlan("0.0.0.0:8472".parse().unwrap()));
+        assert_eq!(one("listen tcp 10.0.0.1:9000"), Command::ListenTcp("10.0.0.1:9000".parse().unwrap()));
+        assert_eq!(
+            one("link far tcp 192.0.2.9:9443 tls mtu 9000"),
+            Command::Link {
+                name: Some("far".into()),
+                transport: Transport::Tcp { remote: "192.0.2.9:9443".parse().unwrap(), tls: true },
+                mtu: 9000
+            }
+        );
+        assert_eq!(
+            one("tls ca /c.pem cert /h.pem key /h.key"),
+            Command::Tls(TlsFiles { cert: "/h.pem".into(), key: "/h.key".into(), ca: "/c.pem".into() })
+        );
         assert!(matches!(one("link x udp [::1]:9001 mtu 9000"), Command::Link { mtu: 9000, .. }));
         assert_eq!(
             one("route any any to link hostb"),
@@ -724,7 +782,7 @@ mod tests {
             ("interface vm tap x queues 17", 1, 27, "queue count"),
             ("link a udp 10.0.0.300", 1, 12, "address"),
             ("link a udp 10.0.0.3 format gre", 1, 28, "`raw` or `vnet`"),
-            ("link a gre 10.0.0.3", 1, 8, "`udp` or `vxlan`"),
+            ("link a gre 10.0.0.3", 1, 8, "`udp`, `vxlan` or `tcp`"),
             ("link a vxlan 10.0.0.3", 1, 22, "`vni N`"),
             ("link a vxlan 10.0.0.3 vni 16777216", 1, 27, "VXLAN network identifier"),
             ("link a vxlan 10.0.0.3 format vnet", 1, 23, "`vni` or `mtu`"),
@@ -733,7 +791,13 @@ mod tests {
             ("link a udp 255.255.255.255:9000", 1, 12, "unicast address"),
             ("link a vxlan 224.0.0.1 vni 3", 1, 14, "unicast address"),
             ("listen vxlan 0.0.0.0", 1, 14, "0.0.0.0:4789"),
-            ("listen tcp 0.0.0.0:1", 1, 8, "`udp` or `vxlan`"),
+            ("listen sctp 0.0.0.0:1", 1, 8, "`udp`, `vxlan` or `tcp`"),
+            ("link a tcp 10.0.0.3 vni 4", 1, 21, "`tls` or `mtu`"),
+            ("link a tcp 10.0.0.3 tls tls", 1, 25, "each option once"),
+            ("tls cert /a key /b", 1, 19, "all three"),
+            ("tls cert a.pem key /b ca /c", 1, 10, "absolute file path"),
+            ("tls cert /a cert /b", 1, 13, "each option once"),
+            ("add 10.0.0.2 0 tcp", 1, 14, "a port (1-65535)"),
             ("show routes extra", 1, 13, "end of line"),
             ("[routes] x", 1, 10, "end of line"),
             ("add any ff:ff:ff:ff:ff:ff edge any", 1, 32, "IP"),

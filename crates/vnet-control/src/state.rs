@@ -5,7 +5,9 @@
 //! module only checks and records. [`State::apply_all`] is the atomic form:
 //! it works on a copy and returns it only if every command succeeded.
 
-use crate::ast::{Command, Datapath, Format, From, IfaceRef, LinkRef, Located, Ref, Target, Transport};
+use crate::ast::{
+    Command, Datapath, Format, From, IfaceRef, LinkRef, Located, Ref, Target, TlsFiles, Transport,
+};
 use crate::parse::DEFAULT_PORT;
 use crate::{Error, Result};
 use std::collections::BTreeMap;
@@ -58,6 +60,7 @@ impl LinkDef {
         match self.transport {
             Transport::Udp { remote, .. } => RxKey::Udp(canonical(remote.ip())),
             Transport::Vxlan { remote, vni } => RxKey::Vxlan(canonical(remote.ip()), vni),
+            Transport::Tcp { remote, .. } => RxKey::Tcp(canonical(remote.ip())),
         }
     }
 
@@ -74,6 +77,10 @@ impl LinkDef {
             Transport::Vxlan { remote, vni } => {
                 format!("link {} vxlan {remote} vni {vni} mtu {}", self.name, self.mtu)
             }
+            Transport::Tcp { remote, tls } => {
+                let t = if tls { " tls" } else { "" };
+                format!("link {} tcp {remote}{t} mtu {}", self.name, self.mtu)
+            }
         }
     }
 }
@@ -84,6 +91,7 @@ impl LinkDef {
 pub enum RxKey {
     Udp(IpAddr),
     Vxlan(IpAddr, u32),
+    Tcp(IpAddr),
 }
 
 /// An IPv4-mapped IPv6 address as its IPv4 form (what a dual-stack socket
@@ -115,6 +123,11 @@ pub struct State {
     /// Where VXLAN datagrams are received (`listen vxlan`); when unset and a
     /// `vxlan` link exists, the `listen` address's IP and port 4789.
     pub listen_vxlan: Option<SocketAddr>,
+    /// Where TCP and TLS links are accepted (`listen tcp`); when unset and a
+    /// `tcp` link exists, the `listen` address (TCP port 9000 by default).
+    pub listen_tcp: Option<SocketAddr>,
+    /// The host's TLS identity and trust (`tls cert ... key ... ca ...`).
+    pub tls: Option<TlsFiles>,
     pub interfaces: BTreeMap<u32, InterfaceDef>,
     pub links: BTreeMap<u32, LinkDef>,
     pub routes: BTreeMap<u32, RouteDef>,
@@ -129,6 +142,8 @@ impl Default for State {
             listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), DEFAULT_PORT),
             listen_mode: Mode::default(),
             listen_vxlan: None,
+            listen_tcp: None,
+            tls: None,
             interfaces: BTreeMap::new(),
             links: BTreeMap::new(),
             routes: BTreeMap::new(),
@@ -225,6 +240,8 @@ impl State {
                 self.links.insert(id, def);
             }
             Command::ListenVxlan(addr) => self.listen_vxlan = Some(*addr),
+            Command::ListenTcp(addr) => self.listen_tcp = Some(*addr),
+            Command::Tls(files) => self.tls = Some(files.clone()),
             Command::Route { src, dst, to, from } => {
                 let to = match to {
                     Target::Link(r) => Port::Link(self.resolve_link(r)?),
@@ -349,6 +366,12 @@ impl State {
         let _ = writeln!(s, "listen udp {} mode {}", self.listen, self.listen_mode.word());
         if let Some(v) = self.listen_vxlan {
             let _ = writeln!(s, "listen vxlan {v}");
+        }
+        if let Some(v) = self.listen_tcp {
+            let _ = writeln!(s, "listen tcp {v}");
+        }
+        if let Some(t) = &self.tls {
+            let _ = writeln!(s, "tls cert {} key {} ca {}", t.cert, t.key, t.ca);
         }
         for i in self.interfaces.values() {
             let kind = i.kind.word();

@@ -68,6 +68,8 @@ impl Link {
             Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::OVERHEAD,
             Transport::Udp { format: LinkFormat::Vnet, .. } => codec::vnet::OVERHEAD,
             Transport::Vxlan { .. } => codec::vxlan::OVERHEAD,
+            // A stream carries any frame whole, whatever the underlay MTU.
+            Transport::Tcp { .. } => return crate::MAX_FRAME,
         })
     }
 }
@@ -75,8 +77,9 @@ impl Link {
 impl Port for Link {
     fn takes_offloads(&self) -> bool {
         match self.def.transport {
-            // A `vnet` datagram carries the offload header to the peer's VM.
-            Transport::Udp { format: LinkFormat::Vnet, .. } => true,
+            // A `vnet` datagram or stream record carries the offload header
+            // to the peer's VM.
+            Transport::Udp { format: LinkFormat::Vnet, .. } | Transport::Tcp { .. } => true,
             // A Palacios host and a VTEP take finished Ethernet frames.
             Transport::Udp { format: LinkFormat::Raw, .. } | Transport::Vxlan { .. } => false,
         }
@@ -90,6 +93,7 @@ impl Port for Link {
                 codec::vnet::send(self, scratch, payload, network, flow)
             }
             Transport::Vxlan { vni, .. } => codec::vxlan::send(self, payload, vni, flow),
+            Transport::Tcp { .. } => codec::stream::send(self, payload, flow),
         }
     }
 }

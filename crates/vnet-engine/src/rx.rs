@@ -115,6 +115,10 @@ impl Receiver {
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
                 self.vnet_datagram(fw, plane, link, network, data, now_ns, &g)
             }
+            // A stream link's records never arrive as datagrams.
+            Transport::Tcp { .. } => {
+                g.unknown_source.fetch_add(1, Relaxed);
+            }
         }
     }
 
@@ -239,6 +243,14 @@ impl Receiver {
     pub fn in_progress(&self) -> usize {
         self.reasm.in_progress()
     }
+}
+
+/// Delivers a record taken off link `link`'s stream (`codec::stream`): a
+/// frame payload that begins with its `virtio_net_hdr` when `with_vh`.
+pub fn stream_record(fw: &mut Forwarder, plane: &Plane, link: &Link, with_vh: bool, payload: &mut [u8]) {
+    let len = payload.len() - if with_vh { virtio::LEN.min(payload.len()) } else { 0 };
+    link.rx.add(len);
+    deliver_vnet(fw, plane, PortId::Link(link.def.id), with_vh, payload);
 }
 
 /// Delivers a `vnet` frame payload, which begins with a `virtio_net_hdr`

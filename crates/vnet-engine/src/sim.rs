@@ -8,27 +8,32 @@
 //! interfaces become [`Recorder`] ports that keep what they are given, its
 //! links send their datagrams onto a shared [`Wire`] that delivers them, in
 //! time order on a virtual clock, to the host that owns the destination
-//! address (`IP:9000` for `udp` links, `IP:4789` for VXLAN), with loss,
-//! delay jitter (reordering) and duplication as the test sets them. A
-//! host's datagrams reach the engine's [`Receiver`] exactly as a socket's
-//! would. Nothing here is on the daemon's data path; it allocates freely.
+//! address, with loss, delay jitter (reordering) and duplication as the test
+//! sets them. A host's datagrams reach the engine's [`Receiver`] exactly as
+//! a socket's would; a `tcp` link's bytes are a reliable, ordered stream
+//! (no faults apply) cut into records by the engine's own deframer. Nothing
+//! here is on the daemon's data path; it allocates freely.
 
+use crate::codec::stream::{Deframer, Record};
 use crate::link::{DatagramTx, Link};
 use crate::plane::{route_table, Iface, Plane};
 use crate::port::{Payload, Port, Scratch};
-use crate::rx::{Receiver, Via};
+use crate::rx::{self, Receiver, Via};
 use crate::{Forwarder, Global};
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io::IoSlice;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use vnet_control::{Located, State, Transport};
 use vnet_core::{Counters, Port as PortId};
 use vnet_wire::virtio::VirtioNetHdr;
 
-/// The port `udp` links reach a simulated host on, and VXLAN's.
-pub const UDP_PORT: u16 = 9000;
-pub const VXLAN_PORT: u16 = vnet_wire::vxlan::IANA_PORT;
+/// How bytes reach a simulated host: which of its sockets they arrive on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrival {
+    Datagram(Via),
+    Stream,
+}
 
 /// A frame a [`Recorder`] was given: its offload header (`None` for a plain
 /// frame) and its bytes.
@@ -95,7 +100,8 @@ struct InFlight {
     at: u64,
     seq: u64,
     from: IpAddr,
-    to: SocketAddr,
+    to: IpAddr,
+    arrival: Arrival,
     bytes: Vec<u8>,
 }
 
@@ -139,8 +145,15 @@ impl Wire {
         p > 0.0 && ((self.random() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 
-    fn put(&mut self, from: IpAddr, to: SocketAddr, bytes: Vec<u8>) {
+    fn put(&mut self, from: IpAddr, to: IpAddr, arrival: Arrival, bytes: Vec<u8>) {
         self.sent += 1;
+        if arrival == Arrival::Stream {
+            // TCP: reliable and ordered.
+            self.seq += 1;
+            let f = InFlight { at: self.now_ns + self.delay_ns, seq: self.seq, from, to, arrival, bytes };
+            self.queue.push(f);
+            return;
+        }
         if self.chance(self.faults.loss) {
             self.lost += 1;
             return;
@@ -156,6 +169,7 @@ impl Wire {
                 seq: self.seq,
                 from,
                 to,
+                arrival,
                 bytes: bytes.clone(),
             };
             self.queue.push(f);
@@ -166,7 +180,8 @@ impl Wire {
 /// A link's I/O in the simulation: datagrams onto the wire.
 struct WireTx {
     from: IpAddr,
-    to: SocketAddr,
+    to: IpAddr,
+    arrival: Arrival,
     wire: Arc<Mutex<Wire>>,
 }
 
@@ -175,7 +190,7 @@ impl DatagramTx for WireTx {
         let bytes: Vec<u8> = iov.iter().flat_map(|p| p.iter().copied()).collect();
         let mut w = self.wire.lock().unwrap_or_else(|e| e.into_inner());
         for d in bytes.chunks(seg.max(1)) {
-            w.put(self.from, self.to, d.to_vec());
+            w.put(self.from, self.to, self.arrival, d.to_vec());
         }
         true
     }
@@ -192,6 +207,8 @@ pub struct Host {
     fw: Forwarder,
     rx_udp: Receiver,
     rx_vxlan: Receiver,
+    /// The byte streams of `tcp` links, by peer.
+    streams: BTreeMap<IpAddr, Deframer>,
     generation: u64,
     route_counters: BTreeMap<u32, Arc<Counters>>,
 }
@@ -251,6 +268,7 @@ impl Net {
             fw: Forwarder::new(global),
             rx_udp: Receiver::new(Via::Udp, Default::default()),
             rx_vxlan: Receiver::new(Via::Vxlan, Default::default()),
+            streams: BTreeMap::new(),
             generation: 0,
             route_counters: BTreeMap::new(),
         };
@@ -297,17 +315,17 @@ impl Net {
             };
             n += 1;
             let now = next.at;
-            let Some(host) = self.hosts.iter_mut().find(|h| h.ip == next.to.ip()) else { continue };
-            let via = match next.to.port() {
-                UDP_PORT => Via::Udp,
-                VXLAN_PORT => Via::Vxlan,
-                _ => continue,
-            };
+            let Some(host) = self.hosts.iter_mut().find(|h| h.ip == next.to) else { continue };
             let mut bytes = next.bytes;
             let plane = host.plane.clone();
-            let rx = if via == Via::Udp { &mut host.rx_udp } else { &mut host.rx_vxlan };
-            rx.receive(&mut host.fw, &plane, next.from, &mut bytes, 0, now);
-            rx.report(&host.global);
+            match next.arrival {
+                Arrival::Datagram(via) => {
+                    let rx = if via == Via::Udp { &mut host.rx_udp } else { &mut host.rx_vxlan };
+                    rx.receive(&mut host.fw, &plane, next.from, &mut bytes, 0, now);
+                    rx.report(&host.global);
+                }
+                Arrival::Stream => host.stream(&plane, next.from, &bytes),
+            }
             host.fw.report();
         }
         n
@@ -356,11 +374,13 @@ impl Host {
             .map(|d| match self.plane.links.get(&d.id).filter(|l| l.def == *d) {
                 Some(l) => l.clone(),
                 None => {
-                    let to = match d.transport {
-                        Transport::Udp { remote, .. } => SocketAddr::new(remote.ip(), UDP_PORT),
-                        Transport::Vxlan { remote, .. } => SocketAddr::new(remote.ip(), VXLAN_PORT),
+                    let arrival = match d.transport {
+                        Transport::Udp { .. } => Arrival::Datagram(Via::Udp),
+                        Transport::Vxlan { .. } => Arrival::Datagram(Via::Vxlan),
+                        Transport::Tcp { .. } => Arrival::Stream,
                     };
-                    Arc::new(Link::new(d.clone(), Arc::new(WireTx { from: self.ip, to, wire: wire.clone() })))
+                    let io = WireTx { from: self.ip, to: d.remote().ip(), arrival, wire: wire.clone() };
+                    Arc::new(Link::new(d.clone(), Arc::new(io)))
                 }
             })
             .collect();
@@ -369,6 +389,34 @@ impl Host {
         self.plane = Arc::new(Plane::new(table, ifaces, links));
         self.state = next;
         Ok(())
+    }
+
+    /// Bytes of a `tcp` link's stream from `from`: records out, frames forwarded.
+    fn stream(&mut self, plane: &Plane, from: IpAddr, bytes: &[u8]) {
+        let Some(link) = plane.link_for(vnet_control::RxKey::Tcp(from)) else {
+            self.global.unknown_source.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        };
+        let d = self.streams.entry(from).or_default();
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let n = d.push(rest);
+            rest = &rest[n..];
+            loop {
+                match d.next_record() {
+                    Ok(Some(Record::Frame { with_vh, payload })) => {
+                        rx::stream_record(&mut self.fw, plane, link, with_vh, payload)
+                    }
+                    Ok(Some(Record::Heartbeat)) => {}
+                    Ok(None) => break,
+                    Err(_) => {
+                        // The stream is broken: a real link closes the connection.
+                        self.streams.remove(&from);
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// A link by name.

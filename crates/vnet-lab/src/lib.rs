@@ -23,6 +23,7 @@
 
 pub mod bench;
 pub mod noise;
+pub mod pki;
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -219,9 +220,23 @@ pub struct Spec {
     /// the VMs on veths in the bridge. vnetd hosts reach them over `vxlan`
     /// links.
     pub vteps: Vec<usize>,
-    /// vnetd hosts reach each other over `vxlan` links too (else `udp`
-    /// links in `format`).
-    pub vxlan_links: bool,
+    /// The kind of link between vnetd hosts.
+    pub links: Links,
+}
+
+/// The kind of link the lab's vnetds reach each other over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Links {
+    /// `udp` links in the spec's `format`.
+    #[default]
+    Udp,
+    /// `vxlan` links, VNI [`VNI`].
+    Vxlan,
+    /// `tcp` links.
+    Tcp,
+    /// `tcp ... tls` links, with a CA and a certificate per host made for
+    /// the lab (`pki`).
+    Tls,
 }
 
 /// The VXLAN network identifier of the lab's VXLAN links and devices.
@@ -271,7 +286,7 @@ impl Default for Spec {
             guest_args: Vec::new(),
             vnetd_args: Vec::new(),
             vteps: Vec::new(),
-            vxlan_links: false,
+            links: Links::Udp,
         }
     }
 }
@@ -620,6 +635,12 @@ impl Lab {
                 }
             }
         }
+        if s.links == Links::Tls {
+            let ca = pki::Ca::new(&format!("{p} CA"))?;
+            for (h, host) in hosts.iter().enumerate() {
+                ca.host(&self.dir, &format!("h{h}"), host.underlay_ip)?;
+            }
+        }
         for h in (0..hosts.len()).filter(|&h| s.runs_vnetd(h)) {
             let text = config_for(&s, &hosts, h);
             std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
@@ -884,6 +905,18 @@ impl Lab {
         Ok(())
     }
 
+    /// Kills host `h`'s vnetd with SIGKILL (no cleanup of its own) and
+    /// waits for it to be gone.
+    pub fn kill_vnetd(&mut self, h: usize) -> Result<()> {
+        if let Some(mut c) = self.hosts[h].vnetd.take() {
+            let pid = c.id();
+            let _ = c.kill();
+            let _ = c.wait();
+            registry().1.retain(|p| *p != pid);
+        }
+        Ok(())
+    }
+
     /// Whether host `h`'s vnetd is still running.
     pub fn vnetd_alive(&mut self, h: usize) -> bool {
         self.hosts[h].vnetd.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
@@ -1128,7 +1161,12 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
     let _ = writeln!(c, "# vnet-lab host {h}");
     let mode = s.dispatch.as_ref().map_or(String::new(), |m| format!(" mode {m}"));
     let _ = writeln!(c, "listen udp {}:9000{mode}", hosts[h].underlay_ip);
-    let vxlan_to = |k: usize| s.vxlan_links || s.vteps.contains(&k);
+    let vxlan_to = |k: usize| s.links == Links::Vxlan || s.vteps.contains(&k);
+    if s.links == Links::Tls {
+        let d = hosts[h].config.parent().unwrap_or(Path::new("/"));
+        let f = |ext: &str| d.join(format!("h{h}{ext}")).display().to_string();
+        let _ = writeln!(c, "tls cert {} key {} ca {}", f(".pem"), f(".key"), f("-ca.pem"));
+    }
     if (0..hosts.len()).any(|k| k != h && vxlan_to(k)) {
         let _ = writeln!(c, "listen vxlan {}:{}", hosts[h].underlay_ip, vnet_wire::vxlan::IANA_PORT);
     }
@@ -1161,6 +1199,8 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
         } else {
             let transport = if vxlan_to(k) {
                 Transport::Vxlan { remote: SocketAddr::new(ip.into(), vnet_wire::vxlan::IANA_PORT), vni: VNI }
+            } else if matches!(s.links, Links::Tcp | Links::Tls) {
+                Transport::Tcp { remote: SocketAddr::new(ip.into(), 9000), tls: s.links == Links::Tls }
             } else {
                 // A link to a Palacios host speaks its (raw) format.
                 let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };

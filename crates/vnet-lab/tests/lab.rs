@@ -7,7 +7,7 @@
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
-use vnet_lab::{Format, Lab, Spec, Vm};
+use vnet_lab::{Format, Lab, Links, Spec, Vm};
 
 fn lab(spec: Spec) -> Lab {
     assert!(vnet_lab::available(), "the lab needs root, /dev/net/tun and `ip netns`");
@@ -730,7 +730,8 @@ fn vnetd_and_a_linux_kernel_vtep_talk_both_ways() {
     assert_ping(&lab, &b, a.ip, MIXED_VM_MTU - 28);
     for (from, to) in [(&a, &b), (&b, &a)] {
         let (gbps, _) = lab.iperf3(from, to, 10, &[]).unwrap();
-        assert!(gbps > 0.2, "{} -> {}: iperf3 moved {gbps} Gbit/s", from.ip, to.ip);
+        let stats = lab.control(0, "show stats json").map(|r| r.body).unwrap_or_default();
+        assert!(gbps > 0.2, "{} -> {}: iperf3 moved {gbps} Gbit/s\nvnetd: {stats}", from.ip, to.ip);
     }
     let links = json(&lab, 0, "links");
     let l = &links["links"][0];
@@ -792,7 +793,7 @@ fn broadcasts_among_two_vnetds_and_a_kernel_vtep_reach_each_other_host_exactly_o
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn two_vnetds_over_a_vxlan_link_carry_tcp() {
-    let mut lab = lab(Spec { vxlan_links: true, vm_mtu: MIXED_VM_MTU, ..Spec::default() });
+    let mut lab = lab(Spec { links: Links::Vxlan, vm_mtu: MIXED_VM_MTU, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, MIXED_VM_MTU - 28);
     let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
@@ -800,4 +801,81 @@ fn two_vnetds_over_a_vxlan_link_carry_tcp() {
     let l = &json(&lab, 1, "links")["links"][0];
     assert_eq!(l["kind"], "vxlan", "{l}");
     assert!(l["rx_packets"].as_u64().unwrap() > 1000, "{l}");
+}
+
+/// Pings every 100 ms until a reply; returns how long that took.
+fn time_to_first_reply(lab: &Lab, from: &Vm, to: Ipv4Addr, limit: Duration) -> Option<Duration> {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < limit {
+        let out = lab.ns_output(&from.ns, &["ping", "-n", "-c", "1", "-W", "0.1", &to.to_string()]).unwrap();
+        if out.status.success() {
+            return Some(t0.elapsed());
+        }
+    }
+    None
+}
+
+fn link_json(lab: &Lab, h: usize) -> serde_json::Value {
+    json(lab, h, "links")["links"][0].clone()
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn tcp_link_carries_iperf3_and_resumes_after_a_peer_is_killed() {
+    let mut lab = lab(Spec { links: Links::Tcp, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 1400);
+    let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
+    assert!(gbps > 0.2, "iperf3 over the TCP link moved {gbps} Gbit/s");
+    let l = link_json(&lab, 0);
+    assert_eq!(
+        (l["kind"].as_str(), l["state"].as_str(), l["inbound"].as_bool()),
+        (Some("tcp"), Some("up"), Some(true)),
+        "{l}"
+    );
+    // kill -9 and a restart: no operator action, traffic within 3 s.
+    lab.kill_vnetd(1).unwrap();
+    lab.start_vnetd(1).unwrap();
+    let took = time_to_first_reply(&lab, &a, b.ip, Duration::from_secs(10));
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(3)),
+        "traffic resumed after {took:?}\n{}",
+        lab.log(0)
+    );
+    assert_ping(&lab, &b, a.ip, 56);
+    let l = link_json(&lab, 0);
+    assert!(l["reconnects"].as_u64().unwrap() >= 1, "{l}");
+    assert_eq!(l["state"], "up", "{l}");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn tls_link_carries_traffic_and_refuses_a_certificate_of_another_ca() {
+    let mut lab = lab(Spec { links: Links::Tls, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 1400);
+    let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
+    assert!(gbps > 0.1, "iperf3 over the TLS link moved {gbps} Gbit/s");
+    let l = link_json(&lab, 0);
+    assert_eq!(
+        (l["format"].as_str(), l["state"].as_str(), l["refused"].as_u64()),
+        (Some("tls"), Some("up"), Some(0)),
+        "{l}"
+    );
+    // Host 1 comes back with a certificate (and CA) from another CA.
+    lab.stop_vnetd(1).unwrap();
+    let stranger = vnet_lab::pki::Ca::new("stranger CA").unwrap();
+    stranger.host(&lab.dir, "h1", lab.hosts[1].underlay_ip).unwrap();
+    lab.start_vnetd(1).unwrap();
+    let rx_before = link_json(&lab, 0)["rx_packets"].as_u64().unwrap();
+    assert!(
+        time_to_first_reply(&lab, &b, a.ip, Duration::from_secs(4)).is_none(),
+        "a stranger's frames got through"
+    );
+    let l = link_json(&lab, 0);
+    assert!(l["refused"].as_u64().unwrap() > 0, "host 0 refused nothing: {l}");
+    assert_eq!(l["rx_packets"].as_u64().unwrap(), rx_before, "frames from the stranger were delivered: {l}");
+    assert_ne!(l["state"], "up", "host 0's link to the stranger is up: {l}");
 }

@@ -147,6 +147,36 @@ impl<T: AsRef<[u8]>> VnetPacket<T> {
     }
 }
 
+/// Parses a header alone (a stream record's, whose payload follows later):
+/// version, header length and flags are checked; the payload is not. Returns
+/// the header and its length (options included).
+pub fn parse_header(b: &[u8]) -> Result<(VnetRepr, usize)> {
+    if b.len() < HEADER_LEN {
+        return Err(Error::Truncated { need: HEADER_LEN, have: b.len() });
+    }
+    if b[field::VERSION] != VERSION {
+        return Err(Error::Version(b[field::VERSION]));
+    }
+    let hl = u16::from_be_bytes([b[field::HDR_LEN.start], b[field::HDR_LEN.start + 1]]) as usize;
+    if hl < HEADER_LEN || hl % 4 != 0 {
+        return Err(Error::Malformed("header length"));
+    }
+    if b[field::FLAGS] & !Flags::KNOWN != 0 {
+        return Err(Error::Malformed("flags"));
+    }
+    let u32_at = |r: core::ops::Range<usize>| {
+        u32::from_be_bytes([b[r.start], b[r.start + 1], b[r.start + 2], b[r.start + 3]])
+    };
+    let repr = VnetRepr {
+        flags: Flags(b[field::FLAGS]),
+        network: u32_at(field::NETWORK),
+        frame_id: u32_at(field::FRAME_ID),
+        frame_len: u32_at(field::FRAME_LEN),
+        offset: u32_at(field::OFFSET),
+    };
+    Ok((repr, hl))
+}
+
 /// The parsed header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VnetRepr {

@@ -47,6 +47,7 @@ const LINK_COLS: &[&str] = &[
     "id",
     "name",
     "kind",
+    "state",
     "remote",
     "format",
     "network",
@@ -72,6 +73,8 @@ pub struct Daemon {
     /// (empty: wherever the scheduler puts them).
     worker_cpus: Vec<usize>,
     links: BTreeMap<u32, Arc<Link>>,
+    /// The TCP links' own handles (connections, status).
+    tcp_links: BTreeMap<u32, Arc<link::tcp::TcpLink>>,
     route_counters: BTreeMap<u32, Arc<Counters>>,
     /// The link sockets, and how the worker that reads them waits.
     sockets: Sockets,
@@ -99,6 +102,30 @@ fn vxlan_addr(s: &State) -> Option<SocketAddr> {
     s.listen_vxlan.or_else(|| wanted.then(|| SocketAddr::new(s.listen.ip(), vnet_wire::vxlan::IANA_PORT)))
 }
 
+/// Where TCP links are accepted: `listen tcp`, or, when a TCP link exists
+/// without one, the `listen` address (TCP beside UDP, port 9000 by default).
+fn tcp_addr(s: &State) -> Option<SocketAddr> {
+    let wanted = s.links.values().any(|l| matches!(l.transport, Transport::Tcp { .. }));
+    s.listen_tcp.or_else(|| wanted.then_some(s.listen))
+}
+
+/// TCP links started by a transaction not yet committed: stopped if it fails.
+struct Started(Vec<Arc<link::tcp::TcpLink>>);
+
+impl Started {
+    fn keep(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.stop();
+        }
+    }
+}
+
 impl Daemon {
     pub fn new() -> Self {
         Daemon {
@@ -109,6 +136,7 @@ impl Daemon {
             workers: Vec::new(),
             worker_cpus: Vec::new(),
             links: BTreeMap::new(),
+            tcp_links: BTreeMap::new(),
             route_counters: BTreeMap::new(),
             sockets: Sockets::default(),
             listen_mode: vnet_control::Mode::default(),
@@ -165,23 +193,66 @@ impl Daemon {
             };
             new_socket = true;
         }
+        let want_tcp = tcp_addr(&next);
+        if sockets.tcp.as_ref().map(|a| a.addr) != want_tcp {
+            sockets.tcp = match want_tcp {
+                Some(a) => {
+                    Some(Arc::new(link::tcp::Acceptor::bind(a, self.shared.global.clone()).map_err(|e| {
+                        Error::new(
+                            last_pos(|c| matches!(c, Command::ListenTcp(_) | Command::Link { .. })),
+                            format!("an address vnetd can listen on for TCP links ({a})"),
+                            format!("error: {e}"),
+                        )
+                    })?))
+                }
+                None => None,
+            };
+        }
+        let mut tls_changed = false;
+        if next.tls != self.state.tls || (sockets.tls.is_none() && next.tls.is_some()) {
+            sockets.tls = match &next.tls {
+                Some(files) => Some(Arc::new(link::tcp::Tls::load(files).map_err(|e| {
+                    Error::new(
+                        last_pos(|c| matches!(c, Command::Tls(_))),
+                        "a readable certificate chain, private key and CA (PEM)",
+                        e,
+                    )
+                })?)),
+                None => None,
+            };
+            tls_changed = true;
+        }
         let mode_changed = self.listen_mode != next.listen_mode;
-        // Acquire: the links' I/O (new links, and every link if its socket changed).
+        // Acquire: the links' I/O (new links, and every link if its socket
+        // changed; TCP links when the TLS identity did). TCP links started
+        // here stop again if the transaction fails.
         let mut links: BTreeMap<u32, Arc<Link>> = BTreeMap::new();
+        let mut started = Started(Vec::new());
+        let mut tcp_links: BTreeMap<u32, Arc<link::tcp::TcpLink>> = BTreeMap::new();
         for d in next.links.values() {
-            let keep = self.links.get(&d.id).filter(|l| l.def == *d && !new_socket);
+            let is_tcp = matches!(d.transport, Transport::Tcp { .. });
+            let keep =
+                self.links.get(&d.id).filter(|l| l.def == *d && !new_socket && !(is_tcp && tls_changed));
             let l = match keep {
-                Some(l) => l.clone(),
+                Some(l) => {
+                    if let Some(t) = self.tcp_links.get(&d.id) {
+                        tcp_links.insert(d.id, t.clone());
+                    }
+                    l.clone()
+                }
                 None => {
-                    let io =
-                        link::open(&d.name, &d.transport, &sockets, &self.shared.global).map_err(|e| {
-                            Error::new(
-                                last_pos(|c| matches!(c, Command::Link { .. })),
-                                format!("a link vnetd can send on ({})", d.name),
-                                e,
-                            )
-                        })?;
-                    Arc::new(Link::new(d.clone(), io))
+                    let o = link::open(d, &sockets, &self.shared).map_err(|e| {
+                        Error::new(
+                            last_pos(|c| matches!(c, Command::Link { .. })),
+                            format!("a link vnetd can send on ({})", d.name),
+                            e,
+                        )
+                    })?;
+                    if let Some(t) = o.tcp {
+                        started.0.push(t.clone());
+                        tcp_links.insert(d.id, t);
+                    }
+                    Arc::new(Link::new(d.clone(), o.io))
                 }
             };
             links.insert(d.id, l);
@@ -272,6 +343,21 @@ impl Daemon {
                 Err(e) => tracing::error!("the kernel path's maps could not be updated: {e}"),
             }
         }
+
+        // TCP links: the acceptor hands peers' connections to the new set;
+        // the links replaced or removed stop.
+        started.keep();
+        if let Some(a) = &sockets.tcp {
+            a.set_links(
+                tcp_links.iter().filter_map(|(id, t)| Some((next.links.get(id)?.rx_key(), t.clone()))),
+            );
+        }
+        for (id, t) in &self.tcp_links {
+            if !tcp_links.get(id).is_some_and(|n| Arc::ptr_eq(n, t)) {
+                t.stop();
+            }
+        }
+        self.tcp_links = tcp_links;
 
         // Workers: restarted when interfaces or the link sockets changed.
         let opened = opened.keep();
@@ -402,6 +488,9 @@ impl Daemon {
         }
         self.ifaces.clear();
         self.links.clear();
+        for t in std::mem::take(&mut self.tcp_links).into_values() {
+            t.stop();
+        }
         self.sockets = Sockets::default();
     }
 
@@ -538,6 +627,7 @@ impl Daemon {
                         ("vnet", network)
                     }
                     Transport::Vxlan { vni, .. } => ("vxlan", vni),
+                    Transport::Tcp { tls, .. } => (if tls { "tls" } else { "stream" }, 0),
                 };
                 let mut v = json!({
                     "id": d.id,
@@ -554,6 +644,17 @@ impl Daemon {
                 counters_into(&mut v, rx, tx);
                 if let Some(k) = &self.kernel {
                     add_kernel(&mut v, k.link_counters(d.id));
+                }
+                if let (Some(t), Value::Object(m)) = (self.tcp_links.get(&d.id), &mut v) {
+                    let st = &t.status;
+                    m.insert("state".into(), st.state().word().into());
+                    m.insert("inbound".into(), st.inbound.load(Relaxed).into());
+                    m.insert("reconnects".into(), st.reconnects.load(Relaxed).into());
+                    m.insert("queue_drops".into(), st.queue_drops.load(Relaxed).into());
+                    m.insert("refused".into(), st.refused.load(Relaxed).into());
+                    m.insert("stream_errors".into(), st.stream_errors.load(Relaxed).into());
+                    let e = st.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    m.insert("last_error".into(), e.into());
                 }
                 v
             })

@@ -383,6 +383,9 @@ fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reas
         Transport::Vxlan { .. } => {
             return Err("VXLAN links are served by the user path (the eBPF programs speak `vnet` only)".into())
         }
+        Transport::Tcp { .. } => {
+            return Err("TCP links are served by the user path (a stream is vnetd's)".into())
+        }
     };
     let IpAddr::V4(rip) = remote.ip() else {
         return Err("an IPv6 underlay is the user path's (not yet the kernel's)".into());

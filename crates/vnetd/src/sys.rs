@@ -292,6 +292,23 @@ pub fn udp_enable_gro(sock: &impl AsRawFd) -> io::Result<()> {
     setsockopt_raw(sock, libc::SOL_UDP, libc::UDP_GRO, &(1 as libc::c_int))
 }
 
+/// A TCP connection's liveness: keepalive probes after `idle` s without
+/// traffic, every `interval` s, `count` of them; and unacknowledged data
+/// fails the connection after `user_timeout_ms` (`TCP_USER_TIMEOUT`).
+pub fn tcp_liveness(
+    sock: &impl AsRawFd,
+    idle: libc::c_int,
+    interval: libc::c_int,
+    count: libc::c_int,
+    user_timeout_ms: libc::c_uint,
+) -> io::Result<()> {
+    setsockopt_raw(sock, libc::SOL_SOCKET, libc::SO_KEEPALIVE, &(1 as libc::c_int))?;
+    setsockopt_raw(sock, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, &idle)?;
+    setsockopt_raw(sock, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, &interval)?;
+    setsockopt_raw(sock, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, &count)?;
+    setsockopt_raw(sock, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, &user_timeout_ms)
+}
+
 /// Never lets the kernel fragment what this socket sends (`IP_MTU_DISCOVER`
 /// = `IP_PMTUDISC_DO`, or `IPV6_MTU_DISCOVER` for IPv6): a datagram larger
 /// than the path fails instead.

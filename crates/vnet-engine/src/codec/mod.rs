@@ -4,6 +4,7 @@
 //! to its [`crate::DatagramTx`].
 
 pub mod raw;
+pub mod stream;
 pub mod vnet;
 pub mod vxlan;
 

@@ -5,11 +5,13 @@
 //! matches on the transport exhaustively, so a new kind is a variant of
 //! `Transport` and a module here (and one in the engine's codecs).
 
+pub mod tcp;
 pub mod udp;
 
+use crate::dataplane::Shared;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use vnet_control::{LinkFormat, Transport};
+use vnet_control::{LinkDef, LinkFormat, Transport};
 use vnet_engine::DatagramTx;
 
 /// A bound receiving socket and the pool of sockets its links send from
@@ -28,24 +30,41 @@ pub struct Sockets {
     pub udp: Option<Bound>,
     /// `listen vxlan`: VXLAN links.
     pub vxlan: Option<Bound>,
+    /// `listen tcp`: peers' TCP and TLS links.
+    pub tcp: Option<Arc<tcp::Acceptor>>,
+    /// The host's TLS identity, when a link uses TLS.
+    pub tls: Option<Arc<tcp::Tls>>,
+}
+
+/// A link's I/O as opened: what the engine sends through, and the TCP
+/// link's own handle (threads to stop, status to show) when it is one.
+pub struct Opened {
+    pub io: Arc<dyn DatagramTx>,
+    pub tcp: Option<Arc<tcp::TcpLink>>,
 }
 
 /// The I/O of a link, over the host's sockets: a `raw` link sends from the
 /// listening socket (a Palacios peer sees port 9000 as the source), a
 /// `vnet` link from the pool, a VXLAN link from the VXLAN pool (source
-/// ports in the RFC's dynamic range).
-pub fn open(
-    name: &str,
-    transport: &Transport,
-    socks: &Sockets,
-    global: &Arc<vnet_engine::Global>,
-) -> Result<Arc<dyn DatagramTx>, String> {
-    let (bound, listen_only, what) = match transport {
+/// ports in the RFC's dynamic range), a TCP link on its own connection.
+pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Opened, String> {
+    let (bound, listen_only, what) = match def.transport {
         Transport::Udp { format: LinkFormat::Raw, .. } => (&socks.udp, true, "`listen udp`"),
         Transport::Udp { format: LinkFormat::Vnet, .. } => (&socks.udp, false, "`listen udp`"),
         Transport::Vxlan { .. } => (&socks.vxlan, false, "`listen vxlan`"),
+        Transport::Tcp { remote, tls } => {
+            let tls = match (tls, &socks.tls) {
+                (false, _) => None,
+                (true, Some(t)) => Some(t.clone()),
+                (true, None) => return Err("a `tls cert FILE key FILE ca FILE` line for a `tls` link".into()),
+            };
+            let l = tcp::TcpLink::start(&def.name, def.id, remote, tls, shared.clone())
+                .map_err(|e| format!("cannot start the link: {e}"))?;
+            return Ok(Opened { io: l.clone(), tcp: Some(l) });
+        }
     };
     let b = bound.as_ref().ok_or_else(|| format!("no {what} socket is bound"))?;
     let socks = if listen_only || b.pool.is_empty() { vec![b.sock.clone()] } else { b.pool.clone() };
-    Ok(Arc::new(udp::UdpTx::new(name, transport.remote(), socks, global.clone())))
+    let io = Arc::new(udp::UdpTx::new(&def.name, def.remote(), socks, shared.global.clone()));
+    Ok(Opened { io, tcp: None })
 }

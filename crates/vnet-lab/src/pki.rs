@@ -1,0 +1,69 @@
+//! Certificates for the lab's TLS links: a CA per lab and a certificate per
+//! host naming its underlay address (what vnetd checks on both sides), made
+//! with rcgen into the lab's directory. A second CA makes the "stranger"
+//! certificates the refusal tests need.
+
+use crate::{Error, Result};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+/// A CA that signs host certificates.
+pub struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pub pem: String,
+}
+
+/// The files of one host's TLS identity.
+#[derive(Debug, Clone)]
+pub struct HostFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+fn err(e: rcgen::Error) -> Error {
+    Error::Other(format!("certificate: {e}"))
+}
+
+impl Ca {
+    pub fn new(name: &str) -> Result<Ca> {
+        let key = KeyPair::generate().map_err(err)?;
+        let mut p = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let pem = p.self_signed(&key).map_err(err)?.pem();
+        Ok(Ca { issuer: Issuer::new(p, key), pem })
+    }
+
+    /// Writes the CA certificate and a certificate and key for `ip` into
+    /// `dir` as `NAME-ca.pem`, `NAME.pem`, `NAME.key` (key mode 0600).
+    pub fn host(&self, dir: &Path, name: &str, ip: Ipv4Addr) -> Result<HostFiles> {
+        let key = KeyPair::generate().map_err(err)?;
+        let mut p = CertificateParams::new(vec![ip.to_string()]).map_err(err)?;
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.extended_key_usages =
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = p.signed_by(&key, &self.issuer).map_err(err)?;
+        let files = HostFiles {
+            cert: dir.join(format!("{name}.pem")),
+            key: dir.join(format!("{name}.key")),
+            ca: dir.join(format!("{name}-ca.pem")),
+        };
+        let write = |path: &Path, text: &str| {
+            std::fs::write(path, text).map_err(|e| Error::Other(format!("{}: {e}", path.display())))
+        };
+        write(&files.cert, &cert.pem())?;
+        write(&files.key, &key.serialize_pem())?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Error::Other(format!("{}: {e}", files.key.display())))?;
+        write(&files.ca, &self.pem)?;
+        Ok(files)
+    }
+}
