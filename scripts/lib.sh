@@ -2,7 +2,7 @@
 # Sourced, not run.
 
 # Debian packages the lab, the tests and the demo use.
-VNET_APT_PACKAGES="iproute2 iputils-ping iperf3 procps kmod ethtool clang libbpf-dev"
+VNET_APT_PACKAGES="iproute2 iputils-ping iperf3 procps kmod ethtool clang libbpf-dev tcpdump"
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 

@@ -108,9 +108,12 @@ impl Receiver {
                 let frame = &mut data[frame_at..];
                 link.rx.add(frame.len());
                 // A Linux VTEP over a veth may leave the inner checksum to
-                // "the device" (CHECKSUM_PARTIAL survives the veth); VXLAN
-                // frames always fit the link, so never a super-frame.
-                forward_inferred(fw, plane, port, 0, frame);
+                // "the device" (CHECKSUM_PARTIAL survives the veth), and its
+                // tunnel-GSO packets reach a UDP socket unsegmented: an inner
+                // frame larger than the link carries whole is a TCP
+                // super-frame, cut at the largest segment that would fit.
+                let mss = link.max_whole_frame().saturating_sub(14 + 40).max(536) as u16;
+                forward_inferred(fw, plane, port, mss, frame);
             }
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
                 self.vnet_datagram(fw, plane, link, network, data, now_ns, &g)

@@ -725,13 +725,43 @@ fn vnetd_and_a_linux_kernel_vtep_talk_both_ways() {
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &b, a.ip, 56);
+    // On the wire, what vnetd sends is what a Linux VTEP sends: port 4789,
+    // a source port in 49152-65535, a zero UDP checksum over IPv4, VNI 42.
+    let ns = lab.hosts[0].ns.clone();
+    let cap = std::thread::spawn(move || {
+        let filter = "udp and dst port 4789 and src host 10.77.0.1";
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &ns, "timeout", "5", "tcpdump", "-l", "-n", "-vv", "-c", "3", "-i", "u0",
+                filter,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    lab.ping(&a, b.ip, 3, 56).unwrap();
+    let wire = cap.join().unwrap();
+    let sports: Vec<u32> =
+        wire.lines().filter_map(|l| l.split("10.77.0.1.").nth(1)?.split(' ').next()?.parse().ok()).collect();
+    assert!(
+        !sports.is_empty() && sports.iter().all(|p| (49152..=65535).contains(p)),
+        "source ports {sports:?}:\n{wire}"
+    );
+    assert!(wire.contains("no cksum") && wire.contains("VXLAN") && wire.contains("vni 42"), "{wire}");
     // Full-size frames both ways: they fit the VXLAN link unfragmented.
     assert_ping(&lab, &a, b.ip, MIXED_VM_MTU - 28);
     assert_ping(&lab, &b, a.ip, MIXED_VM_MTU - 28);
     for (from, to) in [(&a, &b), (&b, &a)] {
         let (gbps, _) = lab.iperf3(from, to, 10, &[]).unwrap();
         let stats = lab.control(0, "show stats json").map(|r| r.body).unwrap_or_default();
-        assert!(gbps > 0.2, "{} -> {}: iperf3 moved {gbps} Gbit/s\nvnetd: {stats}", from.ip, to.ip);
+        assert!(
+            gbps > 0.2,
+            "{} -> {}: iperf3 moved {gbps} Gbit/s\nvnetd: {stats}\n{}",
+            from.ip,
+            to.ip,
+            lab.log(0)
+        );
     }
     let links = json(&lab, 0, "links");
     let l = &links["links"][0];

@@ -309,6 +309,28 @@ pub fn tcp_liveness(
     setsockopt_raw(sock, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, &user_timeout_ms)
 }
 
+/// A non-blocking UDP socket bound to `addr` with `SO_REUSEPORT` set before
+/// the bind, so that a twin may share the port.
+pub fn udp_bind_reuseport(addr: std::net::SocketAddr) -> io::Result<std::net::UdpSocket> {
+    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: a plain socket(2) call; the result is checked and owned at once.
+    let fd = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor no one else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    setsockopt_raw(&sock, libc::SOL_SOCKET, libc::SO_REUSEPORT, &(1 as libc::c_int))?;
+    let a = raw_addr(&addr);
+    // SAFETY: `a.storage` holds a valid sockaddr of `a.len` bytes for the
+    // family of the socket; bind(2) only reads it.
+    let r = unsafe { libc::bind(sock.as_raw_fd(), &a.storage as *const _ as *const libc::sockaddr, a.len) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(std::net::UdpSocket::from(sock))
+}
+
 /// Never lets the kernel fragment what this socket sends (`IP_MTU_DISCOVER`
 /// = `IP_PMTUDISC_DO`, or `IPV6_MTU_DISCOVER` for IPv6): a datagram larger
 /// than the path fails instead.

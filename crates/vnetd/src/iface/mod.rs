@@ -140,11 +140,28 @@ fn offloads_refused(def: &InterfaceDef, g: &vnet_engine::Global) {
     tracing::warn!(interface = %def.name, "the kernel refused offloads: frames are finished in software");
 }
 
-/// Gives the VM one frame with one `writev` on `file`.
-fn write_frame(file: &File, payload: vnet_engine::Payload<'_>) -> bool {
+/// Gives the VM one frame with one `writev` on `file`; the first write the
+/// kernel refuses is logged (`logged`), every one is a counted drop.
+fn write_frame(
+    file: &File,
+    payload: vnet_engine::Payload<'_>,
+    logged: &std::sync::atomic::AtomicBool,
+) -> bool {
     use std::io::Write;
-    payload.each_frame(|parts, _| {
+    payload.each_frame(|parts, hdr| {
         let want: usize = parts.iter().map(|p| p.len()).sum();
-        matches!((&*file).write_vectored(parts), Ok(n) if n == want)
+        match (&*file).write_vectored(parts) {
+            Ok(n) if n == want => true,
+            r => {
+                if !logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    let head: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).take(24).collect();
+                    tracing::warn!(
+                        "the device refused a {want}-byte frame (offload header: {hdr}, first bytes {head:02x?}): \
+                         {r:?} (logged once)"
+                    );
+                }
+                false
+            }
+        }
     })
 }

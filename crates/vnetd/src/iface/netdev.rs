@@ -18,6 +18,8 @@ pub struct Netdev {
     pub sock: Arc<File>,
     pub ring: Option<Arc<Mutex<sys::RxRing>>>,
     pub vnet_hdr: bool,
+    /// A refused write was logged.
+    refused_logged: std::sync::atomic::AtomicBool,
 }
 
 /// Opens a packet socket on the device (and its receive ring), sets the MTU
@@ -43,7 +45,7 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
             sys::set_mtu(&dev, m)?;
         }
         sys::set_up(&dev)?;
-        Ok((Netdev { sock: Arc::new(f), ring, vnet_hdr }, refused))
+        Ok((Netdev { sock: Arc::new(f), ring, vnet_hdr, refused_logged: Default::default() }, refused))
     })?;
     if refused {
         super::offloads_refused(def, g);
@@ -57,6 +59,6 @@ impl Port for Netdev {
     }
 
     fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
-        super::write_frame(&self.sock, payload)
+        super::write_frame(&self.sock, payload, &self.refused_logged)
     }
 }

@@ -18,6 +18,8 @@ pub struct Tap {
     pub queues: Vec<Arc<File>>,
     /// Reads and writes carry a `virtio_net_hdr`.
     pub vnet_hdr: bool,
+    /// A refused write was logged.
+    refused_logged: std::sync::atomic::AtomicBool,
 }
 
 /// Creates (if missing) and opens the TAP, one file per queue; sets its
@@ -51,7 +53,7 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<(Tap, MacAddr)> {
     if refused {
         super::offloads_refused(def, g);
     }
-    Ok((Tap { queues: files, vnet_hdr: offload }, mac))
+    Ok((Tap { queues: files, vnet_hdr: offload, refused_logged: Default::default() }, mac))
 }
 
 impl Port for Tap {
@@ -60,6 +62,6 @@ impl Port for Tap {
     }
 
     fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
-        self.queues.first().is_some_and(|q| super::write_frame(q, payload))
+        self.queues.first().is_some_and(|q| super::write_frame(q, payload, &self.refused_logged))
     }
 }

@@ -21,6 +21,8 @@ pub struct Bound {
     pub addr: SocketAddr,
     pub sock: Arc<UdpSocket>,
     pub pool: Vec<Arc<UdpSocket>>,
+    /// Zero-checksum twins of `pool` (VXLAN over IPv4), or empty.
+    pub nocheck: Vec<Arc<UdpSocket>>,
 }
 
 /// The host's link sockets.
@@ -64,7 +66,13 @@ pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Open
         }
     };
     let b = bound.as_ref().ok_or_else(|| format!("no {what} socket is bound"))?;
-    let socks = if listen_only || b.pool.is_empty() { vec![b.sock.clone()] } else { b.pool.clone() };
-    let io = Arc::new(udp::UdpTx::new(&def.name, def.remote(), socks, shared.global.clone()));
+    let (socks, nocheck) = if listen_only || b.pool.is_empty() {
+        (vec![b.sock.clone()], Vec::new())
+    } else {
+        (b.pool.clone(), b.nocheck.clone())
+    };
+    let io = Arc::new(
+        udp::UdpTx::new(&def.name, def.remote(), socks, shared.global.clone()).with_nocheck(nocheck),
+    );
     Ok(Opened { io, tcp: None })
 }

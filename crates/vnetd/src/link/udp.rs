@@ -15,6 +15,9 @@ pub struct UdpTx {
     name: String,
     remote: SocketAddr,
     socks: Vec<Arc<UdpSocket>>,
+    /// Twins of `socks` (same ports) that send single datagrams with a zero
+    /// UDP checksum (VXLAN over IPv4); empty: `socks` send everything.
+    nocheck: Vec<Arc<UdpSocket>>,
     /// Set when the kernel refused UDP GSO: send datagram by datagram.
     gso_off: AtomicBool,
     global: Arc<Global>,
@@ -22,16 +25,36 @@ pub struct UdpTx {
 
 impl UdpTx {
     pub fn new(name: &str, remote: SocketAddr, socks: Vec<Arc<UdpSocket>>, global: Arc<Global>) -> Self {
-        UdpTx { name: name.to_string(), remote, socks, gso_off: AtomicBool::new(false), global }
+        UdpTx {
+            name: name.to_string(),
+            remote,
+            socks,
+            nocheck: Vec::new(),
+            gso_off: AtomicBool::new(false),
+            global,
+        }
+    }
+
+    /// Sends single datagrams from `nocheck` (same length and ports as the
+    /// sending sockets).
+    pub fn with_nocheck(mut self, nocheck: Vec<Arc<UdpSocket>>) -> Self {
+        if nocheck.len() == self.socks.len() {
+            self.nocheck = nocheck;
+        }
+        self
     }
 }
 
 impl DatagramTx for UdpTx {
     fn send(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool {
-        let Some(sock) = self.socks.get((flow % self.socks.len().max(1) as u64) as usize) else {
-            return false;
-        };
+        let k = (flow % self.socks.len().max(1) as u64) as usize;
         let total: usize = iov.iter().map(|s| s.len()).sum();
+        if total <= seg {
+            if let Some(s) = self.nocheck.get(k) {
+                return sys::send_segments(s, &self.remote, iov, 0).is_ok();
+            }
+        }
+        let Some(sock) = self.socks.get(k) else { return false };
         if total <= seg || !self.gso_off.load(Relaxed) {
             let segment = if total > seg { seg as u16 } else { 0 };
             match sys::send_segments(sock, &self.remote, iov, segment) {
@@ -92,7 +115,7 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
     let pool = (0..crate::dataplane::TX_POOL)
         .map(|_| bind(SocketAddr::new(addr.ip(), 0)))
         .collect::<std::io::Result<Vec<_>>>()?;
-    Ok(super::Bound { addr, sock, pool })
+    Ok(super::Bound { addr, sock, pool, nocheck: Vec::new() })
 }
 
 /// The VXLAN source-port range (RFC 7348: the dynamic range).
@@ -101,32 +124,52 @@ pub const VXLAN_SOURCE_PORTS: (u16, u16) = (49152, 65535);
 /// Binds the VXLAN receiving socket and a pool of sending sockets whose
 /// ports lie in [`VXLAN_SOURCE_PORTS`], so the outer source port of a flow
 /// is in the RFC's range and fixed by the inner flow's hash. Sending
-/// sockets never fragment (`IP_PMTUDISC_DO`: VTEPs must not) and, over
-/// IPv4, send a zero UDP checksum as Linux VTEPs do by default.
+/// sockets never fragment (`IP_PMTUDISC_DO`: VTEPs must not). Over IPv4,
+/// single datagrams carry a zero UDP checksum as Linux VTEPs send by
+/// default; the kernel refuses UDP GSO on such a socket (`EINVAL`), so each
+/// port has a checksummed twin (`SO_REUSEPORT`, same port) for GSO batches.
 pub fn bind_vxlan(addr: SocketAddr) -> std::io::Result<super::Bound> {
     let sock = bind(addr)?;
     if let Err(e) = sys::udp_enable_gro(&*sock) {
         tracing::warn!("UDP GRO refused on the VXLAN socket ({e})");
     }
-    let mut pool = Vec::new();
+    let (mut pool, mut nocheck) = (Vec::new(), Vec::new());
     let mut seed = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
     for _ in 0..64 {
         if pool.len() == crate::dataplane::TX_POOL {
             break;
         }
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        let port = vnet_wire::vxlan::source_port(seed, VXLAN_SOURCE_PORTS);
-        let Ok(s) = bind(SocketAddr::new(addr.ip(), port)) else { continue };
-        if let Err(e) = sys::set_dont_fragment(&*s, addr.is_ipv4()) {
-            tracing::warn!("VXLAN socket may fragment: {e}");
-        }
-        if addr.is_ipv4() {
-            let _ = sys::udp_no_checksum(&*s);
+        let port = SocketAddr::new(addr.ip(), vnet_wire::vxlan::source_port(seed, VXLAN_SOURCE_PORTS));
+        let Ok(s) = bind_reuse(port) else { continue };
+        let twin = if addr.is_ipv4() {
+            match bind_reuse(port) {
+                Ok(t) if sys::udp_no_checksum(&*t).is_ok() => Some(t),
+                _ => continue,
+            }
+        } else {
+            None
+        };
+        for x in std::iter::once(&s).chain(twin.as_ref()) {
+            if let Err(e) = sys::set_dont_fragment(&**x, addr.is_ipv4()) {
+                tracing::warn!("VXLAN socket may fragment: {e}");
+            }
         }
         pool.push(s);
+        nocheck.extend(twin);
     }
     if pool.is_empty() {
         return Err(std::io::Error::other("no free port in 49152-65535 for VXLAN's sending sockets"));
     }
-    Ok(super::Bound { addr, sock, pool })
+    Ok(super::Bound { addr, sock, pool, nocheck })
+}
+
+/// A sending socket another may share the port of (`SO_REUSEPORT`).
+fn bind_reuse(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
+    let s = sys::udp_bind_reuseport(addr)?;
+    s.set_nonblocking(true)?;
+    if let Err(e) = sys::set_socket_buffers(&s, crate::dataplane::SOCKET_BUFFER) {
+        tracing::warn!("socket buffers left at the default: {e}");
+    }
+    Ok(Arc::new(s))
 }
