@@ -76,15 +76,69 @@ pub enum Transport {
     /// A TCP connection to a peer vnetd (where UDP cannot pass), optionally
     /// in TLS 1.3 with mutual certificate authentication (`tls`).
     Tcp { remote: SocketAddr, tls: bool },
+    /// Raw Ethernet on a local device (VNET/P's direct send and receive):
+    /// the overlay and the physical LAN on `dev` become one broadcast
+    /// domain. An edge of the overlay, not a link to another host.
+    Direct { dev: IfName },
+}
+
+/// A network device's name as Linux allows it (1-15 bytes, no `/`, no
+/// white space, not `.` or `..`), held inline so a [`Transport`] is a
+/// plain value.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IfName {
+    len: u8,
+    bytes: [u8; 15],
+}
+
+impl IfName {
+    pub fn new(s: &str) -> Option<IfName> {
+        let ok = (1..=15).contains(&s.len())
+            && s != "."
+            && s != ".."
+            && s.bytes().all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
+        if !ok {
+            return None;
+        }
+        let mut bytes = [0u8; 15];
+        bytes[..s.len()].copy_from_slice(s.as_bytes());
+        Some(IfName { len: s.len() as u8, bytes })
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Built from a `&str` of ASCII bytes only.
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Display for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Debug for IfName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
 }
 
 impl Transport {
-    /// The peer's underlay address.
-    pub fn remote(&self) -> SocketAddr {
+    /// The peer's underlay address (a `direct` link has none).
+    pub fn remote(&self) -> Option<SocketAddr> {
         match self {
             Transport::Udp { remote, .. }
             | Transport::Vxlan { remote, .. }
-            | Transport::Tcp { remote, .. } => *remote,
+            | Transport::Tcp { remote, .. } => Some(*remote),
+            Transport::Direct { .. } => None,
+        }
+    }
+
+    /// What the link reaches, for messages: the peer's address, or the device.
+    pub fn peer(&self) -> String {
+        match self {
+            Transport::Direct { dev } => dev.to_string(),
+            t => t.remote().map_or_else(String::new, |r| r.ip().to_string()),
         }
     }
 
@@ -94,6 +148,7 @@ impl Transport {
             Transport::Udp { .. } => "udp",
             Transport::Vxlan { .. } => "vxlan",
             Transport::Tcp { .. } => "tcp",
+            Transport::Direct { .. } => "direct",
         }
     }
 }

@@ -11,6 +11,7 @@
 //! link hostb udp 10.0.0.2:9000 format vnet network 1 mtu 1500
 //! link fabric vxlan 10.0.0.4 vni 42 mtu 1500      # a Linux or OVS VTEP
 //! link far tcp 192.0.2.9:9000 tls                 # where UDP cannot pass
+//! link lan direct eth1                            # the physical LAN on eth1
 //! tls cert /etc/vnet/host.pem key /etc/vnet/host.key ca /etc/vnet/ca.pem
 //! route any ff:ff:ff:ff:ff:ff -> link hostb
 //! route any 52:54:00:00:00:02 -> link hostb
@@ -33,7 +34,7 @@ pub mod lex;
 pub mod parse;
 pub mod state;
 
-pub use ast::{Command, Datapath, Located, Mode, ShowWhat, TlsFiles, Transport};
+pub use ast::{Command, Datapath, IfName, Located, Mode, ShowWhat, TlsFiles, Transport};
 pub use parse::{parse, parse_line, Section};
 pub use state::{canonical, IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, RxKey, State};
 

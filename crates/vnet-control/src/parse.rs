@@ -474,7 +474,21 @@ impl<'a> Parser<'_, 'a> {
 
     fn link(&mut self) -> Result<Command> {
         let name = self.name("a link name")?;
-        let kind = self.keyword(&["udp", "vxlan", "tcp"], "a link kind: `udp`, `vxlan` or `tcp`")?;
+        let kind = self
+            .keyword(&["udp", "vxlan", "tcp", "direct"], "a link kind: `udp`, `vxlan`, `tcp` or `direct`")?;
+        if kind == "direct" {
+            let pos = self.pos();
+            let t = self.next("a device name (1-15 characters)")?;
+            let Some(dev) = crate::ast::IfName::new(t.text) else {
+                return Err(Error::new(pos, "a device name (1-15 characters)", found(Some(&t))));
+            };
+            let mtu = if self.eat("mtu") {
+                self.number("the LAN's MTU (576-65535)", 576..=65535)?
+            } else {
+                DEFAULT_LINK_MTU
+            };
+            return Ok(Command::Link { name: Some(name), transport: Transport::Direct { dev }, mtu });
+        }
         // `vxlan IP` means IANA's port, `udp IP` vnet's (and Palacios').
         let default_port = if kind == "vxlan" { vnet_wire::vxlan::IANA_PORT } else { DEFAULT_PORT };
         let (remote_pos, remote) = (self.pos(), self.endpoint(default_port)?);
@@ -714,6 +728,14 @@ mod tests {
         assert_eq!(one("listen vxlan 0.0.0.0:8472"), Command::ListenVxlan("0.0.0.0:8472".parse().unwrap()));
         assert_eq!(one("listen tcp 10.0.0.1:9000"), Command::ListenTcp("10.0.0.1:9000".parse().unwrap()));
         assert_eq!(
+            one("link lan direct eth1 mtu 9000"),
+            Command::Link {
+                name: Some("lan".into()),
+                transport: Transport::Direct { dev: crate::ast::IfName::new("eth1").unwrap() },
+                mtu: 9000
+            }
+        );
+        assert_eq!(
             one("link far tcp 192.0.2.9:9443 tls mtu 9000"),
             Command::Link {
                 name: Some("far".into()),
@@ -782,7 +804,10 @@ mod tests {
             ("interface vm tap x queues 17", 1, 27, "queue count"),
             ("link a udp 10.0.0.300", 1, 12, "address"),
             ("link a udp 10.0.0.3 format gre", 1, 28, "`raw` or `vnet`"),
-            ("link a gre 10.0.0.3", 1, 8, "`udp`, `vxlan` or `tcp`"),
+            ("link a gre 10.0.0.3", 1, 8, "`udp`, `vxlan`, `tcp` or `direct`"),
+            ("link a direct", 1, 14, "a device name"),
+            ("link a direct this-name-is-too-long", 1, 15, "a device name"),
+            ("link a direct eth0 vni 3", 1, 20, "end of line"),
             ("link a vxlan 10.0.0.3", 1, 22, "`vni N`"),
             ("link a vxlan 10.0.0.3 vni 16777216", 1, 27, "VXLAN network identifier"),
             ("link a vxlan 10.0.0.3 format vnet", 1, 23, "`vni` or `mtu`"),

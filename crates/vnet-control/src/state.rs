@@ -48,8 +48,8 @@ pub struct LinkDef {
 }
 
 impl LinkDef {
-    /// The peer's underlay address.
-    pub fn remote(&self) -> SocketAddr {
+    /// The peer's underlay address (none for a `direct` link).
+    pub fn remote(&self) -> Option<SocketAddr> {
         self.transport.remote()
     }
 
@@ -61,6 +61,7 @@ impl LinkDef {
             Transport::Udp { remote, .. } => RxKey::Udp(canonical(remote.ip())),
             Transport::Vxlan { remote, vni } => RxKey::Vxlan(canonical(remote.ip()), vni),
             Transport::Tcp { remote, .. } => RxKey::Tcp(canonical(remote.ip())),
+            Transport::Direct { dev } => RxKey::Direct(dev),
         }
     }
 
@@ -81,6 +82,7 @@ impl LinkDef {
                 let t = if tls { " tls" } else { "" };
                 format!("link {} tcp {remote}{t} mtu {}", self.name, self.mtu)
             }
+            Transport::Direct { dev } => format!("link {} direct {dev} mtu {}", self.name, self.mtu),
         }
     }
 }
@@ -92,6 +94,8 @@ pub enum RxKey {
     Udp(IpAddr),
     Vxlan(IpAddr, u32),
     Tcp(IpAddr),
+    /// A `direct` link's frames come from its own packet socket.
+    Direct(crate::ast::IfName),
 }
 
 /// An IPv4-mapped IPv6 address as its IPv4 form (what a dual-stack socket
@@ -233,7 +237,7 @@ impl State {
                         pos,
                         "a peer no other link of this kind reaches (one `udp` link per peer address, \
                          one `vxlan` link per peer address and VNI)",
-                        format!("`{}`, already reached by link `{}`", def.remote().ip(), other.name),
+                        format!("`{}`, already reached by link `{}`", def.transport.peer(), other.name),
                     ));
                 }
                 self.next_link += 1;
@@ -315,7 +319,7 @@ impl State {
     fn resolve_link(&self, r: &Ref<LinkRef>) -> Result<u32> {
         let hit = match &r.by {
             LinkRef::Name(n) => self.link_by_name(n),
-            LinkRef::Ip(ip) => self.links.values().find(|l| l.remote().ip() == *ip),
+            LinkRef::Ip(ip) => self.links.values().find(|l| l.remote().is_some_and(|r| r.ip() == *ip)),
             LinkRef::Id(id) => self.links.get(id),
         };
         hit.map(|l| l.id).ok_or_else(|| {
@@ -430,7 +434,7 @@ route any 52:54:00:00:00:01 -> interface vm0
     fn builds_state() {
         let s = load(BASE).unwrap();
         assert_eq!(s.interfaces.len(), 1);
-        assert_eq!(s.links[&0].remote(), "10.0.0.2:9000".parse().unwrap());
+        assert_eq!(s.links[&0].remote(), Some("10.0.0.2:9000".parse().unwrap()));
         assert_eq!(s.routes[&1].to, Port::Link(0));
         assert_eq!(s.routes[&2].to, Port::Interface(0));
     }

@@ -22,7 +22,9 @@
 //! priority decision: a frame never goes back out the port it came in on,
 //! and a group-addressed (broadcast or multicast) frame that came from a
 //! link is not sent on to other links (split horizon: in a full mesh every
-//! host already got it from the sender, and forwarding it would loop).
+//! host already got it from the sender, and forwarding it would loop). A
+//! link that is an edge of the overlay (a physical LAN reached directly,
+//! `RouteTable::with_edge_links`) is exempt, as an interface is.
 //!
 //! The crate is sans-IO and `#![deny(unsafe_code)]`: frames and time come in,
 //! decisions go out.

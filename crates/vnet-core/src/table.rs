@@ -70,6 +70,9 @@ pub struct RouteTable {
     by_src: FxHashMap<MacAddr, Vec<u32>>,
     /// Routes that name no address on either side.
     wild: Vec<u32>,
+    /// Links that are edges of the overlay (a physical LAN reached by a
+    /// `direct` link), not part of the mesh between hosts.
+    edges: rustc_hash::FxHashSet<u32>,
 }
 
 impl RouteTable {
@@ -88,6 +91,19 @@ impl RouteTable {
         }
         t.routes = routes;
         t
+    }
+
+    /// Declares links `ids` edges of the overlay: split horizon treats them
+    /// as it treats interfaces (a broadcast from the mesh goes out to the
+    /// LAN, and one from the LAN into the mesh).
+    pub fn with_edge_links(mut self, ids: impl IntoIterator<Item = u32>) -> Self {
+        self.edges = ids.into_iter().collect();
+        self
+    }
+
+    /// Whether a group frame between these two ports crosses the mesh twice.
+    fn mesh(&self, p: Port) -> bool {
+        matches!(p, Port::Link(id) if !self.edges.contains(&id))
     }
 
     pub fn generation(&self) -> u64 {
@@ -142,7 +158,7 @@ impl RouteTable {
         let mut k = 0;
         for j in 0..out.len() {
             let (port, _) = out[j];
-            let reflect = port == ingress || (group && ingress.is_link() && port.is_link());
+            let reflect = port == ingress || (group && self.mesh(ingress) && self.mesh(port));
             if !reflect && !out[..k].iter().any(|&(p, _)| p == port) {
                 out[k] = out[j];
                 k += 1;

@@ -57,7 +57,12 @@ impl Link {
 
     /// The largest UDP payload that crosses the underlay unfragmented.
     pub fn max_datagram(&self) -> usize {
-        let ip = if self.def.remote().is_ipv4() { 20 } else { 40 };
+        let ip = match self.def.remote() {
+            Some(r) if r.is_ipv6() => 40,
+            Some(_) => 20,
+            // A LAN frame has no outer headers at all.
+            None => return self.def.mtu as usize + 14 + 8,
+        };
         (self.def.mtu as usize).saturating_sub(ip + 8)
     }
 
@@ -70,6 +75,7 @@ impl Link {
             Transport::Vxlan { .. } => codec::vxlan::OVERHEAD,
             // A stream carries any frame whole, whatever the underlay MTU.
             Transport::Tcp { .. } => return crate::MAX_FRAME,
+            Transport::Direct { .. } => codec::direct::OVERHEAD + 8,
         })
     }
 }
@@ -79,7 +85,10 @@ impl Port for Link {
         match self.def.transport {
             // A `vnet` datagram or stream record carries the offload header
             // to the peer's VM.
-            Transport::Udp { format: LinkFormat::Vnet, .. } | Transport::Tcp { .. } => true,
+            // A `direct` link's packet socket takes them too.
+            Transport::Udp { format: LinkFormat::Vnet, .. }
+            | Transport::Tcp { .. }
+            | Transport::Direct { .. } => true,
             // A Palacios host and a VTEP take finished Ethernet frames.
             Transport::Udp { format: LinkFormat::Raw, .. } | Transport::Vxlan { .. } => false,
         }
@@ -94,6 +103,7 @@ impl Port for Link {
             }
             Transport::Vxlan { vni, .. } => codec::vxlan::send(self, payload, vni, flow),
             Transport::Tcp { .. } => codec::stream::send(self, payload, flow),
+            Transport::Direct { .. } => codec::direct::send(self, payload, flow),
         }
     }
 }

@@ -89,7 +89,10 @@ pub fn route_table(
             counters: counters.entry(r.id).or_default().clone(),
         })
         .collect();
-    RouteTable::new(generation, routes)
+    // A `direct` link is an edge of the overlay (the LAN), not the mesh.
+    let edges =
+        state.links.values().filter(|l| matches!(l.transport, vnet_control::Transport::Direct { .. }));
+    RouteTable::new(generation, routes).with_edge_links(edges.map(|l| l.id).collect::<Vec<_>>())
 }
 
 /// Daemon-wide counters.

@@ -118,8 +118,8 @@ impl Receiver {
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
                 self.vnet_datagram(fw, plane, link, network, data, now_ns, &g)
             }
-            // A stream link's records never arrive as datagrams.
-            Transport::Tcp { .. } => {
+            // A stream's records and a LAN's frames never arrive as datagrams.
+            Transport::Tcp { .. } | Transport::Direct { .. } => {
                 g.unknown_source.fetch_add(1, Relaxed);
             }
         }
@@ -246,6 +246,12 @@ impl Receiver {
     pub fn in_progress(&self) -> usize {
         self.reasm.in_progress()
     }
+}
+
+/// Delivers a frame taken off a `direct` link's device, with its offload header.
+pub fn lan_frame(fw: &mut Forwarder, plane: &Plane, link: &Link, vh: VirtioNetHdr, frame: &mut [u8]) {
+    link.rx.add(frame.len());
+    fw.forward(plane, PortId::Link(link.def.id), vh, frame);
 }
 
 /// Delivers a record taken off link `link`'s stream (`codec::stream`): a

@@ -196,6 +196,16 @@ impl DatagramTx for WireTx {
     }
 }
 
+/// A `direct` link's I/O in the simulation: the LAN, a recorder of frames
+/// (each given as `[virtio_net_hdr] frame`, as to a packet socket).
+struct LanTx(Arc<Recorder>);
+
+impl DatagramTx for LanTx {
+    fn send(&self, iov: &[IoSlice<'_>], _: usize, _: u64) -> bool {
+        Port::send(&*self.0, &mut Scratch::default(), Payload::Frame { parts: iov, hdr: true })
+    }
+}
+
 /// One simulated vnetd.
 pub struct Host {
     pub ip: IpAddr,
@@ -209,6 +219,8 @@ pub struct Host {
     rx_vxlan: Receiver,
     /// The byte streams of `tcp` links, by peer.
     streams: BTreeMap<IpAddr, Deframer>,
+    /// The LANs of `direct` links, by link name: what vnetd put on them.
+    pub lans: BTreeMap<String, Arc<Recorder>>,
     generation: u64,
     route_counters: BTreeMap<u32, Arc<Counters>>,
 }
@@ -269,6 +281,7 @@ impl Net {
             rx_udp: Receiver::new(Via::Udp, Default::default()),
             rx_vxlan: Receiver::new(Via::Vxlan, Default::default()),
             streams: BTreeMap::new(),
+            lans: BTreeMap::new(),
             generation: 0,
             route_counters: BTreeMap::new(),
         };
@@ -348,6 +361,21 @@ impl Net {
         }
     }
 
+    /// A machine on the LAN of host `h`'s `direct` link `link` sends `frame`.
+    pub fn lan_send(&mut self, h: usize, link: &str, frame: &[u8]) {
+        let host = &mut self.hosts[h];
+        let plane = host.plane.clone();
+        let Some(l) = host.link(link).cloned() else { return };
+        let mut buf = frame.to_vec();
+        rx::lan_frame(&mut host.fw, &plane, &l, VirtioNetHdr::NONE, &mut buf);
+        host.fw.report();
+    }
+
+    /// What host `h` put on the LAN of its `direct` link `link` since the last call.
+    pub fn take_lan(&self, h: usize, link: &str) -> Vec<Delivered> {
+        self.hosts[h].lans.get(link).map(|r| r.take()).unwrap_or_default()
+    }
+
     /// What VM `vm` of host `h` received since the last call.
     pub fn take(&self, h: usize, vm: &str) -> Vec<Delivered> {
         self.hosts[h].vms.get(vm).map(|r| r.take()).unwrap_or_default()
@@ -378,12 +406,22 @@ impl Host {
                         Transport::Udp { .. } => Arrival::Datagram(Via::Udp),
                         Transport::Vxlan { .. } => Arrival::Datagram(Via::Vxlan),
                         Transport::Tcp { .. } => Arrival::Stream,
+                        Transport::Direct { .. } => {
+                            // The LAN: a recorder of what vnetd puts on it.
+                            let lan = self
+                                .lans
+                                .entry(d.name.clone())
+                                .or_insert_with(|| Arc::new(Recorder::new(true)));
+                            return Arc::new(Link::new(d.clone(), Arc::new(LanTx(lan.clone()))));
+                        }
                     };
-                    let io = WireTx { from: self.ip, to: d.remote().ip(), arrival, wire: wire.clone() };
+                    let to = d.remote().map_or(self.ip, |r| r.ip());
+                    let io = WireTx { from: self.ip, to, arrival, wire: wire.clone() };
                     Arc::new(Link::new(d.clone(), Arc::new(io)))
                 }
             })
             .collect();
+        self.lans.retain(|n, _| next.link_by_name(n).is_some());
         self.generation += 1;
         let table = route_table(&next, self.generation, &mut self.route_counters);
         self.plane = Arc::new(Plane::new(table, ifaces, links));

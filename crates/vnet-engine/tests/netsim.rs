@@ -337,3 +337,61 @@ fn datagrams_from_a_host_without_a_link_are_dropped_and_counted() {
     assert!(net.take(0, "vm").is_empty());
     assert_eq!(net.hosts[0].global.unknown_source.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
+
+#[test]
+fn a_lan_on_a_direct_link_is_one_broadcast_domain_with_every_vm() {
+    // Host 0 also has the physical LAN on a `direct` link, with machine M on it.
+    let lan_mac = "52:54:00:00:00:f0";
+    let lan_bytes = [0x52, 0x54, 0, 0, 0, 0xf0];
+    let mut net = Net::new(3);
+    let place: BTreeMap<usize, usize> = (0..HOSTS).map(|i| (i, i)).collect();
+    for i in 0..HOSTS {
+        let mut c = config(i, HOSTS, 1500, &place);
+        if i == 0 {
+            c += &format!("link lan direct eth1\nroute any ff:ff:ff:ff:ff:ff -> link lan\nroute any {lan_mac} -> link lan\n");
+        } else {
+            c += &format!("route any {lan_mac} -> link h0\n");
+        }
+        net.add_host(&ip(i), &c).unwrap();
+    }
+    // A broadcast from a VM behind host 5 reaches M once, and every other VM once.
+    let b = frame(5, None, 55, 46);
+    net.send(5, "vm", &b);
+    net.run(100_000);
+    assert_eq!(frames(&net.take_lan(0, "lan")), vec![b.as_slice()]);
+    for j in (0..HOSTS).filter(|&j| j != 5) {
+        assert_eq!(net.take(j, "vm").len(), 1, "host {j}");
+    }
+    // M's broadcast reaches every VM once and does not come back to the LAN.
+    let mut mb = frame(0, None, 77, 46);
+    mb[6..12].copy_from_slice(&lan_bytes);
+    net.lan_send(0, "lan", &mb);
+    net.run(100_000);
+    for j in 0..HOSTS {
+        assert_eq!(frames(&net.take(j, "vm")), vec![mb.as_slice()], "host {j}");
+    }
+    assert!(net.take_lan(0, "lan").is_empty(), "a LAN broadcast was reflected onto the LAN");
+    // Unicast both ways across the mesh.
+    let mut to_vm = frame(0, Some(3), 1, 500);
+    to_vm[6..12].copy_from_slice(&lan_bytes);
+    net.lan_send(0, "lan", &to_vm);
+    net.run(100_000);
+    assert_eq!(frames(&net.take(3, "vm")), vec![to_vm.as_slice()]);
+    let mut to_m = frame(3, None, 2, 500);
+    to_m[..6].copy_from_slice(&lan_bytes);
+    net.send(3, "vm", &to_m);
+    net.run(100_000);
+    assert_eq!(frames(&net.take_lan(0, "lan")), vec![to_m.as_slice()]);
+    // The mesh still keeps split horizon: no host sent a frame it got from a link to another host.
+    for (i, h) in net.hosts.iter().enumerate().skip(1) {
+        let mesh_tx: u64 = h.plane.links.values().map(|l| l.tx.snapshot().packets).sum();
+        let own = if i == 3 {
+            1
+        } else if i == 5 {
+            7
+        } else {
+            0
+        };
+        assert_eq!(mesh_tx, own, "host {i} forwarded between links");
+    }
+}

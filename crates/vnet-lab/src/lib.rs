@@ -222,7 +222,16 @@ pub struct Spec {
     pub vteps: Vec<usize>,
     /// The kind of link between vnetd hosts.
     pub links: Links,
+    /// A host whose "physical LAN" is a bridge (in a namespace of its own)
+    /// with a plain machine on it, no vnetd ([`Lab::lan`], [`LAN_MAC`],
+    /// [`LAN_IP`]); the host reaches it with a `direct` link on `dl0`, and
+    /// the other hosts' routes send the machine's MAC to that host.
+    pub lan_host: Option<usize>,
 }
+
+/// The LAN machine's MAC and address (on the VMs' /16).
+pub const LAN_MAC: &str = "52:54:00:88:fa:01";
+pub const LAN_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 250, 1);
 
 /// The kind of link the lab's vnetds reach each other over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -287,6 +296,7 @@ impl Default for Spec {
             vnetd_args: Vec::new(),
             vteps: Vec::new(),
             links: Links::Udp,
+            lan_host: None,
         }
     }
 }
@@ -346,6 +356,8 @@ pub struct Lab {
     pub spec: Spec,
     pub hosts: Vec<Host>,
     pub dir: PathBuf,
+    /// The plain machine on `lan_host`'s LAN.
+    pub lan: Option<Vm>,
     namespaces: Vec<String>,
     children: Vec<Child>,
     guests: Vec<Guest>,
@@ -411,6 +423,7 @@ impl Lab {
             spec,
             hosts: Vec::new(),
             dir,
+            lan: None,
             namespaces: Vec::new(),
             children: Vec::new(),
             guests: Vec::new(),
@@ -635,6 +648,9 @@ impl Lab {
                 }
             }
         }
+        if let Some(lh) = s.lan_host.filter(|&h| h < hosts.len()) {
+            self.lan = Some(self.lan_segment(&hosts[lh])?);
+        }
         if s.links == Links::Tls {
             let ca = pki::Ca::new(&format!("{p} CA"))?;
             for (h, host) in hosts.iter().enumerate() {
@@ -647,6 +663,37 @@ impl Lab {
         }
         self.hosts = hosts;
         Ok(())
+    }
+
+    /// A "physical LAN" for `host`: a bridge in a switch namespace, a port
+    /// to the host (`dl0` there), and a plain machine (`eth0`) on it.
+    fn lan_segment(&mut self, host: &Host) -> Result<Vm> {
+        let p = self.prefix.clone();
+        let sw = self.add_ns(format!("{p}-lan"))?;
+        let m = self.add_ns(format!("{p}-m"))?;
+        let mtu = self.spec.vm_mtu.to_string();
+        self.ns_exec(&sw, &["ip", "link", "add", "lanbr", "type", "bridge"])?;
+        self.ns_exec(&sw, &["ip", "link", "set", "lanbr", "mtu", &mtu, "up"])?;
+        for (port, peer_ns, peer_dev) in [("lp0", &host.ns, "dl0"), ("lp1", &m, "eth0")] {
+            run(&[
+                "ip", "link", "add", port, "netns", &sw, "type", "veth", "peer", "name", peer_dev, "netns",
+                peer_ns,
+            ])?;
+            self.ns_exec(&sw, &["ip", "link", "set", port, "mtu", &mtu, "master", "lanbr", "up"])?;
+            self.ns_exec(peer_ns, &["ip", "link", "set", peer_dev, "mtu", &mtu, "up"])?;
+        }
+        self.ns_exec(&m, &["ip", "link", "set", "eth0", "address", LAN_MAC])?;
+        self.ns_exec(&m, &["ip", "addr", "add", &format!("{LAN_IP}/16"), "dev", "eth0"])?;
+        self.ns_exec(&m, &["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        Ok(Vm {
+            ns: m,
+            dev: "eth0".into(),
+            host_dev: None,
+            mac: LAN_MAC.into(),
+            ip: LAN_IP,
+            console: None,
+            vhost: None,
+        })
     }
 
     /// A container's NIC: a veth pair with `host_dev` in `host_ns` (for
@@ -1222,6 +1269,17 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> String {
             let _ = writeln!(c, "route any {bcast} -> interface vm{v}");
             let _ = writeln!(c, "route any {} -> interface vm{v}", vm.mac);
         }
+    }
+    match s.lan_host {
+        Some(lh) if lh == h => {
+            let _ = writeln!(c, "link lan direct dl0 mtu {}", s.vm_mtu);
+            let _ = writeln!(c, "route any {bcast} -> link lan");
+            let _ = writeln!(c, "route any {LAN_MAC} -> link lan");
+        }
+        Some(lh) if lh < hosts.len() => {
+            let _ = writeln!(c, "route any {LAN_MAC} -> link h{lh}");
+        }
+        _ => {}
     }
     c
 }

@@ -909,3 +909,61 @@ fn tls_link_carries_traffic_and_refuses_a_certificate_of_another_ca() {
     assert_eq!(l["rx_packets"].as_u64().unwrap(), rx_before, "frames from the stranger were delivered: {l}");
     assert_ne!(l["state"], "up", "host 0's link to the stranger is up: {l}");
 }
+
+/// Sends `mb` MiB of pseudo-random bytes over TCP from `from` to `to` (port
+/// 7001) with Python on both ends; returns the two md5 sums.
+fn tcp_md5(lab: &Lab, from: &Vm, to: &Vm, mb: u32) -> (String, String) {
+    let server = format!(
+        "import socket,hashlib\n\
+         s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         s.bind(('{}', 7001)); s.listen(1); s.settimeout(30); c,_=s.accept(); c.settimeout(30); h=hashlib.md5()\n\
+         while True:\n    b=c.recv(1<<16)\n    if not b: break\n    h.update(b)\n\
+         print(h.hexdigest())",
+        to.ip
+    );
+    let client = format!(
+        "import socket,hashlib,random,time\n\
+         r=random.Random(7); h=hashlib.md5(); c=socket.socket()\n\
+         for i in range(50):\n    try:\n        c.connect(('{}', 7001)); break\n    except OSError:\n        time.sleep(0.1); c=socket.socket()\n\
+         for i in range({}):\n    b=r.randbytes(1<<20); h.update(b); c.sendall(b)\n\
+         c.close(); print(h.hexdigest())",
+        to.ip,
+        mb
+    );
+    let ns = to.ns.clone();
+    let srv = std::thread::spawn(move || {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "python3", "-c", &server])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let out = lab.ns_output(&from.ns, &["python3", "-c", &client]).unwrap();
+    let sent = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (sent, srv.join().unwrap())
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn an_overlay_vm_reaches_a_plain_lan_machine_through_a_direct_link() {
+    // Host 0's "physical LAN" is a bridge with a plain machine on it (no
+    // vnetd); host 0 reaches it with `link lan direct dl0`. The VM behind
+    // host 1 talks to it across the overlay.
+    let lab = lab(Spec { lan_host: Some(0), ..Spec::default() });
+    let m = lab.lan.clone().unwrap();
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &b, m.ip, 56);
+    assert_ping(&lab, &m, b.ip, 56);
+    assert_ping(&lab, &a, m.ip, 1400);
+    for (from, to) in [(&b, &m), (&m, &b)] {
+        let (sent, got) = tcp_md5(&lab, from, to, 8);
+        assert!(!sent.is_empty() && sent == got, "{} -> {}: md5 {sent:?} vs {got:?}", from.ip, to.ip);
+    }
+    let links = json(&lab, 0, "links");
+    let lan = links["links"].as_array().unwrap().iter().find(|l| l["kind"] == "direct").unwrap().clone();
+    // Both transfers crossed the direct link (as TCP super-frames: offloads pass).
+    let mib = 8 << 20;
+    assert!(lan["rx_bytes"].as_u64().unwrap() > mib && lan["tx_bytes"].as_u64().unwrap() > mib, "{lan}");
+    assert_eq!(lan["remote"], "dl0", "{lan}");
+}

@@ -75,6 +75,8 @@ pub struct Daemon {
     links: BTreeMap<u32, Arc<Link>>,
     /// The TCP links' own handles (connections, status).
     tcp_links: BTreeMap<u32, Arc<link::tcp::TcpLink>>,
+    /// What worker 0 reads the `direct` links' LAN frames from.
+    lan_readers: BTreeMap<u32, iface::Reader>,
     route_counters: BTreeMap<u32, Arc<Counters>>,
     /// The link sockets, and how the worker that reads them waits.
     sockets: Sockets,
@@ -137,6 +139,7 @@ impl Daemon {
             worker_cpus: Vec::new(),
             links: BTreeMap::new(),
             tcp_links: BTreeMap::new(),
+            lan_readers: BTreeMap::new(),
             route_counters: BTreeMap::new(),
             sockets: Sockets::default(),
             listen_mode: vnet_control::Mode::default(),
@@ -229,6 +232,8 @@ impl Daemon {
         let mut links: BTreeMap<u32, Arc<Link>> = BTreeMap::new();
         let mut started = Started(Vec::new());
         let mut tcp_links: BTreeMap<u32, Arc<link::tcp::TcpLink>> = BTreeMap::new();
+        let mut lan_readers: BTreeMap<u32, iface::Reader> = BTreeMap::new();
+        let mut new_lan = false;
         for d in next.links.values() {
             let is_tcp = matches!(d.transport, Transport::Tcp { .. });
             let keep =
@@ -237,6 +242,9 @@ impl Daemon {
                 Some(l) => {
                     if let Some(t) = self.tcp_links.get(&d.id) {
                         tcp_links.insert(d.id, t.clone());
+                    }
+                    if let Some(r) = self.lan_readers.get(&d.id) {
+                        lan_readers.insert(d.id, r.clone());
                     }
                     l.clone()
                 }
@@ -251,6 +259,10 @@ impl Daemon {
                     if let Some(t) = o.tcp {
                         started.0.push(t.clone());
                         tcp_links.insert(d.id, t);
+                    }
+                    if let Some(r) = o.reader {
+                        lan_readers.insert(d.id, r);
+                        new_lan = true;
                     }
                     Arc::new(Link::new(d.clone(), o.io))
                 }
@@ -361,7 +373,10 @@ impl Daemon {
 
         // Workers: restarted when interfaces or the link sockets changed.
         let opened = opened.keep();
+        let lans_changed = new_lan || lan_readers.len() != self.lan_readers.len();
+        self.lan_readers = lan_readers;
         let respawn = new_socket
+            || lans_changed
             || mode_changed
             || !opened.is_empty()
             || self.ifaces.keys().any(|id| !next.interfaces.contains_key(id));
@@ -418,6 +433,13 @@ impl Daemon {
                             self.reasm,
                         ));
                     }
+                }
+            }
+            if k == 0 {
+                for (id, r) in &self.lan_readers {
+                    let stats = self.shared.global.link_dispatch.clone();
+                    let (port, mode) = (Port::Link(*id), self.listen_mode);
+                    sources.push(dataplane::frame_source(&self.shared, port, r.clone(), true, mode, stats));
                 }
             }
             for p in self.ifaces.values() {
@@ -628,12 +650,13 @@ impl Daemon {
                     }
                     Transport::Vxlan { vni, .. } => ("vxlan", vni),
                     Transport::Tcp { tls, .. } => (if tls { "tls" } else { "stream" }, 0),
+                    Transport::Direct { .. } => ("ethernet", 0),
                 };
                 let mut v = json!({
                     "id": d.id,
                     "name": d.name,
                     "kind": d.transport.word(),
-                    "remote": d.remote().to_string(),
+                    "remote": d.remote().map_or_else(|| d.transport.peer(), |r| r.to_string()),
                     "format": format,
                     // The `vnet` network id, or the VXLAN VNI.
                     "network": network,

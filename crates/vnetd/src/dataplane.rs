@@ -184,16 +184,32 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
 /// `q`: from the queue's receive ring where it has one, else by `read`.
 pub fn iface_source(shared: &Arc<Shared>, att: &Attached, q: usize) -> Option<Source> {
     let reader = att.dev.reader(q)?;
+    let port = Port::Interface(att.iface.id);
+    Some(frame_source(shared, port, reader, att.dev.vnet_hdr(), att.def.mode, att.dispatch.clone()))
+}
+
+/// The source that reads the frames arriving at `ingress` (an interface's
+/// VM, or a `direct` link's LAN) from `reader`, each with its
+/// `virtio_net_hdr` when `vnet_hdr`.
+pub fn frame_source(
+    shared: &Arc<Shared>,
+    ingress: Port,
+    reader: Reader,
+    vnet_hdr: bool,
+    mode: Mode,
+    stats: Arc<DispatchStats>,
+) -> Source {
     let fd = reader.fd();
     let mut fw = shared.forwarder();
     let shared = shared.clone();
     let mut buf = vec![0u8; BUF];
-    let iface = att.iface.clone();
-    let vnet_hdr = att.dev.vnet_hdr();
-    let port = Port::Interface(iface.id);
-    let (mode, stats) = (att.def.mode, att.dispatch.clone());
     let body = move || {
         let plane = shared.plane.load();
+        let rx = match ingress {
+            Port::Interface(id) => plane.ifaces.get(&id).map(|i| &i.rx),
+            Port::Link(id) => plane.links.get(&id).map(|l| &l.rx),
+        };
+        let Some(rx) = rx else { return 0 };
         let mut n = 0;
         // One frame as read: `[virtio_net_hdr] frame`.
         let take = |fw: &mut Forwarder, bytes: &mut [u8]| {
@@ -201,15 +217,15 @@ pub fn iface_source(shared: &Arc<Shared>, att: &Attached, q: usize) -> Option<So
                 match VirtioNetHdr::parse(bytes) {
                     Some(vh) => (vh, &mut bytes[virtio::LEN..]),
                     None => {
-                        iface.rx.drop_one();
+                        rx.drop_one();
                         return;
                     }
                 }
             } else {
                 (VirtioNetHdr::NONE, bytes)
             };
-            iface.rx.add(frame.len());
-            fw.forward(&plane, port, vh, frame);
+            rx.add(frame.len());
+            fw.forward(&plane, ingress, vh, frame);
         };
         match &reader {
             Reader::Ring(_, ring) => {
@@ -218,7 +234,7 @@ pub fn iface_source(shared: &Arc<Shared>, att: &Attached, q: usize) -> Option<So
                     let Some(f) = ring.take_frame() else { break };
                     n += 1;
                     if f.truncated {
-                        iface.rx.drop_one();
+                        rx.drop_one();
                         continue;
                     }
                     take(&mut fw, &mut *f.data);
@@ -235,7 +251,7 @@ pub fn iface_source(shared: &Arc<Shared>, att: &Attached, q: usize) -> Option<So
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => {
                             // EIO while the device is down, for instance: count, go on.
-                            iface.rx.drop_one();
+                            rx.drop_one();
                             break;
                         }
                     }
@@ -247,7 +263,7 @@ pub fn iface_source(shared: &Arc<Shared>, att: &Attached, q: usize) -> Option<So
         }
         n
     };
-    Some(Source { fd, mode, stats, body: Box::new(body) })
+    Source { fd, mode, stats, body: Box::new(body) }
 }
 
 /// The source that receives datagrams on a link socket: the `listen udp`

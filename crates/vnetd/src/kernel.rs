@@ -386,6 +386,7 @@ fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reas
         Transport::Tcp { .. } => {
             return Err("TCP links are served by the user path (a stream is vnetd's)".into())
         }
+        Transport::Direct { .. } => return Err("direct links are served by the user path".into()),
     };
     let IpAddr::V4(rip) = remote.ip() else {
         return Err("an IPv6 underlay is the user path's (not yet the kernel's)".into());

@@ -3,6 +3,7 @@
 //! adds to a frame (overhead). The I/O is not here: a link's datagrams go
 //! to its [`crate::DatagramTx`].
 
+pub mod direct;
 pub mod raw;
 pub mod stream;
 pub mod vnet;

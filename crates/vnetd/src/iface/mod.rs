@@ -32,6 +32,7 @@ pub enum Device {
 }
 
 /// Where a worker reads a queue's frames from.
+#[derive(Clone)]
 pub enum Reader {
     File(Arc<File>),
     /// A netdev's receive ring, and the socket that signals it.

@@ -5,6 +5,7 @@
 //! matches on the transport exhaustively, so a new kind is a variant of
 //! `Transport` and a module here (and one in the engine's codecs).
 
+pub mod direct;
 pub mod tcp;
 pub mod udp;
 
@@ -43,6 +44,8 @@ pub struct Sockets {
 pub struct Opened {
     pub io: Arc<dyn DatagramTx>,
     pub tcp: Option<Arc<tcp::TcpLink>>,
+    /// What a worker reads the link's frames from (`direct` links).
+    pub reader: Option<crate::iface::Reader>,
 }
 
 /// The I/O of a link, over the host's sockets: a `raw` link sends from the
@@ -62,7 +65,11 @@ pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Open
             };
             let l = tcp::TcpLink::start(&def.name, def.id, remote, tls, shared.clone())
                 .map_err(|e| format!("cannot start the link: {e}"))?;
-            return Ok(Opened { io: l.clone(), tcp: Some(l) });
+            return Ok(Opened { io: l.clone(), tcp: Some(l), reader: None });
+        }
+        Transport::Direct { dev } => {
+            let (io, reader) = direct::open(dev.as_str())?;
+            return Ok(Opened { io, tcp: None, reader: Some(reader) });
         }
     };
     let b = bound.as_ref().ok_or_else(|| format!("no {what} socket is bound"))?;
@@ -71,8 +78,7 @@ pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Open
     } else {
         (b.pool.clone(), b.nocheck.clone())
     };
-    let io = Arc::new(
-        udp::UdpTx::new(&def.name, def.remote(), socks, shared.global.clone()).with_nocheck(nocheck),
-    );
-    Ok(Opened { io, tcp: None })
+    let remote = def.remote().ok_or("a link without a peer address")?;
+    let io = Arc::new(udp::UdpTx::new(&def.name, remote, socks, shared.global.clone()).with_nocheck(nocheck));
+    Ok(Opened { io, tcp: None, reader: None })
 }

@@ -520,7 +520,7 @@ impl Acceptor {
             .into_iter()
             .filter_map(|(k, l)| match k {
                 RxKey::Tcp(ip) => Some((ip, l)),
-                RxKey::Udp(_) | RxKey::Vxlan(..) => None,
+                RxKey::Udp(_) | RxKey::Vxlan(..) | RxKey::Direct(_) => None,
             })
             .collect();
         *self.links.lock().unwrap_or_else(|p| p.into_inner()) = m;

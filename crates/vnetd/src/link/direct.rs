@@ -1,0 +1,47 @@
+//! `direct` links: raw Ethernet on a LAN device (VNET/P's direct send and
+//! receive). A packet socket on the device, promiscuous, with a
+//! `virtio_net_hdr` on every frame (`PACKET_VNET_HDR`: the LAN's TCP
+//! super-frames arrive whole, and offloaded frames leave as they are) and a
+//! receive ring; it ignores what the host itself sends on the device
+//! (`PACKET_IGNORE_OUTGOING`), so the host's own traffic is neither
+//! disturbed nor forwarded, and vnetd never hears its own frames back.
+
+use crate::iface::Reader;
+use crate::sys;
+use std::fs::File;
+use std::io::{IoSlice, Write};
+use std::sync::{Arc, Mutex};
+use vnet_engine::DatagramTx;
+
+/// A direct link's socket, as the engine's I/O.
+pub struct DirectTx {
+    sock: Arc<File>,
+}
+
+impl DatagramTx for DirectTx {
+    /// Writes one `[virtio_net_hdr] frame` to the device.
+    fn send(&self, iov: &[IoSlice<'_>], _seg: usize, _flow: u64) -> bool {
+        let want: usize = iov.iter().map(|s| s.len()).sum();
+        matches!((&*self.sock).write_vectored(iov), Ok(n) if n == want)
+    }
+}
+
+/// Opens `dev` for a direct link: the engine's I/O and what a worker reads.
+pub fn open(dev: &str) -> Result<(Arc<DirectTx>, Reader), String> {
+    let f = sys::open_packet(dev).map_err(|e| format!("no packet socket on {dev}: {e}"))?;
+    sys::packet_enable_vnet_hdr(&f).map_err(|e| format!("{dev}: offload headers refused: {e}"))?;
+    let ring = match sys::RxRing::new(&f, crate::dataplane::RX_RING_BLOCKS, true) {
+        Ok(r) => Some(Arc::new(Mutex::new(r))),
+        Err(e) => {
+            tracing::warn!(device = %dev, "no receive ring ({e}): frames are read one by one");
+            None
+        }
+    };
+    sys::set_up(dev).map_err(|e| format!("{dev}: {e}"))?;
+    let sock = Arc::new(f);
+    let reader = match ring {
+        Some(r) => Reader::Ring(sock.clone(), r),
+        None => Reader::File(sock.clone()),
+    };
+    Ok((Arc::new(DirectTx { sock }), reader))
+}
