@@ -768,6 +768,7 @@ fn vnetd_and_a_linux_kernel_vtep_talk_both_ways() {
     assert_eq!((l["kind"].as_str(), l["network"].as_u64()), (Some("vxlan"), Some(42)), "{l}");
     assert!(l["rx_packets"].as_u64().unwrap() > 10_000 && l["tx_packets"].as_u64().unwrap() > 10_000, "{l}");
     assert_eq!(l["too_big"], 0, "{l}");
+    assert_kernel_carried(&lab, 0);
     let g = json(&lab, 0, "stats")["global"].clone();
     assert_eq!((g["malformed"].as_u64(), g["unknown_source"].as_u64()), (Some(0), Some(0)), "{g}");
 }
@@ -831,6 +832,18 @@ fn two_vnetds_over_a_vxlan_link_carry_tcp() {
     let l = &json(&lab, 1, "links")["links"][0];
     assert_eq!(l["kind"], "vxlan", "{l}");
     assert!(l["rx_packets"].as_u64().unwrap() > 1000, "{l}");
+    assert_kernel_carried(&lab, 1);
+}
+
+/// On the kernel pass, host `h`'s eBPF programs encapsulated and
+/// decapsulated the bulk of the traffic (VXLAN included), not the user path.
+fn assert_kernel_carried(lab: &Lab, h: usize) {
+    if lab.spec.datapath.as_deref() != Some("kernel") {
+        return;
+    }
+    let g = json(lab, h, "stats")["global"].clone();
+    let (encap, decap) = (g["kernel_encap"].as_u64().unwrap_or(0), g["kernel_decap"].as_u64().unwrap_or(0));
+    assert!(encap > 1000 && decap > 1000, "the kernel path carried {encap} out, {decap} in: {g}");
 }
 
 /// Pings every 100 ms until a reply; returns how long that took.

@@ -12,8 +12,10 @@
  *                   stay whole) and sent to the underlay (bpf_redirect_neigh).
  *   vnet_from_wire  TC ingress of the underlay device. A datagram to vnetd's
  *                   port from a configured peer, carrying one whole frame
- *                   (`raw`, or `vnet` with flag WHOLE), whose route is one
- *                   local interface, is decapsulated and redirected into it.
+ *                   (`raw`, or `vnet` with flag WHOLE), or to vnetd's VXLAN
+ *                   port from a VTEP with a VXLAN link for its VNI, whose
+ *                   route is one local interface, is decapsulated and
+ *                   redirected into it.
  *   vnet_sock_filter  the socket filter on vnetd's packet socket of a
  *                   kernel-path interface: packet taps run before TC
  *                   ingress, so without it vnetd's user path would see, and
@@ -49,7 +51,10 @@
 #define ACT_IFACE_XMIT 3 /* a TAP or other netdev: out of it (bpf_redirect) */
 #define FMT_RAW 0
 #define FMT_VNET 1
+#define FMT_VXLAN 2
 #define VNET_HDR_LEN 20
+#define VXLAN_HDR_LEN 8
+#define VXLAN_FLAG_I 0x08
 #define VNET_WHOLE 0x04
 #define OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr)) /* 28 */
 #define MAX_ROUTES 65536
@@ -71,9 +76,9 @@ struct link_val {
 	__u32 remote_ip;   /* network order */
 	__u32 local_ip;    /* network order */
 	__u16 remote_port; /* network order */
-	__u8 format;       /* FMT_RAW, FMT_VNET */
+	__u8 format;       /* FMT_RAW, FMT_VNET, FMT_VXLAN */
 	__u8 pad;
-	__u32 network;     /* vnet network id */
+	__u32 network;     /* vnet network id, or VXLAN VNI */
 	__u32 ifindex;     /* underlay device */
 	__u32 mtu;         /* underlay MTU */
 };
@@ -81,7 +86,13 @@ struct link_val {
 struct cfg {
 	__u32 active;      /* which routes table is live: 0 or 1 */
 	__u16 port;        /* vnetd's UDP port, network order */
-	__u16 pad;
+	__u16 vxlan_port;  /* vnetd's VXLAN port, network order (0: none) */
+};
+
+/* A VXLAN peer: its address (network order) and VNI. */
+struct vxlan_key {
+	__u32 addr;
+	__u32 vni;
 };
 
 enum {
@@ -124,12 +135,30 @@ struct {
 	__type(value, __u32);
 } peers SEC(".maps");
 
+/* VXLAN peer (address, VNI) -> link id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct vxlan_key);
+	__type(value, __u32);
+} vxlan_peers SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct cfg);
 } config SEC(".maps");
+
+/* What a link's format puts between the outer UDP header and the frame. */
+static __always_inline __u32 format_len(__u8 format)
+{
+	if (format == FMT_VNET)
+		return VNET_HDR_LEN;
+	if (format == FMT_VXLAN)
+		return VXLAN_HDR_LEN;
+	return 0;
+}
 
 /* Per-port counters, merged by the daemon into `show` (the daemon creates
  * an entry for every port it serves; the programs only add to them). */
@@ -250,7 +279,7 @@ static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, stru
 		struct link_val *l = bpf_map_lookup_elem(&links, &id);
 		if (!l)
 			return NULL;
-		__u32 over = OUTER_LEN + (l->format == FMT_VNET ? VNET_HDR_LEN : 0);
+		__u32 over = OUTER_LEN + format_len(l->format);
 		/* A frame too big for the underlay is vnetd's: it fragments
 		 * `vnet` frames itself. A GSO frame stays whole through the
 		 * encapsulation (tunnel GSO), but wherever it is segmented each
@@ -294,7 +323,7 @@ static __always_inline void ipv4_csum(struct iphdr *ip)
 
 static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 {
-	__u32 vh = l->format == FMT_VNET ? VNET_HDR_LEN : 0;
+	__u32 vh = format_len(l->format);
 	__u32 inner_len = skb->len;
 	struct ethhdr inner;
 	if (bpf_skb_load_bytes(skb, 0, &inner, sizeof(inner)) < 0)
@@ -321,16 +350,27 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 	ip.saddr = l->local_ip;
 	ip.daddr = l->remote_ip;
 	ipv4_csum(&ip);
-	/* Source port from the inner flow's hash: entropy for RSS/ECMP. */
+	/* Source port from the inner flow's hash: entropy for RSS/ECMP (VXLAN:
+	 * RFC 7348's 49152-65535). The UDP checksum stays 0, as Linux VTEPs
+	 * send it over IPv4. */
 	__u32 hash = bpf_get_hash_recalc(skb);
-	udp.source = bpf_htons(32768 + (hash % 28232));
+	if (l->format == FMT_VXLAN)
+		udp.source = bpf_htons(49152 + (hash % 16384));
+	else
+		udp.source = bpf_htons(32768 + (hash % 28232));
 	udp.dest = l->remote_port;
 	__u32 udp_len = outer_len - sizeof(struct iphdr);
 	udp.len = bpf_htons(udp_len > 0xffff ? 0xffff : udp_len);
 	if (bpf_skb_store_bytes(skb, ETH_HLEN, &ip, sizeof(ip), 0) < 0 ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN + sizeof(ip), &udp, sizeof(udp), 0) < 0)
 		return -1;
-	if (vh) {
+	if (l->format == FMT_VXLAN) {
+		/* Flags exactly I, every reserved bit zero: what Linux accepts. */
+		__u8 x[VXLAN_HDR_LEN] = {VXLAN_FLAG_I, 0, 0, 0, (__u8)(l->network >> 16),
+					 (__u8)(l->network >> 8), (__u8)l->network, 0};
+		if (bpf_skb_store_bytes(skb, ETH_HLEN + OUTER_LEN, x, sizeof(x), 0) < 0)
+			return -1;
+	} else if (vh) {
 		__u8 v[VNET_HDR_LEN] = {};
 		v[0] = 1;               /* version */
 		v[1] = VNET_WHOLE;      /* flags */
@@ -398,21 +438,35 @@ int vnet_from_wire(struct __sk_buff *skb)
 	} __attribute__((packed)) h;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &h, sizeof(h)) < 0)
 		return TC_ACT_OK;
-	if (h.ip.ihl != 5 || h.ip.protocol != IPPROTO_UDP || h.udp.dest != c->port)
+	int vxlan = c->vxlan_port && h.udp.dest == c->vxlan_port;
+	if (h.ip.ihl != 5 || h.ip.protocol != IPPROTO_UDP || (h.udp.dest != c->port && !vxlan))
 		return TC_ACT_OK;
 	/* IP fragments are the stack's to reassemble. */
 	if (h.ip.frag_off & bpf_htons(0x3fff))
 		return TC_ACT_OK;
 	count(S_WIRE_SEEN, 1);
 	__u32 saddr = h.ip.saddr;
-	__u32 *id = bpf_map_lookup_elem(&peers, &saddr);
+	__u32 *id;
+	if (vxlan) {
+		__u8 x[VXLAN_HDR_LEN];
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + OUTER_LEN, x, sizeof(x)) < 0)
+			goto user;
+		/* Anything but flags I and zero reserved bits is the user path's
+		 * (which drops and counts it, as Linux would). */
+		if (x[0] != VXLAN_FLAG_I || x[1] || x[2] || x[3] || x[7])
+			goto user;
+		struct vxlan_key vk = {.addr = saddr, .vni = ((__u32)x[4] << 16) | ((__u32)x[5] << 8) | x[6]};
+		id = bpf_map_lookup_elem(&vxlan_peers, &vk);
+	} else {
+		id = bpf_map_lookup_elem(&peers, &saddr);
+	}
 	if (!id)
 		goto user;
 	__u32 lid = *id;
 	struct link_val *l = bpf_map_lookup_elem(&links, &lid);
-	if (!l)
+	if (!l || (l->format == FMT_VXLAN) != vxlan)
 		goto user;
-	__u32 vh = 0;
+	__u32 vh = vxlan ? VXLAN_HDR_LEN : 0;
 	if (l->format == FMT_VNET) {
 		__u8 v[8];
 		if (bpf_skb_load_bytes(skb, ETH_HLEN + OUTER_LEN, v, sizeof(v)) < 0)

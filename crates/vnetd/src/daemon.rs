@@ -346,7 +346,8 @@ impl Daemon {
         self.kernel_ifaces.extend(attached);
         self.user_reasons.extend(reasons);
         if let Some(kp) = self.kernel.as_mut() {
-            match kp.sync(&plane, &self.kernel_ifaces, next.listen) {
+            let vxlan = sockets.vxlan.as_ref().map(|b| b.addr);
+            match kp.sync(&plane, &self.kernel_ifaces, next.listen, vxlan) {
                 Ok(skipped) => {
                     for (link, reason) in skipped {
                         tracing::info!(%link, %reason, "link left to the user path");

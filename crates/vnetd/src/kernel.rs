@@ -17,7 +17,7 @@
 //! the kernel does when the process dies), so a stopped or killed vnetd
 //! leaves nothing attached and a restart attaches afresh.
 
-use crate::sys::bpf::{Cfg, LinkVal, PortStats, RouteKey, RouteVal};
+use crate::sys::bpf::{Cfg, LinkVal, PortStats, RouteKey, RouteVal, VxlanKey};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues};
 use aya::programs::tc::SchedClassifierLinkId;
 use aya::programs::{SchedClassifier, SocketFilter, TcAttachType};
@@ -37,8 +37,8 @@ const PORT_LINK: u32 = 0x8000_0000;
 const ACT_IFACE_PEER: u32 = 1;
 const ACT_LINK: u32 = 2;
 const ACT_IFACE_XMIT: u32 = 3;
-const FMT_RAW: u8 = 0; // understood by the programs; not sent (see `link_val`)
 const FMT_VNET: u8 = 1;
+const FMT_VXLAN: u8 = 2;
 /// Route entries per table (the maps' `max_entries`).
 pub const MAX_ROUTES: usize = 65_536;
 
@@ -77,6 +77,7 @@ pub struct KernelPath {
     tables: [BTreeSet<RouteKey>; 2],
     active: u32,
     peers: BTreeSet<u32>,
+    vxlan_peers: BTreeSet<VxlanKey>,
     links: BTreeSet<u32>,
     /// Route entries in the live table, and decisions left out for lack of room.
     pub entries: usize,
@@ -103,6 +104,7 @@ impl KernelPath {
             tables: Default::default(),
             active: 0,
             peers: BTreeSet::new(),
+            vxlan_peers: BTreeSet::new(),
             links: BTreeSet::new(),
             entries: 0,
             overflow: 0,
@@ -150,6 +152,7 @@ impl KernelPath {
         plane: &Plane,
         ifaces: &BTreeMap<u32, KernelIface>,
         listen: SocketAddr,
+        listen_vxlan: Option<SocketAddr>,
     ) -> Result<Vec<(String, Reason)>, Reason> {
         // Links: where each one leaves, from which address.
         let mut link_vals = BTreeMap::new();
@@ -186,7 +189,7 @@ impl KernelPath {
         {
             let mut m: BpfHashMap<&mut MapData, u32, u32> = map(&mut self.ebpf, "peers")?;
             let mut now = BTreeSet::new();
-            for (id, (v, _)) in &link_vals {
+            for (id, (v, _)) in link_vals.iter().filter(|(_, (v, _))| v.format != FMT_VXLAN) {
                 m.insert(v.remote_ip, id, 0).map_err(|e| format!("peers: {e}"))?;
                 now.insert(v.remote_ip);
             }
@@ -194,6 +197,19 @@ impl KernelPath {
                 let _ = m.remove(gone);
             }
             self.peers = now;
+        }
+        {
+            let mut m: BpfHashMap<&mut MapData, VxlanKey, u32> = map(&mut self.ebpf, "vxlan_peers")?;
+            let mut now = BTreeSet::new();
+            for (id, (v, _)) in link_vals.iter().filter(|(_, (v, _))| v.format == FMT_VXLAN) {
+                let k = VxlanKey { addr: v.remote_ip, vni: v.network };
+                m.insert(k, id, 0).map_err(|e| format!("vxlan_peers: {e}"))?;
+                now.insert(k);
+            }
+            for gone in self.vxlan_peers.difference(&now) {
+                let _ = m.remove(gone);
+            }
+            self.vxlan_peers = now;
         }
 
         // A counter entry for every port served (the programs only add).
@@ -227,7 +243,8 @@ impl KernelPath {
         let port = listen.port().to_be();
         {
             let mut cfg: Array<&mut MapData, Cfg> = map(&mut self.ebpf, "config")?;
-            cfg.set(0, Cfg { active: next, port, pad: 0 }, 0).map_err(|e| format!("config: {e}"))?;
+            let vxlan_port = listen_vxlan.map_or(0, |a| a.port().to_be());
+            cfg.set(0, Cfg { active: next, port, vxlan_port }, 0).map_err(|e| format!("config: {e}"))?;
         }
         self.active = next;
         self.tables[next as usize] = decisions.keys().copied().collect();
@@ -378,28 +395,30 @@ fn map<'a, T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
 /// What the kernel needs to send on a link, and the underlay device; or
 /// why the link stays on the user path.
 fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reason> {
-    let (remote, format, network, mtu) = match def.transport {
-        Transport::Udp { remote, format, network } => (remote, format, network, def.mtu),
-        Transport::Vxlan { .. } => {
-            return Err("VXLAN links are served by the user path (the eBPF programs speak `vnet` only)".into())
+    let (remote, format, network) = match def.transport {
+        Transport::Udp { remote, format: LinkFormat::Vnet, network } => (remote, FMT_VNET, network),
+        // A VTEP takes the frames as the VM made them too: the outer headers
+        // go through tunnel GSO, and a receiving VTEP (or vnetd) finishes
+        // checksums; the VM's MTU must fit the link (else: the user path).
+        Transport::Vxlan { remote, vni } => (remote, FMT_VXLAN, vni),
+        Transport::Udp { format: LinkFormat::Raw, .. } => {
+            // The kernel hands frames over as the VM made them (checksums
+            // may be partial, TCP frames larger than a segment); a `vnet`
+            // datagram says so with its WHOLE flag, a `raw` one cannot, and
+            // a Palacios peer could not finish them.
+            return Err("the raw format (Palacios) stays on the user path: it cannot mark frames \
+                        whose checksum or segmentation the receiver must finish"
+                .into());
         }
         Transport::Tcp { .. } => {
             return Err("TCP links are served by the user path (a stream is vnetd's)".into())
         }
         Transport::Direct { .. } => return Err("direct links are served by the user path".into()),
     };
+    let mtu = def.mtu;
     let IpAddr::V4(rip) = remote.ip() else {
         return Err("an IPv6 underlay is the user path's (not yet the kernel's)".into());
     };
-    if format == LinkFormat::Raw {
-        // The kernel hands frames over as the VM made them (checksums may
-        // be partial, TCP frames larger than a segment); a `vnet` datagram
-        // says so with its WHOLE flag, a `raw` one cannot, and a Palacios
-        // peer could not finish them.
-        return Err("the raw format (Palacios) stays on the user path: it cannot mark frames \
-                    whose checksum or segmentation the receiver must finish"
-            .into());
-    }
     let lip = match listen.ip() {
         IpAddr::V4(a) if !a.is_unspecified() => a,
         _ => local_ip_towards(rip).map_err(|e| format!("no local address towards {rip}: {e}"))?,
@@ -410,10 +429,7 @@ fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reas
         remote_ip: u32::from_ne_bytes(rip.octets()),
         local_ip: u32::from_ne_bytes(lip.octets()),
         remote_port: remote.port().to_be(),
-        format: match format {
-            LinkFormat::Raw => FMT_RAW,
-            LinkFormat::Vnet => FMT_VNET,
-        },
+        format,
         pad: 0,
         network,
         ifindex,

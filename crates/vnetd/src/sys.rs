@@ -634,13 +634,21 @@ pub mod bpf {
         pub mtu: u32,
     }
 
-    /// `struct cfg`; `port` in network byte order.
+    /// `struct cfg`; ports in network byte order (`vxlan_port` 0: none).
     #[repr(C)]
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
     pub struct Cfg {
         pub active: u32,
         pub port: u16,
-        pub pad: u16,
+        pub vxlan_port: u16,
+    }
+
+    /// `struct vxlan_key`: a VXLAN peer's address (network order) and VNI.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+    pub struct VxlanKey {
+        pub addr: u32,
+        pub vni: u32,
     }
 
     /// `struct port_stats`: one port's frames and bytes moved by the kernel.
@@ -666,12 +674,15 @@ pub mod bpf {
     unsafe impl aya::Pod for Cfg {}
     // SAFETY: as above (four u64, 32 bytes).
     unsafe impl aya::Pod for PortStats {}
+    // SAFETY: as above (two u32, 8 bytes).
+    unsafe impl aya::Pod for VxlanKey {}
 
     const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
     const _: () = assert!(std::mem::size_of::<RouteVal>() == 8);
     const _: () = assert!(std::mem::size_of::<LinkVal>() == 24);
     const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
     const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
+    const _: () = assert!(std::mem::size_of::<VxlanKey>() == 8);
 }
 
 /// Restricts the calling thread to CPU `cpu` (`sched_setaffinity`).
