@@ -12,13 +12,62 @@
 //! plots made by `bench/plot.py`.
 
 use crate::noise::median;
-use crate::{Format, Lab, Overlay, Spec};
+use crate::{Format, Lab, Links, Overlay, Spec};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+/// The link vnetds use in a vnet case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// `udp ... format raw` (Palacios).
+    Raw,
+    /// `udp ... format vnet`.
+    Vnet,
+    /// `vxlan`.
+    Vxlan,
+    /// `tcp`.
+    Tcp,
+    /// `tcp ... tls`.
+    Tls,
+}
+
+impl Wire {
+    fn word(self) -> &'static str {
+        match self {
+            Wire::Raw => "raw",
+            Wire::Vnet => "vnet",
+            Wire::Vxlan => "vxlan",
+            Wire::Tcp => "tcp",
+            Wire::Tls => "tls",
+        }
+    }
+
+    /// The lab's link kind and `udp` format for it.
+    fn lab(self) -> (Links, Format) {
+        match self {
+            Wire::Raw => (Links::Udp, Format::Raw),
+            Wire::Vnet => (Links::Udp, Format::Vnet),
+            Wire::Vxlan => (Links::Vxlan, Format::Vnet),
+            Wire::Tcp => (Links::Tcp, Format::Vnet),
+            Wire::Tls => (Links::Tls, Format::Vnet),
+        }
+    }
+
+    /// The VMs' MTU over an underlay of `mtu` on vnetd's user path: what a
+    /// frame gains must fit where the link cannot split frames; `vnet`
+    /// splits them, and a stream carries 64 KB frames whole.
+    fn user_mtu(self, mtu: u32) -> u32 {
+        match self {
+            Wire::Raw => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
+            Wire::Vxlan => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
+            Wire::Vnet | Wire::Tcp | Wire::Tls => 65_000,
+        }
+    }
+}
 
 /// A kind of path between two endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,25 +78,22 @@ pub enum Case {
     /// VM's veth alone, a floor for every VM-on-veth case (vxlan, kernel).
     Routed,
     /// vnetd's user-space path in its default (adaptive) dispatch mode.
-    VnetUser(Format),
+    VnetUser(Wire),
     /// vnetd's user-space path with every worker in `poll` mode.
-    VnetUserPoll(Format),
+    VnetUserPoll(Wire),
     /// vnetd's in-kernel eBPF fast path (`datapath kernel`; VMs on veths).
-    VnetKernel(Format),
+    VnetKernel(Wire),
 }
 
 impl Case {
-    pub fn name(self) -> &'static str {
+    pub fn name(self) -> String {
         match self {
-            Case::Native => "native",
-            Case::Vxlan => "vxlan",
-            Case::Routed => "routed",
-            Case::VnetUser(Format::Raw) => "vnet-user-raw",
-            Case::VnetUser(Format::Vnet) => "vnet-user-vnet",
-            Case::VnetUserPoll(Format::Raw) => "vnet-userpoll-raw",
-            Case::VnetUserPoll(Format::Vnet) => "vnet-userpoll-vnet",
-            Case::VnetKernel(Format::Raw) => "vnet-kernel-raw", // raw stays on the user path
-            Case::VnetKernel(Format::Vnet) => "vnet-kernel-vnet",
+            Case::Native => "native".into(),
+            Case::Vxlan => "vxlan".into(),
+            Case::Routed => "routed".into(),
+            Case::VnetUser(w) => format!("vnet-user-{}", w.word()),
+            Case::VnetUserPoll(w) => format!("vnet-userpoll-{}", w.word()),
+            Case::VnetKernel(w) => format!("vnet-kernel-{}", w.word()),
         }
     }
 
@@ -56,17 +102,21 @@ impl Case {
             Case::Native,
             Case::Routed,
             Case::Vxlan,
-            Case::VnetUser(Format::Raw),
-            Case::VnetUser(Format::Vnet),
-            Case::VnetUserPoll(Format::Vnet),
-            Case::VnetKernel(Format::Vnet),
+            Case::VnetUser(Wire::Raw),
+            Case::VnetUser(Wire::Vnet),
+            Case::VnetUser(Wire::Vxlan),
+            Case::VnetUser(Wire::Tcp),
+            Case::VnetUser(Wire::Tls),
+            Case::VnetUserPoll(Wire::Vnet),
+            Case::VnetKernel(Wire::Vnet),
+            Case::VnetKernel(Wire::Vxlan),
         ]
     }
 
     /// Every case the bench knows, for `--cases`.
     pub fn known() -> Vec<Case> {
         let mut v = Case::all();
-        v.push(Case::VnetUserPoll(Format::Raw));
+        v.push(Case::VnetUserPoll(Wire::Raw));
         v
     }
 
@@ -74,12 +124,14 @@ impl Case {
     fn endpoint_mtu(self, mtu: u32) -> u32 {
         match self {
             Case::Native | Case::Routed => mtu,
-            Case::Vxlan => mtu - 50, // outer IPv4 20 + UDP 8 + VXLAN 8 + Ethernet 14
-            Case::VnetUser(Format::Raw) | Case::VnetUserPoll(Format::Raw) => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
-            Case::VnetUser(Format::Vnet) | Case::VnetUserPoll(Format::Vnet) => 65_000, // vnet splits frames itself
+            Case::Vxlan => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
+            Case::VnetUser(w) | Case::VnetUserPoll(w) => w.user_mtu(mtu),
             // The kernel path does not fragment: the VM's frames must fit.
-            Case::VnetKernel(Format::Raw) => mtu - 42,
-            Case::VnetKernel(Format::Vnet) => mtu - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32,
+            Case::VnetKernel(Wire::Vxlan) => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
+            Case::VnetKernel(Wire::Vnet) => mtu - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32,
+            // These stay on the user path (raw cannot mark unfinished
+            // frames, a stream is vnetd's): the user path's MTU.
+            Case::VnetKernel(w @ (Wire::Raw | Wire::Tcp | Wire::Tls)) => w.user_mtu(mtu),
         }
     }
 }
@@ -372,18 +424,20 @@ struct End {
 }
 
 fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
-    let (overlay, format, dispatch, datapath) = match case {
-        Case::Native => (Overlay::None, Format::Raw, None, None),
-        Case::Vxlan => (Overlay::Vxlan, Format::Raw, None, None),
-        Case::Routed => (Overlay::Routed, Format::Raw, None, None),
-        Case::VnetUser(f) => (Overlay::Vnet, f, None, None),
-        Case::VnetUserPoll(f) => (Overlay::Vnet, f, Some("poll".to_string()), None),
-        Case::VnetKernel(f) => (Overlay::Vnet, f, None, Some("kernel".to_string())),
+    let no_vnet = (Links::Udp, Format::Raw);
+    let (overlay, (links, format), dispatch, datapath) = match case {
+        Case::Native => (Overlay::None, no_vnet, None, None),
+        Case::Vxlan => (Overlay::Vxlan, no_vnet, None, None),
+        Case::Routed => (Overlay::Routed, no_vnet, None, None),
+        Case::VnetUser(w) => (Overlay::Vnet, w.lab(), None, None),
+        Case::VnetUserPoll(w) => (Overlay::Vnet, w.lab(), Some("poll".to_string()), None),
+        Case::VnetKernel(w) => (Overlay::Vnet, w.lab(), None, Some("kernel".to_string())),
     };
     let spec = Spec {
         hosts: 2,
         vms_per_host: if case == Case::Native { 0 } else { 1 },
         format,
+        links,
         underlay_mtu: cond.mtu,
         vm_mtu: case.endpoint_mtu(cond.mtu),
         overlay,

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
-use vnet_lab::{install_signal_cleanup, Format, Lab, Overlay, Spec};
+use vnet_lab::{install_signal_cleanup, Format, Lab, Links, Overlay, Spec};
 
 #[derive(Parser)]
 #[command(version, about = "vnet lab: hosts and VMs in network namespaces")]
@@ -15,6 +15,15 @@ struct Args {
 enum Fmt {
     Raw,
     Vnet,
+}
+
+/// The link vnetds use (`vnet-lab up --links`).
+#[derive(Clone, Copy, ValueEnum)]
+enum LinkKind {
+    Udp,
+    Vxlan,
+    Tcp,
+    Tls,
 }
 
 /// What joins the lab's VMs (`vnet-lab up --overlay`).
@@ -59,7 +68,8 @@ enum Cmd {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
         /// Only these cases (native, routed, vxlan, vnet-user-raw, vnet-user-vnet,
-        /// vnet-userpoll-vnet, vnet-userpoll-raw, vnet-kernel-vnet).
+        /// vnet-user-vxlan, vnet-user-tcp, vnet-user-tls, vnet-userpoll-vnet,
+        /// vnet-userpoll-raw, vnet-kernel-vnet, vnet-kernel-vxlan).
         #[arg(long, value_delimiter = ',')]
         cases: Vec<String>,
         /// The compiled bench/mpi_pingpong.c.
@@ -104,6 +114,17 @@ enum Cmd {
         /// What joins the VMs: vnet, or a baseline to compare with.
         #[arg(long, value_enum, default_value = "vnet")]
         overlay: Join,
+        /// The links between vnetds: udp (in `--format`), vxlan, tcp or tls.
+        #[arg(long, value_enum, default_value = "udp")]
+        links: LinkKind,
+        /// Hosts that are Linux kernel VTEPs (a bridge and a vxlan device,
+        /// no vnetd), e.g. `1`; vnetds reach them over VXLAN.
+        #[arg(long, value_delimiter = ',')]
+        vteps: Vec<usize>,
+        /// A host whose physical LAN (a bridge with a plain machine on it,
+        /// 10.88.250.1) joins the overlay through a `direct` link.
+        #[arg(long)]
+        lan_host: Option<usize>,
     },
 }
 
@@ -118,7 +139,21 @@ fn main() -> ExitCode {
     install_signal_cleanup();
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
-        Cmd::Up { hosts, vms, format, mode, vm_mtu, datapath, qemu, vhost_user, guest_args, overlay } => {
+        Cmd::Up {
+            hosts,
+            vms,
+            format,
+            mode,
+            vm_mtu,
+            datapath,
+            qemu,
+            vhost_user,
+            guest_args,
+            overlay,
+            links,
+            vteps,
+            lan_host,
+        } => {
             let guest_args = guest_args
                 .iter()
                 .filter_map(|a| a.split_once(':'))
@@ -138,6 +173,14 @@ fn main() -> ExitCode {
                     Join::Vxlan => Overlay::Vxlan,
                     Join::Routed => Overlay::Routed,
                 },
+                links: match links {
+                    LinkKind::Udp => Links::Udp,
+                    LinkKind::Vxlan => Links::Vxlan,
+                    LinkKind::Tcp => Links::Tcp,
+                    LinkKind::Tls => Links::Tls,
+                },
+                vteps,
+                lan_host,
                 ..Spec::default()
             };
             up(spec, datapath)
@@ -221,6 +264,9 @@ fn up(mut spec: Spec, datapath: Option<String>) -> vnet_lab::Result<()> {
             }
         }
     }
+    if let Some(m) = &lab.lan {
+        println!("LAN machine: ns {} ip {} mac {}", m.ns, m.ip, m.mac);
+    }
     println!(
         "try: ip netns exec {} ping {}",
         lab.hosts[0].vms.first().map_or("", |v| v.ns.as_str()),
@@ -248,7 +294,7 @@ fn bench(
     } else {
         let mut v = Vec::new();
         for c in &cases {
-            match all.iter().find(|k| k.name() == c) {
+            match all.iter().find(|k| k.name() == *c) {
                 Some(k) => v.push(*k),
                 None => return Err(vnet_lab::Error::Other(format!("unknown case `{c}`"))),
             }
