@@ -1,0 +1,183 @@
+//! QEMU guests (TCG) of the lab: booting, waiting, restarting.
+
+use super::*;
+
+/// A QEMU guest of the lab: how to start it again, and its process.
+#[derive(Debug, Clone)]
+pub(crate) struct Guest {
+    pub(crate) host: usize,
+    pub(crate) ns: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) console: PathBuf,
+    pub(crate) pid: Option<u32>,
+}
+
+impl Lab {
+    /// VM 0 of host `h` as a QEMU guest (TCG): on a TAP `q0` in the host
+    /// namespace, started and waited for (its console says
+    /// `VNET-GUEST-READY`) now; or on a vhost-user socket, started once
+    /// vnetd serves it (`Lab::up`).
+    pub(crate) fn qemu_vm(&mut self, h: usize, host: &Host) -> Result<Vm> {
+        let repo = crate::bench::repo_dir();
+        let out = run(&[
+            repo.join("lab/build-guest.sh").to_str().unwrap_or("lab/build-guest.sh"),
+            repo.join("target/guest").to_str().unwrap_or("target/guest"),
+        ])?;
+        let paths = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut it = paths.split_whitespace();
+        let (Some(kernel), Some(initrd)) = (it.next(), it.next()) else {
+            return Err(Error::Other(format!("lab/build-guest.sh printed `{paths}`, not two paths")));
+        };
+        let (mac, ip) = (vm_mac(h, 0), vm_ip(h, 0));
+        let mtu = self.spec.vm_mtu.to_string();
+        let console = self.dir.join(format!("guest-h{h}.log"));
+        let mut append = format!("console=ttyS0 quiet panic=-1 vnet_ip={ip}/16 vnet_mtu={mtu}");
+        for (_, a) in self.spec.guest_args.iter().filter(|(g, _)| *g == h) {
+            append.push(' ');
+            append.push_str(a);
+        }
+        let mut args: Vec<String> = [
+            "qemu-system-x86_64",
+            "-accel",
+            "tcg",
+            "-m",
+            "512",
+            "-nographic",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-kernel",
+            kernel,
+            "-initrd",
+            initrd,
+            "-append",
+            &append,
+            "-serial",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.push(format!("file:{}", console.display()));
+        let vhost = self.spec.qemu_vhost.then(|| self.dir.join(format!("vhost-h{h}.sock")));
+        let q = self.spec.qemu_queues.max(1);
+        match &vhost {
+            Some(sock) => {
+                // Guest memory vnetd can map; MSI-X off (QEMU 7.2 under TCG
+                // crashes starting vhost-user with it).
+                args.extend(
+                    [
+                        "-object",
+                        "memory-backend-memfd,id=mem0,size=512M,share=on",
+                        "-numa",
+                        "node,memdev=mem0",
+                        "-chardev",
+                        &format!("socket,id=chr0,path={},reconnect=1", sock.display()),
+                        "-smp",
+                        &q.to_string(),
+                        "-netdev",
+                        &format!("vhost-user,id=n0,chardev=chr0,queues={q}"),
+                        "-device",
+                        &format!(
+                            "virtio-net-pci,netdev=n0,mac={mac},vectors=0,mrg_rxbuf=on,mq={}",
+                            if q > 1 { "on" } else { "off" }
+                        ),
+                    ]
+                    .iter()
+                    .map(|a| a.to_string()),
+                );
+            }
+            None => {
+                self.ns_exec(&host.ns, &["ip", "tuntap", "add", "dev", "q0", "mode", "tap"])?;
+                self.ns_exec(&host.ns, &["ip", "link", "set", "q0", "mtu", &mtu, "up"])?;
+                args.extend(
+                    ["-netdev", "tap,id=n0,ifname=q0,script=no,downscript=no", "-device"]
+                        .iter()
+                        .map(|a| a.to_string()),
+                );
+                args.push(format!("virtio-net-pci,netdev=n0,mac={mac}"));
+            }
+        }
+        let ns = host.ns.clone();
+        self.guests.push(Guest { host: h, ns: ns.clone(), args, console: console.clone(), pid: None });
+        if vhost.is_none() {
+            let i = self.guests.len() - 1;
+            self.boot_guest(i)?;
+            self.wait_guest(i)?;
+        }
+        let host_dev = vhost.is_none().then(|| "q0".to_string());
+        Ok(Vm { ns, dev: "q0".into(), host_dev, mac, ip, console: Some(console), vhost })
+    }
+
+    /// Starts QEMU for guest `i` (a fresh console log).
+    pub(crate) fn boot_guest(&mut self, i: usize) -> Result<()> {
+        let g = self.guests[i].clone();
+        let _ = std::fs::remove_file(&g.console);
+        let args: Vec<&str> = g.args.iter().map(String::as_str).collect();
+        let pid = self.spawn(&g.ns, &args)?;
+        self.guests[i].pid = Some(pid);
+        Ok(())
+    }
+
+    /// Waits (up to 120 s of TCG boot) for guest `i` to say it is ready.
+    pub(crate) fn wait_guest(&self, i: usize) -> Result<()> {
+        console_line(&self.guests[i].console, "VNET-GUEST-READY", Duration::from_secs(120)).map(drop)
+    }
+
+    /// Stops host `h`'s QEMU (the guest is gone; vnetd keeps serving its
+    /// socket) and starts it again, on the same socket or TAP, with `args`
+    /// as its extra kernel command line; waits until it is ready.
+    pub fn restart_guest(&mut self, h: usize, args: &str) -> Result<()> {
+        let i = self
+            .guests
+            .iter()
+            .position(|g| g.host == h)
+            .ok_or_else(|| Error::Other(format!("host {h} has no QEMU guest")))?;
+        if let Some(pid) = self.guests[i].pid.take() {
+            self.kill_child(pid);
+        }
+        if let Some(a) = self.guests[i].args.iter_mut().find(|a| a.starts_with("console=ttyS0")) {
+            let base: Vec<&str> = a
+                .split_whitespace()
+                .filter(|w| {
+                    !w.starts_with("vnet_peer") && !w.starts_with("vnet_ping") && !w.starts_with("vnet_send")
+                })
+                .collect();
+            *a = format!("{} {args}", base.join(" ")).trim().to_string();
+        }
+        self.boot_guest(i)?;
+        self.wait_guest(i)
+    }
+
+    /// Kills and reaps one process the lab started.
+    pub(crate) fn kill_child(&mut self, pid: u32) {
+        if let Some(k) = self.children.iter().position(|c| c.id() == pid) {
+            let mut c = self.children.remove(k);
+            let _ = c.kill();
+            let _ = c.wait();
+            registry().1.retain(|p| *p != pid);
+        }
+    }
+}
+
+/// Waits up to `timeout` for a QEMU guest's console (`console`) to print
+/// `marker`; returns that line from the marker on (a console line may begin
+/// with terminal escapes). The error holds what the console said.
+pub fn console_line(console: &Path, marker: &str, timeout: Duration) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(console).unwrap_or_default();
+        if let Some(l) = text.lines().find_map(|l| l.find(marker).map(|i| &l[i..])) {
+            return Ok(l.trim().to_string());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::Other(format!(
+                "no `{marker}` from the guest in {} s ({}):\n{text}",
+                timeout.as_secs(),
+                console.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

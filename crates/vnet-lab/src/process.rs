@@ -1,0 +1,114 @@
+//! The lab's processes and namespaces: running commands, the registry of
+//! what the lab made, and the cleanup on exit, failure or signal.
+
+use super::*;
+
+/// Namespaces, pids and process groups to remove if the process is
+/// interrupted.
+pub(crate) static REGISTRY: Mutex<(Vec<String>, Vec<u32>)> = Mutex::new((Vec::new(), Vec::new()));
+pub(crate) static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+pub(crate) fn registry() -> std::sync::MutexGuard<'static, (Vec<String>, Vec<u32>)> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn groups() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(crate) fn kill_group(pgid: u32) {
+    let _ =
+        Command::new("kill").arg("-KILL").arg("--").arg(format!("-{pgid}")).stderr(Stdio::null()).status();
+}
+
+/// Runs `cmd` in a process group of its own and returns its output; the
+/// whole group (children that outlive it, such as MPI ranks) is killed when
+/// it ends, and on Ctrl-C.
+pub fn run_group(mut cmd: Command) -> Result<Output> {
+    use std::os::unix::process::CommandExt;
+    let child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(io("starting a process group"))?;
+    let pgid = child.id();
+    groups().push(pgid);
+    let out = child.wait_with_output().map_err(io("waiting for a process group"));
+    kill_group(pgid);
+    groups().retain(|g| *g != pgid);
+    out
+}
+
+/// On SIGINT/SIGTERM, kills the lab's processes, deletes its namespaces and
+/// exits with status 130. Call once, early, in a binary that builds labs.
+pub fn install_signal_cleanup() {
+    let _ = ctrlc::set_handler(|| {
+        let (nss, pids) = std::mem::take(&mut *registry());
+        for g in std::mem::take(&mut *groups()) {
+            kill_group(g);
+        }
+        for p in pids {
+            let _ = Command::new("kill").arg("-KILL").arg(p.to_string()).status();
+        }
+        for ns in nss.iter().rev() {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        eprintln!("vnet-lab: interrupted; lab removed");
+        std::process::exit(130);
+    });
+}
+
+/// Runs a command, failing with its stderr if it exits non-zero.
+pub fn run(args: &[&str]) -> Result<Output> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io(format!("running {}", args[0])))?;
+    if !out.status.success() {
+        return Err(Error::Command {
+            cmd: args.join(" "),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Where the workspace's binaries are: `$VNET_BIN_DIR`, else the cargo
+/// target directory of the running executable (tests live in `deps/`).
+pub fn bin(name: &str) -> Result<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("VNET_BIN_DIR") {
+        dirs.push(PathBuf::from(d));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(d) = exe.parent() {
+            dirs.push(d.to_path_buf());
+            if let Some(p) = d.parent() {
+                dirs.push(p.to_path_buf());
+            }
+        }
+    }
+    dirs.iter().map(|d| d.join(name)).find(|p| p.is_file()).ok_or_else(|| {
+        Error::Other(format!("`{name}` not found in {dirs:?}: run `cargo build --bins` first"))
+    })
+}
+
+pub(crate) fn stop_child(mut c: Child) {
+    let pid = c.id();
+    let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = c.try_wait() {
+            registry().1.retain(|p| *p != pid);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    registry().1.retain(|p| *p != pid);
+}

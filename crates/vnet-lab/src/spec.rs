@@ -1,0 +1,184 @@
+//! What a lab is made of: the spec, the link and overlay kinds, and the
+//! addresses every host and VM gets.
+
+use super::*;
+
+/// Which link format the lab's vnetds use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Raw,
+    Vnet,
+}
+
+impl From<Format> for vnet_control::LinkFormat {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Raw => vnet_control::LinkFormat::Raw,
+            Format::Vnet => vnet_control::LinkFormat::Vnet,
+        }
+    }
+}
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub hosts: usize,
+    pub vms_per_host: usize,
+    pub format: Format,
+    /// MTU of the underlay veths.
+    pub underlay_mtu: u32,
+    /// MTU of the VMs' interfaces.
+    pub vm_mtu: u32,
+    /// Hosts whose links and routes are written only as Palacios lines.
+    pub palacios_hosts: Vec<usize>,
+    /// Hosts whose VMs are containers on a veth pair (vnetd attaches to the
+    /// host end as a `netdev`) instead of owning a TAP.
+    pub veth_hosts: Vec<usize>,
+    /// What joins the VMs: vnet, the kernel's VXLAN, or nothing (hosts only).
+    pub overlay: Overlay,
+    /// Shape each host's underlay egress to this rate (`tc tbf`), e.g. "10gbit".
+    pub shape: Option<String>,
+    /// TCP congestion control set in every namespace, e.g. "cubic".
+    pub congestion_control: Option<String>,
+    /// vnetd dispatch mode for interfaces and the link socket
+    /// (`notify`, `poll`, `adaptive`; vnetd's default when `None`).
+    pub dispatch: Option<String>,
+    /// vnetd `datapath` for every interface (`user`, `kernel`, `auto`).
+    /// When set, every VM is a container on a veth (the kernel path serves
+    /// netdevs). Default: the `VNET_LAB_DATAPATH` environment variable, so
+    /// the whole integration suite can run on the kernel path.
+    pub datapath: Option<String>,
+    /// Hosts whose first VM is a QEMU guest (TCG, Debian's kernel and a
+    /// busybox initramfs from `lab/build-guest.sh`) on a TAP in the host
+    /// namespace, which vnetd attaches to as a `netdev` (or, with
+    /// `qemu_vhost`, on a vhost-user socket vnetd serves).
+    pub qemu_hosts: Vec<usize>,
+    /// QEMU guests get a vhost-user NIC (`interface ... vhost-user`)
+    /// instead of a TAP.
+    pub qemu_vhost: bool,
+    /// Queue pairs of a vhost-user guest's NIC (and its vCPUs, so that the
+    /// guest uses them all).
+    pub qemu_queues: u32,
+    /// More kernel command line for host h's guest (`vnet_peer=IP`,
+    /// `vnet_ping=1`, `vnet_send_mb=N`: see `lab/build-guest.sh`).
+    pub guest_args: Vec<(usize, String)>,
+    /// More command-line arguments for every vnetd (e.g. `--worker-cpus 1`).
+    pub vnetd_args: Vec<String>,
+    /// In a vnet lab, hosts that are Linux kernel VTEPs instead of vnetds:
+    /// a bridge with a `vxlan` device (VNI [`VNI`], port 4789, no learning,
+    /// static FDB entries, head-end replication to every other host) and
+    /// the VMs on veths in the bridge. vnetd hosts reach them over `vxlan`
+    /// links.
+    pub vteps: Vec<usize>,
+    /// The kind of link between vnetd hosts.
+    pub links: Links,
+    /// A host whose "physical LAN" is a bridge (in a namespace of its own)
+    /// with a plain machine on it, no vnetd ([`Lab::lan`], [`LAN_MAC`],
+    /// [`LAN_IP`]); the host reaches it with a `direct` link on `dl0`, and
+    /// the other hosts' routes send the machine's MAC to that host.
+    pub lan_host: Option<usize>,
+}
+
+/// The LAN machine's MAC and address (on the VMs' /16).
+pub const LAN_MAC: &str = "52:54:00:88:fa:01";
+pub const LAN_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 250, 1);
+
+/// The kind of link the lab's vnetds reach each other over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Links {
+    /// `udp` links in the spec's `format`.
+    #[default]
+    Udp,
+    /// `vxlan` links, VNI [`VNI`].
+    Vxlan,
+    /// `tcp` links.
+    Tcp,
+    /// `tcp ... tls` links, with a CA and a certificate per host made for
+    /// the lab (`pki`).
+    Tls,
+}
+
+/// The VXLAN network identifier of the lab's VXLAN links and devices.
+pub const VNI: u32 = 42;
+
+/// What joins the lab's VMs across hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlay {
+    /// A vnetd per host; VMs on TAPs (or veths, see `veth_hosts`).
+    Vnet,
+    /// A Linux bridge and a kernel vxlan device per host; VMs on veths.
+    Vxlan,
+    /// No overlay and no vnetd: the hosts alone (the native baseline).
+    None,
+    /// No overlay: VMs on veths, each host an IP router between its VMs'
+    /// /24 and the underlay (one VM per host). What a VM's extra veth hop
+    /// costs by itself.
+    Routed,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        let datapath = std::env::var("VNET_LAB_DATAPATH").ok().filter(|d| !d.is_empty());
+        // On the kernel path a VM's frames must fit the underlay with the
+        // encapsulation (larger ones are vnetd's to fragment).
+        let vm_mtu = if datapath.as_deref() == Some("kernel") {
+            1500 - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32
+        } else {
+            1500
+        };
+        Spec {
+            hosts: 2,
+            vms_per_host: 1,
+            format: Format::Vnet,
+            underlay_mtu: 1500,
+            vm_mtu,
+            palacios_hosts: Vec::new(),
+            veth_hosts: Vec::new(),
+            overlay: Overlay::Vnet,
+            shape: None,
+            congestion_control: None,
+            dispatch: None,
+            datapath,
+            qemu_hosts: Vec::new(),
+            qemu_vhost: false,
+            qemu_queues: 1,
+            guest_args: Vec::new(),
+            vnetd_args: Vec::new(),
+            vteps: Vec::new(),
+            links: Links::Udp,
+            lan_host: None,
+        }
+    }
+}
+
+impl Spec {
+    /// Whether host `h` runs a kernel VXLAN bridge (a VXLAN lab's hosts,
+    /// and a vnet lab's `vteps`) rather than a vnetd or nothing.
+    pub fn kernel_vtep(&self, h: usize) -> bool {
+        self.overlay == Overlay::Vxlan || (self.overlay == Overlay::Vnet && self.vteps.contains(&h))
+    }
+
+    /// Whether host `h` runs a vnetd.
+    pub fn runs_vnetd(&self, h: usize) -> bool {
+        self.overlay == Overlay::Vnet && !self.vteps.contains(&h)
+    }
+}
+
+/// The MAC of VM `v` on host `h`.
+pub fn vm_mac(h: usize, v: usize) -> String {
+    format!("52:54:00:88:{:02x}:{:02x}", h, v + 1)
+}
+
+/// The IP of VM `v` on host `h` (in 10.88.0.0/16).
+pub fn vm_ip(h: usize, v: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 88, h as u8, v as u8 + 1)
+}
+
+/// Host h's address on its VMs' /24 in a routed lab (one VM per host).
+pub(crate) fn routed_gateway(h: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 88, h as u8, 254)
+}
+
+pub(crate) fn underlay_ip(h: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 77, 0, h as u8 + 1)
+}

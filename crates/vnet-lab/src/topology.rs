@@ -1,0 +1,291 @@
+//! Building a lab: namespaces, the underlay, VMs, kernel VTEPs, a LAN.
+
+use super::*;
+
+impl Lab {
+    pub(crate) fn add_ns(&mut self, name: String) -> Result<String> {
+        run(&["ip", "netns", "add", &name])?;
+        registry().0.push(name.clone());
+        self.namespaces.push(name.clone());
+        self.ns_exec(&name, &["ip", "link", "set", "lo", "up"])?;
+        // Every namespace alike: the same congestion control, whatever the machine's default.
+        if let Some(cc) = &self.spec.congestion_control {
+            self.ns_exec(&name, &["sysctl", "-q", "-w", &format!("net.ipv4.tcp_congestion_control={cc}")])?;
+        }
+        Ok(name)
+    }
+
+    pub(crate) fn build(&mut self) -> Result<()> {
+        let s = self.spec.clone();
+        if s.overlay == Overlay::Routed && s.vms_per_host > 1 {
+            // Each host routes one /24 through its one VM-facing veth.
+            return Err(Error::Other("a routed lab has one VM per host".into()));
+        }
+        let p = self.prefix.clone();
+        let mut hosts = Vec::new();
+        for h in 0..s.hosts {
+            let ns = self.add_ns(format!("{p}-h{h}"))?;
+            hosts.push(Host {
+                ns,
+                underlay_dev: format!("u{h}"),
+                underlay_ip: underlay_ip(h),
+                config: self.dir.join(format!("h{h}.conf")),
+                control: self.dir.join(format!("h{h}.sock")),
+                log: self.dir.join(format!("h{h}.log")),
+                vms: Vec::new(),
+                vnetd: None,
+            });
+        }
+        // The underlay: a veth pair for two hosts, else a bridge in a switch namespace.
+        if s.hosts == 2 {
+            run(&[
+                "ip",
+                "link",
+                "add",
+                "u0",
+                "netns",
+                &hosts[0].ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "u1",
+                "netns",
+                &hosts[1].ns,
+            ])?;
+        } else if s.hosts > 2 {
+            let sw = self.add_ns(format!("{p}-sw"))?;
+            self.ns_exec(&sw, &["ip", "link", "add", "br0", "type", "bridge"])?;
+            self.ns_exec(&sw, &["ip", "link", "set", "br0", "mtu", &s.underlay_mtu.to_string(), "up"])?;
+            for (h, host) in hosts.iter().enumerate() {
+                let port = format!("s{h}");
+                run(&[
+                    "ip",
+                    "link",
+                    "add",
+                    &host.underlay_dev,
+                    "netns",
+                    &host.ns,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    &port,
+                    "netns",
+                    &sw,
+                ])?;
+                self.ns_exec(
+                    &sw,
+                    &["ip", "link", "set", &port, "mtu", &s.underlay_mtu.to_string(), "master", "br0", "up"],
+                )?;
+            }
+        }
+        for host in &hosts {
+            if s.hosts > 1 {
+                let dev = host.underlay_dev.as_str();
+                self.ns_exec(
+                    &host.ns,
+                    &["ip", "link", "set", dev, "mtu", &s.underlay_mtu.to_string(), "up"],
+                )?;
+                self.ns_exec(
+                    &host.ns,
+                    &["ip", "addr", "add", &format!("{}/24", host.underlay_ip), "dev", dev],
+                )?;
+                if let Some(rate) = &s.shape {
+                    self.ns_exec(
+                        &host.ns,
+                        &[
+                            "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "4mb",
+                            "latency", "20ms",
+                        ],
+                    )?;
+                }
+            }
+        }
+        for (h, host) in hosts.iter().enumerate() {
+            if s.kernel_vtep(h) {
+                self.vxlan_host(h, host, &hosts)?;
+            }
+        }
+        for (h, host) in hosts.iter_mut().enumerate() {
+            for v in 0..s.vms_per_host {
+                if v == 0 && s.qemu_hosts.contains(&h) {
+                    let vm = self.qemu_vm(h, host)?;
+                    host.vms.push(vm);
+                    continue;
+                }
+                let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
+                let veth = s.veth_hosts.contains(&h)
+                    || s.kernel_vtep(h)
+                    || s.overlay == Overlay::Routed
+                    || (s.overlay == Overlay::Vnet && s.datapath.is_some());
+                let dev = if veth { "eth0" } else { "vt0" };
+                let vm = Vm {
+                    ns: ns.clone(),
+                    dev: dev.into(),
+                    host_dev: veth.then(|| format!("c{v}")),
+                    mac: vm_mac(h, v),
+                    ip: vm_ip(h, v),
+                    console: None,
+                    vhost: None,
+                };
+                for sysctl in [
+                    "net.ipv6.conf.all.disable_ipv6=1",
+                    "net.ipv6.conf.default.disable_ipv6=1",
+                    "net.ipv4.icmp_echo_ignore_broadcasts=0",
+                ] {
+                    self.ns_exec(&ns, &["sysctl", "-q", "-w", sysctl])?;
+                }
+                let mtu = s.vm_mtu.to_string();
+                if let Some(hd) = &vm.host_dev {
+                    self.add_veth(&host.ns, hd, &ns, dev)?;
+                    if s.kernel_vtep(h) {
+                        self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
+                    }
+                } else {
+                    self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
+                }
+                self.ns_exec(&ns, &["ip", "link", "set", dev, "address", &vm.mac, "mtu", &mtu, "up"])?;
+                if s.overlay == Overlay::Routed {
+                    let gw = routed_gateway(h);
+                    let hd = vm.host_dev.as_deref().unwrap_or("c0");
+                    self.ns_exec(&host.ns, &["ip", "addr", "add", &format!("{gw}/24"), "dev", hd])?;
+                    self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/24", vm.ip), "dev", dev])?;
+                    self.ns_exec(&ns, &["ip", "route", "add", "default", "via", &gw.to_string()])?;
+                } else {
+                    self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/16", vm.ip), "dev", dev])?;
+                }
+                host.vms.push(vm);
+            }
+        }
+        // Static forwarding on kernel VTEPs: every VM MAC to its host, no learning.
+        for (h, host) in hosts.iter().enumerate() {
+            if s.kernel_vtep(h) {
+                for (k, other) in hosts.iter().enumerate() {
+                    if k == h {
+                        continue;
+                    }
+                    let dst = other.underlay_ip.to_string();
+                    for vm in &other.vms {
+                        let a = ["bridge", "fdb", "add", &vm.mac, "dev", "vxlan0", "dst", &dst, "static"];
+                        self.ns_exec(&host.ns, &a)?;
+                    }
+                }
+            }
+        }
+        if s.overlay == Overlay::Routed {
+            // Each host forwards between its VMs' /24 and the underlay.
+            for (h, host) in hosts.iter().enumerate() {
+                self.ns_exec(&host.ns, &["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
+                for (k, other) in hosts.iter().enumerate() {
+                    if k != h {
+                        let net = format!("10.88.{k}.0/24");
+                        self.ns_exec(
+                            &host.ns,
+                            &["ip", "route", "add", &net, "via", &other.underlay_ip.to_string()],
+                        )?;
+                    }
+                }
+            }
+        }
+        if let Some(lh) = s.lan_host.filter(|&h| h < hosts.len()) {
+            self.lan = Some(self.lan_segment(&hosts[lh])?);
+        }
+        if s.links == Links::Tls {
+            let ca = pki::Ca::new(&format!("{p} CA"))?;
+            for (h, host) in hosts.iter().enumerate() {
+                ca.host(&self.dir, &format!("h{h}"), host.underlay_ip)?;
+            }
+        }
+        for h in (0..hosts.len()).filter(|&h| s.runs_vnetd(h)) {
+            let text = config_for(&s, &hosts, h)?;
+            std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
+        }
+        self.hosts = hosts;
+        Ok(())
+    }
+
+    /// A "physical LAN" for `host`: a bridge in a switch namespace, a port
+    /// to the host (`dl0` there), and a plain machine (`eth0`) on it.
+    pub(crate) fn lan_segment(&mut self, host: &Host) -> Result<Vm> {
+        let p = self.prefix.clone();
+        let sw = self.add_ns(format!("{p}-lan"))?;
+        let m = self.add_ns(format!("{p}-m"))?;
+        let mtu = self.spec.vm_mtu.to_string();
+        self.ns_exec(&sw, &["ip", "link", "add", "lanbr", "type", "bridge"])?;
+        self.ns_exec(&sw, &["ip", "link", "set", "lanbr", "mtu", &mtu, "up"])?;
+        for (port, peer_ns, peer_dev) in [("lp0", &host.ns, "dl0"), ("lp1", &m, "eth0")] {
+            run(&[
+                "ip", "link", "add", port, "netns", &sw, "type", "veth", "peer", "name", peer_dev, "netns",
+                peer_ns,
+            ])?;
+            self.ns_exec(&sw, &["ip", "link", "set", port, "mtu", &mtu, "master", "lanbr", "up"])?;
+            self.ns_exec(peer_ns, &["ip", "link", "set", peer_dev, "mtu", &mtu, "up"])?;
+        }
+        self.ns_exec(&m, &["ip", "link", "set", "eth0", "address", LAN_MAC])?;
+        self.ns_exec(&m, &["ip", "addr", "add", &format!("{LAN_IP}/16"), "dev", "eth0"])?;
+        self.ns_exec(&m, &["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"])?;
+        Ok(Vm {
+            ns: m,
+            dev: "eth0".into(),
+            host_dev: None,
+            mac: LAN_MAC.into(),
+            ip: LAN_IP,
+            console: None,
+            vhost: None,
+        })
+    }
+
+    /// A container's NIC: a veth pair with `host_dev` in `host_ns` (for
+    /// vnetd, brought up at the VM MTU) and `dev` in `vm_ns`.
+    pub(crate) fn add_veth(&self, host_ns: &str, host_dev: &str, vm_ns: &str, dev: &str) -> Result<()> {
+        run(&[
+            "ip", "link", "add", host_dev, "netns", host_ns, "type", "veth", "peer", "name", dev, "netns",
+            vm_ns,
+        ])?;
+        let mtu = self.spec.vm_mtu.to_string();
+        self.ns_exec(host_ns, &["ip", "link", "set", host_dev, "mtu", &mtu, "up"])?;
+        Ok(())
+    }
+
+    /// Host `h`'s kernel VXLAN: a bridge, a vxlan device (VNI 42, port 4789,
+    /// no learning) and flooding entries for every other host.
+    pub(crate) fn vxlan_host(&self, h: usize, host: &Host, hosts: &[Host]) -> Result<()> {
+        let ns = host.ns.as_str();
+        let mtu = self.spec.vm_mtu.to_string();
+        self.ns_exec(ns, &["ip", "link", "add", "br0", "type", "bridge"])?;
+        let local = host.underlay_ip.to_string();
+        self.ns_exec(
+            ns,
+            &[
+                "ip",
+                "link",
+                "add",
+                "vxlan0",
+                "type",
+                "vxlan",
+                "id",
+                &VNI.to_string(),
+                "local",
+                &local,
+                "dstport",
+                "4789",
+                "nolearning",
+                "dev",
+                &host.underlay_dev,
+            ],
+        )?;
+        self.ns_exec(ns, &["ip", "link", "set", "vxlan0", "mtu", &mtu, "master", "br0", "up"])?;
+        self.ns_exec(ns, &["ip", "link", "set", "br0", "mtu", &mtu, "up"])?;
+        for (k, other) in hosts.iter().enumerate() {
+            if k != h {
+                let dst = other.underlay_ip.to_string();
+                self.ns_exec(
+                    ns,
+                    &["bridge", "fdb", "append", "00:00:00:00:00:00", "dev", "vxlan0", "dst", &dst],
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
