@@ -18,12 +18,13 @@ fn ip(i: usize) -> String {
 }
 
 /// The link kind between hosts `i` and `j` (the same from both ends): a mix
-/// of `vnet`, `raw` and VXLAN so every format meets every other on a host.
+/// of `vnet`, `raw`, VXLAN and TCP so every kind meets every other on a host.
 fn kind(i: usize, j: usize) -> &'static str {
-    match (i + j) % 3 {
+    match (i + j) % 4 {
         0 => "udp {ip} format vnet network 7",
         1 => "udp {ip} format raw",
-        _ => "vxlan {ip} vni 42",
+        2 => "vxlan {ip} vni 42",
+        _ => "tcp {ip}:9000",
     }
 }
 
@@ -125,23 +126,28 @@ fn eight_hosts_unicast_between_every_pair_reaches_only_its_destination() {
     }
 }
 
-#[test]
-fn large_frames_cross_vnet_links_reordered_and_duplicated_exactly_once() {
-    // VMs with a 9000-byte MTU over a 1500-byte underlay: each frame is 7
-    // `vnet` datagrams; the wire reorders (up to 2 ms jitter) and duplicates.
-    let mut net = Net::new(7);
-    let cfg = |me: usize, peer: usize| {
-        format!(
+/// Two hosts, one VM each, joined by a `vnet` link over a 1500-byte underlay.
+fn vnet_pair(seed: u64) -> Net {
+    let mut net = Net::new(seed);
+    for (me, peer) in [(0, 1), (1, 0)] {
+        let cfg = format!(
             "interface vm tap t mac {}\nlink p udp {} format vnet mtu 1500\n\
              route any {} -> link p\nroute any {} -> interface vm\n",
             mac(me),
             ip(peer),
             mac(peer),
             mac(me)
-        )
-    };
-    net.add_host(&ip(0), &cfg(0, 1)).unwrap();
-    net.add_host(&ip(1), &cfg(1, 0)).unwrap();
+        );
+        net.add_host(&ip(me), &cfg).unwrap();
+    }
+    net
+}
+
+#[test]
+fn large_frames_cross_vnet_links_reordered_and_duplicated_exactly_once() {
+    // VMs with a 9000-byte MTU over a 1500-byte underlay: each frame is 7
+    // `vnet` datagrams; the wire reorders (up to 2 ms jitter) and duplicates.
+    let mut net = vnet_pair(7);
     net.set_faults(Faults { loss: 0.0, duplicate: 0.02, jitter_ns: 2_000_000 });
     let sent: Vec<Vec<u8>> = (0..300).map(|t| frame(0, Some(1), t, 9000)).collect();
     // Paced as a sender at about 700 Mbit/s: ~20 frames in flight, within
@@ -163,19 +169,7 @@ fn large_frames_cross_vnet_links_reordered_and_duplicated_exactly_once() {
 
 #[test]
 fn fragments_lost_on_the_wire_lose_their_frame_never_corrupt_one() {
-    let mut net = Net::new(11);
-    let cfg = |me: usize, peer: usize| {
-        format!(
-            "interface vm tap t mac {}\nlink p udp {} format vnet mtu 1500\n\
-             route any {} -> link p\nroute any {} -> interface vm\n",
-            mac(me),
-            ip(peer),
-            mac(peer),
-            mac(me)
-        )
-    };
-    net.add_host(&ip(0), &cfg(0, 1)).unwrap();
-    net.add_host(&ip(1), &cfg(1, 0)).unwrap();
+    let mut net = vnet_pair(11);
     net.set_faults(Faults { loss: 0.03, duplicate: 0.0, jitter_ns: 500_000 });
     let sent: Vec<Vec<u8>> = (0..400).map(|t| frame(0, Some(1), t, 9000)).collect();
     for f in &sent {
@@ -209,7 +203,7 @@ fn fragments_lost_on_the_wire_lose_their_frame_never_corrupt_one() {
 
 #[test]
 fn vxlan_drops_and_counts_frames_the_underlay_cannot_carry_whole() {
-    let mut net = mesh(3, 1500); // 0 <-> 1 is VXLAN ((0 + 1) % 3 == 1? no: raw); find the VXLAN pair
+    let mut net = mesh(3, 1500); // the VXLAN pair is found below
     let (a, b) = (0..3)
         .flat_map(|i| (0..3).map(move |j| (i, j)))
         .find(|&(i, j)| i != j && kind(i, j).starts_with("vxlan"))
@@ -273,17 +267,17 @@ fn tcp_super_frame(src: usize, dst: usize, payload: usize, mss: u16) -> (VirtioN
 }
 
 #[test]
-fn an_offloaded_super_frame_crosses_vnet_whole_and_raw_and_vxlan_as_segments() {
-    let mut net = mesh(4, 1500);
+fn an_offloaded_super_frame_crosses_vnet_and_tcp_whole_and_raw_and_vxlan_as_segments() {
+    let mut net = mesh(5, 1500);
     // From host 0: to every other host, each over its kind of link.
-    for j in 1..4 {
+    for j in 1..5 {
         let (vh, f) = tcp_super_frame(0, j, 20_000, 1400);
         net.send_with(0, "vm", vh, &f);
         net.run(100_000);
         let got = net.take(j, "vm");
-        if kind(0, j).contains("vnet") {
-            assert_eq!(got.len(), 1, "vnet: one frame");
-            assert_eq!(got[0].vh, Some(vh), "vnet: the offload header crosses");
+        if kind(0, j).contains("vnet") || kind(0, j).starts_with("tcp") {
+            assert_eq!(got.len(), 1, "{}: one frame", kind(0, j));
+            assert_eq!(got[0].vh, Some(vh), "{}: the offload header crosses", kind(0, j));
             assert_eq!(got[0].frame, f);
         } else {
             assert_eq!(got.len(), 20_000usize.div_ceil(1400), "{}: segments", kind(0, j));

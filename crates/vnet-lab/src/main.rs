@@ -72,6 +72,11 @@ enum Cmd {
         /// vnet-userpoll-raw, vnet-kernel-vnet, vnet-kernel-vxlan).
         #[arg(long, value_delimiter = ',')]
         cases: Vec<String>,
+        /// Only these conditions: an underlay MTU, optionally shaped, e.g.
+        /// `1500,9000` or `1500/10gbit` (default: 1500 and 9000, each
+        /// unshaped and shaped to 10 Gbit/s).
+        #[arg(long, value_delimiter = ',')]
+        conditions: Vec<String>,
         /// The compiled bench/mpi_pingpong.c.
         #[arg(long)]
         mpi: std::path::PathBuf,
@@ -185,8 +190,8 @@ fn main() -> ExitCode {
             };
             up(spec, datapath)
         }
-        Cmd::Bench { quick, repeats, seconds, out, cases, mpi, check } => {
-            bench(quick, repeats, seconds, out, cases, mpi).and_then(|dir| match check {
+        Cmd::Bench { quick, repeats, seconds, out, cases, conditions, mpi, check } => {
+            bench(quick, repeats, seconds, out, cases, conditions, mpi).and_then(|dir| match check {
                 Some(old) => compare(&old, &dir.join("results.json"), Some(&dir.join("compare.md"))),
                 None => Ok(()),
             })
@@ -284,6 +289,7 @@ fn bench(
     seconds: Option<u32>,
     out: Option<std::path::PathBuf>,
     cases: Vec<String>,
+    conditions: Vec<String>,
     mpi: std::path::PathBuf,
 ) -> vnet_lab::Result<std::path::PathBuf> {
     use vnet_lab::bench::{self, Case, Condition};
@@ -304,7 +310,22 @@ fn bench(
         }
         v
     };
-    let conditions = if quick {
+    let conditions = if !conditions.is_empty() {
+        let mut v = Vec::new();
+        for c in &conditions {
+            let (mtu, shaped) = match c.split_once('/') {
+                Some((m, s)) => (m, Some(s.to_string())),
+                None => (c.as_str(), None),
+            };
+            let mtu = mtu.parse().ok().filter(|m| (576..=65535).contains(m)).ok_or_else(|| {
+                vnet_lab::Error::Other(format!(
+                    "condition `{c}`: expected MTU[/RATE], e.g. 1500 or 9000/10gbit"
+                ))
+            })?;
+            v.push(Condition { mtu, shaped });
+        }
+        v
+    } else if quick {
         vec![Condition { mtu: 1500, shaped: None }]
     } else {
         let mut c = Vec::new();

@@ -862,15 +862,22 @@ fn link_json(lab: &Lab, h: usize) -> serde_json::Value {
     json(lab, h, "links")["links"][0].clone()
 }
 
-#[test]
-#[ignore = "needs root and network namespaces: run with --ignored"]
-fn tcp_link_carries_iperf3_and_resumes_after_a_peer_is_killed() {
-    let mut lab = lab(Spec { links: Links::Tcp, ..Spec::default() });
+/// Two hosts on `links` (TCP or TLS): pings both ways and 3 s of iperf3
+/// at `min_gbps` or more.
+fn stream_lab(links: Links, min_gbps: f64) -> (Lab, Vm, Vm) {
+    let mut lab = lab(Spec { links, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &b, a.ip, 1400);
     let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
-    assert!(gbps > 0.2, "iperf3 over the TCP link moved {gbps} Gbit/s");
+    assert!(gbps > min_gbps, "iperf3 over the {links:?} link moved {gbps} Gbit/s");
+    (lab, a, b)
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn tcp_link_carries_iperf3_and_resumes_after_a_peer_is_killed() {
+    let (mut lab, a, b) = stream_lab(Links::Tcp, 0.2);
     let l = link_json(&lab, 0);
     assert_eq!(
         (l["kind"].as_str(), l["state"].as_str(), l["inbound"].as_bool()),
@@ -895,12 +902,7 @@ fn tcp_link_carries_iperf3_and_resumes_after_a_peer_is_killed() {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn tls_link_carries_traffic_and_refuses_a_certificate_of_another_ca() {
-    let mut lab = lab(Spec { links: Links::Tls, ..Spec::default() });
-    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-    assert_ping(&lab, &a, b.ip, 56);
-    assert_ping(&lab, &b, a.ip, 1400);
-    let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
-    assert!(gbps > 0.1, "iperf3 over the TLS link moved {gbps} Gbit/s");
+    let (mut lab, a, b) = stream_lab(Links::Tls, 0.1);
     let l = link_json(&lab, 0);
     assert_eq!(
         (l["format"].as_str(), l["state"].as_str(), l["refused"].as_u64()),

@@ -7,10 +7,11 @@
 //! released; on any failure the new resources are dropped (closed) and the
 //! running configuration is untouched, so traffic keeps flowing.
 
-use crate::dataplane::{self, Shared, WorkerHandle};
+use crate::dataplane::{self, WorkerHandle};
 use crate::iface::{self, Attached};
 use crate::kernel::{self, KernelIface, KernelPath};
 use crate::link::{self, Sockets};
+use crate::shared::Shared;
 use crate::sys;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! queues, netdev receive rings, the link sockets), read frames and
 //! datagrams in batches, and hand them to the sans-IO engine
 //! (`vnet_engine`), which routes them and sends them out through the ports'
-//! own I/O (`crate::iface`, `crate::link`).
+//! own I/O (the `iface` and `link` modules).
 //!
 //! What makes it fast, beside the engine's offload handling:
 //!
@@ -18,7 +18,6 @@
 
 use crate::iface::{Attached, Reader};
 use crate::sys;
-use arc_swap::ArcSwap;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{self, Read};
@@ -30,55 +29,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vnet_control::Mode;
 use vnet_core::Port;
-use vnet_engine::{DispatchStats, Dispatcher, Forwarder, Global, Plane, Receiver, Via};
+use vnet_engine::{DispatchStats, Dispatcher, Forwarder, Receiver, Via};
 use vnet_wire::reasm;
 use vnet_wire::virtio::{self, VirtioNetHdr};
 
-pub use vnet_engine::{BUF, MAX_FRAME};
+use crate::shared::Shared;
+use vnet_engine::BUF;
 
 /// Frames a worker handles per wake-up before it looks at its mode and the
 /// stop flag again.
 const BATCH: usize = 64;
-/// Receive ring of a netdev interface, in 256 KB blocks of 3 frames
-/// (4 MB, 48 frames of up to 64 KB).
-pub const RX_RING_BLOCKS: usize = 16;
-/// Socket buffer size asked for on the link sockets.
-pub const SOCKET_BUFFER: usize = 8 << 20;
-/// The largest GSO frame vnetd asks the VMs' stacks to build: small enough
-/// that the frame, as `vnet` datagrams of a 1500- or 9000-byte underlay, goes
-/// out in one GSO send (64 KB payload at most) and comes back in one GRO
-/// read, so the receiver can hand it to the TAP without reassembling it.
-pub const TAP_GSO_MAX: u32 = 62_000;
-/// Sockets in the pool that gives `vnet` and VXLAN links a source port per flow.
-pub const TX_POOL: usize = 4;
-
-/// State shared by the control plane and every worker.
-pub struct Shared {
-    pub plane: ArcSwap<Plane>,
-    pub global: Arc<Global>,
-    start: Instant,
-}
-
-impl Shared {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Shared {
-            plane: ArcSwap::from_pointee(Plane::default()),
-            global: Arc::default(),
-            start: Instant::now(),
-        })
-    }
-
-    /// The data path's clock, for the engine.
-    pub fn now_ns(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
-    }
-
-    /// A forwarder for a new worker.
-    pub fn forwarder(&self) -> Forwarder {
-        Forwarder::new(self.global.clone())
-    }
-}
-
 /// A running worker thread and the means to stop it.
 pub struct WorkerHandle {
     stop: Arc<AtomicBool>,

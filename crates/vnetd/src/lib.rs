@@ -4,6 +4,7 @@
 //!
 //! - [`daemon`]: declared state to resources, atomically.
 //! - [`dataplane`]: the worker threads that read sources into the engine.
+//! - [`shared`]: the plane, counters and clock every thread shares.
 //! - [`iface`]: interface kinds (`tap`, `netdev`, `vhost`), each a port.
 //! - [`link`]: link transports (`udp`) and the host's link sockets.
 //! - [`kernel`]: the eBPF fast path.
@@ -19,6 +20,7 @@ pub mod iface;
 pub mod kernel;
 pub mod link;
 pub mod relocate;
+pub mod shared;
 pub mod sys;
 
 pub use control::Endpoint;

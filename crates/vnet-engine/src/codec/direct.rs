@@ -6,7 +6,6 @@
 
 use crate::link::Link;
 use crate::port::Payload;
-use std::io::IoSlice;
 use vnet_wire::virtio::VirtioNetHdr;
 
 /// Nothing is added to a frame.
@@ -20,12 +19,6 @@ pub fn send(link: &Link, payload: Payload<'_>, flow: u64) -> bool {
         if hdr {
             return link.io.send(parts, usize::MAX, flow);
         }
-        let mut iov = [IoSlice::new(&[]); 8];
-        if parts.len() >= iov.len() {
-            return false;
-        }
-        iov[0] = IoSlice::new(&none);
-        iov[1..=parts.len()].copy_from_slice(parts);
-        link.io.send(&iov[..=parts.len()], usize::MAX, flow)
+        super::with_head(&none, parts, |iov| link.io.send(iov, usize::MAX, flow))
     })
 }

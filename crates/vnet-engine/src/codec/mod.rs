@@ -14,6 +14,18 @@ use crate::{GSO_MAX_BYTES, GSO_MAX_SEGS};
 use std::io::IoSlice;
 use std::ops::Range;
 
+/// Calls `f` with `head` in front of `parts` as one list of slices (on the
+/// stack); false if the frame has more pieces than that list holds.
+pub(crate) fn with_head(head: &[u8], parts: &[IoSlice<'_>], f: impl FnOnce(&[IoSlice<'_>]) -> bool) -> bool {
+    let mut iov = [IoSlice::new(&[]); 8];
+    if parts.len() >= iov.len() {
+        return false;
+    }
+    iov[0] = IoSlice::new(head);
+    iov[1..=parts.len()].copy_from_slice(parts);
+    f(&iov[..=parts.len()])
+}
+
 /// Sends the segments of a finished super-frame, each as one datagram with
 /// `prefix` (an encapsulation header, possibly empty) in front: equal-sized
 /// datagrams in batches of one GSO send each.

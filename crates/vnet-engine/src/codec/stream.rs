@@ -13,7 +13,6 @@
 
 use crate::link::Link;
 use crate::port::Payload;
-use std::io::IoSlice;
 use vnet_wire::virtio;
 use vnet_wire::vnet::{self, Flags, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
 
@@ -50,14 +49,7 @@ pub fn send(link: &Link, payload: Payload<'_>, flow: u64) -> bool {
         if len > MAX_PAYLOAD {
             return false;
         }
-        let h = header(len, hdr);
-        let mut iov = [IoSlice::new(&[]); 8];
-        if parts.len() >= iov.len() {
-            return false;
-        }
-        iov[0] = IoSlice::new(&h);
-        iov[1..=parts.len()].copy_from_slice(parts);
-        link.io.send(&iov[..=parts.len()], usize::MAX, flow)
+        super::with_head(&header(len, hdr), parts, |iov| link.io.send(iov, usize::MAX, flow))
     })
 }
 

@@ -7,7 +7,6 @@
 
 use crate::link::Link;
 use crate::port::Payload;
-use std::io::IoSlice;
 use std::sync::atomic::Ordering::Relaxed;
 use vnet_wire::vxlan::{VxlanPacket, VxlanRepr, HEADER_LEN};
 
@@ -24,13 +23,7 @@ pub fn send(link: &Link, payload: Payload<'_>, vni: u32, flow: u64) -> bool {
             if HEADER_LEN + len > max {
                 return too_big(link, len);
             }
-            let mut iov = [IoSlice::new(&[]); 8];
-            if parts.len() >= iov.len() {
-                return false;
-            }
-            iov[0] = IoSlice::new(&hdr);
-            iov[1..=parts.len()].copy_from_slice(parts);
-            link.io.send(&iov[..=parts.len()], usize::MAX, flow)
+            super::with_head(&hdr, parts, |iov| link.io.send(iov, usize::MAX, flow))
         }
         Payload::Frame { hdr: true, .. } => false,
         Payload::Segments { buf, ranges } => {

@@ -8,7 +8,7 @@ pub mod netdev;
 pub mod tap;
 pub mod vhost;
 
-use crate::dataplane::Shared;
+use crate::shared::Shared;
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};

@@ -5,13 +5,16 @@
 //! the socket carries a `virtio_net_hdr` (`PACKET_VNET_HDR`). The device's
 //! MAC is the host side's, not the VM's, so it is left alone.
 
-use crate::dataplane::RX_RING_BLOCKS;
 use crate::sys;
 use std::fs::File;
 use std::sync::{Arc, Mutex};
 use vnet_control::InterfaceDef;
 use vnet_engine::port::{Payload, Port, Scratch};
 use vnet_engine::Global;
+
+/// Receive ring of a netdev (or a `direct` link's device), in 256 KB blocks
+/// of 3 frames (4 MB, 48 frames of up to 64 KB).
+pub const RX_RING_BLOCKS: usize = 16;
 
 /// An attached netdev.
 pub struct Netdev {

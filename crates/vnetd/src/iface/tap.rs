@@ -4,7 +4,6 @@
 //! (`IFF_VNET_HDR`, `TUNSETOFFLOAD` with checksum and TSO), so the VM's
 //! TCP hands over 64 KB segments with a partial checksum.
 
-use crate::dataplane::TAP_GSO_MAX;
 use crate::sys;
 use std::fs::File;
 use std::sync::Arc;
@@ -12,6 +11,12 @@ use vnet_control::InterfaceDef;
 use vnet_engine::port::{Payload, Port, Scratch};
 use vnet_engine::Global;
 use vnet_wire::MacAddr;
+
+/// The largest GSO frame vnetd asks the VMs' stacks to build: small enough
+/// that the frame, as `vnet` datagrams of a 1500- or 9000-byte underlay, goes
+/// out in one GSO send (64 KB payload at most) and comes back in one GRO
+/// read, so the receiver can hand it to the TAP without reassembling it.
+pub const TAP_GSO_MAX: u32 = 62_000;
 
 /// An open TAP.
 pub struct Tap {

@@ -37,7 +37,7 @@
 //! frame is dropped and counted, and a ring without buffers drops the frame
 //! (counted) rather than queueing it.
 
-use crate::dataplane::{Shared, BUF};
+use crate::shared::Shared;
 use arc_swap::ArcSwapOption;
 use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
@@ -62,6 +62,7 @@ use vnet_control::Mode;
 use vnet_core::Port;
 use vnet_engine::flow::flow_hash;
 use vnet_engine::port::{Payload, Port as EnginePort, Scratch};
+use vnet_engine::BUF;
 use vnet_engine::{DispatchStats, Dispatcher, Forwarder};
 use vnet_wire::virtio::{self, VirtioNetHdr};
 

@@ -30,7 +30,7 @@ impl DatagramTx for DirectTx {
 pub fn open(dev: &str) -> Result<(Arc<DirectTx>, Reader), String> {
     let f = sys::open_packet(dev).map_err(|e| format!("no packet socket on {dev}: {e}"))?;
     sys::packet_enable_vnet_hdr(&f).map_err(|e| format!("{dev}: offload headers refused: {e}"))?;
-    let ring = match sys::RxRing::new(&f, crate::dataplane::RX_RING_BLOCKS, true) {
+    let ring = match sys::RxRing::new(&f, crate::iface::netdev::RX_RING_BLOCKS, true) {
         Ok(r) => Some(Arc::new(Mutex::new(r))),
         Err(e) => {
             tracing::warn!(device = %dev, "no receive ring ({e}): frames are read one by one");

@@ -9,7 +9,7 @@ pub mod direct;
 pub mod tcp;
 pub mod udp;
 
-use crate::dataplane::Shared;
+use crate::shared::Shared;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use vnet_control::{LinkDef, LinkFormat, Transport};

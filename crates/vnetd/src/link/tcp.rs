@@ -28,7 +28,7 @@
 //!   once per cause, and never forwards a frame. A link with `tls` refuses
 //!   plain connections and a plain link refuses TLS ones.
 
-use crate::dataplane::Shared;
+use crate::shared::Shared;
 use rustc_hash::FxHashMap;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -323,7 +323,15 @@ impl TcpLink {
         let mut s = StreamOwned::new(conn, sock);
         while s.conn.is_handshaking() {
             if let Err(e) = s.conn.complete_io(&mut s.sock) {
-                self.status.refuse(&self.name, self.remote.ip(), format!("TLS handshake with the peer: {e}"));
+                // A TLS failure (a certificate, an alert) is a refusal; an
+                // EOF or reset is the peer going away or not ready yet.
+                if e.kind() == io::ErrorKind::InvalidData {
+                    self.status.refuse(
+                        &self.name,
+                        self.remote.ip(),
+                        format!("TLS handshake with the peer: {e}"),
+                    );
+                }
                 return Err(e);
             }
         }
@@ -391,7 +399,11 @@ impl TcpLink {
         let mut s = StreamOwned::new(conn, sock);
         while s.conn.is_handshaking() {
             if let Err(e) = s.conn.complete_io(&mut s.sock) {
-                self.status.refuse(&self.name, peer, format!("TLS handshake: {e}"));
+                if e.kind() == io::ErrorKind::InvalidData {
+                    self.status.refuse(&self.name, peer, format!("TLS handshake: {e}"));
+                } else {
+                    self.status.error(format!("TLS handshake: {e}"));
+                }
                 return None;
             }
         }

@@ -10,6 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use vnet_engine::{DatagramTx, Global};
 
+/// Socket buffer size asked for on the link sockets.
+pub const SOCKET_BUFFER: usize = 8 << 20;
+/// Sockets in the pool that gives `vnet` and VXLAN links a source port per flow.
+pub const TX_POOL: usize = 4;
+
 /// Sends one link's datagrams.
 pub struct UdpTx {
     name: String,
@@ -97,9 +102,13 @@ impl DatagramTx for UdpTx {
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
-    let s = UdpSocket::bind(addr)?;
+    ready(UdpSocket::bind(addr)?)
+}
+
+/// A bound socket made ready for a worker: non-blocking, large buffers.
+fn ready(s: UdpSocket) -> std::io::Result<Arc<UdpSocket>> {
     s.set_nonblocking(true)?;
-    if let Err(e) = sys::set_socket_buffers(&s, crate::dataplane::SOCKET_BUFFER) {
+    if let Err(e) = sys::set_socket_buffers(&s, SOCKET_BUFFER) {
         tracing::warn!("socket buffers left at the default: {e}");
     }
     Ok(Arc::new(s))
@@ -112,9 +121,8 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
     if let Err(e) = sys::udp_enable_gro(&*sock) {
         tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
     }
-    let pool = (0..crate::dataplane::TX_POOL)
-        .map(|_| bind(SocketAddr::new(addr.ip(), 0)))
-        .collect::<std::io::Result<Vec<_>>>()?;
+    let pool =
+        (0..TX_POOL).map(|_| bind(SocketAddr::new(addr.ip(), 0))).collect::<std::io::Result<Vec<_>>>()?;
     Ok(super::Bound { addr, sock, pool, nocheck: Vec::new() })
 }
 
@@ -136,7 +144,7 @@ pub fn bind_vxlan(addr: SocketAddr) -> std::io::Result<super::Bound> {
     let (mut pool, mut nocheck) = (Vec::new(), Vec::new());
     let mut seed = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
     for _ in 0..64 {
-        if pool.len() == crate::dataplane::TX_POOL {
+        if pool.len() == TX_POOL {
             break;
         }
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
@@ -166,10 +174,5 @@ pub fn bind_vxlan(addr: SocketAddr) -> std::io::Result<super::Bound> {
 
 /// A sending socket another may share the port of (`SO_REUSEPORT`).
 fn bind_reuse(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
-    let s = sys::udp_bind_reuseport(addr)?;
-    s.set_nonblocking(true)?;
-    if let Err(e) = sys::set_socket_buffers(&s, crate::dataplane::SOCKET_BUFFER) {
-        tracing::warn!("socket buffers left at the default: {e}");
-    }
-    Ok(Arc::new(s))
+    ready(sys::udp_bind_reuseport(addr)?)
 }
