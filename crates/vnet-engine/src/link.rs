@@ -60,8 +60,8 @@ impl Link {
         let ip = match self.def.remote() {
             Some(r) if r.is_ipv6() => 40,
             Some(_) => 20,
-            // A LAN frame has no outer headers at all.
-            None => return self.def.mtu as usize + 14 + 8,
+            // A LAN frame has no outer headers: the frame is what goes out.
+            None => return self.def.mtu as usize + 14,
         };
         (self.def.mtu as usize).saturating_sub(ip + 8)
     }
@@ -75,7 +75,7 @@ impl Link {
             Transport::Vxlan { .. } => codec::vxlan::OVERHEAD,
             // A stream carries any frame whole, whatever the underlay MTU.
             Transport::Tcp { .. } => return crate::MAX_FRAME,
-            Transport::Direct { .. } => codec::direct::OVERHEAD + 8,
+            Transport::Direct { .. } => codec::direct::OVERHEAD,
         })
     }
 }
@@ -95,15 +95,18 @@ impl Port for Link {
     }
 
     fn send(&self, scratch: &mut Scratch, payload: Payload<'_>) -> bool {
-        let flow = crate::flow::flow_hash(payload.frame_start());
+        // The inner flow's hash picks the outer source port; only the kinds
+        // that send from a pool of ports need it (a `raw` link sends from
+        // the listening socket, a stream and a LAN have no such port).
+        let flow = || crate::flow::flow_hash(payload.frame_start());
         match self.def.transport {
-            Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::send(self, payload, flow),
+            Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::send(self, payload, 0),
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
-                codec::vnet::send(self, scratch, payload, network, flow)
+                codec::vnet::send(self, scratch, payload, network, flow())
             }
-            Transport::Vxlan { vni, .. } => codec::vxlan::send(self, payload, vni, flow),
-            Transport::Tcp { .. } => codec::stream::send(self, payload, flow),
-            Transport::Direct { .. } => codec::direct::send(self, payload, flow),
+            Transport::Vxlan { vni, .. } => codec::vxlan::send(self, payload, vni, flow()),
+            Transport::Tcp { .. } => codec::stream::send(self, payload, 0),
+            Transport::Direct { .. } => codec::direct::send(self, payload, 0),
         }
     }
 }
