@@ -63,13 +63,77 @@ pub enum Format {
     Vnet,
 }
 
+/// What protects a `udp` link's datagrams (`security auth|encrypt`, with
+/// the peer's `peer-key`): see `docs/SECURITY.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Security {
+    /// Nothing: any datagram from the peer's address is taken.
+    #[default]
+    None,
+    /// Every datagram authenticated (a 16-byte tag), not encrypted.
+    Auth(PeerKey),
+    /// Every datagram authenticated and encrypted.
+    Encrypt(PeerKey),
+}
+
+impl Security {
+    pub fn peer_key(&self) -> Option<PeerKey> {
+        match self {
+            Security::None => None,
+            Security::Auth(k) | Security::Encrypt(k) => Some(*k),
+        }
+    }
+
+    /// The `security` word.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Security::None => "none",
+            Security::Auth(_) => "auth",
+            Security::Encrypt(_) => "encrypt",
+        }
+    }
+}
+
+/// A host's X25519 public key: 32 bytes, written in standard base64 (as
+/// WireGuard's keys are).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerKey(pub [u8; 32]);
+
+impl PeerKey {
+    /// Decodes a base64 key; `None` unless it is exactly 32 bytes.
+    pub fn from_base64(s: &str) -> Option<PeerKey> {
+        use base64::Engine;
+        let mut out = [0u8; 33];
+        let n = base64::engine::general_purpose::STANDARD.decode_slice(s, &mut out).ok()?;
+        (n == 32 && s.len() == 44).then(|| {
+            let mut k = [0u8; 32];
+            k.copy_from_slice(&out[..32]);
+            PeerKey(k)
+        })
+    }
+}
+
+impl std::fmt::Display for PeerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use base64::Engine;
+        f.write_str(&base64::engine::general_purpose::STANDARD.encode(self.0))
+    }
+}
+
+impl std::fmt::Debug for PeerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PeerKey({self})")
+    }
+}
+
 /// How a link reaches its peer: one variant per link kind. Every `match` on
 /// it is exhaustive, so a new kind is one variant here and the compiler names
 /// every place that must learn it (parser, state, engine, daemon, kernel path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
-    /// UDP to a peer vnetd (`vnet` format) or a Palacios host (`raw`).
-    Udp { remote: SocketAddr, format: Format, network: u32 },
+    /// UDP to a peer vnetd (`vnet` format, optionally authenticated or
+    /// encrypted) or a Palacios host (`raw`).
+    Udp { remote: SocketAddr, format: Format, network: u32, security: Security },
     /// VXLAN (RFC 7348) to a VTEP: a Linux vxlan device, Open vSwitch, a
     /// switch, or another vnetd. One frame per datagram, never fragmented.
     Vxlan { remote: SocketAddr, vni: u32 },

@@ -34,7 +34,7 @@ pub mod lex;
 pub mod parse;
 pub mod state;
 
-pub use ast::{Command, Datapath, IfName, Located, Mode, ShowWhat, TlsFiles, Transport};
+pub use ast::{Command, Datapath, IfName, Located, Mode, PeerKey, Security, ShowWhat, TlsFiles, Transport};
 pub use parse::{parse, parse_line, Section};
 pub use state::{canonical, IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, RxKey, State};
 

@@ -1,8 +1,8 @@
 //! From text to [`Command`]s.
 
 use crate::ast::{
-    Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, Ref, ShowWhat, Target,
-    TlsFiles, Transport,
+    Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, PeerKey, Ref, Security,
+    ShowWhat, Target, TlsFiles, Transport,
 };
 use crate::lex::{found, words, Token};
 use crate::{Error, Pos, Result};
@@ -292,7 +292,7 @@ impl<'a> Parser<'_, 'a> {
             let transport = if tcp {
                 Transport::Tcp { remote, tls: false }
             } else {
-                Transport::Udp { remote, format: Format::Raw, network: 0 }
+                Transport::Udp { remote, format: Format::Raw, network: 0, security: Security::None }
             };
             return Ok(Command::Link { name: None, transport, mtu: DEFAULT_LINK_MTU });
         }
@@ -493,8 +493,13 @@ impl<'a> Parser<'_, 'a> {
         let default_port = if kind == "vxlan" { vnet_wire::vxlan::IANA_PORT } else { DEFAULT_PORT };
         let (remote_pos, remote) = (self.pos(), self.endpoint(default_port)?);
         let (mut format, mut network, mut mtu, mut vni, mut tls) = (None, None, None, None, None);
+        let mut peer_key: Option<(Pos, PeerKey)> = None;
+        let mut security: Option<(Pos, &str)> = None;
         let (opts, expected): (&[&str], _) = match kind {
-            "udp" => (&["format", "network", "mtu"], "an option: `format`, `network` or `mtu`"),
+            "udp" => (
+                &["format", "network", "mtu", "peer-key", "security"],
+                "an option: `format`, `network`, `mtu`, `peer-key` or `security`",
+            ),
             "tcp" => (&["tls", "mtu"], "an option: `tls` or `mtu`"),
             _ => (&["vni", "mtu"], "an option: `vni` or `mtu`"),
         };
@@ -514,6 +519,19 @@ impl<'a> Parser<'_, 'a> {
                         network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
                     }
                     "tls" => tls.replace(true).is_some(),
+                    "peer-key" => {
+                        let (pos, what) = (self.pos(), "a peer's public key (44 characters of base64)");
+                        let t = self.next(what)?;
+                        let Some(k) = PeerKey::from_base64(t.text) else {
+                            return Err(Error::new(pos, what, found(Some(&t))));
+                        };
+                        peer_key.replace((pos, k)).is_some()
+                    }
+                    "security" => {
+                        let pos = self.pos();
+                        let w = self.keyword(&["none", "auth", "encrypt"], "`none`, `auth` or `encrypt`")?;
+                        security.replace((pos, w)).is_some()
+                    }
                     "vni" => vni
                         .replace(self.number(
                             "a VXLAN network identifier (0-16777215)",
@@ -529,7 +547,40 @@ impl<'a> Parser<'_, 'a> {
         check_remote(remote_pos, remote)?;
         let transport = match kind {
             "udp" => {
-                Transport::Udp { remote, format: format.unwrap_or_default(), network: network.unwrap_or(0) }
+                let security = match (security, peer_key) {
+                    (None | Some((_, "none")), None) => Security::None,
+                    (Some((pos, "none")), Some(_)) => {
+                        return Err(Error::new(
+                            pos,
+                            "`auth` or `encrypt` for a link with a `peer-key`",
+                            "`none`",
+                        ))
+                    }
+                    (Some((_, "auth")), Some((_, k))) => Security::Auth(k),
+                    // A peer key alone means the strongest.
+                    (_, Some((_, k))) => Security::Encrypt(k),
+                    (Some((pos, _)), None) => {
+                        return Err(Error::new(
+                            pos,
+                            "`peer-key KEY` before `security` (whose key signs the peer's datagrams)",
+                            "no peer key",
+                        ))
+                    }
+                };
+                // A secured link speaks `vnet` unless told otherwise (and raw cannot be).
+                let format = match format {
+                    Some(f) => f,
+                    None if security != Security::None => Format::Vnet,
+                    None => Format::default(),
+                };
+                if format == Format::Raw && security != Security::None {
+                    return Err(Error::new(
+                        remote_pos,
+                        "format `vnet` for a link with a `peer-key` (the Palacios format has no room for a tag)",
+                        "format `raw`",
+                    ));
+                }
+                Transport::Udp { remote, format, network: network.unwrap_or(0), security }
             }
             "tcp" => Transport::Tcp { remote, tls: tls.unwrap_or(false) },
             _ => match vni {
@@ -620,7 +671,8 @@ mod tests {
                     transport: Transport::Udp {
                         remote: format!("10.0.0.2:{port}").parse().unwrap(),
                         format: Format::Raw,
-                        network: 0
+                        network: 0,
+                        security: Security::None
                     },
                     mtu: 1500
                 }
@@ -707,11 +759,27 @@ mod tests {
                 transport: Transport::Udp {
                     remote: "10.0.0.2:9000".parse().unwrap(),
                     format: Format::Vnet,
-                    network: 7
+                    network: 7,
+                    security: Security::None
                 },
                 mtu: 1500
             }
         );
+        // A secured link: a peer key alone means `encrypt`.
+        let k = PeerKey([0; 32]);
+        let key = k.to_string();
+        assert_eq!(key.len(), 44);
+        assert_eq!(PeerKey::from_base64(&key), Some(k));
+        for (line, want) in [
+            (format!("link s udp 10.0.0.2 peer-key {key}"), Security::Encrypt(k)),
+            (format!("link s udp 10.0.0.2 peer-key {key} security auth"), Security::Auth(k)),
+            (format!("link s udp 10.0.0.2 security encrypt peer-key {key}"), Security::Encrypt(k)),
+        ] {
+            let Command::Link { transport: Transport::Udp { security, .. }, .. } = one(&line) else {
+                panic!()
+            };
+            assert_eq!(security, want, "{line}");
+        }
         // VXLAN: IANA's port unless told (8472 is what a Linux device without `dstport` uses).
         assert_eq!(
             one("link fab vxlan 10.0.0.4 vni 42"),
@@ -813,6 +881,12 @@ mod tests {
             ("link a vxlan 10.0.0.3 format vnet", 1, 23, "`vni` or `mtu`"),
             ("link a vxlan 10.0.0.3 vni 1 vni 2", 1, 29, "each option once"),
             ("link a udp 10.0.0.3:0", 1, 12, "a port from 1 to 65535"),
+            ("link a udp 10.0.0.3 peer-key abc", 1, 30, "a peer's public key"),
+            ("link a udp 10.0.0.3 security auth", 1, 30, "`peer-key KEY`"),
+            ("link a udp 10.0.0.3 security magic", 1, 30, "`none`, `auth` or `encrypt`"),
+            ("link a udp 10.0.0.3 format raw peer-key AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", 1, 12, "format `vnet`"),
+            ("link a udp 10.0.0.3 peer-key AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= security none", 1, 84, "`auth` or `encrypt`"),
+            ("link a udp 10.0.0.3 peer-key AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= peer-key AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", 1, 75, "each option once"),
             ("link a udp 255.255.255.255:9000", 1, 12, "unicast address"),
             ("link a vxlan 224.0.0.1 vni 3", 1, 14, "unicast address"),
             ("listen vxlan 0.0.0.0", 1, 14, "0.0.0.0:4789"),

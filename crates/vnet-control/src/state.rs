@@ -68,12 +68,16 @@ impl LinkDef {
     /// The line that declares it.
     pub fn to_line(&self) -> String {
         match self.transport {
-            Transport::Udp { remote, format, network } => {
+            Transport::Udp { remote, format, network, security } => {
                 let f = match format {
                     Format::Raw => "raw",
                     Format::Vnet => "vnet",
                 };
-                format!("link {} udp {remote} format {f} network {network} mtu {}", self.name, self.mtu)
+                let sec = match security.peer_key() {
+                    Some(k) => format!(" peer-key {k} security {}", security.word()),
+                    None => String::new(),
+                };
+                format!("link {} udp {remote} format {f} network {network}{sec} mtu {}", self.name, self.mtu)
             }
             Transport::Vxlan { remote, vni } => {
                 format!("link {} vxlan {remote} vni {vni} mtu {}", self.name, self.mtu)

@@ -18,7 +18,7 @@ use vnet_core::table::Decision;
 use vnet_core::{Counters, Port as PortId, RouteCache};
 use vnet_wire::offload::{complete_checksum, segment_tcp};
 use vnet_wire::virtio::{self, VirtioNetHdr};
-use vnet_wire::EthernetFrame;
+use vnet_wire::{EthernetFrame, MacAddr};
 
 /// Route cache entries per worker.
 pub const CACHE_SLOTS: usize = 4096;
@@ -77,6 +77,9 @@ impl Forwarder {
             g.malformed.fetch_add(1, Relaxed);
             return;
         };
+        if !admissible(g, plane, ingress, &vh, eth.src(), frame.len()) {
+            return;
+        }
         self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
         if self.decisions.is_empty() {
             g.no_route.fetch_add(1, Relaxed);
@@ -170,8 +173,16 @@ impl Forwarder {
         parts: &[IoSlice<'_>],
         total: usize,
     ) -> bool {
-        let Some(eth) = parts.first().and_then(|p| p.get(virtio::LEN..)) else { return false };
+        let Some(first) = parts.first() else { return false };
+        let (Some(vh), Some(eth)) = (VirtioNetHdr::parse(first), first.get(virtio::LEN..)) else {
+            return false;
+        };
         let Ok(eth) = EthernetFrame::new_checked(eth) else { return false };
+        // Anything to drop is left to `forward`, which counts it.
+        let len = total - virtio::LEN;
+        if vh.validate(len).is_err() || !source_allowed(plane, ingress, eth.src()) {
+            return false;
+        }
         self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
         let capable = |&(p, _): &Decision| match p {
             PortId::Interface(id) => plane.ifaces.get(&id).is_some_and(|i| i.port.takes_offloads()),
@@ -180,7 +191,6 @@ impl Forwarder {
         if self.decisions.is_empty() || !self.decisions.iter().all(capable) {
             return false;
         }
-        let len = total - virtio::LEN;
         for &(to, ri) in &self.decisions {
             let PortId::Interface(id) = to else { continue };
             let Some(ifc) = plane.ifaces.get(&id) else { continue };
@@ -207,6 +217,39 @@ impl Forwarder {
         g.cache_hits.fetch_add(s.hits - self.cache_reported.0, Relaxed);
         g.cache_misses.fetch_add(s.misses - self.cache_reported.1, Relaxed);
         self.cache_reported = (s.hits, s.misses);
+    }
+}
+
+/// Whether a frame may be routed at all: its offload header is one every
+/// port accepts, and, from an interface with a locked source MAC, it comes
+/// from that MAC. Counts what it refuses.
+#[inline]
+fn admissible(
+    g: &Global,
+    plane: &Plane,
+    ingress: PortId,
+    vh: &VirtioNetHdr,
+    src: MacAddr,
+    len: usize,
+) -> bool {
+    if vh.validate(len).is_err() {
+        g.bad_offload_hdr.fetch_add(1, Relaxed);
+        return false;
+    }
+    if !source_allowed(plane, ingress, src) {
+        g.spoofed_source_mac.fetch_add(1, Relaxed);
+        return false;
+    }
+    true
+}
+
+/// Port security: a frame from an interface carries the source MAC the
+/// interface is locked to, if it is.
+#[inline]
+fn source_allowed(plane: &Plane, ingress: PortId, src: MacAddr) -> bool {
+    match ingress {
+        PortId::Interface(id) => plane.ifaces.get(&id).is_none_or(|i| i.may_send_from(src)),
+        PortId::Link(_) => true,
     }
 }
 

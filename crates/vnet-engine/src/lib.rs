@@ -20,6 +20,8 @@
 //!   an exhaustive `match`, so a new kind is a variant and a module.
 //! - [`rx`]: datagrams from links to frames (attribution, checks,
 //!   reassembly).
+//! - [`secure`]: authenticated and encrypted links (Noise IK sessions,
+//!   AEAD per datagram, replay window, rekeying).
 //! - [`dispatch`]: the adaptive notify/poll decision (VNET/P's modes).
 //! - [`flow`]: the inner flow hash.
 //! - [`sim`]: many hosts in one process on a virtual clock and a faulty wire.
@@ -35,6 +37,7 @@ pub mod link;
 pub mod plane;
 pub mod port;
 pub mod rx;
+pub mod secure;
 pub mod sim;
 
 pub use dispatch::{DispatchStats, Dispatcher};
@@ -43,6 +46,7 @@ pub use link::{DatagramTx, Link};
 pub use plane::{Global, Iface, Plane};
 pub use port::{Payload, Port};
 pub use rx::{Receiver, Via};
+pub use secure::{Identity, SecureLink};
 
 /// Largest frame read from an interface or received from a link.
 pub const MAX_FRAME: usize = vnet_wire::vnet::MAX_FRAME_LEN as usize;

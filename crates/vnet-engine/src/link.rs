@@ -6,11 +6,13 @@
 
 use crate::codec;
 use crate::port::{Payload, Port, Scratch};
+use crate::secure::{self, SecureLink};
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use vnet_control::{LinkDef, LinkFormat, Transport};
+use vnet_control::{LinkDef, LinkFormat, Security, Transport};
 use vnet_core::Counters;
+use vnet_wire::frag::FrameIds;
 
 /// Carries a link's datagrams to its peer.
 pub trait DatagramTx: Send + Sync {
@@ -29,11 +31,14 @@ pub struct Link {
     /// Frames sent to the peer.
     pub tx: Counters,
     pub io: Arc<dyn DatagramTx>,
-    pub(crate) next_frame_id: AtomicU32,
+    /// Ids of the frames this link fragments (unpredictable, see [`FrameIds`]).
+    pub(crate) frame_ids: FrameIds,
     /// Frames dropped because the kind cannot fragment them (VXLAN).
     pub too_big: AtomicU64,
     /// Whether "frame too big" was logged for this link (once is enough).
     pub(crate) too_big_logged: AtomicBool,
+    /// Sessions and keys, for a link with `security auth|encrypt`.
+    pub secure: Option<SecureLink>,
 }
 
 impl std::fmt::Debug for Link {
@@ -49,9 +54,27 @@ impl Link {
             rx: Counters::default(),
             tx: Counters::default(),
             io,
-            next_frame_id: AtomicU32::new(0),
+            frame_ids: FrameIds::new(random_seed()),
             too_big: AtomicU64::new(0),
             too_big_logged: AtomicBool::new(false),
+            secure: None,
+        }
+    }
+
+    /// The link with its security (for a link whose definition asks for it).
+    pub fn secured(mut self, sec: Option<SecureLink>) -> Self {
+        self.secure = sec;
+        self
+    }
+
+    /// The link's timers: sends a handshake initiation when its security
+    /// needs one. Called every few hundred milliseconds, and by the simulator.
+    pub fn tick(&self, now_ns: u64) {
+        if let Some(sec) = &self.secure {
+            let mut out = [0u8; secure::INIT_LEN];
+            if let Some(n) = sec.tick(now_ns, &mut out) {
+                self.io.send(&[IoSlice::new(&out[..n])], n, 0);
+            }
         }
     }
 
@@ -71,13 +94,23 @@ impl Link {
     pub fn max_whole_frame(&self) -> usize {
         self.max_datagram().saturating_sub(match self.def.transport {
             Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::OVERHEAD,
-            Transport::Udp { format: LinkFormat::Vnet, .. } => codec::vnet::OVERHEAD,
+            Transport::Udp { format: LinkFormat::Vnet, security: Security::None, .. } => {
+                codec::vnet::OVERHEAD
+            }
+            Transport::Udp { format: LinkFormat::Vnet, .. } => codec::vnet::OVERHEAD + secure::OVERHEAD,
             Transport::Vxlan { .. } => codec::vxlan::OVERHEAD,
             // A stream carries any frame whole, whatever the underlay MTU.
             Transport::Tcp { .. } => return crate::MAX_FRAME,
             Transport::Direct { .. } => codec::direct::OVERHEAD,
         })
     }
+}
+
+/// A seed from the system's random source, by way of the standard
+/// library's hasher keys (read from the OS once per thread, never reused).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
 impl Port for Link {

@@ -20,6 +20,9 @@ pub struct Iface {
     pub name: String,
     /// The VM's MAC, when known (a TAP's own address, or the `mac` option).
     pub mac: Option<MacAddr>,
+    /// Port security: the only source MAC accepted from the VM (the `mac`
+    /// option, when given); frames with another are dropped and counted.
+    pub source_lock: Option<MacAddr>,
     /// Frames from the VM.
     pub rx: Counters,
     /// Frames to the VM.
@@ -35,7 +38,26 @@ impl std::fmt::Debug for Iface {
 
 impl Iface {
     pub fn new(id: u32, name: impl Into<String>, mac: Option<MacAddr>, port: Arc<dyn Port>) -> Self {
-        Iface { id, name: name.into(), mac, rx: Counters::default(), tx: Counters::default(), port }
+        Iface {
+            id,
+            name: name.into(),
+            mac,
+            source_lock: None,
+            rx: Counters::default(),
+            tx: Counters::default(),
+            port,
+        }
+    }
+
+    /// Accepts frames from the VM only with source MAC `mac` (if given).
+    pub fn locked_to(mut self, mac: Option<MacAddr>) -> Self {
+        self.source_lock = mac;
+        self
+    }
+
+    /// Whether the VM may send a frame with source MAC `src`.
+    pub fn may_send_from(&self, src: MacAddr) -> bool {
+        self.source_lock.is_none_or(|m| m == src)
     }
 }
 
@@ -128,6 +150,11 @@ pub struct Global {
     pub sw_checksummed: AtomicU64,
     /// Offloaded frames whose headers could not be finished (dropped).
     pub offload_errors: AtomicU64,
+    /// Frames whose `virtio_net_hdr` no port would accept (unknown GSO type
+    /// or flags, no segment size, a checksum outside the frame): dropped.
+    pub bad_offload_hdr: AtomicU64,
+    /// Frames from a VM with another source MAC than its interface's `mac`.
+    pub spoofed_source_mac: AtomicU64,
     /// Interfaces or links where the kernel refused an offload.
     pub offload_refused: AtomicU64,
     pub gso_fallbacks: AtomicU64,

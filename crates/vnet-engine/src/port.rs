@@ -84,11 +84,17 @@ pub trait Port: Send + Sync {
 pub struct Scratch {
     /// `vnet` headers of the datagrams of one frame.
     pub vnet_hdrs: Vec<[u8; vnet_wire::vnet::HEADER_LEN]>,
+    /// The secured datagrams of one frame (a secured link seals copies).
+    pub sealed: Vec<u8>,
 }
 
 impl Default for Scratch {
     fn default() -> Self {
-        Scratch { vnet_hdrs: vec![[0u8; vnet_wire::vnet::HEADER_LEN]; crate::MAX_SEGS] }
+        let per = vnet_wire::vnet::HEADER_LEN + crate::secure::OVERHEAD;
+        Scratch {
+            vnet_hdrs: vec![[0u8; vnet_wire::vnet::HEADER_LEN]; crate::MAX_SEGS],
+            sealed: vec![0u8; crate::BUF + crate::MAX_SEGS * per],
+        }
     }
 }
 
@@ -119,6 +125,27 @@ pub fn slices_in<'a>(
         *k += 1;
     }
     true
+}
+
+/// Copies bytes `range` of the concatenation of `parts` into `dst`, which
+/// must be exactly as long. Returns false if the parts or `dst` fall short.
+pub fn copy_in(parts: &[IoSlice<'_>], range: Range<usize>, dst: &mut [u8]) -> bool {
+    let (mut at, mut w) = (0, 0);
+    for p in parts {
+        let (s, e) = (at, at + p.len());
+        at = e;
+        if e <= range.start {
+            continue;
+        }
+        if s >= range.end {
+            break;
+        }
+        let (from, to) = (range.start.max(s) - s, range.end.min(e) - s);
+        let Some(d) = dst.get_mut(w..w + (to - from)) else { return false };
+        d.copy_from_slice(&p[from..to]);
+        w += to - from;
+    }
+    w == range.len() && w == dst.len()
 }
 
 /// A port that takes nothing (sends fail): a placeholder where a plane is

@@ -14,6 +14,7 @@ use crate::codec;
 use crate::forward::Forwarder;
 use crate::link::Link;
 use crate::plane::{Global, Plane};
+use crate::secure::{Opened, RESP_LEN};
 use crate::GSO_MAX_SEGS;
 use std::io::IoSlice;
 use std::net::IpAddr;
@@ -38,11 +39,13 @@ pub enum Via {
 pub struct Receiver {
     via: Via,
     reasm: reasm::Reassembler,
+    /// A secured link's handshake answer.
+    reply: Vec<u8>,
 }
 
 impl Receiver {
     pub fn new(via: Via, cfg: reasm::Config) -> Self {
-        Receiver { via, reasm: reasm::Reassembler::new(cfg) }
+        Receiver { via, reasm: reasm::Reassembler::new(cfg), reply: vec![0u8; RESP_LEN.max(64)] }
     }
 
     /// Takes one receive buffer from `from`: one datagram, or (`gso` not 0)
@@ -137,6 +140,23 @@ impl Receiver {
         g: &Global,
     ) {
         let port = PortId::Link(link.def.id);
+        // A secured link: verified (and decrypted) in place, or answered,
+        // or dropped; what is left is a `vnet` datagram like any other.
+        let data: &mut [u8] = match &link.secure {
+            None => data,
+            Some(sec) => match sec.open(now_ns, data, &mut self.reply) {
+                Opened::Data(r) if r.is_empty() => return, // a keepalive
+                Opened::Data(r) => &mut data[r],
+                Opened::Reply(n) => {
+                    link.io.send(&[IoSlice::new(&self.reply[..n])], n, 0);
+                    return;
+                }
+                Opened::Nothing => {
+                    link.rx.drop_one();
+                    return;
+                }
+            },
+        };
         let (repr, hl, plen) = match VnetPacket::new_checked(&*data) {
             Ok(p) => (VnetRepr::parse(&p), p.header_len(), p.payload().len()),
             Err(_) => {
@@ -194,6 +214,9 @@ impl Receiver {
         let Transport::Udp { format: LinkFormat::Vnet, network, .. } = link.def.transport else {
             return false;
         };
+        if link.secure.is_some() {
+            return false; // each datagram verified on its own
+        }
         let n = data.len().div_ceil(seg);
         if !(2..=GSO_MAX_SEGS).contains(&n) {
             return false;
@@ -239,7 +262,7 @@ impl Receiver {
         g.reasm_completed.store(s.completed, Relaxed);
         g.reasm_timed_out.store(s.timed_out, Relaxed);
         g.reasm_evicted.store(s.evicted, Relaxed);
-        g.reasm_rejected.store(s.too_large + s.inconsistent + s.too_fragmented, Relaxed);
+        g.reasm_rejected.store(s.rejected(), Relaxed);
     }
 
     /// Frames being reassembled now.

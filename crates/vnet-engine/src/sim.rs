@@ -19,6 +19,7 @@ use crate::link::{DatagramTx, Link};
 use crate::plane::{route_table, Iface, Plane};
 use crate::port::{Payload, Port, Scratch};
 use crate::rx::{self, Receiver, Via};
+use crate::secure::{self, Identity, Timers};
 use crate::{Forwarder, Global};
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io::IoSlice;
@@ -130,6 +131,8 @@ pub struct Wire {
     pub sent: u64,
     pub lost: u64,
     pub duplicated: u64,
+    /// When set, every datagram put on the wire is also kept here (a capture).
+    pub capture: Option<Vec<Vec<u8>>>,
 }
 
 impl Wire {
@@ -147,6 +150,9 @@ impl Wire {
 
     fn put(&mut self, from: IpAddr, to: IpAddr, arrival: Arrival, bytes: Vec<u8>) {
         self.sent += 1;
+        if let Some(c) = self.capture.as_mut() {
+            c.push(bytes.clone());
+        }
         if arrival == Arrival::Stream {
             // TCP: reliable and ordered.
             self.seq += 1;
@@ -223,12 +229,26 @@ pub struct Host {
     pub lans: BTreeMap<String, Arc<Recorder>>,
     generation: u64,
     route_counters: BTreeMap<u32, Arc<Counters>>,
+    /// The host's key pair, derived from its address ([`Net::public_key`]).
+    identity: Arc<Identity>,
 }
 
 /// A network of simulated hosts.
 pub struct Net {
     pub wire: Arc<Mutex<Wire>>,
     pub hosts: Vec<Host>,
+    /// The timers of secured links created from now on.
+    pub timers: Timers,
+}
+
+/// The key pair of the simulated host at `ip`: derived from the address,
+/// so that tests can name peers' keys before the hosts exist.
+fn sim_identity(ip: IpAddr) -> Arc<Identity> {
+    let d = ring::digest::digest(&ring::digest::SHA256, format!("vnet sim key {ip}").as_bytes());
+    let mut private = [0u8; 32];
+    private.copy_from_slice(d.as_ref());
+    // X25519 takes any 32 bytes (they are clamped).
+    Arc::new(Identity::from_private(private).expect("the simulator needs X25519"))
 }
 
 /// What went wrong configuring a simulated host.
@@ -249,8 +269,15 @@ impl Net {
             sent: 0,
             lost: 0,
             duplicated: 0,
+            capture: None,
         };
-        Net { wire: Arc::new(Mutex::new(wire)), hosts: Vec::new() }
+        Net { wire: Arc::new(Mutex::new(wire)), hosts: Vec::new(), timers: Timers::default() }
+    }
+
+    /// The public key of the host at `ip` (existing or not), for `peer-key`.
+    pub fn public_key(ip: &str) -> vnet_control::PeerKey {
+        let ip: IpAddr = ip.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        vnet_control::PeerKey(sim_identity(ip).public())
     }
 
     fn wire(&self) -> std::sync::MutexGuard<'_, Wire> {
@@ -263,6 +290,23 @@ impl Net {
 
     pub fn set_faults(&self, f: Faults) {
         self.wire().faults = f;
+    }
+
+    /// Starts keeping a copy of every datagram put on the wire.
+    pub fn start_capture(&self) {
+        self.wire().capture = Some(Vec::new());
+    }
+
+    /// The datagrams captured since [`Net::start_capture`] (or the last call).
+    pub fn captured(&self) -> Vec<Vec<u8>> {
+        self.wire().capture.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Puts a datagram of anyone's making on the wire: from `from` (any
+    /// address: a spoofer's choice) to host address `to`'s `listen udp` socket.
+    pub fn inject(&self, from: &str, to: &str, bytes: Vec<u8>) {
+        let (Ok(from), Ok(to)) = (from.parse(), to.parse()) else { return };
+        self.wire().put(from, to, Arrival::Datagram(Via::Udp), bytes);
     }
 
     /// Adds a host with underlay address `ip`, configured by `config` (the
@@ -284,8 +328,9 @@ impl Net {
             lans: BTreeMap::new(),
             generation: 0,
             route_counters: BTreeMap::new(),
+            identity: sim_identity(ip),
         };
-        h.apply(&self.wire, config)?;
+        h.apply(&self.wire, config, self.timers)?;
         self.hosts.push(h);
         Ok(self.hosts.len() - 1)
     }
@@ -293,7 +338,8 @@ impl Net {
     /// Applies control text to host `h` as one transaction.
     pub fn apply(&mut self, h: usize, text: &str) -> Result<(), ConfigError> {
         let wire = self.wire.clone();
-        self.hosts[h].apply(&wire, text)
+        let timers = self.timers;
+        self.hosts[h].apply(&wire, text, timers)
     }
 
     /// VM `vm` of host `h` sends `frame` (with offload header `vh`).
@@ -358,6 +404,9 @@ impl Net {
         for h in &mut self.hosts {
             h.rx_udp.expire(until);
             h.rx_udp.report(&h.global);
+            for l in h.plane.links.values() {
+                l.tick(until);
+            }
         }
     }
 
@@ -383,7 +432,7 @@ impl Net {
 }
 
 impl Host {
-    fn apply(&mut self, wire: &Arc<Mutex<Wire>>, text: &str) -> Result<(), ConfigError> {
+    fn apply(&mut self, wire: &Arc<Mutex<Wire>>, text: &str, timers: Timers) -> Result<(), ConfigError> {
         let cmds: Vec<Located<vnet_control::Command>> =
             vnet_control::parse(text).map_err(|e| ConfigError(e.to_string()))?;
         let next = self.state.apply_all(&cmds).map_err(|e| ConfigError(e.to_string()))?;
@@ -393,9 +442,18 @@ impl Host {
                 self.vms.entry(d.name.clone()).or_insert_with(|| Arc::new(Recorder::new(d.offload))).clone();
             // Keep the interface (and its counters) when it stays.
             let keep = self.plane.ifaces.get(&d.id).filter(|i| i.name == d.name).cloned();
-            ifaces.push(keep.unwrap_or_else(|| Arc::new(Iface::new(d.id, d.name.clone(), d.mac, rec))));
+            ifaces.push(
+                keep.unwrap_or_else(|| {
+                    Arc::new(Iface::new(d.id, d.name.clone(), d.mac, rec).locked_to(d.mac))
+                }),
+            );
         }
         self.vms.retain(|n, _| next.iface_by_name(n).is_some());
+        let mut secured = BTreeMap::new();
+        for d in next.links.values() {
+            let sec = secure::for_link(d, Some(&self.identity), timers).map_err(ConfigError)?;
+            secured.insert(d.id, sec);
+        }
         let links = next
             .links
             .values()
@@ -417,7 +475,8 @@ impl Host {
                     };
                     let to = d.remote().map_or(self.ip, |r| r.ip());
                     let io = WireTx { from: self.ip, to, arrival, wire: wire.clone() };
-                    Arc::new(Link::new(d.clone(), Arc::new(io)))
+                    let sec = secured.remove(&d.id).flatten();
+                    Arc::new(Link::new(d.clone(), Arc::new(io)).secured(sec))
                 }
             })
             .collect();

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use vnet_engine::sim::{Delivered, Faults, Net};
 use vnet_wire::virtio::{VirtioNetHdr, F_NEEDS_CSUM, GSO_TCPV4};
+use vnet_wire::vnet::{Flags, VnetRepr};
 
 const HOSTS: usize = 8;
 
@@ -317,12 +318,47 @@ fn a_vm_relocated_to_another_host_is_reached_there_from_every_host() {
 }
 
 #[test]
+fn a_vm_sending_from_another_mac_or_with_a_bad_offload_header_is_dropped_and_counted() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut net = vnet_pair(11);
+    // VM 0 sends as VM 5: its interface is locked to its `mac`.
+    net.send(0, "vm", &frame(5, Some(1), 1, 64));
+    // Offload headers no device would take: GSO without a segment size, a
+    // checksum field past the frame's end, an unknown GSO type.
+    let (vh, sf) = tcp_super_frame(0, 1, 4000, 1448);
+    let bad = [
+        VirtioNetHdr { gso_size: 0, ..vh },
+        VirtioNetHdr { csum_start: sf.len() as u16 - 4, ..vh },
+        VirtioNetHdr { gso_type: 9, ..vh },
+    ];
+    for b in bad {
+        net.send_with(0, "vm", b, &sf);
+    }
+    net.run(10_000);
+    assert!(net.take(1, "vm").is_empty(), "a refused frame was delivered");
+    let g = net.hosts[0].global.clone();
+    assert_eq!(g.spoofed_source_mac.load(Relaxed), 1);
+    assert_eq!(g.bad_offload_hdr.load(Relaxed), 3);
+    // The same frames, honest, go through.
+    net.send(0, "vm", &frame(0, Some(1), 2, 64));
+    net.send_with(0, "vm", vh, &sf);
+    net.run(10_000);
+    // (The super-frame arrives whole or as segments, as VM 1's port takes it.)
+    assert!(net.take(1, "vm").len() >= 2);
+    assert_eq!((g.spoofed_source_mac.load(Relaxed), g.bad_offload_hdr.load(Relaxed)), (1, 3));
+}
+
+#[test]
 fn datagrams_from_a_host_without_a_link_are_dropped_and_counted() {
     let mut net = mesh(2, 1500);
     // A ninth host knows host 0; host 0 does not know it.
     net.add_host(
         "10.0.0.99",
-        &format!("interface vm tap t mac 52:54:00:00:00:99\nlink h0 udp {} format vnet\nroute any any -> link h0\n", ip(0)),
+        &format!(
+            "interface vm tap t mac {}\nlink h0 udp {} format vnet\nroute any any -> link h0\n",
+            mac(98),
+            ip(0)
+        ),
     )
     .unwrap();
     let f = frame(98, Some(0), 5, 64);
@@ -388,4 +424,119 @@ fn a_lan_on_a_direct_link_is_one_broadcast_domain_with_every_vm() {
         };
         assert_eq!(mesh_tx, own, "host {i} forwarded between links");
     }
+}
+
+const SEC: u64 = 1_000_000_000;
+
+/// Two hosts joined by a `vnet` link secured with `mode` (`auth` or
+/// `encrypt`), rekeying every `rekey_s` seconds; host 1 names `key_of`'s
+/// key as its peer's (host 0's, unless a test lies). The first handshake
+/// is done when this returns.
+fn secure_pair(mode: &str, rekey_s: u64, key_of: usize) -> Net {
+    let mut net = Net::new(21);
+    net.timers = vnet_engine::secure::Timers::with_rekey(rekey_s * SEC);
+    for (me, peer, key_of) in [(0usize, 1usize, 1usize), (1, 0, key_of)] {
+        let key = Net::public_key(&ip(key_of));
+        let cfg = format!(
+            "interface vm tap t mac {}\nlink p udp {} format vnet mtu 1500 peer-key {key} security {mode}\n\
+             route any {} -> link p\nroute any {} -> interface vm\n",
+            mac(me),
+            ip(peer),
+            mac(peer),
+            mac(me)
+        );
+        net.add_host(&ip(me), &cfg).unwrap();
+    }
+    net.advance(1_000_000);
+    net.run(100);
+    net
+}
+
+fn sec(net: &Net, h: usize) -> &vnet_engine::secure::SecureStats {
+    &net.hosts[h].link("p").unwrap().secure.as_ref().unwrap().stats
+}
+
+fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
+    a.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[test]
+fn secured_links_deliver_only_what_the_peer_sealed() {
+    for mode in ["auth", "encrypt"] {
+        let mut net = secure_pair(mode, 120, 0);
+        net.start_capture();
+        // 3000 bytes over a 1500-byte underlay: two secured fragments.
+        let f = frame(0, Some(1), 7, 3000);
+        net.send(0, "vm", &f);
+        net.run(1000);
+        assert_eq!(frames(&net.take(1, "vm")), vec![f.as_slice()], "{mode}");
+        let wire = net.captured();
+        assert_eq!(wire.len(), 3, "{mode}");
+        let visible = wire.iter().any(|d| d.windows(32).any(|w| w == &f[100..132]));
+        assert_eq!(visible, mode == "auth", "{mode}: is the payload on the wire?");
+        // Every datagram again: replays.
+        for d in &wire {
+            net.inject(&ip(0), &ip(1), d.clone());
+        }
+        net.run(1000);
+        assert!(net.take(1, "vm").is_empty(), "{mode}: a replay was delivered");
+        assert_eq!(load(&sec(&net, 1).replays), 3, "{mode}");
+        // Every datagram with one byte changed: forgeries.
+        for d in &wire {
+            let mut t = d.clone();
+            let i = t.len() / 2;
+            t[i] ^= 1;
+            net.inject(&ip(0), &ip(1), t);
+        }
+        net.run(1000);
+        assert!(net.take(1, "vm").is_empty(), "{mode}: a tampered datagram was delivered");
+        assert_eq!(load(&sec(&net, 1).auth_failures), 3, "{mode}");
+        // A plain `vnet` datagram from the peer's address (a spoofer's).
+        let small = frame(0, Some(1), 8, 100);
+        let mut out = vec![0u8; 200];
+        let base = VnetRepr { flags: Flags(0), network: 0, frame_id: 1, frame_len: 0, offset: 0 };
+        let s = vnet_wire::frag::split(base, &small, 1472, &mut out).unwrap();
+        net.inject(&ip(0), &ip(1), out[..s.total].to_vec());
+        net.run(1000);
+        assert!(net.take(1, "vm").is_empty(), "{mode}: an unauthenticated datagram was delivered");
+        assert_eq!(load(&sec(&net, 1).unauthenticated), 1, "{mode}");
+        // The peer itself still gets through.
+        net.send(0, "vm", &f);
+        net.run(1000);
+        assert_eq!(net.take(1, "vm").len(), 1, "{mode}");
+    }
+}
+
+#[test]
+fn a_peer_with_another_key_gets_no_session_and_delivers_nothing() {
+    // Host 1 expects host 5's key from host 0's address.
+    let mut net = secure_pair("encrypt", 120, 5);
+    net.advance(3 * SEC);
+    net.run(1000);
+    net.send(0, "vm", &frame(0, Some(1), 1, 64));
+    net.send(1, "vm", &frame(1, Some(0), 2, 64));
+    net.run(1000);
+    assert!(net.take(1, "vm").is_empty() && net.take(0, "vm").is_empty());
+    assert!(load(&sec(&net, 0).bad_handshakes) + load(&sec(&net, 1).bad_handshakes) >= 1);
+    assert!(load(&sec(&net, 0).no_session) >= 1);
+    assert_eq!(load(&sec(&net, 0).sessions) + load(&sec(&net, 1).sessions), 0);
+}
+
+#[test]
+fn rekeying_under_steady_traffic_loses_nothing() {
+    let mut net = secure_pair("encrypt", 2, 0);
+    let (mut sent, mut got) = (0, 0);
+    // 20 s of a frame each way every 10 ms, with a rekey every 2 s.
+    for i in 0..2000u32 {
+        net.send(0, "vm", &frame(0, Some(1), i, 200));
+        net.send(1, "vm", &frame(1, Some(0), i, 200));
+        sent += 2;
+        net.advance(10_000_000);
+        got += net.take(1, "vm").len() + net.take(0, "vm").len();
+    }
+    assert_eq!(got, sent, "frames lost across rekeys");
+    let sessions = load(&sec(&net, 0).sessions) + load(&sec(&net, 1).sessions);
+    assert!(sessions >= 10, "{sessions} sessions in 20 s");
+    assert_eq!(load(&sec(&net, 0).auth_failures) + load(&sec(&net, 1).auth_failures), 0);
+    assert_eq!(load(&sec(&net, 0).no_session) + load(&sec(&net, 1).no_session), 0);
 }

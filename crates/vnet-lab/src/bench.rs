@@ -33,6 +33,10 @@ pub enum Wire {
     Tcp,
     /// `tcp ... tls`.
     Tls,
+    /// `udp ... format vnet` with `security auth`.
+    VnetAuth,
+    /// `udp ... format vnet` with `security encrypt`.
+    VnetEncrypt,
 }
 
 impl Wire {
@@ -43,6 +47,8 @@ impl Wire {
             Wire::Vxlan => "vxlan",
             Wire::Tcp => "tcp",
             Wire::Tls => "tls",
+            Wire::VnetAuth => "vnet-auth",
+            Wire::VnetEncrypt => "vnet-encrypt",
         }
     }
 
@@ -54,6 +60,8 @@ impl Wire {
             Wire::Vxlan => (Links::Vxlan, Format::Vnet),
             Wire::Tcp => (Links::Tcp, Format::Vnet),
             Wire::Tls => (Links::Tls, Format::Vnet),
+            Wire::VnetAuth => (Links::Auth, Format::Vnet),
+            Wire::VnetEncrypt => (Links::Encrypt, Format::Vnet),
         }
     }
 
@@ -64,7 +72,7 @@ impl Wire {
         match self {
             Wire::Raw => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
             Wire::Vxlan => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
-            Wire::Vnet | Wire::Tcp | Wire::Tls => 65_000,
+            Wire::Vnet | Wire::Tcp | Wire::Tls | Wire::VnetAuth | Wire::VnetEncrypt => 65_000,
         }
     }
 }
@@ -107,9 +115,12 @@ impl Case {
             Case::VnetUser(Wire::Vxlan),
             Case::VnetUser(Wire::Tcp),
             Case::VnetUser(Wire::Tls),
+            Case::VnetUser(Wire::VnetAuth),
+            Case::VnetUser(Wire::VnetEncrypt),
             Case::VnetUserPoll(Wire::Vnet),
             Case::VnetKernel(Wire::Vnet),
             Case::VnetKernel(Wire::Vxlan),
+            Case::VnetKernel(Wire::VnetEncrypt),
         ]
     }
 
@@ -131,7 +142,10 @@ impl Case {
             Case::VnetKernel(Wire::Vnet) => mtu - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32,
             // These stay on the user path (raw cannot mark unfinished
             // frames, a stream is vnetd's): the user path's MTU.
-            Case::VnetKernel(w @ (Wire::Raw | Wire::Tcp | Wire::Tls)) => w.user_mtu(mtu),
+            // Secured links too, until the kernel path has IPsec.
+            Case::VnetKernel(
+                w @ (Wire::Raw | Wire::Tcp | Wire::Tls | Wire::VnetAuth | Wire::VnetEncrypt),
+            ) => w.user_mtu(mtu),
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use super::*;
 use vnet_control::ast::{From, IfaceKind, LinkRef, Ref, Target};
-use vnet_control::{Command, Datapath, Located, Mode, State, TlsFiles};
+use vnet_control::{Command, Datapath, Located, Mode, Security, State, TlsFiles};
 use vnet_core::MacSpec;
 use vnet_wire::MacAddr;
 
@@ -88,7 +88,19 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
         } else {
             // A link to a Palacios host speaks its (raw) format.
             let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };
-            Transport::Udp { remote: SocketAddr::new(ip.into(), 9000), format: format.into(), network: 0 }
+            let key = other.key.as_ref().map(|(_, k)| *k);
+            let security = match (s.links, key) {
+                (Links::Auth, Some(k)) => Security::Auth(k),
+                (Links::Encrypt, Some(k)) => Security::Encrypt(k),
+                _ => Security::None,
+            };
+            let format = if security == Security::None { format } else { Format::Vnet };
+            Transport::Udp {
+                remote: SocketAddr::new(ip.into(), 9000),
+                format: format.into(),
+                network: 0,
+                security,
+            }
         };
         cmds.push(Command::Link { name: Some(format!("h{k}")), transport, mtu: s.underlay_mtu });
         cmds.push(route(bcast, to_link(format!("h{k}"))));
@@ -156,6 +168,7 @@ mod tests {
                     console: None,
                     vhost: None,
                 }],
+                key: None,
                 vnetd: None,
             })
             .collect()

@@ -101,6 +101,8 @@ pub struct Host {
     pub control: PathBuf,
     pub log: PathBuf,
     pub vms: Vec<Vm>,
+    /// Secured links: the host's key file and its public key.
+    pub key: Option<(PathBuf, vnet_control::PeerKey)>,
     vnetd: Option<Child>,
 }
 
@@ -212,6 +214,7 @@ impl Lab {
             .arg(&host.config)
             .arg("--control")
             .arg(format!("unix:{}", host.control.display()))
+            .args(host.key.iter().flat_map(|(f, _)| [std::ffi::OsStr::new("--key"), f.as_os_str()]))
             .args(&self.spec.vnetd_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(io("log"))?)

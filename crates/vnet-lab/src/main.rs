@@ -24,6 +24,10 @@ enum LinkKind {
     Vxlan,
     Tcp,
     Tls,
+    /// `udp` links with `security auth` (a key pair per host).
+    Auth,
+    /// `udp` links with `security encrypt`.
+    Encrypt,
 }
 
 /// What joins the lab's VMs (`vnet-lab up --overlay`).
@@ -183,6 +187,8 @@ fn main() -> ExitCode {
                     LinkKind::Vxlan => Links::Vxlan,
                     LinkKind::Tcp => Links::Tcp,
                     LinkKind::Tls => Links::Tls,
+                    LinkKind::Auth => Links::Auth,
+                    LinkKind::Encrypt => Links::Encrypt,
                 },
                 vteps,
                 lan_host,

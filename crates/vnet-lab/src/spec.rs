@@ -96,6 +96,11 @@ pub enum Links {
     /// `tcp ... tls` links, with a CA and a certificate per host made for
     /// the lab (`pki`).
     Tls,
+    /// `udp` links in the `vnet` format with `security auth`: a key pair
+    /// per host (`vnetd --key`), each link naming its peer's public key.
+    Auth,
+    /// The same with `security encrypt`.
+    Encrypt,
 }
 
 /// The VXLAN network identifier of the lab's VXLAN links and devices.

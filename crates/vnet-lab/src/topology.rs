@@ -33,6 +33,7 @@ impl Lab {
                 control: self.dir.join(format!("h{h}.sock")),
                 log: self.dir.join(format!("h{h}.log")),
                 vms: Vec::new(),
+                key: None,
                 vnetd: None,
             });
         }
@@ -197,6 +198,11 @@ impl Lab {
                 ca.host(&self.dir, &format!("h{h}"), host.underlay_ip)?;
             }
         }
+        if matches!(s.links, Links::Auth | Links::Encrypt) {
+            for (h, host) in hosts.iter_mut().enumerate() {
+                host.key = Some(write_key(&self.dir.join(format!("h{h}.key")))?);
+            }
+        }
         for h in (0..hosts.len()).filter(|&h| s.runs_vnetd(h)) {
             let text = config_for(&s, &hosts, h)?;
             std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
@@ -288,4 +294,23 @@ impl Lab {
         }
         Ok(())
     }
+}
+
+/// A new private key at `path` (mode 0600), and its public key.
+fn write_key(path: &std::path::Path) -> Result<(std::path::PathBuf, vnet_control::PeerKey)> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let private = vnetd::keys::genkey().map_err(Error::Other)?;
+    let public = vnetd::keys::pubkey(&private).map_err(Error::Other)?;
+    let public =
+        vnet_control::PeerKey::from_base64(&public).ok_or_else(|| Error::Other("a public key".into()))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("writing a key"))?;
+    writeln!(f, "{private}").map_err(io("writing a key"))?;
+    Ok((path.to_path_buf(), public))
 }

@@ -6,6 +6,52 @@
 //! or, without GSO, one `sendto` per segment.
 
 use crate::vnet::{VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+/// The frame ids one sender gives its frames: a counter put through a keyed
+/// permutation of the 32-bit numbers (a four-round Feistel network), so ids
+/// do not repeat within 2^32 frames, yet someone who does not see the
+/// traffic cannot guess the next one and aim fragments at it. (This keeps
+/// blind spoofers out of reassembly; against someone who sees the traffic,
+/// only an authenticated link helps.)
+#[derive(Debug)]
+pub struct FrameIds {
+    next: AtomicU32,
+    key: [u32; 4],
+}
+
+impl FrameIds {
+    /// Ids under `seed`, which must be secret and random (the caller reads it
+    /// from the system's random source).
+    pub fn new(seed: u64) -> Self {
+        let mut s = seed;
+        let mut key = [0u32; 4];
+        for k in key.iter_mut() {
+            // splitmix64: spreads the seed's bits over the round keys.
+            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            *k = (z ^ (z >> 31)) as u32;
+        }
+        FrameIds { next: AtomicU32::new(key[0] ^ key[3]), key }
+    }
+
+    /// The next id.
+    pub fn next(&self) -> u32 {
+        permute(self.next.fetch_add(1, Relaxed), &self.key)
+    }
+}
+
+/// A bijection of the 32-bit numbers under `key`.
+fn permute(x: u32, key: &[u32; 4]) -> u32 {
+    let (mut l, mut r) = ((x >> 16) as u16, x as u16);
+    for &k in key {
+        let f = ((u32::from(r) ^ k).wrapping_mul(0x9E37_79B1) ^ k.rotate_left(11)) >> 16;
+        (l, r) = (r, l ^ f as u16);
+    }
+    (u32::from(l) << 16) | u32::from(r)
+}
 
 /// Where the datagrams of one frame were written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +168,35 @@ mod tests {
         let s = split(base(), &[1u8; 60], 1472, &mut out).unwrap();
         assert_eq!(s, Segments { total: 80, segment: 80 });
         assert_eq!(s.ranges().count(), 1);
+    }
+
+    #[test]
+    fn frame_ids_are_distinct_and_not_guessable_from_the_last() {
+        let ids = FrameIds::new(0x1234_5678_9abc_def0);
+        let seen: Vec<u32> = (0..100_000).map(|_| ids.next()).collect();
+        let mut sorted = seen.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), seen.len(), "ids repeat");
+        // Not a counter: almost no id is its predecessor plus a constant step.
+        let step = seen[1].wrapping_sub(seen[0]);
+        let same_step = seen.windows(2).filter(|w| w[1].wrapping_sub(w[0]) == step).count();
+        assert!(same_step < 100, "{same_step} ids follow a fixed step");
+        assert!(seen.iter().filter(|&&id| id < 1000).count() < 10, "ids start near zero");
+        // Another key gives other ids.
+        let other = FrameIds::new(0x1234_5678_9abc_def1);
+        let same = (0..1000).filter(|&i| other.next() == seen[i]).count();
+        assert!(same < 5);
+    }
+
+    #[test]
+    fn the_permutation_is_a_bijection_on_a_slice() {
+        // A Feistel network is a bijection by construction; check a slice.
+        let key = [1, 2, 3, 4];
+        let mut out: Vec<u32> = (0..1u32 << 18).map(|x| permute(x, &key)).collect();
+        out.sort_unstable();
+        out.dedup();
+        assert_eq!(out.len(), 1 << 18);
     }
 
     #[test]

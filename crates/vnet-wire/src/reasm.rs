@@ -5,14 +5,21 @@
 //! the reassembler owns a fixed pool of `slots` buffers, each `max_frame`
 //! bytes, allocated once in [`Reassembler::new`]. A frame in progress takes a
 //! slot; it is freed when the frame completes, when it is older than the
-//! timeout, or when every slot is busy and a new frame arrives (the oldest
-//! is evicted). Memory is therefore `slots * max_frame` plus a few words per
-//! slot, whatever arrives.
+//! timeout, or when a new frame needs its slot. Memory is therefore
+//! `slots * max_frame` plus a few words per slot, whatever arrives.
+//!
+//! One sender (a link) holds at most `per_source` slots: its next new frame
+//! evicts its own oldest, so a flood on one link (or spoofed datagrams in
+//! its name) cannot take the slots of frames arriving on the others. When
+//! every slot is busy, the oldest frame of the sender holding the most
+//! slots makes room.
 //!
 //! Received ranges are kept as a short list of disjoint intervals. Duplicate
-//! and overlapping fragments are accepted (later bytes overwrite earlier
-//! ones); a frame whose fragments leave more than `MAX_GAPS` holes, or whose
-//! fragments disagree on the frame length, is dropped.
+//! and overlapping fragments are accepted only when the bytes they share
+//! with what was received agree: a fragment that would change received
+//! bytes drops the frame (`conflicting`), so nobody can splice bytes into a
+//! frame by resending a range. A frame whose fragments leave more than
+//! `MAX_GAPS` holes, or disagree on the frame length or flags, is dropped.
 //!
 //! Time is a caller-supplied monotonic count of nanoseconds.
 
@@ -30,11 +37,18 @@ pub struct Config {
     pub max_frame: usize,
     /// A frame not completed within this many nanoseconds is dropped.
     pub timeout_ns: u64,
+    /// Slots one sender may hold at once (at least 1, at most `slots`).
+    pub per_source: usize,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { slots: 64, max_frame: crate::vnet::MAX_FRAME_LEN as usize, timeout_ns: 1_000_000_000 }
+        Config {
+            slots: 64,
+            max_frame: crate::vnet::MAX_FRAME_LEN as usize,
+            timeout_ns: 1_000_000_000,
+            per_source: 32,
+        }
     }
 }
 
@@ -49,6 +63,15 @@ pub struct Stats {
     pub too_large: u64,
     pub inconsistent: u64,
     pub too_fragmented: u64,
+    /// Frames dropped because a fragment disagreed with bytes received before.
+    pub conflicting: u64,
+}
+
+impl Stats {
+    /// Frames (or lone fragments) refused for what they carried.
+    pub fn rejected(&self) -> u64 {
+        self.too_large + self.inconsistent + self.too_fragmented + self.conflicting
+    }
 }
 
 /// The result of one [`Reassembler::push`].
@@ -69,6 +92,7 @@ struct Slot {
     source: u64,
     frame_id: u32,
     frame_len: u32,
+    flags: u8,
     started_ns: u64,
     gaps: [(u32, u32); MAX_GAPS],
     n: usize,
@@ -116,6 +140,16 @@ impl Slot {
     fn complete(&self) -> bool {
         self.n == 1 && self.gaps[0] == (0, self.frame_len)
     }
+
+    /// Whether `payload`, placed at `start`, agrees with every byte already
+    /// received that it overlaps.
+    fn agrees(&self, start: u32, payload: &[u8]) -> bool {
+        let end = start as usize + payload.len();
+        self.gaps[..self.n].iter().all(|&(a, b)| {
+            let (lo, hi) = ((a as usize).max(start as usize), (b as usize).min(end));
+            lo >= hi || self.buf[lo..hi] == payload[lo - start as usize..hi - start as usize]
+        })
+    }
 }
 
 /// Reassembles fragmented `vnet` frames in a fixed pool of buffers.
@@ -135,6 +169,7 @@ impl Reassembler {
                 source: 0,
                 frame_id: 0,
                 frame_len: 0,
+                flags: 0,
                 started_ns: 0,
                 gaps: [(0, 0); MAX_GAPS],
                 n: 0,
@@ -168,6 +203,34 @@ impl Reassembler {
         }
     }
 
+    /// Slots held by `source`.
+    fn held_by(&self, source: u64) -> usize {
+        self.slots.iter().filter(|s| s.busy && s.source == source).count()
+    }
+
+    /// The oldest frame in progress of `source`.
+    fn oldest_of(&self, source: u64) -> Option<usize> {
+        let mine = self.slots.iter().enumerate().filter(|(_, s)| s.busy && s.source == source);
+        mine.min_by_key(|(_, s)| s.started_ns).map(|(i, _)| i)
+    }
+
+    /// The slot a new frame from `source` takes, evicting a frame if it must.
+    fn slot_for(&mut self, source: u64) -> usize {
+        let cap = self.cfg.per_source.clamp(1, self.slots.len());
+        let victim = if self.held_by(source) >= cap {
+            // The sender's share is used up: its own oldest frame goes.
+            self.oldest_of(source)
+        } else if let Some(i) = self.slots.iter().position(|s| !s.busy) {
+            return i;
+        } else {
+            // Every slot busy: the greediest sender's oldest frame goes.
+            let greediest = self.slots.iter().map(|s| s.source).max_by_key(|&src| self.held_by(src));
+            greediest.and_then(|src| self.oldest_of(src))
+        };
+        self.stats.evicted += 1;
+        victim.unwrap_or(0)
+    }
+
     /// Takes one fragment of frame `repr.frame_id` from `source` (any number
     /// that names the sender, such as a link id).
     pub fn push(&mut self, now_ns: u64, source: u64, repr: &VnetRepr, payload: &[u8]) -> Outcome<'_> {
@@ -179,44 +242,36 @@ impl Reassembler {
             return Outcome::Dropped;
         }
         self.expire(now_ns);
-        let idx =
-            match self.slots.iter().position(|s| s.busy && s.source == source && s.frame_id == repr.frame_id)
-            {
-                Some(i) => {
-                    if self.slots[i].frame_len != repr.frame_len {
-                        self.slots[i].busy = false;
-                        self.stats.inconsistent += 1;
-                        return Outcome::Dropped;
-                    }
-                    i
+        let found =
+            self.slots.iter().position(|s| s.busy && s.source == source && s.frame_id == repr.frame_id);
+        let idx = match found {
+            Some(i) => {
+                if self.slots[i].frame_len != repr.frame_len || self.slots[i].flags != repr.flags.0 {
+                    self.slots[i].busy = false;
+                    self.stats.inconsistent += 1;
+                    return Outcome::Dropped;
                 }
-                None => {
-                    let i = match self.slots.iter().position(|s| !s.busy) {
-                        Some(i) => i,
-                        None => {
-                            // Every slot busy: evict the oldest frame.
-                            let i = self
-                                .slots
-                                .iter()
-                                .enumerate()
-                                .min_by_key(|(_, s)| s.started_ns)
-                                .map(|(i, _)| i)
-                                .unwrap_or(0);
-                            self.stats.evicted += 1;
-                            i
-                        }
-                    };
-                    let s = &mut self.slots[i];
-                    s.busy = true;
-                    s.source = source;
-                    s.frame_id = repr.frame_id;
-                    s.frame_len = repr.frame_len;
-                    s.started_ns = now_ns;
-                    s.n = 0;
-                    i
-                }
-            };
+                i
+            }
+            None => {
+                let i = self.slot_for(source);
+                let s = &mut self.slots[i];
+                s.busy = true;
+                s.source = source;
+                s.frame_id = repr.frame_id;
+                s.frame_len = repr.frame_len;
+                s.flags = repr.flags.0;
+                s.started_ns = now_ns;
+                s.n = 0;
+                i
+            }
+        };
         let s = &mut self.slots[idx];
+        if !s.agrees(repr.offset, payload) {
+            s.busy = false;
+            self.stats.conflicting += 1;
+            return Outcome::Dropped;
+        }
         s.buf[repr.offset as usize..end].copy_from_slice(payload);
         if !s.add_range(repr.offset, end as u32) {
             s.busy = false;
@@ -247,7 +302,7 @@ mod tests {
     }
 
     fn small() -> Reassembler {
-        Reassembler::new(Config { slots: 4, max_frame: 70_000, timeout_ns: 1000 })
+        Reassembler::new(Config { slots: 4, max_frame: 70_000, timeout_ns: 1000, per_source: 4 })
     }
 
     /// Feeds pieces `(off, len)` of `f` and returns the completed frame.
@@ -343,6 +398,67 @@ mod tests {
     }
 
     #[test]
+    fn overlapping_fragment_that_changes_bytes_drops_the_frame() {
+        // A spoofer resends a range of someone's frame with other bytes: the
+        // frame is dropped, never delivered with the spliced bytes.
+        let f = frame(3000);
+        let mut r = small();
+        assert_eq!(r.push(0, 1, &repr(7, 3000, 0), &f[..2000]), Outcome::Pending);
+        let mut forged = f[1000..3000].to_vec();
+        forged[500] ^= 0xff;
+        assert_eq!(r.push(0, 1, &repr(7, 3000, 1000), &forged), Outcome::Dropped);
+        assert_eq!(r.stats().conflicting, 1);
+        assert_eq!(r.in_progress(), 0);
+        // The same overlap with the same bytes is fine.
+        assert_eq!(feed(&mut r, 8, &f, &[(0, 2000), (1000, 2000)]), Some(f));
+    }
+
+    #[test]
+    fn fragments_disagreeing_on_flags_drop_the_frame() {
+        let f = frame(3000);
+        let mut r = small();
+        assert_eq!(r.push(0, 1, &repr(7, 3000, 0), &f[..1500]), Outcome::Pending);
+        let other = VnetRepr { flags: Flags(Flags::VNET_HDR), ..repr(7, 3000, 1500) };
+        assert_eq!(r.push(0, 1, &other, &f[1500..]), Outcome::Dropped);
+        assert_eq!(r.stats().inconsistent, 1);
+    }
+
+    #[test]
+    fn one_source_cannot_take_the_others_slots() {
+        // Source 1 floods partial frames; source 2's frame in progress
+        // survives and completes.
+        let mut r =
+            Reassembler::new(Config { slots: 8, max_frame: 70_000, timeout_ns: u64::MAX, per_source: 2 });
+        let g = frame(3000);
+        assert_eq!(r.push(0, 2, &repr(1, 3000, 0), &g[..1500]), Outcome::Pending);
+        let f = frame(65_000);
+        for id in 0..10_000u32 {
+            r.push(u64::from(id) + 1, 1, &repr(id, 65_000, 0), &f[..1400]);
+        }
+        assert!(r.held_by(1) <= 2);
+        assert!(
+            matches!(r.push(20_000, 2, &repr(1, 3000, 1500), &g[1500..]), Outcome::Complete(b) if *b == g[..])
+        );
+    }
+
+    #[test]
+    fn full_pool_evicts_the_greediest_sender() {
+        let mut r =
+            Reassembler::new(Config { slots: 4, max_frame: 70_000, timeout_ns: u64::MAX, per_source: 3 });
+        let f = frame(3000);
+        // Source 2 starts first (oldest), source 1 takes the other three.
+        r.push(0, 2, &repr(1, 3000, 0), &f[..1000]);
+        for id in 0..3 {
+            r.push(1 + id, 1, &repr(id as u32, 3000, 0), &f[..1000]);
+        }
+        // A new sender arrives: source 1 (three slots) loses one, not source 2.
+        r.push(10, 3, &repr(1, 3000, 0), &f[..1000]);
+        assert_eq!(r.held_by(2), 1);
+        assert_eq!(r.held_by(1), 2);
+        assert_eq!(r.held_by(3), 1);
+    }
+
+    #[test]
     fn oversize_dropped() {
         let mut r = small();
         assert_eq!(r.push(0, 1, &repr(1, 80_000, 0), &[0; 10]), Outcome::Dropped);
@@ -364,7 +480,7 @@ mod tests {
                 s ^= s << 13; s ^= s >> 7; s ^= s << 17;
                 pieces.swap(i, (s % (i as u64 + 1)) as usize);
             }
-            let mut r = Reassembler::new(Config { slots: 2, max_frame: 20_000, timeout_ns: u64::MAX });
+            let mut r = Reassembler::new(Config { slots: 2, max_frame: 20_000, timeout_ns: u64::MAX, per_source: 2 });
             let mut completions = 0;
             for &(o, l) in &pieces {
                 if let Outcome::Complete(b) = r.push(0, 1, &repr(1, len as u32, o as u32), &f[o..o + l]) {

@@ -27,6 +27,24 @@ pub const GSO_TCPV6: u8 = 4;
 pub const GSO_UDP_L4: u8 = 5;
 pub const GSO_ECN: u8 = 0x80;
 
+/// Why a header cannot be handed to a device: what a TAP, a packet socket
+/// or a guest's driver would refuse, or misread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HdrError {
+    #[error("unknown flags {0:#x}")]
+    Flags(u8),
+    #[error("GSO type {0} is not one vnet offers (TCPv4, TCPv6, UDP L4)")]
+    GsoType(u8),
+    #[error("GSO without a segment size")]
+    NoSegmentSize,
+    #[error("ECN bit without GSO")]
+    EcnWithoutGso,
+    #[error("checksum at {start}+{offset} lies outside the {len}-byte frame")]
+    ChecksumOutside { start: u16, offset: u16, len: usize },
+    #[error("header length {hdr_len} is more than the {len}-byte frame")]
+    HeaderLength { hdr_len: u16, len: usize },
+}
+
 /// The parsed header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct VirtioNetHdr {
@@ -78,6 +96,34 @@ impl VirtioNetHdr {
     pub fn needs_finishing(&self) -> bool {
         self.is_gso() || self.flags & F_NEEDS_CSUM != 0
     }
+
+    /// Whether the header describes a `len`-byte Ethernet frame in a way
+    /// every port accepts: known flags, a GSO type vnet offers with a
+    /// segment size, a partial checksum whose field lies inside the frame
+    /// (after the Ethernet header). Headers come from guests and peers;
+    /// whatever fails here is dropped and counted, never given to a device.
+    pub fn validate(&self, len: usize) -> Result<(), HdrError> {
+        if self.flags & !(F_NEEDS_CSUM | F_DATA_VALID) != 0 {
+            return Err(HdrError::Flags(self.flags));
+        }
+        match self.gso_type & !GSO_ECN {
+            GSO_NONE if self.gso_type & GSO_ECN != 0 => return Err(HdrError::EcnWithoutGso),
+            GSO_NONE => {}
+            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 if self.gso_size == 0 => return Err(HdrError::NoSegmentSize),
+            GSO_TCPV4 | GSO_TCPV6 | GSO_UDP_L4 => {}
+            t => return Err(HdrError::GsoType(t)),
+        }
+        if self.flags & F_NEEDS_CSUM != 0 {
+            let (start, offset) = (self.csum_start, self.csum_offset);
+            if (start as usize) < 14 || start as usize + offset as usize + 2 > len {
+                return Err(HdrError::ChecksumOutside { start, offset, len });
+            }
+        }
+        if self.hdr_len as usize > len {
+            return Err(HdrError::HeaderLength { hdr_len: self.hdr_len, len });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -103,5 +149,39 @@ mod tests {
         assert!(h.is_gso() && h.needs_finishing());
         assert!(!VirtioNetHdr::NONE.needs_finishing());
         assert!(VirtioNetHdr::parse(&b[..9]).is_none());
+    }
+
+    #[test]
+    fn validate_refuses_what_a_device_would_misread() {
+        let tso = VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 66,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        assert_eq!(tso.validate(3000), Ok(()));
+        assert_eq!(VirtioNetHdr::NONE.validate(60), Ok(()));
+        assert_eq!(VirtioNetHdr { gso_type: GSO_TCPV6 | GSO_ECN, ..tso }.validate(3000), Ok(()));
+        let bad = [
+            (VirtioNetHdr { gso_size: 0, ..tso }, HdrError::NoSegmentSize),
+            (VirtioNetHdr { gso_type: 7, ..tso }, HdrError::GsoType(7)),
+            (VirtioNetHdr { gso_type: GSO_UDP, ..tso }, HdrError::GsoType(GSO_UDP)),
+            (VirtioNetHdr { flags: 0x41, ..tso }, HdrError::Flags(0x41)),
+            (VirtioNetHdr { gso_type: GSO_ECN, ..VirtioNetHdr::NONE }, HdrError::EcnWithoutGso),
+            (
+                VirtioNetHdr { csum_start: 2990, ..tso },
+                HdrError::ChecksumOutside { start: 2990, offset: 16, len: 3000 },
+            ),
+            (
+                VirtioNetHdr { csum_start: 4, ..tso },
+                HdrError::ChecksumOutside { start: 4, offset: 16, len: 3000 },
+            ),
+            (VirtioNetHdr { hdr_len: 4000, ..tso }, HdrError::HeaderLength { hdr_len: 4000, len: 3000 }),
+        ];
+        for (h, e) in bad {
+            assert_eq!(h.validate(3000), Err(e), "{h:?}");
+        }
     }
 }

@@ -5,6 +5,8 @@
 //! vnetctl --json show stats
 //! vnetctl route any 52:54:00:00:00:02 to link hostb   # `to` = `->`
 //! vnetctl apply changes.conf     # a file, applied atomically
+//! vnetctl genkey > host.key      # a private key (chmod 600), for vnetd --key
+//! vnetctl pubkey < host.key      # its public key, for the peers' `peer-key`
 //! # relocate a VM: the new host attaches it, every host reroutes its MAC,
 //! # the old host drops its interface, the new host announces the MAC
 //! vnetctl move 52:54:00:00:00:02 to unix:/run/c.sock hosts unix:/run/a.sock,unix:/run/b.sock \
@@ -22,6 +24,10 @@ struct Args {
     /// Control endpoint: unix:PATH or tcp:ADDR:PORT.
     #[arg(long, default_value = DEFAULT_ENDPOINT, env = "VNETCTL_CONTROL")]
     control: Endpoint,
+    /// For a `tls:ADDR:PORT` endpoint: the certificate, key and CA to
+    /// present and check with (PEM files).
+    #[arg(long, value_delimiter = ',', num_args = 3, value_names = ["CERT", "KEY", "CA"], env = "VNETCTL_TLS")]
+    tls: Vec<String>,
     /// Ask `show` for JSON.
     #[arg(long)]
     json: bool,
@@ -33,6 +39,27 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let [cert, key, ca] = args.tls.as_slice() {
+        let files = vnet_control::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
+        if let Err(e) = vnetd::client::set_tls(&files) {
+            eprintln!("vnetctl: --tls: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    // Keys are made here, without a vnetd: `vnetctl genkey > host.key`,
+    // `vnetctl pubkey < host.key`.
+    match args.words.first().map(String::as_str) {
+        Some("genkey") => return key_out(vnetd::keys::genkey()),
+        Some("pubkey") => {
+            let mut private = String::new();
+            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut private) {
+                eprintln!("vnetctl: pubkey: reading stdin: {e}");
+                return ExitCode::from(2);
+            }
+            return key_out(vnetd::keys::pubkey(&private));
+        }
+        _ => {}
+    }
     if args.words.first().is_some_and(|w| w == "move") {
         return match parse_move(&args.words[1..]).and_then(|m| vnetd::relocate::relocate(&m)) {
             Ok(report) => {
@@ -91,6 +118,19 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("vnetctl: {e}");
             ExitCode::from(3)
+        }
+    }
+}
+
+fn key_out(k: Result<String, String>) -> ExitCode {
+    match k {
+        Ok(k) => {
+            println!("{k}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vnetctl: {e}");
+            ExitCode::from(2)
         }
     }
 }

@@ -266,6 +266,10 @@ static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, stru
 
 	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0)
 		return NULL;
+	/* A VLAN tag the device took out of the frame (skb metadata) would
+	 * not survive the encapsulation: such frames are vnetd's. */
+	if (skb->vlan_present)
+		return NULL;
 	if (eth.h_dest[0] & 1 || !fast_proto(eth.h_proto))
 		return NULL;
 	k->port = skb->ifindex;
@@ -439,12 +443,23 @@ int vnet_from_wire(struct __sk_buff *skb)
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &h, sizeof(h)) < 0)
 		return TC_ACT_OK;
 	int vxlan = c->vxlan_port && h.udp.dest == c->vxlan_port;
-	if (h.ip.ihl != 5 || h.ip.protocol != IPPROTO_UDP || (h.udp.dest != c->port && !vxlan))
+	if (h.ip.version != 4 || h.ip.ihl != 5 || h.ip.protocol != IPPROTO_UDP ||
+	    (h.udp.dest != c->port && !vxlan))
 		return TC_ACT_OK;
 	/* IP fragments are the stack's to reassemble. */
 	if (h.ip.frag_off & bpf_htons(0x3fff))
 		return TC_ACT_OK;
 	count(S_WIRE_SEEN, 1);
+	/* Only what the stack would deliver to vnetd's socket as one datagram
+	 * of exactly this size: several datagrams merged by GRO are the
+	 * socket's to split, and a packet whose IP or UDP length is not its
+	 * size is the stack's to trim or drop (the user path then sees what
+	 * the socket gets, or nothing). */
+	if (skb->gso_size || skb->gso_segs > 1)
+		goto user;
+	if (bpf_ntohs(h.ip.tot_len) != skb->len - ETH_HLEN ||
+	    bpf_ntohs(h.udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr))
+		goto user;
 	__u32 saddr = h.ip.saddr;
 	__u32 *id;
 	if (vxlan) {
@@ -465,6 +480,10 @@ int vnet_from_wire(struct __sk_buff *skb)
 	__u32 lid = *id;
 	struct link_val *l = bpf_map_lookup_elem(&links, &lid);
 	if (!l || (l->format == FMT_VXLAN) != vxlan)
+		goto user;
+	/* To the address vnetd's link leaves from (it listens there), not any
+	 * address of the host's. */
+	if (h.ip.daddr != l->local_ip)
 		goto user;
 	__u32 vh = vxlan ? VXLAN_HDR_LEN : 0;
 	if (l->format == FMT_VNET) {

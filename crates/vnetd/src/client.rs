@@ -10,6 +10,18 @@ use std::time::Duration;
 trait Stream: io::Read + io::Write {}
 impl<T: io::Read + io::Write> Stream for T {}
 
+/// The client's TLS identity for `tls:` endpoints (set once, by
+/// [`set_tls`]).
+static TLS: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>> = std::sync::OnceLock::new();
+
+/// Loads the certificate, key and CA this process presents to and checks
+/// `tls:` control endpoints with.
+pub fn set_tls(files: &vnet_control::TlsFiles) -> Result<(), String> {
+    let t = crate::link::tcp::Tls::load(files)?;
+    let _ = TLS.set(t.client_config());
+    Ok(())
+}
+
 /// A connection to a vnetd control endpoint.
 pub struct Client {
     r: BufReader<Box<dyn Stream>>,
@@ -36,6 +48,16 @@ impl Client {
                 let s = TcpStream::connect(a)?;
                 s.set_read_timeout(timeout)?;
                 Box::new(s)
+            }
+            Endpoint::Tls(a) => {
+                let cfg = TLS.get().cloned().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::InvalidInput, "a tls: endpoint needs --tls CERT,KEY,CA")
+                })?;
+                let name = rustls::pki_types::ServerName::IpAddress(a.ip().into());
+                let conn = rustls::ClientConnection::new(cfg, name).map_err(io::Error::other)?;
+                let s = TcpStream::connect(a)?;
+                s.set_read_timeout(timeout)?;
+                Box::new(rustls::StreamOwned::new(conn, s))
             }
         };
         Ok(Client { r: BufReader::new(s) })

@@ -13,12 +13,24 @@
 //! fails to apply, none. `abort` drops the transaction.
 //!
 //! Everything a client can make the daemon hold is bounded: line length,
-//! lines per transaction, and concurrent connections.
+//! lines per transaction, transactions open at once, concurrent connections,
+//! and time: a connection idle for [`Limits::idle`] is closed, and a reply
+//! the client does not read within [`WRITE_TIMEOUT`] closes it too, so idle
+//! clients cannot lock others out for longer than the idle timeout.
+//!
+//! The endpoint is root's power over the host: a Unix socket of mode 0600,
+//! created only where nothing (or a stale socket) is, TCP on loopback, or
+//! TLS 1.3 where the client must present a certificate of the endpoint's CA
+//! (`tls:ADDR:PORT` with `vnetd --control-tls`). A plain TCP endpoint on
+//! any other address refuses to start: the line protocol has no
+//! authentication of its own.
 
 use crate::daemon::Daemon;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use vnet_control::{parse_line, Command, Located, Section};
 
@@ -28,19 +40,73 @@ pub const MAX_LINE: usize = 64 * 1024;
 pub const MAX_TXN_LINES: usize = 200_000;
 /// Most control connections served at once.
 pub const MAX_CONNECTIONS: usize = 64;
+/// Most transactions open at once over all connections (each holds a copy
+/// of the declared state until it commits or aborts).
+pub const MAX_OPEN_TXNS: usize = 8;
+/// A connection that sends nothing for this long is closed (by default).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A reply not taken by the client within this long closes the connection.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one endpoint's connections share: the idle timeout and the count
+/// of open transactions.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub idle: Duration,
+    open_txns: Arc<AtomicUsize>,
+}
+
+impl Limits {
+    pub fn new(idle: Duration) -> Self {
+        Limits { idle, open_txns: Arc::default() }
+    }
+
+    /// A slot for one more open transaction, if there is one.
+    fn txn_slot(&self) -> Option<TxnSlot> {
+        if self.open_txns.fetch_add(1, Relaxed) >= MAX_OPEN_TXNS {
+            self.open_txns.fetch_sub(1, Relaxed);
+            return None;
+        }
+        Some(TxnSlot(self.open_txns.clone()))
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::new(IDLE_TIMEOUT)
+    }
+}
+
+/// An open transaction's place in [`MAX_OPEN_TXNS`], given back on drop
+/// (commit, abort, or the connection closing).
+#[derive(Debug)]
+struct TxnSlot(Arc<AtomicUsize>);
+
+impl Drop for TxnSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
 
 /// Where the control endpoint listens (or a client connects).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     Unix(PathBuf),
+    /// Plain TCP: loopback only.
     Tcp(SocketAddr),
+    /// TLS 1.3 with client certificates (`vnetd --control-tls`): any address.
+    Tls(SocketAddr),
 }
 
 impl std::str::FromStr for Endpoint {
     type Err = String;
 
-    /// `unix:PATH`, `tcp:ADDR:PORT`, or `tcp:PORT` (on 127.0.0.1).
+    /// `unix:PATH`, `tcp:ADDR:PORT`, `tcp:PORT` (on 127.0.0.1), or
+    /// `tls:ADDR:PORT`.
     fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(a) = s.strip_prefix("tls:") {
+            return a.parse().map(Endpoint::Tls).map_err(|_| format!("expected tls:ADDR:PORT, found `{s}`"));
+        }
         if let Some(p) = s.strip_prefix("unix:") {
             if p.is_empty() {
                 return Err("expected a path after `unix:`".into());
@@ -56,7 +122,7 @@ impl std::str::FromStr for Endpoint {
                 .map(Endpoint::Tcp)
                 .map_err(|_| format!("expected tcp:ADDR:PORT or tcp:PORT, found `{s}`"));
         }
-        Err(format!("expected unix:PATH or tcp:ADDR:PORT, found `{s}`"))
+        Err(format!("expected unix:PATH, tcp:ADDR:PORT or tls:ADDR:PORT, found `{s}`"))
     }
 }
 
@@ -65,6 +131,7 @@ impl std::fmt::Display for Endpoint {
         match self {
             Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
             Endpoint::Tcp(a) => write!(f, "tcp:{a}"),
+            Endpoint::Tls(a) => write!(f, "tls:{a}"),
         }
     }
 }
@@ -76,10 +143,20 @@ pub const DEFAULT_ENDPOINT: &str = "unix:/run/vnetd.sock";
 struct Session {
     section: Section,
     txn: Option<Txn>,
+    limits: Limits,
+}
+
+impl Session {
+    fn new(limits: Limits) -> Self {
+        Session { section: Section::None, txn: None, limits }
+    }
 }
 
 struct Txn {
+    /// Lines received, saturating (past [`MAX_TXN_LINES`] nothing more is
+    /// kept, and `commit` fails).
     lines: u32,
+    _slot: TxnSlot,
     /// The state as the queued commands leave it, to check each line as it
     /// arrives; `commit` checks the whole again against the live state.
     preview: vnet_control::State,
@@ -92,8 +169,21 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
     let ok = || "end ok".to_string();
     let err = |e: &dyn std::fmt::Display| format!("end error {e}");
     if let Some(t) = s.txn.as_mut() {
-        t.lines += 1;
+        t.lines = t.lines.saturating_add(1);
         if t.lines as usize > MAX_TXN_LINES {
+            // Only `commit` and `abort` still mean something: the rest is
+            // refused, and so will the commit be.
+            let end = line.trim();
+            if end == "commit" || end == "abort" {
+                s.txn = None;
+                return match end {
+                    "commit" => (
+                        String::new(),
+                        format!("end error transaction longer than {MAX_TXN_LINES} lines: nothing applied"),
+                    ),
+                    _ => (String::new(), ok()),
+                };
+            }
             return (String::new(), format!("end error transaction longer than {MAX_TXN_LINES} lines"));
         }
         let parsed = parse_line(line, t.lines, &mut s.section);
@@ -144,15 +234,24 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
     match parse_line(line, 1, &mut s.section) {
         Ok(None) => (String::new(), ok()),
         Ok(Some(c)) => match c.item {
-            Command::Begin => {
-                s.txn = Some(Txn {
-                    lines: 0,
-                    preview: lock(daemon).state().clone(),
-                    cmds: Vec::new(),
-                    first_error: None,
-                });
-                (String::new(), ok())
-            }
+            Command::Begin => match s.limits.txn_slot() {
+                Some(slot) => {
+                    s.txn = Some(Txn {
+                        lines: 0,
+                        _slot: slot,
+                        preview: lock(daemon).state().clone(),
+                        cmds: Vec::new(),
+                        first_error: None,
+                    });
+                    (String::new(), ok())
+                }
+                None => (
+                    String::new(),
+                    format!(
+                        "end error {MAX_OPEN_TXNS} transactions are open already: try again when one ends"
+                    ),
+                ),
+            },
             Command::Commit | Command::Abort => (String::new(), "end error no transaction is open".into()),
             Command::Show { what, json } => (lock(daemon).show(what, json), ok()),
             Command::Announce(mac) => (lock(daemon).announce(mac), ok()),
@@ -171,17 +270,28 @@ fn lock(d: &Mutex<Daemon>) -> std::sync::MutexGuard<'_, Daemon> {
     d.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Serves one connection until it closes.
-pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(daemon: Arc<Mutex<Daemon>>, stream: S) {
+/// Serves one connection until it closes, goes idle, or stops reading.
+pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
+    daemon: Arc<Mutex<Daemon>>,
+    stream: S,
+    limits: Limits,
+) {
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
-    let mut s = Session { section: Section::None, txn: None };
+    let idle = limits.idle;
+    let mut s = Session::new(limits);
     let mut buf = Vec::with_capacity(256);
     loop {
         buf.clear();
-        let n = match (&mut r).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await {
-            Ok(n) => n,
-            Err(_) => return,
+        let mut limited = (&mut r).take(MAX_LINE as u64 + 1);
+        let n = match tokio::time::timeout(idle, limited.read_until(b'\n', &mut buf)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(_)) => return,
+            Err(_) => {
+                let bye = format!("end error idle for {} s: closing\n", idle.as_secs());
+                let _ = tokio::time::timeout(WRITE_TIMEOUT, w.write_all(bye.as_bytes())).await;
+                return;
+            }
         };
         if n == 0 {
             return;
@@ -204,7 +314,7 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(daemon: Arc<Mutex<Dae
             }
             Err(_) => "end error expected UTF-8 text\n".to_string(),
         };
-        if w.write_all(reply.as_bytes()).await.is_err() {
+        if !matches!(tokio::time::timeout(WRITE_TIMEOUT, w.write_all(reply.as_bytes())).await, Ok(Ok(()))) {
             return;
         }
     }
@@ -214,37 +324,49 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(daemon: Arc<Mutex<Dae
 pub async fn serve(
     ep: &Endpoint,
     daemon: Arc<Mutex<Daemon>>,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::pin!(shutdown);
     match ep {
         Endpoint::Unix(path) => {
-            if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
-                let _ = std::fs::remove_file(path); // stale socket of a dead vnetd
-            }
+            crate::paths::claim_socket_path(path)?;
             let l = tokio::net::UnixListener::bind(path)?;
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
             loop {
                 tokio::select! {
                     _ = &mut shutdown => break,
-                    a = l.accept() => if let Ok((c, _)) = a { spawn_conn(&slots, &daemon, c) },
+                    a = l.accept() => if let Ok((c, _)) = a { spawn_conn(&slots, &daemon, &limits, c) },
                 }
             }
             let _ = std::fs::remove_file(path);
         }
         Endpoint::Tcp(addr) => {
-            if !addr.ip().is_loopback() {
-                tracing::warn!(
-                    "control port on non-loopback address {addr}: anyone who reaches it controls vnetd"
-                );
-            }
+            check_tcp_endpoint(*addr)?;
             let l = tokio::net::TcpListener::bind(addr).await?;
             loop {
                 tokio::select! {
                     _ = &mut shutdown => break,
-                    a = l.accept() => if let Ok((c, _)) = a { spawn_conn(&slots, &daemon, c) },
+                    a = l.accept() => if let Ok((c, _)) = a { spawn_conn(&slots, &daemon, &limits, c) },
+                }
+            }
+        }
+        Endpoint::Tls(addr) => {
+            let Some(cfg) = tls else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a tls: control endpoint needs --control-tls CERT,KEY,CA",
+                ));
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+            let l = tokio::net::TcpListener::bind(addr).await?;
+            loop {
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    a = l.accept() => if let Ok((c, _)) = a { spawn_tls_conn(&slots, &daemon, &limits, &acceptor, c) },
                 }
             }
         }
@@ -252,26 +374,76 @@ pub async fn serve(
     Ok(())
 }
 
+/// Most time a TLS handshake may take before the connection is dropped.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A TLS connection: the handshake (within the connection's slot, so
+/// handshakes are bounded like connections), then the protocol. A client
+/// without a certificate of the CA gets nothing but the TLS alert.
+fn spawn_tls_conn(
+    slots: &Arc<tokio::sync::Semaphore>,
+    daemon: &Arc<Mutex<Daemon>>,
+    limits: &Limits,
+    acceptor: &tokio_rustls::TlsAcceptor,
+    c: tokio::net::TcpStream,
+) {
+    let Ok(permit) = slots.clone().try_acquire_owned() else { return };
+    let (d, limits, acceptor) = (daemon.clone(), limits.clone(), acceptor.clone());
+    tokio::spawn(async move {
+        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(c)).await {
+            Ok(Ok(s)) => serve_conn(d, s, limits).await,
+            Ok(Err(e)) => tracing::info!("control: TLS handshake refused: {e}"),
+            Err(_) => tracing::info!("control: TLS handshake timed out"),
+        }
+        drop(permit);
+    });
+}
+
+/// A TCP control endpoint is served on loopback only: whoever reaches it
+/// has root's power over the host, and the protocol has no authentication.
+pub fn check_tcp_endpoint(addr: SocketAddr) -> std::io::Result<()> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!(
+            "refusing a control endpoint on {addr}: off loopback anyone who reaches it would control vnetd \
+             (use unix:PATH, or tcp: on a loopback address reached through ssh)"
+        ),
+    ))
+}
+
 fn spawn_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     slots: &Arc<tokio::sync::Semaphore>,
     daemon: &Arc<Mutex<Daemon>>,
+    limits: &Limits,
     c: S,
 ) {
     match slots.clone().try_acquire_owned() {
         Ok(permit) => {
-            let d = daemon.clone();
+            let (d, limits) = (daemon.clone(), limits.clone());
             tokio::spawn(async move {
-                serve_conn(d, c).await;
+                serve_conn(d, c, limits).await;
                 drop(permit);
             });
         }
         Err(_) => {
             tokio::spawn(async move {
                 let mut c = c;
-                let _ = c.write_all(b"end error too many control connections\n").await;
+                let bye = c.write_all(b"end error too many control connections\n");
+                let _ = tokio::time::timeout(WRITE_TIMEOUT, bye).await;
             });
         }
     }
+}
+
+/// The metrics address: `PORT` (on 127.0.0.1) or `ADDR:PORT`.
+pub fn metrics_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| format!("expected PORT or ADDR:PORT, found `{s}`"))
 }
 
 /// Most bytes of an HTTP request the metrics endpoint reads.
@@ -311,8 +483,11 @@ pub async fn serve_metrics(addr: SocketAddr, daemon: Arc<Mutex<Daemon>>) -> std:
                 "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                 body.len()
             );
-            let _ = c.write_all(head.as_bytes()).await;
-            let _ = c.write_all(body.as_bytes()).await;
+            let reply = async {
+                c.write_all(head.as_bytes()).await?;
+                c.write_all(body.as_bytes()).await
+            };
+            let _ = tokio::time::timeout(WRITE_TIMEOUT, reply).await;
         });
     }
 }
@@ -322,7 +497,7 @@ mod tests {
     use super::*;
 
     fn session() -> Session {
-        Session { section: Section::None, txn: None }
+        Session::new(Limits::default())
     }
 
     #[test]
@@ -365,6 +540,229 @@ mod tests {
             assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
             server.abort();
         });
+    }
+
+    #[test]
+    fn tcp_control_only_on_loopback_and_metrics_on_loopback_by_default() {
+        assert!(check_tcp_endpoint("127.0.0.1:7000".parse().unwrap()).is_ok());
+        assert!(check_tcp_endpoint("[::1]:7000".parse().unwrap()).is_ok());
+        let e = check_tcp_endpoint("0.0.0.0:7000".parse().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+        assert!(check_tcp_endpoint("10.1.2.3:7000".parse().unwrap()).is_err());
+        assert_eq!(metrics_addr("9108"), Ok("127.0.0.1:9108".parse().unwrap()));
+        assert_eq!(metrics_addr("10.0.0.1:9108"), Ok("10.0.0.1:9108".parse().unwrap()));
+        assert!(metrics_addr("nine").is_err());
+    }
+
+    #[test]
+    fn open_transactions_are_bounded_and_their_line_count_saturates() {
+        let d = Mutex::new(Daemon::new());
+        let limits = Limits::default();
+        let mut open: Vec<Session> = (0..MAX_OPEN_TXNS).map(|_| Session::new(limits.clone())).collect();
+        for s in open.iter_mut() {
+            assert_eq!(handle_line(&d, s, "begin").1, "end ok");
+        }
+        let mut late = Session::new(limits.clone());
+        assert!(handle_line(&d, &mut late, "begin").1.contains("transactions are open already"));
+        // One ends (abort; a closed connection drops its session the same way): a slot frees.
+        assert_eq!(handle_line(&d, &mut open[0], "abort").1, "end ok");
+        drop(open.pop());
+        assert_eq!(handle_line(&d, &mut late, "begin").1, "end ok");
+        // A transaction at its line limit refuses more and fails its commit;
+        // the counter saturates instead of wrapping back to small numbers.
+        let t = late.txn.as_mut().unwrap();
+        t.lines = u32::MAX - 1;
+        for _ in 0..3 {
+            assert!(handle_line(&d, &mut late, "route any any -> link b").1.contains("longer than"));
+        }
+        assert_eq!(late.txn.as_ref().unwrap().lines, u32::MAX);
+        let e = handle_line(&d, &mut late, "commit").1;
+        assert!(e.contains("nothing applied"), "{e}");
+        assert!(late.txn.is_none());
+        assert!(lock(&d).state().routes.is_empty());
+    }
+
+    #[test]
+    fn idle_connections_are_closed_so_new_clients_get_in() {
+        // MAX_CONNECTIONS + 36 idle clients on a real socket with a short
+        // idle timeout: a new client is served within about that timeout.
+        let dir = std::env::temp_dir().join(format!("vnetd-ctl-idle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.sock");
+        let ep = Endpoint::Unix(path.clone());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let daemon = Arc::new(Mutex::new(Daemon::new()));
+        let idle = Duration::from_millis(700);
+        rt.block_on(async {
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let server = tokio::spawn(async move {
+                serve(&ep, daemon, Limits::new(idle), None, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let mut idle_clients = Vec::new();
+            for _ in 0..MAX_CONNECTIONS + 36 {
+                idle_clients.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+            }
+            let t0 = std::time::Instant::now();
+            let answered = loop {
+                let mut c = tokio::net::UnixStream::connect(&path).await.unwrap();
+                c.write_all(b"show routes\n").await.unwrap();
+                let mut r = String::new();
+                let _ = tokio::time::timeout(Duration::from_secs(3), c.read_to_string(&mut r)).await;
+                if r.contains("end ok") {
+                    break t0.elapsed();
+                }
+                assert!(t0.elapsed() < Duration::from_secs(10), "locked out: {r:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            };
+            assert!(answered < idle * 4, "served after {answered:?}");
+            // The idle ones were told why they were closed.
+            let mut r = String::new();
+            let _ = idle_clients[0].read_to_string(&mut r).await;
+            assert!(r.contains("idle"), "{r:?}");
+            let _ = stop_tx.send(());
+            server.await.unwrap().unwrap();
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn config_cannot_take_over_files_sockets_or_the_loopback_device() {
+        let dir = std::env::temp_dir().join(format!("vnetd-ctl-paths-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = Mutex::new(Daemon::new());
+        let mut s = session();
+        // A regular file named as a vhost-user socket: refused, untouched.
+        let file = dir.join("precious");
+        std::fs::write(&file, b"data").unwrap();
+        let e = handle_line(&d, &mut s, &format!("interface x vhost-user {}", file.display())).1;
+        assert!(e.starts_with("end error 1:") && e.contains("a regular file"), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"data");
+        // A socket someone serves (here: as vnetd's control endpoint would).
+        let sock = dir.join("control.sock");
+        let _live = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let e = handle_line(&d, &mut s, &format!("interface x vhost-user {}", sock.display())).1;
+        assert!(e.contains("in use"), "{e}");
+        assert!(std::os::unix::net::UnixStream::connect(&sock).is_ok(), "the listener lost its socket");
+        // The loopback device as a VM's netdev.
+        let e = handle_line(&d, &mut s, "interface y netdev lo").1;
+        assert!(e.contains("the loopback device"), "{e}");
+        assert!(lock(&d).state().interfaces.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A CA (its PEM and issuer) for the TLS tests.
+    fn make_ca(name: &str) -> (String, rcgen::Issuer<'static, rcgen::KeyPair>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.distinguished_name.push(rcgen::DnType::CommonName, name);
+        p.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::DigitalSignature];
+        let pem = p.self_signed(&key).unwrap().pem();
+        (pem, rcgen::Issuer::new(p, key))
+    }
+
+    /// Writes a certificate for 127.0.0.1 signed by `issuer`, its key, and
+    /// `trust` as the CA file; returns the files.
+    fn identity(
+        dir: &std::path::Path,
+        name: &str,
+        issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
+        trust: &str,
+    ) -> vnet_control::TlsFiles {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        p.extended_key_usages =
+            vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = p.signed_by(&key, issuer).unwrap();
+        let f = |ext: &str| dir.join(format!("{name}{ext}")).display().to_string();
+        let files = vnet_control::TlsFiles { cert: f(".pem"), key: f(".key"), ca: f("-ca.pem") };
+        std::fs::write(&files.cert, cert.pem()).unwrap();
+        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        std::fs::write(&files.ca, trust).unwrap();
+        files
+    }
+
+    #[test]
+    fn a_tls_endpoint_serves_only_clients_with_a_certificate_of_its_ca() {
+        use std::io::{Read, Write};
+        let dir = std::env::temp_dir().join(format!("vnetd-ctl-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ca_pem, ca) = make_ca("control CA");
+        let (_, other) = make_ca("stranger CA");
+        let server = crate::link::tcp::Tls::load(&identity(&dir, "server", &ca, &ca_pem)).unwrap();
+        let good = crate::link::tcp::Tls::load(&identity(&dir, "good", &ca, &ca_pem)).unwrap();
+        // Trusts the server, but its own certificate is another CA's.
+        let stranger = crate::link::tcp::Tls::load(&identity(&dir, "stranger", &other, &ca_pem)).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let ask = move |cfg: Option<Arc<rustls::ClientConfig>>| -> String {
+            let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+            tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut out = Vec::new();
+            match cfg {
+                Some(cfg) => {
+                    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+                    let conn = rustls::ClientConnection::new(cfg, name).unwrap();
+                    let mut s = rustls::StreamOwned::new(conn, tcp);
+                    if s.write_all(b"show routes\n").is_ok() {
+                        let mut buf = [0u8; 4096];
+                        while let Ok(n @ 1..) = s.read(&mut buf) {
+                            out.extend_from_slice(&buf[..n]);
+                            if out.ends_with(b"end ok\n") {
+                                break;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    let _ = tcp.write_all(b"show routes\n");
+                    let _ = tcp.read_to_end(&mut out);
+                }
+            }
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let daemon = Arc::new(Mutex::new(Daemon::new()));
+            let cfg = Some(server.server_config());
+            let server = tokio::spawn(async move {
+                let ep = Endpoint::Tls(addr);
+                serve(&ep, daemon, Limits::default(), cfg, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let (g, s) = (good.client_config(), stranger.client_config());
+            let (good, strange, plain) =
+                tokio::task::spawn_blocking(move || (ask(Some(g)), ask(Some(s)), ask(None))).await.unwrap();
+            assert!(good.ends_with("end ok\n"), "{good:?}");
+            assert!(!strange.contains("end"), "a client of another CA got: {strange:?}");
+            assert!(!plain.contains("end"), "a client without TLS got: {plain:?}");
+            let _ = stop_tx.send(());
+            server.await.unwrap().unwrap();
+        });
+        // Without its certificates, a tls: endpoint does not start.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let e = rt
+            .block_on(serve(
+                &Endpoint::Tls(addr),
+                Arc::new(Mutex::new(Daemon::new())),
+                Limits::default(),
+                None,
+                async {},
+            ))
+            .unwrap_err();
+        assert!(e.to_string().contains("--control-tls"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State, Transport};
 use vnet_core::stats::Snapshot;
 use vnet_core::{Counters, Port};
+use vnet_engine::secure::{Identity, Mode, Timers};
 use vnet_engine::{Link, Plane, Via};
 use vnet_wire::reasm;
 
@@ -90,12 +91,36 @@ pub struct Daemon {
     /// Interfaces the kernel path serves, and why others are on the user path.
     kernel_ifaces: BTreeMap<u32, KernelIface>,
     user_reasons: BTreeMap<u32, String>,
+    /// Links the kernel path leaves to the user path, and why (by name).
+    link_reasons: BTreeMap<String, String>,
+    /// This host's key pair (`--key`), for links with `security`.
+    identity: Option<Arc<Identity>>,
+    /// When secured links rekey.
+    timers: Timers,
 }
 
 impl Default for Daemon {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The devices `state`'s links use, with each link's name: a `direct`
+/// link's LAN device, and the device the route to an IPv4 peer leaves by.
+fn underlay_devs(state: &State) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for l in state.links.values() {
+        match (l.transport, l.remote()) {
+            (Transport::Direct { dev }, _) => out.push((dev.to_string(), l.name.clone())),
+            (_, Some(SocketAddr::V4(a))) => {
+                if let Some(d) = kernel::route_dev(*a.ip()) {
+                    out.push((d, l.name.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Where VXLAN datagrams are received: `listen vxlan`, or, when a VXLAN link
@@ -149,11 +174,29 @@ impl Daemon {
             kernel_off: None,
             kernel_ifaces: BTreeMap::new(),
             user_reasons: BTreeMap::new(),
+            link_reasons: BTreeMap::new(),
+            identity: None,
+            timers: Timers::default(),
         }
     }
 
     pub fn state(&self) -> &State {
         &self.state
+    }
+
+    /// What the control plane's timer task needs.
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Gives this host its key pair (before links with `security` are declared).
+    pub fn set_identity(&mut self, identity: Identity) {
+        self.identity = Some(Arc::new(identity));
+    }
+
+    /// Secured links declared from now on rekey every `rekey_after`.
+    pub fn set_rekey_after(&mut self, rekey_after: std::time::Duration) {
+        self.timers = Timers::with_rekey(rekey_after.as_nanos() as u64);
     }
 
     /// Applies `cmds` as one transaction: all of them, or none.
@@ -250,6 +293,15 @@ impl Daemon {
                     l.clone()
                 }
                 None => {
+                    let sec = vnet_engine::secure::for_link(d, self.identity.as_ref(), self.timers).map_err(
+                        |e| {
+                            Error::new(
+                                last_pos(|c| matches!(c, Command::Link { .. })),
+                                format!("a link vnetd can secure ({})", d.name),
+                                e,
+                            )
+                        },
+                    )?;
                     let o = link::open(d, &sockets, &self.shared).map_err(|e| {
                         Error::new(
                             last_pos(|c| matches!(c, Command::Link { .. })),
@@ -265,7 +317,7 @@ impl Daemon {
                         lan_readers.insert(d.id, r);
                         new_lan = true;
                     }
-                    Arc::new(Link::new(d.clone(), o.io))
+                    Arc::new(Link::new(d.clone(), o.io).secured(sec))
                 }
             };
             links.insert(d.id, l);
@@ -273,9 +325,21 @@ impl Daemon {
         // Acquire: new interfaces (vhost-user servers stop again if the
         // transaction fails after this).
         let mut opened = Opened(Vec::new());
+        let mut underlay: Option<Vec<(String, String)>> = None;
         for (id, def) in &next.interfaces {
             if self.ifaces.contains_key(id) {
                 continue;
+            }
+            if def.kind == IfaceKind::Netdev && def.netns.is_none() {
+                let under = underlay.get_or_insert_with(|| underlay_devs(&next));
+                let under = under.iter().map(|(d, l)| (d.as_str(), l.as_str()));
+                if let Some(why) = crate::paths::forbidden_netdev(&def.dev, under) {
+                    return Err(Error::new(
+                        decl_pos(&def.name),
+                        "a VM's device (not loopback, not a device a link uses)",
+                        format!("`{}`, {why}", def.dev),
+                    ));
+                }
             }
             let att = iface::open(def, &self.shared, &self.worker_cpus).map_err(|e| {
                 Error::new(
@@ -333,30 +397,51 @@ impl Daemon {
             links.values().cloned().collect(),
         );
         let plane = Arc::new(plane);
+        // The kernel path's maps first: a change reaches both paths, or, if
+        // the maps refuse it, neither (they are put back as the running
+        // plane has them, and the transaction fails).
+        let mut kernel_ifaces = self.kernel_ifaces.clone();
+        kernel_ifaces.retain(|id, _| next.interfaces.contains_key(id));
+        kernel_ifaces.extend(attached.iter().cloned());
+        if let Some(kp) = self.kernel.as_mut() {
+            let vxlan = sockets.vxlan.as_ref().map(|b| b.addr);
+            match kp.sync(&plane, &kernel_ifaces, next.listen, vxlan) {
+                Ok(skipped) => {
+                    for (link, reason) in &skipped {
+                        if self.link_reasons.get(link) != Some(reason) {
+                            tracing::info!(%link, %reason, "link left to the user path");
+                        }
+                    }
+                    self.link_reasons = skipped.into_iter().collect();
+                }
+                Err(e) => {
+                    let running = self.shared.plane.load_full();
+                    let vxlan = self.sockets.vxlan.as_ref().map(|b| b.addr);
+                    if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan) {
+                        tracing::error!("the kernel path's maps could not be put back: {back}");
+                    }
+                    for (_, k) in &attached {
+                        kp.detach_iface(&k.dev);
+                    }
+                    return Err(Error::new(
+                        last_pos(|_| true),
+                        "a change the kernel path's maps can hold",
+                        format!("error: {e} (nothing was changed)"),
+                    ));
+                }
+            }
+        }
         self.shared.plane.store(plane.clone());
-        self.kernel_ifaces.retain(|id, k| {
-            let keep = next.interfaces.contains_key(id);
-            if !keep {
+        for (id, k) in &self.kernel_ifaces {
+            if !kernel_ifaces.contains_key(id) {
                 if let Some(kp) = self.kernel.as_mut() {
                     kp.detach_iface(&k.dev);
                 }
             }
-            keep
-        });
-        self.user_reasons.retain(|id, _| next.interfaces.contains_key(id));
-        self.kernel_ifaces.extend(attached);
-        self.user_reasons.extend(reasons);
-        if let Some(kp) = self.kernel.as_mut() {
-            let vxlan = sockets.vxlan.as_ref().map(|b| b.addr);
-            match kp.sync(&plane, &self.kernel_ifaces, next.listen, vxlan) {
-                Ok(skipped) => {
-                    for (link, reason) in skipped {
-                        tracing::info!(%link, %reason, "link left to the user path");
-                    }
-                }
-                Err(e) => tracing::error!("the kernel path's maps could not be updated: {e}"),
-            }
         }
+        self.kernel_ifaces = kernel_ifaces;
+        self.user_reasons.retain(|id, _| next.interfaces.contains_key(id));
+        self.user_reasons.extend(reasons);
 
         // TCP links: the acceptor hands peers' connections to the new set;
         // the links replaced or removed stop.
@@ -670,6 +755,38 @@ impl Daemon {
                 if let Some(k) = &self.kernel {
                     add_kernel(&mut v, k.link_counters(d.id));
                 }
+                if let (Some(_), Value::Object(m)) = (&self.kernel, &mut v) {
+                    match self.link_reasons.get(&d.name) {
+                        Some(r) => {
+                            m.insert("datapath".into(), "user".into());
+                            m.insert("datapath_reason".into(), r.clone().into());
+                        }
+                        None => {
+                            m.insert("datapath".into(), "kernel".into());
+                        }
+                    }
+                }
+                if let (Some(sec), Value::Object(m)) = (&l.secure, &mut v) {
+                    let s = &sec.stats;
+                    m.insert(
+                        "security".into(),
+                        if sec.mode() == Mode::Auth { "auth" } else { "encrypt" }.into(),
+                    );
+                    m.insert("established".into(), sec.established().into());
+                    for (k, c) in [
+                        ("handshakes_sent", &s.handshakes_sent),
+                        ("handshakes_answered", &s.handshakes_answered),
+                        ("sessions", &s.sessions),
+                        ("auth_failures", &s.auth_failures),
+                        ("replays", &s.replays),
+                        ("bad_handshakes", &s.bad_handshakes),
+                        ("rate_limited", &s.rate_limited),
+                        ("unauthenticated", &s.unauthenticated),
+                        ("no_session", &s.no_session),
+                    ] {
+                        m.insert(k.into(), c.load(Relaxed).into());
+                    }
+                }
                 if let (Some(t), Value::Object(m)) = (self.tcp_links.get(&d.id), &mut v) {
                     let st = &t.status;
                     m.insert("state".into(), st.state().word().into());
@@ -783,6 +900,8 @@ impl Daemon {
             "sw_segmented": g.sw_segmented.load(Relaxed),
             "sw_checksummed": g.sw_checksummed.load(Relaxed),
             "offload_errors": g.offload_errors.load(Relaxed),
+            "bad_offload_hdr": g.bad_offload_hdr.load(Relaxed),
+            "spoofed_source_mac": g.spoofed_source_mac.load(Relaxed),
             "offload_refused": g.offload_refused.load(Relaxed),
             "gso_fallbacks": g.gso_fallbacks.load(Relaxed),
             "link_mode": self.state.listen_mode.word(),

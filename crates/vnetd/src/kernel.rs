@@ -25,7 +25,7 @@ use aya::Ebpf;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use vnet_control::{LinkDef, LinkFormat, Transport};
+use vnet_control::{LinkDef, LinkFormat, Security, Transport};
 use vnet_core::Port;
 use vnet_engine::Plane;
 use vnet_wire::MacAddr;
@@ -184,13 +184,17 @@ impl KernelPath {
             let mut m: BpfHashMap<&mut MapData, u32, LinkVal> = map(&mut self.ebpf, "links")?;
             for (id, (v, _)) in &link_vals {
                 m.insert(id, v, 0).map_err(|e| format!("links: {e}"))?;
+                self.links.insert(*id);
             }
         }
         {
             let mut m: BpfHashMap<&mut MapData, u32, u32> = map(&mut self.ebpf, "peers")?;
             let mut now = BTreeSet::new();
+            // Every entry written is remembered at once, so that a sync that
+            // fails halfway leaves nothing the next one does not remove.
             for (id, (v, _)) in link_vals.iter().filter(|(_, (v, _))| v.format != FMT_VXLAN) {
                 m.insert(v.remote_ip, id, 0).map_err(|e| format!("peers: {e}"))?;
+                self.peers.insert(v.remote_ip);
                 now.insert(v.remote_ip);
             }
             for gone in self.peers.difference(&now) {
@@ -204,6 +208,7 @@ impl KernelPath {
             for (id, (v, _)) in link_vals.iter().filter(|(_, (v, _))| v.format == FMT_VXLAN) {
                 let k = VxlanKey { addr: v.remote_ip, vni: v.network };
                 m.insert(k, id, 0).map_err(|e| format!("vxlan_peers: {e}"))?;
+                self.vxlan_peers.insert(k);
                 now.insert(k);
             }
             for gone in self.vxlan_peers.difference(&now) {
@@ -232,12 +237,11 @@ impl KernelPath {
         {
             let name = if next == 0 { "routes_0" } else { "routes_1" };
             let mut m: BpfHashMap<&mut MapData, RouteKey, RouteVal> = map(&mut self.ebpf, name)?;
-            let old = &self.tables[next as usize];
-            for k in old.iter().filter(|k| !decisions.contains_key(k)) {
-                let _ = m.remove(k);
-            }
+            let table = &mut self.tables[next as usize];
+            table.retain(|k| decisions.contains_key(k) || m.remove(k).is_err());
             for (k, v) in &decisions {
                 m.insert(k, v, 0).map_err(|e| format!("{name}: {e}"))?;
+                table.insert(*k);
             }
         }
         let port = listen.port().to_be();
@@ -344,6 +348,13 @@ pub fn decisions(
     let mut found = Vec::new();
     for &(port, key_port) in &ports {
         for &s in &macs {
+            // Port security: from an interface locked to a MAC, frames with
+            // another source are the user path's (which drops and counts them).
+            if let Port::Interface(i) = port {
+                if !plane.ifaces.get(&i).is_none_or(|f| f.may_send_from(s)) {
+                    continue;
+                }
+            }
             for &d in &macs {
                 if s == d {
                     continue;
@@ -396,7 +407,17 @@ fn map<'a, T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
 /// why the link stays on the user path.
 fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reason> {
     let (remote, format, network) = match def.transport {
-        Transport::Udp { remote, format: LinkFormat::Vnet, network } => (remote, FMT_VNET, network),
+        Transport::Udp { security: Security::Auth(_) | Security::Encrypt(_), .. } => {
+            // Kernel IPsec (xfrm) under the eBPF encapsulation is the way to
+            // keep such links in the kernel; until it is built they are the
+            // user path's, visibly (never sent unprotected).
+            return Err("a link with `security` is served by the user path, which authenticates and \
+                        encrypts its datagrams (the kernel path has no IPsec yet)"
+                .into());
+        }
+        Transport::Udp { remote, format: LinkFormat::Vnet, network, security: Security::None } => {
+            (remote, FMT_VNET, network)
+        }
         // A VTEP takes the frames as the VM made them too: the outer headers
         // go through tunnel GSO, and a receiving VTEP (or vnetd) finishes
         // checksums; the VM's MTU must fit the link (else: the user path).
@@ -512,6 +533,7 @@ mod tests {
                 remote: "10.77.0.2:9000".parse().unwrap(),
                 format: LinkFormat::Vnet,
                 network: 0,
+                security: Security::None,
             },
             mtu: 1500,
         };
@@ -536,6 +558,21 @@ mod tests {
         assert_eq!(get(PORT_LINK, b, a), None);
         assert_eq!(get(10, a, c), None);
         assert!(d.keys().all(|k| k.dst[0] & 1 == 0));
+        // Port security: with interface 0 locked to A, its frames from
+        // another source (B to C) are the user path's, which drops them.
+        assert_eq!(get(10, c, b), Some(RouteVal { action: ACT_IFACE_XMIT, target: 11 }));
+        let locked = Arc::new(Iface::new(0, "vm0", Some(a), Arc::new(Nowhere)).locked_to(Some(a)));
+        let plane = Plane::new(
+            RouteTable::new(2, plane.table.routes().to_vec()),
+            vec![locked, iface(1, c)],
+            plane.links.values().cloned().collect(),
+        );
+        let (d, _) = decisions(&plane, &ifaces, &[0].into());
+        assert_eq!(d.get(&RouteKey { port: 10, dst: c.0, src: b.0 }), None);
+        assert_eq!(
+            d.get(&RouteKey { port: 10, dst: c.0, src: a.0 }),
+            Some(&RouteVal { action: ACT_IFACE_XMIT, target: 11 })
+        );
         // A route change is a different answer.
         let none = decisions(&Plane::default(), &ifaces, &[0].into()).0;
         assert!(none.is_empty());

@@ -8,6 +8,8 @@
 //! - [`iface`]: interface kinds (`tap`, `netdev`, `vhost`), each a port.
 //! - [`link`]: link transports (`udp`) and the host's link sockets.
 //! - [`kernel`]: the eBPF fast path.
+//! - [`paths`]: which socket paths and devices config may claim.
+//! - [`keys`]: the host's key file (`--key`), `vnetctl genkey` and `pubkey`.
 //! - [`control`]: the control endpoint and its line protocol.
 //! - [`client`]: a blocking client of that protocol; [`relocate`]: `move`.
 //! - [`sys`]: the only module with `unsafe` (ioctls, `setns`, sockets).
@@ -18,7 +20,9 @@ pub mod daemon;
 pub mod dataplane;
 pub mod iface;
 pub mod kernel;
+pub mod keys;
 pub mod link;
+pub mod paths;
 pub mod relocate;
 pub mod shared;
 pub mod sys;

@@ -13,15 +13,29 @@ struct Args {
     /// Control endpoint: unix:PATH or tcp:ADDR:PORT (tcp:PORT is loopback).
     #[arg(long, default_value = control::DEFAULT_ENDPOINT)]
     control: Endpoint,
-    /// Serve Prometheus metrics (`GET /metrics`) on this address, e.g.
-    /// 127.0.0.1:9108.
-    #[arg(long)]
+    /// For a `tls:ADDR:PORT` control endpoint: this host's certificate, key
+    /// and the CA whose certificates clients must present (PEM files).
+    #[arg(long, value_delimiter = ',', num_args = 3, value_names = ["CERT", "KEY", "CA"])]
+    control_tls: Vec<String>,
+    /// Control endpoint: a connection idle this many seconds is closed.
+    #[arg(long, default_value_t = control::IDLE_TIMEOUT.as_secs(), value_name = "SECS")]
+    control_idle_timeout: u64,
+    /// Serve Prometheus metrics (`GET /metrics`) on PORT (of 127.0.0.1) or
+    /// ADDR:PORT, e.g. 9108 or 10.0.0.1:9108.
+    #[arg(long, value_parser = control::metrics_addr, value_name = "[ADDR:]PORT")]
     metrics: Option<std::net::SocketAddr>,
     /// Run the data-path workers on these CPUs: worker k (queue k of every
     /// interface; worker 0 also receives the links) on the k-th CPU of the
     /// list, wrapping around, e.g. `--worker-cpus 1` or `--worker-cpus 0,1`.
     #[arg(long, value_delimiter = ',')]
     worker_cpus: Vec<usize>,
+    /// This host's private key (`vnetctl genkey > FILE`, mode 0600), for
+    /// links with `peer-key` (authenticated or encrypted).
+    #[arg(long, value_name = "FILE")]
+    key: Option<std::path::PathBuf>,
+    /// Secured links start a new session after this many seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    rekey_after: u64,
     /// Log filter, e.g. info or vnetd=debug.
     #[arg(long, default_value = "info", env = "VNETD_LOG")]
     log: String,
@@ -33,7 +47,44 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .with_writer(std::io::stderr)
         .init();
+    if let Endpoint::Tcp(addr) = &args.control {
+        if let Err(e) = control::check_tcp_endpoint(*addr) {
+            eprintln!("vnetd: --control: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
+    let control_tls = match args.control_tls.as_slice() {
+        [] => None,
+        [cert, key, ca] => {
+            let files = vnet_control::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
+            match vnetd::link::tcp::Tls::load(&files) {
+                Ok(t) => Some(t.server_config()),
+                Err(e) => {
+                    eprintln!("vnetd: --control-tls: {e}");
+                    return std::process::ExitCode::from(2);
+                }
+            }
+        }
+        _ => {
+            eprintln!("vnetd: --control-tls takes CERT,KEY,CA");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if matches!(args.control, Endpoint::Tls(_)) && control_tls.is_none() {
+        eprintln!("vnetd: --control {}: a tls: endpoint needs --control-tls CERT,KEY,CA", args.control);
+        return std::process::ExitCode::from(2);
+    }
     let mut daemon = Daemon::new();
+    daemon.set_rekey_after(std::time::Duration::from_secs(args.rekey_after.max(1)));
+    if let Some(path) = &args.key {
+        match vnetd::keys::read_key_file(path) {
+            Ok(id) => daemon.set_identity(id),
+            Err(e) => {
+                eprintln!("vnetd: --key {e}");
+                return std::process::ExitCode::from(2);
+            }
+        }
+    }
     if !args.worker_cpus.is_empty() {
         let allowed = vnetd::sys::allowed_cpus().unwrap_or_default();
         if let Some(bad) = args.worker_cpus.iter().find(|c| !allowed.contains(c)) {
@@ -79,6 +130,15 @@ fn main() -> std::process::ExitCode {
                 _ = tokio::signal::ctrl_c() => {},
             }
         };
+        // The links' timers: handshakes and rekeys of secured links.
+        let shared = daemon.lock().unwrap_or_else(|p| p.into_inner()).shared();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_millis(100));
+            loop {
+                every.tick().await;
+                shared.tick();
+            }
+        });
         if let Some(addr) = args.metrics {
             let d = daemon.clone();
             tokio::spawn(async move {
@@ -88,7 +148,8 @@ fn main() -> std::process::ExitCode {
             });
         }
         tracing::info!(control = %args.control, "vnetd ready");
-        control::serve(&args.control, daemon.clone(), shutdown).await
+        let limits = control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)));
+        control::serve(&args.control, daemon.clone(), limits, control_tls, shutdown).await
     });
     daemon.lock().unwrap_or_else(|p| p.into_inner()).shutdown();
     match served {

@@ -31,4 +31,13 @@ impl Shared {
     pub fn forwarder(&self) -> Forwarder {
         Forwarder::new(self.global.clone())
     }
+
+    /// Runs the links' timers (secured links' handshakes and rekeys); the
+    /// daemon calls it a few times a second.
+    pub fn tick(&self) {
+        let now = self.now_ns();
+        for l in self.plane.load().links.values() {
+            l.tick(now);
+        }
+    }
 }

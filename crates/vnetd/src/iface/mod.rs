@@ -123,7 +123,7 @@ pub fn open(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io
             (Device::Vhost(v), def.mac)
         }
     };
-    let iface = Arc::new(Iface::new(def.id, def.name.clone(), mac, dev.port()));
+    let iface = Arc::new(Iface::new(def.id, def.name.clone(), mac, dev.port()).locked_to(def.mac));
     Ok(Attached { iface, def: def.clone(), dev, dispatch })
 }
 

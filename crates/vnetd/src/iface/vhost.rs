@@ -668,7 +668,8 @@ pub fn serve(
     dispatch: Arc<DispatchStats>,
 ) -> io::Result<Arc<VhostDev>> {
     let (pairs, mode) = (cfg.pairs.clamp(1, MAX_PAIRS), cfg.mode);
-    let mut listener = Listener::new(socket, true).map_err(|e| io::Error::other(format!("{e}")))?;
+    crate::paths::claim_socket_path(socket)?;
+    let mut listener = Listener::new(socket, false).map_err(|e| io::Error::other(format!("{e}")))?;
     let dev = Arc::new(VhostDev {
         socket: socket.to_path_buf(),
         pairs,

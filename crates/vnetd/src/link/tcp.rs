@@ -208,6 +208,16 @@ impl Tls {
             .map_err(|e| format!("{}: {e}", files.cert))?;
         Ok(Tls { client: Arc::new(client), server: Arc::new(server) })
     }
+
+    /// The server side (the peer's certificate must chain to the CA).
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.server.clone()
+    }
+
+    /// The client side (it presents the host's certificate).
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        self.client.clone()
+    }
 }
 
 /// One TCP link: its queue, status and threads.

@@ -1,0 +1,957 @@
+//! Authenticated and encrypted `vnet` links (`security auth|encrypt`).
+//!
+//! The construction is WireGuard's, from vetted parts, nothing invented:
+//!
+//! - Each host has a static X25519 key pair ([`Identity`]); a link names its
+//!   peer's public key. Sessions come from a Noise IK handshake
+//!   (`Noise_IK_25519_ChaChaPoly_BLAKE2s`, through the `snow` crate), whose
+//!   prologue binds the link's mode, so an `auth` end and an `encrypt` end
+//!   never agree on a session.
+//! - Data datagrams carry a receiver index and a 64-bit counter, the AEAD
+//!   nonce (ChaCha20-Poly1305 from `ring`, keyed by the handshake's split).
+//!   `encrypt` seals the `vnet` datagram with the header as associated data;
+//!   `auth` sends it in the clear and seals nothing but a tag over header and
+//!   payload (integrity at the price of one Poly1305 pass).
+//! - A counter is accepted once, within a 1984-message window (after the
+//!   tag verified, so forgeries cannot move the window).
+//! - The initiator rekeys after [`Timers::rekey_after_ns`] or
+//!   [`Timers::rekey_after_messages`]; the old session keeps receiving until
+//!   it expires, and a responder sends on a new session only once data
+//!   arrived on it, so a rekey stalls nothing. Sessions older than
+//!   [`Timers::reject_after_ns`] are gone.
+//! - An initiation carries a MAC (HMAC-SHA256 keyed by the responder's
+//!   public key) checked before any Diffie-Hellman, so junk costs one HMAC;
+//!   initiations answered per second are limited per link; an initiation
+//!   whose timestamp is not newer than the last one accepted is a replay.
+//!
+//! Nothing here allocates for a datagram: a failed datagram costs one AEAD
+//! check (or one HMAC) and a counter. Handshake state is one pending
+//! initiation and three sessions per link, whatever arrives.
+//!
+//! Wire layouts are in `docs/wire.md` ("Secured links"); the threat model
+//! in `docs/SECURITY.md`.
+
+use arc_swap::ArcSwapOption;
+use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use ring::hmac;
+use ring::rand::SecureRandom;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// The first byte of every secured datagram (a `vnet` v1 reader drops it).
+pub const VERSION: u8 = 2;
+const T_INIT: u8 = 1;
+const T_RESP: u8 = 2;
+const T_DATA: u8 = 4;
+/// version, type, mode, reserved, receiver index (LE), counter (LE).
+pub const DATA_HEADER: usize = 16;
+/// The AEAD tag.
+pub const TAG: usize = 16;
+/// Bytes a secured data datagram adds to the `vnet` datagram it carries.
+pub const OVERHEAD: usize = DATA_HEADER + TAG;
+const NOISE: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
+const MAC: usize = 32;
+/// Noise message 1 of IK with an 8-byte payload: e, s (sealed), payload (sealed).
+const INIT_NOISE: usize = 32 + 48 + 8 + 16;
+/// version, type, mode, reserved, sender index, Noise message, MAC.
+pub const INIT_LEN: usize = 8 + INIT_NOISE + MAC;
+/// Noise message 2 of IK with no payload: e, tag.
+const RESP_NOISE: usize = 32 + 16;
+/// version, type, mode, reserved, sender index, receiver index, Noise message, MAC.
+pub const RESP_LEN: usize = 12 + RESP_NOISE + MAC;
+/// Messages a session may seal or open at most (then it is dead).
+const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
+const WORDS: usize = 32;
+/// Counters this far below the highest seen are refused as too old.
+const WINDOW: u64 = ((WORDS - 1) * 64) as u64;
+
+/// What a link's datagrams get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A tag over the clear datagram.
+    Auth,
+    /// Sealed: encrypted and tagged.
+    Encrypt,
+}
+
+impl Mode {
+    fn byte(self) -> u8 {
+        match self {
+            Mode::Auth => 1,
+            Mode::Encrypt => 2,
+        }
+    }
+}
+
+/// When sessions are renewed and given up.
+#[derive(Debug, Clone, Copy)]
+pub struct Timers {
+    /// The initiator starts a new handshake after this long...
+    pub rekey_after_ns: u64,
+    /// ...or this many datagrams.
+    pub rekey_after_messages: u64,
+    /// A session is dropped after this long.
+    pub reject_after_ns: u64,
+    /// An unanswered initiation is sent again after this long.
+    pub retry_ns: u64,
+    /// Initiations answered per second per link (and the burst).
+    pub handshakes_per_sec: u32,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers::with_rekey(120_000_000_000)
+    }
+}
+
+impl Timers {
+    /// WireGuard's proportions around a rekey interval.
+    pub fn with_rekey(rekey_after_ns: u64) -> Self {
+        Timers {
+            rekey_after_ns,
+            rekey_after_messages: 1 << 60,
+            reject_after_ns: rekey_after_ns + rekey_after_ns / 2,
+            retry_ns: 1_000_000_000,
+            handshakes_per_sec: 20,
+        }
+    }
+}
+
+/// Why keys could not be made or read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyError {
+    Random,
+    Noise(String),
+}
+
+impl std::fmt::Display for KeyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyError::Random => f.write_str("the system's random source failed"),
+            KeyError::Noise(e) => write!(f, "Noise: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+/// A host's static key pair.
+pub struct Identity {
+    private: [u8; 32],
+    public: [u8; 32],
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity").field("public", &self.public).finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    /// The pair whose private half is `private` (the public half is derived).
+    pub fn from_private(private: [u8; 32]) -> Result<Identity, KeyError> {
+        use snow::resolvers::{CryptoResolver, DefaultResolver};
+        #[allow(unused_imports)]
+        use snow::types::Dh;
+        let mut dh = DefaultResolver
+            .resolve_dh(&snow::params::DHChoice::Curve25519)
+            .ok_or_else(|| KeyError::Noise("no X25519".into()))?;
+        dh.set(&private);
+        let mut public = [0u8; 32];
+        public.copy_from_slice(dh.pubkey());
+        Ok(Identity { private, public })
+    }
+
+    /// A new random pair.
+    pub fn generate() -> Result<Identity, KeyError> {
+        let mut private = [0u8; 32];
+        ring::rand::SystemRandom::new().fill(&mut private).map_err(|_| KeyError::Random)?;
+        Identity::from_private(private)
+    }
+
+    pub fn public(&self) -> [u8; 32] {
+        self.public
+    }
+
+    pub fn private(&self) -> [u8; 32] {
+        self.private
+    }
+}
+
+/// What a link's security did. Every datagram that does not end in a frame
+/// (or a handshake) is in one of these.
+#[derive(Debug, Default)]
+pub struct SecureStats {
+    pub handshakes_sent: AtomicU64,
+    pub handshakes_answered: AtomicU64,
+    pub sessions: AtomicU64,
+    /// Data datagrams whose tag did not verify, or for no session of ours.
+    pub auth_failures: AtomicU64,
+    /// Data datagrams (or initiations) seen before.
+    pub replays: AtomicU64,
+    /// Handshake messages that failed (MAC, Noise, wrong peer key, length).
+    pub bad_handshakes: AtomicU64,
+    /// Initiations not answered: over the per-link rate.
+    pub rate_limited: AtomicU64,
+    /// Datagrams without protection on a secured link.
+    pub unauthenticated: AtomicU64,
+    /// Frames not sent: no session yet.
+    pub no_session: AtomicU64,
+}
+
+/// The replay window: the highest counter seen and a ring of bitmaps.
+#[derive(Debug)]
+struct Replay {
+    any: bool,
+    top: u64,
+    bits: [u64; WORDS],
+}
+
+impl Replay {
+    fn new() -> Self {
+        Replay { any: false, top: 0, bits: [0; WORDS] }
+    }
+
+    /// Accepts counter `n` once; false for a repeat or one too old.
+    fn accept(&mut self, n: u64) -> bool {
+        if n >= REJECT_AFTER_MESSAGES || (self.any && n < self.top && self.top - n > WINDOW) {
+            return false;
+        }
+        let block = n >> 6;
+        if !self.any {
+            self.any = true;
+            self.top = n;
+        } else if n > self.top {
+            let top_block = self.top >> 6;
+            let clear = (block - top_block).min(WORDS as u64);
+            for i in 1..=clear {
+                self.bits[((top_block + i) % WORDS as u64) as usize] = 0;
+            }
+            self.top = n;
+        }
+        let w = &mut self.bits[(block % WORDS as u64) as usize];
+        let bit = 1u64 << (n & 63);
+        if *w & bit != 0 {
+            return false;
+        }
+        *w |= bit;
+        true
+    }
+}
+
+/// One set of session keys.
+pub struct Session {
+    /// Our index: the peer puts it in the datagrams it sends us.
+    local: u32,
+    /// The peer's index: we put it in ours.
+    remote: u32,
+    send: LessSafeKey,
+    recv: LessSafeKey,
+    sent: AtomicU64,
+    replay: Mutex<Replay>,
+    born_ns: u64,
+    initiator: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("local", &self.local).field("remote", &self.remote).finish()
+    }
+}
+
+fn nonce(counter: u64) -> Nonce {
+    let mut n = [0u8; 12];
+    n[4..].copy_from_slice(&counter.to_le_bytes());
+    Nonce::assume_unique_for_key(n)
+}
+
+fn aead_key(k: &[u8; 32]) -> Option<LessSafeKey> {
+    UnboundKey::new(&aead::CHACHA20_POLY1305, k).ok().map(LessSafeKey::new)
+}
+
+impl Session {
+    fn new(
+        local: u32,
+        remote: u32,
+        send: &[u8; 32],
+        recv: &[u8; 32],
+        now_ns: u64,
+        initiator: bool,
+    ) -> Option<Self> {
+        Some(Session {
+            local,
+            remote,
+            send: aead_key(send)?,
+            recv: aead_key(recv)?,
+            sent: AtomicU64::new(0),
+            replay: Mutex::new(Replay::new()),
+            born_ns: now_ns,
+            initiator,
+        })
+    }
+
+    /// Seals the datagram of `len` bytes at `buf[DATA_HEADER..]` in place,
+    /// writing the header before it and the tag after it. Returns the
+    /// secured datagram's length, or `None` when the session is used up or
+    /// `buf` too short.
+    pub fn seal(&self, mode: Mode, buf: &mut [u8], len: usize) -> Option<usize> {
+        let total = DATA_HEADER + len + TAG;
+        if buf.len() < total {
+            return None;
+        }
+        let ctr = self.sent.fetch_add(1, Relaxed);
+        if ctr >= REJECT_AFTER_MESSAGES {
+            return None;
+        }
+        buf[0] = VERSION;
+        buf[1] = T_DATA;
+        buf[2] = mode.byte();
+        buf[3] = 0;
+        buf[4..8].copy_from_slice(&self.remote.to_le_bytes());
+        buf[8..16].copy_from_slice(&ctr.to_le_bytes());
+        let tag = match mode {
+            Mode::Encrypt => {
+                let (hdr, rest) = buf.split_at_mut(DATA_HEADER);
+                self.send
+                    .seal_in_place_separate_tag(nonce(ctr), Aad::from(&hdr[..]), &mut rest[..len])
+                    .ok()?
+            }
+            Mode::Auth => {
+                let aad = &buf[..DATA_HEADER + len];
+                self.send.seal_in_place_separate_tag(nonce(ctr), Aad::from(aad), &mut []).ok()?
+            }
+        };
+        buf[DATA_HEADER + len..total].copy_from_slice(tag.as_ref());
+        Some(total)
+    }
+
+    /// Verifies (and for `encrypt` decrypts) a data datagram in place.
+    /// Returns the counter when it verified.
+    fn open(&self, mode: Mode, data: &mut [u8]) -> Option<u64> {
+        let len = data.len().checked_sub(OVERHEAD)?;
+        let ctr = u64::from_le_bytes(data[8..16].try_into().ok()?);
+        match mode {
+            Mode::Encrypt => {
+                let (hdr, rest) = data.split_at_mut(DATA_HEADER);
+                self.recv.open_in_place(nonce(ctr), Aad::from(&hdr[..]), rest).ok()?;
+            }
+            Mode::Auth => {
+                let mut tag = [0u8; TAG];
+                tag.copy_from_slice(&data[DATA_HEADER + len..]);
+                let aad = &data[..DATA_HEADER + len];
+                self.recv.open_in_place(nonce(ctr), Aad::from(aad), &mut tag).ok()?;
+            }
+        }
+        Some(ctr)
+    }
+
+    fn expired(&self, now_ns: u64, t: &Timers) -> bool {
+        now_ns.saturating_sub(self.born_ns) >= t.reject_after_ns
+    }
+}
+
+/// The security link `def` asks for, with `identity` as this host's key
+/// pair: `None` for an unsecured link, an error when a secured link needs
+/// a key this host does not have.
+pub fn for_link(
+    def: &vnet_control::LinkDef,
+    identity: Option<&Arc<Identity>>,
+    timers: Timers,
+) -> Result<Option<SecureLink>, String> {
+    use vnet_control::{Security, Transport};
+    let Transport::Udp { security, .. } = def.transport else { return Ok(None) };
+    let (mode, peer) = match security {
+        Security::None => return Ok(None),
+        Security::Auth(k) => (Mode::Auth, k),
+        Security::Encrypt(k) => (Mode::Encrypt, k),
+    };
+    let id =
+        identity.ok_or("this vnetd has no key pair: start it with `--key FILE` (see `vnetctl genkey`)")?;
+    Ok(Some(SecureLink::new(mode, id.clone(), peer.0, timers)))
+}
+
+/// What [`SecureLink::open`] made of a datagram.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Opened {
+    /// A verified `vnet` datagram at this range of the buffer (empty: a keepalive).
+    Data(core::ops::Range<usize>),
+    /// A handshake message to send back to the peer: `reply[..n]`.
+    Reply(usize),
+    /// Nothing to deliver or send (counted in the stats).
+    Nothing,
+}
+
+struct Pending {
+    hs: snow::HandshakeState,
+    local: u32,
+    sent_ns: u64,
+}
+
+#[derive(Default)]
+struct State {
+    current: Option<Arc<Session>>,
+    previous: Option<Arc<Session>>,
+    /// A responder's session until data arrives on it.
+    next: Option<Arc<Session>>,
+    pending: Option<Pending>,
+    /// The newest initiation timestamp accepted from the peer.
+    last_init: u64,
+    /// Token bucket of answered initiations: tokens (x 1e9) and when filled.
+    tokens: u64,
+    filled_ns: u64,
+}
+
+/// The security of one link.
+pub struct SecureLink {
+    mode: Mode,
+    identity: Arc<Identity>,
+    peer: [u8; 32],
+    /// MAC keys of initiations and responses to the peer, and to us.
+    mac_to_peer: hmac::Key,
+    mac_to_us: hmac::Key,
+    timers: Timers,
+    /// The session frames are sealed with.
+    tx: ArcSwapOption<Session>,
+    state: Mutex<State>,
+    /// A frame found no session: initiate at the next tick.
+    wanted: AtomicBool,
+    pub stats: SecureStats,
+}
+
+impl std::fmt::Debug for SecureLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecureLink").field("mode", &self.mode).finish_non_exhaustive()
+    }
+}
+
+fn mac_key(public: &[u8; 32]) -> hmac::Key {
+    let d = ring::digest::digest(&ring::digest::SHA256, &[b"vnet mac1 v2".as_slice(), &public[..]].concat());
+    hmac::Key::new(hmac::HMAC_SHA256, d.as_ref())
+}
+
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    // A failing random source leaves index 0: sessions still work (the
+    // index only picks among a link's few sessions).
+    let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    u32::from_le_bytes(b)
+}
+
+/// Wall-clock nanoseconds: an initiation's timestamp must grow across
+/// restarts of the initiator, as WireGuard's TAI64N does.
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn prologue(mode: Mode) -> [u8; 8] {
+    [b'v', b'n', b'e', b't', b' ', b'v', b'2', mode.byte()]
+}
+
+impl SecureLink {
+    pub fn new(mode: Mode, identity: Arc<Identity>, peer: [u8; 32], timers: Timers) -> Self {
+        SecureLink {
+            mode,
+            mac_to_peer: mac_key(&peer),
+            mac_to_us: mac_key(&identity.public),
+            identity,
+            peer,
+            timers,
+            tx: ArcSwapOption::empty(),
+            // The bucket starts full.
+            state: Mutex::new(State {
+                tokens: u64::from(timers.handshakes_per_sec.max(1)) * 1_000_000_000,
+                ..State::default()
+            }),
+            wanted: AtomicBool::new(false),
+            stats: SecureStats::default(),
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The session to seal with, if there is one (else the next tick
+    /// starts a handshake, and the caller drops the frame, counted).
+    pub fn sealer(&self) -> Option<Arc<Session>> {
+        let s = self.tx.load_full();
+        if s.is_none() {
+            self.stats.no_session.fetch_add(1, Relaxed);
+            self.wanted.store(true, Relaxed);
+        }
+        s
+    }
+
+    /// Whether a session is established.
+    pub fn established(&self) -> bool {
+        self.tx.load().is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Timers: drops expired sessions and, when a handshake is due (none
+    /// yet, rekey time or volume, a frame waiting) and none is in flight,
+    /// writes an initiation into `out` and returns its length.
+    pub fn tick(&self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
+        let t = self.timers;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        for s in [&mut st.current, &mut st.previous, &mut st.next] {
+            if s.as_ref().is_some_and(|s| s.expired(now_ns, &t)) {
+                *s = None;
+            }
+        }
+        if st.current.is_none() && self.tx.load().is_some() {
+            self.tx.store(None);
+        }
+        let due = match &st.current {
+            None => true,
+            Some(s) => {
+                let age = now_ns.saturating_sub(s.born_ns);
+                // The responder rekeys too, later, should the initiator not.
+                let after = if s.initiator { t.rekey_after_ns } else { t.rekey_after_ns + 5 * t.retry_ns };
+                age >= after || s.sent.load(Relaxed) >= t.rekey_after_messages
+            }
+        };
+        let wanted = self.wanted.swap(false, Relaxed);
+        let in_flight = st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < t.retry_ns);
+        if !(due || wanted && st.current.is_none()) || in_flight {
+            return None;
+        }
+        self.initiate(st, now_ns, out)
+    }
+
+    fn initiate(&self, st: &mut State, now_ns: u64, out: &mut [u8]) -> Option<usize> {
+        if out.len() < INIT_LEN {
+            return None;
+        }
+        let prologue = prologue(self.mode);
+        let mut hs = snow::Builder::new(NOISE.parse().ok()?)
+            .local_private_key(&self.identity.private)
+            .ok()?
+            .remote_public_key(&self.peer)
+            .ok()?
+            .prologue(&prologue)
+            .ok()?
+            .build_initiator()
+            .ok()?;
+        let local = random_u32();
+        out[..4].copy_from_slice(&[VERSION, T_INIT, self.mode.byte(), 0]);
+        out[4..8].copy_from_slice(&local.to_le_bytes());
+        let n = hs.write_message(&wall_ns().to_be_bytes(), &mut out[8..8 + INIT_NOISE]).ok()?;
+        if n != INIT_NOISE {
+            return None;
+        }
+        let mac = hmac::sign(&self.mac_to_peer, &out[..8 + INIT_NOISE]);
+        out[8 + INIT_NOISE..INIT_LEN].copy_from_slice(mac.as_ref());
+        st.pending = Some(Pending { hs, local, sent_ns: now_ns });
+        self.stats.handshakes_sent.fetch_add(1, Relaxed);
+        Some(INIT_LEN)
+    }
+
+    /// Takes a datagram from the peer's address: a data datagram is
+    /// verified in place, a handshake message answered into `reply`.
+    pub fn open(&self, now_ns: u64, data: &mut [u8], reply: &mut [u8]) -> Opened {
+        let s = &self.stats;
+        if data.len() < 8 || data[0] != VERSION {
+            s.unauthenticated.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        if data[2] != self.mode.byte() {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        match data[1] {
+            T_DATA => self.data(data),
+            T_INIT => self.answer(now_ns, data, reply),
+            T_RESP => self.complete(now_ns, data, reply),
+            _ => {
+                s.unauthenticated.fetch_add(1, Relaxed);
+                Opened::Nothing
+            }
+        }
+    }
+
+    fn data(&self, data: &mut [u8]) -> Opened {
+        let s = &self.stats;
+        if data.len() < OVERHEAD {
+            s.auth_failures.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        let index = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+        let (session, is_next) = {
+            let st = self.lock();
+            let find = |o: &Option<Arc<Session>>| o.as_ref().filter(|x| x.local == index).cloned();
+            match find(&st.current).or_else(|| find(&st.previous)) {
+                Some(x) => (x, false),
+                None => match find(&st.next) {
+                    Some(x) => (x, true),
+                    None => {
+                        s.auth_failures.fetch_add(1, Relaxed);
+                        return Opened::Nothing;
+                    }
+                },
+            }
+        };
+        let Some(ctr) = session.open(self.mode, data) else {
+            s.auth_failures.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        };
+        if !session.replay.lock().unwrap_or_else(|p| p.into_inner()).accept(ctr) {
+            s.replays.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        if is_next {
+            // The initiator uses it: so may we.
+            let mut st = self.lock();
+            if st.next.as_ref().is_some_and(|n| Arc::ptr_eq(n, &session)) {
+                st.next = None;
+                st.previous = st.current.replace(session.clone());
+                self.tx.store(Some(session));
+            }
+        }
+        Opened::Data(DATA_HEADER..data.len() - TAG)
+    }
+
+    /// Verifies a handshake message's MAC (the last [`MAC`] bytes).
+    fn mac_ok(&self, msg: &[u8]) -> bool {
+        let (body, mac) = msg.split_at(msg.len() - MAC);
+        hmac::verify(&self.mac_to_us, body, mac).is_ok()
+    }
+
+    /// The responder: an initiation from the peer.
+    fn answer(&self, now_ns: u64, data: &[u8], reply: &mut [u8]) -> Opened {
+        let s = &self.stats;
+        if data.len() != INIT_LEN || !self.mac_ok(data) || reply.len() < RESP_LEN {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        let mut st = self.lock();
+        // Both ends initiated at once (both started, or both rekey): the
+        // one with the larger public key keeps its own handshake and lets
+        // this one go; the other answers and abandons its own. One session.
+        let crossed =
+            st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < self.timers.retry_ns);
+        if crossed {
+            if self.identity.public > self.peer {
+                return Opened::Nothing;
+            }
+            st.pending = None;
+        }
+        // The rate limit: a token per answered initiation.
+        let per_sec = u64::from(self.timers.handshakes_per_sec.max(1));
+        let cap = per_sec * 1_000_000_000;
+        let refill = now_ns.saturating_sub(st.filled_ns).saturating_mul(per_sec);
+        st.tokens = st.tokens.saturating_add(refill).min(cap);
+        st.filled_ns = now_ns;
+        if st.tokens < 1_000_000_000 {
+            s.rate_limited.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        st.tokens -= 1_000_000_000;
+        let Some(mut hs) = self.responder() else {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        };
+        let mut payload = [0u8; 32];
+        let ok = hs.read_message(&data[8..8 + INIT_NOISE], &mut payload).ok() == Some(8)
+            && hs.get_remote_static() == Some(&self.peer[..]);
+        if !ok {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        let ts = u64::from_be_bytes(payload[..8].try_into().unwrap_or_default());
+        if ts <= st.last_init {
+            s.replays.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        let theirs = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+        let local = random_u32();
+        reply[..4].copy_from_slice(&[VERSION, T_RESP, self.mode.byte(), 0]);
+        reply[4..8].copy_from_slice(&local.to_le_bytes());
+        reply[8..12].copy_from_slice(&theirs.to_le_bytes());
+        if hs.write_message(&[], &mut reply[12..12 + RESP_NOISE]).ok() != Some(RESP_NOISE) {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        let mac = hmac::sign(&self.mac_to_peer, &reply[..12 + RESP_NOISE]);
+        reply[12 + RESP_NOISE..RESP_LEN].copy_from_slice(mac.as_ref());
+        // Initiator to responder first.
+        let (i2r, r2i) = hs.dangerously_get_raw_split();
+        let Some(session) = Session::new(local, theirs, &r2i, &i2r, now_ns, false) else {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        };
+        st.last_init = ts;
+        let session = Arc::new(session);
+        if st.current.is_none() {
+            // Nothing to keep: usable at once.
+            st.current = Some(session.clone());
+            self.tx.store(Some(session));
+        } else {
+            st.next = Some(session);
+        }
+        s.handshakes_answered.fetch_add(1, Relaxed);
+        s.sessions.fetch_add(1, Relaxed);
+        Opened::Reply(RESP_LEN)
+    }
+
+    fn responder(&self) -> Option<snow::HandshakeState> {
+        let prologue = prologue(self.mode);
+        snow::Builder::new(NOISE.parse().ok()?)
+            .local_private_key(&self.identity.private)
+            .ok()?
+            .prologue(&prologue)
+            .ok()?
+            .build_responder()
+            .ok()
+    }
+
+    /// The initiator: the response to our initiation. Answers with a
+    /// keepalive on the new session, so the responder may use it too.
+    fn complete(&self, now_ns: u64, data: &[u8], reply: &mut [u8]) -> Opened {
+        let s = &self.stats;
+        if data.len() != RESP_LEN || !self.mac_ok(data) {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        let mut st = self.lock();
+        let ours = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+        if st.pending.as_ref().is_none_or(|p| p.local != ours) {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        let Some(mut p) = st.pending.take() else { return Opened::Nothing };
+        let mut payload = [0u8; 16];
+        if p.hs.read_message(&data[12..12 + RESP_NOISE], &mut payload).is_err() {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
+        let theirs = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+        let (i2r, r2i) = p.hs.dangerously_get_raw_split();
+        let Some(session) = Session::new(p.local, theirs, &i2r, &r2i, now_ns, true) else {
+            return Opened::Nothing;
+        };
+        let session = Arc::new(session);
+        st.previous = st.current.replace(session.clone());
+        self.tx.store(Some(session.clone()));
+        s.sessions.fetch_add(1, Relaxed);
+        drop(st);
+        match session.seal(self.mode, reply, 0) {
+            Some(n) => Opened::Reply(n),
+            None => Opened::Nothing,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn pair(mode: Mode) -> (SecureLink, SecureLink) {
+        let (a, b) = (Arc::new(Identity::generate().unwrap()), Arc::new(Identity::generate().unwrap()));
+        let la = SecureLink::new(mode, a.clone(), b.public(), Timers::with_rekey(10 * SEC));
+        let lb = SecureLink::new(mode, b, a.public(), Timers::with_rekey(10 * SEC));
+        (la, lb)
+    }
+
+    /// Runs a handshake from `a` to `b` at `now`.
+    fn handshake(a: &SecureLink, b: &SecureLink, now: u64) {
+        let mut init = [0u8; 256];
+        let n = a.tick(now, &mut init).expect("an initiation is due");
+        let mut resp = [0u8; 256];
+        let Opened::Reply(m) = b.open(now, &mut init[..n], &mut resp) else { panic!("not answered") };
+        let mut ka = [0u8; 256];
+        let Opened::Reply(k) = a.open(now, &mut resp[..m], &mut ka) else { panic!("not completed") };
+        let mut scratch = [0u8; 64];
+        assert_eq!(b.open(now, &mut ka[..k], &mut scratch), Opened::Data(DATA_HEADER..DATA_HEADER));
+    }
+
+    fn sealed(from: &SecureLink, msg: &[u8]) -> Vec<u8> {
+        let s = from.sealer().expect("a session");
+        let mut buf = vec![0u8; msg.len() + OVERHEAD];
+        buf[DATA_HEADER..DATA_HEADER + msg.len()].copy_from_slice(msg);
+        let n = s.seal(from.mode(), &mut buf, msg.len()).unwrap();
+        assert_eq!(n, buf.len());
+        buf
+    }
+
+    fn opened(to: &SecureLink, mut d: Vec<u8>) -> Option<Vec<u8>> {
+        let mut r = [0u8; 256];
+        match to.open(0, &mut d, &mut r) {
+            Opened::Data(range) => Some(d[range].to_vec()),
+            _ => None,
+        }
+    }
+
+    /// `docs/wire.md`, vector SEC1: test vector 1 (a whole 14-byte frame)
+    /// sealed with session key 32 x 0x01, receiver index 0x11223344, counter 0.
+    const SEC1: &str = "0204020044332211000000000000000000274dc5ee5216c505f96a89aea45b5ce98b6f0f22fb9233c579e9539e36f0259ccbc9b5e983c61d8a0a8235f729b7d6fd00";
+
+    #[test]
+    fn vector_sec1() {
+        let plain = [
+            1u8, 0, 0, 0x14, 0, 0, 0, 7, 1, 2, 3, 4, 0, 0, 0, 0x0e, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0xff, 0x52, 0x54, 0, 0, 0, 1, 0x88, 0xb5,
+        ];
+        let s = Session::new(7, 0x1122_3344, &[1; 32], &[2; 32], 0, true).unwrap();
+        let mut buf = vec![0u8; plain.len() + OVERHEAD];
+        buf[DATA_HEADER..DATA_HEADER + plain.len()].copy_from_slice(&plain);
+        let n = s.seal(Mode::Encrypt, &mut buf, plain.len()).unwrap();
+        let hex: String = buf[..n].iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, SEC1);
+        // The receiving end (keys the other way round) opens it.
+        let r = Session::new(0x1122_3344, 7, &[2; 32], &[1; 32], 0, false).unwrap();
+        assert_eq!(r.open(Mode::Encrypt, &mut buf[..n]), Some(0));
+        assert_eq!(&buf[DATA_HEADER..DATA_HEADER + plain.len()], &plain[..]);
+    }
+
+    #[test]
+    fn replay_window() {
+        let mut r = Replay::new();
+        assert!(r.accept(5));
+        assert!(!r.accept(5));
+        assert!(r.accept(3));
+        assert!(r.accept(5000));
+        assert!(!r.accept(5000 - WINDOW - 1), "too old");
+        assert!(r.accept(5000 - WINDOW + 1));
+        assert!(!r.accept(5000 - WINDOW + 1));
+        assert!(r.accept(4999));
+        assert!(!r.accept(REJECT_AFTER_MESSAGES));
+    }
+
+    #[test]
+    fn encrypted_datagrams_hide_the_payload_and_refuse_tampering_replay_and_strangers() {
+        let (a, b) = pair(Mode::Encrypt);
+        assert!(a.sealer().is_none());
+        handshake(&a, &b, 0);
+        let msg = b"the inner frame: secret bytes".to_vec();
+        let d = sealed(&a, &msg);
+        assert!(!d.windows(6).any(|w| w == b"secret"), "payload visible on the wire");
+        assert_eq!(opened(&b, d.clone()), Some(msg.clone()));
+        // The same datagram again: a replay.
+        assert_eq!(opened(&b, d.clone()), None);
+        assert_eq!(b.stats.replays.load(Relaxed), 1);
+        // One bit changed anywhere: refused.
+        for i in [4usize, 5, 9, 20, d.len() - 1] {
+            let mut t = sealed(&a, &msg);
+            t[i] ^= 0x20;
+            assert_eq!(opened(&b, t), None, "tampered byte {i}");
+        }
+        // From a stranger with its own keys (and session) to b: nothing.
+        let (x, y) = pair(Mode::Encrypt);
+        handshake(&x, &y, 0);
+        assert_eq!(opened(&b, sealed(&x, &msg)), None);
+        assert!(b.stats.auth_failures.load(Relaxed) >= 5);
+        // Plain `vnet` datagrams on a secured link.
+        assert_eq!(opened(&b, vec![1, 0, 0, 20, 0, 0, 0, 0]), None);
+        assert_eq!(b.stats.unauthenticated.load(Relaxed), 1);
+        // And the other way.
+        assert_eq!(opened(&a, sealed(&b, &msg)), Some(msg));
+    }
+
+    #[test]
+    fn auth_mode_sends_in_the_clear_but_refuses_any_change() {
+        let (a, b) = pair(Mode::Auth);
+        handshake(&a, &b, 0);
+        let msg = b"visible but signed".to_vec();
+        let d = sealed(&a, &msg);
+        assert!(d.windows(7).any(|w| w == b"visible"));
+        assert_eq!(opened(&b, d.clone()), Some(msg.clone()));
+        let mut t = sealed(&a, &msg);
+        t[DATA_HEADER + 2] ^= 1;
+        assert_eq!(opened(&b, t), None);
+    }
+
+    #[test]
+    fn a_peer_with_another_key_or_mode_gets_no_session() {
+        let (a, _) = pair(Mode::Encrypt);
+        let (_, b) = pair(Mode::Encrypt);
+        let mut init = [0u8; 256];
+        let n = a.tick(0, &mut init).unwrap();
+        let mut resp = [0u8; 256];
+        // b does not know a's key (and a's MAC names another responder).
+        assert_eq!(b.open(0, &mut init[..n], &mut resp), Opened::Nothing);
+        assert_eq!(b.stats.bad_handshakes.load(Relaxed), 1);
+        // Mode mismatch: an `auth` end never answers an `encrypt` one.
+        let id = Arc::new(Identity::generate().unwrap());
+        let peer = Arc::new(Identity::generate().unwrap());
+        let e = SecureLink::new(Mode::Encrypt, id.clone(), peer.public(), Timers::default());
+        let au = SecureLink::new(Mode::Auth, peer, id.public(), Timers::default());
+        let n = e.tick(0, &mut init).unwrap();
+        assert_eq!(au.open(0, &mut init[..n], &mut resp), Opened::Nothing);
+        assert!(!au.established());
+    }
+
+    #[test]
+    fn replayed_initiations_and_floods_are_cheap_and_bounded() {
+        let (a, b) = pair(Mode::Encrypt);
+        let mut init = [0u8; 256];
+        let n = a.tick(0, &mut init).unwrap();
+        let first = init;
+        let mut resp = [0u8; 256];
+        assert!(matches!(b.open(0, &mut init[..n], &mut resp), Opened::Reply(_)));
+        // The same initiation later: a replay, not a new session.
+        let mut again = first;
+        assert_eq!(b.open(SEC, &mut again[..n], &mut resp), Opened::Nothing);
+        assert_eq!(b.stats.replays.load(Relaxed), 1);
+        // Junk initiations: refused by their MAC before any Diffie-Hellman.
+        for i in 0..1000u32 {
+            let mut junk = [0u8; INIT_LEN];
+            junk[..4].copy_from_slice(&[VERSION, T_INIT, Mode::Encrypt.byte(), 0]);
+            junk[10..14].copy_from_slice(&i.to_le_bytes());
+            assert_eq!(b.open(2 * SEC, &mut junk, &mut resp), Opened::Nothing);
+        }
+        assert_eq!(b.stats.bad_handshakes.load(Relaxed), 1000);
+        // Valid initiations beyond the rate: not answered.
+        let mut answered = 0;
+        for _ in 0..100 {
+            let n = a.tick(100 * SEC, &mut init).or_else(|| {
+                a.lock().pending = None;
+                a.tick(100 * SEC, &mut init)
+            });
+            if let Some(n) = n {
+                if matches!(b.open(100 * SEC, &mut init[..n], &mut resp), Opened::Reply(_)) {
+                    answered += 1;
+                }
+            }
+        }
+        assert!(answered <= 20, "{answered} answered in one instant");
+        assert!(b.stats.rate_limited.load(Relaxed) >= 80);
+    }
+
+    #[test]
+    fn rekeying_keeps_every_datagram_flowing() {
+        let (a, b) = pair(Mode::Encrypt);
+        handshake(&a, &b, 0);
+        let msg = b"x".to_vec();
+        let mut now = 0;
+        let mut sessions = 1;
+        // 60 "seconds" of traffic both ways, a datagram every 100 ms; a
+        // rekey every 10 s; every datagram arrives.
+        while now < 60 * SEC {
+            now += SEC / 10;
+            let mut out = [0u8; 256];
+            if let Some(n) = a.tick(now, &mut out) {
+                let mut resp = [0u8; 256];
+                // Datagrams sealed before the response still open after it.
+                let in_flight = sealed(&b, &msg);
+                let Opened::Reply(m) = b.open(now, &mut out[..n], &mut resp) else { panic!() };
+                let mut ka = [0u8; 256];
+                let Opened::Reply(k) = a.open(now, &mut resp[..m], &mut ka) else { panic!() };
+                assert_eq!(opened(&a, in_flight), Some(msg.clone()));
+                assert_eq!(b.open(now, &mut ka[..k], &mut [0u8; 64]), Opened::Data(DATA_HEADER..DATA_HEADER));
+                sessions += 1;
+            }
+            let _ = b.tick(now, &mut [0u8; 256]);
+            assert_eq!(opened(&b, sealed(&a, &msg)), Some(msg.clone()), "a -> b at {now}");
+            assert_eq!(opened(&a, sealed(&b, &msg)), Some(msg.clone()), "b -> a at {now}");
+        }
+        assert!(sessions >= 6, "{sessions} sessions in 60 s");
+        assert_eq!(a.stats.auth_failures.load(Relaxed) + b.stats.auth_failures.load(Relaxed), 0);
+    }
+}

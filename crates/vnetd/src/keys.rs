@@ -1,0 +1,71 @@
+//! A host's key file: its X25519 private key in base64 (as `vnetctl genkey`
+//! writes it, and as WireGuard's `wg genkey` does), readable by its owner
+//! only.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use vnet_control::PeerKey;
+use vnet_engine::secure::Identity;
+
+/// Reads the key pair from `path`, refusing a file others may read.
+pub fn read_key_file(path: &Path) -> Result<Identity, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{shown}: mode {mode:04o} lets others read the private key; `chmod 600 {shown}` (or 400)"
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
+    parse_private(text.trim())
+        .ok_or_else(|| format!("{shown}:1:1: expected a private key (44 characters of base64)"))
+}
+
+/// A private key written as `vnetctl genkey` writes it.
+pub fn parse_private(s: &str) -> Option<Identity> {
+    let k = PeerKey::from_base64(s)?;
+    Identity::from_private(k.0).ok()
+}
+
+/// A new private key, in base64.
+pub fn genkey() -> Result<String, String> {
+    let id = Identity::generate().map_err(|e| e.to_string())?;
+    Ok(PeerKey(id.private()).to_string())
+}
+
+/// The public key of a base64 private key, in base64.
+pub fn pubkey(private: &str) -> Result<String, String> {
+    let id = parse_private(private.trim()).ok_or("expected a private key (44 characters of base64)")?;
+    Ok(PeerKey(id.public()).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_loose_files_are_refused() {
+        let private = genkey().unwrap();
+        assert_eq!(private.len(), 44);
+        let public = pubkey(&private).unwrap();
+        assert_ne!(public, private);
+        assert_eq!(pubkey(&format!("{private}\n")).unwrap(), public);
+        assert!(pubkey("not a key").is_err());
+        // A file of mode 0644 is refused, 0600 read.
+        let dir = std::env::temp_dir().join(format!("vnetd-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("host.key");
+        std::fs::write(&f, format!("{private}\n")).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = read_key_file(&f).unwrap_err();
+        assert!(e.contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let id = read_key_file(&f).unwrap();
+        assert_eq!(PeerKey(id.public()).to_string(), public);
+        std::fs::write(&f, "garbage\n").unwrap();
+        assert!(read_key_file(&f).unwrap_err().contains(":1:1: expected a private key"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
