@@ -414,6 +414,11 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     let kernel_bytes = g["kernel_encap_bytes"].as_u64().unwrap() as f64;
     let moved = gbps * 1e9 / 8.0 * 2.0;
     assert!(kernel_bytes > 0.8 * moved, "kernel moved {kernel_bytes} B of about {moved}: {g}");
+    // And the receiving host decapsulated it in the kernel too (tunnel-GSO
+    // super-frames included).
+    let g1 = json(&lab, 1, "stats")["global"].clone();
+    let decap_bytes = g1["kernel_decap_bytes"].as_u64().unwrap() as f64;
+    assert!(decap_bytes > 0.8 * moved, "host 1 decapsulated {decap_bytes} B of about {moved}: {g1}");
     // Route changes reach the kernel's maps at once.
     let v = json(&lab, 0, "routes");
     let id =
@@ -521,6 +526,68 @@ fn a_vm_sending_from_another_mac_is_dropped_and_counted() {
     assert!(spoofed() >= 3, "{}", json(&lab, 0, "stats")["global"]);
     set(&a.mac);
     assert_ping(&lab, &a, b.ip, 56);
+}
+
+/// Sends (argv[1] = send) VLAN-tagged frames (VLAN 77, an IPv4/UDP packet
+/// inside) from device argv[2] to MAC argv[3], or prints (argv[1] =
+/// catch) every frame device argv[2] receives for argv[3] seconds that
+/// carries the marker, with the VLAN tag it arrived with (inline, or as
+/// the kernel's auxiliary data).
+const VLAN: &str = r#"
+import socket, struct, sys, time
+mode, dev = sys.argv[1], sys.argv[2]
+if mode == 'send':
+    dst = bytes.fromhex(sys.argv[3].replace(':', '')); src = bytes.fromhex(sys.argv[4].replace(':', ''))
+    payload = b'vlan-marker-77'
+    udp = struct.pack('!HHHH', 5555, 7777, 8 + len(payload), 0) + payload
+    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, socket.inet_aton('192.168.77.1'), socket.inet_aton('192.168.77.2'))
+    f = dst + src + struct.pack('!HH', 0x8100, 77) + b'\x08\x00' + ip + udp
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind((dev, 0))
+    for _ in range(5):
+        s.send(f); time.sleep(0.1)
+else:
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); s.bind((dev, 0))
+    s.setsockopt(263, 8, 1)  # SOL_PACKET, PACKET_AUXDATA
+    s.settimeout(0.2); end = time.time() + float(sys.argv[3])
+    while time.time() < end:
+        try:
+            d, anc, _, _ = s.recvmsg(4096, 64)
+        except socket.timeout:
+            continue
+        if b'vlan-marker-77' not in d:
+            continue
+        tag = 'none'
+        if d[12:14] == b'\x81\x00':
+            tag = str(struct.unpack('!H', d[14:16])[0] & 0xfff)
+        for lvl, typ, data in anc:
+            if lvl == 263 and typ == 8 and len(data) >= 20:
+                status, tci = struct.unpack('I', data[:4])[0], struct.unpack('H', data[16:18])[0]
+                if status & 0x10:
+                    tag = str(tci & 0xfff)
+        print('tag=' + tag, flush=True)
+"#;
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn vlan_tagged_frames_keep_their_tag_on_either_path() {
+    // This kernel has no 802.1Q devices (CONFIG_VLAN_8021Q is off), so the
+    // VM sends tagged frames from a packet socket.
+    let mut lab = lab(Spec::default());
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let (script, out) = (lab.dir.join("vlan.py"), lab.dir.join("vlan.txt"));
+    std::fs::write(&script, VLAN).unwrap();
+    let catch = format!("python3 {} catch {} 4 > {}", script.display(), b.dev, out.display());
+    lab.spawn(&b.ns, &["sh", "-c", &catch]).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let sent =
+        lab.ns_exec(&a.ns, &["python3", script.to_str().unwrap(), "send", &a.dev, &b.mac, &a.mac]).unwrap();
+    assert!(sent.status.success(), "{sent:?}");
+    std::thread::sleep(Duration::from_secs(4));
+    let got = std::fs::read_to_string(&out).unwrap_or_default();
+    let tags: Vec<&str> = got.lines().collect();
+    assert!(tags.len() >= 4, "tagged frames lost: {got:?}");
+    assert!(tags.iter().all(|t| *t == "tag=77"), "the tag was lost or changed: {got:?}");
 }
 
 /// Sends again (from the namespace it runs in, raw IP) the UDP datagrams of

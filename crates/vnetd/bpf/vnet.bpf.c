@@ -451,14 +451,14 @@ int vnet_from_wire(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	count(S_WIRE_SEEN, 1);
 	/* Only what the stack would deliver to vnetd's socket as one datagram
-	 * of exactly this size: several datagrams merged by GRO are the
-	 * socket's to split, and a packet whose IP or UDP length is not its
+	 * of exactly this size: a packet whose IP or UDP length is not its
 	 * size is the stack's to trim or drop (the user path then sees what
-	 * the socket gets, or nothing). */
-	if (skb->gso_size || skb->gso_segs > 1)
-		goto user;
-	if (bpf_ntohs(h.ip.tot_len) != skb->len - ETH_HLEN ||
-	    bpf_ntohs(h.udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr))
+	 * the socket gets, or nothing). A GSO packet (a peer's tunnel-GSO
+	 * super-frame, whose outer lengths are rewritten per segment) is
+	 * checked below by its inner frame instead. */
+	int gso = skb->gso_size != 0;
+	if (!gso && (bpf_ntohs(h.ip.tot_len) != skb->len - ETH_HLEN ||
+		     bpf_ntohs(h.udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr)))
 		goto user;
 	__u32 saddr = h.ip.saddr;
 	__u32 *id;
@@ -503,6 +503,25 @@ int vnet_from_wire(struct __sk_buff *skb)
 		goto user;
 	if (inner.h_dest[0] & 1 || !fast_proto(inner.h_proto))
 		goto user;
+	if (gso) {
+		/* One inner frame must fill the packet: several datagrams that
+		 * GRO merged (the first's inner frame is shorter than the whole)
+		 * are the socket's to split. */
+		__u32 l3 = inner_off + ETH_HLEN, inner_len;
+		__u16 v;
+		if (inner.h_proto == bpf_htons(ETH_P_IP)) {
+			if (bpf_skb_load_bytes(skb, l3 + 2, &v, 2) < 0)
+				goto user;
+			inner_len = bpf_ntohs(v);
+		} else {
+			if (bpf_skb_load_bytes(skb, l3 + 4, &v, 2) < 0)
+				goto user;
+			inner_len = bpf_ntohs(v) + 40;
+		}
+		/* A 64 KB super-frame's IPv4 length may be 0 (or capped). */
+		if (inner_len != 0 && inner_len != 0xffff && inner_len != skb->len - l3)
+			goto user;
+	}
 	struct route_key k = {.port = PORT_LINK | lid};
 	__builtin_memcpy(k.dst, inner.h_dest, 6);
 	__builtin_memcpy(k.src, inner.h_source, 6);

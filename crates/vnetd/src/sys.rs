@@ -748,6 +748,10 @@ const PACKET_VERSION: libc::c_int = 10;
 const TPACKET_V2: libc::c_int = 1;
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
+/// The frame's VLAN tag is in `tp_vlan_tci` (the kernel took it out).
+const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
+/// `sockaddr_ll`, which the kernel writes after the (aligned) header.
+const SOCKADDR_LL_LEN: usize = 20;
 /// A ring block: the kernel allocates each as 2^n pages, so a power of two
 /// wastes nothing.
 const RING_BLOCK: usize = 256 << 10;
@@ -854,23 +858,55 @@ impl RxRing {
         // SAFETY: the kernel set TP_STATUS_USER (read with Acquire above):
         // it wrote the header and the frame and leaves the slot alone until
         // we hand it back. Read the header's plain fields.
-        let (mac, snaplen, len) = unsafe {
+        let (mac, snaplen, len, tci, tpid) = unsafe {
             (
                 std::ptr::addr_of!((*hdr).tp_mac).read() as usize,
                 std::ptr::addr_of!((*hdr).tp_snaplen).read() as usize,
                 std::ptr::addr_of!((*hdr).tp_len).read() as usize,
+                std::ptr::addr_of!((*hdr).tp_vlan_tci).read(),
+                std::ptr::addr_of!((*hdr).tp_vlan_tpid).read(),
             )
         };
         self.next = (self.next + 1) % self.frames;
         let start = mac.saturating_sub(self.vnet_hdr).max(std::mem::size_of::<Tpacket2Hdr>());
         let end = (mac + snaplen).min(RING_FRAME);
         let start = start.min(end);
+        // A VLAN tag the kernel took out of the frame goes back in (the
+        // VM sent it; a TAP's frames keep theirs): the offload header and
+        // the two MAC addresses move 4 bytes into the slack before them.
+        let vlan = status.load(std::sync::atomic::Ordering::Relaxed) & TP_STATUS_VLAN_VALID != 0;
+        let room = std::mem::size_of::<Tpacket2Hdr>().next_multiple_of(16) + SOCKADDR_LL_LEN + 4;
+        let tagged = vlan && start >= room && end - start >= self.vnet_hdr + 12;
+        let start = if tagged { start - 4 } else { start };
         // SAFETY: `slot + start .. slot + end` lies inside this slot (both
         // clamped to RING_FRAME), which the kernel has lent us (above); the
         // returned borrow of `self` keeps `take_frame` from lending it twice, and
         // `RingFrame`'s drop hands it back.
         let data = unsafe { std::slice::from_raw_parts_mut(self.base.add(slot + start), end - start) };
+        if tagged {
+            insert_vlan_tag(data, self.vnet_hdr, if tpid == 0 { 0x8100 } else { tpid }, tci);
+        }
         Some(RingFrame { status, data, truncated: snaplen < len || mac < self.vnet_hdr })
+    }
+}
+
+/// Puts a VLAN tag back into a frame laid out as 4 free bytes, then
+/// `[virtio_net_hdr (vnet_hdr bytes)] dst src rest`: header and addresses
+/// move to the front, the tag goes after them, and a partial checksum's
+/// offsets (counted from the frame's start) move with the bytes after it.
+pub fn insert_vlan_tag(data: &mut [u8], vnet_hdr: usize, tpid: u16, tci: u16) {
+    data.copy_within(4..4 + vnet_hdr + 12, 0);
+    let at = vnet_hdr + 12;
+    data[at..at + 2].copy_from_slice(&tpid.to_be_bytes());
+    data[at + 2..at + 4].copy_from_slice(&tci.to_be_bytes());
+    if vnet_hdr >= 10 && data[0] & 1 != 0 {
+        // NEEDS_CSUM: csum_start (and hdr_len) are past the tag now.
+        for f in [2usize, 6] {
+            let v = u16::from_le_bytes([data[f], data[f + 1]]);
+            if v != 0 {
+                data[f..f + 2].copy_from_slice(&v.saturating_add(4).to_le_bytes());
+            }
+        }
     }
 }
 
@@ -879,5 +915,30 @@ impl Drop for RxRing {
         // SAFETY: `base`/`len` are exactly the mapping made in `new`, and no
         // `RingFrame` can outlive the ring (it borrows it).
         unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::insert_vlan_tag;
+
+    #[test]
+    fn a_vlan_tag_goes_back_between_the_addresses_and_the_type() {
+        // 4 free bytes, a virtio_net_hdr (NEEDS_CSUM, hdr_len 54, csum_start 34), dst, src, type.
+        let mut d = vec![0xee; 4];
+        d.extend_from_slice(&[1, 0, 54, 0, 0, 0, 34, 0, 16, 0]);
+        d.extend_from_slice(&[0xaa; 6]);
+        d.extend_from_slice(&[0xbb; 6]);
+        d.extend_from_slice(&[0x08, 0x00, 0x45]);
+        insert_vlan_tag(&mut d, 10, 0x8100, 77);
+        assert_eq!(&d[..10], &[1, 0, 58, 0, 0, 0, 38, 0, 16, 0]);
+        assert_eq!(&d[10..22], &[0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xaa, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb, 0xbb]);
+        assert_eq!(&d[22..], &[0x81, 0x00, 0, 77, 0x08, 0x00, 0x45]);
+        // Without an offload header.
+        let mut p = vec![0; 4];
+        p.extend_from_slice(&[1; 12]);
+        p.extend_from_slice(&[0x86, 0xdd]);
+        insert_vlan_tag(&mut p, 0, 0x8100, 5);
+        assert_eq!(&p[12..], &[0x81, 0x00, 0, 5, 0x86, 0xdd]);
     }
 }
