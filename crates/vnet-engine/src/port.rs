@@ -98,6 +98,21 @@ impl Default for Scratch {
     }
 }
 
+/// The pieces of `parts` (each a sub-slice of one part) that cover bytes
+/// `range` of their concatenation, in order.
+fn pieces<'a>(parts: &'a [IoSlice<'a>], range: Range<usize>) -> impl Iterator<Item = &'a [u8]> {
+    let mut at = 0;
+    parts.iter().map_while(move |p| {
+        let (s, e) = (at, at + p.len());
+        at = e;
+        if s >= range.end {
+            return None;
+        }
+        let (from, to) = (range.start.clamp(s, e) - s, range.end.min(e) - s);
+        Some(&slice_of(p)[from..to])
+    })
+}
+
 /// Appends to `out` (from index `*k`) slices covering bytes `range` of the
 /// concatenation of `parts`. Returns false if `out` is too small.
 pub fn slices_in<'a>(
@@ -106,22 +121,9 @@ pub fn slices_in<'a>(
     out: &mut [IoSlice<'a>],
     k: &mut usize,
 ) -> bool {
-    let mut at = 0;
-    for p in parts {
-        let (s, e) = (at, at + p.len());
-        at = e;
-        if e <= range.start {
-            continue;
-        }
-        if s >= range.end {
-            break;
-        }
-        let from = range.start.max(s) - s;
-        let to = range.end.min(e) - s;
-        if *k >= out.len() {
-            return false;
-        }
-        out[*k] = IoSlice::new(&slice_of(p)[from..to]);
+    for piece in pieces(parts, range).filter(|p| !p.is_empty()) {
+        let Some(slot) = out.get_mut(*k) else { return false };
+        *slot = IoSlice::new(piece);
         *k += 1;
     }
     true
@@ -129,21 +131,12 @@ pub fn slices_in<'a>(
 
 /// Copies bytes `range` of the concatenation of `parts` into `dst`, which
 /// must be exactly as long. Returns false if the parts or `dst` fall short.
-pub fn copy_in(parts: &[IoSlice<'_>], range: Range<usize>, dst: &mut [u8]) -> bool {
-    let (mut at, mut w) = (0, 0);
-    for p in parts {
-        let (s, e) = (at, at + p.len());
-        at = e;
-        if e <= range.start {
-            continue;
-        }
-        if s >= range.end {
-            break;
-        }
-        let (from, to) = (range.start.max(s) - s, range.end.min(e) - s);
-        let Some(d) = dst.get_mut(w..w + (to - from)) else { return false };
-        d.copy_from_slice(&p[from..to]);
-        w += to - from;
+pub fn copy_in<'a>(parts: &'a [IoSlice<'a>], range: Range<usize>, dst: &mut [u8]) -> bool {
+    let mut w = 0;
+    for piece in pieces(parts, range.clone()) {
+        let Some(d) = dst.get_mut(w..w + piece.len()) else { return false };
+        d.copy_from_slice(piece);
+        w += piece.len();
     }
     w == range.len() && w == dst.len()
 }

@@ -130,18 +130,25 @@ fn eight_hosts_unicast_between_every_pair_reaches_only_its_destination() {
 /// Two hosts, one VM each, joined by a `vnet` link over a 1500-byte underlay.
 fn vnet_pair(seed: u64) -> Net {
     let mut net = Net::new(seed);
+    add_pair(&mut net, |_| String::new());
+    net
+}
+
+/// Hosts 0 and 1 with a VM each and a `vnet` link `p` between them, host
+/// `h`'s link with the options `opts(h)`.
+fn add_pair(net: &mut Net, opts: impl Fn(usize) -> String) {
     for (me, peer) in [(0, 1), (1, 0)] {
         let cfg = format!(
-            "interface vm tap t mac {}\nlink p udp {} format vnet mtu 1500\n\
+            "interface vm tap t mac {}\nlink p udp {} format vnet mtu 1500 {}\n\
              route any {} -> link p\nroute any {} -> interface vm\n",
             mac(me),
             ip(peer),
+            opts(me),
             mac(peer),
             mac(me)
         );
         net.add_host(&ip(me), &cfg).unwrap();
     }
-    net
 }
 
 #[test]
@@ -435,18 +442,10 @@ const SEC: u64 = 1_000_000_000;
 fn secure_pair(mode: &str, rekey_s: u64, key_of: usize) -> Net {
     let mut net = Net::new(21);
     net.timers = vnet_engine::secure::Timers::with_rekey(rekey_s * SEC);
-    for (me, peer, key_of) in [(0usize, 1usize, 1usize), (1, 0, key_of)] {
-        let key = Net::public_key(&ip(key_of));
-        let cfg = format!(
-            "interface vm tap t mac {}\nlink p udp {} format vnet mtu 1500 peer-key {key} security {mode}\n\
-             route any {} -> link p\nroute any {} -> interface vm\n",
-            mac(me),
-            ip(peer),
-            mac(peer),
-            mac(me)
-        );
-        net.add_host(&ip(me), &cfg).unwrap();
-    }
+    add_pair(&mut net, |me| {
+        let key = Net::public_key(&ip(if me == 0 { 1 } else { key_of }));
+        format!("peer-key {key} security {mode}")
+    });
     net.advance(1_000_000);
     net.run(100);
     net
