@@ -637,6 +637,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let d = Mutex::new(Daemon::new());
         let mut s = session();
+        // Loopback, any port: no privileges, nothing on the host's addresses.
+        assert_eq!(handle_line(&d, &mut s, "listen udp 127.0.0.1:0").1, "end ok");
         // A regular file named as a vhost-user socket: refused, untouched.
         let file = dir.join("precious");
         std::fs::write(&file, b"data").unwrap();
