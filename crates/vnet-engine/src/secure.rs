@@ -35,7 +35,7 @@ use arc_swap::ArcSwapOption;
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use ring::hmac;
 use ring::rand::SecureRandom;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 /// The first byte of every secured datagram (a `vnet` v1 reader drops it).
@@ -303,10 +303,7 @@ impl Session {
         if ctr >= REJECT_AFTER_MESSAGES {
             return None;
         }
-        buf[0] = VERSION;
-        buf[1] = T_DATA;
-        buf[2] = mode.byte();
-        buf[3] = 0;
+        buf[..4].copy_from_slice(&preamble(T_DATA, mode));
         buf[4..8].copy_from_slice(&self.remote.to_le_bytes());
         buf[8..16].copy_from_slice(&ctr.to_le_bytes());
         let tag = match mode {
@@ -413,8 +410,6 @@ pub struct SecureLink {
     /// The session frames are sealed with.
     tx: ArcSwapOption<Session>,
     state: Mutex<State>,
-    /// A frame found no session: initiate at the next tick.
-    wanted: AtomicBool,
     pub stats: SecureStats,
 }
 
@@ -443,6 +438,16 @@ fn wall_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// The first four bytes of every secured datagram: version, type, mode, 0.
+fn preamble(kind: u8, mode: Mode) -> [u8; 4] {
+    [VERSION, kind, mode.byte(), 0]
+}
+
+/// The little-endian index at `data[at..at + 4]` (the caller checked the length).
+fn index_at(data: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]])
+}
+
 fn prologue(mode: Mode) -> [u8; 8] {
     [b'v', b'n', b'e', b't', b' ', b'v', b'2', mode.byte()]
 }
@@ -462,7 +467,6 @@ impl SecureLink {
                 tokens: u64::from(timers.handshakes_per_sec.max(1)) * 1_000_000_000,
                 ..State::default()
             }),
-            wanted: AtomicBool::new(false),
             stats: SecureStats::default(),
         }
     }
@@ -471,13 +475,13 @@ impl SecureLink {
         self.mode
     }
 
-    /// The session to seal with, if there is one (else the next tick
-    /// starts a handshake, and the caller drops the frame, counted).
+    /// The session to seal with, if there is one (else the caller drops
+    /// the frame, counted, while the handshake that [`SecureLink::tick`]
+    /// starts whenever there is no session runs).
     pub fn sealer(&self) -> Option<Arc<Session>> {
         let s = self.tx.load_full();
         if s.is_none() {
             self.stats.no_session.fetch_add(1, Relaxed);
-            self.wanted.store(true, Relaxed);
         }
         s
     }
@@ -491,8 +495,8 @@ impl SecureLink {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Timers: drops expired sessions and, when a handshake is due (none
-    /// yet, rekey time or volume, a frame waiting) and none is in flight,
+    /// Timers: drops expired sessions and, when a handshake is due (no
+    /// session, rekey time or volume) and none is in flight,
     /// writes an initiation into `out` and returns its length.
     pub fn tick(&self, now_ns: u64, out: &mut [u8]) -> Option<usize> {
         let t = self.timers;
@@ -515,9 +519,8 @@ impl SecureLink {
                 age >= after || s.sent.load(Relaxed) >= t.rekey_after_messages
             }
         };
-        let wanted = self.wanted.swap(false, Relaxed);
         let in_flight = st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < t.retry_ns);
-        if !(due || wanted && st.current.is_none()) || in_flight {
+        if !due || in_flight {
             return None;
         }
         self.initiate(st, now_ns, out)
@@ -527,18 +530,9 @@ impl SecureLink {
         if out.len() < INIT_LEN {
             return None;
         }
-        let prologue = prologue(self.mode);
-        let mut hs = snow::Builder::new(NOISE.parse().ok()?)
-            .local_private_key(&self.identity.private)
-            .ok()?
-            .remote_public_key(&self.peer)
-            .ok()?
-            .prologue(&prologue)
-            .ok()?
-            .build_initiator()
-            .ok()?;
+        let mut hs = self.handshake(true)?;
         let local = random_u32();
-        out[..4].copy_from_slice(&[VERSION, T_INIT, self.mode.byte(), 0]);
+        out[..4].copy_from_slice(&preamble(T_INIT, self.mode));
         out[4..8].copy_from_slice(&local.to_le_bytes());
         let n = hs.write_message(&wall_ns().to_be_bytes(), &mut out[8..8 + INIT_NOISE]).ok()?;
         if n != INIT_NOISE {
@@ -580,7 +574,7 @@ impl SecureLink {
             s.auth_failures.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        let index = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+        let index = index_at(data, 4);
         let (session, is_next) = {
             let st = self.lock();
             let find = |o: &Option<Arc<Session>>| o.as_ref().filter(|x| x.local == index).cloned();
@@ -651,7 +645,7 @@ impl SecureLink {
             return Opened::Nothing;
         }
         st.tokens -= 1_000_000_000;
-        let Some(mut hs) = self.responder() else {
+        let Some(mut hs) = self.handshake(false) else {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         };
@@ -667,9 +661,9 @@ impl SecureLink {
             s.replays.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        let theirs = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+        let theirs = index_at(data, 4);
         let local = random_u32();
-        reply[..4].copy_from_slice(&[VERSION, T_RESP, self.mode.byte(), 0]);
+        reply[..4].copy_from_slice(&preamble(T_RESP, self.mode));
         reply[4..8].copy_from_slice(&local.to_le_bytes());
         reply[8..12].copy_from_slice(&theirs.to_le_bytes());
         if hs.write_message(&[], &mut reply[12..12 + RESP_NOISE]).ok() != Some(RESP_NOISE) {
@@ -698,15 +692,20 @@ impl SecureLink {
         Opened::Reply(RESP_LEN)
     }
 
-    fn responder(&self) -> Option<snow::HandshakeState> {
+    /// A Noise IK handshake with this host's key and the link's mode in
+    /// the prologue: as initiator (to the peer's key), or as responder.
+    fn handshake(&self, initiator: bool) -> Option<snow::HandshakeState> {
         let prologue = prologue(self.mode);
-        snow::Builder::new(NOISE.parse().ok()?)
+        let b = snow::Builder::new(NOISE.parse().ok()?)
             .local_private_key(&self.identity.private)
             .ok()?
             .prologue(&prologue)
-            .ok()?
-            .build_responder()
-            .ok()
+            .ok()?;
+        if initiator {
+            b.remote_public_key(&self.peer).ok()?.build_initiator().ok()
+        } else {
+            b.build_responder().ok()
+        }
     }
 
     /// The initiator: the response to our initiation. Answers with a
@@ -718,7 +717,7 @@ impl SecureLink {
             return Opened::Nothing;
         }
         let mut st = self.lock();
-        let ours = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+        let ours = index_at(data, 8);
         if st.pending.as_ref().is_none_or(|p| p.local != ours) {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
@@ -729,7 +728,7 @@ impl SecureLink {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        let theirs = u32::from_le_bytes([data[4], data[5], data[6], data[7]]);
+        let theirs = index_at(data, 4);
         let (i2r, r2i) = p.hs.dangerously_get_raw_split();
         let Some(session) = Session::new(p.local, theirs, &i2r, &r2i, now_ns, true) else {
             return Opened::Nothing;
@@ -902,7 +901,7 @@ mod tests {
         // Junk initiations: refused by their MAC before any Diffie-Hellman.
         for i in 0..1000u32 {
             let mut junk = [0u8; INIT_LEN];
-            junk[..4].copy_from_slice(&[VERSION, T_INIT, Mode::Encrypt.byte(), 0]);
+            junk[..4].copy_from_slice(&preamble(T_INIT, Mode::Encrypt));
             junk[10..14].copy_from_slice(&i.to_le_bytes());
             assert_eq!(b.open(2 * SEC, &mut junk, &mut resp), Opened::Nothing);
         }

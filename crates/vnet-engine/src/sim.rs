@@ -449,16 +449,18 @@ impl Host {
             );
         }
         self.vms.retain(|n, _| next.iface_by_name(n).is_some());
+        // A link that stays keeps its sessions; a new one gets its security
+        // here (where a missing key is the transaction's error).
+        let kept = |d: &vnet_control::LinkDef| self.plane.links.get(&d.id).filter(|l| l.def == *d).cloned();
         let mut secured = BTreeMap::new();
-        for d in next.links.values() {
-            let sec = secure::for_link(d, Some(&self.identity), timers).map_err(ConfigError)?;
-            secured.insert(d.id, sec);
+        for d in next.links.values().filter(|d| kept(d).is_none()) {
+            secured.insert(d.id, secure::for_link(d, Some(&self.identity), timers).map_err(ConfigError)?);
         }
         let links = next
             .links
             .values()
-            .map(|d| match self.plane.links.get(&d.id).filter(|l| l.def == *d) {
-                Some(l) => l.clone(),
+            .map(|d| match kept(d) {
+                Some(l) => l,
                 None => {
                     let arrival = match d.transport {
                         Transport::Udp { .. } => Arrival::Datagram(Via::Udp),

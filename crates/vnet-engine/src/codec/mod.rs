@@ -26,6 +26,18 @@ pub(crate) fn with_head(head: &[u8], parts: &[IoSlice<'_>], f: impl FnOnce(&[IoS
     f(&iov[..=parts.len()])
 }
 
+/// How many datagrams of `seg` bytes one GSO send takes.
+fn gso_per(seg: usize) -> usize {
+    (GSO_MAX_BYTES / seg.max(1)).clamp(1, GSO_MAX_SEGS)
+}
+
+/// The datagrams `0..n` of `seg` bytes each, as the index ranges of one GSO
+/// send each.
+pub(crate) fn gso_batches(n: usize, seg: usize) -> impl Iterator<Item = Range<usize>> {
+    let per = gso_per(seg);
+    (0..n).step_by(per).map(move |first| first..(first + per).min(n))
+}
+
 /// Sends the segments of a finished super-frame, each as one datagram with
 /// `prefix` (an encapsulation header, possibly empty) in front: equal-sized
 /// datagrams in batches of one GSO send each.
@@ -37,9 +49,8 @@ pub(crate) fn send_segments(
     flow: u64,
 ) -> bool {
     let seg = prefix.len() + ranges.first().map_or(1, |r| r.len()).max(1);
-    let per = (GSO_MAX_BYTES / seg).clamp(1, GSO_MAX_SEGS);
     let mut iov = [IoSlice::new(&[]); 2 * GSO_MAX_SEGS];
-    ranges.chunks(per).all(|batch| {
+    ranges.chunks(gso_per(seg)).all(|batch| {
         let mut k = 0;
         for r in batch {
             let Some(s) = buf.get(r.clone()) else { return false };

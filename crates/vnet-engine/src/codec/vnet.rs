@@ -6,10 +6,11 @@
 //! iovec per header and chunk, straight from the frame's buffer, and given
 //! to the link's I/O in GSO batches.
 
+use super::gso_batches;
 use crate::link::Link;
 use crate::port::{copy_in, slices_in, Payload, Scratch};
 use crate::secure::{self, SecureLink};
-use crate::{GSO_MAX_BYTES, GSO_MAX_SEGS, MAX_SEGS};
+use crate::{GSO_MAX_SEGS, MAX_SEGS};
 use std::io::IoSlice;
 use vnet_wire::frag;
 use vnet_wire::virtio;
@@ -60,13 +61,10 @@ fn send_frame(
         let offset = frag::chunk(i, total, dgram).start as u32;
         let _ = VnetRepr { offset, ..base }.emit(h);
     }
-    let per = (GSO_MAX_BYTES / dgram).clamp(1, GSO_MAX_SEGS);
     let mut iov = [IoSlice::new(&[]); 4 * GSO_MAX_SEGS];
-    let mut first = 0;
-    while first < n {
-        let last = (first + per).min(n);
+    for batch in gso_batches(n, dgram) {
         let mut k = 0;
-        for i in first..last {
+        for i in batch {
             let r = frag::chunk(i, total, dgram);
             if k >= iov.len() {
                 return false;
@@ -80,7 +78,6 @@ fn send_frame(
         if !link.io.send(&iov[..k], dgram, flow) {
             return false;
         }
-        first = last;
     }
     true
 }
@@ -132,17 +129,8 @@ fn send_sealed(
         pos += m;
     }
     let seg = dgram + secure::OVERHEAD;
-    let per = (GSO_MAX_BYTES / seg).clamp(1, GSO_MAX_SEGS);
-    let mut first = 0;
-    while first < n {
-        let last = (first + per).min(n);
-        let (a, b) = (first * seg, (last * seg).min(pos));
-        if !link.io.send(&[IoSlice::new(&out[a..b])], seg, flow) {
-            return false;
-        }
-        first = last;
-    }
-    true
+    gso_batches(n, seg)
+        .all(|b| link.io.send(&[IoSlice::new(&out[b.start * seg..(b.end * seg).min(pos)])], seg, flow))
 }
 
 /// Whether the `virtio_net_hdr` at the front of `parts` is all zeros.
