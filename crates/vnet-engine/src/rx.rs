@@ -14,10 +14,10 @@ use crate::codec;
 use crate::forward::Forwarder;
 use crate::link::Link;
 use crate::plane::{Global, Plane};
-use crate::secure::{Opened, RESP_LEN};
+use crate::secure::{Opened, COOKIE_LEN, RESP_LEN};
 use crate::GSO_MAX_SEGS;
 use std::io::IoSlice;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vnet_control::{canonical, LinkFormat, RxKey, Transport};
@@ -45,7 +45,7 @@ pub struct Receiver {
 
 impl Receiver {
     pub fn new(via: Via, cfg: reasm::Config) -> Self {
-        Receiver { via, reasm: reasm::Reassembler::new(cfg), reply: vec![0u8; RESP_LEN.max(64)] }
+        Receiver { via, reasm: reasm::Reassembler::new(cfg), reply: vec![0u8; RESP_LEN.max(COOKIE_LEN)] }
     }
 
     /// Takes one receive buffer from `from`: one datagram, or (`gso` not 0)
@@ -55,15 +55,15 @@ impl Receiver {
         &mut self,
         fw: &mut Forwarder,
         plane: &Plane,
-        from: IpAddr,
+        from: SocketAddr,
         buf: &mut [u8],
         gso: usize,
         now_ns: u64,
     ) {
         let via = self.via;
-        let from = canonical(from);
+        let from = SocketAddr::new(canonical(from.ip()), from.port());
         let len = buf.len();
-        if gso > 0 && via == Via::Udp && self.whole_frame_batch(fw, plane, from, buf, gso) {
+        if gso > 0 && via == Via::Udp && self.whole_frame_batch(fw, plane, from.ip(), buf, gso) {
             return;
         }
         let seg = if gso > 0 { gso } else { len.max(1) };
@@ -81,15 +81,17 @@ impl Receiver {
         fw: &mut Forwarder,
         plane: &Plane,
         via: Via,
-        from: IpAddr,
+        from: SocketAddr,
         data: &mut [u8],
         now_ns: u64,
     ) {
         let g = fw.global().clone();
         let (link, frame_at) = match via {
-            Via::Udp => (plane.link_for(RxKey::Udp(from)), 0),
+            Via::Udp => (plane.link_for(RxKey::Udp(from.ip())), 0),
             Via::Vxlan => match codec::vxlan::decapsulate(data) {
-                Some((vni, _)) => (plane.link_for(RxKey::Vxlan(from, vni)), vnet_wire::vxlan::HEADER_LEN),
+                Some((vni, _)) => {
+                    (plane.link_for(RxKey::Vxlan(from.ip(), vni)), vnet_wire::vxlan::HEADER_LEN)
+                }
                 None => {
                     g.malformed.fetch_add(1, Relaxed);
                     return;
@@ -119,7 +121,7 @@ impl Receiver {
                 forward_inferred(fw, plane, port, mss, frame);
             }
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
-                self.vnet_datagram(fw, plane, link, network, data, now_ns, &g)
+                self.vnet_datagram(fw, plane, link, network, from, data, now_ns, &g)
             }
             // A stream's records and a LAN's frames never arrive as datagrams.
             Transport::Tcp { .. } | Transport::Direct { .. } => {
@@ -135,6 +137,7 @@ impl Receiver {
         plane: &Plane,
         link: &Arc<Link>,
         network: u32,
+        from: SocketAddr,
         data: &mut [u8],
         now_ns: u64,
         g: &Global,
@@ -144,7 +147,7 @@ impl Receiver {
         // or dropped; what is left is a `vnet` datagram like any other.
         let data: &mut [u8] = match &link.secure {
             None => data,
-            Some(sec) => match sec.open(now_ns, data, &mut self.reply) {
+            Some(sec) => match sec.open(now_ns, from, data, &mut self.reply) {
                 Opened::Data(r) if r.is_empty() => return, // a keepalive
                 Opened::Data(r) => &mut data[r],
                 Opened::Reply(n) => {

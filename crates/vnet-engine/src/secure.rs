@@ -23,6 +23,18 @@
 //!   public key) checked before any Diffie-Hellman, so junk costs one HMAC;
 //!   initiations answered per second are limited per link; an initiation
 //!   whose timestamp is not newer than the last one accepted is a replay.
+//! - Under load (half the link's handshake budget spent), an initiation is
+//!   answered only when its second MAC is keyed by a cookie: a keyed hash
+//!   of the sender's address and port under a secret that changes every
+//!   two minutes. Without one, it gets a cookie reply (sealed under a key
+//!   of the responder's public key, bound to the initiation's first MAC)
+//!   and no Diffie-Hellman. Replies go to the link's remote address, the
+//!   peer's vnetd, whatever the source: a spoofer never sees a cookie, the
+//!   peer drops the ones it did not ask for (an index compare), and a reply
+//!   is smaller than what caused it. The real peer retries with its cookie
+//!   and spends a budget of its own that spoofers cannot reach: WireGuard's
+//!   defence, so a flood of initiations with a right first MAC never
+//!   starves the peer's handshakes.
 //!
 //! Nothing here allocates for a datagram: a failed datagram costs one AEAD
 //! check (or one HMAC) and a counter. Handshake state is one pending
@@ -35,13 +47,16 @@ use arc_swap::ArcSwapOption;
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use ring::hmac;
 use ring::rand::SecureRandom;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use vnet_control::canonical;
 
 /// The first byte of every secured datagram (a `vnet` v1 reader drops it).
 pub const VERSION: u8 = 2;
 const T_INIT: u8 = 1;
 const T_RESP: u8 = 2;
+const T_COOKIE: u8 = 3;
 const T_DATA: u8 = 4;
 /// version, type, mode, reserved, receiver index (LE), counter (LE).
 pub const DATA_HEADER: usize = 16;
@@ -53,8 +68,18 @@ const NOISE: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
 const MAC: usize = 32;
 /// Noise message 1 of IK with an 8-byte payload: e, s (sealed), payload (sealed).
 const INIT_NOISE: usize = 32 + 48 + 8 + 16;
-/// version, type, mode, reserved, sender index, Noise message, MAC.
-pub const INIT_LEN: usize = 8 + INIT_NOISE + MAC;
+/// version, type, mode, reserved, sender index, Noise message, MAC, cookie MAC.
+pub const INIT_LEN: usize = 8 + INIT_NOISE + 2 * MAC;
+/// Where an initiation's first MAC starts (it covers what is before it).
+const INIT_MAC1: usize = 8 + INIT_NOISE;
+/// A cookie (the key of an initiation's second MAC).
+const COOKIE: usize = 16;
+/// The random nonce of a cookie reply.
+const COOKIE_NONCE: usize = 12;
+/// version, type, mode, reserved, receiver index, nonce, sealed cookie.
+pub const COOKIE_LEN: usize = 8 + COOKIE_NONCE + COOKIE + TAG;
+/// How long a cookie secret (and a cookie) lives.
+const COOKIE_LIFE_NS: u64 = 120_000_000_000;
 /// Noise message 2 of IK with no payload: e, tag.
 const RESP_NOISE: usize = 32 + 16;
 /// version, type, mode, reserved, sender index, receiver index, Noise message, MAC.
@@ -191,8 +216,12 @@ pub struct SecureStats {
     pub replays: AtomicU64,
     /// Handshake messages that failed (MAC, Noise, wrong peer key, length).
     pub bad_handshakes: AtomicU64,
-    /// Initiations not answered: over the per-link rate.
+    /// Initiations not answered: with a valid cookie, but over the rate of those.
     pub rate_limited: AtomicU64,
+    /// Initiations answered with a cookie (under load) instead of a session.
+    pub cookies_sent: AtomicU64,
+    /// Cookies the peer sent us, and our initiations that carried one.
+    pub cookies_received: AtomicU64,
     /// Datagrams without protection on a secured link.
     pub unauthenticated: AtomicU64,
     /// Frames not sent: no session yet.
@@ -382,6 +411,34 @@ struct Pending {
     hs: snow::HandshakeState,
     local: u32,
     sent_ns: u64,
+    /// The initiation's first MAC: a cookie reply is bound to it.
+    mac1: [u8; MAC],
+}
+
+/// A token bucket: tokens (x 1e9), refilled at a rate a second.
+#[derive(Default)]
+struct Bucket {
+    tokens: u64,
+}
+
+impl Bucket {
+    const ONE: u64 = 1_000_000_000;
+
+    fn full(per_sec: u64) -> Self {
+        Bucket { tokens: per_sec * Self::ONE }
+    }
+
+    fn refill(&mut self, elapsed_ns: u64, per_sec: u64) {
+        self.tokens = self.tokens.saturating_add(elapsed_ns.saturating_mul(per_sec)).min(per_sec * Self::ONE);
+    }
+
+    fn take(&mut self) -> bool {
+        let ok = self.tokens >= Self::ONE;
+        if ok {
+            self.tokens -= Self::ONE;
+        }
+        ok
+    }
 }
 
 #[derive(Default)]
@@ -393,9 +450,15 @@ struct State {
     pending: Option<Pending>,
     /// The newest initiation timestamp accepted from the peer.
     last_init: u64,
-    /// Token bucket of answered initiations: tokens (x 1e9) and when filled.
-    tokens: u64,
+    /// Answered initiations: any, and those with a valid cookie MAC; and
+    /// when both were filled.
+    budget: Bucket,
+    cookied: Bucket,
     filled_ns: u64,
+    /// The secret our cookies are keyed by, and when it was made.
+    secret: Option<([u8; 32], u64)>,
+    /// The cookie the peer gave us, and when.
+    cookie: Option<([u8; COOKIE], u64)>,
 }
 
 /// The security of one link.
@@ -403,6 +466,9 @@ pub struct SecureLink {
     mode: Mode,
     identity: Arc<Identity>,
     peer: [u8; 32],
+    /// Cookie replies: sealed to us (ours) and from the peer (theirs).
+    cookie_ours: LessSafeKey,
+    cookie_theirs: LessSafeKey,
     /// MAC keys of initiations and responses to the peer, and to us.
     mac_to_peer: hmac::Key,
     mac_to_us: hmac::Key,
@@ -419,17 +485,49 @@ impl std::fmt::Debug for SecureLink {
     }
 }
 
+/// SHA-256 of a label and a public key: the key of the MACs to its owner
+/// ("vnet mac1 v2") and of the cookie replies from it ("vnet cookie v2").
+fn labelled(label: &[u8], public: &[u8; 32]) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(label);
+    ctx.update(public);
+    let mut k = [0u8; 32];
+    k.copy_from_slice(ctx.finish().as_ref());
+    k
+}
+
 fn mac_key(public: &[u8; 32]) -> hmac::Key {
-    let d = ring::digest::digest(&ring::digest::SHA256, &[b"vnet mac1 v2".as_slice(), &public[..]].concat());
-    hmac::Key::new(hmac::HMAC_SHA256, d.as_ref())
+    hmac::Key::new(hmac::HMAC_SHA256, &labelled(b"vnet mac1 v2", public))
+}
+
+fn cookie_key(public: &[u8; 32]) -> LessSafeKey {
+    // CHACHA20_POLY1305 takes any 32-byte key.
+    LessSafeKey::new(UnboundKey::new(&aead::CHACHA20_POLY1305, &labelled(b"vnet cookie v2", public)).unwrap())
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    // A failing random source leaves zeros: indexes still work (they only
+    // pick among a link's few sessions); a cookie secret of zeros still
+    // binds cookies to addresses, only a guessable one.
+    let _ = ring::rand::SystemRandom::new().fill(&mut b);
+    b
 }
 
 fn random_u32() -> u32 {
-    let mut b = [0u8; 4];
-    // A failing random source leaves index 0: sessions still work (the
-    // index only picks among a link's few sessions).
-    let _ = ring::rand::SystemRandom::new().fill(&mut b);
-    u32::from_le_bytes(b)
+    u32::from_le_bytes(random())
+}
+
+/// An address as the cookie hashes it: the IPv6 (or IPv4-mapped) address and the port.
+fn addr_bytes(a: SocketAddr) -> [u8; 18] {
+    let ip = match a.ip() {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    };
+    let mut b = [0u8; 18];
+    b[..16].copy_from_slice(&ip.octets());
+    b[16..].copy_from_slice(&a.port().to_be_bytes());
+    b
 }
 
 /// Wall-clock nanoseconds: an initiation's timestamp must grow across
@@ -453,18 +551,23 @@ fn prologue(mode: Mode) -> [u8; 8] {
 }
 
 impl SecureLink {
+    /// The security of a link to the peer with public key `peer`.
     pub fn new(mode: Mode, identity: Arc<Identity>, peer: [u8; 32], timers: Timers) -> Self {
+        let per_sec = u64::from(timers.handshakes_per_sec.max(1));
         SecureLink {
             mode,
             mac_to_peer: mac_key(&peer),
             mac_to_us: mac_key(&identity.public),
+            cookie_ours: cookie_key(&identity.public),
+            cookie_theirs: cookie_key(&peer),
             identity,
             peer,
             timers,
             tx: ArcSwapOption::empty(),
-            // The bucket starts full.
+            // The buckets start full.
             state: Mutex::new(State {
-                tokens: u64::from(timers.handshakes_per_sec.max(1)) * 1_000_000_000,
+                budget: Bucket::full(per_sec),
+                cookied: Bucket::full(per_sec),
                 ..State::default()
             }),
             stats: SecureStats::default(),
@@ -534,20 +637,32 @@ impl SecureLink {
         let local = random_u32();
         out[..4].copy_from_slice(&preamble(T_INIT, self.mode));
         out[4..8].copy_from_slice(&local.to_le_bytes());
-        let n = hs.write_message(&wall_ns().to_be_bytes(), &mut out[8..8 + INIT_NOISE]).ok()?;
+        let n = hs.write_message(&wall_ns().to_be_bytes(), &mut out[8..INIT_MAC1]).ok()?;
         if n != INIT_NOISE {
             return None;
         }
-        let mac = hmac::sign(&self.mac_to_peer, &out[..8 + INIT_NOISE]);
-        out[8 + INIT_NOISE..INIT_LEN].copy_from_slice(mac.as_ref());
-        st.pending = Some(Pending { hs, local, sent_ns: now_ns });
+        let mac1 = hmac::sign(&self.mac_to_peer, &out[..INIT_MAC1]);
+        out[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac1.as_ref());
+        // The second MAC: keyed by the peer's cookie while it is fresh, else zeros.
+        let cookie = st.cookie.filter(|c| now_ns.saturating_sub(c.1) < COOKIE_LIFE_NS - self.timers.retry_ns);
+        match cookie {
+            Some((c, _)) => {
+                let mac2 = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &c), &out[..INIT_MAC1 + MAC]);
+                out[INIT_MAC1 + MAC..INIT_LEN].copy_from_slice(mac2.as_ref());
+            }
+            None => out[INIT_MAC1 + MAC..INIT_LEN].fill(0),
+        }
+        let mut m = [0u8; MAC];
+        m.copy_from_slice(mac1.as_ref());
+        st.pending = Some(Pending { hs, local, sent_ns: now_ns, mac1: m });
         self.stats.handshakes_sent.fetch_add(1, Relaxed);
         Some(INIT_LEN)
     }
 
-    /// Takes a datagram from the peer's address: a data datagram is
-    /// verified in place, a handshake message answered into `reply`.
-    pub fn open(&self, now_ns: u64, data: &mut [u8], reply: &mut [u8]) -> Opened {
+    /// Takes a datagram from `from` (an address of the peer's IP): a data
+    /// datagram is verified in place, a handshake message answered into
+    /// `reply` (to go to the link's remote address).
+    pub fn open(&self, now_ns: u64, from: SocketAddr, data: &mut [u8], reply: &mut [u8]) -> Opened {
         let s = &self.stats;
         if data.len() < 8 || data[0] != VERSION {
             s.unauthenticated.fetch_add(1, Relaxed);
@@ -559,8 +674,9 @@ impl SecureLink {
         }
         match data[1] {
             T_DATA => self.data(data),
-            T_INIT => self.answer(now_ns, data, reply),
+            T_INIT => self.answer(now_ns, from, data, reply),
             T_RESP => self.complete(now_ns, data, reply),
+            T_COOKIE => self.take_cookie(now_ns, data),
             _ => {
                 s.unauthenticated.fetch_add(1, Relaxed);
                 Opened::Nothing
@@ -609,19 +725,97 @@ impl SecureLink {
         Opened::Data(DATA_HEADER..data.len() - TAG)
     }
 
-    /// Verifies a handshake message's MAC (the last [`MAC`] bytes).
-    fn mac_ok(&self, msg: &[u8]) -> bool {
-        let (body, mac) = msg.split_at(msg.len() - MAC);
-        hmac::verify(&self.mac_to_us, body, mac).is_ok()
+    /// Verifies a handshake message's MAC (the [`MAC`] bytes at `at`, over what is before).
+    fn mac_ok(&self, msg: &[u8], at: usize) -> bool {
+        hmac::verify(&self.mac_to_us, &msg[..at], &msg[at..at + MAC]).is_ok()
     }
 
-    /// The responder: an initiation from the peer.
-    fn answer(&self, now_ns: u64, data: &[u8], reply: &mut [u8]) -> Opened {
+    /// The cookie of address `from`: the first bytes of an HMAC under a
+    /// secret renewed every [`COOKIE_LIFE_NS`].
+    fn cookie_of(&self, st: &mut State, now_ns: u64, from: SocketAddr) -> [u8; COOKIE] {
+        let secret = match st.secret {
+            Some((k, born)) if now_ns.saturating_sub(born) < COOKIE_LIFE_NS => k,
+            _ => {
+                let k = random();
+                st.secret = Some((k, now_ns));
+                k
+            }
+        };
+        let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &secret), &addr_bytes(from));
+        let mut c = [0u8; COOKIE];
+        c.copy_from_slice(&tag.as_ref()[..COOKIE]);
+        c
+    }
+
+    /// A cookie reply to the initiation `init` from `from`, into `reply`.
+    fn cookie_reply(
+        &self,
+        st: &mut State,
+        now_ns: u64,
+        from: SocketAddr,
+        init: &[u8],
+        reply: &mut [u8],
+    ) -> Opened {
+        if reply.len() < COOKIE_LEN {
+            return Opened::Nothing;
+        }
+        let cookie = self.cookie_of(st, now_ns, from);
+        let nonce: [u8; COOKIE_NONCE] = random();
+        reply[..4].copy_from_slice(&preamble(T_COOKIE, self.mode));
+        reply[4..8].copy_from_slice(&init[4..8]);
+        reply[8..20].copy_from_slice(&nonce);
+        let (sealed, tag) = reply[20..COOKIE_LEN].split_at_mut(COOKIE);
+        sealed.copy_from_slice(&cookie);
+        let aad = Aad::from(&init[INIT_MAC1..INIT_MAC1 + MAC]);
+        let Ok(t) =
+            self.cookie_ours.seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), aad, sealed)
+        else {
+            return Opened::Nothing;
+        };
+        tag.copy_from_slice(t.as_ref());
+        self.stats.cookies_sent.fetch_add(1, Relaxed);
+        Opened::Reply(COOKIE_LEN)
+    }
+
+    /// The initiator: a cookie reply to our pending initiation. Kept, and
+    /// the initiation is sent again at the next tick, with the cookie.
+    fn take_cookie(&self, now_ns: u64, data: &[u8]) -> Opened {
         let s = &self.stats;
-        if data.len() != INIT_LEN || !self.mac_ok(data) || reply.len() < RESP_LEN {
+        let mut st = self.lock();
+        let Some(p) =
+            st.pending.as_mut().filter(|p| data.len() == COOKIE_LEN && index_at(data, 4) == p.local)
+        else {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        };
+        let mut sealed = [0u8; COOKIE + TAG];
+        sealed.copy_from_slice(&data[20..COOKIE_LEN]);
+        let mut nonce = [0u8; COOKIE_NONCE];
+        nonce.copy_from_slice(&data[8..20]);
+        let aad = Aad::from(&p.mac1[..]);
+        let Ok(plain) =
+            self.cookie_theirs.open_in_place(Nonce::assume_unique_for_key(nonce), aad, &mut sealed)
+        else {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        };
+        let mut c = [0u8; COOKIE];
+        c.copy_from_slice(plain);
+        // Retry at once with it.
+        p.sent_ns = now_ns.saturating_sub(self.timers.retry_ns);
+        st.cookie = Some((c, now_ns));
+        s.cookies_received.fetch_add(1, Relaxed);
+        Opened::Nothing
+    }
+
+    /// The responder: an initiation from the peer's IP at `from`.
+    fn answer(&self, now_ns: u64, from: SocketAddr, data: &[u8], reply: &mut [u8]) -> Opened {
+        let s = &self.stats;
+        if data.len() != INIT_LEN || !self.mac_ok(data, INIT_MAC1) || reply.len() < RESP_LEN {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
+        let from = SocketAddr::new(canonical(from.ip()), from.port());
         let mut st = self.lock();
         // Both ends initiated at once (both started, or both rekey): the
         // one with the larger public key keeps its own handshake and lets
@@ -634,23 +828,34 @@ impl SecureLink {
             }
             st.pending = None;
         }
-        // The rate limit: a token per answered initiation.
+        // The rate limit: a token per answered initiation, from the
+        // budget of initiations with a valid cookie MAC if this one has it.
         let per_sec = u64::from(self.timers.handshakes_per_sec.max(1));
-        let cap = per_sec * 1_000_000_000;
-        let refill = now_ns.saturating_sub(st.filled_ns).saturating_mul(per_sec);
-        st.tokens = st.tokens.saturating_add(refill).min(cap);
+        let elapsed = now_ns.saturating_sub(st.filled_ns);
+        st.budget.refill(elapsed, per_sec);
+        st.cookied.refill(elapsed, per_sec);
         st.filled_ns = now_ns;
-        if st.tokens < 1_000_000_000 {
+        let cookie = self.cookie_of(&mut st, now_ns, from);
+        let key = hmac::Key::new(hmac::HMAC_SHA256, &cookie);
+        let cookied = hmac::verify(&key, &data[..INIT_MAC1 + MAC], &data[INIT_MAC1 + MAC..]).is_ok();
+        let under_load = st.budget.tokens < per_sec * Bucket::ONE / 2;
+        let admitted = if cookied {
+            st.cookied.take()
+        } else if under_load {
+            return self.cookie_reply(&mut st, now_ns, from, data, reply);
+        } else {
+            st.budget.take()
+        };
+        if !admitted {
             s.rate_limited.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        st.tokens -= 1_000_000_000;
         let Some(mut hs) = self.handshake(false) else {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         };
         let mut payload = [0u8; 32];
-        let ok = hs.read_message(&data[8..8 + INIT_NOISE], &mut payload).ok() == Some(8)
+        let ok = hs.read_message(&data[8..INIT_MAC1], &mut payload).ok() == Some(8)
             && hs.get_remote_static() == Some(&self.peer[..]);
         if !ok {
             s.bad_handshakes.fetch_add(1, Relaxed);
@@ -712,7 +917,7 @@ impl SecureLink {
     /// keepalive on the new session, so the responder may use it too.
     fn complete(&self, now_ns: u64, data: &[u8], reply: &mut [u8]) -> Opened {
         let s = &self.stats;
-        if data.len() != RESP_LEN || !self.mac_ok(data) {
+        if data.len() != RESP_LEN || !self.mac_ok(data, RESP_LEN - MAC) {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
@@ -758,16 +963,38 @@ mod tests {
         (la, lb)
     }
 
+    const A: &str = "10.0.0.1:9000";
+    const B: &str = "10.0.0.2:9000";
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    impl SecureLink {
+        /// Where a link's datagrams come from in these tests (the
+        /// address matters to cookies only).
+        fn peer_addr(&self) -> SocketAddr {
+            addr("10.0.0.9:9000")
+        }
+    }
+
     /// Runs a handshake from `a` to `b` at `now`.
     fn handshake(a: &SecureLink, b: &SecureLink, now: u64) {
         let mut init = [0u8; 256];
         let n = a.tick(now, &mut init).expect("an initiation is due");
         let mut resp = [0u8; 256];
-        let Opened::Reply(m) = b.open(now, &mut init[..n], &mut resp) else { panic!("not answered") };
+        let Opened::Reply(m) = b.open(now, b.peer_addr(), &mut init[..n], &mut resp) else {
+            panic!("not answered")
+        };
         let mut ka = [0u8; 256];
-        let Opened::Reply(k) = a.open(now, &mut resp[..m], &mut ka) else { panic!("not completed") };
+        let Opened::Reply(k) = a.open(now, a.peer_addr(), &mut resp[..m], &mut ka) else {
+            panic!("not completed")
+        };
         let mut scratch = [0u8; 64];
-        assert_eq!(b.open(now, &mut ka[..k], &mut scratch), Opened::Data(DATA_HEADER..DATA_HEADER));
+        assert_eq!(
+            b.open(now, b.peer_addr(), &mut ka[..k], &mut scratch),
+            Opened::Data(DATA_HEADER..DATA_HEADER)
+        );
     }
 
     fn sealed(from: &SecureLink, msg: &[u8]) -> Vec<u8> {
@@ -781,7 +1008,7 @@ mod tests {
 
     fn opened(to: &SecureLink, mut d: Vec<u8>) -> Option<Vec<u8>> {
         let mut r = [0u8; 256];
-        match to.open(0, &mut d, &mut r) {
+        match to.open(0, to.peer_addr(), &mut d, &mut r) {
             Opened::Data(range) => Some(d[range].to_vec()),
             _ => None,
         }
@@ -874,7 +1101,7 @@ mod tests {
         let n = a.tick(0, &mut init).unwrap();
         let mut resp = [0u8; 256];
         // b does not know a's key (and a's MAC names another responder).
-        assert_eq!(b.open(0, &mut init[..n], &mut resp), Opened::Nothing);
+        assert_eq!(b.open(0, b.peer_addr(), &mut init[..n], &mut resp), Opened::Nothing);
         assert_eq!(b.stats.bad_handshakes.load(Relaxed), 1);
         // Mode mismatch: an `auth` end never answers an `encrypt` one.
         let id = Arc::new(Identity::generate().unwrap());
@@ -882,7 +1109,7 @@ mod tests {
         let e = SecureLink::new(Mode::Encrypt, id.clone(), peer.public(), Timers::default());
         let au = SecureLink::new(Mode::Auth, peer, id.public(), Timers::default());
         let n = e.tick(0, &mut init).unwrap();
-        assert_eq!(au.open(0, &mut init[..n], &mut resp), Opened::Nothing);
+        assert_eq!(au.open(0, au.peer_addr(), &mut init[..n], &mut resp), Opened::Nothing);
         assert!(!au.established());
     }
 
@@ -893,17 +1120,17 @@ mod tests {
         let n = a.tick(0, &mut init).unwrap();
         let first = init;
         let mut resp = [0u8; 256];
-        assert!(matches!(b.open(0, &mut init[..n], &mut resp), Opened::Reply(_)));
+        assert!(matches!(b.open(0, b.peer_addr(), &mut init[..n], &mut resp), Opened::Reply(_)));
         // The same initiation later: a replay, not a new session.
         let mut again = first;
-        assert_eq!(b.open(SEC, &mut again[..n], &mut resp), Opened::Nothing);
+        assert_eq!(b.open(SEC, b.peer_addr(), &mut again[..n], &mut resp), Opened::Nothing);
         assert_eq!(b.stats.replays.load(Relaxed), 1);
         // Junk initiations: refused by their MAC before any Diffie-Hellman.
         for i in 0..1000u32 {
             let mut junk = [0u8; INIT_LEN];
             junk[..4].copy_from_slice(&preamble(T_INIT, Mode::Encrypt));
             junk[10..14].copy_from_slice(&i.to_le_bytes());
-            assert_eq!(b.open(2 * SEC, &mut junk, &mut resp), Opened::Nothing);
+            assert_eq!(b.open(2 * SEC, b.peer_addr(), &mut junk, &mut resp), Opened::Nothing);
         }
         assert_eq!(b.stats.bad_handshakes.load(Relaxed), 1000);
         // Valid initiations beyond the rate: not answered.
@@ -914,13 +1141,14 @@ mod tests {
                 a.tick(100 * SEC, &mut init)
             });
             if let Some(n) = n {
-                if matches!(b.open(100 * SEC, &mut init[..n], &mut resp), Opened::Reply(_)) {
+                // (Beyond half the budget: cookie replies, no session.)
+                if b.open(100 * SEC, b.peer_addr(), &mut init[..n], &mut resp) == Opened::Reply(RESP_LEN) {
                     answered += 1;
                 }
             }
         }
-        assert!(answered <= 20, "{answered} answered in one instant");
-        assert!(b.stats.rate_limited.load(Relaxed) >= 80);
+        assert!(answered <= 11, "{answered} answered in one instant");
+        assert!(b.stats.cookies_sent.load(Relaxed) >= 89);
     }
 
     #[test]
@@ -939,11 +1167,14 @@ mod tests {
                 let mut resp = [0u8; 256];
                 // Datagrams sealed before the response still open after it.
                 let in_flight = sealed(&b, &msg);
-                let Opened::Reply(m) = b.open(now, &mut out[..n], &mut resp) else { panic!() };
+                let Opened::Reply(m) = b.open(now, b.peer_addr(), &mut out[..n], &mut resp) else { panic!() };
                 let mut ka = [0u8; 256];
-                let Opened::Reply(k) = a.open(now, &mut resp[..m], &mut ka) else { panic!() };
+                let Opened::Reply(k) = a.open(now, a.peer_addr(), &mut resp[..m], &mut ka) else { panic!() };
                 assert_eq!(opened(&a, in_flight), Some(msg.clone()));
-                assert_eq!(b.open(now, &mut ka[..k], &mut [0u8; 64]), Opened::Data(DATA_HEADER..DATA_HEADER));
+                assert_eq!(
+                    b.open(now, b.peer_addr(), &mut ka[..k], &mut [0u8; 64]),
+                    Opened::Data(DATA_HEADER..DATA_HEADER)
+                );
                 sessions += 1;
             }
             let _ = b.tick(now, &mut [0u8; 256]);
@@ -952,5 +1183,86 @@ mod tests {
         }
         assert!(sessions >= 6, "{sessions} sessions in 60 s");
         assert_eq!(a.stats.auth_failures.load(Relaxed) + b.stats.auth_failures.load(Relaxed), 0);
+    }
+
+    /// An initiation a flooder can make: the first MAC is right (the
+    /// responder's public key is public), the Noise message is junk, the
+    /// second MAC is zeros.
+    fn flood_init(to: &SecureLink, i: u32) -> [u8; INIT_LEN] {
+        let mut m = [0u8; INIT_LEN];
+        m[..4].copy_from_slice(&preamble(T_INIT, to.mode()));
+        m[4..8].copy_from_slice(&i.to_le_bytes());
+        m[8..INIT_MAC1].fill(i as u8);
+        let mac = hmac::sign(&mac_key(&to.identity.public()), &m[..INIT_MAC1]);
+        m[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac.as_ref());
+        m
+    }
+
+    #[test]
+    fn under_load_only_a_peer_that_receives_its_cookie_gets_a_session() {
+        let (a, b) = pair(Mode::Encrypt);
+        let mut resp = [0u8; 256];
+        // A flood from the peer's IP: the first 11 spend half the budget
+        // (and fail their Diffie-Hellman), the rest get cookie replies (sent
+        // to the peer, which did not ask for them and drops them), no
+        // Diffie-Hellman.
+        let mut stray = 0;
+        for i in 0..1000u32 {
+            let spoofed = SocketAddr::new(addr(A).ip(), 40000 + (i % 1000) as u16);
+            if let Opened::Reply(n) = b.open(SEC, spoofed, &mut flood_init(&b, i), &mut resp) {
+                assert_eq!(n, COOKIE_LEN);
+                assert_eq!(a.open(SEC, addr(B), &mut resp[..n], &mut [0u8; 256]), Opened::Nothing);
+                stray += 1;
+            }
+        }
+        assert_eq!(b.stats.bad_handshakes.load(Relaxed), 11, "{:?}", b.stats);
+        assert_eq!(stray, 989);
+        assert_eq!(b.stats.cookies_sent.load(Relaxed), 989);
+        assert_eq!(a.stats.cookies_received.load(Relaxed), 0);
+        // The real peer: its initiation gets a cookie, which it takes and
+        // retries with at the next tick, and gets a session.
+        let mut init = [0u8; 256];
+        let n = a.tick(SEC, &mut init).unwrap();
+        let Opened::Reply(m) = b.open(SEC, addr(A), &mut init[..n], &mut resp) else { panic!("no cookie") };
+        assert_eq!(m, COOKIE_LEN);
+        // A cookie reply with a byte changed is refused.
+        let mut bad = resp;
+        bad[25] ^= 1;
+        assert_eq!(a.open(SEC, addr(B), &mut bad[..m], &mut [0u8; 256]), Opened::Nothing);
+        assert_eq!(a.stats.cookies_received.load(Relaxed), 0);
+        assert_eq!(a.open(SEC, addr(B), &mut resp[..m], &mut [0u8; 256]), Opened::Nothing);
+        assert_eq!(a.stats.cookies_received.load(Relaxed), 1);
+        let now = SEC + SEC / 10;
+        let n = a.tick(now, &mut init).expect("retried at once with the cookie");
+        // The flood goes on; the same cookie from another address is no
+        // cookie (a cookie reply, for that address).
+        let other = SocketAddr::new(addr(A).ip(), 40001);
+        for i in 0..100u32 {
+            let _ = b.open(now, other, &mut flood_init(&b, i), &mut resp);
+        }
+        let mut copy = init;
+        assert_eq!(b.open(now, other, &mut copy[..n], &mut resp), Opened::Reply(COOKIE_LEN));
+        let Opened::Reply(m) = b.open(now, addr(A), &mut init[..n], &mut resp) else {
+            panic!("not answered")
+        };
+        assert_eq!(m, RESP_LEN);
+        let mut ka = [0u8; 256];
+        let Opened::Reply(k) = a.open(now, addr(B), &mut resp[..m], &mut ka) else { panic!("not completed") };
+        assert!(matches!(b.open(now, addr(A), &mut ka[..k], &mut [0u8; 64]), Opened::Data(_)));
+        assert!(a.established() && b.established());
+        // The flood goes on: cookied initiations have a budget of their own.
+        let mut later = 0;
+        for t in 2..12u64 {
+            for i in 0..100u32 {
+                let _ = b.open(t * SEC, addr(A), &mut flood_init(&b, i), &mut resp);
+            }
+            a.lock().pending = None;
+            a.lock().current = None; // a rekey is due
+            let n = a.tick(t * SEC, &mut init).unwrap();
+            if let Opened::Reply(m) = b.open(t * SEC, addr(A), &mut init[..n], &mut resp) {
+                later += usize::from(m == RESP_LEN);
+            }
+        }
+        assert_eq!(later, 10, "every rekey under the flood answered");
     }
 }

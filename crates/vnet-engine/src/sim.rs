@@ -23,9 +23,9 @@ use crate::secure::{self, Identity, Timers};
 use crate::{Forwarder, Global};
 use std::collections::{BTreeMap, BinaryHeap};
 use std::io::IoSlice;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use vnet_control::{Located, State, Transport};
+use vnet_control::{Located, State, Transport, DEFAULT_PORT};
 use vnet_core::{Counters, Port as PortId};
 use vnet_wire::virtio::VirtioNetHdr;
 
@@ -100,7 +100,7 @@ pub struct Faults {
 struct InFlight {
     at: u64,
     seq: u64,
-    from: IpAddr,
+    from: SocketAddr,
     to: IpAddr,
     arrival: Arrival,
     bytes: Vec<u8>,
@@ -148,7 +148,7 @@ impl Wire {
         p > 0.0 && ((self.random() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 
-    fn put(&mut self, from: IpAddr, to: IpAddr, arrival: Arrival, bytes: Vec<u8>) {
+    fn put(&mut self, from: SocketAddr, to: IpAddr, arrival: Arrival, bytes: Vec<u8>) {
         self.sent += 1;
         if let Some(c) = self.capture.as_mut() {
             c.push(bytes.clone());
@@ -185,7 +185,8 @@ impl Wire {
 
 /// A link's I/O in the simulation: datagrams onto the wire.
 struct WireTx {
-    from: IpAddr,
+    /// The sending host's address and port (every host listens on the default port).
+    from: SocketAddr,
     to: IpAddr,
     arrival: Arrival,
     wire: Arc<Mutex<Wire>>,
@@ -303,9 +304,12 @@ impl Net {
     }
 
     /// Puts a datagram of anyone's making on the wire: from `from` (any
-    /// address: a spoofer's choice) to host address `to`'s `listen udp` socket.
+    /// `IP` or `IP:PORT`: a spoofer's choice; the port defaults to the one
+    /// hosts send from) to host address `to`'s `listen udp` socket.
     pub fn inject(&self, from: &str, to: &str, bytes: Vec<u8>) {
-        let (Ok(from), Ok(to)) = (from.parse(), to.parse()) else { return };
+        let from =
+            from.parse().ok().or_else(|| from.parse().ok().map(|ip| SocketAddr::new(ip, DEFAULT_PORT)));
+        let (Some(from), Ok(to)) = (from, to.parse()) else { return };
         self.wire().put(from, to, Arrival::Datagram(Via::Udp), bytes);
     }
 
@@ -383,7 +387,7 @@ impl Net {
                     rx.receive(&mut host.fw, &plane, next.from, &mut bytes, 0, now);
                     rx.report(&host.global);
                 }
-                Arrival::Stream => host.stream(&plane, next.from, &bytes),
+                Arrival::Stream => host.stream(&plane, next.from.ip(), &bytes),
             }
             host.fw.report();
         }
@@ -476,7 +480,8 @@ impl Host {
                         }
                     };
                     let to = d.remote().map_or(self.ip, |r| r.ip());
-                    let io = WireTx { from: self.ip, to, arrival, wire: wire.clone() };
+                    let from = SocketAddr::new(self.ip, DEFAULT_PORT);
+                    let io = WireTx { from, to, arrival, wire: wire.clone() };
                     let sec = secured.remove(&d.id).flatten();
                     Arc::new(Link::new(d.clone(), Arc::new(io)).secured(sec))
                 }

@@ -781,6 +781,8 @@ impl Daemon {
                         ("replays", &s.replays),
                         ("bad_handshakes", &s.bad_handshakes),
                         ("rate_limited", &s.rate_limited),
+                        ("cookies_sent", &s.cookies_sent),
+                        ("cookies_received", &s.cookies_received),
                         ("unauthenticated", &s.unauthenticated),
                         ("no_session", &s.no_session),
                     ] {

@@ -265,7 +265,7 @@ pub fn link_source(
                     g.malformed.fetch_add(1, Relaxed);
                     continue;
                 };
-                rx.receive(&mut fw, &plane, from.ip(), buf, gso as usize, now);
+                rx.receive(&mut fw, &plane, from, buf, gso as usize, now);
             }
             if got < sys::RECV_BATCH {
                 break; // the socket is empty
