@@ -200,12 +200,20 @@ pub fn frame_source(
                     take(&mut fw, &mut *f.data);
                 }
             }
-            Reader::File(file) => {
+            Reader::File(_) | Reader::Packet(_) => {
                 while n < BATCH {
-                    match (&**file).read(&mut buf) {
-                        Ok(len) => {
+                    let got = match &reader {
+                        Reader::Packet(sock) => {
+                            sys::recv_packet(sock, &mut buf, if vnet_hdr { virtio::LEN } else { 0 })
+                        }
+                        Reader::File(file) | Reader::Ring(file, _) => {
+                            (&**file).read(&mut buf).map(|len| 0..len)
+                        }
+                    };
+                    match got {
+                        Ok(r) => {
                             n += 1;
-                            take(&mut fw, &mut buf[..len]);
+                            take(&mut fw, &mut buf[r]);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

@@ -36,6 +36,10 @@ struct Args {
     /// Secured links start a new session after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     rekey_after: u64,
+    /// Read netdev and `direct` devices frame by frame instead of through
+    /// a shared receive ring (as where the kernel refuses a ring).
+    #[arg(long)]
+    no_rx_ring: bool,
     /// Log filter, e.g. info or vnetd=debug.
     #[arg(long, default_value = "info", env = "VNETD_LOG")]
     log: String,
@@ -75,6 +79,7 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     let mut daemon = Daemon::new();
+    vnetd::iface::netdev::NO_RX_RING.store(args.no_rx_ring, std::sync::atomic::Ordering::Relaxed);
     daemon.set_rekey_after(std::time::Duration::from_secs(args.rekey_after.max(1)));
     if let Some(path) = &args.key {
         match vnetd::keys::read_key_file(path) {

@@ -245,6 +245,9 @@ pub fn open_packet(name: &str) -> io::Result<File> {
         return Err(io::Error::last_os_error());
     }
     setsockopt_raw(&sock, libc::SOL_PACKET, 23 /* PACKET_IGNORE_OUTGOING */, &(1 as libc::c_int))?;
+    // A VLAN tag the kernel took out of a frame comes with it as metadata
+    // (read by `recv_packet`; the receive ring has it in its frame header).
+    setsockopt_raw(&sock, libc::SOL_PACKET, PACKET_AUXDATA, &(1 as libc::c_int))?;
     let mreq = libc::packet_mreq {
         mr_ifindex: ifindex as i32,
         mr_type: 1 as libc::c_ushort, // PACKET_MR_PROMISC
@@ -887,6 +890,82 @@ impl RxRing {
             insert_vlan_tag(data, self.vnet_hdr, if tpid == 0 { 0x8100 } else { tpid }, tci);
         }
         Some(RingFrame { status, data, truncated: snaplen < len || mac < self.vnet_hdr })
+    }
+}
+
+const PACKET_AUXDATA: libc::c_int = 8;
+
+/// `struct tpacket_auxdata` (linux/if_packet.h): a packet socket's control
+/// message with each frame.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct TpacketAuxdata {
+    tp_status: u32,
+    tp_len: u32,
+    tp_snaplen: u32,
+    tp_mac: u16,
+    tp_net: u16,
+    tp_vlan_tci: u16,
+    tp_vlan_tpid: u16,
+}
+
+/// Reads one frame from packet socket `f` into `buf[4..]` (the 4 bytes in
+/// front are room for a tag) and, when the kernel had taken the frame's
+/// VLAN tag out as metadata, puts it back (see [`insert_vlan_tag`];
+/// `vnet_hdr` bytes of offload header come first). Returns the range of
+/// `buf` the frame (with its header) is in.
+pub fn recv_packet(f: &File, buf: &mut [u8], vnet_hdr: usize) -> io::Result<std::ops::Range<usize>> {
+    if buf.len() < 4 + vnet_hdr + 14 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let mut iov = libc::iovec { iov_base: buf[4..].as_mut_ptr().cast(), iov_len: buf.len() - 4 };
+    // Room for one control message holding a `TpacketAuxdata`, aligned.
+    let mut control = [0u64; 8];
+    // SAFETY: `msghdr` is a plain C struct; all-zero is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY:
+    // - `f` is an open packet socket for the whole call.
+    // - `msg` points at one iovec over `buf[4..]` (live, writable, its length
+    //   given) and at `control` (live, writable, its length given); both
+    //   outlive the call.
+    let n = unsafe { libc::recvmsg(f.as_raw_fd(), &mut msg, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let len = n as usize;
+    let mut aux = None;
+    // SAFETY: `msg` was filled by `recvmsg` above; CMSG_FIRSTHDR/NXTHDR only
+    // walk inside `msg_control[..msg_controllen]`, which the kernel wrote.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: `c` is a control message header inside `control` (above).
+        let h = unsafe { &*c };
+        if h.cmsg_level == libc::SOL_PACKET && h.cmsg_type == PACKET_AUXDATA {
+            // SAFETY: CMSG_LEN only computes a length (no memory is read).
+            let need = unsafe { libc::CMSG_LEN(std::mem::size_of::<TpacketAuxdata>() as u32) } as usize;
+            if h.cmsg_len as usize >= need {
+                // SAFETY: the message's data holds a whole `tpacket_auxdata`
+                // (its length was checked just above), inside `control`; it
+                // may be unaligned, so it is read with `read_unaligned`.
+                aux = Some(unsafe { libc::CMSG_DATA(c).cast::<TpacketAuxdata>().read_unaligned() });
+            }
+        }
+        // SAFETY: as for CMSG_FIRSTHDR.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+    }
+    match aux {
+        Some(a)
+            if a.tp_status & TP_STATUS_VLAN_VALID != 0 && len >= vnet_hdr + 12 && len + 4 <= buf.len() =>
+        {
+            let tpid = if a.tp_vlan_tpid == 0 { 0x8100 } else { a.tp_vlan_tpid };
+            insert_vlan_tag(&mut buf[..4 + len], vnet_hdr, tpid, a.tp_vlan_tci);
+            Ok(0..4 + len)
+        }
+        _ => Ok(4..4 + len),
     }
 }
 

@@ -34,7 +34,10 @@ pub enum Device {
 /// Where a worker reads a queue's frames from.
 #[derive(Clone)]
 pub enum Reader {
+    /// A TAP queue: a frame a `read`.
     File(Arc<File>),
+    /// A packet socket without a ring: a frame a `recvmsg`, with its VLAN tag metadata.
+    Packet(Arc<File>),
     /// A netdev's receive ring, and the socket that signals it.
     Ring(Arc<File>, Arc<Mutex<crate::sys::RxRing>>),
 }
@@ -42,7 +45,7 @@ pub enum Reader {
 impl Reader {
     pub fn fd(&self) -> RawFd {
         match self {
-            Reader::File(f) | Reader::Ring(f, _) => f.as_raw_fd(),
+            Reader::File(f) | Reader::Packet(f) | Reader::Ring(f, _) => f.as_raw_fd(),
         }
     }
 }
@@ -72,7 +75,7 @@ impl Device {
             Device::Tap(t) => t.queues.get(q).map(|f| Reader::File(f.clone())),
             Device::Netdev(n) if q == 0 => Some(match &n.ring {
                 Some(r) => Reader::Ring(n.sock.clone(), r.clone()),
-                None => Reader::File(n.sock.clone()),
+                None => Reader::Packet(n.sock.clone()),
             }),
             Device::Netdev(_) | Device::Vhost(_) => None,
         }

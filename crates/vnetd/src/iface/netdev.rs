@@ -7,6 +7,7 @@
 
 use crate::sys;
 use std::fs::File;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use vnet_control::InterfaceDef;
 use vnet_engine::port::{Payload, Port, Scratch};
@@ -15,6 +16,25 @@ use vnet_engine::Global;
 /// Receive ring of a netdev (or a `direct` link's device), in 256 KB blocks
 /// of 3 frames (4 MB, 48 frames of up to 64 KB).
 pub const RX_RING_BLOCKS: usize = 16;
+
+/// Set by `vnetd --no-rx-ring`: packet sockets are read frame by frame
+/// (the path taken where the kernel refuses a ring).
+pub static NO_RX_RING: AtomicBool = AtomicBool::new(false);
+
+/// The receive ring of packet socket `f` on `dev`, unless refused (by the
+/// kernel, or by `--no-rx-ring`): then frames are read one by one.
+pub fn rx_ring(f: &File, vnet_hdr: bool, dev: &str) -> Option<Arc<Mutex<sys::RxRing>>> {
+    if NO_RX_RING.load(Relaxed) {
+        return None;
+    }
+    match sys::RxRing::new(f, RX_RING_BLOCKS, vnet_hdr) {
+        Ok(r) => Some(Arc::new(Mutex::new(r))),
+        Err(e) => {
+            tracing::warn!(device = %dev, "no receive ring ({e}): frames are read one by one");
+            None
+        }
+    }
+}
 
 /// An attached netdev.
 pub struct Netdev {
@@ -37,13 +57,7 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
             vnet_hdr = false;
             refused = true;
         }
-        let ring = match sys::RxRing::new(&f, RX_RING_BLOCKS, vnet_hdr) {
-            Ok(r) => Some(Arc::new(Mutex::new(r))),
-            Err(e) => {
-                tracing::warn!(device = %dev, "no receive ring ({e}): frames are read one by one");
-                None
-            }
-        };
+        let ring = rx_ring(&f, vnet_hdr, &dev);
         if let Some(m) = mtu {
             sys::set_mtu(&dev, m)?;
         }

@@ -10,7 +10,7 @@ use crate::iface::Reader;
 use crate::sys;
 use std::fs::File;
 use std::io::{IoSlice, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use vnet_engine::DatagramTx;
 
 /// A direct link's socket, as the engine's I/O.
@@ -30,18 +30,12 @@ impl DatagramTx for DirectTx {
 pub fn open(dev: &str) -> Result<(Arc<DirectTx>, Reader), String> {
     let f = sys::open_packet(dev).map_err(|e| format!("no packet socket on {dev}: {e}"))?;
     sys::packet_enable_vnet_hdr(&f).map_err(|e| format!("{dev}: offload headers refused: {e}"))?;
-    let ring = match sys::RxRing::new(&f, crate::iface::netdev::RX_RING_BLOCKS, true) {
-        Ok(r) => Some(Arc::new(Mutex::new(r))),
-        Err(e) => {
-            tracing::warn!(device = %dev, "no receive ring ({e}): frames are read one by one");
-            None
-        }
-    };
+    let ring = crate::iface::netdev::rx_ring(&f, true, dev);
     sys::set_up(dev).map_err(|e| format!("{dev}: {e}"))?;
     let sock = Arc::new(f);
     let reader = match ring {
         Some(r) => Reader::Ring(sock.clone(), r),
-        None => Reader::File(sock.clone()),
+        None => Reader::Packet(sock.clone()),
     };
     Ok((Arc::new(DirectTx { sock }), reader))
 }
