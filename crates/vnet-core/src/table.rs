@@ -155,6 +155,16 @@ impl RouteTable {
         }
         // No reflection, split horizon for group frames, one copy per port.
         let group = dst.is_group();
+        if out.len() > 32 {
+            // A broadcast in a big mesh (a route per link): dedupe by
+            // sorting, not by the quadratic scan below (999 links: 211 us
+            // a lookup before, see benches/lookup.rs). The first route of
+            // each port stays; ports come out in order.
+            out.sort_by_key(|&(p, i)| (p, i));
+            out.dedup_by_key(|d| d.0);
+            out.retain(|&(port, _)| !(port == ingress || (group && self.mesh(ingress) && self.mesh(port))));
+            return examined;
+        }
         let mut k = 0;
         for j in 0..out.len() {
             let (port, _) = out[j];
@@ -307,5 +317,32 @@ mod tests {
         let n = t.lookup(I0, mac(1), MacAddr([0x52, 0x54, 0, 1, 0x86, 0x9f]), &mut out);
         assert_eq!(n, 1);
         assert_eq!(out, vec![(Port::Link(99_999 % 7), 99_999)]);
+    }
+
+    #[test]
+    fn a_broadcast_to_many_links_is_deduplicated_and_split_horizon_holds() {
+        // 100 links, each with two broadcast routes, and an edge link.
+        let mut routes = Vec::new();
+        for l in 0..100u32 {
+            for _ in 0..2 {
+                let id = routes.len() as u32;
+                routes.push(Route::new(id, Any, Addr(MacAddr::BROADCAST), Port::Link(l), SourceFilter::Any));
+            }
+        }
+        let id = routes.len() as u32;
+        routes.push(Route::new(id, Any, Addr(MacAddr::BROADCAST), Port::Link(500), SourceFilter::Any));
+        let t = RouteTable::new(1, routes).with_edge_links([500]);
+        let mut out = Vec::new();
+        // From a VM: every link once, the first route of each.
+        t.lookup(Port::Interface(0), mac(1), MacAddr::BROADCAST, &mut out);
+        assert_eq!(out.len(), 101);
+        assert!(out.iter().all(|&(p, i)| p == Port::Link(500) || matches!(p, Port::Link(l) if i == 2 * l)));
+        // From a mesh link: only the edge (split horizon), never back.
+        t.lookup(Port::Link(7), mac(1), MacAddr::BROADCAST, &mut out);
+        assert_eq!(out, vec![(Port::Link(500), 200)]);
+        // From the edge: every mesh link, not the edge itself.
+        t.lookup(Port::Link(500), mac(1), MacAddr::BROADCAST, &mut out);
+        assert_eq!(out.len(), 100);
+        assert!(!out.iter().any(|&(p, _)| p == Port::Link(500)));
     }
 }

@@ -1,0 +1,112 @@
+//! The store's key layout (`docs/CLUSTER.md`), flannel's model: one prefix
+//! per network, one key per host under the host's lease, one key per VM MAC.
+//!
+//! ```text
+//! /vnet/<network>/hosts/<host>   {"addr":"10.0.0.2:9000","kinds":["udp"],"public_key":"..."}
+//! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0"}
+//! ```
+//!
+//! Values are JSON; a value that does not parse is counted and ignored,
+//! never trusted and never a panic.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use vnet_wire::MacAddr;
+
+/// The prefix every key of `network` starts with.
+pub fn prefix(network: &str) -> String {
+    format!("/vnet/{network}/")
+}
+
+/// The key of host `host` in `network`.
+pub fn host_key(network: &str, host: &str) -> String {
+    format!("/vnet/{network}/hosts/{host}")
+}
+
+/// The key of VM MAC `mac` in `network`.
+pub fn mac_key(network: &str, mac: MacAddr) -> String {
+    format!("/vnet/{network}/macs/{mac}")
+}
+
+/// Whether `name` may name a network or a host: 1 to 63 of `A-Za-z0-9._-`.
+pub fn valid_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// What a key under a network's prefix names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key<'a> {
+    Host(&'a str),
+    Mac(MacAddr),
+}
+
+/// Parses `key`, which starts with `prefix` (else `None`, as for any key
+/// this version does not know).
+pub fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<Key<'a>> {
+    let rest = key.strip_prefix(prefix)?;
+    if let Some(h) = rest.strip_prefix("hosts/") {
+        return valid_name(h).then_some(Key::Host(h));
+    }
+    rest.strip_prefix("macs/")?.parse().ok().map(Key::Mac)
+}
+
+/// A host's record: where its links are received, what they may be, its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostRecord {
+    /// The underlay address and UDP port its `vnet` links are received on.
+    pub addr: SocketAddr,
+    /// Link kinds it accepts, in its order of preference (`udp` when empty).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Its static public key (base64), when its links are secured.
+    #[serde(default)]
+    pub public_key: Option<String>,
+}
+
+/// Who has a VM MAC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MacRecord {
+    pub host: String,
+    #[serde(default)]
+    pub iface: String,
+}
+
+impl HostRecord {
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+impl MacRecord {
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_strangers_are_ignored() {
+        let p = prefix("lab");
+        let mac: MacAddr = "52:54:00:00:00:01".parse().unwrap();
+        assert_eq!(parse_key(&p, &host_key("lab", "h1")), Some(Key::Host("h1")));
+        assert_eq!(parse_key(&p, &mac_key("lab", mac)), Some(Key::Mac(mac)));
+        for k in
+            ["/vnet/lab/hosts/", "/vnet/lab/hosts/a/b", "/vnet/lab/macs/zz", "/vnet/other/hosts/h1", "/x"]
+        {
+            assert_eq!(parse_key(&p, k), None, "{k}");
+        }
+        assert!(!valid_name(&"x".repeat(64)));
+    }
+
+    #[test]
+    fn records_parse_or_fail_cleanly() {
+        let r: HostRecord = serde_json::from_slice(br#"{"addr":"10.0.0.2:9000"}"#).unwrap();
+        assert!(r.kinds.is_empty() && r.public_key.is_none());
+        assert!(serde_json::from_slice::<HostRecord>(b"{\"addr\":1}").is_err());
+        assert!(serde_json::from_slice::<MacRecord>(b"\xff").is_err());
+    }
+}

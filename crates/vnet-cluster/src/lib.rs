@@ -1,0 +1,19 @@
+//! vnet's cluster control plane, sans-IO (`docs/CLUSTER.md`).
+//!
+//! Membership and addresses live in a store (etcd in production, the
+//! in-memory [`store::MemStore`] here and in the simulator), one key per
+//! host under its lease and one per VM MAC ([`layout`]). Every host keeps a
+//! [`member::Member`]: it takes the store's watch events in revision order,
+//! or a full listing after a compaction or an outage, and says which links
+//! and routes must change ([`member::Change`]); the daemon applies them as
+//! one transaction of the control language's atomic kind. Nothing here does
+//! I/O or keeps time: the same code runs under the daemon, the simulator of
+//! a thousand hosts (`tests/scale.rs`) and the unit tests.
+
+pub mod layout;
+pub mod member;
+pub mod store;
+
+pub use layout::{HostRecord, MacRecord};
+pub use member::{Change, Member, MemberStats};
+pub use store::{Compacted, Event, MemStore};

@@ -1,0 +1,290 @@
+//! A thousand hosts and a hundred thousand VMs, in memory: the store is
+//! [`MemStore`] (etcd's semantics), each host's view a [`Member`]. Every
+//! member sees the same event stream, so a sample of members (observers)
+//! stands for all of them; `VNET_SCALE_OBSERVERS=1000` runs every one.
+//! Sizes: `VNET_SCALE_HOSTS` (1000) and `VNET_SCALE_VMS` (100 per host).
+//!
+//! Measured and printed (`--nocapture`), for `docs/CLUSTER.md`: the events
+//! and changes each observer handles and the time it takes, to converge
+//! from nothing, after a host joins, after a host dies (its lease expires),
+//! after a VM moves, and after a compaction forces a full listing; the
+//! memory a view of 100k MACs holds; route lookups at 100k routes. Each
+//! step checks every observer against the truth in the store.
+
+use std::time::Instant;
+use vnet_cluster::layout::{host_key, mac_key, parse_key, HostRecord, Key, MacRecord};
+use vnet_cluster::{Change, Event, MemStore, Member};
+use vnet_wire::MacAddr;
+
+const NET: &str = "scale";
+const SEC: u64 = 1_000_000_000;
+const TTL: u64 = 10 * SEC;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn name(h: usize) -> String {
+    format!("h{h:04}")
+}
+
+fn mac(h: usize, v: usize) -> MacAddr {
+    let (h, v) = (h as u32, v as u16);
+    MacAddr([0x52, 0x54, (h >> 8) as u8, h as u8, (v >> 8) as u8, v as u8])
+}
+
+fn record(h: usize) -> Vec<u8> {
+    let addr = format!("10.{}.{}.{}:9000", h >> 16 & 255, h >> 8 & 255, h & 255).parse().unwrap();
+    HostRecord { addr, kinds: vec!["udp".into()], public_key: None }.to_json()
+}
+
+/// Puts host `h` and its `vms` MACs under a new lease; returns the lease.
+fn join(s: &mut MemStore, h: usize, vms: usize, now: u64) -> u64 {
+    let lease = s.grant(TTL, now);
+    s.put(&host_key(NET, &name(h)), record(h), Some(lease));
+    for v in 0..vms {
+        let r = MacRecord { host: name(h), iface: format!("vm{v}") };
+        s.put(&mac_key(NET, mac(h, v)), r.to_json(), Some(lease));
+    }
+    lease
+}
+
+/// Brings `m` up to the store's revision; returns (events, changes).
+fn sync(m: &mut Member, s: &MemStore) -> (usize, usize) {
+    let mut out = Vec::new();
+    let mut n = 0;
+    let prefix = m.prefix().to_string();
+    match s.watch(&prefix, m.revision() + 1) {
+        Ok(evs) => {
+            let evs: Vec<&Event> = evs.collect();
+            for e in evs {
+                m.apply(e, &mut out);
+                n += 1;
+            }
+        }
+        Err(_) => {
+            let (kvs, rev) = s.range(&prefix);
+            n = kvs.len();
+            m.relist(&kvs, rev, &mut out);
+        }
+    }
+    (n, out.len())
+}
+
+/// Every observer against the store: each MAC of another live host routed
+/// to it, nothing else.
+fn check(obs: &[Member], s: &MemStore) {
+    let (kvs, _) = s.range(&vnet_cluster::layout::prefix(NET));
+    let p = vnet_cluster::layout::prefix(NET);
+    let live: std::collections::HashSet<&str> = kvs
+        .iter()
+        .filter_map(|(k, _)| match parse_key(&p, k) {
+            Some(Key::Host(h)) => Some(h),
+            _ => None,
+        })
+        .collect();
+    for m in obs {
+        let mut want = 0;
+        for (k, v) in &kvs {
+            if let Some(Key::Mac(mac)) = parse_key(&p, k) {
+                let r: MacRecord = serde_json::from_slice(v).unwrap();
+                let h = r.host.as_str();
+                let expect = (live.contains(h) && h != m.me()).then_some(h);
+                assert_eq!(m.route_of(mac), expect, "{} on {mac}", m.me());
+                want += usize::from(expect.is_some());
+            }
+        }
+        assert_eq!(m.routes(), want);
+        let links = live.len() - usize::from(live.contains(m.me()));
+        assert_eq!(m.links().count(), links, "a link to every other live host");
+    }
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+#[test]
+fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
+    let (hosts, vms) = (env("VNET_SCALE_HOSTS", 1000), env("VNET_SCALE_VMS", 100));
+    // Debug builds (`cargo test`) check fewer observers; release as many as asked.
+    let n_obs = env("VNET_SCALE_OBSERVERS", if cfg!(debug_assertions) { 3 } else { 8 }).clamp(1, hosts);
+    let mut s = MemStore::new();
+    let mut now = 0;
+    let mut leases: Vec<u64> = (0..hosts).map(|h| join(&mut s, h, vms, now)).collect();
+    // Observers spread over the hosts.
+    let ids: Vec<usize> = (0..n_obs).map(|i| i * hosts / n_obs).collect();
+    let mut obs: Vec<Member> = ids.iter().map(|&h| Member::new(NET, &name(h))).collect();
+    println!(
+        "scale: {hosts} hosts x {vms} VMs = {} MACs, {} keys, {n_obs} observers",
+        hosts * vms,
+        s.revision()
+    );
+
+    // From nothing: every key once.
+    let t = Instant::now();
+    let (ev, ch) = sync(&mut obs[0], &s);
+    let first_ms = ms(t);
+    for m in &mut obs[1..] {
+        sync(m, &s);
+    }
+    check(&obs, &s);
+    let routes = obs[0].routes();
+    println!(
+        "scale: start: {ev} events, {ch} changes, {first_ms:.0} ms per host; {routes} routes, {} links",
+        obs[0].links().count()
+    );
+    assert_eq!(routes, (hosts - 1) * vms);
+
+    // Memory of a view: the RSS growth of building more of them, per view.
+    let rss = || {
+        let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) * 4096
+    };
+    let before = rss();
+    let extra: Vec<Member> = (0..4)
+        .map(|i| {
+            let mut m = Member::new(NET, &name(hosts - 1 - i));
+            sync(&mut m, &s);
+            m
+        })
+        .collect();
+    let per_view = rss().saturating_sub(before) / extra.len() as u64;
+    drop(extra);
+    println!(
+        "scale: memory: {:.1} MB per host's view of {} MACs ({} bytes a MAC)",
+        per_view as f64 / 1e6,
+        hosts * vms,
+        per_view / (hosts * vms) as u64
+    );
+
+    // A host joins.
+    let t0 = s.revision();
+    leases.push(join(&mut s, hosts, vms, now));
+    let t = Instant::now();
+    let (ev, ch) = sync(&mut obs[0], &s);
+    let join_ms = ms(t);
+    obs[1..].iter_mut().for_each(|m| {
+        sync(m, &s);
+    });
+    check(&obs, &s);
+    println!(
+        "scale: join: {} revisions, {ev} events, {ch} changes (1 link + {vms} routes), {join_ms:.2} ms",
+        s.revision() - t0
+    );
+    assert_eq!((ev, ch), (vms + 1, vms + 1));
+
+    // A VM moves (its new host writes its key): one event, one change.
+    let m = mac(1, 0);
+    let r = MacRecord { host: name(2), iface: "vm99".into() };
+    s.put(&mac_key(NET, m), r.to_json(), Some(leases[2]));
+    let t = Instant::now();
+    let (ev, ch) = sync(&mut obs[0], &s);
+    let move_us = t.elapsed().as_secs_f64() * 1e6;
+    obs[1..].iter_mut().for_each(|o| {
+        sync(o, &s);
+    });
+    check(&obs, &s);
+    let moved =
+        obs.iter().filter(|o| o.route_of(m) == Some(name(2).as_str()) || o.route_of(m).is_none()).count();
+    assert_eq!(moved, obs.len());
+    println!("scale: move: {ev} event, {ch} change, {move_us:.1} us per host");
+    assert_eq!((ev, ch), (1, 1));
+
+    // A host dies: its keepalives stop, its lease expires, all its keys go in one revision.
+    let dead = hosts / 2 + 1;
+    now += TTL / 2;
+    for (h, &l) in leases.iter().enumerate() {
+        if h != dead {
+            s.keepalive(l, now);
+        }
+    }
+    now += TTL / 2 + 1;
+    let gone = s.expire(now);
+    let t = Instant::now();
+    let (ev, ch) = sync(&mut obs[0], &s);
+    let leave_ms = ms(t);
+    obs[1..].iter_mut().for_each(|o| {
+        sync(o, &s);
+    });
+    check(&obs, &s);
+    println!("scale: leave: 1 revision, {gone} keys, {ev} events, {ch} changes, {leave_ms:.2} ms");
+    assert_eq!((ev, ch), (vms + 1, vms + 1));
+
+    // Observers away while 10 VMs move and a host joins; history compacted:
+    // they list again and converge.
+    for v in 0..10 {
+        let r = MacRecord { host: name(3), iface: format!("m{v}") };
+        s.put(&mac_key(NET, mac(4, v)), r.to_json(), Some(leases[3]));
+    }
+    leases.push(join(&mut s, hosts + 1, vms, now));
+    s.compact(s.revision());
+    let t = Instant::now();
+    let (ev, ch) = sync(&mut obs[0], &s);
+    let relist_ms = ms(t);
+    obs[1..].iter_mut().for_each(|o| {
+        sync(o, &s);
+    });
+    check(&obs, &s);
+    println!("scale: relist after compaction: {ev} keys, {ch} changes, {relist_ms:.0} ms");
+    assert_eq!(ch, 10 + 1 + vms);
+
+    // Route lookups at this size: the engine's table built from a view.
+    let o = &obs[0];
+    let mut hosts_ix: Vec<&str> = o.links().map(|(h, _)| h).collect();
+    hosts_ix.sort_unstable();
+    let mut routes = Vec::new();
+    let p = vnet_cluster::layout::prefix(NET);
+    for (k, _) in s.range(&p).0 {
+        if let Some(Key::Mac(mac)) = parse_key(&p, &k) {
+            if let Some(h) = o.route_of(mac) {
+                let link = hosts_ix.binary_search(&h).unwrap() as u32;
+                let id = routes.len() as u32;
+                routes.push(vnet_core::Route::new(
+                    id,
+                    vnet_core::MacSpec::Any,
+                    vnet_core::MacSpec::Addr(mac),
+                    vnet_core::Port::Link(link),
+                    vnet_core::SourceFilter::Any,
+                ));
+            }
+        }
+    }
+    let n = routes.len();
+    let macs: Vec<MacAddr> = routes
+        .iter()
+        .map(|r| match r.dst {
+            vnet_core::MacSpec::Addr(m) => m,
+            _ => MacAddr::ZERO,
+        })
+        .collect();
+    let table = vnet_core::RouteTable::new(1, routes);
+    let mut out = Vec::new();
+    let src = mac(0, 0);
+    let ingress = vnet_core::Port::Interface(0);
+    let rounds = 2_000_000usize;
+    let t = Instant::now();
+    let mut hit = 0usize;
+    for i in 0..rounds {
+        // A pseudo-random walk over the MACs (no cache help).
+        let d = macs[i.wrapping_mul(2_654_435_761) % macs.len()];
+        table.lookup(ingress, src, d, &mut out);
+        hit += out.len();
+    }
+    let ns = t.elapsed().as_nanos() as f64 / rounds as f64;
+    assert_eq!(hit, rounds);
+    let mut cache = vnet_core::RouteCache::new(4096);
+    let t = Instant::now();
+    for i in 0..rounds {
+        // 1000 flows: what a busy host's cache sees.
+        let d = macs[(i % 1000).wrapping_mul(97) % macs.len()];
+        cache.lookup(&table, ingress, src, d, &mut out);
+    }
+    let cns = t.elapsed().as_nanos() as f64 / rounds as f64;
+    println!(
+        "scale: lookup at {n} routes: {ns:.0} ns ({:.1} M/s) uncached, {cns:.0} ns ({:.1} M/s) through the cache",
+        1e3 / ns,
+        1e3 / cns
+    );
+    let _ = Change::Route { mac: src, host: None };
+}
