@@ -6,10 +6,11 @@
 //! [`member::Member`]: it takes the store's watch events in revision order,
 //! or a full listing after a compaction or an outage, and says which links
 //! and routes must change ([`member::Change`]); the daemon applies them as
-//! one transaction of the control language's atomic kind. Nothing here does
+//! one transaction of the control language's atomic kind ([`apply`]). Nothing here does
 //! I/O or keeps time: the same code runs under the daemon, the simulator of
 //! a thousand hosts (`tests/scale.rs`) and the unit tests.
 
+pub mod apply;
 pub mod layout;
 pub mod member;
 pub mod store;

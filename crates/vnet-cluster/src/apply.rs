@@ -1,0 +1,225 @@
+//! From a member's changes to one transaction of the control language,
+//! against the host's running [`State`]: the daemon applies it like any
+//! other (atomically, on both paths), so cluster mode adds no second way
+//! of changing the data path.
+//!
+//! The cluster owns the links named after other hosts and, on them, the
+//! routes `any MAC -> link HOST` and the broadcast route; everything else
+//! in the state (local interfaces, static links and routes) is left alone.
+//! A batch may carry several changes for one MAC or host (a burst of
+//! events): the last one wins. The transaction deletes routes first, then
+//! links, then adds links, then routes, so it is valid as a whole.
+
+use crate::member::Change;
+use std::collections::BTreeMap;
+use vnet_control::{State, Transport};
+use vnet_core::{MacSpec, Port};
+use vnet_wire::MacAddr;
+
+/// How links to other hosts are declared.
+#[derive(Debug, Clone, Default)]
+pub struct LinkOptions {
+    /// Extra words after `link NAME udp ADDR` (e.g. `format vnet network 7`).
+    pub extra: String,
+}
+
+/// The transaction (control-language lines) that makes `state` follow
+/// `changes`; empty when nothing is to change.
+pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> String {
+    let mut links: BTreeMap<&str, Option<&crate::HostRecord>> = BTreeMap::new();
+    let mut routes: BTreeMap<MacAddr, Option<&str>> = BTreeMap::new();
+    for c in changes {
+        match c {
+            Change::Link { host, record } => {
+                links.insert(host, record.as_ref());
+            }
+            Change::Route { mac, host } => {
+                routes.insert(*mac, host.as_deref());
+            }
+        }
+    }
+    let link_id = |name: &str| state.link_by_name(name).map(|l| l.id);
+    let mut del_routes = Vec::new();
+    let mut del_links = Vec::new();
+    let mut add_links = Vec::new();
+    let mut add_routes = Vec::new();
+    // Links gone or changed: their routes go, and they go.
+    for (&host, record) in &links {
+        let Some(l) = state.link_by_name(host) else {
+            if let Some(r) = record {
+                add_links.push(link_lines(host, r, opts));
+            }
+            continue;
+        };
+        let same = record.is_some_and(|r| l.remote() == Some(r.addr) && same_key(&l.transport, r));
+        if same {
+            continue;
+        }
+        for r in state.routes.values().filter(|r| r.to == Port::Link(l.id)) {
+            del_routes.push(r.id);
+        }
+        del_links.push(host.to_string());
+        if let Some(r) = record {
+            add_links.push(link_lines(host, r, opts));
+            // The routes to the re-made link come back below.
+            for (mac, h) in state_routes_to(state, l.id) {
+                routes.entry(mac).or_insert(Some(h));
+            }
+        }
+    }
+    // Routes: whatever routed the MAC to a link goes; the new one comes.
+    let remade: Vec<&str> = del_links.iter().map(String::as_str).collect();
+    for (&mac, host) in &routes {
+        let mut already = false;
+        for r in state.routes.values().filter(|r| r.src == MacSpec::Any && r.dst == MacSpec::Addr(mac)) {
+            let Port::Link(id) = r.to else { continue };
+            let to = state.links.get(&id).map(|l| l.name.as_str());
+            if *host == to && to.is_some_and(|t| !remade.contains(&t)) {
+                already = true;
+            } else if !del_routes.contains(&r.id) {
+                del_routes.push(r.id);
+            }
+        }
+        if let Some(h) = host {
+            let exists =
+                link_id(h).is_some_and(|_| !remade.contains(h)) || links.get(h).is_some_and(Option::is_some);
+            if exists && !already {
+                add_routes.push(format!("route any {mac} -> link {h}"));
+            }
+        }
+    }
+    let mut t = String::new();
+    for id in del_routes {
+        t.push_str(&format!("delete route {id}\n"));
+    }
+    for l in del_links {
+        t.push_str(&format!("delete link {l}\n"));
+    }
+    for l in add_links {
+        t.push_str(&l);
+    }
+    for r in add_routes {
+        t.push_str(&r);
+        t.push('\n');
+    }
+    t
+}
+
+/// `any MAC -> link` routes of the state to link `id`: (MAC, link name).
+fn state_routes_to(state: &State, id: u32) -> Vec<(MacAddr, &str)> {
+    let Some(name) = state.links.get(&id).map(|l| l.name.as_str()) else { return Vec::new() };
+    state
+        .routes
+        .values()
+        .filter(|r| r.to == Port::Link(id) && r.src == MacSpec::Any)
+        .filter_map(|r| r.dst.addr().filter(|m| !m.is_group()).map(|m| (m, name)))
+        .collect()
+}
+
+fn same_key(t: &Transport, r: &crate::HostRecord) -> bool {
+    match t {
+        Transport::Udp { security, .. } => {
+            let have = match security {
+                vnet_control::Security::None => None,
+                vnet_control::Security::Auth(k) | vnet_control::Security::Encrypt(k) => Some(k.to_string()),
+            };
+            have == r.public_key
+        }
+        _ => false,
+    }
+}
+
+/// The lines of a link to `host`, with its broadcast route.
+fn link_lines(host: &str, r: &crate::HostRecord, opts: &LinkOptions) -> String {
+    let key = r.public_key.as_ref().map(|k| format!(" peer-key {k}")).unwrap_or_default();
+    let extra = if opts.extra.is_empty() { String::new() } else { format!(" {}", opts.extra) };
+    format!("link {host} udp {}{extra}{key}\nroute any {} -> link {host}\n", r.addr, MacAddr::BROADCAST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{host_key, mac_key, HostRecord, MacRecord};
+    use crate::{MemStore, Member};
+
+    fn mac(i: u8) -> MacAddr {
+        MacAddr([0x52, 0x54, 0, 0, 0, i])
+    }
+
+    fn host(i: u8) -> Vec<u8> {
+        HostRecord { addr: format!("10.0.0.{i}:9000").parse().unwrap(), kinds: vec![], public_key: None }
+            .to_json()
+    }
+
+    fn vm(h: &str) -> Vec<u8> {
+        MacRecord { host: h.into(), iface: "vm0".into() }.to_json()
+    }
+
+    /// Applies the store's news to `m` and `state`; returns the transaction.
+    fn step(m: &mut Member, s: &MemStore, state: &mut State) -> String {
+        let mut out = Vec::new();
+        let evs: Vec<_> = s.watch(m.prefix(), m.revision() + 1).unwrap().cloned().collect();
+        for e in &evs {
+            m.apply(e, &mut out);
+        }
+        let t = transaction(state, &out, &LinkOptions::default());
+        let cmds = vnet_control::parse(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
+        *state = state.apply_all(&cmds).unwrap_or_else(|e| panic!("{e}\n{t}"));
+        t
+    }
+
+    /// The unicast routes of the state: MAC -> link name.
+    fn routed(state: &State) -> BTreeMap<MacAddr, String> {
+        state
+            .routes
+            .values()
+            .filter_map(|r| {
+                let m = r.dst.addr().filter(|m| !m.is_group())?;
+                let Port::Link(id) = r.to else { return None };
+                Some((m, state.links[&id].name.clone()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_state_follows_the_store_through_joins_moves_and_deaths() {
+        let base = "listen udp 127.0.0.1:0\ninterface vm tap t mac 52:54:00:00:00:01\n";
+        let mut state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
+        let mut s = MemStore::new();
+        let mut m = Member::new("n", "a");
+        let leases: Vec<u64> = (0..3).map(|_| s.grant(10, 0)).collect();
+        for (i, h) in ["a", "b", "c"].iter().enumerate() {
+            s.put(&host_key("n", h), host(i as u8 + 1), Some(leases[i]));
+            s.put(&mac_key("n", mac(i as u8 + 1)), vm(h), Some(leases[i]));
+        }
+        step(&mut m, &s, &mut state);
+        assert_eq!(state.links.len(), 2);
+        let want: BTreeMap<_, _> = [(mac(2), "b".to_string()), (mac(3), "c".to_string())].into();
+        assert_eq!(routed(&state), want);
+        // Nothing new: nothing to do.
+        assert_eq!(step(&mut m, &s, &mut state), "");
+        // b's VM moves to c, then back, then to c again in one batch: one route change.
+        for h in ["c", "b", "c"] {
+            s.put(&mac_key("n", mac(2)), vm(h), Some(leases[2]));
+        }
+        let t = step(&mut m, &s, &mut state);
+        assert_eq!(t.lines().count(), 2, "{t}");
+        assert_eq!(routed(&state)[&mac(2)], "c");
+        // b changes address: its link is made anew, its routes with it.
+        s.put(&mac_key("n", mac(4)), vm("b"), Some(leases[1]));
+        step(&mut m, &s, &mut state);
+        s.put(&host_key("n", "b"), host(9), Some(leases[1]));
+        step(&mut m, &s, &mut state);
+        assert_eq!(state.link_by_name("b").unwrap().remote(), Some("10.0.0.9:9000".parse().unwrap()));
+        assert_eq!(routed(&state)[&mac(4)], "b");
+        // c dies: its link and every route to it go; a's own MAC never was routed.
+        s.keepalive(leases[0], 5);
+        s.keepalive(leases[1], 5);
+        s.expire(12);
+        step(&mut m, &s, &mut state);
+        assert!(state.link_by_name("c").is_none());
+        let want: BTreeMap<_, _> = [(mac(4), "b".to_string())].into();
+        assert_eq!(routed(&state), want);
+        assert_eq!(state.interfaces.len(), 1, "local interfaces are left alone");
+    }
+}
