@@ -104,6 +104,19 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
+/// Brings every observer up to the store and checks them; returns the
+/// first one's (events, changes, milliseconds).
+fn sync_all(obs: &mut [Member], s: &MemStore) -> (usize, usize, f64) {
+    let t = Instant::now();
+    let (ev, ch) = sync(&mut obs[0], s);
+    let took = ms(t);
+    for o in &mut obs[1..] {
+        sync(o, s);
+    }
+    check(obs, s);
+    (ev, ch, took)
+}
+
 #[test]
 fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     let (hosts, vms) = (env("VNET_SCALE_HOSTS", 1000), env("VNET_SCALE_VMS", 100));
@@ -122,13 +135,7 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     );
 
     // From nothing: every key once.
-    let t = Instant::now();
-    let (ev, ch) = sync(&mut obs[0], &s);
-    let first_ms = ms(t);
-    for m in &mut obs[1..] {
-        sync(m, &s);
-    }
-    check(&obs, &s);
+    let (ev, ch, first_ms) = sync_all(&mut obs, &s);
     let routes = obs[0].routes();
     println!(
         "scale: start: {ev} events, {ch} changes, {first_ms:.0} ms per host; {routes} routes, {} links",
@@ -161,13 +168,7 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     // A host joins.
     let t0 = s.revision();
     leases.push(join(&mut s, hosts, vms, now));
-    let t = Instant::now();
-    let (ev, ch) = sync(&mut obs[0], &s);
-    let join_ms = ms(t);
-    obs[1..].iter_mut().for_each(|m| {
-        sync(m, &s);
-    });
-    check(&obs, &s);
+    let (ev, ch, join_ms) = sync_all(&mut obs, &s);
     println!(
         "scale: join: {} revisions, {ev} events, {ch} changes (1 link + {vms} routes), {join_ms:.2} ms",
         s.revision() - t0
@@ -178,13 +179,8 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     let m = mac(1, 0);
     let r = MacRecord { host: name(2), iface: "vm99".into() };
     s.put(&mac_key(NET, m), r.to_json(), Some(leases[2]));
-    let t = Instant::now();
-    let (ev, ch) = sync(&mut obs[0], &s);
-    let move_us = t.elapsed().as_secs_f64() * 1e6;
-    obs[1..].iter_mut().for_each(|o| {
-        sync(o, &s);
-    });
-    check(&obs, &s);
+    let (ev, ch, move_ms) = sync_all(&mut obs, &s);
+    let move_us = move_ms * 1e3;
     let moved =
         obs.iter().filter(|o| o.route_of(m) == Some(name(2).as_str()) || o.route_of(m).is_none()).count();
     assert_eq!(moved, obs.len());
@@ -201,13 +197,7 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     }
     now += TTL / 2 + 1;
     let gone = s.expire(now);
-    let t = Instant::now();
-    let (ev, ch) = sync(&mut obs[0], &s);
-    let leave_ms = ms(t);
-    obs[1..].iter_mut().for_each(|o| {
-        sync(o, &s);
-    });
-    check(&obs, &s);
+    let (ev, ch, leave_ms) = sync_all(&mut obs, &s);
     println!("scale: leave: 1 revision, {gone} keys, {ev} events, {ch} changes, {leave_ms:.2} ms");
     assert_eq!((ev, ch), (vms + 1, vms + 1));
 
@@ -219,13 +209,7 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     }
     leases.push(join(&mut s, hosts + 1, vms, now));
     s.compact(s.revision());
-    let t = Instant::now();
-    let (ev, ch) = sync(&mut obs[0], &s);
-    let relist_ms = ms(t);
-    obs[1..].iter_mut().for_each(|o| {
-        sync(o, &s);
-    });
-    check(&obs, &s);
+    let (ev, ch, relist_ms) = sync_all(&mut obs, &s);
     println!("scale: relist after compaction: {ev} keys, {ch} changes, {relist_ms:.0} ms");
     assert_eq!(ch, 10 + 1 + vms);
 
