@@ -155,21 +155,22 @@ impl RouteTable {
         }
         // No reflection, split horizon for group frames, one copy per port.
         let group = dst.is_group();
+        // Never back out the ingress port; split horizon between mesh links.
+        let reflect = |port: Port| port == ingress || (group && self.mesh(ingress) && self.mesh(port));
         if out.len() > 32 {
             // A broadcast in a big mesh (a route per link): dedupe by
             // sorting, not by the quadratic scan below (999 links: 211 us
-            // a lookup before, see benches/lookup.rs). The first route of
-            // each port stays; ports come out in order.
+            // a lookup before, see benches/lookup.rs). The lowest-numbered
+            // route of each port stays; ports come out in order.
             out.sort_by_key(|&(p, i)| (p, i));
             out.dedup_by_key(|d| d.0);
-            out.retain(|&(port, _)| !(port == ingress || (group && self.mesh(ingress) && self.mesh(port))));
+            out.retain(|&(port, _)| !reflect(port));
             return examined;
         }
         let mut k = 0;
         for j in 0..out.len() {
             let (port, _) = out[j];
-            let reflect = port == ingress || (group && self.mesh(ingress) && self.mesh(port));
-            if !reflect && !out[..k].iter().any(|&(p, _)| p == port) {
+            if !reflect(port) && !out[..k].iter().any(|&(p, _)| p == port) {
                 out[k] = out[j];
                 k += 1;
             }

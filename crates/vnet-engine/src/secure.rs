@@ -50,7 +50,6 @@ use ring::rand::SecureRandom;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use vnet_control::canonical;
 
 /// The first byte of every secured datagram (a `vnet` v1 reader drops it).
 pub const VERSION: u8 = 2;
@@ -455,8 +454,8 @@ struct State {
     budget: Bucket,
     cookied: Bucket,
     filled_ns: u64,
-    /// The secret our cookies are keyed by, and when it was made.
-    secret: Option<([u8; 32], u64)>,
+    /// The key of our cookies (from a random secret), and when it was made.
+    secret: Option<(hmac::Key, u64)>,
     /// The cookie the peer gave us, and when.
     cookie: Option<([u8; COOKIE], u64)>,
 }
@@ -733,39 +732,28 @@ impl SecureLink {
     /// The cookie of address `from`: the first bytes of an HMAC under a
     /// secret renewed every [`COOKIE_LIFE_NS`].
     fn cookie_of(&self, st: &mut State, now_ns: u64, from: SocketAddr) -> [u8; COOKIE] {
-        let secret = match st.secret {
-            Some((k, born)) if now_ns.saturating_sub(born) < COOKIE_LIFE_NS => k,
-            _ => {
-                let k = random();
-                st.secret = Some((k, now_ns));
-                k
-            }
-        };
-        let tag = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &secret), &addr_bytes(from));
+        if st.secret.as_ref().is_some_and(|(_, born)| now_ns.saturating_sub(*born) >= COOKIE_LIFE_NS) {
+            st.secret = None;
+        }
+        let (key, _) =
+            st.secret.get_or_insert_with(|| (hmac::Key::new(hmac::HMAC_SHA256, &random::<32>()), now_ns));
+        let tag = hmac::sign(key, &addr_bytes(from));
         let mut c = [0u8; COOKIE];
         c.copy_from_slice(&tag.as_ref()[..COOKIE]);
         c
     }
 
-    /// A cookie reply to the initiation `init` from `from`, into `reply`.
-    fn cookie_reply(
-        &self,
-        st: &mut State,
-        now_ns: u64,
-        from: SocketAddr,
-        init: &[u8],
-        reply: &mut [u8],
-    ) -> Opened {
+    /// A reply giving `cookie` to the sender of initiation `init`, into `reply`.
+    fn cookie_reply(&self, cookie: &[u8; COOKIE], init: &[u8], reply: &mut [u8]) -> Opened {
         if reply.len() < COOKIE_LEN {
             return Opened::Nothing;
         }
-        let cookie = self.cookie_of(st, now_ns, from);
         let nonce: [u8; COOKIE_NONCE] = random();
         reply[..4].copy_from_slice(&preamble(T_COOKIE, self.mode));
         reply[4..8].copy_from_slice(&init[4..8]);
         reply[8..20].copy_from_slice(&nonce);
         let (sealed, tag) = reply[20..COOKIE_LEN].split_at_mut(COOKIE);
-        sealed.copy_from_slice(&cookie);
+        sealed.copy_from_slice(cookie);
         let aad = Aad::from(&init[INIT_MAC1..INIT_MAC1 + MAC]);
         let Ok(t) =
             self.cookie_ours.seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), aad, sealed)
@@ -808,14 +796,14 @@ impl SecureLink {
         Opened::Nothing
     }
 
-    /// The responder: an initiation from the peer's IP at `from`.
+    /// The responder: an initiation from the peer's IP at `from` (as the
+    /// receive path gives it: canonical, so a cookie names one address).
     fn answer(&self, now_ns: u64, from: SocketAddr, data: &[u8], reply: &mut [u8]) -> Opened {
         let s = &self.stats;
         if data.len() != INIT_LEN || !self.mac_ok(data, INIT_MAC1) || reply.len() < RESP_LEN {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        let from = SocketAddr::new(canonical(from.ip()), from.port());
         let mut st = self.lock();
         // Both ends initiated at once (both started, or both rekey): the
         // one with the larger public key keeps its own handshake and lets
@@ -842,7 +830,7 @@ impl SecureLink {
         let admitted = if cookied {
             st.cookied.take()
         } else if under_load {
-            return self.cookie_reply(&mut st, now_ns, from, data, reply);
+            return self.cookie_reply(&cookie, data, reply);
         } else {
             st.budget.take()
         };

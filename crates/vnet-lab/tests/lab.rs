@@ -638,7 +638,7 @@ fn encrypted_links_hide_payloads_and_refuse_replays_forgeries_and_strangers() {
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &b, a.ip, 1400);
-    let link = |lab: &Lab| json(lab, 0, "links")["links"][0].clone();
+    let link = |lab: &Lab| link_json(lab, 0);
     let delivered = |lab: &Lab| json(lab, 0, "interfaces")["interfaces"][0]["tx_packets"].as_u64().unwrap();
     let l = link(&lab);
     assert_eq!(l["security"], "encrypt", "{l}");
@@ -817,7 +817,7 @@ fn a_flood_of_junk_and_handshakes_costs_bounded_memory_and_traffic_keeps_flowing
     assert!(r2.received >= 10, "no new session under the flood: {r2:?} {l1} {}", link_json(&lab, 0));
     assert!(l1["cookies_received"].as_u64().unwrap() >= 1, "{l1}");
     std::thread::sleep(Duration::from_secs(2));
-    let l = json(&lab, 0, "links")["links"][0].clone();
+    let l = link_json(&lab, 0);
     let g = json(&lab, 0, "stats")["global"].clone();
     eprintln!(
         "flood: ping {}/50, vnetd RSS {before} kB -> {during} kB; refused: unknown_source {}, \

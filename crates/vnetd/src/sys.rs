@@ -958,9 +958,8 @@ pub fn recv_packet(f: &File, buf: &mut [u8], vnet_hdr: usize) -> io::Result<std:
         c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
     }
     match aux {
-        Some(a)
-            if a.tp_status & TP_STATUS_VLAN_VALID != 0 && len >= vnet_hdr + 12 && len + 4 <= buf.len() =>
-        {
+        // (recvmsg filled at most `buf[4..]`: the frame and its tag fit.)
+        Some(a) if a.tp_status & TP_STATUS_VLAN_VALID != 0 && len >= vnet_hdr + 12 => {
             let tpid = if a.tp_vlan_tpid == 0 { 0x8100 } else { a.tp_vlan_tpid };
             insert_vlan_tag(&mut buf[..4 + len], vnet_hdr, tpid, a.tp_vlan_tci);
             Ok(0..4 + len)
