@@ -55,8 +55,13 @@ pub struct Member {
 impl Member {
     /// The view of host `me` in `network`, empty (at revision 0).
     pub fn new(network: &str, me: &str) -> Self {
+        Member::watching(prefix(network), me)
+    }
+
+    /// An empty view of host `me` under key prefix `prefix`.
+    fn watching(prefix: String, me: &str) -> Self {
         Member {
-            prefix: prefix(network),
+            prefix,
             me: me.to_string(),
             revision: 0,
             names: Vec::new(),
@@ -133,28 +138,18 @@ impl Member {
     pub fn apply(&mut self, ev: &Event, out: &mut Vec<Change>) {
         self.stats.events += 1;
         self.revision = self.revision.max(ev.rev());
-        let key = match parse_key(&self.prefix, ev.key()) {
-            Some(Key::Host(h)) => Key::Host(h),
-            Some(Key::Mac(m)) => Key::Mac(m),
-            None => {
-                self.stats.unknown_keys += 1;
-                return;
-            }
+        let Some(key) = parse_key(&self.prefix, ev.key()) else {
+            self.stats.unknown_keys += 1;
+            return;
         };
         match (key, ev) {
             (Key::Host(name), Event::Put { value, .. }) => {
                 match serde_json::from_slice::<HostRecord>(value) {
-                    Ok(r) => {
-                        let name = name.to_string();
-                        self.put_host(&name, r, out)
-                    }
+                    Ok(r) => self.put_host(name, r, out),
                     Err(_) => self.stats.bad_records += 1,
                 }
             }
-            (Key::Host(name), Event::Delete { .. }) => {
-                let name = name.to_string();
-                self.delete_host(&name, out)
-            }
+            (Key::Host(name), Event::Delete { .. }) => self.delete_host(name, out),
             (Key::Mac(mac), Event::Put { value, .. }) => match serde_json::from_slice::<MacRecord>(value) {
                 Ok(r) if crate::layout::valid_name(&r.host) => self.put_mac(mac, &r.host, out),
                 _ => self.stats.bad_records += 1,
@@ -227,8 +222,7 @@ impl Member {
     /// compaction, or when the store is back): what differs from the view
     /// held is appended to `out`, so the host converges without a restart.
     pub fn relist(&mut self, kvs: &[(String, Vec<u8>)], rev: u64, out: &mut Vec<Change>) {
-        let mut next = Member::new("", &self.me);
-        next.prefix = self.prefix.clone();
+        let mut next = Member::watching(self.prefix.clone(), &self.me);
         next.stats = self.stats;
         next.stats.relists += 1;
         let mut ignored = Vec::new();
