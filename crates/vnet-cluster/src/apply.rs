@@ -118,6 +118,37 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Str
     t
 }
 
+/// The routes of this host's own interfaces: a local interface with a
+/// declared MAC gets `route any MAC -> interface NAME` and the broadcast
+/// route while the store names this host (or no host) for the MAC; once
+/// another host claims the MAC (the VM moved there), both go, and the
+/// member routes the MAC to that host's link. Run after [`transaction`],
+/// against the same state: it touches only routes to interfaces.
+pub fn local(state: &State, member: &crate::Member) -> String {
+    let mut t = String::new();
+    for i in state.interfaces.values() {
+        let Some(mac) = i.mac else { continue };
+        let mine = member.owner(mac).is_none_or(|o| o == member.me());
+        let to = Port::Interface(i.id);
+        for dst in [mac, MacAddr::BROADCAST] {
+            let have: Vec<u32> = state
+                .routes
+                .values()
+                .filter(|r| r.to == to && r.src == MacSpec::Any && r.dst == MacSpec::Addr(dst))
+                .map(|r| r.id)
+                .collect();
+            if mine && have.is_empty() {
+                t.push_str(&format!("route any {dst} -> interface {}\n", i.name));
+            } else if !mine {
+                for id in have {
+                    t.push_str(&format!("delete route {id}\n"));
+                }
+            }
+        }
+    }
+    t
+}
+
 fn same_key(t: &Transport, r: &crate::HostRecord) -> bool {
     match t {
         Transport::Udp { security, .. } => {
@@ -223,5 +254,40 @@ mod tests {
         let want: BTreeMap<_, _> = [(mac(4), "b".to_string())].into();
         assert_eq!(routed(&state), want);
         assert_eq!(state.interfaces.len(), 1, "local interfaces are left alone");
+    }
+
+    #[test]
+    fn a_local_interface_is_routed_while_its_mac_is_ours_and_yields_when_another_host_claims_it() {
+        let base = "listen udp 127.0.0.1:0\ninterface vm tap t mac 52:54:00:00:00:01\n";
+        let mut state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
+        let mut s = MemStore::new();
+        let mut m = Member::new("n", "a");
+        let la = s.grant(10, 0);
+        let lb = s.grant(10, 0);
+        s.put(&host_key("n", "a"), host(1), Some(la));
+        s.put(&host_key("n", "b"), host(2), Some(lb));
+        s.put(&mac_key("n", mac(1)), vm("a"), Some(la));
+        let sync = |m: &mut Member, s: &MemStore, state: &mut State| {
+            let t = step(m, s, state);
+            let l = local(state, m);
+            *state =
+                state.apply_all(&vnet_control::parse(&l).unwrap()).unwrap_or_else(|e| panic!("{e}\n{l}"));
+            t + &l
+        };
+        sync(&mut m, &s, &mut state);
+        let vm_id = state.iface_by_name("vm").unwrap().id;
+        let to_vm = |state: &State| state.routes.values().filter(|r| r.to == Port::Interface(vm_id)).count();
+        assert_eq!(to_vm(&state), 2, "unicast and broadcast");
+        assert_eq!(local(&state, &m), "", "nothing twice");
+        // The VM moves to b: its routes leave the interface for b's link, in one step.
+        s.put(&mac_key("n", mac(1)), vm("b"), Some(lb));
+        let t = sync(&mut m, &s, &mut state);
+        assert_eq!(to_vm(&state), 0, "{t}");
+        assert_eq!(routed(&state)[&mac(1)], "b");
+        // And back.
+        s.put(&mac_key("n", mac(1)), vm("a"), Some(la));
+        sync(&mut m, &s, &mut state);
+        assert_eq!(to_vm(&state), 2);
+        assert!(!routed(&state).contains_key(&mac(1)));
     }
 }

@@ -124,6 +124,30 @@ impl Member {
             .filter_map(|(n, r)| r.as_ref().map(|r| (&**n, r)))
     }
 
+    /// The host whose key names `mac`, live or not (this one included).
+    pub fn owner(&self, mac: MacAddr) -> Option<&str> {
+        self.macs.get(&mac).map(|&h| &*self.names[h as usize])
+    }
+
+    /// Live hosts, this one included.
+    pub fn hosts(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().zip(&self.records).filter(|(_, r)| r.is_some()).map(|(n, _)| &**n)
+    }
+
+    /// The whole view as changes: a link (or none) for every host ever
+    /// seen, a route for every MAC. Applied to any state, it brings that
+    /// state to the view (after a transaction that failed, say).
+    pub fn full(&self, out: &mut Vec<Change>) {
+        for (n, r) in self.names.iter().zip(&self.records) {
+            if **n != *self.me {
+                out.push(Change::Link { host: n.to_string(), record: r.clone() });
+            }
+        }
+        for &mac in self.macs.keys() {
+            out.push(Change::Route { mac, host: self.route_of(mac).map(str::to_string) });
+        }
+    }
+
     /// Routes held (MACs of other live hosts).
     pub fn routes(&self) -> usize {
         self.macs.values().filter(|&&h| self.routed(h)).count()

@@ -307,6 +307,8 @@ pub enum ShowWhat {
     Config,
     /// Every counter in the Prometheus text format.
     Metrics,
+    /// Cluster mode: membership, the watch revision, the store's health.
+    Cluster,
 }
 
 /// One parsed command.

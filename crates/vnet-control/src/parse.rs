@@ -260,14 +260,15 @@ impl<'a> Parser<'_, 'a> {
             "tls" => self.tls(),
             "show" => {
                 let what = match self.keyword(
-                    &["routes", "links", "interfaces", "stats", "config", "metrics"],
-                    "`routes`, `links`, `interfaces`, `stats`, `config` or `metrics`",
+                    &["routes", "links", "interfaces", "stats", "config", "metrics", "cluster"],
+                    "`routes`, `links`, `interfaces`, `stats`, `config`, `metrics` or `cluster`",
                 )? {
                     "routes" => ShowWhat::Routes,
                     "links" => ShowWhat::Links,
                     "interfaces" => ShowWhat::Interfaces,
                     "config" => ShowWhat::Config,
                     "metrics" => ShowWhat::Metrics,
+                    "cluster" => ShowWhat::Cluster,
                     _ => ShowWhat::Stats,
                 };
                 let json = self.eat("json") || self.eat("--json");
@@ -847,6 +848,7 @@ mod tests {
             Command::Announce("52:54:00:00:00:01".parse().unwrap())
         );
         assert_eq!(one("show metrics"), Command::Show { what: ShowWhat::Metrics, json: false });
+        assert_eq!(one("show cluster json"), Command::Show { what: ShowWhat::Cluster, json: true });
         assert!(matches!(one("delete link hostb"), Command::DeleteLink(_)));
         assert!(matches!(one("delete route 4"), Command::DeleteRoute(Ref { by: 4, .. })));
         assert!(matches!(one("del interface vm0"), Command::DeleteInterface(_)));

@@ -11,6 +11,7 @@ use crate::dataplane::{self, WorkerHandle};
 use crate::iface::{self, Attached};
 use crate::kernel::{self, KernelIface, KernelPath};
 use crate::link::{self, Sockets};
+use crate::membership;
 use crate::shared::Shared;
 use crate::sys;
 use serde_json::{json, Value};
@@ -97,6 +98,8 @@ pub struct Daemon {
     identity: Option<Arc<Identity>>,
     /// When secured links rekey.
     timers: Timers,
+    /// Cluster mode's report, when the daemon runs in it.
+    cluster: Option<membership::Shared>,
 }
 
 impl Default for Daemon {
@@ -177,6 +180,7 @@ impl Daemon {
             link_reasons: BTreeMap::new(),
             identity: None,
             timers: Timers::default(),
+            cluster: None,
         }
     }
 
@@ -192,6 +196,22 @@ impl Daemon {
     /// Gives this host its key pair (before links with `security` are declared).
     pub fn set_identity(&mut self, identity: Identity) {
         self.identity = Some(Arc::new(identity));
+    }
+
+    /// This host's public key (base64), when it has a key pair.
+    pub fn public_key(&self) -> Option<String> {
+        self.identity.as_ref().map(|i| vnet_control::PeerKey(i.public()).to_string())
+    }
+
+    /// Counts committed transactions: it changes whenever the state does.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Runs the daemon in cluster mode: `show cluster` and the metrics
+    /// report what the cluster task writes in `status`.
+    pub fn set_cluster(&mut self, status: membership::Shared) {
+        self.cluster = Some(status);
     }
 
     /// Secured links declared from now on rekey every `rekey_after`.
@@ -608,6 +628,15 @@ impl Daemon {
         if what == ShowWhat::Metrics {
             return self.metrics();
         }
+        if what == ShowWhat::Cluster {
+            let status = self.cluster.as_ref().map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).clone());
+            return match (status, as_json) {
+                (Some(s), true) => json!({ "cluster": s.json() }).to_string(),
+                (Some(s), false) => s.text(),
+                (None, true) => json!({ "cluster": null }).to_string(),
+                (None, false) => "not in cluster mode (vnetd --cluster)\n".to_string(),
+            };
+        }
         if what == ShowWhat::Config {
             return if as_json {
                 json!({ "config": self.state.to_config() }).to_string()
@@ -693,6 +722,9 @@ impl Daemon {
                     out.push_str(&format!("# TYPE vnet_{k} untyped\nvnet_{k} {n}\n"));
                 }
             }
+        }
+        if let Some(c) = &self.cluster {
+            c.lock().unwrap_or_else(|p| p.into_inner()).metrics(&mut out);
         }
         out
     }

@@ -9,12 +9,15 @@
 //! - [`link`]: link transports (`udp`) and the host's link sockets.
 //! - [`kernel`]: the eBPF fast path.
 //! - [`paths`]: which socket paths and devices config may claim.
+//! - [`cluster`]: cluster mode, the etcd watch that programs this host;
+//!   [`membership`]: what it reports.
 //! - [`keys`]: the host's key file (`--key`), `vnetctl genkey` and `pubkey`.
 //! - [`control`]: the control endpoint and its line protocol.
 //! - [`client`]: a blocking client of that protocol; [`relocate`]: `move`.
 //! - [`sys`]: the only module with `unsafe` (ioctls, `setns`, sockets).
 
 pub mod client;
+pub mod cluster;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
@@ -22,6 +25,7 @@ pub mod iface;
 pub mod kernel;
 pub mod keys;
 pub mod link;
+pub mod membership;
 pub mod paths;
 pub mod relocate;
 pub mod shared;

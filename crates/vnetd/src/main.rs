@@ -40,6 +40,28 @@ struct Args {
     /// a shared receive ring (as where the kernel refuses a ring).
     #[arg(long)]
     no_rx_ring: bool,
+    /// Cluster mode: program links and routes from etcd (`docs/CLUSTER.md`),
+    /// e.g. etcd:http://10.0.0.1:2379,http://10.0.0.2:2379.
+    #[arg(long, value_name = "etcd:URL[,URL...]", requires = "network")]
+    cluster: Option<String>,
+    /// Cluster mode: the network this host joins.
+    #[arg(long, value_name = "NAME")]
+    network: Option<String>,
+    /// Cluster mode: this host's name (by default the system's host name).
+    #[arg(long, value_name = "NAME")]
+    host: Option<String>,
+    /// Cluster mode: the underlay address and port other hosts send to (by
+    /// default the `listen udp` address).
+    #[arg(long, value_name = "ADDR:PORT")]
+    advertise: Option<std::net::SocketAddr>,
+    /// Cluster mode: this host's lease; a host that stops is gone from the
+    /// others' links after this many seconds.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    cluster_ttl: u64,
+    /// Cluster mode: words added to each link to another host, e.g.
+    /// "format vnet network 7" or "security encrypt".
+    #[arg(long, default_value = "", value_name = "WORDS")]
+    cluster_link_options: String,
     /// Log filter, e.g. info or vnetd=debug.
     #[arg(long, default_value = "info", env = "VNETD_LOG")]
     log: String,
@@ -116,6 +138,17 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     }
+    let cluster = match cluster_config(&args, &daemon) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("vnetd: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let status = vnetd::membership::Shared::default();
+    if cluster.is_some() {
+        daemon.set_cluster(status.clone());
+    }
     let daemon = Arc::new(Mutex::new(daemon));
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -152,6 +185,9 @@ fn main() -> std::process::ExitCode {
                 }
             });
         }
+        if let Some(cfg) = cluster {
+            tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status));
+        }
         tracing::info!(control = %args.control, "vnetd ready");
         let limits = control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)));
         control::serve(&args.control, daemon.clone(), limits, control_tls, shutdown).await
@@ -167,4 +203,36 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Cluster mode's configuration, checked, when `--cluster` is given.
+fn cluster_config(args: &Args, daemon: &Daemon) -> Result<Option<vnetd::cluster::Config>, String> {
+    let Some(endpoints) = &args.cluster else { return Ok(None) };
+    let endpoints = vnetd::cluster::parse_endpoints(endpoints).map_err(|e| format!("--cluster: {e}"))?;
+    let network = args.network.clone().unwrap_or_default();
+    vnetd::cluster::check_name("--network", &network)?;
+    let host = match &args.host {
+        Some(h) => h.clone(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
+    };
+    vnetd::cluster::check_name("--host", &host)?;
+    let listen = daemon.state().listen;
+    if args.advertise.is_none() && (listen.ip().is_unspecified() || listen.port() == 0) {
+        return Err(format!(
+            "--cluster: other hosts must know where to send: this host listens on {listen}; \
+             give --advertise ADDR:PORT or a `listen udp ADDR:PORT` line"
+        ));
+    }
+    if !args.cluster_link_options.is_empty() {
+        let probe = format!("link probe udp 127.0.0.1:9 {}", args.cluster_link_options);
+        vnet_control::parse(&probe).map_err(|e| format!("--cluster-link-options: {e}"))?;
+    }
+    Ok(Some(vnetd::cluster::Config {
+        endpoints,
+        network,
+        host,
+        advertise: args.advertise,
+        ttl: std::time::Duration::from_secs(args.cluster_ttl.clamp(2, 3600)),
+        link_options: args.cluster_link_options.clone(),
+    }))
 }

@@ -1,0 +1,444 @@
+//! Cluster mode (`vnetd --cluster etcd:URL[,URL...] --network NAME`): the
+//! host programs itself from etcd, as flannel's and Calico's agents do.
+//!
+//! One task, on the control plane's runtime, holds a session with etcd:
+//!
+//! 1. a lease with the configured TTL, kept alive every third of it (a
+//!    host that dies stops keeping it, and etcd deletes its keys);
+//! 2. a full listing of the network's prefix, taken into the sans-IO
+//!    [`Member`] view; the host's record and the MACs of its interfaces
+//!    (each declared `mac`) are put under the lease;
+//! 3. a watch of the prefix from the listed revision: each response's
+//!    events go through the view, and what changes becomes one transaction
+//!    of the control language ([`vnet_cluster::apply`]), applied like any
+//!    other, so both data paths follow atomically;
+//! 4. every [`LOCAL_POLL`], the daemon's state is checked for interfaces
+//!    declared or deleted since (a relocated VM's new interface): a new
+//!    one's MAC is claimed at once (and announced with a RARP when it was
+//!    another host's: the VM moved here), a deleted one's released if the
+//!    key is still this host's.
+//!
+//! Any failure of the session (etcd unreachable, the watch closed, the
+//! lease lost) leaves the data path as it is; the task says so in
+//! [`membership`](crate::membership) and starts a new session after a
+//! backoff. A compaction that overtakes the watch is answered by listing
+//! again, inside the session. A new session lists again, so a change
+//! made while the host was away converges when it is back.
+
+use crate::daemon::Daemon;
+use crate::membership::{self, Convergence, Health};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
+};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use vnet_cluster::apply::{local, transaction, LinkOptions};
+use vnet_cluster::layout::{host_key, mac_key, valid_name};
+use vnet_cluster::{Change, Event, HostRecord, MacRecord, Member};
+use vnet_wire::MacAddr;
+
+/// How often the daemon's interfaces are compared with what was published.
+pub const LOCAL_POLL: Duration = Duration::from_millis(20);
+/// The longest wait between two sessions.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// What cluster mode needs to know.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// etcd's client URLs.
+    pub endpoints: Vec<String>,
+    pub network: String,
+    /// This host's name in the network.
+    pub host: String,
+    /// The address and port other hosts' links send to (by default the
+    /// `listen udp` address, when it names one).
+    pub advertise: Option<SocketAddr>,
+    /// The lease's time to live: a host that stops is gone after it.
+    pub ttl: Duration,
+    /// Words added to every link this host makes to another.
+    pub link_options: String,
+}
+
+/// `etcd:URL[,URL...]` to the URLs (an `http://` is assumed where a URL
+/// names no scheme).
+pub fn parse_endpoints(s: &str) -> Result<Vec<String>, String> {
+    let rest = s.strip_prefix("etcd:").ok_or_else(|| format!("expected etcd:URL[,URL...], found `{s}`"))?;
+    let urls: Vec<String> = rest
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| if u.contains("://") { u.to_string() } else { format!("http://{u}") })
+        .collect();
+    if urls.is_empty() {
+        return Err(format!("expected at least one URL after `etcd:`, found `{s}`"));
+    }
+    if let Some(bad) = urls.iter().find(|u| !u.starts_with("http://")) {
+        return Err(format!(
+            "`{bad}`: only http:// endpoints are supported (put etcd on loopback or a private network)"
+        ));
+    }
+    Ok(urls)
+}
+
+/// Checks a network or host name (the store's key segments).
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if valid_name(name) {
+        Ok(())
+    } else {
+        Err(format!("{what} `{name}`: expected 1 to 63 letters, digits, `-`, `_` or `.`"))
+    }
+}
+
+/// Runs cluster mode for ever (the caller's runtime ends it).
+pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Shared) {
+    {
+        let mut s = lock(&status);
+        s.network = cfg.network.clone();
+        s.host = cfg.host.clone();
+        s.endpoints = cfg.endpoints.clone();
+        s.ttl_s = cfg.ttl.as_secs();
+    }
+    let mut host = Host {
+        member: Member::new(&cfg.network, &cfg.host),
+        opts: LinkOptions { extra: cfg.link_options.clone() },
+        cfg,
+        daemon,
+        status,
+        published: BTreeMap::new(),
+        lease: None,
+        resync: false,
+    };
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let started = Instant::now();
+        let e = host.session().await;
+        tracing::warn!(network = %host.cfg.network, "cluster: {e}; the data path keeps its last state");
+        {
+            let mut s = lock(&host.status);
+            s.counters.store_errors += 1;
+            s.set_health(Health::Down, Some(e));
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = Duration::from_millis(100);
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A MAC this host put in the store, and the interface it put it for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Published {
+    iface: u32,
+    name: String,
+}
+
+struct Host {
+    cfg: Config,
+    daemon: Arc<Mutex<Daemon>>,
+    status: membership::Shared,
+    member: Member,
+    opts: LinkOptions,
+    published: BTreeMap<MacAddr, Published>,
+    /// The lease of the last session, reused if still alive.
+    lease: Option<i64>,
+    /// The last transaction failed: the next one brings the whole view.
+    resync: bool,
+}
+
+impl Host {
+    /// One session with etcd; returns why it ended.
+    async fn session(&mut self) -> String {
+        match self.session_inner().await {
+            Ok(never) => match never {},
+            Err(e) => e,
+        }
+    }
+
+    async fn session_inner(&mut self) -> Result<std::convert::Infallible, String> {
+        let ttl = self.cfg.ttl.as_secs().max(1);
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(ttl.clamp(2, 5)))
+            .with_keep_alive(Duration::from_secs(ttl.div_ceil(3).max(1)), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true);
+        let mut c =
+            Client::connect(&self.cfg.endpoints, Some(opts)).await.map_err(|e| format!("connect: {e}"))?;
+        let lease = match self.lease {
+            Some(id) if lease_alive(&mut c, id).await => id,
+            _ => {
+                let id = c.lease_grant(ttl as i64, None).await.map_err(|e| format!("lease grant: {e}"))?.id();
+                if self.lease.is_some() {
+                    lock(&self.status).counters.leases_lost += 1;
+                }
+                id
+            }
+        };
+        self.lease = Some(lease);
+        lock(&self.status).lease = Some(lease);
+        let (mut keeper, mut kept) =
+            c.lease_keep_alive(lease).await.map_err(|e| format!("keepalive: {e}"))?;
+
+        let mut rev = self.relist(&mut c).await?;
+        self.put_host(&mut c, lease).await?;
+        // Every MAC this host still holds goes (back) under the lease.
+        let held: Vec<(MacAddr, String)> = self
+            .published
+            .iter()
+            .filter(|(m, _)| self.ours(**m))
+            .map(|(m, p)| (*m, p.name.clone()))
+            .collect();
+        for (mac, name) in held {
+            self.put_mac(&mut c, lease, mac, &name).await?;
+        }
+        self.publish(&mut c, lease).await?;
+        lock(&self.status).set_health(Health::Up, None);
+        tracing::info!(network = %self.cfg.network, host = %self.cfg.host, revision = rev, "cluster: watching");
+
+        let prefix = self.member.prefix().to_string();
+        let watch_opts = |rev: u64| WatchOptions::new().with_prefix().with_start_revision(rev as i64 + 1);
+        let mut watch =
+            c.watch(prefix.clone(), Some(watch_opts(rev))).await.map_err(|e| format!("watch: {e}"))?;
+        let mut keep_every = tokio::time::interval(Duration::from_millis(ttl * 1000 / 3));
+        let mut local_every = tokio::time::interval(LOCAL_POLL);
+        local_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut seen = u64::MAX;
+        loop {
+            tokio::select! {
+                msg = watch.message() => {
+                    let resp = msg.map_err(|e| format!("watch: {e}"))?.ok_or("watch: closed by etcd")?;
+                    if resp.compact_revision() > 0 {
+                        tracing::info!(compacted = resp.compact_revision(), "cluster: the watch fell behind compaction; listing again");
+                        rev = self.relist(&mut c).await?;
+                        watch = c.watch(prefix.clone(), Some(watch_opts(rev))).await.map_err(|e| format!("watch: {e}"))?;
+                        continue;
+                    }
+                    if resp.canceled() {
+                        return Err(format!("watch canceled: {}", resp.cancel_reason()));
+                    }
+                    let t0 = Instant::now();
+                    let mut changes = Vec::new();
+                    let mut n = 0;
+                    for ev in resp.events() {
+                        let Some(kv) = ev.kv() else { continue };
+                        let (Ok(key), rev) = (kv.key_str(), kv.mod_revision().max(0) as u64) else {
+                            lock(&self.status).counters.bad_records += 1;
+                            continue;
+                        };
+                        let e = match ev.event_type() {
+                            EventType::Put => Event::Put { key: key.to_string(), value: kv.value().to_vec(), rev },
+                            EventType::Delete => Event::Delete { key: key.to_string(), rev },
+                        };
+                        self.member.apply(&e, &mut changes);
+                        n += 1;
+                    }
+                    self.converge(&changes, n, t0);
+                }
+                _ = keep_every.tick() => {
+                    keeper.keep_alive().await.map_err(|e| format!("keepalive: {e}"))?;
+                }
+                k = kept.message() => {
+                    match k.map_err(|e| format!("keepalive: {e}"))? {
+                        Some(r) if r.ttl() > 0 => {}
+                        _ => {
+                            self.lease = None;
+                            return Err("the lease expired (etcd was out of reach for longer than the TTL?)".into());
+                        }
+                    }
+                }
+                _ = local_every.tick() => {
+                    let generation = lock(&self.daemon).generation();
+                    if generation != seen {
+                        seen = generation;
+                        self.publish(&mut c, lease).await?;
+                    }
+                    if self.resync {
+                        self.converge(&[], 0, Instant::now());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lists the prefix into the view and converges; returns the revision.
+    async fn relist(&mut self, c: &mut Client) -> Result<u64, String> {
+        let t0 = Instant::now();
+        let prefix = self.member.prefix().to_string();
+        let resp =
+            c.get(prefix, Some(GetOptions::new().with_prefix())).await.map_err(|e| format!("list: {e}"))?;
+        let rev = resp.header().map_or(0, |h| h.revision().max(0) as u64);
+        let kvs: Vec<(String, Vec<u8>)> = resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| Some((kv.key_str().ok()?.to_string(), kv.value().to_vec())))
+            .collect();
+        let mut changes = Vec::new();
+        self.member.relist(&kvs, rev, &mut changes);
+        lock(&self.status).counters.relists += 1;
+        self.converge(&changes, kvs.len() as u64, t0);
+        Ok(rev)
+    }
+
+    /// Whether the store gives `mac` to this host (or to no host).
+    fn ours(&self, mac: MacAddr) -> bool {
+        self.member.owner(mac).is_none_or(|o| o == self.member.me())
+    }
+
+    async fn put_host(&mut self, c: &mut Client, lease: i64) -> Result<(), String> {
+        let record = {
+            let d = lock(&self.daemon);
+            let listen = d.state().listen;
+            let addr = match self.cfg.advertise {
+                Some(a) => a,
+                None if !listen.ip().is_unspecified() && listen.port() != 0 => listen,
+                None => return Err(format!("this host listens on {listen}: give --advertise ADDR:PORT")),
+            };
+            HostRecord { addr, kinds: vec!["udp".into()], public_key: d.public_key() }
+        };
+        let key = host_key(&self.cfg.network, &self.cfg.host);
+        c.put(key, record.to_json(), Some(PutOptions::new().with_lease(lease)))
+            .await
+            .map_err(|e| format!("put host: {e}"))?;
+        Ok(())
+    }
+
+    async fn put_mac(
+        &mut self,
+        c: &mut Client,
+        lease: i64,
+        mac: MacAddr,
+        iface: &str,
+    ) -> Result<u64, String> {
+        let record = MacRecord { host: self.cfg.host.clone(), iface: iface.to_string() };
+        let key = mac_key(&self.cfg.network, mac);
+        let r = c
+            .put(key, record.to_json(), Some(PutOptions::new().with_lease(lease)))
+            .await
+            .map_err(|e| format!("put {mac}: {e}"))?;
+        Ok(r.header().map_or(0, |h| h.revision().max(0) as u64))
+    }
+
+    /// Claims the MACs of interfaces declared since the last look and
+    /// releases those of interfaces deleted since.
+    async fn publish(&mut self, c: &mut Client, lease: i64) -> Result<(), String> {
+        let now: BTreeMap<MacAddr, (u32, String)> = {
+            let d = lock(&self.daemon);
+            d.state().interfaces.values().filter_map(|i| Some((i.mac?, (i.id, i.name.clone())))).collect()
+        };
+        let gone: Vec<MacAddr> = self
+            .published
+            .iter()
+            .filter(|(m, p)| now.get(m).is_none_or(|(id, _)| *id != p.iface))
+            .map(|(m, _)| *m)
+            .collect();
+        for mac in gone {
+            let Some(p) = self.published.remove(&mac) else { continue };
+            // Deleted only while it still names this host: a VM that moved
+            // away belongs to its new host.
+            let key = mac_key(&self.cfg.network, mac);
+            let mine = MacRecord { host: self.cfg.host.clone(), iface: p.name }.to_json();
+            let txn = Txn::new()
+                .when([Compare::value(key.clone(), CompareOp::Equal, mine)])
+                .and_then([TxnOp::delete(key, None)]);
+            c.txn(txn).await.map_err(|e| format!("release {mac}: {e}"))?;
+            lock(&self.status).counters.macs_released += 1;
+        }
+        for (mac, (id, name)) in now {
+            if self.published.get(&mac).is_some_and(|p| p.iface == id) {
+                continue;
+            }
+            let moved_here = !self.ours(mac);
+            let t0 = Instant::now();
+            let rev = self.put_mac(c, lease, mac, &name).await?;
+            self.published.insert(mac, Published { iface: id, name: name.clone() });
+            lock(&self.status).counters.macs_claimed += 1;
+            // The host takes its own claim at once rather than when the
+            // watch brings it back, and, if the VM moved here, says so.
+            let mut changes = Vec::new();
+            let value = MacRecord { host: self.cfg.host.clone(), iface: name }.to_json();
+            self.member.apply(&Event::Put { key: mac_key(&self.cfg.network, mac), value, rev }, &mut changes);
+            self.converge(&changes, 1, t0);
+            if moved_here {
+                let said = lock(&self.daemon).announce(mac);
+                lock(&self.status).counters.announces += 1;
+                tracing::info!(%mac, "cluster: claimed a MAC another host had; {}", said.trim_end());
+            }
+        }
+        lock(&self.status).owned = self.published.keys().filter(|&&m| self.ours(m)).count();
+        Ok(())
+    }
+
+    /// Brings the daemon to the view: `changes` (or, after a failed
+    /// transaction, the whole view) and the local interfaces' routes, as
+    /// one transaction.
+    fn converge(&mut self, changes: &[Change], events: u64, t0: Instant) {
+        let mut all = Vec::new();
+        let changes = if self.resync {
+            self.member.full(&mut all);
+            &all[..]
+        } else {
+            changes
+        };
+        let mut d = lock(&self.daemon);
+        let mut text = transaction(d.state(), changes, &self.opts);
+        text.push_str(&local(d.state(), &self.member));
+        let mut s = lock(&self.status);
+        s.counters.events += events;
+        s.counters.bad_records = self.member.stats.bad_records;
+        s.revision = self.member.revision();
+        if !text.is_empty() {
+            let applied = vnet_control::parse(&text).and_then(|cmds| d.apply(&cmds));
+            s.counters.transactions += 1;
+            match applied {
+                Ok(()) => self.resync = false,
+                Err(e) => {
+                    s.counters.transaction_errors += 1;
+                    s.last_error = Some(format!("transaction: {e}"));
+                    tracing::error!("cluster: the transaction was refused: {e}\n{text}");
+                    self.resync = true;
+                }
+            }
+            s.last = Some(Convergence {
+                at_ms: membership::now_ms(),
+                revision: self.member.revision(),
+                events,
+                lines: text.lines().count(),
+                took_us: t0.elapsed().as_micros() as u64,
+            });
+        }
+        s.hosts = self.member.hosts().map(str::to_string).collect();
+        s.hosts.sort();
+        s.macs = self.member.macs();
+        s.routes = self.member.routes();
+    }
+}
+
+/// Whether lease `id` is still alive in etcd.
+async fn lease_alive(c: &mut Client, id: i64) -> bool {
+    c.lease_time_to_live(id, None).await.is_ok_and(|r| r.ttl() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_and_strangers_are_refused() {
+        assert_eq!(parse_endpoints("etcd:127.0.0.1:2379").unwrap(), ["http://127.0.0.1:2379"]);
+        assert_eq!(
+            parse_endpoints("etcd:http://10.0.0.1:2379,http://10.0.0.2:2379").unwrap(),
+            ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+        );
+        for bad in ["127.0.0.1:2379", "etcd:", "etcd:https://a:1", "consul:x"] {
+            assert!(parse_endpoints(bad).is_err(), "{bad}");
+        }
+        assert!(check_name("host", "h-1.lab").is_ok());
+        assert!(check_name("host", "a/b").is_err());
+    }
+}

@@ -1,0 +1,253 @@
+//! What cluster mode reports: membership, the watch revision, the store's
+//! health and the last convergence. The [`cluster`](crate::cluster) task
+//! writes it; `show cluster` and the metrics read it. Kept apart from the
+//! task so the daemon can show it without depending on the task.
+
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where the store stands, as this host sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Health {
+    /// Not reached yet since the start.
+    #[default]
+    Connecting,
+    /// Watching.
+    Up,
+    /// Unreachable (or the session failed): the data path keeps the last
+    /// state; the task retries.
+    Down,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Connecting => "connecting",
+            Health::Up => "up",
+            Health::Down => "down",
+        }
+    }
+}
+
+/// The last time the host's links and routes were brought to the view.
+#[derive(Debug, Clone, Default)]
+pub struct Convergence {
+    /// Wall clock, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The revision the view was at.
+    pub revision: u64,
+    /// Store events (or listed keys) it took in.
+    pub events: u64,
+    /// Lines of the transaction it applied.
+    pub lines: usize,
+    /// From the first event taken to the transaction applied.
+    pub took_us: u64,
+}
+
+/// Counters of the cluster task.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub events: u64,
+    pub relists: u64,
+    pub transactions: u64,
+    pub transaction_errors: u64,
+    pub store_errors: u64,
+    pub leases_lost: u64,
+    pub macs_claimed: u64,
+    pub macs_released: u64,
+    pub announces: u64,
+    pub bad_records: u64,
+}
+
+/// The report.
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    pub network: String,
+    pub host: String,
+    pub endpoints: Vec<String>,
+    pub health: Health,
+    /// When `health` last changed (ms since the epoch).
+    pub since_ms: u64,
+    pub last_error: Option<String>,
+    pub lease: Option<i64>,
+    pub ttl_s: u64,
+    /// The revision of the last event applied.
+    pub revision: u64,
+    /// Live hosts, this one included, sorted.
+    pub hosts: Vec<String>,
+    /// MACs in the store; routed to links; published by this host.
+    pub macs: usize,
+    pub routes: usize,
+    pub owned: usize,
+    pub last: Option<Convergence>,
+    pub counters: Counters,
+}
+
+/// The report, shared between the task and the daemon.
+pub type Shared = Arc<Mutex<Status>>;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Status {
+    /// Moves to `health` (and stamps the time if it changed).
+    pub fn set_health(&mut self, health: Health, error: Option<String>) {
+        if self.health != health {
+            self.since_ms = now_ms();
+        }
+        self.health = health;
+        if error.is_some() {
+            self.last_error = error;
+        }
+    }
+
+    pub fn json(&self) -> Value {
+        let c = &self.counters;
+        json!({
+            "network": self.network,
+            "host": self.host,
+            "endpoints": self.endpoints,
+            "store": self.health.as_str(),
+            "store_since_ms": self.since_ms,
+            "last_error": self.last_error,
+            "lease": self.lease.map(|l| format!("{l:x}")),
+            "ttl_s": self.ttl_s,
+            "revision": self.revision,
+            "hosts": self.hosts,
+            "macs": self.macs,
+            "routes": self.routes,
+            "owned": self.owned,
+            "last_convergence": self.last.as_ref().map(|l| json!({
+                "at_ms": l.at_ms,
+                "revision": l.revision,
+                "events": l.events,
+                "lines": l.lines,
+                "took_us": l.took_us,
+            })),
+            "counters": {
+                "events": c.events,
+                "relists": c.relists,
+                "transactions": c.transactions,
+                "transaction_errors": c.transaction_errors,
+                "store_errors": c.store_errors,
+                "leases_lost": c.leases_lost,
+                "macs_claimed": c.macs_claimed,
+                "macs_released": c.macs_released,
+                "announces": c.announces,
+                "bad_records": c.bad_records,
+            },
+        })
+    }
+
+    /// `show cluster`, for people.
+    pub fn text(&self) -> String {
+        let now = now_ms();
+        let ago = |ms: u64| format!("{:.1} s ago", now.saturating_sub(ms) as f64 / 1000.0);
+        let mut s = format!(
+            "network {} host {} store {} ({}) since {}\n",
+            self.network,
+            self.host,
+            self.health.as_str(),
+            self.endpoints.join(","),
+            ago(self.since_ms)
+        );
+        if let Some(e) = &self.last_error {
+            s.push_str(&format!("last error: {e}\n"));
+        }
+        s.push_str(&format!(
+            "revision {} lease {} ttl {} s\nhosts {}: {}\nmacs {} routed {} owned {}\n",
+            self.revision,
+            self.lease.map_or("none".to_string(), |l| format!("{l:x}")),
+            self.ttl_s,
+            self.hosts.len(),
+            self.hosts.join(" "),
+            self.macs,
+            self.routes,
+            self.owned
+        ));
+        match &self.last {
+            Some(l) => s.push_str(&format!(
+                "last convergence {}: revision {}, {} events, {} lines, {} us\n",
+                ago(l.at_ms),
+                l.revision,
+                l.events,
+                l.lines,
+                l.took_us
+            )),
+            None => s.push_str("last convergence: none yet\n"),
+        }
+        let c = &self.counters;
+        s.push_str(&format!(
+            "events {} relists {} transactions {} transaction_errors {} store_errors {} leases_lost {} \
+             macs_claimed {} macs_released {} announces {} bad_records {}\n",
+            c.events,
+            c.relists,
+            c.transactions,
+            c.transaction_errors,
+            c.store_errors,
+            c.leases_lost,
+            c.macs_claimed,
+            c.macs_released,
+            c.announces,
+            c.bad_records
+        ));
+        s
+    }
+
+    /// The report's numbers in the Prometheus text format.
+    pub fn metrics(&self, out: &mut String) {
+        let mut gauge = |name: &str, v: u64| {
+            out.push_str(&format!("# TYPE vnet_cluster_{name} gauge\nvnet_cluster_{name} {v}\n"));
+        };
+        gauge("store_up", u64::from(self.health == Health::Up));
+        gauge("revision", self.revision);
+        gauge("hosts", self.hosts.len() as u64);
+        gauge("macs", self.macs as u64);
+        gauge("routes", self.routes as u64);
+        gauge("owned_macs", self.owned as u64);
+        gauge("last_convergence_ms", self.last.as_ref().map_or(0, |l| l.at_ms));
+        gauge("last_convergence_us", self.last.as_ref().map_or(0, |l| l.took_us));
+        let c = &self.counters;
+        for (name, v) in [
+            ("events_total", c.events),
+            ("relists_total", c.relists),
+            ("transactions_total", c.transactions),
+            ("transaction_errors_total", c.transaction_errors),
+            ("store_errors_total", c.store_errors),
+            ("leases_lost_total", c.leases_lost),
+            ("macs_claimed_total", c.macs_claimed),
+            ("macs_released_total", c.macs_released),
+            ("announces_total", c.announces),
+            ("bad_records_total", c.bad_records),
+        ] {
+            out.push_str(&format!("# TYPE vnet_cluster_{name} counter\nvnet_cluster_{name} {v}\n"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_reads_the_same_in_text_json_and_metrics() {
+        let mut s = Status { network: "lab".into(), host: "h1".into(), revision: 42, ..Default::default() };
+        s.hosts = vec!["h1".into(), "h2".into()];
+        s.set_health(Health::Down, Some("connection refused".into()));
+        s.set_health(Health::Up, None);
+        s.last = Some(Convergence { at_ms: now_ms(), revision: 42, events: 3, lines: 2, took_us: 150 });
+        let j = s.json();
+        assert_eq!(j["store"], "up");
+        assert_eq!(j["revision"], 42);
+        assert_eq!(j["last_error"], "connection refused", "the last error stays visible");
+        assert_eq!(j["last_convergence"]["took_us"], 150);
+        let t = s.text();
+        assert!(t.contains("store up") && t.contains("hosts 2: h1 h2") && t.contains("150 us"), "{t}");
+        let mut m = String::new();
+        s.metrics(&mut m);
+        assert!(m.contains("vnet_cluster_store_up 1\n") && m.contains("vnet_cluster_revision 42\n"), "{m}");
+    }
+}
