@@ -2,7 +2,8 @@
 # Sourced, not run.
 
 # Debian packages the lab, the tests and the demo use.
-VNET_APT_PACKAGES="iproute2 iputils-ping iperf3 procps kmod ethtool clang libbpf-dev tcpdump"
+# protobuf-compiler builds the etcd client; etcd-server is the cluster labs' store.
+VNET_APT_PACKAGES="iproute2 iputils-ping iperf3 procps kmod ethtool clang libbpf-dev tcpdump protobuf-compiler etcd-server"
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
@@ -39,7 +40,16 @@ ensure_tun() {
 # named in "$@"), cargo, and TUN/TAP.
 prepare() {
     need_root
+    local had_etcd=1
+    dpkg-query -W -f='${Status}' etcd-server 2>/dev/null | grep -q "ok installed" || had_etcd=0
     ensure_apt $VNET_APT_PACKAGES "$@"
+    # The lab runs etcd itself, in a namespace; the packaged service that
+    # installing etcd-server starts (on systemd machines) is not ours to
+    # leave running. An etcd-server that was already here is left alone.
+    if [ "$had_etcd" = 0 ] && [ -d /run/systemd/system ]; then
+        systemctl disable --now etcd >/dev/null 2>&1 &&
+            echo "etcd-server installed; its system service stopped and disabled (the lab runs its own)"
+    fi
     ensure_cargo
     ensure_tun
 }

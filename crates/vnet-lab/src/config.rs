@@ -70,7 +70,9 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
         });
     }
     let mut palacios_text = String::new();
-    for (k, other) in hosts.iter().enumerate().filter(|&(k, _)| k != h) {
+    // Cluster mode: the interfaces are all; etcd brings links and routes.
+    let others = if s.cluster.is_some() { &[][..] } else { hosts };
+    for (k, other) in others.iter().enumerate().filter(|&(k, _)| k != h) {
         let ip = other.underlay_ip;
         if palacios {
             let b = "ff:ff:ff:ff:ff:ff";
@@ -108,7 +110,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
             cmds.push(route(MacSpec::Addr(mac(&vm.mac)?), to_link(format!("h{k}"))));
         }
     }
-    for (v, vm) in host.vms.iter().enumerate() {
+    for (v, vm) in host.vms.iter().enumerate().filter(|_| s.cluster.is_none()) {
         if palacios {
             let _ = writeln!(palacios_text, "add any ff:ff:ff:ff:ff:ff interface {} any", vm.mac);
             let _ = writeln!(palacios_text, "add any {} interface {} any", vm.mac, vm.mac);
@@ -197,6 +199,10 @@ mod tests {
         let t = config_for(&p, &hosts(2), 1).unwrap();
         assert!(t.contains("add 10.77.0.1 9000 udp") && t.contains("interface vm0 tap vt0"), "{t}");
         parse(&t);
+        // Cluster mode: interfaces only.
+        let c = Spec { hosts: 3, cluster: Some(Cluster::default()), ..Spec::default() };
+        let st = parse(&config_for(&c, &hs, 0).unwrap());
+        assert!(st.links.is_empty() && st.routes.is_empty() && st.interfaces.len() == 1);
         let bad = Spec { dispatch: Some("fast".into()), ..Spec::default() };
         assert!(config_for(&bad, &hosts(2), 0).is_err());
     }

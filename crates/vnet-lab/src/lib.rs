@@ -23,6 +23,7 @@
 
 pub mod bench;
 mod config;
+mod etcd;
 mod guest;
 mod measure;
 pub mod noise;
@@ -123,6 +124,10 @@ pub struct Lab {
     namespaces: Vec<String>,
     children: Vec<Child>,
     guests: Vec<Guest>,
+    /// The switch namespace (a bridge), when the hosts are on one.
+    switch: Option<String>,
+    /// Cluster mode: the running etcd.
+    etcd: Option<Child>,
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -151,6 +156,7 @@ impl Lab {
             format!("vl{}{:x}x{}", run_tag()?, std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
         let dir = std::env::temp_dir().join(&prefix);
         std::fs::create_dir_all(&dir).map_err(io("creating the lab directory"))?;
+        process::dirs().push(dir.clone());
         let mut lab = Lab {
             prefix,
             spec,
@@ -160,10 +166,16 @@ impl Lab {
             namespaces: Vec::new(),
             children: Vec::new(),
             guests: Vec::new(),
+            switch: None,
+            etcd: None,
         };
         lab.build()?;
+        if lab.spec.cluster.is_some() {
+            lab.start_etcd()?;
+        }
+        let late = lab.spec.cluster.as_ref().map_or(vec![], |c| c.late.clone());
         for h in 0..lab.hosts.len() {
-            if lab.spec.runs_vnetd(h) {
+            if lab.spec.runs_vnetd(h) && !late.contains(&h) {
                 lab.start_vnetd(h)?;
             }
         }
@@ -216,6 +228,14 @@ impl Lab {
             .arg(format!("unix:{}", host.control.display()))
             .args(host.key.iter().flat_map(|(f, _)| [std::ffi::OsStr::new("--key"), f.as_os_str()]))
             .args(&self.spec.vnetd_args)
+            .args(self.spec.cluster.as_ref().map_or(vec![], |c| {
+                vec![
+                    format!("--cluster=etcd:http://{ETCD_IP}:{ETCD_PORT}"),
+                    format!("--network={}", self.prefix),
+                    format!("--host=h{h}"),
+                    format!("--cluster-ttl={}", c.ttl_s.max(2)),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(io("log"))?)
             .stderr(log)
@@ -364,6 +384,7 @@ impl Drop for Lab {
         for h in 0..self.hosts.len() {
             let _ = self.stop_vnetd(h);
         }
+        self.stop_etcd();
         for mut c in self.children.drain(..) {
             let pid = c.id();
             let _ = c.kill();
@@ -375,6 +396,7 @@ impl Drop for Lab {
             registry().0.retain(|n| n != ns);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        process::dirs().retain(|d| *d != self.dir);
     }
 }
 

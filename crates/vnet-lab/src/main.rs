@@ -134,6 +134,13 @@ enum Cmd {
         /// 10.88.250.1) joins the overlay through a `direct` link.
         #[arg(long)]
         lan_host: Option<usize>,
+        /// Cluster mode: a real etcd in the lab, every vnetd started with
+        /// `--cluster`, configs with interfaces only (no link or route lines).
+        #[arg(long)]
+        cluster: bool,
+        /// Cluster mode: each vnetd's lease, in seconds.
+        #[arg(long, default_value_t = 10)]
+        cluster_ttl: u64,
     },
 }
 
@@ -162,6 +169,8 @@ fn main() -> ExitCode {
             links,
             vteps,
             lan_host,
+            cluster,
+            cluster_ttl,
         } => {
             let guest_args = guest_args
                 .iter()
@@ -192,6 +201,7 @@ fn main() -> ExitCode {
                 },
                 vteps,
                 lan_host,
+                cluster: cluster.then(|| vnet_lab::Cluster { ttl_s: cluster_ttl, late: vec![] }),
                 ..Spec::default()
             };
             up(spec, datapath)
@@ -277,6 +287,16 @@ fn up(mut spec: Spec, datapath: Option<String>) -> vnet_lab::Result<()> {
     }
     if let Some(m) = &lab.lan {
         println!("LAN machine: ns {} ip {} mac {}", m.ns, m.ip, m.mac);
+    }
+    if lab.spec.cluster.is_some() {
+        println!(
+            "etcd: http://{}:{} in ns {}-sw, network {}; see: vnetctl --control unix:{} show cluster",
+            vnet_lab::ETCD_IP,
+            vnet_lab::ETCD_PORT,
+            lab.prefix,
+            lab.prefix,
+            lab.hosts[0].control.display()
+        );
     }
     println!(
         "try: ip netns exec {} ping {}",

@@ -7,6 +7,12 @@ use super::*;
 /// interrupted.
 pub(crate) static REGISTRY: Mutex<(Vec<String>, Vec<u32>)> = Mutex::new((Vec::new(), Vec::new()));
 pub(crate) static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+/// The labs' temporary directories, removed on a signal too.
+pub(crate) static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+pub(crate) fn dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    DIRS.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 pub(crate) fn registry() -> std::sync::MutexGuard<'static, (Vec<String>, Vec<u32>)> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
@@ -54,6 +60,9 @@ pub fn install_signal_cleanup() {
         }
         for ns in nss.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        for d in std::mem::take(&mut *dirs()) {
+            let _ = std::fs::remove_dir_all(d);
         }
         eprintln!("vnet-lab: interrupted; lab removed");
         std::process::exit(130);

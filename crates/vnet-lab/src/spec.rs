@@ -77,7 +77,27 @@ pub struct Spec {
     /// [`LAN_IP`]); the host reaches it with a `direct` link on `dl0`, and
     /// the other hosts' routes send the machine's MAC to that host.
     pub lan_host: Option<usize>,
+    /// Cluster mode: a real etcd (Debian's `etcd-server`) in the switch
+    /// namespace, on [`ETCD_IP`], and every vnetd started with `--cluster`;
+    /// the configs hold interfaces only, no link or route lines. The hosts
+    /// sit on a bridge even when there are two.
+    pub cluster: Option<Cluster>,
 }
+
+/// A cluster-mode lab's settings.
+#[derive(Debug, Clone, Default)]
+pub struct Cluster {
+    /// Every vnetd's lease (`--cluster-ttl`), in seconds.
+    pub ttl_s: u64,
+    /// Hosts whose vnetd is not started by [`Lab::up`] (start them with
+    /// [`Lab::start_vnetd`]: they join a running network).
+    pub late: Vec<usize>,
+}
+
+/// Where a cluster-mode lab's etcd listens for clients (on the switch
+/// namespace's bridge).
+pub const ETCD_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 250);
+pub const ETCD_PORT: u16 = 2379;
 
 /// The LAN machine's MAC and address (on the VMs' /16).
 pub const LAN_MAC: &str = "52:54:00:88:fa:01";
@@ -152,6 +172,7 @@ impl Default for Spec {
             vteps: Vec::new(),
             links: Links::Udp,
             lan_host: None,
+            cluster: None,
         }
     }
 }

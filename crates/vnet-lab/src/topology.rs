@@ -38,7 +38,7 @@ impl Lab {
             });
         }
         // The underlay: a veth pair for two hosts, else a bridge in a switch namespace.
-        if s.hosts == 2 {
+        if s.hosts == 2 && s.cluster.is_none() {
             run(&[
                 "ip",
                 "link",
@@ -54,8 +54,9 @@ impl Lab {
                 "netns",
                 &hosts[1].ns,
             ])?;
-        } else if s.hosts > 2 {
+        } else if s.hosts > 2 || s.cluster.is_some() {
             let sw = self.add_ns(format!("{p}-sw"))?;
+            self.switch = Some(sw.clone());
             self.ns_exec(&sw, &["ip", "link", "add", "br0", "type", "bridge"])?;
             self.ns_exec(&sw, &["ip", "link", "set", "br0", "mtu", &s.underlay_mtu.to_string(), "up"])?;
             for (h, host) in hosts.iter().enumerate() {

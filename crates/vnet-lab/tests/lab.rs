@@ -1512,3 +1512,305 @@ fn an_overlay_vm_reaches_a_plain_lan_machine_through_a_direct_link() {
     assert!(lan["rx_bytes"].as_u64().unwrap() > mib && lan["tx_bytes"].as_u64().unwrap() > mib, "{lan}");
     assert_eq!(lan["remote"], "dl0", "{lan}");
 }
+
+// ---- Cluster mode: a real etcd (Debian's etcd-server) in the lab ----
+
+/// Waits up to `secs` for `ok`; returns how long it took, or panics with `what`.
+fn wait_until(secs: f64, what: &str, mut ok: impl FnMut() -> bool) -> Duration {
+    let t0 = std::time::Instant::now();
+    while !ok() {
+        assert!(t0.elapsed().as_secs_f64() < secs, "not within {secs} s: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed()
+}
+
+/// The names of host `h`'s links.
+fn link_names(lab: &Lab, h: usize) -> Vec<String> {
+    let v = json(lab, h, "links");
+    v["links"].as_array().unwrap().iter().filter_map(|l| l["name"].as_str().map(str::to_string)).collect()
+}
+
+/// Where host `h` routes `mac` (`link NAME` or `interface NAME`), if anywhere.
+fn route_to(lab: &Lab, h: usize, mac: &str) -> Option<String> {
+    let v = json(lab, h, "routes");
+    v["routes"].as_array()?.iter().find(|r| r["dst"] == mac)?["to"].as_str().map(str::to_string)
+}
+
+/// Pings every (from, to) pair at once, 3 each; returns the pairs that
+/// did not get 3 of 3.
+fn ping_pairs(pairs: &[(Vm, Ipv4Addr)]) -> Vec<String> {
+    let runs: Vec<_> = pairs
+        .iter()
+        .map(|(from, to)| {
+            let child = std::process::Command::new("ip")
+                .args(["netns", "exec", &from.ns, "ping", "-n", "-q", "-c", "3", "-i", "0.2", "-W", "2"])
+                .arg(to.to_string())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            (from.ip, *to, child)
+        })
+        .collect();
+    let mut bad = Vec::new();
+    for (from, to, child) in runs {
+        let out = child.wait_with_output().unwrap();
+        let r = vnet_lab::PingResult::parse(&String::from_utf8_lossy(&out.stdout));
+        if r.received != 3 || r.sent != 3 {
+            bad.push(format!("{from} -> {to}: {r:?}"));
+        }
+    }
+    bad
+}
+
+fn cluster_spec(hosts: usize, vms: usize, late: Vec<usize>) -> Spec {
+    Spec {
+        hosts,
+        vms_per_host: vms,
+        veth_hosts: (0..hosts).collect(),
+        cluster: Some(vnet_lab::Cluster { ttl_s: 5, late }),
+        ..Spec::default()
+    }
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cluster_of_five_hosts_from_etcd_alone_a_sixth_joins_and_a_killed_host_leaves_within_its_ttl() {
+    let mut lab = lab(cluster_spec(6, 2, vec![5]));
+    for h in 0..6 {
+        let conf = std::fs::read_to_string(&lab.hosts[h].config).unwrap();
+        assert!(
+            !conf.lines().any(|l| l.starts_with("link") || l.starts_with("route")),
+            "host {h}'s config has peer or route lines:\n{conf}"
+        );
+    }
+    // Five hosts, two VMs each: every host links to the four others and routes their eight MACs.
+    let took = wait_until(10.0, "five hosts see each other", || {
+        (0..5).all(|h| {
+            let c = lab.cluster_status(h).unwrap();
+            c["hosts"].as_array().map_or(0, Vec::len) == 5 && c["routes"] == 8 && c["store"] == "up"
+        })
+    });
+    eprintln!("cluster: 5 hosts converged {took:?} after the last vnetd answered");
+    let vms: Vec<Vm> = (0..5).flat_map(|h| lab.hosts[h].vms.clone()).collect();
+    let pairs: Vec<(Vm, Ipv4Addr)> =
+        vms.iter().flat_map(|a| vms.iter().filter(|b| b.ip != a.ip).map(|b| (a.clone(), b.ip))).collect();
+    assert_eq!(pairs.len(), 90);
+    let bad = ping_pairs(&pairs);
+    assert!(bad.is_empty(), "pairs that did not ping 3/3:\n{}", bad.join("\n"));
+    let status = json(&lab, 0, "cluster");
+    assert!(status["cluster"]["revision"].as_u64().unwrap() > 0, "{status}");
+    let text = lab.control(0, "show cluster").unwrap().body;
+    assert!(text.contains("store up") && text.contains("hosts 5: h0 h1 h2 h3 h4"), "{text}");
+    let metrics = lab.control(0, "show metrics").unwrap().body;
+    assert!(metrics.contains("vnet_cluster_store_up 1\n") && metrics.contains("vnet_cluster_hosts 5\n"));
+
+    // A sixth host joins; nobody else is told anything.
+    let t0 = std::time::Instant::now();
+    lab.start_vnetd(5).unwrap();
+    wait_until(10.0, "the five see the sixth", || {
+        (0..5).all(|h| link_names(&lab, h).contains(&"h5".to_string()))
+    });
+    eprintln!("cluster: a sixth host is linked from all five {:?} after its vnetd started", t0.elapsed());
+    let (new, old) = (lab.vm(5, 1).clone(), lab.vm(0, 0).clone());
+    let bad = ping_pairs(&[(new.clone(), old.ip), (old.clone(), new.ip), (lab.vm(3, 1).clone(), new.ip)]);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+
+    // kill -9: the host's lease runs out and every other host drops it.
+    let gone_mac = lab.vm(2, 0).mac.clone();
+    lab.kill_vnetd(2).unwrap();
+    let took = wait_until(5.0 + 3.0, "the killed host leaves the others' links", || {
+        [0, 1, 3, 4, 5].iter().all(|&h| !link_names(&lab, h).contains(&"h2".to_string()))
+    });
+    eprintln!("cluster: a host killed with kill -9 left every other host's links after {took:?} (TTL 5 s)");
+    // etcd expires leases on a 500 ms tick: the TTL and a little.
+    assert!(took <= Duration::from_millis(5_000 + 1_000), "{took:?} for a 5 s TTL");
+    for h in [0, 1, 3, 4, 5] {
+        assert_eq!(route_to(&lab, h, &gone_mac), None, "host {h} still routes the dead host's VM");
+        assert!(lab.vnetd_alive(h));
+    }
+    let bad = ping_pairs(&[(old.clone(), new.ip), (lab.vm(4, 0).clone(), lab.vm(1, 1).ip)]);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The longest run of lost replies in `ping -i` output (by icmp_seq), in pings.
+fn longest_gap(ping_out: &str, sent: u32) -> u32 {
+    let mut seqs: Vec<u32> = ping_out
+        .lines()
+        .filter_map(|l| l.split("icmp_seq=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    let mut last = 0;
+    let mut gap = 0;
+    for s in seqs.iter().copied().chain([sent + 1]) {
+        gap = gap.max(s.saturating_sub(last + 1));
+        last = s;
+    }
+    gap
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
+    let mut lab = lab(cluster_spec(3, 1, vec![]));
+    wait_until(10.0, "three hosts see each other", || {
+        (0..3).all(|h| lab.cluster_status(h).unwrap()["routes"] == 2)
+    });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
+    lab.wait_listening(&b.ns, 5201).unwrap();
+    let (ns, ip) = (a.ns.clone(), b.ip.to_string());
+    const PINGS: u32 = 500;
+    let ping = {
+        let (ns, ip) = (ns.clone(), ip.clone());
+        std::thread::spawn(move || {
+            std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &ns,
+                    "ping",
+                    "-n",
+                    "-i",
+                    "0.01",
+                    "-c",
+                    &PINGS.to_string(),
+                    "-W",
+                    "1",
+                    &ip,
+                ])
+                .output()
+                .unwrap()
+        })
+    };
+    let tcp = std::thread::spawn(move || {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "iperf3", "-c", &ip, "-t", "6", "-b", "200M", "-J"])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(2000));
+    let t0 = std::time::Instant::now();
+    let v = lab.relocate(1, 0, 2).unwrap();
+    let moved = lab.vm(2, v).clone();
+    assert_eq!(moved.mac, b.mac);
+    let seen = wait_until(5.0, "host 0 routes the VM to its new host", || {
+        route_to(&lab, 0, &b.mac).as_deref() == Some("link h2")
+    });
+    eprintln!(
+        "cluster relocation: `vnetctl move` took {:?}; host 0 rerouted {seen:?} after it returned",
+        t0.elapsed() - seen
+    );
+    let ping = ping.join().unwrap();
+    let tcp = tcp.join().unwrap();
+    let out = String::from_utf8_lossy(&ping.stdout);
+    let r = vnet_lab::PingResult::parse(&out);
+    assert_eq!(r.sent, PINGS, "ping output not understood:\n{out}");
+    let gap = longest_gap(&out, r.sent);
+    eprintln!(
+        "cluster relocation: {} of {} pings lost (10 ms apart); longest gap {gap} pings (~{} ms)",
+        r.sent - r.received,
+        r.sent,
+        gap * 10
+    );
+    assert!(r.sent - r.received < 10, "{} pings lost (100 ms is 10): {r:?}", r.sent - r.received);
+    let j: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap_or_default();
+    assert!(
+        tcp.status.success() && j.get("error").is_none(),
+        "the TCP stream broke: {}",
+        String::from_utf8_lossy(&tcp.stdout)
+    );
+    let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    let intervals: Vec<f64> = j["intervals"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|i| i["sum"]["bits_per_second"].as_f64()).map(|b| b / 1e6).collect())
+        .unwrap_or_default();
+    eprintln!("cluster relocation: the TCP stream received {got} bytes; Mbit/s each second {intervals:.0?}");
+    assert!(got > 1_000_000, "{got} bytes");
+    // The old host gave the MAC up, the new one announced it.
+    assert_eq!(route_to(&lab, 1, &b.mac).as_deref(), Some("link h2"));
+    assert_eq!(lab.cluster_status(2).unwrap()["counters"]["announces"], 1);
+    assert_ping(&lab, &a, moved.ip, 56);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cluster_survives_etcd_stopped_for_thirty_seconds_and_converges_on_its_return() {
+    let mut lab = lab(cluster_spec(3, 1, vec![]));
+    wait_until(10.0, "three hosts see each other", || {
+        (0..3).all(|h| lab.cluster_status(h).unwrap()["routes"] == 2)
+    });
+    let (a, b, c) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone(), lab.vm(2, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &a, c.ip, 56);
+    // 20 ms pings for the whole outage and a while after.
+    const PINGS: u32 = 2000;
+    let ping = {
+        let (ns, ip) = (a.ns.clone(), b.ip.to_string());
+        std::thread::spawn(move || {
+            std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &ns,
+                    "ping",
+                    "-n",
+                    "-q",
+                    "-i",
+                    "0.02",
+                    "-c",
+                    &PINGS.to_string(),
+                    "-W",
+                    "1",
+                    &ip,
+                ])
+                .output()
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    lab.stop_etcd();
+    wait_until(10.0, "every host says the store is down", || {
+        (0..3).all(|h| lab.cluster_status(h).unwrap()["store"] == "down")
+    });
+    // Meanwhile: host 2's VM goes, host 1 gets a new one.
+    let routes = json(&lab, 2, "routes");
+    let mut t: String = routes["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["to"] == "interface vm0")
+        .map(|r| format!("delete route {}\n", r["id"]))
+        .collect();
+    t.push_str("delete interface vm0\n");
+    lab.apply(2, &t).unwrap();
+    let v = lab.add_vm(1).unwrap();
+    let fresh = lab.vm(1, v).clone();
+    assert!(
+        route_to(&lab, 1, &fresh.mac).is_some_and(|t| t.starts_with("interface ")),
+        "a new VM is routed locally while the store is away"
+    );
+    std::thread::sleep(Duration::from_secs(28));
+    let text = lab.control(0, "show cluster").unwrap().body;
+    assert!(text.contains("store down"), "{text}");
+    assert_eq!(route_to(&lab, 0, &c.mac).as_deref(), Some("link h2"), "the last state is kept");
+    let m = lab.control(0, "show metrics").unwrap().body;
+    assert!(m.contains("vnet_cluster_store_up 0\n"), "{m}");
+    lab.start_etcd().unwrap();
+    let took = wait_until(15.0, "the change made meanwhile converges", || {
+        route_to(&lab, 0, &fresh.mac).as_deref() == Some("link h1") && route_to(&lab, 0, &c.mac).is_none()
+    });
+    eprintln!("cluster: etcd back; the change made while it was away converged on host 0 after {took:?}");
+    let ping = ping.join().unwrap();
+    let r = vnet_lab::PingResult::parse(&String::from_utf8_lossy(&ping.stdout));
+    eprintln!("cluster: {} of {} pings lost across a 30 s etcd outage", r.sent - r.received, r.sent);
+    assert_eq!(r.sent, PINGS);
+    assert_eq!(r.received, r.sent, "pings lost across the outage: {r:?}");
+    for h in 0..3 {
+        assert!(lab.vnetd_alive(h), "vnetd {h} exited");
+        assert_eq!(lab.cluster_status(h).unwrap()["store"], "up");
+    }
+    assert_ping(&lab, &a, fresh.ip, 56);
+}

@@ -21,7 +21,8 @@
 //! Any failure of the session (etcd unreachable, the watch closed, the
 //! lease lost) leaves the data path as it is; the task says so in
 //! [`membership`](crate::membership) and starts a new session after a
-//! backoff. A compaction that overtakes the watch is answered by listing
+//! backoff (local interfaces declared meanwhile are routed locally at
+//! once, and published when the store is back). A compaction that overtakes the watch is answered by listing
 //! again, inside the session. A new session lists again, so a change
 //! made while the host was away converges when it is back.
 
@@ -123,7 +124,18 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
         if started.elapsed() > Duration::from_secs(10) {
             backoff = Duration::from_millis(100);
         }
-        tokio::time::sleep(backoff).await;
+        // Meanwhile, interfaces declared or deleted get their local routes
+        // (the store hears of them when it is back).
+        let until = Instant::now() + backoff;
+        let mut seen = u64::MAX;
+        while Instant::now() < until {
+            let generation = lock(&host.daemon).generation();
+            if generation != seen {
+                host.converge(&[], 0, Instant::now());
+                seen = lock(&host.daemon).generation();
+            }
+            tokio::time::sleep(LOCAL_POLL.min(until.saturating_duration_since(Instant::now()))).await;
+        }
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }

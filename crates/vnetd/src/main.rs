@@ -59,7 +59,8 @@ struct Args {
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     cluster_ttl: u64,
     /// Cluster mode: words added to each link to another host, e.g.
-    /// "format vnet network 7" or "security encrypt".
+    /// "network 7 mtu 9000" or "security encrypt" (`format vnet` unless
+    /// they name another format).
     #[arg(long, default_value = "", value_name = "WORDS")]
     cluster_link_options: String,
     /// Log filter, e.g. info or vnetd=debug.
@@ -233,6 +234,10 @@ fn cluster_config(args: &Args, daemon: &Daemon) -> Result<Option<vnetd::cluster:
         host,
         advertise: args.advertise,
         ttl: std::time::Duration::from_secs(args.cluster_ttl.clamp(2, 3600)),
-        link_options: args.cluster_link_options.clone(),
+        link_options: if args.cluster_link_options.split_whitespace().any(|w| w == "format") {
+            args.cluster_link_options.clone()
+        } else {
+            format!("format vnet {}", args.cluster_link_options).trim_end().to_string()
+        },
     }))
 }

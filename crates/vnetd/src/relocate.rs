@@ -13,6 +13,12 @@
 //!
 //! Each host changes atomically; between hosts, frames for the VM may for
 //! a moment go to the old host, which is why the new host goes first.
+//!
+//! In cluster mode (the new host runs `vnetd --cluster`) the move is one
+//! step: the new host declares the interface, its vnetd claims the MAC in
+//! the store and announces it, and every host reroutes from its watch.
+//! The hosts listed are only visited to delete the old interface, once
+//! they route the MAC to a link (they have seen the claim).
 
 use crate::client::Client;
 use crate::control::Endpoint;
@@ -46,6 +52,9 @@ pub fn relocate(m: &Move) -> Result<String, String> {
         decl.push_str(&format!(" mac {mac}"));
     }
     let mut to = connect(&m.to)?;
+    if in_cluster(&mut to) {
+        return relocate_in_cluster(m, &mut to, &decl, name);
+    }
     let to_ip = match m.to_ip {
         Some(ip) => ip,
         None => listen_ip(&mut to).map_err(|e| format!("{}: {e}", m.to))?,
@@ -95,6 +104,48 @@ pub fn relocate(m: &Move) -> Result<String, String> {
     let r = to.request(&format!("announce {mac}")).map_err(|e| format!("{}: {e}", m.to))?;
     r.result.map_err(|e| format!("{}: announce: {e}", m.to))?;
     let _ = write!(report, "{}: {}", m.to, r.body);
+    Ok(report)
+}
+
+/// Whether the host runs in cluster mode.
+fn in_cluster(c: &mut Client) -> bool {
+    let Ok(r) = c.request("show cluster json") else { return false };
+    r.result.is_ok() && serde_json::from_str::<Value>(&r.body).is_ok_and(|v| !v["cluster"].is_null())
+}
+
+/// How long the old host may take to see the new host's claim.
+const CLAIM_SEEN: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn relocate_in_cluster(m: &Move, to: &mut Client, decl: &str, name: &str) -> Result<String, String> {
+    let mac = m.mac.to_string();
+    let mut report = String::new();
+    apply(to, &m.to, &format!("interface {decl}\n"))?;
+    let _ = writeln!(report, "{}: interface {name} attached; its vnetd claims {mac} in the store", m.to);
+    for ep in m.hosts.iter().filter(|e| **e != m.to) {
+        let mut c = connect(ep)?;
+        let Some(old) = show(&mut c, ep, "interfaces")?
+            .iter()
+            .find(|i| i["mac"] == mac.as_str())
+            .and_then(|i| i["name"].as_str().map(str::to_string))
+        else {
+            continue;
+        };
+        let deadline = std::time::Instant::now() + CLAIM_SEEN;
+        loop {
+            let seen = routes(&mut c, ep)?.iter().any(|r| {
+                r["dst"] == mac.as_str() && r["to"].as_str().is_some_and(|t| t.starts_with("link "))
+            });
+            if seen {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("{ep}: still routes {mac} to its interface {old} after {CLAIM_SEEN:?}: is the new host in the same network?"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        apply(&mut c, ep, &format!("delete interface {old}\n"))?;
+        let _ = writeln!(report, "{ep}: saw the claim; interface {old} deleted");
+    }
     Ok(report)
 }
 
