@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use vnet_control::{LinkDef, LinkFormat, Security, Transport};
-use vnet_core::Port;
+use vnet_core::{MacSpec, Port};
 use vnet_engine::Plane;
 use vnet_wire::MacAddr;
 
@@ -253,6 +253,14 @@ impl KernelPath {
         self.active = next;
         self.tables[next as usize] = decisions.keys().copied().collect();
         self.entries = decisions.len();
+        if overflow > 0 && self.overflow == 0 {
+            tracing::warn!(
+                entries = decisions.len(),
+                left_to_user_path = overflow,
+                "the kernel path's route map is full: the decisions that did not fit take the user path \
+                 (counted as kernel_route_overflow)"
+            );
+        }
         self.overflow = overflow;
 
         // Links that are gone: after the switch, no route names them.
@@ -320,6 +328,14 @@ impl Drop for KernelPath {
 /// pair of distinct known unicast MACs, the one destination the route table
 /// gives, when that is a kernel interface (or, from an interface, a link the
 /// kernel can send on). Returns them and how many did not fit the map.
+///
+/// The map is keyed by (port, destination, source), so a network of many
+/// MACs (a cluster of 100000 VMs) has far more decisions than the map's
+/// [`MAX_ROUTES`]: those stay with the user path, counted. The work is
+/// bounded too: from a link only destinations that a route sends to a
+/// kernel interface are tried, and once the map is full the rest is not
+/// computed (the count is then an upper bound), so a transaction over
+/// 100000 MACs costs milliseconds here, not the square of them.
 pub fn decisions(
     plane: &Plane,
     ifaces: &BTreeMap<u32, KernelIface>,
@@ -343,11 +359,45 @@ pub fn decisions(
     let mut ports: Vec<(Port, u32)> =
         ifaces.iter().map(|(id, k)| (Port::Interface(*id), k.ifindex)).collect();
     ports.extend(kernel_links.iter().map(|id| (Port::Link(*id), PORT_LINK | id)));
+    // Destinations a link's frames can have in the kernel: those routed to
+    // a kernel interface (all of them if such a route matches any MAC).
+    let mut to_kernel: BTreeSet<MacAddr> = BTreeSet::new();
+    let mut to_kernel_any = false;
+    for r in plane.table.routes() {
+        if let Port::Interface(i) = r.to {
+            if ifaces.contains_key(&i) {
+                match r.dst {
+                    MacSpec::Addr(m) => {
+                        to_kernel.insert(m);
+                    }
+                    MacSpec::None => {}
+                    MacSpec::Any | MacSpec::Not(_) => to_kernel_any = true,
+                }
+            }
+        }
+    }
+    let link_dsts: Vec<MacAddr> = if to_kernel_any {
+        macs.iter().copied().collect()
+    } else {
+        to_kernel.intersection(&macs).copied().collect()
+    };
+    let all_dsts: Vec<MacAddr> = macs.iter().copied().collect();
+    let candidates: usize = ports
+        .iter()
+        .map(|(p, _)| macs.len() * if p.is_link() { link_dsts.len() } else { all_dsts.len() })
+        .sum();
+    let mut visited = 0;
     let mut out = BTreeMap::new();
     let mut overflow = 0;
     let mut found = Vec::new();
     for &(port, key_port) in &ports {
+        let dsts = if port.is_link() { &link_dsts } else { &all_dsts };
         for &s in &macs {
+            if out.len() >= MAX_ROUTES {
+                // Full: what is left is the user path's.
+                return (out, overflow + candidates.saturating_sub(visited));
+            }
+            visited += dsts.len();
             // Port security: from an interface locked to a MAC, frames with
             // another source are the user path's (which drops and counts them).
             if let Port::Interface(i) = port {
@@ -355,7 +405,7 @@ pub fn decisions(
                     continue;
                 }
             }
-            for &d in &macs {
+            for &d in dsts {
                 if s == d {
                     continue;
                 }
@@ -504,7 +554,7 @@ mod tests {
     use super::*;
 
     use std::sync::Arc;
-    use vnet_core::{MacSpec, Route, RouteTable, SourceFilter};
+    use vnet_core::{Route, RouteTable, SourceFilter};
     use vnet_engine::port::Nowhere;
     use vnet_engine::{Iface, Link};
 
@@ -576,6 +626,49 @@ mod tests {
         // A route change is a different answer.
         let none = decisions(&Plane::default(), &ifaces, &[0].into()).0;
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_network_of_100000_macs_fills_the_map_counts_the_rest_and_costs_milliseconds() {
+        // Two kernel interfaces here, 100000 MACs behind 1000 links (a
+        // cluster's view): far more decisions than the map holds.
+        let any = SourceFilter::Any;
+        let big = |i: u32| MacAddr([0x52, 0x54, 1, (i >> 16) as u8, (i >> 8) as u8, i as u8]);
+        let (a, c) = (mac(1), mac(3));
+        let mut routes = vec![
+            Route::new(0, MacSpec::Any, MacSpec::Addr(a), Port::Interface(0), any),
+            Route::new(1, MacSpec::Any, MacSpec::Addr(c), Port::Interface(1), any),
+        ];
+        let mut links = Vec::new();
+        for l in 0..1000u32 {
+            let def = vnet_control::LinkDef {
+                id: l,
+                name: format!("h{l}"),
+                transport: Transport::Udp {
+                    remote: SocketAddr::new(Ipv4Addr::new(10, 1, (l >> 8) as u8, l as u8).into(), 9000),
+                    format: LinkFormat::Vnet,
+                    network: 0,
+                    security: Security::None,
+                },
+                mtu: 1500,
+            };
+            links.push(Arc::new(Link::new(def, Arc::new(Nowhere))));
+        }
+        for i in 0..100_000u32 {
+            routes.push(Route::new(i + 2, MacSpec::Any, MacSpec::Addr(big(i)), Port::Link(i % 1000), any));
+        }
+        let plane = Plane::new(RouteTable::new(1, routes), vec![iface(0, a), iface(1, c)], links);
+        let kif = |ifindex| KernelIface { dev: String::new(), ifindex, peer: true };
+        let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10)), (1, kif(11))].into();
+        let t0 = std::time::Instant::now();
+        let (d, overflow) = decisions(&plane, &ifaces, &(0..1000).collect());
+        let took = t0.elapsed();
+        assert_eq!(d.len(), MAX_ROUTES);
+        assert!(overflow > 100_000, "{overflow}");
+        // Debug builds are ~20x slower than release; either way not the square of 100000.
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+        // A link's frames are decided only for the kernel interfaces' MACs.
+        assert!(d.keys().filter(|k| k.port & PORT_LINK != 0).all(|k| k.dst == a.0 || k.dst == c.0));
     }
 
     #[test]
