@@ -1189,21 +1189,28 @@ fn qemu_guests_on_tap_talk_and_survive_a_qemu_restart() {
 /// The paper's location independence: VM B moves from host 1 to host 2
 /// while VM A on host 0 pings it every 20 ms and streams TCP to it. A few
 /// pings may be lost; the TCP connection must not break.
-#[test]
-#[ignore = "needs root and network namespaces: run with --ignored"]
-fn relocating_a_vm_loses_a_handful_of_pings_and_no_connection() {
-    let mut lab = lab(Spec { hosts: 3, veth_hosts: vec![0, 1, 2], ..Spec::default() });
+/// Moves VM 0 of host 1 to host 2 (`Lab::relocate`) while VM 0 of host 0
+/// pings it every `every_ms` (`count` pings) and streams TCP to it
+/// (iperf3, 6 s at 200 Mbit/s); `after` runs right after the move, with
+/// the VM's new index. Returns the ping output, the bytes the stream
+/// delivered (asserting that it survived) and the new index.
+fn relocate_under_traffic(
+    lab: &mut Lab,
+    every_ms: u32,
+    count: u32,
+    after: impl FnOnce(&Lab, usize),
+) -> (String, u64, usize) {
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(lab, &a, b.ip, 56);
     lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
     lab.wait_listening(&b.ns, 5201).unwrap();
-    let ip = b.ip.to_string();
-    let ns = a.ns.clone();
+    let (ns, ip) = (a.ns.clone(), b.ip.to_string());
     let ping = {
         let (ns, ip) = (ns.clone(), ip.clone());
+        let (every, count) = (format!("{}", every_ms as f64 / 1000.0), count.to_string());
         std::thread::spawn(move || {
             std::process::Command::new("ip")
-                .args(["netns", "exec", &ns, "ping", "-n", "-i", "0.02", "-c", "250", "-W", "1", &ip])
+                .args(["netns", "exec", &ns, "ping", "-n", "-i", &every, "-c", &count, "-W", "1", &ip])
                 .output()
                 .unwrap()
         })
@@ -1214,21 +1221,39 @@ fn relocating_a_vm_loses_a_handful_of_pings_and_no_connection() {
             .output()
             .unwrap()
     });
-    std::thread::sleep(Duration::from_millis(1500));
-    lab.relocate(1, 0, 2).unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    let v = lab.relocate(1, 0, 2).unwrap();
+    assert_eq!(lab.vm(2, v).mac, b.mac);
+    after(lab, v);
     let ping = ping.join().unwrap();
     let tcp = tcp.join().unwrap();
-    let r = vnet_lab::PingResult::parse(&String::from_utf8_lossy(&ping.stdout));
-    let lost = r.sent - r.received;
-    eprintln!("relocation: {lost} of {} pings lost (20 ms apart)", r.sent);
-    assert!(lost <= 10, "{lost} pings lost: {r:?}");
     let j: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap_or_default();
     assert!(
         tcp.status.success() && j.get("error").is_none(),
         "the TCP stream broke: {}",
         String::from_utf8_lossy(&tcp.stdout)
     );
-    assert!(j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0) > 0);
+    let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+    let intervals: Vec<f64> = j["intervals"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|i| i["sum"]["bits_per_second"].as_f64()).map(|b| b / 1e6).collect())
+        .unwrap_or_default();
+    eprintln!("relocation: the TCP stream received {got} bytes; Mbit/s each second {intervals:.0?}");
+    assert!(got > 1_000_000, "the stream delivered {got} bytes");
+    (String::from_utf8_lossy(&ping.stdout).to_string(), got, v)
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn relocating_a_vm_loses_a_handful_of_pings_and_no_connection() {
+    let mut lab = lab(Spec { hosts: 3, veth_hosts: vec![0, 1, 2], ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    let (ping, _, _) = relocate_under_traffic(&mut lab, 20, 250, |_, _| {});
+    let r = vnet_lab::PingResult::parse(&ping);
+    let lost = r.sent - r.received;
+    eprintln!("relocation: {lost} of {} pings lost (20 ms apart)", r.sent);
+    assert_eq!(r.sent, 250, "ping output not understood:\n{ping}");
+    assert!(lost <= 10, "{lost} pings lost: {r:?}");
     // B now lives on host 2, and host 0 routes it there.
     let moved = lab.vm(2, 1).clone();
     assert_eq!(moved.mac, b.mac);
@@ -1658,54 +1683,14 @@ fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
         (0..3).all(|h| lab.cluster_status(h).unwrap()["routes"] == 2)
     });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-    assert_ping(&lab, &a, b.ip, 56);
-    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
-    lab.wait_listening(&b.ns, 5201).unwrap();
-    let (ns, ip) = (a.ns.clone(), b.ip.to_string());
     const PINGS: u32 = 500;
-    let ping = {
-        let (ns, ip) = (ns.clone(), ip.clone());
-        std::thread::spawn(move || {
-            std::process::Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &ns,
-                    "ping",
-                    "-n",
-                    "-i",
-                    "0.01",
-                    "-c",
-                    &PINGS.to_string(),
-                    "-W",
-                    "1",
-                    &ip,
-                ])
-                .output()
-                .unwrap()
-        })
-    };
-    let tcp = std::thread::spawn(move || {
-        std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, "iperf3", "-c", &ip, "-t", "6", "-b", "200M", "-J"])
-            .output()
-            .unwrap()
+    let (out, _, v) = relocate_under_traffic(&mut lab, 10, PINGS, |lab, _| {
+        let seen = wait_until(5.0, "host 0 routes the VM to its new host", || {
+            route_to(lab, 0, &b.mac).as_deref() == Some("link h2")
+        });
+        eprintln!("cluster relocation: host 0 rerouted {seen:?} after `vnetctl move` returned");
     });
-    std::thread::sleep(Duration::from_millis(2000));
-    let t0 = std::time::Instant::now();
-    let v = lab.relocate(1, 0, 2).unwrap();
     let moved = lab.vm(2, v).clone();
-    assert_eq!(moved.mac, b.mac);
-    let seen = wait_until(5.0, "host 0 routes the VM to its new host", || {
-        route_to(&lab, 0, &b.mac).as_deref() == Some("link h2")
-    });
-    eprintln!(
-        "cluster relocation: `vnetctl move` took {:?}; host 0 rerouted {seen:?} after it returned",
-        t0.elapsed() - seen
-    );
-    let ping = ping.join().unwrap();
-    let tcp = tcp.join().unwrap();
-    let out = String::from_utf8_lossy(&ping.stdout);
     let r = vnet_lab::PingResult::parse(&out);
     assert_eq!(r.sent, PINGS, "ping output not understood:\n{out}");
     let gap = longest_gap(&out, r.sent);
@@ -1716,19 +1701,6 @@ fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
         gap * 10
     );
     assert!(r.sent - r.received < 10, "{} pings lost (100 ms is 10): {r:?}", r.sent - r.received);
-    let j: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap_or_default();
-    assert!(
-        tcp.status.success() && j.get("error").is_none(),
-        "the TCP stream broke: {}",
-        String::from_utf8_lossy(&tcp.stdout)
-    );
-    let got = j["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
-    let intervals: Vec<f64> = j["intervals"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|i| i["sum"]["bits_per_second"].as_f64()).map(|b| b / 1e6).collect())
-        .unwrap_or_default();
-    eprintln!("cluster relocation: the TCP stream received {got} bytes; Mbit/s each second {intervals:.0?}");
-    assert!(got > 1_000_000, "{got} bytes");
     // The old host gave the MAC up, the new one announced it.
     assert_eq!(route_to(&lab, 1, &b.mac).as_deref(), Some("link h2"));
     assert_eq!(lab.cluster_status(2).unwrap()["counters"]["announces"], 1);
