@@ -125,22 +125,23 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Str
 /// member routes the MAC to that host's link. Run after [`transaction`],
 /// against the same state: it touches only routes to interfaces.
 pub fn local(state: &State, member: &crate::Member) -> String {
+    // The `any MAC -> interface` routes by (interface, MAC): one pass.
+    let mut to_iface: FxHashMap<(u32, MacAddr), Vec<u32>> = FxHashMap::default();
+    for r in state.routes.values() {
+        if let (Port::Interface(i), MacSpec::Any, MacSpec::Addr(d)) = (r.to, r.src, r.dst) {
+            to_iface.entry((i, d)).or_default().push(r.id);
+        }
+    }
     let mut t = String::new();
     for i in state.interfaces.values() {
         let Some(mac) = i.mac else { continue };
         let mine = member.owner(mac).is_none_or(|o| o == member.me());
-        let to = Port::Interface(i.id);
         for dst in [mac, MacAddr::BROADCAST] {
-            let have: Vec<u32> = state
-                .routes
-                .values()
-                .filter(|r| r.to == to && r.src == MacSpec::Any && r.dst == MacSpec::Addr(dst))
-                .map(|r| r.id)
-                .collect();
+            let have = to_iface.get(&(i.id, dst)).map_or(&[][..], Vec::as_slice);
             if mine && have.is_empty() {
                 t.push_str(&format!("route any {dst} -> interface {}\n", i.name));
             } else if !mine {
-                for id in have {
+                for &id in have {
                     t.push_str(&format!("delete route {id}\n"));
                 }
             }

@@ -233,7 +233,7 @@ impl Lab {
                     format!("--cluster=etcd:http://{ETCD_IP}:{ETCD_PORT}"),
                     format!("--network={}", self.prefix),
                     format!("--host=h{h}"),
-                    format!("--cluster-ttl={}", c.ttl_s.max(2)),
+                    format!("--cluster-ttl={}", c.ttl_s.max(3)),
                 ]
             }))
             .stdin(Stdio::null())

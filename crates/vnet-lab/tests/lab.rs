@@ -1648,8 +1648,7 @@ fn cluster_of_five_hosts_from_etcd_alone_a_sixth_joins_and_a_killed_host_leaves_
         [0, 1, 3, 4, 5].iter().all(|&h| !link_names(&lab, h).contains(&"h2".to_string()))
     });
     eprintln!("cluster: a host killed with kill -9 left every other host's links after {took:?} (TTL 5 s)");
-    // etcd expires leases on a 500 ms tick: the TTL and a little.
-    assert!(took <= Duration::from_millis(5_000 + 1_000), "{took:?} for a 5 s TTL");
+    assert!(took <= Duration::from_secs(5), "{took:?} for a 5 s TTL");
     for h in [0, 1, 3, 4, 5] {
         assert_eq!(route_to(&lab, h, &gone_mac), None, "host {h} still routes the dead host's VM");
         assert!(lab.vnetd_alive(h));
@@ -1760,10 +1759,10 @@ fn cluster_survives_etcd_stopped_for_thirty_seconds_and_converges_on_its_return(
     lab.apply(2, &t).unwrap();
     let v = lab.add_vm(1).unwrap();
     let fresh = lab.vm(1, v).clone();
-    assert!(
-        route_to(&lab, 1, &fresh.mac).is_some_and(|t| t.starts_with("interface ")),
-        "a new VM is routed locally while the store is away"
-    );
+    let took = wait_until(1.0, "a new VM is routed locally while the store is away", || {
+        route_to(&lab, 1, &fresh.mac).is_some_and(|t| t.starts_with("interface "))
+    });
+    eprintln!("cluster: with etcd away, a new VM was routed locally {took:?} after it was declared");
     std::thread::sleep(Duration::from_secs(28));
     let text = lab.control(0, "show cluster").unwrap().body;
     assert!(text.contains("store down"), "{text}");

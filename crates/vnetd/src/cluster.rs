@@ -21,8 +21,9 @@
 //! Any failure of the session (etcd unreachable, the watch closed, the
 //! lease lost) leaves the data path as it is; the task says so in
 //! [`membership`](crate::membership) and starts a new session after a
-//! backoff (local interfaces declared meanwhile are routed locally at
-//! once, and published when the store is back). A compaction that overtakes the watch is answered by listing
+//! backoff. While the task waits (on etcd, or between sessions), local
+//! interfaces declared meanwhile are routed within [`LOCAL_POLL`], and
+//! published when the store is back: a host's own VMs never wait for it. A compaction that overtakes the watch is answered by listing
 //! again, inside the session. A new session lists again, so a change
 //! made while the host was away converges when it is back.
 
@@ -43,7 +44,7 @@ use vnet_wire::MacAddr;
 /// How often the daemon's interfaces are compared with what was published.
 pub const LOCAL_POLL: Duration = Duration::from_millis(20);
 /// The longest wait between two sessions.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// What cluster mode needs to know.
 #[derive(Debug, Clone)]
@@ -56,7 +57,8 @@ pub struct Config {
     /// The address and port other hosts' links send to (by default the
     /// `listen udp` address, when it names one).
     pub advertise: Option<SocketAddr>,
-    /// The lease's time to live: a host that stops is gone after it.
+    /// A host that stops is gone from the others within this (its lease
+    /// is [`lease_ttl`]).
     pub ttl: Duration,
     /// Words added to every link this host makes to another.
     pub link_options: String,
@@ -99,7 +101,7 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
         s.network = cfg.network.clone();
         s.host = cfg.host.clone();
         s.endpoints = cfg.endpoints.clone();
-        s.ttl_s = cfg.ttl.as_secs();
+        s.ttl_s = lease_ttl(cfg.ttl);
     }
     let mut host = Host {
         member: Member::new(&cfg.network, &cfg.host),
@@ -110,6 +112,7 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
         published: BTreeMap::new(),
         lease: None,
         resync: false,
+        seen: u64::MAX,
     };
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -126,16 +129,7 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
         }
         // Meanwhile, interfaces declared or deleted get their local routes
         // (the store hears of them when it is back).
-        let until = Instant::now() + backoff;
-        let mut seen = u64::MAX;
-        while Instant::now() < until {
-            let generation = lock(&host.daemon).generation();
-            if generation != seen {
-                host.converge(&[], 0, Instant::now());
-                seen = lock(&host.daemon).generation();
-            }
-            tokio::time::sleep(LOCAL_POLL.min(until.saturating_duration_since(Instant::now()))).await;
-        }
+        host.wait(tokio::time::sleep(backoff)).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
@@ -162,6 +156,8 @@ struct Host {
     lease: Option<i64>,
     /// The last transaction failed: the next one brings the whole view.
     resync: bool,
+    /// The daemon's generation when local interfaces were last routed.
+    seen: u64,
 }
 
 impl Host {
@@ -174,18 +170,27 @@ impl Host {
     }
 
     async fn session_inner(&mut self) -> Result<std::convert::Infallible, String> {
-        let ttl = self.cfg.ttl.as_secs().max(1);
+        let ttl = lease_ttl(self.cfg.ttl);
         let opts = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
             .with_timeout(Duration::from_secs(ttl.clamp(2, 5)))
             .with_keep_alive(Duration::from_secs(ttl.div_ceil(3).max(1)), Duration::from_secs(2))
             .with_keep_alive_while_idle(true);
+        let endpoints = self.cfg.endpoints.clone();
         let mut c =
-            Client::connect(&self.cfg.endpoints, Some(opts)).await.map_err(|e| format!("connect: {e}"))?;
+            self.wait(Client::connect(&endpoints, Some(opts))).await.map_err(|e| format!("connect: {e}"))?;
+        let alive = match self.lease {
+            Some(id) => self.wait(lease_alive(&mut c, id)).await,
+            None => false,
+        };
         let lease = match self.lease {
-            Some(id) if lease_alive(&mut c, id).await => id,
+            Some(id) if alive => id,
             _ => {
-                let id = c.lease_grant(ttl as i64, None).await.map_err(|e| format!("lease grant: {e}"))?.id();
+                let id = self
+                    .wait(c.lease_grant(ttl as i64, None))
+                    .await
+                    .map_err(|e| format!("lease grant: {e}"))?
+                    .id();
                 if self.lease.is_some() {
                     lock(&self.status).counters.leases_lost += 1;
                 }
@@ -195,7 +200,7 @@ impl Host {
         self.lease = Some(lease);
         lock(&self.status).lease = Some(lease);
         let (mut keeper, mut kept) =
-            c.lease_keep_alive(lease).await.map_err(|e| format!("keepalive: {e}"))?;
+            self.wait(c.lease_keep_alive(lease)).await.map_err(|e| format!("keepalive: {e}"))?;
 
         let mut rev = self.relist(&mut c).await?;
         self.put_host(&mut c, lease).await?;
@@ -215,8 +220,10 @@ impl Host {
 
         let prefix = self.member.prefix().to_string();
         let watch_opts = |rev: u64| WatchOptions::new().with_prefix().with_start_revision(rev as i64 + 1);
-        let mut watch =
-            c.watch(prefix.clone(), Some(watch_opts(rev))).await.map_err(|e| format!("watch: {e}"))?;
+        let mut watch = self
+            .wait(c.watch(prefix.clone(), Some(watch_opts(rev))))
+            .await
+            .map_err(|e| format!("watch: {e}"))?;
         let mut keep_every = tokio::time::interval(Duration::from_millis(ttl * 1000 / 3));
         let mut local_every = tokio::time::interval(LOCAL_POLL);
         local_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -278,12 +285,37 @@ impl Host {
         }
     }
 
+    /// Awaits `fut` (a request to etcd, which may hang while the store is
+    /// unreachable) and meanwhile routes interfaces declared or deleted
+    /// locally, so that the host's own VMs never wait for the store.
+    async fn wait<F: std::future::Future>(&mut self, fut: F) -> F::Output {
+        tokio::pin!(fut);
+        let mut every = tokio::time::interval(LOCAL_POLL);
+        loop {
+            tokio::select! {
+                out = &mut fut => return out,
+                _ = every.tick() => self.route_local(),
+            }
+        }
+    }
+
+    /// Routes local interfaces if the daemon's state changed since the last look.
+    fn route_local(&mut self) {
+        let generation = lock(&self.daemon).generation();
+        if generation != self.seen {
+            self.converge(&[], 0, Instant::now());
+            self.seen = lock(&self.daemon).generation();
+        }
+    }
+
     /// Lists the prefix into the view and converges; returns the revision.
     async fn relist(&mut self, c: &mut Client) -> Result<u64, String> {
         let t0 = Instant::now();
         let prefix = self.member.prefix().to_string();
-        let resp =
-            c.get(prefix, Some(GetOptions::new().with_prefix())).await.map_err(|e| format!("list: {e}"))?;
+        let resp = self
+            .wait(c.get(prefix, Some(GetOptions::new().with_prefix())))
+            .await
+            .map_err(|e| format!("list: {e}"))?;
         let rev = resp.header().map_or(0, |h| h.revision().max(0) as u64);
         let kvs: Vec<(String, Vec<u8>)> = resp
             .kvs()
@@ -314,7 +346,7 @@ impl Host {
             HostRecord { addr, kinds: vec!["udp".into()], public_key: d.public_key() }
         };
         let key = host_key(&self.cfg.network, &self.cfg.host);
-        c.put(key, record.to_json(), Some(PutOptions::new().with_lease(lease)))
+        self.wait(c.put(key, record.to_json(), Some(PutOptions::new().with_lease(lease))))
             .await
             .map_err(|e| format!("put host: {e}"))?;
         Ok(())
@@ -329,8 +361,8 @@ impl Host {
     ) -> Result<u64, String> {
         let record = MacRecord { host: self.cfg.host.clone(), iface: iface.to_string() };
         let key = mac_key(&self.cfg.network, mac);
-        let r = c
-            .put(key, record.to_json(), Some(PutOptions::new().with_lease(lease)))
+        let r = self
+            .wait(c.put(key, record.to_json(), Some(PutOptions::new().with_lease(lease))))
             .await
             .map_err(|e| format!("put {mac}: {e}"))?;
         Ok(r.header().map_or(0, |h| h.revision().max(0) as u64))
@@ -358,7 +390,7 @@ impl Host {
             let txn = Txn::new()
                 .when([Compare::value(key.clone(), CompareOp::Equal, mine)])
                 .and_then([TxnOp::delete(key, None)]);
-            c.txn(txn).await.map_err(|e| format!("release {mac}: {e}"))?;
+            self.wait(c.txn(txn)).await.map_err(|e| format!("release {mac}: {e}"))?;
             lock(&self.status).counters.macs_released += 1;
         }
         for (mac, (id, name)) in now {
@@ -429,6 +461,13 @@ impl Host {
         s.macs = self.member.macs();
         s.routes = self.member.routes();
     }
+}
+
+/// The lease's TTL, in seconds, for a host that must be gone within `ttl`:
+/// a second shorter, because etcd expires leases on a 500 ms tick and the
+/// others still have to hear of it (at least 1 s).
+pub fn lease_ttl(ttl: Duration) -> u64 {
+    ttl.as_secs().saturating_sub(1).max(1)
 }
 
 /// Whether lease `id` is still alive in etcd.

@@ -54,8 +54,8 @@ struct Args {
     /// default the `listen udp` address).
     #[arg(long, value_name = "ADDR:PORT")]
     advertise: Option<std::net::SocketAddr>,
-    /// Cluster mode: this host's lease; a host that stops is gone from the
-    /// others' links after this many seconds.
+    /// Cluster mode: a host that stops is gone from the others' links
+    /// within this many seconds (its etcd lease is a second shorter).
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     cluster_ttl: u64,
     /// Cluster mode: words added to each link to another host, e.g.
@@ -233,7 +233,7 @@ fn cluster_config(args: &Args, daemon: &Daemon) -> Result<Option<vnetd::cluster:
         network,
         host,
         advertise: args.advertise,
-        ttl: std::time::Duration::from_secs(args.cluster_ttl.clamp(2, 3600)),
+        ttl: std::time::Duration::from_secs(args.cluster_ttl.clamp(3, 3600)),
         link_options: if args.cluster_link_options.split_whitespace().any(|w| w == "format") {
             args.cluster_link_options.clone()
         } else {
