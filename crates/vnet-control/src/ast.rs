@@ -367,6 +367,11 @@ pub enum Command {
     /// relocated VM's new host does so that learning switches and caches
     /// on the way re-learn where MAC lives.
     Announce(MacAddr),
+    /// `save`: write the running configuration back to vnetd's config file.
+    Save,
+    /// `reload`: apply the config file's difference from the running state
+    /// as one transaction (what `SIGHUP` does).
+    Reload,
     /// Starts a transaction on the control socket.
     Begin,
     /// Applies the transaction.
@@ -381,7 +386,13 @@ impl Command {
     pub fn is_change(&self) -> bool {
         !matches!(
             self,
-            Command::Show { .. } | Command::Announce(_) | Command::Begin | Command::Commit | Command::Abort
+            Command::Show { .. }
+                | Command::Announce(_)
+                | Command::Save
+                | Command::Reload
+                | Command::Begin
+                | Command::Commit
+                | Command::Abort
         )
     }
 }

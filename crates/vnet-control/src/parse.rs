@@ -86,7 +86,7 @@ struct Parser<'t, 'a> {
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `show`, `announce`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `show`, `announce`, `save`, `reload`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn peek(&self) -> Option<&Token<'a>> {
@@ -236,6 +236,8 @@ impl<'a> Parser<'_, 'a> {
                 "tls",
                 "show",
                 "announce",
+                "save",
+                "reload",
                 "begin",
                 "commit",
                 "abort",
@@ -275,6 +277,8 @@ impl<'a> Parser<'_, 'a> {
                 Ok(Command::Show { what, json })
             }
             "announce" => Ok(Command::Announce(self.mac("a MAC address to announce")?)),
+            "save" => Ok(Command::Save),
+            "reload" => Ok(Command::Reload),
             "begin" => Ok(Command::Begin),
             "commit" => Ok(Command::Commit),
             _ => Ok(Command::Abort),

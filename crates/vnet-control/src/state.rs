@@ -281,6 +281,8 @@ impl State {
             }
             Command::Show { .. }
             | Command::Announce(_)
+            | Command::Save
+            | Command::Reload
             | Command::Begin
             | Command::Commit
             | Command::Abort => {
@@ -370,6 +372,141 @@ impl State {
 
     /// The state as superset lines that rebuild it (ids may differ).
     pub fn to_config(&self) -> String {
+        self.to_config_without(&|_| false)
+    }
+
+    /// [`State::to_config`] without the links `skip` names and the routes
+    /// that use them (what cluster mode derives from the store, say).
+    pub fn to_config_without(&self, skip: &dyn Fn(&str) -> bool) -> String {
+        let mut s = self.header();
+        for i in self.interfaces.values() {
+            let _ = writeln!(s, "{}", iface_line(i));
+        }
+        for l in self.links.values().filter(|l| !skip(&l.name)) {
+            let _ = writeln!(s, "{}", l.to_line());
+        }
+        for r in self.routes.values().filter(|r| !self.uses_link(r, skip)) {
+            let _ = writeln!(s, "{}", self.route_line(r));
+        }
+        s
+    }
+
+    /// Whether route `r` goes to or comes from a link `pick` names.
+    fn uses_link(&self, r: &RouteDef, pick: &dyn Fn(&str) -> bool) -> bool {
+        let from = match r.from {
+            SourceFilter::Port(p) => Some(p),
+            SourceFilter::Any => None,
+        };
+        [Some(r.to), from].into_iter().flatten().any(|p| match p {
+            Port::Link(id) => self.links.get(&id).is_some_and(|l| pick(&l.name)),
+            Port::Interface(_) => false,
+        })
+    }
+
+    /// A route as a line, its ports by name.
+    pub fn route_line(&self, r: &RouteDef) -> String {
+        let kind = |p: Port| if p.is_link() { "link" } else { "interface" };
+        let mut s = format!("route {} {} -> {} {}", r.src, r.dst, kind(r.to), self.port_name(r.to));
+        if let SourceFilter::Port(p) = r.from {
+            let _ = write!(s, " from {} {}", kind(p), self.port_name(p));
+        }
+        s
+    }
+
+    /// The transaction that turns this state into `to` and changes nothing
+    /// else: objects are matched by name (routes by their line), so what
+    /// both have keeps its id and its resources; what differs is deleted
+    /// and declared again (with the routes that use it); what only `to`
+    /// has is declared. Links `keep` names are left alone when `to` does
+    /// not declare them (what cluster mode derives from the store), and so
+    /// are the routes that use them. Lines: route deletions, link and
+    /// interface deletions, `listen`/`tls` lines if they differ, then
+    /// interfaces, links and routes to add. Empty when nothing differs.
+    pub fn diff(&self, to: &State, keep: &dyn Fn(&str) -> bool) -> String {
+        use std::collections::{BTreeMap, BTreeSet};
+        let want_if: BTreeMap<&str, String> =
+            to.interfaces.values().map(|i| (i.name.as_str(), iface_line(i))).collect();
+        let want_link: BTreeMap<&str, String> =
+            to.links.values().map(|l| (l.name.as_str(), l.to_line())).collect();
+        // Interfaces and links to delete (gone, or declared otherwise).
+        let mut del_if = BTreeSet::new();
+        for i in self.interfaces.values() {
+            if want_if.get(i.name.as_str()) != Some(&iface_line(i)) {
+                del_if.insert(i.id);
+            }
+        }
+        let mut del_link = BTreeSet::new();
+        for l in self.links.values() {
+            match want_link.get(l.name.as_str()) {
+                Some(line) if *line == l.to_line() => {}
+                None if keep(&l.name) => {}
+                _ => {
+                    del_link.insert(l.id);
+                }
+            }
+        }
+        let doomed = |p: Port| match p {
+            Port::Interface(id) => del_if.contains(&id),
+            Port::Link(id) => del_link.contains(&id),
+        };
+        // Routes: kept when `to` has the same line (counted, for duplicates)
+        // and neither port goes; kept as the cluster's when they use a kept link.
+        let mut wanted: BTreeMap<String, usize> = BTreeMap::new();
+        for r in to.routes.values() {
+            *wanted.entry(to.route_line(r)).or_default() += 1;
+        }
+        let mut t = String::new();
+        for r in self.routes.values() {
+            let from = match r.from {
+                SourceFilter::Port(p) => doomed(p),
+                SourceFilter::Any => false,
+            };
+            let line = self.route_line(r);
+            let stays = !doomed(r.to) && !from;
+            let cluster = self.uses_link(r, &|n| keep(n) && !want_link.contains_key(n));
+            match wanted.get_mut(&line) {
+                Some(n) if *n > 0 && stays => *n -= 1,
+                _ if stays && cluster => {}
+                _ => {
+                    let _ = writeln!(t, "delete route {}", r.id);
+                }
+            }
+        }
+        for id in &del_link {
+            let _ = writeln!(t, "delete link {}", self.links[id].name);
+        }
+        for id in &del_if {
+            let _ = writeln!(t, "delete interface {}", self.interfaces[id].name);
+        }
+        if self.header() != to.header() {
+            t.push_str(&to.header());
+        }
+        for i in to.interfaces.values() {
+            let have = self.iface_by_name(&i.name).is_some_and(|h| !del_if.contains(&h.id));
+            if !have {
+                let _ = writeln!(t, "{}", iface_line(i));
+            }
+        }
+        for l in to.links.values() {
+            let have = self.link_by_name(&l.name).is_some_and(|h| !del_link.contains(&h.id));
+            if !have {
+                let _ = writeln!(t, "{}", l.to_line());
+            }
+        }
+        for r in to.routes.values() {
+            let line = to.route_line(r);
+            if let Some(n) = wanted.get_mut(&line) {
+                if *n > 0 {
+                    *n -= 1;
+                    let _ = writeln!(t, "{line}");
+                }
+            }
+        }
+        t
+    }
+
+    /// The `listen` and `tls` lines.
+    fn header(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "listen udp {} mode {}", self.listen, self.listen_mode.word());
         if let Some(v) = self.listen_vxlan {
@@ -381,40 +518,30 @@ impl State {
         if let Some(t) = &self.tls {
             let _ = writeln!(s, "tls cert {} key {} ca {}", t.cert, t.key, t.ca);
         }
-        for i in self.interfaces.values() {
-            let kind = i.kind.word();
-            let _ = write!(s, "interface {} {kind} {}", i.name, i.dev);
-            if let Some(m) = i.mac {
-                let _ = write!(s, " mac {m}");
-            }
-            if let Some(m) = i.mtu {
-                let _ = write!(s, " mtu {m}");
-            }
-            if let Some(n) = &i.netns {
-                let _ = write!(s, " netns {n}");
-            }
-            let _ = write!(s, " mode {} queues {}", i.mode.word(), i.queues);
-            if !i.offload {
-                s.push_str(" offload off");
-            }
-            if i.datapath != Datapath::Auto {
-                let _ = write!(s, " datapath {}", i.datapath.word());
-            }
-            s.push('\n');
-        }
-        for l in self.links.values() {
-            let _ = writeln!(s, "{}", l.to_line());
-        }
-        for r in self.routes.values() {
-            let kind = |p: Port| if p.is_link() { "link" } else { "interface" };
-            let _ = write!(s, "route {} {} -> {} {}", r.src, r.dst, kind(r.to), self.port_name(r.to));
-            if let SourceFilter::Port(p) = r.from {
-                let _ = write!(s, " from {} {}", kind(p), self.port_name(p));
-            }
-            s.push('\n');
-        }
         s
     }
+}
+
+/// An interface declaration as a line.
+fn iface_line(i: &InterfaceDef) -> String {
+    let mut s = format!("interface {} {} {}", i.name, i.kind.word(), i.dev);
+    if let Some(m) = i.mac {
+        let _ = write!(s, " mac {m}");
+    }
+    if let Some(m) = i.mtu {
+        let _ = write!(s, " mtu {m}");
+    }
+    if let Some(n) = &i.netns {
+        let _ = write!(s, " netns {n}");
+    }
+    let _ = write!(s, " mode {} queues {}", i.mode.word(), i.queues);
+    if !i.offload {
+        s.push_str(" offload off");
+    }
+    if i.datapath != Datapath::Auto {
+        let _ = write!(s, " datapath {}", i.datapath.word());
+    }
+    s
 }
 
 #[cfg(test)]
@@ -433,6 +560,55 @@ route any ff:ff:ff:ff:ff:ff -> link hostb
 route any 52:54:00:00:00:02 -> link 10.0.0.2
 route any 52:54:00:00:00:01 -> interface vm0
 ";
+
+    /// `state` after `diff`'s transaction, and that transaction.
+    fn via_diff(state: &State, to: &State, keep: &dyn Fn(&str) -> bool) -> (State, String) {
+        let t = state.diff(to, keep);
+        let next = state
+            .apply_all(&parse(&t).unwrap_or_else(|e| panic!("{e}\n{t}")))
+            .unwrap_or_else(|e| panic!("{e}\n{t}"));
+        (next, t)
+    }
+
+    fn lines(s: &str) -> Vec<String> {
+        let mut v: Vec<String> = s.lines().map(str::to_string).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_reload_changes_only_what_differs_and_keeps_the_rest_with_its_ids() {
+        let base = format!("listen udp 127.0.0.1:0\n{BASE}");
+        let cur = load(&base).unwrap();
+        assert_eq!(cur.diff(&cur, &|_| false), "", "nothing differs");
+        // One route gone from the file: one deletion.
+        let fewer = load(&base.replace("route any 52:54:00:00:00:02 -> link 10.0.0.2\n", "")).unwrap();
+        let (next, t) = via_diff(&cur, &fewer, &|_| false);
+        assert_eq!(t, "delete route 1\n");
+        assert_eq!(next.interfaces[&0], cur.interfaces[&0], "the interface keeps its id");
+        // An interface declared otherwise: it and its route are made anew, nothing else.
+        let mtu = load(&base.replace("mac 52:54:00:00:00:01", "mac 52:54:00:00:00:01 mtu 9000")).unwrap();
+        let (next, t) = via_diff(&cur, &mtu, &|_| false);
+        assert_eq!(t.lines().count(), 4, "{t}");
+        assert!(t.starts_with("delete route 2\ndelete interface vm0\n"), "{t}");
+        assert_eq!(lines(&next.to_config()), lines(&mtu.to_config()));
+        assert_eq!(next.links, cur.links, "the link is untouched");
+        // A link the file does not have, kept (cluster mode's), with its route.
+        let extra =
+            load(&format!("{base}link h9 udp 10.0.0.9\nroute any 52:54:00:00:00:09 -> link h9\n")).unwrap();
+        let (next, t) = via_diff(&extra, &cur, &|n| n == "h9");
+        assert_eq!(t, "", "{t}");
+        assert_eq!(next.to_config_without(&|n| n == "h9"), cur.to_config());
+        let (next, _) = via_diff(&extra, &cur, &|_| false);
+        assert_eq!(lines(&next.to_config()), lines(&cur.to_config()), "not kept: gone");
+        // Anything to anything: the result reads as the target.
+        let other =
+            load("listen udp 127.0.0.1:7\ninterface vm1 tap vt1\nroute any any -> interface vm1\n").unwrap();
+        let (next, _) = via_diff(&cur, &other, &|_| false);
+        assert_eq!(lines(&next.to_config()), lines(&other.to_config()));
+        let (back, _) = via_diff(&next, &cur, &|_| false);
+        assert_eq!(lines(&back.to_config()), lines(&cur.to_config()));
+    }
 
     #[test]
     fn builds_state() {

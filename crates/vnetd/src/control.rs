@@ -255,6 +255,14 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
             Command::Commit | Command::Abort => (String::new(), "end error no transaction is open".into()),
             Command::Show { what, json } => (lock(daemon).show(what, json), ok()),
             Command::Announce(mac) => (lock(daemon).announce(mac), ok()),
+            Command::Save => match lock(daemon).save() {
+                Ok(body) => (body, ok()),
+                Err(e) => (String::new(), err(&e)),
+            },
+            Command::Reload => match lock(daemon).reload() {
+                Ok(body) => (body, ok()),
+                Err(e) => (String::new(), err(&e)),
+            },
             _ => match lock(daemon).apply(std::slice::from_ref(&c)) {
                 Ok(()) => (String::new(), ok()),
                 Err(e) => (String::new(), err(&e)),

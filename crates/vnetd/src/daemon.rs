@@ -100,6 +100,8 @@ pub struct Daemon {
     timers: Timers,
     /// Cluster mode's report, when the daemon runs in it.
     cluster: Option<membership::Shared>,
+    /// The config file (`vnetd --config`), for `save` and `reload`.
+    config_path: Option<std::path::PathBuf>,
 }
 
 impl Default for Daemon {
@@ -181,6 +183,7 @@ impl Daemon {
             identity: None,
             timers: Timers::default(),
             cluster: None,
+            config_path: None,
         }
     }
 
@@ -212,6 +215,63 @@ impl Daemon {
     /// report what the cluster task writes in `status`.
     pub fn set_cluster(&mut self, status: membership::Shared) {
         self.cluster = Some(status);
+    }
+
+    /// The config file `save` writes and `reload` (and `SIGHUP`) reads.
+    pub fn set_config_path(&mut self, path: std::path::PathBuf) {
+        self.config_path = Some(path);
+    }
+
+    /// Links cluster mode made (named after live hosts): not the config
+    /// file's to save or to delete.
+    fn cluster_links(&self) -> std::collections::BTreeSet<String> {
+        match &self.cluster {
+            Some(c) => c.lock().unwrap_or_else(|p| p.into_inner()).hosts.iter().cloned().collect(),
+            None => Default::default(),
+        }
+    }
+
+    fn config_file(&self) -> Result<&std::path::Path, String> {
+        self.config_path
+            .as_deref()
+            .ok_or_else(|| "vnetd was started without --config: there is no file to save to or reload".into())
+    }
+
+    /// `save`: writes the running configuration (without what cluster
+    /// mode derived) over the config file, atomically: a file beside it,
+    /// synced, renamed over it, keeping its permissions (0600 for a new one).
+    pub fn save(&self) -> Result<String, String> {
+        let path = self.config_file()?;
+        let cluster = self.cluster_links();
+        let text = format!(
+            "# written by vnetd (`save`) at {} s since the epoch\n{}",
+            crate::membership::now_ms() / 1000,
+            self.state.to_config_without(&|n| cluster.contains(n))
+        );
+        write_atomically(path, text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(format!("saved {} lines to {}\n", text.lines().count() - 1, path.display()))
+    }
+
+    /// `reload` (and `SIGHUP`): reads the config file and applies its
+    /// difference from the running state as one transaction; objects the
+    /// file declares as they are keep running untouched. A file that does
+    /// not parse or apply changes nothing; the error names its line.
+    pub fn reload(&mut self) -> Result<String, String> {
+        let path = self.config_file()?.to_path_buf();
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{shown}: {e}"))?;
+        let target = vnet_control::parse(&text)
+            .and_then(|cmds| State::default().apply_all(&cmds))
+            .map_err(|e| e.in_file(shown.clone()).to_string())?;
+        let cluster = self.cluster_links();
+        let t = self.state.diff(&target, &|n| cluster.contains(n));
+        if t.is_empty() {
+            return Ok(format!("reloaded {shown}: nothing differs\n"));
+        }
+        let cmds = vnet_control::parse(&t)
+            .map_err(|e| format!("{shown}: the difference does not parse ({e}):\n{t}"))?;
+        self.apply(&cmds).map_err(|e| format!("{shown}: the difference was refused ({e}):\n{t}"))?;
+        Ok(format!("reloaded {shown}: {} lines applied as one transaction\n", t.lines().count()))
     }
 
     /// Secured links declared from now on rekey every `rekey_after`.
@@ -1060,4 +1120,27 @@ impl Drop for Opened {
             p.dev.stop();
         }
     }
+}
+
+/// Replaces `path` with `data` so that a crash leaves the old file or the
+/// new one, never a part: a temporary file beside it (same permissions as
+/// the old file, else 0600), synced, renamed over it, the directory synced.
+fn write_atomically(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let name = path.file_name().ok_or_else(|| std::io::Error::other("not a file path"))?;
+    let tmp = dir.join(format!(".{}.vnetd-{}", name.to_string_lossy(), std::process::id()));
+    let mode = std::fs::metadata(path).map_or(0o600, |m| m.permissions().mode() & 0o7777);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }

@@ -7,7 +7,9 @@ use vnetd::{control, Daemon, Endpoint};
 #[derive(Parser)]
 #[command(version, about = "vnet host daemon: a layer-2 overlay for VMs and containers")]
 struct Args {
-    /// Config file in the vnet control language, applied at start.
+    /// Config file in the vnet control language, applied at start;
+    /// `vnetctl save` writes the running state back to it, and SIGHUP (or
+    /// `vnetctl reload`) applies its changes.
     #[arg(long, short)]
     config: Option<std::path::PathBuf>,
     /// Control endpoint: unix:PATH or tcp:ADDR:PORT (tcp:PORT is loopback).
@@ -138,6 +140,7 @@ fn main() -> std::process::ExitCode {
             eprintln!("vnetd: {}", e.in_file(path.display().to_string()));
             return std::process::ExitCode::from(2);
         }
+        daemon.set_config_path(std::path::absolute(path).unwrap_or_else(|_| path.clone()));
     }
     let cluster = match cluster_config(&args, &daemon) {
         Ok(c) => c,
@@ -183,6 +186,18 @@ fn main() -> std::process::ExitCode {
             tokio::spawn(async move {
                 if let Err(e) = control::serve_metrics(addr, d).await {
                     tracing::error!("metrics endpoint {addr}: {e}");
+                }
+            });
+        }
+        // SIGHUP: the config file's difference, as one transaction.
+        if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            let d = daemon.clone();
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    match d.lock().unwrap_or_else(|p| p.into_inner()).reload() {
+                        Ok(said) => tracing::info!("SIGHUP: {}", said.trim_end()),
+                        Err(e) => tracing::error!("SIGHUP: nothing changed: {e}"),
+                    }
                 }
             });
         }
