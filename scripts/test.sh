@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit and property tests, a longer
-# property-test ("fuzz") pass over the decoders and the parser, and the
+# property-test ("fuzz") pass over the decoders and the parser, the Debian
+# package's build and checks (scripts/package.sh), and the
 # namespace integration tests (root), on the user path and again on the
 # kernel (eBPF) path. Installs what it needs first.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-prepare qemu-system-x86 busybox-static cpio   # the QEMU guest tests (lab/build-guest.sh)
+prepare qemu-system-x86 busybox-static cpio dpkg-dev man-db bash-completion   # QEMU guests (lab/build-guest.sh); the package checks
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
 
 step() { echo; echo "== $*"; }
@@ -19,6 +20,8 @@ cargo test --workspace
 step "fuzz: decoders and parser, 20000 cases each"
 PROPTEST_CASES=20000 cargo test --release -p vnet-wire -p vnet-control -- never_panics
 PROPTEST_CASES=2000 cargo test --release -p vnetd -- any_line_gets_one_closing_reply
+step "Debian package: build and check (file list, unit, man pages, completions)"
+bash scripts/package.sh
 # The QEMU guests (TCG) take a core each: they run one test at a time, and
 # once (a vhost-user guest's rings are vnetd's whatever the data path; a
 # TAP guest is a netdev, which vnetd puts on the kernel path by default).

@@ -1837,3 +1837,34 @@ fn saved_runtime_changes_survive_a_restart_and_sighup_applies_only_the_files_dif
     assert!(lab.log(0).contains("SIGHUP: nothing changed"), "{}", lab.log(0));
     assert_ping(&lab, &a, b.ip, 56);
 }
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn the_packaged_units_exec_start_runs_a_vnetd_that_passes_traffic() {
+    // The command line of packaging/vnetd@.service, with the instance's
+    // paths pointed into the lab, starts host 0's vnetd.
+    let unit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/vnetd@.service"))
+            .unwrap();
+    let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).expect("an ExecStart line");
+    let mut lab = lab(Spec::default());
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    lab.stop_vnetd(0).unwrap();
+    assert_no_ping(&lab, &a, b.ip);
+    let (conf, sock) =
+        (lab.hosts[0].config.display().to_string(), lab.hosts[0].control.display().to_string());
+    let vnetd = vnet_lab::bin("vnetd").unwrap().display().to_string();
+    let line = exec
+        .replace("/etc/vnet/%i.conf", &conf)
+        .replace("/run/vnet/%i.sock", &sock)
+        .replace("/usr/sbin/vnetd", &vnetd);
+    assert!(!line.contains('%') && line.starts_with(&vnetd), "unit ExecStart not understood: {exec}");
+    let args: Vec<&str> = line.split_whitespace().collect();
+    let ns = lab.hosts[0].ns.clone();
+    lab.spawn(&ns, &args).unwrap();
+    wait_until(10.0, "the unit's vnetd answers on its control socket", || {
+        lab.control(0, "show links").is_ok()
+    });
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 56);
+}

@@ -38,6 +38,9 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = vnetd::docs::generate_if_asked(<Args as clap::CommandFactory>::command) {
+        return code;
+    }
     let args = Args::parse();
     if let [cert, key, ca] = args.tls.as_slice() {
         let files = vnet_control::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };

@@ -11,6 +11,7 @@
 //! - [`paths`]: which socket paths and devices config may claim.
 //! - [`cluster`]: cluster mode, the etcd watch that programs this host;
 //!   [`membership`]: what it reports.
+//! - [`docs`]: man pages and shell completions for the package.
 //! - [`keys`]: the host's key file (`--key`), `vnetctl genkey` and `pubkey`.
 //! - [`control`]: the control endpoint and its line protocol.
 //! - [`client`]: a blocking client of that protocol; [`relocate`]: `move`.
@@ -21,6 +22,7 @@ pub mod cluster;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
+pub mod docs;
 pub mod iface;
 pub mod kernel;
 pub mod keys;

@@ -71,6 +71,9 @@ struct Args {
 }
 
 fn main() -> std::process::ExitCode {
+    if let Some(code) = vnetd::docs::generate_if_asked(<Args as clap::CommandFactory>::command) {
+        return code;
+    }
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the Debian package target/debian/vnet_*.deb: vnetd, vnetctl, the
+# vnetd@.service template, man pages (vnetd(8), vnetctl(8) generated from
+# the code; vnet.conf(5)), shell completions and an example config. Then
+# checks it: the file list, the unit (systemd-analyze verify), the man
+# pages (man -l) and the bash completions. Needs no root.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+ensure_cargo
+ensure_apt $VNET_APT_PACKAGES dpkg-dev man-db bash-completion
+command -v cargo-deb >/dev/null || cargo install cargo-deb --locked -q
+
+cargo build --release -q -p vnetd -p vnetctl
+pkg=target/pkg
+rm -rf "$pkg" && mkdir -p "$pkg"
+VNET_GEN_DOCS="$pkg" target/release/vnetd
+VNET_GEN_DOCS="$pkg" target/release/vnetctl
+cp packaging/vnet.conf.5 "$pkg/"
+gzip -9n "$pkg"/*.8 "$pkg"/*.5
+deb=$(cargo deb -p vnetd --no-build -q)
+echo "built $deb"
+
+# The checks CI makes.
+contents=$(dpkg-deb -c "$deb")
+for f in usr/sbin/vnetd usr/bin/vnetctl lib/systemd/system/vnetd@.service usr/share/man/man8/vnetd.8.gz \
+    usr/share/man/man8/vnetctl.8.gz usr/share/man/man5/vnet.conf.5.gz \
+    usr/share/bash-completion/completions/vnetctl usr/share/doc/vnet/examples/example.conf; do
+    grep -q " \./$f\$" <<<"$contents" || die "$deb lacks $f"
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+dpkg-deb -x "$deb" "$tmp"
+# systemd-analyze checks the unit against the package's own files.
+if command -v systemd-analyze >/dev/null; then
+    sed "s|/usr/sbin/vnetd|$tmp/usr/sbin/vnetd|" packaging/vnetd@.service >"$tmp/vnetd@test.service"
+    systemd-analyze verify --man=no "$tmp/vnetd@test.service" >"$tmp/verify.log" 2>&1 || true
+    if grep -q . "$tmp/verify.log"; then
+        cat "$tmp/verify.log" >&2
+        die "systemd-analyze verify found problems in vnetd@.service"
+    fi
+fi
+for page in man8/vnetd.8.gz man8/vnetctl.8.gz man5/vnet.conf.5.gz; do
+    warnings=$(man -l "$tmp/usr/share/man/$page" 2>&1 >/dev/null || true)
+    [ -z "$warnings" ] || die "man -l $page: $warnings"
+    [ "$(man -l "$tmp/usr/share/man/$page" 2>/dev/null | wc -l)" -gt 10 ] || die "man -l $page is empty"
+done
+bash -c "source '$tmp/usr/share/bash-completion/completions/vnetctl' && complete -p vnetctl" >/dev/null ||
+    die "the bash completion of vnetctl does not load"
+echo "package checks passed: $deb"
