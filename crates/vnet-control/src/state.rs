@@ -651,9 +651,21 @@ route any 52:54:00:00:00:01 -> interface vm0
     fn apply_all_is_atomic() {
         let s = load(BASE).unwrap();
         let bad = parse("route any 52:54:00:00:00:09 -> link hostb\nroute any any -> link ghost").unwrap();
+        // Line 1 alone applies; with line 2 the batch fails at line 2, and
+        // nothing of line 1 is anywhere: the one state there is is `s`.
+        assert_eq!(s.apply_all(&bad[..1]).unwrap().routes.len(), 4);
         let e = s.apply_all(&bad).unwrap_err();
         assert_eq!(e.pos.line, 2);
-        assert_eq!(s.routes.len(), 3);
+        // In place, a failing command leaves the state as it was, even when
+        // it fails after resolving part of itself (here: its target).
+        let mut t = s.clone();
+        t.apply(&bad[0]).unwrap();
+        let before = t.clone();
+        for line in ["route any any -> link ghost", "delete interface vm0", "link x udp 10.0.0.2"] {
+            let c = &parse(line).unwrap()[0];
+            assert!(t.apply(c).is_err(), "{line}");
+            assert_eq!(t, before, "{line} left a trace");
+        }
     }
 
     #[test]

@@ -482,14 +482,24 @@ mod tests {
             }
             let mut r = Reassembler::new(Config { slots: 2, max_frame: 20_000, timeout_ns: u64::MAX, per_source: 2 });
             let mut completions = 0;
+            // The model: a frame completes when the pieces since the last
+            // completion cover it; duplicates after a completion start a
+            // new frame, which completes only if they alone cover it.
+            let all: std::collections::BTreeSet<usize> = pieces.iter().map(|p| p.0).collect();
+            let mut covered = std::collections::BTreeSet::new();
+            let mut expected = 0;
             for &(o, l) in &pieces {
+                covered.insert(o);
+                if covered == all {
+                    expected += 1;
+                    covered.clear();
+                }
                 if let Outcome::Complete(b) = r.push(0, 1, &repr(1, len as u32, o as u32), &f[o..o + l]) {
                     prop_assert_eq!(b, &f[..]);
                     completions += 1;
                 }
+                prop_assert_eq!(completions, expected, "after the piece at {}", o);
             }
-            // Duplicates arriving after completion start a new partial frame, never a second completion
-            // unless they alone cover the frame.
             prop_assert!(completions >= 1);
         }
 
