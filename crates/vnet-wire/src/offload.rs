@@ -91,7 +91,9 @@ pub fn infer(frame: &[u8], mss: u16) -> Option<VirtioNetHdr> {
         17 => (6, 8),
         _ => return None,
     };
-    if l4_hdr < 8 || l4 + l4_hdr > frame.len() {
+    // A TCP header is at least 20 bytes (its checksum is at 16): a data
+    // offset under 5 is a corrupted frame (found by the `offload` fuzz target).
+    if l4_hdr < 8 || (proto == 6 && l4_hdr < 20) || l4 + l4_hdr > frame.len() {
         return None;
     }
     // The checksum over the pseudo-header and the segment verifies when complete.
@@ -274,6 +276,18 @@ mod tests {
         let ipc = !fold(sum16(&f[14..34], 0));
         f[24..26].copy_from_slice(&ipc.to_be_bytes());
         VirtioNetHdr { flags: F_NEEDS_CSUM, csum_start: 34, csum_offset: 16, ..Default::default() }
+    }
+
+    #[test]
+    fn a_tcp_header_shorter_than_its_checksum_is_no_offload_and_no_panic() {
+        // Found by the `offload` fuzz target: a data offset of 2 (8 bytes)
+        // put the checksum field past the frame's end.
+        let f = [
+            82, 84, 0, 0, 0, 2, 82, 84, 0, 0, 0, 1, 8, 0, 69, 0, 5, 160, 0, 128, 0, 0, 64, 6, 0, 0, 10, 255, 255,
+            203, 220, 221, 222, 223, 17, 255, 226, 227, 228, 229, 255, 255, 255, 116, 117, 118, 38, 119,
+        ];
+        assert_eq!(infer(&f, 0), None);
+        assert_eq!(infer(&f, 1448), None);
     }
 
     #[test]
