@@ -313,6 +313,14 @@ impl Net {
         self.wire().put(from, to, Arrival::Datagram(Via::Udp), bytes);
     }
 
+    /// [`Net::inject`] to host `to`'s `listen vxlan` socket.
+    pub fn inject_vxlan(&self, from: &str, to: &str, bytes: Vec<u8>) {
+        let from =
+            from.parse().ok().or_else(|| from.parse().ok().map(|ip| SocketAddr::new(ip, DEFAULT_PORT)));
+        let (Some(from), Ok(to)) = (from, to.parse()) else { return };
+        self.wire().put(from, to, Arrival::Datagram(Via::Vxlan), bytes);
+    }
+
     /// Adds a host with underlay address `ip`, configured by `config` (the
     /// control language; interfaces of any kind become recorders that take
     /// offloads unless `offload off`). Returns its index.
