@@ -307,18 +307,19 @@ impl Net {
     /// `IP` or `IP:PORT`: a spoofer's choice; the port defaults to the one
     /// hosts send from) to host address `to`'s `listen udp` socket.
     pub fn inject(&self, from: &str, to: &str, bytes: Vec<u8>) {
-        let from =
-            from.parse().ok().or_else(|| from.parse().ok().map(|ip| SocketAddr::new(ip, DEFAULT_PORT)));
-        let (Some(from), Ok(to)) = (from, to.parse()) else { return };
-        self.wire().put(from, to, Arrival::Datagram(Via::Udp), bytes);
+        self.inject_via(Via::Udp, from, to, bytes);
     }
 
     /// [`Net::inject`] to host `to`'s `listen vxlan` socket.
     pub fn inject_vxlan(&self, from: &str, to: &str, bytes: Vec<u8>) {
+        self.inject_via(Via::Vxlan, from, to, bytes);
+    }
+
+    fn inject_via(&self, via: Via, from: &str, to: &str, bytes: Vec<u8>) {
         let from =
             from.parse().ok().or_else(|| from.parse().ok().map(|ip| SocketAddr::new(ip, DEFAULT_PORT)));
         let (Some(from), Ok(to)) = (from, to.parse()) else { return };
-        self.wire().put(from, to, Arrival::Datagram(Via::Vxlan), bytes);
+        self.wire().put(from, to, Arrival::Datagram(via), bytes);
     }
 
     /// Adds a host with underlay address `ip`, configured by `config` (the

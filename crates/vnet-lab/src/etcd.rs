@@ -18,30 +18,19 @@ impl Lab {
         })?;
         self.ns_exec(&sw, &["ip", "addr", "replace", &format!("{ETCD_IP}/24"), "dev", "br0"])?;
         let log_path = self.dir.join("etcd.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(io("opening the etcd log"))?;
         let start = std::fs::metadata(&log_path).map_or(0, |m| m.len()) as usize;
         let client = format!("http://{ETCD_IP}:{ETCD_PORT}");
         // The peer port is on the switch namespace's own loopback.
         let peer = "http://127.0.0.1:2380";
-        let child = Command::new("ip")
-            .args(["netns", "exec", &sw])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &sw])
             .arg(etcd)
             .args(["--name", "lab", "--data-dir"])
             .arg(self.dir.join("etcd"))
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer])
-            .args(["--initial-cluster", &format!("lab={peer}")])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(io("log"))?)
-            .stderr(log)
-            .spawn()
-            .map_err(io("starting etcd"))?;
-        registry().1.push(child.id());
-        self.etcd = Some(child);
+            .args(["--initial-cluster", &format!("lab={peer}")]);
+        self.etcd = Some(process::spawn_logged(cmd, &log_path, "etcd")?);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();

@@ -214,13 +214,8 @@ impl Lab {
         let vnetd = bin("vnetd")?;
         let host = &mut self.hosts[h];
         let _ = std::fs::remove_file(&host.control);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&host.log)
-            .map_err(io("opening the vnetd log"))?;
-        let child = Command::new("ip")
-            .args(["netns", "exec", &host.ns])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &host.ns])
             .arg(&vnetd)
             .arg("--config")
             .arg(&host.config)
@@ -235,14 +230,8 @@ impl Lab {
                     format!("--host=h{h}"),
                     format!("--cluster-ttl={}", c.ttl_s.max(3)),
                 ]
-            }))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(io("log"))?)
-            .stderr(log)
-            .spawn()
-            .map_err(io("starting vnetd"))?;
-        registry().1.push(child.id());
-        host.vnetd = Some(child);
+            }));
+        host.vnetd = Some(process::spawn_logged(cmd, &host.log, "vnetd")?);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(mut c) = Client::connect(&self.hosts[h].endpoint()) {

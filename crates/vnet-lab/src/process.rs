@@ -106,6 +106,24 @@ pub fn bin(name: &str) -> Result<PathBuf> {
     })
 }
 
+/// Starts `cmd` (a lab daemon) with its output appended to `log`, and
+/// records its pid for the cleanup on a signal.
+pub(crate) fn spawn_logged(mut cmd: Command, log: &Path, what: &str) -> Result<Child> {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(io(format!("opening the {what} log")))?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().map_err(io("log"))?)
+        .stderr(out)
+        .spawn()
+        .map_err(io(format!("starting {what}")))?;
+    registry().1.push(child.id());
+    Ok(child)
+}
+
 pub(crate) fn stop_child(mut c: Child) {
     let pid = c.id();
     let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();

@@ -46,6 +46,21 @@ fn thread_cpus(pid: u32, prefix: &str) -> Vec<String> {
     out
 }
 
+/// Deletes host `h`'s interface `name` with the routes to it, in one transaction.
+fn delete_interface(lab: &Lab, h: usize, name: &str) {
+    let to = format!("interface {name}");
+    let routes = json(lab, h, "routes");
+    let mut t: String = routes["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["to"] == to.as_str())
+        .map(|r| format!("delete route {}\n", r["id"]))
+        .collect();
+    t.push_str(&format!("delete interface {name}\n"));
+    lab.apply(h, &t).unwrap();
+}
+
 fn assert_no_ping(lab: &Lab, from: &Vm, to: Ipv4Addr) {
     let r = lab.ping(from, to, 3, 56).unwrap();
     assert_eq!(r.received, 0, "{} -> {to} should be cut: {r:?}", from.ip);
@@ -487,13 +502,7 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     assert_eq!((r.sent, r.received), (3, 3), "the restored route did not carry the first pings: {r:?}");
     // Deleting the interface detaches its program (frames from VM A reach
     // no one); declaring it again re-attaches it.
-    let v = json(&lab, 0, "routes");
-    let mut drop = String::new();
-    for r in v["routes"].as_array().unwrap().iter().filter(|r| r["to"] == "interface vm0") {
-        drop.push_str(&format!("delete route {}\n", r["id"]));
-    }
-    drop.push_str("delete interface vm0\n");
-    lab.apply(0, &drop).unwrap();
+    delete_interface(&lab, 0, "vm0");
     assert_eq!(json(&lab, 0, "interfaces")["interfaces"].as_array().unwrap().len(), 0);
     let seen = || json(&lab, 0, "stats")["global"]["kernel_vm_frames"].as_u64().unwrap();
     let before = seen();
@@ -1691,6 +1700,17 @@ fn ping_pairs(pairs: &[(Vm, Ipv4Addr)]) -> Vec<String> {
     bad
 }
 
+/// Waits until hosts 0..n each see n live hosts, route `routes` MACs to
+/// links and have the store up; returns how long that took.
+fn wait_converged(lab: &Lab, n: usize, routes: u64) -> Duration {
+    wait_until(10.0, &format!("{n} hosts see each other"), || {
+        (0..n).all(|h| {
+            let c = lab.cluster_status(h).unwrap();
+            c["hosts"].as_array().map_or(0, Vec::len) == n && c["routes"] == routes && c["store"] == "up"
+        })
+    })
+}
+
 fn cluster_spec(hosts: usize, vms: usize, late: Vec<usize>) -> Spec {
     Spec {
         hosts,
@@ -1713,12 +1733,7 @@ fn cluster_of_five_hosts_from_etcd_alone_a_sixth_joins_and_a_killed_host_leaves_
         );
     }
     // Five hosts, two VMs each: every host links to the four others and routes their eight MACs.
-    let took = wait_until(10.0, "five hosts see each other", || {
-        (0..5).all(|h| {
-            let c = lab.cluster_status(h).unwrap();
-            c["hosts"].as_array().map_or(0, Vec::len) == 5 && c["routes"] == 8 && c["store"] == "up"
-        })
-    });
+    let took = wait_converged(&lab, 5, 8);
     eprintln!("cluster: 5 hosts converged {took:?} after the last vnetd answered");
     let vms: Vec<Vm> = (0..5).flat_map(|h| lab.hosts[h].vms.clone()).collect();
     let pairs: Vec<(Vm, Ipv4Addr)> =
@@ -1781,9 +1796,7 @@ fn longest_gap(ping_out: &str, sent: u32) -> u32 {
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
     let mut lab = lab(cluster_spec(3, 1, vec![]));
-    wait_until(10.0, "three hosts see each other", || {
-        (0..3).all(|h| lab.cluster_status(h).unwrap()["routes"] == 2)
-    });
+    wait_converged(&lab, 3, 2);
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     const PINGS: u32 = 500;
     let (out, _, v) = relocate_under_traffic(&mut lab, 10, PINGS, |lab, _| {
@@ -1813,9 +1826,7 @@ fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn cluster_survives_etcd_stopped_for_thirty_seconds_and_converges_on_its_return() {
     let mut lab = lab(cluster_spec(3, 1, vec![]));
-    wait_until(10.0, "three hosts see each other", || {
-        (0..3).all(|h| lab.cluster_status(h).unwrap()["routes"] == 2)
-    });
+    wait_converged(&lab, 3, 2);
     let (a, b, c) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone(), lab.vm(2, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &a, c.ip, 56);
@@ -1850,16 +1861,7 @@ fn cluster_survives_etcd_stopped_for_thirty_seconds_and_converges_on_its_return(
         (0..3).all(|h| lab.cluster_status(h).unwrap()["store"] == "down")
     });
     // Meanwhile: host 2's VM goes, host 1 gets a new one.
-    let routes = json(&lab, 2, "routes");
-    let mut t: String = routes["routes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["to"] == "interface vm0")
-        .map(|r| format!("delete route {}\n", r["id"]))
-        .collect();
-    t.push_str("delete interface vm0\n");
-    lab.apply(2, &t).unwrap();
+    delete_interface(&lab, 2, "vm0");
     let v = lab.add_vm(1).unwrap();
     let fresh = lab.vm(1, v).clone();
     let took = wait_until(1.0, "a new VM is routed locally while the store is away", || {

@@ -85,6 +85,19 @@ pub fn parse_endpoints(s: &str) -> Result<Vec<String>, String> {
     Ok(urls)
 }
 
+/// The address other hosts' links send to: `advertise`, else the host's
+/// `listen udp` address when it names one.
+pub fn advertised(advertise: Option<SocketAddr>, listen: SocketAddr) -> Result<SocketAddr, String> {
+    match advertise {
+        Some(a) => Ok(a),
+        None if !listen.ip().is_unspecified() && listen.port() != 0 => Ok(listen),
+        None => Err(format!(
+            "other hosts must know where to send: this host listens on {listen}; \
+             give --advertise ADDR:PORT or a `listen udp ADDR:PORT` line"
+        )),
+    }
+}
+
 /// Checks a network or host name (the store's key segments).
 pub fn check_name(what: &str, name: &str) -> Result<(), String> {
     if valid_name(name) {
@@ -337,12 +350,7 @@ impl Host {
     async fn put_host(&mut self, c: &mut Client, lease: i64) -> Result<(), String> {
         let record = {
             let d = lock(&self.daemon);
-            let listen = d.state().listen;
-            let addr = match self.cfg.advertise {
-                Some(a) => a,
-                None if !listen.ip().is_unspecified() && listen.port() != 0 => listen,
-                None => return Err(format!("this host listens on {listen}: give --advertise ADDR:PORT")),
-            };
+            let addr = advertised(self.cfg.advertise, d.state().listen)?;
             HostRecord { addr, kinds: vec!["udp".into()], public_key: d.public_key() }
         };
         let key = host_key(&self.cfg.network, &self.cfg.host);
@@ -358,14 +366,18 @@ impl Host {
         lease: i64,
         mac: MacAddr,
         iface: &str,
-    ) -> Result<u64, String> {
-        let record = MacRecord { host: self.cfg.host.clone(), iface: iface.to_string() };
-        let key = mac_key(&self.cfg.network, mac);
+    ) -> Result<Event, String> {
+        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(iface));
         let r = self
-            .wait(c.put(key, record.to_json(), Some(PutOptions::new().with_lease(lease))))
+            .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
             .await
             .map_err(|e| format!("put {mac}: {e}"))?;
-        Ok(r.header().map_or(0, |h| h.revision().max(0) as u64))
+        Ok(Event::Put { key, value, rev: r.header().map_or(0, |h| h.revision().max(0) as u64) })
+    }
+
+    /// The value of a MAC's key naming this host and interface `iface`.
+    fn mac_value(&self, iface: &str) -> Vec<u8> {
+        MacRecord { host: self.cfg.host.clone(), iface: iface.to_string() }.to_json()
     }
 
     /// Claims the MACs of interfaces declared since the last look and
@@ -386,7 +398,7 @@ impl Host {
             // Deleted only while it still names this host: a VM that moved
             // away belongs to its new host.
             let key = mac_key(&self.cfg.network, mac);
-            let mine = MacRecord { host: self.cfg.host.clone(), iface: p.name }.to_json();
+            let mine = self.mac_value(&p.name);
             let txn = Txn::new()
                 .when([Compare::value(key.clone(), CompareOp::Equal, mine)])
                 .and_then([TxnOp::delete(key, None)]);
@@ -399,14 +411,13 @@ impl Host {
             }
             let moved_here = !self.ours(mac);
             let t0 = Instant::now();
-            let rev = self.put_mac(c, lease, mac, &name).await?;
-            self.published.insert(mac, Published { iface: id, name: name.clone() });
+            let put = self.put_mac(c, lease, mac, &name).await?;
+            self.published.insert(mac, Published { iface: id, name });
             lock(&self.status).counters.macs_claimed += 1;
             // The host takes its own claim at once rather than when the
             // watch brings it back, and, if the VM moved here, says so.
             let mut changes = Vec::new();
-            let value = MacRecord { host: self.cfg.host.clone(), iface: name }.to_json();
-            self.member.apply(&Event::Put { key: mac_key(&self.cfg.network, mac), value, rev }, &mut changes);
+            self.member.apply(&put, &mut changes);
             self.converge(&changes, 1, t0);
             if moved_here {
                 let said = lock(&self.daemon).announce(mac);

@@ -562,6 +562,14 @@ mod tests {
         MacAddr([0x52, 0x54, 0, 0, 0, n])
     }
 
+    /// A `vnet` link `h<id>` to `remote`, sending nowhere.
+    fn vnet_link(id: u32, remote: SocketAddr) -> Arc<Link> {
+        let transport =
+            Transport::Udp { remote, format: LinkFormat::Vnet, network: 0, security: Security::None };
+        let def = vnet_control::LinkDef { id, name: format!("h{id}"), transport, mtu: 1500 };
+        Arc::new(Link::new(def, Arc::new(Nowhere)))
+    }
+
     fn iface(id: u32, m: MacAddr) -> Arc<Iface> {
         Arc::new(Iface::new(id, format!("vm{id}"), Some(m), Arc::new(Nowhere)))
     }
@@ -576,21 +584,10 @@ mod tests {
             Route::new(2, MacSpec::Any, MacSpec::Addr(a), Port::Interface(0), any),
             Route::new(3, MacSpec::Any, MacSpec::Addr(c), Port::Interface(1), any),
         ];
-        let def = vnet_control::LinkDef {
-            id: 0,
-            name: "h1".into(),
-            transport: Transport::Udp {
-                remote: "10.77.0.2:9000".parse().unwrap(),
-                format: LinkFormat::Vnet,
-                network: 0,
-                security: Security::None,
-            },
-            mtu: 1500,
-        };
         let plane = Plane::new(
             RouteTable::new(1, routes),
             vec![iface(0, a), iface(1, c)],
-            vec![Arc::new(Link::new(def, Arc::new(Nowhere)))],
+            vec![vnet_link(0, "10.77.0.2:9000".parse().unwrap())],
         );
         let kif = |ifindex, peer| KernelIface { dev: String::new(), ifindex, peer };
         let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10, true)), (1, kif(11, false))].into();
@@ -639,21 +636,11 @@ mod tests {
             Route::new(0, MacSpec::Any, MacSpec::Addr(a), Port::Interface(0), any),
             Route::new(1, MacSpec::Any, MacSpec::Addr(c), Port::Interface(1), any),
         ];
-        let mut links = Vec::new();
-        for l in 0..1000u32 {
-            let def = vnet_control::LinkDef {
-                id: l,
-                name: format!("h{l}"),
-                transport: Transport::Udp {
-                    remote: SocketAddr::new(Ipv4Addr::new(10, 1, (l >> 8) as u8, l as u8).into(), 9000),
-                    format: LinkFormat::Vnet,
-                    network: 0,
-                    security: Security::None,
-                },
-                mtu: 1500,
-            };
-            links.push(Arc::new(Link::new(def, Arc::new(Nowhere))));
-        }
+        let links = (0..1000u32)
+            .map(|l| {
+                vnet_link(l, SocketAddr::new(Ipv4Addr::new(10, 1, (l >> 8) as u8, l as u8).into(), 9000))
+            })
+            .collect();
         for i in 0..100_000u32 {
             routes.push(Route::new(i + 2, MacSpec::Any, MacSpec::Addr(big(i)), Port::Link(i % 1000), any));
         }

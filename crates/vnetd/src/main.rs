@@ -235,13 +235,8 @@ fn cluster_config(args: &Args, daemon: &Daemon) -> Result<Option<vnetd::cluster:
         None => std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
     };
     vnetd::cluster::check_name("--host", &host)?;
-    let listen = daemon.state().listen;
-    if args.advertise.is_none() && (listen.ip().is_unspecified() || listen.port() == 0) {
-        return Err(format!(
-            "--cluster: other hosts must know where to send: this host listens on {listen}; \
-             give --advertise ADDR:PORT or a `listen udp ADDR:PORT` line"
-        ));
-    }
+    vnetd::cluster::advertised(args.advertise, daemon.state().listen)
+        .map_err(|e| format!("--cluster: {e}"))?;
     if !args.cluster_link_options.is_empty() {
         let probe = format!("link probe udp 127.0.0.1:9 {}", args.cluster_link_options);
         vnet_control::parse(&probe).map_err(|e| format!("--cluster-link-options: {e}"))?;

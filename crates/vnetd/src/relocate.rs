@@ -71,10 +71,7 @@ pub fn relocate(m: &Move) -> Result<String, String> {
 
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
         let mut c = connect(ep)?;
-        let old = show(&mut c, ep, "interfaces")?
-            .iter()
-            .find(|i| i["mac"] == mac.as_str())
-            .and_then(|i| i["name"].as_str().map(str::to_string));
+        let old = iface_with_mac(&mut c, ep, &mac)?;
         let link = show(&mut c, ep, "links")?
             .iter()
             .find(|l| {
@@ -123,13 +120,7 @@ fn relocate_in_cluster(m: &Move, to: &mut Client, decl: &str, name: &str) -> Res
     let _ = writeln!(report, "{}: interface {name} attached; its vnetd claims {mac} in the store", m.to);
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
         let mut c = connect(ep)?;
-        let Some(old) = show(&mut c, ep, "interfaces")?
-            .iter()
-            .find(|i| i["mac"] == mac.as_str())
-            .and_then(|i| i["name"].as_str().map(str::to_string))
-        else {
-            continue;
-        };
+        let Some(old) = iface_with_mac(&mut c, ep, &mac)? else { continue };
         let deadline = std::time::Instant::now() + CLAIM_SEEN;
         loop {
             let seen = routes(&mut c, ep)?.iter().any(|r| {
@@ -158,6 +149,14 @@ fn show(c: &mut Client, ep: &Endpoint, what: &str) -> Result<Vec<Value>, String>
     r.result.map_err(|e| format!("{ep}: show {what}: {e}"))?;
     let v: Value = serde_json::from_str(&r.body).map_err(|e| format!("{ep}: show {what}: {e}"))?;
     Ok(v[what].as_array().cloned().unwrap_or_default())
+}
+
+/// The name of the host's interface with MAC `mac`, if it has one.
+fn iface_with_mac(c: &mut Client, ep: &Endpoint, mac: &str) -> Result<Option<String>, String> {
+    Ok(show(c, ep, "interfaces")?
+        .iter()
+        .find(|i| i["mac"] == mac)
+        .and_then(|i| i["name"].as_str().map(str::to_string)))
 }
 
 fn routes(c: &mut Client, ep: &Endpoint) -> Result<Vec<Value>, String> {
