@@ -23,8 +23,10 @@
 //!   public key) checked before any Diffie-Hellman, so junk costs one HMAC;
 //!   initiations answered per second are limited per link; an initiation
 //!   whose timestamp is not newer than the last one accepted is a replay.
-//! - Under load (half the link's handshake budget spent), an initiation is
-//!   answered only when its second MAC is keyed by a cookie: a keyed hash
+//! - Under load (half the link's handshake budget spent, or spent within
+//!   the last second: the budget refills between flood packets, and a
+//!   peer's initiation must not slip through on such a token), an
+//!   initiation is answered only when its second MAC is keyed by a cookie: a keyed hash
 //!   of the sender's address and port under a secret that changes every
 //!   two minutes. Without one, it gets a cookie reply (sealed under a key
 //!   of the responder's public key, bound to the initiation's first MAC)
@@ -71,6 +73,9 @@ const INIT_NOISE: usize = 32 + 48 + 8 + 16;
 pub const INIT_LEN: usize = 8 + INIT_NOISE + 2 * MAC;
 /// Where an initiation's first MAC starts (it covers what is before it).
 const INIT_MAC1: usize = 8 + INIT_NOISE;
+/// How long a link stays under load after its handshake budget was last
+/// found half spent (WireGuard holds it for a second too).
+const LOAD_HOLD_NS: u64 = 1_000_000_000;
 /// A cookie (the key of an initiation's second MAC).
 const COOKIE: usize = 16;
 /// The random nonce of a cookie reply.
@@ -454,6 +459,9 @@ struct State {
     budget: Bucket,
     cookied: Bucket,
     filled_ns: u64,
+    /// Until when the link counts as under load (a second after the budget
+    /// was last found half spent).
+    loaded_until_ns: u64,
     /// The key of our cookies (from a random secret), and when it was made.
     secret: Option<(hmac::Key, u64)>,
     /// The cookie the peer gave us, and when.
@@ -826,7 +834,10 @@ impl SecureLink {
         let cookie = self.cookie_of(&mut st, now_ns, from);
         let key = hmac::Key::new(hmac::HMAC_SHA256, &cookie);
         let cookied = hmac::verify(&key, &data[..INIT_MAC1 + MAC], &data[INIT_MAC1 + MAC..]).is_ok();
-        let under_load = st.budget.tokens < per_sec * Bucket::ONE / 2;
+        if st.budget.tokens < per_sec * Bucket::ONE / 2 {
+            st.loaded_until_ns = now_ns.saturating_add(LOAD_HOLD_NS);
+        }
+        let under_load = now_ns < st.loaded_until_ns;
         let admitted = if cookied {
             st.cookied.take()
         } else if under_load {
@@ -1184,6 +1195,27 @@ mod tests {
         let mac = hmac::sign(&mac_key(&to.identity.public()), &m[..INIT_MAC1]);
         m[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac.as_ref());
         m
+    }
+
+    #[test]
+    fn a_link_stays_under_load_for_a_second_after_its_budget_was_half_spent() {
+        let (a, b) = pair(Mode::Encrypt);
+        let mut resp = [0u8; 256];
+        let from = SocketAddr::new(addr(A).ip(), 40000);
+        for i in 0..100u32 {
+            let _ = b.open(SEC, from, &mut flood_init(&b, i), &mut resp);
+        }
+        // Half a second later the budget has refilled above half, but a
+        // token that came back between two flood packets is no way in
+        // without a cookie.
+        let mut init = [0u8; 256];
+        let n = a.tick(SEC + SEC / 2, &mut init).unwrap();
+        assert_eq!(b.open(SEC + SEC / 2, addr(A), &mut init[..n], &mut resp), Opened::Reply(COOKIE_LEN));
+        // A quiet second after the flood, initiations are answered again.
+        a.lock().pending = None;
+        let t = 3 * SEC;
+        let n = a.tick(t, &mut init).unwrap();
+        assert_eq!(b.open(t, addr(A), &mut init[..n], &mut resp), Opened::Reply(RESP_LEN));
     }
 
     #[test]
