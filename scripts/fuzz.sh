@@ -12,7 +12,7 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked -q
 minutes=${1:?usage: scripts/fuzz.sh MINUTES [TARGET...]}
 shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(wire control offload stream reasm)
+[ ${#targets[@]} -gt 0 ] || targets=(wire control offload stream reasm vhost)
 secs=$((minutes * 60))
 mkdir -p results/fuzz
 for t in "${targets[@]}"; do

@@ -8,6 +8,8 @@
 //! whatever the bytes; the checks inside are the properties that must hold.
 
 use vnet_engine::sim::Net;
+use vnet_virtio::fake::Guest;
+use vnet_virtio::{QueueT, HDR_MRG, MAX_RX_BUFFERS};
 use vnet_wire::offload;
 use vnet_wire::reasm::{self, Reassembler};
 use vnet_wire::virtio::VirtioNetHdr;
@@ -23,6 +25,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("offload", offload_input),
     ("stream", stream),
     ("reasm", reassembly),
+    ("vhost", vhost),
 ];
 
 /// The host under test in [`wire`]: one link of every kind the underlay
@@ -197,5 +200,43 @@ pub fn reassembly(data: &[u8]) {
             assert_eq!(f.len(), repr.frame_len as usize);
         }
         assert!(r.in_progress() <= 4);
+    }
+}
+
+/// A guest's virtqueue as vhost-user hands it to vnetd: descriptor table,
+/// available ring and buffers are whatever the guest wrote. Its TX chains
+/// go through [`vnet_virtio::gather`] and the guest header parser; then,
+/// over the same ring, frames for the guest of 60, 1514 and 64000 bytes go
+/// through [`vnet_virtio::scatter`], with and without mergeable buffers. A
+/// gathered chain fits the buffer; a frame placed takes 1 to 64 chains
+/// (one without mergeable buffers); a frame refused leaves the ring where
+/// it was. Input: `[queue size - 1][flags: 1 = EVENT_IDX][guest memory]`.
+pub fn vhost(data: &[u8]) {
+    let [size, flags, image @ ..] = data else { return };
+    let mut g = Guest::from_image(u16::from(*size) + 1, flags & 1 != 0, image);
+    let mut buf = vec![0u8; 65_550];
+    for _ in 0..2 * vnet_virtio::fake::MAX_SIZE {
+        let Some(chain) = g.queue.pop_descriptor_chain(&g.mem) else { break };
+        let head = chain.head_index();
+        if let Some(n) = vnet_virtio::gather(&g.mem, chain, &mut buf) {
+            assert!(n <= buf.len());
+            if n >= HDR_MRG {
+                let _ = VirtioNetHdr::parse(&buf[..n]);
+            }
+        }
+        let _ = g.queue.add_used(&g.mem, head, 0);
+    }
+    let frame = vec![0x5au8; 64_000];
+    for (i, (len, mrg)) in [(60, true), (1514, false), (64_000, true), (1514, true)].into_iter().enumerate() {
+        g.queue.set_next_avail(0);
+        let hdr = [i as u8; 10];
+        let parts = [std::io::IoSlice::new(&hdr), std::io::IoSlice::new(&frame[..len])];
+        let hdr_len = if mrg { HDR_MRG } else { 10 };
+        match vnet_virtio::scatter(&mut g.queue, &g.mem, &parts, hdr_len, mrg) {
+            Some(p) => {
+                assert!(p.buffers >= 1 && p.buffers <= MAX_RX_BUFFERS && (mrg || p.buffers == 1), "{p:?}")
+            }
+            None => assert_eq!(g.queue.next_avail(), 0, "a refused frame moved the ring"),
+        }
     }
 }

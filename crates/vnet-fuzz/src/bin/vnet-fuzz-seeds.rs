@@ -162,5 +162,35 @@ fn write_all(root: &Path) -> Result<usize, String> {
     }
     s.extend_from_slice(&vnet_engine::codec::stream::heartbeat());
     put(root, "stream", "records", &s).map_err(io)?;
-    Ok(n + 1)
+    n += 1;
+    // vhost: a guest's ring as a driver leaves it: TX chains of a guest
+    // header and a frame (one buffer, header and frame apart, an indirect
+    // table), or RX buffers posted (small pages, mergeable-sized).
+    use vnet_virtio::fake::{raw_desc, Guest, BUFFERS, INDIRECT, NEXT};
+    let image = |g: &Guest| g.read(0, 0x6000);
+    let mut tx = Guest::new(256, true);
+    let mut frame = vh_bytes(&gso);
+    frame.extend_from_slice(&[0, 0]);
+    frame.extend_from_slice(&tcp4(3000));
+    tx.write(BUFFERS, &frame);
+    tx.post(&[(BUFFERS, frame.len() as u32)], false);
+    tx.post(&[(BUFFERS, 12), (BUFFERS + 12, frame.len() as u32 - 12)], false);
+    let table = BUFFERS + 0x2000;
+    tx.desc(200, table, 32, INDIRECT, 0);
+    tx.write(table, &raw_desc(BUFFERS, 12, NEXT, 1));
+    tx.write(table + 16, &raw_desc(BUFFERS + 12, 1000, 0, 0));
+    tx.make_available(200);
+    let mut d = vec![255u8, 1];
+    d.extend_from_slice(&image(&tx));
+    put(root, "vhost", "tx", &d).map_err(io)?;
+    for (name, size, len, count) in [("rx-pages", 64u16, 4096u32, 3u64), ("rx-mergeable", 16, 1536, 8)] {
+        let mut rx = Guest::new(size, false);
+        for k in 0..count {
+            rx.post(&[(BUFFERS + u64::from(len) * k, len)], true);
+        }
+        let mut d = vec![(size - 1) as u8, 0];
+        d.extend_from_slice(&image(&rx));
+        put(root, "vhost", name, &d).map_err(io)?;
+    }
+    Ok(n + 3)
 }

@@ -53,8 +53,8 @@ use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, Vrin
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-use virtio_queue::{QueueOwnedT, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use virtio_queue::QueueT;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
 use vmm_sys_util::timerfd::TimerFd;
@@ -77,11 +77,7 @@ pub const MAX_PAIRS: usize = 16;
 const TICK: std::time::Duration = std::time::Duration::from_millis(100);
 /// Frames taken from the TX ring before the dispatch looks at its mode.
 const TX_BATCH: usize = 64;
-/// Most RX buffers one frame may spread over (64 KB in 4 KB pages and more).
-const MAX_RX_BUFFERS: usize = 64;
-/// The guest's header with `VERSION_1` or mergeable buffers: the legacy
-/// 10 bytes and `num_buffers`.
-const HDR_MRG: usize = virtio::LEN + 2;
+use vnet_virtio::HDR_MRG;
 
 /// What vnetd offers the guest.
 fn offered_features(pairs: usize) -> u64 {
@@ -216,70 +212,11 @@ impl VhostDev {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
             return false;
         }
-        let q = v.get_queue_mut();
-        let mut src = Stream::new(parts, hdr_len);
-        let mut used = [(0u16, 0u32); MAX_RX_BUFFERS];
-        let mut n = 0;
-        let mut first: Option<GuestAddress> = None;
-        let mut failed = false;
-        while !src.done() {
-            let chain = if n < MAX_RX_BUFFERS && (n == 0 || mrg) {
-                q.pop_descriptor_chain(mem.clone())
-            } else {
-                None
-            };
-            let Some(chain) = chain else {
-                failed = true;
-                break;
-            };
-            let head = chain.head_index();
-            let mut written = 0u32;
-            for d in chain {
-                if src.done() {
-                    break;
-                }
-                if !d.is_write_only() {
-                    failed = true;
-                    break;
-                }
-                if first.is_none() {
-                    if (d.len() as usize) < hdr_len {
-                        failed = true;
-                        break;
-                    }
-                    first = Some(d.addr());
-                }
-                match src.write_to(&mem, d.addr(), d.len() as usize) {
-                    Some(w) => written += w as u32,
-                    None => {
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            used[n] = (head, written);
-            n += 1;
-            if failed {
-                break;
-            }
-        }
-        if failed {
-            for _ in 0..n {
-                q.go_to_previous_position();
-            }
+        let Some(placed) = vnet_virtio::scatter(v.get_queue_mut(), mem, parts, hdr_len, mrg) else {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
             return false;
-        }
-        if hdr_len == HDR_MRG {
-            if let Some(a) = first {
-                let _ = mem.write_obj((n as u16).to_le(), a.unchecked_add(virtio::LEN as u64));
-            }
-        }
-        for &(head, len) in &used[..n] {
-            if q.add_used(&*mem, head, len).is_err() {
-                self.stats.bad_chains.fetch_add(1, Relaxed);
-            }
-        }
+        };
+        self.stats.bad_chains.fetch_add(placed.bad_used as u64, Relaxed);
         let b = &conn.burst[pair];
         self.stats.pair_rx[pair].fetch_add(1, Relaxed);
         if b.fetch_add(1, Relaxed) == 0 {
@@ -370,66 +307,6 @@ fn frame_start<'a>(parts: &'a [IoSlice<'a>]) -> &'a [u8] {
         skip -= p.len();
     }
     &[]
-}
-
-/// The bytes of one frame for the guest: the header (`hdr_len` bytes: the
-/// 10 given and, for 12, `num_buffers` patched later) and the rest, taken
-/// from `parts` in order.
-struct Stream<'a> {
-    parts: &'a [IoSlice<'a>],
-    /// Part and offset of the next byte.
-    part: usize,
-    off: usize,
-    /// Padding bytes still to emit after the 10-byte header.
-    pad: usize,
-    /// Header bytes of `parts` still to come before the padding.
-    hdr_left: usize,
-}
-
-impl<'a> Stream<'a> {
-    fn new(parts: &'a [IoSlice<'a>], hdr_len: usize) -> Self {
-        let mut s = Stream { parts, part: 0, off: 0, pad: hdr_len - virtio::LEN, hdr_left: virtio::LEN };
-        s.skip_empty();
-        s
-    }
-
-    fn skip_empty(&mut self) {
-        while self.part < self.parts.len() && self.off >= self.parts[self.part].len() {
-            self.part += 1;
-            self.off = 0;
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.pad == 0 && self.part >= self.parts.len()
-    }
-
-    /// Writes up to `room` bytes at `addr`; returns how many, or None when
-    /// guest memory refused the write.
-    fn write_to(&mut self, mem: &GuestMemoryMmap, addr: GuestAddress, room: usize) -> Option<usize> {
-        let mut w = 0;
-        while w < room && !self.done() {
-            let at = addr.checked_add(w as u64)?;
-            if self.hdr_left == 0 && self.pad > 0 {
-                let k = self.pad.min(room - w);
-                mem.write_slice(&[0u8; 2][..k], at).ok()?;
-                self.pad -= k;
-                w += k;
-                continue;
-            }
-            let p = &self.parts[self.part][self.off..];
-            let mut k = p.len().min(room - w);
-            if self.hdr_left > 0 {
-                k = k.min(self.hdr_left);
-                self.hdr_left -= k;
-            }
-            mem.write_slice(&p[..k], at).ok()?;
-            self.off += k;
-            w += k;
-            self.skip_empty();
-        }
-        Some(w)
-    }
 }
 
 /// Per-thread state of a pair's worker: its forwarder, frame buffer and
@@ -610,23 +487,12 @@ impl NetBackend {
             let Some(chain) = tx.get_mut().get_queue_mut().pop_descriptor_chain(mem.clone()) else { break };
             n += 1;
             let head = chain.head_index();
-            let mut len = 0usize;
-            let mut ok = true;
-            for d in chain {
-                let l = d.len() as usize;
-                if d.is_write_only()
-                    || len + l > w.buf.len()
-                    || mem.read_slice(&mut w.buf[len..len + l], d.addr()).is_err()
-                {
-                    ok = false;
-                    break;
-                }
-                len += l;
-            }
+            let len = vnet_virtio::gather(&*mem, chain, &mut w.buf);
             if tx.add_used(head, 0).is_err() {
                 self.dev.stats.bad_chains.fetch_add(1, Relaxed);
             }
-            let vh = if ok && len >= hdr_len { VirtioNetHdr::parse(&w.buf[..len]) } else { None };
+            let len = len.filter(|&l| l >= hdr_len).unwrap_or(0);
+            let vh = if len > 0 { VirtioNetHdr::parse(&w.buf[..len]) } else { None };
             let Some(vh) = vh else {
                 self.dev.stats.bad_chains.fetch_add(1, Relaxed);
                 ifc.rx.drop_one();
@@ -779,45 +645,6 @@ fn serve_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn mem() -> GuestMemoryMmap {
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 16)]).unwrap()
-    }
-
-    #[test]
-    fn stream_pads_the_header_and_spans_buffers() {
-        let m = mem();
-        let hdr = [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10];
-        let body: Vec<u8> = (0..100u8).collect();
-        // Header and the first bytes of the frame in one part, as a GRO batch has it.
-        let mut p0 = hdr.to_vec();
-        p0.extend_from_slice(&body[..30]);
-        let parts = [IoSlice::new(&p0), IoSlice::new(&[]), IoSlice::new(&body[30..])];
-        let mut s = Stream::new(&parts, HDR_MRG);
-        // Buffers of 7, 20 and 200 bytes.
-        assert_eq!(s.write_to(&m, GuestAddress(0x1000), 7), Some(7));
-        assert_eq!(s.write_to(&m, GuestAddress(0x2000), 20), Some(20));
-        assert_eq!(s.write_to(&m, GuestAddress(0x3000), 200), Some(112 - 27));
-        assert!(s.done());
-        let mut out = [0u8; 112];
-        m.read_slice(&mut out[..7], GuestAddress(0x1000)).unwrap();
-        m.read_slice(&mut out[7..27], GuestAddress(0x2000)).unwrap();
-        m.read_slice(&mut out[27..], GuestAddress(0x3000)).unwrap();
-        assert_eq!(&out[..10], &hdr);
-        assert_eq!(&out[10..12], &[0, 0]);
-        assert_eq!(&out[12..], &body[..]);
-    }
-
-    #[test]
-    fn stream_refuses_memory_the_guest_does_not_have() {
-        let m = mem();
-        let d = [0u8; 64];
-        let parts = [IoSlice::new(&d)];
-        let mut s = Stream::new(&parts, virtio::LEN);
-        assert_eq!(s.write_to(&m, GuestAddress((1 << 16) - 8), 64), None);
-        let mut s = Stream::new(&parts, virtio::LEN);
-        assert_eq!(s.write_to(&m, GuestAddress(u64::MAX - 4), 64), None);
-    }
 
     #[test]
     fn frame_start_skips_the_header_however_it_is_split() {

@@ -1,0 +1,469 @@
+//! The guest-facing half of a vhost-user interface: reading a frame out of
+//! a TX descriptor chain and writing one into RX buffers. These loops are
+//! ours (the rings themselves are `virtio-queue`'s, the memory accesses
+//! `vm-memory`'s checked ones) because they are the data path: what a
+//! guest may write into its descriptor table reaches them first. They take
+//! any guest memory and a bare [`Queue`], so the tests and the `vhost` fuzz
+//! target drive them with a fake guest whose descriptor table, rings and
+//! buffers are arbitrary bytes.
+//!
+//! Nothing here trusts the guest: a chain that points outside its memory,
+//! mixes directions, or is longer than the buffer is refused as a whole
+//! (the caller counts it), and a frame for the guest that does not fit the
+//! buffers it posted is not placed and leaves the ring as it was.
+
+use std::io::IoSlice;
+use std::ops::Deref;
+use virtio_queue::desc::split::Descriptor;
+pub use virtio_queue::{Queue, QueueOwnedT, QueueT};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
+use vnet_wire::virtio;
+
+/// Most RX buffers one frame may spread over (64 KB in 4 KB pages and more).
+pub const MAX_RX_BUFFERS: usize = 64;
+/// The guest's header with `VERSION_1` or mergeable buffers: the legacy
+/// 10 bytes and `num_buffers`.
+pub const HDR_MRG: usize = virtio::LEN + 2;
+
+/// Copies the bytes of a TX chain (the guest's header and frame) into
+/// `buf`. `None` when the chain is not one the guest may send: a buffer
+/// the device would write, memory outside the guest's, or more bytes than
+/// `buf` holds.
+pub fn gather<M: GuestMemory + ?Sized>(
+    mem: &M,
+    chain: impl Iterator<Item = Descriptor>,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let mut len = 0usize;
+    for d in chain {
+        let end = len.checked_add(d.len() as usize)?;
+        if d.is_write_only() || end > buf.len() {
+            return None;
+        }
+        mem.read_slice(&mut buf[len..end], d.addr()).ok()?;
+        len = end;
+    }
+    Some(len)
+}
+
+/// A frame written into the guest's RX ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// RX buffers (chains) it took: `num_buffers`.
+    pub buffers: usize,
+    /// Used-ring entries the ring refused (a guest that broke its own ring
+    /// under us); the frame was written all the same.
+    pub bad_used: usize,
+}
+
+/// Writes one frame into RX buffers the guest posted in `q`: `parts`
+/// concatenated are the 10-byte `virtio_net_hdr` and the frame; `hdr_len`
+/// is the header the guest reads (10, or [`HDR_MRG`] with `num_buffers`),
+/// `mrg` whether the frame may spread over several chains. `None` when
+/// the buffers posted are too few, too small, or not the guest's to give
+/// (read-only, outside its memory): nothing is marked used and the ring's
+/// position is as before, so the guest loses that frame only.
+pub fn scatter<M>(q: &mut Queue, mem: M, parts: &[IoSlice<'_>], hdr_len: usize, mrg: bool) -> Option<Placed>
+where
+    M: Deref + Clone,
+    M::Target: GuestMemory + Sized,
+{
+    let mut src = Stream::new(parts, hdr_len);
+    let mut used = [(0u16, 0u32); MAX_RX_BUFFERS];
+    let mut n = 0;
+    let mut first: Option<GuestAddress> = None;
+    let mut failed = false;
+    while !src.done() {
+        let chain =
+            if n < MAX_RX_BUFFERS && (n == 0 || mrg) { q.pop_descriptor_chain(mem.clone()) } else { None };
+        let Some(chain) = chain else {
+            failed = true;
+            break;
+        };
+        let head = chain.head_index();
+        let mut written = 0u32;
+        for d in chain {
+            if src.done() {
+                break;
+            }
+            if !d.is_write_only() || (first.is_none() && (d.len() as usize) < hdr_len) {
+                failed = true;
+                break;
+            }
+            first.get_or_insert(d.addr());
+            match src.write_to(&*mem, d.addr(), d.len() as usize) {
+                Some(w) => written = written.saturating_add(w as u32),
+                None => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        used[n] = (head, written);
+        n += 1;
+        if failed {
+            break;
+        }
+    }
+    if failed {
+        for _ in 0..n {
+            q.go_to_previous_position();
+        }
+        return None;
+    }
+    if hdr_len == HDR_MRG {
+        if let Some(a) = first.and_then(|a| a.checked_add(virtio::LEN as u64)) {
+            let _ = mem.write_obj((n as u16).to_le(), a);
+        }
+    }
+    let bad_used = used[..n].iter().filter(|&&(head, len)| q.add_used(&*mem, head, len).is_err()).count();
+    Some(Placed { buffers: n, bad_used })
+}
+
+/// The bytes of one frame for the guest: the header (`hdr_len` bytes: the
+/// 10 given and, for 12, `num_buffers` patched later) and the rest, taken
+/// from `parts` in order.
+struct Stream<'a> {
+    parts: &'a [IoSlice<'a>],
+    /// Part and offset of the next byte.
+    part: usize,
+    off: usize,
+    /// Padding bytes still to emit after the 10-byte header.
+    pad: usize,
+    /// Header bytes of `parts` still to come before the padding.
+    hdr_left: usize,
+}
+
+impl<'a> Stream<'a> {
+    fn new(parts: &'a [IoSlice<'a>], hdr_len: usize) -> Self {
+        let pad = hdr_len.saturating_sub(virtio::LEN);
+        let mut s = Stream { parts, part: 0, off: 0, pad, hdr_left: virtio::LEN };
+        s.skip_empty();
+        s
+    }
+
+    fn skip_empty(&mut self) {
+        while self.part < self.parts.len() && self.off >= self.parts[self.part].len() {
+            self.part += 1;
+            self.off = 0;
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.pad == 0 && self.part >= self.parts.len()
+    }
+
+    /// Writes up to `room` bytes at `addr`; returns how many, or None when
+    /// guest memory refused the write.
+    fn write_to<M: GuestMemory + ?Sized>(
+        &mut self,
+        mem: &M,
+        addr: GuestAddress,
+        room: usize,
+    ) -> Option<usize> {
+        let mut w = 0;
+        while w < room && !self.done() {
+            let at = addr.checked_add(w as u64)?;
+            if self.hdr_left == 0 && self.pad > 0 {
+                let k = self.pad.min(room - w).min(2);
+                mem.write_slice(&[0u8; 2][..k], at).ok()?;
+                self.pad -= k;
+                w += k;
+                continue;
+            }
+            if self.part >= self.parts.len() {
+                // Fewer than 10 header bytes were given: the padding follows.
+                self.hdr_left = 0;
+                continue;
+            }
+            let p = &self.parts[self.part][self.off..];
+            let mut k = p.len().min(room - w);
+            if self.hdr_left > 0 {
+                k = k.min(self.hdr_left);
+                self.hdr_left -= k;
+            }
+            mem.write_slice(&p[..k], at).ok()?;
+            self.off += k;
+            w += k;
+            self.skip_empty();
+        }
+        Some(w)
+    }
+}
+
+/// A fake guest for tests and the fuzz target: one region of memory
+/// holding a split virtqueue (descriptor table, available and used rings)
+/// and the buffers, laid out as a driver would, and the device's
+/// [`Queue`] over it.
+pub mod fake {
+    use virtio_queue::{Queue, QueueT};
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+    /// Guest memory size.
+    pub const MEM: usize = 0x1_0000;
+    /// Where the descriptor table, the rings and the buffers start.
+    pub const DESC: u64 = 0;
+    pub const AVAIL: u64 = 0x1000;
+    pub const USED: u64 = 0x2000;
+    pub const BUFFERS: u64 = 0x3000;
+    /// Largest queue the layout holds (256 descriptors fill 4 KB).
+    pub const MAX_SIZE: u16 = 256;
+    /// Descriptor flags.
+    pub const NEXT: u16 = 1;
+    pub const WRITE: u16 = 2;
+    pub const INDIRECT: u16 = 4;
+
+    /// A descriptor as the guest writes it, in a queue's table or an
+    /// indirect one.
+    pub fn raw_desc(addr: u64, len: u32, flags: u16, next: u16) -> [u8; 16] {
+        let mut raw = [0u8; 16];
+        raw[..8].copy_from_slice(&addr.to_le_bytes());
+        raw[8..12].copy_from_slice(&len.to_le_bytes());
+        raw[12..14].copy_from_slice(&flags.to_le_bytes());
+        raw[14..].copy_from_slice(&next.to_le_bytes());
+        raw
+    }
+
+    /// A guest and the device's view of one of its queues.
+    pub struct Guest {
+        pub mem: GuestMemoryMmap,
+        pub queue: Queue,
+        /// Descriptors and chains the driver has posted.
+        next_desc: u16,
+        posted: u16,
+    }
+
+    impl Guest {
+        /// An empty queue of `size` (rounded down to a power of two, 1 to
+        /// [`MAX_SIZE`]), with `EVENT_IDX` or not.
+        pub fn new(size: u16, event_idx: bool) -> Guest {
+            let size = 1u16 << (15 - size.clamp(1, MAX_SIZE).leading_zeros() as u16);
+            // An anonymous mapping of 64 KB cannot fail but on a machine out
+            // of memory; the tests and the fuzzer have nothing else to do then.
+            let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).expect("64 KB of guest memory");
+            let mut queue = Queue::new(MAX_SIZE).expect("a queue of the layout's size");
+            queue.set_size(size);
+            queue.set_desc_table_address(Some(DESC as u32), Some(0));
+            queue.set_avail_ring_address(Some(AVAIL as u32), Some(0));
+            queue.set_used_ring_address(Some(USED as u32), Some(0));
+            queue.set_event_idx(event_idx);
+            queue.set_ready(true);
+            Guest { mem, queue, next_desc: 0, posted: 0 }
+        }
+
+        /// A guest whose memory is `image` (the rest zero), its queue's size
+        /// and `EVENT_IDX` from `size` and `event_idx`: whatever a guest
+        /// could have written.
+        pub fn from_image(size: u16, event_idx: bool, image: &[u8]) -> Guest {
+            let g = Guest::new(size, event_idx);
+            let _ = g.mem.write_slice(&image[..image.len().min(MEM)], GuestAddress(0));
+            g
+        }
+
+        /// Writes descriptor `i` of the queue's table.
+        pub fn desc(&self, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
+            self.write(DESC + 16 * u64::from(i), &raw_desc(addr, len, flags, next));
+        }
+
+        /// Writes `data` at `addr` (what does not fit is left out).
+        pub fn write(&self, addr: u64, data: &[u8]) {
+            let _ = self.mem.write_slice(data, GuestAddress(addr));
+        }
+
+        /// Posts a chain of buffers `(addr, len)`, written by the device
+        /// (`write`) or read by it, and makes it available.
+        pub fn post(&mut self, bufs: &[(u64, u32)], write: bool) -> u16 {
+            let head = self.next_desc;
+            for (k, &(addr, len)) in bufs.iter().enumerate() {
+                let i = self.next_desc;
+                let more = k + 1 < bufs.len();
+                let flags = if write { WRITE } else { 0 } | if more { NEXT } else { 0 };
+                self.desc(i, addr, len, flags, i.wrapping_add(1) % self.queue.size());
+                self.next_desc = i.wrapping_add(1) % self.queue.size();
+            }
+            self.make_available(head);
+            head
+        }
+
+        /// Puts `head` in the available ring and publishes it.
+        pub fn make_available(&mut self, head: u16) {
+            let slot = self.posted % self.queue.size();
+            let _ = self.mem.write_obj(head.to_le(), GuestAddress(AVAIL + 4 + 2 * u64::from(slot)));
+            self.posted = self.posted.wrapping_add(1);
+            let _ = self.mem.write_obj(self.posted.to_le(), GuestAddress(AVAIL + 2));
+        }
+
+        /// The used ring's index and entry `i` (head, length).
+        pub fn used_idx(&self) -> u16 {
+            self.mem.read_obj::<u16>(GuestAddress(USED + 2)).map(u16::from_le).unwrap_or(0)
+        }
+
+        pub fn used(&self, i: u16) -> (u32, u32) {
+            let at = USED + 4 + 8 * u64::from(i % self.queue.size());
+            let id = self.mem.read_obj::<u32>(GuestAddress(at)).unwrap_or(0);
+            let len = self.mem.read_obj::<u32>(GuestAddress(at + 4)).unwrap_or(0);
+            (u32::from_le(id), u32::from_le(len))
+        }
+
+        /// `len` bytes of guest memory at `addr`.
+        pub fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+            let mut v = vec![0u8; len];
+            let _ = self.mem.read_slice(&mut v, GuestAddress(addr));
+            v
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::*;
+    use super::*;
+
+    fn mem() -> vm_memory::GuestMemoryMmap {
+        vm_memory::GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 16)]).unwrap()
+    }
+
+    #[test]
+    fn stream_pads_the_header_and_spans_buffers() {
+        let m = mem();
+        let hdr = [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        let body: Vec<u8> = (0..100u8).collect();
+        // Header and the first bytes of the frame in one part, as a GRO batch has it.
+        let mut p0 = hdr.to_vec();
+        p0.extend_from_slice(&body[..30]);
+        let parts = [IoSlice::new(&p0), IoSlice::new(&[]), IoSlice::new(&body[30..])];
+        let mut s = Stream::new(&parts, HDR_MRG);
+        // Buffers of 7, 20 and 200 bytes.
+        assert_eq!(s.write_to(&m, GuestAddress(0x1000), 7), Some(7));
+        assert_eq!(s.write_to(&m, GuestAddress(0x2000), 20), Some(20));
+        assert_eq!(s.write_to(&m, GuestAddress(0x3000), 200), Some(112 - 27));
+        assert!(s.done());
+        let mut out = [0u8; 112];
+        m.read_slice(&mut out[..7], GuestAddress(0x1000)).unwrap();
+        m.read_slice(&mut out[7..27], GuestAddress(0x2000)).unwrap();
+        m.read_slice(&mut out[27..], GuestAddress(0x3000)).unwrap();
+        assert_eq!(&out[..10], &hdr);
+        assert_eq!(&out[10..12], &[0, 0]);
+        assert_eq!(&out[12..], &body[..]);
+    }
+
+    #[test]
+    fn stream_refuses_memory_the_guest_does_not_have() {
+        let m = mem();
+        let d = [0u8; 64];
+        let parts = [IoSlice::new(&d)];
+        let mut s = Stream::new(&parts, virtio::LEN);
+        assert_eq!(s.write_to(&m, GuestAddress((1 << 16) - 8), 64), None);
+        let mut s = Stream::new(&parts, virtio::LEN);
+        assert_eq!(s.write_to(&m, GuestAddress(u64::MAX - 4), 64), None);
+    }
+
+    fn frame(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    fn pop(g: &mut Guest) -> Option<usize> {
+        let mut buf = [0u8; 4096];
+        let chain = g.queue.pop_descriptor_chain(&g.mem)?;
+        gather(&g.mem, chain, &mut buf)
+    }
+
+    #[test]
+    fn a_tx_chain_is_gathered_in_order_and_a_bad_one_refused_whole() {
+        let mut g = Guest::new(16, false);
+        let _ = g.mem.write_slice(&frame(300), GuestAddress(BUFFERS));
+        g.post(&[(BUFFERS, 100), (BUFFERS + 100, 200)], false);
+        let mut buf = [0u8; 4096];
+        let chain = g.queue.pop_descriptor_chain(&g.mem).unwrap();
+        assert_eq!(gather(&g.mem, chain, &mut buf), Some(300));
+        assert_eq!(&buf[..300], &frame(300)[..]);
+        // A buffer the device would write, memory the guest does not have,
+        // more than the frame buffer holds: each refuses its chain.
+        g.post(&[(BUFFERS, 10), (BUFFERS + 10, 10)], true);
+        g.post(&[(MEM as u64 - 8, 16)], false);
+        g.post(&[(BUFFERS, 4000), (BUFFERS, 200)], false);
+        g.post(&[(u64::MAX - 4, 16)], false);
+        for _ in 0..4 {
+            assert_eq!(pop(&mut g), None);
+        }
+        assert!(g.queue.pop_descriptor_chain(&g.mem).is_none());
+    }
+
+    #[test]
+    fn an_indirect_chain_is_gathered_and_a_loop_ends() {
+        let mut g = Guest::new(8, false);
+        // An indirect table of two descriptors at BUFFERS + 0x1000.
+        let table = BUFFERS + 0x1000;
+        g.write(table, &raw_desc(BUFFERS, 60, NEXT, 1));
+        g.write(table + 16, &raw_desc(BUFFERS + 60, 40, 0, 0));
+        g.desc(0, table, 32, INDIRECT, 0);
+        g.make_available(0);
+        assert_eq!(pop(&mut g), Some(100));
+        // A chain whose last descriptor points back at its first.
+        g.desc(1, BUFFERS, 10, NEXT, 2);
+        g.desc(2, BUFFERS, 10, NEXT, 1);
+        g.make_available(1);
+        assert!(pop(&mut g).unwrap_or(0) <= 80, "a loop is cut at the queue size");
+    }
+
+    #[test]
+    fn a_frame_spreads_over_mergeable_buffers_and_says_how_many() {
+        let mut g = Guest::new(16, true);
+        for k in 0..4 {
+            g.post(&[(BUFFERS + 0x1000 * k, 1500)], true);
+        }
+        let f = frame(3000);
+        let hdr = [7u8; virtio::LEN];
+        let parts = [IoSlice::new(&hdr), IoSlice::new(&f[..1000]), IoSlice::new(&f[1000..])];
+        let placed = scatter(&mut g.queue, &g.mem, &parts, HDR_MRG, true).unwrap();
+        assert_eq!(placed, Placed { buffers: 3, bad_used: 0 });
+        assert_eq!(g.used_idx(), 3);
+        assert_eq!(g.used(0), (0, 1500));
+        assert_eq!(g.used(2), (2, 12));
+        let first = g.read(BUFFERS, 1500);
+        assert_eq!(&first[..10], &hdr);
+        assert_eq!(u16::from_le_bytes([first[10], first[11]]), 3, "num_buffers");
+        assert_eq!(&first[12..], &f[..1488]);
+        assert_eq!(g.read(BUFFERS + 0x1000, 1500), f[1488..2988].to_vec());
+        assert_eq!(g.read(BUFFERS + 0x2000, 12), f[2988..].to_vec());
+    }
+
+    #[test]
+    fn a_frame_that_does_not_fit_leaves_the_ring_as_it_was() {
+        let f = frame(3000);
+        let hdr = [0u8; virtio::LEN];
+        let parts = [IoSlice::new(&hdr), IoSlice::new(&f)];
+        // Too few buffers; without mergeable buffers, a chain too short; a
+        // buffer the device may not write; a first buffer shorter than the
+        // header; a buffer outside guest memory.
+        type Case<'a> = (&'a [(u64, u32, bool)], bool);
+        let cases: [Case; 5] = [
+            (&[(BUFFERS, 1500, true)], true),
+            (&[(BUFFERS, 1500, true), (BUFFERS + 0x1000, 1500, true)], false),
+            (&[(BUFFERS, 1500, true), (BUFFERS + 0x1000, 1500, false), (BUFFERS + 0x2000, 1500, true)], true),
+            (&[(BUFFERS, 8, true), (BUFFERS + 0x1000, 4000, true)], true),
+            (&[(BUFFERS, 1500, true), (MEM as u64 - 100, 1500, true), (BUFFERS + 0x2000, 1500, true)], true),
+        ];
+        for (bufs, mrg) in cases {
+            let mut g = Guest::new(16, false);
+            for &(a, l, w) in bufs {
+                g.post(&[(a, l)], w);
+            }
+            assert_eq!(scatter(&mut g.queue, &g.mem, &parts, HDR_MRG, mrg), None, "{bufs:?}");
+            assert_eq!(g.queue.next_avail(), 0, "{bufs:?}");
+            assert_eq!(g.used_idx(), 0, "{bufs:?}");
+        }
+    }
+
+    #[test]
+    fn a_header_given_short_is_padded_not_overrun() {
+        let mut g = Guest::new(4, false);
+        g.post(&[(BUFFERS, 64)], true);
+        let parts = [IoSlice::new(&[1u8; 4])];
+        assert_eq!(
+            scatter(&mut g.queue, &g.mem, &parts, HDR_MRG, false),
+            Some(Placed { buffers: 1, bad_used: 0 })
+        );
+        assert_eq!(g.used(0), (0, 6));
+    }
+}
