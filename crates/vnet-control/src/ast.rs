@@ -320,7 +320,7 @@ pub enum Command {
         mode: Option<Mode>,
     },
     /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS] [mode M] [queues N] [offload on|off]
-    /// [datapath user|kernel|auto]`.
+    /// [datapath user|kernel|auto] [broadcast-limit N]`.
     Interface {
         name: String,
         kind: IfaceKind,
@@ -332,6 +332,8 @@ pub enum Command {
         queues: u32,
         offload: bool,
         datapath: Datapath,
+        /// Broadcast and multicast frames a second the VM may send (0: no limit).
+        broadcast_limit: u32,
     },
     /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`,
     /// `link NAME vxlan ADDR[:PORT] vni N [mtu N]`, or the Palacios

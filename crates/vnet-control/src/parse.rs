@@ -10,6 +10,12 @@ use std::net::{IpAddr, SocketAddr};
 use vnet_core::MacSpec;
 use vnet_wire::MacAddr;
 
+/// Broadcast and multicast frames a second an interface's VM may send
+/// unless its `broadcast-limit` says otherwise: far above what ARP,
+/// neighbour discovery and DHCP need, far below a storm (a VM in a
+/// forwarding loop sends hundreds of thousands a second).
+pub const DEFAULT_BROADCAST_LIMIT: u32 = 1000;
+
 /// The UDP port of Palacios VNET/P links, and vnet's default.
 pub const DEFAULT_PORT: u16 = 9000;
 /// The underlay MTU a link assumes unless told.
@@ -409,11 +415,12 @@ impl<'a> Parser<'_, 'a> {
     fn interface_options(&mut self, name: String, kind: IfaceKind, dev: String, pos: Pos) -> Result<Command> {
         let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload, mut datapath) =
             (None, None, None, None, None, None, None);
+        let mut broadcast_limit = None;
         while self.peek().is_some() {
             let opt_pos = self.pos();
             let o = self.keyword(
-                &["mac", "mtu", "netns", "mode", "queues", "offload", "datapath"],
-                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload` or `datapath`",
+                &["mac", "mtu", "netns", "mode", "queues", "offload", "datapath", "broadcast-limit"],
+                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath` or `broadcast-limit`",
             )?;
             let dup = match o {
                 "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
@@ -424,6 +431,12 @@ impl<'a> Parser<'_, 'a> {
                     offload.replace(self.keyword(&["on", "off"], "`on` or `off`")? == "on").is_some()
                 }
                 "datapath" => datapath.replace(self.datapath()?).is_some(),
+                "broadcast-limit" => broadcast_limit
+                    .replace(self.number(
+                        "broadcast frames a second (0: no limit, at most 10000000)",
+                        0..=10_000_000,
+                    )?)
+                    .is_some(),
                 _ => netns.replace(self.name("a network namespace name")?).is_some(),
             };
             if dup {
@@ -458,6 +471,7 @@ impl<'a> Parser<'_, 'a> {
             queues: queues.unwrap_or(1),
             offload: offload.unwrap_or(true),
             datapath: datapath.unwrap_or_default(),
+            broadcast_limit: broadcast_limit.unwrap_or(DEFAULT_BROADCAST_LIMIT),
         })
     }
 
@@ -740,6 +754,7 @@ mod tests {
                 queues: 1,
                 offload: true,
                 datapath: Datapath::Auto,
+                broadcast_limit: DEFAULT_BROADCAST_LIMIT,
             }
         );
         assert_eq!(
@@ -755,6 +770,7 @@ mod tests {
                 queues: 2,
                 offload: true,
                 datapath: Datapath::Auto,
+                broadcast_limit: DEFAULT_BROADCAST_LIMIT,
             }
         );
         assert_eq!(
@@ -837,12 +853,13 @@ mod tests {
             Command::Listen { mode: Some(Mode::Poll), .. }
         ));
         assert!(matches!(
-            one("interface a tap t mode notify queues 2 offload off datapath user"),
+            one("interface a tap t mode notify queues 2 offload off datapath user broadcast-limit 0"),
             Command::Interface {
                 mode: Mode::Notify,
                 queues: 2,
                 offload: false,
                 datapath: Datapath::User,
+                broadcast_limit: 0,
                 ..
             }
         ));

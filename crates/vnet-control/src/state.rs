@@ -35,6 +35,8 @@ pub struct InterfaceDef {
     /// Pass checksum and segmentation offloads through (`virtio_net_hdr`).
     pub offload: bool,
     pub datapath: Datapath,
+    /// Broadcast and multicast frames a second the VM may send (0: no limit).
+    pub broadcast_limit: u32,
 }
 
 /// A link to another host, of one of the kinds of [`Transport`].
@@ -184,7 +186,19 @@ impl State {
                     self.listen_mode = *m;
                 }
             }
-            Command::Interface { name, kind, dev, mac, mtu, netns, mode, queues, offload, datapath } => {
+            Command::Interface {
+                name,
+                kind,
+                dev,
+                mac,
+                mtu,
+                netns,
+                mode,
+                queues,
+                offload,
+                datapath,
+                broadcast_limit,
+            } => {
                 if self.iface_by_name(name).is_some() {
                     return Err(Error::new(
                         pos,
@@ -224,6 +238,7 @@ impl State {
                         queues: *queues,
                         offload: *offload,
                         datapath: *datapath,
+                        broadcast_limit: *broadcast_limit,
                     },
                 );
             }
@@ -540,6 +555,9 @@ fn iface_line(i: &InterfaceDef) -> String {
     }
     if i.datapath != Datapath::Auto {
         let _ = write!(s, " datapath {}", i.datapath.word());
+    }
+    if i.broadcast_limit != crate::DEFAULT_BROADCAST_LIMIT {
+        let _ = write!(s, " broadcast-limit {}", i.broadcast_limit);
     }
     s
 }

@@ -77,7 +77,7 @@ impl Forwarder {
             g.malformed.fetch_add(1, Relaxed);
             return;
         };
-        if !admissible(g, plane, ingress, &vh, eth.src(), frame.len()) {
+        if !admissible(g, plane, ingress, &vh, eth.src(), eth.dst(), frame.len()) {
             return;
         }
         self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
@@ -180,7 +180,11 @@ impl Forwarder {
         let Ok(eth) = EthernetFrame::new_checked(eth) else { return false };
         // Anything to drop is left to `forward`, which counts it.
         let len = total - virtio::LEN;
-        if vh.validate(len).is_err() || !source_allowed(plane, ingress, eth.src()) {
+        // (A VM's broadcasts go there too: its limit is counted once, there.)
+        let from_vm = !ingress.is_link();
+        if vh.validate(len).is_err()
+            || from_vm && (eth.dst().is_group() || !source_allowed(plane, ingress, eth.src()))
+        {
             return false;
         }
         self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
@@ -230,17 +234,20 @@ fn admissible(
     ingress: PortId,
     vh: &VirtioNetHdr,
     src: MacAddr,
+    dst: MacAddr,
     len: usize,
 ) -> bool {
     if vh.validate(len).is_err() {
         g.bad_offload_hdr.fetch_add(1, Relaxed);
         return false;
     }
+    // A VM's broadcasts keep within its interface's limit (counted there).
     if !source_allowed(plane, ingress, src) {
         g.spoofed_source_mac.fetch_add(1, Relaxed);
         return false;
     }
-    true
+    let PortId::Interface(id) = ingress else { return true };
+    !dst.is_group() || plane.ifaces.get(&id).is_none_or(|i| i.admit_group())
 }
 
 /// Port security: a frame from an interface carries the source MAC the

@@ -8,6 +8,7 @@ use crate::codec;
 use crate::port::{Payload, Port, Scratch};
 use crate::secure::{self, SecureLink};
 use std::io::IoSlice;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use vnet_control::{LinkDef, LinkFormat, Security, Transport};
@@ -39,6 +40,77 @@ pub struct Link {
     pub(crate) too_big_logged: AtomicBool,
     /// Sessions and keys, for a link with `security auth|encrypt`.
     pub secure: Option<SecureLink>,
+    /// Whether the peer is heard from.
+    pub alive: Alive,
+}
+
+/// An idle link's keepalive period: a `vnet` link that sent nothing for
+/// this long sends an empty datagram (sealed, on a secured link), so its
+/// peer hears from it at least this often.
+pub const KEEPALIVE_NS: u64 = 1_000_000_000;
+/// A link that keeps alive and heard nothing for this long is down: three
+/// keepalives lost, and half a period of slack for the timers.
+pub const DEAD_NS: u64 = 3 * KEEPALIVE_NS + KEEPALIVE_NS / 2;
+
+/// Whether a link's peer is alive, as far as the link can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Heard from within [`DEAD_NS`].
+    Up,
+    /// A link that keeps alive (`vnet` over UDP, TCP) and heard nothing
+    /// within [`DEAD_NS`], or never.
+    Down,
+    /// A link whose peer sends no keepalives (`raw` to a Palacios host,
+    /// VXLAN to a kernel VTEP, a LAN) and was not heard from lately: its
+    /// peer may be alive and idle.
+    Quiet,
+}
+
+impl Liveness {
+    pub fn word(self) -> &'static str {
+        match self {
+            Liveness::Up => "up",
+            Liveness::Down => "down",
+            Liveness::Quiet => "quiet",
+        }
+    }
+}
+
+/// What a link knows of its peer: when it was last heard from, the
+/// keepalives, and the times it went down.
+#[derive(Debug, Default)]
+pub struct Alive {
+    /// The engine clock when a datagram or record from the peer was last
+    /// accepted, plus one (0: never).
+    last_rx: AtomicU64,
+    /// Datagrams sent when the link's timer last looked, and since when
+    /// that count has not moved.
+    tx_seen: AtomicU64,
+    tx_still_since: AtomicU64,
+    pub keepalives_sent: AtomicU64,
+    pub keepalives_received: AtomicU64,
+    /// The liveness the timer last saw was `Up`; times it went from up to down.
+    up: AtomicBool,
+    pub downs: AtomicU64,
+}
+
+impl Alive {
+    /// Something from the peer was accepted at `now_ns`. (One store in a
+    /// millisecond at most: the receive path calls this per datagram.)
+    pub fn heard(&self, now_ns: u64) {
+        let t = now_ns.saturating_add(1);
+        if t.saturating_sub(self.last_rx.load(Relaxed)) >= 1_000_000 {
+            self.last_rx.store(t, Relaxed);
+        }
+    }
+
+    /// How long ago the peer was last heard from (`None`: never).
+    pub fn age_ns(&self, now_ns: u64) -> Option<u64> {
+        match self.last_rx.load(Relaxed) {
+            0 => None,
+            t => Some(now_ns.saturating_sub(t - 1)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Link {
@@ -58,6 +130,7 @@ impl Link {
             too_big: AtomicU64::new(0),
             too_big_logged: AtomicBool::new(false),
             secure: None,
+            alive: Alive::default(),
         }
     }
 
@@ -68,13 +141,67 @@ impl Link {
     }
 
     /// The link's timers: sends a handshake initiation when its security
-    /// needs one. Called every few hundred milliseconds, and by the simulator.
-    pub fn tick(&self, now_ns: u64) {
+    /// needs one, and a keepalive when a `vnet` link sent nothing for
+    /// [`KEEPALIVE_NS`]. Called every 100 ms, and by the simulator. Returns
+    /// the link's liveness when it changed between up and not up since the
+    /// last call (for the daemon's log).
+    pub fn tick(&self, now_ns: u64) -> Option<Liveness> {
+        let mut out = [0u8; secure::INIT_LEN];
         if let Some(sec) = &self.secure {
-            let mut out = [0u8; secure::INIT_LEN];
             if let Some(n) = sec.tick(now_ns, &mut out) {
                 self.io.send(&[IoSlice::new(&out[..n])], n, 0);
             }
+        }
+        if self.sends_keepalives() {
+            let a = &self.alive;
+            let sent = self.tx.packets.load(Relaxed) + a.keepalives_sent.load(Relaxed);
+            if a.tx_seen.swap(sent, Relaxed) != sent {
+                a.tx_still_since.store(now_ns, Relaxed);
+            } else if now_ns.saturating_sub(a.tx_still_since.load(Relaxed)) >= KEEPALIVE_NS {
+                a.tx_still_since.store(now_ns, Relaxed);
+                if self.send_keepalive(&mut out) {
+                    a.keepalives_sent.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        let l = self.liveness(now_ns);
+        let up = l == Liveness::Up;
+        (self.alive.up.swap(up, Relaxed) != up).then(|| {
+            if !up {
+                self.alive.downs.fetch_add(1, Relaxed);
+            }
+            l
+        })
+    }
+
+    /// Whether this link sends keepalives: a `vnet` link over UDP, whose
+    /// peer is a vnetd (a `raw` link's may be a Palacios host and a VXLAN
+    /// link's a kernel VTEP, which would count an empty datagram as an
+    /// error; a TCP link's stream has heartbeats of its own).
+    pub fn sends_keepalives(&self) -> bool {
+        matches!(self.def.transport, Transport::Udp { format: LinkFormat::Vnet, .. })
+    }
+
+    /// An empty datagram, sealed on a secured link (once it has a session:
+    /// until then its handshakes are what the peer hears).
+    fn send_keepalive(&self, buf: &mut [u8]) -> bool {
+        match &self.secure {
+            None => self.io.send(&[IoSlice::new(&[])], 0, 0),
+            Some(sec) if sec.established() => match sec.sealer().and_then(|s| s.seal(sec.mode(), buf, 0)) {
+                Some(n) => self.io.send(&[IoSlice::new(&buf[..n])], n, 0),
+                None => false,
+            },
+            Some(_) => false,
+        }
+    }
+
+    /// Whether the peer is alive, as far as this link can tell at `now_ns`.
+    pub fn liveness(&self, now_ns: u64) -> Liveness {
+        let keeps = self.sends_keepalives() || matches!(self.def.transport, Transport::Tcp { .. });
+        match self.alive.age_ns(now_ns) {
+            Some(age) if age < DEAD_NS => Liveness::Up,
+            _ if keeps => Liveness::Down,
+            _ => Liveness::Quiet,
         }
     }
 

@@ -7,7 +7,8 @@ use crate::port::Port;
 use crate::DispatchStats;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::Arc;
 use vnet_control::{RxKey, State};
 use vnet_core::{Counters, Route, RouteTable};
@@ -28,6 +29,12 @@ pub struct Iface {
     /// Frames to the VM.
     pub tx: Counters,
     pub port: Arc<dyn Port>,
+    /// Broadcast and multicast frames the VM may send in one tick of the
+    /// daemon's timer (a tenth of its `broadcast-limit`; 0: no limit), how
+    /// many it sent in this one, and how many were dropped over the limit.
+    group_budget: u32,
+    group_sent: AtomicU32,
+    pub broadcast_limited: AtomicU64,
 }
 
 impl std::fmt::Debug for Iface {
@@ -46,7 +53,27 @@ impl Iface {
             rx: Counters::default(),
             tx: Counters::default(),
             port,
+            group_budget: 0,
+            group_sent: AtomicU32::new(0),
+            broadcast_limited: AtomicU64::new(0),
         }
+    }
+
+    /// Lets the VM send at most `per_sec` broadcast and multicast frames a
+    /// second (0: any number), counted in windows of one [`TICK_NS`].
+    pub fn broadcast_limit(mut self, per_sec: u32) -> Self {
+        self.group_budget = if per_sec == 0 { 0 } else { per_sec.div_ceil((1_000_000_000 / TICK_NS) as u32) };
+        self
+    }
+
+    /// Whether the VM may send one more group-addressed frame in this
+    /// window (counted when not).
+    pub fn admit_group(&self) -> bool {
+        if self.group_budget == 0 || self.group_sent.fetch_add(1, Relaxed) < self.group_budget {
+            return true;
+        }
+        self.broadcast_limited.fetch_add(1, Relaxed);
+        false
     }
 
     /// Accepts frames from the VM only with source MAC `mac` (if given).
@@ -61,6 +88,9 @@ impl Iface {
     }
 }
 
+/// The period of the daemon's timer ([`Plane::tick`], the links' ticks).
+pub const TICK_NS: u64 = 100_000_000;
+
 /// The snapshot.
 #[derive(Default)]
 pub struct Plane {
@@ -72,6 +102,20 @@ pub struct Plane {
 }
 
 impl Plane {
+    /// The daemon's timer, every [`TICK_NS`]: a new window for the
+    /// interfaces' broadcast limits, and the links' timers; `changed` hears
+    /// of each link whose peer went down or came back.
+    pub fn tick(&self, now_ns: u64, mut changed: impl FnMut(&Link, crate::link::Liveness)) {
+        for i in self.ifaces.values() {
+            i.group_sent.store(0, Relaxed);
+        }
+        for l in self.links.values() {
+            if let Some(s) = l.tick(now_ns) {
+                changed(l, s);
+            }
+        }
+    }
+
     /// A plane over `table`, `ifaces` and `links`, with the receive index built.
     pub fn new(table: RouteTable, ifaces: Vec<Arc<Iface>>, links: Vec<Arc<Link>>) -> Self {
         let links_by_rx = links.iter().map(|l| (l.def.rx_key(), l.def.id)).collect();

@@ -63,7 +63,12 @@ impl Receiver {
         let via = self.via;
         let from = SocketAddr::new(canonical(from.ip()), from.port());
         let len = buf.len();
-        if gso > 0 && via == Via::Udp && self.whole_frame_batch(fw, plane, from.ip(), buf, gso) {
+        if gso > 0 && via == Via::Udp && self.whole_frame_batch(fw, plane, from.ip(), buf, gso, now_ns) {
+            return;
+        }
+        if len == 0 {
+            // A keepalive (or a stranger's empty datagram).
+            self.datagram(fw, plane, via, from, buf, now_ns);
             return;
         }
         let seg = if gso > 0 { gso } else { len.max(1) };
@@ -102,6 +107,14 @@ impl Receiver {
             g.unknown_source.fetch_add(1, Relaxed);
             return;
         };
+        // A secured link hears its peer only in what authenticates.
+        if link.secure.is_none() {
+            link.alive.heard(now_ns);
+            if data.is_empty() {
+                link.alive.keepalives_received.fetch_add(1, Relaxed);
+                return;
+            }
+        }
         let port = PortId::Link(link.def.id);
         match link.def.transport {
             Transport::Udp { format: LinkFormat::Raw, .. } => {
@@ -148,8 +161,15 @@ impl Receiver {
         let data: &mut [u8] = match &link.secure {
             None => data,
             Some(sec) => match sec.open(now_ns, from, data, &mut self.reply) {
-                Opened::Data(r) if r.is_empty() => return, // a keepalive
-                Opened::Data(r) => &mut data[r],
+                Opened::Data(r) if r.is_empty() => {
+                    link.alive.heard(now_ns);
+                    link.alive.keepalives_received.fetch_add(1, Relaxed);
+                    return;
+                }
+                Opened::Data(r) => {
+                    link.alive.heard(now_ns);
+                    &mut data[r]
+                }
                 Opened::Reply(n) => {
                     link.io.send(&[IoSlice::new(&self.reply[..n])], n, 0);
                     return;
@@ -212,6 +232,7 @@ impl Receiver {
         from: IpAddr,
         data: &[u8],
         seg: usize,
+        now_ns: u64,
     ) -> bool {
         let Some(link) = plane.link_for(RxKey::Udp(from)) else { return false };
         let Transport::Udp { format: LinkFormat::Vnet, network, .. } = link.def.transport else {
@@ -249,6 +270,7 @@ impl Receiver {
             return false;
         }
         link.rx.add(expect - virtio::LEN);
+        link.alive.heard(now_ns);
         fw.global().rx_whole_batches.fetch_add(1, Relaxed);
         true
     }

@@ -196,6 +196,9 @@ impl DatagramTx for WireTx {
     fn send(&self, iov: &[IoSlice<'_>], seg: usize, _flow: u64) -> bool {
         let bytes: Vec<u8> = iov.iter().flat_map(|p| p.iter().copied()).collect();
         let mut w = self.wire.lock().unwrap_or_else(|e| e.into_inner());
+        if bytes.is_empty() {
+            w.put(self.from, self.to, self.arrival, Vec::new()); // a keepalive
+        }
         for d in bytes.chunks(seg.max(1)) {
             w.put(self.from, self.to, self.arrival, d.to_vec());
         }
@@ -417,9 +420,7 @@ impl Net {
         for h in &mut self.hosts {
             h.rx_udp.expire(until);
             h.rx_udp.report(&h.global);
-            for l in h.plane.links.values() {
-                l.tick(until);
-            }
+            h.plane.tick(until, |_, _| {});
         }
     }
 
@@ -455,11 +456,13 @@ impl Host {
                 self.vms.entry(d.name.clone()).or_insert_with(|| Arc::new(Recorder::new(d.offload))).clone();
             // Keep the interface (and its counters) when it stays.
             let keep = self.plane.ifaces.get(&d.id).filter(|i| i.name == d.name).cloned();
-            ifaces.push(
-                keep.unwrap_or_else(|| {
-                    Arc::new(Iface::new(d.id, d.name.clone(), d.mac, rec).locked_to(d.mac))
-                }),
-            );
+            ifaces.push(keep.unwrap_or_else(|| {
+                Arc::new(
+                    Iface::new(d.id, d.name.clone(), d.mac, rec)
+                        .locked_to(d.mac)
+                        .broadcast_limit(d.broadcast_limit),
+                )
+            }));
         }
         self.vms.retain(|n, _| next.iface_by_name(n).is_some());
         // A link that stays keeps its sessions; a new one gets its security

@@ -539,3 +539,113 @@ fn rekeying_under_steady_traffic_loses_nothing() {
     assert_eq!(load(&sec(&net, 0).auth_failures) + load(&sec(&net, 1).auth_failures), 0);
     assert_eq!(load(&sec(&net, 0).no_session) + load(&sec(&net, 1).no_session), 0);
 }
+
+/// Moves the clock `secs` seconds forward in the daemon's 100 ms ticks.
+fn idle(net: &mut Net, ms: u64) {
+    for _ in 0..ms / 100 {
+        net.advance(100_000_000);
+    }
+}
+
+fn liveness(net: &Net, h: usize) -> vnet_engine::link::Liveness {
+    net.hosts[h].link("p").unwrap().liveness(net.now_ns())
+}
+
+#[test]
+fn idle_vnet_links_keep_alive_go_down_when_the_wire_does_and_come_back_alone() {
+    use vnet_engine::link::Liveness::{Down, Up};
+    for opts in ["", "secured"] {
+        let mut net = if opts.is_empty() { vnet_pair(31) } else { secure_pair("encrypt", 120, 0) };
+        let what = if opts.is_empty() { "plain" } else { "secured" };
+        // No traffic at all: each side hears the other's keepalives.
+        idle(&mut net, 5_000);
+        for h in 0..2 {
+            assert_eq!(liveness(&net, h), Up, "{what}: host {h}");
+            let a = &net.hosts[h].link("p").unwrap().alive;
+            assert!(load(&a.keepalives_sent) >= 3 && load(&a.keepalives_received) >= 3, "{what}: {a:?}");
+            assert!(a.age_ns(net.now_ns()).unwrap() <= 1_100_000_000, "{what}: {a:?}");
+        }
+        // A one-way stream: the sender sends no keepalives (its frames
+        // are what the peer hears), the receiver keeps sending them.
+        let before = load(&net.hosts[0].link("p").unwrap().alive.keepalives_sent);
+        for t in 0..40 {
+            net.send(0, "vm", &frame(0, Some(1), t, 200));
+            idle(&mut net, 100);
+        }
+        assert_eq!(load(&net.hosts[0].link("p").unwrap().alive.keepalives_sent), before, "{what}");
+        assert_eq!((liveness(&net, 0), liveness(&net, 1)), (Up, Up), "{what}");
+        // The wire goes dark: both sides are down within 3.5 s and say so
+        // once; it comes back: up again within a keepalive, by itself.
+        net.set_faults(Faults { loss: 1.0, ..Faults::default() });
+        idle(&mut net, 3_000);
+        assert_eq!((liveness(&net, 0), liveness(&net, 1)), (Up, Up), "{what}: down too early");
+        idle(&mut net, 700);
+        assert_eq!((liveness(&net, 0), liveness(&net, 1)), (Down, Down), "{what}");
+        idle(&mut net, 3_000);
+        net.set_faults(Faults::default());
+        idle(&mut net, 1_200);
+        for h in 0..2 {
+            assert_eq!(liveness(&net, h), Up, "{what}: host {h} after the wire came back");
+            assert_eq!(load(&net.hosts[h].link("p").unwrap().alive.downs), 1, "{what}");
+        }
+        net.send(0, "vm", &frame(0, Some(1), 99, 200));
+        net.run(100);
+        assert_eq!(net.take(1, "vm").len(), 41, "{what}: frames after the outage");
+    }
+}
+
+#[test]
+fn links_to_peers_without_keepalives_are_quiet_not_down_and_send_none() {
+    use vnet_engine::link::Liveness::{Quiet, Up};
+    let mut net = Net::new(5);
+    add_pair(&mut net, |_| String::new());
+    let cfg = "link r udp 10.0.0.9 format raw\nlink x vxlan 10.0.0.8 vni 7\n";
+    net.apply(0, cfg).unwrap();
+    net.start_capture();
+    idle(&mut net, 5_000);
+    for name in ["r", "x"] {
+        let l = net.hosts[0].link(name).unwrap();
+        assert_eq!(l.liveness(net.now_ns()), Quiet, "{name}");
+        assert_eq!(load(&l.alive.keepalives_sent), 0, "{name}");
+    }
+    // What the wire carried is the vnet link's keepalives only (empty
+    // datagrams), none to the raw or VXLAN peers.
+    assert!(net.captured().iter().all(|d| d.is_empty()));
+    // A raw peer heard from is up.
+    net.inject("10.0.0.9:9000", &ip(0), frame(9, Some(0), 1, 100));
+    net.run(10);
+    assert_eq!(net.hosts[0].link("r").unwrap().liveness(net.now_ns()), Up);
+}
+
+#[test]
+fn a_vms_broadcast_storm_is_cut_to_its_interfaces_limit_and_counted() {
+    for (limit, per_tick) in [("", 100), (" broadcast-limit 50", 5), (" broadcast-limit 0", 1000)] {
+        let mut net = Net::new(3);
+        for (me, peer) in [(0, 1), (1, 0)] {
+            let cfg = format!(
+                "interface vm tap t mac {}{limit}\ninterface vm2 tap t2 mac {}\nlink p udp {} format vnet\n\
+                 route any ff:ff:ff:ff:ff:ff -> link p\nroute any ff:ff:ff:ff:ff:ff -> interface vm\n",
+                mac(me),
+                mac(me + 4),
+                ip(peer)
+            );
+            net.add_host(&ip(me), &cfg).unwrap();
+        }
+        // 1000 broadcasts in one tick, then 1000 in the next.
+        for round in 0..2u32 {
+            for t in 0..1000 {
+                net.send(0, "vm", &frame(0, None, round * 1000 + t, 100));
+            }
+            net.run(1_000_000);
+            assert_eq!(net.take(1, "vm").len(), per_tick, "{limit:?}: round {round}");
+            net.advance(100_000_000);
+        }
+        let i = net.hosts[0].plane.ifaces.values().find(|i| i.name == "vm").unwrap();
+        assert_eq!(load(&i.broadcast_limited), 2 * (1000 - per_tick as u64), "{limit:?}");
+        // Another VM on the same host is not held back by the storm; nor
+        // are unicast frames of the storming one.
+        net.send(0, "vm2", &frame(4, None, 7, 100));
+        net.run(100);
+        assert_eq!(net.take(1, "vm").len(), 1, "{limit:?}");
+    }
+}

@@ -67,6 +67,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
             queues,
             offload: true,
             datapath: dp,
+            broadcast_limit: vnet_control::DEFAULT_BROADCAST_LIMIT,
         });
     }
     let mut palacios_text = String::new();

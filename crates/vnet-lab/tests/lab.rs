@@ -852,12 +852,7 @@ fn a_flood_of_junk_and_handshakes_costs_bounded_memory_and_traffic_keeps_flowing
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     let pid = lab.vnetd_pid(0).unwrap();
-    let rss_kb = || {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let l = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or_default().to_string();
-        l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
-    };
-    let before = rss_kb();
+    let before = rss_kb(pid);
     let flood = lab.dir.join("flood.py");
     std::fs::write(&flood, FLOOD).unwrap();
     let (ns1, ip0, ip1) = (lab.hosts[1].ns.clone(), lab.hosts[0].underlay_ip, lab.hosts[1].underlay_ip);
@@ -866,7 +861,7 @@ fn a_flood_of_junk_and_handshakes_costs_bounded_memory_and_traffic_keeps_flowing
     lab.spawn(&ns1, &["python3", &f, &d, &p, &k, "20", "30000"]).unwrap();
     std::thread::sleep(Duration::from_secs(1));
     let r = lab.ping(&b, a.ip, 50, 56).unwrap();
-    let during = rss_kb();
+    let during = rss_kb(pid);
     // The real peer still gets a session under the flood: host 1 forgets
     // its link and makes it anew, so it must handshake with host 0, whose
     // budget the flood keeps spent: it gets a cookie, retries with it, and
@@ -1776,6 +1771,13 @@ fn cluster_of_five_hosts_from_etcd_alone_a_sixth_joins_and_a_killed_host_leaves_
 }
 
 /// The longest run of lost replies in `ping -i` output (by icmp_seq), in pings.
+/// A process's resident set, in kB (0 if it is gone).
+fn rss_kb(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let l = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or_default().to_string();
+    l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
 fn longest_gap(ping_out: &str, sent: u32) -> u32 {
     let mut seqs: Vec<u32> = ping_out
         .lines()
@@ -1972,4 +1974,166 @@ fn the_packaged_units_exec_start_runs_a_vnetd_that_passes_traffic() {
     });
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &b, a.ip, 56);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn idle_links_stay_up_on_keepalives_an_underlay_flapping_twenty_times_a_minute_loses_only_its_outages() {
+    let mut lab = lab(Spec::default());
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    // No traffic: the links hear each other's keepalives.
+    std::thread::sleep(Duration::from_millis(2500));
+    for h in 0..2 {
+        let l = link_json(&lab, h);
+        assert_eq!(l["state"], "up", "{l}");
+        assert!(l["keepalives_received"].as_u64().unwrap() >= 1, "{l}");
+        assert!((0..=1500).contains(&l["last_rx_ms"].as_i64().unwrap()), "{l}");
+    }
+    let metrics = lab.vnetctl(0, &["show", "metrics"]).unwrap();
+    let metrics = String::from_utf8_lossy(&metrics.stdout).to_string();
+    assert!(metrics.contains("vnet_link_up{link=\"h1\"} 1"), "{metrics}");
+    // Flapping: host 1's underlay down 1.5 s, up 1.5 s, 20 times, under
+    // a ping every 100 ms and a TCP stream.
+    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
+    lab.wait_listening(&b.ns, 5201).unwrap();
+    let (ns1, dev1) = (lab.hosts[1].ns.clone(), lab.hosts[1].underlay_dev.clone());
+    let set = |state: &str| {
+        lab.ns_exec(&ns1, &["ip", "link", "set", &dev1, state]).unwrap();
+    };
+    let rss_before = rss_kb(lab.vnetd_pid(0).unwrap());
+    let (ns, ip) = (a.ns.clone(), b.ip.to_string());
+    let ping = {
+        let (ns, ip) = (ns.clone(), ip.clone());
+        std::thread::spawn(move || {
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &ns, "ping", "-n", "-i", "0.1", "-c", "640", "-W", "1", &ip])
+                .output()
+                .unwrap()
+        })
+    };
+    let tcp = std::thread::spawn(move || {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "iperf3", "-c", &ip, "-t", "64", "-b", "50M", "-J"])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    for _ in 0..20 {
+        set("down");
+        std::thread::sleep(Duration::from_millis(1500));
+        set("up");
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    let ping = String::from_utf8_lossy(&ping.join().unwrap().stdout).to_string();
+    let tcp = tcp.join().unwrap();
+    let r = vnet_lab::PingResult::parse(&ping);
+    let gap = longest_gap(&ping, r.sent);
+    let j: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap_or_default();
+    let tail: Vec<f64> = j["intervals"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|i| i["sum"]["bits_per_second"].as_f64()).map(|b| b / 1e6).collect())
+        .unwrap_or_default();
+    let rss_after = rss_kb(lab.vnetd_pid(0).unwrap());
+    eprintln!(
+        "flapping x20: ping {}/{} received, longest gap {gap} pings; TCP Mbit/s per second {tail:.0?}; \
+         vnetd RSS {rss_before} -> {rss_after} kB",
+        r.received, r.sent
+    );
+    assert_eq!(r.sent, 640, "ping output not understood:\n{ping}");
+    // Half the minute is outage: a ping is lost in it and shortly after
+    // (ARP on the way back up), not beyond.
+    assert!(r.received >= 640 * 2 / 5, "{r:?}");
+    assert!(gap <= 25, "a gap of {gap} pings (100 ms each) for a 1.5 s outage");
+    assert!(tcp.status.success() && j.get("error").is_none(), "the TCP stream broke: {}", j);
+    assert!(tail.iter().rev().take(3).all(|&m| m > 10.0), "the stream did not recover: {tail:.0?}");
+    assert!(rss_after < rss_before + 8 * 1024, "vnetd grew from {rss_before} kB to {rss_after} kB");
+    // A longer outage: both ends say the peer is down within 3.5 s (and
+    // log it once), and up again within a keepalive of its return, alone.
+    set("down");
+    let down = wait_until(4.5, "host 0 sees its peer down", || link_json(&lab, 0)["state"] == "down");
+    assert!(down >= Duration::from_secs(2), "down after {down:?}: the last keepalive is at most 1 s old");
+    set("up");
+    let up = wait_until(2.0, "host 0 sees its peer up", || link_json(&lab, 0)["state"] == "up");
+    assert_ping(&lab, &a, b.ip, 56);
+    let l = link_json(&lab, 0);
+    assert_eq!(l["downs"], 1, "{l}");
+    let log = lab.log(0);
+    assert_eq!(log.matches("peer down").count(), 1, "{log}");
+    assert!(log.contains("peer up"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    eprintln!("an outage: host 0 said down after {down:?}, up {up:?} after the underlay came back");
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_s(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+    let rest = s.rsplit(')').next().unwrap_or_default();
+    let f: Vec<f64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    f.get(10).zip(f.get(11)).map_or(0.0, |(u, s)| (u + s) / 100.0)
+}
+
+const STORM: &str = r#"
+import socket, sys, time
+dev, src, secs = sys.argv[1], bytes.fromhex(sys.argv[2].replace(':', '')), float(sys.argv[3])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind((dev, 0))
+f = b'\xff' * 6 + src + b'\x88\xb5' + bytes(46)
+end, n = time.time() + secs, 0
+while time.time() < end:
+    for _ in range(1000):
+        try:
+            s.send(f)
+            n += 1
+        except OSError:
+            pass
+print(n)
+"#;
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_vms_broadcast_storm_is_cut_to_its_limit_and_the_other_vms_keep_talking() {
+    let lab = lab(Spec { vms_per_host: 2, ..Spec::default() });
+    let (storm, other, far) = (lab.vm(0, 0).clone(), lab.vm(0, 1).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &other, far.ip, 56);
+    let (p0, p1) = (lab.vnetd_pid(0).unwrap(), lab.vnetd_pid(1).unwrap());
+    let (rss0, cpu0, cpu1) = (rss_kb(p0), cpu_s(p0), cpu_s(p1));
+    let rx1 = link_json(&lab, 1)["rx_packets"].as_u64().unwrap();
+    let script = lab.dir.join("storm.py");
+    std::fs::write(&script, STORM).unwrap();
+    const SECS: u64 = 8;
+    let (ns, dev, mac, path) =
+        (storm.ns.clone(), storm.dev.clone(), storm.mac.clone(), script.to_str().unwrap().to_string());
+    let storm_run = std::thread::spawn(move || {
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "python3", &path, &dev, &mac, &SECS.to_string()])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let r = lab.ping(&other, far.ip, 35, 56).unwrap();
+    let sent: u64 = String::from_utf8_lossy(&storm_run.join().unwrap().stdout).trim().parse().unwrap_or(0);
+    let (cpu0, cpu1) = (cpu_s(p0) - cpu0, cpu_s(p1) - cpu1);
+    let rss = rss_kb(p0);
+    let carried = link_json(&lab, 1)["rx_packets"].as_u64().unwrap() - rx1;
+    let i = json(&lab, 0, "interfaces")["interfaces"][0].clone();
+    let limited = i["broadcast_limited"].as_u64().unwrap();
+    eprintln!(
+        "storm: the VM sent {sent} broadcasts in {SECS} s; its vnetd dropped {limited} over the limit, host 1 \
+         received {carried} frames; vnetd CPU {:.0} % (host 0) and {:.0} % (host 1) of a core; RSS {rss0} -> \
+         {rss} kB; the other VM's ping {}/{}",
+        cpu0 * 100.0 / SECS as f64,
+        cpu1 * 100.0 / SECS as f64,
+        r.received,
+        r.sent
+    );
+    assert_eq!(i["name"], "vm0", "{i}");
+    assert!(sent > 20_000, "the storm sent {sent} frames only");
+    // What crossed is the limit's worth (1000 a second, the ping's 200
+    // frames on top); the rest was dropped and counted at the source.
+    assert!(carried <= 1000 * (SECS + 1) + 400, "host 1 received {carried} frames");
+    assert!(limited >= sent / 2, "dropped {limited} of {sent}");
+    assert!(r.received >= r.sent * 95 / 100, "the other VM's ping: {r:?}");
+    assert!(cpu1 < 0.25 * SECS as f64, "host 1's vnetd used {cpu1:.1} CPU s in {SECS} s");
+    assert!(rss < rss0 + 8 * 1024, "vnetd grew from {rss0} kB to {rss} kB");
 }

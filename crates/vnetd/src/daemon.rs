@@ -22,6 +22,7 @@ use std::sync::Arc;
 use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State, Transport};
 use vnet_core::stats::Snapshot;
 use vnet_core::{Counters, Port};
+use vnet_engine::link::Liveness;
 use vnet_engine::secure::{Identity, Mode, Timers};
 use vnet_engine::{Link, Plane, Via};
 use vnet_wire::reasm;
@@ -844,6 +845,20 @@ impl Daemon {
                     "too_big": l.too_big.load(Relaxed),
                 });
                 counters_into(&mut v, rx, tx);
+                if let Value::Object(m) = &mut v {
+                    let (a, now) = (&l.alive, self.shared.now_ns());
+                    let state = l.liveness(now);
+                    m.insert("state".into(), state.word().into());
+                    m.insert("up".into(), u64::from(state == Liveness::Up).into());
+                    // Milliseconds since the peer was last heard from (-1: never).
+                    m.insert(
+                        "last_rx_ms".into(),
+                        a.age_ns(now).map_or(-1, |n| (n / 1_000_000) as i64).into(),
+                    );
+                    m.insert("keepalives_sent".into(), a.keepalives_sent.load(Relaxed).into());
+                    m.insert("keepalives_received".into(), a.keepalives_received.load(Relaxed).into());
+                    m.insert("downs".into(), a.downs.load(Relaxed).into());
+                }
                 if let Some(k) = &self.kernel {
                     add_kernel(&mut v, k.link_counters(d.id));
                 }
@@ -917,6 +932,8 @@ impl Daemon {
                     "datapath_reason": self.user_reasons.get(&def.id),
                     "dispatch": p.dispatch.mode_word(),
                     "mode_switches": p.dispatch.switches.load(Relaxed),
+                    "broadcast_limit": def.broadcast_limit,
+                    "broadcast_limited": i.broadcast_limited.load(Relaxed),
                     "wakeups": p.dispatch.wakeups.load(Relaxed),
                 });
                 counters_into(&mut v, i.rx.snapshot(), i.tx.snapshot());

@@ -4,6 +4,7 @@
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::time::Instant;
+use vnet_engine::link::Liveness;
 use vnet_engine::{Forwarder, Global, Plane};
 
 /// State shared by the control plane and every worker.
@@ -32,12 +33,18 @@ impl Shared {
         Forwarder::new(self.global.clone())
     }
 
-    /// Runs the links' timers (secured links' handshakes and rekeys); the
-    /// daemon calls it a few times a second.
+    /// Runs the plane's timer (secured links' handshakes and rekeys,
+    /// keepalives, broadcast-limit windows) and logs a link whose peer went
+    /// down or came back; the daemon calls it every [`vnet_engine::plane::TICK_NS`].
     pub fn tick(&self) {
         let now = self.now_ns();
-        for l in self.plane.load().links.values() {
-            l.tick(now);
-        }
+        self.plane.load().tick(now, |l, state| match (state, l.alive.age_ns(now)) {
+            (Liveness::Up, _) => tracing::info!(link = %l.def.name, "peer up"),
+            (Liveness::Down, Some(a)) => {
+                tracing::warn!(link = %l.def.name, "peer down: nothing heard for {} ms", a / 1_000_000)
+            }
+            (Liveness::Down, None) => tracing::warn!(link = %l.def.name, "peer down: never heard from"),
+            (Liveness::Quiet, _) => {}
+        });
     }
 }

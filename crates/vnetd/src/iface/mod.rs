@@ -126,7 +126,11 @@ pub fn open(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io
             (Device::Vhost(v), def.mac)
         }
     };
-    let iface = Arc::new(Iface::new(def.id, def.name.clone(), mac, dev.port()).locked_to(def.mac));
+    let iface = Arc::new(
+        Iface::new(def.id, def.name.clone(), mac, dev.port())
+            .locked_to(def.mac)
+            .broadcast_limit(def.broadcast_limit),
+    );
     Ok(Attached { iface, def: def.clone(), dev, dispatch })
 }
 

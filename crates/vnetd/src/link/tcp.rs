@@ -446,6 +446,7 @@ impl TcpLink {
             d.filled(n);
             let plane = self.shared.plane.load();
             let Some(link) = plane.links.get(&self.id) else { return };
+            link.alive.heard(self.shared.now_ns());
             loop {
                 match d.next_record() {
                     Ok(Some(Record::Frame { with_vh, payload })) => {
