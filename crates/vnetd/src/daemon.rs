@@ -70,6 +70,13 @@ pub struct Daemon {
     state: State,
     shared: Arc<Shared>,
     generation: u64,
+    /// Interfaces whose device is gone (by id: since when, engine clock),
+    /// how often each was reattached, and whether [`Daemon::check_devices`]
+    /// is reopening them (only then does `apply` reopen a gone interface,
+    /// so a gone device never fails an unrelated transaction).
+    gone: BTreeMap<u32, u64>,
+    reattached: BTreeMap<u32, u64>,
+    reopening: bool,
     ifaces: BTreeMap<u32, Arc<Attached>>,
     /// Worker k serves queue k of every interface; worker 0 also the link sockets.
     workers: Vec<WorkerHandle>,
@@ -166,6 +173,9 @@ impl Daemon {
             state: State::default(),
             shared: Shared::new(),
             generation: 0,
+            gone: BTreeMap::new(),
+            reattached: BTreeMap::new(),
+            reopening: false,
             ifaces: BTreeMap::new(),
             workers: Vec::new(),
             worker_cpus: Vec::new(),
@@ -408,7 +418,7 @@ impl Daemon {
         let mut opened = Opened(Vec::new());
         let mut underlay: Option<Vec<(String, String)>> = None;
         for (id, def) in &next.interfaces {
-            if self.ifaces.contains_key(id) {
+            if self.ifaces.contains_key(id) && !(self.reopening && self.gone.contains_key(id)) {
                 continue;
             }
             if def.kind == IfaceKind::Netdev && def.netns.is_none() {
@@ -435,6 +445,14 @@ impl Daemon {
         // one that requires it (`datapath kernel`) cannot have it.
         let mut attached: Vec<(u32, KernelIface)> = Vec::new();
         let mut reasons: Vec<(u32, String)> = Vec::new();
+        // A reopened interface's old device is gone: what the kernel path
+        // held of it goes too, so the new device (of the same name) gets
+        // its program.
+        for p in opened.0.iter().filter(|_| self.reopening) {
+            if let (Some(k), Some(kp)) = (self.kernel_ifaces.get(&p.def.id), self.kernel.as_mut()) {
+                kp.detach_iface(&k.dev);
+            }
+        }
         for p in &opened.0 {
             let def = &p.def;
             match self.attach_kernel(def, p) {
@@ -482,7 +500,8 @@ impl Daemon {
         // the maps refuse it, neither (they are put back as the running
         // plane has them, and the transaction fails).
         let mut kernel_ifaces = self.kernel_ifaces.clone();
-        kernel_ifaces.retain(|id, _| next.interfaces.contains_key(id));
+        let reopened = |id: &u32| opened.0.iter().any(|p| p.def.id == *id);
+        kernel_ifaces.retain(|id, _| next.interfaces.contains_key(id) && !reopened(id));
         kernel_ifaces.extend(attached.iter().cloned());
         if let Some(kp) = self.kernel.as_mut() {
             let vxlan = sockets.vxlan.as_ref().map(|b| b.addr);
@@ -561,7 +580,9 @@ impl Daemon {
         for p in opened {
             tracing::info!(interface = %p.def.name, dev = %p.def.dev, mac = ?p.iface.mac,
                 queues = p.dev.queues(), offload = p.dev.vnet_hdr(), "interface attached");
-            self.ifaces.insert(p.def.id, p);
+            if let Some(old) = self.ifaces.insert(p.def.id, p) {
+                old.dev.stop(); // its device was gone: this one replaces it
+            }
         }
         if respawn {
             self.respawn();
@@ -570,6 +591,44 @@ impl Daemon {
         self.route_counters = route_counters;
         self.state = next;
         Ok(())
+    }
+
+    /// Notices interfaces whose device is gone (deleted, or deleted and made
+    /// again: its index changed) and reattaches them: a TAP is made again at
+    /// once (vnetd makes its TAPs), a netdev when a device of its name is
+    /// back. The daemon calls it every second; each change is logged once.
+    pub fn check_devices(&mut self) {
+        let ifaces = &self.ifaces;
+        self.gone.retain(|id, _| ifaces.contains_key(id));
+        self.reattached.retain(|id, _| ifaces.contains_key(id));
+        for (id, p) in &self.ifaces {
+            if !self.gone.contains_key(id) && !p.device_present() {
+                let then = if p.def.kind == IfaceKind::Tap {
+                    "vnetd makes it again"
+                } else {
+                    "vnetd reattaches when a device of that name is back"
+                };
+                tracing::warn!(interface = %p.def.name, dev = %p.def.dev,
+                    "device gone: frames to it are dropped meanwhile; {then}");
+                self.gone.insert(*id, self.shared.now_ns());
+            }
+        }
+        if self.gone.is_empty() {
+            return;
+        }
+        self.reopening = true;
+        let r = self.apply(&[]);
+        self.reopening = false;
+        if r.is_ok() {
+            let now = self.shared.now_ns();
+            for (id, since) in std::mem::take(&mut self.gone) {
+                if let Some(p) = self.ifaces.get(&id) {
+                    tracing::info!(interface = %p.def.name, dev = %p.def.dev, ifindex = ?p.ifindex,
+                        "device back: reattached after {} ms", now.saturating_sub(since) / 1_000_000);
+                }
+                *self.reattached.entry(id).or_default() += 1;
+            }
+        }
     }
 
     /// Places the data-path workers: worker k runs only on CPU
@@ -933,6 +992,8 @@ impl Daemon {
                     "dispatch": p.dispatch.mode_word(),
                     "mode_switches": p.dispatch.switches.load(Relaxed),
                     "broadcast_limit": def.broadcast_limit,
+                    "device": if self.gone.contains_key(&def.id) { "gone" } else { "present" },
+                    "reattached": self.reattached.get(&def.id).copied().unwrap_or(0),
                     "broadcast_limited": i.broadcast_limited.load(Relaxed),
                     "wakeups": p.dispatch.wakeups.load(Relaxed),
                 });

@@ -184,6 +184,15 @@ fn main() -> std::process::ExitCode {
                 shared.tick();
             }
         });
+        // Devices deleted under vnetd: noticed and reattached.
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                d.lock().unwrap_or_else(|p| p.into_inner()).check_devices();
+            }
+        });
         if let Some(addr) = args.metrics {
             let d = daemon.clone();
             tokio::spawn(async move {

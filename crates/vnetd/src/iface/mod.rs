@@ -22,6 +22,19 @@ pub struct Attached {
     pub def: InterfaceDef,
     pub dev: Device,
     pub dispatch: Arc<DispatchStats>,
+    /// The device's index when it was opened (a TAP or netdev; a vhost-user
+    /// socket has none): a device deleted, or deleted and made again, no
+    /// longer has it.
+    pub ifindex: Option<u32>,
+}
+
+impl Attached {
+    /// Whether the device vnetd opened is still there (in its namespace).
+    pub fn device_present(&self) -> bool {
+        let Some(was) = self.ifindex else { return true };
+        let dev = self.def.dev.clone();
+        in_ns(&self.def, move || crate::sys::ifindex(&dev)).is_ok_and(|now| now == was)
+    }
 }
 
 /// The device behind an interface, by kind.
@@ -131,7 +144,14 @@ pub fn open(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io
             .locked_to(def.mac)
             .broadcast_limit(def.broadcast_limit),
     );
-    Ok(Attached { iface, def: def.clone(), dev, dispatch })
+    let ifindex = match def.kind {
+        IfaceKind::Tap | IfaceKind::Netdev => {
+            let name = def.dev.clone();
+            Some(in_ns(def, move || crate::sys::ifindex(&name))?)
+        }
+        IfaceKind::VhostUser => None,
+    };
+    Ok(Attached { iface, def: def.clone(), dev, dispatch, ifindex })
 }
 
 /// Runs `f` in the interface's namespace, if it names one.
