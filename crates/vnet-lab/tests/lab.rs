@@ -977,14 +977,15 @@ def inner(tag):
     ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0, socket.inet_aton(bip), socket.inet_aton(aip))
     ip = ip[:10] + struct.pack('!H', csum(ip)) + ip[12:]
     return bytes.fromhex(amac.replace(':', '')) + bytes.fromhex(bmac.replace(':', '')) + b'\x08\x00' + ip + udp
-def send(to, tag, delta=0):
-    payload = struct.pack('!BBHIIII', 1, 4, 20, 0, 0, 0, 0) + inner('mark-' + tag)
+def send(to, tag, delta=0, flags=4, network=0):
+    payload = struct.pack('!BBHIIII', 1, flags, 20, network, 0, 0, 0) + inner('mark-' + tag)
     udp = struct.pack('!HHHH', 40000, 9000, 8 + len(payload) + delta, 0) + payload
     ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0, socket.inet_aton(src), socket.inet_aton(to))
     s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     s.sendto(ip + udp, (to, 0))
 for _ in range(3):
     send(dst, 'good'); send(other, 'wrongdst'); send(dst, 'shortlen', -10)
+    send(dst, 'wrongnet', network=7); send(dst, 'authflag', flags=4 | 1)
 "#;
 
 /// Prints every UDP payload that reaches port 7777 for argv[1] seconds into argv[2].
@@ -1018,6 +1019,7 @@ fn datagrams_whose_outer_headers_lie_deliver_nothing_on_either_path() {
     std::fs::write(&catch, CATCH).unwrap();
     lab.spawn(&a.ns, &["python3", catch.to_str().unwrap(), "4", caught.to_str().unwrap()]).unwrap();
     std::thread::sleep(Duration::from_millis(500));
+    let g0 = json(&lab, 0, "stats")["global"].clone();
     let (src, dst) = (ip1.to_string(), ip0.to_string());
     let args =
         [forge.to_str().unwrap(), &src, &dst, other, &a.mac, &b.mac, &a.ip.to_string(), &b.ip.to_string()];
@@ -1033,6 +1035,14 @@ fn datagrams_whose_outer_headers_lie_deliver_nothing_on_either_path() {
         "a datagram to an address vnetd does not listen on was delivered"
     );
     assert!(!got.contains("mark-shortlen"), "a datagram with a lying UDP length was delivered whole");
+    // Another network's datagrams and the reserved AUTH flag (no tag
+    // follows: a v1 reader must not take it for a plain frame) are
+    // refused and counted, on both paths (the kernel's passes them up).
+    assert!(!got.contains("mark-wrongnet"), "a datagram of another network was delivered");
+    assert!(!got.contains("mark-authflag"), "a datagram flagged AUTH was delivered");
+    let g = json(&lab, 0, "stats")["global"].clone();
+    let moved = |k: &str| g[k].as_u64().unwrap_or(0) - g0[k].as_u64().unwrap_or(0);
+    assert_eq!((moved("wrong_network"), moved("unsupported_flags")), (3, 3), "{g}");
 }
 
 /// The first line of a guest's console with `prefix`, from it on, waited for
