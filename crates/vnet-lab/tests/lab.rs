@@ -2469,6 +2469,12 @@ fn a_flood_of_fragments_that_never_complete_costs_bounded_memory_and_whole_frame
         large.received
     );
     assert!(g["reasm_evicted"].as_u64().unwrap() + g["reasm_timed_out"].as_u64().unwrap() > 10_000, "{g}");
+    // When the flood stops, the partial frames it left time out (1 s) with
+    // nothing more arriving: the slots come back and are counted.
+    let timed_out = |lab: &Lab| json(lab, 0, "stats")["global"]["reasm_timed_out"].as_u64().unwrap();
+    let t0 = timed_out(&lab);
+    wait_until(15.0, "the flood's last partial frames time out", || timed_out(&lab) > t0);
+    eprintln!("fragment flood: {} partial frames timed out after it stopped", timed_out(&lab) - t0);
     assert!(rss < rss0 + 16 * 1024, "vnetd grew from {rss0} kB to {rss} kB");
     assert_eq!(small.received, 20, "{small:?}");
     // Reassembly keeps going between the flood's frames: a real frame's

@@ -248,6 +248,7 @@ pub fn link_source(
     let shared = shared.clone();
     let mut batch = sys::RecvBatch::new();
     let mut rx = Receiver::new(via, reasm_cfg);
+    let mut expired_at = 0u64;
     let stats = shared.global.link_dispatch.clone();
     let body = move || {
         let plane = shared.plane.load();
@@ -279,11 +280,23 @@ pub fn link_source(
                 break; // the socket is empty
             }
         }
-        if n > 0 {
+        // Partial frames time out even when nothing more comes (the worker
+        // calls this at least every 100 ms).
+        let now = shared.now_ns();
+        if n > 0 || now.saturating_sub(expired_at) >= EXPIRE_EVERY_NS {
+            if rx.in_progress() > 0 {
+                rx.expire(now);
+            }
+            expired_at = now;
             rx.report(g);
+        }
+        if n > 0 {
             fw.report();
         }
         n
     };
     Source { fd, mode, stats, body: Box::new(body) }
 }
+
+/// How often an idle link socket's reader looks for timed-out partial frames.
+const EXPIRE_EVERY_NS: u64 = 100_000_000;
