@@ -1358,6 +1358,13 @@ fn a_vnetd_killed_and_restarted_under_traffic_resumes_within_two_seconds_and_the
         );
     }
     assert!(gap * 10 < 2000, "traffic resumed {} ms after the kill", gap * 10);
+    // The restarted vnetd adopted the VM's persistent TAP (or its veth) as
+    // it was: same device, same index, the VM's address still on it.
+    let a = lab.vm(0, 0).clone();
+    let addr = lab.ns_exec(&a.ns, &["ip", "-o", "addr", "show", "dev", &a.dev]).unwrap();
+    let addr = String::from_utf8_lossy(&addr.stdout).to_string();
+    assert!(addr.contains(&format!("{}/", a.ip)), "the VM's address is gone: {addr}");
+    assert_eq!(json(&lab, 0, "interfaces")["interfaces"][0]["device"], "present");
 }
 
 #[test]
