@@ -2450,7 +2450,7 @@ fn a_flood_of_fragments_that_never_complete_costs_bounded_memory_and_whole_frame
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &b, a.ip, 1472);
     let pid = lab.vnetd_pid(0).unwrap();
-    let rss0 = rss_kb(pid);
+    let (rss0, cpu0) = (rss_kb(pid), cpu_s(pid));
     let script = lab.dir.join("fragments.py");
     std::fs::write(&script, FRAGMENTS).unwrap();
     let network = link_json(&lab, 0)["network"].to_string();
@@ -2463,10 +2463,12 @@ fn a_flood_of_fragments_that_never_complete_costs_bounded_memory_and_whole_frame
     let small = lab.ping(&b, a.ip, 20, 56).unwrap();
     let large = lab.ping(&b, a.ip, 20, 1472).unwrap();
     let rss = rss_kb(pid);
+    // The pings took ~8 s of the flood's 12.
+    let cpu = cpu_s(pid) - cpu0;
     let g = json(&lab, 0, "stats")["global"].clone();
     eprintln!(
-        "fragment flood: vnetd RSS {rss0} -> {rss} kB; fragments {}, completed {}, evicted {}, timed out {}, \
-         rejected {}; ping 56 B {}/20, 1472 B (two fragments) {}/20",
+        "fragment flood: vnetd RSS {rss0} -> {rss} kB, {cpu:.1} CPU s; fragments {}, completed {}, evicted {}, \
+         timed out {}, rejected {}; ping 56 B {}/20, 1472 B (two fragments) {}/20",
         g["reasm_fragments"],
         g["reasm_completed"],
         g["reasm_evicted"],
@@ -2483,6 +2485,7 @@ fn a_flood_of_fragments_that_never_complete_costs_bounded_memory_and_whole_frame
     wait_until(15.0, "the flood's last partial frames time out", || timed_out(&lab) > t0);
     eprintln!("fragment flood: {} partial frames timed out after it stopped", timed_out(&lab) - t0);
     assert!(rss < rss0 + 16 * 1024, "vnetd grew from {rss0} kB to {rss} kB");
+    assert!(cpu < 9.0, "vnetd used {cpu:.1} CPU s: more than a core");
     assert_eq!(small.received, 20, "{small:?}");
     // Reassembly keeps going between the flood's frames: a real frame's
     // two fragments arrive back to back.
