@@ -84,13 +84,15 @@ enum Cmd {
         /// The compiled bench/mpi_pingpong.c.
         #[arg(long)]
         mpi: std::path::PathBuf,
-        /// After the run, check its medians against this earlier
-        /// results.json and its noise (as `compare` does).
+        /// After the run, check it against this earlier results.json (as
+        /// `compare` does; exits non-zero on a regression).
         #[arg(long)]
         check: Option<std::path::PathBuf>,
     },
     /// Check a rerun against a first run: which medians and ratios of NEW
-    /// lie within OLD's median plus or minus OLD's reported noise.
+    /// lie within OLD's cells' own spread, and per vnet case the typical
+    /// change of its headline ratios to native; exits non-zero when a case
+    /// got more than 5 % worse.
     Compare { old: std::path::PathBuf, new: std::path::PathBuf },
     /// Build a lab and keep it until Ctrl-C, printing how to reach it.
     Up {
@@ -414,6 +416,16 @@ fn compare(
     if let Some(path) = save {
         std::fs::write(path, &text)
             .map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", path.display())))?;
+    }
+    let bad: Vec<String> =
+        c.regressed().iter().map(|v| format!("{} ({:+.1} %)", v.case, v.change_pct)).collect();
+    if !bad.is_empty() {
+        return Err(vnet_lab::Error::Other(format!(
+            "regression: {} (a typical headline ratio to native more than {} % worse than in {})",
+            bad.join(", "),
+            vnet_lab::noise::REGRESSION_PCT,
+            old.display()
+        )));
     }
     Ok(())
 }
