@@ -440,7 +440,7 @@ mod tests {
         let mut normal = move || (-2.0 * uniform().ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos();
         let (mut own, mut pooled) = (0usize, 0usize);
         for _ in 0..trials {
-            let mut cell = |n: &mut dyn FnMut() -> f64| {
+            let cell = |n: &mut dyn FnMut() -> f64| {
                 let v = [n(), n(), n()];
                 let m = median(&v).unwrap_or(0.0);
                 (m, v.iter().map(|x| (x - m).abs()).fold(0.0, f64::max))
