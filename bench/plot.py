@@ -106,7 +106,7 @@ def main():
         return 1
     bars(rows, ["tcp1_gbps", "tcp4_gbps", "udp_gbps"], "Gbit/s", f"{out}/throughput.png", "Throughput (median)")
     bars(rows, ["ping56_rtt_us", "ping1024_rtt_us", "ping8000_rtt_us", "rr_tcp_p50_us", "rr_udp_p50_us",
-                "mpi_lat0_us"], "microseconds (log scale)", f"{out}/latency.png",
+                "mpi_lat_0B_us"], "microseconds (log scale)", f"{out}/latency.png",
          "Latency (median; lower is better)", log=True)
     mpi_latency(rows, f"{out}/mpi_latency.png")
     return 0

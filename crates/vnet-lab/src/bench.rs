@@ -220,6 +220,8 @@ const REMEASURE_BUDGET: f64 = 0.10;
 struct StealLog {
     /// The steal of every measurement kept, in percent.
     kept: Vec<f64>,
+    /// Measurements started after the idle wait gave up.
+    idle_gave_up: u64,
     /// Measurements taken again because of steal.
     remeasured: usize,
     /// When the run started, and the time spent measuring again.
@@ -229,7 +231,13 @@ struct StealLog {
 
 impl Default for StealLog {
     fn default() -> Self {
-        StealLog { kept: Vec::new(), remeasured: 0, start: Instant::now(), spent: Duration::ZERO }
+        StealLog {
+            kept: Vec::new(),
+            idle_gave_up: 0,
+            remeasured: 0,
+            start: Instant::now(),
+            spent: Duration::ZERO,
+        }
     }
 }
 
@@ -255,7 +263,10 @@ fn steady<T>(
 ) -> Result<(T, f64), String> {
     let mut best: Option<(T, f64)> = None;
     for attempt in 1..=STEAL_TRIES {
-        wait_idle();
+        if !wait_idle() {
+            log.idle_gave_up += 1;
+            eprint!("({what}: the machine did not go idle) ");
+        }
         let t = Instant::now();
         let a = cpu_ticks();
         let v = f()?;
@@ -354,6 +365,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
         "steal_pct_max": steal.kept.iter().copied().fold(0.0, f64::max),
         "steal_limit_pct": STEAL_MAX_PCT,
         "steal_remeasured": steal.remeasured,
+        "idle_wait_gave_up": steal.idle_gave_up,
         "notes": [
             "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
             "routed: no overlay at all; VMs on veths (as for vxlan and vnet-kernel) and plain IP routing in each host: what VMs behind veths cost without any overlay (a reference, not a strict bound: the kernel path skips the hosts' IP routing).",
@@ -417,18 +429,20 @@ fn cpu_ticks() -> (u64, u64, u64) {
 }
 
 /// Waits until the machine is idle (busy < 15 %, steal < 10 % over 0.2 s),
-/// up to 20 tries.
-fn wait_idle() {
+/// up to 20 tries. Returns false when it gave up (the run records how
+/// often: a measurement then started on a busy machine).
+fn wait_idle() -> bool {
     for _ in 0..20 {
         let a = cpu_ticks();
         std::thread::sleep(Duration::from_millis(200));
         let b = cpu_ticks();
         let busy = b.0.saturating_sub(a.0) as f64 / b.2.saturating_sub(a.2).max(1) as f64 * 100.0;
         if busy < 15.0 && steal_pct(a, b) < 10.0 {
-            return;
+            return true;
         }
         std::thread::sleep(Duration::from_secs(1));
     }
+    false
 }
 
 /// One endpoint of a measurement.
@@ -509,11 +523,12 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Res
     let (g, st) = steady("udp", log, || iperf(&mut lab, &a, &b, secs, &["-u", "-b", "0", "-l", &len]))?;
     out.extend(stolen(vec![sample("udp_gbps", "Gbit/s", g.0)], st));
     for size in [56u32, 1024, 8000] {
-        let ((avg, mdev), st) = steady("ping", log, || ping_rtt(&lab, &a, &b, size, opts.pings))?;
+        let ((avg, mdev, loss), st) = steady("ping", log, || ping_rtt(&lab, &a, &b, size, opts.pings))?;
         out.extend(stolen(
             vec![
                 sample(format!("ping{size}_rtt_us"), "us", avg),
                 sample(format!("ping{size}_mdev_us"), "us", mdev),
+                sample(format!("ping{size}_loss_pct"), "%", loss),
             ],
             st,
         ));
@@ -548,15 +563,27 @@ fn iperf(lab: &mut Lab, a: &End, b: &End, secs: u32, extra: &[&str]) -> Result<(
     Ok((bps / 1e9, r["bytes"].as_f64().unwrap_or(0.0)))
 }
 
-/// `count` pings 10 ms apart: (avg, mdev) in microseconds.
-fn ping_rtt(lab: &Lab, a: &End, b: &End, size: u32, count: u32) -> Result<(f64, f64), String> {
+/// Most pings a measurement may lose: beyond it the RTT of the few that
+/// came back is no figure (the measurement fails, and says why).
+const PING_LOSS_MAX_PCT: f64 = 2.0;
+
+/// `count` pings 10 ms apart: (avg, mdev) in microseconds, and the loss in
+/// percent.
+fn ping_rtt(lab: &Lab, a: &End, b: &End, size: u32, count: u32) -> Result<(f64, f64, f64), String> {
     let (s, c) = (size.to_string(), count.to_string());
     let o = lab
         .ns_output(&a.ns, &["ping", "-n", "-q", "-c", &c, "-i", "0.01", "-s", &s, &b.ip])
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&o.stdout);
+    let loss = crate::PingResult::parse(&text);
+    let loss =
+        if loss.sent == 0 { 100.0 } else { (loss.sent - loss.received) as f64 * 100.0 / loss.sent as f64 };
+    if loss > PING_LOSS_MAX_PCT {
+        return Err(format!("ping -s {size}: {loss:.1} % lost (at most {PING_LOSS_MAX_PCT} % makes an RTT)"));
+    }
     let line = text.lines().find(|l| l.starts_with("rtt")).ok_or(format!("ping -s {size}: no replies"))?;
-    parse_rtt(line).ok_or_else(|| format!("ping -s {size}: cannot read `{line}`"))
+    let (avg, mdev) = parse_rtt(line).ok_or_else(|| format!("ping -s {size}: cannot read `{line}`"))?;
+    Ok((avg, mdev, loss))
 }
 
 /// Reads `rtt min/avg/max/mdev = a/b/c/d ms[, pipe N]` as (avg, mdev) in
@@ -639,9 +666,6 @@ fn mpi(lab: &Lab, a: &End, b: &End, subnet: &str, opts: &Opts) -> Result<Vec<Sam
     for line in text.lines() {
         let f: Vec<f64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
         if let [size, lat, bw] = f[..] {
-            if size == 0.0 {
-                out.push(sample("mpi_lat0_us", "us", lat));
-            }
             out.push(sample(format!("mpi_lat_{}B_us", size as u64), "us", lat));
             peak = peak.max(bw);
         }
@@ -667,15 +691,18 @@ pub fn markdown(doc: &Value) -> String {
     let _ = writeln!(
         md,
         "Repeats: {}, {} s per transfer; CPU steal during measurements: median {:.1} %, largest {:.1} % \
-         (limit {:.0} %; {} measurements taken again); congestion control: {}\n",
+         (limit {:.0} %; {} measurements taken again); measurements started on a machine that did not go \
+         idle: {}; congestion control: {}\n",
         doc["repeats"],
         doc["seconds"],
         doc["steal_pct_median"].as_f64().unwrap_or(0.0),
         doc["steal_pct_max"].as_f64().unwrap_or(0.0),
         doc["steal_limit_pct"].as_f64().unwrap_or(0.0),
         doc["steal_remeasured"].as_u64().unwrap_or(0),
+        doc["idle_wait_gave_up"].as_u64().map_or("not recorded".to_string(), |n| n.to_string()),
         doc["congestion_control"].as_str().unwrap_or("")
     );
+    let repeats = doc["repeats"].as_u64().unwrap_or(0) as usize;
     for n in doc["notes"].as_array().into_iter().flatten() {
         let _ = writeln!(md, "- {}", n.as_str().unwrap_or(""));
     }
@@ -698,7 +725,7 @@ pub fn markdown(doc: &Value) -> String {
         "ping8000_rtt_us",
         "rr_tcp_p50_us",
         "rr_udp_p50_us",
-        "mpi_lat0_us",
+        "mpi_lat_0B_us",
         "mpi_bw_peak_mbs",
         "cpu_s_per_gb",
     ];
@@ -706,7 +733,10 @@ pub fn markdown(doc: &Value) -> String {
         let _ = writeln!(md, "\n### Underlay MTU {mtu}, {shaped}\n");
         let _ = writeln!(
             md,
-            "Each cell: median (ratio to native) [min-max of the repeats]. Noise: the row's ± for medians / for ratios.\n"
+            "Each cell: median (ratio to native) [min-max of the repeats]; ‡ fewer repeats than the run made, \
+             † a ratio of medians (native had no repeat to pair with). Noise: the row's ± for medians / for ratios. \
+             UDP is iperf3 with datagrams of the VM MTU less 28 bytes: with a 64 KB VM MTU (the user path's \
+             offloads) one datagram is 64 KB, so its goodput is not comparable to native's 1472-byte datagrams.\n"
         );
         let _ = write!(md, "| metric | noise |");
         for c in &cases {
@@ -743,12 +773,16 @@ pub fn markdown(doc: &Value) -> String {
                             .filter_map(|x| x.as_f64())
                             .collect();
                         let (lo, hi) = s.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
-                        let ratio = r["ratio_median"]
-                            .as_f64()
-                            .or(native.map(|n| med / n))
-                            .map_or(String::new(), |x| format!(" ({x:.2}x)"));
+                        // † a ratio of medians (no repeat of native to pair
+                        // with); ‡ fewer repeats than the run made.
+                        let ratio = match (r["ratio_median"].as_f64(), native) {
+                            (Some(x), _) => format!(" ({x:.2}x)"),
+                            (None, Some(n)) if r["case"] != "native" => format!(" ({:.2}x†)", med / n),
+                            _ => String::new(),
+                        };
+                        let short = if s.len() < repeats { "‡" } else { "" };
                         let spread = if s.len() > 1 { format!(" [{lo:.1}-{hi:.1}]") } else { String::new() };
-                        let _ = write!(md, " {med:.2}{ratio}{spread} |");
+                        let _ = write!(md, " {med:.2}{short}{ratio}{spread} |");
                     }
                     None => {
                         let _ = write!(md, " failed |");
@@ -819,6 +853,9 @@ mod tests {
             json!({"case": case, "mtu": 1500, "shaped": null, "metric": metric, "unit": unit,
                    "samples": samples, "median": median(samples)})
         };
+        // Repeats 2 and 3, native's only repeat 1: nothing to pair.
+        let mut unpaired = row("vxlan", "udp_gbps", "Gbit/s", &[5.0, 5.0]);
+        unpaired["sample_repeats"] = json!([2, 3]);
         let doc = json!({
             "date": "d", "machine": "m", "kernel": "k", "command": "c", "repeats": 3, "seconds": 5,
             "steal_pct_median": 1.0, "congestion_control": "bbr", "notes": [],
@@ -826,6 +863,9 @@ mod tests {
             "results": [
                 row("native", "tcp1_gbps", "Gbit/s", &[20.0, 22.0, 21.0]),
                 row("vxlan", "tcp1_gbps", "Gbit/s", &[10.0, 10.5, 11.0]),
+                row("vnet-user-raw", "tcp1_gbps", "Gbit/s", &[8.0, 8.4]),
+                row("native", "udp_gbps", "Gbit/s", &[10.0]),
+                unpaired,
             ],
         });
         let mut doc = doc;
@@ -838,5 +878,10 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("vnet-user-raw mtu 1500 unshaped repeat 2: boom"), "{md}");
+        // Fewer repeats than the run's: marked ‡; a ratio that could only be
+        // one of medians (native's repeat 1 pairs with none of 2 and 3): †.
+        assert!(md.contains("| 8.20‡ (0.39x) [8.0-8.4] |"), "{md}");
+        assert!(md.contains("| 10.00‡ (1.00x) | 5.00‡ (0.50x†) [5.0-5.0] |"), "{md}");
+        assert!(md.contains("did not go idle: not recorded"), "{md}");
     }
 }

@@ -211,7 +211,7 @@ pub const HEADLINE: [&str; 9] = [
     "ping56_rtt_us",
     "rr_tcp_p50_us",
     "rr_udp_p50_us",
-    "mpi_lat0_us",
+    "mpi_lat_0B_us",
     "mpi_bw_peak_mbs",
     "cpu_s_per_gb",
 ];
