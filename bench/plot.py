@@ -23,11 +23,44 @@ def cases(rows):
     return sorted(names, key=lambda c: (c != "native", c != "routed", c != "vxlan", c))
 
 
-def median(rows, case, cond, metric):
+# What a reader calls each metric.
+NAMES = {
+    "tcp1_gbps": "TCP, 1 stream",
+    "tcp4_gbps": "TCP, 4 streams",
+    "udp_gbps": "UDP goodput",
+    "ping56_rtt_us": "ping, 56 B",
+    "ping1024_rtt_us": "ping, 1 KB",
+    "ping8000_rtt_us": "ping, 8000 B",
+    "rr_tcp_p50_us": "request-response TCP (p50)",
+    "rr_udp_p50_us": "request-response UDP (p50)",
+    "mpi_lat_0B_us": "MPI, 0 B one-way",
+    "mpi_bw_peak_mbs": "MPI bandwidth (peak)",
+    "cpu_s_per_gb": "CPU s per GB",
+}
+
+# Cases drawn as reference lines across each metric's group, not as bars.
+BASELINES = {"native": ("black", "-"), "routed": ("dimgray", "--"), "bridged": ("gray", ":")}
+
+
+def row(rows, case, cond, metric):
     for r in rows:
         if r["case"] == case and r["metric"] == metric and (r["mtu"], r["shaped"] or "unshaped") == cond:
-            return r["median"]
+            return r
     return None
+
+
+def median(rows, case, cond, metric):
+    r = row(rows, case, cond, metric)
+    return r["median"] if r else None
+
+
+def spread(rows, case, cond, metric):
+    """(median, below, above): the whisker from the repeats' min to max."""
+    r = row(rows, case, cond, metric)
+    if not r or r["median"] is None or not r.get("samples"):
+        return None
+    s = r["samples"]
+    return r["median"], r["median"] - min(s), max(s) - r["median"]
 
 
 def grid(n):
@@ -42,25 +75,39 @@ def grid(n):
 
 
 def save(fig, axes, path):
-    """The legend on the first panel, then the figure to path."""
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    """One legend under the panels (it hides no bar), then the figure to path."""
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), fontsize=8)
+    rows = (len(labels) + 5) // 6
+    fig.tight_layout(rect=(0, 0.025 + 0.025 * rows, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def bars(rows, metrics, ylabel, path, title, log=False):
+    """Bars for the overlays (median, whiskers from the repeats' min to max),
+    the baselines as horizontal reference lines across each metric's group."""
     conds = conditions(rows)
-    cs = cases(rows)
+    cs = [c for c in cases(rows) if c not in BASELINES]
+    base = [c for c in cases(rows) if c in BASELINES]
     fig, axes = grid(len(conds))
     width = 0.8 / max(len(cs), 1)
     for ax, cond in zip(axes, conds):
         for i, c in enumerate(cs):
-            vals = [median(rows, c, cond, m) or 0 for m in metrics]
-            xs = [j + i * width for j in range(len(metrics))]
-            ax.bar(xs, vals, width, label=c)
+            got = [spread(rows, c, cond, m) for m in metrics]
+            xs = [j + i * width for j, g in enumerate(got) if g]
+            vals = [g[0] for g in got if g]
+            err = [[g[1] for g in got if g], [g[2] for g in got if g]]
+            ax.bar(xs, vals, width, yerr=err, capsize=2, error_kw={"elinewidth": 0.8}, label=c)
+        for b in base:
+            colour, style = BASELINES[b]
+            for j, m in enumerate(metrics):
+                v = median(rows, b, cond, m)
+                if v:
+                    ax.hlines(v, j - width / 2, j + 0.8 - width / 2, colors=colour, linestyles=style,
+                              linewidth=1.2, label=b if j == 0 else None)
         ax.set_xticks([j + width * (len(cs) - 1) / 2 for j in range(len(metrics))])
-        ax.set_xticklabels(metrics, rotation=20)
+        ax.set_xticklabels([NAMES.get(m, m) for m in metrics], rotation=20, ha="right", fontsize=8)
         ax.set_title(f"MTU {cond[0]}, {cond[1]}")
         ax.set_ylabel(ylabel)
         if log:
@@ -69,7 +116,7 @@ def bars(rows, metrics, ylabel, path, title, log=False):
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.grid(axis="y", alpha=0.3, which="both" if log else "major")
-    fig.suptitle(title)
+    fig.suptitle(title + "; whiskers: the repeats' min to max; lines: the no-overlay baselines")
     save(fig, axes, path)
 
 
