@@ -20,7 +20,7 @@ def conditions(rows):
 
 def cases(rows):
     names = {r["case"] for r in rows}
-    return sorted(names, key=lambda c: (c != "native", c != "routed", c != "vxlan", c))
+    return sorted(names, key=lambda c: (c != "native", c != "routed", c != "bridged", c != "vxlan", c))
 
 
 # What a reader calls each metric.

@@ -85,6 +85,9 @@ pub enum Case {
     /// No overlay: VMs on veths and IP routing in the hosts. The cost of a
     /// VM's veth alone, a floor for every VM-on-veth case (vxlan, kernel).
     Routed,
+    /// No overlay and no routing: VMs on veths bridged with the underlay,
+    /// one L2 segment. The cost of a VM's virtual NIC alone.
+    Bridged,
     /// vnetd's user-space path in its default (adaptive) dispatch mode.
     VnetUser(Wire),
     /// vnetd's user-space path with every worker in `poll` mode.
@@ -99,6 +102,7 @@ impl Case {
             Case::Native => "native".into(),
             Case::Vxlan => "vxlan".into(),
             Case::Routed => "routed".into(),
+            Case::Bridged => "bridged".into(),
             Case::VnetUser(w) => format!("vnet-user-{}", w.word()),
             Case::VnetUserPoll(w) => format!("vnet-userpoll-{}", w.word()),
             Case::VnetKernel(w) => format!("vnet-kernel-{}", w.word()),
@@ -109,6 +113,7 @@ impl Case {
         vec![
             Case::Native,
             Case::Routed,
+            Case::Bridged,
             Case::Vxlan,
             Case::VnetUser(Wire::Raw),
             Case::VnetUser(Wire::Vnet),
@@ -134,7 +139,7 @@ impl Case {
     /// The endpoints' MTU over an underlay of `mtu`.
     fn endpoint_mtu(self, mtu: u32) -> u32 {
         match self {
-            Case::Native | Case::Routed => mtu,
+            Case::Native | Case::Routed | Case::Bridged => mtu,
             Case::Vxlan => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
             Case::VnetUser(w) | Case::VnetUserPoll(w) => w.user_mtu(mtu),
             // The kernel path does not fragment: the VM's frames must fit.
@@ -369,7 +374,8 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
         "notes": [
             "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
             "routed: no overlay at all; VMs on veths (as for vxlan and vnet-kernel) and plain IP routing in each host: what VMs behind veths cost without any overlay (a reference, not a strict bound: the kernel path skips the hosts' IP routing).",
-            "Endpoint MTU: native and routed = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
+            "bridged: no overlay and no routing; VMs on veths whose host ends share a Linux bridge with the underlay device (one L2 segment): what a VM's virtual NIC costs with nothing else in the way. Overlay cases are also given as a ratio to the better of routed and bridged (the `vs best baseline` column of each cell, `b`).",
+            "Endpoint MTU: native, routed and bridged = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
             "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
             "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
@@ -457,6 +463,7 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Res
         Case::Native => (Overlay::None, no_vnet, None, None),
         Case::Vxlan => (Overlay::Vxlan, no_vnet, None, None),
         Case::Routed => (Overlay::Routed, no_vnet, None, None),
+        Case::Bridged => (Overlay::Bridged, no_vnet, None, None),
         Case::VnetUser(w) => (Overlay::Vnet, w.lab(), None, None),
         Case::VnetUserPoll(w) => (Overlay::Vnet, w.lab(), Some("poll".to_string()), None),
         Case::VnetKernel(w) => (Overlay::Vnet, w.lab(), None, Some("kernel".to_string())),
@@ -714,7 +721,7 @@ pub fn markdown(doc: &Value) -> String {
     conds.sort();
     conds.dedup();
     let mut cases: Vec<String> = rows.iter().filter_map(|r| r["case"].as_str().map(String::from)).collect();
-    cases.sort_by_key(|c| (c != "native", c != "routed", c != "vxlan", c.clone()));
+    cases.sort_by_key(|c| (c != "native", c != "routed", c != "bridged", c != "vxlan", c.clone()));
     cases.dedup();
     let metrics = [
         "tcp1_gbps",
@@ -733,7 +740,8 @@ pub fn markdown(doc: &Value) -> String {
         let _ = writeln!(md, "\n### Underlay MTU {mtu}, {shaped}\n");
         let _ = writeln!(
             md,
-            "Each cell: median (ratio to native) [min-max of the repeats]; ‡ fewer repeats than the run made, \
+            "Each cell: median (ratio to native) b(ratio to the better of routed and bridged) [min-max of the \
+             repeats]; ‡ fewer repeats than the run made, \
              † a ratio of medians (native had no repeat to pair with). Noise: the row's ± for medians / for ratios. \
              UDP is iperf3 with datagrams of the VM MTU less 28 bytes: with a 64 KB VM MTU (the user path's \
              offloads) one datagram is 64 KB, so its goodput is not comparable to native's 1472-byte datagrams.\n"
@@ -782,7 +790,11 @@ pub fn markdown(doc: &Value) -> String {
                         };
                         let short = if s.len() < repeats { "‡" } else { "" };
                         let spread = if s.len() > 1 { format!(" [{lo:.1}-{hi:.1}]") } else { String::new() };
-                        let _ = write!(md, " {med:.2}{short}{ratio}{spread} |");
+                        // Against the better of routed and bridged.
+                        let base = r["baseline_ratio_median"]
+                            .as_f64()
+                            .map_or(String::new(), |x| format!(" b{x:.2}x"));
+                        let _ = write!(md, " {med:.2}{short}{ratio}{base}{spread} |");
                     }
                     None => {
                         let _ = write!(md, " failed |");

@@ -39,6 +39,8 @@ enum Join {
     Vxlan,
     /// No overlay: VMs on veths, IP routing in the hosts.
     Routed,
+    /// No overlay: VMs on veths bridged with the underlay (one L2 segment).
+    Bridged,
 }
 
 #[derive(Subcommand)]
@@ -192,6 +194,7 @@ fn main() -> ExitCode {
                     Join::Vnet => Overlay::Vnet,
                     Join::Vxlan => Overlay::Vxlan,
                     Join::Routed => Overlay::Routed,
+                    Join::Bridged => Overlay::Bridged,
                 },
                 links: match links {
                     LinkKind::Udp => Links::Udp,

@@ -139,6 +139,11 @@ pub enum Overlay {
     /// /24 and the underlay (one VM per host). What a VM's extra veth hop
     /// costs by itself.
     Routed,
+    /// No overlay and no routing: VMs on veths whose host ends sit in a
+    /// Linux bridge with the underlay device (the host's address moves to
+    /// the bridge), so every VM is on one L2 segment with the wire. What a
+    /// VM's virtual NIC costs with nothing else in the way.
+    Bridged,
 }
 
 impl Default for Spec {

@@ -85,13 +85,21 @@ impl Lab {
         for host in &hosts {
             if s.hosts > 1 {
                 let dev = host.underlay_dev.as_str();
+                let mtu = s.underlay_mtu.to_string();
+                self.ns_exec(&host.ns, &["ip", "link", "set", dev, "mtu", &mtu, "up"])?;
+                // Bridged: the underlay device is a port of the host's
+                // bridge, which holds the host's address.
+                let addr_dev = if s.overlay == Overlay::Bridged {
+                    self.ns_exec(&host.ns, &["ip", "link", "add", "br0", "type", "bridge"])?;
+                    self.ns_exec(&host.ns, &["ip", "link", "set", "br0", "mtu", &mtu, "up"])?;
+                    self.ns_exec(&host.ns, &["ip", "link", "set", dev, "master", "br0"])?;
+                    "br0"
+                } else {
+                    dev
+                };
                 self.ns_exec(
                     &host.ns,
-                    &["ip", "link", "set", dev, "mtu", &s.underlay_mtu.to_string(), "up"],
-                )?;
-                self.ns_exec(
-                    &host.ns,
-                    &["ip", "addr", "add", &format!("{}/24", host.underlay_ip), "dev", dev],
+                    &["ip", "addr", "add", &format!("{}/24", host.underlay_ip), "dev", addr_dev],
                 )?;
                 if let Some(rate) = &s.shape {
                     self.ns_exec(
@@ -119,7 +127,7 @@ impl Lab {
                 let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
                 let veth = s.veth_hosts.contains(&h)
                     || s.kernel_vtep(h)
-                    || s.overlay == Overlay::Routed
+                    || matches!(s.overlay, Overlay::Routed | Overlay::Bridged)
                     || (s.overlay == Overlay::Vnet && s.datapath.is_some());
                 let dev = if veth { "eth0" } else { "vt0" };
                 let vm = Vm {
@@ -141,7 +149,7 @@ impl Lab {
                 let mtu = s.vm_mtu.to_string();
                 if let Some(hd) = &vm.host_dev {
                     self.add_veth(&host.ns, hd, &ns, dev)?;
-                    if s.kernel_vtep(h) {
+                    if s.kernel_vtep(h) || s.overlay == Overlay::Bridged {
                         self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
                     }
                 } else {

@@ -323,6 +323,27 @@ fn kernel_vxlan_baseline_lab_works() {
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
+fn bridged_baseline_lab_puts_the_vms_on_the_underlays_segment() {
+    let lab =
+        lab(Spec { overlay: vnet_lab::Overlay::Bridged, datapath: None, vm_mtu: 1500, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 1472);
+    // One L2 segment, nothing routed: VM A knows VM B's own MAC, the hosts
+    // do not forward IP, and no vnetd runs.
+    let neigh = lab.ns_exec(&a.ns, &["ip", "neigh", "show", &b.ip.to_string()]).unwrap();
+    assert!(String::from_utf8_lossy(&neigh.stdout).contains(&b.mac), "{neigh:?}");
+    for h in &lab.hosts {
+        let f = lab.ns_exec(&h.ns, &["sysctl", "-n", "net.ipv4.ip_forward"]).unwrap();
+        assert_eq!(String::from_utf8_lossy(&f.stdout).trim(), "0");
+    }
+    assert!(lab.control(0, "show links").is_err());
+    // The hosts keep their underlay addresses (on the bridge).
+    let h1 = lab.hosts[1].underlay_ip.to_string();
+    assert!(lab.ns_exec(&lab.hosts[0].ns, &["ping", "-c", "1", "-W", "2", &h1]).unwrap().status.success());
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
 fn adaptive_dispatch_polls_under_load_and_sleeps_when_idle() {
     // The user path's dispatch: VMs on TAPs vnetd holds, whatever the pass.
     let mut lab =
