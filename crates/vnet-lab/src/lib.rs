@@ -31,6 +31,7 @@ pub mod pki;
 mod process;
 mod spec;
 mod topology;
+pub mod vhost_load;
 
 pub use config::config_for;
 pub use guest::console_line;

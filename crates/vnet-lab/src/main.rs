@@ -96,6 +96,14 @@ enum Cmd {
     /// change of its headline ratios to native; exits non-zero when a case
     /// got more than 5 % worse.
     Compare { old: std::path::PathBuf, new: std::path::PathBuf },
+    /// Drive vnetd's vhost-user backend with two front ends of our own (no
+    /// guest, no KVM) and the same load through two TAPs: frames/s and ns
+    /// per frame at 64 B, 1500 B and 60000 B.
+    VhostLoad {
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
     /// Build a lab and keep it until Ctrl-C, printing how to reach it.
     Up {
         #[arg(long, default_value_t = 2)]
@@ -218,6 +226,7 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Compare { old, new } => compare(&old, &new, None),
+        Cmd::VhostLoad { seconds } => vhost_load(seconds),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -405,6 +414,31 @@ fn read_json(path: &std::path::Path) -> vnet_lab::Result<serde_json::Value> {
         .map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", path.display())))?;
     serde_json::from_str(&text)
         .map_err(|e| vnet_lab::Error::Other(format!("{}:{}:{}: {e}", path.display(), e.line(), e.column())))
+}
+
+/// `vnet-lab vhost-load`: one lab, both measurements, one table.
+fn vhost_load(secs: f64) -> vnet_lab::Result<()> {
+    let lab = Lab::up(Spec { vms_per_host: 0, ..Spec::default() })?;
+    let lens = [64, 1500, 60_000];
+    let e = vnet_lab::Error::Other;
+    let vhost = vnet_lab::vhost_load::measure(&lab, &lens, secs).map_err(e)?;
+    let tap = vnet_lab::vhost_load::measure_tap(&lab, &lens, secs).map_err(e)?;
+    println!("| frame | vhost-user frames/s | ns a frame | Gbit/s | TAP frames/s | ns a frame | Gbit/s | vhost-user / TAP |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (v, t) in vhost.iter().zip(&tap) {
+        println!(
+            "| {} B | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {:.2} | {:.2}x |",
+            v.len,
+            v.received_per_s,
+            v.ns_per_frame(),
+            v.gbps,
+            t.received_per_s,
+            t.ns_per_frame(),
+            t.gbps,
+            v.received_per_s / t.received_per_s.max(1.0)
+        );
+    }
+    Ok(())
 }
 
 /// Prints the check of `new` against `old` (and writes it to `save`).

@@ -2693,3 +2693,42 @@ fn a_transaction_that_fails_at_commit_or_is_aborted_changes_nothing_and_traffic_
     assert_eq!(routes(&lab), before.0);
     assert!(say("show links").contains("end ok"));
 }
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn the_vhost_user_backend_carries_frames_between_front_ends_without_a_guest() {
+    let lab = lab(Spec { vms_per_host: 0, ..Spec::default() });
+    let rates = vnet_lab::vhost_load::measure(&lab, &[64, 1500, 60_000], 1.0).unwrap();
+    for r in &rates {
+        eprintln!(
+            "vhost-user g0 -> g1, {} B frames: {:.0} frames/s taken, {:.0} placed ({:.0} ns a frame, {:.2} Gbit/s)",
+            r.len,
+            r.sent_per_s,
+            r.received_per_s,
+            r.ns_per_frame(),
+            r.gbps
+        );
+        assert!(r.received_per_s > 1000.0, "{r:?}");
+        assert!(r.received_per_s <= r.sent_per_s * 1.01 + 300.0, "more placed than sent: {r:?}");
+    }
+    let g1 = json(&lab, 0, "interfaces")["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["name"] == "g1")
+        .cloned();
+    assert_eq!(g1.unwrap()["bad_chains"], 0);
+    // The same load through two TAPs (the user path's other way in).
+    let taps = vnet_lab::vhost_load::measure_tap(&lab, &[64, 1500, 60_000], 1.0).unwrap();
+    for (t, v) in taps.iter().zip(&rates) {
+        eprintln!(
+            "TAP t0 -> t1, {} B frames: {:.0} frames/s placed ({:.0} ns a frame, {:.2} Gbit/s); vhost-user / TAP: {:.2}x",
+            t.len,
+            t.received_per_s,
+            t.ns_per_frame(),
+            t.gbps,
+            v.received_per_s / t.received_per_s.max(1.0)
+        );
+        assert!(t.received_per_s > 1000.0, "{t:?}");
+    }
+}
