@@ -239,6 +239,16 @@ pub struct Rate {
 }
 
 impl Rate {
+    /// The rates of `sent` frames taken and `frames` (`bytes`) placed in `secs`.
+    fn of(len: usize, sent: u64, frames: u64, bytes: u64, secs: f64) -> Rate {
+        Rate {
+            len,
+            sent_per_s: sent as f64 / secs,
+            received_per_s: frames as f64 / secs,
+            gbps: bytes as f64 * 8.0 / secs / 1e9,
+        }
+    }
+
     /// Nanoseconds of the whole path per frame received.
     pub fn ns_per_frame(&self) -> f64 {
         if self.received_per_s > 0.0 {
@@ -274,12 +284,7 @@ pub fn measure(lab: &crate::Lab, lens: &[usize], secs: f64) -> Result<Vec<Rate>,
         std::thread::sleep(Duration::from_millis(200));
         let sent = tx.send(len, m1, m0, secs);
         let (frames, bytes) = receiver.join().map_err(|_| "the receiver panicked".to_string())?;
-        out.push(Rate {
-            len,
-            sent_per_s: sent as f64 / secs,
-            received_per_s: frames as f64 / secs,
-            gbps: bytes as f64 * 8.0 / secs / 1e9,
-        });
+        out.push(Rate::of(len, sent, frames, bytes, secs));
         drop(tx);
         // vnetd serves the next front end on the same socket.
         std::thread::sleep(Duration::from_millis(300));
@@ -339,12 +344,7 @@ pub fn measure_tap(lab: &crate::Lab, lens: &[usize], secs: f64) -> Result<Vec<Ra
             }
         }
         let (frames, bytes) = receiver.join().map_err(|_| "the receiver panicked".to_string())?;
-        out.push(Rate {
-            len,
-            sent_per_s: sent as f64 / secs,
-            received_per_s: frames as f64 / secs,
-            gbps: bytes as f64 * 8.0 / secs / 1e9,
-        });
+        out.push(Rate::of(len, sent, frames, bytes, secs));
     }
     Ok(out)
 }

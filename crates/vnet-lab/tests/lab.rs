@@ -1310,23 +1310,10 @@ fn under_traffic(lab: &mut Lab, every_ms: u32, count: u32, during: impl FnOnce(&
     assert_ping(lab, &a, b.ip, 56);
     lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
     lab.wait_listening(&b.ns, 5201).unwrap();
-    let (ns, ip) = (a.ns.clone(), b.ip.to_string());
-    let ping = {
-        let (ns, ip) = (ns.clone(), ip.clone());
-        let (every, count) = (format!("{}", every_ms as f64 / 1000.0), count.to_string());
-        std::thread::spawn(move || {
-            std::process::Command::new("ip")
-                .args(["netns", "exec", &ns, "ping", "-n", "-i", &every, "-c", &count, "-W", "1", &ip])
-                .output()
-                .unwrap()
-        })
-    };
-    let tcp = std::thread::spawn(move || {
-        std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, "iperf3", "-c", &ip, "-t", "6", "-b", "200M", "-J"])
-            .output()
-            .unwrap()
-    });
+    let (ns, ip) = (a.ns.as_str(), b.ip.to_string());
+    let (every, count) = (format!("{}", every_ms as f64 / 1000.0), count.to_string());
+    let ping = in_background(ns, &["ping", "-n", "-i", &every, "-c", &count, "-W", "1", &ip]);
+    let tcp = in_background(ns, &["iperf3", "-c", &ip, "-t", "6", "-b", "200M", "-J"]);
     std::thread::sleep(Duration::from_millis(2000));
     during(lab);
     let ping = ping.join().unwrap();
@@ -1809,6 +1796,14 @@ fn cluster_of_five_hosts_from_etcd_alone_a_sixth_joins_and_a_killed_host_leaves_
 }
 
 /// The longest run of lost replies in `ping -i` output (by icmp_seq), in pings.
+/// Runs `args` in namespace `ns` on a thread of its own; join it for the
+/// output (a ping or an iperf3 client under whatever the test does meanwhile).
+fn in_background(ns: &str, args: &[&str]) -> std::thread::JoinHandle<std::process::Output> {
+    let mut all: Vec<String> = vec!["netns".into(), "exec".into(), ns.into()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    std::thread::spawn(move || std::process::Command::new("ip").args(&all).output().unwrap())
+}
+
 /// A process's resident set, in kB (0 if it is gone).
 fn rss_kb(pid: u32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -1872,29 +1867,8 @@ fn cluster_survives_etcd_stopped_for_thirty_seconds_and_converges_on_its_return(
     assert_ping(&lab, &a, c.ip, 56);
     // 20 ms pings for the whole outage and a while after.
     const PINGS: u32 = 2000;
-    let ping = {
-        let (ns, ip) = (a.ns.clone(), b.ip.to_string());
-        std::thread::spawn(move || {
-            std::process::Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &ns,
-                    "ping",
-                    "-n",
-                    "-q",
-                    "-i",
-                    "0.02",
-                    "-c",
-                    &PINGS.to_string(),
-                    "-W",
-                    "1",
-                    &ip,
-                ])
-                .output()
-                .unwrap()
-        })
-    };
+    let (count, bip) = (PINGS.to_string(), b.ip.to_string());
+    let ping = in_background(&a.ns, &["ping", "-n", "-q", "-i", "0.02", "-c", &count, "-W", "1", &bip]);
     std::thread::sleep(Duration::from_secs(2));
     lab.stop_etcd();
     wait_until(10.0, "every host says the store is down", || {
@@ -2039,22 +2013,9 @@ fn idle_links_stay_up_on_keepalives_an_underlay_flapping_twenty_times_a_minute_l
         lab.ns_exec(&ns1, &["ip", "link", "set", &dev1, state]).unwrap();
     };
     let rss_before = rss_kb(lab.vnetd_pid(0).unwrap());
-    let (ns, ip) = (a.ns.clone(), b.ip.to_string());
-    let ping = {
-        let (ns, ip) = (ns.clone(), ip.clone());
-        std::thread::spawn(move || {
-            std::process::Command::new("ip")
-                .args(["netns", "exec", &ns, "ping", "-n", "-i", "0.1", "-c", "640", "-W", "1", &ip])
-                .output()
-                .unwrap()
-        })
-    };
-    let tcp = std::thread::spawn(move || {
-        std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, "iperf3", "-c", &ip, "-t", "64", "-b", "50M", "-J"])
-            .output()
-            .unwrap()
-    });
+    let (ns, ip) = (a.ns.as_str(), b.ip.to_string());
+    let ping = in_background(ns, &["ping", "-n", "-i", "0.1", "-c", "640", "-W", "1", &ip]);
+    let tcp = in_background(ns, &["iperf3", "-c", &ip, "-t", "64", "-b", "50M", "-J"]);
     std::thread::sleep(Duration::from_secs(1));
     for _ in 0..20 {
         set("down");
@@ -2146,14 +2107,8 @@ fn a_vms_broadcast_storm_is_cut_to_its_limit_and_the_other_vms_keep_talking() {
     let script = lab.dir.join("storm.py");
     std::fs::write(&script, STORM).unwrap();
     const SECS: u64 = 8;
-    let (ns, dev, mac, path) =
-        (storm.ns.clone(), storm.dev.clone(), storm.mac.clone(), script.to_str().unwrap().to_string());
-    let storm_run = std::thread::spawn(move || {
-        std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, "python3", &path, &dev, &mac, &SECS.to_string()])
-            .output()
-            .unwrap()
-    });
+    let path = script.to_str().unwrap();
+    let storm_run = in_background(&storm.ns, &["python3", path, &storm.dev, &storm.mac, &SECS.to_string()]);
     std::thread::sleep(Duration::from_millis(500));
     let r = lab.ping(&other, far.ip, 35, 56).unwrap();
     let sent: u64 = String::from_utf8_lossy(&storm_run.join().unwrap().stdout).trim().parse().unwrap_or(0);
@@ -2218,52 +2173,11 @@ fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
     lab.wait_listening(&b.ns, 5202).unwrap();
     let script = lab.dir.join("broadcast.py");
     std::fs::write(&script, STORM).unwrap();
-    let cmd = |ns: &str, args: Vec<String>| {
-        let ns = ns.to_string();
-        std::thread::spawn(move || {
-            std::process::Command::new("ip").args(["netns", "exec", &ns]).args(&args).output().unwrap()
-        })
-    };
-    let s = |x: &str| x.to_string();
-    let t = (secs + 2).to_string();
-    let ping = cmd(
-        &a.ns,
-        vec![
-            s("ping"),
-            s("-n"),
-            s("-i"),
-            s("0.1"),
-            s("-c"),
-            (secs * 10).to_string(),
-            s("-W"),
-            s("1"),
-            b.ip.to_string(),
-        ],
-    );
-    let tcp = cmd(
-        &c.ns,
-        vec![s("iperf3"), s("-c"), b.ip.to_string(), s("-t"), t.clone(), s("-b"), s("100M"), s("-J")],
-    );
-    let udp = cmd(
-        &a.ns,
-        vec![
-            s("iperf3"),
-            s("-c"),
-            b.ip.to_string(),
-            s("-p"),
-            s("5202"),
-            s("-u"),
-            s("-t"),
-            t.clone(),
-            s("-b"),
-            s("20M"),
-            s("-J"),
-        ],
-    );
-    let bcast = cmd(
-        &c.ns,
-        vec![s("python3"), script.to_str().unwrap().to_string(), c.dev.clone(), c.mac.clone(), t, s("50")],
-    );
+    let (t, bip, count) = ((secs + 2).to_string(), b.ip.to_string(), (secs * 10).to_string());
+    let ping = in_background(&a.ns, &["ping", "-n", "-i", "0.1", "-c", &count, "-W", "1", &bip]);
+    let tcp = in_background(&c.ns, &["iperf3", "-c", &bip, "-t", &t, "-b", "100M", "-J"]);
+    let udp = in_background(&a.ns, &["iperf3", "-c", &bip, "-p", "5202", "-u", "-t", &t, "-b", "20M", "-J"]);
+    let bcast = in_background(&c.ns, &["python3", script.to_str().unwrap(), &c.dev, &c.mac, &t, "50"]);
     let pids: Vec<u32> = (0..3).map(|h| lab.vnetd_pid(h).unwrap()).collect();
     let t0 = std::time::Instant::now();
     let (mut samples, mut churn, mut moves, mut flaps) = (Vec::new(), 0u64, 0u64, 0u64);
@@ -2586,18 +2500,9 @@ fn routes_replaced_two_hundred_times_under_a_tcp_stream_and_a_10ms_ping_lose_not
     assert_ping(&lab, &a, b.ip, 56);
     lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
     lab.wait_listening(&b.ns, 5201).unwrap();
-    let (ns, ip) = (a.ns.clone(), b.ip.to_string());
-    let ping = {
-        let (ns, ip) = (ns.clone(), ip.clone());
-        std::thread::spawn(move || {
-            let args = ["netns", "exec", &ns, "ping", "-n", "-i", "0.01", "-c", "700", "-W", "1", &ip];
-            std::process::Command::new("ip").args(args).output().unwrap()
-        })
-    };
-    let tcp = std::thread::spawn(move || {
-        let args = ["netns", "exec", &ns, "iperf3", "-c", &ip, "-t", "9", "-b", "300M", "-J"];
-        std::process::Command::new("ip").args(args).output().unwrap()
-    });
+    let (ns, ip) = (a.ns.as_str(), b.ip.to_string());
+    let ping = in_background(ns, &["ping", "-n", "-i", "0.01", "-c", "700", "-W", "1", &ip]);
+    let tcp = in_background(ns, &["iperf3", "-c", &ip, "-t", "9", "-b", "300M", "-J"]);
     std::thread::sleep(Duration::from_millis(500));
     // Each transaction replaces the route that carries the stream (delete
     // and add again, as one change) and adds or deletes another.
