@@ -29,13 +29,21 @@ bash scripts/package.sh
 # once (a vhost-user guest's rings are vnetd's whatever the data path; a
 # TAP guest is a netdev, which vnetd puts on the kernel path by default).
 qemu=(qemu_ vhost_user)
+# The floods take a core or more as fast as a script can send: alone, so
+# they neither slow the timing-bound tests (a relocation's lost pings) nor
+# are slowed by them. (`vhost_user` above also matches the load generator's
+# test, which spins a core on each side.)
+floods=(a_flood_of_ a_vms_broadcast_storm)
+serial=("${qemu[@]}" "${floods[@]}")
 step "namespace integration tests (root), user path"
 cargo build --workspace --bins
-cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${qemu[@]/#/--skip=}"
-step "QEMU guests (TCG) on TAP and vhost-user"
-cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${qemu[@]}"
+cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}"
+step "QEMU guests (TCG) on TAP and vhost-user, and the floods, one at a time"
+cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${serial[@]}"
 step "namespace integration tests (root), again with every VM on the kernel (eBPF) path"
-VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${qemu[@]/#/--skip=}"
+VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}"
+step "the floods on the kernel path, one at a time"
+VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${floods[@]}"
 left=$(ip netns list | grep -c "^vl$VNET_LAB_TAG-" || true)
 [ "$left" = 0 ] || die "$left lab namespaces were left behind"
 echo; echo "all tests passed"
