@@ -2039,10 +2039,13 @@ fn idle_links_stay_up_on_keepalives_an_underlay_flapping_twenty_times_a_minute_l
         r.received, r.sent
     );
     assert_eq!(r.sent, 640, "ping output not understood:\n{ping}");
-    // Half the minute is outage: a ping is lost in it and shortly after
-    // (ARP on the way back up), not beyond.
+    // Half the minute is outage: a ping is lost in it and shortly after,
+    // not beyond. "Shortly" is the kernel's: when the underlay comes back in
+    // the middle of the neighbour's unicast probes (a second apart), the
+    // next probe or a new ARP cycle takes up to ~3 s more; CI saw a 3.4 s
+    // gap once, vnetd sending all along (both data paths show it).
     assert!(r.received >= 640 * 2 / 5, "{r:?}");
-    assert!(gap <= 25, "a gap of {gap} pings (100 ms each) for a 1.5 s outage");
+    assert!(gap <= 50, "a gap of {gap} pings (100 ms each) for a 1.5 s outage");
     assert!(tcp.status.success() && j.get("error").is_none(), "the TCP stream broke: {}", j);
     assert!(tail.iter().rev().take(3).all(|&m| m > 10.0), "the stream did not recover: {tail:.0?}");
     assert!(rss_after < rss_before + 8 * 1024, "vnetd grew from {rss_before} kB to {rss_after} kB");
