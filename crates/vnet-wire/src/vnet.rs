@@ -315,7 +315,12 @@ mod tests {
         fn never_panics(data: Vec<u8>) {
             if let Ok(p) = VnetPacket::new_checked(&data[..]) {
                 let r = VnetRepr::parse(&p);
-                proptest::prop_assert!(r.offset as usize + p.payload().len() <= r.frame_len as usize);
+                // A `WHOLE` datagram's offset and frame length are written
+                // as 0 and mean nothing (the `reasm` fuzz target found the
+                // same mistake in its harness); the rest lie in their frame.
+                if !r.is_whole(p.payload().len()) {
+                    proptest::prop_assert!(r.offset as usize + p.payload().len() <= r.frame_len as usize);
+                }
             }
         }
 
