@@ -161,13 +161,12 @@ impl Receiver {
         let data: &mut [u8] = match &link.secure {
             None => data,
             Some(sec) => match sec.open(now_ns, from, data, &mut self.reply) {
-                Opened::Data(r) if r.is_empty() => {
-                    link.alive.heard(now_ns);
-                    link.alive.keepalives_received.fetch_add(1, Relaxed);
-                    return;
-                }
                 Opened::Data(r) => {
                     link.alive.heard(now_ns);
+                    if r.is_empty() {
+                        link.alive.keepalives_received.fetch_add(1, Relaxed);
+                        return;
+                    }
                     &mut data[r]
                 }
                 Opened::Reply(n) => {

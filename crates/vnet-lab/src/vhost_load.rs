@@ -55,42 +55,45 @@ pub struct Front {
     used: [u16; 2],
 }
 
-fn err(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
+/// An error's text after what was being done.
+fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
+
+/// Names each front end's memory file apart (several per process).
+static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Front {
     /// Connects to vnetd's socket `sock`, shares `MEM` bytes of a file in
     /// `dir` (tmpfs) with it and sets up both queues.
     pub fn connect(sock: &Path, dir: &Path) -> Result<Front, String> {
-        let path =
-            dir.join(format!("vhost-load-{}-{}", std::process::id(), sock.display().to_string().len()));
+        let n = FILES.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("vhost-load-{}-{n}", std::process::id()));
         let file = File::options()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
             .open(&path)
-            .map_err(|e| err("memory file")(&e))?;
+            .map_err(err("memory file"))?;
         let _ = std::fs::remove_file(&path);
-        file.set_len(MEM).map_err(|e| err("memory file")(&e))?;
-        let fo = FileOffset::new(file.try_clone().map_err(|e| err("memory file")(&e))?, 0);
+        file.set_len(MEM).map_err(err("memory file"))?;
+        let fo = FileOffset::new(file.try_clone().map_err(err("memory file"))?, 0);
         let mem = GuestMemoryMmap::from_ranges_with_files([(GuestAddress(0), MEM as usize, Some(fo))])
-            .map_err(|e| err("mapping the memory")(&e))?;
-        let host = mem.get_host_address(GuestAddress(0)).map_err(|e| err("memory")(&e))? as u64;
-        let f = Frontend::connect(sock, 2).map_err(|e| err("connecting")(&e))?;
-        f.set_owner().map_err(|e| err("set_owner")(&e))?;
-        let offered = f.get_features().map_err(|e| err("get_features")(&e))?;
+            .map_err(err("mapping the memory"))?;
+        let host = mem.get_host_address(GuestAddress(0)).map_err(err("memory"))? as u64;
+        let f = Frontend::connect(sock, 2).map_err(err("connecting"))?;
+        f.set_owner().map_err(err("set_owner"))?;
+        let offered = f.get_features().map_err(err("get_features"))?;
         let proto = VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
         let want = VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MRG_RXBUF | proto;
         if offered & want != want {
             return Err(format!("vnetd offers features {offered:#x}, not {want:#x}"));
         }
-        f.set_features(want).map_err(|e| err("set_features")(&e))?;
+        f.set_features(want).map_err(err("set_features"))?;
         let mut f = f;
-        let pf = f.get_protocol_features().map_err(|e| err("get_protocol_features")(&e))?;
-        f.set_protocol_features(pf & VhostUserProtocolFeatures::MQ)
-            .map_err(|e| err("set_protocol_features")(&e))?;
+        let pf = f.get_protocol_features().map_err(err("get_protocol_features"))?;
+        f.set_protocol_features(pf & VhostUserProtocolFeatures::MQ).map_err(err("set_protocol_features"))?;
         let region = VhostUserMemoryRegionInfo {
             guest_phys_addr: 0,
             memory_size: MEM,
@@ -98,13 +101,13 @@ impl Front {
             mmap_offset: 0,
             mmap_handle: file.as_raw_fd(),
         };
-        f.set_mem_table(&[region]).map_err(|e| err("set_mem_table")(&e))?;
-        let ev = || EventFd::new(0).map_err(|e| err("eventfd")(&e));
+        f.set_mem_table(&[region]).map_err(err("set_mem_table"))?;
+        let ev = || EventFd::new(0).map_err(err("eventfd"));
         let (kick, call) = ([ev()?, ev()?], [ev()?, ev()?]);
         for q in 0..2u64 {
             let b = ring_base(q);
             // The driver's rings: no interrupts wanted.
-            mem.write_obj(NO_INTERRUPT.to_le(), GuestAddress(b + 0x1000)).map_err(|e| err("ring")(&e))?;
+            mem.write_obj(NO_INTERRUPT.to_le(), GuestAddress(b + 0x1000)).map_err(err("ring"))?;
             let cfg = VringConfigData {
                 queue_max_size: QUEUE,
                 queue_size: QUEUE,
@@ -115,12 +118,12 @@ impl Front {
                 log_addr: None,
             };
             let i = q as usize;
-            f.set_vring_num(i, QUEUE).map_err(|e| err("set_vring_num")(&e))?;
-            f.set_vring_addr(i, &cfg).map_err(|e| err("set_vring_addr")(&e))?;
-            f.set_vring_base(i, 0).map_err(|e| err("set_vring_base")(&e))?;
-            f.set_vring_call(i, &call[i]).map_err(|e| err("set_vring_call")(&e))?;
-            f.set_vring_kick(i, &kick[i]).map_err(|e| err("set_vring_kick")(&e))?;
-            f.set_vring_enable(i, true).map_err(|e| err("set_vring_enable")(&e))?;
+            f.set_vring_num(i, QUEUE).map_err(err("set_vring_num"))?;
+            f.set_vring_addr(i, &cfg).map_err(err("set_vring_addr"))?;
+            f.set_vring_base(i, 0).map_err(err("set_vring_base"))?;
+            f.set_vring_call(i, &call[i]).map_err(err("set_vring_call"))?;
+            f.set_vring_kick(i, &kick[i]).map_err(err("set_vring_kick"))?;
+            f.set_vring_enable(i, true).map_err(err("set_vring_enable"))?;
         }
         Ok(Front { _frontend: f, mem, _file: file, kick, _call: call, avail: [0; 2], used: [0; 2] })
     }

@@ -71,12 +71,9 @@ pub struct Daemon {
     shared: Arc<Shared>,
     generation: u64,
     /// Interfaces whose device is gone (by id: since when, engine clock),
-    /// how often each was reattached, and whether [`Daemon::check_devices`]
-    /// is reopening them (only then does `apply` reopen a gone interface,
-    /// so a gone device never fails an unrelated transaction).
+    /// and how often each was reattached.
     gone: BTreeMap<u32, u64>,
     reattached: BTreeMap<u32, u64>,
-    reopening: bool,
     ifaces: BTreeMap<u32, Arc<Attached>>,
     /// Worker k serves queue k of every interface; worker 0 also the link sockets.
     workers: Vec<WorkerHandle>,
@@ -175,7 +172,6 @@ impl Daemon {
             generation: 0,
             gone: BTreeMap::new(),
             reattached: BTreeMap::new(),
-            reopening: false,
             ifaces: BTreeMap::new(),
             workers: Vec::new(),
             worker_cpus: Vec::new(),
@@ -292,6 +288,13 @@ impl Daemon {
 
     /// Applies `cmds` as one transaction: all of them, or none.
     pub fn apply(&mut self, cmds: &[Located<Command>]) -> Result<(), Error> {
+        self.apply_reopening(cmds, false)
+    }
+
+    /// [`Daemon::apply`], and with `reopen` the interfaces whose device is
+    /// gone are opened again too (only [`Daemon::check_devices`] asks, so a
+    /// gone device never fails an unrelated transaction).
+    fn apply_reopening(&mut self, cmds: &[Located<Command>], reopen: bool) -> Result<(), Error> {
         let next = self.state.apply_all(cmds)?;
         // Where each new interface (or listen line) was declared, to point errors at it.
         let decl_pos = |name: &str| {
@@ -418,7 +421,7 @@ impl Daemon {
         let mut opened = Opened(Vec::new());
         let mut underlay: Option<Vec<(String, String)>> = None;
         for (id, def) in &next.interfaces {
-            if self.ifaces.contains_key(id) && !(self.reopening && self.gone.contains_key(id)) {
+            if self.ifaces.contains_key(id) && !(reopen && self.gone.contains_key(id)) {
                 continue;
             }
             if def.kind == IfaceKind::Netdev && def.netns.is_none() {
@@ -448,7 +451,7 @@ impl Daemon {
         // A reopened interface's old device is gone: what the kernel path
         // held of it goes too, so the new device (of the same name) gets
         // its program.
-        for p in opened.0.iter().filter(|_| self.reopening) {
+        for p in opened.0.iter().filter(|_| reopen) {
             if let (Some(k), Some(kp)) = (self.kernel_ifaces.get(&p.def.id), self.kernel.as_mut()) {
                 kp.detach_iface(&k.dev);
             }
@@ -616,10 +619,7 @@ impl Daemon {
         if self.gone.is_empty() {
             return;
         }
-        self.reopening = true;
-        let r = self.apply(&[]);
-        self.reopening = false;
-        if r.is_ok() {
+        if self.apply_reopening(&[], true).is_ok() {
             let now = self.shared.now_ns();
             for (id, since) in std::mem::take(&mut self.gone) {
                 if let Some(p) = self.ifaces.get(&id) {
