@@ -34,6 +34,7 @@ NAMES = {
     "rr_tcp_p50_us": "request-response TCP (p50)",
     "rr_udp_p50_us": "request-response UDP (p50)",
     "mpi_lat_0B_us": "MPI, 0 B one-way",
+    "mpi_yield_lat_0B_us": "MPI, 0 B one-way, ranks yielding",
     "mpi_bw_peak_mbs": "MPI bandwidth (peak)",
     "cpu_s_per_gb": "CPU s per GB",
 }
@@ -153,7 +154,7 @@ def main():
         return 1
     bars(rows, ["tcp1_gbps", "tcp4_gbps", "udp_gbps"], "Gbit/s", f"{out}/throughput.png", "Throughput (median)")
     bars(rows, ["ping56_rtt_us", "ping1024_rtt_us", "ping8000_rtt_us", "rr_tcp_p50_us", "rr_udp_p50_us",
-                "mpi_lat_0B_us"], "microseconds (log scale)", f"{out}/latency.png",
+                "mpi_lat_0B_us", "mpi_yield_lat_0B_us"], "microseconds (log scale)", f"{out}/latency.png",
          "Latency (median; lower is better)", log=True)
     mpi_latency(rows, f"{out}/mpi_latency.png")
     return 0

@@ -40,7 +40,7 @@ pub mod rx;
 pub mod secure;
 pub mod sim;
 
-pub use dispatch::{DispatchStats, Dispatcher};
+pub use dispatch::{DispatchStats, Dispatcher, CONTENDED};
 pub use forward::Forwarder;
 pub use link::{DatagramTx, Link};
 pub use plane::{Global, Iface, Plane};

@@ -180,6 +180,19 @@ pub struct Opts {
     pub rsh_agent: PathBuf,
     pub out: PathBuf,
     pub command: String,
+    /// Only these measurements ([`MEASUREMENTS`]); empty is all of them.
+    pub only: Vec<String>,
+}
+
+/// The measurements a run can be limited to (`--only`): one stream's TCP
+/// (with CPU per GB), four streams, UDP goodput, the three pings, the two
+/// sockperf round trips, the MPI ping-pong.
+pub const MEASUREMENTS: [&str; 6] = ["tcp1", "tcp4", "udp", "ping", "rr", "mpi"];
+
+impl Opts {
+    fn wants(&self, m: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == m)
+    }
 }
 
 /// One measured value, with the CPU steal during the measurement it came
@@ -511,25 +524,19 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Res
     iperf(&mut lab, &a, &b, 1, &[]).map_err(|x| format!("warm-up: {x}"))?;
 
     let mut out = Vec::new();
-    // TCP, one stream, with the machine's CPU time per GB moved.
-    let ((gbps, bytes, cpu_s), st) = steady("tcp1", log, || {
-        let t0 = cpu_ticks();
-        let (gbps, bytes) = iperf(&mut lab, &a, &b, secs, &[])?;
-        let t1 = cpu_ticks();
-        let hz = 100.0; // USER_HZ on Linux
-        Ok((gbps, bytes, (t1.0 - t0.0) as f64 / hz))
-    })?;
-    let mut first = vec![sample("tcp1_gbps", "Gbit/s", gbps)];
-    if bytes > 0.0 {
-        first.push(sample("cpu_s_per_gb", "s/GB", cpu_s / (bytes / 1e9)));
+    if opts.wants("tcp1") {
+        tcp1(&mut lab, &a, &b, secs, log, &mut out)?;
     }
-    out.extend(stolen(first, st));
-    let (g, st) = steady("tcp4", log, || iperf(&mut lab, &a, &b, secs, &["-P", "4"]))?;
-    out.extend(stolen(vec![sample("tcp4_gbps", "Gbit/s", g.0)], st));
-    let len = (mtu - 28).min(65_507).to_string();
-    let (g, st) = steady("udp", log, || iperf(&mut lab, &a, &b, secs, &["-u", "-b", "0", "-l", &len]))?;
-    out.extend(stolen(vec![sample("udp_gbps", "Gbit/s", g.0)], st));
-    for size in [56u32, 1024, 8000] {
+    if opts.wants("tcp4") {
+        let (g, st) = steady("tcp4", log, || iperf(&mut lab, &a, &b, secs, &["-P", "4"]))?;
+        out.extend(stolen(vec![sample("tcp4_gbps", "Gbit/s", g.0)], st));
+    }
+    if opts.wants("udp") {
+        let len = (mtu - 28).min(65_507).to_string();
+        let (g, st) = steady("udp", log, || iperf(&mut lab, &a, &b, secs, &["-u", "-b", "0", "-l", &len]))?;
+        out.extend(stolen(vec![sample("udp_gbps", "Gbit/s", g.0)], st));
+    }
+    for size in [56u32, 1024, 8000].into_iter().filter(|_| opts.wants("ping")) {
         let ((avg, mdev, loss), st) = steady("ping", log, || ping_rtt(&lab, &a, &b, size, opts.pings))?;
         out.extend(stolen(
             vec![
@@ -540,13 +547,47 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Res
             st,
         ));
     }
-    for (proto, metric) in [("--tcp", "rr_tcp_p50_us"), ("", "rr_udp_p50_us")] {
+    for (proto, metric) in
+        [("--tcp", "rr_tcp_p50_us"), ("", "rr_udp_p50_us")].into_iter().filter(|_| opts.wants("rr"))
+    {
         let (p50, st) = steady(metric, log, || sockperf(&mut lab, &a, &b, proto, secs))?;
         out.extend(stolen(vec![sample(metric, "us", p50)], st));
     }
-    let (m, st) = steady("mpi", log, || mpi(&lab, &a, &b, subnet, opts))?;
-    out.extend(stolen(m, st));
+    if opts.wants("mpi") {
+        let (m, st) = steady("mpi", log, || mpi(&lab, &a, &b, subnet, opts, false))?;
+        out.extend(stolen(m, st));
+        // The same 0-byte ping-pong with ranks that yield the CPU while they
+        // wait (Open MPI's setting for more threads than cores: here two
+        // hosts' overlays and two ranks share the machine's CPUs).
+        let (m, st) = steady("mpi-yield", log, || mpi(&lab, &a, &b, subnet, opts, true))?;
+        let lat0 = m.into_iter().filter(|s| s.metric == "mpi_lat_0B_us");
+        out.extend(stolen(lat0.map(|s| sample("mpi_yield_lat_0B_us", "us", s.value)).collect(), st));
+    }
     Ok(out)
+}
+
+/// TCP, one stream, with the machine's CPU time per GB moved.
+fn tcp1(
+    lab: &mut Lab,
+    a: &End,
+    b: &End,
+    secs: u32,
+    log: &mut StealLog,
+    out: &mut Vec<Sample>,
+) -> Result<(), String> {
+    let ((gbps, bytes, cpu_s), st) = steady("tcp1", log, || {
+        let t0 = cpu_ticks();
+        let (gbps, bytes) = iperf(lab, a, b, secs, &[])?;
+        let t1 = cpu_ticks();
+        let hz = 100.0; // USER_HZ on Linux
+        Ok((gbps, bytes, (t1.0 - t0.0) as f64 / hz))
+    })?;
+    let mut first = vec![sample("tcp1_gbps", "Gbit/s", gbps)];
+    if bytes > 0.0 {
+        first.push(sample("cpu_s_per_gb", "s/GB", cpu_s / (bytes / 1e9)));
+    }
+    out.extend(stolen(first, st));
+    Ok(())
 }
 
 /// iperf3 from `a` to `b`: (Gbit/s received, bytes received).
@@ -642,9 +683,16 @@ fn sockperf(lab: &mut Lab, a: &End, b: &End, proto: &str, secs: u32) -> Result<f
 
 /// The MPI ping-pong between one rank in each endpoint, over Open MPI's TCP
 /// transport.
-fn mpi(lab: &Lab, a: &End, b: &End, subnet: &str, opts: &Opts) -> Result<Vec<Sample>, String> {
+fn mpi(
+    lab: &Lab,
+    a: &End,
+    b: &End,
+    subnet: &str,
+    opts: &Opts,
+    yield_idle: bool,
+) -> Result<Vec<Sample>, String> {
     let hosts = format!("{},{}", a.ip, b.ip);
-    let max = opts.mpi_max.to_string();
+    let max = if yield_idle { "1".to_string() } else { opts.mpi_max.to_string() };
     let scale = opts.mpi_scale.to_string();
     let agent = opts.rsh_agent.to_string_lossy().to_string();
     let bin = opts.mpi_bin.to_string_lossy().to_string();
@@ -661,6 +709,9 @@ fn mpi(lab: &Lab, a: &End, b: &End, subnet: &str, opts: &Opts) -> Result<Vec<Sam
             "--mca",
             "oob_tcp_if_include",
             subnet,
+            "--mca",
+            "mpi_yield_when_idle",
+            if yield_idle { "1" } else { "0" },
         ])
         .args([&bin, &max, &scale])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -733,6 +784,7 @@ pub fn markdown(doc: &Value) -> String {
         "rr_tcp_p50_us",
         "rr_udp_p50_us",
         "mpi_lat_0B_us",
+        "mpi_yield_lat_0B_us",
         "mpi_bw_peak_mbs",
         "cpu_s_per_gb",
     ];

@@ -43,6 +43,43 @@ enum Join {
     Bridged,
 }
 
+/// `vnet-lab bench`'s options.
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// One condition (MTU 1500, unshaped), one repeat, short runs.
+    #[arg(long)]
+    quick: bool,
+    #[arg(long)]
+    repeats: Option<usize>,
+    /// Seconds per iperf3/sockperf run.
+    #[arg(long)]
+    seconds: Option<u32>,
+    /// Output directory (default results/<timestamp>).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    /// Only these cases (native, routed, bridged, vxlan, vnet-user-raw, vnet-user-vnet,
+    /// vnet-user-vxlan, vnet-user-tcp, vnet-user-tls, vnet-userpoll-vnet,
+    /// vnet-userpoll-raw, vnet-kernel-vnet, vnet-kernel-vxlan).
+    #[arg(long, value_delimiter = ',')]
+    cases: Vec<String>,
+    /// Only these conditions: an underlay MTU, optionally shaped, e.g.
+    /// `1500,9000` or `1500/10gbit` (default: 1500 and 9000, each
+    /// unshaped and shaped to 10 Gbit/s).
+    #[arg(long, value_delimiter = ',')]
+    conditions: Vec<String>,
+    /// The compiled bench/mpi_pingpong.c.
+    #[arg(long)]
+    mpi: std::path::PathBuf,
+    /// After the run, check it against this earlier results.json (as
+    /// `compare` does; exits non-zero on a regression).
+    #[arg(long)]
+    check: Option<std::path::PathBuf>,
+    /// Only these measurements: tcp1 (with CPU per GB), tcp4, udp,
+    /// ping, rr (sockperf), mpi (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Two hosts, one VM each: ARP, ping and iperf3 from VM A to VM B over
@@ -61,36 +98,7 @@ enum Cmd {
     },
     /// Measure native, kernel VXLAN and vnet in one run; write JSON, a
     /// Markdown table of ratios to native, and plots.
-    Bench {
-        /// One condition (MTU 1500, unshaped), one repeat, short runs.
-        #[arg(long)]
-        quick: bool,
-        #[arg(long)]
-        repeats: Option<usize>,
-        /// Seconds per iperf3/sockperf run.
-        #[arg(long)]
-        seconds: Option<u32>,
-        /// Output directory (default results/<timestamp>).
-        #[arg(long)]
-        out: Option<std::path::PathBuf>,
-        /// Only these cases (native, routed, vxlan, vnet-user-raw, vnet-user-vnet,
-        /// vnet-user-vxlan, vnet-user-tcp, vnet-user-tls, vnet-userpoll-vnet,
-        /// vnet-userpoll-raw, vnet-kernel-vnet, vnet-kernel-vxlan).
-        #[arg(long, value_delimiter = ',')]
-        cases: Vec<String>,
-        /// Only these conditions: an underlay MTU, optionally shaped, e.g.
-        /// `1500,9000` or `1500/10gbit` (default: 1500 and 9000, each
-        /// unshaped and shaped to 10 Gbit/s).
-        #[arg(long, value_delimiter = ',')]
-        conditions: Vec<String>,
-        /// The compiled bench/mpi_pingpong.c.
-        #[arg(long)]
-        mpi: std::path::PathBuf,
-        /// After the run, check it against this earlier results.json (as
-        /// `compare` does; exits non-zero on a regression).
-        #[arg(long)]
-        check: Option<std::path::PathBuf>,
-    },
+    Bench(BenchArgs),
     /// Check a rerun against a first run: which medians and ratios of NEW
     /// lie within OLD's cells' own spread, and per vnet case the typical
     /// change of its headline ratios to native; exits non-zero when a case
@@ -219,8 +227,9 @@ fn main() -> ExitCode {
             };
             up(spec, datapath)
         }
-        Cmd::Bench { quick, repeats, seconds, out, cases, conditions, mpi, check } => {
-            bench(quick, repeats, seconds, out, cases, conditions, mpi).and_then(|dir| match check {
+        Cmd::Bench(args) => {
+            let check = args.check.clone();
+            bench(args).and_then(|dir| match check {
                 Some(old) => compare(&old, &dir.join("results.json"), Some(&dir.join("compare.md"))),
                 None => Ok(()),
             })
@@ -323,16 +332,15 @@ fn up(mut spec: Spec, datapath: Option<String>) -> vnet_lab::Result<()> {
     }
 }
 
-fn bench(
-    quick: bool,
-    repeats: Option<usize>,
-    seconds: Option<u32>,
-    out: Option<std::path::PathBuf>,
-    cases: Vec<String>,
-    conditions: Vec<String>,
-    mpi: std::path::PathBuf,
-) -> vnet_lab::Result<std::path::PathBuf> {
+fn bench(args: BenchArgs) -> vnet_lab::Result<std::path::PathBuf> {
+    let BenchArgs { quick, repeats, seconds, out, cases, conditions, mpi, only, .. } = args;
     use vnet_lab::bench::{self, Case, Condition};
+    if let Some(m) = only.iter().find(|m| !bench::MEASUREMENTS.contains(&m.as_str())) {
+        return Err(vnet_lab::Error::Other(format!(
+            "unknown measurement `{m}`: expected one of {}",
+            bench::MEASUREMENTS.join(", ")
+        )));
+    }
     let repo = bench::repo_dir();
     let all = Case::known();
     let cases: Vec<Case> = if cases.is_empty() {
@@ -394,6 +402,7 @@ fn bench(
         rsh_agent: repo.join("bench").join("rsh-netns"),
         out: out.unwrap_or_else(|| repo.join("results").join(stamp)),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        only,
     };
     let dir = bench::run(&opts)?;
     let plot = std::process::Command::new("/usr/bin/python3")

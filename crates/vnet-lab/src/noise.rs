@@ -234,7 +234,7 @@ fn agree(a: f64, a_pct: f64, b: f64, b_pct: f64) -> bool {
 
 /// The metrics the report's summary is about (the rest are per-size MPI
 /// latencies, ping mdev and other detail).
-pub const HEADLINE: [&str; 9] = [
+pub const HEADLINE: [&str; 10] = [
     "tcp1_gbps",
     "tcp4_gbps",
     "udp_gbps",
@@ -242,6 +242,7 @@ pub const HEADLINE: [&str; 9] = [
     "rr_tcp_p50_us",
     "rr_udp_p50_us",
     "mpi_lat_0B_us",
+    "mpi_yield_lat_0B_us",
     "mpi_bw_peak_mbs",
     "cpu_s_per_gb",
 ];

@@ -379,6 +379,44 @@ fn adaptive_dispatch_polls_under_load_and_sleeps_when_idle() {
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
+fn adaptive_dispatch_polls_through_a_ping_pong_but_not_between_sparse_pings() {
+    // Adaptive dispatch polls through a fast exchange and sleeps between
+    // sparse frames: requests 150 us apart (ping sends them in bursts, so
+    // the rate rule may poll too; the window's own arithmetic is the
+    // dispatch module's unit tests) are nearly all caught by polling; a
+    // ping every 20 ms never polls.
+    let lab = lab(Spec { dispatch: Some("adaptive".into()), datapath: None, vm_mtu: 1500, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let polls = |lab: &Lab| {
+        let i = json(lab, 0, "interfaces")["interfaces"][0].clone();
+        (i["polls"].as_u64().unwrap(), i["wakeups"].as_u64().unwrap(), i["rx_packets"].as_u64().unwrap())
+    };
+    let to = b.ip.to_string();
+    let ping = |args: &[&str]| {
+        let mut argv = vec!["ping", "-n", "-q", "-W", "1"];
+        argv.extend_from_slice(args);
+        argv.push(&to);
+        let o = lab.ns_exec(&a.ns, &argv).unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    };
+    let (p0, _, _) = polls(&lab);
+    ping(&["-i", "0.02", "-c", "50"]);
+    let (p1, w1, f1) = polls(&lab);
+    assert!(p1 - p0 < 50, "polled between pings 20 ms apart: {} looks", p1 - p0);
+    ping(&["-i", "0.00015", "-c", "3000"]);
+    let (p2, w2, f2) = polls(&lab);
+    let (frames, wakeups) = (f2 - f1, w2 - w1);
+    eprintln!("sparse: {} looks; 150 us apart: {frames} frames, {wakeups} wake-ups, {} looks", p1 - p0, p2 - p1);
+    assert!(frames >= 3000, "{frames} frames");
+    assert!(p2 - p1 >= 300, "requests 150 us apart polled only {} times", p2 - p1);
+    // Most requests were caught by polling (2-134 wake-ups in 3000 seen;
+    // notify takes one per request).
+    assert!(wakeups < frames / 4, "{wakeups} wake-ups for {frames} frames");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
 fn workers_run_on_the_cpu_given_and_links_receive_in_batches() {
     let allowed: Vec<usize> = vnetd::sys::allowed_cpus().unwrap();
     let cpu = *allowed.last().unwrap();

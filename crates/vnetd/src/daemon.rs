@@ -996,6 +996,8 @@ impl Daemon {
                     "reattached": self.reattached.get(&def.id).copied().unwrap_or(0),
                     "broadcast_limited": i.broadcast_limited.load(Relaxed),
                     "wakeups": p.dispatch.wakeups.load(Relaxed),
+                    "polls": p.dispatch.polls.load(Relaxed),
+                    "contended": p.dispatch.contended.load(Relaxed),
                 });
                 counters_into(&mut v, i.rx.snapshot(), i.tx.snapshot());
                 if let (Some(d), Value::Object(m)) = (p.dev.vhost(), &mut v) {
@@ -1080,6 +1082,8 @@ impl Daemon {
             "link_dispatch": g.link_dispatch.mode_word(),
             "link_mode_switches": g.link_dispatch.switches.load(Relaxed),
             "link_wakeups": g.link_dispatch.wakeups.load(Relaxed),
+            "link_polls": g.link_dispatch.polls.load(Relaxed),
+            "link_contended": g.link_dispatch.contended.load(Relaxed),
         })
     }
 }

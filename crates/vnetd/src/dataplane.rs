@@ -104,21 +104,35 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
             s.stats.polling.store(d.polling() as u8, Relaxed);
         }
         while !stop2.load(Relaxed) {
-            let mut total = 0;
+            let (mut total, mut more) = (0, false);
             let now = Instant::now();
             for (s, d) in sources.iter_mut().zip(ds.iter_mut()) {
                 let n = (s.body)();
                 total += n;
+                // A source stops short of a batch only when it is empty.
+                more |= n >= BATCH;
                 if d.record(n, now) {
                     s.stats.switches.fetch_add(1, Relaxed);
                     s.stats.polling.store(d.polling() as u8, Relaxed);
                 }
             }
-            if total > 0 {
-                continue; // more may be waiting: read until empty
+            if more {
+                continue; // a batch was full: more may be waiting
             }
             if ds.iter().any(|d| d.keep_polling(now)) {
-                std::thread::yield_now();
+                if total > 0 {
+                    continue; // look again at once
+                }
+                sources.iter().for_each(|s| {
+                    s.stats.polls.fetch_add(1, Relaxed);
+                });
+                if !yield_uncontended() {
+                    let now = Instant::now();
+                    ds.iter_mut().for_each(|d| d.contended(now));
+                    sources.iter().for_each(|s| {
+                        s.stats.contended.fetch_add(1, Relaxed);
+                    });
+                }
                 continue;
             }
             match poll.poll(&mut events, Some(Duration::from_millis(100))) {
@@ -138,6 +152,15 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
         }
     })?;
     Ok(WorkerHandle { stop, waker, join: Some(join) })
+}
+
+/// Gives the CPU to any other thread that wants it, between two looks of a
+/// polling worker; false when one did and kept it for
+/// [`vnet_engine::CONTENDED`] or more (the worker should then sleep).
+pub fn yield_uncontended() -> bool {
+    let t = Instant::now();
+    std::thread::yield_now();
+    t.elapsed() < vnet_engine::CONTENDED
 }
 
 /// The source that reads the frames interface `att`'s VM sends on queue

@@ -449,7 +449,11 @@ impl NetBackend {
                     continue;
                 }
                 if w.dispatch.keep_polling(now) && !self.dev.stop.load(Relaxed) {
-                    std::thread::yield_now();
+                    self.dispatch.polls.fetch_add(1, Relaxed);
+                    if !crate::dataplane::yield_uncontended() {
+                        w.dispatch.contended(Instant::now());
+                        self.dispatch.contended.fetch_add(1, Relaxed);
+                    }
                     continue;
                 }
                 break;
