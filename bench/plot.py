@@ -37,6 +37,8 @@ NAMES = {
     "mpi_yield_lat_0B_us": "MPI, 0 B one-way, ranks yielding",
     "mpi_bw_peak_mbs": "MPI bandwidth (peak)",
     "cpu_s_per_gb": "CPU s per GB",
+    "many_gbps": "TCP, 4 VMs x 2 streams",
+    "many_cpu_s_per_gb": "CPU s per GB, 4 VMs",
 }
 
 # Cases drawn as reference lines across each metric's group, not as bars.
@@ -152,7 +154,7 @@ def main():
     if not rows:
         print("plot.py: no results to plot", file=sys.stderr)
         return 1
-    bars(rows, ["tcp1_gbps", "tcp4_gbps", "udp_gbps"], "Gbit/s", f"{out}/throughput.png", "Throughput (median)")
+    bars(rows, ["tcp1_gbps", "tcp4_gbps", "udp_gbps", "many_gbps"], "Gbit/s", f"{out}/throughput.png", "Throughput (median)")
     bars(rows, ["ping56_rtt_us", "ping1024_rtt_us", "ping8000_rtt_us", "rr_tcp_p50_us", "rr_udp_p50_us",
                 "mpi_lat_0B_us", "mpi_yield_lat_0B_us"], "microseconds (log scale)", f"{out}/latency.png",
          "Latency (median; lower is better)", log=True)

@@ -186,8 +186,8 @@ pub struct Opts {
 
 /// The measurements a run can be limited to (`--only`): one stream's TCP
 /// (with CPU per GB), four streams, UDP goodput, the three pings, the two
-/// sockperf round trips, the MPI ping-pong.
-pub const MEASUREMENTS: [&str; 6] = ["tcp1", "tcp4", "udp", "ping", "rr", "mpi"];
+/// sockperf round trips, the MPI ping-pongs, the many-flows case ([`many`]).
+pub const MEASUREMENTS: [&str; 7] = ["tcp1", "tcp4", "udp", "ping", "rr", "mpi", "many"];
 
 impl Opts {
     fn wants(&self, m: &str) -> bool {
@@ -470,7 +470,8 @@ struct End {
     ip: String,
 }
 
-fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
+/// The lab a case is measured on, with `vms` VMs per host (native: none).
+fn spec_for(case: Case, cond: &Condition, vms: usize) -> Spec {
     let no_vnet = (Links::Udp, Format::Raw);
     let (overlay, (links, format), dispatch, datapath) = match case {
         Case::Native => (Overlay::None, no_vnet, None, None),
@@ -481,9 +482,9 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Res
         Case::VnetUserPoll(w) => (Overlay::Vnet, w.lab(), Some("poll".to_string()), None),
         Case::VnetKernel(w) => (Overlay::Vnet, w.lab(), None, Some("kernel".to_string())),
     };
-    let spec = Spec {
+    Spec {
         hosts: 2,
-        vms_per_host: if case == Case::Native { 0 } else { 1 },
+        vms_per_host: if case == Case::Native { 0 } else { vms },
         format,
         links,
         underlay_mtu: cond.mtu,
@@ -493,8 +494,23 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Res
         dispatch,
         datapath,
         ..Spec::default()
-    };
-    let mut lab = Lab::up(spec).map_err(|e| format!("lab: {e}"))?;
+    }
+}
+
+/// Waits until `a` reaches `b` (ARP, routes, the overlay's learning).
+fn reach(lab: &Lab, a: &End, b: &End) -> Result<(), String> {
+    for _ in 0..20 {
+        let o =
+            lab.ns_output(&a.ns, &["ping", "-n", "-c", "1", "-W", "1", &b.ip]).map_err(|e| e.to_string())?;
+        if o.status.success() {
+            return Ok(());
+        }
+    }
+    Err(format!("{} does not reach {}", a.ip, b.ip))
+}
+
+fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
+    let mut lab = Lab::up(spec_for(case, cond, 1)).map_err(|e| format!("lab: {e}"))?;
     let (a, b) = if case == Case::Native {
         (
             End { ns: lab.hosts[0].ns.clone(), ip: lab.hosts[0].underlay_ip.to_string() },
@@ -507,20 +523,9 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Res
     let subnet = if case == Case::Native { "10.77.0.0/24" } else { "10.88.0.0/16" };
     let mtu = case.endpoint_mtu(cond.mtu);
     let secs = opts.seconds;
-    let e = |x: crate::Error| x.to_string();
 
     // Warm up: reachability, ARP, a short transfer.
-    let mut reachable = false;
-    for _ in 0..20 {
-        let o = lab.ns_output(&a.ns, &["ping", "-n", "-c", "1", "-W", "1", &b.ip]).map_err(e)?;
-        if o.status.success() {
-            reachable = true;
-            break;
-        }
-    }
-    if !reachable {
-        return Err(format!("{} does not reach {}", a.ip, b.ip));
-    }
+    reach(&lab, &a, &b)?;
     iperf(&mut lab, &a, &b, 1, &[]).map_err(|x| format!("warm-up: {x}"))?;
 
     let mut out = Vec::new();
@@ -563,7 +568,78 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Res
         let lat0 = m.into_iter().filter(|s| s.metric == "mpi_lat_0B_us");
         out.extend(stolen(lat0.map(|s| sample("mpi_yield_lat_0B_us", "us", s.value)).collect(), st));
     }
+    if opts.wants("many") {
+        drop(lab);
+        out.extend(many(case, cond, opts, log)?);
+    }
     Ok(out)
+}
+
+/// VMs per host in the many-flows measurement, and TCP streams per pair.
+pub const MANY_VMS: usize = 4;
+const MANY_STREAMS: usize = 2;
+
+/// Many flows and VMs: `MANY_VMS` VMs on each host, VM k on host 0 sending
+/// to VM k on host 1 with `MANY_STREAMS` TCP streams each, all at once
+/// (native: as many iperf3 pairs between the hosts): the aggregate
+/// Gbit/s, and the machine's CPU time per GB moved.
+fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
+    let mut lab =
+        Lab::up(spec_for(case, cond, MANY_VMS)).map_err(|e| format!("lab ({MANY_VMS} VMs per host): {e}"))?;
+    let end = |h: usize, v: usize| {
+        if case == Case::Native {
+            End { ns: lab.hosts[h].ns.clone(), ip: lab.hosts[h].underlay_ip.to_string() }
+        } else {
+            let vm = lab.vm(h, v);
+            End { ns: vm.ns.clone(), ip: vm.ip.to_string() }
+        }
+    };
+    // Native has one address per host: its pairs differ by port.
+    let pairs: Vec<(End, End, String)> =
+        (0..MANY_VMS).map(|v| (end(0, v), end(1, v), (5201 + v).to_string())).collect();
+    for (a, b, _) in &pairs {
+        reach(&lab, a, b)?;
+    }
+    let secs = opts.seconds.to_string();
+    let streams = MANY_STREAMS.to_string();
+    let ((gbps, bytes, cpu_s), st) = steady("many", log, || {
+        for (_, b, port) in &pairs {
+            lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip, "-p", port]).map_err(|e| e.to_string())?;
+            lab.wait_listening(&b.ns, port.parse().unwrap_or(5201)).map_err(|e| e.to_string())?;
+        }
+        let t0 = cpu_ticks();
+        let mut clients = Vec::new();
+        for (a, b, port) in &pairs {
+            let mut cmd = Command::new("ip");
+            cmd.args([
+                "netns", "exec", &a.ns, "iperf3", "-c", &b.ip, "-p", port, "-t", &secs, "-J", "-P", &streams,
+            ]);
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null());
+            clients.push(cmd.spawn().map_err(|e| format!("iperf3: {e}"))?);
+        }
+        let (mut bps, mut bytes) = (0.0, 0.0);
+        let mut errs = Vec::new();
+        for c in clients {
+            let o = c.wait_with_output().map_err(|e| format!("iperf3: {e}"))?;
+            match serde_json::from_slice::<Value>(&o.stdout) {
+                Ok(v) if v.get("error").is_none() => {
+                    bps += v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
+                    bytes += v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
+                }
+                Ok(v) => errs.push(v["error"].to_string()),
+                Err(e) => errs.push(e.to_string()),
+            }
+        }
+        let t1 = cpu_ticks();
+        if !errs.is_empty() || bytes <= 0.0 {
+            return Err(format!("iperf3, {MANY_VMS} pairs at once: {}", errs.join("; ")));
+        }
+        Ok((bps / 1e9, bytes, (t1.0 - t0.0) as f64 / 100.0))
+    })?;
+    Ok(stolen(
+        vec![sample("many_gbps", "Gbit/s", gbps), sample("many_cpu_s_per_gb", "s/GB", cpu_s / (bytes / 1e9))],
+        st,
+    ))
 }
 
 /// TCP, one stream, with the machine's CPU time per GB moved.
@@ -787,6 +863,8 @@ pub fn markdown(doc: &Value) -> String {
         "mpi_yield_lat_0B_us",
         "mpi_bw_peak_mbs",
         "cpu_s_per_gb",
+        "many_gbps",
+        "many_cpu_s_per_gb",
     ];
     for (mtu, shaped) in &conds {
         let _ = writeln!(md, "\n### Underlay MTU {mtu}, {shaped}\n");
@@ -816,6 +894,9 @@ pub fn markdown(doc: &Value) -> String {
                         && r["shaped"].as_str().unwrap_or("unshaped") == shaped
                 })
             };
+            if cases.iter().all(|c| find(c).is_none()) {
+                continue; // not measured in this run (`--only`)
+            }
             let native = find("native").and_then(|r| r["median"].as_f64());
             let any = cases.iter().find_map(|c| find(c));
             let unit = any.and_then(|r| r["unit"].as_str()).unwrap_or("");

@@ -75,7 +75,8 @@ struct BenchArgs {
     #[arg(long)]
     check: Option<std::path::PathBuf>,
     /// Only these measurements: tcp1 (with CPU per GB), tcp4, udp,
-    /// ping, rr (sockperf), mpi (default: all).
+    /// ping, rr (sockperf), mpi, many (4 VMs per host, 8 streams; default:
+    /// all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }

@@ -234,7 +234,7 @@ fn agree(a: f64, a_pct: f64, b: f64, b_pct: f64) -> bool {
 
 /// The metrics the report's summary is about (the rest are per-size MPI
 /// latencies, ping mdev and other detail).
-pub const HEADLINE: [&str; 10] = [
+pub const HEADLINE: [&str; 12] = [
     "tcp1_gbps",
     "tcp4_gbps",
     "udp_gbps",
@@ -245,6 +245,8 @@ pub const HEADLINE: [&str; 10] = [
     "mpi_yield_lat_0B_us",
     "mpi_bw_peak_mbs",
     "cpu_s_per_gb",
+    "many_gbps",
+    "many_cpu_s_per_gb",
 ];
 
 /// The CPU steal a run recorded, for the comparison's header.

@@ -17,10 +17,6 @@ impl Lab {
 
     pub(crate) fn build(&mut self) -> Result<()> {
         let s = self.spec.clone();
-        if s.overlay == Overlay::Routed && s.vms_per_host > 1 {
-            // Each host routes one /24 through its one VM-facing veth.
-            return Err(Error::Other("a routed lab has one VM per host".into()));
-        }
         let p = self.prefix.clone();
         let mut hosts = Vec::new();
         for h in 0..s.hosts {
@@ -157,9 +153,28 @@ impl Lab {
                 }
                 self.ns_exec(&ns, &["ip", "link", "set", dev, "address", &vm.mac, "mtu", &mtu, "up"])?;
                 if s.overlay == Overlay::Routed {
+                    // Each host routes its VMs' /24: the gateway address is
+                    // on the one VM-facing veth, or with more VMs on a
+                    // bridge of their veths.
                     let gw = routed_gateway(h);
                     let hd = vm.host_dev.as_deref().unwrap_or("c0");
-                    self.ns_exec(&host.ns, &["ip", "addr", "add", &format!("{gw}/24"), "dev", hd])?;
+                    let gw_dev = if s.vms_per_host > 1 {
+                        if v == 0 {
+                            self.ns_exec(&host.ns, &["ip", "link", "add", "brv", "type", "bridge"])?;
+                            self.ns_exec(&host.ns, &["ip", "link", "set", "brv", "mtu", &mtu, "up"])?;
+                            self.ns_exec(
+                                &host.ns,
+                                &["ip", "addr", "add", &format!("{gw}/24"), "dev", "brv"],
+                            )?;
+                        }
+                        self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "brv"])?;
+                        None
+                    } else {
+                        Some(hd)
+                    };
+                    if let Some(hd) = gw_dev {
+                        self.ns_exec(&host.ns, &["ip", "addr", "add", &format!("{gw}/24"), "dev", hd])?;
+                    }
                     self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/24", vm.ip), "dev", dev])?;
                     self.ns_exec(&ns, &["ip", "route", "add", "default", "via", &gw.to_string()])?;
                 } else {

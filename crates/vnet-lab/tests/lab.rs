@@ -323,6 +323,20 @@ fn kernel_vxlan_baseline_lab_works() {
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
+fn every_baseline_carries_four_vms_per_host() {
+    // The bench's many-flows case: VM k on host 0 reaches VM k on host 1
+    // (and the others) on each no-overlay and VXLAN baseline.
+    for overlay in [vnet_lab::Overlay::Routed, vnet_lab::Overlay::Bridged, vnet_lab::Overlay::Vxlan] {
+        let lab = lab(Spec { overlay, vms_per_host: 4, datapath: None, vm_mtu: 1400, ..Spec::default() });
+        for v in 0..4 {
+            let (a, b) = (lab.vm(0, v).clone(), lab.vm(1, (v + 1) % 4).clone());
+            assert_ping(&lab, &a, b.ip, 1000);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
 fn bridged_baseline_lab_puts_the_vms_on_the_underlays_segment() {
     let lab =
         lab(Spec { overlay: vnet_lab::Overlay::Bridged, datapath: None, vm_mtu: 1500, ..Spec::default() });
@@ -385,7 +399,8 @@ fn adaptive_dispatch_polls_through_a_ping_pong_but_not_between_sparse_pings() {
     // the rate rule may poll too; the window's own arithmetic is the
     // dispatch module's unit tests) are nearly all caught by polling; a
     // ping every 20 ms never polls.
-    let lab = lab(Spec { dispatch: Some("adaptive".into()), datapath: None, vm_mtu: 1500, ..Spec::default() });
+    let lab =
+        lab(Spec { dispatch: Some("adaptive".into()), datapath: None, vm_mtu: 1500, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     let polls = |lab: &Lab| {
@@ -407,7 +422,11 @@ fn adaptive_dispatch_polls_through_a_ping_pong_but_not_between_sparse_pings() {
     ping(&["-i", "0.00015", "-c", "3000"]);
     let (p2, w2, f2) = polls(&lab);
     let (frames, wakeups) = (f2 - f1, w2 - w1);
-    eprintln!("sparse: {} looks; 150 us apart: {frames} frames, {wakeups} wake-ups, {} looks", p1 - p0, p2 - p1);
+    eprintln!(
+        "sparse: {} looks; 150 us apart: {frames} frames, {wakeups} wake-ups, {} looks",
+        p1 - p0,
+        p2 - p1
+    );
     assert!(frames >= 3000, "{frames} frames");
     assert!(p2 - p1 >= 300, "requests 150 us apart polled only {} times", p2 - p1);
     // Most requests were caught by polling (2-134 wake-ups in 3000 seen;
