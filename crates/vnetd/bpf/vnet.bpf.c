@@ -67,11 +67,6 @@ struct route_key {
 	__u8 src[6];
 };
 
-struct route_val {
-	__u32 action; /* ACT_IFACE*: target = ifindex; ACT_LINK: target = link id */
-	__u32 target;
-};
-
 struct link_val {
 	__u32 remote_ip;   /* network order */
 	__u32 local_ip;    /* network order */
@@ -81,6 +76,25 @@ struct link_val {
 	__u32 network;     /* vnet network id, or VXLAN VNI */
 	__u32 ifindex;     /* underlay device */
 	__u32 mtu;         /* underlay MTU */
+};
+
+/* A decision carries everything the programs need after the one hash
+ * lookup that finds it: the counter slots of both ports and, for a link,
+ * the link itself (one lookup per frame, not four). */
+struct route_val {
+	__u32 action;   /* ACT_IFACE*: target = ifindex; ACT_LINK: target = link id */
+	__u32 target;
+	__u32 in_slot;  /* port_stats slot of the ingress port */
+	__u32 out_slot; /* ... and of the target */
+	struct link_val link; /* ACT_LINK: the link */
+};
+
+/* A peer's link, found by the datagram's source: its id, counter slot and
+ * the link itself. */
+struct peer_val {
+	__u32 id;
+	__u32 slot;
+	struct link_val link;
 };
 
 struct cfg {
@@ -120,27 +134,20 @@ enum {
 ROUTE_TABLE(routes_0);
 ROUTE_TABLE(routes_1);
 
+/* Peer IPv4 address (network order) -> its link. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, __u32);
-	__type(value, struct link_val);
-} links SEC(".maps");
-
-/* Peer IPv4 address (network order) -> link id. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct peer_val);
 } peers SEC(".maps");
 
-/* VXLAN peer (address, VNI) -> link id. */
+/* VXLAN peer (address, VNI) -> its link. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct vxlan_key);
-	__type(value, __u32);
+	__type(value, struct peer_val);
 } vxlan_peers SEC(".maps");
 
 struct {
@@ -160,8 +167,9 @@ static __always_inline __u32 format_len(__u8 format)
 	return 0;
 }
 
-/* Per-port counters, merged by the daemon into `show` (the daemon creates
- * an entry for every port it serves; the programs only add to them). */
+/* Per-port counters, merged by the daemon into `show`: an array indexed by
+ * the slot the daemon gives each port it serves (slot 0 is no port's), so
+ * counting is no hash lookup; the programs only add to them. */
 struct port_stats {
 	__u64 rx_packets;
 	__u64 rx_bytes;
@@ -169,9 +177,10 @@ struct port_stats {
 	__u64 tx_bytes;
 };
 
+#define PORT_SLOTS 4096
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 4096);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PORT_SLOTS);
 	__type(key, __u32);
 	__type(value, struct port_stats);
 } port_stats SEC(".maps");
@@ -190,9 +199,9 @@ static __always_inline void count(__u32 idx, __u64 n)
 		*v += n;
 }
 
-static __always_inline void port_count(__u32 port, int tx, __u64 bytes)
+static __always_inline void port_count(__u32 slot, int tx, __u64 bytes)
 {
-	struct port_stats *p = bpf_map_lookup_elem(&port_stats, &port);
+	struct port_stats *p = bpf_map_lookup_elem(&port_stats, &slot);
 	if (!p)
 		return;
 	if (tx) {
@@ -279,10 +288,7 @@ static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, stru
 	if (!r)
 		return NULL;
 	if (r->action == ACT_LINK) {
-		__u32 id = r->target;
-		struct link_val *l = bpf_map_lookup_elem(&links, &id);
-		if (!l)
-			return NULL;
+		struct link_val *l = &r->link;
 		__u32 over = OUTER_LEN + format_len(l->format);
 		/* A frame too big for the underlay is vnetd's: it fragments
 		 * `vnet` frames itself. A GSO frame stays whole through the
@@ -409,8 +415,8 @@ int vnet_from_vm(struct __sk_buff *skb)
 	__u32 len = skb->len;
 	if (r->action == ACT_IFACE || r->action == ACT_IFACE_XMIT) {
 		count(S_LOCAL, 1);
-		port_count(skb->ifindex, 0, len);
-		port_count(r->target, 1, len);
+		port_count(r->in_slot, 0, len);
+		port_count(r->out_slot, 1, len);
 		if (r->action == ACT_IFACE_XMIT)
 			return bpf_redirect(r->target, 0);
 		bpf_skb_change_type(skb, PACKET_HOST);
@@ -418,15 +424,15 @@ int vnet_from_vm(struct __sk_buff *skb)
 	}
 	if (!l)
 		return TC_ACT_OK;
-	__u32 port = skb->ifindex, link = PORT_LINK | r->target;
+	__u32 in_slot = r->in_slot, out_slot = r->out_slot;
 	if (encap(skb, l) < 0) {
 		count(S_ERRORS, 1);
 		return TC_ACT_SHOT;
 	}
 	count(S_ENCAP, 1);
 	count(S_ENCAP_BYTES, len);
-	port_count(port, 0, len);
-	port_count(link, 1, len);
+	port_count(in_slot, 0, len);
+	port_count(out_slot, 1, len);
 	return bpf_redirect_neigh(l->ifindex, NULL, 0, 0);
 }
 
@@ -461,7 +467,7 @@ int vnet_from_wire(struct __sk_buff *skb)
 		     bpf_ntohs(h.udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr)))
 		goto user;
 	__u32 saddr = h.ip.saddr;
-	__u32 *id;
+	struct peer_val *pv;
 	if (vxlan) {
 		__u8 x[VXLAN_HDR_LEN];
 		if (bpf_skb_load_bytes(skb, ETH_HLEN + OUTER_LEN, x, sizeof(x)) < 0)
@@ -471,15 +477,15 @@ int vnet_from_wire(struct __sk_buff *skb)
 		if (x[0] != VXLAN_FLAG_I || x[1] || x[2] || x[3] || x[7])
 			goto user;
 		struct vxlan_key vk = {.addr = saddr, .vni = ((__u32)x[4] << 16) | ((__u32)x[5] << 8) | x[6]};
-		id = bpf_map_lookup_elem(&vxlan_peers, &vk);
+		pv = bpf_map_lookup_elem(&vxlan_peers, &vk);
 	} else {
-		id = bpf_map_lookup_elem(&peers, &saddr);
+		pv = bpf_map_lookup_elem(&peers, &saddr);
 	}
-	if (!id)
+	if (!pv)
 		goto user;
-	__u32 lid = *id;
-	struct link_val *l = bpf_map_lookup_elem(&links, &lid);
-	if (!l || (l->format == FMT_VXLAN) != vxlan)
+	__u32 lid = pv->id, link_slot = pv->slot;
+	struct link_val *l = &pv->link;
+	if ((l->format == FMT_VXLAN) != vxlan)
 		goto user;
 	/* To the address vnetd's link leaves from (it listens there), not any
 	 * address of the host's. */
@@ -528,7 +534,7 @@ int vnet_from_wire(struct __sk_buff *skb)
 	struct route_val *r = lookup(c, &k);
 	if (!r || (r->action != ACT_IFACE && r->action != ACT_IFACE_XMIT))
 		goto user;
-	__u32 action = r->action, target = r->target;
+	__u32 action = r->action, target = r->target, out_slot = r->out_slot;
 	__u64 flags = inner.h_proto == bpf_htons(ETH_P_IPV6) ? BPF_F_ADJ_ROOM_DECAP_L3_IPV6
 							      : BPF_F_ADJ_ROOM_DECAP_L3_IPV4;
 	if (bpf_skb_adjust_room(skb, -(__s32)(OUTER_LEN + vh + ETH_HLEN), BPF_ADJ_ROOM_MAC,
@@ -542,8 +548,8 @@ int vnet_from_wire(struct __sk_buff *skb)
 	}
 	count(S_DECAP, 1);
 	count(S_DECAP_BYTES, skb->len);
-	port_count(PORT_LINK | lid, 0, skb->len);
-	port_count(target, 1, skb->len);
+	port_count(link_slot, 0, skb->len);
+	port_count(out_slot, 1, skb->len);
 	if (action == ACT_IFACE_XMIT)
 		return bpf_redirect(target, 0);
 	bpf_skb_change_type(skb, PACKET_HOST);

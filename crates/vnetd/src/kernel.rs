@@ -17,8 +17,8 @@
 //! the kernel does when the process dies), so a stopped or killed vnetd
 //! leaves nothing attached and a restart attaches afresh.
 
-use crate::sys::bpf::{Cfg, LinkVal, PortStats, RouteKey, RouteVal, VxlanKey};
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, PerCpuValues};
+use crate::sys::bpf::{Cfg, LinkVal, PeerVal, PortStats, RouteKey, RouteVal, VxlanKey};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::tc::SchedClassifierLinkId;
 use aya::programs::{SchedClassifier, SocketFilter, TcAttachType};
 use aya::Ebpf;
@@ -41,6 +41,9 @@ const FMT_VNET: u8 = 1;
 const FMT_VXLAN: u8 = 2;
 /// Route entries per table (the maps' `max_entries`).
 pub const MAX_ROUTES: usize = 65_536;
+/// `PORT_SLOTS`: counter slots for the ports the kernel path serves (slot 0
+/// is no port's: a port past the last shares it, uncounted).
+const PORT_SLOTS: u32 = 4096;
 
 /// The programs' counters, in the order of the C enum.
 pub const STAT_NAMES: [&str; 9] = [
@@ -78,7 +81,8 @@ pub struct KernelPath {
     active: u32,
     peers: BTreeSet<u32>,
     vxlan_peers: BTreeSet<VxlanKey>,
-    links: BTreeSet<u32>,
+    /// Each served port's (ifindex, or `PORT_LINK | link id`) counter slot.
+    slots: BTreeMap<u32, u32>,
     /// Route entries in the live table, and decisions left out for lack of room.
     pub entries: usize,
     pub overflow: usize,
@@ -105,7 +109,7 @@ impl KernelPath {
             active: 0,
             peers: BTreeSet::new(),
             vxlan_peers: BTreeSet::new(),
-            links: BTreeSet::new(),
+            slots: BTreeMap::new(),
             entries: 0,
             overflow: 0,
         })
@@ -179,21 +183,48 @@ impl KernelPath {
             }
         }
 
-        // Links and peers first (a route may only name a link that exists).
+        // A counter slot for every port served, zeroed when first given (the
+        // programs only add). Slots of ports gone are freed after the switch
+        // below, so that no live decision counts into a slot given again.
         {
-            let mut m: BpfHashMap<&mut MapData, u32, LinkVal> = map(&mut self.ebpf, "links")?;
-            for (id, (v, _)) in &link_vals {
-                m.insert(id, v, 0).map_err(|e| format!("links: {e}"))?;
-                self.links.insert(*id);
+            let cpus = aya::util::nr_cpus().map_err(|(w, e)| format!("{w}: {e}"))?;
+            let mut m: PerCpuArray<&mut MapData, PortStats> = map(&mut self.ebpf, "port_stats")?;
+            let ports = ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id));
+            for p in ports {
+                if self.slots.contains_key(&p) {
+                    continue;
+                }
+                let used: BTreeSet<u32> = self.slots.values().copied().collect();
+                let Some(slot) = (1..PORT_SLOTS).find(|s| !used.contains(s)) else {
+                    tracing::warn!(
+                        port = p,
+                        "the kernel path's {PORT_SLOTS} port counters are taken: not counted"
+                    );
+                    self.slots.insert(p, 0);
+                    continue;
+                };
+                let zero = PerCpuValues::try_from(vec![PortStats::default(); cpus])
+                    .map_err(|e| format!("port_stats: {e}"))?;
+                m.set(slot, zero, 0).map_err(|e| format!("port_stats: {e}"))?;
+                self.slots.insert(p, slot);
             }
         }
+        let slot = |p: u32| self.slots.get(&p).copied().unwrap_or(0);
+        let links: BTreeMap<u32, LinkVal> = link_vals.iter().map(|(id, (v, _))| (*id, *v)).collect();
+        let peer = |id: u32, v: &LinkVal| PeerVal { id, slot: slot(PORT_LINK | id), link: *v };
+        let peer_vals: Vec<(u32, PeerVal)> = links.iter().map(|(id, v)| (*id, peer(*id, v))).collect();
+        // Decisions into the inactive table, then switch.
+        let (decisions, overflow) = decisions(plane, ifaces, &links, &self.slots);
+
+        // Peers first (a route may only name a link whose datagrams are known).
         {
-            let mut m: BpfHashMap<&mut MapData, u32, u32> = map(&mut self.ebpf, "peers")?;
+            let mut m: BpfHashMap<&mut MapData, u32, PeerVal> = map(&mut self.ebpf, "peers")?;
             let mut now = BTreeSet::new();
             // Every entry written is remembered at once, so that a sync that
             // fails halfway leaves nothing the next one does not remove.
-            for (id, (v, _)) in link_vals.iter().filter(|(_, (v, _))| v.format != FMT_VXLAN) {
-                m.insert(v.remote_ip, id, 0).map_err(|e| format!("peers: {e}"))?;
+            for (_, pv) in peer_vals.iter().filter(|(_, p)| p.link.format != FMT_VXLAN) {
+                let v = &pv.link;
+                m.insert(v.remote_ip, pv, 0).map_err(|e| format!("peers: {e}"))?;
                 self.peers.insert(v.remote_ip);
                 now.insert(v.remote_ip);
             }
@@ -203,11 +234,11 @@ impl KernelPath {
             self.peers = now;
         }
         {
-            let mut m: BpfHashMap<&mut MapData, VxlanKey, u32> = map(&mut self.ebpf, "vxlan_peers")?;
+            let mut m: BpfHashMap<&mut MapData, VxlanKey, PeerVal> = map(&mut self.ebpf, "vxlan_peers")?;
             let mut now = BTreeSet::new();
-            for (id, (v, _)) in link_vals.iter().filter(|(_, (v, _))| v.format == FMT_VXLAN) {
-                let k = VxlanKey { addr: v.remote_ip, vni: v.network };
-                m.insert(k, id, 0).map_err(|e| format!("vxlan_peers: {e}"))?;
+            for (_, pv) in peer_vals.iter().filter(|(_, p)| p.link.format == FMT_VXLAN) {
+                let k = VxlanKey { addr: pv.link.remote_ip, vni: pv.link.network };
+                m.insert(k, pv, 0).map_err(|e| format!("vxlan_peers: {e}"))?;
                 self.vxlan_peers.insert(k);
                 now.insert(k);
             }
@@ -217,22 +248,6 @@ impl KernelPath {
             self.vxlan_peers = now;
         }
 
-        // A counter entry for every port served (the programs only add).
-        {
-            let cpus = aya::util::nr_cpus().map_err(|(w, e)| format!("{w}: {e}"))?;
-            let mut m: PerCpuHashMap<&mut MapData, u32, PortStats> = map(&mut self.ebpf, "port_stats")?;
-            let ports = ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id));
-            for p in ports {
-                if m.get(&p, 0).is_err() {
-                    let zero = PerCpuValues::try_from(vec![PortStats::default(); cpus])
-                        .map_err(|e| format!("port_stats: {e}"))?;
-                    m.insert(p, zero, 0).map_err(|e| format!("port_stats: {e}"))?;
-                }
-            }
-        }
-
-        // Decisions into the inactive table, then switch.
-        let (decisions, overflow) = decisions(plane, ifaces, &link_vals.keys().copied().collect());
         let next = 1 - self.active;
         {
             let name = if next == 0 { "routes_0" } else { "routes_1" };
@@ -263,14 +278,10 @@ impl KernelPath {
         }
         self.overflow = overflow;
 
-        // Links that are gone: after the switch, no route names them.
-        {
-            let mut m: BpfHashMap<&mut MapData, u32, LinkVal> = map(&mut self.ebpf, "links")?;
-            for gone in self.links.iter().filter(|id| !link_vals.contains_key(id)) {
-                let _ = m.remove(gone);
-            }
-        }
-        self.links = link_vals.keys().copied().collect();
+        // Ports that are gone: after the switch, no decision names their slots.
+        let served: BTreeSet<u32> =
+            ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id)).collect();
+        self.slots.retain(|p, _| served.contains(p));
         Ok(skipped)
     }
 
@@ -283,11 +294,12 @@ impl KernelPath {
     }
 
     fn port_counters(&self, port: u32) -> PortStats {
+        let Some(&slot) = self.slots.get(&port).filter(|s| **s != 0) else { return PortStats::default() };
         let Some(m) = self.ebpf.map("port_stats") else { return PortStats::default() };
-        let Ok(h) = PerCpuHashMap::<&MapData, u32, PortStats>::try_from(m) else {
+        let Ok(a) = PerCpuArray::<&MapData, PortStats>::try_from(m) else {
             return PortStats::default();
         };
-        let Ok(vals) = h.get(&port, 0) else { return PortStats::default() };
+        let Ok(vals) = a.get(&slot, 0) else { return PortStats::default() };
         vals.iter().fold(PortStats::default(), |a, v| PortStats {
             rx_packets: a.rx_packets + v.rx_packets,
             rx_bytes: a.rx_bytes + v.rx_bytes,
@@ -339,8 +351,10 @@ impl Drop for KernelPath {
 pub fn decisions(
     plane: &Plane,
     ifaces: &BTreeMap<u32, KernelIface>,
-    kernel_links: &BTreeSet<u32>,
+    kernel_links: &BTreeMap<u32, LinkVal>,
+    slots: &BTreeMap<u32, u32>,
 ) -> (BTreeMap<RouteKey, RouteVal>, usize) {
+    let slot = |p: u32| slots.get(&p).copied().unwrap_or(0);
     let mut macs: BTreeSet<MacAddr> = BTreeSet::new();
     for r in plane.table.routes() {
         for spec in [r.src, r.dst] {
@@ -358,7 +372,7 @@ pub fn decisions(
     }
     let mut ports: Vec<(Port, u32)> =
         ifaces.iter().map(|(id, k)| (Port::Interface(*id), k.ifindex)).collect();
-    ports.extend(kernel_links.iter().map(|id| (Port::Link(*id), PORT_LINK | id)));
+    ports.extend(kernel_links.keys().map(|id| (Port::Link(*id), PORT_LINK | id)));
     // Destinations a link's frames can have in the kernel: those routed to
     // a kernel interface (all of them if such a route matches any MAC).
     let mut to_kernel: BTreeSet<MacAddr> = BTreeSet::new();
@@ -416,12 +430,22 @@ pub fn decisions(
                         Some(k) => RouteVal {
                             action: if k.peer { ACT_IFACE_PEER } else { ACT_IFACE_XMIT },
                             target: k.ifindex,
+                            in_slot: slot(key_port),
+                            out_slot: slot(k.ifindex),
+                            link: LinkVal::default(),
                         },
                         None => continue,
                     },
-                    Port::Link(l) if !port.is_link() && kernel_links.contains(&l) => {
-                        RouteVal { action: ACT_LINK, target: l }
-                    }
+                    Port::Link(l) if !port.is_link() => match kernel_links.get(&l) {
+                        Some(v) => RouteVal {
+                            action: ACT_LINK,
+                            target: l,
+                            in_slot: slot(key_port),
+                            out_slot: slot(PORT_LINK | l),
+                            link: *v,
+                        },
+                        None => continue,
+                    },
                     Port::Link(_) => continue,
                 };
                 if out.len() >= MAX_ROUTES {
@@ -591,15 +615,23 @@ mod tests {
         );
         let kif = |ifindex, peer| KernelIface { dev: String::new(), ifindex, peer };
         let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10, true)), (1, kif(11, false))].into();
-        let (d, overflow) = decisions(&plane, &ifaces, &[0].into());
+        let link = LinkVal { remote_ip: 0x0200_4d0a, mtu: 1500, ..LinkVal::default() };
+        let links: BTreeMap<u32, LinkVal> = [(0, link)].into();
+        // Counter slots: interface A's veth 1, C's TAP 2, the link 3.
+        let slots: BTreeMap<u32, u32> = [(10, 1), (11, 2), (PORT_LINK, 3)].into();
+        let (d, overflow) = decisions(&plane, &ifaces, &links, &slots);
         assert_eq!(overflow, 0);
-        let get =
-            |port, dst: MacAddr, src: MacAddr| d.get(&RouteKey { port, dst: dst.0, src: src.0 }).copied();
-        // A -> B leaves by the link; A -> C goes out of C's TAP; from the
-        // link, B -> A goes into A's veth peer.
-        assert_eq!(get(10, b, a), Some(RouteVal { action: ACT_LINK, target: 0 }));
-        assert_eq!(get(10, c, a), Some(RouteVal { action: ACT_IFACE_XMIT, target: 11 }));
-        assert_eq!(get(PORT_LINK, a, b), Some(RouteVal { action: ACT_IFACE_PEER, target: 10 }));
+        let get = |port, dst: MacAddr, src: MacAddr| {
+            d.get(&RouteKey { port, dst: dst.0, src: src.0 })
+                .map(|v| (v.action, v.target, v.in_slot, v.out_slot))
+        };
+        // A -> B leaves by the link (which the decision carries); A -> C
+        // goes out of C's TAP; from the link, B -> A goes into A's veth
+        // peer. Each names the counter slots of both ports.
+        assert_eq!(get(10, b, a), Some((ACT_LINK, 0, 1, 3)));
+        assert_eq!(d[&RouteKey { port: 10, dst: b.0, src: a.0 }].link, link);
+        assert_eq!(get(10, c, a), Some((ACT_IFACE_XMIT, 11, 1, 2)));
+        assert_eq!(get(PORT_LINK, a, b), Some((ACT_IFACE_PEER, 10, 3, 1)));
         // No reflection (link -> same link, interface -> itself), no group
         // destinations: those stay with the user path.
         assert_eq!(get(PORT_LINK, b, a), None);
@@ -607,21 +639,21 @@ mod tests {
         assert!(d.keys().all(|k| k.dst[0] & 1 == 0));
         // Port security: with interface 0 locked to A, its frames from
         // another source (B to C) are the user path's, which drops them.
-        assert_eq!(get(10, c, b), Some(RouteVal { action: ACT_IFACE_XMIT, target: 11 }));
+        assert_eq!(get(10, c, b), Some((ACT_IFACE_XMIT, 11, 1, 2)));
         let locked = Arc::new(Iface::new(0, "vm0", Some(a), Arc::new(Nowhere)).locked_to(Some(a)));
         let plane = Plane::new(
             RouteTable::new(2, plane.table.routes().to_vec()),
             vec![locked, iface(1, c)],
             plane.links.values().cloned().collect(),
         );
-        let (d, _) = decisions(&plane, &ifaces, &[0].into());
+        let (d, _) = decisions(&plane, &ifaces, &links, &slots);
         assert_eq!(d.get(&RouteKey { port: 10, dst: c.0, src: b.0 }), None);
         assert_eq!(
-            d.get(&RouteKey { port: 10, dst: c.0, src: a.0 }),
-            Some(&RouteVal { action: ACT_IFACE_XMIT, target: 11 })
+            d.get(&RouteKey { port: 10, dst: c.0, src: a.0 }).map(|v| (v.action, v.target)),
+            Some((ACT_IFACE_XMIT, 11))
         );
         // A route change is a different answer.
-        let none = decisions(&Plane::default(), &ifaces, &[0].into()).0;
+        let none = decisions(&Plane::default(), &ifaces, &links, &slots).0;
         assert!(none.is_empty());
     }
 
@@ -648,7 +680,8 @@ mod tests {
         let kif = |ifindex| KernelIface { dev: String::new(), ifindex, peer: true };
         let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10)), (1, kif(11))].into();
         let t0 = std::time::Instant::now();
-        let (d, overflow) = decisions(&plane, &ifaces, &(0..1000).collect());
+        let links = (0..1000).map(|l| (l, LinkVal::default())).collect();
+        let (d, overflow) = decisions(&plane, &ifaces, &links, &BTreeMap::new());
         let took = t0.elapsed();
         assert_eq!(d.len(), MAX_ROUTES);
         assert!(overflow > 100_000, "{overflow}");

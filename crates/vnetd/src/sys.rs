@@ -615,12 +615,25 @@ pub mod bpf {
         pub src: [u8; 6],
     }
 
-    /// `struct route_val`.
+    /// `struct route_val`: the decision, the counter slots of the ingress
+    /// port and the target, and for `ACT_LINK` the link itself.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
     pub struct RouteVal {
         pub action: u32,
         pub target: u32,
+        pub in_slot: u32,
+        pub out_slot: u32,
+        pub link: LinkVal,
+    }
+
+    /// `struct peer_val`: a peer's link id, counter slot and link.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct PeerVal {
+        pub id: u32,
+        pub slot: u32,
+        pub link: LinkVal,
     }
 
     /// `struct link_val`; addresses and port in network byte order.
@@ -665,7 +678,7 @@ pub mod bpf {
     }
 
     // SAFETY: each type is `repr(C)`, made only of integers and byte arrays,
-    // laid out without padding (16, 8, 24 and 8 bytes, checked below), so
+    // laid out without padding (sizes checked below), so
     // every byte pattern is a valid value and none is uninitialised: what
     // `aya::Pod` requires to copy them to and from the kernel's maps.
     unsafe impl aya::Pod for RouteKey {}
@@ -674,6 +687,8 @@ pub mod bpf {
     // SAFETY: as above.
     unsafe impl aya::Pod for LinkVal {}
     // SAFETY: as above.
+    unsafe impl aya::Pod for PeerVal {}
+    // SAFETY: as above.
     unsafe impl aya::Pod for Cfg {}
     // SAFETY: as above (four u64, 32 bytes).
     unsafe impl aya::Pod for PortStats {}
@@ -681,7 +696,8 @@ pub mod bpf {
     unsafe impl aya::Pod for VxlanKey {}
 
     const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
-    const _: () = assert!(std::mem::size_of::<RouteVal>() == 8);
+    const _: () = assert!(std::mem::size_of::<RouteVal>() == 40);
+    const _: () = assert!(std::mem::size_of::<PeerVal>() == 32);
     const _: () = assert!(std::mem::size_of::<LinkVal>() == 24);
     const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
     const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
