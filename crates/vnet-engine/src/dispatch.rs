@@ -13,13 +13,14 @@
 //! ping every 10 ms sleeps. It also keeps the paper's rate rule (polling
 //! from 10000 frames/s, back to notify at 1000, measured over 10 ms).
 //!
-//! Polling must not take the CPU from the VMs on a small machine: the
-//! worker yields between looks, and when a yield took longer than
-//! [`CONTENDED`] another thread wanted the CPU and got it; the worker then
-//! sleeps until the next frame ([`Dispatcher::contended`]) and `adaptive`
-//! closes its window. Without that, two busy-polling MPI ranks and the
-//! workers of two hosts on two CPUs hand the CPU round in whole time slices
-//! (milliseconds per message).
+//! `adaptive` polling must not take the CPU from the VMs on a small
+//! machine: the worker yields between looks, and when a yield took longer
+//! than [`CONTENDED`] another thread wanted the CPU and got it; the worker
+//! then stops polling for a while ([`Dispatcher::contended`]). Without
+//! that, two busy-polling MPI ranks and the workers of two hosts on two
+//! CPUs hand the CPU round in whole time slices (milliseconds per
+//! message). `poll` is the operator's choice of a busy core and polls
+//! regardless (VNET/P's VMM-driven mode: the guest need not kick).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -152,15 +153,17 @@ impl Dispatcher {
     }
 
     /// Another thread wanted this CPU while the worker polled at `now` (a
-    /// yield took [`CONTENDED`] or more): no polling for the hold, which
-    /// doubles each time (up to [`HOLD_MAX`]) and halves again each time
-    /// polling catches a frame; `adaptive` also closes its window.
+    /// yield took [`CONTENDED`] or more). `adaptive`: no polling for the
+    /// hold, which doubles each time (up to [`HOLD_MAX`]) and halves again
+    /// each time polling catches a frame, and the window closes. `poll`
+    /// keeps polling.
     pub fn contended(&mut self, now: Instant) {
+        if self.mode != Mode::Adaptive {
+            return;
+        }
         self.hold_until = now + self.hold;
         self.hold = (self.hold * 2).min(HOLD_MAX);
-        if self.mode == Mode::Adaptive {
-            self.window = Duration::ZERO;
-        }
+        self.window = Duration::ZERO;
     }
 
     /// `adaptive`'s current polling window.
@@ -252,7 +255,11 @@ mod tests {
         let us = Duration::from_micros;
         let ms = Duration::from_millis;
         let t0 = Instant::now();
-        for mode in [Mode::Poll, Mode::Adaptive] {
+        let mut p = Dispatcher::new(Mode::Poll, t0);
+        p.record(1, t0 + us(20));
+        p.contended(t0 + us(21));
+        assert!(p.keep_polling(t0 + us(22)), "poll polls regardless");
+        for mode in [Mode::Adaptive] {
             let mut d = Dispatcher::new(mode, t0);
             let mut t = t0;
             for _ in 0..3 {
