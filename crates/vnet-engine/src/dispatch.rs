@@ -259,29 +259,27 @@ mod tests {
         p.record(1, t0 + us(20));
         p.contended(t0 + us(21));
         assert!(p.keep_polling(t0 + us(22)), "poll polls regardless");
-        for mode in [Mode::Adaptive] {
-            let mut d = Dispatcher::new(mode, t0);
-            let mut t = t0;
-            for _ in 0..3 {
-                t += us(20);
-                d.record(1, t);
-            }
-            assert!(d.keep_polling(t + us(5)), "{mode:?}");
-            d.contended(t + us(6));
-            // Frames keep coming, but no polling for 10 ms...
+        let mut d = Dispatcher::new(Mode::Adaptive, t0);
+        let mut t = t0;
+        for _ in 0..3 {
             t += us(20);
             d.record(1, t);
-            assert!(!d.keep_polling(t + us(1)), "{mode:?}");
-            t = t0 + ms(11);
-            d.record(1, t);
-            t += us(20);
-            d.record(1, t);
-            assert!(d.keep_polling(t + us(1)), "{mode:?}");
-            // ...then 20 ms after the next contended poll.
-            d.contended(t + us(2));
-            assert!(!d.keep_polling(t + ms(19)), "{mode:?}");
-            assert_eq!(d.hold, HOLD_MIN * 4, "{mode:?}");
         }
+        assert!(d.keep_polling(t + us(5)));
+        d.contended(t + us(6));
+        // Frames keep coming, but no polling for 10 ms...
+        t += us(20);
+        d.record(1, t);
+        assert!(!d.keep_polling(t + us(1)));
+        t = t0 + ms(11);
+        d.record(1, t);
+        t += us(20);
+        d.record(1, t);
+        assert!(d.keep_polling(t + us(1)));
+        // ...then 20 ms after the next contended poll.
+        d.contended(t + us(2));
+        assert!(!d.keep_polling(t + ms(19)));
+        assert_eq!(d.hold, HOLD_MIN * 4);
         // Notify never polls.
         let mut n = Dispatcher::new(Mode::Notify, t0);
         n.record(1, t0 + us(10));
