@@ -621,20 +621,16 @@ fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result
         let mut errs = Vec::new();
         for c in clients {
             let o = c.wait_with_output().map_err(|e| format!("iperf3: {e}"))?;
-            match serde_json::from_slice::<Value>(&o.stdout) {
-                Ok(v) if v.get("error").is_none() => {
-                    bps += v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
-                    bytes += v["end"]["sum_received"]["bytes"].as_f64().unwrap_or(0.0);
-                }
-                Ok(v) => errs.push(v["error"].to_string()),
-                Err(e) => errs.push(e.to_string()),
+            match iperf_received(&o.stdout) {
+                Ok((b, n)) => (bps, bytes) = (bps + b, bytes + n),
+                Err(e) => errs.push(e),
             }
         }
         let t1 = cpu_ticks();
         if !errs.is_empty() || bytes <= 0.0 {
             return Err(format!("iperf3, {MANY_VMS} pairs at once: {}", errs.join("; ")));
         }
-        Ok((bps / 1e9, bytes, (t1.0 - t0.0) as f64 / 100.0))
+        Ok((bps / 1e9, bytes, busy_seconds(t0, t1)))
     })?;
     Ok(stolen(
         vec![sample("many_gbps", "Gbit/s", gbps), sample("many_cpu_s_per_gb", "s/GB", cpu_s / (bytes / 1e9))],
@@ -654,9 +650,7 @@ fn tcp1(
     let ((gbps, bytes, cpu_s), st) = steady("tcp1", log, || {
         let t0 = cpu_ticks();
         let (gbps, bytes) = iperf(lab, a, b, secs, &[])?;
-        let t1 = cpu_ticks();
-        let hz = 100.0; // USER_HZ on Linux
-        Ok((gbps, bytes, (t1.0 - t0.0) as f64 / hz))
+        Ok((gbps, bytes, busy_seconds(t0, cpu_ticks())))
     })?;
     let mut first = vec![sample("tcp1_gbps", "Gbit/s", gbps)];
     if bytes > 0.0 {
@@ -674,17 +668,28 @@ fn iperf(lab: &mut Lab, a: &End, b: &End, secs: u32, extra: &[&str]) -> Result<(
     let mut args = vec!["iperf3", "-c", b.ip.as_str(), "-t", &s, "-J"];
     args.extend_from_slice(extra);
     let o = lab.ns_output(&a.ns, &args).map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&o.stdout);
-    let v: Value = serde_json::from_str(&text).map_err(|x| format!("iperf3 {extra:?}: {x}"))?;
-    if let Some(err) = v.get("error") {
-        return Err(format!("iperf3 {extra:?}: {err}"));
-    }
-    let r = &v["end"]["sum_received"];
-    let bps = r["bits_per_second"].as_f64().unwrap_or(0.0);
+    let (bps, bytes) = iperf_received(&o.stdout).map_err(|e| format!("iperf3 {extra:?}: {e}"))?;
     if bps <= 0.0 {
         return Err(format!("iperf3 {extra:?} moved nothing"));
     }
-    Ok((bps / 1e9, r["bytes"].as_f64().unwrap_or(0.0)))
+    Ok((bps / 1e9, bytes))
+}
+
+/// What an iperf3 client's JSON report (`-J`) says the receiver got: (bits
+/// per second, bytes), or the error it reports.
+fn iperf_received(json: &[u8]) -> Result<(f64, f64), String> {
+    let v: Value = serde_json::from_slice(json).map_err(|x| x.to_string())?;
+    if let Some(err) = v.get("error") {
+        return Err(err.to_string());
+    }
+    let r = &v["end"]["sum_received"];
+    Ok((r["bits_per_second"].as_f64().unwrap_or(0.0), r["bytes"].as_f64().unwrap_or(0.0)))
+}
+
+/// Busy CPU seconds between two [`cpu_ticks`] readings.
+fn busy_seconds(t0: (u64, u64, u64), t1: (u64, u64, u64)) -> f64 {
+    let hz = 100.0; // USER_HZ on Linux
+    t1.0.saturating_sub(t0.0) as f64 / hz
 }
 
 /// Most pings a measurement may lose: beyond it the RTT of the few that

@@ -158,22 +158,16 @@ impl Lab {
                     // bridge of their veths.
                     let gw = routed_gateway(h);
                     let hd = vm.host_dev.as_deref().unwrap_or("c0");
-                    let gw_dev = if s.vms_per_host > 1 {
+                    let gw_net = format!("{gw}/24");
+                    if s.vms_per_host == 1 {
+                        self.ns_exec(&host.ns, &["ip", "addr", "add", &gw_net, "dev", hd])?;
+                    } else {
                         if v == 0 {
                             self.ns_exec(&host.ns, &["ip", "link", "add", "brv", "type", "bridge"])?;
                             self.ns_exec(&host.ns, &["ip", "link", "set", "brv", "mtu", &mtu, "up"])?;
-                            self.ns_exec(
-                                &host.ns,
-                                &["ip", "addr", "add", &format!("{gw}/24"), "dev", "brv"],
-                            )?;
+                            self.ns_exec(&host.ns, &["ip", "addr", "add", &gw_net, "dev", "brv"])?;
                         }
                         self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "brv"])?;
-                        None
-                    } else {
-                        Some(hd)
-                    };
-                    if let Some(hd) = gw_dev {
-                        self.ns_exec(&host.ns, &["ip", "addr", "add", &format!("{gw}/24"), "dev", hd])?;
                     }
                     self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/24", vm.ip), "dev", dev])?;
                     self.ns_exec(&ns, &["ip", "route", "add", "default", "via", &gw.to_string()])?;

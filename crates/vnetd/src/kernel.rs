@@ -186,15 +186,16 @@ impl KernelPath {
         // A counter slot for every port served, zeroed when first given (the
         // programs only add). Slots of ports gone are freed after the switch
         // below, so that no live decision counts into a slot given again.
+        let served: BTreeSet<u32> =
+            ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id)).collect();
         {
             let cpus = aya::util::nr_cpus().map_err(|(w, e)| format!("{w}: {e}"))?;
             let mut m: PerCpuArray<&mut MapData, PortStats> = map(&mut self.ebpf, "port_stats")?;
-            let ports = ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id));
-            for p in ports {
+            let mut used: BTreeSet<u32> = self.slots.values().copied().collect();
+            for &p in &served {
                 if self.slots.contains_key(&p) {
                     continue;
                 }
-                let used: BTreeSet<u32> = self.slots.values().copied().collect();
                 let Some(slot) = (1..PORT_SLOTS).find(|s| !used.contains(s)) else {
                     tracing::warn!(
                         port = p,
@@ -207,12 +208,13 @@ impl KernelPath {
                     .map_err(|e| format!("port_stats: {e}"))?;
                 m.set(slot, zero, 0).map_err(|e| format!("port_stats: {e}"))?;
                 self.slots.insert(p, slot);
+                used.insert(slot);
             }
         }
         let slot = |p: u32| self.slots.get(&p).copied().unwrap_or(0);
         let links: BTreeMap<u32, LinkVal> = link_vals.iter().map(|(id, (v, _))| (*id, *v)).collect();
-        let peer = |id: u32, v: &LinkVal| PeerVal { id, slot: slot(PORT_LINK | id), link: *v };
-        let peer_vals: Vec<(u32, PeerVal)> = links.iter().map(|(id, v)| (*id, peer(*id, v))).collect();
+        let peer_vals: Vec<PeerVal> =
+            links.iter().map(|(&id, v)| PeerVal { id, slot: slot(PORT_LINK | id), link: *v }).collect();
         // Decisions into the inactive table, then switch.
         let (decisions, overflow) = decisions(plane, ifaces, &links, &self.slots);
 
@@ -222,7 +224,7 @@ impl KernelPath {
             let mut now = BTreeSet::new();
             // Every entry written is remembered at once, so that a sync that
             // fails halfway leaves nothing the next one does not remove.
-            for (_, pv) in peer_vals.iter().filter(|(_, p)| p.link.format != FMT_VXLAN) {
+            for pv in peer_vals.iter().filter(|p| p.link.format != FMT_VXLAN) {
                 let v = &pv.link;
                 m.insert(v.remote_ip, pv, 0).map_err(|e| format!("peers: {e}"))?;
                 self.peers.insert(v.remote_ip);
@@ -236,7 +238,7 @@ impl KernelPath {
         {
             let mut m: BpfHashMap<&mut MapData, VxlanKey, PeerVal> = map(&mut self.ebpf, "vxlan_peers")?;
             let mut now = BTreeSet::new();
-            for (_, pv) in peer_vals.iter().filter(|(_, p)| p.link.format == FMT_VXLAN) {
+            for pv in peer_vals.iter().filter(|p| p.link.format == FMT_VXLAN) {
                 let k = VxlanKey { addr: pv.link.remote_ip, vni: pv.link.network };
                 m.insert(k, pv, 0).map_err(|e| format!("vxlan_peers: {e}"))?;
                 self.vxlan_peers.insert(k);
@@ -279,8 +281,6 @@ impl KernelPath {
         self.overflow = overflow;
 
         // Ports that are gone: after the switch, no decision names their slots.
-        let served: BTreeSet<u32> =
-            ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id)).collect();
         self.slots.retain(|p, _| served.contains(p));
         Ok(skipped)
     }
