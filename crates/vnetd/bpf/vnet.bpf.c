@@ -76,6 +76,7 @@ struct link_val {
 	__u32 network;     /* vnet network id, or VXLAN VNI */
 	__u32 ifindex;     /* underlay device */
 	__u32 mtu;         /* underlay MTU */
+	__u32 nexthop;     /* network order: the route's gateway, or remote_ip */
 };
 
 /* A decision carries everything the programs need after the one hash
@@ -331,13 +332,45 @@ static __always_inline void ipv4_csum(struct iphdr *ip)
 	ip->check = (__u16)~sum;
 }
 
+/* The packet's first `need` bytes for direct access (pulled into the
+ * linear part when they are not), or NULL. Direct reads and writes cost a
+ * bounds check; each bpf_skb_{load,store}_bytes is a helper call. */
+static __always_inline void *head(struct __sk_buff *skb, __u32 need)
+{
+	void *data = (void *)(long)skb->data;
+	if (data + need > (void *)(long)skb->data_end) {
+		if (bpf_skb_pull_data(skb, need) < 0)
+			return NULL;
+		data = (void *)(long)skb->data;
+		if (data + need > (void *)(long)skb->data_end)
+			return NULL;
+	}
+	return data;
+}
+
+/* The outer headers of an encapsulated frame, as written in one go. */
+struct outer {
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct udphdr udp;
+} __attribute__((packed));
+
 static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 {
+	if (l->format != FMT_VNET && l->format != FMT_VXLAN)
+		return -1; /* raw links are the user path's */
 	__u32 vh = format_len(l->format);
 	__u32 inner_len = skb->len;
+	/* The flow hash before the headers change (the VM's socket set it;
+	 * computed only when it did not). */
+	__u32 hash = skb->hash;
+	if (!hash)
+		hash = bpf_get_hash_recalc(skb);
 	struct ethhdr inner;
-	if (bpf_skb_load_bytes(skb, 0, &inner, sizeof(inner)) < 0)
+	struct ethhdr *e = head(skb, ETH_HLEN);
+	if (!e)
 		return -1;
+	__builtin_memcpy(&inner, e, sizeof(inner));
 	/* Room after the (outer-to-be) Ethernet header for IP, UDP, the vnet
 	 * header and the inner Ethernet header; the kernel records the inner
 	 * headers so GSO segments the inner TCP and copies the outer headers. */
@@ -348,7 +381,6 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 		return -1;
 
 	struct iphdr ip = {};
-	struct udphdr udp = {};
 	__u32 outer_len = inner_len + OUTER_LEN + vh; /* IP length: all but outer Ethernet */
 	ip.version = 4;
 	ip.ihl = 5;
@@ -360,41 +392,43 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 	ip.saddr = l->local_ip;
 	ip.daddr = l->remote_ip;
 	ipv4_csum(&ip);
+	struct outer o = {.ip = ip};
+	o.eth.h_proto = bpf_htons(ETH_P_IP); /* the MACs: bpf_redirect_neigh's */
 	/* Source port from the inner flow's hash: entropy for RSS/ECMP (VXLAN:
 	 * RFC 7348's 49152-65535). The UDP checksum stays 0, as Linux VTEPs
 	 * send it over IPv4. */
-	__u32 hash = bpf_get_hash_recalc(skb);
 	if (l->format == FMT_VXLAN)
-		udp.source = bpf_htons(49152 + (hash % 16384));
+		o.udp.source = bpf_htons(49152 + (hash % 16384));
 	else
-		udp.source = bpf_htons(32768 + (hash % 28232));
-	udp.dest = l->remote_port;
+		o.udp.source = bpf_htons(32768 + (hash % 28232));
+	o.udp.dest = l->remote_port;
 	__u32 udp_len = outer_len - sizeof(struct iphdr);
-	udp.len = bpf_htons(udp_len > 0xffff ? 0xffff : udp_len);
-	if (bpf_skb_store_bytes(skb, ETH_HLEN, &ip, sizeof(ip), 0) < 0 ||
-	    bpf_skb_store_bytes(skb, ETH_HLEN + sizeof(ip), &udp, sizeof(udp), 0) < 0)
-		return -1;
+	o.udp.len = bpf_htons(udp_len > 0xffff ? 0xffff : udp_len);
 	if (l->format == FMT_VXLAN) {
 		/* Flags exactly I, every reserved bit zero: what Linux accepts. */
 		__u8 x[VXLAN_HDR_LEN] = {VXLAN_FLAG_I, 0, 0, 0, (__u8)(l->network >> 16),
 					 (__u8)(l->network >> 8), (__u8)l->network, 0};
-		if (bpf_skb_store_bytes(skb, ETH_HLEN + OUTER_LEN, x, sizeof(x), 0) < 0)
+		void *d = head(skb, sizeof(o) + VXLAN_HDR_LEN + ETH_HLEN);
+		if (!d)
 			return -1;
-	} else if (vh) {
-		__u8 v[VNET_HDR_LEN] = {};
-		v[0] = 1;               /* version */
-		v[1] = VNET_WHOLE;      /* flags */
-		v[3] = VNET_HDR_LEN;    /* header length */
-		__u32 net = bpf_htonl(l->network);
-		__builtin_memcpy(&v[4], &net, 4);
-		if (bpf_skb_store_bytes(skb, ETH_HLEN + OUTER_LEN, v, sizeof(v), 0) < 0)
-			return -1;
+		__builtin_memcpy(d, &o, sizeof(o));
+		__builtin_memcpy(d + sizeof(o), x, sizeof(x));
+		__builtin_memcpy(d + sizeof(o) + VXLAN_HDR_LEN, &inner, sizeof(inner));
+		return 0;
 	}
-	if (bpf_skb_store_bytes(skb, ETH_HLEN + OUTER_LEN + vh, &inner, sizeof(inner), 0) < 0)
+	/* FMT_VNET: the only other format the daemon gives the kernel path. */
+	__u8 v[VNET_HDR_LEN] = {};
+	v[0] = 1;               /* version */
+	v[1] = VNET_WHOLE;      /* flags */
+	v[3] = VNET_HDR_LEN;    /* header length */
+	__u32 net = bpf_htonl(l->network);
+	__builtin_memcpy(&v[4], &net, 4);
+	void *d = head(skb, sizeof(o) + VNET_HDR_LEN + ETH_HLEN);
+	if (!d)
 		return -1;
-	__u16 ipv4 = bpf_htons(ETH_P_IP);
-	if (bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_proto), &ipv4, 2, 0) < 0)
-		return -1;
+	__builtin_memcpy(d, &o, sizeof(o));
+	__builtin_memcpy(d + sizeof(o), v, sizeof(v));
+	__builtin_memcpy(d + sizeof(o) + VNET_HDR_LEN, &inner, sizeof(inner));
 	return 0;
 }
 
@@ -433,7 +467,13 @@ int vnet_from_vm(struct __sk_buff *skb)
 	count(S_ENCAP_BYTES, len);
 	port_count(in_slot, 0, len);
 	port_count(out_slot, 1, len);
-	return bpf_redirect_neigh(l->ifindex, NULL, 0, 0);
+	/* The daemon resolved the route to the peer when it wrote the link:
+	 * with its next hop given, the kernel skips the route lookup and only
+	 * finds (or resolves) the neighbour. */
+	struct bpf_redir_neigh nh = {.nh_family = 2 /* AF_INET */, .ipv4_nh = l->nexthop};
+	if (!l->nexthop)
+		return bpf_redirect_neigh(l->ifindex, NULL, 0, 0);
+	return bpf_redirect_neigh(l->ifindex, &nh, sizeof(nh), 0);
 }
 
 SEC("classifier")
@@ -446,8 +486,10 @@ int vnet_from_wire(struct __sk_buff *skb)
 		struct iphdr ip;
 		struct udphdr udp;
 	} __attribute__((packed)) h;
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &h, sizeof(h)) < 0)
+	void *d = head(skb, ETH_HLEN + sizeof(h));
+	if (!d)
 		return TC_ACT_OK;
+	__builtin_memcpy(&h, d + ETH_HLEN, sizeof(h));
 	int vxlan = c->vxlan_port && h.udp.dest == c->vxlan_port;
 	if (h.ip.version != 4 || h.ip.ihl != 5 || h.ip.protocol != IPPROTO_UDP ||
 	    (h.udp.dest != c->port && !vxlan))
@@ -468,10 +510,18 @@ int vnet_from_wire(struct __sk_buff *skb)
 		goto user;
 	__u32 saddr = h.ip.saddr;
 	struct peer_val *pv;
+	/* The encapsulation header's first 8 bytes (all of VXLAN's) and the
+	 * inner Ethernet header, which follows it at inner_off. */
+	__u8 x[8];
+	struct ethhdr inner;
+	__u32 inner_off;
 	if (vxlan) {
-		__u8 x[VXLAN_HDR_LEN];
-		if (bpf_skb_load_bytes(skb, ETH_HLEN + OUTER_LEN, x, sizeof(x)) < 0)
+		inner_off = ETH_HLEN + OUTER_LEN + VXLAN_HDR_LEN;
+		d = head(skb, ETH_HLEN + OUTER_LEN + VXLAN_HDR_LEN + ETH_HLEN);
+		if (!d)
 			goto user;
+		__builtin_memcpy(x, d + ETH_HLEN + OUTER_LEN, sizeof(x));
+		__builtin_memcpy(&inner, d + ETH_HLEN + OUTER_LEN + VXLAN_HDR_LEN, sizeof(inner));
 		/* Anything but flags I and zero reserved bits is the user path's
 		 * (which drops and counts it, as Linux would). */
 		if (x[0] != VXLAN_FLAG_I || x[1] || x[2] || x[3] || x[7])
@@ -479,6 +529,12 @@ int vnet_from_wire(struct __sk_buff *skb)
 		struct vxlan_key vk = {.addr = saddr, .vni = ((__u32)x[4] << 16) | ((__u32)x[5] << 8) | x[6]};
 		pv = bpf_map_lookup_elem(&vxlan_peers, &vk);
 	} else {
+		inner_off = ETH_HLEN + OUTER_LEN + VNET_HDR_LEN;
+		d = head(skb, ETH_HLEN + OUTER_LEN + VNET_HDR_LEN + ETH_HLEN);
+		if (!d)
+			goto user;
+		__builtin_memcpy(x, d + ETH_HLEN + OUTER_LEN, sizeof(x));
+		__builtin_memcpy(&inner, d + ETH_HLEN + OUTER_LEN + VNET_HDR_LEN, sizeof(inner));
 		pv = bpf_map_lookup_elem(&peers, &saddr);
 	}
 	if (!pv)
@@ -491,22 +547,16 @@ int vnet_from_wire(struct __sk_buff *skb)
 	 * address of the host's. */
 	if (h.ip.daddr != l->local_ip)
 		goto user;
-	__u32 vh = vxlan ? VXLAN_HDR_LEN : 0;
+	__u32 vh = vxlan ? VXLAN_HDR_LEN : VNET_HDR_LEN;
 	if (l->format == FMT_VNET) {
-		__u8 v[8];
-		if (bpf_skb_load_bytes(skb, ETH_HLEN + OUTER_LEN, v, sizeof(v)) < 0)
-			goto user;
 		__u32 net;
-		__builtin_memcpy(&net, &v[4], 4);
-		if (v[0] != 1 || v[1] != VNET_WHOLE || v[2] != 0 || v[3] != VNET_HDR_LEN ||
+		__builtin_memcpy(&net, &x[4], 4);
+		if (x[0] != 1 || x[1] != VNET_WHOLE || x[2] != 0 || x[3] != VNET_HDR_LEN ||
 		    bpf_ntohl(net) != l->network)
 			goto user;
-		vh = VNET_HDR_LEN;
+	} else if (!vxlan) {
+		goto user; /* raw links are the user path's */
 	}
-	struct ethhdr inner;
-	__u32 inner_off = ETH_HLEN + OUTER_LEN + vh;
-	if (bpf_skb_load_bytes(skb, inner_off, &inner, sizeof(inner)) < 0)
-		goto user;
 	if (inner.h_dest[0] & 1 || !fast_proto(inner.h_proto))
 		goto user;
 	if (gso) {
@@ -542,10 +592,12 @@ int vnet_from_wire(struct __sk_buff *skb)
 		count(S_ERRORS, 1);
 		return TC_ACT_SHOT;
 	}
-	if (bpf_skb_store_bytes(skb, 0, &inner, sizeof(inner), 0) < 0) {
+	struct ethhdr *e = head(skb, ETH_HLEN);
+	if (!e) {
 		count(S_ERRORS, 1);
 		return TC_ACT_SHOT;
 	}
+	__builtin_memcpy(e, &inner, sizeof(inner));
 	count(S_DECAP, 1);
 	count(S_DECAP_BYTES, skb->len);
 	port_count(link_slot, 0, skb->len);

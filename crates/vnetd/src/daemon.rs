@@ -123,8 +123,8 @@ fn underlay_devs(state: &State) -> Vec<(String, String)> {
         match (l.transport, l.remote()) {
             (Transport::Direct { dev }, _) => out.push((dev.to_string(), l.name.clone())),
             (_, Some(SocketAddr::V4(a))) => {
-                if let Some(d) = kernel::route_dev(*a.ip()) {
-                    out.push((d, l.name.clone()));
+                if let Some(h) = kernel::route_to(*a.ip()) {
+                    out.push((h.dev, l.name.clone()));
                 }
             }
             _ => {}

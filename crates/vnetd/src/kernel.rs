@@ -518,7 +518,8 @@ fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reas
         IpAddr::V4(a) if !a.is_unspecified() => a,
         _ => local_ip_towards(rip).map_err(|e| format!("no local address towards {rip}: {e}"))?,
     };
-    let dev = route_dev(rip).ok_or_else(|| format!("no route to {rip} in /proc/net/route"))?;
+    let Hop { dev, gateway } =
+        route_to(rip).ok_or_else(|| format!("no route to {rip} in /proc/net/route"))?;
     let ifindex = crate::sys::ifindex(&dev).map_err(|e| format!("no ifindex for {dev}: {e}"))?;
     let v = LinkVal {
         remote_ip: u32::from_ne_bytes(rip.octets()),
@@ -529,6 +530,7 @@ fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reas
         network,
         ifindex,
         mtu,
+        nexthop: u32::from_ne_bytes(gateway.unwrap_or(rip).octets()),
     };
     Ok((v, dev))
 }
@@ -543,28 +545,38 @@ fn local_ip_towards(ip: Ipv4Addr) -> std::io::Result<Ipv4Addr> {
     }
 }
 
-/// The device of the longest-prefix IPv4 route to `ip` (this namespace's
+/// Where the route to an address leaves: its device, and its gateway
+/// (`None`: the address is on the device's link).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hop {
+    pub dev: String,
+    pub gateway: Option<Ipv4Addr>,
+}
+
+/// The longest-prefix IPv4 route to `ip` (this namespace's
 /// `/proc/net/route`).
-pub fn route_dev(ip: Ipv4Addr) -> Option<String> {
+pub fn route_to(ip: Ipv4Addr) -> Option<Hop> {
     let text = std::fs::read_to_string("/proc/net/route").ok()?;
     best_route(&text, ip)
 }
 
-fn best_route(table: &str, ip: Ipv4Addr) -> Option<String> {
+fn best_route(table: &str, ip: Ipv4Addr) -> Option<Hop> {
     let addr = u32::from_ne_bytes(ip.octets());
-    let mut best: Option<(u32, String)> = None;
+    let mut best: Option<(u32, Hop)> = None;
     for line in table.lines().skip(1) {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let (Some(dev), Some(dst), Some(mask)) = (f.first(), f.get(1), f.get(7)) else { continue };
-        let (Ok(dst), Ok(mask)) = (u32::from_str_radix(dst, 16), u32::from_str_radix(mask, 16)) else {
+        let (Some(dev), Some(dst), Some(gw), Some(mask)) = (f.first(), f.get(1), f.get(2), f.get(7)) else {
             continue;
         };
+        let word = |s: &str| u32::from_str_radix(s, 16);
+        let (Ok(dst), Ok(gw), Ok(mask)) = (word(dst), word(gw), word(mask)) else { continue };
         // The file holds the kernel's in-memory (network order) words.
         if addr & mask == dst && best.as_ref().is_none_or(|(m, _)| mask.count_ones() > m.count_ones()) {
-            best = Some((mask, dev.to_string()));
+            let gateway = (gw != 0).then(|| Ipv4Addr::from(gw.to_ne_bytes()));
+            best = Some((mask, Hop { dev: dev.to_string(), gateway }));
         }
     }
-    best.map(|(_, d)| d)
+    best.map(|(_, h)| h)
 }
 
 /// Whether `dev` is a TAP (frames for it leave by it) rather than a veth
@@ -696,8 +708,12 @@ mod tests {
         let t = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
                  eth9\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
                  u0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
-        assert_eq!(best_route(t, Ipv4Addr::new(10, 77, 0, 2)).as_deref(), Some("u0"));
-        assert_eq!(best_route(t, Ipv4Addr::new(8, 8, 8, 8)).as_deref(), Some("eth9"));
+        let hop = |dev: &str, gateway| Some(Hop { dev: dev.into(), gateway });
+        assert_eq!(best_route(t, Ipv4Addr::new(10, 77, 0, 2)), hop("u0", None));
+        assert_eq!(
+            best_route(t, Ipv4Addr::new(8, 8, 8, 8)),
+            hop("eth9", Some(Ipv4Addr::new(192, 168, 1, 1)))
+        );
         assert_eq!(best_route("garbage\nx y z\n", Ipv4Addr::LOCALHOST), None);
     }
 }

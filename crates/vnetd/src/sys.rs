@@ -648,6 +648,9 @@ pub mod bpf {
         pub network: u32,
         pub ifindex: u32,
         pub mtu: u32,
+        /// The next hop towards `remote_ip` on `ifindex` (network order):
+        /// the route's gateway, or `remote_ip` itself when it is on-link.
+        pub nexthop: u32,
     }
 
     /// `struct cfg`; ports in network byte order (`vxlan_port` 0: none).
@@ -696,9 +699,9 @@ pub mod bpf {
     unsafe impl aya::Pod for VxlanKey {}
 
     const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
-    const _: () = assert!(std::mem::size_of::<RouteVal>() == 40);
-    const _: () = assert!(std::mem::size_of::<PeerVal>() == 32);
-    const _: () = assert!(std::mem::size_of::<LinkVal>() == 24);
+    const _: () = assert!(std::mem::size_of::<RouteVal>() == 44);
+    const _: () = assert!(std::mem::size_of::<PeerVal>() == 36);
+    const _: () = assert!(std::mem::size_of::<LinkVal>() == 28);
     const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
     const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
     const _: () = assert!(std::mem::size_of::<VxlanKey>() == 8);
