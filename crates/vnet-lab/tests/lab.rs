@@ -554,6 +554,24 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
         assert!(s["links"][0]["kernel_tx_packets"].as_u64().unwrap() >= 10);
         assert!(s["links"][0]["tx_packets"].as_u64() >= s["links"][0]["kernel_tx_packets"].as_u64());
     }
+    // No packet socket taps VM A's device (a tap runs before TC ingress and
+    // would see every frame the kernel moves): the frames the program
+    // leaves to vnetd (ARP here) came by its hand-off TAP.
+    let (ns, dev) = (lab.hosts[0].ns.clone(), a.host_dev.clone().unwrap());
+    let read = |args: &[&str]| String::from_utf8_lossy(&lab.ns_output(&ns, args).unwrap().stdout).into_owned();
+    let index = read(&["cat", &format!("/sys/class/net/{dev}/ifindex")]).trim().to_string();
+    let packet = read(&["cat", "/proc/net/packet"]);
+    let taps: Vec<&str> = packet
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(3) != Some(&"0000") && f.get(4) == Some(&index.as_str())
+        })
+        .collect();
+    assert!(taps.is_empty(), "packet sockets tap {dev} (index {index}): {taps:?}\n{packet}");
+    let handoff = format!("vnh{index}");
+    assert!(lab.ns_output(&ns, &["ip", "link", "show", &handoff]).unwrap().status.success(), "no {handoff}");
     // The same counters for scrapers (`show metrics`, `vnetd --metrics`).
     let m = lab.control(0, "show metrics").unwrap().body;
     let encap = m.lines().find_map(|l| l.strip_prefix("vnet_kernel_encap ")).unwrap_or("0");

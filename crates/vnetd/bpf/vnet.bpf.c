@@ -16,15 +16,15 @@
  *                   port from a VTEP with a VXLAN link for its VNI, whose
  *                   route is one local interface, is decapsulated and
  *                   redirected into it.
- *   vnet_sock_filter  the socket filter on vnetd's packet socket of a
- *                   kernel-path interface: packet taps run before TC
- *                   ingress, so without it vnetd's user path would see, and
- *                   forward a second time, every frame the kernel moved.
  *
  * Everything else (broadcast and multicast fan-out, unknown destinations,
- * fragments, ARP from the wire, frames too large for the link) is left to
- * the stack (TC_ACT_OK), where vnetd's user path picks it up exactly as
- * without the fast path. The daemon owns the routing semantics (Palacios
+ * fragments, ARP from the wire, frames too large for the link) is vnetd's
+ * user path's. From an interface, such a frame is handed to vnetd through
+ * the interface's hand-off TAP (`handoff`: a TAP vnetd made and reads;
+ * vnetd's packet socket on the interface only sends, so no packet tap
+ * sees, before TC, the frames the kernel moves). From the wire, it goes on
+ * up the stack (TC_ACT_OK) to vnetd's UDP socket, exactly as without the
+ * fast path. The daemon owns the routing semantics (Palacios
  * priorities, no reflection, split horizon): it evaluates them for every
  * known (port, src, dst) and writes only single-destination answers here.
  * Route updates are atomic: the daemon fills the inactive table and flips
@@ -158,6 +158,14 @@ struct {
 	__type(value, struct cfg);
 } config SEC(".maps");
 
+/* An interface's hand-off TAP (by ifindex): where its frames for vnetd go. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} handoff SEC(".maps");
+
 /* What a link's format puts between the outer UDP header and the frame. */
 static __always_inline __u32 format_len(__u8 format)
 {
@@ -266,16 +274,32 @@ static __always_inline __u32 seg_hdr_len(struct __sk_buff *skb, __u16 proto)
 	return ETH_HLEN + ip_len + (doff >> 4) * 4;
 }
 
+/* The packet's first `need` bytes for direct access (pulled into the
+ * linear part when they are not), or NULL. Direct reads and writes cost a
+ * bounds check; each bpf_skb_{load,store}_bytes is a helper call. */
+static __always_inline void *head(struct __sk_buff *skb, __u32 need)
+{
+	void *data = (void *)(long)skb->data;
+	if (data + need > (void *)(long)skb->data_end) {
+		if (bpf_skb_pull_data(skb, need) < 0)
+			return NULL;
+		data = (void *)(long)skb->data;
+		if (data + need > (void *)(long)skb->data_end)
+			return NULL;
+	}
+	return data;
+}
+
 /* The decision for a frame from a local interface: the route, or NULL when
- * the frame is vnetd's. Shared by the TC program and the socket filter so
- * that exactly one of the two paths forwards each frame. */
+ * the frame is vnetd's. */
 static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, struct cfg *c,
 						    struct route_key *k, struct link_val **lk)
 {
 	struct ethhdr eth;
-
-	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0)
+	struct ethhdr *e = head(skb, ETH_HLEN);
+	if (!e)
 		return NULL;
+	__builtin_memcpy(&eth, e, sizeof(eth));
 	/* A VLAN tag the device took out of the frame (skb metadata) would
 	 * not survive the encapsulation: such frames are vnetd's. */
 	if (skb->vlan_present)
@@ -330,22 +354,6 @@ static __always_inline void ipv4_csum(struct iphdr *ip)
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	ip->check = (__u16)~sum;
-}
-
-/* The packet's first `need` bytes for direct access (pulled into the
- * linear part when they are not), or NULL. Direct reads and writes cost a
- * bounds check; each bpf_skb_{load,store}_bytes is a helper call. */
-static __always_inline void *head(struct __sk_buff *skb, __u32 need)
-{
-	void *data = (void *)(long)skb->data;
-	if (data + need > (void *)(long)skb->data_end) {
-		if (bpf_skb_pull_data(skb, need) < 0)
-			return NULL;
-		data = (void *)(long)skb->data;
-		if (data + need > (void *)(long)skb->data_end)
-			return NULL;
-	}
-	return data;
 }
 
 /* The outer headers of an encapsulated frame, as written in one go. */
@@ -432,20 +440,30 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 	return 0;
 }
 
+/* A frame from an interface that is vnetd's: out of the interface's
+ * hand-off TAP, which vnetd reads (or on up the stack, without one). */
+static __always_inline int to_user(struct __sk_buff *skb)
+{
+	__u32 dev = skb->ifindex;
+	__u32 *tap = bpf_map_lookup_elem(&handoff, &dev);
+	count(S_TO_USER, 1);
+	if (!tap)
+		return TC_ACT_OK;
+	return bpf_redirect(*tap, 0);
+}
+
 SEC("classifier")
 int vnet_from_vm(struct __sk_buff *skb)
 {
 	struct cfg *c = get_cfg();
 	if (!c)
-		return TC_ACT_OK;
+		return to_user(skb);
 	count(S_VM_SEEN, 1);
 	struct route_key k = {};
 	struct link_val *l = NULL;
 	struct route_val *r = vm_decision(skb, c, &k, &l);
-	if (!r) {
-		count(S_TO_USER, 1);
-		return TC_ACT_OK;
-	}
+	if (!r)
+		return to_user(skb);
 	__u32 len = skb->len;
 	if (r->action == ACT_IFACE || r->action == ACT_IFACE_XMIT) {
 		count(S_LOCAL, 1);
@@ -457,7 +475,7 @@ int vnet_from_vm(struct __sk_buff *skb)
 		return bpf_redirect_peer(r->target, 0);
 	}
 	if (!l)
-		return TC_ACT_OK;
+		return to_user(skb);
 	__u32 in_slot = r->in_slot, out_slot = r->out_slot;
 	if (encap(skb, l) < 0) {
 		count(S_ERRORS, 1);
@@ -609,22 +627,6 @@ int vnet_from_wire(struct __sk_buff *skb)
 user:
 	count(S_TO_USER, 1);
 	return TC_ACT_OK;
-}
-
-SEC("socket")
-int vnet_sock_filter(struct __sk_buff *skb)
-{
-	struct cfg *c = get_cfg();
-	if (!c)
-		return skb->len;
-	/* Only frames arriving from the VM; vnetd's own sends are not read. */
-	if (skb->pkt_type == PACKET_OUTGOING)
-		return skb->len;
-	struct route_key k = {};
-	struct link_val *l = NULL;
-	if (vm_decision(skb, c, &k, &l))
-		return 0; /* the kernel path forwards it */
-	return skb->len;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

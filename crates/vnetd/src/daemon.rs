@@ -722,7 +722,13 @@ impl Daemon {
         let iface::Device::Netdev(nd) = &att.dev else {
             return Err("the interface has no packet socket".into());
         };
-        kp.attach_iface(&def.dev, &nd.sock)?;
+        // The hand-off TAP first, the program second, and only then does
+        // the packet socket stop receiving (the workers read the TAP): a
+        // failure on the way leaves the interface on the user path whole.
+        let (tap, tap_index) =
+            nd.make_hand_off(ifindex).map_err(|e| format!("cannot make its hand-off TAP: {e}"))?;
+        kp.attach_iface(&def.dev, ifindex, tap_index)?;
+        nd.use_hand_off(tap);
         Ok(Some(KernelIface { dev: def.dev.clone(), ifindex, peer: !kernel::is_tap(&def.dev) }))
     }
 

@@ -20,10 +20,9 @@
 use crate::sys::bpf::{Cfg, LinkVal, PeerVal, PortStats, RouteKey, RouteVal, VxlanKey};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::tc::SchedClassifierLinkId;
-use aya::programs::{SchedClassifier, SocketFilter, TcAttachType};
+use aya::programs::{SchedClassifier, TcAttachType};
 use aya::Ebpf;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use vnet_control::{LinkDef, LinkFormat, Security, Transport};
 use vnet_core::{MacSpec, Port};
@@ -74,7 +73,9 @@ pub type Reason = String;
 /// The loaded programs and their maps.
 pub struct KernelPath {
     ebpf: Ebpf,
-    vm_attached: BTreeMap<String, SchedClassifierLinkId>,
+    /// Each served interface's TC link, and its ifindex (its key in
+    /// `handoff`).
+    vm_attached: BTreeMap<String, (SchedClassifierLinkId, u32)>,
     wire_attached: BTreeMap<String, SchedClassifierLinkId>,
     /// Keys written to each route table.
     tables: [BTreeSet<RouteKey>; 2],
@@ -99,8 +100,6 @@ impl KernelPath {
             let p: &mut SchedClassifier = program(&mut ebpf, name)?;
             p.load().map_err(|e| format!("the kernel refused {name}: {e}"))?;
         }
-        let f: &mut SocketFilter = program(&mut ebpf, "vnet_sock_filter")?;
-        f.load().map_err(|e| format!("the kernel refused vnet_sock_filter: {e}"))?;
         Ok(KernelPath {
             ebpf,
             vm_attached: BTreeMap::new(),
@@ -119,16 +118,30 @@ impl KernelPath {
         program(&mut self.ebpf, name)
     }
 
-    /// Serves interface `dev`: the socket filter on vnetd's packet socket
-    /// first (so no frame is forwarded twice), then TC ingress.
-    pub fn attach_iface(&mut self, dev: &str, sock: &File) -> Result<(), Reason> {
-        let f: &mut SocketFilter = program(&mut self.ebpf, "vnet_sock_filter")?;
-        f.attach(sock).map_err(|e| format!("attaching the socket filter on {dev}: {e}"))?;
+    /// Serves interface `dev` (index `ifindex`): the frames its program
+    /// leaves to vnetd go to hand-off device `handoff` (a TAP vnetd reads),
+    /// then TC ingress.
+    pub fn attach_iface(&mut self, dev: &str, ifindex: u32, handoff: u32) -> Result<(), Reason> {
+        let mut m: BpfHashMap<&mut MapData, u32, u32> = map(&mut self.ebpf, "handoff")?;
+        m.insert(ifindex, handoff, 0).map_err(|e| format!("the hand-off of {dev}: {e}"))?;
         if !self.vm_attached.contains_key(dev) {
-            let id = self.attach_ingress("vnet_from_vm", dev)?;
-            self.vm_attached.insert(dev.to_string(), id);
+            match self.attach_ingress("vnet_from_vm", dev) {
+                Ok(id) => {
+                    self.vm_attached.insert(dev.to_string(), (id, ifindex));
+                }
+                Err(e) => {
+                    self.forget_handoff(ifindex);
+                    return Err(e);
+                }
+            }
         }
         Ok(())
+    }
+
+    fn forget_handoff(&mut self, ifindex: u32) {
+        if let Ok(mut m) = map::<BpfHashMap<&mut MapData, u32, u32>>(&mut self.ebpf, "handoff") {
+            let _ = m.remove(&ifindex);
+        }
     }
 
     /// Attaches program `name` to TC ingress of `dev` (TCX, owned by vnetd).
@@ -140,10 +153,11 @@ impl KernelPath {
 
     /// Stops serving interface `dev` (its device may already be gone).
     pub fn detach_iface(&mut self, dev: &str) {
-        if let Some(id) = self.vm_attached.remove(dev) {
+        if let Some((id, ifindex)) = self.vm_attached.remove(dev) {
             if let Ok(p) = self.classifier("vnet_from_vm") {
                 let _ = p.detach(id);
             }
+            self.forget_handoff(ifindex);
         }
     }
 

@@ -216,34 +216,8 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
 /// writes send a frame out of the device (towards the VM).
 pub fn open_packet(name: &str) -> io::Result<File> {
     let ifindex = ifindex(name)?;
-    // Protocol 0: receive nothing until bound to the device.
-    // SAFETY: `socket` takes no pointers; the result is checked below.
-    let fd = unsafe {
-        libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by `socket`, is valid and owned by no one else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: `sockaddr_ll` is a plain C struct; all-zero is a valid value.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-    sll.sll_ifindex = ifindex as i32;
-    // SAFETY:
-    // - `sock` is an open packet socket.
-    // - `sll` is a live `sockaddr_ll` and its size is passed with it.
-    let rc = unsafe {
-        libc::bind(
-            sock.as_raw_fd(),
-            (&sll as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let sock = packet_socket()?;
+    packet_bind(&sock, ifindex, libc::ETH_P_ALL as u16)?;
     setsockopt_raw(&sock, libc::SOL_PACKET, 23 /* PACKET_IGNORE_OUTGOING */, &(1 as libc::c_int))?;
     // A VLAN tag the kernel took out of a frame comes with it as metadata
     // (read by `recv_packet`; the receive ring has it in its frame header).
@@ -256,6 +230,65 @@ pub fn open_packet(name: &str) -> io::Result<File> {
     };
     setsockopt_raw(&sock, libc::SOL_PACKET, 1 /* PACKET_ADD_MEMBERSHIP */, &mreq)?;
     Ok(File::from(sock))
+}
+
+/// A raw packet socket, non-blocking, of protocol 0: it receives nothing
+/// until bound to a device and a protocol.
+fn packet_socket() -> io::Result<OwnedFd> {
+    // SAFETY: `socket` takes no pointers; the result is checked below.
+    let fd = unsafe {
+        libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by `socket`, is valid and owned by no one else.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(sock)
+}
+
+/// Binds packet socket `sock` to device `ifindex` for `protocol` (an
+/// EtherType; `ETH_P_ALL`: every frame; 0 keeps the socket's protocol,
+/// which for one from [`packet_socket`] is none: it only sends).
+fn packet_bind(sock: &impl AsRawFd, ifindex: u32, protocol: u16) -> io::Result<()> {
+    // SAFETY: `sockaddr_ll` is a plain C struct; all-zero is a valid value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = protocol.to_be();
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY:
+    // - `sock` is an open packet socket for the whole call.
+    // - `sll` is a live `sockaddr_ll` and its size is passed with it.
+    let rc = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens a packet socket that sends to device `name` and receives nothing:
+/// created and bound with protocol 0, the kernel registers no tap for it.
+pub fn open_packet_tx(name: &str) -> io::Result<File> {
+    let ifindex = ifindex(name)?;
+    let sock = packet_socket()?;
+    packet_bind(&sock, ifindex, 0)?;
+    Ok(File::from(sock))
+}
+
+/// Turns IPv6 off on device `name` (a device of vnetd's own that must not
+/// send router solicitations or MLD reports of its own stack); a kernel
+/// without IPv6 has nothing to turn off.
+pub fn disable_ipv6(name: &str) -> io::Result<()> {
+    match std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1") {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
 }
 
 fn tap_ioctl_int(tap: &File, req: libc::Ioctl, val: libc::c_int) -> io::Result<()> {

@@ -86,9 +86,10 @@ impl Device {
     pub fn reader(&self, q: usize) -> Option<Reader> {
         match self {
             Device::Tap(t) => t.queues.get(q).map(|f| Reader::File(f.clone())),
-            Device::Netdev(n) if q == 0 => Some(match &n.ring {
-                Some(r) => Reader::Ring(n.sock.clone(), r.clone()),
-                None => Reader::Packet(n.sock.clone()),
+            Device::Netdev(n) if q == 0 => Some(match n.rx() {
+                netdev::Rx::HandOff(tap) => Reader::File(tap),
+                netdev::Rx::Packet(sock, Some(r)) => Reader::Ring(sock, r),
+                netdev::Rx::Packet(sock, None) => Reader::Packet(sock),
             }),
             Device::Netdev(_) | Device::Vhost(_) => None,
         }
@@ -103,9 +104,10 @@ impl Device {
         }
     }
 
-    /// Whether a netdev's frames come off a receive ring.
+    /// Whether a netdev's frames come off a receive ring (not off the
+    /// kernel path's hand-off TAP).
     pub fn rx_ring(&self) -> bool {
-        matches!(self, Device::Netdev(n) if n.ring.is_some())
+        matches!(self, Device::Netdev(n) if matches!(n.rx(), netdev::Rx::Packet(_, Some(_))))
     }
 
     pub fn vhost(&self) -> Option<&Arc<vhost::VhostDev>> {

@@ -4,6 +4,13 @@
 //! the kernel where it gives one (no system call per frame); with offloads
 //! the socket carries a `virtio_net_hdr` (`PACKET_VNET_HDR`). The device's
 //! MAC is the host side's, not the VM's, so it is left alone.
+//!
+//! Frames for the VM leave by a second packet socket, bound to no protocol,
+//! which the kernel never taps. On the kernel path the tapping socket is
+//! closed: packet taps run before TC ingress, so it would see every frame
+//! the kernel moves. The TC program hands vnetd the frames it leaves to it
+//! through a TAP of vnetd's own instead ([`Netdev::make_hand_off`]), which
+//! the workers read.
 
 use crate::sys;
 use std::fs::File;
@@ -38,22 +45,43 @@ pub fn rx_ring(f: &File, vnet_hdr: bool, dev: &str) -> Option<Arc<Mutex<sys::RxR
 
 /// An attached netdev.
 pub struct Netdev {
-    pub sock: Arc<File>,
-    pub ring: Option<Arc<Mutex<sys::RxRing>>>,
+    /// Sends the frames for the VM; bound to no protocol, it receives
+    /// nothing (no packet tap).
+    tx: File,
+    /// Where the VM's frames are read from.
+    rx: Mutex<Rx>,
     pub vnet_hdr: bool,
     /// A refused write was logged.
     refused_logged: std::sync::atomic::AtomicBool,
 }
 
-/// Opens a packet socket on the device (and its receive ring), sets the MTU
-/// if asked, and brings the device up.
+/// Where a netdev's frames for vnetd arrive.
+#[derive(Clone)]
+pub enum Rx {
+    /// The user path: a packet socket that taps every frame of the device,
+    /// and its receive ring.
+    Packet(Arc<File>, Option<Arc<Mutex<sys::RxRing>>>),
+    /// The kernel path: the hand-off TAP its program sends vnetd's frames
+    /// to (the packet socket is closed).
+    HandOff(Arc<File>),
+}
+
+/// The name of the hand-off TAP of the device with index `ifindex`.
+pub fn handoff_name(ifindex: u32) -> String {
+    format!("vnh{ifindex}")
+}
+
+/// Opens a packet socket to read the device (and its receive ring) and one
+/// to send to it, sets the MTU if asked, and brings the device up.
 pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
     let (dev, mtu, offload) = (def.dev.clone(), def.mtu, def.offload);
     let (nd, refused) = super::in_ns(def, move || {
         let f = sys::open_packet(&dev)?;
+        let tx = sys::open_packet_tx(&dev)?;
         let mut vnet_hdr = offload;
         let mut refused = false;
-        if offload && sys::packet_enable_vnet_hdr(&f).is_err() {
+        if offload && (sys::packet_enable_vnet_hdr(&f).is_err() || sys::packet_enable_vnet_hdr(&tx).is_err())
+        {
             vnet_hdr = false;
             refused = true;
         }
@@ -62,12 +90,43 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
             sys::set_mtu(&dev, m)?;
         }
         sys::set_up(&dev)?;
-        Ok((Netdev { sock: Arc::new(f), ring, vnet_hdr, refused_logged: Default::default() }, refused))
+        let rx = Mutex::new(Rx::Packet(Arc::new(f), ring));
+        Ok((Netdev { tx, rx, vnet_hdr, refused_logged: Default::default() }, refused))
     })?;
     if refused {
         super::offloads_refused(def, g);
     }
     Ok(nd)
+}
+
+impl Netdev {
+    /// Makes the hand-off TAP for device `ifindex` (`vnh<ifindex>`: with
+    /// the packet sockets' `virtio_net_hdr` and offloads, IPv6 off so its
+    /// own stack sends nothing on it, up) and returns it and its index.
+    /// Frames are read from it only after [`Netdev::use_hand_off`];
+    /// dropped, it goes away.
+    pub fn make_hand_off(&self, ifindex: u32) -> std::io::Result<(Arc<File>, u32)> {
+        let name = handoff_name(ifindex);
+        let f = sys::open_tap(&name, self.vnet_hdr, false)?;
+        if self.vnet_hdr {
+            sys::tap_enable_offloads(&f, sys::TAP_OFFLOADS)?;
+        }
+        sys::disable_ipv6(&name)?;
+        sys::set_up(&name)?;
+        Ok((Arc::new(f), sys::ifindex(&name)?))
+    }
+
+    /// Reads the VM's frames from hand-off TAP `tap` from now on, and
+    /// closes the packet socket that tapped the device (workers read their
+    /// sources when they start, after this).
+    pub fn use_hand_off(&self, tap: Arc<File>) {
+        *self.rx.lock().unwrap_or_else(|p| p.into_inner()) = Rx::HandOff(tap);
+    }
+
+    /// Where the VM's frames arrive now.
+    pub fn rx(&self) -> Rx {
+        self.rx.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 impl Port for Netdev {
@@ -76,6 +135,6 @@ impl Port for Netdev {
     }
 
     fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
-        super::write_frame(&self.sock, payload, &self.refused_logged)
+        super::write_frame(&self.tx, payload, &self.refused_logged)
     }
 }
