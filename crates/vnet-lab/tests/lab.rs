@@ -558,7 +558,8 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     // would see every frame the kernel moves): the frames the program
     // leaves to vnetd (ARP here) came by its hand-off TAP.
     let (ns, dev) = (lab.hosts[0].ns.clone(), a.host_dev.clone().unwrap());
-    let read = |args: &[&str]| String::from_utf8_lossy(&lab.ns_output(&ns, args).unwrap().stdout).into_owned();
+    let read =
+        |args: &[&str]| String::from_utf8_lossy(&lab.ns_output(&ns, args).unwrap().stdout).into_owned();
     let index = read(&["cat", &format!("/sys/class/net/{dev}/ifindex")]).trim().to_string();
     let packet = read(&["cat", "/proc/net/packet"]);
     let taps: Vec<&str> = packet
@@ -570,7 +571,9 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
         })
         .collect();
     assert!(taps.is_empty(), "packet sockets tap {dev} (index {index}): {taps:?}\n{packet}");
-    let handoff = format!("vnh{index}");
+    let ifaces = json(&lab, 0, "interfaces");
+    let handoff = ifaces["interfaces"][0]["handoff"].as_str().unwrap_or_default().to_string();
+    assert!(handoff.starts_with("vnh"), "no hand-off TAP: {ifaces}");
     assert!(lab.ns_output(&ns, &["ip", "link", "show", &handoff]).unwrap().status.success(), "no {handoff}");
     // The same counters for scrapers (`show metrics`, `vnetd --metrics`).
     let m = lab.control(0, "show metrics").unwrap().body;

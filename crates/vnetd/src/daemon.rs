@@ -725,10 +725,10 @@ impl Daemon {
         // The hand-off TAP first, the program second, and only then does
         // the packet socket stop receiving (the workers read the TAP): a
         // failure on the way leaves the interface on the user path whole.
-        let (tap, tap_index) =
-            nd.make_hand_off(ifindex).map_err(|e| format!("cannot make its hand-off TAP: {e}"))?;
+        let (tap, tap_name, tap_index) =
+            nd.make_hand_off().map_err(|e| format!("cannot make its hand-off TAP: {e}"))?;
         kp.attach_iface(&def.dev, ifindex, tap_index)?;
-        nd.use_hand_off(tap);
+        nd.use_hand_off(tap, tap_name);
         Ok(Some(KernelIface { dev: def.dev.clone(), ifindex, peer: !kernel::is_tap(&def.dev) }))
     }
 
@@ -992,6 +992,7 @@ impl Daemon {
                     "offload": p.dev.vnet_hdr(),
                     "queues": p.dev.queues(),
                     "rx_ring": p.dev.rx_ring(),
+                    "handoff": p.dev.hand_off_name(),
                     "mode": def.mode.word(),
                     "datapath": if self.kernel_ifaces.contains_key(&def.id) { "kernel" } else { "user" },
                     "datapath_reason": self.user_reasons.get(&def.id),

@@ -40,6 +40,16 @@ fn ifreq(name: &str) -> io::Result<libc::ifreq> {
 /// and write carries a 10-byte `virtio_net_hdr`; with `multi_queue`, this is
 /// one queue of a multi-queue TAP. Returns the open file.
 pub fn open_tap(name: &str, vnet_hdr: bool, multi_queue: bool) -> io::Result<File> {
+    tun_set_iff(name, vnet_hdr, multi_queue).map(|(f, _)| f)
+}
+
+/// Creates a TAP device as [`open_tap`] does, named by the kernel after
+/// `pattern` (`vnh%d`: the first free number), and returns it and its name.
+pub fn new_tap(pattern: &str, vnet_hdr: bool) -> io::Result<(File, String)> {
+    tun_set_iff(pattern, vnet_hdr, false)
+}
+
+fn tun_set_iff(name: &str, vnet_hdr: bool, multi_queue: bool) -> io::Result<(File, String)> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -62,7 +72,9 @@ pub fn open_tap(name: &str, vnet_hdr: bool, multi_queue: bool) -> io::Result<Fil
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(file)
+    // The kernel wrote the device's name back, NUL-terminated.
+    let name: Vec<u8> = req.ifr_name.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+    Ok((file, String::from_utf8_lossy(&name).into_owned()))
 }
 
 /// A datagram socket in the current namespace, for interface ioctls.

@@ -87,7 +87,7 @@ impl Device {
         match self {
             Device::Tap(t) => t.queues.get(q).map(|f| Reader::File(f.clone())),
             Device::Netdev(n) if q == 0 => Some(match n.rx() {
-                netdev::Rx::HandOff(tap) => Reader::File(tap),
+                netdev::Rx::HandOff(tap, _) => Reader::File(tap),
                 netdev::Rx::Packet(sock, Some(r)) => Reader::Ring(sock, r),
                 netdev::Rx::Packet(sock, None) => Reader::Packet(sock),
             }),
@@ -108,6 +108,15 @@ impl Device {
     /// kernel path's hand-off TAP).
     pub fn rx_ring(&self) -> bool {
         matches!(self, Device::Netdev(n) if matches!(n.rx(), netdev::Rx::Packet(_, Some(_))))
+    }
+
+    /// A netdev on the kernel path: the name of the hand-off TAP vnetd
+    /// reads its frames from.
+    pub fn hand_off_name(&self) -> Option<String> {
+        match self {
+            Device::Netdev(n) => n.hand_off_name(),
+            Device::Tap(_) | Device::Vhost(_) => None,
+        }
     }
 
     pub fn vhost(&self) -> Option<&Arc<vhost::VhostDev>> {

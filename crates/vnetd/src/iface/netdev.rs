@@ -62,13 +62,8 @@ pub enum Rx {
     /// and its receive ring.
     Packet(Arc<File>, Option<Arc<Mutex<sys::RxRing>>>),
     /// The kernel path: the hand-off TAP its program sends vnetd's frames
-    /// to (the packet socket is closed).
-    HandOff(Arc<File>),
-}
-
-/// The name of the hand-off TAP of the device with index `ifindex`.
-pub fn handoff_name(ifindex: u32) -> String {
-    format!("vnh{ifindex}")
+    /// to, and its name (the packet socket is closed).
+    HandOff(Arc<File>, String),
 }
 
 /// Opens a packet socket to read the device (and its receive ring) and one
@@ -100,27 +95,35 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
 }
 
 impl Netdev {
-    /// Makes the hand-off TAP for device `ifindex` (`vnh<ifindex>`: with
-    /// the packet sockets' `virtio_net_hdr` and offloads, IPv6 off so its
-    /// own stack sends nothing on it, up) and returns it and its index.
-    /// Frames are read from it only after [`Netdev::use_hand_off`];
+    /// Makes a hand-off TAP (`vnh<n>`, the first free number: with the
+    /// packet sockets' `virtio_net_hdr` and offloads, IPv6 off so its own
+    /// stack sends nothing on it, up) and returns it, its name and its
+    /// index. Frames are read from it only after [`Netdev::use_hand_off`];
     /// dropped, it goes away.
-    pub fn make_hand_off(&self, ifindex: u32) -> std::io::Result<(Arc<File>, u32)> {
-        let name = handoff_name(ifindex);
-        let f = sys::open_tap(&name, self.vnet_hdr, false)?;
+    pub fn make_hand_off(&self) -> std::io::Result<(Arc<File>, String, u32)> {
+        let (f, name) = sys::new_tap("vnh%d", self.vnet_hdr)?;
         if self.vnet_hdr {
             sys::tap_enable_offloads(&f, sys::TAP_OFFLOADS)?;
         }
         sys::disable_ipv6(&name)?;
         sys::set_up(&name)?;
-        Ok((Arc::new(f), sys::ifindex(&name)?))
+        let index = sys::ifindex(&name)?;
+        Ok((Arc::new(f), name, index))
     }
 
-    /// Reads the VM's frames from hand-off TAP `tap` from now on, and
-    /// closes the packet socket that tapped the device (workers read their
-    /// sources when they start, after this).
-    pub fn use_hand_off(&self, tap: Arc<File>) {
-        *self.rx.lock().unwrap_or_else(|p| p.into_inner()) = Rx::HandOff(tap);
+    /// Reads the VM's frames from hand-off TAP `tap` (named `name`) from
+    /// now on, and closes the packet socket that tapped the device (workers
+    /// read their sources when they start, after this).
+    pub fn use_hand_off(&self, tap: Arc<File>, name: String) {
+        *self.rx.lock().unwrap_or_else(|p| p.into_inner()) = Rx::HandOff(tap, name);
+    }
+
+    /// The hand-off TAP's name, on the kernel path.
+    pub fn hand_off_name(&self) -> Option<String> {
+        match &*self.rx.lock().unwrap_or_else(|p| p.into_inner()) {
+            Rx::HandOff(_, name) => Some(name.clone()),
+            Rx::Packet(..) => None,
+        }
     }
 
     /// Where the VM's frames arrive now.
