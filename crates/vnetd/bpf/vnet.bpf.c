@@ -494,6 +494,19 @@ int vnet_from_vm(struct __sk_buff *skb)
 	return bpf_redirect_neigh(l->ifindex, &nh, sizeof(nh), 0);
 }
 
+/* A datagram's encapsulation header, its first 8 bytes (all of VXLAN's),
+ * and the inner Ethernet header after its `vh` bytes: 0, or -1 when the
+ * datagram is shorter. */
+static __always_inline int read_encap(struct __sk_buff *skb, __u32 vh, __u8 *x, struct ethhdr *inner)
+{
+	void *d = head(skb, ETH_HLEN + OUTER_LEN + vh + ETH_HLEN);
+	if (!d)
+		return -1;
+	__builtin_memcpy(x, d + ETH_HLEN + OUTER_LEN, 8);
+	__builtin_memcpy(inner, d + ETH_HLEN + OUTER_LEN + vh, sizeof(*inner));
+	return 0;
+}
+
 SEC("classifier")
 int vnet_from_wire(struct __sk_buff *skb)
 {
@@ -528,18 +541,14 @@ int vnet_from_wire(struct __sk_buff *skb)
 		goto user;
 	__u32 saddr = h.ip.saddr;
 	struct peer_val *pv;
-	/* The encapsulation header's first 8 bytes (all of VXLAN's) and the
-	 * inner Ethernet header, which follows it at inner_off. */
 	__u8 x[8];
 	struct ethhdr inner;
-	__u32 inner_off;
+	__u32 vh = vxlan ? VXLAN_HDR_LEN : VNET_HDR_LEN;
+	__u32 inner_off = ETH_HLEN + OUTER_LEN + vh;
+	/* Constant lengths for the verifier: one inlined copy per format. */
+	if (vxlan ? read_encap(skb, VXLAN_HDR_LEN, x, &inner) : read_encap(skb, VNET_HDR_LEN, x, &inner))
+		goto user;
 	if (vxlan) {
-		inner_off = ETH_HLEN + OUTER_LEN + VXLAN_HDR_LEN;
-		d = head(skb, ETH_HLEN + OUTER_LEN + VXLAN_HDR_LEN + ETH_HLEN);
-		if (!d)
-			goto user;
-		__builtin_memcpy(x, d + ETH_HLEN + OUTER_LEN, sizeof(x));
-		__builtin_memcpy(&inner, d + ETH_HLEN + OUTER_LEN + VXLAN_HDR_LEN, sizeof(inner));
 		/* Anything but flags I and zero reserved bits is the user path's
 		 * (which drops and counts it, as Linux would). */
 		if (x[0] != VXLAN_FLAG_I || x[1] || x[2] || x[3] || x[7])
@@ -547,12 +556,6 @@ int vnet_from_wire(struct __sk_buff *skb)
 		struct vxlan_key vk = {.addr = saddr, .vni = ((__u32)x[4] << 16) | ((__u32)x[5] << 8) | x[6]};
 		pv = bpf_map_lookup_elem(&vxlan_peers, &vk);
 	} else {
-		inner_off = ETH_HLEN + OUTER_LEN + VNET_HDR_LEN;
-		d = head(skb, ETH_HLEN + OUTER_LEN + VNET_HDR_LEN + ETH_HLEN);
-		if (!d)
-			goto user;
-		__builtin_memcpy(x, d + ETH_HLEN + OUTER_LEN, sizeof(x));
-		__builtin_memcpy(&inner, d + ETH_HLEN + OUTER_LEN + VNET_HDR_LEN, sizeof(inner));
 		pv = bpf_map_lookup_elem(&peers, &saddr);
 	}
 	if (!pv)
@@ -565,7 +568,6 @@ int vnet_from_wire(struct __sk_buff *skb)
 	 * address of the host's. */
 	if (h.ip.daddr != l->local_ip)
 		goto user;
-	__u32 vh = vxlan ? VXLAN_HDR_LEN : VNET_HDR_LEN;
 	if (l->format == FMT_VNET) {
 		__u32 net;
 		__builtin_memcpy(&net, &x[4], 4);
