@@ -291,25 +291,25 @@ static __always_inline void *head(struct __sk_buff *skb, __u32 need)
 }
 
 /* The decision for a frame from a local interface: the route, or NULL when
- * the frame is vnetd's. */
+ * the frame is vnetd's; its Ethernet header in `eth` (the inner header, if
+ * the frame is encapsulated). */
 static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, struct cfg *c,
-						    struct route_key *k, struct link_val **lk)
+						    struct ethhdr *eth, struct link_val **lk)
 {
-	struct ethhdr eth;
 	struct ethhdr *e = head(skb, ETH_HLEN);
 	if (!e)
 		return NULL;
-	__builtin_memcpy(&eth, e, sizeof(eth));
+	__builtin_memcpy(eth, e, sizeof(*eth));
 	/* A VLAN tag the device took out of the frame (skb metadata) would
 	 * not survive the encapsulation: such frames are vnetd's. */
 	if (skb->vlan_present)
 		return NULL;
-	if (eth.h_dest[0] & 1 || !fast_proto(eth.h_proto))
+	if (eth->h_dest[0] & 1 || !fast_proto(eth->h_proto))
 		return NULL;
-	k->port = skb->ifindex;
-	__builtin_memcpy(k->dst, eth.h_dest, 6);
-	__builtin_memcpy(k->src, eth.h_source, 6);
-	struct route_val *r = lookup(c, k);
+	struct route_key k = {.port = skb->ifindex};
+	__builtin_memcpy(k.dst, eth->h_dest, 6);
+	__builtin_memcpy(k.src, eth->h_source, 6);
+	struct route_val *r = lookup(c, &k);
 	if (!r)
 		return NULL;
 	if (r->action == ACT_LINK) {
@@ -330,7 +330,7 @@ static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, stru
 		if (skb->len + over >= GSO_LIMIT)
 			return NULL;
 		if (skb->gso_size) {
-			__u32 hl = seg_hdr_len(skb, eth.h_proto);
+			__u32 hl = seg_hdr_len(skb, eth->h_proto);
 			if (!hl)
 				return NULL;
 			seg = hl + skb->gso_size;
@@ -363,7 +363,23 @@ struct outer {
 	struct udphdr udp;
 } __attribute__((packed));
 
-static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
+/* Writes the outer headers `o`, the `vh` bytes of encapsulation header
+ * `hdr` and the inner Ethernet header into the room made for them: 0, or
+ * -1 when they cannot be reached. */
+static __always_inline int write_encap(struct __sk_buff *skb, struct outer *o, __u32 vh, __u8 *hdr,
+				       struct ethhdr *inner)
+{
+	void *d = head(skb, sizeof(*o) + vh + ETH_HLEN);
+	if (!d)
+		return -1;
+	__builtin_memcpy(d, o, sizeof(*o));
+	__builtin_memcpy(d + sizeof(*o), hdr, vh);
+	__builtin_memcpy(d + sizeof(*o) + vh, inner, sizeof(*inner));
+	return 0;
+}
+
+/* Encapsulates the frame whose Ethernet header is `inner` for link `l`. */
+static __always_inline int encap(struct __sk_buff *skb, struct link_val *l, struct ethhdr *inner)
 {
 	if (l->format != FMT_VNET && l->format != FMT_VXLAN)
 		return -1; /* raw links are the user path's */
@@ -374,11 +390,6 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 	__u32 hash = skb->hash;
 	if (!hash)
 		hash = bpf_get_hash_recalc(skb);
-	struct ethhdr inner;
-	struct ethhdr *e = head(skb, ETH_HLEN);
-	if (!e)
-		return -1;
-	__builtin_memcpy(&inner, e, sizeof(inner));
 	/* Room after the (outer-to-be) Ethernet header for IP, UDP, the vnet
 	 * header and the inner Ethernet header; the kernel records the inner
 	 * headers so GSO segments the inner TCP and copies the outer headers. */
@@ -416,13 +427,7 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 		/* Flags exactly I, every reserved bit zero: what Linux accepts. */
 		__u8 x[VXLAN_HDR_LEN] = {VXLAN_FLAG_I, 0, 0, 0, (__u8)(l->network >> 16),
 					 (__u8)(l->network >> 8), (__u8)l->network, 0};
-		void *d = head(skb, sizeof(o) + VXLAN_HDR_LEN + ETH_HLEN);
-		if (!d)
-			return -1;
-		__builtin_memcpy(d, &o, sizeof(o));
-		__builtin_memcpy(d + sizeof(o), x, sizeof(x));
-		__builtin_memcpy(d + sizeof(o) + VXLAN_HDR_LEN, &inner, sizeof(inner));
-		return 0;
+		return write_encap(skb, &o, VXLAN_HDR_LEN, x, inner);
 	}
 	/* FMT_VNET: the only other format the daemon gives the kernel path. */
 	__u8 v[VNET_HDR_LEN] = {};
@@ -431,13 +436,7 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l)
 	v[3] = VNET_HDR_LEN;    /* header length */
 	__u32 net = bpf_htonl(l->network);
 	__builtin_memcpy(&v[4], &net, 4);
-	void *d = head(skb, sizeof(o) + VNET_HDR_LEN + ETH_HLEN);
-	if (!d)
-		return -1;
-	__builtin_memcpy(d, &o, sizeof(o));
-	__builtin_memcpy(d + sizeof(o), v, sizeof(v));
-	__builtin_memcpy(d + sizeof(o) + VNET_HDR_LEN, &inner, sizeof(inner));
-	return 0;
+	return write_encap(skb, &o, VNET_HDR_LEN, v, inner);
 }
 
 /* A frame from an interface that is vnetd's: out of the interface's
@@ -459,9 +458,9 @@ int vnet_from_vm(struct __sk_buff *skb)
 	if (!c)
 		return to_user(skb);
 	count(S_VM_SEEN, 1);
-	struct route_key k = {};
+	struct ethhdr eth;
 	struct link_val *l = NULL;
-	struct route_val *r = vm_decision(skb, c, &k, &l);
+	struct route_val *r = vm_decision(skb, c, &eth, &l);
 	if (!r)
 		return to_user(skb);
 	__u32 len = skb->len;
@@ -477,7 +476,7 @@ int vnet_from_vm(struct __sk_buff *skb)
 	if (!l)
 		return to_user(skb);
 	__u32 in_slot = r->in_slot, out_slot = r->out_slot;
-	if (encap(skb, l) < 0) {
+	if (encap(skb, l, &eth) < 0) {
 		count(S_ERRORS, 1);
 		return TC_ACT_SHOT;
 	}

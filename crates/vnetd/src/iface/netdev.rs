@@ -120,8 +120,8 @@ impl Netdev {
 
     /// The hand-off TAP's name, on the kernel path.
     pub fn hand_off_name(&self) -> Option<String> {
-        match &*self.rx.lock().unwrap_or_else(|p| p.into_inner()) {
-            Rx::HandOff(_, name) => Some(name.clone()),
+        match self.rx() {
+            Rx::HandOff(_, name) => Some(name),
             Rx::Packet(..) => None,
         }
     }
