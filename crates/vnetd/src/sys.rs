@@ -293,10 +293,9 @@ pub fn open_packet_tx(name: &str) -> io::Result<File> {
     Ok(File::from(sock))
 }
 
-/// Turns IPv6 off on device `name` (a device of vnetd's own that must not
-/// send router solicitations or MLD reports of its own stack); a kernel
-/// without IPv6 has nothing to turn off.
-pub fn disable_ipv6(name: &str) -> io::Result<()> {
+/// Turns IPv6 off on device `name` through `/proc/sys`; a kernel without
+/// IPv6 has nothing to turn off.
+fn disable_ipv6(name: &str) -> io::Result<()> {
     match std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1") {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         r => r,
@@ -602,10 +601,50 @@ impl RecvBatch {
 }
 
 /// Sets the largest GSO frame the stack builds for device `name` (in the
-/// current namespace), with one rtnetlink `RTM_NEWLINK` request
-/// (`IFLA_GSO_MAX_SIZE`), as `ip link set NAME gso_max_size SIZE` does.
+/// current namespace), as `ip link set NAME gso_max_size SIZE` does.
 pub fn set_gso_max_size(name: &str, size: u32) -> io::Result<()> {
-    let ifindex = ifindex(name)?;
+    let mut attr = [0u8; 8];
+    put_rtattr(&mut attr, libc::IFLA_GSO_MAX_SIZE, 8);
+    attr[4..8].copy_from_slice(&size.to_ne_bytes());
+    rtnl_setlink(ifindex(name)?, &attr)
+}
+
+/// `IFLA_INET6_ADDR_GEN_MODE` and its `IN6_ADDR_GEN_MODE_NONE` (linux/if_link.h; not in `libc`).
+const IFLA_INET6_ADDR_GEN_MODE: u16 = 8;
+const IN6_ADDR_GEN_MODE_NONE: u8 = 1;
+
+/// Keeps the kernel's IPv6 from sending anything on device `name` (which
+/// must still be down): no link-local address (`addrgenmode none`, by
+/// rtnetlink, so no duplicate address detection, router solicitation or
+/// MLD report), and IPv6 off when `/proc/sys` is writable. A kernel
+/// without IPv6, or a read-only `/proc/sys` (a container's), is fine.
+pub fn quiet_ipv6(name: &str) -> io::Result<()> {
+    // IFLA_AF_SPEC { AF_INET6 { IFLA_INET6_ADDR_GEN_MODE: u8 } }: 4 + 4 + 8.
+    let mut attr = [0u8; 16];
+    put_rtattr(&mut attr[0..], libc::IFLA_AF_SPEC, 16);
+    put_rtattr(&mut attr[4..], libc::AF_INET6 as u16, 12);
+    put_rtattr(&mut attr[8..], IFLA_INET6_ADDR_GEN_MODE, 5);
+    attr[12] = IN6_ADDR_GEN_MODE_NONE;
+    match rtnl_setlink(ifindex(name)?, &attr) {
+        Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => return Ok(()),
+        r => r?,
+    }
+    match disable_ipv6(name) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS | libc::EACCES | libc::EPERM)) => Ok(()),
+        r => r,
+    }
+}
+
+/// Writes an rtattr header (length, type) at the start of `buf`.
+fn put_rtattr(buf: &mut [u8], kind: u16, len: u16) {
+    buf[0..2].copy_from_slice(&len.to_ne_bytes());
+    buf[2..4].copy_from_slice(&kind.to_ne_bytes());
+}
+
+/// Sends one rtnetlink `RTM_NEWLINK` request for device `ifindex` (in the
+/// current namespace) with attributes `attrs` (each padded to 4 bytes) and
+/// waits for its acknowledgement.
+fn rtnl_setlink(ifindex: u32, attrs: &[u8]) -> io::Result<()> {
     // SAFETY: `socket` takes no pointers; the result is checked below.
     let fd =
         unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::NETLINK_ROUTE) };
@@ -614,17 +653,16 @@ pub fn set_gso_max_size(name: &str, size: u32) -> io::Result<()> {
     }
     // SAFETY: `fd` was just returned by `socket`, is valid and owned by no one else.
     let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // nlmsghdr (16) + ifinfomsg (16) + rtattr header (4) + u32 (4).
-    let mut msg = [0u8; 40];
-    msg[0..4].copy_from_slice(&40u32.to_ne_bytes());
+    // nlmsghdr (16) + ifinfomsg (16) + the attributes.
+    let len = 32 + attrs.len();
+    let mut msg = vec![0u8; len];
+    msg[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
     msg[4..6].copy_from_slice(&libc::RTM_NEWLINK.to_ne_bytes());
     msg[6..8].copy_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16).to_ne_bytes());
     msg[8..12].copy_from_slice(&1u32.to_ne_bytes()); // sequence
     msg[16] = libc::AF_UNSPEC as u8;
     msg[20..24].copy_from_slice(&(ifindex as i32).to_ne_bytes());
-    msg[32..34].copy_from_slice(&8u16.to_ne_bytes());
-    msg[34..36].copy_from_slice(&libc::IFLA_GSO_MAX_SIZE.to_ne_bytes());
-    msg[36..40].copy_from_slice(&size.to_ne_bytes());
+    msg[32..].copy_from_slice(attrs);
     // SAFETY: `sock` is an open netlink socket; `msg` is live and its length
     // is passed with it; the kernel only reads it.
     let rc = unsafe { libc::send(sock.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) };

@@ -96,7 +96,7 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
 
 impl Netdev {
     /// Makes a hand-off TAP (`vnh<n>`, the first free number: with the
-    /// packet sockets' `virtio_net_hdr` and offloads, IPv6 off so its own
+    /// packet sockets' `virtio_net_hdr` and offloads, IPv6 quiet so its own
     /// stack sends nothing on it, up) and returns it, its name and its
     /// index. Frames are read from it only after [`Netdev::use_hand_off`];
     /// dropped, it goes away.
@@ -105,7 +105,7 @@ impl Netdev {
         if self.vnet_hdr {
             sys::tap_enable_offloads(&f, sys::TAP_OFFLOADS)?;
         }
-        sys::disable_ipv6(&name)?;
+        sys::quiet_ipv6(&name)?;
         sys::set_up(&name)?;
         let index = sys::ifindex(&name)?;
         Ok((Arc::new(f), name, index))
