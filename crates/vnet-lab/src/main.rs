@@ -127,6 +127,9 @@ enum Cmd {
         /// VM MTU.
         #[arg(long, default_value_t = 1500)]
         vm_mtu: u32,
+        /// Underlay MTU (the hosts' links to each other).
+        #[arg(long, default_value_t = 1500)]
+        underlay_mtu: u32,
         /// vnetd data path for every interface: user, kernel or auto (VMs
         /// become containers on veths).
         #[arg(long)]
@@ -182,6 +185,7 @@ fn main() -> ExitCode {
             format,
             mode,
             vm_mtu,
+            underlay_mtu,
             datapath,
             qemu,
             vhost_user,
@@ -204,6 +208,7 @@ fn main() -> ExitCode {
                 format: fmt(format),
                 dispatch: mode,
                 vm_mtu,
+                underlay_mtu,
                 qemu_hosts: qemu,
                 qemu_vhost: vhost_user,
                 guest_args,
