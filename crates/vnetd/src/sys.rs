@@ -293,15 +293,6 @@ pub fn open_packet_tx(name: &str) -> io::Result<File> {
     Ok(File::from(sock))
 }
 
-/// Turns IPv6 off on device `name` through `/proc/sys`; a kernel without
-/// IPv6 has nothing to turn off.
-fn disable_ipv6(name: &str) -> io::Result<()> {
-    match std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1") {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
-}
-
 fn tap_ioctl_int(tap: &File, req: libc::Ioctl, val: libc::c_int) -> io::Result<()> {
     let rc = if req == libc::TUNSETOFFLOAD {
         // SAFETY: `tap` is an open /dev/net/tun file for the whole call, and
@@ -629,8 +620,12 @@ pub fn quiet_ipv6(name: &str) -> io::Result<()> {
         Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => return Ok(()),
         r => r?,
     }
-    match disable_ipv6(name) {
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS | libc::EACCES | libc::EPERM)) => Ok(()),
+    match std::fs::write(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"), "1") {
+        Err(e)
+            if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EROFS | libc::EACCES | libc::EPERM)) =>
+        {
+            Ok(())
+        }
         r => r,
     }
 }
