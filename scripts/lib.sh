@@ -2,8 +2,8 @@
 # Sourced, not run.
 
 # Debian packages the lab, the tests and the demo use.
-# protobuf-compiler builds the etcd client; etcd-server is the cluster labs' store.
-VNET_APT_PACKAGES="iproute2 iputils-ping iperf3 procps kmod ethtool clang libbpf-dev tcpdump protobuf-compiler etcd-server"
+# protobuf-compiler (with libprotobuf-dev, its well-known .proto files) builds the etcd client; etcd-server is the cluster labs' store.
+VNET_APT_PACKAGES="iproute2 iputils-ping iperf3 procps kmod ethtool clang libbpf-dev tcpdump protobuf-compiler libprotobuf-dev etcd-server"
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
