@@ -20,11 +20,14 @@
 //!
 //! Two rules protect the overlay from itself and are applied after the
 //! priority decision: a frame never goes back out the port it came in on,
-//! and a group-addressed (broadcast or multicast) frame that came from a
-//! link is not sent on to other links (split horizon: in a full mesh every
-//! host already got it from the sender, and forwarding it would loop). A
-//! link that is an edge of the overlay (a physical LAN reached directly,
-//! `RouteTable::with_edge_links`) is exempt, as an interface is.
+//! and a frame that came from a link is not sent on to other links (split
+//! horizon: in a full mesh every host already got a group frame from the
+//! sender, and forwarding it would loop; a unicast frame from one peer must
+//! not leave on another host's link as if it were this host's own). A
+//! unicast route that names the ingress link in its `from` opts in to
+//! transit (a relay). A link that is an edge of the overlay (a physical
+//! LAN reached directly, `RouteTable::with_edge_links`) is exempt, as an
+//! interface is.
 //!
 //! The crate is sans-IO and `#![deny(unsafe_code)]`: frames and time come in,
 //! decisions go out.

@@ -106,6 +106,16 @@ impl RouteTable {
         matches!(p, Port::Link(id) if !self.edges.contains(&id))
     }
 
+    /// Whether a frame from mesh link `ingress` may go on to another mesh
+    /// link by route `i`: never a group frame (every host of a full mesh had
+    /// it from the sender), and a unicast frame only by a route that names
+    /// that ingress in its `from` (a relay's explicit opt-in). Otherwise a
+    /// frame spoofed to one host by an unsecured peer would leave that host
+    /// on a secured link, sealed as if it were the host's own.
+    fn transit(&self, ingress: Port, dst: MacAddr, i: u32) -> bool {
+        !dst.is_group() && self.routes[i as usize].from == SourceFilter::Port(ingress)
+    }
+
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -153,24 +163,24 @@ impl RouteTable {
                 out.push((r.to, i));
             }
         }
-        // No reflection, split horizon for group frames, one copy per port.
-        let group = dst.is_group();
-        // Never back out the ingress port; split horizon between mesh links.
-        let reflect = |port: Port| port == ingress || (group && self.mesh(ingress) && self.mesh(port));
+        // No reflection; split horizon between mesh links; one copy per port.
+        let reflect = |port: Port, i: u32| {
+            port == ingress || (self.mesh(ingress) && self.mesh(port) && !self.transit(ingress, dst, i))
+        };
         if out.len() > 32 {
             // A broadcast in a big mesh (a route per link): dedupe by
             // sorting, not by the quadratic scan below (999 links: 211 us
             // a lookup before, see benches/lookup.rs). The lowest-numbered
             // route of each port stays; ports come out in order.
+            out.retain(|&(port, i)| !reflect(port, i));
             out.sort_by_key(|&(p, i)| (p, i));
             out.dedup_by_key(|d| d.0);
-            out.retain(|&(port, _)| !reflect(port));
             return examined;
         }
         let mut k = 0;
         for j in 0..out.len() {
-            let (port, _) = out[j];
-            if !reflect(port) && !out[..k].iter().any(|&(p, _)| p == port) {
+            let (port, i) = out[j];
+            if !reflect(port, i) && !out[..k].iter().any(|&(p, _)| p == port) {
                 out[k] = out[j];
                 k += 1;
             }
@@ -239,10 +249,21 @@ mod tests {
     }
 
     #[test]
-    fn unicast_from_link_may_transit_to_another_link() {
-        let t = table(&[(Any, Addr(mac(2)), L1, SourceFilter::Any)]);
+    fn unicast_from_link_transits_to_another_link_only_by_a_route_that_names_the_ingress() {
+        // Split horizon for unicast: from a mesh link, only to interfaces...
+        let t =
+            table(&[(Any, Addr(mac(2)), L1, SourceFilter::Any), (Any, Addr(mac(3)), I0, SourceFilter::Any)]);
+        assert_eq!(ports(&t, L0, mac(1), mac(2)), vec![]);
+        assert_eq!(ports(&t, L0, mac(1), mac(3)), vec![I0]);
+        assert_eq!(ports(&t, I1, mac(1), mac(2)), vec![L1], "a local VM's frame still leaves");
+        // ...unless the route opts in by naming where the frame came from (a relay).
+        let t = table(&[(Any, Addr(mac(2)), L1, SourceFilter::Port(L0))]);
         assert_eq!(ports(&t, L0, mac(1), mac(2)), vec![L1]);
-        assert_eq!(ports(&t, L1, mac(1), mac(2)), vec![]);
+        assert_eq!(ports(&t, L1, mac(1), mac(2)), vec![], "never back out");
+        // An edge link (a LAN reached directly) is not the mesh: frames cross.
+        let t = RouteTable::new(1, vec![Route::new(0, Any, Addr(mac(2)), L1, SourceFilter::Any)])
+            .with_edge_links([0]);
+        assert_eq!(ports(&t, L0, mac(1), mac(2)), vec![L1]);
     }
 
     #[test]

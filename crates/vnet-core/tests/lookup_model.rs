@@ -2,7 +2,8 @@
 //! plain linear scan of the Palacios rules: every route that matches
 //! (ingress filter, source and destination classes), the highest priority
 //! only, never back out the ingress port, split horizon between mesh links
-//! for group destinations, each port once. Tables of up to 90 routes over
+//! (group frames always; unicast unless the route names the ingress in its
+//! `from`), each port once. Tables of up to 90 routes over
 //! up to 60 links exercise both ways the lookup deduplicates (scan, sort).
 
 use proptest::prelude::*;
@@ -59,11 +60,16 @@ fn model(routes: &[Route], ingress: Port, src: MacAddr, dst: MacAddr) -> (BTreeS
             ports.clear();
         }
         if p == best {
-            ports.push(r.to);
+            ports.push((r.to, r.from));
         }
     }
     let group = dst.is_group();
-    let out = ports.into_iter().filter(|&p| p != ingress && !(group && mesh(ingress) && mesh(p))).collect();
+    let transit = |from: SourceFilter| !group && from == SourceFilter::Port(ingress);
+    let out = ports
+        .into_iter()
+        .filter(|&(p, from)| p != ingress && !(mesh(ingress) && mesh(p) && !transit(from)))
+        .map(|(p, _)| p)
+        .collect();
     (out, best)
 }
 
