@@ -1,7 +1,9 @@
-//! From a member's changes to one transaction of the control language,
-//! against the host's running [`State`]: the daemon applies it like any
-//! other (atomically, on both paths), so cluster mode adds no second way
-//! of changing the data path.
+//! From a member's changes to one transaction against the host's running
+//! [`State`]: typed commands of the control language, which the daemon
+//! applies like any other (atomically, on both paths), so cluster mode adds
+//! no second way of changing the data path. The commands are built as
+//! values, never as text: nothing a record says can become a command of its
+//! own (a key with a newline in it was once a second line).
 //!
 //! The cluster owns the links named after other hosts and, on them, the
 //! routes `any MAC -> link HOST` and the broadcast route; everything else
@@ -10,31 +12,138 @@
 //! events): the last one wins. The transaction deletes routes first, then
 //! links, then adds links, then routes, so it is valid as a whole.
 
-use crate::member::Change;
+use crate::member::{Change, Peer};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
-use vnet_control::{RouteDef, State, Transport};
+use vnet_control::ast::{Format, From, LinkRef, Ref, Target};
+use vnet_control::{Command, Located, PeerKey, RouteDef, Security, State, Transport};
 use vnet_core::{MacSpec, Port};
 use vnet_wire::MacAddr;
 
-/// How links to other hosts are declared.
-#[derive(Debug, Clone, Default)]
-pub struct LinkOptions {
-    /// Extra words after `link NAME udp ADDR` (e.g. `format vnet network 7`).
-    pub extra: String,
+/// What protects the links to other hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protect {
+    /// `encrypt` to a host whose record has a key, nothing to one without.
+    #[default]
+    AsKeyed,
+    /// Nothing, whatever the record says.
+    None,
+    /// Every link authenticated (a host without a key gets no link).
+    Auth,
+    /// Every link encrypted (a host without a key gets no link).
+    Encrypt,
 }
 
-/// The transaction (control-language lines) that makes `state` follow
-/// `changes`; empty when nothing is to change. Linear in the state's routes
-/// and the changes (indexes are built once), so a relist of 100000 MACs
-/// costs one pass, not one per MAC.
-pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> String {
-    let mut links: BTreeMap<&str, Option<&crate::HostRecord>> = BTreeMap::new();
+/// How links to other hosts are declared (`--cluster-link-options`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkOptions {
+    pub format: Format,
+    pub network: u32,
+    pub mtu: u32,
+    pub protect: Protect,
+}
+
+impl Default for LinkOptions {
+    fn default() -> Self {
+        LinkOptions {
+            format: Format::Vnet,
+            network: 0,
+            mtu: vnet_control::parse::DEFAULT_LINK_MTU,
+            protect: Protect::AsKeyed,
+        }
+    }
+}
+
+impl LinkOptions {
+    /// The options of a `udp` link line, e.g. `network 7 mtu 9000 security
+    /// encrypt` (`format vnet` unless they name another; no `peer-key`,
+    /// which each host's record gives). Errors point into `words`.
+    pub fn parse(words: &str) -> Result<LinkOptions, vnet_control::Error> {
+        const HEAD: &str = "link probe udp 127.0.0.1:9 ";
+        let said = |w: &str| words.split_whitespace().any(|x| x == w);
+        let at = |e: vnet_control::Error| {
+            let column = e.pos.column.saturating_sub(HEAD.len() as u32).max(1);
+            vnet_control::Error { pos: vnet_control::Pos { line: 1, column }, ..e }
+        };
+        if said("peer-key") {
+            let column = words.find("peer-key").map_or(1, |i| i as u32 + 1);
+            return Err(vnet_control::Error::new(
+                vnet_control::Pos { line: 1, column },
+                "link options without `peer-key` (each host's record gives its key)",
+                "`peer-key`",
+            ));
+        }
+        // A `security` word needs a key to parse; a placeholder stands in.
+        let key = if said("security") && !said("none") {
+            format!(" peer-key {}", PeerKey([0; 32]))
+        } else {
+            String::new()
+        };
+        let cmds = vnet_control::parse(&format!("{HEAD}{words}{key}")).map_err(at)?;
+        let Some(Command::Link { transport: Transport::Udp { format, network, security, .. }, mtu, .. }) =
+            cmds.into_iter().next().map(|c| c.item)
+        else {
+            return Err(vnet_control::Error::new(Default::default(), "udp link options", words));
+        };
+        let protect = match security {
+            Security::Auth(_) => Protect::Auth,
+            Security::Encrypt(_) => Protect::Encrypt,
+            Security::None if said("security") => Protect::None,
+            Security::None => Protect::AsKeyed,
+        };
+        let format = if said("format") { format } else { Format::Vnet };
+        Ok(LinkOptions { format, network, mtu, protect })
+    }
+
+    /// Whether every peer must have a key.
+    pub fn require_key(&self) -> bool {
+        matches!(self.protect, Protect::Auth | Protect::Encrypt)
+    }
+
+    /// The link to `peer`: `None` when the options require a key it lacks.
+    pub fn transport(&self, peer: &Peer) -> Option<Transport> {
+        let security = match (self.protect, peer.key) {
+            (Protect::None, _) | (Protect::AsKeyed, None) => Security::None,
+            (Protect::Auth, Some(k)) => Security::Auth(k),
+            (Protect::Encrypt | Protect::AsKeyed, Some(k)) => Security::Encrypt(k),
+            (Protect::Auth | Protect::Encrypt, None) => return None,
+        };
+        let format = if security == Security::None { self.format } else { Format::Vnet };
+        Some(Transport::Udp { remote: peer.addr, format, network: self.network, security })
+    }
+}
+
+fn cmd(item: Command) -> Located<Command> {
+    Located { pos: Default::default(), item }
+}
+
+fn by<T>(by: T) -> Ref<T> {
+    Ref { pos: Default::default(), by }
+}
+
+fn delete_route(id: u32) -> Located<Command> {
+    cmd(Command::DeleteRoute(by(id)))
+}
+
+/// `route any DST -> link|interface NAME`.
+fn route_to(dst: MacAddr, to: Target) -> Located<Command> {
+    cmd(Command::Route { src: MacSpec::Any, dst: MacSpec::Addr(dst), to, from: From::Any })
+}
+
+fn to_link(name: &str) -> Target {
+    Target::Link(by(LinkRef::Name(name.to_string())))
+}
+
+/// The transaction that makes `state` follow `changes`; empty when nothing
+/// is to change. Linear in the state's routes and the changes (indexes are
+/// built once), so a relist of 100000 MACs costs one pass, not one per MAC.
+pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Vec<Located<Command>> {
+    let mut links: BTreeMap<&str, Option<Transport>> = BTreeMap::new();
     let mut routes: BTreeMap<MacAddr, Option<&str>> = BTreeMap::new();
     for c in changes {
         match c {
-            Change::Link { host, record } => {
-                links.insert(host, record.as_ref());
+            Change::Link { host, peer } => {
+                links.insert(host, peer.as_ref().and_then(|p| opts.transport(p)));
             }
             Change::Route { mac, host } => {
                 routes.insert(*mac, host.as_deref());
@@ -57,21 +166,21 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Str
     // Links deleted (and, when they have a record, made anew).
     let mut remade: BTreeSet<&str> = BTreeSet::new();
     let mut add_links = Vec::new();
-    for (&host, record) in &links {
+    for (&host, transport) in &links {
         let Some(l) = state.link_by_name(host) else {
-            if let Some(r) = record {
-                add_links.push(link_lines(host, r, opts));
+            if let Some(t) = transport {
+                add_links.push((host, *t));
             }
             continue;
         };
-        if record.is_some_and(|r| l.remote() == Some(r.addr) && same_key(&l.transport, r)) {
+        if *transport == Some(l.transport) && l.mtu == opts.mtu {
             continue;
         }
         let to_link = by_link.get(&l.id).map_or(&[][..], Vec::as_slice);
         del_routes.extend(to_link.iter().map(|r| r.id));
         remade.insert(host);
-        if let Some(r) = record {
-            add_links.push(link_lines(host, r, opts));
+        if let Some(t) = transport {
+            add_links.push((host, *t));
             // The unicast routes to the re-made link come back below.
             for m in to_link.iter().filter(|r| r.src == MacSpec::Any).filter_map(|r| r.dst.addr()) {
                 if !m.is_group() {
@@ -80,6 +189,7 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Str
             }
         }
     }
+    let made = |h: &str| links.get(h).map_or(names.contains(h), Option::is_some);
     // Routes: whatever routed the MAC to a link goes; the new one comes.
     let mut add_routes = Vec::new();
     for (&mac, host) in &routes {
@@ -93,28 +203,18 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Str
                 del_routes.insert(r.id);
             }
         }
-        if let Some(h) = host {
-            // The link is there after the transaction: as the batch says, else as the state has it.
-            let exists = links.get(h).map_or(names.contains(h), Option::is_some);
-            if exists && !already {
-                add_routes.push(format!("route any {mac} -> link {h}"));
-            }
+        // The link is there after the transaction: as the batch says, else as the state has it.
+        if let Some(h) = host.filter(|h| made(h) && !already) {
+            add_routes.push(route_to(mac, to_link(h)));
         }
     }
-    let mut t = String::new();
-    for id in del_routes {
-        t.push_str(&format!("delete route {id}\n"));
+    let mut t: Vec<Located<Command>> = del_routes.into_iter().map(delete_route).collect();
+    t.extend(remade.iter().map(|l| cmd(Command::DeleteLink(by(LinkRef::Name(l.to_string()))))));
+    for (host, transport) in add_links {
+        t.push(cmd(Command::Link { name: Some(host.to_string()), transport, mtu: opts.mtu }));
+        t.push(route_to(MacAddr::BROADCAST, to_link(host)));
     }
-    for l in &remade {
-        t.push_str(&format!("delete link {l}\n"));
-    }
-    for l in add_links {
-        t.push_str(&l);
-    }
-    for r in add_routes {
-        t.push_str(&r);
-        t.push('\n');
-    }
+    t.extend(add_routes);
     t
 }
 
@@ -124,7 +224,7 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Str
 /// another host claims the MAC (the VM moved there), both go, and the
 /// member routes the MAC to that host's link. Run after [`transaction`],
 /// against the same state: it touches only routes to interfaces.
-pub fn local(state: &State, member: &crate::Member) -> String {
+pub fn local(state: &State, member: &crate::Member) -> Vec<Located<Command>> {
     // The `any MAC -> interface` routes by (interface, MAC): one pass.
     let mut to_iface: FxHashMap<(u32, MacAddr), Vec<u32>> = FxHashMap::default();
     for r in state.routes.values() {
@@ -132,42 +232,21 @@ pub fn local(state: &State, member: &crate::Member) -> String {
             to_iface.entry((i, d)).or_default().push(r.id);
         }
     }
-    let mut t = String::new();
+    let mut t = Vec::new();
     for i in state.interfaces.values() {
         let Some(mac) = i.mac else { continue };
         let mine = member.owner(mac).is_none_or(|o| o == member.me());
         for dst in [mac, MacAddr::BROADCAST] {
             let have = to_iface.get(&(i.id, dst)).map_or(&[][..], Vec::as_slice);
             if mine && have.is_empty() {
-                t.push_str(&format!("route any {dst} -> interface {}\n", i.name));
+                let iface = Target::Interface(by(vnet_control::ast::IfaceRef::Name(i.name.clone())));
+                t.push(route_to(dst, iface));
             } else if !mine {
-                for &id in have {
-                    t.push_str(&format!("delete route {id}\n"));
-                }
+                t.extend(have.iter().map(|&id| delete_route(id)));
             }
         }
     }
     t
-}
-
-fn same_key(t: &Transport, r: &crate::HostRecord) -> bool {
-    match t {
-        Transport::Udp { security, .. } => {
-            let have = match security {
-                vnet_control::Security::None => None,
-                vnet_control::Security::Auth(k) | vnet_control::Security::Encrypt(k) => Some(k.to_string()),
-            };
-            have == r.public_key
-        }
-        _ => false,
-    }
-}
-
-/// The lines of a link to `host`, with its broadcast route.
-fn link_lines(host: &str, r: &crate::HostRecord, opts: &LinkOptions) -> String {
-    let key = r.public_key.as_ref().map(|k| format!(" peer-key {k}")).unwrap_or_default();
-    let extra = if opts.extra.is_empty() { String::new() } else { format!(" {}", opts.extra) };
-    format!("link {host} udp {}{extra}{key}\nroute any {} -> link {host}\n", r.addr, MacAddr::BROADCAST)
 }
 
 #[cfg(test)]
@@ -175,30 +254,35 @@ mod tests {
     use super::*;
     use crate::layout::{host_key, mac_key, HostRecord, MacRecord};
     use crate::{MemStore, Member};
+    use vnet_control::PeerKey;
 
     fn mac(i: u8) -> MacAddr {
         MacAddr([0x52, 0x54, 0, 0, 0, i])
     }
 
     fn host(i: u8) -> Vec<u8> {
-        HostRecord { addr: format!("10.0.0.{i}:9000").parse().unwrap(), kinds: vec![], public_key: None }
-            .to_json()
+        HostRecord {
+            addr: format!("10.0.0.{i}:9000").parse().unwrap(),
+            kinds: vec![],
+            public_key: None,
+            cert: None,
+        }
+        .to_json()
     }
 
     fn vm(h: &str) -> Vec<u8> {
-        MacRecord { host: h.into(), iface: "vm0".into() }.to_json()
+        MacRecord { host: h.into(), iface: "vm0".into(), at_ms: 0, sig: None }.to_json()
     }
 
     /// Applies the store's news to `m` and `state`; returns the transaction.
-    fn step(m: &mut Member, s: &MemStore, state: &mut State) -> String {
+    fn step(m: &mut Member, s: &MemStore, state: &mut State) -> Vec<Located<Command>> {
         let mut out = Vec::new();
         let evs: Vec<_> = s.watch(m.prefix(), m.revision() + 1).unwrap().cloned().collect();
         for e in &evs {
             m.apply(e, &mut out);
         }
         let t = transaction(state, &out, &LinkOptions::default());
-        let cmds = vnet_control::parse(&t).unwrap_or_else(|e| panic!("{e}\n{t}"));
-        *state = state.apply_all(&cmds).unwrap_or_else(|e| panic!("{e}\n{t}"));
+        *state = state.apply_all(&t).unwrap_or_else(|e| panic!("{e}\n{t:?}"));
         t
     }
 
@@ -231,13 +315,13 @@ mod tests {
         let want: BTreeMap<_, _> = [(mac(2), "b".to_string()), (mac(3), "c".to_string())].into();
         assert_eq!(routed(&state), want);
         // Nothing new: nothing to do.
-        assert_eq!(step(&mut m, &s, &mut state), "");
+        assert!(step(&mut m, &s, &mut state).is_empty());
         // b's VM moves to c, then back, then to c again in one batch: one route change.
         for h in ["c", "b", "c"] {
             s.put(&mac_key("n", mac(2)), vm(h), Some(leases[2]));
         }
         let t = step(&mut m, &s, &mut state);
-        assert_eq!(t.lines().count(), 2, "{t}");
+        assert_eq!(t.len(), 2, "{t:?}");
         assert_eq!(routed(&state)[&mac(2)], "c");
         // b changes address: its link is made anew, its routes with it.
         s.put(&mac_key("n", mac(4)), vm("b"), Some(leases[1]));
@@ -269,26 +353,68 @@ mod tests {
         s.put(&host_key("n", "b"), host(2), Some(lb));
         s.put(&mac_key("n", mac(1)), vm("a"), Some(la));
         let sync = |m: &mut Member, s: &MemStore, state: &mut State| {
-            let t = step(m, s, state);
+            let mut t = step(m, s, state);
             let l = local(state, m);
-            *state =
-                state.apply_all(&vnet_control::parse(&l).unwrap()).unwrap_or_else(|e| panic!("{e}\n{l}"));
-            t + &l
+            *state = state.apply_all(&l).unwrap_or_else(|e| panic!("{e}\n{l:?}"));
+            t.extend(l);
+            t
         };
         sync(&mut m, &s, &mut state);
         let vm_id = state.iface_by_name("vm").unwrap().id;
         let to_vm = |state: &State| state.routes.values().filter(|r| r.to == Port::Interface(vm_id)).count();
         assert_eq!(to_vm(&state), 2, "unicast and broadcast");
-        assert_eq!(local(&state, &m), "", "nothing twice");
+        assert!(local(&state, &m).is_empty(), "nothing twice");
         // The VM moves to b: its routes leave the interface for b's link, in one step.
         s.put(&mac_key("n", mac(1)), vm("b"), Some(lb));
         let t = sync(&mut m, &s, &mut state);
-        assert_eq!(to_vm(&state), 0, "{t}");
+        assert_eq!(to_vm(&state), 0, "{t:?}");
         assert_eq!(routed(&state)[&mac(1)], "b");
         // And back.
         s.put(&mac_key("n", mac(1)), vm("a"), Some(la));
         sync(&mut m, &s, &mut state);
         assert_eq!(to_vm(&state), 2);
         assert!(!routed(&state).contains_key(&mac(1)));
+    }
+
+    #[test]
+    fn link_options_parse_with_positions_and_security_needs_no_key() {
+        let o = LinkOptions::parse("").unwrap();
+        assert_eq!(o, LinkOptions::default());
+        let o = LinkOptions::parse("security encrypt network 7 mtu 9000").unwrap();
+        assert_eq!((o.protect, o.network, o.mtu, o.require_key()), (Protect::Encrypt, 7, 9000, true));
+        assert_eq!(LinkOptions::parse("format raw").unwrap().format, Format::Raw);
+        assert_eq!(LinkOptions::parse("security none").unwrap().protect, Protect::None);
+        let e = LinkOptions::parse("mtu 9000 peer-key x").unwrap_err();
+        assert_eq!((e.pos.line, e.pos.column), (1, 10));
+        let e = LinkOptions::parse("mtu 1").unwrap_err();
+        assert_eq!(e.pos.column, 5, "{e}");
+        // A keyless host gets no link where every link is secured.
+        let keyless = Peer { addr: "10.0.0.2:9000".parse().unwrap(), key: None, claim_key: None };
+        assert_eq!(LinkOptions::parse("security auth").unwrap().transport(&keyless), None);
+    }
+
+    #[test]
+    fn nothing_a_record_says_becomes_a_command_of_its_own() {
+        // The cluster's commands are values: a record's fields reach the
+        // daemon only as the typed fields they checked into.
+        let base = "listen udp 127.0.0.1:0\n";
+        let state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
+        let mut s = MemStore::new();
+        let mut m = Member::with_policy("n", "a", crate::Policy { have_key: true, ..Default::default() });
+        let evil = format!("{}\ninterface pbinj tap pbinj0", PeerKey([1; 32]));
+        let v = HostRecord {
+            addr: "10.0.0.2:9000".parse().unwrap(),
+            kinds: vec![],
+            public_key: Some(evil),
+            cert: None,
+        };
+        s.put(&host_key("n", "b"), v.to_json(), None);
+        let mut out = Vec::new();
+        let evs: Vec<_> = s.watch(m.prefix(), 1).unwrap().cloned().collect();
+        for e in &evs {
+            m.apply(e, &mut out);
+        }
+        assert!(transaction(&state, &out, &LinkOptions::default()).is_empty());
+        assert_eq!(m.stats.bad_records, 1);
     }
 }

@@ -2,12 +2,15 @@
 //! per network, one key per host under the host's lease, one key per VM MAC.
 //!
 //! ```text
-//! /vnet/<network>/hosts/<host>   {"addr":"10.0.0.2:9000","kinds":["udp"],"public_key":"..."}
-//! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0"}
+//! /vnet/<network>/hosts/<host>   {"addr":"10.0.0.2:9000","kinds":["udp"],"public_key":"...","cert":"..."}
+//! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0","at_ms":1764000000000,"sig":"..."}
 //! ```
 //!
-//! Values are JSON; a value that does not parse is counted and ignored,
-//! never trusted and never a panic.
+//! Values are JSON, read into these plain records and then checked field by
+//! field ([`crate::member`]): a value that does not parse or check is
+//! quarantined and counted, never trusted and never a panic. `cert` and
+//! `sig` are the network key's and the claimant's signatures
+//! ([`crate::trust`]), required where the network has a key.
 
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -62,6 +65,9 @@ pub struct HostRecord {
     /// Its static public key (base64), when its links are secured.
     #[serde(default)]
     pub public_key: Option<String>,
+    /// Its certificate, signed by the network key ([`crate::trust`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
 }
 
 /// Who has a VM MAC.
@@ -70,6 +76,24 @@ pub struct MacRecord {
     pub host: String,
     #[serde(default)]
     pub iface: String,
+    /// When the host claimed it (ms since the Unix epoch): a newer claim wins.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub at_ms: u64,
+    /// The claimant's signature ([`crate::trust::ClaimKey::sign`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig: Option<String>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// Whether `addr` can be a peer's underlay address: a unicast address
+/// (not unspecified, multicast or the IPv4 broadcast) and a port.
+pub fn usable(addr: std::net::SocketAddr) -> bool {
+    let ip = addr.ip();
+    let broadcast = matches!(ip, std::net::IpAddr::V4(v4) if v4.is_broadcast());
+    addr.port() != 0 && !ip.is_unspecified() && !ip.is_multicast() && !broadcast
 }
 
 impl HostRecord {
@@ -105,7 +129,11 @@ mod tests {
     #[test]
     fn records_parse_or_fail_cleanly() {
         let r: HostRecord = serde_json::from_slice(br#"{"addr":"10.0.0.2:9000"}"#).unwrap();
-        assert!(r.kinds.is_empty() && r.public_key.is_none());
+        assert!(r.kinds.is_empty() && r.public_key.is_none() && r.cert.is_none());
+        assert!(usable(r.addr));
+        for bad in ["0.0.0.0:9000", "10.0.0.2:0", "224.0.0.1:9000", "255.255.255.255:9000", "[::]:9000"] {
+            assert!(!usable(bad.parse().unwrap()), "{bad}");
+        }
         assert!(serde_json::from_slice::<HostRecord>(b"{\"addr\":1}").is_err());
         assert!(serde_json::from_slice::<MacRecord>(b"\xff").is_err());
     }

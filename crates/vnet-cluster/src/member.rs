@@ -13,25 +13,113 @@
 //! Memory: host names are interned once (a `u32` each); a MAC costs a
 //! hash-map entry (MAC and host id) and its place in its host's list.
 
-use crate::layout::{parse_key, prefix, HostRecord, Key, MacRecord};
+use crate::layout::{parse_key, prefix, usable, valid_name, HostRecord, Key, MacRecord};
 use crate::store::Event;
+use crate::trust::{verify_claim, NetworkPublic, TrustError};
 use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use vnet_control::{canonical, PeerKey};
 use vnet_wire::MacAddr;
+
+/// Records held in quarantine for `show cluster` (all are counted).
+pub const QUARANTINE_SHOWN: usize = 256;
+/// Host records held back because their address is another host's.
+const MAX_DUPLICATES: usize = 256;
+
+/// A host as the view takes it: its record, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Where its links are received (a usable unicast address and port).
+    pub addr: SocketAddr,
+    /// Its static public key, when its links are secured.
+    pub key: Option<PeerKey>,
+    /// Its claim key, from its certificate, where the network has a key.
+    pub claim_key: Option<[u8; 32]>,
+}
 
 /// What must change on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// A link to `host` with this record (new or changed), or none any more.
-    Link { host: String, record: Option<HostRecord> },
+    /// A link to `host` (new or changed), or none any more.
+    Link { host: String, peer: Option<Peer> },
     /// Frames to `mac` go to `host`'s link, or no longer to any link.
     Route { mac: MacAddr, host: Option<String> },
+}
+
+/// What this host requires of records, and how much it holds.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// The network's key: host records need its certificate, MAC claims
+    /// their claimant's signature, and every peer a static key.
+    pub network_key: Option<NetworkPublic>,
+    /// Every peer must have a static key (this host's links are secured).
+    pub require_key: bool,
+    /// This host has a static key, so it can make a secured link.
+    pub have_key: bool,
+    /// The most hosts (names ever seen) and MACs the view holds.
+    pub max_hosts: usize,
+    pub max_macs: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            network_key: None,
+            require_key: false,
+            have_key: false,
+            max_hosts: 65_536,
+            max_macs: 4 << 20,
+        }
+    }
+}
+
+/// Why a record was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("not a record: {0}")]
+    Json(String),
+    #[error("`addr` {0} is not a unicast address and port")]
+    Addr(SocketAddr),
+    #[error("`public_key` is not a key (44 characters of base64)")]
+    Key,
+    #[error("`kinds`: at most 8 words of 1 to 16 letters")]
+    Kinds,
+    #[error("the host has a key but this host has none (vnetd --key), so no secured link can be made")]
+    NoOwnKey,
+    #[error("this network's links are secured and the record has no `public_key`")]
+    KeyRequired,
+    #[error("this network has a network key and the record has no `cert`")]
+    Unsigned,
+    #[error("`cert`: {0}")]
+    Cert(#[from] TrustError),
+    #[error("`cert` is host `{host}`'s of network `{network}`")]
+    CertFor { network: String, host: String },
+    #[error("`cert` names another public key than the record's")]
+    CertKey,
+    #[error("`cert` does not allow address {0}")]
+    CertAddr(IpAddr),
+    #[error("address {addr} is already host `{holder}`'s")]
+    Duplicate { addr: IpAddr, holder: String },
+    #[error("more than {0} hosts")]
+    TooManyHosts(usize),
+    #[error("more than {0} MACs")]
+    TooManyMacs(usize),
+    #[error("`host` or `iface` is not a name of 1 to 63 of A-Za-z0-9._-")]
+    ClaimNames,
+    #[error("host `{0}` has no valid record to check the claim against")]
+    ClaimHost(String),
+    #[error("the claim is not signed by host `{0}`'s claim key")]
+    ClaimSignature(String),
+    #[error("the claim ({at_ms}) is not newer than the one held ({held_ms})")]
+    StaleClaim { at_ms: u64, held_ms: u64 },
 }
 
 /// What a member counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MemberStats {
     pub events: u64,
-    /// Values that did not parse (ignored), and keys this version does not know.
+    /// Records not taken (quarantined), and keys this version does not know.
     pub bad_records: u64,
     pub unknown_keys: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
@@ -41,34 +129,55 @@ pub struct MemberStats {
 /// One host's view.
 pub struct Member {
     prefix: String,
+    network: String,
     me: String,
+    policy: Policy,
     revision: u64,
     names: Vec<Box<str>>,
     ids: FxHashMap<Box<str>, u32>,
-    records: Vec<Option<HostRecord>>,
+    records: Vec<Option<Peer>>,
+    /// Which host holds each underlay address (links are told apart by it).
+    by_ip: FxHashMap<IpAddr, u32>,
+    /// Records whose address another host holds, taken when it is free.
+    duplicates: Vec<(u32, Peer)>,
     /// The MACs each host has (by host id).
     by_host: Vec<Vec<MacAddr>>,
     macs: FxHashMap<MacAddr, u32>,
+    /// Signed networks: the time of the newest claim taken for each MAC,
+    /// kept after the claim goes (an old claim replayed is refused).
+    claimed_at: FxHashMap<MacAddr, u64>,
+    /// Signed networks: claims by hosts not (validly) known yet.
+    unverified: FxHashMap<MacAddr, MacRecord>,
+    /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
+    quarantine: BTreeMap<String, RecordError>,
     pub stats: MemberStats,
 }
 
 impl Member {
-    /// The view of host `me` in `network`, empty (at revision 0).
+    /// The view of host `me` in `network`, empty (at revision 0), taking
+    /// records as the default [`Policy`] does (no network key).
     pub fn new(network: &str, me: &str) -> Self {
-        Member::watching(prefix(network), me)
+        Member::with_policy(network, me, Policy::default())
     }
 
-    /// An empty view of host `me` under key prefix `prefix`.
-    fn watching(prefix: String, me: &str) -> Self {
+    /// The view of host `me` in `network` under `policy`.
+    pub fn with_policy(network: &str, me: &str, policy: Policy) -> Self {
         Member {
-            prefix,
+            prefix: prefix(network),
+            network: network.to_string(),
             me: me.to_string(),
+            policy,
             revision: 0,
             names: Vec::new(),
             ids: FxHashMap::default(),
             records: Vec::new(),
+            by_ip: FxHashMap::default(),
+            duplicates: Vec::new(),
             by_host: Vec::new(),
             macs: FxHashMap::default(),
+            claimed_at: FxHashMap::default(),
+            unverified: FxHashMap::default(),
+            quarantine: BTreeMap::new(),
             stats: MemberStats::default(),
         }
     }
@@ -88,16 +197,25 @@ impl Member {
         self.revision
     }
 
-    fn id(&mut self, name: &str) -> u32 {
+    /// Records not taken, by key, with the reason (the first
+    /// [`QUARANTINE_SHOWN`]; `stats.bad_records` counts them all).
+    pub fn quarantined(&self) -> impl Iterator<Item = (&str, &RecordError)> {
+        self.quarantine.iter().map(|(k, e)| (k.as_str(), e))
+    }
+
+    fn id(&mut self, name: &str) -> Option<u32> {
         if let Some(&i) = self.ids.get(name) {
-            return i;
+            return Some(i);
+        }
+        if self.names.len() >= self.policy.max_hosts {
+            return None;
         }
         let i = self.names.len() as u32;
         self.names.push(name.into());
         self.ids.insert(name.into(), i);
         self.records.push(None);
         self.by_host.push(Vec::new());
-        i
+        Some(i)
     }
 
     /// Whether MACs of host `h` are routed (another host, with a record).
@@ -116,7 +234,7 @@ impl Member {
     }
 
     /// The hosts this host has links to, with their records.
-    pub fn links(&self) -> impl Iterator<Item = (&str, &HostRecord)> {
+    pub fn links(&self) -> impl Iterator<Item = (&str, &Peer)> {
         self.names
             .iter()
             .zip(&self.records)
@@ -140,7 +258,7 @@ impl Member {
     pub fn full(&self, out: &mut Vec<Change>) {
         for (n, r) in self.names.iter().zip(&self.records) {
             if **n != *self.me {
-                out.push(Change::Link { host: n.to_string(), record: r.clone() });
+                out.push(Change::Link { host: n.to_string(), peer: r.clone() });
             }
         }
         for &mac in self.macs.keys() {
@@ -158,7 +276,9 @@ impl Member {
         self.macs.len()
     }
 
-    /// Applies one watch event; what must change is appended to `out`.
+    /// Applies one watch event; what must change is appended to `out`. A
+    /// record that does not check is quarantined: counted, kept in
+    /// [`Member::quarantined`], and otherwise as if it were not there.
     pub fn apply(&mut self, ev: &Event, out: &mut Vec<Change>) {
         self.stats.events += 1;
         self.revision = self.revision.max(ev.rev());
@@ -166,54 +286,220 @@ impl Member {
             self.stats.unknown_keys += 1;
             return;
         };
-        match (key, ev) {
-            (Key::Host(name), Event::Put { value, .. }) => {
-                match serde_json::from_slice::<HostRecord>(value) {
-                    Ok(r) => self.put_host(name, r, out),
-                    Err(_) => self.stats.bad_records += 1,
+        let taken = match (key, ev) {
+            (Key::Host(name), Event::Put { value, .. }) => self.put_host_record(name, value, out),
+            (Key::Host(name), Event::Delete { .. }) => {
+                if let Some(&h) = self.ids.get(name) {
+                    self.duplicates.retain(|(d, _)| *d != h);
+                    self.set_host(h, None, out);
+                }
+                Ok(())
+            }
+            (Key::Mac(mac), Event::Put { value, .. }) => self.put_mac_record(mac, value, out),
+            (Key::Mac(mac), Event::Delete { .. }) => {
+                self.unverified.remove(&mac);
+                self.delete_mac(mac, out);
+                Ok(())
+            }
+        };
+        match taken {
+            Ok(()) => {
+                self.quarantine.remove(ev.key());
+            }
+            Err(e) => {
+                self.stats.bad_records += 1;
+                if self.quarantine.len() < QUARANTINE_SHOWN || self.quarantine.contains_key(ev.key()) {
+                    self.quarantine.insert(ev.key().to_string(), e);
                 }
             }
-            (Key::Host(name), Event::Delete { .. }) => self.delete_host(name, out),
-            (Key::Mac(mac), Event::Put { value, .. }) => match serde_json::from_slice::<MacRecord>(value) {
-                Ok(r) if crate::layout::valid_name(&r.host) => self.put_mac(mac, &r.host, out),
-                _ => self.stats.bad_records += 1,
-            },
-            (Key::Mac(mac), Event::Delete { .. }) => self.delete_mac(mac, out),
         }
     }
 
-    fn put_host(&mut self, name: &str, r: HostRecord, out: &mut Vec<Change>) {
-        let h = self.id(name);
+    /// Checks a host record's every field against the policy.
+    fn check_host(&self, name: &str, value: &[u8]) -> Result<Peer, RecordError> {
+        let r: HostRecord = serde_json::from_slice(value).map_err(|e| RecordError::Json(e.to_string()))?;
+        if !usable(r.addr) {
+            return Err(RecordError::Addr(r.addr));
+        }
+        if r.kinds.len() > 8
+            || r.kinds
+                .iter()
+                .any(|k| k.is_empty() || k.len() > 16 || !k.bytes().all(|b| b.is_ascii_lowercase()))
+        {
+            return Err(RecordError::Kinds);
+        }
+        let key = match &r.public_key {
+            None => None,
+            Some(k) => Some(PeerKey::from_base64(k).ok_or(RecordError::Key)?),
+        };
+        let mut claim_key = None;
+        if let Some(nk) = &self.policy.network_key {
+            let cert = nk.verify(r.cert.as_deref().ok_or(RecordError::Unsigned)?)?;
+            if cert.network != self.network || cert.host != name {
+                return Err(RecordError::CertFor { network: cert.network, host: cert.host });
+            }
+            if key != Some(cert.public_key) {
+                return Err(RecordError::CertKey);
+            }
+            if !cert.allows(r.addr.ip()) {
+                return Err(RecordError::CertAddr(r.addr.ip()));
+            }
+            claim_key = Some(cert.claim_key);
+        }
+        if name != self.me {
+            let required = self.policy.require_key || self.policy.network_key.is_some();
+            match key {
+                None if required => return Err(RecordError::KeyRequired),
+                Some(_) if !self.policy.have_key => return Err(RecordError::NoOwnKey),
+                _ => {}
+            }
+        }
+        Ok(Peer { addr: r.addr, key, claim_key })
+    }
+
+    fn put_host_record(
+        &mut self,
+        name: &str,
+        value: &[u8],
+        out: &mut Vec<Change>,
+    ) -> Result<(), RecordError> {
+        let checked = self.check_host(name, value);
+        let Some(h) = self.id(name) else { return Err(RecordError::TooManyHosts(self.policy.max_hosts)) };
+        self.duplicates.retain(|(d, _)| *d != h);
+        let peer = match checked {
+            Ok(p) => p,
+            Err(e) => {
+                // What the store holds for the host now is no record.
+                self.set_host(h, None, out);
+                return Err(e);
+            }
+        };
+        let ip = canonical(peer.addr.ip());
+        if let Some(&holder) = self.by_ip.get(&ip).filter(|&&g| g != h) {
+            self.set_host(h, None, out);
+            if self.duplicates.len() < MAX_DUPLICATES {
+                self.duplicates.push((h, peer));
+            }
+            return Err(RecordError::Duplicate { addr: ip, holder: self.names[holder as usize].to_string() });
+        }
+        self.set_host(h, Some(peer), out);
+        Ok(())
+    }
+
+    /// Host `h`'s record becomes `peer`: links, routes and the address index follow.
+    fn set_host(&mut self, h: u32, peer: Option<Peer>, out: &mut Vec<Change>) {
+        let old = self.records[h as usize].clone();
+        if old == peer {
+            return;
+        }
         let was = self.routed(h);
-        if self.records[h as usize].as_ref() == Some(&r) {
-            return;
+        let freed = old.as_ref().map(|o| canonical(o.addr.ip()));
+        if let Some(ip) = freed {
+            if self.by_ip.get(&ip) == Some(&h) {
+                self.by_ip.remove(&ip);
+            }
         }
-        self.records[h as usize] = Some(r.clone());
-        if name == self.me {
-            return;
+        if let Some(p) = &peer {
+            self.by_ip.insert(canonical(p.addr.ip()), h);
         }
-        out.push(Change::Link { host: name.to_string(), record: Some(r) });
-        if !was {
-            for &m in &self.by_host[h as usize] {
-                out.push(self.route(m, Some(h)));
+        let name = self.names[h as usize].to_string();
+        self.records[h as usize] = peer.clone();
+        if name != self.me {
+            match &peer {
+                Some(_) => {
+                    out.push(Change::Link { host: name.clone(), peer });
+                    if !was {
+                        for &m in &self.by_host[h as usize] {
+                            out.push(self.route(m, Some(h)));
+                        }
+                    }
+                }
+                None if was => {
+                    for &m in &self.by_host[h as usize] {
+                        out.push(self.route(m, None));
+                    }
+                    out.push(Change::Link { host: name.clone(), peer: None });
+                }
+                None => {}
+            }
+        }
+        if self.records[h as usize].is_some() {
+            self.take_unverified(&name, out);
+        }
+        // An address freed: a record that waited for it is taken now.
+        if let Some(ip) = freed.filter(|ip| !self.by_ip.contains_key(ip)) {
+            if let Some(i) = self.duplicates.iter().position(|(_, p)| canonical(p.addr.ip()) == ip) {
+                let (d, p) = self.duplicates.swap_remove(i);
+                let key = format!("{}hosts/{}", self.prefix, self.names[d as usize]);
+                self.quarantine.remove(&key);
+                self.set_host(d, Some(p), out);
             }
         }
     }
 
-    fn delete_host(&mut self, name: &str, out: &mut Vec<Change>) {
-        let Some(&h) = self.ids.get(name) else { return };
-        let was = self.routed(h);
-        self.records[h as usize] = None;
-        if was {
-            for &m in &self.by_host[h as usize] {
-                out.push(self.route(m, None));
+    /// Checks a MAC claim: names, and where the network has a key, the
+    /// claimant's signature and that it is newer than the claim held.
+    fn put_mac_record(
+        &mut self,
+        mac: MacAddr,
+        value: &[u8],
+        out: &mut Vec<Change>,
+    ) -> Result<(), RecordError> {
+        let r: MacRecord = serde_json::from_slice(value).map_err(|e| RecordError::Json(e.to_string()))?;
+        if !valid_name(&r.host) || !(r.iface.is_empty() || valid_name(&r.iface)) {
+            return Err(RecordError::ClaimNames);
+        }
+        if self.policy.network_key.is_some() {
+            let claim_key =
+                self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref()?.claim_key);
+            let Some(claim_key) = claim_key else {
+                if self.unverified.len() < self.policy.max_macs {
+                    self.unverified.insert(mac, r.clone());
+                }
+                return Err(RecordError::ClaimHost(r.host));
+            };
+            self.unverified.remove(&mac);
+            let sig = r.sig.as_deref().unwrap_or_default();
+            if !verify_claim(&claim_key, sig, &self.network, mac, &r.host, &r.iface, r.at_ms) {
+                return Err(RecordError::ClaimSignature(r.host));
             }
-            out.push(Change::Link { host: name.to_string(), record: None });
+            let held_ms = self.claimed_at.get(&mac).copied().unwrap_or(0);
+            let same = self.owner(mac) == Some(r.host.as_str());
+            if r.at_ms < held_ms || (r.at_ms == held_ms && held_ms != 0 && !same) {
+                return Err(RecordError::StaleClaim { at_ms: r.at_ms, held_ms });
+            }
+            self.claimed_at.insert(mac, r.at_ms);
+        }
+        if !self.macs.contains_key(&mac) && self.macs.len() >= self.policy.max_macs {
+            return Err(RecordError::TooManyMacs(self.policy.max_macs));
+        }
+        let Some(h) = self.id(&r.host) else { return Err(RecordError::TooManyHosts(self.policy.max_hosts)) };
+        self.put_mac(mac, h, out);
+        Ok(())
+    }
+
+    /// Signed networks: claims that waited for `host`'s record are checked now.
+    fn take_unverified(&mut self, host: &str, out: &mut Vec<Change>) {
+        if self.unverified.is_empty() {
+            return;
+        }
+        let waiting: Vec<(MacAddr, MacRecord)> =
+            self.unverified.iter().filter(|(_, r)| r.host == host).map(|(m, r)| (*m, r.clone())).collect();
+        for (mac, r) in waiting {
+            let key = crate::layout::mac_key(&self.network, mac);
+            let Ok(value) = serde_json::to_vec(&r) else { continue };
+            match self.put_mac_record(mac, &value, out) {
+                Ok(()) => {
+                    self.quarantine.remove(&key);
+                }
+                Err(e) => {
+                    self.quarantine.insert(key, e);
+                }
+            }
         }
     }
 
-    fn put_mac(&mut self, mac: MacAddr, host: &str, out: &mut Vec<Change>) {
-        let h = self.id(host);
+    fn put_mac(&mut self, mac: MacAddr, h: u32, out: &mut Vec<Change>) {
         let old = self.macs.insert(mac, h);
         if old == Some(h) {
             return;
@@ -246,8 +532,9 @@ impl Member {
     /// compaction, or when the store is back): what differs from the view
     /// held is appended to `out`, so the host converges without a restart.
     pub fn relist(&mut self, kvs: &[(String, Vec<u8>)], rev: u64, out: &mut Vec<Change>) {
-        let mut next = Member::watching(self.prefix.clone(), &self.me);
+        let mut next = Member::with_policy(&self.network, &self.me, self.policy.clone());
         next.stats = self.stats;
+        next.claimed_at = std::mem::take(&mut self.claimed_at);
         next.stats.relists += 1;
         let mut ignored = Vec::new();
         for (k, v) in kvs {
@@ -255,16 +542,16 @@ impl Member {
         }
         next.revision = rev;
         // Links: gone, new or changed.
-        let old_links: FxHashMap<&str, &HostRecord> = self.links().collect();
-        let new_links: FxHashMap<&str, &HostRecord> = next.links().collect();
+        let old_links: FxHashMap<&str, &Peer> = self.links().collect();
+        let new_links: FxHashMap<&str, &Peer> = next.links().collect();
         for (h, r) in &new_links {
             if old_links.get(h) != Some(r) {
-                out.push(Change::Link { host: h.to_string(), record: Some((*r).clone()) });
+                out.push(Change::Link { host: h.to_string(), peer: Some((*r).clone()) });
             }
         }
         let mut gone = Vec::new();
         for h in old_links.keys().filter(|h| !new_links.contains_key(*h)) {
-            gone.push(Change::Link { host: h.to_string(), record: None });
+            gone.push(Change::Link { host: h.to_string(), peer: None });
         }
         // Routes: by MAC, old target against new.
         let known = self.macs.keys().copied();
@@ -292,12 +579,17 @@ mod tests {
     }
 
     fn host(i: u8) -> Vec<u8> {
-        HostRecord { addr: format!("10.0.0.{i}:9000").parse().unwrap(), kinds: vec![], public_key: None }
-            .to_json()
+        HostRecord {
+            addr: format!("10.0.0.{i}:9000").parse().unwrap(),
+            kinds: vec![],
+            public_key: None,
+            cert: None,
+        }
+        .to_json()
     }
 
     fn vm(h: &str) -> Vec<u8> {
-        MacRecord { host: h.into(), iface: "vm0".into() }.to_json()
+        MacRecord { host: h.into(), iface: "vm0".into(), at_ms: 0, sig: None }.to_json()
     }
 
     fn sync(m: &mut Member, s: &MemStore) -> Vec<Change> {
@@ -338,7 +630,7 @@ mod tests {
         s.keepalive(lc, 5);
         s.expire(12);
         let c = sync(&mut a, &s);
-        assert_eq!(c, vec![Change::Link { host: "b".into(), record: None }]);
+        assert_eq!(c, vec![Change::Link { host: "b".into(), peer: None }]);
         assert_eq!(a.links().count(), 1);
         // Junk values and unknown keys are counted, nothing else.
         s.put(&host_key("n", "d"), b"not json".to_vec(), None);
@@ -367,10 +659,90 @@ mod tests {
         a.relist(&kvs, rev, &mut out);
         assert_eq!(a.route_of(mac(1)), None);
         assert_eq!(a.route_of(mac(2)), Some("h3"));
-        assert!(out.contains(&Change::Link { host: "h1".into(), record: None }));
+        assert!(out.contains(&Change::Link { host: "h1".into(), peer: None }));
         assert!(out.contains(&Change::Route { mac: mac(2), host: Some("h3".into()) }));
-        assert!(out.iter().any(|c| matches!(c, Change::Link { host, record: Some(_) } if host == "h9")));
+        assert!(out.iter().any(|c| matches!(c, Change::Link { host, peer: Some(_) } if host == "h9")));
         assert_eq!(a.revision(), rev);
         assert_eq!(a.stats.relists, 1);
+    }
+
+    fn keyed(i: u8, key: &str) -> Vec<u8> {
+        let addr = format!("10.0.0.{i}:9000").parse().unwrap();
+        HostRecord { addr, kinds: vec![], public_key: Some(key.into()), cert: None }.to_json()
+    }
+
+    #[test]
+    fn a_bad_record_is_quarantined_and_every_other_change_still_applies() {
+        let mut s = MemStore::new();
+        let mut a = Member::with_policy("n", "a", Policy { have_key: true, ..Policy::default() });
+        let key = PeerKey([5; 32]).to_string();
+        s.put(&host_key("n", "b"), host(2), None);
+        s.put(&mac_key("n", mac(2)), vm("b"), None);
+        // The injection: a key followed by a newline and two lines of the control language.
+        let injected = format!("{key}\nlink spy udp 6.6.6.6:9000\nroute any any -> link spy");
+        s.put(&host_key("n", "x"), keyed(9, &injected), None);
+        s.put(&host_key("n", "y"), keyed(10, "not base64!"), None);
+        s.put(&host_key("n", "z"), br#"{"addr":"0.0.0.0:9000"}"#.to_vec(), None);
+        s.put(&host_key("n", "w"), br#"{"addr":"10.0.0.11:0"}"#.to_vec(), None);
+        s.put(&host_key("n", "dup"), host(2), None); // b's address
+        s.put(&mac_key("n", mac(3)), br#"{"host":"a/b"}"#.to_vec(), None);
+        s.put(&host_key("n", "c"), keyed(3, &key), None);
+        let c = sync(&mut a, &s);
+        // b and c apply, with b's MAC; nothing of the rest.
+        let linked: Vec<&str> = a.links().map(|(n, _)| n).collect();
+        assert_eq!(linked, ["b", "c"], "{c:?}");
+        assert_eq!(a.route_of(mac(2)), Some("b"));
+        assert_eq!(a.links().find(|(n, _)| *n == "c").unwrap().1.key, Some(PeerKey([5; 32])));
+        assert_eq!(a.stats.bad_records, 6);
+        let q: BTreeMap<&str, String> = a.quarantined().map(|(k, e)| (k, e.to_string())).collect();
+        assert!(q["/vnet/n/hosts/x"].contains("not a key"), "{q:?}");
+        assert!(q["/vnet/n/hosts/z"].contains("not a unicast address"), "{q:?}");
+        assert!(q["/vnet/n/hosts/dup"].contains("already host `b`'s"), "{q:?}");
+        assert!(q.contains_key("/vnet/n/macs/52:54:00:00:00:03"), "{q:?}");
+        // b leaves: the duplicate waiting for its address takes it.
+        s.delete_if(&host_key("n", "b"), None);
+        let c = sync(&mut a, &s);
+        assert!(c.contains(&Change::Link { host: "b".into(), peer: None }), "{c:?}");
+        assert!(
+            c.iter().any(|c| matches!(c, Change::Link { host, peer: Some(_) } if host == "dup")),
+            "{c:?}"
+        );
+        assert!(!a.quarantined().any(|(k, _)| k.ends_with("/dup")));
+        // A fixed record leaves quarantine.
+        s.put(&host_key("n", "x"), keyed(9, &key), None);
+        sync(&mut a, &s);
+        assert!(a.links().any(|(n, _)| n == "x") && !a.quarantined().any(|(k, _)| k.ends_with("/x")));
+    }
+
+    #[test]
+    fn keyed_peers_need_a_key_here_and_a_secured_network_needs_keyed_peers() {
+        let mut s = MemStore::new();
+        s.put(&host_key("n", "b"), keyed(2, &PeerKey([5; 32]).to_string()), None);
+        s.put(&host_key("n", "c"), host(3), None);
+        let mut keyless = Member::new("n", "a");
+        sync(&mut keyless, &s);
+        assert_eq!(keyless.links().map(|(n, _)| n).collect::<Vec<_>>(), ["c"]);
+        assert!(keyless.quarantined().any(|(_, e)| *e == RecordError::NoOwnKey));
+        let policy = Policy { have_key: true, require_key: true, ..Policy::default() };
+        let mut secured = Member::with_policy("n", "a", policy);
+        sync(&mut secured, &s);
+        assert_eq!(secured.links().map(|(n, _)| n).collect::<Vec<_>>(), ["b"]);
+        assert!(secured.quarantined().any(|(_, e)| *e == RecordError::KeyRequired));
+    }
+
+    #[test]
+    fn what_a_view_holds_is_bounded() {
+        let mut s = MemStore::new();
+        let policy = Policy { max_hosts: 4, max_macs: 3, ..Policy::default() };
+        let mut a = Member::with_policy("n", "a", policy);
+        for i in 0..10u8 {
+            s.put(&host_key("n", &format!("h{i}")), host(i + 1), None);
+            s.put(&mac_key("n", mac(i.into())), vm("h0"), None);
+        }
+        sync(&mut a, &s);
+        assert_eq!(a.hosts().count(), 4);
+        assert_eq!(a.macs(), 3);
+        assert_eq!(a.stats.bad_records, 6 + 7);
+        assert!(a.quarantined().count() <= QUARANTINE_SHOWN);
     }
 }

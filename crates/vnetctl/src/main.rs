@@ -5,8 +5,12 @@
 //! vnetctl --json show stats
 //! vnetctl route any 52:54:00:00:00:02 to link hostb   # `to` = `->`
 //! vnetctl apply changes.conf     # a file, applied atomically
-//! vnetctl genkey > host.key      # a private key (chmod 600), for vnetd --key
+//! vnetctl genkey host.key        # a private key (made mode 0600), for vnetd --key
 //! vnetctl pubkey < host.key      # its public key, for the peers' `peer-key`
+//! vnetctl pubkey claim < host.key  # its claim key (cluster mode's MAC claims)
+//! vnetctl netkey net.key         # a network key (mode 0600); prints its public key
+//! vnetctl sign net.key network lab host h1 public-key KEY claim-key KEY addr 10.0.0.0/24
+//!                                # a host certificate, for vnetd --host-cert
 //! # relocate a VM: the new host attaches it, every host reroutes its MAC,
 //! # the old host drops its interface, the new host announces the MAC
 //! vnetctl move 52:54:00:00:00:02 to unix:/run/c.sock hosts unix:/run/a.sock,unix:/run/b.sock \
@@ -28,6 +32,9 @@ struct Args {
     /// present and check with (PEM files).
     #[arg(long, value_delimiter = ',', num_args = 3, value_names = ["CERT", "KEY", "CA"], env = "VNETCTL_TLS")]
     tls: Vec<String>,
+    /// For a `tcp:` endpoint: the file of its token (vnetd --control-token).
+    #[arg(long, value_name = "FILE", env = "VNETCTL_TOKEN")]
+    token: Option<std::path::PathBuf>,
     /// Ask `show` for JSON.
     #[arg(long)]
     json: bool,
@@ -49,19 +56,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    // Keys are made here, without a vnetd: `vnetctl genkey > host.key`,
-    // `vnetctl pubkey < host.key`.
-    match args.words.first().map(String::as_str) {
-        Some("genkey") => return key_out(vnetd::keys::genkey()),
-        Some("pubkey") => {
-            let mut private = String::new();
-            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut private) {
-                eprintln!("vnetctl: pubkey: reading stdin: {e}");
-                return ExitCode::from(2);
-            }
-            return key_out(vnetd::keys::pubkey(&private));
+    if let Some(path) = &args.token {
+        if let Err(e) = vnetd::client::set_token(path) {
+            eprintln!("vnetctl: --token {e}");
+            return ExitCode::from(2);
         }
-        _ => {}
+    }
+    // Keys are made here, without a vnetd.
+    if let Some(done) = keys(&args.words) {
+        return done;
     }
     if args.words.first().is_some_and(|w| w == "move") {
         return match parse_move(&args.words[1..]).and_then(|m| vnetd::relocate::relocate(&m)) {
@@ -170,6 +173,78 @@ fn parse_move(w: &[String]) -> Result<vnetd::relocate::Move, String> {
         hosts,
         to_ip: via,
     })
+}
+
+/// `genkey`, `pubkey`, `netkey` and `sign`: keys and certificates, made
+/// without a vnetd. `None` for any other command.
+fn keys(words: &[String]) -> Option<ExitCode> {
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    let stdin = || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map(|_| text)
+            .map_err(|e| format!("reading stdin: {e}"))
+    };
+    let out = match w.as_slice() {
+        ["genkey"] => vnetd::keys::genkey(),
+        ["genkey", file] => vnetd::keys::genkey().and_then(|k| {
+            vnetd::keys::write_secret(std::path::Path::new(file), &k)?;
+            vnetd::keys::pubkey(&k)
+        }),
+        ["pubkey"] => stdin().and_then(|k| vnetd::keys::pubkey(&k)),
+        ["pubkey", "claim"] => stdin().and_then(|k| vnetd::keys::claim_pubkey(&k)),
+        ["netkey", file] => netkey(file),
+        ["sign", file, rest @ ..] => sign(file, rest),
+        [first, ..] if ["genkey", "pubkey", "netkey", "sign"].contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
+             public-key KEY claim-key KEY addr PREFIX[,PREFIX...]"
+            .to_string()),
+        _ => return None,
+    };
+    Some(key_out(out.map_err(|e| format!("{}: {e}", w[0]))))
+}
+
+/// `netkey FILE`: makes the network key in FILE (0600) unless it exists;
+/// prints its public key either way.
+fn netkey(file: &str) -> Result<String, String> {
+    use vnet_cluster::trust::NetworkKey;
+    let path = std::path::Path::new(file);
+    let key = if path.exists() {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
+        NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?
+    } else {
+        let k = NetworkKey::generate().map_err(|e| e.to_string())?;
+        vnetd::keys::write_secret(path, &k.secret())?;
+        k
+    };
+    Ok(key.public().to_string())
+}
+
+/// `sign NETKEYFILE network N host H public-key K claim-key C addr P[,P]`.
+fn sign(file: &str, words: &[&str]) -> Result<String, String> {
+    use vnet_cluster::trust::{CertBody, NetworkKey};
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let key = NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?;
+    let mut body = CertBody {
+        network: String::new(),
+        host: String::new(),
+        public_key: String::new(),
+        claim_key: String::new(),
+        addrs: Vec::new(),
+    };
+    for pair in words.chunks(2) {
+        let [k, v] = pair else { return Err(format!("`{}` needs a value", pair[0])) };
+        match *k {
+            "network" => body.network = v.to_string(),
+            "host" => body.host = v.to_string(),
+            "public-key" => body.public_key = v.to_string(),
+            "claim-key" => body.claim_key = v.to_string(),
+            "addr" => body.addrs.extend(v.split(',').map(str::to_string)),
+            other => {
+                return Err(format!("expected network, host, public-key, claim-key or addr, found `{other}`"))
+            }
+        }
+    }
+    key.sign(&body).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -9,9 +9,12 @@
 //!    [`Member`] view; the host's record and the MACs of its interfaces
 //!    (each declared `mac`) are put under the lease;
 //! 3. a watch of the prefix from the listed revision: each response's
-//!    events go through the view, and what changes becomes one transaction
-//!    of the control language ([`vnet_cluster::apply`]), applied like any
-//!    other, so both data paths follow atomically;
+//!    events go through the view (every record checked, a bad one
+//!    quarantined and counted), and what changes becomes one transaction
+//!    of typed commands ([`vnet_cluster::apply`]), applied like any other,
+//!    so both data paths follow atomically. A transaction the daemon
+//!    refuses is retried as the whole view, with a backoff, and each
+//!    distinct error is logged once;
 //! 4. every [`LOCAL_POLL`], the daemon's state is checked for interfaces
 //!    declared or deleted since (a relocated VM's new interface): a new
 //!    one's MAC is claimed at once (and announced with a RARP when it was
@@ -38,13 +41,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vnet_cluster::apply::{local, transaction, LinkOptions};
 use vnet_cluster::layout::{host_key, mac_key, valid_name};
-use vnet_cluster::{Change, Event, HostRecord, MacRecord, Member};
+use vnet_cluster::trust::{ClaimKey, NetworkPublic};
+use vnet_cluster::{Change, Event, HostRecord, MacRecord, Member, Policy};
 use vnet_wire::MacAddr;
 
 /// How often the daemon's interfaces are compared with what was published.
 pub const LOCAL_POLL: Duration = Duration::from_millis(20);
 /// The longest wait between two sessions.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The first and the longest wait before a refused transaction is retried.
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+pub const RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// What cluster mode needs to know.
 #[derive(Debug, Clone)]
@@ -60,8 +67,14 @@ pub struct Config {
     /// A host that stops is gone from the others within this (its lease
     /// is [`lease_ttl`]).
     pub ttl: Duration,
-    /// Words added to every link this host makes to another.
-    pub link_options: String,
+    /// How this host's links to others are made.
+    pub link_options: LinkOptions,
+    /// The network's key: records need its certificate, claims a signature.
+    pub network_key: Option<NetworkPublic>,
+    /// This host's certificate (`vnetctl sign`), published in its record.
+    pub cert: Option<String>,
+    /// This host's claim key (from its `--key`): signs its MAC claims.
+    pub claim_key: Option<Arc<ClaimKey>>,
 }
 
 /// `etcd:URL[,URL...]` to the URLs (an `http://` is assumed where a URL
@@ -98,6 +111,45 @@ pub fn advertised(advertise: Option<SocketAddr>, listen: SocketAddr) -> Result<S
     }
 }
 
+/// The network key (base64, or a file holding it) and this host's
+/// certificate, checked against each other and against this host: its
+/// name, network, static key and advertised address.
+pub fn load_trust(
+    key: &str,
+    cert: Option<&std::path::Path>,
+    network: &str,
+    host: &str,
+    addr: SocketAddr,
+    daemon: &Daemon,
+) -> Result<(NetworkPublic, String), String> {
+    let text = if std::path::Path::new(key).is_file() {
+        std::fs::read_to_string(key).map_err(|e| format!("--network-key {key}: {e}"))?
+    } else {
+        key.to_string()
+    };
+    let nk = NetworkPublic::from_base64(&text).map_err(|e| format!("--network-key: {e}"))?;
+    let path =
+        cert.ok_or("--network-key needs this host's certificate (--host-cert FILE, from `vnetctl sign`)")?;
+    let shown = path.display();
+    let cert =
+        std::fs::read_to_string(path).map_err(|e| format!("--host-cert {shown}: {e}"))?.trim().to_string();
+    let c = nk.verify(&cert).map_err(|e| format!("--host-cert {shown}: {e}"))?;
+    let own = daemon.public_key().ok_or("--network-key: links are secured, so this host needs --key FILE")?;
+    if c.network != network || c.host != host {
+        return Err(format!(
+            "--host-cert {shown}: it is host `{}` of network `{}`, not `{host}` of `{network}`",
+            c.host, c.network
+        ));
+    }
+    if c.public_key.to_string() != own {
+        return Err(format!("--host-cert {shown}: it names another public key than --key's"));
+    }
+    if !c.allows(addr.ip()) {
+        return Err(format!("--host-cert {shown}: it does not allow the advertised address {}", addr.ip()));
+    }
+    Ok((nk, cert))
+}
+
 /// Checks a network or host name (the store's key segments).
 pub fn check_name(what: &str, name: &str) -> Result<(), String> {
     if valid_name(name) {
@@ -116,15 +168,21 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
         s.endpoints = cfg.endpoints.clone();
         s.ttl_s = lease_ttl(cfg.ttl);
     }
+    let policy = Policy {
+        network_key: cfg.network_key,
+        require_key: cfg.link_options.require_key(),
+        have_key: lock(&daemon).public_key().is_some(),
+        ..Policy::default()
+    };
     let mut host = Host {
-        member: Member::new(&cfg.network, &cfg.host),
-        opts: LinkOptions { extra: cfg.link_options.clone() },
+        member: Member::with_policy(&cfg.network, &cfg.host, policy),
         cfg,
         daemon,
         status,
         published: BTreeMap::new(),
         lease: None,
-        resync: false,
+        retry: None,
+        logged: None,
         seen: u64::MAX,
     };
     let mut backoff = Duration::from_millis(100);
@@ -151,11 +209,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A MAC this host put in the store, and the interface it put it for.
+/// A MAC this host put in the store: the interface it put it for, and the
+/// value it put (released only while the store still holds that value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Published {
     iface: u32,
     name: String,
+    value: Vec<u8>,
+}
+
+/// A refused transaction: when the whole view is tried again, and the wait after that.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    at: Instant,
+    backoff: Duration,
 }
 
 struct Host {
@@ -163,12 +230,13 @@ struct Host {
     daemon: Arc<Mutex<Daemon>>,
     status: membership::Shared,
     member: Member,
-    opts: LinkOptions,
     published: BTreeMap<MacAddr, Published>,
     /// The lease of the last session, reused if still alive.
     lease: Option<i64>,
-    /// The last transaction failed: the next one brings the whole view.
-    resync: bool,
+    /// The last transaction was refused: the next one brings the whole view.
+    retry: Option<Retry>,
+    /// The last error logged (the same one is not logged again).
+    logged: Option<String>,
     /// The daemon's generation when local interfaces were last routed.
     seen: u64,
 }
@@ -225,7 +293,10 @@ impl Host {
             .map(|(m, p)| (*m, p.name.clone()))
             .collect();
         for (mac, name) in held {
-            self.put_mac(&mut c, lease, mac, &name).await?;
+            let put = self.put_mac(&mut c, lease, mac, &name).await?;
+            if let (Some(p), Event::Put { value, .. }) = (self.published.get_mut(&mac), put) {
+                p.value = value;
+            }
         }
         self.publish(&mut c, lease).await?;
         lock(&self.status).set_health(Health::Up, None);
@@ -290,7 +361,7 @@ impl Host {
                         seen = generation;
                         self.publish(&mut c, lease).await?;
                     }
-                    if self.resync {
+                    if self.retry.is_some_and(|r| Instant::now() >= r.at) {
                         self.converge(&[], 0, Instant::now());
                     }
                 }
@@ -351,12 +422,23 @@ impl Host {
         let record = {
             let d = lock(&self.daemon);
             let addr = advertised(self.cfg.advertise, d.state().listen)?;
-            HostRecord { addr, kinds: vec!["udp".into()], public_key: d.public_key() }
+            HostRecord {
+                addr,
+                kinds: vec!["udp".into()],
+                public_key: d.public_key(),
+                cert: self.cfg.cert.clone(),
+            }
         };
-        let key = host_key(&self.cfg.network, &self.cfg.host);
-        self.wait(c.put(key, record.to_json(), Some(PutOptions::new().with_lease(lease))))
+        let (key, value) = (host_key(&self.cfg.network, &self.cfg.host), record.to_json());
+        let r = self
+            .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
             .await
             .map_err(|e| format!("put host: {e}"))?;
+        // Taken at once (its claims are checked against it), not when the watch brings it.
+        let rev = r.header().map_or(0, |h| h.revision().max(0) as u64);
+        let mut changes = Vec::new();
+        self.member.apply(&Event::Put { key, value, rev }, &mut changes);
+        self.converge(&changes, 1, Instant::now());
         Ok(())
     }
 
@@ -367,7 +449,7 @@ impl Host {
         mac: MacAddr,
         iface: &str,
     ) -> Result<Event, String> {
-        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(iface));
+        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface));
         let r = self
             .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
             .await
@@ -375,9 +457,12 @@ impl Host {
         Ok(Event::Put { key, value, rev: r.header().map_or(0, |h| h.revision().max(0) as u64) })
     }
 
-    /// The value of a MAC's key naming this host and interface `iface`.
-    fn mac_value(&self, iface: &str) -> Vec<u8> {
-        MacRecord { host: self.cfg.host.clone(), iface: iface.to_string() }.to_json()
+    /// The value of a MAC's key naming this host and interface `iface`:
+    /// stamped with the time and, with a claim key, signed.
+    fn mac_value(&self, mac: MacAddr, iface: &str) -> Vec<u8> {
+        let (host, at_ms) = (self.cfg.host.clone(), membership::now_ms());
+        let sig = self.cfg.claim_key.as_ref().map(|k| k.sign(&self.cfg.network, mac, &host, iface, at_ms));
+        MacRecord { host, iface: iface.to_string(), at_ms, sig }.to_json()
     }
 
     /// Claims the MACs of interfaces declared since the last look and
@@ -398,9 +483,8 @@ impl Host {
             // Deleted only while it still names this host: a VM that moved
             // away belongs to its new host.
             let key = mac_key(&self.cfg.network, mac);
-            let mine = self.mac_value(&p.name);
             let txn = Txn::new()
-                .when([Compare::value(key.clone(), CompareOp::Equal, mine)])
+                .when([Compare::value(key.clone(), CompareOp::Equal, p.value)])
                 .and_then([TxnOp::delete(key, None)]);
             self.wait(c.txn(txn)).await.map_err(|e| format!("release {mac}: {e}"))?;
             lock(&self.status).counters.macs_released += 1;
@@ -412,7 +496,11 @@ impl Host {
             let moved_here = !self.ours(mac);
             let t0 = Instant::now();
             let put = self.put_mac(c, lease, mac, &name).await?;
-            self.published.insert(mac, Published { iface: id, name });
+            let value = match &put {
+                Event::Put { value, .. } => value.clone(),
+                Event::Delete { .. } => Vec::new(),
+            };
+            self.published.insert(mac, Published { iface: id, name, value });
             lock(&self.status).counters.macs_claimed += 1;
             // The host takes its own claim at once rather than when the
             // watch brings it back, and, if the VM moved here, says so.
@@ -429,41 +517,52 @@ impl Host {
         Ok(())
     }
 
-    /// Brings the daemon to the view: `changes` (or, after a failed
+    /// Brings the daemon to the view: `changes` (or, after a refused
     /// transaction, the whole view) and the local interfaces' routes, as
     /// one transaction.
     fn converge(&mut self, changes: &[Change], events: u64, t0: Instant) {
         let mut all = Vec::new();
-        let changes = if self.resync {
+        let changes = if self.retry.is_some() {
             self.member.full(&mut all);
             &all[..]
         } else {
             changes
         };
         let mut d = lock(&self.daemon);
-        let mut text = transaction(d.state(), changes, &self.opts);
-        text.push_str(&local(d.state(), &self.member));
+        let mut cmds = transaction(d.state(), changes, &self.cfg.link_options);
+        cmds.extend(local(d.state(), &self.member));
         let mut s = lock(&self.status);
         s.counters.events += events;
         s.counters.bad_records = self.member.stats.bad_records;
+        s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         s.revision = self.member.revision();
-        if !text.is_empty() {
-            let applied = vnet_control::parse(&text).and_then(|cmds| d.apply(&cmds));
+        if !cmds.is_empty() {
             s.counters.transactions += 1;
-            match applied {
-                Ok(()) => self.resync = false,
+            match d.apply(&cmds) {
+                Ok(()) => {
+                    self.retry = None;
+                    self.logged = None;
+                }
                 Err(e) => {
                     s.counters.transaction_errors += 1;
-                    s.last_error = Some(format!("transaction: {e}"));
-                    tracing::error!("cluster: the transaction was refused: {e}\n{text}");
-                    self.resync = true;
+                    let e = format!("transaction: {e}");
+                    if self.logged.as_deref() != Some(&e) {
+                        tracing::error!(
+                            commands = cmds.len(),
+                            "cluster: {e}; retrying the whole view with a backoff"
+                        );
+                    }
+                    self.logged = Some(e.clone());
+                    s.last_error = Some(e);
+                    let backoff = self.retry.map_or(RETRY_FIRST, |r| (r.backoff * 2).min(RETRY_MAX));
+                    self.retry = Some(Retry { at: Instant::now() + backoff, backoff });
                 }
             }
             s.last = Some(Convergence {
                 at_ms: membership::now_ms(),
                 revision: self.member.revision(),
                 events,
-                lines: text.lines().count(),
+                lines: cmds.len(),
                 took_us: t0.elapsed().as_micros() as u64,
             });
         }

@@ -34,6 +34,28 @@ pub fn genkey() -> Result<String, String> {
     Ok(PeerKey(id.private()).to_string())
 }
 
+/// Writes a new secret file `path`, created with mode 0600 (never a moment
+/// readable by others, never over an existing file).
+pub fn write_secret(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = path.display();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    f.write_all(format!("{text}\n").as_bytes()).map_err(|e| format!("{shown}: {e}"))
+}
+
+/// The claim key (cluster mode's MAC claims) of a base64 private key.
+pub fn claim_pubkey(private: &str) -> Result<String, String> {
+    let id = parse_private(private.trim()).ok_or("expected a private key (44 characters of base64)")?;
+    let k = vnet_cluster::trust::ClaimKey::derive(&id.private()).ok_or("cannot derive a claim key")?;
+    Ok(k.public_base64())
+}
+
 /// The public key of a base64 private key, in base64.
 pub fn pubkey(private: &str) -> Result<String, String> {
     let id = parse_private(private.trim()).ok_or("expected a private key (44 characters of base64)")?;
@@ -65,6 +87,13 @@ mod tests {
         let id = read_key_file(&f).unwrap();
         assert_eq!(PeerKey(id.public()).to_string(), public);
         std::fs::write(&f, "garbage\n").unwrap();
+        // A secret written by vnetctl is 0600 from its creation and never overwrites.
+        let g = dir.join("new.key");
+        write_secret(&g, &private).unwrap();
+        assert_eq!(std::fs::metadata(&g).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(write_secret(&g, &private).is_err());
+        assert_eq!(PeerKey(read_key_file(&g).unwrap().public()).to_string(), public);
+        assert_eq!(claim_pubkey(&private).unwrap().len(), 44);
         assert!(read_key_file(&f).unwrap_err().contains(":1:1: expected a private key"));
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -19,6 +19,21 @@ struct Args {
     /// and the CA whose certificates clients must present (PEM files).
     #[arg(long, value_delimiter = ',', num_args = 3, value_names = ["CERT", "KEY", "CA"])]
     control_tls: Vec<String>,
+    /// For a `tcp:` control endpoint: the file of its token (made, mode
+    /// 0600, if missing); a client's first line is `auth TOKEN`
+    /// (`vnetctl --token FILE`).
+    #[arg(long, value_name = "FILE")]
+    control_token: Option<std::path::PathBuf>,
+    /// For a `unix:` control endpoint: a group (name or id) whose members
+    /// may use it besides root and vnetd's user (checked by SO_PEERCRED,
+    /// the client's primary group).
+    #[arg(long, value_name = "GROUP")]
+    control_group: Option<String>,
+    /// For a `tls:` control endpoint: the DNS name a client certificate
+    /// must hold (so a certificate of the CA made for a host's links is
+    /// not an administrator's).
+    #[arg(long, value_name = "NAME")]
+    control_client_name: Option<String>,
     /// Control endpoint: a connection idle this many seconds is closed.
     #[arg(long, default_value_t = control::IDLE_TIMEOUT.as_secs(), value_name = "SECS")]
     control_idle_timeout: u64,
@@ -62,9 +77,20 @@ struct Args {
     cluster_ttl: u64,
     /// Cluster mode: words added to each link to another host, e.g.
     /// "network 7 mtu 9000" or "security encrypt" (`format vnet` unless
-    /// they name another format).
+    /// they name another format; `security auth|encrypt` refuses hosts
+    /// without a key).
     #[arg(long, default_value = "", value_name = "WORDS")]
     cluster_link_options: String,
+    /// Cluster mode: the network's public key (`vnetctl netkey`), base64 or
+    /// a file holding it. Every host record must carry a certificate it
+    /// signed and every MAC claim its host's signature; every link is
+    /// secured (needs --key and --host-cert).
+    #[arg(long, value_name = "KEY|FILE", requires = "cluster")]
+    network_key: Option<String>,
+    /// Cluster mode: this host's certificate (`vnetctl sign`), published
+    /// in its record for the others to check.
+    #[arg(long, value_name = "FILE", requires = "network_key")]
+    host_cert: Option<std::path::PathBuf>,
     /// Log filter, e.g. info or vnetd=debug.
     #[arg(long, default_value = "info", env = "VNETD_LOG")]
     log: String,
@@ -75,6 +101,8 @@ fn main() -> std::process::ExitCode {
         return code;
     }
     let args = Args::parse();
+    // Everything vnetd makes (sockets, saved configs, tokens) is its own.
+    vnetd::sys::set_umask(0o077);
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .with_writer(std::io::stderr)
@@ -102,6 +130,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let access = match control_access(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("vnetd: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     if matches!(args.control, Endpoint::Tls(_)) && control_tls.is_none() {
         eprintln!("vnetd: --control {}: a tls: endpoint needs --control-tls CERT,KEY,CA", args.control);
         return std::process::ExitCode::from(2);
@@ -109,9 +144,13 @@ fn main() -> std::process::ExitCode {
     let mut daemon = Daemon::new();
     vnetd::iface::netdev::NO_RX_RING.store(args.no_rx_ring, std::sync::atomic::Ordering::Relaxed);
     daemon.set_rekey_after(std::time::Duration::from_secs(args.rekey_after.max(1)));
+    let mut claim_key = None;
     if let Some(path) = &args.key {
         match vnetd::keys::read_key_file(path) {
-            Ok(id) => daemon.set_identity(id),
+            Ok(id) => {
+                claim_key = vnet_cluster::trust::ClaimKey::derive(&id.private()).map(Arc::new);
+                daemon.set_identity(id)
+            }
             Err(e) => {
                 eprintln!("vnetd: --key {e}");
                 return std::process::ExitCode::from(2);
@@ -145,7 +184,7 @@ fn main() -> std::process::ExitCode {
         }
         daemon.set_config_path(std::path::absolute(path).unwrap_or_else(|_| path.clone()));
     }
-    let cluster = match cluster_config(&args, &daemon) {
+    let cluster = match cluster_config(&args, &daemon, claim_key) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("vnetd: {e}");
@@ -217,7 +256,8 @@ fn main() -> std::process::ExitCode {
             tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status));
         }
         tracing::info!(control = %args.control, "vnetd ready");
-        let limits = control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)));
+        let limits = control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)))
+            .with_access(access);
         control::serve(&args.control, daemon.clone(), limits, control_tls, shutdown).await
     });
     daemon.lock().unwrap_or_else(|p| p.into_inner()).shutdown();
@@ -233,8 +273,31 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Who may use the control endpoint: a `tcp:` one needs its token file.
+fn control_access(args: &Args) -> Result<control::Access, String> {
+    let token = match (&args.control, &args.control_token) {
+        (Endpoint::Tcp(_), None) => {
+            return Err(format!(
+                "--control {}: a tcp: endpoint needs --control-token FILE (any local user could use it otherwise)",
+                args.control
+            ))
+        }
+        (_, Some(path)) => Some(control::load_token(path).map_err(|e| format!("--control-token {e}"))?),
+        (_, None) => None,
+    };
+    let group = match &args.control_group {
+        None => None,
+        Some(g) => Some(vnetd::paths::group_id(g).map_err(|e| format!("--control-group: {e}"))?),
+    };
+    Ok(control::Access { group, token, client_name: args.control_client_name.clone() })
+}
+
 /// Cluster mode's configuration, checked, when `--cluster` is given.
-fn cluster_config(args: &Args, daemon: &Daemon) -> Result<Option<vnetd::cluster::Config>, String> {
+fn cluster_config(
+    args: &Args,
+    daemon: &Daemon,
+    claim_key: Option<Arc<vnet_cluster::trust::ClaimKey>>,
+) -> Result<Option<vnetd::cluster::Config>, String> {
     let Some(endpoints) = &args.cluster else { return Ok(None) };
     let endpoints = vnetd::cluster::parse_endpoints(endpoints).map_err(|e| format!("--cluster: {e}"))?;
     let network = args.network.clone().unwrap_or_default();
@@ -244,22 +307,33 @@ fn cluster_config(args: &Args, daemon: &Daemon) -> Result<Option<vnetd::cluster:
         None => std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
     };
     vnetd::cluster::check_name("--host", &host)?;
-    vnetd::cluster::advertised(args.advertise, daemon.state().listen)
+    let addr = vnetd::cluster::advertised(args.advertise, daemon.state().listen)
         .map_err(|e| format!("--cluster: {e}"))?;
-    if !args.cluster_link_options.is_empty() {
-        let probe = format!("link probe udp 127.0.0.1:9 {}", args.cluster_link_options);
-        vnet_control::parse(&probe).map_err(|e| format!("--cluster-link-options: {e}"))?;
+    let mut link_options = vnet_cluster::apply::LinkOptions::parse(&args.cluster_link_options)
+        .map_err(|e| format!("--cluster-link-options: {e}"))?;
+    if link_options.require_key() && daemon.public_key().is_none() {
+        return Err("--cluster-link-options: secured links need this host's key (--key FILE)".into());
     }
+    let (network_key, cert) = match &args.network_key {
+        None => (None, None),
+        Some(k) => {
+            let (nk, cert) =
+                vnetd::cluster::load_trust(k, args.host_cert.as_deref(), &network, &host, addr, daemon)?;
+            if !link_options.require_key() {
+                link_options.protect = vnet_cluster::apply::Protect::Encrypt;
+            }
+            (Some(nk), Some(cert))
+        }
+    };
     Ok(Some(vnetd::cluster::Config {
         endpoints,
         network,
         host,
         advertise: args.advertise,
         ttl: std::time::Duration::from_secs(args.cluster_ttl.clamp(3, 3600)),
-        link_options: if args.cluster_link_options.split_whitespace().any(|w| w == "format") {
-            args.cluster_link_options.clone()
-        } else {
-            format!("format vnet {}", args.cluster_link_options).trim_end().to_string()
-        },
+        link_options,
+        network_key,
+        cert,
+        claim_key,
     }))
 }

@@ -82,6 +82,9 @@ pub struct Status {
     pub owned: usize,
     pub last: Option<Convergence>,
     pub counters: Counters,
+    /// Records not taken, by key, with why (the first few hundred; the
+    /// `bad_records` counter counts them all).
+    pub quarantined: Vec<(String, String)>,
 }
 
 /// The report, shared between the task and the daemon.
@@ -120,6 +123,7 @@ impl Status {
             "macs": self.macs,
             "routes": self.routes,
             "owned": self.owned,
+            "quarantined": self.quarantined.iter().map(|(k, why)| json!({"key": k, "why": why})).collect::<Vec<_>>(),
             "last_convergence": self.last.as_ref().map(|l| json!({
                 "at_ms": l.at_ms,
                 "revision": l.revision,
@@ -194,6 +198,9 @@ impl Status {
             c.announces,
             c.bad_records
         ));
+        for (k, why) in &self.quarantined {
+            s.push_str(&format!("quarantined {k}: {why}\n"));
+        }
         s
     }
 
@@ -208,6 +215,7 @@ impl Status {
         gauge("macs", self.macs as u64);
         gauge("routes", self.routes as u64);
         gauge("owned_macs", self.owned as u64);
+        gauge("quarantined_records", self.quarantined.len() as u64);
         gauge("last_convergence_ms", self.last.as_ref().map_or(0, |l| l.at_ms));
         gauge("last_convergence_us", self.last.as_ref().map_or(0, |l| l.took_us));
         let c = &self.counters;
@@ -236,6 +244,7 @@ mod tests {
     fn the_report_reads_the_same_in_text_json_and_metrics() {
         let mut s = Status { network: "lab".into(), host: "h1".into(), revision: 42, ..Default::default() };
         s.hosts = vec!["h1".into(), "h2".into()];
+        s.quarantined = vec![("/vnet/lab/hosts/x".into(), "`public_key` is not a key".into())];
         s.set_health(Health::Down, Some("connection refused".into()));
         s.set_health(Health::Up, None);
         s.last = Some(Convergence { at_ms: now_ms(), revision: 42, events: 3, lines: 2, took_us: 150 });
@@ -246,8 +255,11 @@ mod tests {
         assert_eq!(j["last_convergence"]["took_us"], 150);
         let t = s.text();
         assert!(t.contains("store up") && t.contains("hosts 2: h1 h2") && t.contains("150 us"), "{t}");
+        assert!(t.contains("quarantined /vnet/lab/hosts/x: `public_key` is not a key"), "{t}");
+        assert_eq!(j["quarantined"][0]["key"], "/vnet/lab/hosts/x");
         let mut m = String::new();
         s.metrics(&mut m);
         assert!(m.contains("vnet_cluster_store_up 1\n") && m.contains("vnet_cluster_revision 42\n"), "{m}");
+        assert!(m.contains("vnet_cluster_quarantined_records 1\n"), "{m}");
     }
 }

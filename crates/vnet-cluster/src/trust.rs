@@ -1,0 +1,358 @@
+//! Who may be a host of a network, and who may claim a MAC: the network
+//! key, host certificates and signed MAC claims (`docs/SECURITY.md`).
+//!
+//! Without this, anyone who can write to etcd decides where every host's
+//! frames go: a host record names an address and a key, a MAC record names
+//! a host, and both are taken as written. The model is Nebula's certificate
+//! authority: an offline **network key** (Ed25519) signs, for each host, a
+//! **certificate** binding the network's name, the host's name, its static
+//! X25519 public key (the one its secured links are authenticated with),
+//! its **claim key** and the underlay addresses it may advertise. A host
+//! record carries its certificate; every host checks it against the
+//! network's public key before making a link, so a writer to etcd without
+//! the network key can neither introduce a host nor re-point one to
+//! another address or key.
+//!
+//! A MAC record is signed by the claiming host's claim key (an Ed25519 key
+//! derived from its X25519 private key, so a host has one secret, not two)
+//! over the network, the MAC, the host, the interface and the claim's time;
+//! a host takes a claim only if the claimant's certificate names that claim
+//! key, and only if it is newer than the claim it holds for that MAC (a
+//! replayed old claim cannot pull a VM back). What a writer to etcd can
+//! still do is deny service: delete records, or let leases lapse.
+//!
+//! Encodings: keys and signatures in standard base64; a certificate is
+//! `BASE64(body JSON) "." BASE64(signature)`, the signature over a domain
+//! tag and the body's exact bytes, so nothing is re-serialized to verify.
+//! Ed25519 and SHA-256 are `ring`'s.
+
+use base64::Engine;
+use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use vnet_control::PeerKey;
+use vnet_wire::MacAddr;
+
+const CERT_TAG: &[u8] = b"vnet host certificate v1\0";
+const CLAIM_TAG: &[u8] = b"vnet mac claim v1\0";
+const CLAIM_KEY_TAG: &[u8] = b"vnet claim key v1\0";
+/// A certificate's longest text, and the most addresses it may name.
+pub const MAX_CERT_LEN: usize = 4096;
+pub const MAX_CERT_ADDRS: usize = 16;
+
+fn b64() -> base64::engine::GeneralPurpose {
+    base64::engine::general_purpose::STANDARD
+}
+
+/// Why a certificate or claim is not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrustError {
+    #[error("expected a certificate: BASE64(body).BASE64(signature), at most {MAX_CERT_LEN} bytes")]
+    CertForm,
+    #[error("the certificate's signature is not the network key's")]
+    CertSignature,
+    #[error("the certificate's body is not valid: {0}")]
+    CertBody(String),
+    #[error("expected a key: 44 characters of base64 (32 bytes)")]
+    Key,
+    #[error("expected an address prefix ADDR[/LEN], found `{0}`")]
+    Prefix(String),
+}
+
+/// An address prefix a certificate allows (`10.0.0.0/24`, `fd00::1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefix {
+    pub addr: IpAddr,
+    pub len: u8,
+}
+
+impl std::str::FromStr for Prefix {
+    type Err = TrustError;
+    fn from_str(s: &str) -> Result<Self, TrustError> {
+        let bad = || TrustError::Prefix(s.chars().take(64).collect());
+        let (a, l) = s.split_once('/').map_or((s, None), |(a, l)| (a, Some(l)));
+        let addr: IpAddr = a.parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match l {
+            None => max,
+            Some(l) => l.parse::<u8>().ok().filter(|&l| l <= max).ok_or_else(bad)?,
+        };
+        Ok(Prefix { addr, len })
+    }
+}
+
+impl std::fmt::Display for Prefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl Prefix {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        let (a, b, bits) = match (self.addr, ip) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a) as u128, u32::from(b) as u128, 32),
+            (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), 128),
+            _ => return false,
+        };
+        let shift = bits - u32::from(self.len);
+        shift >= bits || (a >> shift) == (b >> shift)
+    }
+}
+
+/// What a certificate says (its JSON body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertBody {
+    pub network: String,
+    pub host: String,
+    /// The host's static X25519 public key (its secured links' identity).
+    pub public_key: String,
+    /// The host's Ed25519 claim key (its MAC records' signer).
+    pub claim_key: String,
+    /// The underlay addresses its record may advertise.
+    pub addrs: Vec<String>,
+}
+
+/// A certificate, checked: the body's fields decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCert {
+    pub network: String,
+    pub host: String,
+    pub public_key: PeerKey,
+    pub claim_key: [u8; 32],
+    pub addrs: Vec<Prefix>,
+}
+
+impl HostCert {
+    /// Whether the certificate lets its host advertise `ip`.
+    pub fn allows(&self, ip: IpAddr) -> bool {
+        self.addrs.iter().any(|p| p.contains(ip))
+    }
+
+    fn from_body(b: CertBody) -> Result<HostCert, TrustError> {
+        let body = |m: &str| TrustError::CertBody(m.to_string());
+        if !crate::layout::valid_name(&b.network) || !crate::layout::valid_name(&b.host) {
+            return Err(body("network and host must be names of 1 to 63 of A-Za-z0-9._-"));
+        }
+        let public_key =
+            PeerKey::from_base64(&b.public_key).ok_or_else(|| body("public_key is not a key"))?;
+        let claim_key = PeerKey::from_base64(&b.claim_key).ok_or_else(|| body("claim_key is not a key"))?.0;
+        if b.addrs.is_empty() || b.addrs.len() > MAX_CERT_ADDRS {
+            return Err(body("addrs must name 1 to 16 prefixes"));
+        }
+        let addrs = b.addrs.iter().map(|a| a.parse()).collect::<Result<Vec<Prefix>, _>>()?;
+        Ok(HostCert { network: b.network, host: b.host, public_key, claim_key, addrs })
+    }
+}
+
+/// The network's public key: what every host checks certificates against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkPublic(pub [u8; 32]);
+
+impl NetworkPublic {
+    pub fn from_base64(s: &str) -> Result<Self, TrustError> {
+        PeerKey::from_base64(s.trim()).map(|k| NetworkPublic(k.0)).ok_or(TrustError::Key)
+    }
+
+    /// Checks `cert` (a record's `cert` field) and decodes it.
+    pub fn verify(&self, cert: &str) -> Result<HostCert, TrustError> {
+        if cert.len() > MAX_CERT_LEN {
+            return Err(TrustError::CertForm);
+        }
+        let (body, sig) = cert.split_once('.').ok_or(TrustError::CertForm)?;
+        let body = b64().decode(body).map_err(|_| TrustError::CertForm)?;
+        let sig = b64().decode(sig).map_err(|_| TrustError::CertForm)?;
+        let signed = [CERT_TAG, &body].concat();
+        UnparsedPublicKey::new(&ED25519, &self.0)
+            .verify(&signed, &sig)
+            .map_err(|_| TrustError::CertSignature)?;
+        let body: CertBody =
+            serde_json::from_slice(&body).map_err(|e| TrustError::CertBody(e.to_string()))?;
+        HostCert::from_body(body)
+    }
+}
+
+impl std::fmt::Display for NetworkPublic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&b64().encode(self.0))
+    }
+}
+
+/// An Ed25519 key from a 32-byte seed.
+fn ed25519(seed: &[u8; 32]) -> Option<Ed25519KeyPair> {
+    Ed25519KeyPair::from_seed_unchecked(seed).ok()
+}
+
+fn public_of(k: &Ed25519KeyPair) -> [u8; 32] {
+    let mut p = [0u8; 32];
+    p.copy_from_slice(k.public_key().as_ref());
+    p
+}
+
+/// The network key: kept offline, it signs host certificates.
+pub struct NetworkKey {
+    seed: [u8; 32],
+    pair: Ed25519KeyPair,
+}
+
+impl NetworkKey {
+    /// A new random key.
+    pub fn generate() -> Result<NetworkKey, TrustError> {
+        use ring::rand::SecureRandom;
+        let mut seed = [0u8; 32];
+        ring::rand::SystemRandom::new().fill(&mut seed).map_err(|_| TrustError::Key)?;
+        NetworkKey::from_seed(seed)
+    }
+
+    fn from_seed(seed: [u8; 32]) -> Result<NetworkKey, TrustError> {
+        Ok(NetworkKey { pair: ed25519(&seed).ok_or(TrustError::Key)?, seed })
+    }
+
+    /// A key written by [`NetworkKey::secret`].
+    pub fn from_base64(s: &str) -> Result<NetworkKey, TrustError> {
+        NetworkKey::from_seed(PeerKey::from_base64(s.trim()).ok_or(TrustError::Key)?.0)
+    }
+
+    /// The secret, in base64 (for the key file).
+    pub fn secret(&self) -> String {
+        b64().encode(self.seed)
+    }
+
+    pub fn public(&self) -> NetworkPublic {
+        NetworkPublic(public_of(&self.pair))
+    }
+
+    /// Signs `body` (checked first: what is signed is what hosts accept).
+    pub fn sign(&self, body: &CertBody) -> Result<String, TrustError> {
+        HostCert::from_body(body.clone())?;
+        let json = serde_json::to_vec(body).map_err(|e| TrustError::CertBody(e.to_string()))?;
+        let sig = self.pair.sign(&[CERT_TAG, &json].concat());
+        Ok(format!("{}.{}", b64().encode(&json), b64().encode(sig.as_ref())))
+    }
+}
+
+/// What a MAC claim's signature covers.
+fn claim_bytes(network: &str, mac: MacAddr, host: &str, iface: &str, at_ms: u64) -> Vec<u8> {
+    format!("{network}\0{mac}\0{host}\0{iface}\0{at_ms}").into_bytes()
+}
+
+/// A host's claim key, derived from its X25519 private key.
+pub struct ClaimKey(Ed25519KeyPair);
+
+impl std::fmt::Debug for ClaimKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClaimKey({})", self.public_base64())
+    }
+}
+
+impl ClaimKey {
+    /// The claim key of the host whose static private key is `private`.
+    pub fn derive(private: &[u8; 32]) -> Option<ClaimKey> {
+        let d = ring::digest::digest(&ring::digest::SHA256, &[CLAIM_KEY_TAG, private].concat());
+        let mut seed = [0u8; 32];
+        seed.copy_from_slice(d.as_ref());
+        ed25519(&seed).map(ClaimKey)
+    }
+
+    pub fn public(&self) -> [u8; 32] {
+        public_of(&self.0)
+    }
+
+    pub fn public_base64(&self) -> String {
+        b64().encode(self.public())
+    }
+
+    /// The signature (base64) of a claim of `mac` for `host`'s `iface`.
+    pub fn sign(&self, network: &str, mac: MacAddr, host: &str, iface: &str, at_ms: u64) -> String {
+        let sig = self.0.sign(&[CLAIM_TAG, &claim_bytes(network, mac, host, iface, at_ms)[..]].concat());
+        b64().encode(sig.as_ref())
+    }
+}
+
+/// Whether `sig` is `claim_key`'s signature of that claim.
+pub fn verify_claim(
+    claim_key: &[u8; 32],
+    sig: &str,
+    network: &str,
+    mac: MacAddr,
+    host: &str,
+    iface: &str,
+    at_ms: u64,
+) -> bool {
+    let Ok(sig) = b64().decode(sig) else { return false };
+    let msg = [CLAIM_TAG, &claim_bytes(network, mac, host, iface, at_ms)[..]].concat();
+    UnparsedPublicKey::new(&ED25519, claim_key).verify(&msg, &sig).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(host: &str, claim: &ClaimKey) -> CertBody {
+        CertBody {
+            network: "lab".into(),
+            host: host.into(),
+            public_key: PeerKey([7; 32]).to_string(),
+            claim_key: claim.public_base64(),
+            addrs: vec!["10.0.0.0/24".into(), "fd00::2".into()],
+        }
+    }
+
+    #[test]
+    fn a_signed_certificate_verifies_and_any_change_breaks_it() {
+        let nk = NetworkKey::generate().unwrap();
+        let again = NetworkKey::from_base64(&nk.secret()).unwrap();
+        assert_eq!(again.public(), nk.public());
+        let claim = ClaimKey::derive(&[1; 32]).unwrap();
+        let cert = nk.sign(&body("h1", &claim)).unwrap();
+        let c = nk.public().verify(&cert).unwrap();
+        assert_eq!((c.host.as_str(), c.claim_key), ("h1", claim.public()));
+        assert!(c.allows("10.0.0.9".parse().unwrap()) && c.allows("fd00::2".parse().unwrap()));
+        assert!(!c.allows("10.0.1.1".parse().unwrap()) && !c.allows("fd00::3".parse().unwrap()));
+        // Another network key, a flipped byte, junk: refused.
+        let other = NetworkKey::generate().unwrap();
+        assert_eq!(other.public().verify(&cert), Err(TrustError::CertSignature));
+        let (b, s) = cert.split_once('.').unwrap();
+        let mut raw = b64().decode(b).unwrap();
+        raw[12] ^= 1;
+        let forged = format!("{}.{s}", b64().encode(raw));
+        assert_eq!(nk.public().verify(&forged), Err(TrustError::CertSignature));
+        for junk in ["", ".", "x.y", &"a".repeat(5000)] {
+            assert!(nk.public().verify(junk).is_err(), "{junk}");
+        }
+        // A body that is not valid is never signed.
+        let mut bad = body("h1", &claim);
+        bad.addrs = vec!["10.0.0.0/33".into()];
+        assert!(nk.sign(&bad).is_err());
+    }
+
+    #[test]
+    fn claims_verify_only_with_their_key_and_their_exact_words() {
+        let k = ClaimKey::derive(&[2; 32]).unwrap();
+        assert_eq!(k.public(), ClaimKey::derive(&[2; 32]).unwrap().public(), "derived, not random");
+        let mac: MacAddr = "52:54:00:00:00:01".parse().unwrap();
+        let sig = k.sign("lab", mac, "h1", "vm0", 5);
+        assert!(verify_claim(&k.public(), &sig, "lab", mac, "h1", "vm0", 5));
+        assert!(!verify_claim(&k.public(), &sig, "lab", mac, "h2", "vm0", 5));
+        assert!(!verify_claim(&k.public(), &sig, "lab", mac, "h1", "vm0", 6));
+        let other = ClaimKey::derive(&[3; 32]).unwrap();
+        assert!(!verify_claim(&other.public(), &sig, "lab", mac, "h1", "vm0", 5));
+        assert!(!verify_claim(&k.public(), "!!", "lab", mac, "h1", "vm0", 5));
+    }
+
+    #[test]
+    fn prefixes_parse_and_contain() {
+        let p: Prefix = "10.1.0.0/16".parse().unwrap();
+        assert!(p.contains("10.1.200.3".parse().unwrap()));
+        assert!(p.contains("::ffff:10.1.0.1".parse().unwrap()));
+        assert!(!p.contains("10.2.0.1".parse().unwrap()));
+        assert!("0.0.0.0/0".parse::<Prefix>().unwrap().contains("1.2.3.4".parse().unwrap()));
+        for bad in ["10.0.0.0/33", "x", "10.0.0.0/", "::/129"] {
+            assert!(bad.parse::<Prefix>().is_err(), "{bad}");
+        }
+    }
+}
