@@ -22,6 +22,16 @@ pub fn set_tls(files: &vnet_control::TlsFiles) -> Result<(), String> {
     Ok(())
 }
 
+/// The token this process presents to `tcp:` endpoints (set once, by [`set_token`]).
+static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Reads the token this process presents to `tcp:` control endpoints.
+pub fn set_token(path: &std::path::Path) -> Result<(), String> {
+    let t = crate::control::load_token_file(path)?;
+    let _ = TOKEN.set(t);
+    Ok(())
+}
+
 /// A connection to a vnetd control endpoint.
 pub struct Client {
     r: BufReader<Box<dyn Stream>>,
@@ -47,7 +57,17 @@ impl Client {
             Endpoint::Tcp(a) => {
                 let s = TcpStream::connect(a)?;
                 s.set_read_timeout(timeout)?;
-                Box::new(s)
+                let mut c = Client { r: BufReader::new(Box::new(s)) };
+                let token = TOKEN.get().ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "a tcp: endpoint needs its token (--token FILE)",
+                    )
+                })?;
+                if let Err(e) = c.request(&format!("auth {token}"))?.result {
+                    return Err(io::Error::new(io::ErrorKind::PermissionDenied, e));
+                }
+                return Ok(c);
             }
             Endpoint::Tls(a) => {
                 let cfg = TLS.get().cloned().ok_or_else(|| {

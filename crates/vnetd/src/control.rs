@@ -54,11 +54,86 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Limits {
     pub idle: Duration,
     open_txns: Arc<AtomicUsize>,
+    /// Who may use the endpoint.
+    pub access: Arc<Access>,
+}
+
+/// Who may use a control endpoint (`docs/SECURITY.md`, "Control"): whoever
+/// does has root's power over the host's network, so every endpoint checks.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// `unix:`: besides root and vnetd's own user, a client whose primary
+    /// group is this one (`SO_PEERCRED`).
+    pub group: Option<u32>,
+    /// `tcp:`: the secret a client's first line presents (`auth TOKEN`); a
+    /// `tcp:` endpoint is never served without one.
+    pub token: Option<Arc<str>>,
+    /// `tls:`: a DNS name the client's certificate must hold (besides
+    /// chaining to the CA), so a peer host's link certificate is no admin's.
+    pub client_name: Option<String>,
+}
+
+/// A control token's length in hex digits (32 random bytes).
+pub const TOKEN_HEX: usize = 64;
+
+impl Access {
+    /// Whether a unix-socket peer with these credentials may connect.
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        uid == 0 || uid == crate::sys::euid() || self.group == Some(gid)
+    }
+
+    /// Whether `line` is the `auth TOKEN` line for this endpoint's token
+    /// (compared in constant time).
+    fn authenticates(&self, line: &str) -> bool {
+        let (Some(token), Some(given)) = (&self.token, line.strip_prefix("auth ")) else { return false };
+        let (a, b) = (token.as_bytes(), given.trim().as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+/// The token of a `tcp:` endpoint from `path`, made there (mode 0600, 32
+/// random bytes in hex) when the file does not exist; a file others may
+/// read, or that is not a token, is refused.
+pub fn load_token(path: &std::path::Path) -> Result<Arc<str>, String> {
+    let shown = path.display();
+    if !path.exists() {
+        use ring::rand::SecureRandom;
+        let mut raw = [0u8; TOKEN_HEX / 2];
+        ring::rand::SystemRandom::new().fill(&mut raw).map_err(|_| format!("{shown}: no randomness"))?;
+        let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        crate::keys::write_secret(path, &hex)?;
+    }
+    load_token_file(path).map(Into::into)
+}
+
+/// Reads an existing token file, refusing one others may read.
+pub fn load_token_file(path: &std::path::Path) -> Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display();
+    let f = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let mode = f.metadata().map_err(|e| format!("{shown}: {e}"))?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(format!("{shown}: mode {mode:04o} lets others read the token; `chmod 600 {shown}`"));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(f, 1024), &mut text)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let t = text.trim();
+    if t.len() != TOKEN_HEX || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{shown}:1:1: expected a token of {TOKEN_HEX} hex digits"));
+    }
+    Ok(t.to_string())
 }
 
 impl Limits {
     pub fn new(idle: Duration) -> Self {
-        Limits { idle, open_txns: Arc::default() }
+        Limits { idle, open_txns: Arc::default(), access: Arc::default() }
+    }
+
+    /// These limits, with `access`.
+    pub fn with_access(mut self, access: Access) -> Self {
+        self.access = Arc::new(access);
+        self
     }
 
     /// A slot for one more open transaction, if there is one.
@@ -287,6 +362,9 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
     let idle = limits.idle;
+    // A `tcp:` client's first line is `auth TOKEN`, or nothing is served.
+    let mut locked = limits.access.token.is_some();
+    let access = limits.access.clone();
     let mut s = Session::new(limits);
     let mut buf = Vec::with_capacity(256);
     loop {
@@ -309,6 +387,15 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
         let reply = match std::str::from_utf8(&buf) {
+            Ok(line) if locked => {
+                if !access.authenticates(line.trim_end_matches(['\n', '\r'])) {
+                    let bye = b"end error authentication required: the first line is `auth TOKEN`\n";
+                    let _ = tokio::time::timeout(WRITE_TIMEOUT, w.write_all(bye)).await;
+                    return;
+                }
+                locked = false;
+                "end ok\n".to_string()
+            }
             Ok(line) => {
                 let line = line.trim_end_matches(['\n', '\r']);
                 let (body, end) = handle_line(&daemon, &mut s, line);
@@ -341,19 +428,32 @@ pub async fn serve(
     match ep {
         Endpoint::Unix(path) => {
             crate::paths::claim_socket_path(path)?;
+            // Made 0600 (vnetd's umask), not chmod'ed after the fact.
             let l = tokio::net::UnixListener::bind(path)?;
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
             loop {
                 tokio::select! {
                     _ = &mut shutdown => break,
-                    a = l.accept() => if let Ok((c, _)) = a { spawn_conn(&slots, &daemon, &limits, c) },
+                    a = l.accept() => if let Ok((c, _)) = a {
+                        match c.peer_cred() {
+                            Ok(cred) if limits.access.allows(cred.uid(), cred.gid()) => spawn_conn(&slots, &daemon, &limits, c),
+                            cred => refuse(c, &format!(
+                                "permission denied: uid {} is not root, vnetd's user or in the control group",
+                                cred.map_or(u32::MAX, |c| c.uid())
+                            )),
+                        }
+                    },
                 }
             }
             let _ = std::fs::remove_file(path);
         }
         Endpoint::Tcp(addr) => {
             check_tcp_endpoint(*addr)?;
+            if limits.access.token.is_none() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a tcp: control endpoint needs a token (--control-token FILE)",
+                ));
+            }
             let l = tokio::net::TcpListener::bind(addr).await?;
             loop {
                 tokio::select! {
@@ -399,7 +499,15 @@ fn spawn_tls_conn(
     let (d, limits, acceptor) = (daemon.clone(), limits.clone(), acceptor.clone());
     tokio::spawn(async move {
         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(c)).await {
-            Ok(Ok(s)) => serve_conn(d, s, limits).await,
+            Ok(Ok(s)) => match client_named(&s, limits.access.client_name.as_deref()) {
+                Ok(()) => serve_conn(d, s, limits).await,
+                Err(e) => {
+                    tracing::info!("control: TLS client refused: {e}");
+                    let mut s = s;
+                    let bye = format!("end error {e}\n");
+                    let _ = tokio::time::timeout(WRITE_TIMEOUT, s.write_all(bye.as_bytes())).await;
+                }
+            },
             Ok(Err(e)) => tracing::info!("control: TLS handshake refused: {e}"),
             Err(_) => tracing::info!("control: TLS handshake timed out"),
         }
@@ -407,8 +515,28 @@ fn spawn_tls_conn(
     });
 }
 
-/// A TCP control endpoint is served on loopback only: whoever reaches it
-/// has root's power over the host, and the protocol has no authentication.
+/// Whether the TLS client's certificate holds the DNS name `name` (any
+/// certificate of the CA where no name is configured).
+fn client_named<S>(s: &tokio_rustls::server::TlsStream<S>, name: Option<&str>) -> Result<(), String> {
+    let Some(name) = name else { return Ok(()) };
+    let certs = s.get_ref().1.peer_certificates().unwrap_or_default();
+    let cert = certs.first().ok_or("no client certificate")?;
+    let server_name = rustls::pki_types::ServerName::try_from(name).map_err(|e| format!("`{name}`: {e}"))?;
+    webpki::EndEntityCert::try_from(cert)
+        .and_then(|c| c.verify_is_valid_for_subject_name(&server_name))
+        .map_err(|_| format!("the client certificate is not `{name}`'s"))
+}
+
+/// Answers `why` and closes, without serving.
+fn refuse<S: AsyncWrite + Unpin + Send + 'static>(mut c: S, why: &str) {
+    let bye = format!("end error {why}\n");
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(WRITE_TIMEOUT, c.write_all(bye.as_bytes())).await;
+    });
+}
+
+/// A TCP control endpoint is served on loopback only, and only to clients
+/// that present its token: whoever uses it has root's power over the host.
 pub fn check_tcp_endpoint(addr: SocketAddr) -> std::io::Result<()> {
     if addr.ip().is_loopback() {
         return Ok(());
@@ -686,7 +814,8 @@ mod tests {
         trust: &str,
     ) -> vnet_control::TlsFiles {
         let key = rcgen::KeyPair::generate().unwrap();
-        let mut p = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        let mut p =
+            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), format!("{name}.vnet")]).unwrap();
         p.extended_key_usages =
             vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth];
         let cert = p.signed_by(&key, issuer).unwrap();
@@ -710,6 +839,8 @@ mod tests {
         let good = crate::link::tcp::Tls::load(&identity(&dir, "good", &ca, &ca_pem)).unwrap();
         // Trusts the server, but its own certificate is another CA's.
         let stranger = crate::link::tcp::Tls::load(&identity(&dir, "stranger", &other, &ca_pem)).unwrap();
+        // Of the CA, but not the administrator's name (a peer host's link certificate).
+        let peer = crate::link::tcp::Tls::load(&identity(&dir, "peer", &ca, &ca_pem)).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let ask = move |cfg: Option<Arc<rustls::ClientConfig>>| -> String {
@@ -745,16 +876,20 @@ mod tests {
             let cfg = Some(server.server_config());
             let server = tokio::spawn(async move {
                 let ep = Endpoint::Tls(addr);
-                serve(&ep, daemon, Limits::default(), cfg, async {
+                let access = Access { client_name: Some("good.vnet".into()), ..Access::default() };
+                serve(&ep, daemon, Limits::default().with_access(access), cfg, async {
                     let _ = stop_rx.await;
                 })
                 .await
             });
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let (g, s) = (good.client_config(), stranger.client_config());
-            let (good, strange, plain) =
-                tokio::task::spawn_blocking(move || (ask(Some(g)), ask(Some(s)), ask(None))).await.unwrap();
+            let (g, s, p) = (good.client_config(), stranger.client_config(), peer.client_config());
+            let (good, strange, plain, peer) =
+                tokio::task::spawn_blocking(move || (ask(Some(g)), ask(Some(s)), ask(None), ask(Some(p))))
+                    .await
+                    .unwrap();
             assert!(good.ends_with("end ok\n"), "{good:?}");
+            assert!(peer.starts_with("end error the client certificate is not `good.vnet`'s"), "{peer:?}");
             assert!(!strange.contains("end"), "a client of another CA got: {strange:?}");
             assert!(!plain.contains("end"), "a client without TLS got: {plain:?}");
             let _ = stop_tx.send(());
@@ -773,6 +908,88 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("--control-tls"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_tcp_endpoint_serves_only_clients_with_its_token() {
+        let dir = std::env::temp_dir().join(format!("vnetd-ctl-token-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        let token = load_token(&file).unwrap();
+        assert_eq!(load_token(&file).unwrap(), token, "made once, then read");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+        let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let l = std::net::TcpListener::bind(addr).unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let ask = move |lines: &'static [&str], token: Option<String>| {
+            let mut out = Vec::new();
+            for _ in 0..50 {
+                if let Ok(mut tcp) = std::net::TcpStream::connect(addr) {
+                    use std::io::{Read, Write};
+                    if let Some(t) = &token {
+                        let _ = tcp.write_all(format!("auth {t}\n").as_bytes());
+                    }
+                    for l in lines {
+                        let _ = tcp.write_all(format!("{l}\n").as_bytes());
+                    }
+                    let _ = tcp.shutdown(std::net::Shutdown::Write);
+                    let _ = tcp.read_to_end(&mut out);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let daemon = Arc::new(Mutex::new(Daemon::new()));
+        // Without a token, a tcp: endpoint does not start.
+        let e = rt.block_on(serve(&Endpoint::Tcp(addr), daemon.clone(), Limits::default(), None, async {}));
+        assert!(e.unwrap_err().to_string().contains("--control-token"));
+        rt.block_on(async {
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let access = Access { token: Some(token.clone()), ..Access::default() };
+            let d = daemon.clone();
+            let server = tokio::spawn(async move {
+                serve(&Endpoint::Tcp(addr), d, Limits::default().with_access(access), None, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            });
+            let t = token.to_string();
+            let (none, wrong, good) = tokio::task::spawn_blocking(move || {
+                (
+                    ask(&["link x udp 10.9.9.9"], None),
+                    ask(&["link x udp 10.9.9.9"], Some("0".repeat(TOKEN_HEX))),
+                    ask(&["show links"], Some(t)),
+                )
+            })
+            .await
+            .unwrap();
+            assert!(
+                none.starts_with("end error authentication required") && !none.contains("end ok"),
+                "{none:?}"
+            );
+            assert!(wrong.starts_with("end error authentication required"), "{wrong:?}");
+            assert!(good.starts_with("end ok\n") && good.ends_with("end ok\n"), "{good:?}");
+            assert!(lock(&daemon).state().links.is_empty(), "nothing changed without the token");
+            let _ = stop_tx.send(());
+            server.await.unwrap().unwrap();
+        });
+        // A token file others may read is refused.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(load_token(&file).unwrap_err().contains("chmod 600"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn unix_clients_are_root_vnetds_user_or_the_control_group() {
+        let a = Access { group: Some(4242), ..Access::default() };
+        assert!(a.allows(0, 0) && a.allows(crate::sys::euid(), 9) && a.allows(1000, 4242));
+        assert!(!a.allows(65534, 65534) || crate::sys::euid() == 65534);
+        assert!(!Access::default().allows(65534, 4242) || crate::sys::euid() == 65534);
     }
 
     #[test]

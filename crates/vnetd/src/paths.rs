@@ -13,6 +13,22 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+/// A group's id, from a number or a name in `/etc/group`.
+pub fn group_id(group: &str) -> Result<u32, String> {
+    if let Ok(id) = group.parse() {
+        return Ok(id);
+    }
+    let text = std::fs::read_to_string("/etc/group").map_err(|e| format!("/etc/group: {e}"))?;
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            Some((f.next()?, f.nth(1)?))
+        })
+        .find(|(name, _)| *name == group)
+        .and_then(|(_, id)| id.parse().ok())
+        .ok_or_else(|| format!("no group `{group}` in /etc/group"))
+}
+
 /// Makes `path` free for a new listening socket, or says why it may not be.
 pub fn claim_socket_path(path: &Path) -> io::Result<()> {
     let shown = path.display();

@@ -1093,6 +1093,23 @@ impl Drop for RxRing {
     }
 }
 
+/// The process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: `geteuid` takes no arguments, touches no memory of ours and
+    // cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Sets the process's file mode creation mask (returns the old one): vnetd
+/// sets 0o077 at start, so every socket and file it makes (control socket,
+/// vhost-user sockets, saved configs, keys) is its owner's alone from the
+/// moment it exists.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: `umask` takes a plain integer, touches no memory of ours and
+    // cannot fail; it changes only the process's creation mask.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::insert_vlan_tag;
