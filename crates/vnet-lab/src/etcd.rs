@@ -58,6 +58,24 @@ impl Lab {
         }
     }
 
+    /// Writes `key` = `value` into the lab's etcd as any client could
+    /// (`etcdctl put`, Debian's etcd-client), or deletes it (`value` None).
+    pub fn etcd_put(&self, key: &str, value: Option<&str>) -> Result<()> {
+        let sw =
+            self.switch.clone().ok_or_else(|| Error::Other("a cluster lab has a switch namespace".into()))?;
+        let ep = format!("--endpoints=http://{ETCD_IP}:{ETCD_PORT}");
+        let mut args = vec!["etcdctl", &ep];
+        match value {
+            Some(v) => args.extend(["put", "--", key, v]),
+            None => args.extend(["del", "--", key]),
+        }
+        let out = self.ns_output(&sw, &args)?;
+        if !out.status.success() {
+            return Err(Error::Other(format!("etcdctl: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        Ok(())
+    }
+
     /// Host `h`'s `show cluster json`, the `cluster` object.
     pub fn cluster_status(&self, h: usize) -> Result<serde_json::Value> {
         let r = self.control(h, "show cluster json")?;

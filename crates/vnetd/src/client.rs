@@ -86,10 +86,13 @@ impl Client {
     /// Sends one line (no newline inside) and reads its reply.
     pub fn request(&mut self, line: &str) -> io::Result<Reply> {
         let w = self.r.get_mut();
-        w.write_all(line.as_bytes())?;
-        w.write_all(b"\n")?;
-        w.flush()?;
-        self.read_reply()
+        let sent = w.write_all(line.as_bytes()).and_then(|()| w.write_all(b"\n")).and_then(|()| w.flush());
+        match sent {
+            // vnetd refused the connection and closed it: its reason is still to be read.
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.read_reply().map_err(|_| e),
+            Err(e) => Err(e),
+            Ok(()) => self.read_reply(),
+        }
     }
 
     fn read_reply(&mut self) -> io::Result<Reply> {
