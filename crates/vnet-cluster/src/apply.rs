@@ -252,26 +252,13 @@ pub fn local(state: &State, member: &crate::Member) -> Vec<Located<Command>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::{host_key, mac_key, HostRecord, MacRecord};
+    use crate::layout::fixtures::{host, vm};
+    use crate::layout::{host_key, mac_key, HostRecord};
     use crate::{MemStore, Member};
     use vnet_control::PeerKey;
 
     fn mac(i: u8) -> MacAddr {
         MacAddr([0x52, 0x54, 0, 0, 0, i])
-    }
-
-    fn host(i: u8) -> Vec<u8> {
-        HostRecord {
-            addr: format!("10.0.0.{i}:9000").parse().unwrap(),
-            kinds: vec![],
-            public_key: None,
-            cert: None,
-        }
-        .to_json()
-    }
-
-    fn vm(h: &str) -> Vec<u8> {
-        MacRecord { host: h.into(), iface: "vm0".into(), at_ms: 0, sig: None }.to_json()
     }
 
     /// Applies the store's news to `m` and `state`; returns the transaction.

@@ -108,6 +108,23 @@ impl MacRecord {
     }
 }
 
+/// Records the unit tests of this crate share.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::*;
+
+    /// A plain host record at 10.0.0.I:9000.
+    pub fn host(i: u8) -> Vec<u8> {
+        let addr = format!("10.0.0.{i}:9000").parse().unwrap();
+        HostRecord { addr, kinds: vec![], public_key: None, cert: None }.to_json()
+    }
+
+    /// An unsigned claim of a MAC for host `h`'s `vm0`.
+    pub fn vm(h: &str) -> Vec<u8> {
+        MacRecord { host: h.into(), iface: "vm0".into(), at_ms: 0, sig: None }.to_json()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -570,26 +570,13 @@ impl Member {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::fixtures::{host, vm};
     use crate::layout::{host_key, mac_key};
     use crate::store::MemStore;
 
     fn mac(i: u32) -> MacAddr {
         let b = i.to_be_bytes();
         MacAddr([0x52, 0x54, b[0], b[1], b[2], b[3]])
-    }
-
-    fn host(i: u8) -> Vec<u8> {
-        HostRecord {
-            addr: format!("10.0.0.{i}:9000").parse().unwrap(),
-            kinds: vec![],
-            public_key: None,
-            cert: None,
-        }
-        .to_json()
-    }
-
-    fn vm(h: &str) -> Vec<u8> {
-        MacRecord { host: h.into(), iface: "vm0".into(), at_ms: 0, sig: None }.to_json()
     }
 
     fn sync(m: &mut Member, s: &MemStore) -> Vec<Change> {
