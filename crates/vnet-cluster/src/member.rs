@@ -437,8 +437,7 @@ impl Member {
         }
     }
 
-    /// Checks a MAC claim: names, and where the network has a key, the
-    /// claimant's signature and that it is newer than the claim held.
+    /// Parses a MAC record and takes it as a claim ([`Member::take_claim`]).
     fn put_mac_record(
         &mut self,
         mac: MacAddr,
@@ -446,6 +445,12 @@ impl Member {
         out: &mut Vec<Change>,
     ) -> Result<(), RecordError> {
         let r: MacRecord = serde_json::from_slice(value).map_err(|e| RecordError::Json(e.to_string()))?;
+        self.take_claim(mac, r, out)
+    }
+
+    /// Takes a MAC claim if it checks: names, and where the network has a
+    /// key, the claimant's signature and that it is newer than the claim held.
+    fn take_claim(&mut self, mac: MacAddr, r: MacRecord, out: &mut Vec<Change>) -> Result<(), RecordError> {
         if !valid_name(&r.host) || !(r.iface.is_empty() || valid_name(&r.iface)) {
             return Err(RecordError::ClaimNames);
         }
@@ -487,8 +492,7 @@ impl Member {
             self.unverified.iter().filter(|(_, r)| r.host == host).map(|(m, r)| (*m, r.clone())).collect();
         for (mac, r) in waiting {
             let key = crate::layout::mac_key(&self.network, mac);
-            let Ok(value) = serde_json::to_vec(&r) else { continue };
-            match self.put_mac_record(mac, &value, out) {
+            match self.take_claim(mac, r, out) {
                 Ok(()) => {
                     self.quarantine.remove(&key);
                 }
