@@ -17,12 +17,17 @@
 //! - The initiator rekeys after [`Timers::rekey_after_ns`] or
 //!   [`Timers::rekey_after_messages`]; the old session keeps receiving until
 //!   it expires, and a responder sends on a new session only once data
-//!   arrived on it, so a rekey stalls nothing. Sessions older than
+//!   arrived on it (the initiator's keepalive), so a rekey stalls nothing
+//!   and a replayed initiation makes a session nobody confirms. Sessions older than
 //!   [`Timers::reject_after_ns`] are gone.
 //! - An initiation carries a MAC (HMAC-SHA256 keyed by the responder's
 //!   public key) checked before any Diffie-Hellman, so junk costs one HMAC;
 //!   initiations answered per second are limited per link; an initiation
-//!   whose timestamp is not newer than the last one accepted is a replay.
+//!   whose timestamp is not newer than the last one accepted is a replay
+//!   (the last one is kept across restarts: [`SecureLink::last_init`] and
+//!   [`SecureLink::set_last_init`], which vnetd stores in its state
+//!   directory). Crossed initiations are settled only after the peer's
+//!   initiation was authenticated and found new.
 //! - Under load (half the link's handshake budget spent, or spent within
 //!   the last second: the budget refills between flood packets, and a
 //!   peer's initiation must not slip through on such a token), an
@@ -585,6 +590,24 @@ impl SecureLink {
         self.mode
     }
 
+    /// The peer's static public key.
+    pub fn peer(&self) -> [u8; 32] {
+        self.peer
+    }
+
+    /// The newest initiation timestamp accepted from the peer (0: none).
+    pub fn last_init(&self) -> u64 {
+        self.lock().last_init
+    }
+
+    /// Refuses initiations from the peer not newer than `ts`: the last one
+    /// accepted before a restart, so that none captured before it is
+    /// accepted after.
+    pub fn set_last_init(&self, ts: u64) {
+        let mut st = self.lock();
+        st.last_init = st.last_init.max(ts);
+    }
+
     /// The session to seal with, if there is one (else the caller drops
     /// the frame, counted, while the handshake that [`SecureLink::tick`]
     /// starts whenever there is no session runs).
@@ -629,7 +652,9 @@ impl SecureLink {
                 age >= after || s.sent.load(Relaxed) >= t.rekey_after_messages
             }
         };
-        let in_flight = st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < t.retry_ns);
+        // Ours, or the peer's answered and waiting for its first datagram.
+        let in_flight = st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < t.retry_ns)
+            || st.next.as_ref().is_some_and(|n| now_ns.saturating_sub(n.born_ns) < t.retry_ns);
         if !due || in_flight {
             return None;
         }
@@ -813,17 +838,6 @@ impl SecureLink {
             return Opened::Nothing;
         }
         let mut st = self.lock();
-        // Both ends initiated at once (both started, or both rekey): the
-        // one with the larger public key keeps its own handshake and lets
-        // this one go; the other answers and abandons its own. One session.
-        let crossed =
-            st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < self.timers.retry_ns);
-        if crossed {
-            if self.identity.public > self.peer {
-                return Opened::Nothing;
-            }
-            st.pending = None;
-        }
         // The rate limit: a token per answered initiation, from the
         // budget of initiations with a valid cookie MAC if this one has it.
         let per_sec = u64::from(self.timers.handshakes_per_sec.max(1));
@@ -865,6 +879,20 @@ impl SecureLink {
             s.replays.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
+        st.last_init = ts;
+        // Both ends initiated at once (both started, or both rekey): the
+        // one with the larger public key keeps its own handshake and lets
+        // this one go; the other answers and abandons its own. One session.
+        // Decided only now, on an initiation that is the peer's and new:
+        // a replayed or forged one never makes us drop our own.
+        let crossed =
+            st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < self.timers.retry_ns);
+        if crossed {
+            if self.identity.public > self.peer {
+                return Opened::Nothing;
+            }
+            st.pending = None;
+        }
         let theirs = index_at(data, 4);
         let local = random_u32();
         reply[..4].copy_from_slice(&preamble(T_RESP, self.mode));
@@ -882,15 +910,10 @@ impl SecureLink {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         };
-        st.last_init = ts;
-        let session = Arc::new(session);
-        if st.current.is_none() {
-            // Nothing to keep: usable at once.
-            st.current = Some(session.clone());
-            self.tx.store(Some(session));
-        } else {
-            st.next = Some(session);
-        }
+        // Not sent on until the initiator's first datagram arrives on it
+        // (WireGuard's rule): whoever replays an initiation gets a
+        // session nobody confirms, which changes nothing.
+        st.next = Some(Arc::new(session));
         s.handshakes_answered.fetch_add(1, Relaxed);
         s.sessions.fetch_add(1, Relaxed);
         Opened::Reply(RESP_LEN)
@@ -1284,5 +1307,83 @@ mod tests {
             }
         }
         assert_eq!(later, 10, "every rekey under the flood answered");
+    }
+
+    /// An initiation from `a` to `b` at `now`, as the wire carried it.
+    fn initiation(a: &SecureLink, now: u64) -> Vec<u8> {
+        let mut init = [0u8; 256];
+        let n = a.tick(now, &mut init).expect("an initiation is due");
+        init[..n].to_vec()
+    }
+
+    #[test]
+    fn a_responder_sends_on_a_session_only_once_the_initiator_used_it() {
+        let (a, b) = pair(Mode::Encrypt);
+        let mut init = initiation(&a, 0);
+        let mut resp = [0u8; 256];
+        let Opened::Reply(m) = b.open(0, b.peer_addr(), &mut init, &mut resp) else { panic!() };
+        assert!(b.sealer().is_none(), "the responder must wait for the initiator's first datagram");
+        // Nor does it start a handshake of its own meanwhile.
+        assert_eq!(b.tick(SEC / 10, &mut [0u8; 256]), None);
+        let mut ka = [0u8; 256];
+        let Opened::Reply(k) = a.open(0, a.peer_addr(), &mut resp[..m], &mut ka) else { panic!() };
+        assert!(matches!(b.open(0, b.peer_addr(), &mut ka[..k], &mut [0u8; 64]), Opened::Data(_)));
+        assert_eq!(opened(&a, sealed(&b, b"now")), Some(b"now".to_vec()));
+    }
+
+    #[test]
+    fn an_initiation_replayed_after_the_responder_restarted_cuts_nothing() {
+        let (a, b) = pair(Mode::Encrypt);
+        let captured = initiation(&a, 0);
+        a.lock().pending = None;
+        handshake(&a, &b, 0);
+        let seen = b.last_init();
+        assert!(seen > 0);
+        // b restarts (a new SecureLink, the same keys) with its last
+        // timestamp restored from its state directory: the replay is one.
+        let restarted = || SecureLink::new(Mode::Encrypt, b.identity.clone(), b.peer, b.timers);
+        let b2 = restarted();
+        b2.set_last_init(seen);
+        let mut resp = [0u8; 256];
+        assert_eq!(b2.open(SEC, b2.peer_addr(), &mut captured.clone(), &mut resp), Opened::Nothing);
+        assert_eq!(b2.stats.replays.load(Relaxed), 1);
+        // Without it (state lost), the replay is answered but its session
+        // is never used: b3's own handshake with a brings traffic back.
+        let b3 = restarted();
+        assert!(matches!(b3.open(SEC, b3.peer_addr(), &mut captured.clone(), &mut resp), Opened::Reply(_)));
+        assert!(b3.sealer().is_none());
+        handshake(&b3, &a, 2 * SEC);
+        assert_eq!(opened(&a, sealed(&b3, b"back")), Some(b"back".to_vec()));
+        assert_eq!(opened(&b3, sealed(&a, b"both")), Some(b"both".to_vec()));
+    }
+
+    #[test]
+    fn crossed_initiations_are_settled_only_on_an_authentic_new_one() {
+        // `lo` has the smaller key: on a crossing it gives its own up.
+        let (x, y) = pair(Mode::Encrypt);
+        let (hi, lo) = if x.identity.public() > y.identity.public() { (x, y) } else { (y, x) };
+        let captured = initiation(&hi, 0);
+        hi.lock().pending = None;
+        handshake(&hi, &lo, 0);
+        // lo rekeys (its own initiation in flight) when the captured,
+        // old initiation of hi is replayed: lo keeps its handshake.
+        lo.lock().current = None;
+        let mut mine = initiation(&lo, 10 * SEC);
+        let mut resp = [0u8; 256];
+        assert_eq!(lo.open(10 * SEC, lo.peer_addr(), &mut captured.clone(), &mut resp), Opened::Nothing);
+        assert!(lo.lock().pending.is_some(), "a replay made lo drop its own handshake");
+        // A forged one (junk Noise, right first MAC): the same.
+        assert_eq!(lo.open(10 * SEC, lo.peer_addr(), &mut flood_init(&lo, 7), &mut resp), Opened::Nothing);
+        assert!(lo.lock().pending.is_some());
+        // A real crossing: hi keeps its own and ignores lo's; lo answers
+        // hi's and drops its own. One session.
+        let mut theirs = initiation(&hi, 10 * SEC);
+        assert_eq!(hi.open(10 * SEC, hi.peer_addr(), &mut mine, &mut resp), Opened::Nothing);
+        let Opened::Reply(m) = lo.open(10 * SEC, lo.peer_addr(), &mut theirs, &mut resp) else { panic!() };
+        assert!(lo.lock().pending.is_none());
+        let mut ka = [0u8; 256];
+        let Opened::Reply(k) = hi.open(10 * SEC, hi.peer_addr(), &mut resp[..m], &mut ka) else { panic!() };
+        assert!(matches!(lo.open(10 * SEC, lo.peer_addr(), &mut ka[..k], &mut [0u8; 64]), Opened::Data(_)));
+        assert_eq!(opened(&hi, sealed(&lo, b"one")), Some(b"one".to_vec()));
     }
 }

@@ -223,6 +223,8 @@ impl Lab {
             .arg("--control")
             .arg(format!("unix:{}", host.control.display()))
             .args(host.key.iter().flat_map(|(f, _)| [std::ffi::OsStr::new("--key"), f.as_os_str()]))
+            .arg("--state-dir")
+            .arg(self.dir.join(format!("state-h{h}")))
             .args(&self.spec.vnetd_args)
             .args(self.spec.cluster.as_ref().map_or(vec![], |c| {
                 vec![

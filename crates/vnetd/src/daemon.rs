@@ -103,6 +103,8 @@ pub struct Daemon {
     identity: Option<Arc<Identity>>,
     /// When secured links rekey.
     timers: Timers,
+    /// Each peer's last handshake timestamp, kept across restarts.
+    stamps: crate::handshakes::Stamps,
     /// Cluster mode's report, when the daemon runs in it.
     cluster: Option<membership::Shared>,
     /// The config file (`vnetd --config`), for `save` and `reload`.
@@ -189,6 +191,7 @@ impl Daemon {
             link_reasons: BTreeMap::new(),
             identity: None,
             timers: Timers::default(),
+            stamps: crate::handshakes::Stamps::default(),
             cluster: None,
             config_path: None,
         }
@@ -206,6 +209,21 @@ impl Daemon {
     /// Gives this host its key pair (before links with `security` are declared).
     pub fn set_identity(&mut self, identity: Identity) {
         self.identity = Some(Arc::new(identity));
+    }
+
+    /// Keeps the secured links' handshake timestamps in `dir` (see
+    /// [`crate::handshakes`]); what went wrong, for the log.
+    pub fn set_state_dir(&mut self, dir: &std::path::Path) -> Option<String> {
+        let (stamps, warn) = crate::handshakes::Stamps::open(dir);
+        self.stamps = stamps;
+        warn
+    }
+
+    /// Notes the secured links' handshake timestamps and writes them when
+    /// one moved (the daemon calls it every second); an error, once.
+    pub fn save_handshakes(&mut self) -> Option<String> {
+        self.stamps.note(self.links.values().filter_map(|l| l.secure.as_ref()));
+        self.stamps.flush()
     }
 
     /// This host's public key (base64), when it has a key pair.
@@ -410,6 +428,9 @@ impl Daemon {
                     if let Some(r) = o.reader {
                         lan_readers.insert(d.id, r);
                         new_lan = true;
+                    }
+                    if let Some(sec) = &sec {
+                        self.stamps.restore(sec);
                     }
                     Arc::new(Link::new(d.clone(), o.io).secured(sec))
                 }

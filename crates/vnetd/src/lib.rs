@@ -12,6 +12,7 @@
 //! - [`cluster`]: cluster mode, the etcd watch that programs this host;
 //!   [`membership`]: what it reports.
 //! - [`docs`]: man pages and shell completions for the package.
+//! - [`handshakes`]: secured links' handshake timestamps, kept across restarts.
 //! - [`keys`]: the host's key file (`--key`), `vnetctl genkey` and `pubkey`.
 //! - [`control`]: the control endpoint and its line protocol.
 //! - [`client`]: a blocking client of that protocol; [`relocate`]: `move`.
@@ -23,6 +24,7 @@ pub mod control;
 pub mod daemon;
 pub mod dataplane;
 pub mod docs;
+pub mod handshakes;
 pub mod iface;
 pub mod kernel;
 pub mod keys;

@@ -50,6 +50,11 @@ struct Args {
     /// links with `peer-key` (authenticated or encrypted).
     #[arg(long, value_name = "FILE")]
     key: Option<std::path::PathBuf>,
+    /// Where vnetd keeps what must outlive a restart: each peer's last
+    /// handshake timestamp (file `handshakes`), so an initiation replayed
+    /// after a restart is refused. Made 0700 if missing.
+    #[arg(long, default_value = "/var/lib/vnet", value_name = "DIR")]
+    state_dir: std::path::PathBuf,
     /// Secured links start a new session after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     rekey_after: u64,
@@ -149,7 +154,10 @@ fn main() -> std::process::ExitCode {
         match vnetd::keys::read_key_file(path) {
             Ok(id) => {
                 claim_key = vnet_cluster::trust::ClaimKey::derive(&id.private()).map(Arc::new);
-                daemon.set_identity(id)
+                daemon.set_identity(id);
+                if let Some(e) = daemon.set_state_dir(&args.state_dir) {
+                    tracing::warn!("--state-dir {e}");
+                }
             }
             Err(e) => {
                 eprintln!("vnetd: --key {e}");
@@ -229,7 +237,11 @@ fn main() -> std::process::ExitCode {
             let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 every.tick().await;
-                d.lock().unwrap_or_else(|p| p.into_inner()).check_devices();
+                let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
+                d.check_devices();
+                if let Some(e) = d.save_handshakes() {
+                    tracing::warn!("--state-dir {e}");
+                }
             }
         });
         if let Some(addr) = args.metrics {
