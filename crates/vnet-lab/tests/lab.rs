@@ -1769,6 +1769,88 @@ fn tls_link_carries_traffic_and_refuses_a_certificate_of_another_ca() {
     assert_ne!(l["state"], "up", "host 0's link to the stranger is up: {l}");
 }
 
+/// Opens argv[3] connections to argv[1]:argv[2] and holds them for argv[4]
+/// seconds; every other one sends a lone TLS record byte (a handshake that
+/// never goes on). Writes how many connected to argv[5].
+const SLOW_CONNECTIONS: &str = r#"
+import resource, socket, sys, time
+host, port, n, hold, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, n + 100))
+socks = []
+for i in range(n):
+    s = socket.socket()
+    s.setblocking(False)
+    s.connect_ex((host, port))
+    socks.append(s)
+time.sleep(1)
+ok = 0
+for i, s in enumerate(socks):
+    try:
+        if i % 2 == 0:
+            s.send(b'\x16')
+        ok += 1
+    except OSError:
+        pass
+open(out, 'w').write(str(ok))
+time.sleep(hold)
+"#;
+
+/// `Threads` and `VmRSS` (KiB) of process `pid`.
+fn threads_and_rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    (field("Threads:"), field("VmRSS:"))
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn ten_thousand_slow_connections_from_the_peers_address_leave_vnetd_bounded_and_the_link_up() {
+    // Review finding 8: a thread and a buffer per connection before any
+    // authentication, no deadline on the TLS handshake, and the newest
+    // connection from the peer's address displacing the real one.
+    let (mut lab, a, b) = stream_lab(Links::Tls, 0.1);
+    let pid = lab.vnetd_pid(0).unwrap();
+    let before = threads_and_rss(pid);
+    let remote = link_json(&lab, 1)["remote"].as_str().unwrap().to_string();
+    let (ip, port) = remote.rsplit_once(':').unwrap();
+    let (script, count) = (lab.dir.join("slow.py"), lab.dir.join("slow.count"));
+    std::fs::write(&script, SLOW_CONNECTIONS).unwrap();
+    let ns1 = lab.hosts[1].ns.clone();
+    let args = [script.to_str().unwrap(), ip, port, "10000", "10", count.to_str().unwrap()];
+    lab.spawn(&ns1, &[&["python3"][..], &args[..]].concat()).unwrap();
+    // While the connections are held (and for longer than the handshake
+    // deadline), vnetd stays bounded and the real link carries traffic.
+    let mut worst = before;
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = threads_and_rss(pid);
+        worst = (worst.0.max(now.0), worst.1.max(now.1));
+        assert_ping_quick(&lab, &a, b.ip);
+    }
+    let connected: u64 = std::fs::read_to_string(&count).unwrap_or_default().trim().parse().unwrap_or(0);
+    assert!(connected >= 5000, "only {connected} connections made");
+    assert!(worst.0 <= before.0 + 2, "threads went from {} to {}", before.0, worst.0);
+    assert!(worst.1 <= before.1 + 30 * 1024, "RSS went from {} to {} KiB", before.1, worst.1);
+    let l = link_json(&lab, 0);
+    assert_eq!((l["state"].as_str(), l["inbound"].as_bool()), (Some("up"), Some(true)), "{l}");
+    assert!(l["refused"].as_u64().unwrap() > 0, "{l}");
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 56);
+    eprintln!(
+        "{connected} slow connections: threads {} -> {}, RSS {} -> {} KiB",
+        before.0, worst.0, before.1, worst.1
+    );
+}
+
+/// One ping that must be answered within a second.
+fn assert_ping_quick(lab: &Lab, from: &Vm, to: Ipv4Addr) {
+    let r = lab.ping(from, to, 1, 56).unwrap();
+    assert_eq!(r.received, 1, "{} -> {to} lost a ping: {r:?}", from.ip);
+}
+
 /// Sends `mb` MiB of pseudo-random bytes over TCP from `from` to `to` (port
 /// 7001) with Python on both ends; returns the two md5 sums.
 fn tcp_md5(lab: &Lab, from: &Vm, to: &Vm, mb: u32) -> (String, String) {

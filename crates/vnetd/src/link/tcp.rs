@@ -8,8 +8,19 @@
 //! receives the peer's frames on the connection the peer made to it,
 //! attributed to the link by the peer's address (as UDP datagrams are).
 //! Either side may restart: the sender reconnects with exponential backoff
-//! (100 ms doubling to 1 s, with jitter), the receiver takes the newest
-//! inbound connection of a peer and closes the one before.
+//! (100 ms doubling to 1 s, with jitter). The receiver takes a new inbound
+//! connection of a peer only when the one it has ended or fell silent (no
+//! record, not even a heartbeat, for [`INBOUND_SILENT`]): a flood of
+//! connections from the peer's address never displaces the live one.
+//!
+//! - **Before authentication, nothing per connection.** The acceptor hands
+//!   each accepted connection to a fixed pool of [`PREAUTH_WORKERS`]
+//!   threads through a queue of [`PREAUTH_QUEUE`]; a connection that finds
+//!   the queue full is closed at once (counted in `refused`, the cause
+//!   logged once). A worker gives the whole handshake (the first byte, the
+//!   TLS handshake, the certificate check) [`HANDSHAKE_DEADLINE`], however
+//!   slowly the bytes come; only an authenticated connection gets a thread
+//!   and a receive buffer, and a link has at most one.
 //!
 //! - **Bounded memory.** Frames wait in a fixed 4 MB ring per link; a frame
 //!   that does not fit, or that comes while the link is down, is dropped and
@@ -55,6 +66,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 const HEARTBEAT: Duration = Duration::from_secs(1);
 const RX_DEAD: Duration = Duration::from_secs(5);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Threads that take accepted connections through their handshake.
+pub const PREAUTH_WORKERS: usize = 4;
+/// Accepted connections waiting for a worker, at most.
+pub const PREAUTH_QUEUE: usize = 64;
+/// The whole handshake of an inbound connection, at most.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+/// An inbound connection with nothing heard for this long may be replaced.
+pub const INBOUND_SILENT: Duration = Duration::from_secs(3);
 
 /// A link's connection state, as `show links` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,8 +250,12 @@ pub struct TcpLink {
     ready: Condvar,
     stop: AtomicBool,
     shared: Arc<Shared>,
-    /// The current inbound connection (closed when a newer one comes).
-    inbound: Mutex<Option<TcpStream>>,
+    /// The current inbound connection and its number (closed when it fell
+    /// silent and a new one authenticated).
+    inbound: Mutex<Option<(u64, TcpStream)>>,
+    /// Numbers inbound connections; when the current one was last heard.
+    inbound_seq: AtomicU64,
+    inbound_heard_ns: AtomicU64,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -256,6 +279,8 @@ impl TcpLink {
             stop: AtomicBool::new(false),
             shared,
             inbound: Mutex::new(None),
+            inbound_seq: AtomicU64::new(0),
+            inbound_heard_ns: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
         });
         let l = link.clone();
@@ -268,7 +293,7 @@ impl TcpLink {
     pub fn stop(&self) {
         self.stop.store(true, Relaxed);
         self.ready.notify_all();
-        if let Some(s) = self.inbound.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some((_, s)) = self.inbound.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
@@ -369,12 +394,15 @@ impl TcpLink {
         }
     }
 
-    /// Serves an inbound connection from the peer: TLS (if the link wants
-    /// it) and its certificate's name checked, then records read and
-    /// forwarded until it ends.
-    fn serve_inbound(self: &Arc<Self>, sock: TcpStream, peer: IpAddr) {
+    /// A pre-authentication worker's part: the first byte, TLS (if the
+    /// link wants it) and its certificate's name, all within
+    /// [`HANDSHAKE_DEADLINE`]; then the connection is installed (if the
+    /// link has no live one) and read on a thread of its own.
+    fn authenticate(self: &Arc<Self>, sock: TcpStream, peer: IpAddr) {
+        let deadline = Instant::now() + HANDSHAKE_DEADLINE;
         let _ = tune(&sock);
-        let _ = sock.set_read_timeout(Some(RX_DEAD));
+        let _ = sock.set_read_timeout(Some(HANDSHAKE_DEADLINE));
+        let _ = sock.set_write_timeout(Some(HANDSHAKE_DEADLINE));
         // Plain or TLS: the first byte tells (a TLS record starts 0x16, a
         // `vnet` record with its version, 1).
         let mut first = [0u8; 1];
@@ -385,7 +413,7 @@ impl TcpLink {
         let Ok(keep) = sock.try_clone() else { return };
         let reader: Box<dyn Read + Send> = match (&self.tls, is_tls) {
             (None, false) => Box::new(sock),
-            (Some(tls), true) => match self.accept_tls(tls, sock, peer) {
+            (Some(tls), true) => match self.accept_tls(tls, sock, peer, deadline) {
                 Some(r) => r,
                 None => return,
             },
@@ -396,18 +424,76 @@ impl TcpLink {
                 return self.status.refuse(&self.name, peer, "a TLS connection on a plain link".into())
             }
         };
-        if let Some(old) = self.inbound.lock().unwrap_or_else(|p| p.into_inner()).replace(keep) {
-            let _ = old.shutdown(std::net::Shutdown::Both);
+        let _ = keep.set_read_timeout(Some(RX_DEAD));
+        let _ = keep.set_write_timeout(None);
+        let seq = {
+            let mut inbound = self.inbound.lock().unwrap_or_else(|p| p.into_inner());
+            if self.stopped() {
+                return;
+            }
+            let now = self.shared.now_ns();
+            let heard = now.saturating_sub(self.inbound_heard_ns.load(Relaxed));
+            if inbound.is_some() && heard < INBOUND_SILENT.as_nanos() as u64 {
+                drop(inbound);
+                return self.status.refuse(
+                    &self.name,
+                    peer,
+                    "another connection while the peer's is alive".into(),
+                );
+            }
+            if let Some((_, old)) = inbound.take() {
+                let _ = old.shutdown(std::net::Shutdown::Both);
+            }
+            let seq = self.inbound_seq.fetch_add(1, Relaxed) + 1;
+            self.inbound_heard_ns.store(now, Relaxed);
+            *inbound = Some((seq, keep));
+            seq
+        };
+        let l = self.clone();
+        let t = std::thread::Builder::new().name(format!("tcp-in-{}", self.name)).spawn(move || {
+            l.status.inbound.store(true, Relaxed);
+            l.read_loop(reader);
+            let mut inbound = l.inbound.lock().unwrap_or_else(|p| p.into_inner());
+            if inbound.as_ref().is_some_and(|(n, _)| *n == seq) {
+                *inbound = None;
+                l.status.inbound.store(false, Relaxed);
+            }
+        });
+        match t {
+            Ok(t) => {
+                let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+                threads.retain(|t| !t.is_finished());
+                threads.push(t);
+            }
+            Err(e) => {
+                tracing::warn!(link = %self.name, "cannot serve the connection from {peer}: {e}");
+                if let Some((_, s)) = self.inbound.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = s.shutdown(std::net::Shutdown::Both);
+                }
+            }
         }
-        self.status.inbound.store(true, Relaxed);
-        self.read_loop(reader);
-        self.status.inbound.store(false, Relaxed);
     }
 
-    fn accept_tls(&self, tls: &Tls, sock: TcpStream, peer: IpAddr) -> Option<Box<dyn Read + Send>> {
+    fn accept_tls(
+        &self,
+        tls: &Tls,
+        sock: TcpStream,
+        peer: IpAddr,
+        deadline: Instant,
+    ) -> Option<Box<dyn Read + Send>> {
         let conn = ServerConnection::new(tls.server.clone()).ok()?;
         let mut s = StreamOwned::new(conn, sock);
         while s.conn.is_handshaking() {
+            // What is left of the deadline bounds every read and write, so
+            // a peer sending a byte at a time gets no more than the whole.
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                self.status
+                    .error(format!("TLS handshake from {peer} not done within {HANDSHAKE_DEADLINE:?}"));
+                return None;
+            }
+            let _ = s.sock.set_read_timeout(Some(left));
+            let _ = s.sock.set_write_timeout(Some(left));
             if let Err(e) = s.conn.complete_io(&mut s.sock) {
                 if e.kind() == io::ErrorKind::InvalidData {
                     self.status.refuse(&self.name, peer, format!("TLS handshake: {e}"));
@@ -446,7 +532,9 @@ impl TcpLink {
             d.filled(n);
             let plane = self.shared.plane.load();
             let Some(link) = plane.links.get(&self.id) else { return };
-            link.alive.heard(self.shared.now_ns());
+            let now = self.shared.now_ns();
+            link.alive.heard(now);
+            self.inbound_heard_ns.store(now, Relaxed);
             loop {
                 match d.next_record() {
                     Ok(Some(Record::Frame { with_vh, payload })) => {
@@ -499,12 +587,27 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    /// Binds `addr` and starts accepting.
+    /// Binds `addr` and starts accepting, with the pre-authentication pool.
     pub fn bind(addr: SocketAddr, global: Arc<vnet_engine::Global>) -> io::Result<Acceptor> {
         let l = TcpListener::bind(addr)?;
         let addr = l.local_addr()?;
         let links: Arc<Mutex<FxHashMap<IpAddr, Arc<TcpLink>>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
+        type Job = (TcpStream, IpAddr, Arc<TcpLink>);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Job>(PREAUTH_QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..PREAUTH_WORKERS {
+            let rx = rx.clone();
+            // Not joined: a worker ends when the acceptor's queue is gone
+            // and its handshake (bounded by the deadline) is over.
+            std::thread::Builder::new().name(format!("tcp-auth-{i}")).spawn(move || loop {
+                let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok((sock, peer, link)) = job else { return };
+                if !link.stopped() {
+                    link.authenticate(sock, peer);
+                }
+            })?;
+        }
         let (links2, stop2, g2) = (links.clone(), stop.clone(), global);
         let thread = std::thread::Builder::new().name("tcp-accept".into()).spawn(move || {
             for conn in l.incoming() {
@@ -519,17 +622,14 @@ impl Acceptor {
                     g2.unknown_source.fetch_add(1, Relaxed);
                     continue; // dropped: closed
                 };
-                let l2 = link.clone();
-                match std::thread::Builder::new()
-                    .name(format!("tcp-in-{}", link.name))
-                    .spawn(move || l2.serve_inbound(sock, peer))
-                {
-                    Ok(t) => {
-                        let mut threads = link.threads.lock().unwrap_or_else(|p| p.into_inner());
-                        threads.retain(|t| !t.is_finished());
-                        threads.push(t);
+                match tx.try_send((sock, peer, link)) {
+                    Ok(()) => {}
+                    Err(std::sync::mpsc::TrySendError::Full((_, peer, link))) => {
+                        let cause =
+                            format!("more than {PREAUTH_QUEUE} connections waiting for their handshake");
+                        link.status.refuse(&link.name, peer, cause);
                     }
-                    Err(e) => tracing::warn!("cannot serve a connection from {peer}: {e}"),
+                    Err(std::sync::mpsc::TrySendError::Disconnected(_)) => break,
                 }
             }
         })?;
