@@ -143,9 +143,11 @@ pub struct Member {
     /// The MACs each host has (by host id).
     by_host: Vec<Vec<MacAddr>>,
     macs: FxHashMap<MacAddr, u32>,
-    /// Signed networks: the time of the newest claim taken for each MAC,
-    /// kept after the claim goes (an old claim replayed is refused).
-    claimed_at: FxHashMap<MacAddr, u64>,
+    /// Signed networks: the time of the newest claim taken for each MAC
+    /// and a hash of its claimant's name, kept after the claim goes (an old
+    /// claim replayed is refused; the same claim seen again, as a relist
+    /// does, is not).
+    claimed_at: FxHashMap<MacAddr, (u64, u64)>,
     /// Signed networks: claims by hosts not (validly) known yet.
     unverified: FxHashMap<MacAddr, MacRecord>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
@@ -363,17 +365,13 @@ impl Member {
         value: &[u8],
         out: &mut Vec<Change>,
     ) -> Result<(), RecordError> {
-        let checked = self.check_host(name, value);
+        // A record that does not check changes nothing: a host keeps the
+        // last record of it that did (so a writer without the network key
+        // cannot re-point or unsecure a link), until its key is deleted
+        // (its lease ran out) or a good record comes.
+        let peer = self.check_host(name, value)?;
         let Some(h) = self.id(name) else { return Err(RecordError::TooManyHosts(self.policy.max_hosts)) };
         self.duplicates.retain(|(d, _)| *d != h);
-        let peer = match checked {
-            Ok(p) => p,
-            Err(e) => {
-                // What the store holds for the host now is no record.
-                self.set_host(h, None, out);
-                return Err(e);
-            }
-        };
         let ip = canonical(peer.addr.ip());
         if let Some(&holder) = self.by_ip.get(&ip).filter(|&&g| g != h) {
             self.set_host(h, None, out);
@@ -468,12 +466,12 @@ impl Member {
             if !verify_claim(&claim_key, sig, &self.network, mac, &r.host, &r.iface, r.at_ms) {
                 return Err(RecordError::ClaimSignature(r.host));
             }
-            let held_ms = self.claimed_at.get(&mac).copied().unwrap_or(0);
-            let same = self.owner(mac) == Some(r.host.as_str());
-            if r.at_ms < held_ms || (r.at_ms == held_ms && held_ms != 0 && !same) {
+            let (held_ms, held_by) = self.claimed_at.get(&mac).copied().unwrap_or((0, 0));
+            let claimant = name_hash(&r.host);
+            if r.at_ms < held_ms || (r.at_ms == held_ms && held_ms != 0 && held_by != claimant) {
                 return Err(RecordError::StaleClaim { at_ms: r.at_ms, held_ms });
             }
-            self.claimed_at.insert(mac, r.at_ms);
+            self.claimed_at.insert(mac, (r.at_ms, claimant));
         }
         if !self.macs.contains_key(&mac) && self.macs.len() >= self.policy.max_macs {
             return Err(RecordError::TooManyMacs(self.policy.max_macs));
@@ -569,6 +567,13 @@ impl Member {
         out.extend(gone);
         *self = next;
     }
+}
+
+/// A host name's hash, for [`Member`]'s claim times (a collision only
+/// lets a tie of equal times through, and only between signed claims).
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(name)
 }
 
 #[cfg(test)]

@@ -2,6 +2,16 @@
 //! namespace on [`ETCD_IP`] with its data in the lab's directory, killed
 //! (by pid) with the lab. Stopping and starting it again keeps its data, as
 //! an etcd that was down for a while would.
+//!
+//! A secured cluster (the default, [`Cluster::open`] false) is run as
+//! `docs/CLUSTER.md` says: etcd serves TLS only and wants a client
+//! certificate of the lab's etcd CA; authentication is on, with a `root`
+//! user (the lab's own `etcdctl`, by its certificate's name) and one user
+//! per host holding the role `vnet-NETWORK` (read and write under
+//! `/vnet/NETWORK/` only, nothing else); each host's vnetd has its user's
+//! password file, its key, and a certificate of the network key. The files
+//! are in the lab's directory: `etcd*.pem|key` (etcd's), `root.pem|key`,
+//! `etcd-hN.pem|key` and `hN.etcd-pw` (host N's), `net.pub`, `hN.cert`.
 
 use super::*;
 
@@ -19,7 +29,8 @@ impl Lab {
         self.ns_exec(&sw, &["ip", "addr", "replace", &format!("{ETCD_IP}/24"), "dev", "br0"])?;
         let log_path = self.dir.join("etcd.log");
         let start = std::fs::metadata(&log_path).map_or(0, |m| m.len()) as usize;
-        let client = format!("http://{ETCD_IP}:{ETCD_PORT}");
+        let secured = self.spec.cluster.as_ref().is_some_and(Cluster::secured);
+        let client = self.etcd_url();
         // The peer port is on the switch namespace's own loopback.
         let peer = "http://127.0.0.1:2380";
         let mut cmd = Command::new("ip");
@@ -30,12 +41,17 @@ impl Lab {
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
             .args(["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer])
             .args(["--initial-cluster", &format!("lab={peer}")]);
+        if secured {
+            let f = |n: &str| self.dir.join(n);
+            cmd.arg("--cert-file").arg(f("etcd.pem")).arg("--key-file").arg(f("etcd.key"));
+            cmd.arg("--trusted-ca-file").arg(f("etcd-ca.pem")).arg("--client-cert-auth");
+        }
         self.etcd = Some(process::spawn_logged(cmd, &log_path, "etcd")?);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
             if text.get(start..).is_some_and(|t| t.contains("ready to serve client requests")) {
-                return Ok(());
+                return if secured { self.etcd_auth() } else { Ok(()) };
             }
             if let Some(Ok(Some(st))) = self.etcd.as_mut().map(Child::try_wait) {
                 self.etcd = None;
@@ -58,22 +74,122 @@ impl Lab {
         }
     }
 
-    /// Writes `key` = `value` into the lab's etcd as any client could
-    /// (`etcdctl put`, Debian's etcd-client), or deletes it (`value` None).
-    pub fn etcd_put(&self, key: &str, value: Option<&str>) -> Result<()> {
+    /// The URL of the lab's etcd.
+    pub fn etcd_url(&self) -> String {
+        let secured = self.spec.cluster.as_ref().is_some_and(Cluster::secured);
+        format!("{}://{ETCD_IP}:{ETCD_PORT}", if secured { "https" } else { "http" })
+    }
+
+    /// Runs `etcdctl ARGS` against the lab's etcd as its root user (by
+    /// certificate, when secured).
+    pub fn etcdctl(&self, args: &[&str]) -> Result<String> {
         let sw =
             self.switch.clone().ok_or_else(|| Error::Other("a cluster lab has a switch namespace".into()))?;
-        let ep = format!("--endpoints=http://{ETCD_IP}:{ETCD_PORT}");
-        let mut args = vec!["etcdctl", &ep];
-        match value {
-            Some(v) => args.extend(["put", "--", key, v]),
-            None => args.extend(["del", "--", key]),
+        let mut all: Vec<String> = vec!["etcdctl".into(), format!("--endpoints={}", self.etcd_url())];
+        if self.spec.cluster.as_ref().is_some_and(Cluster::secured) {
+            let f = |n: &str| self.dir.join(n).display().to_string();
+            all.push(format!("--cacert={}", f("etcd-ca.pem")));
+            all.push(format!("--cert={}", f("root.pem")));
+            all.push(format!("--key={}", f("root.key")));
         }
-        let out = self.ns_output(&sw, &args)?;
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let out = self.ns_output(&sw, &all)?;
         if !out.status.success() {
-            return Err(Error::Other(format!("etcdctl: {}", String::from_utf8_lossy(&out.stderr))));
+            return Err(Error::Other(format!(
+                "etcdctl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// A secured cluster's users and role (once: etcd keeps them).
+    fn etcd_auth(&self) -> Result<()> {
+        let done = self.dir.join("etcd-auth.done");
+        if done.exists() {
+            return Ok(());
+        }
+        let role = format!("vnet-{}", self.prefix);
+        let prefix = format!("/vnet/{}/", self.prefix);
+        let root_pw = vnetd::keys::genkey().map_err(Error::Other)?;
+        self.etcdctl(&["user", "add", "root", &format!("--new-user-password={root_pw}")])?;
+        self.etcdctl(&["role", "add", &role])?;
+        self.etcdctl(&["role", "grant-permission", &role, "--prefix=true", "readwrite", &prefix])?;
+        for h in 0..self.hosts.len() {
+            let user = format!("vnet-h{h}");
+            let pw = std::fs::read_to_string(self.dir.join(format!("h{h}.etcd-pw")))
+                .map_err(io("reading a password"))?;
+            self.etcdctl(&["user", "add", &user, &format!("--new-user-password={}", pw.trim())])?;
+            self.etcdctl(&["user", "grant-role", &user, &role])?;
+        }
+        self.etcdctl(&["auth", "enable"])?;
+        std::fs::write(&done, "").map_err(io("writing etcd-auth.done"))
+    }
+
+    /// A secured cluster's files: etcd's CA and certificates, a password
+    /// per host, the network key's public half and each host's
+    /// certificate (the hosts' keys are made already).
+    pub(crate) fn cluster_secrets(&self, hosts: &[Host]) -> Result<()> {
+        use vnet_cluster::trust::{CertBody, NetworkKey};
+        let ca = pki::Ca::new(&format!("{} etcd CA", self.prefix))?;
+        ca.host(&self.dir, "etcd", ETCD_IP)?;
+        ca.host(&self.dir, "root", ETCD_IP)?;
+        let nk = NetworkKey::generate().map_err(|e| Error::Other(e.to_string()))?;
+        std::fs::write(self.dir.join("net.pub"), nk.public().to_string()).map_err(io("writing net.pub"))?;
+        for (h, host) in hosts.iter().enumerate() {
+            ca.host(&self.dir, &format!("etcd-h{h}"), host.underlay_ip)?;
+            let pw = vnetd::keys::genkey().map_err(Error::Other)?;
+            vnetd::keys::write_secret(&self.dir.join(format!("h{h}.etcd-pw")), &pw).map_err(Error::Other)?;
+            let (file, public) = host.key.as_ref().ok_or_else(|| Error::Other("a host key".into()))?;
+            let private = std::fs::read_to_string(file).map_err(io("reading a host key"))?;
+            let body = CertBody {
+                network: self.prefix.clone(),
+                host: format!("h{h}"),
+                public_key: public.to_string(),
+                claim_key: vnetd::keys::claim_pubkey(&private).map_err(Error::Other)?,
+                addrs: vec![format!("{}/32", host.underlay_ip)],
+            };
+            let cert = nk.sign(&body).map_err(|e| Error::Other(e.to_string()))?;
+            std::fs::write(self.dir.join(format!("h{h}.cert")), cert).map_err(io("writing a certificate"))?;
         }
         Ok(())
+    }
+
+    /// Host `h`'s cluster-mode arguments to vnetd.
+    pub(crate) fn cluster_args(&self, h: usize) -> Vec<String> {
+        let Some(c) = &self.spec.cluster else { return Vec::new() };
+        let mut args = vec![
+            format!("--cluster=etcd:{}", self.etcd_url()),
+            format!("--network={}", self.prefix),
+            format!("--host=h{h}"),
+            format!("--cluster-ttl={}", c.ttl_s.max(3)),
+        ];
+        if c.secured() {
+            let f = |n: String| self.dir.join(n).display().to_string();
+            args.extend([
+                format!("--etcd-ca={}", f("etcd-ca.pem".into())),
+                format!("--etcd-cert={}", f(format!("etcd-h{h}.pem"))),
+                format!("--etcd-key={}", f(format!("etcd-h{h}.key"))),
+                format!("--etcd-user=vnet-h{h}"),
+                format!("--etcd-password-file={}", f(format!("h{h}.etcd-pw"))),
+                format!("--network-key={}", f("net.pub".into())),
+                format!("--host-cert={}", f(format!("h{h}.cert"))),
+            ]);
+        }
+        args
+    }
+
+    /// Writes `key` = `value` into the lab's etcd as any client with write
+    /// access could (`etcdctl put`, Debian's etcd-client; as root in a
+    /// secured cluster), or deletes it (`value` None).
+    pub fn etcd_put(&self, key: &str, value: Option<&str>) -> Result<()> {
+        match value {
+            Some(v) => self.etcdctl(&["put", "--", key, v]),
+            None => self.etcdctl(&["del", "--", key]),
+        }
+        .map(drop)
     }
 
     /// Host `h`'s `show cluster json`, the `cluster` object.

@@ -213,6 +213,7 @@ impl Lab {
     /// socket to answer.
     pub fn start_vnetd(&mut self, h: usize) -> Result<()> {
         let vnetd = bin("vnetd")?;
+        let cluster_args = self.cluster_args(h);
         let host = &mut self.hosts[h];
         let _ = std::fs::remove_file(&host.control);
         let mut cmd = Command::new("ip");
@@ -226,14 +227,7 @@ impl Lab {
             .arg("--state-dir")
             .arg(self.dir.join(format!("state-h{h}")))
             .args(&self.spec.vnetd_args)
-            .args(self.spec.cluster.as_ref().map_or(vec![], |c| {
-                vec![
-                    format!("--cluster=etcd:http://{ETCD_IP}:{ETCD_PORT}"),
-                    format!("--network={}", self.prefix),
-                    format!("--host=h{h}"),
-                    format!("--cluster-ttl={}", c.ttl_s.max(3)),
-                ]
-            }));
+            .args(cluster_args);
         host.vnetd = Some(process::spawn_logged(cmd, &host.log, "vnetd")?);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {

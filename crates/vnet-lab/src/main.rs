@@ -162,6 +162,12 @@ enum Cmd {
         /// `--cluster`, configs with interfaces only (no link or route lines).
         #[arg(long)]
         cluster: bool,
+        /// With --cluster: an open cluster (etcd over plain http without
+        /// users, unsigned records, links unsecured) instead of the secured
+        /// one (etcd over TLS with client certificates and users, a
+        /// network key signing every host, links encrypted).
+        #[arg(long, requires = "cluster")]
+        open_cluster: bool,
         /// Cluster mode: each vnetd's lease, in seconds.
         #[arg(long, default_value_t = 10)]
         cluster_ttl: u64,
@@ -196,6 +202,7 @@ fn main() -> ExitCode {
             lan_host,
             cluster,
             cluster_ttl,
+            open_cluster,
         } => {
             let guest_args = guest_args
                 .iter()
@@ -228,7 +235,11 @@ fn main() -> ExitCode {
                 },
                 vteps,
                 lan_host,
-                cluster: cluster.then(|| vnet_lab::Cluster { ttl_s: cluster_ttl, late: vec![] }),
+                cluster: cluster.then(|| vnet_lab::Cluster {
+                    ttl_s: cluster_ttl,
+                    late: vec![],
+                    open: open_cluster,
+                }),
                 ..Spec::default()
             };
             up(spec, datapath)
@@ -319,10 +330,14 @@ fn up(mut spec: Spec, datapath: Option<String>) -> vnet_lab::Result<()> {
     }
     if lab.spec.cluster.is_some() {
         println!(
-            "etcd: http://{}:{} in ns {}-sw, network {}; see: vnetctl --control unix:{} show cluster",
-            vnet_lab::ETCD_IP,
-            vnet_lab::ETCD_PORT,
+            "etcd: {} in ns {}-sw ({}), network {}; see: vnetctl --control unix:{} show cluster",
+            lab.etcd_url(),
             lab.prefix,
+            if lab.spec.cluster.as_ref().is_some_and(|c| c.secured()) {
+                "TLS, client certificates and users; its root's certificate root.pem in the lab's directory"
+            } else {
+                "open"
+            },
             lab.prefix,
             lab.hosts[0].control.display()
         );

@@ -92,6 +92,20 @@ pub struct Cluster {
     /// Hosts whose vnetd is not started by [`Lab::up`] (start them with
     /// [`Lab::start_vnetd`]: they join a running network).
     pub late: Vec<usize>,
+    /// An open cluster: etcd over plain http without users, hosts without
+    /// keys, records unsigned. By default the lab's cluster is secured as
+    /// `docs/CLUSTER.md` says to run one: etcd over TLS with client
+    /// certificates and a user per host (a role on the network's prefix
+    /// only), a network key that signs each host's certificate, and every
+    /// link encrypted.
+    pub open: bool,
+}
+
+impl Cluster {
+    /// Whether the lab's cluster is the secured one.
+    pub fn secured(&self) -> bool {
+        !self.open
+    }
 }
 
 /// Where a cluster-mode lab's etcd listens for clients (on the switch

@@ -216,10 +216,14 @@ impl Lab {
                 ca.host(&self.dir, &format!("h{h}"), host.underlay_ip)?;
             }
         }
-        if matches!(s.links, Links::Auth | Links::Encrypt) {
+        let secured_cluster = s.cluster.as_ref().is_some_and(Cluster::secured);
+        if matches!(s.links, Links::Auth | Links::Encrypt) || secured_cluster {
             for (h, host) in hosts.iter_mut().enumerate() {
                 host.key = Some(write_key(&self.dir.join(format!("h{h}.key")))?);
             }
+        }
+        if secured_cluster {
+            self.cluster_secrets(&hosts)?;
         }
         for h in (0..hosts.len()).filter(|&h| s.runs_vnetd(h)) {
             let text = config_for(&s, &hosts, h)?;

@@ -1975,7 +1975,7 @@ fn cluster_spec(hosts: usize, vms: usize, late: Vec<usize>) -> Spec {
         hosts,
         vms_per_host: vms,
         veth_hosts: (0..hosts).collect(),
-        cluster: Some(vnet_lab::Cluster { ttl_s: 5, late }),
+        cluster: Some(vnet_lab::Cluster { ttl_s: 5, late, open: false }),
         ..Spec::default()
     }
 }
@@ -2006,6 +2006,25 @@ fn cluster_of_five_hosts_from_etcd_alone_a_sixth_joins_and_a_killed_host_leaves_
     assert!(text.contains("store up") && text.contains("hosts 5: h0 h1 h2 h3 h4"), "{text}");
     let metrics = lab.control(0, "show metrics").unwrap().body;
     assert!(metrics.contains("vnet_cluster_store_up 1\n") && metrics.contains("vnet_cluster_hosts 5\n"));
+    // The secured cluster: every link encrypted and established, etcd
+    // reached over TLS, and a host's etcd user confined to its network.
+    for h in 0..5 {
+        for l in json(&lab, h, "links")["links"].as_array().unwrap() {
+            assert!(l["security"] == "encrypt" && l["established"] == true, "host {h}: {l}");
+        }
+    }
+    assert!(text.contains("https://"), "{text}");
+    let pw = std::fs::read_to_string(lab.dir.join("h0.etcd-pw")).unwrap();
+    let as_h0 = |args: &[&str]| {
+        let mut all = vec![format!("--user=vnet-h0:{}", pw.trim())];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        lab.etcdctl(&all)
+    };
+    let own = as_h0(&["get", "--prefix", "--keys-only", &format!("/vnet/{}/hosts/", lab.prefix)]).unwrap();
+    assert!(own.contains("/hosts/h4"), "{own}");
+    let e = as_h0(&["put", "/vnet/another-network/hosts/x", "{}"]).unwrap_err().to_string();
+    assert!(e.contains("permission denied"), "{e}");
 
     // A sixth host joins; nobody else is told anything.
     let t0 = std::time::Instant::now();
@@ -2041,7 +2060,11 @@ fn cluster_records_a_stranger_writes_to_etcd_change_nothing_but_a_counter() {
     // carries control lines, and records that once stopped every host
     // converging (a duplicate address, an unusable address, a key that is
     // not base64), each put into the real etcd as any client could.
-    let lab = lab(cluster_spec(2, 1, vec![]));
+    // An open cluster (no network key): records are taken on their
+    // fields alone, so every check but the signature's is on trial.
+    let mut spec = cluster_spec(2, 1, vec![]);
+    spec.cluster.as_mut().unwrap().open = true;
+    let lab = lab(spec);
     wait_converged(&lab, 2, 1);
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
@@ -2097,6 +2120,67 @@ fn cluster_records_a_stranger_writes_to_etcd_change_nothing_but_a_counter() {
         })
     });
     assert_ping(&lab, &b, a.ip, 56);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_forged_claim_or_host_record_without_the_network_keys_signature_redirects_nothing() {
+    // Finding 2 of the security review: one `put` of a MAC record naming
+    // another host made the real owner withdraw its VM's route (pings 2/2
+    // to 0/3); rewriting a host record re-pointed every link to it. In a
+    // signed network (the lab's default cluster) both are ignored, even
+    // written by etcd's root.
+    let lab = lab(cluster_spec(3, 1, vec![]));
+    wait_converged(&lab, 3, 2);
+    let (a, b, c) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone(), lab.vm(2, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let (macs, hosts) = (format!("/vnet/{}/macs", lab.prefix), format!("/vnet/{}/hosts", lab.prefix));
+    let before: Vec<_> =
+        (0..3).map(|h| lab.cluster_status(h).unwrap()["counters"]["bad_records"].clone()).collect();
+    // B's MAC claimed for host 0, unsigned, then with host 2's real claim
+    // signature lifted from C's record (it covers another MAC).
+    let c_claim = lab.etcdctl(&["get", "--print-value-only", &format!("{macs}/{}", c.mac)]).unwrap();
+    let mut lifted: serde_json::Value = serde_json::from_str(c_claim.trim()).unwrap();
+    lab.etcd_put(&format!("{macs}/{}", b.mac), Some(r#"{"host":"h0","iface":"vm0"}"#)).unwrap();
+    lifted["at_ms"] = serde_json::json!(lifted["at_ms"].as_u64().unwrap() + 60_000);
+    lab.etcd_put(&format!("{macs}/{}", b.mac), Some(&lifted.to_string())).unwrap();
+    // B's host record re-pointed to an address of the attacker's, with
+    // the attacker's key and no certificate; then with h0's certificate.
+    let attacker = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+    let h0_cert = std::fs::read_to_string(lab.dir.join("h0.cert")).unwrap();
+    lab.etcd_put(
+        &format!("{hosts}/h1"),
+        Some(&format!(r#"{{"addr":"10.77.0.66:9000","public_key":"{attacker}"}}"#)),
+    )
+    .unwrap();
+    lab.etcd_put(
+        &format!("{hosts}/h1"),
+        Some(&format!(
+            r#"{{"addr":"10.77.0.66:9000","public_key":"{attacker}","cert":"{}"}}"#,
+            h0_cert.trim()
+        )),
+    )
+    .unwrap();
+    wait_until(5.0, "every host counts the four forgeries", || {
+        (0..3).all(|h| {
+            let n = lab.cluster_status(h).unwrap()["counters"]["bad_records"].as_u64().unwrap();
+            n >= before[h].as_u64().unwrap() + 3
+        })
+    });
+    // Host 1 put its record back; nobody's link to it moved; B's MAC is
+    // still routed to host 1 and the VMs still talk.
+    wait_until(5.0, "host 1 restores its record", || {
+        lab.cluster_status(1).unwrap()["counters"]["records_restored"].as_u64().unwrap() >= 1
+    });
+    for h in [0, 2] {
+        assert_eq!(route_to(&lab, h, &b.mac).as_deref(), Some("link h1"), "host {h}");
+        let links = json(&lab, h, "links").to_string();
+        assert!(!links.contains("10.77.0.66") && !links.contains(attacker), "host {h}: {links}");
+    }
+    let local = json(&lab, 1, "routes").to_string();
+    assert!(local.contains(&b.mac), "host 1 withdrew its own VM's route: {local}");
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &c, b.ip, 56);
 }
 
 #[test]

@@ -209,7 +209,7 @@ fn netkey(file: &str) -> Result<String, String> {
     use vnet_cluster::trust::NetworkKey;
     let path = std::path::Path::new(file);
     let key = if path.exists() {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{file}: {e}"))?;
+        let text = vnetd::keys::read_secret(path, "the network key", 1024)?;
         NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?
     } else {
         let k = NetworkKey::generate().map_err(|e| e.to_string())?;
@@ -222,7 +222,7 @@ fn netkey(file: &str) -> Result<String, String> {
 /// `sign NETKEYFILE network N host H public-key K claim-key C addr P[,P]`.
 fn sign(file: &str, words: &[&str]) -> Result<String, String> {
     use vnet_cluster::trust::{CertBody, NetworkKey};
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let text = vnetd::keys::read_secret(std::path::Path::new(file), "the network key", 1024)?;
     let key = NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?;
     let mut body = CertBody {
         network: String::new(),

@@ -56,8 +56,8 @@ pub const RETRY_MAX: Duration = Duration::from_secs(10);
 /// What cluster mode needs to know.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// etcd's client URLs.
-    pub endpoints: Vec<String>,
+    /// How to reach etcd.
+    pub store: Store,
     pub network: String,
     /// This host's name in the network.
     pub host: String,
@@ -78,7 +78,7 @@ pub struct Config {
 }
 
 /// `etcd:URL[,URL...]` to the URLs (an `http://` is assumed where a URL
-/// names no scheme).
+/// names no scheme); all of them `http://` or all `https://`.
 pub fn parse_endpoints(s: &str) -> Result<Vec<String>, String> {
     let rest = s.strip_prefix("etcd:").ok_or_else(|| format!("expected etcd:URL[,URL...], found `{s}`"))?;
     let urls: Vec<String> = rest
@@ -90,12 +90,134 @@ pub fn parse_endpoints(s: &str) -> Result<Vec<String>, String> {
     if urls.is_empty() {
         return Err(format!("expected at least one URL after `etcd:`, found `{s}`"));
     }
-    if let Some(bad) = urls.iter().find(|u| !u.starts_with("http://")) {
-        return Err(format!(
-            "`{bad}`: only http:// endpoints are supported (put etcd on loopback or a private network)"
-        ));
+    if let Some(bad) = urls.iter().find(|u| !u.starts_with("http://") && !u.starts_with("https://")) {
+        return Err(format!("`{bad}`: expected an http:// or https:// URL"));
+    }
+    if urls.iter().any(|u| u.starts_with("https://")) && urls.iter().any(|u| u.starts_with("http://")) {
+        return Err("all URLs https:// or all http://, not both".into());
     }
     Ok(urls)
+}
+
+/// The files and names of `--etcd-*`: how vnetd proves who it is to etcd
+/// and checks that etcd is etcd.
+#[derive(Debug, Clone, Default)]
+pub struct StoreAuth {
+    /// The CA that signed etcd's server certificate (needed for https://).
+    pub ca: Option<std::path::PathBuf>,
+    /// This host's client certificate and key (etcd's
+    /// `--client-cert-auth`; with auth enabled and no user, its common
+    /// name is the etcd user).
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+    /// An etcd user and the file of its password (owner only).
+    pub user: Option<String>,
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+/// How vnetd reaches etcd: its URLs, TLS, and the user it is.
+#[derive(Clone, Default)]
+pub struct Store {
+    pub endpoints: Vec<String>,
+    tls: Option<etcd_client::TlsOptions>,
+    user: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("endpoints", &self.endpoints)
+            .field("tls", &self.tls.is_some())
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .finish()
+    }
+}
+
+impl Store {
+    /// Checks `--cluster` and `--etcd-*` together and reads their files.
+    /// Also returns a warning to log when the store is reached in clear
+    /// over a network.
+    pub fn load(spec: &str, auth: &StoreAuth) -> Result<(Store, Option<String>), String> {
+        let endpoints = parse_endpoints(spec).map_err(|e| format!("--cluster: {e}"))?;
+        let tls = endpoints[0].starts_with("https://");
+        let loopback = endpoints.iter().all(|u| on_loopback(u));
+        let mut warning = None;
+        let tls = if tls {
+            let ca = auth
+                .ca
+                .as_ref()
+                .ok_or("--cluster https://: give --etcd-ca FILE, the CA of etcd's certificate")?;
+            let pem = std::fs::read(ca).map_err(|e| format!("--etcd-ca {}: {e}", ca.display()))?;
+            let mut opts =
+                etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(pem));
+            match (&auth.cert, &auth.key) {
+                (Some(c), Some(k)) => {
+                    let cert = std::fs::read(c).map_err(|e| format!("--etcd-cert {}: {e}", c.display()))?;
+                    let key = crate::keys::read_secret(k, "the private key", 64 * 1024)
+                        .map_err(|e| format!("--etcd-key {e}"))?;
+                    opts = opts.identity(etcd_client::Identity::from_pem(cert, key));
+                }
+                (None, None) => {}
+                _ => return Err("--etcd-cert and --etcd-key go together".into()),
+            }
+            Some(opts)
+        } else {
+            if auth.ca.is_some() || auth.cert.is_some() || auth.key.is_some() {
+                return Err("--etcd-ca, --etcd-cert and --etcd-key need https:// URLs in --cluster".into());
+            }
+            if auth.user.is_some() && !loopback {
+                return Err(
+                    "--etcd-user over http:// would send its password in clear: use https:// URLs".into()
+                );
+            }
+            if !loopback {
+                warning = Some(format!(
+                    "cluster: etcd is reached over plain http ({}): anyone on that path reads and writes \
+                     the network's records; use https:// with --etcd-ca and a client certificate",
+                    endpoints.join(",")
+                ));
+            }
+            None
+        };
+        let user = match (&auth.user, &auth.password_file) {
+            (Some(u), Some(f)) => {
+                let pw = crate::keys::read_secret(f, "the password", 4096)
+                    .map_err(|e| format!("--etcd-password-file {e}"))?;
+                let pw = pw.trim_end_matches(['\r', '\n']);
+                if pw.is_empty() {
+                    return Err(format!("--etcd-password-file {}:1:1: expected a password", f.display()));
+                }
+                Some((u.clone(), pw.to_string()))
+            }
+            (None, None) => None,
+            _ => return Err("--etcd-user and --etcd-password-file go together".into()),
+        };
+        Ok((Store { endpoints, tls, user }, warning))
+    }
+
+    /// Options for a connection: TLS and the user when configured.
+    fn connect_options(&self) -> ConnectOptions {
+        let mut opts = ConnectOptions::new();
+        if let Some(tls) = &self.tls {
+            opts = opts.with_tls(tls.clone());
+        }
+        if let Some((u, p)) = &self.user {
+            opts = opts.with_user(u.clone(), p.clone()).with_auto_token_refresh(true);
+        }
+        opts
+    }
+}
+
+/// Whether a URL's host is a loopback address (or `localhost`).
+fn on_loopback(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split('/').next().unwrap_or("");
+    let host = match host.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The address other hosts' links send to: `advertise`, else the host's
@@ -165,7 +287,7 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
         let mut s = lock(&status);
         s.network = cfg.network.clone();
         s.host = cfg.host.clone();
-        s.endpoints = cfg.endpoints.clone();
+        s.endpoints = cfg.store.endpoints.clone();
         s.ttl_s = lease_ttl(cfg.ttl);
     }
     let policy = Policy {
@@ -184,6 +306,7 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
         retry: None,
         logged: None,
         seen: u64::MAX,
+        own: Vec::new(),
     };
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -239,6 +362,9 @@ struct Host {
     logged: Option<String>,
     /// The daemon's generation when local interfaces were last routed.
     seen: u64,
+    /// The host record this host last put: another writer's change to it
+    /// (or its deletion) is undone at once.
+    own: Vec<u8>,
 }
 
 impl Host {
@@ -252,12 +378,15 @@ impl Host {
 
     async fn session_inner(&mut self) -> Result<std::convert::Infallible, String> {
         let ttl = lease_ttl(self.cfg.ttl);
-        let opts = ConnectOptions::new()
+        let opts = self
+            .cfg
+            .store
+            .connect_options()
             .with_connect_timeout(Duration::from_secs(2))
             .with_timeout(Duration::from_secs(ttl.clamp(2, 5)))
             .with_keep_alive(Duration::from_secs(ttl.div_ceil(3).max(1)), Duration::from_secs(2))
             .with_keep_alive_while_idle(true);
-        let endpoints = self.cfg.endpoints.clone();
+        let endpoints = self.cfg.store.endpoints.clone();
         let mut c =
             self.wait(Client::connect(&endpoints, Some(opts))).await.map_err(|e| format!("connect: {e}"))?;
         let alive = match self.lease {
@@ -303,6 +432,7 @@ impl Host {
         tracing::info!(network = %self.cfg.network, host = %self.cfg.host, revision = rev, "cluster: watching");
 
         let prefix = self.member.prefix().to_string();
+        let own_key = host_key(&self.cfg.network, &self.cfg.host);
         let watch_opts = |rev: u64| WatchOptions::new().with_prefix().with_start_revision(rev as i64 + 1);
         let mut watch = self
             .wait(c.watch(prefix.clone(), Some(watch_opts(rev))))
@@ -328,6 +458,7 @@ impl Host {
                     let t0 = Instant::now();
                     let mut changes = Vec::new();
                     let mut n = 0;
+                    let mut own_changed = false;
                     for ev in resp.events() {
                         let Some(kv) = ev.kv() else { continue };
                         let (Ok(key), rev) = (kv.key_str(), kv.mod_revision().max(0) as u64) else {
@@ -338,10 +469,17 @@ impl Host {
                             EventType::Put => Event::Put { key: key.to_string(), value: kv.value().to_vec(), rev },
                             EventType::Delete => Event::Delete { key: key.to_string(), rev },
                         };
+                        own_changed |= e.key() == own_key
+                            && !matches!(&e, Event::Put { value, .. } if *value == self.own);
                         self.member.apply(&e, &mut changes);
                         n += 1;
                     }
                     self.converge(&changes, n, t0);
+                    if own_changed {
+                        tracing::warn!(key = %own_key, "cluster: this host's record was changed by another writer; putting it back");
+                        lock(&self.status).counters.records_restored += 1;
+                        self.put_host(&mut c, lease).await?;
+                    }
                 }
                 _ = keep_every.tick() => {
                     keeper.keep_alive().await.map_err(|e| format!("keepalive: {e}"))?;
@@ -434,6 +572,7 @@ impl Host {
             .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
             .await
             .map_err(|e| format!("put host: {e}"))?;
+        self.own = value.clone();
         // Taken at once (its claims are checked against it), not when the watch brings it.
         let rev = r.header().map_or(0, |h| h.revision().max(0) as u64);
         let mut changes = Vec::new();
@@ -596,10 +735,35 @@ mod tests {
             parse_endpoints("etcd:http://10.0.0.1:2379,http://10.0.0.2:2379").unwrap(),
             ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
         );
-        for bad in ["127.0.0.1:2379", "etcd:", "etcd:https://a:1", "consul:x"] {
+        assert_eq!(parse_endpoints("etcd:https://a:1").unwrap(), ["https://a:1"]);
+        for bad in ["127.0.0.1:2379", "etcd:", "etcd:https://a:1,http://b:1", "etcd:ftp://a:1", "consul:x"] {
             assert!(parse_endpoints(bad).is_err(), "{bad}");
         }
         assert!(check_name("host", "h-1.lab").is_ok());
         assert!(check_name("host", "a/b").is_err());
+    }
+
+    #[test]
+    fn the_store_wants_tls_for_a_password_or_a_network_and_a_ca_for_tls() {
+        let none = StoreAuth::default();
+        let (s, warn) = Store::load("etcd:127.0.0.1:2379", &none).unwrap();
+        assert!(warn.is_none() && s.tls.is_none() && s.user.is_none());
+        let (_, warn) = Store::load("etcd:10.0.0.1:2379", &none).unwrap();
+        assert!(warn.unwrap().contains("plain http"));
+        let e = Store::load("etcd:https://10.0.0.1:2379", &none).unwrap_err();
+        assert!(e.contains("--etcd-ca"), "{e}");
+        let user =
+            StoreAuth { user: Some("u".into()), password_file: Some("/nonexistent".into()), ..none.clone() };
+        let e = Store::load("etcd:10.0.0.1:2379", &user).unwrap_err();
+        assert!(e.contains("in clear"), "{e}");
+        let ca = StoreAuth { ca: Some("/nonexistent".into()), ..none.clone() };
+        assert!(Store::load("etcd:10.0.0.1:2379", &ca).unwrap_err().contains("https://"));
+        let half = StoreAuth { user: Some("u".into()), ..none };
+        assert!(Store::load("etcd:[::1]:2379", &half).unwrap_err().contains("go together"));
+        assert!(
+            on_loopback("http://localhost:2379")
+                && on_loopback("http://[::1]:1")
+                && !on_loopback("http://a:1")
+        );
     }
 }

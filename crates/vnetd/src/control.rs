@@ -108,19 +108,10 @@ pub fn load_token(path: &std::path::Path) -> Result<Arc<str>, String> {
 
 /// Reads an existing token file, refusing one others may read.
 pub fn load_token_file(path: &std::path::Path) -> Result<String, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let shown = path.display();
-    let f = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
-    let mode = f.metadata().map_err(|e| format!("{shown}: {e}"))?.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(format!("{shown}: mode {mode:04o} lets others read the token; `chmod 600 {shown}`"));
-    }
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut std::io::Read::take(f, 1024), &mut text)
-        .map_err(|e| format!("{shown}: {e}"))?;
+    let text = crate::keys::read_secret(path, "the token", 1024)?;
     let t = text.trim();
     if t.len() != TOKEN_HEX || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{shown}:1:1: expected a token of {TOKEN_HEX} hex digits"));
+        return Err(format!("{}:1:1: expected a token of {TOKEN_HEX} hex digits", path.display()));
     }
     Ok(t.to_string())
 }
@@ -822,7 +813,7 @@ mod tests {
         let f = |ext: &str| dir.join(format!("{name}{ext}")).display().to_string();
         let files = vnet_control::TlsFiles { cert: f(".pem"), key: f(".key"), ca: f("-ca.pem") };
         std::fs::write(&files.cert, cert.pem()).unwrap();
-        std::fs::write(&files.key, key.serialize_pem()).unwrap();
+        crate::keys::write_secret(std::path::Path::new(&files.key), &key.serialize_pem()).unwrap();
         std::fs::write(&files.ca, trust).unwrap();
         files
     }

@@ -370,11 +370,15 @@ impl Daemon {
         let mut tls_changed = false;
         if next.tls != self.state.tls || (sockets.tls.is_none() && next.tls.is_some()) {
             sockets.tls = match &next.tls {
+                // Why a file did not load goes to vnetd's log only: a
+                // control client is not told whether a path it may not read
+                // exists (the issue-27 review's `tls cert` oracle).
                 Some(files) => Some(Arc::new(link::tcp::Tls::load(files).map_err(|e| {
+                    tracing::warn!("tls: {e}");
                     Error::new(
                         last_pos(|c| matches!(c, Command::Tls(_))),
-                        "a readable certificate chain, private key and CA (PEM)",
-                        e,
+                        "a readable certificate chain, private key (owner only) and CA (PEM)",
+                        "error: the files did not load as such; vnetd's log says why",
                     )
                 })?)),
                 None => None,

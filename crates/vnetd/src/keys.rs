@@ -9,17 +9,40 @@ use vnet_engine::secure::Identity;
 
 /// Reads the key pair from `path`, refusing a file others may read.
 pub fn read_key_file(path: &Path) -> Result<Identity, String> {
+    let text = read_secret(path, "the private key", 1024)?;
+    parse_private(text.trim())
+        .ok_or_else(|| format!("{}:1:1: expected a private key (44 characters of base64)", path.display()))
+}
+
+/// Reads a secret file (a key, a token, a password): opened once and
+/// checked on the open file, so nothing can swap it between the check and
+/// the read. It must be owned by vnetd's user or root, carry no group or
+/// other permission bits, and hold at most `max` bytes.
+pub fn read_secret(path: &Path, what: &str, max: u64) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("{shown}: {e}"))?;
+    let f = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("{shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown}: not a regular file"));
+    }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(format!(
-            "{shown}: mode {mode:04o} lets others read the private key; `chmod 600 {shown}` (or 400)"
+            "{shown}: mode {mode:04o} lets others read {what}; `chmod 600 {shown}` (or 400)"
         ));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
-    parse_private(text.trim())
-        .ok_or_else(|| format!("{shown}:1:1: expected a private key (44 characters of base64)"))
+    let me = crate::sys::euid();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!("{shown}: owned by uid {}, not by vnetd's user ({me}) or root", meta.uid()));
+    }
+    let mut text = String::new();
+    f.take(max + 1).read_to_string(&mut text).map_err(|e| format!("{shown}: {e}"))?;
+    if text.len() as u64 > max {
+        return Err(format!("{shown}: more than {max} bytes, too long for {what}"));
+    }
+    Ok(text)
 }
 
 /// A private key written as `vnetctl genkey` writes it.

@@ -63,9 +63,28 @@ struct Args {
     #[arg(long)]
     no_rx_ring: bool,
     /// Cluster mode: program links and routes from etcd (`docs/CLUSTER.md`),
-    /// e.g. etcd:http://10.0.0.1:2379,http://10.0.0.2:2379.
+    /// e.g. etcd:https://10.0.0.1:2379,https://10.0.0.2:2379 (with
+    /// --etcd-ca; plain http:// is for loopback).
     #[arg(long, value_name = "etcd:URL[,URL...]", requires = "network")]
     cluster: Option<String>,
+    /// Cluster mode, https:// URLs: the CA of etcd's server certificate.
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    etcd_ca: Option<std::path::PathBuf>,
+    /// Cluster mode, https:// URLs: this host's client certificate for
+    /// etcd (`--client-cert-auth`), with --etcd-key.
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    etcd_cert: Option<std::path::PathBuf>,
+    /// The private key of --etcd-cert (owner only).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    etcd_key: Option<std::path::PathBuf>,
+    /// Cluster mode: the etcd user (etcd's auth; `docs/CLUSTER.md` has a
+    /// role recipe), with --etcd-password-file. Over http:// only to
+    /// loopback.
+    #[arg(long, value_name = "NAME", requires = "etcd_password_file")]
+    etcd_user: Option<String>,
+    /// The file of --etcd-user's password (owner only).
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    etcd_password_file: Option<std::path::PathBuf>,
     /// Cluster mode: the network this host joins.
     #[arg(long, value_name = "NAME")]
     network: Option<String>,
@@ -311,7 +330,17 @@ fn cluster_config(
     claim_key: Option<Arc<vnet_cluster::trust::ClaimKey>>,
 ) -> Result<Option<vnetd::cluster::Config>, String> {
     let Some(endpoints) = &args.cluster else { return Ok(None) };
-    let endpoints = vnetd::cluster::parse_endpoints(endpoints).map_err(|e| format!("--cluster: {e}"))?;
+    let auth = vnetd::cluster::StoreAuth {
+        ca: args.etcd_ca.clone(),
+        cert: args.etcd_cert.clone(),
+        key: args.etcd_key.clone(),
+        user: args.etcd_user.clone(),
+        password_file: args.etcd_password_file.clone(),
+    };
+    let (store, warning) = vnetd::cluster::Store::load(endpoints, &auth)?;
+    if let Some(w) = warning {
+        tracing::warn!("{w}");
+    }
     let network = args.network.clone().unwrap_or_default();
     vnetd::cluster::check_name("--network", &network)?;
     let host = match &args.host {
@@ -338,7 +367,7 @@ fn cluster_config(
         }
     };
     Ok(Some(vnetd::cluster::Config {
-        endpoints,
+        store,
         network,
         host,
         advertise: args.advertise,

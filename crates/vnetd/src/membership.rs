@@ -58,6 +58,9 @@ pub struct Counters {
     pub macs_released: u64,
     pub announces: u64,
     pub bad_records: u64,
+    /// This host's own record found changed or deleted by another writer,
+    /// and put back.
+    pub records_restored: u64,
 }
 
 /// The report.
@@ -142,6 +145,7 @@ impl Status {
                 "macs_released": c.macs_released,
                 "announces": c.announces,
                 "bad_records": c.bad_records,
+                "records_restored": c.records_restored,
             },
         })
     }
@@ -186,7 +190,7 @@ impl Status {
         let c = &self.counters;
         s.push_str(&format!(
             "events {} relists {} transactions {} transaction_errors {} store_errors {} leases_lost {} \
-             macs_claimed {} macs_released {} announces {} bad_records {}\n",
+             macs_claimed {} macs_released {} announces {} bad_records {} records_restored {}\n",
             c.events,
             c.relists,
             c.transactions,
@@ -196,7 +200,8 @@ impl Status {
             c.macs_claimed,
             c.macs_released,
             c.announces,
-            c.bad_records
+            c.bad_records,
+            c.records_restored
         ));
         for (k, why) in &self.quarantined {
             s.push_str(&format!("quarantined {k}: {why}\n"));
@@ -230,6 +235,7 @@ impl Status {
             ("macs_released_total", c.macs_released),
             ("announces_total", c.announces),
             ("bad_records_total", c.bad_records),
+            ("records_restored_total", c.records_restored),
         ] {
             out.push_str(&format!("# TYPE vnet_cluster_{name} counter\nvnet_cluster_{name} {v}\n"));
         }

@@ -203,7 +203,10 @@ impl Tls {
             Ok(certs)
         };
         let chain = read_certs(&files.cert)?;
-        let key = || PrivateKeyDer::from_pem_file(&files.key).map_err(|e| format!("{}: {e}", files.key));
+        let key_pem =
+            crate::keys::read_secret(std::path::Path::new(&files.key), "the private key", 64 * 1024)?;
+        let key =
+            || PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| format!("{}: {e}", files.key));
         let mut roots = RootCertStore::empty();
         for c in read_certs(&files.ca)? {
             roots.add(c).map_err(|e| format!("{}: {e}", files.ca))?;
