@@ -1223,6 +1223,51 @@ fn datagrams_whose_outer_headers_lie_deliver_nothing_on_either_path() {
     assert_eq!((moved("wrong_network"), moved("unsupported_flags")), (3, 3), "{g}");
 }
 
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_unicast_spoofed_to_one_host_for_another_hosts_vm_is_not_forwarded_on_either_path() {
+    // Finding 4 of the security review: a unicast frame for C's VM, sent in
+    // a datagram to B from the address of B's peer A (a raw, VXLAN or
+    // unsecured link: anyone who can spoof A), was forwarded by B onto its
+    // link to C (sealed as B's own when that link is encrypted). Split
+    // horizon: a frame from a link goes to local interfaces only.
+    let mut lab = lab(Spec { hosts: 3, format: Format::Vnet, ..Spec::default() });
+    let (a, c) = (lab.vm(0, 0).clone(), lab.vm(2, 0).clone());
+    assert_ping(&lab, &a, c.ip, 56);
+    let ip = |i: usize| lab.hosts[i].underlay_ip.to_string();
+    let (ip0, ip1, ip2) = (ip(0), ip(1), ip(2));
+    let ns0 = lab.hosts[0].ns.clone();
+    let (forge, catch) = (lab.dir.join("forge.py"), lab.dir.join("catch.py"));
+    std::fs::write(&forge, FORGE).unwrap();
+    std::fs::write(&catch, CATCH).unwrap();
+    // Frames for C's VM (its MAC and address) in `vnet` datagrams from A's
+    // underlay address, sent to `to`; C's VM prints what reaches it.
+    let send_and_catch = |lab: &mut Lab, to: &str, caught: &std::path::Path| {
+        lab.spawn(&c.ns, &["python3", catch.to_str().unwrap(), "3", caught.to_str().unwrap()]).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let (cip, aip) = (c.ip.to_string(), a.ip.to_string());
+        let args = [forge.to_str().unwrap(), &ip0, to, to, &c.mac, &a.mac, &cip, &aip];
+        let mut cmd = vec!["python3"];
+        cmd.extend_from_slice(&args);
+        let sent = lab.ns_exec(&ns0, &cmd).unwrap();
+        assert!(sent.status.success(), "{sent:?}");
+        std::thread::sleep(Duration::from_secs(3));
+        std::fs::read_to_string(caught).unwrap_or_default()
+    };
+    let before = json(&lab, 1, "links")["links"].to_string();
+    let (via_b_file, direct_file) = (lab.dir.join("via-b.txt"), lab.dir.join("direct.txt"));
+    let via_b = send_and_catch(&mut lab, &ip1, &via_b_file);
+    assert!(
+        !via_b.contains("mark-"),
+        "host B forwarded a unicast from its link to A onto its link to C: {via_b:?}\nB's links before {before}\nafter {}",
+        json(&lab, 1, "links")["links"]
+    );
+    // The same datagrams sent to C itself are delivered: the catch works.
+    let direct = send_and_catch(&mut lab, &ip2, &direct_file);
+    assert!(direct.contains("mark-good"), "the datagrams sent to C directly did not arrive: {direct:?}");
+    assert_ping(&lab, &a, c.ip, 56);
+}
+
 /// The first line of a guest's console with `prefix`, from it on, waited for
 /// up to `secs` seconds.
 fn console_line(vm: &Vm, prefix: &str, secs: u64) -> String {
