@@ -3,7 +3,8 @@
 use super::*;
 
 impl Lab {
-    pub(crate) fn add_ns(&mut self, name: String) -> Result<String> {
+    /// Makes a namespace that goes with the lab (removed on every exit path).
+    pub fn add_ns(&mut self, name: String) -> Result<String> {
         run(&["ip", "netns", "add", &name])?;
         registry().0.push(name.clone());
         self.namespaces.push(name.clone());

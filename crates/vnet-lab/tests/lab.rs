@@ -1166,6 +1166,36 @@ for _ in range(3):
     send(dst, 'wrongnet', network=7); send(dst, 'authflag', flags=4 | 1)
 "#;
 
+/// Sends, from argv[1] to argv[2]:9000, `vnet` datagrams whose inner
+/// IPv4 length lies (0, 0xffff, 100 too long), one batch of four through
+/// UDP segmentation (a GSO packet on the veth) whose first inner length is
+/// 0, and three honest ones (`good`).
+const INNER_LIE: &str = r#"
+import socket, struct, sys
+src, dst, amac, bmac, aip, bip = sys.argv[1:7]
+def csum(b):
+    s = sum(struct.unpack('!%dH' % (len(b) // 2), b)); s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return (~s) & 0xffff
+def frame(tag, lie=None):
+    data = ('mark-' + tag).ljust(32).encode()
+    udp = struct.pack('!HHHH', 5555, 7777, 8 + len(data), 0) + data
+    tot = 20 + len(udp) if lie is None else lie
+    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, tot, 1, 0, 64, 17, 0, socket.inet_aton(bip), socket.inet_aton(aip))
+    ip = ip[:10] + struct.pack('!H', csum(ip)) + ip[12:]
+    return bytes.fromhex(amac.replace(':', '')) + bytes.fromhex(bmac.replace(':', '')) + b'\x08\x00' + ip + udp
+def vnet(f):
+    return struct.pack('!BBHIIII', 1, 4, 20, 0, 0, 0, 0) + f
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((src, 0))
+for tag, lie in [('innerzero', 0), ('innerffff', 0xffff), ('innerlong', 200)]:
+    s.sendto(vnet(frame(tag, lie)), (dst, 9000))
+segs = [vnet(frame('gsozero', 0))] + [vnet(frame('gsorest')) for _ in range(3)]
+g = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); g.bind((src, 0))
+g.setsockopt(socket.SOL_UDP, 103, len(segs[0]))  # UDP_SEGMENT
+g.sendto(b''.join(segs), (dst, 9000))
+for _ in range(3):
+    s.sendto(vnet(frame('good')), (dst, 9000))
+"#;
+
 /// Prints every UDP payload that reaches port 7777 for argv[1] seconds into argv[2].
 const CATCH: &str = r#"
 import socket, sys, time
@@ -1266,6 +1296,119 @@ fn a_unicast_spoofed_to_one_host_for_another_hosts_vm_is_not_forwarded_on_either
     let direct = send_and_catch(&mut lab, &ip2, &direct_file);
     assert!(direct.contains("mark-good"), "the datagrams sent to C directly did not arrive: {direct:?}");
     assert_ping(&lab, &a, c.ip, 56);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_datagram_with_a_peers_address_on_another_device_is_left_to_rp_filter_on_either_path() {
+    // Finding 7 of the security review: the kernel path's `vnet_from_wire`
+    // runs at TC ingress, before reverse-path filtering and netfilter, and
+    // took a datagram from a peer's address on any device it is attached
+    // to. Host B here has a second link whose route leaves by another
+    // device (`sp0`, to a namespace S), so the program runs there too, and
+    // strict rp_filter: a datagram with A's source address arriving from S
+    // must not reach B's VM (the stack drops it: A is reached by `u1`).
+    let mut lab = lab(Spec { format: Format::Vnet, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let (ns0, ns1) = (lab.hosts[0].ns.clone(), lab.hosts[1].ns.clone());
+    let (ip0, ip1) = (lab.hosts[0].underlay_ip.to_string(), lab.hosts[1].underlay_ip.to_string());
+    let s = format!("{}-spoof", lab.prefix);
+    let s = lab.add_ns(s).unwrap();
+    vnet_lab::run(&[
+        "ip", "link", "add", "sp0", "netns", &ns1, "type", "veth", "peer", "name", "sp1", "netns", &s,
+    ])
+    .unwrap();
+    for (ns, dev, addr) in [(&ns1, "sp0", "10.99.0.1/24"), (&s, "sp1", "10.99.0.2/24")] {
+        lab.ns_exec(ns, &["ip", "addr", "add", addr, "dev", dev]).unwrap();
+        lab.ns_exec(ns, &["ip", "link", "set", dev, "up"]).unwrap();
+    }
+    lab.ns_exec(&s, &["ip", "route", "add", &ip1, "dev", "sp1"]).unwrap();
+    for k in ["all", "default", "sp0"] {
+        lab.ns_exec(&ns1, &["sysctl", "-q", "-w", &format!("net.ipv4.conf.{k}.rp_filter=1")]).unwrap();
+    }
+    // B's second link, by sp0: on the kernel path its device gets the program.
+    lab.apply(1, "link d udp 10.99.0.2:9000 format vnet\n").unwrap();
+    let d = &json(&lab, 1, "links")["links"][1];
+    if std::env::var("VNET_LAB_DATAPATH").as_deref() == Ok("kernel") {
+        assert_eq!(
+            d["datapath"], "kernel",
+            "the second link must be the kernel's, for its device to get the program: {d}"
+        );
+    }
+    let (forge, catch) = (lab.dir.join("forge.py"), lab.dir.join("catch.py"));
+    std::fs::write(&forge, FORGE).unwrap();
+    std::fs::write(&catch, CATCH).unwrap();
+    // Frames for B's VM in `vnet` datagrams from A's address to B's, sent
+    // from namespace `from`; B's VM prints what reaches it.
+    let send_and_catch = |lab: &mut Lab, from: &str, caught: &std::path::Path| {
+        lab.spawn(&b.ns, &["python3", catch.to_str().unwrap(), "3", caught.to_str().unwrap()]).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let (bip, aip) = (b.ip.to_string(), a.ip.to_string());
+        let args = [forge.to_str().unwrap(), &ip0, &ip1, &ip1, &b.mac, &a.mac, &bip, &aip];
+        let mut cmd = vec!["python3"];
+        cmd.extend_from_slice(&args);
+        let sent = lab.ns_exec(from, &cmd).unwrap();
+        assert!(sent.status.success(), "{sent:?}");
+        std::thread::sleep(Duration::from_secs(3));
+        std::fs::read_to_string(caught).unwrap_or_default()
+    };
+    let (spoofed_file, real_file) = (lab.dir.join("spoofed.txt"), lab.dir.join("real.txt"));
+    let spoofed = send_and_catch(&mut lab, &s, &spoofed_file);
+    assert!(
+        !spoofed.contains("mark-"),
+        "a datagram with A's address from another device reached B's VM: {spoofed:?}"
+    );
+    let real = send_and_catch(&mut lab, &ns0, &real_file);
+    assert!(real.contains("mark-good"), "the same datagrams from A itself did not arrive: {real:?}");
+    assert_ping(&lab, &a, b.ip, 56);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn datagrams_whose_inner_length_lies_are_left_to_the_user_path() {
+    // Finding 7: the kernel path skipped the inner length check on GSO (or
+    // GRO-merged) packets and took an inner length of 0 or 0xffff. Now
+    // such a packet, and any datagram whose inner IP length is not its
+    // frame's, is the user path's: the kernel decapsulates only honest ones.
+    let mut lab = lab(Spec { format: Format::Vnet, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let (ns0, ip0, ip1) =
+        (lab.hosts[0].ns.clone(), lab.hosts[0].underlay_ip.to_string(), lab.hosts[1].underlay_ip.to_string());
+    let (lie, catch, caught) = (lab.dir.join("lie.py"), lab.dir.join("catch.py"), lab.dir.join("caught.txt"));
+    std::fs::write(&lie, INNER_LIE).unwrap();
+    std::fs::write(&catch, CATCH).unwrap();
+    lab.spawn(&b.ns, &["python3", catch.to_str().unwrap(), "3", caught.to_str().unwrap()]).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // The user path's share of what came in on the link (the link's
+    // receive counters hold both paths'; `kernel_rx_packets` the kernel's).
+    let user_rx = |lab: &Lab| {
+        let l = link_json(lab, 1);
+        l["rx_packets"].as_u64().unwrap() - l["kernel_rx_packets"].as_u64().unwrap_or(0)
+    };
+    let (before, kernel_before) = (user_rx(&lab), link_json(&lab, 1)["kernel_rx_packets"].as_u64());
+    let (bip, aip) = (b.ip.to_string(), a.ip.to_string());
+    let sent = lab
+        .ns_exec(&ns0, &["python3", lie.to_str().unwrap(), &ip0, &ip1, &b.mac, &a.mac, &bip, &aip])
+        .unwrap();
+    assert!(sent.status.success(), "{sent:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    let got = std::fs::read_to_string(&caught).unwrap_or_default();
+    assert_eq!(got.matches("mark-good").count(), 3, "the honest datagrams: {got:?}");
+    for tag in ["innerzero", "innerffff", "innerlong", "gsozero"] {
+        assert!(
+            !got.contains(&format!("mark-{tag}")),
+            "a datagram whose inner length lies was delivered: {got:?}"
+        );
+    }
+    // The four lying ones (three datagrams and the GSO batch's first, or
+    // the whole batch when it arrived as one GSO packet) went to the user
+    // path; on the kernel pass the kernel took honest ones only.
+    let (user, kernel) = (user_rx(&lab) - before, link_json(&lab, 1)["kernel_rx_packets"].as_u64());
+    eprintln!("inner length lies: user path took {user} datagrams, the kernel {kernel:?} (before {kernel_before:?})");
+    assert!(user >= 4, "the user path took {user} of the link's datagrams: a lying one was the kernel's");
+    assert_ping(&lab, &a, b.ip, 56);
 }
 
 /// The first line of a guest's console with `prefix`, from it on, waited for

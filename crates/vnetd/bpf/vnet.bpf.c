@@ -564,8 +564,12 @@ int vnet_from_wire(struct __sk_buff *skb)
 	if ((l->format == FMT_VXLAN) != vxlan)
 		goto user;
 	/* To the address vnetd's link leaves from (it listens there), not any
-	 * address of the host's. */
-	if (h.ip.daddr != l->local_ip)
+	 * address of the host's; and in on the device the host's route to
+	 * the peer leaves by (strict reverse-path filtering's rule: this
+	 * program runs before rp_filter and netfilter, so a datagram with the
+	 * peer's source address arriving elsewhere is left to them, on the
+	 * way to vnetd's socket). */
+	if (h.ip.daddr != l->local_ip || skb->ingress_ifindex != l->ifindex)
 		goto user;
 	if (l->format == FMT_VNET) {
 		__u32 net;
@@ -578,23 +582,28 @@ int vnet_from_wire(struct __sk_buff *skb)
 	}
 	if (inner.h_dest[0] & 1 || !fast_proto(inner.h_proto))
 		goto user;
-	if (gso) {
-		/* One inner frame must fill the packet: several datagrams that
-		 * GRO merged (the first's inner frame is shorter than the whole)
-		 * are the socket's to split. */
-		__u32 l3 = inner_off + ETH_HLEN, inner_len;
+	/* The inner IP length must be the frame's: exactly, for a GSO packet
+	 * (one inner frame must fill it; several datagrams that GRO merged,
+	 * whose first inner frame is shorter than the whole, are the socket's
+	 * to split); exactly or short by Ethernet's padding of a minimum-size
+	 * frame, for one datagram. A length of 0 or 0xffff (a super-frame past
+	 * 64 KB, BIG TCP, an IPv6 jumbogram) cannot be checked and, like any
+	 * other lie, is the user path's. */
+	{
+		__u32 l3 = inner_off + ETH_HLEN, inner_len, room = skb->len - l3;
 		__u16 v;
 		if (inner.h_proto == bpf_htons(ETH_P_IP)) {
 			if (bpf_skb_load_bytes(skb, l3 + 2, &v, 2) < 0)
 				goto user;
 			inner_len = bpf_ntohs(v);
+			if (inner_len < sizeof(struct iphdr))
+				goto user;
 		} else {
 			if (bpf_skb_load_bytes(skb, l3 + 4, &v, 2) < 0)
 				goto user;
 			inner_len = bpf_ntohs(v) + 40;
 		}
-		/* A 64 KB super-frame's IPv4 length may be 0 (or capped). */
-		if (inner_len != 0 && inner_len != 0xffff && inner_len != skb->len - l3)
+		if (inner_len != room && (gso || inner_len > room || room > ETH_ZLEN - ETH_HLEN))
 			goto user;
 	}
 	struct route_key k = {.port = PORT_LINK | lid};
