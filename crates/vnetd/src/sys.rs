@@ -177,14 +177,19 @@ pub fn netns_path(ns: &str) -> std::path::PathBuf {
     }
 }
 
-/// Sets a socket's send and receive buffers to `bytes`, past the
+/// Sets a socket's send and receive buffers, past the
 /// `net.core.[rw]mem_max` limits when running as root (the `FORCE`
-/// variants), else as far as those limits allow.
-pub fn set_socket_buffers(sock: &impl AsRawFd, bytes: usize) -> io::Result<()> {
-    let v = bytes.min(i32::MAX as usize) as libc::c_int;
-    for (force, plain) in [(libc::SO_SNDBUFFORCE, libc::SO_SNDBUF), (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)] {
-        if setsockopt_raw(sock, libc::SOL_SOCKET, force, &v).is_err() {
-            setsockopt_raw(sock, libc::SOL_SOCKET, plain, &v)?;
+/// variants), else as far as those limits allow. A receive buffer of 0 is
+/// the kernel's minimum (a few KB): for sockets that only send, whose
+/// port anyone may send to.
+pub fn set_socket_buffers(sock: &impl AsRawFd, send: usize, receive: usize) -> io::Result<()> {
+    let v = |b: usize| b.min(i32::MAX as usize) as libc::c_int;
+    for (force, plain, bytes) in [
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, send),
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, receive),
+    ] {
+        if setsockopt_raw(sock, libc::SOL_SOCKET, force, &v(bytes)).is_err() {
+            setsockopt_raw(sock, libc::SOL_SOCKET, plain, &v(bytes))?;
         }
     }
     Ok(())

@@ -101,14 +101,23 @@ impl DatagramTx for UdpTx {
     }
 }
 
+/// A receiving socket: large buffers both ways.
 fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
-    ready(UdpSocket::bind(addr)?)
+    ready(UdpSocket::bind(addr)?, SOCKET_BUFFER)
 }
 
-/// A bound socket made ready for a worker: non-blocking, large buffers.
-fn ready(s: UdpSocket) -> std::io::Result<Arc<UdpSocket>> {
+/// A socket of a sending pool: nobody reads it, so its receive buffer is
+/// the kernel's minimum (what anyone sends to its port costs a few KB,
+/// not 8 MB a socket).
+fn bind_sending(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
+    ready(UdpSocket::bind(addr)?, 0)
+}
+
+/// A bound socket made ready for a worker: non-blocking, a large send
+/// buffer, a receive buffer of `receive` bytes (0: the minimum).
+fn ready(s: UdpSocket, receive: usize) -> std::io::Result<Arc<UdpSocket>> {
     s.set_nonblocking(true)?;
-    if let Err(e) = sys::set_socket_buffers(&s, SOCKET_BUFFER) {
+    if let Err(e) = sys::set_socket_buffers(&s, SOCKET_BUFFER, receive) {
         tracing::warn!("socket buffers left at the default: {e}");
     }
     Ok(Arc::new(s))
@@ -122,7 +131,7 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
         tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
     }
     let pool =
-        (0..TX_POOL).map(|_| bind(SocketAddr::new(addr.ip(), 0))).collect::<std::io::Result<Vec<_>>>()?;
+        (0..TX_POOL).map(|_| bind_sending(SocketAddr::new(addr.ip(), 0))).collect::<std::io::Result<Vec<_>>>()?;
     Ok(super::Bound { addr, sock, pool, nocheck: Vec::new() })
 }
 
@@ -174,5 +183,5 @@ pub fn bind_vxlan(addr: SocketAddr) -> std::io::Result<super::Bound> {
 
 /// A sending socket another may share the port of (`SO_REUSEPORT`).
 fn bind_reuse(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
-    ready(sys::udp_bind_reuseport(addr)?)
+    ready(sys::udp_bind_reuseport(addr)?, 0)
 }
