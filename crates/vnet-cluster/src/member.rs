@@ -99,6 +99,8 @@ pub enum RecordError {
     CertKey,
     #[error("`cert` does not allow address {0}")]
     CertAddr(IpAddr),
+    #[error("`cert` expired at {0} (seconds since the epoch)")]
+    CertExpired(u64),
     #[error("address {addr} is already host `{holder}`'s")]
     Duplicate { addr: IpAddr, holder: String },
     #[error("more than {0} hosts")]
@@ -152,6 +154,11 @@ pub struct Member {
     unverified: FxHashMap<MacAddr, MacRecord>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
     quarantine: BTreeMap<String, RecordError>,
+    /// Signed networks: when each host's certificate expires (by host id).
+    not_after: FxHashMap<u32, u64>,
+    /// The wall clock (seconds since the epoch) as last told by
+    /// [`Member::expire`]; 0 until then (no certificate counts as expired).
+    now_s: u64,
     pub stats: MemberStats,
 }
 
@@ -180,6 +187,8 @@ impl Member {
             claimed_at: FxHashMap::default(),
             unverified: FxHashMap::default(),
             quarantine: BTreeMap::new(),
+            not_after: FxHashMap::default(),
+            now_s: 0,
             stats: MemberStats::default(),
         }
     }
@@ -293,6 +302,7 @@ impl Member {
             (Key::Host(name), Event::Delete { .. }) => {
                 if let Some(&h) = self.ids.get(name) {
                     self.duplicates.retain(|(d, _)| *d != h);
+                    self.not_after.remove(&h);
                     self.set_host(h, None, out);
                 }
                 Ok(())
@@ -317,8 +327,28 @@ impl Member {
         }
     }
 
+    /// Tells the view the time (seconds since the epoch): a host whose
+    /// certificate has expired by then is dropped (its links and routes go,
+    /// its key is quarantined with the reason) until a record with a valid
+    /// certificate comes. Cheap when nothing expires: one pass over the
+    /// hosts with an expiry.
+    pub fn expire(&mut self, now_s: u64, out: &mut Vec<Change>) {
+        self.now_s = now_s;
+        let gone: Vec<(u32, u64)> =
+            self.not_after.iter().filter(|&(_, &t)| now_s > t).map(|(&h, &t)| (h, t)).collect();
+        for (h, t) in gone {
+            self.not_after.remove(&h);
+            self.set_host(h, None, out);
+            let key = crate::layout::host_key(&self.network, &self.names[h as usize]);
+            self.stats.bad_records += 1;
+            if self.quarantine.len() < QUARANTINE_SHOWN {
+                self.quarantine.insert(key, RecordError::CertExpired(t));
+            }
+        }
+    }
+
     /// Checks a host record's every field against the policy.
-    fn check_host(&self, name: &str, value: &[u8]) -> Result<Peer, RecordError> {
+    fn check_host(&self, name: &str, value: &[u8]) -> Result<(Peer, Option<u64>), RecordError> {
         let r: HostRecord = serde_json::from_slice(value).map_err(|e| RecordError::Json(e.to_string()))?;
         if !usable(r.addr) {
             return Err(RecordError::Addr(r.addr));
@@ -335,6 +365,7 @@ impl Member {
             Some(k) => Some(PeerKey::from_base64(k).ok_or(RecordError::Key)?),
         };
         let mut claim_key = None;
+        let mut not_after = None;
         if let Some(nk) = &self.policy.network_key {
             let cert = nk.verify(r.cert.as_deref().ok_or(RecordError::Unsigned)?)?;
             if cert.network != self.network || cert.host != name {
@@ -346,6 +377,10 @@ impl Member {
             if !cert.allows(r.addr.ip()) {
                 return Err(RecordError::CertAddr(r.addr.ip()));
             }
+            if cert.expired(self.now_s) {
+                return Err(RecordError::CertExpired(cert.not_after.unwrap_or(0)));
+            }
+            not_after = cert.not_after;
             claim_key = Some(cert.claim_key);
         }
         if name != self.me {
@@ -356,7 +391,7 @@ impl Member {
                 _ => {}
             }
         }
-        Ok(Peer { addr: r.addr, key, claim_key })
+        Ok((Peer { addr: r.addr, key, claim_key }, not_after))
     }
 
     fn put_host_record(
@@ -369,8 +404,12 @@ impl Member {
         // last record of it that did (so a writer without the network key
         // cannot re-point or unsecure a link), until its key is deleted
         // (its lease ran out) or a good record comes.
-        let peer = self.check_host(name, value)?;
+        let (peer, not_after) = self.check_host(name, value)?;
         let Some(h) = self.id(name) else { return Err(RecordError::TooManyHosts(self.policy.max_hosts)) };
+        match not_after {
+            Some(t) => self.not_after.insert(h, t),
+            None => self.not_after.remove(&h),
+        };
         self.duplicates.retain(|(d, _)| *d != h);
         let ip = canonical(peer.addr.ip());
         if let Some(&holder) = self.by_ip.get(&ip).filter(|&&g| g != h) {
@@ -537,6 +576,7 @@ impl Member {
         let mut next = Member::with_policy(&self.network, &self.me, self.policy.clone());
         next.stats = self.stats;
         next.claimed_at = std::mem::take(&mut self.claimed_at);
+        next.now_s = self.now_s;
         next.stats.relists += 1;
         let mut ignored = Vec::new();
         for (k, v) in kvs {

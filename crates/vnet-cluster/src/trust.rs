@@ -115,6 +115,11 @@ pub struct CertBody {
     pub claim_key: String,
     /// The underlay addresses its record may advertise.
     pub addrs: Vec<String>,
+    /// When the certificate stops being valid (seconds since the Unix
+    /// epoch); none: it does not expire. Absent from the JSON when none, so
+    /// certificates made before expiry existed verify as they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<u64>,
 }
 
 /// A certificate, checked: the body's fields decoded.
@@ -125,9 +130,17 @@ pub struct HostCert {
     pub public_key: PeerKey,
     pub claim_key: [u8; 32],
     pub addrs: Vec<Prefix>,
+    /// Seconds since the Unix epoch after which it is refused.
+    pub not_after: Option<u64>,
 }
 
 impl HostCert {
+    /// Whether the certificate has expired at `now_s` (seconds since the
+    /// Unix epoch).
+    pub fn expired(&self, now_s: u64) -> bool {
+        self.not_after.is_some_and(|t| now_s > t)
+    }
+
     /// Whether the certificate lets its host advertise `ip`.
     pub fn allows(&self, ip: IpAddr) -> bool {
         self.addrs.iter().any(|p| p.contains(ip))
@@ -145,7 +158,14 @@ impl HostCert {
             return Err(body("addrs must name 1 to 16 prefixes"));
         }
         let addrs = b.addrs.iter().map(|a| a.parse()).collect::<Result<Vec<Prefix>, _>>()?;
-        Ok(HostCert { network: b.network, host: b.host, public_key, claim_key, addrs })
+        Ok(HostCert {
+            network: b.network,
+            host: b.host,
+            public_key,
+            claim_key,
+            addrs,
+            not_after: b.not_after,
+        })
     }
 }
 
@@ -299,6 +319,7 @@ mod tests {
             public_key: PeerKey([7; 32]).to_string(),
             claim_key: claim.public_base64(),
             addrs: vec!["10.0.0.0/24".into(), "fd00::2".into()],
+            not_after: None,
         }
     }
 

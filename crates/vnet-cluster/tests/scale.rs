@@ -360,13 +360,14 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
         ])
     };
     let addr = |h: usize| format!("10.{}.{}.{}:9000", h >> 16 & 255, h >> 8 & 255, h & 255);
-    let signed = |h: usize, at: &str| {
+    let signed_until = |h: usize, at: &str, not_after: Option<u64>| {
         let body = CertBody {
             network: NET.into(),
             host: name(h),
             public_key: static_key(h).to_string(),
             claim_key: claim(h).public_base64(),
             addrs: vec![at.split(':').next().unwrap().to_string()],
+            not_after,
         };
         let cert = nk.sign(&body).unwrap();
         HostRecord {
@@ -376,6 +377,7 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
             cert: Some(cert),
         }
     };
+    let signed = |h: usize, at: &str| signed_until(h, at, None);
     let claim_of = |h: usize, mac: MacAddr, at_ms: u64, key: &ClaimKey| {
         let iface = "vm0".to_string();
         let sig = key.sign(NET, mac, &name(h), &iface, at_ms);
@@ -457,5 +459,32 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
             "{:?}",
             o.quarantined().collect::<Vec<_>>()
         );
+    }
+    // Expiry: host 10's certificate runs until t = 5000 s. Before, it is
+    // linked; after, every host drops it (links and routes) until a renewed
+    // certificate comes; a record with an expired certificate is refused.
+    let ten = name(10);
+    s.put(&host_key(NET, &ten), signed_until(10, &addr(10), Some(5000)).to_json(), None);
+    for o in obs.iter_mut().filter(|o| o.me() != ten) {
+        sync(o, &s);
+        let mut out = Vec::new();
+        o.expire(4999, &mut out);
+        assert!(out.is_empty() && o.links().any(|(n, _)| n == ten));
+        o.expire(5001, &mut out);
+        assert!(!o.links().any(|(n, _)| n == ten), "an expired host stays linked");
+        assert!(out.iter().any(|c| matches!(c, Change::Link { host, peer: None } if *host == ten)));
+        assert!(o
+            .quarantined()
+            .any(|(k, e)| k.ends_with(&format!("/hosts/{ten}")) && e.to_string().contains("expired")));
+    }
+    s.put(&host_key(NET, &ten), signed_until(10, &addr(10), Some(4000)).to_json(), None);
+    for o in obs.iter_mut().filter(|o| o.me() != ten) {
+        sync(o, &s);
+        assert!(!o.links().any(|(n, _)| n == ten), "a record with an expired certificate was taken");
+    }
+    s.put(&host_key(NET, &ten), signed_until(10, &addr(10), Some(90_000)).to_json(), None);
+    for o in obs.iter_mut().filter(|o| o.me() != ten) {
+        sync(o, &s);
+        assert!(o.links().any(|(n, _)| n == ten), "the renewed certificate was not taken");
     }
 }

@@ -11,7 +11,8 @@
 //! `/vnet/NETWORK/` only, nothing else); each host's vnetd has its user's
 //! password file, its key, and a certificate of the network key. The files
 //! are in the lab's directory: `etcd*.pem|key` (etcd's), `root.pem|key`,
-//! `etcd-hN.pem|key` and `hN.etcd-pw` (host N's), `net.pub`, `hN.cert`.
+//! `etcd-hN.pem|key` and `hN.etcd-pw` (host N's), `net.key` and `net.pub`
+//! (the network key, kept for tests that sign anew), `hN.cert`.
 
 use super::*;
 
@@ -138,6 +139,7 @@ impl Lab {
         ca.host(&self.dir, "root", ETCD_IP)?;
         let nk = NetworkKey::generate().map_err(|e| Error::Other(e.to_string()))?;
         std::fs::write(self.dir.join("net.pub"), nk.public().to_string()).map_err(io("writing net.pub"))?;
+        vnetd::keys::write_secret(&self.dir.join("net.key"), &nk.secret()).map_err(Error::Other)?;
         for (h, host) in hosts.iter().enumerate() {
             ca.host(&self.dir, &format!("etcd-h{h}"), host.underlay_ip)?;
             let pw = vnetd::keys::genkey().map_err(Error::Other)?;
@@ -150,6 +152,13 @@ impl Lab {
                 public_key: public.to_string(),
                 claim_key: vnetd::keys::claim_pubkey(&private).map_err(Error::Other)?,
                 addrs: vec![format!("{}/32", host.underlay_ip)],
+                // A day: every cluster test runs with an expiring certificate.
+                not_after: Some(
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs())
+                        + 86400,
+                ),
             };
             let cert = nk.sign(&body).map_err(|e| Error::Other(e.to_string()))?;
             std::fs::write(self.dir.join(format!("h{h}.cert")), cert).map_err(io("writing a certificate"))?;

@@ -2373,6 +2373,65 @@ fn a_forged_claim_or_host_record_without_the_network_keys_signature_redirects_no
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_host_whose_certificate_expires_is_dropped_by_every_other_until_renewed() {
+    let mut lab = lab(cluster_spec(3, 1, vec![2]));
+    wait_converged(&lab, 2, 1);
+    let (a, c) = (lab.vm(0, 0).clone(), lab.vm(2, 0).clone());
+    // Host 2's certificate, signed anew to expire 8 s from now.
+    let vnetctl = vnet_lab::bin("vnetctl").unwrap();
+    let key = std::fs::read(lab.dir.join("h2.key")).unwrap();
+    let pubkey = |args: &[&str]| {
+        let mut p = std::process::Command::new(&vnetctl)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(p.stdin.as_mut().unwrap(), &key).unwrap();
+        let out = p.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (public, claim) = (pubkey(&["pubkey"]), pubkey(&["pubkey", "claim"]));
+    let (net_key, cert_file, network) =
+        (lab.dir.join("net.key"), lab.dir.join("h2.cert"), lab.prefix.clone());
+    let addr = format!("{}/32", lab.hosts[2].underlay_ip);
+    let sign = |until: &[&str]| {
+        let mut args = vec!["sign", net_key.to_str().unwrap(), "network", &network, "host", "h2"];
+        args.extend(["public-key", &public, "claim-key", &claim, "addr", &addr]);
+        args.extend(until);
+        let out = std::process::Command::new(&vnetctl).args(&args).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::write(&cert_file, out.stdout).unwrap();
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    sign(&["not-after", &(now + 8).to_string()]);
+    lab.start_vnetd(2).unwrap();
+    wait_converged(&lab, 3, 2);
+    assert_ping(&lab, &a, c.ip, 56);
+    let took = wait_until(12.0, "hosts 0 and 1 drop host 2 once its certificate expired", || {
+        (0..2).all(|h| !link_names(&lab, h).contains(&"h2".to_string()))
+    });
+    let late =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() - (now + 8);
+    eprintln!("cluster: an expired host was dropped {late} s after its certificate's not_after ({took:?} of waiting)");
+    assert!(late <= 2, "dropped {late} s after expiry");
+    for h in 0..2 {
+        let q = lab.cluster_status(h).unwrap()["quarantined"].to_string();
+        assert!(q.contains("/hosts/h2") && q.contains("expired"), "host {h}: {q}");
+        assert_eq!(route_to(&lab, h, &c.mac), None, "host {h} still routes the expired host's VM");
+    }
+    assert_no_ping(&lab, &a, c.ip);
+    // Renewed (and vnetd restarted on it): back.
+    sign(&["days", "1"]);
+    lab.stop_vnetd(2).unwrap();
+    lab.start_vnetd(2).unwrap();
+    wait_converged(&lab, 3, 2);
+    assert_ping(&lab, &a, c.ip, 56);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
 fn an_unprivileged_client_changes_nothing_on_the_unix_socket_or_loopback_tcp() {
     // Finding 6: as user nobody, a loopback `tcp:` client added a link and
     // had vnetd make a TAP. Now the unix socket is 0600 and checks the

@@ -196,7 +196,7 @@ fn keys(words: &[String]) -> Option<ExitCode> {
         ["netkey", file] => netkey(file),
         ["sign", file, rest @ ..] => sign(file, rest),
         [first, ..] if ["genkey", "pubkey", "netkey", "sign"].contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
-             public-key KEY claim-key KEY addr PREFIX[,PREFIX...]"
+             public-key KEY claim-key KEY addr PREFIX[,PREFIX...] [days N | not-after SECONDS]"
             .to_string()),
         _ => return None,
     };
@@ -230,6 +230,7 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
         public_key: String::new(),
         claim_key: String::new(),
         addrs: Vec::new(),
+        not_after: None,
     };
     for pair in words.chunks(2) {
         let [k, v] = pair else { return Err(format!("`{}` needs a value", pair[0])) };
@@ -239,8 +240,25 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
             "public-key" => body.public_key = v.to_string(),
             "claim-key" => body.claim_key = v.to_string(),
             "addr" => body.addrs.extend(v.split(',').map(str::to_string)),
+            "days" => {
+                let days: u64 =
+                    v.parse().map_err(|_| format!("days: expected a number of days, found `{v}`"))?;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_err(|e| e.to_string())?
+                    .as_secs();
+                body.not_after = Some(now.saturating_add(days.saturating_mul(86400)));
+            }
+            "not-after" => {
+                let t: u64 = v
+                    .parse()
+                    .map_err(|_| format!("not-after: expected seconds since the epoch, found `{v}`"))?;
+                body.not_after = Some(t);
+            }
             other => {
-                return Err(format!("expected network, host, public-key, claim-key or addr, found `{other}`"))
+                return Err(format!(
+                    "expected network, host, public-key, claim-key, addr, days or not-after, found `{other}`"
+                ))
             }
         }
     }

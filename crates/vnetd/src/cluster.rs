@@ -269,6 +269,15 @@ pub fn load_trust(
     if !c.allows(addr.ip()) {
         return Err(format!("--host-cert {shown}: it does not allow the advertised address {}", addr.ip()));
     }
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    if let Some(t) = c.not_after {
+        if c.expired(now_s) {
+            return Err(format!("--host-cert {shown}: it expired {} s ago; sign a new one", now_s - t));
+        }
+        if t - now_s < 7 * 86400 {
+            tracing::warn!("--host-cert {shown}: it expires in {} h; sign a new one", (t - now_s) / 3600);
+        }
+    }
     Ok((nk, cert))
 }
 
@@ -412,6 +421,7 @@ impl Host {
         let (mut keeper, mut kept) =
             self.wait(c.lease_keep_alive(lease)).await.map_err(|e| format!("keepalive: {e}"))?;
 
+        self.expire_certificates();
         let mut rev = self.relist(&mut c).await?;
         self.put_host(&mut c, lease).await?;
         // Every MAC this host still holds goes (back) under the lease.
@@ -442,6 +452,7 @@ impl Host {
         let mut local_every = tokio::time::interval(LOCAL_POLL);
         local_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut seen = u64::MAX;
+        let mut expire_every = Instant::now();
         loop {
             tokio::select! {
                 msg = watch.message() => {
@@ -494,6 +505,10 @@ impl Host {
                     }
                 }
                 _ = local_every.tick() => {
+                    if expire_every.elapsed() >= Duration::from_secs(1) {
+                        expire_every = Instant::now();
+                        self.expire_certificates();
+                    }
                     let generation = lock(&self.daemon).generation();
                     if generation != seen {
                         seen = generation;
@@ -504,6 +519,20 @@ impl Host {
                     }
                 }
             }
+        }
+    }
+
+    /// Drops hosts whose certificate has expired (signed networks).
+    fn expire_certificates(&mut self) {
+        let now_s =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut changes = Vec::new();
+        self.member.expire(now_s, &mut changes);
+        if !changes.is_empty() {
+            tracing::warn!(
+                "cluster: a host's certificate expired; its links and routes are gone until it is renewed"
+            );
+            self.converge(&changes, 0, Instant::now());
         }
     }
 

@@ -184,10 +184,9 @@ pub fn netns_path(ns: &str) -> std::path::PathBuf {
 /// port anyone may send to.
 pub fn set_socket_buffers(sock: &impl AsRawFd, send: usize, receive: usize) -> io::Result<()> {
     let v = |b: usize| b.min(i32::MAX as usize) as libc::c_int;
-    for (force, plain, bytes) in [
-        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, send),
-        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, receive),
-    ] {
+    for (force, plain, bytes) in
+        [(libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, send), (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, receive)]
+    {
         if setsockopt_raw(sock, libc::SOL_SOCKET, force, &v(bytes)).is_err() {
             setsockopt_raw(sock, libc::SOL_SOCKET, plain, &v(bytes))?;
         }

@@ -130,8 +130,9 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
     if let Err(e) = sys::udp_enable_gro(&*sock) {
         tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
     }
-    let pool =
-        (0..TX_POOL).map(|_| bind_sending(SocketAddr::new(addr.ip(), 0))).collect::<std::io::Result<Vec<_>>>()?;
+    let pool = (0..TX_POOL)
+        .map(|_| bind_sending(SocketAddr::new(addr.ip(), 0)))
+        .collect::<std::io::Result<Vec<_>>>()?;
     Ok(super::Bound { addr, sock, pool, nocheck: Vec::new() })
 }
 
