@@ -225,6 +225,58 @@ pub struct TlsFiles {
     pub ca: String,
 }
 
+/// A `cluster` line: cluster mode's settings in the config file (the same
+/// as vnetd's `--cluster`, `--network`, `--etcd-*` ... flags; see
+/// `docs/CLUSTER.md`). Taken at start only.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterLine {
+    /// `etcd:URL[,URL...]`, as `--cluster` takes it.
+    pub store: String,
+    pub network: String,
+    pub host: Option<String>,
+    pub advertise: Option<SocketAddr>,
+    pub ttl: Option<u64>,
+    pub etcd_ca: Option<String>,
+    pub etcd_cert: Option<String>,
+    pub etcd_key: Option<String>,
+    pub etcd_user: Option<String>,
+    pub etcd_password_file: Option<String>,
+    /// A file holding the network's public key.
+    pub network_key: Option<String>,
+    pub host_cert: Option<String>,
+    /// What follows `link`: the words of `--cluster-link-options`.
+    pub link: Vec<String>,
+}
+
+impl ClusterLine {
+    /// The line, as the parser reads it.
+    pub fn to_line(&self) -> String {
+        use std::fmt::Write;
+        let mut s = format!("cluster {} network {}", self.store, self.network);
+        let words: [(&str, Option<String>); 10] = [
+            ("host", self.host.clone()),
+            ("advertise", self.advertise.map(|a| a.to_string())),
+            ("ttl", self.ttl.map(|t| t.to_string())),
+            ("etcd-ca", self.etcd_ca.clone()),
+            ("etcd-cert", self.etcd_cert.clone()),
+            ("etcd-key", self.etcd_key.clone()),
+            ("etcd-user", self.etcd_user.clone()),
+            ("etcd-password-file", self.etcd_password_file.clone()),
+            ("network-key", self.network_key.clone()),
+            ("host-cert", self.host_cert.clone()),
+        ];
+        for (k, v) in words {
+            if let Some(v) = v {
+                let _ = write!(s, " {k} {v}");
+            }
+        }
+        if !self.link.is_empty() {
+            let _ = write!(s, " link {}", self.link.join(" "));
+        }
+        s
+    }
+}
+
 /// How vnetd reaches an interface's VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IfaceKind {
@@ -351,6 +403,10 @@ pub enum Command {
     /// key (PEM) for TLS links, and the CA its peers' certificates must
     /// chain to.
     Tls(TlsFiles),
+    /// `cluster etcd:URL[,URL...] network NAME [host NAME] [advertise ADDR:PORT]
+    /// [ttl SECS] [etcd-ca FILE] [etcd-cert FILE etcd-key FILE] [etcd-user NAME
+    /// etcd-password-file FILE] [network-key FILE] [host-cert FILE] [link WORDS...]`.
+    Cluster(Box<ClusterLine>),
     /// `route SRC DST -> TARGET [from ...]`, or the Palacios route `add`.
     Route {
         src: MacSpec,

@@ -92,7 +92,7 @@ struct Parser<'t, 'a> {
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `show`, `announce`, `save`, `reload`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn peek(&self) -> Option<&Token<'a>> {
@@ -240,6 +240,7 @@ impl<'a> Parser<'_, 'a> {
                 "delete",
                 "listen",
                 "tls",
+                "cluster",
                 "show",
                 "announce",
                 "save",
@@ -266,6 +267,7 @@ impl<'a> Parser<'_, 'a> {
                 _ => Ok(Command::ListenTcp(self.parsed("an address and port like 0.0.0.0:9000")?)),
             },
             "tls" => self.tls(),
+            "cluster" => self.cluster(),
             "show" => {
                 let what = match self.keyword(
                     &["routes", "links", "interfaces", "stats", "config", "metrics", "cluster"],
@@ -632,6 +634,68 @@ impl<'a> Parser<'_, 'a> {
         }
     }
 
+    fn cluster(&mut self) -> Result<Command> {
+        use crate::ast::ClusterLine;
+        let pos = self.pos();
+        let store = self.next("etcd:URL[,URL...]")?;
+        if !store.text.starts_with("etcd:") || store.text.len() <= 5 {
+            return Err(Error::new(pos, "etcd:URL[,URL...]", found(Some(&store))));
+        }
+        let mut c = ClusterLine { store: store.text.to_string(), ..ClusterLine::default() };
+        let mut network = None;
+        const OPTS: &[&str] = &[
+            "network",
+            "host",
+            "advertise",
+            "ttl",
+            "etcd-ca",
+            "etcd-cert",
+            "etcd-key",
+            "etcd-user",
+            "etcd-password-file",
+            "network-key",
+            "host-cert",
+            "link",
+        ];
+        let mut seen = Vec::new();
+        while self.peek().is_some() {
+            let opt_pos = self.pos();
+            let o = self.keyword(OPTS, "`network`, `host`, `advertise`, `ttl`, `etcd-ca`, `etcd-cert`, `etcd-key`, `etcd-user`, `etcd-password-file`, `network-key`, `host-cert` or `link`")?;
+            if seen.contains(&o) {
+                return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
+            }
+            seen.push(o);
+            match o {
+                "network" => network = Some(self.name("a network name")?),
+                "host" => c.host = Some(self.name("a host name")?),
+                "advertise" => c.advertise = Some(self.parsed("an address and port like 10.0.0.1:9000")?),
+                "ttl" => c.ttl = Some(self.number("a number of seconds (3-3600)", 3..=3600)?.into()),
+                "etcd-ca" => c.etcd_ca = Some(self.path("an absolute file path")?),
+                "etcd-cert" => c.etcd_cert = Some(self.path("an absolute file path")?),
+                "etcd-key" => c.etcd_key = Some(self.path("an absolute file path")?),
+                "etcd-user" => c.etcd_user = Some(self.name("an etcd user name")?),
+                "etcd-password-file" => c.etcd_password_file = Some(self.path("an absolute file path")?),
+                "network-key" => c.network_key = Some(self.path("an absolute file path")?),
+                "host-cert" => c.host_cert = Some(self.path("an absolute file path")?),
+                _ => {
+                    // The rest of the line: the links' options.
+                    while let Some(t) = self.peek() {
+                        c.link.push(t.text.to_string());
+                        self.at += 1;
+                    }
+                    if c.link.is_empty() {
+                        return self.err("link options, e.g. `link security encrypt mtu 9000`");
+                    }
+                }
+            }
+        }
+        c.network = match network {
+            Some(n) => n,
+            None => return self.err("`network NAME` (the network this host joins)"),
+        };
+        Ok(Command::Cluster(Box::new(c)))
+    }
+
     /// An absolute path.
     fn path(&mut self, expected: &str) -> Result<String> {
         let pos = self.pos();
@@ -678,6 +742,30 @@ mod tests {
 
     fn m(n: u8) -> MacAddr {
         MacAddr([0x52, 0x54, 0, 0, 0, n])
+    }
+
+    #[test]
+    fn cluster_lines_parse_print_back_and_say_what_they_miss() {
+        let line = "cluster etcd:https://10.0.0.1:2379,https://10.0.0.2:2379 network prod host h1 \
+                    advertise 10.0.0.5:9000 ttl 10 etcd-ca /etc/vnet/ca.pem etcd-cert /etc/vnet/h1.pem \
+                    etcd-key /etc/vnet/h1.key etcd-user vnet-h1 etcd-password-file /etc/vnet/h1.pw \
+                    network-key /etc/vnet/net.pub host-cert /etc/vnet/h1.cert link security encrypt mtu 9000";
+        let Command::Cluster(c) = one(line) else { panic!("not a cluster line") };
+        assert_eq!(c.store, "etcd:https://10.0.0.1:2379,https://10.0.0.2:2379");
+        assert_eq!((c.network.as_str(), c.host.as_deref(), c.ttl), ("prod", Some("h1"), Some(10)));
+        assert_eq!(c.link, ["security", "encrypt", "mtu", "9000"]);
+        assert_eq!(one(&c.to_line()), Command::Cluster(c.clone()));
+        for (bad, want) in [
+            ("cluster http://x network a", "etcd:URL"),
+            ("cluster etcd:x host a", "`network NAME`"),
+            ("cluster etcd:x network a network b", "each option once"),
+            ("cluster etcd:x network a etcd-ca relative.pem", "absolute"),
+            ("cluster etcd:x network a ttl 1", "3-3600"),
+            ("cluster etcd:x network a link", "link options"),
+        ] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
     }
 
     #[test]

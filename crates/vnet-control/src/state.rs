@@ -138,6 +138,8 @@ pub struct State {
     pub listen_tcp: Option<SocketAddr>,
     /// The host's TLS identity and trust (`tls cert ... key ... ca ...`).
     pub tls: Option<TlsFiles>,
+    /// Cluster mode's settings (a `cluster` line), taken at start.
+    pub cluster: Option<crate::ClusterLine>,
     pub interfaces: BTreeMap<u32, InterfaceDef>,
     pub links: BTreeMap<u32, LinkDef>,
     pub routes: BTreeMap<u32, RouteDef>,
@@ -154,6 +156,7 @@ impl Default for State {
             listen_vxlan: None,
             listen_tcp: None,
             tls: None,
+            cluster: None,
             interfaces: BTreeMap::new(),
             links: BTreeMap::new(),
             routes: BTreeMap::new(),
@@ -265,6 +268,7 @@ impl State {
             Command::ListenVxlan(addr) => self.listen_vxlan = Some(*addr),
             Command::ListenTcp(addr) => self.listen_tcp = Some(*addr),
             Command::Tls(files) => self.tls = Some(files.clone()),
+            Command::Cluster(c) => self.cluster = Some((**c).clone()),
             Command::Route { src, dst, to, from } => {
                 let to = match to {
                     Target::Link(r) => Port::Link(self.resolve_link(r)?),
@@ -520,7 +524,7 @@ impl State {
         t
     }
 
-    /// The `listen` and `tls` lines.
+    /// The `listen`, `tls` and `cluster` lines.
     fn header(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "listen udp {} mode {}", self.listen, self.listen_mode.word());
@@ -532,6 +536,9 @@ impl State {
         }
         if let Some(t) = &self.tls {
             let _ = writeln!(s, "tls cert {} key {} ca {}", t.cert, t.key, t.ca);
+        }
+        if let Some(c) = &self.cluster {
+            let _ = writeln!(s, "{}", c.to_line());
         }
         s
     }

@@ -166,28 +166,54 @@ impl Lab {
         Ok(())
     }
 
-    /// Host `h`'s cluster-mode arguments to vnetd.
-    pub(crate) fn cluster_args(&self, h: usize) -> Vec<String> {
+    /// Host `h`'s cluster-mode settings: (vnetd flag without `--`, value).
+    fn cluster_settings(&self, h: usize) -> Vec<(&'static str, String)> {
         let Some(c) = &self.spec.cluster else { return Vec::new() };
-        let mut args = vec![
-            format!("--cluster=etcd:{}", self.etcd_url()),
-            format!("--network={}", self.prefix),
-            format!("--host=h{h}"),
-            format!("--cluster-ttl={}", c.ttl_s.max(3)),
+        let mut s = vec![
+            ("cluster", format!("etcd:{}", self.etcd_url())),
+            ("network", self.prefix.clone()),
+            ("host", format!("h{h}")),
+            ("cluster-ttl", c.ttl_s.max(3).to_string()),
         ];
         if c.secured() {
             let f = |n: String| self.dir.join(n).display().to_string();
-            args.extend([
-                format!("--etcd-ca={}", f("etcd-ca.pem".into())),
-                format!("--etcd-cert={}", f(format!("etcd-h{h}.pem"))),
-                format!("--etcd-key={}", f(format!("etcd-h{h}.key"))),
-                format!("--etcd-user=vnet-h{h}"),
-                format!("--etcd-password-file={}", f(format!("h{h}.etcd-pw"))),
-                format!("--network-key={}", f("net.pub".into())),
-                format!("--host-cert={}", f(format!("h{h}.cert"))),
+            s.extend([
+                ("etcd-ca", f("etcd-ca.pem".into())),
+                ("etcd-cert", f(format!("etcd-h{h}.pem"))),
+                ("etcd-key", f(format!("etcd-h{h}.key"))),
+                ("etcd-user", format!("vnet-h{h}")),
+                ("etcd-password-file", f(format!("h{h}.etcd-pw"))),
+                ("network-key", f("net.pub".into())),
+                ("host-cert", f(format!("h{h}.cert"))),
             ]);
         }
-        args
+        s
+    }
+
+    /// Host `h`'s cluster-mode arguments to vnetd (none when the settings
+    /// are a `cluster` line in its config).
+    pub(crate) fn cluster_args(&self, h: usize) -> Vec<String> {
+        if self.spec.cluster.as_ref().is_some_and(|c| c.in_config) {
+            return Vec::new();
+        }
+        self.cluster_settings(h).into_iter().map(|(k, v)| format!("--{k}={v}")).collect()
+    }
+
+    /// Host `h`'s `cluster` line (`docs/CLUSTER.md`), when the lab puts the
+    /// settings in the config file.
+    pub(crate) fn cluster_line(&self, h: usize) -> Option<String> {
+        if !self.spec.cluster.as_ref().is_some_and(|c| c.in_config) {
+            return None;
+        }
+        let mut words = Vec::new();
+        for (k, v) in self.cluster_settings(h) {
+            match k {
+                "cluster" => words.push(v),
+                "cluster-ttl" => words.extend(["ttl".to_string(), v]),
+                _ => words.extend([k.to_string(), v]),
+            }
+        }
+        Some(format!("cluster {}\n", words.join(" ")))
     }
 
     /// Writes `key` = `value` into the lab's etcd as any client with write

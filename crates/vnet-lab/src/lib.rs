@@ -214,6 +214,13 @@ impl Lab {
     pub fn start_vnetd(&mut self, h: usize) -> Result<()> {
         let vnetd = bin("vnetd")?;
         let cluster_args = self.cluster_args(h);
+        if let Some(line) = self.cluster_line(h) {
+            let conf = std::fs::read_to_string(&self.hosts[h].config).map_err(io("reading a config"))?;
+            if !conf.contains(&line) {
+                std::fs::write(&self.hosts[h].config, format!("{conf}{line}"))
+                    .map_err(io("writing a config"))?;
+            }
+        }
         let host = &mut self.hosts[h];
         let _ = std::fs::remove_file(&host.control);
         let mut cmd = Command::new("ip");

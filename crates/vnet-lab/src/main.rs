@@ -239,6 +239,8 @@ fn main() -> ExitCode {
                     ttl_s: cluster_ttl,
                     late: vec![],
                     open: open_cluster,
+                    // As a newcomer would run it: a `cluster` line in each config.
+                    in_config: true,
                 }),
                 ..Spec::default()
             };

@@ -99,6 +99,9 @@ pub struct Cluster {
     /// only), a network key that signs each host's certificate, and every
     /// link encrypted.
     pub open: bool,
+    /// The settings as a `cluster` line in each host's config file instead
+    /// of vnetd's flags.
+    pub in_config: bool,
 }
 
 impl Cluster {

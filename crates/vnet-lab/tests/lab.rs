@@ -2163,7 +2163,7 @@ fn cluster_spec(hosts: usize, vms: usize, late: Vec<usize>) -> Spec {
         hosts,
         vms_per_host: vms,
         veth_hosts: (0..hosts).collect(),
-        cluster: Some(vnet_lab::Cluster { ttl_s: 5, late, open: false }),
+        cluster: Some(vnet_lab::Cluster { ttl_s: 5, late, open: false, in_config: false }),
         ..Spec::default()
     }
 }
@@ -2369,6 +2369,30 @@ fn a_forged_claim_or_host_record_without_the_network_keys_signature_redirects_no
     assert!(local.contains(&b.mac), "host 1 withdrew its own VM's route: {local}");
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &c, b.ip, 56);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_cluster_line_in_the_config_runs_cluster_mode_and_is_fixed_while_vnetd_runs() {
+    let mut spec = cluster_spec(2, 1, vec![]);
+    spec.cluster.as_mut().unwrap().in_config = true;
+    let lab = lab(spec);
+    let conf = std::fs::read_to_string(&lab.hosts[0].config).unwrap();
+    assert!(conf.contains("cluster etcd:https://") && conf.contains(" etcd-password-file /"), "{conf}");
+    wait_converged(&lab, 2, 1);
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let text = lab.control(0, "show cluster").unwrap().body;
+    assert!(text.contains("store up") && text.contains("https://"), "{text}");
+    // `show config` (what `save` writes) keeps the line; a change to it
+    // while vnetd runs is refused, and changes nothing.
+    let shown = lab.control(0, "show config").unwrap().body;
+    let line =
+        shown.lines().find(|l| l.starts_with("cluster ")).expect("a cluster line in show config").to_string();
+    let e = lab.apply(0, &line.replace(" ttl 5", " ttl 9")).unwrap_err().to_string();
+    assert!(e.contains("cluster settings are taken at start"), "{e}");
+    lab.apply(0, &format!("{line}\n")).unwrap();
+    assert_ping(&lab, &a, b.ip, 56);
 }
 
 #[test]

@@ -109,6 +109,9 @@ pub struct Daemon {
     cluster: Option<membership::Shared>,
     /// The config file (`vnetd --config`), for `save` and `reload`.
     config_path: Option<std::path::PathBuf>,
+    /// Cluster settings are taken at start: once vnetd runs, a transaction
+    /// that changes the `cluster` line is refused.
+    cluster_fixed: bool,
 }
 
 impl Default for Daemon {
@@ -194,6 +197,7 @@ impl Daemon {
             stamps: crate::handshakes::Stamps::default(),
             cluster: None,
             config_path: None,
+            cluster_fixed: false,
         }
     }
 
@@ -240,6 +244,11 @@ impl Daemon {
     /// report what the cluster task writes in `status`.
     pub fn set_cluster(&mut self, status: membership::Shared) {
         self.cluster = Some(status);
+    }
+
+    /// From now on the `cluster` line is what vnetd started with.
+    pub fn fix_cluster_line(&mut self) {
+        self.cluster_fixed = true;
     }
 
     /// The config file `save` writes and `reload` (and `SIGHUP`) reads.
@@ -323,6 +332,13 @@ impl Daemon {
         let last_pos = |pick: fn(&Command) -> bool| {
             cmds.iter().rev().find(|c| pick(&c.item)).map_or(Default::default(), |c| c.pos)
         };
+        if self.cluster_fixed && next.cluster != self.state.cluster {
+            return Err(Error::new(
+                last_pos(|c| matches!(c, Command::Cluster(_))),
+                "the `cluster` line vnetd started with",
+                "a change: cluster settings are taken at start; restart vnetd to use them",
+            ));
+        }
 
         // Acquire: the link sockets whose address changed (or that are new).
         let mut sockets = self.sockets.clone();

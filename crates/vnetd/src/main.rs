@@ -218,6 +218,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    daemon.fix_cluster_line();
     let status = vnetd::membership::Shared::default();
     if cluster.is_some() {
         daemon.set_cluster(status.clone());
@@ -323,21 +324,94 @@ fn control_access(args: &Args) -> Result<control::Access, String> {
     Ok(control::Access { group, token, client_name: args.control_client_name.clone() })
 }
 
-/// Cluster mode's configuration, checked, when `--cluster` is given.
+/// Cluster mode's settings: from the flags, or from the config file's
+/// `cluster` line (never both).
+struct ClusterSettings {
+    store: String,
+    auth: vnetd::cluster::StoreAuth,
+    network: Option<String>,
+    host: Option<String>,
+    advertise: Option<std::net::SocketAddr>,
+    ttl: u64,
+    link_options: String,
+    network_key: Option<String>,
+    host_cert: Option<std::path::PathBuf>,
+}
+
+impl ClusterSettings {
+    fn from_flags(args: &Args) -> Option<Self> {
+        Some(ClusterSettings {
+            store: args.cluster.clone()?,
+            auth: vnetd::cluster::StoreAuth {
+                ca: args.etcd_ca.clone(),
+                cert: args.etcd_cert.clone(),
+                key: args.etcd_key.clone(),
+                user: args.etcd_user.clone(),
+                password_file: args.etcd_password_file.clone(),
+            },
+            network: args.network.clone(),
+            host: args.host.clone(),
+            advertise: args.advertise,
+            ttl: args.cluster_ttl,
+            link_options: args.cluster_link_options.clone(),
+            network_key: args.network_key.clone(),
+            host_cert: args.host_cert.clone(),
+        })
+    }
+
+    fn from_line(c: &vnet_control::ClusterLine, default_ttl: u64) -> Self {
+        let path = |p: &Option<String>| p.as_ref().map(std::path::PathBuf::from);
+        ClusterSettings {
+            store: c.store.clone(),
+            auth: vnetd::cluster::StoreAuth {
+                ca: path(&c.etcd_ca),
+                cert: path(&c.etcd_cert),
+                key: path(&c.etcd_key),
+                user: c.etcd_user.clone(),
+                password_file: path(&c.etcd_password_file),
+            },
+            network: Some(c.network.clone()),
+            host: c.host.clone(),
+            advertise: c.advertise,
+            ttl: c.ttl.unwrap_or(default_ttl),
+            link_options: c.link.join(" "),
+            network_key: c.network_key.clone(),
+            host_cert: path(&c.host_cert),
+        }
+    }
+}
+
+/// Cluster mode's configuration, checked, when `--cluster` or a `cluster`
+/// line is given.
 fn cluster_config(
     args: &Args,
     daemon: &Daemon,
     claim_key: Option<Arc<vnet_cluster::trust::ClaimKey>>,
 ) -> Result<Option<vnetd::cluster::Config>, String> {
-    let Some(endpoints) = &args.cluster else { return Ok(None) };
-    let auth = vnetd::cluster::StoreAuth {
-        ca: args.etcd_ca.clone(),
-        cert: args.etcd_cert.clone(),
-        key: args.etcd_key.clone(),
-        user: args.etcd_user.clone(),
-        password_file: args.etcd_password_file.clone(),
+    let settings = match (ClusterSettings::from_flags(args), &daemon.state().cluster) {
+        (Some(_), Some(_)) => {
+            return Err("--cluster and the config's `cluster` line: give one (flags or the line)".into())
+        }
+        (Some(s), None) => s,
+        (None, Some(line)) => ClusterSettings::from_line(line, args.cluster_ttl),
+        (None, None) => return Ok(None),
     };
-    let (store, warning) = vnetd::cluster::Store::load(endpoints, &auth)?;
+    let from_line = args.cluster.is_none();
+    cluster_settings(settings, daemon, claim_key).map(Some).map_err(|e| {
+        if from_line {
+            format!("the config's `cluster` line: {e}")
+        } else {
+            e
+        }
+    })
+}
+
+fn cluster_settings(
+    args: ClusterSettings,
+    daemon: &Daemon,
+    claim_key: Option<Arc<vnet_cluster::trust::ClaimKey>>,
+) -> Result<vnetd::cluster::Config, String> {
+    let (store, warning) = vnetd::cluster::Store::load(&args.store, &args.auth)?;
     if let Some(w) = warning {
         tracing::warn!("{w}");
     }
@@ -350,7 +424,7 @@ fn cluster_config(
     vnetd::cluster::check_name("--host", &host)?;
     let addr = vnetd::cluster::advertised(args.advertise, daemon.state().listen)
         .map_err(|e| format!("--cluster: {e}"))?;
-    let mut link_options = vnet_cluster::apply::LinkOptions::parse(&args.cluster_link_options)
+    let mut link_options = vnet_cluster::apply::LinkOptions::parse(&args.link_options)
         .map_err(|e| format!("--cluster-link-options: {e}"))?;
     if link_options.require_key() && daemon.public_key().is_none() {
         return Err("--cluster-link-options: secured links need this host's key (--key FILE)".into());
@@ -366,15 +440,15 @@ fn cluster_config(
             (Some(nk), Some(cert))
         }
     };
-    Ok(Some(vnetd::cluster::Config {
+    Ok(vnetd::cluster::Config {
         store,
         network,
         host,
         advertise: args.advertise,
-        ttl: std::time::Duration::from_secs(args.cluster_ttl.clamp(3, 3600)),
+        ttl: std::time::Duration::from_secs(args.ttl.clamp(3, 3600)),
         link_options,
         network_key,
         cert,
         claim_key,
-    }))
+    })
 }
