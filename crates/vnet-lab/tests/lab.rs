@@ -1208,6 +1208,29 @@ while time.time() < end:
         pass
 "#;
 
+/// Runs [`CATCH`] in `vm` while `python3 script ARGS` (the script's text)
+/// runs in namespace `from`, and returns every payload that reached the
+/// VM's UDP port 7777 within 3 s.
+fn forge_and_catch(lab: &mut Lab, vm: &Vm, from: &str, script: &str, args: &[&str]) -> String {
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (forge, catch, caught) = (
+        lab.dir.join(format!("forge{n}.py")),
+        lab.dir.join(format!("catch{n}.py")),
+        lab.dir.join(format!("caught{n}.txt")),
+    );
+    std::fs::write(&forge, script).unwrap();
+    std::fs::write(&catch, CATCH).unwrap();
+    lab.spawn(&vm.ns, &["python3", catch.to_str().unwrap(), "3", caught.to_str().unwrap()]).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut cmd = vec!["python3", forge.to_str().unwrap()];
+    cmd.extend_from_slice(args);
+    let sent = lab.ns_exec(from, &cmd).unwrap();
+    assert!(sent.status.success(), "{sent:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    std::fs::read_to_string(&caught).unwrap_or_default()
+}
+
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn datagrams_whose_outer_headers_lie_deliver_nothing_on_either_path() {
@@ -1267,33 +1290,21 @@ fn a_unicast_spoofed_to_one_host_for_another_hosts_vm_is_not_forwarded_on_either
     let ip = |i: usize| lab.hosts[i].underlay_ip.to_string();
     let (ip0, ip1, ip2) = (ip(0), ip(1), ip(2));
     let ns0 = lab.hosts[0].ns.clone();
-    let (forge, catch) = (lab.dir.join("forge.py"), lab.dir.join("catch.py"));
-    std::fs::write(&forge, FORGE).unwrap();
-    std::fs::write(&catch, CATCH).unwrap();
     // Frames for C's VM (its MAC and address) in `vnet` datagrams from A's
     // underlay address, sent to `to`; C's VM prints what reaches it.
-    let send_and_catch = |lab: &mut Lab, to: &str, caught: &std::path::Path| {
-        lab.spawn(&c.ns, &["python3", catch.to_str().unwrap(), "3", caught.to_str().unwrap()]).unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        let (cip, aip) = (c.ip.to_string(), a.ip.to_string());
-        let args = [forge.to_str().unwrap(), &ip0, to, to, &c.mac, &a.mac, &cip, &aip];
-        let mut cmd = vec!["python3"];
-        cmd.extend_from_slice(&args);
-        let sent = lab.ns_exec(&ns0, &cmd).unwrap();
-        assert!(sent.status.success(), "{sent:?}");
-        std::thread::sleep(Duration::from_secs(3));
-        std::fs::read_to_string(caught).unwrap_or_default()
+    let (cip, aip) = (c.ip.to_string(), a.ip.to_string());
+    let send_and_catch = |lab: &mut Lab, to: &str| {
+        forge_and_catch(lab, &c, &ns0, FORGE, &[&ip0, to, to, &c.mac, &a.mac, &cip, &aip])
     };
     let before = json(&lab, 1, "links")["links"].to_string();
-    let (via_b_file, direct_file) = (lab.dir.join("via-b.txt"), lab.dir.join("direct.txt"));
-    let via_b = send_and_catch(&mut lab, &ip1, &via_b_file);
+    let via_b = send_and_catch(&mut lab, &ip1);
     assert!(
         !via_b.contains("mark-"),
         "host B forwarded a unicast from its link to A onto its link to C: {via_b:?}\nB's links before {before}\nafter {}",
         json(&lab, 1, "links")["links"]
     );
     // The same datagrams sent to C itself are delivered: the catch works.
-    let direct = send_and_catch(&mut lab, &ip2, &direct_file);
+    let direct = send_and_catch(&mut lab, &ip2);
     assert!(direct.contains("mark-good"), "the datagrams sent to C directly did not arrive: {direct:?}");
     assert_ping(&lab, &a, c.ip, 56);
 }
@@ -1336,30 +1347,18 @@ fn a_datagram_with_a_peers_address_on_another_device_is_left_to_rp_filter_on_eit
             "the second link must be the kernel's, for its device to get the program: {d}"
         );
     }
-    let (forge, catch) = (lab.dir.join("forge.py"), lab.dir.join("catch.py"));
-    std::fs::write(&forge, FORGE).unwrap();
-    std::fs::write(&catch, CATCH).unwrap();
     // Frames for B's VM in `vnet` datagrams from A's address to B's, sent
     // from namespace `from`; B's VM prints what reaches it.
-    let send_and_catch = |lab: &mut Lab, from: &str, caught: &std::path::Path| {
-        lab.spawn(&b.ns, &["python3", catch.to_str().unwrap(), "3", caught.to_str().unwrap()]).unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        let (bip, aip) = (b.ip.to_string(), a.ip.to_string());
-        let args = [forge.to_str().unwrap(), &ip0, &ip1, &ip1, &b.mac, &a.mac, &bip, &aip];
-        let mut cmd = vec!["python3"];
-        cmd.extend_from_slice(&args);
-        let sent = lab.ns_exec(from, &cmd).unwrap();
-        assert!(sent.status.success(), "{sent:?}");
-        std::thread::sleep(Duration::from_secs(3));
-        std::fs::read_to_string(caught).unwrap_or_default()
+    let (bip, aip) = (b.ip.to_string(), a.ip.to_string());
+    let send_and_catch = |lab: &mut Lab, from: &str| {
+        forge_and_catch(lab, &b, from, FORGE, &[&ip0, &ip1, &ip1, &b.mac, &a.mac, &bip, &aip])
     };
-    let (spoofed_file, real_file) = (lab.dir.join("spoofed.txt"), lab.dir.join("real.txt"));
-    let spoofed = send_and_catch(&mut lab, &s, &spoofed_file);
+    let spoofed = send_and_catch(&mut lab, &s);
     assert!(
         !spoofed.contains("mark-"),
         "a datagram with A's address from another device reached B's VM: {spoofed:?}"
     );
-    let real = send_and_catch(&mut lab, &ns0, &real_file);
+    let real = send_and_catch(&mut lab, &ns0);
     assert!(real.contains("mark-good"), "the same datagrams from A itself did not arrive: {real:?}");
     assert_ping(&lab, &a, b.ip, 56);
 }
@@ -1376,11 +1375,6 @@ fn datagrams_whose_inner_length_lies_are_left_to_the_user_path() {
     assert_ping(&lab, &a, b.ip, 56);
     let (ns0, ip0, ip1) =
         (lab.hosts[0].ns.clone(), lab.hosts[0].underlay_ip.to_string(), lab.hosts[1].underlay_ip.to_string());
-    let (lie, catch, caught) = (lab.dir.join("lie.py"), lab.dir.join("catch.py"), lab.dir.join("caught.txt"));
-    std::fs::write(&lie, INNER_LIE).unwrap();
-    std::fs::write(&catch, CATCH).unwrap();
-    lab.spawn(&b.ns, &["python3", catch.to_str().unwrap(), "3", caught.to_str().unwrap()]).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
     // The user path's share of what came in on the link (the link's
     // receive counters hold both paths'; `kernel_rx_packets` the kernel's).
     let user_rx = |lab: &Lab| {
@@ -1389,12 +1383,7 @@ fn datagrams_whose_inner_length_lies_are_left_to_the_user_path() {
     };
     let (before, kernel_before) = (user_rx(&lab), link_json(&lab, 1)["kernel_rx_packets"].as_u64());
     let (bip, aip) = (b.ip.to_string(), a.ip.to_string());
-    let sent = lab
-        .ns_exec(&ns0, &["python3", lie.to_str().unwrap(), &ip0, &ip1, &b.mac, &a.mac, &bip, &aip])
-        .unwrap();
-    assert!(sent.status.success(), "{sent:?}");
-    std::thread::sleep(Duration::from_secs(3));
-    let got = std::fs::read_to_string(&caught).unwrap_or_default();
+    let got = forge_and_catch(&mut lab, &b, &ns0, INNER_LIE, &[&ip0, &ip1, &b.mac, &a.mac, &bip, &aip]);
     assert_eq!(got.matches("mark-good").count(), 3, "the honest datagrams: {got:?}");
     for tag in ["innerzero", "innerffff", "innerlong", "gsozero"] {
         assert!(
