@@ -2358,6 +2358,18 @@ fn a_forged_claim_or_host_record_without_the_network_keys_signature_redirects_no
     assert!(local.contains(&b.mac), "host 1 withdrew its own VM's route: {local}");
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &c, b.ip, 56);
+    // Host 1 put its claim back over the forged ones; deleted, it comes
+    // back at once too, and the others route B's VM to host 1 again.
+    let claim =
+        |lab: &Lab| lab.etcdctl(&["get", "--print-value-only", &format!("{macs}/{}", b.mac)]).unwrap();
+    wait_until(5.0, "host 1's own claim is back in the store", || claim(&lab).contains(r#""host":"h1""#));
+    lab.etcd_put(&format!("{macs}/{}", b.mac), None).unwrap();
+    let took = wait_until(5.0, "the deleted claim is put back and routed", || {
+        claim(&lab).contains(r#""host":"h1""#)
+            && [0, 2].iter().all(|&h| route_to(&lab, h, &b.mac).as_deref() == Some("link h1"))
+    });
+    eprintln!("cluster: a claim deleted by another writer was back and routed everywhere after {took:?}");
+    assert_ping(&lab, &a, b.ip, 56);
 }
 
 #[test]

@@ -40,7 +40,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vnet_cluster::apply::{local, transaction, LinkOptions};
-use vnet_cluster::layout::{host_key, mac_key, valid_name};
+use vnet_cluster::layout::{host_key, mac_key, parse_key, valid_name, Key};
 use vnet_cluster::trust::{ClaimKey, NetworkPublic};
 use vnet_cluster::{Change, Event, HostRecord, MacRecord, Member, Policy};
 use vnet_wire::MacAddr;
@@ -348,6 +348,9 @@ struct Published {
     iface: u32,
     name: String,
     value: Vec<u8>,
+    /// The store's revision of this host's last put of it: a watch event
+    /// after it with another value is another writer's.
+    rev: u64,
 }
 
 /// A refused transaction: when the whole view is tried again, and the wait after that.
@@ -433,8 +436,9 @@ impl Host {
             .collect();
         for (mac, name) in held {
             let put = self.put_mac(&mut c, lease, mac, &name).await?;
-            if let (Some(p), Event::Put { value, .. }) = (self.published.get_mut(&mac), put) {
+            if let (Some(p), Event::Put { value, rev, .. }) = (self.published.get_mut(&mac), put) {
                 p.value = value;
+                p.rev = rev;
             }
         }
         self.publish(&mut c, lease).await?;
@@ -470,6 +474,7 @@ impl Host {
                     let mut changes = Vec::new();
                     let mut n = 0;
                     let mut own_changed = false;
+                    let mut restore = Vec::new();
                     for ev in resp.events() {
                         let Some(kv) = ev.kv() else { continue };
                         let (Ok(key), rev) = (kv.key_str(), kv.mod_revision().max(0) as u64) else {
@@ -483,9 +488,25 @@ impl Host {
                         own_changed |= e.key() == own_key
                             && !matches!(&e, Event::Put { value, .. } if *value == self.own);
                         self.member.apply(&e, &mut changes);
+                        if let Some(mac) = self.foreign_change_to_a_claim(&e) {
+                            restore.push(mac);
+                        }
                         n += 1;
                     }
                     self.converge(&changes, n, t0);
+                    for mac in restore {
+                        let Some(name) = self.published.get(&mac).map(|p| p.name.clone()) else { continue };
+                        tracing::warn!(%mac, "cluster: this host's claim was changed or deleted by another writer; putting it back");
+                        lock(&self.status).counters.records_restored += 1;
+                        let put = self.put_mac(&mut c, lease, mac, &name).await?;
+                        let mut again = Vec::new();
+                        self.member.apply(&put, &mut again);
+                        self.converge(&again, 1, Instant::now());
+                        if let (Some(p), Event::Put { value, rev, .. }) = (self.published.get_mut(&mac), put) {
+                            p.value = value;
+                            p.rev = rev;
+                        }
+                    }
                     if own_changed {
                         tracing::warn!(key = %own_key, "cluster: this host's record was changed by another writer; putting it back");
                         lock(&self.status).counters.records_restored += 1;
@@ -581,6 +602,21 @@ impl Host {
     }
 
     /// Whether the store gives `mac` to this host (or to no host).
+    /// The MAC whose claim by this host `e` (already applied) changed or
+    /// deleted while the view still gives it to this host: another
+    /// writer's doing (a forged claim in a signed network, a deletion),
+    /// not a move (a move's claim is taken, and the MAC is no longer ours)
+    /// nor the echo of this host's own put (an older revision).
+    fn foreign_change_to_a_claim(&self, e: &Event) -> Option<MacAddr> {
+        let Some(Key::Mac(mac)) = parse_key(self.member.prefix(), e.key()) else { return None };
+        let p = self.published.get(&mac)?;
+        let changed = match e {
+            Event::Put { value, rev, .. } => *rev > p.rev && *value != p.value,
+            Event::Delete { rev, .. } => *rev > p.rev,
+        };
+        (changed && self.ours(mac)).then_some(mac)
+    }
+
     fn ours(&self, mac: MacAddr) -> bool {
         self.member.owner(mac).is_none_or(|o| o == self.member.me())
     }
@@ -668,7 +704,7 @@ impl Host {
                 Event::Put { value, .. } => value.clone(),
                 Event::Delete { .. } => Vec::new(),
             };
-            self.published.insert(mac, Published { iface: id, name, value });
+            self.published.insert(mac, Published { iface: id, name, value, rev: put.rev() });
             lock(&self.status).counters.macs_claimed += 1;
             // The host takes its own claim at once rather than when the
             // watch brings it back, and, if the VM moved here, says so.
