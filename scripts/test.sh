@@ -10,18 +10,30 @@ prepare qemu-system-x86 busybox-static cpio dpkg-dev man-db bash-completion pyth
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
 
 step() { echo; echo "== $*"; }
+# Runs a test command and fails when it fails or when no test ran in it (a
+# filter that matches nothing passes silently otherwise).
+tests() {
+  local out rc=0 n
+  out=$(mktemp "${TMPDIR:-/tmp}/vnet-tests.XXXXXX")
+  "$@" 2>&1 | tee "$out" || rc=$?
+  n=$(grep -Eo '^test result: [A-Za-z]+\. [0-9]+ passed' "$out" | awk '{s += $4} END {print s + 0}')
+  rm -f "$out"
+  [ "$rc" = 0 ] || exit "$rc"
+  [ "$n" -gt 0 ] || die "no test ran in: $*"
+  echo "($n tests passed)"
+}
 # Every lab this run makes carries its tag, so the check at the end counts
 # what this run left behind, not the namespaces of a bench running meanwhile.
 export VNET_LAB_TAG="t$$"
 step "fmt";    cargo fmt --all -- --check
 step "clippy"; cargo clippy --workspace --all-targets -- -D warnings
 step "unit and property tests"
-cargo test --workspace
+tests cargo test --workspace
 step "fuzz: decoders and parser, 20000 cases each (release, overflow checks on)"
 # `never_panic` matches every never_panics* and *_never_panic property.
 export CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true
-PROPTEST_CASES=20000 cargo test --release -p vnet-wire -p vnet-control -- never_panic
-PROPTEST_CASES=2000 cargo test --release -p vnetd -- any_line_gets_one_closing_reply
+tests env PROPTEST_CASES=20000 cargo test --release -p vnet-wire -p vnet-control -- never_panic
+tests env PROPTEST_CASES=2000 cargo test --release -p vnetd -- any_line_gets_one_closing_reply
 unset CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS
 step "Debian package: build and check (file list, unit, man pages, completions)"
 bash scripts/package.sh
@@ -40,13 +52,13 @@ polling=(adaptive_dispatch_polls_through)
 serial=("${qemu[@]}" "${floods[@]}" "${polling[@]}")
 step "namespace integration tests (root), user path"
 cargo build --workspace --bins
-cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}"
+tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}"
 step "QEMU guests (TCG) on TAP and vhost-user, the floods and the polling test, one at a time"
-cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${serial[@]}"
+tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${serial[@]}"
 step "namespace integration tests (root), again with every VM on the kernel (eBPF) path"
-VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}"
+tests env VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}"
 step "the floods on the kernel path, one at a time"
-VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${floods[@]}"
+tests env VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${floods[@]}"
 left=$(ip netns list | grep -c "^vl$VNET_LAB_TAG-" || true)
 [ "$left" = 0 ] || die "$left lab namespaces were left behind"
 echo; echo "all tests passed"
