@@ -64,7 +64,8 @@ struct Args {
     no_rx_ring: bool,
     /// Cluster mode: program links and routes from etcd (`docs/CLUSTER.md`),
     /// e.g. etcd:https://10.0.0.1:2379,https://10.0.0.2:2379 (with
-    /// --etcd-ca; plain http:// is for loopback).
+    /// --etcd-ca; plain http:// is for loopback). Or a `cluster` line in
+    /// the config file, with the same settings (not both).
     #[arg(long, value_name = "etcd:URL[,URL...]", requires = "network")]
     cluster: Option<String>,
     /// Cluster mode, https:// URLs: the CA of etcd's server certificate.
