@@ -372,7 +372,7 @@ pub enum Command {
         mode: Option<Mode>,
     },
     /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS] [mode M] [queues N] [offload on|off]
-    /// [datapath user|kernel|auto] [broadcast-limit N]`.
+    /// [datapath user|kernel|auto] [broadcast-limit N] [network N]`.
     Interface {
         name: String,
         kind: IfaceKind,
@@ -386,6 +386,9 @@ pub enum Command {
         datapath: Datapath,
         /// Broadcast and multicast frames a second the VM may send (0: no limit).
         broadcast_limit: u32,
+        /// The network (tenant) it belongs to: its frames go only to ports
+        /// of the same network (0 unless given).
+        network: u32,
     },
     /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`,
     /// `link NAME vxlan ADDR[:PORT] vni N [mtu N]`, or the Palacios

@@ -417,12 +417,12 @@ impl<'a> Parser<'_, 'a> {
     fn interface_options(&mut self, name: String, kind: IfaceKind, dev: String, pos: Pos) -> Result<Command> {
         let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload, mut datapath) =
             (None, None, None, None, None, None, None);
-        let mut broadcast_limit = None;
+        let (mut broadcast_limit, mut network) = (None, None);
         while self.peek().is_some() {
             let opt_pos = self.pos();
             let o = self.keyword(
-                &["mac", "mtu", "netns", "mode", "queues", "offload", "datapath", "broadcast-limit"],
-                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath` or `broadcast-limit`",
+                &["mac", "mtu", "netns", "mode", "queues", "offload", "datapath", "broadcast-limit", "network"],
+                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath`, `broadcast-limit` or `network`",
             )?;
             let dup = match o {
                 "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
@@ -439,6 +439,9 @@ impl<'a> Parser<'_, 'a> {
                         0..=10_000_000,
                     )?)
                     .is_some(),
+                "network" => {
+                    network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
+                }
                 _ => netns.replace(self.name("a network namespace name")?).is_some(),
             };
             if dup {
@@ -474,6 +477,7 @@ impl<'a> Parser<'_, 'a> {
             offload: offload.unwrap_or(true),
             datapath: datapath.unwrap_or_default(),
             broadcast_limit: broadcast_limit.unwrap_or(DEFAULT_BROADCAST_LIMIT),
+            network: network.unwrap_or(0),
         })
     }
 
@@ -843,10 +847,12 @@ mod tests {
                 offload: true,
                 datapath: Datapath::Auto,
                 broadcast_limit: DEFAULT_BROADCAST_LIMIT,
+                network: 0,
             }
         );
+        assert!(matches!(one("interface vm1 tap vt1 network 8"), Command::Interface { network: 8, .. }));
         assert_eq!(
-            one("interface g0 vhost-user /run/vnet/g0.sock mac 52:54:00:00:00:01 mode poll queues 2"),
+            one("interface g0 vhost-user /run/vnet/g0.sock mac 52:54:00:00:00:01 mode poll queues 2 network 7"),
             Command::Interface {
                 name: "g0".into(),
                 kind: IfaceKind::VhostUser,
@@ -859,6 +865,7 @@ mod tests {
                 offload: true,
                 datapath: Datapath::Auto,
                 broadcast_limit: DEFAULT_BROADCAST_LIMIT,
+                network: 7,
             }
         );
         assert_eq!(

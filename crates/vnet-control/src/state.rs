@@ -37,6 +37,8 @@ pub struct InterfaceDef {
     pub datapath: Datapath,
     /// Broadcast and multicast frames a second the VM may send (0: no limit).
     pub broadcast_limit: u32,
+    /// The network (tenant) it belongs to (0 unless given).
+    pub network: u32,
 }
 
 /// A link to another host, of one of the kinds of [`Transport`].
@@ -50,6 +52,15 @@ pub struct LinkDef {
 }
 
 impl LinkDef {
+    /// The network (tenant) it carries: a `udp` link's `network` (its
+    /// `vnet` header's id); 0 for every other kind.
+    pub fn network(&self) -> u32 {
+        match self.transport {
+            Transport::Udp { network, .. } => network,
+            _ => 0,
+        }
+    }
+
     /// The peer's underlay address (none for a `direct` link).
     pub fn remote(&self) -> Option<SocketAddr> {
         self.transport.remote()
@@ -201,6 +212,7 @@ impl State {
                 offload,
                 datapath,
                 broadcast_limit,
+                network,
             } => {
                 if self.iface_by_name(name).is_some() {
                     return Err(Error::new(
@@ -217,11 +229,11 @@ impl State {
                     ));
                 }
                 if let Some(m) = mac {
-                    if self.interfaces.values().any(|i| i.mac == Some(*m)) {
+                    if self.interfaces.values().any(|i| i.mac == Some(*m) && i.network == *network) {
                         return Err(Error::new(
                             pos,
-                            "a MAC no other interface has",
-                            format!("`{m}`, in use"),
+                            "a MAC no other interface of its network has",
+                            format!("`{m}`, in use in network {network}"),
                         ));
                     }
                 }
@@ -242,6 +254,7 @@ impl State {
                         offload: *offload,
                         datapath: *datapath,
                         broadcast_limit: *broadcast_limit,
+                        network: *network,
                     },
                 );
             }
@@ -279,6 +292,16 @@ impl State {
                     From::Link(r) => SourceFilter::Port(Port::Link(self.resolve_link(r)?)),
                     From::Interface(r) => SourceFilter::Port(Port::Interface(self.resolve_iface(r)?)),
                 };
+                if let SourceFilter::Port(p) = from {
+                    let (a, b) = (self.port_network(p), self.port_network(to));
+                    if a != b {
+                        return Err(Error::new(
+                            pos,
+                            "a `from` port of the target's network (frames never cross networks)",
+                            format!("`from` in network {a}, the target in network {b}"),
+                        ));
+                    }
+                }
                 let id = self.next_route;
                 self.next_route += 1;
                 self.routes.insert(id, RouteDef { id, src: *src, dst: *dst, to, from });
@@ -361,10 +384,29 @@ impl State {
         })
     }
 
+    /// The network (tenant) of a port.
+    pub fn port_network(&self, p: Port) -> u32 {
+        match p {
+            Port::Interface(id) => self.interfaces.get(&id).map_or(0, |i| i.network),
+            Port::Link(id) => self.links.get(&id).map_or(0, LinkDef::network),
+        }
+    }
+
     fn resolve_iface(&self, r: &Ref<IfaceRef>) -> Result<u32> {
         let hit = match &r.by {
             IfaceRef::Name(n) => self.iface_by_name(n),
-            IfaceRef::Mac(m) => self.interfaces.values().find(|i| i.mac == Some(*m)),
+            IfaceRef::Mac(m) => {
+                let mut with = self.interfaces.values().filter(|i| i.mac == Some(*m));
+                let first = with.next();
+                if first.is_some() && with.next().is_some() {
+                    return Err(Error::new(
+                        r.pos,
+                        "an interface by name (interfaces of two networks have this MAC)",
+                        format!("`{m}`"),
+                    ));
+                }
+                first
+            }
         };
         hit.map(|i| i.id).ok_or_else(|| {
             let what = match &r.by {
@@ -566,6 +608,10 @@ fn iface_line(i: &InterfaceDef) -> String {
     if i.broadcast_limit != crate::DEFAULT_BROADCAST_LIMIT {
         let _ = write!(s, " broadcast-limit {}", i.broadcast_limit);
     }
+    if i.network != 0 {
+        let _ = write!(s, " network {}", i.network);
+    }
+
     s
 }
 

@@ -73,6 +73,11 @@ pub struct RouteTable {
     /// Links that are edges of the overlay (a physical LAN reached by a
     /// `direct` link), not part of the mesh between hosts.
     edges: rustc_hash::FxHashSet<u32>,
+    /// Each port's network (tenant), where it is not 0. A frame goes only
+    /// to ports of its ingress port's network: a lookup considers only the
+    /// routes to such ports, as if each network had a table of its own
+    /// (two networks may route the same MAC, each to its own port).
+    networks: FxHashMap<Port, u32>,
 }
 
 impl RouteTable {
@@ -99,6 +104,17 @@ impl RouteTable {
     pub fn with_edge_links(mut self, ids: impl IntoIterator<Item = u32>) -> Self {
         self.edges = ids.into_iter().collect();
         self
+    }
+
+    /// Puts ports in networks (tenants); a port not named is in network 0.
+    pub fn with_networks(mut self, ports: impl IntoIterator<Item = (Port, u32)>) -> Self {
+        self.networks = ports.into_iter().filter(|&(_, n)| n != 0).collect();
+        self
+    }
+
+    /// A port's network.
+    fn net(&self, p: Port) -> u32 {
+        self.networks.get(&p).copied().unwrap_or(0)
     }
 
     /// Whether a group frame between these two ports crosses the mesh twice.
@@ -143,6 +159,9 @@ impl RouteTable {
             .chain(self.by_src.get(&src).map_or(none, |v| v.as_slice()))
             .chain(&self.wild);
         let mut examined = 0;
+        // One network (all 0, the common case) costs no lookup per route.
+        let tenants = !self.networks.is_empty();
+        let net = if tenants { self.net(ingress) } else { 0 };
         for &i in cands {
             examined += 1;
             let r = &self.routes[i as usize];
@@ -150,6 +169,9 @@ impl RouteTable {
                 if p != ingress {
                     continue;
                 }
+            }
+            if tenants && self.net(r.to) != net {
+                continue;
             }
             let (Some(sc), Some(dc)) = (r.src.class(src), r.dst.class(dst)) else {
                 continue;
@@ -214,6 +236,44 @@ mod tests {
         let mut out = Vec::new();
         t.lookup(ingress, src, dst, &mut out);
         out.into_iter().map(|(p, _)| p).collect()
+    }
+
+    #[test]
+    fn networks_never_see_each_others_frames_even_with_the_same_macs() {
+        use SourceFilter::Any as F;
+        let b = MacAddr::BROADCAST;
+        // Interfaces 0 and 1 in network 7, 2 and 3 in network 8; MACs 1 and
+        // 2 in both; link 0 carries network 7, link 1 network 8.
+        let t = table(&[
+            (Any, Addr(mac(1)), I0, F),
+            (Any, Addr(mac(2)), I1, F),
+            (Any, Addr(mac(1)), Port::Interface(2), F),
+            (Any, Addr(mac(2)), Port::Interface(3), F),
+            (Any, Addr(b), I0, F),
+            (Any, Addr(b), I1, F),
+            (Any, Addr(b), Port::Interface(2), F),
+            (Any, Addr(b), Port::Interface(3), F),
+            (Any, Addr(b), L0, F),
+            (Any, Addr(b), L1, F),
+            (Any, Addr(mac(9)), L0, F),
+            (Any, Addr(mac(9)), L1, F),
+        ])
+        .with_networks([
+            (I0, 7),
+            (I1, 7),
+            (Port::Interface(2), 8),
+            (Port::Interface(3), 8),
+            (L0, 7),
+            (L1, 8),
+        ]);
+        assert_eq!(ports(&t, I1, mac(2), mac(1)), vec![I0]);
+        assert_eq!(ports(&t, Port::Interface(3), mac(2), mac(1)), vec![Port::Interface(2)]);
+        assert_eq!(ports(&t, I0, mac(1), b), vec![I1, L0]);
+        assert_eq!(ports(&t, Port::Interface(2), mac(1), b), vec![Port::Interface(3), L1]);
+        assert_eq!(ports(&t, L1, mac(9), mac(1)), vec![Port::Interface(2)]);
+        assert_eq!(ports(&t, I0, mac(1), mac(9)), vec![L0]);
+        // A port of no network named is network 0: it reaches none of them.
+        assert_eq!(ports(&t, Port::Interface(5), mac(5), mac(1)), Vec::<Port>::new());
     }
 
     #[test]

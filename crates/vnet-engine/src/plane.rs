@@ -158,7 +158,15 @@ pub fn route_table(
     // A `direct` link is an edge of the overlay (the LAN), not the mesh.
     let edges =
         state.links.values().filter(|l| matches!(l.transport, vnet_control::Transport::Direct { .. }));
-    RouteTable::new(generation, routes).with_edge_links(edges.map(|l| l.id).collect::<Vec<_>>())
+    // Each port's network (tenant): frames never cross networks.
+    let networks = state
+        .interfaces
+        .values()
+        .map(|i| (vnet_core::Port::Interface(i.id), i.network))
+        .chain(state.links.values().map(|l| (vnet_core::Port::Link(l.id), l.network())));
+    RouteTable::new(generation, routes)
+        .with_edge_links(edges.map(|l| l.id).collect::<Vec<_>>())
+        .with_networks(networks)
 }
 
 /// Daemon-wide counters.

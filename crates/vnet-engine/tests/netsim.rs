@@ -22,7 +22,7 @@ fn ip(i: usize) -> String {
 /// of `vnet`, `raw`, VXLAN and TCP so every kind meets every other on a host.
 fn kind(i: usize, j: usize) -> &'static str {
     match (i + j) % 4 {
-        0 => "udp {ip} format vnet network 7",
+        0 => "udp {ip} format vnet",
         1 => "udp {ip} format raw",
         2 => "vxlan {ip} vni 42",
         _ => "tcp {ip}:9000",
@@ -125,6 +125,75 @@ fn eight_hosts_unicast_between_every_pair_reaches_only_its_destination() {
         let sum = |f: &std::sync::atomic::AtomicU64| f.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!((sum(&g.malformed), sum(&g.unknown_source), sum(&g.no_route)), (0, 0, 0));
     }
+}
+
+#[test]
+fn two_networks_with_the_same_macs_on_two_hosts_never_see_each_others_frames() {
+    // Hosts A and B; on each, VM `a` in network 7 and VM `b` in network 8,
+    // the two VMs of a host with the same MAC. Network 7 crosses on link
+    // `l7` (vnet, network 7); network 8 has no link between the hosts.
+    let (m1, m2) = ("52:54:00:00:00:01", "52:54:00:00:00:02");
+    let host = |me: &str, peer: &str| {
+        format!(
+            "interface a tap ta mac {me} network 7\n\
+             interface b tap tb mac {me} network 8\n\
+             interface c tap tc mac 52:54:00:00:00:0c network 8\n\
+             link l7 udp {peer} format vnet network 7\n\
+             route any {me} -> interface a\n\
+             route any {me} -> interface b\n\
+             route any 52:54:00:00:00:0c -> interface c\n\
+             route any ff:ff:ff:ff:ff:ff -> interface a\n\
+             route any ff:ff:ff:ff:ff:ff -> interface b\n\
+             route any ff:ff:ff:ff:ff:ff -> interface c\n\
+             route any ff:ff:ff:ff:ff:ff -> link l7\n"
+        )
+    };
+    let mut net = Net::new(7);
+    net.add_host("10.0.0.1", &(host(m1, "10.0.0.2") + &format!("route any {m2} -> link l7\n"))).unwrap();
+    net.add_host("10.0.0.2", &(host(m2, "10.0.0.1") + &format!("route any {m1} -> link l7\n"))).unwrap();
+    let to = |m: &str| -> [u8; 6] {
+        let mac: vnet_wire::MacAddr = m.parse().unwrap();
+        mac.0
+    };
+    let frame = |dst: [u8; 6], src: [u8; 6], tag: u8| {
+        let mut f = vec![0u8; 64];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&src);
+        f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+        f[14] = tag;
+        f
+    };
+    let all = |net: &Net| -> Vec<(usize, &'static str, usize)> {
+        let mut v = Vec::new();
+        for h in 0..2 {
+            for vm in ["a", "b", "c"] {
+                let n = net.take(h, vm).len();
+                if n > 0 {
+                    v.push((h, vm, n));
+                }
+            }
+        }
+        v
+    };
+    // Unicast in network 7 crosses to B's `a` only, never B's `b` (same MAC).
+    net.send(0, "a", &frame(to(m2), to(m1), 1));
+    net.run(100_000);
+    assert_eq!(all(&net), vec![(1, "a", 1)]);
+    // Network 8's `c` sends to A's MAC: only A's `b` (network 8) gets it.
+    net.send(0, "c", &frame(to(m1), to("52:54:00:00:00:0c"), 2));
+    net.run(100_000);
+    assert_eq!(all(&net), vec![(0, "b", 1)]);
+    // A broadcast in network 8 stays on host A's network 8; one in network 7
+    // reaches B's `a` and nothing of network 8.
+    net.send(0, "b", &frame([0xff; 6], to(m1), 3));
+    net.run(100_000);
+    assert_eq!(all(&net), vec![(0, "c", 1)]);
+    net.send(0, "a", &frame([0xff; 6], to(m1), 4));
+    net.run(100_000);
+    assert_eq!(all(&net), vec![(1, "a", 1)]);
+    // A route that would cross networks is refused.
+    let e = net.apply(0, "route any 52:54:00:00:00:09 -> interface b from link l7\n").unwrap_err();
+    assert!(e.0.contains("frames never cross networks"), "{e:?}");
 }
 
 /// Two hosts, one VM each, joined by a `vnet` link over a 1500-byte underlay.

@@ -68,6 +68,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
             offload: true,
             datapath: dp,
             broadcast_limit: vnet_control::DEFAULT_BROADCAST_LIMIT,
+            network: 0,
         });
     }
     let mut palacios_text = String::new();

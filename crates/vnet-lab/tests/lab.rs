@@ -681,6 +681,75 @@ fn a_change_the_kernel_maps_refuse_fails_whole_and_changes_nothing() {
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
+fn two_networks_on_one_host_with_the_same_macs_never_see_each_others_frames_on_either_path() {
+    // Finding 4b of the security review: one route table per host, and
+    // interfaces carried no network, so network 7's frames reached network
+    // 8's VMs. Four VMs on one host: vm0 and vm1 in network 7, vm2 and vm3
+    // in network 8 with vm0's and vm1's MACs.
+    let lab = lab(Spec { hosts: 2, vms_per_host: 4, ..Spec::default() });
+    let vms: Vec<Vm> = (0..4).map(|v| lab.vm(0, v).clone()).collect();
+    for (v, from) in [(2, 0), (3, 1)] {
+        let out = lab
+            .ns_exec(&vms[v].ns, &["ip", "link", "set", "dev", &vms[v].dev, "address", &vms[from].mac])
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    // The config again, each interface in its network, each MAC routed in both.
+    let shown = lab.control(0, "show config").unwrap().body;
+    let mut conf = String::new();
+    for line in shown.lines().filter(|l| !l.starts_with("route ")) {
+        let iface = (0..4).find(|v| line.starts_with(&format!("interface vm{v} ")));
+        match iface {
+            Some(v) => {
+                let line = line.replace(&vms[v].mac, &vms[v % 2].mac);
+                conf += &format!("{line} network {}\n", if v < 2 { 7 } else { 8 });
+            }
+            None => conf += &format!("{line}\n"),
+        }
+    }
+    for v in 0..4 {
+        conf += &format!("route any {} -> interface vm{v}\n", vms[v % 2].mac);
+        conf += &format!("route any ff:ff:ff:ff:ff:ff -> interface vm{v}\n");
+    }
+    std::fs::write(&lab.hosts[0].config, &conf).unwrap();
+    let r = lab.control(0, "reload").unwrap();
+    assert_eq!(r.result, Ok(()), "{}\n{conf}", r.body);
+    let delivered = |lab: &Lab, v: usize| {
+        json(lab, 0, "interfaces")["interfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["name"] == format!("vm{v}"))
+            .map_or(0, |i| i["tx_packets"].as_u64().unwrap_or(0))
+    };
+    // Within a network, VMs talk; vm3 (vm1's MAC, network 8) gets none of
+    // the frames for vm1, nor vm2 those for vm0.
+    let (before2, before3) = (delivered(&lab, 2), delivered(&lab, 3));
+    assert_ping(&lab, &vms[0], vms[1].ip, 56);
+    assert_ping(&lab, &vms[1], vms[0].ip, 56);
+    assert_eq!(
+        (delivered(&lab, 2), delivered(&lab, 3)),
+        (before2, before3),
+        "network 8 saw network 7's frames"
+    );
+    let (before0, before1) = (delivered(&lab, 0), delivered(&lab, 1));
+    assert_ping(&lab, &vms[2], vms[3].ip, 56);
+    assert_eq!(
+        (delivered(&lab, 0), delivered(&lab, 1)),
+        (before0, before1),
+        "network 7 saw network 8's frames"
+    );
+    // Across networks nothing answers: not even ARP crosses.
+    assert_no_ping(&lab, &vms[0], vms[3].ip);
+    assert_no_ping(&lab, &vms[3], vms[1].ip);
+    if std::env::var("VNET_LAB_DATAPATH").as_deref() == Ok("kernel") {
+        let g = json(&lab, 0, "stats")["global"].clone();
+        assert_eq!(g["kernel_path"], "loaded", "{g}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
 fn a_vm_sending_from_another_mac_is_dropped_and_counted() {
     let lab = lab(Spec::default());
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());

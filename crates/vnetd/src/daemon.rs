@@ -504,8 +504,14 @@ impl Daemon {
                 Ok(None) => {}
                 Err(reason) if def.datapath == Datapath::Kernel => {
                     for (_, k) in &attached {
+                        let running = self.kernel_ifaces.values().find(|r| r.dev == k.dev).cloned();
                         if let Some(kp) = self.kernel.as_mut() {
-                            kp.detach_iface(&k.dev);
+                            match running {
+                                Some(r) => {
+                                    let _ = kp.attach_iface(&r.dev, r.ifindex, r.handoff);
+                                }
+                                None => kp.detach_iface(&k.dev),
+                            }
                         }
                     }
                     return Err(Error::new(
@@ -565,7 +571,13 @@ impl Daemon {
                         tracing::error!("the kernel path's maps could not be put back: {back}");
                     }
                     for (_, k) in &attached {
-                        kp.detach_iface(&k.dev);
+                        match self.kernel_ifaces.values().find(|r| r.dev == k.dev) {
+                            // A running interface's device: its hand-off back.
+                            Some(r) => {
+                                let _ = kp.attach_iface(&r.dev, r.ifindex, r.handoff);
+                            }
+                            None => kp.detach_iface(&k.dev),
+                        }
                     }
                     return Err(Error::new(
                         last_pos(|_| true),
@@ -576,8 +588,12 @@ impl Daemon {
             }
         }
         self.shared.plane.store(plane.clone());
+        // Release what the old interfaces held, but not a device a new
+        // interface serves (one declared anew on the same device: its
+        // program stays attached, its hand-off is the new one already).
         for (id, k) in &self.kernel_ifaces {
-            if !kernel_ifaces.contains_key(id) {
+            let reused = kernel_ifaces.values().any(|n| n.dev == k.dev);
+            if !kernel_ifaces.contains_key(id) && !reused {
                 if let Some(kp) = self.kernel.as_mut() {
                     kp.detach_iface(&k.dev);
                 }
@@ -770,7 +786,12 @@ impl Daemon {
             nd.make_hand_off().map_err(|e| format!("cannot make its hand-off TAP: {e}"))?;
         kp.attach_iface(&def.dev, ifindex, tap_index)?;
         nd.use_hand_off(tap, tap_name);
-        Ok(Some(KernelIface { dev: def.dev.clone(), ifindex, peer: !kernel::is_tap(&def.dev) }))
+        Ok(Some(KernelIface {
+            dev: def.dev.clone(),
+            ifindex,
+            peer: !kernel::is_tap(&def.dev),
+            handoff: tap_index,
+        }))
     }
 
     /// Stops every worker and closes every device and socket.

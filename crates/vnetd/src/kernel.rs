@@ -65,6 +65,8 @@ pub struct KernelIface {
     /// A veth: frames for it go into its peer (`bpf_redirect_peer`);
     /// otherwise (a TAP QEMU holds) out of it (`bpf_redirect`).
     pub peer: bool,
+    /// The ifindex of its hand-off TAP (what the program leaves to vnetd).
+    pub handoff: u32,
 }
 
 /// Why the kernel path cannot serve something.
@@ -639,7 +641,7 @@ mod tests {
             vec![iface(0, a), iface(1, c)],
             vec![vnet_link(0, "10.77.0.2:9000".parse().unwrap())],
         );
-        let kif = |ifindex, peer| KernelIface { dev: String::new(), ifindex, peer };
+        let kif = |ifindex, peer| KernelIface { dev: String::new(), ifindex, peer, handoff: 0 };
         let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10, true)), (1, kif(11, false))].into();
         let link = LinkVal { remote_ip: 0x0200_4d0a, mtu: 1500, ..LinkVal::default() };
         let links: BTreeMap<u32, LinkVal> = [(0, link)].into();
@@ -703,7 +705,7 @@ mod tests {
             routes.push(Route::new(i + 2, MacSpec::Any, MacSpec::Addr(big(i)), Port::Link(i % 1000), any));
         }
         let plane = Plane::new(RouteTable::new(1, routes), vec![iface(0, a), iface(1, c)], links);
-        let kif = |ifindex| KernelIface { dev: String::new(), ifindex, peer: true };
+        let kif = |ifindex| KernelIface { dev: String::new(), ifindex, peer: true, handoff: 0 };
         let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10)), (1, kif(11))].into();
         let t0 = std::time::Instant::now();
         let links = (0..1000).map(|l| (l, LinkVal::default())).collect();
