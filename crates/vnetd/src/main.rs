@@ -101,7 +101,8 @@ struct Args {
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     cluster_ttl: u64,
     /// Cluster mode: words added to each link to another host, e.g.
-    /// "network 7 mtu 9000" or "security encrypt" (`format vnet` unless
+    /// "network 7 mtu 9000" (the interfaces then need `network 7` too) or
+    /// "security encrypt" (`format vnet` unless
     /// they name another format; `security auth|encrypt` refuses hosts
     /// without a key).
     #[arg(long, default_value = "", value_name = "WORDS")]
