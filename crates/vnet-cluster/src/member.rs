@@ -320,10 +320,17 @@ impl Member {
             }
             Err(e) => {
                 self.stats.bad_records += 1;
-                if self.quarantine.len() < QUARANTINE_SHOWN || self.quarantine.contains_key(ev.key()) {
-                    self.quarantine.insert(ev.key().to_string(), e);
-                }
+                self.hold(ev.key().to_string(), e);
             }
+        }
+    }
+
+    /// Keeps `key` in quarantine with its reason: a key held already gets
+    /// the new reason, a new one a place while fewer than
+    /// [`QUARANTINE_SHOWN`] are held (the rest are counted only).
+    fn hold(&mut self, key: String, e: RecordError) {
+        if self.quarantine.len() < QUARANTINE_SHOWN || self.quarantine.contains_key(&key) {
+            self.quarantine.insert(key, e);
         }
     }
 
@@ -341,9 +348,7 @@ impl Member {
             self.set_host(h, None, out);
             let key = crate::layout::host_key(&self.network, &self.names[h as usize]);
             self.stats.bad_records += 1;
-            if self.quarantine.len() < QUARANTINE_SHOWN {
-                self.quarantine.insert(key, RecordError::CertExpired(t));
-            }
+            self.hold(key, RecordError::CertExpired(t));
         }
     }
 
@@ -533,9 +538,7 @@ impl Member {
                 Ok(()) => {
                     self.quarantine.remove(&key);
                 }
-                Err(e) => {
-                    self.quarantine.insert(key, e);
-                }
+                Err(e) => self.hold(key, e),
             }
         }
     }

@@ -269,7 +269,7 @@ pub fn load_trust(
     if !c.allows(addr.ip()) {
         return Err(format!("--host-cert {shown}: it does not allow the advertised address {}", addr.ip()));
     }
-    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now_s = membership::now_ms() / 1000;
     if let Some(t) = c.not_after {
         if c.expired(now_s) {
             return Err(format!("--host-cert {shown}: it expired {} s ago; sign a new one", now_s - t));
@@ -435,11 +435,7 @@ impl Host {
             .map(|(m, p)| (*m, p.name.clone()))
             .collect();
         for (mac, name) in held {
-            let put = self.put_mac(&mut c, lease, mac, &name).await?;
-            if let (Some(p), Event::Put { value, rev, .. }) = (self.published.get_mut(&mac), put) {
-                p.value = value;
-                p.rev = rev;
-            }
+            self.put_mac(&mut c, lease, mac, &name).await?;
         }
         self.publish(&mut c, lease).await?;
         lock(&self.status).set_health(Health::Up, None);
@@ -502,10 +498,6 @@ impl Host {
                         let mut again = Vec::new();
                         self.member.apply(&put, &mut again);
                         self.converge(&again, 1, Instant::now());
-                        if let (Some(p), Event::Put { value, rev, .. }) = (self.published.get_mut(&mac), put) {
-                            p.value = value;
-                            p.rev = rev;
-                        }
                     }
                     if own_changed {
                         tracing::warn!(key = %own_key, "cluster: this host's record was changed by another writer; putting it back");
@@ -545,10 +537,8 @@ impl Host {
 
     /// Drops hosts whose certificate has expired (signed networks).
     fn expire_certificates(&mut self) {
-        let now_s =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let mut changes = Vec::new();
-        self.member.expire(now_s, &mut changes);
+        self.member.expire(membership::now_ms() / 1000, &mut changes);
         if !changes.is_empty() {
             tracing::warn!(
                 "cluster: a host's certificate expired; its links and routes are gone until it is renewed"
@@ -601,7 +591,6 @@ impl Host {
         Ok(rev)
     }
 
-    /// Whether the store gives `mac` to this host (or to no host).
     /// The MAC whose claim by this host `e` (already applied) changed or
     /// deleted while the view still gives it to this host: another
     /// writer's doing (a forged claim in a signed network, a deletion),
@@ -617,6 +606,7 @@ impl Host {
         (changed && self.ours(mac)).then_some(mac)
     }
 
+    /// Whether the store gives `mac` to this host (or to no host).
     fn ours(&self, mac: MacAddr) -> bool {
         self.member.owner(mac).is_none_or(|o| o == self.member.me())
     }
@@ -658,7 +648,12 @@ impl Host {
             .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
             .await
             .map_err(|e| format!("put {mac}: {e}"))?;
-        Ok(Event::Put { key, value, rev: r.header().map_or(0, |h| h.revision().max(0) as u64) })
+        let rev = r.header().map_or(0, |h| h.revision().max(0) as u64);
+        if let Some(p) = self.published.get_mut(&mac) {
+            p.value = value.clone();
+            p.rev = rev;
+        }
+        Ok(Event::Put { key, value, rev })
     }
 
     /// The value of a MAC's key naming this host and interface `iface`:

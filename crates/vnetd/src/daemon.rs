@@ -503,16 +503,8 @@ impl Daemon {
                 Ok(Some(k)) => attached.push((def.id, k)),
                 Ok(None) => {}
                 Err(reason) if def.datapath == Datapath::Kernel => {
-                    for (_, k) in &attached {
-                        let running = self.kernel_ifaces.values().find(|r| r.dev == k.dev).cloned();
-                        if let Some(kp) = self.kernel.as_mut() {
-                            match running {
-                                Some(r) => {
-                                    let _ = kp.attach_iface(&r.dev, r.ifindex, r.handoff);
-                                }
-                                None => kp.detach_iface(&k.dev),
-                            }
-                        }
+                    if let Some(kp) = self.kernel.as_mut() {
+                        undo_kernel_attach(kp, &attached, &self.kernel_ifaces);
                     }
                     return Err(Error::new(
                         decl_pos(&def.name),
@@ -570,15 +562,7 @@ impl Daemon {
                     if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan) {
                         tracing::error!("the kernel path's maps could not be put back: {back}");
                     }
-                    for (_, k) in &attached {
-                        match self.kernel_ifaces.values().find(|r| r.dev == k.dev) {
-                            // A running interface's device: its hand-off back.
-                            Some(r) => {
-                                let _ = kp.attach_iface(&r.dev, r.ifindex, r.handoff);
-                            }
-                            None => kp.detach_iface(&k.dev),
-                        }
-                    }
+                    undo_kernel_attach(kp, &attached, &self.kernel_ifaces);
                     return Err(Error::new(
                         last_pos(|_| true),
                         "a change the kernel path's maps can hold",
@@ -1225,6 +1209,24 @@ fn add_counters(v: &mut Value, counts: &[(&str, u64)]) {
         for &(key, n) in counts {
             let sum = m.get(key).and_then(Value::as_u64).unwrap_or(0) + n;
             m.insert(key.into(), sum.into());
+        }
+    }
+}
+
+/// Undoes a failed transaction's kernel attachments: a device a running
+/// interface serves gets that interface's hand-off back (its program was
+/// never detached), any other is detached.
+fn undo_kernel_attach(
+    kp: &mut kernel::KernelPath,
+    attached: &[(u32, KernelIface)],
+    running: &BTreeMap<u32, KernelIface>,
+) {
+    for (_, k) in attached {
+        match running.values().find(|r| r.dev == k.dev) {
+            Some(r) => {
+                let _ = kp.attach_iface(&r.dev, r.ifindex, r.handoff);
+            }
+            None => kp.detach_iface(&k.dev),
         }
     }
 }
