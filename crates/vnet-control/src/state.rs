@@ -722,11 +722,21 @@ route any 52:54:00:00:00:01 -> interface vm0
     fn apply_all_is_atomic() {
         let s = load(BASE).unwrap();
         let bad = parse("route any 52:54:00:00:00:09 -> link hostb\nroute any any -> link ghost").unwrap();
-        // Line 1 alone applies; with line 2 the batch fails at line 2, and
-        // nothing of line 1 is anywhere: the one state there is is `s`.
+        // Line 1 alone applies; with line 2 the batch fails at line 2 and
+        // says why. (That nothing of line 1 survives is the signature's:
+        // `apply_all` takes `&self` and returns no state on error.)
         assert_eq!(s.apply_all(&bad[..1]).unwrap().routes.len(), 4);
         let e = s.apply_all(&bad).unwrap_err();
-        assert_eq!(e.pos.line, 2);
+        assert_eq!((e.pos.line, e.pos.column), (2, 23), "{e}");
+        assert!(e.to_string().contains("ghost"), "{e}");
+        // A batch's commands see the ones before them, in order: a link
+        // and a route to it apply together, the other way round they fail
+        // at the route.
+        let ok = parse("link c udp 10.0.0.3\nroute any any -> link c").unwrap();
+        let t = s.apply_all(&ok).unwrap();
+        assert_eq!((t.links.len(), t.routes.len()), (2, 4));
+        let reversed: Vec<_> = ok.iter().rev().cloned().collect();
+        assert_eq!(s.apply_all(&reversed).unwrap_err().pos.line, 2);
         // In place, a failing command leaves the state as it was, even when
         // it fails after resolving part of itself (here: its target).
         let mut t = s.clone();

@@ -60,6 +60,9 @@ pub struct DispatchStats {
     pub polls: AtomicU64,
     /// ...and the times a yield gave the CPU away for [`CONTENDED`] or more.
     pub contended: AtomicU64,
+    /// Frames a polling look found after an empty one: what polling saved a
+    /// wake-up for.
+    pub polled_frames: AtomicU64,
 }
 
 impl DispatchStats {

@@ -36,7 +36,7 @@ pub mod vhost_load;
 pub use config::config_for;
 pub use guest::console_line;
 use guest::Guest;
-pub use measure::PingResult;
+pub use measure::{iperf3_bytes, PingResult};
 pub use process::{bin, install_signal_cleanup, run, run_group};
 use process::{registry, stop_child};
 pub use spec::*;

@@ -80,6 +80,14 @@ impl Lab {
     }
 }
 
+/// The bytes iperf3's TCP test sent and the bytes its receiver counted, from
+/// its JSON output (`-J`); 0 where a figure is missing.
+pub fn iperf3_bytes(text: &str) -> (u64, u64) {
+    let v: serde_json::Value = serde_json::from_str(text).unwrap_or_default();
+    let n = |k: &str| v["end"][k]["bytes"].as_u64().unwrap_or(0);
+    (n("sum_sent"), n("sum_received"))
+}
+
 /// What ping reported.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PingResult {
@@ -108,5 +116,60 @@ impl PingResult {
             }
         }
         r
+    }
+
+    /// When each lost ping was sent (seconds since the epoch), from the
+    /// output of `ping -D -i INTERVAL`: a ping that got no reply is placed
+    /// `INTERVAL` per sequence number after the last answered one before it
+    /// (or before the first answered one after it).
+    pub fn lost_at(text: &str, interval: f64) -> Vec<f64> {
+        let answered: Vec<(u32, f64)> = text
+            .lines()
+            .filter_map(|l| {
+                let ts = l.strip_prefix('[')?.split(']').next()?.parse::<f64>().ok()?;
+                let seq = l.split("icmp_seq=").nth(1)?.split(' ').next()?.parse::<u32>().ok()?;
+                Some((seq, ts))
+            })
+            .collect();
+        let sent = PingResult::parse(text).sent;
+        let mut lost = Vec::new();
+        for seq in 1..=sent {
+            if answered.iter().any(|a| a.0 == seq) {
+                continue;
+            }
+            let before = answered.iter().filter(|a| a.0 < seq).max_by_key(|a| a.0);
+            let after = answered.iter().filter(|a| a.0 > seq).min_by_key(|a| a.0);
+            let at = match (before, after) {
+                (Some(b), _) => b.1 + f64::from(seq - b.0) * interval,
+                (None, Some(a)) => a.1 - f64::from(a.0 - seq) * interval,
+                (None, None) => f64::NAN,
+            };
+            lost.push(at);
+        }
+        lost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PingResult;
+
+    #[test]
+    fn lost_pings_are_placed_between_their_answered_neighbours() {
+        let text = "PING 10.0.0.2 (10.0.0.2) 56(84) bytes of data.
+[100.000000] 64 bytes from 10.0.0.2: icmp_seq=1 ttl=64 time=0.1 ms
+[100.300000] 64 bytes from 10.0.0.2: icmp_seq=4 ttl=64 time=0.1 ms
+
+--- 10.0.0.2 ping statistics ---
+5 packets transmitted, 2 received, 60% packet loss, time 400ms
+";
+        let lost = PingResult::lost_at(text, 0.1);
+        assert_eq!(lost.len(), 3);
+        assert!(
+            (lost[0] - 100.1).abs() < 1e-6
+                && (lost[1] - 100.2).abs() < 1e-6
+                && (lost[2] - 100.4).abs() < 1e-6
+        );
+        assert!(PingResult::lost_at("garbage", 0.1).is_empty());
     }
 }

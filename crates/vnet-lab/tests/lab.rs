@@ -61,6 +61,25 @@ fn delete_interface(lab: &Lab, h: usize, name: &str) {
     lab.apply(h, &t).unwrap();
 }
 
+/// A TCP stream from `from` to `to` for `secs` s carried data end to end:
+/// iperf3 ran its course without an error and its receiver counted more
+/// than a megabyte (at most what was sent: the sender's count also holds
+/// what was still in flight when the test ended). No rate: rates are the
+/// bench's (a test running beside this one can halve them). Returns the
+/// bytes received.
+fn assert_stream(lab: &mut Lab, from: &Vm, to: &Vm, secs: u32) -> u64 {
+    let (_, text) = lab.iperf3(from, to, secs, &[]).unwrap();
+    assert_carried(&text, &format!("{} -> {}", from.ip, to.ip))
+}
+
+/// iperf3's JSON output `text` says its TCP stream carried more than a
+/// megabyte (see [`assert_stream`]).
+fn assert_carried(text: &str, what: &str) -> u64 {
+    let (sent, received) = vnet_lab::iperf3_bytes(text);
+    assert!(received >= 1 << 20 && received <= sent, "{what}: {sent} B sent, {received} B received");
+    received
+}
+
 fn assert_no_ping(lab: &Lab, from: &Vm, to: Ipv4Addr) {
     let r = lab.ping(from, to, 3, 56).unwrap();
     // Three sent: a ping that never ran (or never parsed) is no proof of a cut.
@@ -157,8 +176,7 @@ fn iperf3_tcp_transfer_completes() {
     let mut lab = lab(Spec::default());
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
-    let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
-    assert!(gbps > 0.01, "iperf3 moved {gbps} Gbit/s");
+    assert_stream(&mut lab, &a, &b, 3);
 }
 
 #[test]
@@ -300,8 +318,7 @@ fn container_on_veth_netdev_talks_to_vm_on_tap() {
     assert_eq!(b.host_dev.as_deref(), Some("c0"));
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &b, a.ip, 1400);
-    let (gbps, _) = lab.iperf3(&b, &a, 2, &[]).unwrap();
-    assert!(gbps > 0.01, "{gbps}");
+    assert_stream(&mut lab, &b, &a, 2);
     let s = json(&lab, 1, "interfaces");
     let i = &s["interfaces"][0];
     assert_eq!(i["kind"], "netdev");
@@ -398,10 +415,10 @@ fn adaptive_dispatch_polls_under_load_and_sleeps_when_idle() {
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn adaptive_dispatch_polls_through_a_ping_pong_but_not_between_sparse_pings() {
     // Adaptive dispatch polls through a fast exchange and sleeps between
-    // sparse frames: requests 150 us apart (ping sends them in bursts, so
-    // the rate rule may poll too; the window's own arithmetic is the
-    // dispatch module's unit tests) are nearly all caught by polling; a
-    // ping every 20 ms never polls.
+    // sparse frames: polling catches requests 150 us apart (ping sends them
+    // in bursts, so the rate rule may poll too; the window's own arithmetic
+    // is the dispatch module's unit tests); a ping every 20 ms is never
+    // caught by polling (and hardly looked for).
     let lab =
         lab(Spec { dispatch: Some("adaptive".into()), datapath: None, vm_mtu: 1500, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
@@ -409,7 +426,7 @@ fn adaptive_dispatch_polls_through_a_ping_pong_but_not_between_sparse_pings() {
     let polls = |lab: &Lab| {
         let i = json(lab, 0, "interfaces")["interfaces"][0].clone();
         let n = |k: &str| i[k].as_u64().unwrap();
-        (n("polls"), n("wakeups"), n("rx_packets"), n("contended"))
+        (n("polls"), n("wakeups"), n("rx_packets"), n("contended"), n("polled_frames"))
     };
     let to = b.ip.to_string();
     let ping = |args: &[&str]| {
@@ -419,24 +436,28 @@ fn adaptive_dispatch_polls_through_a_ping_pong_but_not_between_sparse_pings() {
         let o = lab.ns_exec(&a.ns, &argv).unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     };
-    let (p0, ..) = polls(&lab);
+    let (p0, _, f0, _, k0) = polls(&lab);
     ping(&["-i", "0.02", "-c", "50"]);
-    let (p1, w1, f1, c1) = polls(&lab);
+    let (p1, w1, f1, c1, k1) = polls(&lab);
+    assert!(f1 - f0 >= 50, "{} frames", f1 - f0);
+    assert_eq!(k1 - k0, 0, "polling caught frames 20 ms apart ({} looks)", p1 - p0);
     assert!(p1 - p0 < 50, "polled between pings 20 ms apart: {} looks", p1 - p0);
     ping(&["-i", "0.00015", "-c", "3000"]);
-    let (p2, w2, f2, c2) = polls(&lab);
-    let (frames, wakeups, contended) = (f2 - f1, w2 - w1, c2 - c1);
+    let (p2, w2, f2, c2, k2) = polls(&lab);
+    let (frames, wakeups, contended, caught) = (f2 - f1, w2 - w1, c2 - c1, k2 - k1);
     eprintln!(
-        "sparse: {} looks; 150 us apart: {frames} frames, {wakeups} wake-ups, {} looks, {contended} contended",
+        "sparse: {} looks; 150 us apart: {frames} frames, {caught} caught by polling, {wakeups} wake-ups, {} \
+         looks, {contended} contended",
         p1 - p0,
         p2 - p1
     );
     assert!(frames >= 3000, "{frames} frames");
     assert!(p2 - p1 >= 300, "requests 150 us apart polled only {} times", p2 - p1);
-    // How many requests polling caught depends on what else wants the CPU
-    // (polling stands back then): 2-527 wake-ups in 3000 seen alone, 2031
-    // in CI beside other tests; notify takes one per request. Reported,
-    // not asserted.
+    // Polling caught requests, each one a wake-up saved. How many depends
+    // on what else wants the CPU (polling stands back then): 2-527 wake-ups
+    // in 3000 seen alone, 2031 in CI beside other tests, so the share is
+    // reported, not asserted.
+    assert!(caught > 0, "polling caught none of {frames} requests 150 us apart");
 }
 
 #[test]
@@ -487,7 +508,8 @@ fn sixty_second_transfer_without_drops() {
             if let [names, values] = udp[..] {
                 for (n, x) in names.split_whitespace().zip(values.split_whitespace()).skip(1) {
                     if ["InErrors", "RcvbufErrors", "SndbufErrors"].contains(&n) {
-                        v.push((format!("host {h} Udp {n}"), x.parse().unwrap_or(u64::MAX)));
+                        let x = x.parse().unwrap_or_else(|e| panic!("host {h} Udp {n} = {x:?}: {e}"));
+                        v.push((format!("host {h} Udp {n}"), x));
                     }
                 }
             }
@@ -506,9 +528,9 @@ fn sixty_second_transfer_without_drops() {
         v
     };
     let before = kernel_drops(&lab);
-    assert!(before.len() >= 10, "counters not found: {before:?}");
-    let (gbps, _) = lab.iperf3(&a, &b, 60, &[]).unwrap();
-    assert!(gbps > 0.5, "{gbps} Gbit/s");
+    // Per host: three UDP counters, two per device (underlay, VM).
+    assert_eq!(before.len(), 14, "counters not found: {before:?}");
+    assert_stream(&mut lab, &a, &b, 60);
     let after = kernel_drops(&lab);
     assert_eq!(before, after, "the kernel dropped frames during the transfer");
     for h in 0..2 {
@@ -531,7 +553,11 @@ fn sixty_second_transfer_without_drops() {
         ] {
             assert_eq!(s["global"][k], 0, "host {h}: {k} in {}", s["global"]);
         }
-        assert_eq!(s["global"]["kernel_errors"].as_u64().unwrap_or(0), 0, "host {h}: {}", s["global"]);
+        // The kernel path's error counter: 0 on the kernel pass, absent on
+        // the user path's.
+        let kernel = lab.spec.datapath.as_deref() == Some("kernel");
+        let want = if kernel { serde_json::json!(0) } else { serde_json::Value::Null };
+        assert_eq!(s["global"]["kernel_errors"], want, "host {h}: {}", s["global"]);
     }
 }
 
@@ -542,8 +568,7 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &b, a.ip, 1400);
-    let (gbps, _) = lab.iperf3(&a, &b, 2, &[]).unwrap();
-    assert!(gbps > 0.0);
+    let moved = assert_stream(&mut lab, &a, &b, 2) as f64;
     for h in 0..2 {
         let s = json(&lab, h, "stats");
         let g = &s["global"];
@@ -588,7 +613,6 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     // Nearly every byte of the transfer took the kernel path, not the user path.
     let g = json(&lab, 0, "stats")["global"].clone();
     let kernel_bytes = g["kernel_encap_bytes"].as_u64().unwrap() as f64;
-    let moved = gbps * 1e9 / 8.0 * 2.0;
     assert!(kernel_bytes > 0.8 * moved, "kernel moved {kernel_bytes} B of about {moved}: {g}");
     // And the receiving host decapsulated it in the kernel too (tunnel-GSO
     // super-frames included).
@@ -1211,7 +1235,9 @@ fn rekeying_every_ten_seconds_under_a_minute_of_iperf3_stalls_nothing() {
         p.avg_ms
     );
     assert!(rates.len() >= 59, "{} intervals", rates.len());
-    assert!(sorted[0] > 0.25 * median, "a second of the transfer stalled: {rates:?}");
+    // Every second carried data (how much depends on what else runs: the
+    // figures are reported, the rate is the bench's).
+    assert!(sorted[0] > 0.0, "a second of the transfer carried nothing: {rates:?}");
     assert!(new_sessions >= 5, "{new_sessions} rekeys in 60 s");
     assert!(p.sent >= 800 && p.received * 100 >= p.sent * 99, "{p:?}");
     // Nothing refused or dropped for want of a session across the rekeys
@@ -1854,15 +1880,7 @@ fn vnetd_and_a_linux_kernel_vtep_talk_both_ways() {
     assert_ping(&lab, &a, b.ip, MIXED_VM_MTU - 28);
     assert_ping(&lab, &b, a.ip, MIXED_VM_MTU - 28);
     for (from, to) in [(&a, &b), (&b, &a)] {
-        let (gbps, _) = lab.iperf3(from, to, 10, &[]).unwrap();
-        let stats = lab.control(0, "show stats json").map(|r| r.body).unwrap_or_default();
-        assert!(
-            gbps > 0.2,
-            "{} -> {}: iperf3 moved {gbps} Gbit/s\nvnetd: {stats}\n{}",
-            from.ip,
-            to.ip,
-            lab.log(0)
-        );
+        assert_stream(&mut lab, from, to, 10);
     }
     let links = json(&lab, 0, "links");
     let l = &links["links"][0];
@@ -1928,8 +1946,7 @@ fn two_vnetds_over_a_vxlan_link_carry_tcp() {
     let mut lab = lab(Spec { links: Links::Vxlan, vm_mtu: MIXED_VM_MTU, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, MIXED_VM_MTU - 28);
-    let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
-    assert!(gbps > 0.2, "iperf3 moved {gbps} Gbit/s");
+    assert_stream(&mut lab, &a, &b, 3);
     let l = &json(&lab, 1, "links")["links"][0];
     assert_eq!(l["kind"], "vxlan", "{l}");
     assert!(l["rx_packets"].as_u64().unwrap() > 1000, "{l}");
@@ -1963,22 +1980,20 @@ fn link_json(lab: &Lab, h: usize) -> serde_json::Value {
     json(lab, h, "links")["links"][0].clone()
 }
 
-/// Two hosts on `links` (TCP or TLS): pings both ways and 3 s of iperf3
-/// at `min_gbps` or more.
-fn stream_lab(links: Links, min_gbps: f64) -> (Lab, Vm, Vm) {
+/// Two hosts on `links` (TCP or TLS): pings both ways and a 3 s TCP stream.
+fn stream_lab(links: Links) -> (Lab, Vm, Vm) {
     let mut lab = lab(Spec { links, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &b, a.ip, 1400);
-    let (gbps, _) = lab.iperf3(&a, &b, 3, &[]).unwrap();
-    assert!(gbps > min_gbps, "iperf3 over the {links:?} link moved {gbps} Gbit/s");
+    assert_stream(&mut lab, &a, &b, 3);
     (lab, a, b)
 }
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn tcp_link_carries_iperf3_and_resumes_after_a_peer_is_killed() {
-    let (mut lab, a, b) = stream_lab(Links::Tcp, 0.2);
+    let (mut lab, a, b) = stream_lab(Links::Tcp);
     let l = link_json(&lab, 0);
     assert_eq!(
         (l["kind"].as_str(), l["state"].as_str(), l["inbound"].as_bool()),
@@ -2003,7 +2018,7 @@ fn tcp_link_carries_iperf3_and_resumes_after_a_peer_is_killed() {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn tls_link_carries_traffic_and_refuses_a_certificate_of_another_ca() {
-    let (mut lab, a, b) = stream_lab(Links::Tls, 0.1);
+    let (mut lab, a, b) = stream_lab(Links::Tls);
     let l = link_json(&lab, 0);
     assert_eq!(
         (l["format"].as_str(), l["state"].as_str(), l["refused"].as_u64()),
@@ -2068,7 +2083,7 @@ fn ten_thousand_slow_connections_from_the_peers_address_leave_vnetd_bounded_and_
     // Review finding 8: a thread and a buffer per connection before any
     // authentication, no deadline on the TLS handshake, and the newest
     // connection from the peer's address displacing the real one.
-    let (mut lab, a, b) = stream_lab(Links::Tls, 0.1);
+    let (mut lab, a, b) = stream_lab(Links::Tls);
     let pid = lab.vnetd_pid(0).unwrap();
     let before = threads_and_rss(pid);
     let remote = link_json(&lab, 1)["remote"].as_str().unwrap().to_string();
@@ -2969,10 +2984,12 @@ fn slope(xs: &[f64], ys: &[f64]) -> f64 {
 /// stream, broadcasts) while a route is added or deleted every 100 ms, a
 /// host's underlay goes down for a second every 10 s and the ping's target
 /// VM moves to another host every 10 s. It checks: no panic and every
-/// vnetd alive; the TCP stream survives; pings lost only around the
-/// outages and moves; no frame malformed or refused for a cause other than
-/// the ones injected; vnetd's RSS does not grow (slope after the first
-/// third, and a bound). `VNET_SOAK_SECS` (default 120) sets the length.
+/// vnetd alive; the TCP and UDP streams survive; every ping sent, and each
+/// one lost sent within [`SOAK_RECOVERY_S`] of a move or an outage; no frame
+/// malformed, failing its offload, crossing networks or from a spoofed
+/// MAC (`no_route` and `unknown_source` are what moves cost: reported);
+/// vnetd's RSS does not grow (slope after the first third, and a bound).
+/// `VNET_SOAK_SECS` (default 120) sets the length.
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
@@ -2988,14 +3005,18 @@ fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
     let script = lab.dir.join("broadcast.py");
     std::fs::write(&script, STORM).unwrap();
     let (t, bip, count) = ((secs + 2).to_string(), b.ip.to_string(), (secs * 10).to_string());
-    let ping = in_background(&a.ns, &["ping", "-n", "-i", "0.1", "-c", &count, "-W", "1", &bip]);
+    let ping = in_background(&a.ns, &["ping", "-n", "-D", "-i", "0.1", "-c", &count, "-W", "1", &bip]);
     let tcp = in_background(&c.ns, &["iperf3", "-c", &bip, "-t", &t, "-b", "100M", "-J"]);
     let udp = in_background(&a.ns, &["iperf3", "-c", &bip, "-p", "5202", "-u", "-t", &t, "-b", "20M", "-J"]);
     let bcast = in_background(&c.ns, &["python3", script.to_str().unwrap(), &c.dev, &c.mac, &t, "50"]);
     let pids: Vec<u32> = (0..3).map(|h| lab.vnetd_pid(h).unwrap()).collect();
     let t0 = std::time::Instant::now();
     let (mut samples, mut churn, mut moves, mut flaps) = (Vec::new(), 0u64, 0u64, 0u64);
+    let start = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let (mut where_b, mut v) = (1usize, 0usize);
+    // When each move and outage began and ended (seconds since the epoch).
+    let mut events: Vec<(f64, f64)> = Vec::new();
+    let epoch = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let (mut next_sample, mut next_move, mut next_flap) =
         (Duration::ZERO, Duration::from_secs(5), Duration::from_secs(10));
     while t0.elapsed() < Duration::from_secs(secs) {
@@ -3026,16 +3047,20 @@ fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
         // goes down for a second.
         if now >= next_move {
             let to = if where_b == 1 { 2 } else { 1 };
+            let began = epoch();
             v = lab.relocate(where_b, v, to).unwrap();
+            events.push((began, epoch()));
             where_b = to;
             moves += 1;
             next_move += Duration::from_secs(10);
         }
         if now >= next_flap {
             let (ns, dev) = (lab.hosts[0].ns.clone(), lab.hosts[0].underlay_dev.clone());
+            let began = epoch();
             lab.ns_exec(&ns, &["ip", "link", "set", &dev, "down"]).unwrap();
             std::thread::sleep(Duration::from_secs(1));
             lab.ns_exec(&ns, &["ip", "link", "set", &dev, "up"]).unwrap();
+            events.push((began, epoch()));
             flaps += 1;
             next_flap += Duration::from_secs(10);
         }
@@ -3054,12 +3079,31 @@ fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
     // RSS: the slope after the first third, per host, in kB a minute.
     let from = samples.len() / 3;
     let xs: Vec<f64> = samples[from..].iter().map(|s| s.0).collect();
+    // A lost ping is explained by a move or an outage when it was sent from
+    // just before it began to SOAK_RECOVERY_S after it ended.
+    let lost = vnet_lab::PingResult::lost_at(&ping, 0.1);
+    let explained = |t: f64| events.iter().any(|&(b, e)| t >= b - 0.2 && t <= e + SOAK_RECOVERY_S);
+    let unexplained: Vec<String> =
+        lost.iter().filter(|&&t| !explained(t)).map(|t| format!("{:.1} s", t - start)).collect();
+    let late: Vec<String> = events
+        .iter()
+        .map(|&(b, e)| {
+            let last = lost
+                .iter()
+                .filter(|&&t| t >= b - 0.2 && t <= e + SOAK_RECOVERY_S)
+                .fold(f64::NAN, |m, &t| t.max(m));
+            let n = lost.iter().filter(|&&t| t >= b - 0.2 && t <= e + SOAK_RECOVERY_S).count();
+            format!("{:.1}+{:.1}: {n} lost, last {:+.2} s after", b - start, e - b, last - e)
+        })
+        .collect();
     let mut report = format!(
         "soak {secs} s: {churn} route changes, {moves} relocations, {flaps} underlay outages of 1 s, {sent_b} \
-         broadcasts; ping {}/{}; TCP {} MB; UDP lost {udp_lost:.2} %\n",
+         broadcasts; ping {}/{}; TCP {} MB; UDP lost {udp_lost:.2} %\nlosses by event: {}\nlost outside \
+         moves and outages: {unexplained:?}\n",
         r.received,
         r.sent,
-        tcp_bytes / 1_000_000
+        tcp_bytes / 1_000_000,
+        late.join("; ")
     );
     for h in 0..3 {
         let ys: Vec<f64> = samples[from..].iter().map(|s| s.1[h] as f64).collect();
@@ -3082,6 +3126,7 @@ fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
         assert_eq!(g["malformed"], 0, "host {h}: {g}");
         assert_eq!(g["offload_errors"], 0, "host {h}: {g}");
         assert_eq!(g["wrong_network"], 0, "host {h}: {g}");
+        assert_eq!(g["spoofed_source_mac"], 0, "host {h}: {g}");
         assert!(lab.vnetd_alive(h), "host {h}'s vnetd died");
         assert!(!lab.log(h).contains("panicked"), "host {h}: {}", lab.log(h));
     }
@@ -3100,10 +3145,16 @@ fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
     assert!(tcp.status.success() && j.get("error").is_none(), "the TCP stream broke: {j}");
     assert!(udp.status.success(), "the UDP stream broke: {ju}");
     assert!(moves >= secs / 10 - 1 && flaps >= secs / 10 - 1, "{report}");
-    // Each outage costs a second of pings and a move a handful.
-    let bound = r.sent / 10 + 20 * moves as u32 + 15 * flaps as u32;
-    assert!(r.sent - r.received <= bound, "lost {} pings, more than {bound}:\n{report}", r.sent - r.received);
+    // Every ping was sent, and the only ones lost were around a move or an
+    // outage.
+    assert_eq!(r.sent as u64, secs * 10, "ping did not run its course: {ping}");
+    assert!(unexplained.is_empty(), "pings lost away from any move or outage:\n{report}");
 }
+
+/// How long after a move or an underlay outage ends the soak still excuses
+/// a lost ping. Seen: the last loss of an outage or a move is before its
+/// end (the path is back at once); this is slack for a loaded machine.
+const SOAK_RECOVERY_S: f64 = 0.5;
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
@@ -3144,28 +3195,40 @@ fn a_thousand_control_connections_and_clients_killed_mid_transaction_change_noth
     let t0 = std::time::Instant::now();
     wait_until(2.0, "the control socket serves again", || lab.control(0, "show links").is_ok());
     eprintln!("served again {:?} after the 1000 closed", t0.elapsed());
-    // Clients that die inside a transaction (before `commit`, and right
-    // after sending it without reading the answer): no half of theirs
-    // stays, and the transaction slots come back.
+    // Clients that die inside a transaction (once its lines are answered,
+    // before `commit`; and right after sending `commit` without reading its
+    // answer): the first kind leave nothing, the second all of theirs, and
+    // the transaction slots come back.
     for (n, kill_after_commit) in (0..20).map(|n| (n, n % 2 == 1)) {
         let mut c = UnixStream::connect(&sock).unwrap();
         let mut lines = String::from("begin\n");
         for k in 0..3 {
             lines.push_str(&format!("route any 52:54:00:dd:{n:02x}:{k:02x} -> link h1\n"));
         }
-        if kill_after_commit {
-            lines.push_str("commit\n");
-        }
         c.write_all(lines.as_bytes()).unwrap();
-        drop(c);
+        let mut r = BufReader::new(c.try_clone().unwrap());
+        for _ in 0..4 {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            assert_eq!(line, "end ok\n", "client {n}");
+        }
+        if kill_after_commit {
+            c.write_all(b"commit\n").unwrap();
+        }
+        drop((r, c));
     }
     std::thread::sleep(Duration::from_millis(300));
     let routes = json(&lab, 0, "routes")["routes"].as_array().unwrap().clone();
-    let ours =
-        routes.iter().filter(|r| r["dst"].as_str().is_some_and(|d| d.starts_with("52:54:00:dd"))).count();
+    // Client n's routes are 52:54:00:dd:n:k: count what stayed per client.
+    let mut stayed = std::collections::BTreeMap::<u8, usize>::new();
+    for d in routes.iter().filter_map(|r| r["dst"].as_str()).filter(|d| d.starts_with("52:54:00:dd")) {
+        *stayed.entry(u8::from_str_radix(&d[12..14], 16).unwrap()).or_default() += 1;
+    }
+    let ours: usize = stayed.values().sum();
     eprintln!("20 clients killed inside a transaction: {ours} of their 60 routes stayed (each commit all or nothing)");
-    assert_eq!(ours % 3, 0, "a transaction applied in part: {ours} routes");
-    assert!(ours <= 30, "a transaction that never committed applied");
+    let committed: std::collections::BTreeMap<u8, usize> =
+        (0..20).filter(|n| n % 2 == 1).map(|n| (n, 3)).collect();
+    assert_eq!(stayed, committed, "routes that stayed, per client (the odd ones committed)");
     assert_eq!(routes.len(), routes0 + ours);
     // Every slot came back: as many transactions as the limit open again.
     lab.apply(0, "route any 52:54:00:dd:ff:01 -> link h1\n").unwrap();
@@ -3347,7 +3410,7 @@ fn routes_replaced_two_hundred_times_under_a_tcp_stream_and_a_10ms_ping_lose_not
     assert_eq!(r.sent, 700, "ping output not understood:\n{out}");
     assert_eq!(r.received, r.sent, "pings lost while routes were replaced:\n{out}");
     assert!(tcp.status.success() && j.get("error").is_none(), "the TCP stream broke: {j}");
-    assert!(gbps > 0.1, "{gbps} Gbit/s");
+    assert_carried(&String::from_utf8_lossy(&tcp.stdout), "the TCP stream under route changes");
     assert!(retransmits <= 20, "{retransmits} retransmits");
 }
 

@@ -1051,6 +1051,7 @@ impl Daemon {
                     "wakeups": p.dispatch.wakeups.load(Relaxed),
                     "polls": p.dispatch.polls.load(Relaxed),
                     "contended": p.dispatch.contended.load(Relaxed),
+                    "polled_frames": p.dispatch.polled_frames.load(Relaxed),
                 });
                 counters_into(&mut v, i.rx.snapshot(), i.tx.snapshot());
                 if let (Some(d), Value::Object(m)) = (p.dev.vhost(), &mut v) {
@@ -1137,6 +1138,7 @@ impl Daemon {
             "link_wakeups": g.link_dispatch.wakeups.load(Relaxed),
             "link_polls": g.link_dispatch.polls.load(Relaxed),
             "link_contended": g.link_dispatch.contended.load(Relaxed),
+            "link_polled_frames": g.link_dispatch.polled_frames.load(Relaxed),
         })
     }
 }

@@ -103,12 +103,18 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
         for (s, d) in sources.iter().zip(&ds) {
             s.stats.polling.store(d.polling() as u8, Relaxed);
         }
+        // The last look found nothing and the worker polled on (yielded)
+        // rather than sleep: what the next look finds, polling caught.
+        let mut polled = false;
         while !stop2.load(Relaxed) {
             let (mut total, mut more) = (0, false);
             let now = Instant::now();
             for (s, d) in sources.iter_mut().zip(ds.iter_mut()) {
                 let n = (s.body)();
                 total += n;
+                if polled && n > 0 {
+                    s.stats.polled_frames.fetch_add(n as u64, Relaxed);
+                }
                 // A source stops short of a batch only when it is empty.
                 more |= n >= BATCH;
                 if d.record(n, now) {
@@ -116,6 +122,7 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
                     s.stats.polling.store(d.polling() as u8, Relaxed);
                 }
             }
+            polled = false;
             if more {
                 continue; // a batch was full: more may be waiting
             }
@@ -126,6 +133,7 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
                 sources.iter().for_each(|s| {
                     s.stats.polls.fetch_add(1, Relaxed);
                 });
+                polled = true;
                 if !yield_uncontended() {
                     let now = Instant::now();
                     ds.iter_mut().for_each(|d| d.contended(now));

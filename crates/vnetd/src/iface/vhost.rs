@@ -440,9 +440,13 @@ impl NetBackend {
     fn serve_tx(&self, pair: usize, tx: &Ring, w: &mut PairWorker) {
         loop {
             let _ = tx.disable_notification();
+            let mut polled = false;
             loop {
                 let n = self.tx_batch(tx, w);
                 self.dev.stats.pair_tx[pair].fetch_add(n as u64, Relaxed);
+                if std::mem::take(&mut polled) && n > 0 {
+                    self.dispatch.polled_frames.fetch_add(n as u64, Relaxed);
+                }
                 let now = Instant::now();
                 self.record(pair, w, n, now);
                 if n > 0 {
@@ -450,6 +454,7 @@ impl NetBackend {
                 }
                 if w.dispatch.keep_polling(now) && !self.dev.stop.load(Relaxed) {
                     self.dispatch.polls.fetch_add(1, Relaxed);
+                    polled = true;
                     if !crate::dataplane::yield_uncontended() {
                         w.dispatch.contended(Instant::now());
                         self.dispatch.contended.fetch_add(1, Relaxed);
