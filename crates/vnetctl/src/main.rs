@@ -19,8 +19,8 @@
 
 use clap::Parser;
 use std::process::ExitCode;
-use vnetd::client::Client;
-use vnetd::control::{Endpoint, DEFAULT_ENDPOINT};
+use vnet_client::client::Client;
+use vnet_client::endpoint::{Endpoint, DEFAULT_ENDPOINT};
 
 #[derive(Parser)]
 #[command(version, about = "Control a running vnetd", trailing_var_arg = true)]
@@ -45,19 +45,19 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    if let Some(code) = vnetd::docs::generate_if_asked(<Args as clap::CommandFactory>::command) {
+    if let Some(code) = vnet_client::docs::generate_if_asked(<Args as clap::CommandFactory>::command) {
         return code;
     }
     let args = Args::parse();
     if let [cert, key, ca] = args.tls.as_slice() {
         let files = vnet_control::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
-        if let Err(e) = vnetd::client::set_tls(&files) {
+        if let Err(e) = vnet_client::client::set_tls(&files) {
             eprintln!("vnetctl: --tls: {e}");
             return ExitCode::from(2);
         }
     }
     if let Some(path) = &args.token {
-        if let Err(e) = vnetd::client::set_token(path) {
+        if let Err(e) = vnet_client::client::set_token(path) {
             eprintln!("vnetctl: --token {e}");
             return ExitCode::from(2);
         }
@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         return done;
     }
     if args.words.first().is_some_and(|w| w == "move") {
-        return match parse_move(&args.words[1..]).and_then(|m| vnetd::relocate::relocate(&m)) {
+        return match parse_move(&args.words[1..]).and_then(|m| vnet_client::relocate::relocate(&m)) {
             Ok(report) => {
                 print!("{report}");
                 ExitCode::SUCCESS
@@ -142,7 +142,7 @@ fn key_out(k: Result<String, String>) -> ExitCode {
 }
 
 /// `MAC to ENDPOINT [via IP] [hosts ENDPOINT,...] interface NAME KIND DEV [options]`.
-fn parse_move(w: &[String]) -> Result<vnetd::relocate::Move, String> {
+fn parse_move(w: &[String]) -> Result<vnet_client::relocate::Move, String> {
     const USAGE: &str =
         "usage: vnetctl move MAC to ENDPOINT [via IP] [hosts ENDPOINT,...] interface NAME KIND DEV [options]";
     let mac = w.first().and_then(|m| m.parse().ok()).ok_or(format!("expected a MAC first; {USAGE}"))?;
@@ -166,7 +166,7 @@ fn parse_move(w: &[String]) -> Result<vnetd::relocate::Move, String> {
         }
         i += 2;
     }
-    Ok(vnetd::relocate::Move {
+    Ok(vnet_client::relocate::Move {
         mac,
         to: to.ok_or(format!("expected `to ENDPOINT`; {USAGE}"))?,
         decl: decl.ok_or(format!("expected `interface NAME KIND DEV`; {USAGE}"))?,
@@ -186,13 +186,13 @@ fn keys(words: &[String]) -> Option<ExitCode> {
             .map_err(|e| format!("reading stdin: {e}"))
     };
     let out = match w.as_slice() {
-        ["genkey"] => vnetd::keys::genkey(),
-        ["genkey", file] => vnetd::keys::genkey().and_then(|k| {
-            vnetd::keys::write_secret(std::path::Path::new(file), &k)?;
-            vnetd::keys::pubkey(&k)
+        ["genkey"] => vnet_client::keys::genkey(),
+        ["genkey", file] => vnet_client::keys::genkey().and_then(|k| {
+            vnet_client::keys::write_secret(std::path::Path::new(file), &k)?;
+            vnet_client::keys::pubkey(&k)
         }),
-        ["pubkey"] => stdin().and_then(|k| vnetd::keys::pubkey(&k)),
-        ["pubkey", "claim"] => stdin().and_then(|k| vnetd::keys::claim_pubkey(&k)),
+        ["pubkey"] => stdin().and_then(|k| vnet_client::keys::pubkey(&k)),
+        ["pubkey", "claim"] => stdin().and_then(|k| vnet_client::keys::claim_pubkey(&k)),
         ["netkey", file] => netkey(file),
         ["sign", file, rest @ ..] => sign(file, rest),
         [first, ..] if ["genkey", "pubkey", "netkey", "sign"].contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
@@ -209,11 +209,11 @@ fn netkey(file: &str) -> Result<String, String> {
     use vnet_cluster::trust::NetworkKey;
     let path = std::path::Path::new(file);
     let key = if path.exists() {
-        let text = vnetd::keys::read_secret(path, "the network key", 1024)?;
+        let text = vnet_client::keys::read_secret(path, "the network key", 1024)?;
         NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?
     } else {
         let k = NetworkKey::generate().map_err(|e| e.to_string())?;
-        vnetd::keys::write_secret(path, &k.secret())?;
+        vnet_client::keys::write_secret(path, &k.secret())?;
         k
     };
     Ok(key.public().to_string())
@@ -222,7 +222,7 @@ fn netkey(file: &str) -> Result<String, String> {
 /// `sign NETKEYFILE network N host H public-key K claim-key C addr P[,P]`.
 fn sign(file: &str, words: &[&str]) -> Result<String, String> {
     use vnet_cluster::trust::{CertBody, NetworkKey};
-    let text = vnetd::keys::read_secret(std::path::Path::new(file), "the network key", 1024)?;
+    let text = vnet_client::keys::read_secret(std::path::Path::new(file), "the network key", 1024)?;
     let key = NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?;
     let mut body = CertBody {
         network: String::new(),

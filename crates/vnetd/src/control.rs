@@ -27,7 +27,6 @@
 
 use crate::daemon::Daemon;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -73,8 +72,7 @@ pub struct Access {
     pub client_name: Option<String>,
 }
 
-/// A control token's length in hex digits (32 random bytes).
-pub const TOKEN_HEX: usize = 64;
+pub use vnet_client::endpoint::{load_token_file, TOKEN_HEX};
 
 impl Access {
     /// Whether a unix-socket peer with these credentials may connect.
@@ -104,16 +102,6 @@ pub fn load_token(path: &std::path::Path) -> Result<Arc<str>, String> {
         crate::keys::write_secret(path, &hex)?;
     }
     load_token_file(path).map(Into::into)
-}
-
-/// Reads an existing token file, refusing one others may read.
-pub fn load_token_file(path: &std::path::Path) -> Result<String, String> {
-    let text = crate::keys::read_secret(path, "the token", 1024)?;
-    let t = text.trim();
-    if t.len() != TOKEN_HEX || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{}:1:1: expected a token of {TOKEN_HEX} hex digits", path.display()));
-    }
-    Ok(t.to_string())
 }
 
 impl Limits {
@@ -154,56 +142,7 @@ impl Drop for TxnSlot {
     }
 }
 
-/// Where the control endpoint listens (or a client connects).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    Unix(PathBuf),
-    /// Plain TCP: loopback only.
-    Tcp(SocketAddr),
-    /// TLS 1.3 with client certificates (`vnetd --control-tls`): any address.
-    Tls(SocketAddr),
-}
-
-impl std::str::FromStr for Endpoint {
-    type Err = String;
-
-    /// `unix:PATH`, `tcp:ADDR:PORT`, `tcp:PORT` (on 127.0.0.1), or
-    /// `tls:ADDR:PORT`.
-    fn from_str(s: &str) -> Result<Self, String> {
-        if let Some(a) = s.strip_prefix("tls:") {
-            return a.parse().map(Endpoint::Tls).map_err(|_| format!("expected tls:ADDR:PORT, found `{s}`"));
-        }
-        if let Some(p) = s.strip_prefix("unix:") {
-            if p.is_empty() {
-                return Err("expected a path after `unix:`".into());
-            }
-            return Ok(Endpoint::Unix(p.into()));
-        }
-        if let Some(a) = s.strip_prefix("tcp:") {
-            if let Ok(port) = a.parse::<u16>() {
-                return Ok(Endpoint::Tcp(SocketAddr::from(([127, 0, 0, 1], port))));
-            }
-            return a
-                .parse()
-                .map(Endpoint::Tcp)
-                .map_err(|_| format!("expected tcp:ADDR:PORT or tcp:PORT, found `{s}`"));
-        }
-        Err(format!("expected unix:PATH, tcp:ADDR:PORT or tls:ADDR:PORT, found `{s}`"))
-    }
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
-            Endpoint::Tcp(a) => write!(f, "tcp:{a}"),
-            Endpoint::Tls(a) => write!(f, "tls:{a}"),
-        }
-    }
-}
-
-/// The default control endpoint.
-pub const DEFAULT_ENDPOINT: &str = "unix:/run/vnetd.sock";
+pub use vnet_client::endpoint::{Endpoint, DEFAULT_ENDPOINT};
 
 /// One connection's protocol state.
 struct Session {

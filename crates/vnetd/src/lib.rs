@@ -11,29 +11,26 @@
 //! - [`paths`]: which socket paths and devices config may claim.
 //! - [`cluster`]: cluster mode, the etcd watch that programs this host;
 //!   [`membership`]: what it reports.
-//! - [`docs`]: man pages and shell completions for the package.
 //! - [`handshakes`]: secured links' handshake timestamps, kept across restarts.
-//! - [`keys`]: the host's key file (`--key`), `vnetctl genkey` and `pubkey`.
 //! - [`control`]: the control endpoint and its line protocol.
-//! - [`client`]: a blocking client of that protocol; [`relocate`]: `move`.
+//! - [`client`], [`relocate`], [`keys`], [`docs`]: re-exported from
+//!   `vnet_client` (the control client, `move`, key files, man pages).
 //! - [`sys`]: the only module with `unsafe` (ioctls, `setns`, sockets).
 
-pub mod client;
 pub mod cluster;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
-pub mod docs;
 pub mod handshakes;
 pub mod iface;
 pub mod kernel;
-pub mod keys;
 pub mod link;
 pub mod membership;
 pub mod paths;
-pub mod relocate;
 pub mod shared;
 pub mod sys;
 
 pub use control::Endpoint;
 pub use daemon::Daemon;
+/// The client side, in its own crate (`vnetctl` links it without the daemon).
+pub use vnet_client::{client, docs, keys, relocate};

@@ -1097,12 +1097,7 @@ impl Drop for RxRing {
     }
 }
 
-/// The process's effective user id.
-pub fn euid() -> u32 {
-    // SAFETY: `geteuid` takes no arguments, touches no memory of ours and
-    // cannot fail.
-    unsafe { libc::geteuid() }
-}
+pub use vnet_client::sys::euid;
 
 /// Sets the process's file mode creation mask (returns the old one): vnetd
 /// sets 0o077 at start, so every socket and file it makes (control socket,

@@ -41,16 +41,15 @@
 
 use crate::shared::Shared;
 use rustc_hash::FxHashMap;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, ServerConnection, StreamOwned};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, ServerConnection, StreamOwned};
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vnet_control::{canonical, RxKey, TlsFiles};
+use vnet_control::{canonical, RxKey};
 use vnet_engine::codec::stream::{self, Deframer, Record};
 use vnet_engine::DatagramTx;
 
@@ -183,64 +182,7 @@ impl Ring {
     }
 }
 
-/// The TLS side of a host: its client and server configurations.
-pub struct Tls {
-    client: Arc<ClientConfig>,
-    server: Arc<ServerConfig>,
-}
-
-impl Tls {
-    /// Loads the host's certificate chain, key and CA (PEM files).
-    pub fn load(files: &TlsFiles) -> Result<Tls, String> {
-        let read_certs = |path: &str| -> Result<Vec<CertificateDer<'static>>, String> {
-            let certs: Vec<_> = CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("{path}: {e}"))?
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("{path}: {e}"))?;
-            if certs.is_empty() {
-                return Err(format!("{path}: no certificate in it"));
-            }
-            Ok(certs)
-        };
-        let chain = read_certs(&files.cert)?;
-        let key_pem =
-            crate::keys::read_secret(std::path::Path::new(&files.key), "the private key", 64 * 1024)?;
-        let key =
-            || PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| format!("{}: {e}", files.key));
-        let mut roots = RootCertStore::empty();
-        for c in read_certs(&files.ca)? {
-            roots.add(c).map_err(|e| format!("{}: {e}", files.ca))?;
-        }
-        let roots = Arc::new(roots);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let client = ClientConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots.clone())
-            .with_client_auth_cert(chain.clone(), key()?)
-            .map_err(|e| format!("{}: {e}", files.cert))?;
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
-            .build()
-            .map_err(|e| format!("{}: {e}", files.ca))?;
-        let server = ServerConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| e.to_string())?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(chain, key()?)
-            .map_err(|e| format!("{}: {e}", files.cert))?;
-        Ok(Tls { client: Arc::new(client), server: Arc::new(server) })
-    }
-
-    /// The server side (the peer's certificate must chain to the CA).
-    pub fn server_config(&self) -> Arc<ServerConfig> {
-        self.server.clone()
-    }
-
-    /// The client side (it presents the host's certificate).
-    pub fn client_config(&self) -> Arc<ClientConfig> {
-        self.client.clone()
-    }
-}
+pub use vnet_client::tls::Tls;
 
 /// One TCP link: its queue, status and threads.
 pub struct TcpLink {
@@ -357,7 +299,7 @@ impl TcpLink {
         tune(&sock)?;
         let Some(tls) = &self.tls else { return Ok(Box::new(sock)) };
         let name = ServerName::IpAddress(self.remote.ip().into());
-        let conn = ClientConnection::new(tls.client.clone(), name).map_err(io::Error::other)?;
+        let conn = ClientConnection::new(tls.client_config(), name).map_err(io::Error::other)?;
         let mut s = StreamOwned::new(conn, sock);
         while s.conn.is_handshaking() {
             if let Err(e) = s.conn.complete_io(&mut s.sock) {
@@ -484,7 +426,7 @@ impl TcpLink {
         peer: IpAddr,
         deadline: Instant,
     ) -> Option<Box<dyn Read + Send>> {
-        let conn = ServerConnection::new(tls.server.clone()).ok()?;
+        let conn = ServerConnection::new(tls.server_config()).ok()?;
         let mut s = StreamOwned::new(conn, sock);
         while s.conn.is_handshaking() {
             // What is left of the deadline bounds every read and write, so

@@ -1,7 +1,7 @@
-//! A blocking client of the control protocol (see [`crate::control`]), used
+//! A blocking client of vnetd's control protocol (`docs/control.md`), used
 //! by `vnetctl` and the lab.
 
-use crate::control::Endpoint;
+use crate::endpoint::Endpoint;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -17,7 +17,7 @@ static TLS: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>> = std::syn
 /// Loads the certificate, key and CA this process presents to and checks
 /// `tls:` control endpoints with.
 pub fn set_tls(files: &vnet_control::TlsFiles) -> Result<(), String> {
-    let t = crate::link::tcp::Tls::load(files)?;
+    let t = crate::tls::Tls::load(files)?;
     let _ = TLS.set(t.client_config());
     Ok(())
 }
@@ -27,7 +27,7 @@ static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Reads the token this process presents to `tcp:` control endpoints.
 pub fn set_token(path: &std::path::Path) -> Result<(), String> {
-    let t = crate::control::load_token_file(path)?;
+    let t = crate::endpoint::load_token_file(path)?;
     let _ = TOKEN.set(t);
     Ok(())
 }

@@ -21,7 +21,7 @@
 //! they route the MAC to a link (they have seen the claim).
 
 use crate::client::Client;
-use crate::control::Endpoint;
+use crate::endpoint::Endpoint;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};

@@ -1,0 +1,22 @@
+//! What a client of vnetd needs, without the daemon: `vnetctl` links this
+//! crate, not `vnetd` (so none of aya, vhost, tokio or etcd).
+//!
+//! - [`endpoint`]: where a control endpoint is (`unix:`, `tcp:`, `tls:`)
+//!   and the token file a `tcp:` client presents.
+//! - [`client`]: a blocking client of the control protocol.
+//! - [`relocate`]: `vnetctl move`, a VM's relocation between two hosts.
+//! - [`keys`]: key and secret files (`vnetctl genkey`, `pubkey`).
+//! - [`tls`]: a host's certificate, key and CA as rustls configurations.
+//! - [`docs`]: man pages and shell completions for the package.
+//! - [`sys`]: the only module with `unsafe`.
+
+pub mod client;
+pub mod docs;
+pub mod endpoint;
+pub mod keys;
+pub mod relocate;
+pub mod sys;
+pub mod tls;
+
+pub use client::Client;
+pub use endpoint::{Endpoint, DEFAULT_ENDPOINT};
