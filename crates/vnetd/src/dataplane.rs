@@ -1,8 +1,8 @@
-//! The data path's threads: workers that wait on their sources (interface
-//! queues, netdev receive rings, the link sockets), read frames and
-//! datagrams in batches, and hand them to the sans-IO engine
-//! (`vnet_engine`), which routes them and sends them out through the ports'
-//! own I/O (the `iface` and `link` modules).
+//! The data path's sources, what the workers (`crate::workers`) read: the
+//! interface queues, netdev receive rings and link sockets, each read in
+//! batches and handed to the sans-IO engine (`vnet_engine`), which routes
+//! the frames and sends them out through the ports' own I/O (the `iface`
+//! and `link` modules).
 //!
 //! What makes it fast, beside the engine's offload handling:
 //!
@@ -18,158 +18,20 @@
 
 use crate::iface::{Attached, Reader};
 use crate::sys;
-use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{self, Read};
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 use vnet_control::Mode;
 use vnet_core::Port;
-use vnet_engine::{DispatchStats, Dispatcher, Forwarder, Receiver, Via};
+use vnet_engine::{DispatchStats, Forwarder, Receiver, Via};
 use vnet_wire::reasm;
 use vnet_wire::virtio::{self, VirtioNetHdr};
 
 use crate::shared::Shared;
+use crate::workers::{Source, BATCH};
 use vnet_engine::BUF;
-
-/// Frames a worker handles per wake-up before it looks at its mode and the
-/// stop flag again.
-const BATCH: usize = 64;
-/// A running worker thread and the means to stop it.
-pub struct WorkerHandle {
-    stop: Arc<AtomicBool>,
-    waker: Arc<Waker>,
-    join: Option<JoinHandle<()>>,
-}
-
-impl WorkerHandle {
-    /// Stops the worker and waits for it.
-    pub fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Relaxed);
-        let _ = self.waker.wake();
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
-        }
-    }
-}
-
-impl Drop for WorkerHandle {
-    fn drop(&mut self) {
-        self.halt();
-    }
-}
-
-const WAKE: Token = Token(0);
-
-/// One thing a worker reads from: an interface queue or the link socket.
-pub struct Source {
-    fd: std::os::fd::RawFd,
-    mode: Mode,
-    stats: Arc<DispatchStats>,
-    /// Handles up to a batch of frames; returns how many it handled.
-    body: Box<dyn FnMut() -> usize + Send>,
-}
-
-/// Runs a worker thread over `sources` until stopped. Every pass reads each
-/// source until it is empty (or a batch is done); each source keeps its
-/// own dispatch state, and the worker sleeps in epoll only when none of its
-/// sources wants to keep polling.
-pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) -> io::Result<WorkerHandle> {
-    let mut poll = Poll::new()?;
-    for (i, s) in sources.iter().enumerate() {
-        poll.registry().register(&mut SourceFd(&s.fd), Token(i + 1), Interest::READABLE)?;
-    }
-    let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let join = std::thread::Builder::new().name(name.clone()).spawn(move || {
-        if let Some(cpu) = cpu {
-            match sys::pin_current_thread(cpu) {
-                Ok(()) => tracing::debug!("{name} runs on cpu {cpu}"),
-                Err(e) => tracing::warn!("{name}: cannot run on cpu {cpu} only: {e}; left unpinned"),
-            }
-        }
-        let mut events = Events::with_capacity(16);
-        let now = Instant::now();
-        let mut ds: Vec<Dispatcher> = sources.iter().map(|s| Dispatcher::new(s.mode, now)).collect();
-        for (s, d) in sources.iter().zip(&ds) {
-            s.stats.polling.store(d.polling() as u8, Relaxed);
-        }
-        // The last look found nothing and the worker polled on (yielded)
-        // rather than sleep: what the next look finds, polling caught.
-        let mut polled = false;
-        while !stop2.load(Relaxed) {
-            let (mut total, mut more) = (0, false);
-            let now = Instant::now();
-            for (s, d) in sources.iter_mut().zip(ds.iter_mut()) {
-                let n = (s.body)();
-                total += n;
-                if polled && n > 0 {
-                    s.stats.polled_frames.fetch_add(n as u64, Relaxed);
-                }
-                // A source stops short of a batch only when it is empty.
-                more |= n >= BATCH;
-                if d.record(n, now) {
-                    s.stats.switches.fetch_add(1, Relaxed);
-                    s.stats.polling.store(d.polling() as u8, Relaxed);
-                }
-            }
-            polled = false;
-            if more {
-                continue; // a batch was full: more may be waiting
-            }
-            if ds.iter().any(|d| d.keep_polling(now)) {
-                if total > 0 {
-                    continue; // look again at once
-                }
-                sources.iter().for_each(|s| {
-                    s.stats.polls.fetch_add(1, Relaxed);
-                });
-                polled = true;
-                if !yield_uncontended() {
-                    let now = Instant::now();
-                    ds.iter_mut().for_each(|d| d.contended(now));
-                    sources.iter().for_each(|s| {
-                        s.stats.contended.fetch_add(1, Relaxed);
-                    });
-                }
-                continue;
-            }
-            match poll.poll(&mut events, Some(Duration::from_millis(100))) {
-                Ok(()) => {
-                    for e in events.iter() {
-                        if let Some(s) = e.token().0.checked_sub(1).and_then(|i| sources.get(i)) {
-                            s.stats.wakeups.fetch_add(1, Relaxed);
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    tracing::error!("worker poll failed: {e}");
-                    return;
-                }
-            }
-        }
-    })?;
-    Ok(WorkerHandle { stop, waker, join: Some(join) })
-}
-
-/// Gives the CPU to any other thread that wants it, between two looks of a
-/// polling worker; false when one did and kept it for
-/// [`vnet_engine::CONTENDED`] or more (the worker should then sleep).
-pub fn yield_uncontended() -> bool {
-    let t = Instant::now();
-    std::thread::yield_now();
-    t.elapsed() < vnet_engine::CONTENDED
-}
 
 /// The source that reads the frames interface `att`'s VM sends on queue
 /// `q`: from the queue's receive ring where it has one, else by `read`.

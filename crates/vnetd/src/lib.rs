@@ -3,7 +3,8 @@
 //! are the sans-IO `vnet_engine`; this crate is the I/O around it.
 //!
 //! - [`daemon`]: declared state to resources, atomically.
-//! - [`dataplane`]: the worker threads that read sources into the engine.
+//! - [`workers`]: the worker threads and their one poll/yield loop.
+//! - [`dataplane`]: the sources workers read into the engine.
 //! - [`shared`]: the plane, counters and clock every thread shares.
 //! - [`iface`]: interface kinds (`tap`, `netdev`, `vhost`), each a port.
 //! - [`link`]: link transports (`udp`) and the host's link sockets.
@@ -29,6 +30,7 @@ pub mod membership;
 pub mod paths;
 pub mod shared;
 pub mod sys;
+pub mod workers;
 
 pub use control::Endpoint;
 pub use daemon::Daemon;

@@ -133,98 +133,98 @@ fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .with_writer(std::io::stderr)
         .init();
-    if let Endpoint::Tcp(addr) = &args.control {
-        if let Err(e) = control::check_tcp_endpoint(*addr) {
-            eprintln!("vnetd: --control: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    }
-    let control_tls = match args.control_tls.as_slice() {
-        [] => None,
-        [cert, key, ca] => {
-            let files = vnet_control::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
-            match vnetd::link::tcp::Tls::load(&files) {
-                Ok(t) => Some(t.server_config()),
-                Err(e) => {
-                    eprintln!("vnetd: --control-tls: {e}");
-                    return std::process::ExitCode::from(2);
-                }
-            }
-        }
-        _ => {
-            eprintln!("vnetd: --control-tls takes CERT,KEY,CA");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let access = match control_access(&args) {
-        Ok(a) => a,
+    match start(&args) {
+        Ok(ready) => run(&args, ready),
         Err(e) => {
             eprintln!("vnetd: {e}");
-            return std::process::ExitCode::from(2);
+            std::process::ExitCode::from(2)
         }
-    };
-    if matches!(args.control, Endpoint::Tls(_)) && control_tls.is_none() {
-        eprintln!("vnetd: --control {}: a tls: endpoint needs --control-tls CERT,KEY,CA", args.control);
-        return std::process::ExitCode::from(2);
     }
+}
+
+/// What [`start`] made of the command line and the config file.
+struct Ready {
+    daemon: Daemon,
+    control_tls: Option<Arc<rustls::ServerConfig>>,
+    access: control::Access,
+    cluster: Option<vnetd::cluster::Config>,
+    status: vnetd::membership::Shared,
+}
+
+/// Checks the command line and builds the daemon from it and the config
+/// file. Every error here is the operator's (vnetd exits with 2).
+fn start(args: &Args) -> Result<Ready, String> {
+    if let Endpoint::Tcp(addr) = &args.control {
+        control::check_tcp_endpoint(*addr).map_err(|e| format!("--control: {e}"))?;
+    }
+    let control_tls = control_tls(args)?;
+    let access = control_access(args)?;
+    if matches!(args.control, Endpoint::Tls(_)) && control_tls.is_none() {
+        return Err(format!("--control {}: a tls: endpoint needs --control-tls CERT,KEY,CA", args.control));
+    }
+    let (mut daemon, claim_key) = daemon_from(args)?;
+    let cluster = cluster_config(args, &daemon, claim_key)?;
+    daemon.fix_cluster_line();
+    let status = vnetd::membership::Shared::default();
+    if cluster.is_some() {
+        daemon.set_cluster(status.clone());
+    }
+    Ok(Ready { daemon, control_tls, access, cluster, status })
+}
+
+/// `--control-tls CERT,KEY,CA`: the control endpoint's TLS identity.
+fn control_tls(args: &Args) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+    match args.control_tls.as_slice() {
+        [] => Ok(None),
+        [cert, key, ca] => {
+            let files = vnet_control::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
+            let t = vnetd::link::tcp::Tls::load(&files).map_err(|e| format!("--control-tls: {e}"))?;
+            Ok(Some(t.server_config()))
+        }
+        _ => Err("--control-tls takes CERT,KEY,CA".into()),
+    }
+}
+
+/// The daemon the flags and the config file declare (the host key, the
+/// workers' CPUs, the config's transaction), and the host's claim key.
+fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::ClaimKey>>), String> {
     let mut daemon = Daemon::new();
     vnetd::iface::netdev::NO_RX_RING.store(args.no_rx_ring, std::sync::atomic::Ordering::Relaxed);
     daemon.set_rekey_after(std::time::Duration::from_secs(args.rekey_after.max(1)));
     let mut claim_key = None;
     if let Some(path) = &args.key {
-        match vnetd::keys::read_key_file(path) {
-            Ok(id) => {
-                claim_key = vnet_cluster::trust::ClaimKey::derive(&id.private()).map(Arc::new);
-                daemon.set_identity(id);
-                if let Some(e) = daemon.set_state_dir(&args.state_dir) {
-                    tracing::warn!("--state-dir {e}");
-                }
-            }
-            Err(e) => {
-                eprintln!("vnetd: --key {e}");
-                return std::process::ExitCode::from(2);
-            }
+        let id = vnetd::keys::read_key_file(path).map_err(|e| format!("--key {e}"))?;
+        claim_key = vnet_cluster::trust::ClaimKey::derive(&id.private()).map(Arc::new);
+        daemon.set_identity(id);
+        if let Some(e) = daemon.set_state_dir(&args.state_dir) {
+            tracing::warn!("--state-dir {e}");
         }
     }
     if !args.worker_cpus.is_empty() {
         let allowed = vnetd::sys::allowed_cpus().unwrap_or_default();
         if let Some(bad) = args.worker_cpus.iter().find(|c| !allowed.contains(c)) {
             let list: Vec<String> = allowed.iter().map(|c| c.to_string()).collect();
-            eprintln!(
-                "vnetd: --worker-cpus: cpu {bad} is not one this process may run on (allowed: {})",
+            return Err(format!(
+                "--worker-cpus: cpu {bad} is not one this process may run on (allowed: {})",
                 list.join(",")
-            );
-            return std::process::ExitCode::from(2);
+            ));
         }
         daemon.set_worker_cpus(args.worker_cpus.clone());
     }
     if let Some(path) = &args.config {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("vnetd: {}: {e}", path.display());
-                return std::process::ExitCode::from(2);
-            }
-        };
-        let applied = vnet_control::parse(&text).and_then(|cmds| daemon.apply(&cmds));
-        if let Err(e) = applied {
-            eprintln!("vnetd: {}", e.in_file(path.display().to_string()));
-            return std::process::ExitCode::from(2);
-        }
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        vnet_control::parse(&text)
+            .and_then(|cmds| daemon.apply(&cmds))
+            .map_err(|e| e.in_file(path.display().to_string()).to_string())?;
         daemon.set_config_path(std::path::absolute(path).unwrap_or_else(|_| path.clone()));
     }
-    let cluster = match cluster_config(&args, &daemon, claim_key) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("vnetd: {e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    daemon.fix_cluster_line();
-    let status = vnetd::membership::Shared::default();
-    if cluster.is_some() {
-        daemon.set_cluster(status.clone());
-    }
+    Ok((daemon, claim_key))
+}
+
+/// Runs the daemon until SIGTERM or Ctrl-C: its background tasks, cluster
+/// mode, and the control endpoint; then shuts it down.
+fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
+    let Ready { daemon, control_tls, access, cluster, status } = ready;
     let daemon = Arc::new(Mutex::new(daemon));
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -244,48 +244,7 @@ fn main() -> std::process::ExitCode {
                 _ = tokio::signal::ctrl_c() => {},
             }
         };
-        // The links' timers: handshakes and rekeys of secured links.
-        let shared = daemon.lock().unwrap_or_else(|p| p.into_inner()).shared();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(std::time::Duration::from_millis(100));
-            loop {
-                every.tick().await;
-                shared.tick();
-            }
-        });
-        // Devices deleted under vnetd: noticed and reattached.
-        let d = daemon.clone();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                every.tick().await;
-                let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
-                d.check_devices();
-                if let Some(e) = d.save_handshakes() {
-                    tracing::warn!("--state-dir {e}");
-                }
-            }
-        });
-        if let Some(addr) = args.metrics {
-            let d = daemon.clone();
-            tokio::spawn(async move {
-                if let Err(e) = control::serve_metrics(addr, d).await {
-                    tracing::error!("metrics endpoint {addr}: {e}");
-                }
-            });
-        }
-        // SIGHUP: the config file's difference, as one transaction.
-        if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-            let d = daemon.clone();
-            tokio::spawn(async move {
-                while hup.recv().await.is_some() {
-                    match d.lock().unwrap_or_else(|p| p.into_inner()).reload() {
-                        Ok(said) => tracing::info!("SIGHUP: {}", said.trim_end()),
-                        Err(e) => tracing::error!("SIGHUP: nothing changed: {e}"),
-                    }
-                }
-            });
-        }
+        spawn_background(&daemon, args.metrics);
         if let Some(cfg) = cluster {
             tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status));
         }
@@ -304,6 +263,53 @@ fn main() -> std::process::ExitCode {
             eprintln!("vnetd: control endpoint {}: {e}", args.control);
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The daemon's background tasks: the links' timers, devices noticed gone,
+/// the metrics endpoint, and SIGHUP's reload.
+fn spawn_background(daemon: &Arc<Mutex<Daemon>>, metrics: Option<std::net::SocketAddr>) {
+    // The links' timers: handshakes and rekeys of secured links.
+    let shared = daemon.lock().unwrap_or_else(|p| p.into_inner()).shared();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_millis(100));
+        loop {
+            every.tick().await;
+            shared.tick();
+        }
+    });
+    // Devices deleted under vnetd: noticed and reattached.
+    let d = daemon.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
+            d.check_devices();
+            if let Some(e) = d.save_handshakes() {
+                tracing::warn!("--state-dir {e}");
+            }
+        }
+    });
+    if let Some(addr) = metrics {
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            if let Err(e) = control::serve_metrics(addr, d).await {
+                tracing::error!("metrics endpoint {addr}: {e}");
+            }
+        });
+    }
+    // SIGHUP: the config file's difference, as one transaction.
+    if let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match d.lock().unwrap_or_else(|p| p.into_inner()).reload() {
+                    Ok(said) => tracing::info!("SIGHUP: {}", said.trim_end()),
+                    Err(e) => tracing::error!("SIGHUP: nothing changed: {e}"),
+                }
+            }
+        });
     }
 }
 

@@ -455,7 +455,7 @@ impl NetBackend {
                 if w.dispatch.keep_polling(now) && !self.dev.stop.load(Relaxed) {
                     self.dispatch.polls.fetch_add(1, Relaxed);
                     polled = true;
-                    if !crate::dataplane::yield_uncontended() {
+                    if !crate::workers::yield_uncontended() {
                         w.dispatch.contended(Instant::now());
                         self.dispatch.contended.fetch_add(1, Relaxed);
                     }

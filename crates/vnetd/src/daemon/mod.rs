@@ -7,16 +7,18 @@
 //! released; on any failure the new resources are dropped (closed) and the
 //! running configuration is untouched, so traffic keeps flowing.
 
-use crate::dataplane::{self, WorkerHandle};
+mod txn;
+
+use crate::dataplane;
 use crate::iface::{self, Attached};
 use crate::kernel::{self, KernelIface, KernelPath};
 use crate::link::{self, Sockets};
 use crate::membership;
 use crate::shared::Shared;
 use crate::sys;
+use crate::workers::{self, WorkerHandle};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State, Transport};
@@ -117,55 +119,6 @@ pub struct Daemon {
 impl Default for Daemon {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// The devices `state`'s links use, with each link's name: a `direct`
-/// link's LAN device, and the device the route to an IPv4 peer leaves by.
-fn underlay_devs(state: &State) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for l in state.links.values() {
-        match (l.transport, l.remote()) {
-            (Transport::Direct { dev }, _) => out.push((dev.to_string(), l.name.clone())),
-            (_, Some(SocketAddr::V4(a))) => {
-                if let Some(h) = kernel::route_to(*a.ip()) {
-                    out.push((h.dev, l.name.clone()));
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// Where VXLAN datagrams are received: `listen vxlan`, or, when a VXLAN link
-/// exists without one, IANA's port on the `listen` address.
-fn vxlan_addr(s: &State) -> Option<SocketAddr> {
-    let wanted = s.links.values().any(|l| matches!(l.transport, Transport::Vxlan { .. }));
-    s.listen_vxlan.or_else(|| wanted.then(|| SocketAddr::new(s.listen.ip(), vnet_wire::vxlan::IANA_PORT)))
-}
-
-/// Where TCP links are accepted: `listen tcp`, or, when a TCP link exists
-/// without one, the `listen` address (TCP beside UDP, port 9000 by default).
-fn tcp_addr(s: &State) -> Option<SocketAddr> {
-    let wanted = s.links.values().any(|l| matches!(l.transport, Transport::Tcp { .. }));
-    s.listen_tcp.or_else(|| wanted.then_some(s.listen))
-}
-
-/// TCP links started by a transaction not yet committed: stopped if it fails.
-struct Started(Vec<Arc<link::tcp::TcpLink>>);
-
-impl Started {
-    fn keep(&mut self) {
-        self.0.clear();
-    }
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.stop();
-        }
     }
 }
 
@@ -318,325 +271,6 @@ impl Daemon {
         self.apply_reopening(cmds, false)
     }
 
-    /// [`Daemon::apply`], and with `reopen` the interfaces whose device is
-    /// gone are opened again too (only [`Daemon::check_devices`] asks, so a
-    /// gone device never fails an unrelated transaction).
-    fn apply_reopening(&mut self, cmds: &[Located<Command>], reopen: bool) -> Result<(), Error> {
-        let next = self.state.apply_all(cmds)?;
-        // Where each new interface (or listen line) was declared, to point errors at it.
-        let decl_pos = |name: &str| {
-            cmds.iter()
-                .find(|c| matches!(&c.item, Command::Interface { name: n, .. } if n == name))
-                .map_or(Default::default(), |c| c.pos)
-        };
-        let last_pos = |pick: fn(&Command) -> bool| {
-            cmds.iter().rev().find(|c| pick(&c.item)).map_or(Default::default(), |c| c.pos)
-        };
-        if self.cluster_fixed && next.cluster != self.state.cluster {
-            return Err(Error::new(
-                last_pos(|c| matches!(c, Command::Cluster(_))),
-                "the `cluster` line vnetd started with",
-                "a change: cluster settings are taken at start; restart vnetd to use them",
-            ));
-        }
-
-        // Acquire: the link sockets whose address changed (or that are new).
-        let mut sockets = self.sockets.clone();
-        let mut new_socket = false;
-        if sockets.udp.as_ref().map(|b| b.addr) != Some(next.listen) {
-            let b = link::udp::bind_udp(next.listen).map_err(|e| {
-                Error::new(
-                    last_pos(|c| matches!(c, Command::Listen { .. })),
-                    format!("an address vnetd can bind ({})", next.listen),
-                    format!("error: {e}"),
-                )
-            })?;
-            sockets.udp = Some(b);
-            new_socket = true;
-        }
-        let want_vxlan = vxlan_addr(&next);
-        if sockets.vxlan.as_ref().map(|b| b.addr) != want_vxlan {
-            sockets.vxlan = match want_vxlan {
-                Some(a) => Some(link::udp::bind_vxlan(a).map_err(|e| {
-                    Error::new(
-                        last_pos(|c| matches!(c, Command::ListenVxlan(_) | Command::Link { .. })),
-                        format!("an address vnetd can bind for VXLAN ({a})"),
-                        format!("error: {e}"),
-                    )
-                })?),
-                None => None,
-            };
-            new_socket = true;
-        }
-        let want_tcp = tcp_addr(&next);
-        if sockets.tcp.as_ref().map(|a| a.addr) != want_tcp {
-            sockets.tcp = match want_tcp {
-                Some(a) => {
-                    Some(Arc::new(link::tcp::Acceptor::bind(a, self.shared.global.clone()).map_err(|e| {
-                        Error::new(
-                            last_pos(|c| matches!(c, Command::ListenTcp(_) | Command::Link { .. })),
-                            format!("an address vnetd can listen on for TCP links ({a})"),
-                            format!("error: {e}"),
-                        )
-                    })?))
-                }
-                None => None,
-            };
-        }
-        let mut tls_changed = false;
-        if next.tls != self.state.tls || (sockets.tls.is_none() && next.tls.is_some()) {
-            sockets.tls = match &next.tls {
-                // Why a file did not load goes to vnetd's log only: a
-                // control client is not told whether a path it may not read
-                // exists (the issue-27 review's `tls cert` oracle).
-                Some(files) => Some(Arc::new(link::tcp::Tls::load(files).map_err(|e| {
-                    tracing::warn!("tls: {e}");
-                    Error::new(
-                        last_pos(|c| matches!(c, Command::Tls(_))),
-                        "a readable certificate chain, private key (owner only) and CA (PEM)",
-                        "error: the files did not load as such; vnetd's log says why",
-                    )
-                })?)),
-                None => None,
-            };
-            tls_changed = true;
-        }
-        let mode_changed = self.listen_mode != next.listen_mode;
-        // Acquire: the links' I/O (new links, and every link if its socket
-        // changed; TCP links when the TLS identity did). TCP links started
-        // here stop again if the transaction fails.
-        let mut links: BTreeMap<u32, Arc<Link>> = BTreeMap::new();
-        let mut started = Started(Vec::new());
-        let mut tcp_links: BTreeMap<u32, Arc<link::tcp::TcpLink>> = BTreeMap::new();
-        let mut lan_readers: BTreeMap<u32, iface::Reader> = BTreeMap::new();
-        let mut new_lan = false;
-        for d in next.links.values() {
-            let is_tcp = matches!(d.transport, Transport::Tcp { .. });
-            let keep =
-                self.links.get(&d.id).filter(|l| l.def == *d && !new_socket && !(is_tcp && tls_changed));
-            let l = match keep {
-                Some(l) => {
-                    if let Some(t) = self.tcp_links.get(&d.id) {
-                        tcp_links.insert(d.id, t.clone());
-                    }
-                    if let Some(r) = self.lan_readers.get(&d.id) {
-                        lan_readers.insert(d.id, r.clone());
-                    }
-                    l.clone()
-                }
-                None => {
-                    let sec = vnet_engine::secure::for_link(d, self.identity.as_ref(), self.timers).map_err(
-                        |e| {
-                            Error::new(
-                                last_pos(|c| matches!(c, Command::Link { .. })),
-                                format!("a link vnetd can secure ({})", d.name),
-                                e,
-                            )
-                        },
-                    )?;
-                    let o = link::open(d, &sockets, &self.shared).map_err(|e| {
-                        Error::new(
-                            last_pos(|c| matches!(c, Command::Link { .. })),
-                            format!("a link vnetd can send on ({})", d.name),
-                            e,
-                        )
-                    })?;
-                    if let Some(t) = o.tcp {
-                        started.0.push(t.clone());
-                        tcp_links.insert(d.id, t);
-                    }
-                    if let Some(r) = o.reader {
-                        lan_readers.insert(d.id, r);
-                        new_lan = true;
-                    }
-                    if let Some(sec) = &sec {
-                        self.stamps.restore(sec);
-                    }
-                    Arc::new(Link::new(d.clone(), o.io).secured(sec))
-                }
-            };
-            links.insert(d.id, l);
-        }
-        // Acquire: new interfaces (vhost-user servers stop again if the
-        // transaction fails after this).
-        let mut opened = Opened(Vec::new());
-        let mut underlay: Option<Vec<(String, String)>> = None;
-        for (id, def) in &next.interfaces {
-            if self.ifaces.contains_key(id) && !(reopen && self.gone.contains_key(id)) {
-                continue;
-            }
-            if def.kind == IfaceKind::Netdev && def.netns.is_none() {
-                let under = underlay.get_or_insert_with(|| underlay_devs(&next));
-                let under = under.iter().map(|(d, l)| (d.as_str(), l.as_str()));
-                if let Some(why) = crate::paths::forbidden_netdev(&def.dev, under) {
-                    return Err(Error::new(
-                        decl_pos(&def.name),
-                        "a VM's device (not loopback, not a device a link uses)",
-                        format!("`{}`, {why}", def.dev),
-                    ));
-                }
-            }
-            let att = iface::open(def, &self.shared, &self.worker_cpus).map_err(|e| {
-                Error::new(
-                    decl_pos(&def.name),
-                    "a device vnetd can open and configure",
-                    format!("error: {e}"),
-                )
-            })?;
-            opened.0.push(Arc::new(att));
-        }
-        // The kernel path for the new interfaces that ask for it; undone if
-        // one that requires it (`datapath kernel`) cannot have it.
-        let mut attached: Vec<(u32, KernelIface)> = Vec::new();
-        let mut reasons: Vec<(u32, String)> = Vec::new();
-        // A reopened interface's old device is gone: what the kernel path
-        // held of it goes too, so the new device (of the same name) gets
-        // its program.
-        for p in opened.0.iter().filter(|_| reopen) {
-            if let (Some(k), Some(kp)) = (self.kernel_ifaces.get(&p.def.id), self.kernel.as_mut()) {
-                kp.detach_iface(&k.dev);
-            }
-        }
-        for p in &opened.0 {
-            let def = &p.def;
-            match self.attach_kernel(def, p) {
-                Ok(Some(k)) => attached.push((def.id, k)),
-                Ok(None) => {}
-                Err(reason) if def.datapath == Datapath::Kernel => {
-                    if let Some(kp) = self.kernel.as_mut() {
-                        undo_kernel_attach(kp, &attached, &self.kernel_ifaces);
-                    }
-                    return Err(Error::new(
-                        decl_pos(&def.name),
-                        "an interface the kernel path can serve (`datapath kernel`)",
-                        reason,
-                    ));
-                }
-                Err(reason) => {
-                    tracing::info!(interface = %def.name, %reason, "datapath auto: user path");
-                    reasons.push((def.id, reason));
-                }
-            }
-        }
-
-        // Everything acquired: build and publish the new plane.
-        let mut ifaces: BTreeMap<u32, Arc<Attached>> = self
-            .ifaces
-            .iter()
-            .filter(|(id, _)| next.interfaces.contains_key(id))
-            .map(|(id, p)| (*id, p.clone()))
-            .collect();
-        for p in &opened.0 {
-            ifaces.insert(p.def.id, p.clone());
-        }
-        let mut route_counters = self.route_counters.clone();
-        self.generation += 1;
-        let table = vnet_engine::plane::route_table(&next, self.generation, &mut route_counters);
-        let plane = Plane::new(
-            table,
-            ifaces.values().map(|a| a.iface.clone()).collect(),
-            links.values().cloned().collect(),
-        );
-        let plane = Arc::new(plane);
-        // The kernel path's maps first: a change reaches both paths, or, if
-        // the maps refuse it, neither (they are put back as the running
-        // plane has them, and the transaction fails).
-        let mut kernel_ifaces = self.kernel_ifaces.clone();
-        let reopened = |id: &u32| opened.0.iter().any(|p| p.def.id == *id);
-        kernel_ifaces.retain(|id, _| next.interfaces.contains_key(id) && !reopened(id));
-        kernel_ifaces.extend(attached.iter().cloned());
-        if let Some(kp) = self.kernel.as_mut() {
-            let vxlan = sockets.vxlan.as_ref().map(|b| b.addr);
-            match kp.sync(&plane, &kernel_ifaces, next.listen, vxlan) {
-                Ok(skipped) => {
-                    for (link, reason) in &skipped {
-                        if self.link_reasons.get(link) != Some(reason) {
-                            tracing::info!(%link, %reason, "link left to the user path");
-                        }
-                    }
-                    self.link_reasons = skipped.into_iter().collect();
-                }
-                Err(e) => {
-                    let running = self.shared.plane.load_full();
-                    let vxlan = self.sockets.vxlan.as_ref().map(|b| b.addr);
-                    if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan) {
-                        tracing::error!("the kernel path's maps could not be put back: {back}");
-                    }
-                    undo_kernel_attach(kp, &attached, &self.kernel_ifaces);
-                    return Err(Error::new(
-                        last_pos(|_| true),
-                        "a change the kernel path's maps can hold",
-                        format!("error: {e} (nothing was changed)"),
-                    ));
-                }
-            }
-        }
-        self.shared.plane.store(plane.clone());
-        // Release what the old interfaces held, but not a device a new
-        // interface serves (one declared anew on the same device: its
-        // program stays attached, its hand-off is the new one already).
-        for (id, k) in &self.kernel_ifaces {
-            let reused = kernel_ifaces.values().any(|n| n.dev == k.dev);
-            if !kernel_ifaces.contains_key(id) && !reused {
-                if let Some(kp) = self.kernel.as_mut() {
-                    kp.detach_iface(&k.dev);
-                }
-            }
-        }
-        self.kernel_ifaces = kernel_ifaces;
-        self.user_reasons.retain(|id, _| next.interfaces.contains_key(id));
-        self.user_reasons.extend(reasons);
-
-        // TCP links: the acceptor hands peers' connections to the new set;
-        // the links replaced or removed stop.
-        started.keep();
-        if let Some(a) = &sockets.tcp {
-            a.set_links(
-                tcp_links.iter().filter_map(|(id, t)| Some((next.links.get(id)?.rx_key(), t.clone()))),
-            );
-        }
-        for (id, t) in &self.tcp_links {
-            if !tcp_links.get(id).is_some_and(|n| Arc::ptr_eq(n, t)) {
-                t.stop();
-            }
-        }
-        self.tcp_links = tcp_links;
-
-        // Workers: restarted when interfaces or the link sockets changed.
-        let opened = opened.keep();
-        let lans_changed = new_lan || lan_readers.len() != self.lan_readers.len();
-        self.lan_readers = lan_readers;
-        let respawn = new_socket
-            || lans_changed
-            || mode_changed
-            || !opened.is_empty()
-            || self.ifaces.keys().any(|id| !next.interfaces.contains_key(id));
-        self.sockets = sockets;
-        self.listen_mode = next.listen_mode;
-        self.ifaces.retain(|id, p| {
-            let keep = next.interfaces.contains_key(id);
-            if !keep {
-                p.dev.stop();
-                tracing::info!(interface = %p.def.name, "interface removed");
-            }
-            keep
-        });
-        for p in opened {
-            tracing::info!(interface = %p.def.name, dev = %p.def.dev, mac = ?p.iface.mac,
-                queues = p.dev.queues(), offload = p.dev.vnet_hdr(), "interface attached");
-            if let Some(old) = self.ifaces.insert(p.def.id, p) {
-                old.dev.stop(); // its device was gone: this one replaces it
-            }
-        }
-        if respawn {
-            self.respawn();
-        }
-        self.links = links;
-        self.route_counters = route_counters;
-        self.state = next;
-        Ok(())
-    }
-
     /// Notices interfaces whose device is gone (deleted, or deleted and made
     /// again: its index changed) and reattaches them: a TAP is made again at
     /// once (vnetd makes its TAPs), a netdev when a device of its name is
@@ -717,7 +351,7 @@ impl Daemon {
                 continue;
             }
             let cpu = (!self.worker_cpus.is_empty()).then(|| self.worker_cpus[k % self.worker_cpus.len()]);
-            match dataplane::spawn_worker(format!("vnet-w{k}"), cpu, sources) {
+            match workers::spawn_worker(format!("vnet-w{k}"), cpu, sources) {
                 Ok(w) => self.workers.push(w),
                 Err(e) => tracing::error!("cannot start worker {k}: {e}"),
             }
@@ -1215,24 +849,6 @@ fn add_counters(v: &mut Value, counts: &[(&str, u64)]) {
     }
 }
 
-/// Undoes a failed transaction's kernel attachments: a device a running
-/// interface serves gets that interface's hand-off back (its program was
-/// never detached), any other is detached.
-fn undo_kernel_attach(
-    kp: &mut kernel::KernelPath,
-    attached: &[(u32, KernelIface)],
-    running: &BTreeMap<u32, KernelIface>,
-) {
-    for (_, k) in attached {
-        match running.values().find(|r| r.dev == k.dev) {
-            Some(r) => {
-                let _ = kp.attach_iface(&r.dev, r.ifindex, r.handoff);
-            }
-            None => kp.detach_iface(&k.dev),
-        }
-    }
-}
-
 /// Renders `rows` (JSON objects) as an aligned text table of `cols`.
 fn table(cols: &[&str], rows: &[Value]) -> String {
     let cell = |r: &Value, c: &str| match r.get(c) {
@@ -1257,24 +873,6 @@ fn table(cols: &[&str], rows: &[Value]) -> String {
         out.push_str(&line(cols.iter().map(|c| cell(r, c)).collect()));
     }
     out
-}
-
-/// Interfaces opened by a transaction not yet committed: their vhost-user
-/// servers are stopped if it fails.
-struct Opened(Vec<Arc<Attached>>);
-
-impl Opened {
-    fn keep(mut self) -> Vec<Arc<Attached>> {
-        std::mem::take(&mut self.0)
-    }
-}
-
-impl Drop for Opened {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            p.dev.stop();
-        }
-    }
 }
 
 /// Replaces `path` with `data` so that a crash leaves the old file or the
