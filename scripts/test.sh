@@ -27,6 +27,7 @@ tests() {
 export VNET_LAB_TAG="t$$"
 step "fmt";    cargo fmt --all -- --check
 step "clippy"; cargo clippy --workspace --all-targets -- -D warnings
+step "shape: no function over 120 lines outside tests, no import cycle in vnetd"; python3 scripts/shape.py
 step "unit and property tests"
 tests cargo test --workspace
 step "fuzz: decoders and parser, 20000 cases each (release, overflow checks on)"

@@ -214,29 +214,7 @@ impl State {
                 broadcast_limit,
                 network,
             } => {
-                if self.iface_by_name(name).is_some() {
-                    return Err(Error::new(
-                        pos,
-                        "a new interface name",
-                        format!("`{name}`, already declared"),
-                    ));
-                }
-                if self.interfaces.values().any(|i| &i.dev == dev && &i.netns == netns) {
-                    return Err(Error::new(
-                        pos,
-                        "a device no other interface uses",
-                        format!("`{dev}`, in use"),
-                    ));
-                }
-                if let Some(m) = mac {
-                    if self.interfaces.values().any(|i| i.mac == Some(*m) && i.network == *network) {
-                        return Err(Error::new(
-                            pos,
-                            "a MAC no other interface of its network has",
-                            format!("`{m}`, in use in network {network}"),
-                        ));
-                    }
-                }
+                self.check_new_interface(pos, name, dev, netns, mac, *network)?;
                 let id = self.next_interface;
                 self.next_interface += 1;
                 self.interfaces.insert(
@@ -258,54 +236,12 @@ impl State {
                     },
                 );
             }
-            Command::Link { name, transport, mtu } => {
-                let id = self.next_link;
-                let name = name.clone().unwrap_or_else(|| format!("link{id}"));
-                if self.links.values().any(|l| l.name == name) {
-                    return Err(Error::new(pos, "a new link name", format!("`{name}`, already declared")));
-                }
-                let def = LinkDef { id, name, transport: *transport, mtu: *mtu };
-                // Two links that arriving datagrams cannot tell apart would
-                // make the receiver guess (and the kernel path guess otherwise).
-                if let Some(other) = self.links.values().find(|l| l.rx_key() == def.rx_key()) {
-                    return Err(Error::new(
-                        pos,
-                        "a peer no other link of this kind reaches (one `udp` link per peer address, \
-                         one `vxlan` link per peer address and VNI)",
-                        format!("`{}`, already reached by link `{}`", def.transport.peer(), other.name),
-                    ));
-                }
-                self.next_link += 1;
-                self.links.insert(id, def);
-            }
+            Command::Link { name, transport, mtu } => self.add_link(pos, name, transport, *mtu)?,
             Command::ListenVxlan(addr) => self.listen_vxlan = Some(*addr),
             Command::ListenTcp(addr) => self.listen_tcp = Some(*addr),
             Command::Tls(files) => self.tls = Some(files.clone()),
             Command::Cluster(c) => self.cluster = Some((**c).clone()),
-            Command::Route { src, dst, to, from } => {
-                let to = match to {
-                    Target::Link(r) => Port::Link(self.resolve_link(r)?),
-                    Target::Interface(r) => Port::Interface(self.resolve_iface(r)?),
-                };
-                let from = match from {
-                    From::Any => SourceFilter::Any,
-                    From::Link(r) => SourceFilter::Port(Port::Link(self.resolve_link(r)?)),
-                    From::Interface(r) => SourceFilter::Port(Port::Interface(self.resolve_iface(r)?)),
-                };
-                if let SourceFilter::Port(p) = from {
-                    let (a, b) = (self.port_network(p), self.port_network(to));
-                    if a != b {
-                        return Err(Error::new(
-                            pos,
-                            "a `from` port of the target's network (frames never cross networks)",
-                            format!("`from` in network {a}, the target in network {b}"),
-                        ));
-                    }
-                }
-                let id = self.next_route;
-                self.next_route += 1;
-                self.routes.insert(id, RouteDef { id, src: *src, dst: *dst, to, from });
-            }
+            Command::Route { src, dst, to, from } => self.add_route(pos, *src, *dst, to, from)?,
             Command::DeleteRoute(r) => {
                 if self.routes.remove(&r.by).is_none() {
                     return Err(Error::new(r.pos, "the id of an existing route", format!("`{}`", r.by)));
@@ -335,6 +271,99 @@ impl State {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Checks that interface `name` on `dev` (in `netns`) with `mac` in
+    /// `network` clashes with no declared one.
+    fn check_new_interface(
+        &self,
+        pos: crate::Pos,
+        name: &str,
+        dev: &str,
+        netns: &Option<String>,
+        mac: &Option<MacAddr>,
+        network: u32,
+    ) -> Result<()> {
+        if self.iface_by_name(name).is_some() {
+            return Err(Error::new(pos, "a new interface name", format!("`{name}`, already declared")));
+        }
+        if self.interfaces.values().any(|i| i.dev == dev && &i.netns == netns) {
+            return Err(Error::new(pos, "a device no other interface uses", format!("`{dev}`, in use")));
+        }
+        if let Some(m) = mac {
+            if self.interfaces.values().any(|i| i.mac == Some(*m) && i.network == network) {
+                return Err(Error::new(
+                    pos,
+                    "a MAC no other interface of its network has",
+                    format!("`{m}`, in use in network {network}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `link`: a new link, refused when its name is taken or a link
+    /// already reaches its peer.
+    fn add_link(
+        &mut self,
+        pos: crate::Pos,
+        name: &Option<String>,
+        transport: &Transport,
+        mtu: u32,
+    ) -> Result<()> {
+        let id = self.next_link;
+        let name = name.clone().unwrap_or_else(|| format!("link{id}"));
+        if self.links.values().any(|l| l.name == name) {
+            return Err(Error::new(pos, "a new link name", format!("`{name}`, already declared")));
+        }
+        let def = LinkDef { id, name, transport: *transport, mtu };
+        // Two links that arriving datagrams cannot tell apart would
+        // make the receiver guess (and the kernel path guess otherwise).
+        if let Some(other) = self.links.values().find(|l| l.rx_key() == def.rx_key()) {
+            return Err(Error::new(
+                pos,
+                "a peer no other link of this kind reaches (one `udp` link per peer address, \
+                 one `vxlan` link per peer address and VNI)",
+                format!("`{}`, already reached by link `{}`", def.transport.peer(), other.name),
+            ));
+        }
+        self.next_link += 1;
+        self.links.insert(id, def);
+        Ok(())
+    }
+
+    /// `route`: its target and `from` resolved, both in one network.
+    fn add_route(
+        &mut self,
+        pos: crate::Pos,
+        src: MacSpec,
+        dst: MacSpec,
+        to: &Target,
+        from: &From,
+    ) -> Result<()> {
+        let to = match to {
+            Target::Link(r) => Port::Link(self.resolve_link(r)?),
+            Target::Interface(r) => Port::Interface(self.resolve_iface(r)?),
+        };
+        let from = match from {
+            From::Any => SourceFilter::Any,
+            From::Link(r) => SourceFilter::Port(Port::Link(self.resolve_link(r)?)),
+            From::Interface(r) => SourceFilter::Port(Port::Interface(self.resolve_iface(r)?)),
+        };
+        if let SourceFilter::Port(p) = from {
+            let (a, b) = (self.port_network(p), self.port_network(to));
+            if a != b {
+                return Err(Error::new(
+                    pos,
+                    "a `from` port of the target's network (frames never cross networks)",
+                    format!("`from` in network {a}, the target in network {b}"),
+                ));
+            }
+        }
+        let id = self.next_route;
+        self.next_route += 1;
+        self.routes.insert(id, RouteDef { id, src, dst, to, from });
         Ok(())
     }
 

@@ -820,6 +820,26 @@ fn mpi(
     Ok(out)
 }
 
+/// One cell of the Markdown report: median (ratio to native) b(ratio to
+/// the better baseline) [min-max]; † a ratio of medians, ‡ fewer repeats.
+fn cell(r: &Value, native: Option<f64>, repeats: usize) -> String {
+    let med = r["median"].as_f64().unwrap_or(f64::NAN);
+    let s: Vec<f64> = r["samples"].as_array().into_iter().flatten().filter_map(|x| x.as_f64()).collect();
+    let (lo, hi) = s.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+    // † a ratio of medians (no repeat of native to pair
+    // with); ‡ fewer repeats than the run made.
+    let ratio = match (r["ratio_median"].as_f64(), native) {
+        (Some(x), _) => format!(" ({x:.2}x)"),
+        (None, Some(n)) if r["case"] != "native" => format!(" ({:.2}x†)", med / n),
+        _ => String::new(),
+    };
+    let short = if s.len() < repeats { "‡" } else { "" };
+    let spread = if s.len() > 1 { format!(" [{lo:.1}-{hi:.1}]") } else { String::new() };
+    // Against the better of routed and bridged.
+    let base = r["baseline_ratio_median"].as_f64().map_or(String::new(), |x| format!(" b{x:.2}x"));
+    format!(" {med:.2}{short}{ratio}{base}{spread} |")
+}
+
 /// The Markdown report: per condition, a table of medians with ratios to native.
 pub fn markdown(doc: &Value) -> String {
     let mut md = String::new();
@@ -910,30 +930,7 @@ pub fn markdown(doc: &Value) -> String {
             let _ = write!(md, "| {m} ({unit}) | ±{} / ±{} |", noise("noise_pct"), noise("ratio_noise_pct"));
             for c in &cases {
                 match find(c) {
-                    Some(r) => {
-                        let med = r["median"].as_f64().unwrap_or(f64::NAN);
-                        let s: Vec<f64> = r["samples"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|x| x.as_f64())
-                            .collect();
-                        let (lo, hi) = s.iter().fold((f64::MAX, f64::MIN), |(l, h), &x| (l.min(x), h.max(x)));
-                        // † a ratio of medians (no repeat of native to pair
-                        // with); ‡ fewer repeats than the run made.
-                        let ratio = match (r["ratio_median"].as_f64(), native) {
-                            (Some(x), _) => format!(" ({x:.2}x)"),
-                            (None, Some(n)) if r["case"] != "native" => format!(" ({:.2}x†)", med / n),
-                            _ => String::new(),
-                        };
-                        let short = if s.len() < repeats { "‡" } else { "" };
-                        let spread = if s.len() > 1 { format!(" [{lo:.1}-{hi:.1}]") } else { String::new() };
-                        // Against the better of routed and bridged.
-                        let base = r["baseline_ratio_median"]
-                            .as_f64()
-                            .map_or(String::new(), |x| format!(" b{x:.2}x"));
-                        let _ = write!(md, " {med:.2}{short}{ratio}{base}{spread} |");
-                    }
+                    Some(r) => md.push_str(&cell(r, native, repeats)),
                     None => {
                         let _ = write!(md, " failed |");
                     }

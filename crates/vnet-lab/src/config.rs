@@ -15,21 +15,7 @@ use vnet_wire::MacAddr;
 pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
     let palacios = s.palacios_hosts.contains(&h);
     let host = &hosts[h];
-    let mode = match s.dispatch.as_deref() {
-        None => None,
-        Some("notify") => Some(Mode::Notify),
-        Some("poll") => Some(Mode::Poll),
-        Some("adaptive") => Some(Mode::Adaptive),
-        Some(m) => {
-            return Err(Error::Other(format!("dispatch mode `{m}`: expected notify, poll or adaptive")))
-        }
-    };
-    let datapath = match s.datapath.as_deref() {
-        None | Some("auto") => Datapath::Auto,
-        Some("user") => Datapath::User,
-        Some("kernel") => Datapath::Kernel,
-        Some(d) => return Err(Error::Other(format!("datapath `{d}`: expected user, kernel or auto"))),
-    };
+    let (mode, datapath) = modes(s)?;
     let mac = |m: &str| m.parse::<MacAddr>().map_err(|_| Error::Other(format!("a lab MAC `{m}`")));
     let bcast = MacSpec::Addr(MacAddr::BROADCAST);
     let to_link = |name: String| Target::Link(Ref { pos: Default::default(), by: LinkRef::Name(name) });
@@ -85,27 +71,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
             }
             continue;
         }
-        let transport = if vxlan_to(k) {
-            Transport::Vxlan { remote: SocketAddr::new(ip.into(), vnet_wire::vxlan::IANA_PORT), vni: VNI }
-        } else if matches!(s.links, Links::Tcp | Links::Tls) {
-            Transport::Tcp { remote: SocketAddr::new(ip.into(), 9000), tls: s.links == Links::Tls }
-        } else {
-            // A link to a Palacios host speaks its (raw) format.
-            let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };
-            let key = other.key.as_ref().map(|(_, k)| *k);
-            let security = match (s.links, key) {
-                (Links::Auth, Some(k)) => Security::Auth(k),
-                (Links::Encrypt, Some(k)) => Security::Encrypt(k),
-                _ => Security::None,
-            };
-            let format = if security == Security::None { format } else { Format::Vnet };
-            Transport::Udp {
-                remote: SocketAddr::new(ip.into(), 9000),
-                format: format.into(),
-                network: 0,
-                security,
-            }
-        };
+        let transport = link_transport(s, other, k, vxlan_to(k));
         cmds.push(Command::Link { name: Some(format!("h{k}")), transport, mtu: s.underlay_mtu });
         cmds.push(route(bcast, to_link(format!("h{k}"))));
         for vm in &other.vms {
@@ -148,6 +114,54 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
         .apply_all(&located)
         .map_err(|e| Error::Other(format!("the lab's config for host {h} is not valid: {e}")))?;
     Ok(format!("# vnet-lab host {h}\n{}{palacios_text}", state.to_config()))
+}
+
+/// The lab's dispatch mode (none: vnetd's default) and interfaces' datapath.
+fn modes(s: &Spec) -> Result<(Option<Mode>, Datapath)> {
+    let mode = match s.dispatch.as_deref() {
+        None => None,
+        Some("notify") => Some(Mode::Notify),
+        Some("poll") => Some(Mode::Poll),
+        Some("adaptive") => Some(Mode::Adaptive),
+        Some(m) => {
+            return Err(Error::Other(format!("dispatch mode `{m}`: expected notify, poll or adaptive")))
+        }
+    };
+    let datapath = match s.datapath.as_deref() {
+        None | Some("auto") => Datapath::Auto,
+        Some("user") => Datapath::User,
+        Some("kernel") => Datapath::Kernel,
+        Some(d) => return Err(Error::Other(format!("datapath `{d}`: expected user, kernel or auto"))),
+    };
+    Ok((mode, datapath))
+}
+
+/// What host `h`'s link to host `k` (`other`) is: VXLAN when `vxlan`, TCP
+/// or TLS, else UDP in the spec's format and security (a Palacios host's
+/// raw format).
+fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
+    let ip = other.underlay_ip;
+    if vxlan {
+        Transport::Vxlan { remote: SocketAddr::new(ip.into(), vnet_wire::vxlan::IANA_PORT), vni: VNI }
+    } else if matches!(s.links, Links::Tcp | Links::Tls) {
+        Transport::Tcp { remote: SocketAddr::new(ip.into(), 9000), tls: s.links == Links::Tls }
+    } else {
+        // A link to a Palacios host speaks its (raw) format.
+        let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };
+        let key = other.key.as_ref().map(|(_, k)| *k);
+        let security = match (s.links, key) {
+            (Links::Auth, Some(k)) => Security::Auth(k),
+            (Links::Encrypt, Some(k)) => Security::Encrypt(k),
+            _ => Security::None,
+        };
+        let format = if security == Security::None { format } else { Format::Vnet };
+        Transport::Udp {
+            remote: SocketAddr::new(ip.into(), 9000),
+            format: format.into(),
+            network: 0,
+            security,
+        }
+    }
 }
 
 #[cfg(test)]

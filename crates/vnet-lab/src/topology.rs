@@ -17,6 +17,54 @@ impl Lab {
     }
 
     pub(crate) fn build(&mut self) -> Result<()> {
+        let mut hosts = self.new_hosts()?;
+        self.underlay(&hosts)?;
+        for (h, host) in hosts.iter().enumerate() {
+            if self.spec.kernel_vtep(h) {
+                self.vxlan_host(h, host, &hosts)?;
+            }
+        }
+        for (h, host) in hosts.iter_mut().enumerate() {
+            for v in 0..self.spec.vms_per_host {
+                let vm = if v == 0 && self.spec.qemu_hosts.contains(&h) {
+                    self.qemu_vm(h, host)?
+                } else {
+                    self.namespace_vm(h, v, host)?
+                };
+                host.vms.push(vm);
+            }
+        }
+        self.forwarding(&hosts)?;
+        let s = self.spec.clone();
+        let p = self.prefix.clone();
+        if let Some(lh) = s.lan_host.filter(|&h| h < hosts.len()) {
+            self.lan = Some(self.lan_segment(&hosts[lh])?);
+        }
+        if s.links == Links::Tls {
+            let ca = pki::Ca::new(&format!("{p} CA"))?;
+            for (h, host) in hosts.iter().enumerate() {
+                ca.host(&self.dir, &format!("h{h}"), host.underlay_ip)?;
+            }
+        }
+        let secured_cluster = s.cluster.as_ref().is_some_and(Cluster::secured);
+        if matches!(s.links, Links::Auth | Links::Encrypt) || secured_cluster {
+            for (h, host) in hosts.iter_mut().enumerate() {
+                host.key = Some(write_key(&self.dir.join(format!("h{h}.key")))?);
+            }
+        }
+        if secured_cluster {
+            self.cluster_secrets(&hosts)?;
+        }
+        for h in (0..hosts.len()).filter(|&h| s.runs_vnetd(h)) {
+            let text = config_for(&s, &hosts, h)?;
+            std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
+        }
+        self.hosts = hosts;
+        Ok(())
+    }
+
+    /// The hosts' namespaces and names (nothing in them yet).
+    fn new_hosts(&mut self) -> Result<Vec<Host>> {
         let s = self.spec.clone();
         let p = self.prefix.clone();
         let mut hosts = Vec::new();
@@ -34,7 +82,14 @@ impl Lab {
                 vnetd: None,
             });
         }
-        // The underlay: a veth pair for two hosts, else a bridge in a switch namespace.
+        Ok(hosts)
+    }
+
+    /// The underlay: a veth pair for two hosts, else a bridge in a switch
+    /// namespace; the hosts' addresses (on a bridge when bridged) and shaping.
+    fn underlay(&mut self, hosts: &[Host]) -> Result<()> {
+        let s = self.spec.clone();
+        let p = self.prefix.clone();
         if s.hosts == 2 && s.cluster.is_none() {
             run(&[
                 "ip",
@@ -79,7 +134,7 @@ impl Lab {
                 )?;
             }
         }
-        for host in &hosts {
+        for host in hosts {
             if s.hosts > 1 {
                 let dev = host.underlay_dev.as_str();
                 let mtu = s.underlay_mtu.to_string();
@@ -109,75 +164,75 @@ impl Lab {
                 }
             }
         }
-        for (h, host) in hosts.iter().enumerate() {
-            if s.kernel_vtep(h) {
-                self.vxlan_host(h, host, &hosts)?;
-            }
+        Ok(())
+    }
+
+    /// VM `v` of host `h` in a namespace of its own, on a TAP or a veth
+    /// (the host end in `host`'s namespace), with its address.
+    fn namespace_vm(&mut self, h: usize, v: usize, host: &Host) -> Result<Vm> {
+        let s = self.spec.clone();
+        let p = self.prefix.clone();
+        let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
+        let veth = s.veth_hosts.contains(&h)
+            || s.kernel_vtep(h)
+            || matches!(s.overlay, Overlay::Routed | Overlay::Bridged)
+            || (s.overlay == Overlay::Vnet && s.datapath.is_some());
+        let dev = if veth { "eth0" } else { "vt0" };
+        let vm = Vm {
+            ns: ns.clone(),
+            dev: dev.into(),
+            host_dev: veth.then(|| format!("c{v}")),
+            mac: vm_mac(h, v),
+            ip: vm_ip(h, v),
+            console: None,
+            vhost: None,
+        };
+        for sysctl in [
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+            "net.ipv4.icmp_echo_ignore_broadcasts=0",
+        ] {
+            self.ns_exec(&ns, &["sysctl", "-q", "-w", sysctl])?;
         }
-        for (h, host) in hosts.iter_mut().enumerate() {
-            for v in 0..s.vms_per_host {
-                if v == 0 && s.qemu_hosts.contains(&h) {
-                    let vm = self.qemu_vm(h, host)?;
-                    host.vms.push(vm);
-                    continue;
-                }
-                let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
-                let veth = s.veth_hosts.contains(&h)
-                    || s.kernel_vtep(h)
-                    || matches!(s.overlay, Overlay::Routed | Overlay::Bridged)
-                    || (s.overlay == Overlay::Vnet && s.datapath.is_some());
-                let dev = if veth { "eth0" } else { "vt0" };
-                let vm = Vm {
-                    ns: ns.clone(),
-                    dev: dev.into(),
-                    host_dev: veth.then(|| format!("c{v}")),
-                    mac: vm_mac(h, v),
-                    ip: vm_ip(h, v),
-                    console: None,
-                    vhost: None,
-                };
-                for sysctl in [
-                    "net.ipv6.conf.all.disable_ipv6=1",
-                    "net.ipv6.conf.default.disable_ipv6=1",
-                    "net.ipv4.icmp_echo_ignore_broadcasts=0",
-                ] {
-                    self.ns_exec(&ns, &["sysctl", "-q", "-w", sysctl])?;
-                }
-                let mtu = s.vm_mtu.to_string();
-                if let Some(hd) = &vm.host_dev {
-                    self.add_veth(&host.ns, hd, &ns, dev)?;
-                    if s.kernel_vtep(h) || s.overlay == Overlay::Bridged {
-                        self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
-                    }
-                } else {
-                    self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
-                }
-                self.ns_exec(&ns, &["ip", "link", "set", dev, "address", &vm.mac, "mtu", &mtu, "up"])?;
-                if s.overlay == Overlay::Routed {
-                    // Each host routes its VMs' /24: the gateway address is
-                    // on the one VM-facing veth, or with more VMs on a
-                    // bridge of their veths.
-                    let gw = routed_gateway(h);
-                    let hd = vm.host_dev.as_deref().unwrap_or("c0");
-                    let gw_net = format!("{gw}/24");
-                    if s.vms_per_host == 1 {
-                        self.ns_exec(&host.ns, &["ip", "addr", "add", &gw_net, "dev", hd])?;
-                    } else {
-                        if v == 0 {
-                            self.ns_exec(&host.ns, &["ip", "link", "add", "brv", "type", "bridge"])?;
-                            self.ns_exec(&host.ns, &["ip", "link", "set", "brv", "mtu", &mtu, "up"])?;
-                            self.ns_exec(&host.ns, &["ip", "addr", "add", &gw_net, "dev", "brv"])?;
-                        }
-                        self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "brv"])?;
-                    }
-                    self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/24", vm.ip), "dev", dev])?;
-                    self.ns_exec(&ns, &["ip", "route", "add", "default", "via", &gw.to_string()])?;
-                } else {
-                    self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/16", vm.ip), "dev", dev])?;
-                }
-                host.vms.push(vm);
+        let mtu = s.vm_mtu.to_string();
+        if let Some(hd) = &vm.host_dev {
+            self.add_veth(&host.ns, hd, &ns, dev)?;
+            if s.kernel_vtep(h) || s.overlay == Overlay::Bridged {
+                self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
             }
+        } else {
+            self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
         }
+        self.ns_exec(&ns, &["ip", "link", "set", dev, "address", &vm.mac, "mtu", &mtu, "up"])?;
+        if s.overlay == Overlay::Routed {
+            // Each host routes its VMs' /24: the gateway address is
+            // on the one VM-facing veth, or with more VMs on a
+            // bridge of their veths.
+            let gw = routed_gateway(h);
+            let hd = vm.host_dev.as_deref().unwrap_or("c0");
+            let gw_net = format!("{gw}/24");
+            if s.vms_per_host == 1 {
+                self.ns_exec(&host.ns, &["ip", "addr", "add", &gw_net, "dev", hd])?;
+            } else {
+                if v == 0 {
+                    self.ns_exec(&host.ns, &["ip", "link", "add", "brv", "type", "bridge"])?;
+                    self.ns_exec(&host.ns, &["ip", "link", "set", "brv", "mtu", &mtu, "up"])?;
+                    self.ns_exec(&host.ns, &["ip", "addr", "add", &gw_net, "dev", "brv"])?;
+                }
+                self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "brv"])?;
+            }
+            self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/24", vm.ip), "dev", dev])?;
+            self.ns_exec(&ns, &["ip", "route", "add", "default", "via", &gw.to_string()])?;
+        } else {
+            self.ns_exec(&ns, &["ip", "addr", "add", &format!("{}/16", vm.ip), "dev", dev])?;
+        }
+        Ok(vm)
+    }
+
+    /// Forwarding that is not vnet's: kernel VTEPs' static FDB entries, and
+    /// the routed baseline's routes between the hosts.
+    fn forwarding(&mut self, hosts: &[Host]) -> Result<()> {
+        let s = self.spec.clone();
         // Static forwarding on kernel VTEPs: every VM MAC to its host, no learning.
         for (h, host) in hosts.iter().enumerate() {
             if s.kernel_vtep(h) {
@@ -208,29 +263,6 @@ impl Lab {
                 }
             }
         }
-        if let Some(lh) = s.lan_host.filter(|&h| h < hosts.len()) {
-            self.lan = Some(self.lan_segment(&hosts[lh])?);
-        }
-        if s.links == Links::Tls {
-            let ca = pki::Ca::new(&format!("{p} CA"))?;
-            for (h, host) in hosts.iter().enumerate() {
-                ca.host(&self.dir, &format!("h{h}"), host.underlay_ip)?;
-            }
-        }
-        let secured_cluster = s.cluster.as_ref().is_some_and(Cluster::secured);
-        if matches!(s.links, Links::Auth | Links::Encrypt) || secured_cluster {
-            for (h, host) in hosts.iter_mut().enumerate() {
-                host.key = Some(write_key(&self.dir.join(format!("h{h}.key")))?);
-            }
-        }
-        if secured_cluster {
-            self.cluster_secrets(&hosts)?;
-        }
-        for h in (0..hosts.len()).filter(|&h| s.runs_vnetd(h)) {
-            let text = config_for(&s, &hosts, h)?;
-            std::fs::write(&hosts[h].config, text).map_err(io("writing a config"))?;
-        }
-        self.hosts = hosts;
         Ok(())
     }
 

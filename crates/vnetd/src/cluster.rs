@@ -390,6 +390,71 @@ impl Host {
 
     async fn session_inner(&mut self) -> Result<std::convert::Infallible, String> {
         let ttl = lease_ttl(self.cfg.ttl);
+        let (mut c, lease) = self.connect(ttl).await?;
+        let (mut keeper, mut kept) =
+            self.wait(c.lease_keep_alive(lease)).await.map_err(|e| format!("keepalive: {e}"))?;
+
+        let mut rev = self.announce(&mut c, lease).await?;
+        let prefix = self.member.prefix().to_string();
+        let own_key = host_key(&self.cfg.network, &self.cfg.host);
+        let watch_opts = |rev: u64| WatchOptions::new().with_prefix().with_start_revision(rev as i64 + 1);
+        let mut watch = self
+            .wait(c.watch(prefix.clone(), Some(watch_opts(rev))))
+            .await
+            .map_err(|e| format!("watch: {e}"))?;
+        let mut keep_every = tokio::time::interval(Duration::from_millis(ttl * 1000 / 3));
+        let mut local_every = tokio::time::interval(LOCAL_POLL);
+        local_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut seen = u64::MAX;
+        let mut expire_every = Instant::now();
+        loop {
+            tokio::select! {
+                msg = watch.message() => {
+                    let resp = msg.map_err(|e| format!("watch: {e}"))?.ok_or("watch: closed by etcd")?;
+                    if resp.compact_revision() > 0 {
+                        tracing::info!(compacted = resp.compact_revision(), "cluster: the watch fell behind compaction; listing again");
+                        rev = self.relist(&mut c).await?;
+                        watch = c.watch(prefix.clone(), Some(watch_opts(rev))).await.map_err(|e| format!("watch: {e}"))?;
+                        continue;
+                    }
+                    if resp.canceled() {
+                        return Err(format!("watch canceled: {}", resp.cancel_reason()));
+                    }
+                    self.on_events(&mut c, lease, &resp, &own_key).await?;
+                }
+                _ = keep_every.tick() => {
+                    keeper.keep_alive().await.map_err(|e| format!("keepalive: {e}"))?;
+                }
+                k = kept.message() => {
+                    match k.map_err(|e| format!("keepalive: {e}"))? {
+                        Some(r) if r.ttl() > 0 => {}
+                        _ => {
+                            self.lease = None;
+                            return Err("the lease expired (etcd was out of reach for longer than the TTL?)".into());
+                        }
+                    }
+                }
+                _ = local_every.tick() => {
+                    if expire_every.elapsed() >= Duration::from_secs(1) {
+                        expire_every = Instant::now();
+                        self.expire_certificates();
+                    }
+                    let generation = lock(&self.daemon).generation();
+                    if generation != seen {
+                        seen = generation;
+                        self.publish(&mut c, lease).await?;
+                    }
+                    if self.retry.is_some_and(|r| Instant::now() >= r.at) {
+                        self.converge(&[], 0, Instant::now());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Connects to etcd and takes the lease this host's records live under
+    /// (the one it held, if etcd still has it; else a new one, counted).
+    async fn connect(&mut self, ttl: u64) -> Result<(Client, i64), String> {
         let opts = self
             .cfg
             .store
@@ -421,12 +486,15 @@ impl Host {
         };
         self.lease = Some(lease);
         lock(&self.status).lease = Some(lease);
-        let (mut keeper, mut kept) =
-            self.wait(c.lease_keep_alive(lease)).await.map_err(|e| format!("keepalive: {e}"))?;
+        Ok((c, lease))
+    }
 
+    /// Puts this host's record and claims (back) under `lease` after a
+    /// fresh list of the network; returns the revision listed.
+    async fn announce(&mut self, c: &mut Client, lease: i64) -> Result<u64, String> {
         self.expire_certificates();
-        let mut rev = self.relist(&mut c).await?;
-        self.put_host(&mut c, lease).await?;
+        let rev = self.relist(c).await?;
+        self.put_host(c, lease).await?;
         // Every MAC this host still holds goes (back) under the lease.
         let held: Vec<(MacAddr, String)> = self
             .published
@@ -435,104 +503,63 @@ impl Host {
             .map(|(m, p)| (*m, p.name.clone()))
             .collect();
         for (mac, name) in held {
-            self.put_mac(&mut c, lease, mac, &name).await?;
+            self.put_mac(c, lease, mac, &name).await?;
         }
-        self.publish(&mut c, lease).await?;
+        self.publish(c, lease).await?;
         lock(&self.status).set_health(Health::Up, None);
         tracing::info!(network = %self.cfg.network, host = %self.cfg.host, revision = rev, "cluster: watching");
+        Ok(rev)
+    }
 
-        let prefix = self.member.prefix().to_string();
-        let own_key = host_key(&self.cfg.network, &self.cfg.host);
-        let watch_opts = |rev: u64| WatchOptions::new().with_prefix().with_start_revision(rev as i64 + 1);
-        let mut watch = self
-            .wait(c.watch(prefix.clone(), Some(watch_opts(rev))))
-            .await
-            .map_err(|e| format!("watch: {e}"))?;
-        let mut keep_every = tokio::time::interval(Duration::from_millis(ttl * 1000 / 3));
-        let mut local_every = tokio::time::interval(LOCAL_POLL);
-        local_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut seen = u64::MAX;
-        let mut expire_every = Instant::now();
-        loop {
-            tokio::select! {
-                msg = watch.message() => {
-                    let resp = msg.map_err(|e| format!("watch: {e}"))?.ok_or("watch: closed by etcd")?;
-                    if resp.compact_revision() > 0 {
-                        tracing::info!(compacted = resp.compact_revision(), "cluster: the watch fell behind compaction; listing again");
-                        rev = self.relist(&mut c).await?;
-                        watch = c.watch(prefix.clone(), Some(watch_opts(rev))).await.map_err(|e| format!("watch: {e}"))?;
-                        continue;
-                    }
-                    if resp.canceled() {
-                        return Err(format!("watch canceled: {}", resp.cancel_reason()));
-                    }
-                    let t0 = Instant::now();
-                    let mut changes = Vec::new();
-                    let mut n = 0;
-                    let mut own_changed = false;
-                    let mut restore = Vec::new();
-                    for ev in resp.events() {
-                        let Some(kv) = ev.kv() else { continue };
-                        let (Ok(key), rev) = (kv.key_str(), kv.mod_revision().max(0) as u64) else {
-                            lock(&self.status).counters.bad_records += 1;
-                            continue;
-                        };
-                        let e = match ev.event_type() {
-                            EventType::Put => Event::Put { key: key.to_string(), value: kv.value().to_vec(), rev },
-                            EventType::Delete => Event::Delete { key: key.to_string(), rev },
-                        };
-                        own_changed |= e.key() == own_key
-                            && !matches!(&e, Event::Put { value, .. } if *value == self.own);
-                        self.member.apply(&e, &mut changes);
-                        if let Some(mac) = self.foreign_change_to_a_claim(&e) {
-                            restore.push(mac);
-                        }
-                        n += 1;
-                    }
-                    self.converge(&changes, n, t0);
-                    for mac in restore {
-                        let Some(name) = self.published.get(&mac).map(|p| p.name.clone()) else { continue };
-                        tracing::warn!(%mac, "cluster: this host's claim was changed or deleted by another writer; putting it back");
-                        lock(&self.status).counters.records_restored += 1;
-                        let put = self.put_mac(&mut c, lease, mac, &name).await?;
-                        let mut again = Vec::new();
-                        self.member.apply(&put, &mut again);
-                        self.converge(&again, 1, Instant::now());
-                    }
-                    if own_changed {
-                        tracing::warn!(key = %own_key, "cluster: this host's record was changed by another writer; putting it back");
-                        lock(&self.status).counters.records_restored += 1;
-                        self.put_host(&mut c, lease).await?;
-                    }
-                }
-                _ = keep_every.tick() => {
-                    keeper.keep_alive().await.map_err(|e| format!("keepalive: {e}"))?;
-                }
-                k = kept.message() => {
-                    match k.map_err(|e| format!("keepalive: {e}"))? {
-                        Some(r) if r.ttl() > 0 => {}
-                        _ => {
-                            self.lease = None;
-                            return Err("the lease expired (etcd was out of reach for longer than the TTL?)".into());
-                        }
-                    }
-                }
-                _ = local_every.tick() => {
-                    if expire_every.elapsed() >= Duration::from_secs(1) {
-                        expire_every = Instant::now();
-                        self.expire_certificates();
-                    }
-                    let generation = lock(&self.daemon).generation();
-                    if generation != seen {
-                        seen = generation;
-                        self.publish(&mut c, lease).await?;
-                    }
-                    if self.retry.is_some_and(|r| Instant::now() >= r.at) {
-                        self.converge(&[], 0, Instant::now());
-                    }
-                }
+    /// One watch response: its events applied to the view and converged,
+    /// and what another writer changed of this host's own (its claims, its
+    /// record) put back.
+    async fn on_events(
+        &mut self,
+        c: &mut Client,
+        lease: i64,
+        resp: &etcd_client::WatchResponse,
+        own_key: &str,
+    ) -> Result<(), String> {
+        let t0 = Instant::now();
+        let mut changes = Vec::new();
+        let mut n = 0;
+        let mut own_changed = false;
+        let mut restore = Vec::new();
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let (Ok(key), rev) = (kv.key_str(), kv.mod_revision().max(0) as u64) else {
+                lock(&self.status).counters.bad_records += 1;
+                continue;
+            };
+            let e = match ev.event_type() {
+                EventType::Put => Event::Put { key: key.to_string(), value: kv.value().to_vec(), rev },
+                EventType::Delete => Event::Delete { key: key.to_string(), rev },
+            };
+            own_changed |=
+                e.key() == own_key && !matches!(&e, Event::Put { value, .. } if *value == self.own);
+            self.member.apply(&e, &mut changes);
+            if let Some(mac) = self.foreign_change_to_a_claim(&e) {
+                restore.push(mac);
             }
+            n += 1;
         }
+        self.converge(&changes, n, t0);
+        for mac in restore {
+            let Some(name) = self.published.get(&mac).map(|p| p.name.clone()) else { continue };
+            tracing::warn!(%mac, "cluster: this host's claim was changed or deleted by another writer; putting it back");
+            lock(&self.status).counters.records_restored += 1;
+            let put = self.put_mac(c, lease, mac, &name).await?;
+            let mut again = Vec::new();
+            self.member.apply(&put, &mut again);
+            self.converge(&again, 1, Instant::now());
+        }
+        if own_changed {
+            tracing::warn!(key = %own_key, "cluster: this host's record was changed by another writer; putting it back");
+            lock(&self.status).counters.records_restored += 1;
+            self.put_host(c, lease).await?;
+        }
+        Ok(())
     }
 
     /// Drops hosts whose certificate has expired (signed networks).

@@ -186,7 +186,35 @@ impl KernelPath {
             }
         }
         let devs: BTreeSet<String> = link_vals.values().map(|(_, d)| d.clone()).collect();
-        for dev in &devs {
+        self.attach_wire(&devs)?;
+
+        // A counter slot for every port served, zeroed when first given (the
+        // programs only add). Slots of ports gone are freed after the switch
+        // below, so that no live decision counts into a slot given again.
+        let served: BTreeSet<u32> =
+            ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id)).collect();
+        self.give_slots(&served)?;
+        let slot = |p: u32| self.slots.get(&p).copied().unwrap_or(0);
+        let links: BTreeMap<u32, LinkVal> = link_vals.iter().map(|(id, (v, _))| (*id, *v)).collect();
+        let peer_vals: Vec<PeerVal> =
+            links.iter().map(|(&id, v)| PeerVal { id, slot: slot(PORT_LINK | id), link: *v }).collect();
+        // Decisions into the inactive table, then switch.
+        let (decisions, overflow) = decisions(plane, ifaces, &links, &self.slots);
+
+        // Peers first (a route may only name a link whose datagrams are known).
+        self.write_peers(&peer_vals)?;
+
+        self.switch_table(decisions, overflow, listen, listen_vxlan)?;
+
+        // Ports that are gone: after the switch, no decision names their slots.
+        self.slots.retain(|p, _| served.contains(p));
+        Ok(skipped)
+    }
+
+    /// Attaches the wire program to each of `devs` (the underlay devices
+    /// links leave by) and detaches it from the devices no link uses now.
+    fn attach_wire(&mut self, devs: &BTreeSet<String>) -> Result<(), Reason> {
+        for dev in devs {
             if !self.wire_attached.contains_key(dev) {
                 let id = self.attach_ingress("vnet_from_wire", dev)?;
                 self.wire_attached.insert(dev.clone(), id);
@@ -198,43 +226,38 @@ impl KernelPath {
                 let _ = self.classifier("vnet_from_wire")?.detach(id);
             }
         }
+        Ok(())
+    }
 
-        // A counter slot for every port served, zeroed when first given (the
-        // programs only add). Slots of ports gone are freed after the switch
-        // below, so that no live decision counts into a slot given again.
-        let served: BTreeSet<u32> =
-            ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id)).collect();
-        {
-            let cpus = aya::util::nr_cpus().map_err(|(w, e)| format!("{w}: {e}"))?;
-            let mut m: PerCpuArray<&mut MapData, PortStats> = map(&mut self.ebpf, "port_stats")?;
-            let mut used: BTreeSet<u32> = self.slots.values().copied().collect();
-            for &p in &served {
-                if self.slots.contains_key(&p) {
-                    continue;
-                }
-                let Some(slot) = (1..PORT_SLOTS).find(|s| !used.contains(s)) else {
-                    tracing::warn!(
-                        port = p,
-                        "the kernel path's {PORT_SLOTS} port counters are taken: not counted"
-                    );
-                    self.slots.insert(p, 0);
-                    continue;
-                };
-                let zero = PerCpuValues::try_from(vec![PortStats::default(); cpus])
-                    .map_err(|e| format!("port_stats: {e}"))?;
-                m.set(slot, zero, 0).map_err(|e| format!("port_stats: {e}"))?;
-                self.slots.insert(p, slot);
-                used.insert(slot);
+    /// A counter slot for every port `served`, zeroed when first given (the
+    /// programs only add).
+    fn give_slots(&mut self, served: &BTreeSet<u32>) -> Result<(), Reason> {
+        let cpus = aya::util::nr_cpus().map_err(|(w, e)| format!("{w}: {e}"))?;
+        let mut m: PerCpuArray<&mut MapData, PortStats> = map(&mut self.ebpf, "port_stats")?;
+        let mut used: BTreeSet<u32> = self.slots.values().copied().collect();
+        for &p in served {
+            if self.slots.contains_key(&p) {
+                continue;
             }
+            let Some(slot) = (1..PORT_SLOTS).find(|s| !used.contains(s)) else {
+                tracing::warn!(
+                    port = p,
+                    "the kernel path's {PORT_SLOTS} port counters are taken: not counted"
+                );
+                self.slots.insert(p, 0);
+                continue;
+            };
+            let zero = PerCpuValues::try_from(vec![PortStats::default(); cpus])
+                .map_err(|e| format!("port_stats: {e}"))?;
+            m.set(slot, zero, 0).map_err(|e| format!("port_stats: {e}"))?;
+            self.slots.insert(p, slot);
+            used.insert(slot);
         }
-        let slot = |p: u32| self.slots.get(&p).copied().unwrap_or(0);
-        let links: BTreeMap<u32, LinkVal> = link_vals.iter().map(|(id, (v, _))| (*id, *v)).collect();
-        let peer_vals: Vec<PeerVal> =
-            links.iter().map(|(&id, v)| PeerVal { id, slot: slot(PORT_LINK | id), link: *v }).collect();
-        // Decisions into the inactive table, then switch.
-        let (decisions, overflow) = decisions(plane, ifaces, &links, &self.slots);
+        Ok(())
+    }
 
-        // Peers first (a route may only name a link whose datagrams are known).
+    /// The `vnet` peers and VXLAN peers the wire program knows datagrams of.
+    fn write_peers(&mut self, peer_vals: &[PeerVal]) -> Result<(), Reason> {
         {
             let mut m: BpfHashMap<&mut MapData, u32, PeerVal> = map(&mut self.ebpf, "peers")?;
             let mut now = BTreeSet::new();
@@ -265,7 +288,18 @@ impl KernelPath {
             }
             self.vxlan_peers = now;
         }
+        Ok(())
+    }
 
+    /// Writes `decisions` into the inactive route table and switches to it
+    /// (one write of the config: readers see the old table or the new).
+    fn switch_table(
+        &mut self,
+        decisions: BTreeMap<RouteKey, RouteVal>,
+        overflow: usize,
+        listen: SocketAddr,
+        listen_vxlan: Option<SocketAddr>,
+    ) -> Result<(), Reason> {
         let next = 1 - self.active;
         {
             let name = if next == 0 { "routes_0" } else { "routes_1" };
@@ -295,10 +329,7 @@ impl KernelPath {
             );
         }
         self.overflow = overflow;
-
-        // Ports that are gone: after the switch, no decision names their slots.
-        self.slots.retain(|p, _| served.contains(p));
-        Ok(skipped)
+        Ok(())
     }
 
     /// What the kernel moved for an interface (by ifindex) or a link (by id).

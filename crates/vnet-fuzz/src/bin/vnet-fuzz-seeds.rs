@@ -163,13 +163,19 @@ fn write_all(root: &Path) -> Result<usize, String> {
     s.extend_from_slice(&vnet_engine::codec::stream::heartbeat());
     put(root, "stream", "records", &s).map_err(io)?;
     n += 1;
-    // vhost: a guest's ring as a driver leaves it: TX chains of a guest
-    // header and a frame (one buffer, header and frame apart, an indirect
-    // table), or RX buffers posted (small pages, mergeable-sized).
+    vhost_seeds(root, &gso)?;
+    Ok(n + 3)
+}
+
+/// vhost: a guest's ring as a driver leaves it: TX chains of a guest
+/// header and a frame (one buffer, header and frame apart, an indirect
+/// table), or RX buffers posted (small pages, mergeable-sized). Three seeds.
+fn vhost_seeds(root: &Path, gso: &VirtioNetHdr) -> Result<(), String> {
+    let io = |e: std::io::Error| e.to_string();
     use vnet_virtio::fake::{raw_desc, Guest, BUFFERS, INDIRECT, NEXT};
     let image = |g: &Guest| g.read(0, 0x6000);
     let mut tx = Guest::new(256, true);
-    let mut frame = vh_bytes(&gso);
+    let mut frame = vh_bytes(gso);
     frame.extend_from_slice(&[0, 0]);
     frame.extend_from_slice(&tcp4(3000));
     tx.write(BUFFERS, &frame);
@@ -192,5 +198,5 @@ fn write_all(root: &Path) -> Result<usize, String> {
         d.extend_from_slice(&image(&rx));
         put(root, "vhost", name, &d).map_err(io)?;
     }
-    Ok(n + 3)
+    Ok(())
 }
