@@ -212,7 +212,10 @@ impl Lab {
     /// Starts vnetd on host `h` with its config and waits for its control
     /// socket to answer.
     pub fn start_vnetd(&mut self, h: usize) -> Result<()> {
-        let vnetd = bin("vnetd")?;
+        let vnetd = match &self.spec.vnetd {
+            Some(path) => path.clone(),
+            None => bin("vnetd")?,
+        };
         let cluster_args = self.cluster_args(h);
         if let Some(line) = self.cluster_line(h) {
             let conf = std::fs::read_to_string(&self.hosts[h].config).map_err(io("reading a config"))?;
@@ -224,8 +227,15 @@ impl Lab {
         let host = &mut self.hosts[h];
         let _ = std::fs::remove_file(&host.control);
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &host.ns])
-            .arg(&vnetd)
+        cmd.args(["netns", "exec", &host.ns]);
+        if let Some(caps) = &self.spec.vnetd_caps {
+            // As the unit runs it: only these capabilities can be had.
+            // setpriv names them as capabilities(7) does, less the `cap_`.
+            let set: Vec<String> =
+                caps.iter().map(|c| format!("+{}", c.to_lowercase().trim_start_matches("cap_"))).collect();
+            cmd.args(["setpriv", "--no-new-privs", &format!("--bounding-set=-all,{}", set.join(",")), "--"]);
+        }
+        cmd.arg(&vnetd)
             .arg("--config")
             .arg(&host.config)
             .arg("--control")

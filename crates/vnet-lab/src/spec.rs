@@ -64,6 +64,11 @@ pub struct Spec {
     pub guest_args: Vec<(usize, String)>,
     /// More command-line arguments for every vnetd (e.g. `--worker-cpus 1`).
     pub vnetd_args: Vec<String>,
+    /// The vnetd binary to run (default: the one `cargo build` made).
+    pub vnetd: Option<std::path::PathBuf>,
+    /// Run every vnetd with only these capabilities in its bounding set
+    /// (e.g. `CAP_NET_ADMIN`), and no new privileges, as the unit does.
+    pub vnetd_caps: Option<Vec<String>>,
     /// In a vnet lab, hosts that are Linux kernel VTEPs instead of vnetds:
     /// a bridge with a `vxlan` device (VNI [`VNI`], port 4789, no learning,
     /// static FDB entries, head-end replication to every other host) and
@@ -191,6 +196,8 @@ impl Default for Spec {
             qemu_queues: 1,
             guest_args: Vec::new(),
             vnetd_args: Vec::new(),
+            vnetd: None,
+            vnetd_caps: None,
             vteps: Vec::new(),
             links: Links::Udp,
             lan_host: None,

@@ -3514,3 +3514,103 @@ fn the_vhost_user_backend_carries_frames_between_front_ends_without_a_guest() {
         assert!(t.received_per_s > 1000.0, "{t:?}");
     }
 }
+
+/// Removes the package on every exit path, when this test installed it.
+struct Installed(bool);
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        if self.0 {
+            let _ = std::process::Command::new("dpkg").args(["--purge", "vnet"]).output();
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn the_installed_package_runs_the_demo_under_exactly_the_units_capabilities() {
+    // The package scripts/package.sh built (scripts/test.sh builds it before
+    // the lab tests), installed as a user would.
+    let debs = vnet_lab::bench::repo_dir().join("target/debian");
+    let deb = std::fs::read_dir(&debs)
+        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/package.sh first", debs.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vnet_") && n.ends_with(".deb"))
+        })
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .unwrap_or_else(|| panic!("no vnet_*.deb in {}: run scripts/package.sh first", debs.display()));
+    let was = std::process::Command::new("dpkg-query").args(["-W", "-f=${Status}", "vnet"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&was.stdout).contains("ok installed"),
+        "a vnet package is installed on this machine already: this test installs and removes its own"
+    );
+    let _installed = Installed(true);
+    let out = std::process::Command::new("dpkg").arg("-i").arg(&deb).output().unwrap();
+    assert!(out.status.success(), "dpkg -i {}: {}", deb.display(), String::from_utf8_lossy(&out.stderr));
+    // The unit's capability bounding set, from the installed unit.
+    let unit = std::fs::read_to_string("/lib/systemd/system/vnetd@.service").unwrap();
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit names its capabilities")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert!(caps.len() >= 3 && caps.iter().all(|c| c.starts_with("CAP_")), "{caps:?}");
+    // The demo's two-host check, on each path, with the installed binaries.
+    for datapath in [None, Some("kernel".to_string())] {
+        let mut spec = Spec {
+            vnetd: Some("/usr/sbin/vnetd".into()),
+            vnetd_caps: Some(caps.clone()),
+            datapath: datapath.clone(),
+            ..Spec::default()
+        };
+        if datapath.is_some() {
+            spec.vm_mtu = spec.underlay_mtu - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32;
+        }
+        let mut lab = lab(spec);
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        // It runs with those capabilities and no others.
+        let pid = lab.vnetd_pid(0).unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let bnd = status.lines().find_map(|l| l.strip_prefix("CapBnd:")).unwrap().trim().to_string();
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+        assert_eq!(exe, std::path::Path::new("/usr/sbin/vnetd"));
+        // Exactly the unit's set, less what this machine's own bounding set
+        // lacks (a container's may lack CAP_SYS_RESOURCE: the unit then
+        // cannot have it either).
+        let mine = std::fs::read_to_string("/proc/self/status").unwrap();
+        let mine = mine.lines().find_map(|l| l.strip_prefix("CapBnd:")).unwrap().trim().to_string();
+        let (have, machine) = (cap_names(&bnd), cap_names(&mine));
+        let want: Vec<String> =
+            caps.iter().map(|c| c.to_lowercase()).filter(|c| machine.contains(c)).collect();
+        assert_eq!(have, want.into_iter().collect(), "vnetd's bounding set {bnd}");
+        assert_ping(&lab, &a, b.ip, 56);
+        assert_ping(&lab, &b, a.ip, 1400);
+        assert_stream(&mut lab, &a, &b, 2);
+        assert_kernel_carried(&lab, 0);
+        // The installed vnetctl reads the installed vnetd's counters.
+        let ctl = format!("unix:{}", lab.hosts[0].control.display());
+        let out = std::process::Command::new("/usr/bin/vnetctl")
+            .args(["--control", &ctl, "show", "stats", "json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(s["links"][0]["tx_packets"].as_u64().unwrap() > 0, "{s}");
+        let log = lab.log(0);
+        assert!(!log.contains("Operation not permitted") && !log.contains("EPERM"), "{log}");
+    }
+}
+
+/// The capability names (`cap_net_admin`, ...) of a hex mask from
+/// /proc/PID/status, as `capsh --decode` names them.
+fn cap_names(mask: &str) -> std::collections::BTreeSet<String> {
+    let out = std::process::Command::new("capsh").arg(format!("--decode={mask}")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let list = text.trim().split_once('=').map_or("", |(_, l)| l).to_string();
+    list.split(',').filter(|c| !c.is_empty()).map(String::from).collect()
+}
