@@ -49,11 +49,15 @@ pub const ADAPT_UP: u64 = 10_000;
 pub const ADAPT_DOWN: u64 = 1_000;
 
 /// What a worker's dispatch did: its current mode, switches and sleeps.
-#[derive(Debug, Default)]
+/// Serialized as named here (`show interfaces`; `link_`-prefixed in `show
+/// stats`' global).
+#[derive(Debug, Default, serde::Serialize)]
 pub struct DispatchStats {
-    /// 0 notify, 1 poll.
+    /// 0 notify, 1 poll: serialized as the word, `dispatch`.
+    #[serde(rename = "dispatch", serialize_with = "mode_word")]
     pub polling: AtomicU8,
-    pub switches: AtomicU64,
+    /// Switches between notify and poll.
+    pub mode_switches: AtomicU64,
     /// Times the worker slept in epoll and was woken.
     pub wakeups: AtomicU64,
     /// Looks a polling worker took (one yield each)...
@@ -63,6 +67,10 @@ pub struct DispatchStats {
     /// Frames a polling look found after an empty one: what polling saved a
     /// wake-up for.
     pub polled_frames: AtomicU64,
+}
+
+fn mode_word<S: serde::Serializer>(polling: &AtomicU8, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(if polling.load(Relaxed) == 1 { "poll" } else { "notify" })
 }
 
 impl DispatchStats {

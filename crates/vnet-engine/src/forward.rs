@@ -218,8 +218,8 @@ impl Forwarder {
         }
         let s = self.cache.stats();
         let g = &self.global;
-        g.cache_hits.fetch_add(s.hits - self.cache_reported.0, Relaxed);
-        g.cache_misses.fetch_add(s.misses - self.cache_reported.1, Relaxed);
+        g.route_cache_hits.fetch_add(s.hits - self.cache_reported.0, Relaxed);
+        g.route_cache_misses.fetch_add(s.misses - self.cache_reported.1, Relaxed);
         self.cache_reported = (s.hits, s.misses);
     }
 }

@@ -169,8 +169,11 @@ pub fn route_table(
         .with_networks(networks)
 }
 
-/// Daemon-wide counters.
-#[derive(Debug, Default)]
+/// Daemon-wide counters. Serialized as they are named here (`show stats`'
+/// `global`, and `vnet_<name>` in Prometheus text): the doc comment of
+/// each field is its documentation. The link worker's dispatch is added
+/// with a `link_` prefix by whoever reports it.
+#[derive(Debug, Default, serde::Serialize)]
 pub struct Global {
     /// Frames no route matched.
     pub no_route: AtomicU64,
@@ -189,8 +192,8 @@ pub struct Global {
     pub reasm_evicted: AtomicU64,
     pub reasm_rejected: AtomicU64,
     /// Route cache totals over all workers.
-    pub cache_hits: AtomicU64,
-    pub cache_misses: AtomicU64,
+    pub route_cache_hits: AtomicU64,
+    pub route_cache_misses: AtomicU64,
     /// Frames delivered from a GRO batch without reassembly.
     pub rx_whole_batches: AtomicU64,
     /// `recvmmsg` calls on the link sockets that returned messages, and the
@@ -211,5 +214,6 @@ pub struct Global {
     pub offload_refused: AtomicU64,
     pub gso_fallbacks: AtomicU64,
     /// The link worker's dispatch.
+    #[serde(skip)]
     pub link_dispatch: Arc<DispatchStats>,
 }

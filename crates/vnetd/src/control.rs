@@ -580,6 +580,47 @@ mod tests {
         );
         assert!(text.contains("vnet_route_packets{route=\"0\"} 0\n"), "{text}");
         assert!(text.contains("vnet_no_route 0\n"), "{text}");
+        // The global counters, named where they are defined (the engine's
+        // `Global` and `DispatchStats`), as scripts and docs know them.
+        let (g, _) = handle_line(&d, &mut s, "show stats json");
+        let g: serde_json::Value = serde_json::from_str(&g).unwrap();
+        let keys: Vec<&str> = g["global"].as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        for k in [
+            "no_route",
+            "unknown_source",
+            "malformed",
+            "wrong_network",
+            "unsupported_flags",
+            "reasm_fragments",
+            "reasm_completed",
+            "reasm_timed_out",
+            "reasm_evicted",
+            "reasm_rejected",
+            "route_cache_hits",
+            "route_cache_misses",
+            "route_table_generation",
+            "rx_whole_batches",
+            "link_recv_calls",
+            "link_recv_messages",
+            "sw_segmented",
+            "sw_checksummed",
+            "offload_errors",
+            "bad_offload_hdr",
+            "spoofed_source_mac",
+            "offload_refused",
+            "gso_fallbacks",
+            "link_mode",
+            "link_dispatch",
+            "link_mode_switches",
+            "link_wakeups",
+            "link_polls",
+            "link_contended",
+            "link_polled_frames",
+        ] {
+            assert!(keys.contains(&k), "{k} not in {keys:?}");
+        }
+        assert_eq!(g["global"]["link_dispatch"], "notify");
+        assert!(text.contains("vnet_route_cache_hits 0\n") && text.contains("vnet_link_polls 0\n"), "{text}");
         assert!(text.lines().all(|l| l.starts_with('#') || l.split(' ').count() == 2), "{text}");
         // The HTTP endpoint answers GET /metrics and nothing else.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -98,7 +98,7 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
                 // A source stops short of a batch only when it is empty.
                 more |= n >= BATCH;
                 if d.record(n, now) {
-                    s.stats.switches.fetch_add(1, Relaxed);
+                    s.stats.mode_switches.fetch_add(1, Relaxed);
                     s.stats.polling.store(d.polling() as u8, Relaxed);
                 }
             }

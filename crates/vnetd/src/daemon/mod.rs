@@ -676,17 +676,12 @@ impl Daemon {
                     "mode": def.mode.word(),
                     "datapath": if self.kernel_ifaces.contains_key(&def.id) { "kernel" } else { "user" },
                     "datapath_reason": self.user_reasons.get(&def.id),
-                    "dispatch": p.dispatch.mode_word(),
-                    "mode_switches": p.dispatch.switches.load(Relaxed),
                     "broadcast_limit": def.broadcast_limit,
                     "device": if self.gone.contains_key(&def.id) { "gone" } else { "present" },
                     "reattached": self.reattached.get(&def.id).copied().unwrap_or(0),
                     "broadcast_limited": i.broadcast_limited.load(Relaxed),
-                    "wakeups": p.dispatch.wakeups.load(Relaxed),
-                    "polls": p.dispatch.polls.load(Relaxed),
-                    "contended": p.dispatch.contended.load(Relaxed),
-                    "polled_frames": p.dispatch.polled_frames.load(Relaxed),
                 });
+                merge(&mut v, json!(&*p.dispatch), "");
                 counters_into(&mut v, i.rx.snapshot(), i.tx.snapshot());
                 if let (Some(d), Value::Object(m)) = (p.dev.vhost(), &mut v) {
                     let s = &d.stats;
@@ -740,40 +735,28 @@ impl Daemon {
         v
     }
 
+    /// `show stats`' global part: the daemon-wide counters
+    /// (`vnet_engine::plane::Global`, named where they are defined) and the
+    /// link worker's dispatch (`link_`-prefixed).
     fn global_user_json(&self) -> Value {
         let g = &self.shared.global;
-        json!({
-            "no_route": g.no_route.load(Relaxed),
-            "unknown_source": g.unknown_source.load(Relaxed),
-            "malformed": g.malformed.load(Relaxed),
-            "wrong_network": g.wrong_network.load(Relaxed),
-            "reasm_fragments": g.reasm_fragments.load(Relaxed),
-            "reasm_completed": g.reasm_completed.load(Relaxed),
-            "reasm_timed_out": g.reasm_timed_out.load(Relaxed),
-            "reasm_evicted": g.reasm_evicted.load(Relaxed),
-            "reasm_rejected": g.reasm_rejected.load(Relaxed),
-            "route_cache_hits": g.cache_hits.load(Relaxed),
-            "route_cache_misses": g.cache_misses.load(Relaxed),
-            "route_table_generation": self.generation,
-            "unsupported_flags": g.unsupported_flags.load(Relaxed),
-            "rx_whole_batches": g.rx_whole_batches.load(Relaxed),
-            "link_recv_calls": g.link_recv_calls.load(Relaxed),
-            "link_recv_messages": g.link_recv_messages.load(Relaxed),
-            "sw_segmented": g.sw_segmented.load(Relaxed),
-            "sw_checksummed": g.sw_checksummed.load(Relaxed),
-            "offload_errors": g.offload_errors.load(Relaxed),
-            "bad_offload_hdr": g.bad_offload_hdr.load(Relaxed),
-            "spoofed_source_mac": g.spoofed_source_mac.load(Relaxed),
-            "offload_refused": g.offload_refused.load(Relaxed),
-            "gso_fallbacks": g.gso_fallbacks.load(Relaxed),
-            "link_mode": self.state.listen_mode.word(),
-            "link_dispatch": g.link_dispatch.mode_word(),
-            "link_mode_switches": g.link_dispatch.switches.load(Relaxed),
-            "link_wakeups": g.link_dispatch.wakeups.load(Relaxed),
-            "link_polls": g.link_dispatch.polls.load(Relaxed),
-            "link_contended": g.link_dispatch.contended.load(Relaxed),
-            "link_polled_frames": g.link_dispatch.polled_frames.load(Relaxed),
-        })
+        let mut v = json!(&**g);
+        merge(&mut v, json!(&*g.link_dispatch), "link_");
+        merge(
+            &mut v,
+            json!({ "route_table_generation": self.generation, "link_mode": self.state.listen_mode.word() }),
+            "",
+        );
+        v
+    }
+}
+
+/// Adds `more`'s fields to the object `v`, each name behind `prefix`.
+fn merge(v: &mut Value, more: Value, prefix: &str) {
+    if let (Value::Object(m), Value::Object(more)) = (v, more) {
+        for (k, x) in more {
+            m.insert(format!("{prefix}{k}"), x);
+        }
     }
 }
 

@@ -479,7 +479,7 @@ impl NetBackend {
         let given = placed.wrapping_sub(w.placed_seen) as usize;
         w.placed_seen = placed;
         if w.dispatch.record(n + given, now) {
-            self.dispatch.switches.fetch_add(1, Relaxed);
+            self.dispatch.mode_switches.fetch_add(1, Relaxed);
             self.dispatch.polling.store(w.dispatch.polling() as u8, Relaxed);
         }
     }
