@@ -42,6 +42,107 @@ fn fold(mut sum: u64) -> u16 {
     sum as u16
 }
 
+/// Views of the IP and TCP header fields segmentation reads and writes, by
+/// name rather than by offset (as smoltcp's packet types do). Each wraps a
+/// slice that starts at its header and that [`layout`] has checked is long
+/// enough (20 bytes of IPv4 or TCP, 40 of IPv6).
+mod hdr {
+    fn get16(b: &[u8], at: usize) -> u16 {
+        u16::from_be_bytes([b[at], b[at + 1]])
+    }
+
+    fn put16(b: &mut [u8], at: usize, v: u16) {
+        b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// An IPv4 header.
+    pub struct Ipv4<'a>(pub &'a mut [u8]);
+
+    impl Ipv4<'_> {
+        const TOTAL_LEN: usize = 2;
+        const IDENT: usize = 4;
+        const CHECKSUM: usize = 10;
+        /// Source and destination: the TCP pseudo-header's addresses.
+        pub const ADDRS: core::ops::Range<usize> = 12..20;
+
+        pub fn ident(&self) -> u16 {
+            get16(self.0, Self::IDENT)
+        }
+
+        pub fn set_total_len(&mut self, v: u16) {
+            put16(self.0, Self::TOTAL_LEN, v);
+        }
+
+        pub fn set_ident(&mut self, v: u16) {
+            put16(self.0, Self::IDENT, v);
+        }
+
+        /// Recomputes the header checksum over the header's `ihl` bytes.
+        pub fn fill_checksum(&mut self, ihl: usize) {
+            put16(self.0, Self::CHECKSUM, 0);
+            let c = !super::fold(super::sum16(&self.0[..ihl], 0));
+            put16(self.0, Self::CHECKSUM, c);
+        }
+    }
+
+    /// An IPv6 header.
+    pub struct Ipv6<'a>(pub &'a mut [u8]);
+
+    impl Ipv6<'_> {
+        const PAYLOAD_LEN: usize = 4;
+        /// Source and destination: the TCP pseudo-header's addresses.
+        pub const ADDRS: core::ops::Range<usize> = 8..40;
+
+        pub fn set_payload_len(&mut self, v: u16) {
+            put16(self.0, Self::PAYLOAD_LEN, v);
+        }
+    }
+
+    /// A TCP header (and its payload after it).
+    pub struct Tcp<'a>(pub &'a mut [u8]);
+
+    /// TCP flags segmentation treats: FIN and PSH go on the last segment
+    /// only, CWR on the first only.
+    pub const FIN: u8 = 0x01;
+    pub const PSH: u8 = 0x08;
+    pub const CWR: u8 = 0x80;
+
+    impl Tcp<'_> {
+        const SEQ: usize = 4;
+        const FLAGS: usize = 13;
+        const CHECKSUM: usize = 16;
+
+        pub fn seq(&self) -> u32 {
+            u32::from_be_bytes([
+                self.0[Self::SEQ],
+                self.0[Self::SEQ + 1],
+                self.0[Self::SEQ + 2],
+                self.0[Self::SEQ + 3],
+            ])
+        }
+
+        pub fn flags(&self) -> u8 {
+            self.0[Self::FLAGS]
+        }
+
+        pub fn set_seq(&mut self, v: u32) {
+            self.0[Self::SEQ..Self::SEQ + 4].copy_from_slice(&v.to_be_bytes());
+        }
+
+        pub fn set_flags(&mut self, v: u8) {
+            self.0[Self::FLAGS] = v;
+        }
+
+        /// Recomputes the checksum over the segment (header and payload)
+        /// with the pseudo-header sum `pseudo` (addresses, protocol, length).
+        pub fn fill_checksum(&mut self, pseudo: u64) {
+            put16(self.0, Self::CHECKSUM, 0);
+            let c = !super::fold(super::sum16(self.0, pseudo));
+            put16(self.0, Self::CHECKSUM, c);
+        }
+    }
+}
+
 /// Completes the partial checksum of `frame` as `hdr` describes
 /// (`F_NEEDS_CSUM`): sums from `csum_start` to the end, with the field's
 /// pseudo-header seed, and stores the result.
@@ -180,10 +281,10 @@ pub fn segment_tcp(
     }
     let payload = &frame[lay.hdrs..];
     let h = &frame[..lay.hdrs];
-    let seq0 = u32::from_be_bytes([h[lay.l4 + 4], h[lay.l4 + 5], h[lay.l4 + 6], h[lay.l4 + 7]]);
-    let flags0 = h[lay.l4 + 13];
-    let id0 = if lay.v4 { u16::from_be_bytes([h[lay.l3 + 4], h[lay.l3 + 5]]) } else { 0 };
+    // The first segment's headers are the frame's: read the fields that
+    // change from segment to segment off a copy in `out` as each is written.
     let n = payload.len().div_ceil(mss).max(1);
+    let (mut seq0, mut flags0, mut id0) = (0, 0, 0);
     let mut pos = 0;
     for i in 0..n {
         let chunk = &payload[(i * mss).min(payload.len())..((i + 1) * mss).min(payload.len())];
@@ -191,39 +292,36 @@ pub fn segment_tcp(
         let seg = out.get_mut(pos..pos + len).ok_or(OffloadError::NoRoom)?;
         seg[..lay.hdrs].copy_from_slice(h);
         seg[lay.hdrs..].copy_from_slice(chunk);
-        let l3len = len - lay.l3;
-        if lay.v4 {
-            seg[lay.l3 + 2..lay.l3 + 4].copy_from_slice(&(l3len as u16).to_be_bytes());
-            seg[lay.l3 + 4..lay.l3 + 6].copy_from_slice(&id0.wrapping_add(i as u16).to_be_bytes());
-            seg[lay.l3 + 10..lay.l3 + 12].copy_from_slice(&[0, 0]);
-            let ihl = lay.l4 - lay.l3;
-            let c = !fold(sum16(&seg[lay.l3..lay.l3 + ihl], 0));
-            seg[lay.l3 + 10..lay.l3 + 12].copy_from_slice(&c.to_be_bytes());
-        } else {
-            seg[lay.l3 + 4..lay.l3 + 6].copy_from_slice(&((len - lay.l3 - 40) as u16).to_be_bytes());
+        let (l3, l4) = seg.split_at_mut(lay.l4);
+        let l3 = &mut l3[lay.l3..];
+        let mut tcp = hdr::Tcp(l4);
+        if i == 0 {
+            (seq0, flags0) = (tcp.seq(), tcp.flags());
+            id0 = if lay.v4 { hdr::Ipv4(l3).ident() } else { 0 };
         }
-        let t = lay.l4;
-        let seq = seq0.wrapping_add((i * mss) as u32);
-        seg[t + 4..t + 8].copy_from_slice(&seq.to_be_bytes());
+        let l3len = len - lay.l3;
+        let addrs = if lay.v4 {
+            let mut ip = hdr::Ipv4(l3);
+            ip.set_total_len(l3len as u16);
+            ip.set_ident(id0.wrapping_add(i as u16));
+            ip.fill_checksum(lay.l4 - lay.l3);
+            sum16(&ip.0[hdr::Ipv4::ADDRS], 0)
+        } else {
+            let mut ip = hdr::Ipv6(l3);
+            ip.set_payload_len((l3len - 40) as u16);
+            sum16(&ip.0[hdr::Ipv6::ADDRS], 0)
+        };
+        tcp.set_seq(seq0.wrapping_add((i * mss) as u32));
         let mut f = flags0;
         if i + 1 < n {
-            f &= !(0x01 | 0x08); // FIN, PSH only on the last
+            f &= !(hdr::FIN | hdr::PSH);
         }
         if i > 0 {
-            f &= !0x80; // CWR only on the first
+            f &= !hdr::CWR;
         }
-        seg[t + 13] = f;
-        seg[t + 16..t + 18].copy_from_slice(&[0, 0]);
-        let l4len = len - t;
-        let mut sum = 0u64;
-        if lay.v4 {
-            sum = sum16(&seg[lay.l3 + 12..lay.l3 + 20], sum);
-        } else {
-            sum = sum16(&seg[lay.l3 + 8..lay.l3 + 40], sum);
-        }
-        sum += 6 + l4len as u64;
-        let c = !fold(sum16(&seg[t..], sum));
-        seg[t + 16..t + 18].copy_from_slice(&c.to_be_bytes());
+        tcp.set_flags(f);
+        let l4len = len - lay.l4;
+        tcp.fill_checksum(addrs + 6 + l4len as u64);
         ranges.push(pos..pos + len);
         pos += len;
     }
@@ -357,6 +455,49 @@ mod tests {
         }
         assert_eq!(data, &f[54..]);
         assert_eq!(ranges[0].len(), ranges[1].len());
+    }
+
+    #[test]
+    fn segments_tcp6() {
+        // Ethernet, IPv6 (40), TCP (20), 3000 bytes: two segments of 1440.
+        let payload = 3000;
+        let mut f = vec![0u8; 14 + 40 + 20 + payload];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14] = 0x60;
+        f[18..20].copy_from_slice(&((20 + payload) as u16).to_be_bytes());
+        f[20] = 6;
+        f[21] = 64;
+        f[22..38].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f[38..54].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f[58..62].copy_from_slice(&7u32.to_be_bytes());
+        f[66] = 5 << 4;
+        f[67] = 0x19; // PSH|ACK|FIN
+        for (i, b) in f[74..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let h = VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV6,
+            hdr_len: 74,
+            gso_size: 1440,
+            csum_start: 54,
+            csum_offset: 16,
+        };
+        let (mut out, mut ranges) = (vec![0u8; 8000], Vec::new());
+        segment_tcp(&f, &h, &mut out, &mut ranges).unwrap();
+        assert_eq!(ranges.len(), 3);
+        let mut data = Vec::new();
+        for (i, r) in ranges.iter().enumerate() {
+            let s = &out[r.clone()];
+            let l4len = s.len() - 54;
+            assert_eq!(u16::from_be_bytes([s[18], s[19]]) as usize, l4len, "segment {i}: payload length");
+            assert_eq!(u32::from_be_bytes([s[58], s[59], s[60], s[61]]), 7 + 1440 * i as u32);
+            assert_eq!(s[67] & 1 == 1, i == 2, "FIN only on the last");
+            let pseudo = sum16(&s[22..54], 0) + 6 + l4len as u64;
+            assert_eq!(fold(sum16(&s[54..], pseudo)), 0xffff, "segment {i}: TCP checksum");
+            data.extend_from_slice(&s[74..]);
+        }
+        assert_eq!(data, &f[74..]);
     }
 
     #[test]
