@@ -69,8 +69,62 @@ pub struct KernelIface {
     pub handoff: u32,
 }
 
+/// Why the kernel path failed, or why it leaves something to the user
+/// path. Its text is what the log and `show` say.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("vnetd was built without the eBPF object (clang was missing)")]
+    NoObject,
+    #[error("loading the eBPF object: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("program {0} missing from the object")]
+    NoProgram(String),
+    #[error("map {0} missing")]
+    NoMap(String),
+    /// A program the kernel refused, or could not attach.
+    #[error("{what}: {source}")]
+    Program {
+        what: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A map that refused a read or write.
+    #[error("{what}: {source}")]
+    Map {
+        what: String,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no route to {0} in /proc/net/route")]
+    NoRoute(Ipv4Addr),
+    /// Something the kernel path leaves to the user path by design.
+    #[error("{0}")]
+    UserPath(&'static str),
+}
+
 /// Why the kernel path cannot serve something.
-pub type Reason = String;
+pub type Reason = KernelError;
+
+fn map_error(what: impl Into<String>) -> impl FnOnce(aya::maps::MapError) -> KernelError {
+    let what = what.into();
+    move |source| KernelError::Map { what, source }
+}
+
+fn program_error(what: impl Into<String>) -> impl FnOnce(aya::programs::ProgramError) -> KernelError {
+    let what = what.into();
+    move |source| KernelError::Program { what, source }
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> KernelError {
+    let what = what.into();
+    move |source| KernelError::Io { what, source }
+}
 
 /// The loaded programs and their maps.
 pub struct KernelPath {
@@ -95,12 +149,12 @@ impl KernelPath {
     /// Loads the programs into the kernel (not attached yet).
     pub fn load() -> Result<Self, Reason> {
         if OBJECT.is_empty() {
-            return Err("vnetd was built without the eBPF object (clang was missing)".into());
+            return Err(KernelError::NoObject);
         }
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| format!("loading the eBPF object: {e}"))?;
+        let mut ebpf = Ebpf::load(OBJECT).map_err(KernelError::Load)?;
         for name in ["vnet_from_vm", "vnet_from_wire"] {
             let p: &mut SchedClassifier = program(&mut ebpf, name)?;
-            p.load().map_err(|e| format!("the kernel refused {name}: {e}"))?;
+            p.load().map_err(program_error(format!("the kernel refused {name}")))?;
         }
         Ok(KernelPath {
             ebpf,
@@ -125,7 +179,7 @@ impl KernelPath {
     /// then TC ingress.
     pub fn attach_iface(&mut self, dev: &str, ifindex: u32, handoff: u32) -> Result<(), Reason> {
         let mut m: BpfHashMap<&mut MapData, u32, u32> = map(&mut self.ebpf, "handoff")?;
-        m.insert(ifindex, handoff, 0).map_err(|e| format!("the hand-off of {dev}: {e}"))?;
+        m.insert(ifindex, handoff, 0).map_err(map_error(format!("the hand-off of {dev}")))?;
         if !self.vm_attached.contains_key(dev) {
             match self.attach_ingress("vnet_from_vm", dev) {
                 Ok(id) => {
@@ -150,7 +204,7 @@ impl KernelPath {
     fn attach_ingress(&mut self, name: &str, dev: &str) -> Result<SchedClassifierLinkId, Reason> {
         self.classifier(name)?
             .attach(dev, TcAttachType::Ingress)
-            .map_err(|e| format!("attaching {name} to TC ingress of {dev}: {e}"))
+            .map_err(program_error(format!("attaching {name} to TC ingress of {dev}")))
     }
 
     /// Stops serving interface `dev` (its device may already be gone).
@@ -232,7 +286,7 @@ impl KernelPath {
     /// A counter slot for every port `served`, zeroed when first given (the
     /// programs only add).
     fn give_slots(&mut self, served: &BTreeSet<u32>) -> Result<(), Reason> {
-        let cpus = aya::util::nr_cpus().map_err(|(w, e)| format!("{w}: {e}"))?;
+        let cpus = aya::util::nr_cpus().map_err(|(w, e)| io_error(w)(e))?;
         let mut m: PerCpuArray<&mut MapData, PortStats> = map(&mut self.ebpf, "port_stats")?;
         let mut used: BTreeSet<u32> = self.slots.values().copied().collect();
         for &p in served {
@@ -247,9 +301,9 @@ impl KernelPath {
                 self.slots.insert(p, 0);
                 continue;
             };
-            let zero = PerCpuValues::try_from(vec![PortStats::default(); cpus])
-                .map_err(|e| format!("port_stats: {e}"))?;
-            m.set(slot, zero, 0).map_err(|e| format!("port_stats: {e}"))?;
+            let zero =
+                PerCpuValues::try_from(vec![PortStats::default(); cpus]).map_err(io_error("port_stats"))?;
+            m.set(slot, zero, 0).map_err(map_error("port_stats"))?;
             self.slots.insert(p, slot);
             used.insert(slot);
         }
@@ -265,7 +319,7 @@ impl KernelPath {
             // fails halfway leaves nothing the next one does not remove.
             for pv in peer_vals.iter().filter(|p| p.link.format != FMT_VXLAN) {
                 let v = &pv.link;
-                m.insert(v.remote_ip, pv, 0).map_err(|e| format!("peers: {e}"))?;
+                m.insert(v.remote_ip, pv, 0).map_err(map_error("peers"))?;
                 self.peers.insert(v.remote_ip);
                 now.insert(v.remote_ip);
             }
@@ -279,7 +333,7 @@ impl KernelPath {
             let mut now = BTreeSet::new();
             for pv in peer_vals.iter().filter(|p| p.link.format == FMT_VXLAN) {
                 let k = VxlanKey { addr: pv.link.remote_ip, vni: pv.link.network };
-                m.insert(k, pv, 0).map_err(|e| format!("vxlan_peers: {e}"))?;
+                m.insert(k, pv, 0).map_err(map_error("vxlan_peers"))?;
                 self.vxlan_peers.insert(k);
                 now.insert(k);
             }
@@ -307,7 +361,7 @@ impl KernelPath {
             let table = &mut self.tables[next as usize];
             table.retain(|k| decisions.contains_key(k) || m.remove(k).is_err());
             for (k, v) in &decisions {
-                m.insert(k, v, 0).map_err(|e| format!("{name}: {e}"))?;
+                m.insert(k, v, 0).map_err(map_error(name))?;
                 table.insert(*k);
             }
         }
@@ -315,7 +369,7 @@ impl KernelPath {
         {
             let mut cfg: Array<&mut MapData, Cfg> = map(&mut self.ebpf, "config")?;
             let vxlan_port = listen_vxlan.map_or(0, |a| a.port().to_be());
-            cfg.set(0, Cfg { active: next, port, vxlan_port }, 0).map_err(|e| format!("config: {e}"))?;
+            cfg.set(0, Cfg { active: next, port, vxlan_port }, 0).map_err(map_error("config"))?;
         }
         self.active = next;
         self.tables[next as usize] = decisions.keys().copied().collect();
@@ -511,8 +565,8 @@ fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, Reason>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {
-    let p = ebpf.program_mut(name).ok_or_else(|| format!("program {name} missing from the object"))?;
-    p.try_into().map_err(|e| format!("{name}: {e}"))
+    let p = ebpf.program_mut(name).ok_or_else(|| KernelError::NoProgram(name.into()))?;
+    p.try_into().map_err(program_error(name))
 }
 
 /// Map `name` of the object, as its type `T`.
@@ -520,8 +574,8 @@ fn map<'a, T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
     ebpf: &'a mut Ebpf,
     name: &str,
 ) -> Result<T, Reason> {
-    let m = ebpf.map_mut(name).ok_or_else(|| format!("map {name} missing"))?;
-    T::try_from(m).map_err(|e| format!("map {name}: {e}"))
+    let m = ebpf.map_mut(name).ok_or_else(|| KernelError::NoMap(name.into()))?;
+    T::try_from(m).map_err(map_error(format!("map {name}")))
 }
 
 /// What the kernel needs to send on a link, and the underlay device; or
@@ -532,9 +586,10 @@ fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reas
             // Kernel IPsec (xfrm) under the eBPF encapsulation is the way to
             // keep such links in the kernel; until it is built they are the
             // user path's, visibly (never sent unprotected).
-            return Err("a link with `security` is served by the user path, which authenticates and \
-                        encrypts its datagrams (the kernel path has no IPsec yet)"
-                .into());
+            return Err(KernelError::UserPath(
+                "a link with `security` is served by the user path, which authenticates and encrypts its \
+                 datagrams (the kernel path has no IPsec yet)",
+            ));
         }
         Transport::Udp { remote, format: LinkFormat::Vnet, network, security: Security::None } => {
             (remote, FMT_VNET, network)
@@ -548,26 +603,28 @@ fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reas
             // may be partial, TCP frames larger than a segment); a `vnet`
             // datagram says so with its WHOLE flag, a `raw` one cannot, and
             // a Palacios peer could not finish them.
-            return Err("the raw format (Palacios) stays on the user path: it cannot mark frames \
-                        whose checksum or segmentation the receiver must finish"
-                .into());
+            return Err(KernelError::UserPath(
+                "the raw format (Palacios) stays on the user path: it cannot mark frames whose checksum or \
+                 segmentation the receiver must finish",
+            ));
         }
         Transport::Tcp { .. } => {
-            return Err("TCP links are served by the user path (a stream is vnetd's)".into())
+            return Err(KernelError::UserPath("TCP links are served by the user path (a stream is vnetd's)"))
         }
-        Transport::Direct { .. } => return Err("direct links are served by the user path".into()),
+        Transport::Direct { .. } => {
+            return Err(KernelError::UserPath("direct links are served by the user path"))
+        }
     };
     let mtu = def.mtu;
     let IpAddr::V4(rip) = remote.ip() else {
-        return Err("an IPv6 underlay is the user path's (not yet the kernel's)".into());
+        return Err(KernelError::UserPath("an IPv6 underlay is the user path's (not yet the kernel's)"));
     };
     let lip = match listen.ip() {
         IpAddr::V4(a) if !a.is_unspecified() => a,
-        _ => local_ip_towards(rip).map_err(|e| format!("no local address towards {rip}: {e}"))?,
+        _ => local_ip_towards(rip).map_err(io_error(format!("no local address towards {rip}")))?,
     };
-    let Hop { dev, gateway } =
-        route_to(rip).ok_or_else(|| format!("no route to {rip} in /proc/net/route"))?;
-    let ifindex = crate::sys::ifindex(&dev).map_err(|e| format!("no ifindex for {dev}: {e}"))?;
+    let Hop { dev, gateway } = route_to(rip).ok_or(KernelError::NoRoute(rip))?;
+    let ifindex = crate::sys::ifindex(&dev).map_err(io_error(format!("no ifindex for {dev}")))?;
     let v = LinkVal {
         remote_ip: u32::from_ne_bytes(rip.octets()),
         local_ip: u32::from_ne_bytes(lip.octets()),

@@ -387,8 +387,8 @@ impl Daemon {
                 }
                 Err(r) => {
                     tracing::warn!(reason = %r, "eBPF fast path unavailable");
-                    self.kernel_off = Some(r.clone());
-                    return Err(r);
+                    self.kernel_off = Some(r.to_string());
+                    return Err(r.to_string());
                 }
             }
         }
@@ -402,7 +402,7 @@ impl Daemon {
         // failure on the way leaves the interface on the user path whole.
         let (tap, tap_name, tap_index) =
             nd.make_hand_off().map_err(|e| format!("cannot make its hand-off TAP: {e}"))?;
-        kp.attach_iface(&def.dev, ifindex, tap_index)?;
+        kp.attach_iface(&def.dev, ifindex, tap_index).map_err(|e| e.to_string())?;
         nd.use_hand_off(tap, tap_name);
         Ok(Some(KernelIface {
             dev: def.dev.clone(),

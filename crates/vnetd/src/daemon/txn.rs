@@ -418,6 +418,8 @@ impl Daemon {
             let vxlan = a.sock.sockets.vxlan.as_ref().map(|b| b.addr);
             match kp.sync(&plane, &kernel_ifaces, next.listen, vxlan) {
                 Ok(skipped) => {
+                    let skipped: Vec<(String, String)> =
+                        skipped.into_iter().map(|(link, reason)| (link, reason.to_string())).collect();
                     for (link, reason) in &skipped {
                         if self.link_reasons.get(link) != Some(reason) {
                             tracing::info!(%link, %reason, "link left to the user path");
