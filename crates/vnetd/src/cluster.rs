@@ -360,6 +360,35 @@ struct Retry {
     backoff: Duration,
 }
 
+/// Why a session with etcd ended (logged, and shown by `show cluster`).
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    /// An etcd request failed; `what` names it (connect, lease grant, list,
+    /// watch, keepalive, put, release).
+    #[error("{what}: {source}")]
+    Etcd {
+        what: String,
+        #[source]
+        source: etcd_client::Error,
+    },
+    #[error("watch: closed by etcd")]
+    WatchClosed,
+    #[error("watch canceled: {0}")]
+    WatchCanceled(String),
+    #[error("the lease expired (etcd was out of reach for longer than the TTL?)")]
+    LeaseExpired,
+    /// This host has no address to advertise (its `listen` changed since
+    /// vnetd started).
+    #[error("{0}")]
+    NoAddress(String),
+}
+
+/// Names a failed etcd request.
+fn etcd(what: impl Into<String>) -> impl FnOnce(etcd_client::Error) -> SessionError {
+    let what = what.into();
+    move |source| SessionError::Etcd { what, source }
+}
+
 struct Host {
     cfg: Config,
     daemon: Arc<Mutex<Daemon>>,
@@ -384,24 +413,21 @@ impl Host {
     async fn session(&mut self) -> String {
         match self.session_inner().await {
             Ok(never) => match never {},
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     }
 
-    async fn session_inner(&mut self) -> Result<std::convert::Infallible, String> {
+    async fn session_inner(&mut self) -> Result<std::convert::Infallible, SessionError> {
         let ttl = lease_ttl(self.cfg.ttl);
         let (mut c, lease) = self.connect(ttl).await?;
-        let (mut keeper, mut kept) =
-            self.wait(c.lease_keep_alive(lease)).await.map_err(|e| format!("keepalive: {e}"))?;
+        let (mut keeper, mut kept) = self.wait(c.lease_keep_alive(lease)).await.map_err(etcd("keepalive"))?;
 
         let mut rev = self.announce(&mut c, lease).await?;
         let prefix = self.member.prefix().to_string();
         let own_key = host_key(&self.cfg.network, &self.cfg.host);
         let watch_opts = |rev: u64| WatchOptions::new().with_prefix().with_start_revision(rev as i64 + 1);
-        let mut watch = self
-            .wait(c.watch(prefix.clone(), Some(watch_opts(rev))))
-            .await
-            .map_err(|e| format!("watch: {e}"))?;
+        let mut watch =
+            self.wait(c.watch(prefix.clone(), Some(watch_opts(rev)))).await.map_err(etcd("watch"))?;
         let mut keep_every = tokio::time::interval(Duration::from_millis(ttl * 1000 / 3));
         let mut local_every = tokio::time::interval(LOCAL_POLL);
         local_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -410,27 +436,27 @@ impl Host {
         loop {
             tokio::select! {
                 msg = watch.message() => {
-                    let resp = msg.map_err(|e| format!("watch: {e}"))?.ok_or("watch: closed by etcd")?;
+                    let resp = msg.map_err(etcd("watch"))?.ok_or(SessionError::WatchClosed)?;
                     if resp.compact_revision() > 0 {
                         tracing::info!(compacted = resp.compact_revision(), "cluster: the watch fell behind compaction; listing again");
                         rev = self.relist(&mut c).await?;
-                        watch = c.watch(prefix.clone(), Some(watch_opts(rev))).await.map_err(|e| format!("watch: {e}"))?;
+                        watch = c.watch(prefix.clone(), Some(watch_opts(rev))).await.map_err(etcd("watch"))?;
                         continue;
                     }
                     if resp.canceled() {
-                        return Err(format!("watch canceled: {}", resp.cancel_reason()));
+                        return Err(SessionError::WatchCanceled(resp.cancel_reason().to_string()));
                     }
                     self.on_events(&mut c, lease, &resp, &own_key).await?;
                 }
                 _ = keep_every.tick() => {
-                    keeper.keep_alive().await.map_err(|e| format!("keepalive: {e}"))?;
+                    keeper.keep_alive().await.map_err(etcd("keepalive"))?;
                 }
                 k = kept.message() => {
-                    match k.map_err(|e| format!("keepalive: {e}"))? {
+                    match k.map_err(etcd("keepalive"))? {
                         Some(r) if r.ttl() > 0 => {}
                         _ => {
                             self.lease = None;
-                            return Err("the lease expired (etcd was out of reach for longer than the TTL?)".into());
+                            return Err(SessionError::LeaseExpired);
                         }
                     }
                 }
@@ -454,7 +480,7 @@ impl Host {
 
     /// Connects to etcd and takes the lease this host's records live under
     /// (the one it held, if etcd still has it; else a new one, counted).
-    async fn connect(&mut self, ttl: u64) -> Result<(Client, i64), String> {
+    async fn connect(&mut self, ttl: u64) -> Result<(Client, i64), SessionError> {
         let opts = self
             .cfg
             .store
@@ -464,8 +490,7 @@ impl Host {
             .with_keep_alive(Duration::from_secs(ttl.div_ceil(3).max(1)), Duration::from_secs(2))
             .with_keep_alive_while_idle(true);
         let endpoints = self.cfg.store.endpoints.clone();
-        let mut c =
-            self.wait(Client::connect(&endpoints, Some(opts))).await.map_err(|e| format!("connect: {e}"))?;
+        let mut c = self.wait(Client::connect(&endpoints, Some(opts))).await.map_err(etcd("connect"))?;
         let alive = match self.lease {
             Some(id) => self.wait(lease_alive(&mut c, id)).await,
             None => false,
@@ -473,11 +498,7 @@ impl Host {
         let lease = match self.lease {
             Some(id) if alive => id,
             _ => {
-                let id = self
-                    .wait(c.lease_grant(ttl as i64, None))
-                    .await
-                    .map_err(|e| format!("lease grant: {e}"))?
-                    .id();
+                let id = self.wait(c.lease_grant(ttl as i64, None)).await.map_err(etcd("lease grant"))?.id();
                 if self.lease.is_some() {
                     lock(&self.status).counters.leases_lost += 1;
                 }
@@ -491,7 +512,7 @@ impl Host {
 
     /// Puts this host's record and claims (back) under `lease` after a
     /// fresh list of the network; returns the revision listed.
-    async fn announce(&mut self, c: &mut Client, lease: i64) -> Result<u64, String> {
+    async fn announce(&mut self, c: &mut Client, lease: i64) -> Result<u64, SessionError> {
         self.expire_certificates();
         let rev = self.relist(c).await?;
         self.put_host(c, lease).await?;
@@ -520,7 +541,7 @@ impl Host {
         lease: i64,
         resp: &etcd_client::WatchResponse,
         own_key: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), SessionError> {
         let t0 = Instant::now();
         let mut changes = Vec::new();
         let mut n = 0;
@@ -598,13 +619,11 @@ impl Host {
     }
 
     /// Lists the prefix into the view and converges; returns the revision.
-    async fn relist(&mut self, c: &mut Client) -> Result<u64, String> {
+    async fn relist(&mut self, c: &mut Client) -> Result<u64, SessionError> {
         let t0 = Instant::now();
         let prefix = self.member.prefix().to_string();
-        let resp = self
-            .wait(c.get(prefix, Some(GetOptions::new().with_prefix())))
-            .await
-            .map_err(|e| format!("list: {e}"))?;
+        let resp =
+            self.wait(c.get(prefix, Some(GetOptions::new().with_prefix()))).await.map_err(etcd("list"))?;
         let rev = resp.header().map_or(0, |h| h.revision().max(0) as u64);
         let kvs: Vec<(String, Vec<u8>)> = resp
             .kvs()
@@ -638,10 +657,10 @@ impl Host {
         self.member.owner(mac).is_none_or(|o| o == self.member.me())
     }
 
-    async fn put_host(&mut self, c: &mut Client, lease: i64) -> Result<(), String> {
+    async fn put_host(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
         let record = {
             let d = lock(&self.daemon);
-            let addr = advertised(self.cfg.advertise, d.state().listen)?;
+            let addr = advertised(self.cfg.advertise, d.state().listen).map_err(SessionError::NoAddress)?;
             HostRecord {
                 addr,
                 kinds: vec!["udp".into()],
@@ -653,7 +672,7 @@ impl Host {
         let r = self
             .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
             .await
-            .map_err(|e| format!("put host: {e}"))?;
+            .map_err(etcd("put host"))?;
         self.own = value.clone();
         // Taken at once (its claims are checked against it), not when the watch brings it.
         let rev = r.header().map_or(0, |h| h.revision().max(0) as u64);
@@ -669,12 +688,12 @@ impl Host {
         lease: i64,
         mac: MacAddr,
         iface: &str,
-    ) -> Result<Event, String> {
+    ) -> Result<Event, SessionError> {
         let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface));
         let r = self
             .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
             .await
-            .map_err(|e| format!("put {mac}: {e}"))?;
+            .map_err(etcd(format!("put {mac}")))?;
         let rev = r.header().map_or(0, |h| h.revision().max(0) as u64);
         if let Some(p) = self.published.get_mut(&mac) {
             p.value = value.clone();
@@ -693,7 +712,7 @@ impl Host {
 
     /// Claims the MACs of interfaces declared since the last look and
     /// releases those of interfaces deleted since.
-    async fn publish(&mut self, c: &mut Client, lease: i64) -> Result<(), String> {
+    async fn publish(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
         let now: BTreeMap<MacAddr, (u32, String)> = {
             let d = lock(&self.daemon);
             d.state().interfaces.values().filter_map(|i| Some((i.mac?, (i.id, i.name.clone())))).collect()
@@ -712,7 +731,7 @@ impl Host {
             let txn = Txn::new()
                 .when([Compare::value(key.clone(), CompareOp::Equal, p.value)])
                 .and_then([TxnOp::delete(key, None)]);
-            self.wait(c.txn(txn)).await.map_err(|e| format!("release {mac}: {e}"))?;
+            self.wait(c.txn(txn)).await.map_err(etcd(format!("release {mac}")))?;
             lock(&self.status).counters.macs_released += 1;
         }
         for (mac, (id, name)) in now {
