@@ -51,6 +51,20 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
+    /// Forwards a whole frame that came without an offload header from a
+    /// sender that may have left checksum and segmentation to the devices: a
+    /// peer's kernel path (it marks its `vnet` datagrams `WHOLE`) hands frames
+    /// over as the VM's stack made them, and a Linux VTEP over a veth may leave
+    /// the inner checksum partial. The header the frame needs is inferred
+    /// (`offload::infer`, with `mss` 0 for "never a super-frame"), so
+    /// offload-capable destinations take it as is and the rest get it finished
+    /// in software. `raw` datagrams come from Palacios hosts, which send
+    /// finished frames, and are not inspected.
+    pub fn forward_inferred(&mut self, plane: &Plane, port: PortId, mss: u16, frame: &mut [u8]) {
+        let vh = vnet_wire::offload::infer(frame, mss).unwrap_or(VirtioNetHdr::NONE);
+        self.forward(plane, port, vh, frame);
+    }
+
     pub fn new(global: Arc<Global>) -> Self {
         Forwarder {
             global,

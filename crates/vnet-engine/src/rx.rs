@@ -8,23 +8,20 @@
 //! datagrams of one size coalesced by UDP GRO; when they are exactly one
 //! whole `vnet` frame with its offload header, in order (what one GSO send
 //! of a peer becomes), the frame goes to its interfaces straight from the
-//! buffer, an iovec per datagram payload, with no reassembly copy.
+//! buffer, an iovec per datagram payload, with no reassembly copy. What a
+//! `vnet` datagram goes through once attributed is `codec::vnet::Rx`,
+//! beside the format's send side.
 
 use crate::codec;
 use crate::forward::Forwarder;
 use crate::link::Link;
 use crate::plane::{Global, Plane};
-use crate::secure::{Opened, COOKIE_LEN, RESP_LEN};
-use crate::GSO_MAX_SEGS;
-use std::io::IoSlice;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use vnet_control::{canonical, LinkFormat, RxKey, Transport};
 use vnet_core::Port as PortId;
 use vnet_wire::reasm;
 use vnet_wire::virtio::{self, VirtioNetHdr};
-use vnet_wire::vnet::{Flags, VnetPacket, VnetRepr};
 
 /// The receiving socket a datagram came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,14 +35,13 @@ pub enum Via {
 /// The receive state of one socket's reader.
 pub struct Receiver {
     via: Via,
-    reasm: reasm::Reassembler,
-    /// A secured link's handshake answer.
-    reply: Vec<u8>,
+    /// The `vnet` links' receive side (reassembly, handshake answers).
+    vnet: codec::vnet::Rx,
 }
 
 impl Receiver {
     pub fn new(via: Via, cfg: reasm::Config) -> Self {
-        Receiver { via, reasm: reasm::Reassembler::new(cfg), reply: vec![0u8; RESP_LEN.max(COOKIE_LEN)] }
+        Receiver { via, vnet: codec::vnet::Rx::new(cfg) }
     }
 
     /// Takes one receive buffer from `from`: one datagram, or (`gso` not 0)
@@ -63,7 +59,7 @@ impl Receiver {
         let via = self.via;
         let from = SocketAddr::new(canonical(from.ip()), from.port());
         let len = buf.len();
-        if gso > 0 && via == Via::Udp && self.whole_frame_batch(fw, plane, from.ip(), buf, gso, now_ns) {
+        if gso > 0 && via == Via::Udp && self.vnet.whole_frame_batch(fw, plane, from.ip(), buf, gso, now_ns) {
             return;
         }
         if len == 0 {
@@ -131,10 +127,10 @@ impl Receiver {
                 // frame larger than the link carries whole is a TCP
                 // super-frame, cut at the largest segment that would fit.
                 let mss = link.max_whole_frame().saturating_sub(14 + 40).max(536) as u16;
-                forward_inferred(fw, plane, port, mss, frame);
+                fw.forward_inferred(plane, port, mss, frame);
             }
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
-                self.vnet_datagram(fw, plane, link, network, from, data, now_ns, &g)
+                self.vnet.datagram(fw, plane, link, network, from, data, now_ns)
             }
             // A stream's records and a LAN's frames never arrive as datagrams.
             Transport::Tcp { .. } | Transport::Direct { .. } => {
@@ -143,155 +139,19 @@ impl Receiver {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn vnet_datagram(
-        &mut self,
-        fw: &mut Forwarder,
-        plane: &Plane,
-        link: &Arc<Link>,
-        network: u32,
-        from: SocketAddr,
-        data: &mut [u8],
-        now_ns: u64,
-        g: &Global,
-    ) {
-        let port = PortId::Link(link.def.id);
-        // A secured link: verified (and decrypted) in place, or answered,
-        // or dropped; what is left is a `vnet` datagram like any other.
-        let data: &mut [u8] = match &link.secure {
-            None => data,
-            Some(sec) => match sec.open(now_ns, from, data, &mut self.reply) {
-                Opened::Data(r) => {
-                    link.alive.heard(now_ns);
-                    if r.is_empty() {
-                        link.alive.keepalives_received.fetch_add(1, Relaxed);
-                        return;
-                    }
-                    &mut data[r]
-                }
-                Opened::Reply(n) => {
-                    link.io.send(&[IoSlice::new(&self.reply[..n])], n, 0);
-                    return;
-                }
-                Opened::Nothing => {
-                    link.rx.drop_one();
-                    return;
-                }
-            },
-        };
-        let (repr, hl, plen) = match VnetPacket::new_checked(&*data) {
-            Ok(p) => (VnetRepr::parse(&p), p.header_len(), p.payload().len()),
-            Err(_) => {
-                link.rx.drop_one();
-                g.malformed.fetch_add(1, Relaxed);
-                return;
-            }
-        };
-        if repr.network != network {
-            link.rx.drop_one();
-            g.wrong_network.fetch_add(1, Relaxed);
-            return;
-        }
-        if repr.flags.0 & Flags::AUTH != 0 {
-            link.rx.drop_one();
-            g.unsupported_flags.fetch_add(1, Relaxed);
-            return;
-        }
-        let with_vh = repr.flags.0 & Flags::VNET_HDR != 0;
-        if repr.is_whole(plen) {
-            link.rx.add(plen);
-            if repr.flags.0 & Flags::WHOLE != 0 && !with_vh {
-                // The segment size the sender's VM used, as well as it can be
-                // told: the link MTU less the largest encapsulation and TCP/IP headers.
-                let mss = (link.def.mtu as usize)
-                    .saturating_sub(vnet_wire::vnet::IPV4_ENCAP_OVERHEAD + 40)
-                    .max(536) as u16;
-                forward_inferred(fw, plane, port, mss, &mut data[hl..]);
-            } else {
-                deliver_vnet(fw, plane, port, with_vh, &mut data[hl..]);
-            }
-            return;
-        }
-        if let reasm::Outcome::Complete(frame) =
-            self.reasm.push(now_ns, u64::from(link.def.id), &repr, &data[hl..])
-        {
-            link.rx.add(frame.len());
-            deliver_vnet(fw, plane, port, with_vh, frame);
-        }
-    }
-
-    /// The fast path for a GRO batch of `vnet` datagrams that is exactly one
-    /// whole frame with its offload header, in order. Returns false, having
-    /// delivered nothing, when the batch is anything else or a destination
-    /// needs a contiguous frame.
-    fn whole_frame_batch(
-        &mut self,
-        fw: &mut Forwarder,
-        plane: &Plane,
-        from: IpAddr,
-        data: &[u8],
-        seg: usize,
-        now_ns: u64,
-    ) -> bool {
-        let Some(link) = plane.link_for(RxKey::Udp(from)) else { return false };
-        let Transport::Udp { format: LinkFormat::Vnet, network, .. } = link.def.transport else {
-            return false;
-        };
-        if link.secure.is_some() {
-            return false; // each datagram verified on its own
-        }
-        let n = data.len().div_ceil(seg);
-        if !(2..=GSO_MAX_SEGS).contains(&n) {
-            return false;
-        }
-        let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS];
-        let mut first: Option<VnetRepr> = None;
-        let mut expect = 0usize;
-        for (i, d) in data.chunks(seg).enumerate() {
-            let Ok(p) = VnetPacket::new_checked(d) else { return false };
-            let r = VnetRepr::parse(&p);
-            let ok = match first {
-                None => r.offset == 0 && r.flags.0 == Flags::VNET_HDR && r.network == network,
-                Some(f) => r.frame_id == f.frame_id && r.frame_len == f.frame_len && r.flags == f.flags,
-            };
-            if !ok || r.offset as usize != expect {
-                return false;
-            }
-            first.get_or_insert(r);
-            expect += p.payload().len();
-            iov[i] = IoSlice::new(&d[p.header_len()..]);
-        }
-        match first {
-            Some(f) if f.frame_len as usize == expect && expect > virtio::LEN => {}
-            _ => return false,
-        }
-        if !fw.forward_parts(plane, PortId::Link(link.def.id), &iov[..n], expect) {
-            return false;
-        }
-        link.rx.add(expect - virtio::LEN);
-        link.alive.heard(now_ns);
-        fw.global().rx_whole_batches.fetch_add(1, Relaxed);
-        true
-    }
-
     /// Drops partial frames older than the reassembly timeout.
     pub fn expire(&mut self, now_ns: u64) {
-        self.reasm.expire(now_ns);
+        self.vnet.expire(now_ns);
     }
 
     /// Publishes the reassembly counts.
     pub fn report(&self, g: &Global) {
-        let s = self.reasm.stats();
-        g.reasm_fragments.store(s.fragments, Relaxed);
-        g.reasm_completed.store(s.completed, Relaxed);
-        g.reasm_timed_out.store(s.timed_out, Relaxed);
-        g.reasm_evicted.store(s.evicted, Relaxed);
-        g.reasm_rejected.store(s.rejected(), Relaxed);
+        self.vnet.report(g);
     }
 
     /// Frames being reassembled now.
     pub fn in_progress(&self) -> usize {
-        self.reasm.in_progress()
+        self.vnet.in_progress()
     }
 }
 
@@ -306,34 +166,5 @@ pub fn lan_frame(fw: &mut Forwarder, plane: &Plane, link: &Link, vh: VirtioNetHd
 pub fn stream_record(fw: &mut Forwarder, plane: &Plane, link: &Link, with_vh: bool, payload: &mut [u8]) {
     let len = payload.len() - if with_vh { virtio::LEN.min(payload.len()) } else { 0 };
     link.rx.add(len);
-    deliver_vnet(fw, plane, PortId::Link(link.def.id), with_vh, payload);
-}
-
-/// Delivers a `vnet` frame payload, which begins with a `virtio_net_hdr`
-/// when `with_vh`.
-fn deliver_vnet(fw: &mut Forwarder, plane: &Plane, port: PortId, with_vh: bool, bytes: &mut [u8]) {
-    if !with_vh {
-        fw.forward(plane, port, VirtioNetHdr::NONE, bytes);
-        return;
-    }
-    match VirtioNetHdr::parse(bytes) {
-        Some(vh) => fw.forward(plane, port, vh, &mut bytes[virtio::LEN..]),
-        None => {
-            fw.global().malformed.fetch_add(1, Relaxed);
-        }
-    }
-}
-
-/// Forwards a whole frame that came without an offload header from a
-/// sender that may have left checksum and segmentation to the devices: a
-/// peer's kernel path (it marks its `vnet` datagrams `WHOLE`) hands frames
-/// over as the VM's stack made them, and a Linux VTEP over a veth may leave
-/// the inner checksum partial. The header the frame needs is inferred
-/// (`offload::infer`, with `mss` 0 for "never a super-frame"), so
-/// offload-capable destinations take it as is and the rest get it finished
-/// in software. `raw` datagrams come from Palacios hosts, which send
-/// finished frames, and are not inspected.
-fn forward_inferred(fw: &mut Forwarder, plane: &Plane, port: PortId, mss: u16, frame: &mut [u8]) {
-    let vh = vnet_wire::offload::infer(frame, mss).unwrap_or(VirtioNetHdr::NONE);
-    fw.forward(plane, port, vh, frame);
+    codec::vnet::deliver(fw, plane, PortId::Link(link.def.id), with_vh, payload);
 }

@@ -7,14 +7,21 @@
 //! to the link's I/O in GSO batches.
 
 use super::gso_batches;
+use crate::forward::Forwarder;
 use crate::link::Link;
+use crate::plane::{Global, Plane};
 use crate::port::{copy_in, slices_in, Payload, Scratch};
-use crate::secure::{self, SecureLink};
+use crate::secure::{self, Opened, SecureLink, COOKIE_LEN, RESP_LEN};
 use crate::{GSO_MAX_SEGS, MAX_SEGS};
 use std::io::IoSlice;
-use vnet_wire::frag;
-use vnet_wire::virtio;
-use vnet_wire::vnet::{Flags, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use vnet_control::{LinkFormat, RxKey, Transport};
+use vnet_core::Port as PortId;
+use vnet_wire::virtio::{self, VirtioNetHdr};
+use vnet_wire::vnet::{Flags, VnetPacket, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
+use vnet_wire::{frag, reasm};
 
 /// Bytes the format adds to each datagram.
 pub const OVERHEAD: usize = HEADER_LEN;
@@ -147,4 +154,189 @@ fn header_is_none(parts: &[IoSlice<'_>]) -> bool {
         }
     }
     false
+}
+
+/// The receive side of `vnet` links, one per socket reader: the
+/// reassembly of split frames and the buffer a secured link's handshake
+/// answer is written into. `crate::rx` attributes a datagram to its link;
+/// what a `vnet` datagram then goes through is here, beside how it is made.
+pub struct Rx {
+    reasm: reasm::Reassembler,
+    /// A secured link's handshake answer.
+    reply: Vec<u8>,
+}
+
+impl Rx {
+    pub fn new(cfg: reasm::Config) -> Self {
+        Rx { reasm: reasm::Reassembler::new(cfg), reply: vec![0u8; RESP_LEN.max(COOKIE_LEN)] }
+    }
+
+    /// One datagram of `vnet` link `link` (network `network`) from `from`:
+    /// opened if the link is secured, checked, reassembled if it is a
+    /// fragment, and delivered.
+    #[allow(clippy::too_many_arguments)]
+    pub fn datagram(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        link: &Arc<Link>,
+        network: u32,
+        from: SocketAddr,
+        data: &mut [u8],
+        now_ns: u64,
+    ) {
+        let g = fw.global().clone();
+        let port = PortId::Link(link.def.id);
+        // A secured link: verified (and decrypted) in place, or answered,
+        // or dropped; what is left is a `vnet` datagram like any other.
+        let data: &mut [u8] = match &link.secure {
+            None => data,
+            Some(sec) => match sec.open(now_ns, from, data, &mut self.reply) {
+                Opened::Data(r) => {
+                    link.alive.heard(now_ns);
+                    if r.is_empty() {
+                        link.alive.keepalives_received.fetch_add(1, Relaxed);
+                        return;
+                    }
+                    &mut data[r]
+                }
+                Opened::Reply(n) => {
+                    link.io.send(&[IoSlice::new(&self.reply[..n])], n, 0);
+                    return;
+                }
+                Opened::Nothing => {
+                    link.rx.drop_one();
+                    return;
+                }
+            },
+        };
+        let (repr, hl, plen) = match VnetPacket::new_checked(&*data) {
+            Ok(p) => (VnetRepr::parse(&p), p.header_len(), p.payload().len()),
+            Err(_) => {
+                link.rx.drop_one();
+                g.malformed.fetch_add(1, Relaxed);
+                return;
+            }
+        };
+        if repr.network != network {
+            link.rx.drop_one();
+            g.wrong_network.fetch_add(1, Relaxed);
+            return;
+        }
+        if repr.flags.0 & Flags::AUTH != 0 {
+            link.rx.drop_one();
+            g.unsupported_flags.fetch_add(1, Relaxed);
+            return;
+        }
+        let with_vh = repr.flags.0 & Flags::VNET_HDR != 0;
+        if repr.is_whole(plen) {
+            link.rx.add(plen);
+            if repr.flags.0 & Flags::WHOLE != 0 && !with_vh {
+                // The segment size the sender's VM used, as well as it can be
+                // told: the link MTU less the largest encapsulation and TCP/IP headers.
+                let mss = (link.def.mtu as usize)
+                    .saturating_sub(vnet_wire::vnet::IPV4_ENCAP_OVERHEAD + 40)
+                    .max(536) as u16;
+                fw.forward_inferred(plane, port, mss, &mut data[hl..]);
+            } else {
+                deliver(fw, plane, port, with_vh, &mut data[hl..]);
+            }
+            return;
+        }
+        if let reasm::Outcome::Complete(frame) =
+            self.reasm.push(now_ns, u64::from(link.def.id), &repr, &data[hl..])
+        {
+            link.rx.add(frame.len());
+            deliver(fw, plane, port, with_vh, frame);
+        }
+    }
+
+    /// The fast path for a GRO batch of `vnet` datagrams that is exactly one
+    /// whole frame with its offload header, in order. Returns false, having
+    /// delivered nothing, when the batch is anything else or a destination
+    /// needs a contiguous frame.
+    pub fn whole_frame_batch(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        from: IpAddr,
+        data: &[u8],
+        seg: usize,
+        now_ns: u64,
+    ) -> bool {
+        let Some(link) = plane.link_for(RxKey::Udp(from)) else { return false };
+        let Transport::Udp { format: LinkFormat::Vnet, network, .. } = link.def.transport else {
+            return false;
+        };
+        if link.secure.is_some() {
+            return false; // each datagram verified on its own
+        }
+        let n = data.len().div_ceil(seg);
+        if !(2..=GSO_MAX_SEGS).contains(&n) {
+            return false;
+        }
+        let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS];
+        let mut first: Option<VnetRepr> = None;
+        let mut expect = 0usize;
+        for (i, d) in data.chunks(seg).enumerate() {
+            let Ok(p) = VnetPacket::new_checked(d) else { return false };
+            let r = VnetRepr::parse(&p);
+            let ok = match first {
+                None => r.offset == 0 && r.flags.0 == Flags::VNET_HDR && r.network == network,
+                Some(f) => r.frame_id == f.frame_id && r.frame_len == f.frame_len && r.flags == f.flags,
+            };
+            if !ok || r.offset as usize != expect {
+                return false;
+            }
+            first.get_or_insert(r);
+            expect += p.payload().len();
+            iov[i] = IoSlice::new(&d[p.header_len()..]);
+        }
+        match first {
+            Some(f) if f.frame_len as usize == expect && expect > virtio::LEN => {}
+            _ => return false,
+        }
+        if !fw.forward_parts(plane, PortId::Link(link.def.id), &iov[..n], expect) {
+            return false;
+        }
+        link.rx.add(expect - virtio::LEN);
+        link.alive.heard(now_ns);
+        fw.global().rx_whole_batches.fetch_add(1, Relaxed);
+        true
+    }
+
+    /// Drops partial frames older than the reassembly timeout.
+    pub fn expire(&mut self, now_ns: u64) {
+        self.reasm.expire(now_ns);
+    }
+
+    /// Publishes the reassembly counts.
+    pub fn report(&self, g: &Global) {
+        let s = self.reasm.stats();
+        g.reasm_fragments.store(s.fragments, Relaxed);
+        g.reasm_completed.store(s.completed, Relaxed);
+        g.reasm_timed_out.store(s.timed_out, Relaxed);
+        g.reasm_evicted.store(s.evicted, Relaxed);
+        g.reasm_rejected.store(s.rejected(), Relaxed);
+    }
+
+    /// Frames being reassembled now.
+    pub fn in_progress(&self) -> usize {
+        self.reasm.in_progress()
+    }
+}
+
+/// Delivers a `vnet` frame payload, which begins with a `virtio_net_hdr`
+/// when `with_vh`.
+pub fn deliver(fw: &mut Forwarder, plane: &Plane, port: PortId, with_vh: bool, bytes: &mut [u8]) {
+    if !with_vh {
+        fw.forward(plane, port, VirtioNetHdr::NONE, bytes);
+        return;
+    }
+    match VirtioNetHdr::parse(bytes) {
+        Some(vh) => fw.forward(plane, port, vh, &mut bytes[virtio::LEN..]),
+        None => {
+            fw.global().malformed.fetch_add(1, Relaxed);
+        }
+    }
 }
