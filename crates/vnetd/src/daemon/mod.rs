@@ -83,10 +83,8 @@ pub struct Daemon {
     /// (empty: wherever the scheduler puts them).
     worker_cpus: Vec<usize>,
     links: BTreeMap<u32, Arc<Link>>,
-    /// The TCP links' own handles (connections, status).
-    tcp_links: BTreeMap<u32, Arc<link::tcp::TcpLink>>,
-    /// What worker 0 reads the `direct` links' LAN frames from.
-    lan_readers: BTreeMap<u32, iface::Reader>,
+    /// Each link's I/O (its kind's own handles: a stream, a LAN reader).
+    link_io: BTreeMap<u32, Arc<dyn link::LinkIo>>,
     route_counters: BTreeMap<u32, Arc<Counters>>,
     /// The link sockets, and how the worker that reads them waits.
     sockets: Sockets,
@@ -134,8 +132,7 @@ impl Daemon {
             workers: Vec::new(),
             worker_cpus: Vec::new(),
             links: BTreeMap::new(),
-            tcp_links: BTreeMap::new(),
-            lan_readers: BTreeMap::new(),
+            link_io: BTreeMap::new(),
             route_counters: BTreeMap::new(),
             sockets: Sockets::default(),
             listen_mode: vnet_control::Mode::default(),
@@ -338,10 +335,10 @@ impl Daemon {
                 }
             }
             if k == 0 {
-                for (id, r) in &self.lan_readers {
+                for (id, r) in self.link_io.iter().filter_map(|(id, l)| Some((id, l.reader()?))) {
                     let stats = self.shared.global.link_dispatch.clone();
                     let (port, mode) = (Port::Link(*id), self.listen_mode);
-                    sources.push(dataplane::frame_source(&self.shared, port, r.clone(), true, mode, stats));
+                    sources.push(dataplane::frame_source(&self.shared, port, r, true, mode, stats));
                 }
             }
             for p in self.ifaces.values() {
@@ -423,8 +420,8 @@ impl Daemon {
         }
         self.ifaces.clear();
         self.links.clear();
-        for t in std::mem::take(&mut self.tcp_links).into_values() {
-            t.stop();
+        for l in std::mem::take(&mut self.link_io).into_values() {
+            l.stop();
         }
         self.sockets = Sockets::default();
     }
@@ -641,16 +638,8 @@ impl Daemon {
                         m.insert(k.into(), c.load(Relaxed).into());
                     }
                 }
-                if let (Some(t), Value::Object(m)) = (self.tcp_links.get(&d.id), &mut v) {
-                    let st = &t.status;
-                    m.insert("state".into(), st.state().word().into());
-                    m.insert("inbound".into(), st.inbound.load(Relaxed).into());
-                    m.insert("reconnects".into(), st.reconnects.load(Relaxed).into());
-                    m.insert("queue_drops".into(), st.queue_drops.load(Relaxed).into());
-                    m.insert("refused".into(), st.refused.load(Relaxed).into());
-                    m.insert("stream_errors".into(), st.stream_errors.load(Relaxed).into());
-                    let e = st.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                    m.insert("last_error".into(), e.into());
+                if let (Some(io), Value::Object(m)) = (self.link_io.get(&d.id), &mut v) {
+                    io.status(m);
                 }
                 v
             })

@@ -53,8 +53,9 @@ fn tcp_addr(s: &State) -> Option<SocketAddr> {
     s.listen_tcp.or_else(|| wanted.then_some(s.listen))
 }
 
-/// TCP links started by a transaction not yet committed: stopped if it fails.
-struct Started(Vec<Arc<link::tcp::TcpLink>>);
+/// Links whose I/O a transaction not yet committed started: stopped if it
+/// fails.
+struct Started(Vec<Arc<dyn link::LinkIo>>);
 
 impl Started {
     fn keep(&mut self) {
@@ -131,14 +132,14 @@ struct NewSockets {
     tls_changed: bool,
 }
 
-/// The new state's links, kept or opened, with their per-kind handles.
+/// The new state's links, kept or opened, and their I/O.
 struct NewLinks {
     links: BTreeMap<u32, Arc<Link>>,
-    /// TCP links this transaction started (stopped if it fails).
+    io: BTreeMap<u32, Arc<dyn link::LinkIo>>,
+    /// The I/O this transaction started (stopped if it fails).
     started: Started,
-    tcp_links: BTreeMap<u32, Arc<link::tcp::TcpLink>>,
-    lan_readers: BTreeMap<u32, iface::Reader>,
-    new_lan: bool,
+    /// A new link has a reader of its own (the workers take it up).
+    new_reader: bool,
 }
 
 /// The new interfaces, and which of them the kernel path serves.
@@ -269,10 +270,9 @@ impl Daemon {
     fn acquire_links(&self, next: &State, sock: &NewSockets, at: &Positions) -> Result<NewLinks, Error> {
         let mut out = NewLinks {
             links: BTreeMap::new(),
+            io: BTreeMap::new(),
             started: Started(Vec::new()),
-            tcp_links: BTreeMap::new(),
-            lan_readers: BTreeMap::new(),
-            new_lan: false,
+            new_reader: false,
         };
         let link_pos = at.last(|c| matches!(c, Command::Link { .. }));
         for d in next.links.values() {
@@ -283,11 +283,8 @@ impl Daemon {
                 .filter(|l| l.def == *d && !sock.new_socket && !(is_tcp && sock.tls_changed));
             let l = match keep {
                 Some(l) => {
-                    if let Some(t) = self.tcp_links.get(&d.id) {
-                        out.tcp_links.insert(d.id, t.clone());
-                    }
-                    if let Some(r) = self.lan_readers.get(&d.id) {
-                        out.lan_readers.insert(d.id, r.clone());
+                    if let Some(io) = self.link_io.get(&d.id) {
+                        out.io.insert(d.id, io.clone());
                     }
                     l.clone()
                 }
@@ -298,18 +295,13 @@ impl Daemon {
                     let o = link::open(d, &sock.sockets, &self.shared).map_err(|e| {
                         Error::new(link_pos, format!("a link vnetd can send on ({})", d.name), e)
                     })?;
-                    if let Some(t) = o.tcp {
-                        out.started.0.push(t.clone());
-                        out.tcp_links.insert(d.id, t);
-                    }
-                    if let Some(r) = o.reader {
-                        out.lan_readers.insert(d.id, r);
-                        out.new_lan = true;
-                    }
+                    out.started.0.push(o.clone());
+                    out.new_reader |= o.reader().is_some();
+                    out.io.insert(d.id, o.clone());
                     if let Some(sec) = &sec {
                         self.stamps.restore(sec);
                     }
-                    Arc::new(Link::new(d.clone(), o.io).secured(sec))
+                    Arc::new(Link::new(d.clone(), o.tx()).secured(sec))
                 }
             };
             out.links.insert(d.id, l);
@@ -451,7 +443,7 @@ impl Daemon {
     /// needs (the TCP acceptor's links, the workers). Cannot fail.
     fn release(&mut self, a: Acquired, p: Published) {
         let Acquired { next, sock, links, ifaces } = a;
-        let NewLinks { links, mut started, tcp_links, lan_readers, new_lan } = links;
+        let NewLinks { links, io, mut started, new_reader } = links;
         let NewIfaces { opened, reasons, .. } = ifaces;
         // Not a device a new interface serves (one declared anew on the
         // same device: its program stays attached, its hand-off is the new
@@ -468,25 +460,24 @@ impl Daemon {
         self.user_reasons.retain(|id, _| next.interfaces.contains_key(id));
         self.user_reasons.extend(reasons);
 
-        // TCP links: the acceptor hands peers' connections to the new set;
-        // the links replaced or removed stop.
+        // Links' I/O: the acceptor hands peers' connections to the new
+        // streams; what was replaced or removed stops.
         started.keep();
         if let Some(acc) = &sock.sockets.tcp {
-            acc.set_links(
-                tcp_links.iter().filter_map(|(id, t)| Some((next.links.get(id)?.rx_key(), t.clone()))),
-            );
+            acc.set_links(io.iter().filter_map(|(id, l)| Some((next.links.get(id)?.rx_key(), l.stream()?))));
         }
-        for (id, t) in &self.tcp_links {
-            if !tcp_links.get(id).is_some_and(|n| Arc::ptr_eq(n, t)) {
-                t.stop();
+        for (id, old) in &self.link_io {
+            if !io.get(id).is_some_and(|n| Arc::ptr_eq(n, old)) {
+                old.stop();
             }
         }
-        self.tcp_links = tcp_links;
+        let readers =
+            |m: &BTreeMap<u32, Arc<dyn link::LinkIo>>| m.values().filter(|l| l.reader().is_some()).count();
+        let lans_changed = new_reader || readers(&io) != readers(&self.link_io);
+        self.link_io = io;
 
         // Workers: restarted when interfaces or the link sockets changed.
         let opened = opened.keep();
-        let lans_changed = new_lan || lan_readers.len() != self.lan_readers.len();
-        self.lan_readers = lan_readers;
         let respawn = sock.new_socket
             || lans_changed
             || self.listen_mode != next.listen_mode

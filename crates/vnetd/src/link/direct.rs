@@ -26,8 +26,25 @@ impl DatagramTx for DirectTx {
     }
 }
 
+/// A direct link's I/O: its socket, and the reader a worker takes the
+/// LAN's frames from.
+pub struct DirectIo {
+    tx: Arc<DirectTx>,
+    reader: Reader,
+}
+
+impl super::LinkIo for DirectIo {
+    fn tx(&self) -> Arc<dyn DatagramTx> {
+        self.tx.clone()
+    }
+
+    fn reader(&self) -> Option<Reader> {
+        Some(self.reader.clone())
+    }
+}
+
 /// Opens `dev` for a direct link: the engine's I/O and what a worker reads.
-pub fn open(dev: &str) -> Result<(Arc<DirectTx>, Reader), String> {
+pub fn open(dev: &str) -> Result<DirectIo, String> {
     let f = sys::open_packet(dev).map_err(|e| format!("no packet socket on {dev}: {e}"))?;
     sys::packet_enable_vnet_hdr(&f).map_err(|e| format!("{dev}: offload headers refused: {e}"))?;
     let ring = crate::iface::netdev::rx_ring(&f, true, dev);
@@ -37,5 +54,5 @@ pub fn open(dev: &str) -> Result<(Arc<DirectTx>, Reader), String> {
         Some(r) => Reader::Ring(sock.clone(), r),
         None => Reader::Packet(sock.clone()),
     };
-    Ok((Arc::new(DirectTx { sock }), reader))
+    Ok(DirectIo { tx: Arc::new(DirectTx { sock }), reader })
 }

@@ -39,20 +39,43 @@ pub struct Sockets {
     pub tls: Option<Arc<tcp::Tls>>,
 }
 
-/// A link's I/O as opened: what the engine sends through, and the TCP
-/// link's own handle (threads to stop, status to show) when it is one.
-pub struct Opened {
-    pub io: Arc<dyn DatagramTx>,
-    pub tcp: Option<Arc<tcp::TcpLink>>,
+/// A link's I/O as opened, whatever its kind: what the engine sends
+/// through, what a worker reads (a link that receives outside the link
+/// sockets), the stream the TCP acceptor hands a peer's connections to,
+/// its own part of `show links`, and its threads to stop. The daemon keeps
+/// one per link and no field per kind.
+pub trait LinkIo: Send + Sync {
+    /// What the engine sends the link's datagrams (or records) through.
+    fn tx(&self) -> Arc<dyn DatagramTx>;
     /// What a worker reads the link's frames from (`direct` links).
-    pub reader: Option<crate::iface::Reader>,
+    fn reader(&self) -> Option<crate::iface::Reader> {
+        None
+    }
+    /// The link's stream, which takes inbound connections (TCP links).
+    fn stream(&self) -> Option<Arc<tcp::TcpLink>> {
+        None
+    }
+    /// Adds the kind's own fields to the link's `show links` object.
+    fn status(&self, _out: &mut serde_json::Map<String, serde_json::Value>) {}
+    /// Stops the link's threads (it was removed or replaced).
+    fn stop(&self) {}
+}
+
+/// UDP-borne links (`raw`, `vnet`, VXLAN): datagrams from the host's
+/// sockets, read by the link-socket worker.
+struct UdpIo(Arc<udp::UdpTx>);
+
+impl LinkIo for UdpIo {
+    fn tx(&self) -> Arc<dyn DatagramTx> {
+        self.0.clone()
+    }
 }
 
 /// The I/O of a link, over the host's sockets: a `raw` link sends from the
 /// listening socket (a Palacios peer sees port 9000 as the source), a
 /// `vnet` link from the pool, a VXLAN link from the VXLAN pool (source
 /// ports in the RFC's dynamic range), a TCP link on its own connection.
-pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Opened, String> {
+pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Arc<dyn LinkIo>, String> {
     let (bound, listen_only, what) = match def.transport {
         Transport::Udp { format: LinkFormat::Raw, .. } => (&socks.udp, true, "`listen udp`"),
         Transport::Udp { format: LinkFormat::Vnet, .. } => (&socks.udp, false, "`listen udp`"),
@@ -65,11 +88,10 @@ pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Open
             };
             let l = tcp::TcpLink::start(&def.name, def.id, remote, tls, shared.clone())
                 .map_err(|e| format!("cannot start the link: {e}"))?;
-            return Ok(Opened { io: l.clone(), tcp: Some(l), reader: None });
+            return Ok(Arc::new(tcp::TcpIo(l)));
         }
         Transport::Direct { dev } => {
-            let (io, reader) = direct::open(dev.as_str())?;
-            return Ok(Opened { io, tcp: None, reader: Some(reader) });
+            return Ok(Arc::new(direct::open(dev.as_str())?));
         }
     };
     let b = bound.as_ref().ok_or_else(|| format!("no {what} socket is bound"))?;
@@ -79,6 +101,6 @@ pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Open
         (b.pool.clone(), b.nocheck.clone())
     };
     let remote = def.remote().ok_or("a link without a peer address")?;
-    let io = Arc::new(udp::UdpTx::new(&def.name, remote, socks, shared.global.clone()).with_nocheck(nocheck));
-    Ok(Opened { io, tcp: None, reader: None })
+    let tx = udp::UdpTx::new(&def.name, remote, socks, shared.global.clone()).with_nocheck(nocheck);
+    Ok(Arc::new(UdpIo(Arc::new(tx))))
 }
