@@ -1,0 +1,100 @@
+//! The layouts the eBPF program shares with vnetd: the object, the
+//! constants of `bpf/vnet.bpf.c`'s maps and actions, and what a link is to
+//! the program ([`link_val`]: its addresses, format and underlay device, or
+//! why it stays on the user path). The structs themselves (`RouteKey`,
+//! `LinkVal`, ...) are `#[repr(C)]` in `sys::bpf`, beside the other
+//! byte-level layouts.
+
+use super::underlay::{local_ip_towards, route_to, Hop};
+use super::{io_error, KernelError, Reason};
+use crate::sys::bpf::LinkVal;
+use std::net::{IpAddr, SocketAddr};
+use vnet_control::{LinkDef, LinkFormat, Security, Transport};
+
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/vnet.bpf.o"));
+
+pub(crate) const PORT_LINK: u32 = 0x8000_0000;
+pub(crate) const ACT_IFACE_PEER: u32 = 1;
+pub(crate) const ACT_LINK: u32 = 2;
+pub(crate) const ACT_IFACE_XMIT: u32 = 3;
+pub(crate) const FMT_VNET: u8 = 1;
+pub(crate) const FMT_VXLAN: u8 = 2;
+/// Route entries per table (the maps' `max_entries`).
+pub const MAX_ROUTES: usize = 65_536;
+/// `PORT_SLOTS`: counter slots for the ports the kernel path serves (slot 0
+/// is no port's: a port past the last shares it, uncounted).
+pub(crate) const PORT_SLOTS: u32 = 4096;
+
+/// The programs' counters, in the order of the C enum.
+pub const STAT_NAMES: [&str; 9] = [
+    "kernel_vm_frames",
+    "kernel_local",
+    "kernel_encap",
+    "kernel_encap_bytes",
+    "kernel_wire_datagrams",
+    "kernel_decap",
+    "kernel_decap_bytes",
+    "kernel_to_user",
+    "kernel_errors",
+];
+
+/// What the kernel needs to send on a link, and the underlay device; or
+/// why the link stays on the user path.
+pub(crate) fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reason> {
+    let (remote, format, network) = match def.transport {
+        Transport::Udp { security: Security::Auth(_) | Security::Encrypt(_), .. } => {
+            // Kernel IPsec (xfrm) under the eBPF encapsulation is the way to
+            // keep such links in the kernel; until it is built they are the
+            // user path's, visibly (never sent unprotected).
+            return Err(KernelError::UserPath(
+                "a link with `security` is served by the user path, which authenticates and encrypts its \
+                 datagrams (the kernel path has no IPsec yet)",
+            ));
+        }
+        Transport::Udp { remote, format: LinkFormat::Vnet, network, security: Security::None } => {
+            (remote, FMT_VNET, network)
+        }
+        // A VTEP takes the frames as the VM made them too: the outer headers
+        // go through tunnel GSO, and a receiving VTEP (or vnetd) finishes
+        // checksums; the VM's MTU must fit the link (else: the user path).
+        Transport::Vxlan { remote, vni } => (remote, FMT_VXLAN, vni),
+        Transport::Udp { format: LinkFormat::Raw, .. } => {
+            // The kernel hands frames over as the VM made them (checksums
+            // may be partial, TCP frames larger than a segment); a `vnet`
+            // datagram says so with its WHOLE flag, a `raw` one cannot, and
+            // a Palacios peer could not finish them.
+            return Err(KernelError::UserPath(
+                "the raw format (Palacios) stays on the user path: it cannot mark frames whose checksum or \
+                 segmentation the receiver must finish",
+            ));
+        }
+        Transport::Tcp { .. } => {
+            return Err(KernelError::UserPath("TCP links are served by the user path (a stream is vnetd's)"))
+        }
+        Transport::Direct { .. } => {
+            return Err(KernelError::UserPath("direct links are served by the user path"))
+        }
+    };
+    let mtu = def.mtu;
+    let IpAddr::V4(rip) = remote.ip() else {
+        return Err(KernelError::UserPath("an IPv6 underlay is the user path's (not yet the kernel's)"));
+    };
+    let lip = match listen.ip() {
+        IpAddr::V4(a) if !a.is_unspecified() => a,
+        _ => local_ip_towards(rip).map_err(io_error(format!("no local address towards {rip}")))?,
+    };
+    let Hop { dev, gateway } = route_to(rip).ok_or(KernelError::NoRoute(rip))?;
+    let ifindex = crate::sys::ifindex(&dev).map_err(io_error(format!("no ifindex for {dev}")))?;
+    let v = LinkVal {
+        remote_ip: u32::from_ne_bytes(rip.octets()),
+        local_ip: u32::from_ne_bytes(lip.octets()),
+        remote_port: remote.port().to_be(),
+        format,
+        pad: 0,
+        network,
+        ifindex,
+        mtu,
+        nexthop: u32::from_ne_bytes(gateway.unwrap_or(rip).octets()),
+    };
+    Ok((v, dev))
+}

@@ -1,0 +1,113 @@
+//! The in-kernel fast path: loads `bpf/vnet.bpf.c` (built by `build.rs`
+//! with clang), attaches it with TC, and keeps its maps equal to the
+//! routing decisions of the published [`Plane`].
+//!
+//! vnetd stays the control plane and the slow path. The routing semantics
+//! (Palacios priorities, no reflection, split horizon) are evaluated here,
+//! in user space, by the same [`vnet_core::RouteTable::lookup`] the workers
+//! use: for every port the kernel serves and every pair of known unicast
+//! MACs, a decision with exactly one destination the kernel can reach is
+//! written to the map; everything else is absent, and the programs leave
+//! those frames to the user path. So behaviour is the same with and
+//! without the fast path; only the speed differs.
+//!
+//! Updates are atomic: decisions go into the inactive one of two tables and
+//! one write to `config.active` switches the programs over. Programs are
+//! attached as TCX links owned by this process (aya detaches them on drop;
+//! the kernel does when the process dies), so a stopped or killed vnetd
+//! leaves nothing attached and a restart attaches afresh.
+//!
+//! The folder: [`attach`] loads the object, attaches the programs and
+//! writes the maps; [`maps`] holds the layouts the C program shares (its
+//! constants, what a link is to it); [`decisions`] compiles the route
+//! table into the map's entries; [`underlay`] finds where a link's
+//! datagrams leave.
+
+mod attach;
+pub mod decisions;
+pub mod maps;
+pub mod underlay;
+
+pub use attach::KernelPath;
+pub use decisions::decisions;
+pub use maps::{MAX_ROUTES, STAT_NAMES};
+pub use underlay::{route_to, Hop};
+
+use std::net::Ipv4Addr;
+
+/// A local interface the kernel path serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelIface {
+    pub dev: String,
+    pub ifindex: u32,
+    /// A veth: frames for it go into its peer (`bpf_redirect_peer`);
+    /// otherwise (a TAP QEMU holds) out of it (`bpf_redirect`).
+    pub peer: bool,
+    /// The ifindex of its hand-off TAP (what the program leaves to vnetd).
+    pub handoff: u32,
+}
+
+/// Why the kernel path failed, or why it leaves something to the user
+/// path. Its text is what the log and `show` say.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("vnetd was built without the eBPF object (clang was missing)")]
+    NoObject,
+    #[error("loading the eBPF object: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("program {0} missing from the object")]
+    NoProgram(String),
+    #[error("map {0} missing")]
+    NoMap(String),
+    /// A program the kernel refused, or could not attach.
+    #[error("{what}: {source}")]
+    Program {
+        what: String,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    /// A map that refused a read or write.
+    #[error("{what}: {source}")]
+    Map {
+        what: String,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no route to {0} in /proc/net/route")]
+    NoRoute(Ipv4Addr),
+    /// Something the kernel path leaves to the user path by design.
+    #[error("{0}")]
+    UserPath(&'static str),
+}
+
+/// Why the kernel path cannot serve something.
+pub type Reason = KernelError;
+
+pub(crate) fn map_error(what: impl Into<String>) -> impl FnOnce(aya::maps::MapError) -> KernelError {
+    let what = what.into();
+    move |source| KernelError::Map { what, source }
+}
+
+pub(crate) fn program_error(
+    what: impl Into<String>,
+) -> impl FnOnce(aya::programs::ProgramError) -> KernelError {
+    let what = what.into();
+    move |source| KernelError::Program { what, source }
+}
+
+pub(crate) fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> KernelError {
+    let what = what.into();
+    move |source| KernelError::Io { what, source }
+}
+
+/// Whether `dev` is a TAP (frames for it leave by it) rather than a veth
+/// (frames for it go into its peer).
+pub fn is_tap(dev: &str) -> bool {
+    std::path::Path::new(&format!("/sys/class/net/{dev}/tun_flags")).exists()
+}
