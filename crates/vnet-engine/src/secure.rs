@@ -213,8 +213,9 @@ impl Identity {
 }
 
 /// What a link's security did. Every datagram that does not end in a frame
-/// (or a handshake) is in one of these.
-#[derive(Debug, Default)]
+/// (or a handshake) is in one of these. Serialized as named here (`show
+/// links` of a secured link, `vnet_link_<name>`).
+#[derive(Debug, Default, serde::Serialize)]
 pub struct SecureStats {
     pub handshakes_sent: AtomicU64,
     pub handshakes_answered: AtomicU64,

@@ -650,6 +650,40 @@ mod tests {
     }
 
     #[test]
+    fn link_and_route_rows_are_their_views_field_for_field() {
+        // `show links json`, the text table and the metrics are one view
+        // (daemon/views.rs): its fields, named once, are these.
+        let d = Mutex::new(Daemon::new());
+        let mut s = session();
+        for l in ["listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
+            assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
+        }
+        let (j, _) = handle_line(&d, &mut s, "show stats json");
+        let j: serde_json::Value = serde_json::from_str(&j).unwrap();
+        let keys =
+            |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(" ");
+        assert_eq!(
+            keys(&j["links"][0]),
+            "downs format id keepalives_received keepalives_sent kind last_rx_ms max_frame mtu name network \
+             remote rx_bytes rx_drops rx_packets state too_big tx_bytes tx_drops tx_packets up"
+        );
+        assert_eq!(keys(&j["routes"][0]), "bytes drops dst from id packets src to");
+        assert_eq!(
+            (&j["links"][0]["remote"], &j["routes"][0]["to"]),
+            (&"127.0.0.2:9000".into(), &"link b".into())
+        );
+        let metrics = lock(&d).metrics();
+        for f in ["downs", "keepalives_sent", "max_frame", "mtu", "network", "rx_drops", "too_big", "up"] {
+            assert!(metrics.contains(&format!("vnet_link_{f}{{link=\"b\"}} ")), "{f}: {metrics}");
+        }
+        let (text, _) = handle_line(&d, &mut s, "show links");
+        assert!(
+            text.starts_with("id  name  kind  state  remote") && text.contains("0   b     udp   quiet"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn tcp_control_only_on_loopback_and_metrics_on_loopback_by_default() {
         assert!(check_tcp_endpoint("127.0.0.1:7000".parse().unwrap()).is_ok());
         assert!(check_tcp_endpoint("[::1]:7000".parse().unwrap()).is_ok());

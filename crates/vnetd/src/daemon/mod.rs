@@ -8,6 +8,7 @@
 //! running configuration is untouched, so traffic keeps flowing.
 
 mod txn;
+mod views;
 
 use crate::dataplane;
 use crate::iface::{self, Attached};
@@ -19,13 +20,10 @@ use crate::sys;
 use crate::workers::{self, WorkerHandle};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State, Transport};
-use vnet_core::stats::Snapshot;
+use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State};
 use vnet_core::{Counters, Port};
-use vnet_engine::link::Liveness;
-use vnet_engine::secure::{Identity, Mode, Timers};
+use vnet_engine::secure::{Identity, Timers};
 use vnet_engine::{Link, Plane, Via};
 use vnet_wire::reasm;
 
@@ -533,175 +531,15 @@ impl Daemon {
     }
 
     fn routes_json(&self) -> Vec<Value> {
-        let port = |p: Port| {
-            let kind = if p.is_link() { "link" } else { "interface" };
-            format!("{kind} {}", self.state.port_name(p))
-        };
-        self.state
-            .routes
-            .values()
-            .map(|r| {
-                let c = self.route_counters.get(&r.id).map(|c| c.snapshot()).unwrap_or_default();
-                json!({
-                    "id": r.id,
-                    "src": r.src.to_string(),
-                    "dst": r.dst.to_string(),
-                    "to": port(r.to),
-                    "from": match r.from {
-                        vnet_core::SourceFilter::Any => "any".to_string(),
-                        vnet_core::SourceFilter::Port(p) => port(p),
-                    },
-                    "packets": c.packets,
-                    "bytes": c.bytes,
-                    "drops": c.drops,
-                })
-            })
-            .collect()
+        views::rows(&self.route_views())
     }
 
     fn links_json(&self) -> Vec<Value> {
-        self.links
-            .values()
-            .map(|l| {
-                let (rx, tx) = (l.rx.snapshot(), l.tx.snapshot());
-                let d = &l.def;
-                let (format, network) = match d.transport {
-                    Transport::Udp { format: vnet_control::LinkFormat::Raw, network, .. } => ("raw", network),
-                    Transport::Udp { format: vnet_control::LinkFormat::Vnet, network, .. } => {
-                        ("vnet", network)
-                    }
-                    Transport::Vxlan { vni, .. } => ("vxlan", vni),
-                    Transport::Tcp { tls, .. } => (if tls { "tls" } else { "stream" }, 0),
-                    Transport::Direct { .. } => ("ethernet", 0),
-                };
-                let mut v = json!({
-                    "id": d.id,
-                    "name": d.name,
-                    "kind": d.transport.word(),
-                    "remote": d.remote().map_or_else(|| d.transport.peer(), |r| r.to_string()),
-                    "format": format,
-                    // The `vnet` network id, or the VXLAN VNI.
-                    "network": network,
-                    "mtu": d.mtu,
-                    "max_frame": l.max_whole_frame(),
-                    "too_big": l.too_big.load(Relaxed),
-                });
-                counters_into(&mut v, rx, tx);
-                if let Value::Object(m) = &mut v {
-                    let (a, now) = (&l.alive, self.shared.now_ns());
-                    let state = l.liveness(now);
-                    m.insert("state".into(), state.word().into());
-                    m.insert("up".into(), u64::from(state == Liveness::Up).into());
-                    // Milliseconds since the peer was last heard from (-1: never).
-                    m.insert(
-                        "last_rx_ms".into(),
-                        a.age_ns(now).map_or(-1, |n| (n / 1_000_000) as i64).into(),
-                    );
-                    m.insert("keepalives_sent".into(), a.keepalives_sent.load(Relaxed).into());
-                    m.insert("keepalives_received".into(), a.keepalives_received.load(Relaxed).into());
-                    m.insert("downs".into(), a.downs.load(Relaxed).into());
-                }
-                if let Some(k) = &self.kernel {
-                    add_kernel(&mut v, k.link_counters(d.id));
-                }
-                if let (Some(_), Value::Object(m)) = (&self.kernel, &mut v) {
-                    match self.link_reasons.get(&d.name) {
-                        Some(r) => {
-                            m.insert("datapath".into(), "user".into());
-                            m.insert("datapath_reason".into(), r.clone().into());
-                        }
-                        None => {
-                            m.insert("datapath".into(), "kernel".into());
-                        }
-                    }
-                }
-                if let (Some(sec), Value::Object(m)) = (&l.secure, &mut v) {
-                    let s = &sec.stats;
-                    m.insert(
-                        "security".into(),
-                        if sec.mode() == Mode::Auth { "auth" } else { "encrypt" }.into(),
-                    );
-                    m.insert("established".into(), sec.established().into());
-                    for (k, c) in [
-                        ("handshakes_sent", &s.handshakes_sent),
-                        ("handshakes_answered", &s.handshakes_answered),
-                        ("sessions", &s.sessions),
-                        ("auth_failures", &s.auth_failures),
-                        ("replays", &s.replays),
-                        ("bad_handshakes", &s.bad_handshakes),
-                        ("rate_limited", &s.rate_limited),
-                        ("cookies_sent", &s.cookies_sent),
-                        ("cookies_received", &s.cookies_received),
-                        ("unauthenticated", &s.unauthenticated),
-                        ("no_session", &s.no_session),
-                    ] {
-                        m.insert(k.into(), c.load(Relaxed).into());
-                    }
-                }
-                if let (Some(io), Value::Object(m)) = (self.link_io.get(&d.id), &mut v) {
-                    io.status(m);
-                }
-                v
-            })
-            .collect()
+        views::rows(&self.link_views())
     }
 
     fn ifaces_json(&self) -> Vec<Value> {
-        self.ifaces
-            .values()
-            .map(|p| {
-                let (def, i) = (&p.def, &p.iface);
-                let mut v = json!({
-                    "id": def.id,
-                    "name": def.name,
-                    "dev": def.dev,
-                    "netns": def.netns.clone().unwrap_or_else(|| "-".into()),
-                    "mac": i.mac.map_or("-".to_string(), |m| m.to_string()),
-                    "kind": def.kind.word(),
-                    "offload": p.dev.vnet_hdr(),
-                    "queues": p.dev.queues(),
-                    "rx_ring": p.dev.rx_ring(),
-                    "handoff": p.dev.hand_off_name(),
-                    "mode": def.mode.word(),
-                    "datapath": if self.kernel_ifaces.contains_key(&def.id) { "kernel" } else { "user" },
-                    "datapath_reason": self.user_reasons.get(&def.id),
-                    "broadcast_limit": def.broadcast_limit,
-                    "device": if self.gone.contains_key(&def.id) { "gone" } else { "present" },
-                    "reattached": self.reattached.get(&def.id).copied().unwrap_or(0),
-                    "broadcast_limited": i.broadcast_limited.load(Relaxed),
-                });
-                merge(&mut v, json!(&*p.dispatch), "");
-                counters_into(&mut v, i.rx.snapshot(), i.tx.snapshot());
-                if let (Some(d), Value::Object(m)) = (p.dev.vhost(), &mut v) {
-                    let s = &d.stats;
-                    for (k, n) in [
-                        ("queues", d.pairs as u64),
-                        ("vhost_connected", s.connected.load(Relaxed) as u64),
-                        ("vhost_connections", s.connections.load(Relaxed)),
-                        ("vhost_features", s.features.load(Relaxed)),
-                        ("kicks", s.kicks.load(Relaxed)),
-                        ("rx_kicks", s.rx_kicks.load(Relaxed)),
-                        ("signals", s.signals.load(Relaxed)),
-                        ("early_signals", s.early_signals.load(Relaxed)),
-                        ("signals_suppressed", s.signals_suppressed.load(Relaxed)),
-                        ("rx_no_buffers", s.rx_no_buffers.load(Relaxed)),
-                        ("bad_chains", s.bad_chains.load(Relaxed)),
-                    ] {
-                        m.insert(k.into(), n.into());
-                    }
-                    m.insert("offload".into(), d.takes_offloads().into());
-                    let per_pair = |c: &[std::sync::atomic::AtomicU64]| -> Value {
-                        c.iter().take(d.pairs).map(|n| n.load(Relaxed)).collect::<Vec<_>>().into()
-                    };
-                    m.insert("pair_rx_frames".into(), per_pair(&s.pair_rx));
-                    m.insert("pair_tx_frames".into(), per_pair(&s.pair_tx));
-                }
-                if let (Some(k), Some(ki)) = (&self.kernel, self.kernel_ifaces.get(&def.id)) {
-                    add_kernel(&mut v, k.iface_counters(ki.ifindex));
-                }
-                v
-            })
-            .collect()
+        views::rows(&self.iface_views())
     }
 
     fn global_json(&self) -> Value {
@@ -755,36 +593,6 @@ impl Drop for Daemon {
     }
 }
 
-fn counters_into(v: &mut Value, rx: Snapshot, tx: Snapshot) {
-    add_counters(
-        v,
-        &[
-            ("rx_packets", rx.packets),
-            ("rx_bytes", rx.bytes),
-            ("rx_drops", rx.drops),
-            ("tx_packets", tx.packets),
-            ("tx_bytes", tx.bytes),
-            ("tx_drops", tx.drops),
-        ],
-    );
-}
-
-/// Adds what the kernel path moved for a port to its (user path) counters,
-/// so `show` reports the port's whole traffic, and shows the kernel's part.
-fn add_kernel(v: &mut Value, k: crate::sys::bpf::PortStats) {
-    add_counters(
-        v,
-        &[
-            ("rx_packets", k.rx_packets),
-            ("rx_bytes", k.rx_bytes),
-            ("tx_packets", k.tx_packets),
-            ("tx_bytes", k.tx_bytes),
-            ("kernel_rx_packets", k.rx_packets),
-            ("kernel_tx_packets", k.tx_packets),
-        ],
-    );
-}
-
 /// One Prometheus family per numeric field of `rows`, a sample per row
 /// labelled by its `label` field: `vnet_<kind>_<field>{<kind>="..."} N`.
 fn metric_rows(out: &mut String, kind: &str, label: &str, rows: &[Value]) {
@@ -807,16 +615,6 @@ fn metric_rows(out: &mut String, kind: &str, label: &str, rows: &[Value]) {
                 other => other.to_string(),
             };
             out.push_str(&format!("vnet_{kind}_{f}{{{kind}=\"{l}\"}} {n}\n"));
-        }
-    }
-}
-
-/// Adds each named count to the object's field of that name (0 if absent).
-fn add_counters(v: &mut Value, counts: &[(&str, u64)]) {
-    if let Value::Object(m) = v {
-        for &(key, n) in counts {
-            let sum = m.get(key).and_then(Value::as_u64).unwrap_or(0) + n;
-            m.insert(key.into(), sum.into());
         }
     }
 }

@@ -107,8 +107,10 @@ fn offered_features(pairs: usize) -> u64 {
 const GUEST_OFFLOADS: u64 =
     1 << VIRTIO_NET_F_GUEST_CSUM | 1 << VIRTIO_NET_F_GUEST_TSO4 | 1 << VIRTIO_NET_F_GUEST_TSO6;
 
-/// The ring counters of a vhost-user interface.
-#[derive(Debug, Default)]
+/// The ring counters of a vhost-user interface. Serialized as named here
+/// (`show interfaces`, `vnet_interface_<name>`), the connection's three
+/// with a `vhost_` prefix.
+#[derive(Debug, Default, serde::Serialize)]
 pub struct RingStats {
     /// TX kicks from the guest (each one woke vnetd).
     pub kicks: AtomicU64,
@@ -124,16 +126,26 @@ pub struct RingStats {
     /// Chains from the guest that could not be read (dropped).
     pub bad_chains: AtomicU64,
     /// Front ends served since the interface was made (1 + reconnects).
+    #[serde(rename = "vhost_connections")]
     pub connections: AtomicU64,
-    /// Whether a front end is connected now.
+    /// Whether a front end is connected now (0/1).
+    #[serde(rename = "vhost_connected", serialize_with = "flag")]
     pub connected: AtomicBool,
     /// Features the guest acknowledged.
+    #[serde(rename = "vhost_features")]
     pub features: AtomicU64,
     /// Per queue pair: frames placed in its RX ring, and chains taken from
     /// its TX ring (over every connection), so how a guest spreads its
     /// traffic over the pairs shows.
+    #[serde(skip)]
     pub pair_rx: [AtomicU64; MAX_PAIRS],
+    #[serde(skip)]
     pub pair_tx: [AtomicU64; MAX_PAIRS],
+}
+
+/// A flag as 0/1, so Prometheus text carries it.
+fn flag<S: serde::Serializer>(b: &AtomicBool, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::from(b.load(Relaxed)))
 }
 
 /// One front-end connection: the guest's memory and, as each pair's thread

@@ -1,0 +1,303 @@
+//! What `show` reports of each route, link and interface, as typed views.
+//!
+//! One view per row, `#[derive(Serialize)]`, each field documented here
+//! and named once: `show ... json` is the view serialized, the text
+//! tables are columns of it, and Prometheus text is every numeric field of
+//! it (`vnet_<kind>_<field>{<kind>="name"}`). The counters the engine
+//! keeps (`SecureStats`, `DispatchStats`, a vhost device's `RingStats`)
+//! are flattened in as they are named where they are defined.
+
+use super::Daemon;
+use crate::iface::vhost::RingStats;
+use crate::sys::bpf::PortStats;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::sync::atomic::Ordering::Relaxed;
+use vnet_control::Transport;
+use vnet_core::stats::Snapshot;
+use vnet_core::Port;
+use vnet_engine::dispatch::DispatchStats;
+use vnet_engine::link::Liveness;
+use vnet_engine::secure::{Mode, SecureStats};
+
+/// A port's traffic: the user path's counters plus, on the kernel path,
+/// what the programs moved (so a port's whole traffic shows).
+#[derive(Debug, Default, Serialize)]
+pub struct Traffic {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_drops: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_drops: u64,
+    /// The kernel path's part of `rx_packets` and `tx_packets` (absent
+    /// when the kernel path does not serve the port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_rx_packets: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel_tx_packets: Option<u64>,
+}
+
+impl Traffic {
+    fn new(rx: Snapshot, tx: Snapshot, kernel: Option<PortStats>) -> Self {
+        let k = kernel.unwrap_or_default();
+        Traffic {
+            rx_packets: rx.packets + k.rx_packets,
+            rx_bytes: rx.bytes + k.rx_bytes,
+            rx_drops: rx.drops,
+            tx_packets: tx.packets + k.tx_packets,
+            tx_bytes: tx.bytes + k.tx_bytes,
+            tx_drops: tx.drops,
+            kernel_rx_packets: kernel.map(|k| k.rx_packets),
+            kernel_tx_packets: kernel.map(|k| k.tx_packets),
+        }
+    }
+}
+
+/// A route (`show routes`): its rule and what it matched.
+#[derive(Debug, Serialize)]
+pub struct RouteView {
+    pub id: u32,
+    pub src: String,
+    pub dst: String,
+    /// `link NAME` or `interface NAME`.
+    pub to: String,
+    /// `any`, or the port the frame must come from.
+    pub from: String,
+    /// Frames (and their bytes) the route sent, and drops on its way.
+    #[serde(flatten)]
+    pub counters: Snapshot,
+}
+
+/// A link (`show links`).
+#[derive(Debug, Serialize)]
+pub struct LinkView<'a> {
+    pub id: u32,
+    pub name: &'a str,
+    /// The transport word: `udp`, `vxlan`, `tcp`, `direct`.
+    pub kind: &'static str,
+    /// The peer's address (or the LAN device of a `direct` link).
+    pub remote: String,
+    /// `raw`, `vnet`, `vxlan`, `stream`, `tls` or `ethernet`.
+    pub format: &'static str,
+    /// The `vnet` network id, or the VXLAN VNI (0 otherwise).
+    pub network: u32,
+    /// The underlay MTU, and the largest frame that goes whole in it.
+    pub mtu: u32,
+    pub max_frame: usize,
+    /// Frames too big for the link (dropped, or segmented first).
+    pub too_big: u64,
+    #[serde(flatten)]
+    pub traffic: Traffic,
+    /// `up`, `down` or `quiet` (no keepalives asked), and `up` as 0/1.
+    pub state: &'static str,
+    pub up: u64,
+    /// Milliseconds since the peer was last heard from (-1: never).
+    pub last_rx_ms: i64,
+    pub keepalives_sent: u64,
+    pub keepalives_received: u64,
+    /// Times the link went down.
+    pub downs: u64,
+    /// With the kernel path loaded: `kernel` or `user`, and why `user`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub datapath: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub datapath_reason: Option<&'a str>,
+    /// A secured link's mode and handshake state, and its counters.
+    #[serde(flatten)]
+    pub security: Option<SecurityView<'a>>,
+    /// What the link's I/O reports of itself (`link::LinkIo::status`: a
+    /// TCP link's connection, for one).
+    #[serde(flatten)]
+    pub io: Map<String, Value>,
+}
+
+/// A secured link's part of [`LinkView`].
+#[derive(Debug, Serialize)]
+pub struct SecurityView<'a> {
+    /// `auth` or `encrypt`.
+    pub security: &'static str,
+    /// Whether a session is established.
+    pub established: bool,
+    #[serde(flatten)]
+    pub stats: &'a SecureStats,
+}
+
+/// An interface (`show interfaces`).
+#[derive(Debug, Serialize)]
+pub struct IfaceView<'a> {
+    pub id: u32,
+    pub name: &'a str,
+    pub dev: &'a str,
+    /// The namespace its device was moved to, or `-`.
+    pub netns: &'a str,
+    pub mac: String,
+    /// `tap`, `netdev`, `vhost-user`.
+    pub kind: &'static str,
+    /// Whether frames carry offloads (a `virtio_net_hdr` the device honours).
+    pub offload: bool,
+    /// Queues (or a vhost-user device's queue pairs).
+    pub queues: usize,
+    /// A netdev's `TPACKET_V2` receive ring.
+    pub rx_ring: bool,
+    /// The kernel path's hand-off TAP for it, if any.
+    pub handoff: Option<String>,
+    /// `notify`, `poll` or `adaptive`, as declared.
+    pub mode: &'static str,
+    /// `kernel` or `user`, and why `user` when the kernel path was asked.
+    pub datapath: &'static str,
+    pub datapath_reason: Option<&'a str>,
+    /// Broadcast frames a second it may send (0: no limit).
+    pub broadcast_limit: u32,
+    /// `present`, or `gone` (its device vanished; reattached when it returns).
+    pub device: &'static str,
+    pub reattached: u64,
+    /// Broadcast frames over `broadcast_limit` (dropped).
+    pub broadcast_limited: u64,
+    #[serde(flatten)]
+    pub dispatch: &'a DispatchStats,
+    #[serde(flatten)]
+    pub traffic: Traffic,
+    #[serde(flatten)]
+    pub vhost: Option<VhostView<'a>>,
+}
+
+/// A vhost-user interface's part of [`IfaceView`].
+#[derive(Debug, Serialize)]
+pub struct VhostView<'a> {
+    #[serde(flatten)]
+    pub rings: &'a RingStats,
+    /// Per queue pair: frames placed in its RX ring, chains taken from its TX ring.
+    pub pair_rx_frames: Vec<u64>,
+    pub pair_tx_frames: Vec<u64>,
+}
+
+impl Daemon {
+    pub(super) fn route_views(&self) -> Vec<RouteView> {
+        let port = |p: Port| {
+            let kind = if p.is_link() { "link" } else { "interface" };
+            format!("{kind} {}", self.state.port_name(p))
+        };
+        self.state
+            .routes
+            .values()
+            .map(|r| RouteView {
+                id: r.id,
+                src: r.src.to_string(),
+                dst: r.dst.to_string(),
+                to: port(r.to),
+                from: match r.from {
+                    vnet_core::SourceFilter::Any => "any".to_string(),
+                    vnet_core::SourceFilter::Port(p) => port(p),
+                },
+                counters: self.route_counters.get(&r.id).map(|c| c.snapshot()).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    pub(super) fn link_views(&self) -> Vec<LinkView<'_>> {
+        let now = self.shared.now_ns();
+        self.links
+            .values()
+            .map(|l| {
+                let d = &l.def;
+                let (format, network) = match d.transport {
+                    Transport::Udp { format: vnet_control::LinkFormat::Raw, network, .. } => ("raw", network),
+                    Transport::Udp { format: vnet_control::LinkFormat::Vnet, network, .. } => {
+                        ("vnet", network)
+                    }
+                    Transport::Vxlan { vni, .. } => ("vxlan", vni),
+                    Transport::Tcp { tls, .. } => (if tls { "tls" } else { "stream" }, 0),
+                    Transport::Direct { .. } => ("ethernet", 0),
+                };
+                let (a, state) = (&l.alive, l.liveness(now));
+                let mut io = Map::new();
+                if let Some(link_io) = self.link_io.get(&d.id) {
+                    link_io.status(&mut io);
+                }
+                let reason = self.link_reasons.get(&d.name).map(String::as_str);
+                LinkView {
+                    id: d.id,
+                    name: &d.name,
+                    kind: d.transport.word(),
+                    remote: d.remote().map_or_else(|| d.transport.peer(), |r| r.to_string()),
+                    format,
+                    network,
+                    mtu: d.mtu,
+                    max_frame: l.max_whole_frame(),
+                    too_big: l.too_big.load(Relaxed),
+                    traffic: Traffic::new(
+                        l.rx.snapshot(),
+                        l.tx.snapshot(),
+                        self.kernel.as_ref().map(|k| k.link_counters(d.id)),
+                    ),
+                    state: state.word(),
+                    up: u64::from(state == Liveness::Up),
+                    last_rx_ms: a.age_ns(now).map_or(-1, |n| (n / 1_000_000) as i64),
+                    keepalives_sent: a.keepalives_sent.load(Relaxed),
+                    keepalives_received: a.keepalives_received.load(Relaxed),
+                    downs: a.downs.load(Relaxed),
+                    datapath: self.kernel.as_ref().map(|_| if reason.is_some() { "user" } else { "kernel" }),
+                    datapath_reason: reason.filter(|_| self.kernel.is_some()),
+                    security: l.secure.as_ref().map(|sec| SecurityView {
+                        security: if sec.mode() == Mode::Auth { "auth" } else { "encrypt" },
+                        established: sec.established(),
+                        stats: &sec.stats,
+                    }),
+                    io,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn iface_views(&self) -> Vec<IfaceView<'_>> {
+        self.ifaces
+            .values()
+            .map(|p| {
+                let (def, i) = (&p.def, &p.iface);
+                let vhost = p.dev.vhost();
+                let kernel = self.kernel_ifaces.get(&def.id);
+                IfaceView {
+                    id: def.id,
+                    name: &def.name,
+                    dev: &def.dev,
+                    netns: def.netns.as_deref().unwrap_or("-"),
+                    mac: i.mac.map_or("-".to_string(), |m| m.to_string()),
+                    kind: def.kind.word(),
+                    offload: vhost.map_or_else(|| p.dev.vnet_hdr(), |d| d.takes_offloads()),
+                    queues: vhost.map_or_else(|| p.dev.queues(), |d| d.pairs),
+                    rx_ring: p.dev.rx_ring(),
+                    handoff: p.dev.hand_off_name(),
+                    mode: def.mode.word(),
+                    datapath: if kernel.is_some() { "kernel" } else { "user" },
+                    datapath_reason: self.user_reasons.get(&def.id).map(String::as_str),
+                    broadcast_limit: def.broadcast_limit,
+                    device: if self.gone.contains_key(&def.id) { "gone" } else { "present" },
+                    reattached: self.reattached.get(&def.id).copied().unwrap_or(0),
+                    broadcast_limited: i.broadcast_limited.load(Relaxed),
+                    dispatch: &p.dispatch,
+                    traffic: Traffic::new(
+                        i.rx.snapshot(),
+                        i.tx.snapshot(),
+                        self.kernel.as_ref().zip(kernel).map(|(k, ki)| k.iface_counters(ki.ifindex)),
+                    ),
+                    vhost: vhost.map(|d| {
+                        let per_pair = |c: &[std::sync::atomic::AtomicU64]| {
+                            c.iter().take(d.pairs).map(|n| n.load(Relaxed)).collect()
+                        };
+                        VhostView {
+                            rings: &d.stats,
+                            pair_rx_frames: per_pair(&d.stats.pair_rx),
+                            pair_tx_frames: per_pair(&d.stats.pair_tx),
+                        }
+                    }),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A view as the JSON rows `show` and the metrics are made of.
+pub(super) fn rows<T: Serialize>(views: &[T]) -> Vec<Value> {
+    views.iter().map(|v| serde_json::to_value(v).unwrap_or(Value::Null)).collect()
+}
