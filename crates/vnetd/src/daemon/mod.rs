@@ -12,7 +12,7 @@ mod views;
 
 use crate::dataplane;
 use crate::iface::{self, Attached};
-use crate::kernel::{self, KernelIface, KernelPath};
+use crate::kernel::{self, KernelError, KernelIface, KernelPath};
 use crate::link::{self, Sockets};
 use crate::membership;
 use crate::shared::Shared;
@@ -110,6 +110,37 @@ pub struct Daemon {
     /// Cluster settings are taken at start: once vnetd runs, a transaction
     /// that changes the `cluster` line is refused.
     cluster_fixed: bool,
+}
+
+/// Why `save` or `reload` failed (the reply's text).
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("vnetd was started without --config: there is no file to save to or reload")]
+    NoConfig,
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file does not parse or apply (positioned in it).
+    #[error("{0}")]
+    Config(#[source] Box<Error>),
+    /// The running state's difference from the file (a bug if ever seen).
+    #[error("{path}: the difference {what} ({error}):\n{diff}")]
+    Difference {
+        path: String,
+        what: &'static str,
+        #[source]
+        error: Box<Error>,
+        diff: String,
+    },
+}
+
+impl FileError {
+    fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> FileError + '_ {
+        move |source| FileError::Io { path: path.display().to_string(), source }
+    }
 }
 
 impl Default for Daemon {
@@ -213,16 +244,14 @@ impl Daemon {
         }
     }
 
-    fn config_file(&self) -> Result<&std::path::Path, String> {
-        self.config_path
-            .as_deref()
-            .ok_or_else(|| "vnetd was started without --config: there is no file to save to or reload".into())
+    fn config_file(&self) -> Result<&std::path::Path, FileError> {
+        self.config_path.as_deref().ok_or(FileError::NoConfig)
     }
 
     /// `save`: writes the running configuration (without what cluster
     /// mode derived) over the config file, atomically: a file beside it,
     /// synced, renamed over it, keeping its permissions (0600 for a new one).
-    pub fn save(&self) -> Result<String, String> {
+    pub fn save(&self) -> Result<String, FileError> {
         let path = self.config_file()?;
         let cluster = self.cluster_links();
         let text = format!(
@@ -230,7 +259,7 @@ impl Daemon {
             crate::membership::now_ms() / 1000,
             self.state.to_config_without(&|n| cluster.contains(n))
         );
-        write_atomically(path, text.as_bytes()).map_err(|e| format!("{}: {e}", path.display()))?;
+        write_atomically(path, text.as_bytes()).map_err(FileError::io(path))?;
         Ok(format!("saved {} lines to {}\n", text.lines().count() - 1, path.display()))
     }
 
@@ -238,21 +267,26 @@ impl Daemon {
     /// difference from the running state as one transaction; objects the
     /// file declares as they are keep running untouched. A file that does
     /// not parse or apply changes nothing; the error names its line.
-    pub fn reload(&mut self) -> Result<String, String> {
+    pub fn reload(&mut self) -> Result<String, FileError> {
         let path = self.config_file()?.to_path_buf();
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{shown}: {e}"))?;
+        let text = std::fs::read_to_string(&path).map_err(FileError::io(&path))?;
         let target = vnet_control::parse(&text)
             .and_then(|cmds| State::default().apply_all(&cmds))
-            .map_err(|e| e.in_file(shown.clone()).to_string())?;
+            .map_err(|e| FileError::Config(Box::new(e.in_file(shown.clone()))))?;
         let cluster = self.cluster_links();
         let t = self.state.diff(&target, &|n| cluster.contains(n));
         if t.is_empty() {
             return Ok(format!("reloaded {shown}: nothing differs\n"));
         }
-        let cmds = vnet_control::parse(&t)
-            .map_err(|e| format!("{shown}: the difference does not parse ({e}):\n{t}"))?;
-        self.apply(&cmds).map_err(|e| format!("{shown}: the difference was refused ({e}):\n{t}"))?;
+        let refused = |what, error| FileError::Difference {
+            path: shown.clone(),
+            what,
+            error: Box::new(error),
+            diff: t.clone(),
+        };
+        let cmds = vnet_control::parse(&t).map_err(|e| refused("does not parse", e))?;
+        self.apply(&cmds).map_err(|e| refused("was refused", e))?;
         Ok(format!("reloaded {shown}: {} lines applied as one transaction\n", t.lines().count()))
     }
 
@@ -356,23 +390,29 @@ impl Daemon {
     /// Puts a new interface on the kernel path if its `datapath` asks for
     /// it and the kernel path can serve it: `Ok(None)` for `user`, the
     /// reason when it cannot.
-    fn attach_kernel(&mut self, def: &InterfaceDef, att: &Attached) -> Result<Option<KernelIface>, String> {
+    fn attach_kernel(
+        &mut self,
+        def: &InterfaceDef,
+        att: &Attached,
+    ) -> Result<Option<KernelIface>, KernelError> {
+        use KernelError::UserPath;
         if def.datapath == Datapath::User {
             return Ok(None);
         }
         if def.kind == IfaceKind::VhostUser {
-            return Err("vnetd reads and writes this guest's virtio rings itself".into());
+            return Err(UserPath("vnetd reads and writes this guest's virtio rings itself"));
         }
         if def.kind == IfaceKind::Tap {
-            return Err("vnetd serves this TAP through its file descriptor (the kernel path takes netdevs: \
-                        a container's veth, a TAP QEMU holds)"
-                .into());
+            return Err(UserPath(
+                "vnetd serves this TAP through its file descriptor (the kernel path takes netdevs: a \
+                 container's veth, a TAP QEMU holds)",
+            ));
         }
         if def.netns.is_some() {
-            return Err("the device is in another namespace than vnetd and its underlay".into());
+            return Err(UserPath("the device is in another namespace than vnetd and its underlay"));
         }
         if let Some(r) = &self.kernel_off {
-            return Err(r.clone());
+            return Err(KernelError::Unavailable(r.clone()));
         }
         if self.kernel.is_none() {
             match KernelPath::load() {
@@ -383,21 +423,22 @@ impl Daemon {
                 Err(r) => {
                     tracing::warn!(reason = %r, "eBPF fast path unavailable");
                     self.kernel_off = Some(r.to_string());
-                    return Err(r.to_string());
+                    return Err(r);
                 }
             }
         }
-        let kp = self.kernel.as_mut().ok_or("the kernel path is not loaded")?;
-        let ifindex = sys::ifindex(&def.dev).map_err(|e| format!("no ifindex for {}: {e}", def.dev))?;
+        let kp = self.kernel.as_mut().ok_or(UserPath("the kernel path is not loaded"))?;
+        let io = |what: String| move |source| KernelError::Io { what, source };
+        let ifindex = sys::ifindex(&def.dev).map_err(io(format!("no ifindex for {}", def.dev)))?;
         let iface::Device::Netdev(nd) = &att.dev else {
-            return Err("the interface has no packet socket".into());
+            return Err(UserPath("the interface has no packet socket"));
         };
         // The hand-off TAP first, the program second, and only then does
         // the packet socket stop receiving (the workers read the TAP): a
         // failure on the way leaves the interface on the user path whole.
         let (tap, tap_name, tap_index) =
-            nd.make_hand_off().map_err(|e| format!("cannot make its hand-off TAP: {e}"))?;
-        kp.attach_iface(&def.dev, ifindex, tap_index).map_err(|e| e.to_string())?;
+            nd.make_hand_off().map_err(io("cannot make its hand-off TAP".into()))?;
+        kp.attach_iface(&def.dev, ifindex, tap_index)?;
         nd.use_hand_off(tap, tap_name);
         Ok(Some(KernelIface {
             dev: def.dev.clone(),

@@ -293,7 +293,7 @@ impl Daemon {
                         |e| Error::new(link_pos, format!("a link vnetd can secure ({})", d.name), e),
                     )?;
                     let o = link::open(d, &sock.sockets, &self.shared).map_err(|e| {
-                        Error::new(link_pos, format!("a link vnetd can send on ({})", d.name), e)
+                        Error::new(link_pos, format!("a link vnetd can send on ({})", d.name), e.to_string())
                     })?;
                     out.started.0.push(o.clone());
                     out.new_reader |= o.reader().is_some();
@@ -367,12 +367,12 @@ impl Daemon {
                     return Err(Error::new(
                         at.decl(&def.name),
                         "an interface the kernel path can serve (`datapath kernel`)",
-                        reason,
+                        reason.to_string(),
                     ));
                 }
                 Err(reason) => {
                     tracing::info!(interface = %def.name, %reason, "datapath auto: user path");
-                    reasons.push((def.id, reason));
+                    reasons.push((def.id, reason.to_string()));
                 }
             }
         }

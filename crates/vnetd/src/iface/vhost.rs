@@ -580,6 +580,24 @@ pub fn serve(
     Ok(dev)
 }
 
+/// Why serving a front end failed (logged; the next one is waited for).
+#[derive(Debug, thiserror::Error)]
+enum ServeError {
+    #[error("timerfd: {0}")]
+    Timer(#[source] io::Error),
+    /// The backend crate's (its error is `Display` but not `std::error::Error`).
+    #[error("{0}")]
+    Backend(vhost_user_backend::Error),
+    #[error("registering a pair's tick: {0}")]
+    Tick(#[source] io::Error),
+}
+
+impl From<vhost_user_backend::Error> for ServeError {
+    fn from(e: vhost_user_backend::Error) -> Self {
+        ServeError::Backend(e)
+    }
+}
+
 /// Serves one front end, from accept to disconnect.
 fn serve_one(
     dev: &Arc<VhostDev>,
@@ -589,7 +607,7 @@ fn serve_one(
     listener: &mut Listener,
     mode: Mode,
     dispatch: &Arc<DispatchStats>,
-) -> Result<(), String> {
+) -> Result<(), ServeError> {
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let conn = Arc::new(Conn {
         mem: mem.clone(),
@@ -620,7 +638,7 @@ fn serve_one(
                 Ok(Mutex::new(t))
             })
             .collect::<io::Result<_>>()
-            .map_err(|e| format!("timerfd: {e}"))?
+            .map_err(ServeError::Timer)?
     } else {
         Vec::new()
     };
@@ -634,13 +652,12 @@ fn serve_one(
         ticks: Arc::new(ticks),
     };
     let ticks = backend.ticks.clone();
-    let mut daemon =
-        VhostUserDaemon::new(format!("vhost-{name}"), backend, mem).map_err(|e| e.to_string())?;
+    let mut daemon = VhostUserDaemon::new(format!("vhost-{name}"), backend, mem)?;
     for (h, t) in daemon.get_epoll_handlers().iter().zip(ticks.iter()) {
         let fd = t.lock().unwrap_or_else(|e| e.into_inner()).as_raw_fd();
-        h.register_listener(fd, EventSet::IN, u64::from(tick_event(dev.pairs))).map_err(|e| e.to_string())?;
+        h.register_listener(fd, EventSet::IN, u64::from(tick_event(dev.pairs))).map_err(ServeError::Tick)?;
     }
-    daemon.start(listener).map_err(|e| e.to_string())?;
+    daemon.start(listener)?;
     if dev.stop.load(Relaxed) {
         daemon.request_shutdown();
         let _ = daemon.wait();

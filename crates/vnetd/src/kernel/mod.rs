@@ -84,6 +84,9 @@ pub enum KernelError {
     /// Something the kernel path leaves to the user path by design.
     #[error("{0}")]
     UserPath(&'static str),
+    /// The kernel path failed to load earlier (why, as it was said then).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Why the kernel path cannot serve something.

@@ -44,11 +44,12 @@ impl super::LinkIo for DirectIo {
 }
 
 /// Opens `dev` for a direct link: the engine's I/O and what a worker reads.
-pub fn open(dev: &str) -> Result<DirectIo, String> {
-    let f = sys::open_packet(dev).map_err(|e| format!("no packet socket on {dev}: {e}"))?;
-    sys::packet_enable_vnet_hdr(&f).map_err(|e| format!("{dev}: offload headers refused: {e}"))?;
+pub fn open(dev: &str) -> Result<DirectIo, super::OpenError> {
+    let failed = |what| move |source| super::OpenError::Device { dev: dev.to_string(), what, source };
+    let f = sys::open_packet(dev).map_err(failed("no packet socket"))?;
+    sys::packet_enable_vnet_hdr(&f).map_err(failed("offload headers refused"))?;
     let ring = crate::iface::netdev::rx_ring(&f, true, dev);
-    sys::set_up(dev).map_err(|e| format!("{dev}: {e}"))?;
+    sys::set_up(dev).map_err(failed("cannot set it up"))?;
     let sock = Arc::new(f);
     let reader = match ring {
         Some(r) => Reader::Ring(sock.clone(), r),

@@ -71,11 +71,32 @@ impl LinkIo for UdpIo {
     }
 }
 
+/// Why a link's I/O could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("a `tls cert FILE key FILE ca FILE` line for a `tls` link")]
+    NoTls,
+    #[error("cannot start the link: {0}")]
+    Start(#[source] std::io::Error),
+    #[error("no {0} socket is bound")]
+    NotBound(&'static str),
+    #[error("a link without a peer address")]
+    NoPeer,
+    /// A `direct` link's LAN device: what failed on it.
+    #[error("{dev}: {what}: {source}")]
+    Device {
+        dev: String,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The I/O of a link, over the host's sockets: a `raw` link sends from the
 /// listening socket (a Palacios peer sees port 9000 as the source), a
 /// `vnet` link from the pool, a VXLAN link from the VXLAN pool (source
 /// ports in the RFC's dynamic range), a TCP link on its own connection.
-pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Arc<dyn LinkIo>, String> {
+pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Arc<dyn LinkIo>, OpenError> {
     let (bound, listen_only, what) = match def.transport {
         Transport::Udp { format: LinkFormat::Raw, .. } => (&socks.udp, true, "`listen udp`"),
         Transport::Udp { format: LinkFormat::Vnet, .. } => (&socks.udp, false, "`listen udp`"),
@@ -84,23 +105,23 @@ pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Arc<
             let tls = match (tls, &socks.tls) {
                 (false, _) => None,
                 (true, Some(t)) => Some(t.clone()),
-                (true, None) => return Err("a `tls cert FILE key FILE ca FILE` line for a `tls` link".into()),
+                (true, None) => return Err(OpenError::NoTls),
             };
             let l = tcp::TcpLink::start(&def.name, def.id, remote, tls, shared.clone())
-                .map_err(|e| format!("cannot start the link: {e}"))?;
+                .map_err(OpenError::Start)?;
             return Ok(Arc::new(tcp::TcpIo(l)));
         }
         Transport::Direct { dev } => {
             return Ok(Arc::new(direct::open(dev.as_str())?));
         }
     };
-    let b = bound.as_ref().ok_or_else(|| format!("no {what} socket is bound"))?;
+    let b = bound.as_ref().ok_or(OpenError::NotBound(what))?;
     let (socks, nocheck) = if listen_only || b.pool.is_empty() {
         (vec![b.sock.clone()], Vec::new())
     } else {
         (b.pool.clone(), b.nocheck.clone())
     };
-    let remote = def.remote().ok_or("a link without a peer address")?;
+    let remote = def.remote().ok_or(OpenError::NoPeer)?;
     let tx = udp::UdpTx::new(&def.name, remote, socks, shared.global.clone()).with_nocheck(nocheck);
     Ok(Arc::new(UdpIo(Arc::new(tx))))
 }
