@@ -3,7 +3,8 @@
 //! decides from their dispatch state (`vnet_engine::Dispatcher`) whether to
 //! look again at once, yield and look again (polling), or sleep in epoll.
 //! What a source reads and where frames go is `dataplane`'s; the vhost-user
-//! pair threads poll their rings with the same [`yield_uncontended`].
+//! pair threads poll their rings with the same steps ([`record_look`],
+//! [`poll_once`]).
 
 use crate::sys;
 use mio::unix::SourceFd;
@@ -92,15 +93,9 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
             for (s, d) in sources.iter_mut().zip(ds.iter_mut()) {
                 let n = (s.body)();
                 total += n;
-                if polled && n > 0 {
-                    s.stats.polled_frames.fetch_add(n as u64, Relaxed);
-                }
                 // A source stops short of a batch only when it is empty.
                 more |= n >= BATCH;
-                if d.record(n, now) {
-                    s.stats.mode_switches.fetch_add(1, Relaxed);
-                    s.stats.polling.store(d.polling() as u8, Relaxed);
-                }
+                record_look(d, &s.stats, polled, n, n, now);
             }
             polled = false;
             if more {
@@ -110,16 +105,10 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
                 if total > 0 {
                     continue; // look again at once
                 }
-                sources.iter().for_each(|s| {
-                    s.stats.polls.fetch_add(1, Relaxed);
-                });
                 polled = true;
-                if !yield_uncontended() {
+                if !poll_once(sources.iter().map(|s| &*s.stats)) {
                     let now = Instant::now();
                     ds.iter_mut().for_each(|d| d.contended(now));
-                    sources.iter().for_each(|s| {
-                        s.stats.contended.fetch_add(1, Relaxed);
-                    });
                 }
                 continue;
             }
@@ -142,10 +131,48 @@ pub fn spawn_worker(name: String, cpu: Option<usize>, mut sources: Vec<Source>) 
     Ok(WorkerHandle { stop, waker, join: Some(join) })
 }
 
+/// The bookkeeping of one look at a source that found `n` frames at `now`
+/// (`rate`: what counts toward its dispatch's frame rate, `n` or more):
+/// counts what polling caught (`polled`: the look before found nothing and
+/// the loop polled on), feeds the dispatch, counts a switch of mode. Both
+/// loops, the workers' and the vhost-user pair threads', take it.
+pub fn record_look(
+    d: &mut Dispatcher,
+    stats: &DispatchStats,
+    polled: bool,
+    n: usize,
+    rate: usize,
+    now: Instant,
+) {
+    if polled && n > 0 {
+        stats.polled_frames.fetch_add(n as u64, Relaxed);
+    }
+    if d.record(rate, now) {
+        stats.mode_switches.fetch_add(1, Relaxed);
+        stats.polling.store(d.polling() as u8, Relaxed);
+    }
+}
+
+/// An empty look while the dispatch says poll: counts the poll, yields the
+/// CPU once, and counts contention. False when another thread kept the
+/// CPU (the caller's dispatchers are then told, and back off to sleeping).
+pub fn poll_once<'a>(stats: impl Iterator<Item = &'a DispatchStats> + Clone) -> bool {
+    stats.clone().for_each(|s| {
+        s.polls.fetch_add(1, Relaxed);
+    });
+    let uncontended = yield_uncontended();
+    if !uncontended {
+        stats.for_each(|s| {
+            s.contended.fetch_add(1, Relaxed);
+        });
+    }
+    uncontended
+}
+
 /// Gives the CPU to any other thread that wants it, between two looks of a
 /// polling worker; false when one did and kept it for
 /// [`vnet_engine::CONTENDED`] or more (the worker should then sleep).
-pub fn yield_uncontended() -> bool {
+fn yield_uncontended() -> bool {
     let t = Instant::now();
     std::thread::yield_now();
     t.elapsed() < vnet_engine::CONTENDED

@@ -408,7 +408,7 @@ impl VhostUserBackend for NetBackend {
             if let Some(w) = self.workers.get(thread) {
                 let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
                 self.place(thread, &mut w);
-                self.record(thread, &mut w, 0, Instant::now());
+                self.record(thread, &mut w, false, 0, Instant::now());
             }
             return Ok(());
         }
@@ -456,20 +456,15 @@ impl NetBackend {
             loop {
                 let n = self.tx_batch(tx, w);
                 self.dev.stats.pair_tx[pair].fetch_add(n as u64, Relaxed);
-                if std::mem::take(&mut polled) && n > 0 {
-                    self.dispatch.polled_frames.fetch_add(n as u64, Relaxed);
-                }
                 let now = Instant::now();
-                self.record(pair, w, n, now);
+                self.record(pair, w, std::mem::take(&mut polled), n, now);
                 if n > 0 {
                     continue;
                 }
                 if w.dispatch.keep_polling(now) && !self.dev.stop.load(Relaxed) {
-                    self.dispatch.polls.fetch_add(1, Relaxed);
                     polled = true;
-                    if !crate::workers::yield_uncontended() {
+                    if !crate::workers::poll_once(std::iter::once(&*self.dispatch)) {
                         w.dispatch.contended(Instant::now());
-                        self.dispatch.contended.fetch_add(1, Relaxed);
                     }
                     continue;
                 }
@@ -483,17 +478,15 @@ impl NetBackend {
         }
     }
 
-    /// Feeds the dispatch `n` frames handled at `now`; counts a switch.
-    fn record(&self, pair: usize, w: &mut PairWorker, n: usize, now: Instant) {
+    /// A look that took `n` frames from the guest at `now` (`polled`: the
+    /// one before found nothing and the thread polled on).
+    fn record(&self, pair: usize, w: &mut PairWorker, polled: bool, n: usize, now: Instant) {
         // The pair's frame rate counts both ways, as the paper's did: what
         // the guest sends and what it is given.
         let placed = self.dev.stats.pair_rx.get(pair).map_or(0, |p| p.load(Relaxed));
         let given = placed.wrapping_sub(w.placed_seen) as usize;
         w.placed_seen = placed;
-        if w.dispatch.record(n + given, now) {
-            self.dispatch.mode_switches.fetch_add(1, Relaxed);
-            self.dispatch.polling.store(w.dispatch.polling() as u8, Relaxed);
-        }
+        crate::workers::record_look(&mut w.dispatch, &self.dispatch, polled, n, n + given, now);
     }
 
     /// Takes up to a batch of frames from the TX ring and forwards them.
