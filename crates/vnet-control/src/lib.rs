@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! listen udp 0.0.0.0:9000
-//! interface vm0 tap vnet0 mac 52:54:00:00:00:01 mtu 9000 netns vmA network 1
+//! interface vm0 tap vt0 mac 52:54:00:00:00:01 mtu 9000 netns vmA network 1
 //! interface vm1 netdev tap-qemu1 mac 52:54:00:00:00:03  # a TAP QEMU holds
 //! link hostb udp 10.0.0.2:9000 format vnet network 1 mtu 1500
 //! link fabric vxlan 10.0.0.4 vni 42 mtu 1500      # a Linux or OVS VTEP
