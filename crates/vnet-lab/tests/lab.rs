@@ -2306,6 +2306,22 @@ fn cluster_of_five_hosts_from_etcd_alone_a_sixth_joins_and_a_killed_host_leaves_
     });
     eprintln!("cluster: a sixth host is linked from all five {:?} after its vnetd started", t0.elapsed());
     let (new, old) = (lab.vm(5, 1).clone(), lab.vm(0, 0).clone());
+    // Its links are secured: until a link's handshake is done, frames on
+    // it are dropped (counted as no_session), so the pings wait for the
+    // sessions, and for the routes to its VM, not only for the links.
+    wait_until(10.0, "the sixth's links established and its VM routed", || {
+        let established = |h: usize, peer: Option<&str>| {
+            json(&lab, h, "links")["links"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|l| peer.is_none_or(|p| l["name"] == p))
+                .all(|l| l["established"] == true)
+        };
+        (0..5).all(|h| established(h, Some("h5")) && route_to(&lab, h, &new.mac).is_some())
+            && established(5, None)
+    });
+    eprintln!("cluster: the sixth host's sessions established {:?} after its vnetd started", t0.elapsed());
     let bad = ping_pairs(&[(new.clone(), old.ip), (old.clone(), new.ip), (lab.vm(3, 1).clone(), new.ip)]);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 
