@@ -428,8 +428,8 @@ impl Daemon {
             }
         }
         let kp = self.kernel.as_mut().ok_or(UserPath("the kernel path is not loaded"))?;
-        let io = |what: String| move |source| KernelError::Io { what, source };
-        let ifindex = sys::ifindex(&def.dev).map_err(io(format!("no ifindex for {}", def.dev)))?;
+        let ifindex =
+            sys::ifindex(&def.dev).map_err(kernel::io_error(format!("no ifindex for {}", def.dev)))?;
         let iface::Device::Netdev(nd) = &att.dev else {
             return Err(UserPath("the interface has no packet socket"));
         };
@@ -437,7 +437,7 @@ impl Daemon {
         // the packet socket stop receiving (the workers read the TAP): a
         // failure on the way leaves the interface on the user path whole.
         let (tap, tap_name, tap_index) =
-            nd.make_hand_off().map_err(io("cannot make its hand-off TAP".into()))?;
+            nd.make_hand_off().map_err(kernel::io_error("cannot make its hand-off TAP"))?;
         kp.attach_iface(&def.dev, ifindex, tap_index)?;
         nd.use_hand_off(tap, tap_name);
         Ok(Some(KernelIface {
