@@ -10,11 +10,14 @@
 //! commands ([`apply`]). Every record is checked field by field before it
 //! counts; one that does not check is quarantined while the rest applies.
 //! Where the network has a key, host records need its certificate and MAC
-//! claims their claimant's signature ([`trust`]). Nothing here does
+//! claims their claimant's signature ([`trust`]). Addresses for containers
+//! are allocated under the same prefix, one key per address ([`ipam`]).
+//! Nothing here does
 //! I/O or keeps time: the same code runs under the daemon, the simulator of
 //! a thousand hosts (`tests/scale.rs`) and the unit tests.
 
 pub mod apply;
+pub mod ipam;
 pub mod layout;
 pub mod member;
 pub mod store;

@@ -294,6 +294,10 @@ impl Member {
         self.stats.events += 1;
         self.revision = self.revision.max(ev.rev());
         let Some(key) = parse_key(&self.prefix, ev.key()) else {
+            // Address allocations share the prefix; the daemon reads them.
+            if ev.key().strip_prefix(self.prefix.as_str()).is_some_and(|r| r.starts_with("ipam/")) {
+                return;
+            }
             self.stats.unknown_keys += 1;
             return;
         };

@@ -433,12 +433,37 @@ pub enum Command {
     /// `reload`: apply the config file's difference from the running state
     /// as one transaction (what `SIGHUP` does).
     Reload,
+    /// `attach NAME KIND DEV [options]`: an `interface` line (the same
+    /// words after the keyword) made to hold, with its `route any MAC`
+    /// and broadcast routes, as one transaction: nothing changes if it
+    /// already runs as declared, it is replaced if it runs otherwise.
+    /// Control endpoint only; what CNI plugins and hooks call
+    /// ([`crate::attach::attach`]).
+    Attach(Box<Command>),
+    /// `detach NAME`: the interface and every route that uses it go, as
+    /// one transaction; nothing happens (and no error) if there is no
+    /// such interface ([`crate::attach::detach`]).
+    Detach(String),
+    /// `ipam add SUBNET OWNER [range FIRST LAST]` / `ipam del OWNER`:
+    /// an address of the network's subnet held across hosts (cluster
+    /// mode; `docs/INTEGRATION.md`). Control endpoint only.
+    Ipam(IpamOp),
     /// Starts a transaction on the control socket.
     Begin,
     /// Applies the transaction.
     Commit,
     /// Discards the transaction.
     Abort,
+}
+
+/// What `ipam` asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpamOp {
+    /// An address of `subnet` (`ADDR/LEN`, checked) for `owner`, from
+    /// `range` if given; the one `owner` holds already if any.
+    Add { subnet: String, owner: String, range: Option<(IpAddr, IpAddr)> },
+    /// Releases what `owner` holds (on this host).
+    Del { owner: String },
 }
 
 impl Command {
@@ -451,6 +476,9 @@ impl Command {
                 | Command::Announce(_)
                 | Command::Save
                 | Command::Reload
+                | Command::Attach(_)
+                | Command::Detach(_)
+                | Command::Ipam(_)
                 | Command::Begin
                 | Command::Commit
                 | Command::Abort

@@ -30,12 +30,14 @@
 //! the column and what was expected.
 
 pub mod ast;
+pub mod attach;
 pub mod lex;
 pub mod parse;
 pub mod state;
 
 pub use ast::{
-    ClusterLine, Command, Datapath, IfName, Located, Mode, PeerKey, Security, ShowWhat, TlsFiles, Transport,
+    ClusterLine, Command, Datapath, IfName, IpamOp, Located, Mode, PeerKey, Security, ShowWhat, TlsFiles,
+    Transport,
 };
 pub use parse::{parse, parse_line, Section, DEFAULT_BROADCAST_LIMIT, DEFAULT_PORT};
 pub use state::{canonical, IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, RxKey, State};

@@ -1,5 +1,6 @@
 //! From text to [`Command`]s.
 
+use crate::ast::IpamOp;
 use crate::ast::{
     Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, PeerKey, Ref, Security,
     ShowWhat, Target, TlsFiles, Transport,
@@ -92,7 +93,7 @@ struct Parser<'t, 'a> {
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `ipam`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn peek(&self) -> Option<&Token<'a>> {
@@ -245,6 +246,9 @@ impl<'a> Parser<'_, 'a> {
                 "announce",
                 "save",
                 "reload",
+                "attach",
+                "detach",
+                "ipam",
                 "begin",
                 "commit",
                 "abort",
@@ -287,6 +291,9 @@ impl<'a> Parser<'_, 'a> {
             "announce" => Ok(Command::Announce(self.mac("a MAC address to announce")?)),
             "save" => Ok(Command::Save),
             "reload" => Ok(Command::Reload),
+            "attach" => Ok(Command::Attach(Box::new(self.interface()?))),
+            "detach" => Ok(Command::Detach(self.name("an interface name")?)),
+            "ipam" => self.ipam(),
             "begin" => Ok(Command::Begin),
             "commit" => Ok(Command::Commit),
             _ => Ok(Command::Abort),
@@ -375,6 +382,42 @@ impl<'a> Parser<'_, 'a> {
                 Ok(Command::DeleteInterface(Ref { pos, by: name }))
             }
         }
+    }
+
+    /// `ipam add SUBNET OWNER [range FIRST LAST]` or `ipam del OWNER`.
+    fn ipam(&mut self) -> Result<Command> {
+        let add = self.keyword(&["add", "del"], "`add` or `del`")? == "add";
+        let subnet = if add {
+            let pos = self.pos();
+            let t = self.next("a subnet like 10.88.0.0/24")?;
+            let ok = t
+                .text
+                .split_once('/')
+                .is_some_and(|(a, l)| a.parse::<IpAddr>().is_ok() && l.parse::<u8>().is_ok_and(|l| l <= 128));
+            if !ok {
+                return Err(Error::new(pos, "a subnet like 10.88.0.0/24", found(Some(&t))));
+            }
+            t.text.to_string()
+        } else {
+            String::new()
+        };
+        let pos = self.pos();
+        let o = self.next("an owner (CNI network/container/interface)")?;
+        let owner_ok = (1..=300).contains(&o.text.len())
+            && o.text.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+        if !owner_ok {
+            return Err(Error::new(pos, "an owner of 1-300 of A-Za-z0-9._-/", found(Some(&o))));
+        }
+        let owner = o.text.to_string();
+        if !add {
+            return Ok(Command::Ipam(IpamOp::Del { owner }));
+        }
+        let range = if self.eat("range") {
+            Some((self.parsed("the range's first address")?, self.parsed("the range's last address")?))
+        } else {
+            None
+        };
+        Ok(Command::Ipam(IpamOp::Add { subnet, owner, range }))
     }
 
     fn interface(&mut self) -> Result<Command> {

@@ -261,6 +261,9 @@ impl State {
             | Command::Announce(_)
             | Command::Save
             | Command::Reload
+            | Command::Attach(_)
+            | Command::Detach(_)
+            | Command::Ipam(_)
             | Command::Begin
             | Command::Commit
             | Command::Abort => {

@@ -22,6 +22,7 @@
 //! Traffic stays inside the lab's namespaces.
 
 pub mod bench;
+mod cni;
 mod config;
 mod etcd;
 mod guest;
@@ -33,6 +34,7 @@ mod spec;
 mod topology;
 pub mod vhost_load;
 
+pub use cni::{cni_path, CniRun};
 pub use config::config_for;
 pub use guest::console_line;
 use guest::Guest;

@@ -2126,13 +2126,18 @@ fn assert_ping_quick(lab: &Lab, from: &Vm, to: Ipv4Addr) {
 /// Sends `mb` MiB of pseudo-random bytes over TCP from `from` to `to` (port
 /// 7001) with Python on both ends; returns the two md5 sums.
 fn tcp_md5(lab: &Lab, from: &Vm, to: &Vm, mb: u32) -> (String, String) {
+    tcp_md5_ns(lab, &from.ns, &to.ns, &to.ip.to_string(), mb)
+}
+
+/// [`tcp_md5`] between namespaces `from` and `to` (which has `to_ip`).
+fn tcp_md5_ns(lab: &Lab, from: &str, to: &str, to_ip: &str, mb: u32) -> (String, String) {
     let server = format!(
         "import socket,hashlib\n\
          s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
          s.bind(('{}', 7001)); s.listen(1); s.settimeout(30); c,_=s.accept(); c.settimeout(30); h=hashlib.md5()\n\
          while True:\n    b=c.recv(1<<16)\n    if not b: break\n    h.update(b)\n\
          print(h.hexdigest())",
-        to.ip
+        to_ip
     );
     let client = format!(
         "import socket,hashlib,random,time\n\
@@ -2140,10 +2145,10 @@ fn tcp_md5(lab: &Lab, from: &Vm, to: &Vm, mb: u32) -> (String, String) {
          for i in range(50):\n    try:\n        c.connect(('{}', 7001)); break\n    except OSError:\n        time.sleep(0.1); c=socket.socket()\n\
          for i in range({}):\n    b=r.randbytes(1<<20); h.update(b); c.sendall(b)\n\
          c.close(); print(h.hexdigest())",
-        to.ip,
+        to_ip,
         mb
     );
-    let ns = to.ns.clone();
+    let ns = to.to_string();
     let srv = std::thread::spawn(move || {
         let out = std::process::Command::new("ip")
             .args(["netns", "exec", &ns, "python3", "-c", &server])
@@ -2152,7 +2157,7 @@ fn tcp_md5(lab: &Lab, from: &Vm, to: &Vm, mb: u32) -> (String, String) {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     });
     std::thread::sleep(Duration::from_millis(300));
-    let out = lab.ns_output(&from.ns, &["python3", "-c", &client]).unwrap();
+    let out = lab.ns_output(from, &["python3", "-c", &client]).unwrap();
     let sent = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (sent, srv.join().unwrap())
 }
@@ -3168,9 +3173,13 @@ fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
 }
 
 /// How long after a move or an underlay outage ends the soak still excuses
-/// a lost ping. Seen: the last loss of an outage or a move is before its
-/// end (the path is back at once); this is slack for a loaded machine.
-const SOAK_RECOVERY_S: f64 = 0.5;
+/// a lost ping. Seen: the last loss of an outage or a move is mostly
+/// before its end (the path is back at once); once in a CI run (2026-11-25,
+/// with a build beside it) pings went on being lost 0.9 s after an outage:
+/// the kernel resolves the peer's address again when the underlay comes
+/// back, and an ARP request lost as the link comes up is sent again only
+/// after `retrans_time_ms` (1 s). One retransmission is excused, no more.
+const SOAK_RECOVERY_S: f64 = 1.2;
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
@@ -3629,4 +3638,368 @@ fn cap_names(mask: &str) -> std::collections::BTreeSet<String> {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let list = text.trim().split_once('=').map_or("", |(_, l)| l).to_string();
     list.split(',').filter(|c| !c.is_empty()).map(String::from).collect()
+}
+
+// ---- The CNI plugin, driven as a runtime drives it ----
+
+/// A host-local IPAM section: `subnet`, addresses `first`..=`last` of it,
+/// its files under the lab's directory (`dir`), no gateway route.
+fn host_local(lab: &Lab, dir: &str, subnet: &str, first: &str, last: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": "host-local",
+        "dataDir": lab.dir.join(dir).display().to_string(),
+        "ranges": [[{ "subnet": subnet, "rangeStart": first, "rangeEnd": last }]],
+    })
+}
+
+/// What an attachment leaves on host `h` of `lab`: vnetd's interfaces,
+/// links named `vc*` in the host's namespace, records, host-local's
+/// allocations under `ipam_dir`.
+fn cni_leftovers(lab: &Lab, h: usize, ipam_dir: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    let ifaces = json(lab, h, "interfaces");
+    for i in ifaces["interfaces"].as_array().unwrap() {
+        left.push(format!("vnetd interface {}", i["name"]));
+    }
+    let links = lab.ns_output(&lab.hosts[h].ns, &["ip", "-o", "link", "show"]).unwrap();
+    for l in String::from_utf8_lossy(&links.stdout).lines() {
+        if let Some(name) = l.split(": ").nth(1).filter(|n| n.starts_with("vc")) {
+            left.push(format!("link {name}"));
+        }
+    }
+    let walk = |d: std::path::PathBuf, what: &str, left: &mut Vec<String>| {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                let n = f.file_name().to_string_lossy().to_string();
+                // host-local's own bookkeeping is not an allocation.
+                if n != "lock" && !n.starts_with("last_reserved_ip") {
+                    left.push(format!("{what} {}", f.path().display()));
+                }
+            }
+        }
+    };
+    walk(lab.dir.join(format!("cni-h{h}")), "record", &mut left);
+    walk(lab.dir.join(ipam_dir), "allocation", &mut left);
+    left
+}
+
+/// The first address (without its prefix) and the MAC of an ADD result.
+fn cni_address(r: &vnet_lab::CniRun) -> (String, String) {
+    let addr = r.out["ips"][0]["address"].as_str().unwrap_or_else(|| panic!("no address: {}", r.out));
+    let mac = r.out["interfaces"][0]["mac"].as_str().unwrap();
+    (addr.split('/').next().unwrap().to_string(), mac.to_string())
+}
+
+/// A config with `prevResult`, as a runtime sends it for CHECK and DEL.
+fn with_prev(conf: &serde_json::Value, prev: &serde_json::Value) -> Vec<u8> {
+    let mut c = conf.clone();
+    c["prevResult"] = prev.clone();
+    c.to_string().into_bytes()
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_containers_on_two_cluster_hosts_ping_move_64_mb_and_leave_nothing_behind() {
+    let mut lab = lab(cluster_spec(2, 0, vec![]));
+    wait_converged(&lab, 2, 0);
+    let datapath = lab.spec.datapath.clone().unwrap_or_else(|| "user".into());
+    let mut made = Vec::new();
+    for h in 0..2 {
+        let ns = lab.add_ns(format!("{}-c{h}", lab.prefix)).unwrap();
+        // One subnet for both hosts: vnetd's `vnet` IPAM keeps it unique in etcd.
+        let conf = lab.cni_conf(h, "1.1.0", serde_json::json!({ "type": "vnet", "subnet": "10.88.0.0/24" }));
+        let id = format!("c{h}{}", std::process::id());
+        let r =
+            lab.cni(h, "ADD", &id, Some(&format!("/run/netns/{ns}")), conf.to_string().as_bytes()).unwrap();
+        assert!(r.ok, "ADD on h{h}: {}\n{}", r.out, r.stderr);
+        assert_eq!(r.out["cniVersion"], "1.1.0");
+        assert_eq!(r.out["interfaces"][0]["name"], "eth0");
+        assert_eq!(r.out["interfaces"][0]["mtu"], lab.spec.vm_mtu);
+        assert_eq!(r.out["interfaces"][0]["sandbox"], format!("/run/netns/{ns}").as_str());
+        let (ip, mac) = cni_address(&r);
+        // Cluster mode publishes the container's MAC.
+        let key = format!("/vnet/{}/macs/{mac}", lab.prefix);
+        let took = wait_until(5.0, &format!("{key} in etcd"), || {
+            lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().contains(&format!("\"h{h}\""))
+        });
+        eprintln!("cni: h{h}'s container MAC in etcd {took:?} after ADD returned");
+        let ifaces = json(&lab, h, "interfaces");
+        let i = &ifaces["interfaces"][0];
+        assert_eq!(
+            (i["mac"].as_str(), i["datapath"].as_str()),
+            (Some(mac.as_str()), Some(datapath.as_str())),
+            "{i}"
+        );
+        made.push((ns, id, ip, mac, conf, r.out));
+    }
+    // Each host routes the other's container to its link.
+    for h in 0..2 {
+        let other = &made[1 - h].3;
+        wait_until(5.0, &format!("h{h} routes {other}"), || {
+            route_to(&lab, h, other).is_some_and(|t| t.starts_with("link"))
+        });
+    }
+    let (c0, c1) = (&made[0], &made[1]);
+    let warm = (0..10).any(|_| {
+        let out = lab.ns_output(&c0.0, &["ping", "-c", "1", "-W", "1", &c1.2]).unwrap();
+        out.status.success()
+    });
+    assert!(warm, "no reply from {} to {}\n{}\n{}", c1.2, c0.2, lab.log(0), lab.log(1));
+    let out = lab.ns_output(&c0.0, &["ping", "-n", "-q", "-c", "5", "-i", "0.2", &c1.2]).unwrap();
+    let p = vnet_lab::PingResult::parse(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!((p.sent, p.received), (5, 5), "{p:?}");
+    let (sent, got) = tcp_md5_ns(&lab, &c0.0, &c1.0, &c1.2, 64);
+    assert!(sent.len() == 32 && sent == got, "64 MB by TCP: sent md5 {sent}, received {got}");
+    // CHECK holds, then fails once the declaration (h0) or the veth (h1)
+    // is removed behind the plugin's back.
+    for (h, c) in made.iter().enumerate() {
+        let r =
+            lab.cni(h, "CHECK", &c.1, Some(&format!("/run/netns/{}", c.0)), &with_prev(&c.4, &c.5)).unwrap();
+        assert!(r.ok, "CHECK on h{h}: {}", r.out);
+    }
+    let name = json(&lab, 0, "interfaces")["interfaces"][0]["name"].as_str().unwrap().to_string();
+    assert_eq!(lab.control(0, &format!("detach {name}")).unwrap().result, Ok(()));
+    let r =
+        lab.cni(0, "CHECK", &c0.1, Some(&format!("/run/netns/{}", c0.0)), &with_prev(&c0.4, &c0.5)).unwrap();
+    assert_eq!(r.code(), 100, "CHECK after a detach: {}", r.out);
+    let veth = json(&lab, 1, "interfaces")["interfaces"][0]["dev"].as_str().unwrap().to_string();
+    lab.ns_exec(&lab.hosts[1].ns, &["ip", "link", "del", &veth]).unwrap();
+    let r =
+        lab.cni(1, "CHECK", &c1.1, Some(&format!("/run/netns/{}", c1.0)), &with_prev(&c1.4, &c1.5)).unwrap();
+    assert_eq!(r.code(), 100, "CHECK after the veth went: {}", r.out);
+    // DEL, twice each: no error, nothing left, the MACs gone from etcd.
+    for (h, c) in made.iter().enumerate() {
+        for round in 0..2 {
+            let r = lab
+                .cni(h, "DEL", &c.1, Some(&format!("/run/netns/{}", c.0)), &with_prev(&c.4, &c.5))
+                .unwrap();
+            assert!(r.ok && r.out.is_null(), "DEL {round} on h{h}: {}", r.out);
+        }
+        assert_eq!(cni_leftovers(&lab, h, "none"), Vec::<String>::new());
+        let key = format!("/vnet/{}/macs/{}", lab.prefix, c.3);
+        wait_until(5.0, &format!("{key} gone from etcd"), || {
+            lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().trim().is_empty()
+        });
+    }
+    assert_eq!(ipam_keys(&lab), Vec::<String>::new(), "addresses left in etcd");
+}
+
+/// The address allocations in the lab's etcd.
+fn ipam_keys(lab: &Lab) -> Vec<String> {
+    let out =
+        lab.etcdctl(&["get", "--prefix", "--keys-only", &format!("/vnet/{}/ipam/", lab.prefix)]).unwrap();
+    out.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_a_hundred_parallel_adds_on_two_hosts_share_a_subnet_without_a_duplicate_or_a_leak() {
+    let mut lab = lab(cluster_spec(2, 0, vec![]));
+    wait_converged(&lab, 2, 0);
+    // Two containers per host at a time in a /29 (six addresses): four
+    // ADDs at once race for them.
+    let ns: Vec<String> = (0..4).map(|i| lab.add_ns(format!("{}-c{i}", lab.prefix)).unwrap()).collect();
+    let ipam = serde_json::json!({ "type": "vnet", "subnet": "10.90.0.0/29" });
+    let confs: Vec<String> = (0..2).map(|h| lab.cni_conf(h, "1.1.0", ipam.clone()).to_string()).collect();
+    let mut adds = 0;
+    for round in 0..25 {
+        let results: Vec<(usize, String, vnet_lab::CniRun)> = std::thread::scope(|sc| {
+            let runs: Vec<_> = (0..4)
+                .map(|i| {
+                    let (lab, ns, conf) = (&lab, &ns[i], &confs[i % 2]);
+                    sc.spawn(move || {
+                        let id = format!("r{round}c{i}");
+                        let r =
+                            lab.cni(i % 2, "ADD", &id, Some(&format!("/run/netns/{ns}")), conf.as_bytes());
+                        (i, id, r.unwrap())
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let mut seen = std::collections::HashMap::new();
+        for (i, _, r) in &results {
+            assert!(
+                r.ok,
+                "round {round}, container {i}: {}
+{}",
+                r.out, r.stderr
+            );
+            let (ip, _) = cni_address(r);
+            if let Some(j) = seen.insert(ip.clone(), *i) {
+                panic!("round {round}: containers {j} and {i} both got {ip}");
+            }
+            adds += 1;
+        }
+        assert_eq!(ipam_keys(&lab).len(), 4, "round {round}: one allocation per container");
+        for (i, id, _) in &results {
+            for _ in 0..2 {
+                let r = lab.cni(
+                    i % 2,
+                    "DEL",
+                    id,
+                    Some(&format!("/run/netns/{}", ns[*i])),
+                    confs[i % 2].as_bytes(),
+                );
+                assert!(r.as_ref().is_ok_and(|r| r.ok), "round {round}: DEL {id}: {r:?}");
+            }
+        }
+    }
+    assert_eq!(adds, 100);
+    assert_eq!(ipam_keys(&lab), Vec::<String>::new(), "addresses leaked");
+    for h in 0..2 {
+        assert_eq!(cni_leftovers(&lab, h, "none"), Vec::<String>::new());
+    }
+    // Six addresses: six containers (one ADD each, in one namespace:
+    // different interface names would do as well) and the seventh is
+    // refused with code 101, leaving nothing of itself.
+    let held: Vec<String> = (0..6).map(|i| format!("full{i}")).collect();
+    let extra: Vec<String> = (0..3).map(|i| lab.add_ns(format!("{}-f{i}", lab.prefix)).unwrap()).collect();
+    let spaces: Vec<&String> = ns.iter().chain(extra.iter()).collect();
+    for (i, id) in held.iter().enumerate() {
+        let r = lab
+            .cni(i % 2, "ADD", id, Some(&format!("/run/netns/{}", spaces[i])), confs[i % 2].as_bytes())
+            .unwrap();
+        assert!(r.ok, "{id}: {}", r.out);
+    }
+    let r =
+        lab.cni(0, "ADD", "late", Some(&format!("/run/netns/{}", spaces[6])), confs[0].as_bytes()).unwrap();
+    assert_eq!(r.code(), 101, "the seventh in a /29: {}", r.out);
+    eprintln!("cni: {}", r.out);
+    assert_eq!(ipam_keys(&lab).len(), 6);
+    for (i, id) in held.iter().enumerate() {
+        let r = lab
+            .cni(i % 2, "DEL", id, Some(&format!("/run/netns/{}", spaces[i])), confs[i % 2].as_bytes())
+            .unwrap();
+        assert!(r.ok, "{id}: {}", r.out);
+    }
+    assert_eq!(ipam_keys(&lab), Vec::<String>::new());
+    for h in 0..2 {
+        assert_eq!(cni_leftovers(&lab, h, "none"), Vec::<String>::new());
+    }
+}
+
+/// A lab for the plugin's error cases (host 0 is used; a lone host has no underlay).
+fn cni_lab() -> Lab {
+    lab(Spec { hosts: 2, vms_per_host: 0, ..Spec::default() })
+}
+
+/// Runs ADD with `stdin` (or a valid config when `None`) and `netns` for
+/// the container: its error code, and that it left nothing behind.
+fn cni_add_fails(lab: &Lab, stdin: Option<&[u8]>, netns: Option<&str>) -> u64 {
+    let conf = lab.cni_conf(0, "1.1.0", host_local(lab, "ipam", "10.89.0.0/24", "10.89.0.10", "10.89.0.10"));
+    let body = conf.to_string();
+    let r = lab.cni(0, "ADD", "bad1", netns, stdin.unwrap_or(body.as_bytes())).unwrap();
+    assert!(!r.ok, "ADD succeeded: {}", r.out);
+    let msg = r.out["msg"].as_str().unwrap_or("");
+    assert!(
+        !msg.is_empty() && r.out["cniVersion"].is_string(),
+        "error JSON without msg or cniVersion: {}",
+        r.out
+    );
+    eprintln!("cni: {}", r.out);
+    assert_eq!(cni_leftovers(lab, 0, "ipam"), Vec::<String>::new());
+    r.code()
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_malformed_config_json_is_error_6_and_leaves_nothing() {
+    let mut lab = cni_lab();
+    let ns = lab.add_ns(format!("{}-c", lab.prefix)).unwrap();
+    assert_eq!(
+        cni_add_fails(&lab, Some(b"{\"cniVersion\": \"1.1.0\", "), Some(&format!("/run/netns/{ns}"))),
+        6
+    );
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_unknown_version_is_error_1_and_leaves_nothing() {
+    let mut lab = cni_lab();
+    let ns = lab.add_ns(format!("{}-c", lab.prefix)).unwrap();
+    let mut conf = lab.cni_conf(0, "1.1.0", serde_json::Value::Null);
+    conf["cniVersion"] = "7.0.0".into();
+    assert_eq!(cni_add_fails(&lab, Some(conf.to_string().as_bytes()), Some(&format!("/run/netns/{ns}"))), 1);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_missing_netns_is_error_3_and_leaves_nothing() {
+    let lab = cni_lab();
+    assert_eq!(cni_add_fails(&lab, None, Some(&format!("/run/netns/{}-nothere", lab.prefix))), 3);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_vnetd_not_running_is_error_11_and_leaves_nothing_and_status_says_50() {
+    let mut lab = cni_lab();
+    let ns = lab.add_ns(format!("{}-c", lab.prefix)).unwrap();
+    let conf = lab.cni_conf(0, "1.1.0", serde_json::Value::Null).to_string();
+    let r = lab.cni(0, "STATUS", "", None, conf.as_bytes()).unwrap();
+    assert!(r.ok, "STATUS with vnetd up: {}", r.out);
+    lab.stop_vnetd(0).unwrap();
+    let r = lab.cni(0, "STATUS", "", None, conf.as_bytes()).unwrap();
+    assert_eq!(r.code(), 50, "STATUS with vnetd down: {}", r.out);
+    // Leftovers are counted with vnetd back (an empty one: it has no config lines for containers).
+    let r = lab.cni(0, "ADD", "bad1", Some(&format!("/run/netns/{ns}")), conf.as_bytes()).unwrap();
+    assert_eq!(r.code(), 11, "{}", r.out);
+    lab.start_vnetd(0).unwrap();
+    assert_eq!(cni_leftovers(&lab, 0, "ipam"), Vec::<String>::new());
+    // DEL with vnetd gone is no error either.
+    lab.stop_vnetd(0).unwrap();
+    let r = lab.cni(0, "DEL", "bad1", Some(&format!("/run/netns/{ns}")), conf.as_bytes()).unwrap();
+    assert!(r.ok, "DEL with vnetd down: {}", r.out);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_an_exhausted_subnet_is_an_error_and_leaves_nothing_of_the_failed_add() {
+    let mut lab = cni_lab();
+    let (a, b) = (
+        lab.add_ns(format!("{}-ca", lab.prefix)).unwrap(),
+        lab.add_ns(format!("{}-cb", lab.prefix)).unwrap(),
+    );
+    // The range holds one address: the first container takes it
+    // (host-local 1.1 speaks CNI up to 1.0.0).
+    let conf = lab.cni_conf(0, "1.0.0", host_local(&lab, "ipam", "10.89.0.0/24", "10.89.0.10", "10.89.0.10"));
+    let conf = conf.to_string();
+    let r = lab.cni(0, "ADD", "ok1", Some(&format!("/run/netns/{a}")), conf.as_bytes()).unwrap();
+    assert!(r.ok, "{}", r.out);
+    let before = cni_leftovers(&lab, 0, "ipam");
+    let r = lab.cni(0, "ADD", "bad1", Some(&format!("/run/netns/{b}")), conf.as_bytes()).unwrap();
+    assert!(!r.ok && r.out["msg"].as_str().unwrap().contains("no IP addresses available"), "{}", r.out);
+    eprintln!("cni: {}", r.out);
+    assert_eq!(cni_leftovers(&lab, 0, "ipam"), before, "the failed ADD left something");
+    let r = lab.cni(0, "DEL", "ok1", Some(&format!("/run/netns/{a}")), conf.as_bytes()).unwrap();
+    assert!(r.ok, "{}", r.out);
+    assert_eq!(cni_leftovers(&lab, 0, "ipam"), Vec::<String>::new());
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_a_vhost_user_attachment_returns_its_socket_path_and_del_removes_it() {
+    let lab = cni_lab();
+    let dir = lab.dir.join("vhost");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut conf = lab.cni_conf(0, "1.1.0", serde_json::Value::Null);
+    conf["vhostUserDir"] = dir.display().to_string().into();
+    conf["datapath"] = "user".into();
+    let conf = conf.to_string();
+    let r = lab.cni(0, "ADD", "vm1", Some("/proc/self/ns/net"), conf.as_bytes()).unwrap();
+    assert!(r.ok, "{}\n{}", r.out, r.stderr);
+    let sock =
+        r.out["interfaces"][0]["socketPath"].as_str().unwrap_or_else(|| panic!("no socketPath: {}", r.out));
+    assert!(sock.starts_with(&dir.display().to_string()), "{sock}");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(sock).unwrap().file_type().is_socket(), "{sock} is no socket");
+    let mac = r.out["interfaces"][0]["mac"].as_str().unwrap();
+    let i = json(&lab, 0, "interfaces")["interfaces"][0].clone();
+    assert_eq!((i["kind"].as_str(), i["mac"].as_str()), (Some("vhost-user"), Some(mac)), "{i}");
+    for _ in 0..2 {
+        let r = lab.cni(0, "DEL", "vm1", Some("/proc/self/ns/net"), conf.as_bytes()).unwrap();
+        assert!(r.ok, "{}", r.out);
+    }
+    assert!(std::fs::metadata(sock).is_err(), "{sock} is still there");
+    assert_eq!(cni_leftovers(&lab, 0, "none"), Vec::<String>::new());
 }

@@ -291,7 +291,12 @@ pub fn check_name(what: &str, name: &str) -> Result<(), String> {
 }
 
 /// Runs cluster mode for ever (the caller's runtime ends it).
-pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Shared) {
+pub async fn run(
+    cfg: Config,
+    daemon: Arc<Mutex<Daemon>>,
+    status: membership::Shared,
+    mut ipam: Option<crate::ipam::Receiver>,
+) {
     {
         let mut s = lock(&status);
         s.network = cfg.network.clone();
@@ -320,7 +325,7 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
     let mut backoff = Duration::from_millis(100);
     loop {
         let started = Instant::now();
-        let e = host.session().await;
+        let e = host.session(&mut ipam).await;
         tracing::warn!(network = %host.cfg.network, "cluster: {e}; the data path keeps its last state");
         {
             let mut s = lock(&host.status);
@@ -334,6 +339,14 @@ pub async fn run(cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Sh
         // (the store hears of them when it is back).
         host.wait(tokio::time::sleep(backoff)).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// The next `ipam` request, or never (static mode has none).
+async fn next_request(rx: &mut Option<crate::ipam::Receiver>) -> Option<crate::ipam::Request> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -410,19 +423,33 @@ struct Host {
 
 impl Host {
     /// One session with etcd; returns why it ended.
-    async fn session(&mut self) -> String {
-        match self.session_inner().await {
+    async fn session(&mut self, ipam: &mut Option<crate::ipam::Receiver>) -> String {
+        match self.session_inner(ipam).await {
             Ok(never) => match never {},
             Err(e) => e.to_string(),
         }
     }
 
-    async fn session_inner(&mut self) -> Result<std::convert::Infallible, SessionError> {
+    async fn session_inner(
+        &mut self,
+        ipam: &mut Option<crate::ipam::Receiver>,
+    ) -> Result<std::convert::Infallible, SessionError> {
         let ttl = lease_ttl(self.cfg.ttl);
         let (mut c, lease) = self.connect(ttl).await?;
         let (mut keeper, mut kept) = self.wait(c.lease_keep_alive(lease)).await.map_err(etcd("keepalive"))?;
 
         let mut rev = self.announce(&mut c, lease).await?;
+        let (network, me) = (self.cfg.network.clone(), self.cfg.host.clone());
+        let kept_addresses = self
+            .wait(crate::ipam::keep(&mut c, &network, &me, lease))
+            .await
+            .map_err(etcd("keep addresses"))?;
+        if kept_addresses > 0 {
+            tracing::info!(
+                addresses = kept_addresses,
+                "cluster: this host's addresses are under its new lease"
+            );
+        }
         let prefix = self.member.prefix().to_string();
         let own_key = host_key(&self.cfg.network, &self.cfg.host);
         let watch_opts = |rev: u64| WatchOptions::new().with_prefix().with_start_revision(rev as i64 + 1);
@@ -447,6 +474,11 @@ impl Host {
                         return Err(SessionError::WatchCanceled(resp.cancel_reason().to_string()));
                     }
                     self.on_events(&mut c, lease, &resp, &own_key).await?;
+                }
+                Some(req) = next_request(ipam) => {
+                    let r = crate::ipam::serve(&mut c, &network, &me, lease, &req.op).await;
+                    // The client may have given up waiting.
+                    let _ = req.reply.send(r);
                 }
                 _ = keep_every.tick() => {
                     keeper.keep_alive().await.map_err(etcd("keepalive"))?;

@@ -55,6 +55,8 @@ pub struct Limits {
     open_txns: Arc<AtomicUsize>,
     /// Who may use the endpoint.
     pub access: Arc<Access>,
+    /// Cluster mode: where `ipam` requests go (the cluster session).
+    pub ipam: Option<crate::ipam::Sender>,
 }
 
 /// Who may use a control endpoint (`docs/SECURITY.md`, "Control"): whoever
@@ -106,7 +108,13 @@ pub fn load_token(path: &std::path::Path) -> Result<Arc<str>, String> {
 
 impl Limits {
     pub fn new(idle: Duration) -> Self {
-        Limits { idle, open_txns: Arc::default(), access: Arc::default() }
+        Limits { idle, open_txns: Arc::default(), access: Arc::default(), ipam: None }
+    }
+
+    /// These limits, with `ipam` requests sent to the cluster session.
+    pub fn with_ipam(mut self, tx: crate::ipam::Sender) -> Self {
+        self.ipam = Some(tx);
+        self
     }
 
     /// These limits, with `access`.
@@ -268,12 +276,63 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
                 Ok(body) => (body, ok()),
                 Err(e) => (String::new(), err(&e)),
             },
+            Command::Attach(ref decl) => attach(daemon, |st| vnet_control::attach::attach(st, c.pos, decl)),
+            Command::Detach(ref name) => attach(daemon, |st| vnet_control::attach::detach(st, c.pos, name)),
             _ => match lock(daemon).apply(std::slice::from_ref(&c)) {
                 Ok(()) => (String::new(), ok()),
                 Err(e) => (String::new(), err(&e)),
             },
         },
         Err(e) => (String::new(), err(&e)),
+    }
+}
+
+/// An `ipam` line's request (its errors are `handle_line`'s to report).
+fn ipam_request(line: &str) -> Option<vnet_control::IpamOp> {
+    if !line.trim_start().starts_with("ipam") {
+        return None;
+    }
+    match parse_line(line, 1, &mut Section::None) {
+        Ok(Some(Located { item: Command::Ipam(op), .. })) => Some(op),
+        _ => None,
+    }
+}
+
+/// How long an `ipam` request may wait for etcd.
+const IPAM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sends `op` to the cluster session and waits for its answer.
+async fn ipam(to: Option<&crate::ipam::Sender>, op: vnet_control::IpamOp) -> (String, String) {
+    let Some(to) = to else {
+        return (String::new(), "end error ipam needs cluster mode (in static mode, use host-local)".into());
+    };
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    if to.try_send(crate::ipam::Request { op, reply }).is_err() {
+        return (String::new(), "end error ipam: too many requests waiting; try again".into());
+    }
+    match tokio::time::timeout(IPAM_TIMEOUT, answer).await {
+        Ok(Ok(Ok(body))) => (body, "end ok".into()),
+        Ok(Ok(Err(e))) => (String::new(), format!("end error ipam: {e}")),
+        Ok(Err(_)) => (String::new(), "end error ipam: the cluster session dropped the request".into()),
+        Err(_) => (String::new(), format!("end error ipam: etcd did not answer within {IPAM_TIMEOUT:?}")),
+    }
+}
+
+/// `attach` and `detach`: the commands `expand` makes of them against the
+/// running state, applied as one transaction under one lock (so no other
+/// client's change comes between the look and the change).
+fn attach(
+    daemon: &Mutex<Daemon>,
+    expand: impl FnOnce(&vnet_control::State) -> Vec<vnet_control::Located<Command>>,
+) -> (String, String) {
+    let mut d = lock(daemon);
+    let cmds = expand(d.state());
+    if cmds.is_empty() {
+        return (String::new(), "end ok".into());
+    }
+    match d.apply(&cmds) {
+        Ok(()) => (String::new(), "end ok".into()),
+        Err(e) => (String::new(), format!("end error {e}")),
     }
 }
 
@@ -328,7 +387,10 @@ pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
             }
             Ok(line) => {
                 let line = line.trim_end_matches(['\n', '\r']);
-                let (body, end) = handle_line(&daemon, &mut s, line);
+                let (body, end) = match ipam_request(line) {
+                    Some(op) => ipam(s.limits.ipam.as_ref(), op).await,
+                    None => handle_line(&daemon, &mut s, line),
+                };
                 let mut out = body;
                 if !out.is_empty() && !out.ends_with('\n') {
                     out.push('\n');

@@ -11,7 +11,7 @@
 //! - [`kernel`]: the eBPF fast path.
 //! - [`paths`]: which socket paths and devices config may claim.
 //! - [`cluster`]: cluster mode, the etcd watch that programs this host;
-//!   [`membership`]: what it reports.
+//!   [`membership`]: what it reports; [`ipam`]: addresses it allocates.
 //! - [`handshakes`]: secured links' handshake timestamps, kept across restarts.
 //! - [`control`]: the control endpoint and its line protocol.
 //! - [`client`], [`relocate`], [`keys`], [`docs`]: re-exported from
@@ -24,6 +24,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod handshakes;
 pub mod iface;
+pub mod ipam;
 pub mod kernel;
 pub mod link;
 pub mod membership;

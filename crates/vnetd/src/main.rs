@@ -245,12 +245,15 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
             }
         };
         spawn_background(&daemon, args.metrics);
+        let mut limits =
+            control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)))
+                .with_access(access);
         if let Some(cfg) = cluster {
-            tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status));
+            let (tx, rx) = vnetd::ipam::channel();
+            limits = limits.with_ipam(tx);
+            tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status, Some(rx)));
         }
         tracing::info!(control = %args.control, "vnetd ready");
-        let limits = control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)))
-            .with_access(access);
         control::serve(&args.control, daemon.clone(), limits, control_tls, shutdown).await
     });
     daemon.lock().unwrap_or_else(|p| p.into_inner()).shutdown();

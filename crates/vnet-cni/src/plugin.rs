@@ -1,0 +1,397 @@
+//! The commands: what `ADD`, `DEL`, `CHECK`, `STATUS`, `GC` and
+//! `VERSION` do, given the environment and the configuration.
+
+use crate::record::{self, Record};
+use crate::spec::{self, Code, Command, Error, Interface, NetConf, Outcome, Result};
+use crate::{ipam, veth};
+use serde_json::Value;
+use std::fs::File;
+use vnet_client::client::Client;
+use vnet_client::endpoint::Endpoint;
+
+/// The `CNI_*` variables.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    pub container_id: Option<String>,
+    pub netns: Option<String>,
+    pub ifname: Option<String>,
+    pub path: String,
+}
+
+impl Env {
+    pub fn from_process() -> Env {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Env {
+            container_id: var("CNI_CONTAINERID"),
+            netns: var("CNI_NETNS"),
+            ifname: var("CNI_IFNAME"),
+            path: var("CNI_PATH").unwrap_or_default(),
+        }
+    }
+
+    /// `CNI_CONTAINERID`: alphanumerics, `_`, `.`, `-` (the spec's rule).
+    fn container_id(&self) -> Result<&str> {
+        let id = self.container_id.as_deref().ok_or_else(|| missing("CNI_CONTAINERID"))?;
+        if !id.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) || id.len() > 256 {
+            return Err(Error::new(
+                Code::InvalidEnvironment,
+                format!("CNI_CONTAINERID `{id}`: expected letters, digits, `_`, `.` or `-`"),
+            ));
+        }
+        Ok(id)
+    }
+
+    /// `CNI_IFNAME`: 1-15 bytes, not `.` or `..`, no `/`, `:` or space.
+    fn ifname(&self) -> Result<&str> {
+        let n = self.ifname.as_deref().ok_or_else(|| missing("CNI_IFNAME"))?;
+        if n.len() > 15
+            || n == "."
+            || n == ".."
+            || n.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
+        {
+            return Err(Error::new(
+                Code::InvalidEnvironment,
+                format!("CNI_IFNAME `{n}`: expected 1-15 bytes, no `/`, `:` or space"),
+            ));
+        }
+        Ok(n)
+    }
+
+    fn netns(&self) -> Result<&str> {
+        self.netns.as_deref().ok_or_else(|| missing("CNI_NETNS"))
+    }
+}
+
+fn missing(var: &str) -> Error {
+    Error::new(Code::InvalidEnvironment, format!("{var} is not set"))
+}
+
+/// The names of one attachment: vnetd's interface and the veth's host end
+/// (one name), and the peer's name until it is in the container.
+pub fn names(network: &str, id: &str, ifname: &str) -> (String, String) {
+    let d = ring::digest::digest(&ring::digest::SHA256, format!("{network}\0{id}\0{ifname}").as_bytes());
+    let hex: String = d.as_ref()[..5].iter().map(|b| format!("{b:02x}")).collect();
+    (format!("vc{hex}"), format!("vp{hex}"))
+}
+
+/// A locally administered unicast MAC for a vhost-user attachment (the
+/// guest is given it; there is no veth to take one from).
+fn vhost_mac(name: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
+    let b = d.as_ref();
+    format!("02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4])
+}
+
+fn vnetd(conf: &NetConf) -> Result<Client> {
+    let ep: Endpoint = conf
+        .control
+        .parse()
+        .map_err(|e: String| Error::with(Code::InvalidConfig, format!("control `{}`", conf.control), e))?;
+    Client::connect(&ep)
+        .map_err(|e| Error::with(Code::TryAgainLater, format!("vnetd is not answering at {ep}"), e))
+}
+
+fn request(c: &mut Client, line: &str) -> Result<String> {
+    let r = c.request(line).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
+    r.result.map_err(|e| Error::with(Code::Refused, format!("vnetd refused `{line}`"), e))?;
+    Ok(r.body)
+}
+
+/// Runs `cmd`; the JSON to print, if any.
+pub fn run(cmd: Command, env: &Env, stdin: &[u8]) -> Result<Option<Value>> {
+    if cmd == Command::Version {
+        let asked: Value = serde_json::from_slice(stdin).unwrap_or(Value::Null);
+        let v = asked.get("cniVersion").and_then(Value::as_str).unwrap_or(spec::CURRENT);
+        return Ok(Some(spec::version_info(v)));
+    }
+    let (conf, raw) = spec::parse_conf(stdin)?;
+    spec::command_in(cmd, &conf.cni_version)?;
+    match cmd {
+        Command::Add => add(env, &conf, stdin).map(|o| Some(o.to_json(&conf.cni_version))),
+        Command::Del => del(env, &conf, stdin).map(|()| None),
+        Command::Check => check(env, &conf, stdin).map(|()| None),
+        Command::Status => status(&conf).map(|()| None),
+        Command::Gc => gc(env, &conf, &raw, stdin).map(|()| None),
+        Command::Version => Ok(None),
+    }
+}
+
+fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
+    let (id, ifname, netns) = (env.container_id()?, env.ifname()?, env.netns()?);
+    let ns = File::open(netns).map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound { Code::UnknownContainer } else { Code::Io };
+        Error::with(code, format!("network namespace {netns}"), e)
+    })?;
+    let ipam_kind = conf.ipam.as_ref().map(ipam::kind).transpose()?;
+    let mut c = vnetd(conf)?;
+    // A second ADD for the same attachment starts from nothing.
+    if let Some(old) = record::load(&conf.state_dir, &conf.name, id, ifname)? {
+        undo(conf, env, &old, stdin)?;
+    }
+    let (name, tmp) = names(&conf.name, id, ifname);
+    let mut rec = Record {
+        container_id: id.into(),
+        ifname: ifname.into(),
+        netns: netns.into(),
+        name: name.clone(),
+        socket: conf.vhost_user_dir.as_ref().map(|d| format!("{}/{name}.sock", d.trim_end_matches('/'))),
+        mac: String::new(),
+        result: None,
+    };
+    record::store(&conf.state_dir, &conf.name, &rec)?;
+    let made = (|| {
+        let mac = match &rec.socket {
+            Some(_) => vhost_mac(&name),
+            None => veth::make(&name, &tmp, &ns, ifname, conf.mtu)?,
+        };
+        rec.mac = mac.clone();
+        record::store(&conf.state_dir, &conf.name, &rec)?;
+        let mut out = match (&ipam_kind, &conf.ipam) {
+            (Some(k), Some(section)) if k == ipam::VNET => {
+                ipam::vnet_add(&mut c, section, &ipam::owner(&conf.name, id, ifname))?
+            }
+            (Some(k), _) => ipam::run(k, "ADD", &env.path, stdin, &[])?.unwrap_or_default(),
+            _ => Outcome::default(),
+        };
+        if rec.socket.is_none() && !out.ips.is_empty() {
+            veth::configure(&ns, ifname, &out.ips, &out.routes)?;
+        }
+        request(&mut c, &attach_line(conf, &rec))?;
+        let sandbox = rec.socket.is_none().then(|| netns.to_string());
+        out.interfaces = vec![Interface {
+            name: ifname.into(),
+            mac,
+            mtu: conf.mtu,
+            sandbox,
+            socket_path: rec.socket.clone(),
+        }];
+        for ip in &mut out.ips {
+            ip.interface = Some(0);
+        }
+        rec.result = Some(out.clone());
+        record::store(&conf.state_dir, &conf.name, &rec)?;
+        Ok(out)
+    })();
+    match made {
+        Ok(out) => Ok(out),
+        Err(e) => {
+            // Nothing of a failed ADD is left behind; the first error is
+            // the one reported.
+            let _ = undo(conf, env, &rec, stdin);
+            Err(e)
+        }
+    }
+}
+
+/// The `attach` line for an attachment.
+fn attach_line(conf: &NetConf, r: &Record) -> String {
+    let mut l = match &r.socket {
+        Some(s) => format!("attach {} vhost-user {s} mac {} datapath auto", r.name, r.mac),
+        None => format!("attach {} netdev {} mac {} datapath {}", r.name, r.name, r.mac, conf.datapath),
+    };
+    if conf.network != 0 {
+        l.push_str(&format!(" network {}", conf.network));
+    }
+    l
+}
+
+/// Removes what `r` records: the declaration (if vnetd answers), the veth,
+/// the addresses (the IPAM plugin's `DEL`), the record. Each step is
+/// tried; the first error is returned.
+fn undo(conf: &NetConf, env: &Env, r: &Record, stdin: &[u8]) -> Result<()> {
+    let mut first = None;
+    let builtin = conf.ipam.as_ref().is_some_and(|i| ipam::kind(i).is_ok_and(|k| k == ipam::VNET));
+    // vnetd not answering is no error: what it held goes with it (a
+    // restarted vnetd has no `attach`ed interfaces; an address stays until
+    // the host's lease ends).
+    if let Ok(mut c) = vnetd(conf) {
+        if let Err(e) = request(&mut c, &format!("detach {}", r.name)) {
+            first.get_or_insert(e);
+        }
+        if builtin {
+            if let Err(e) = ipam::vnet_del(&mut c, &ipam::owner(&conf.name, &r.container_id, &r.ifname)) {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    if r.socket.is_none() {
+        if let Err(e) = veth::delete(&r.name) {
+            first.get_or_insert(e);
+        }
+    }
+    if let Some(ipam) = conf.ipam.as_ref().filter(|_| !builtin) {
+        let del = ipam::kind(ipam).and_then(|k| {
+            let mut env_conf: Value = serde_json::from_slice(stdin).unwrap_or(Value::Null);
+            // The IPAM plugin's DEL needs the attachment's variables.
+            env_conf["cniVersion"] = Value::String(conf.cni_version.clone());
+            let body = serde_json::to_vec(&env_conf).unwrap_or_default();
+            // GC removes attachments other than the environment's.
+            let vars = [("CNI_CONTAINERID", r.container_id.as_str()), ("CNI_IFNAME", r.ifname.as_str())];
+            ipam::run(&k, "DEL", &env.path, &body, &vars)
+        });
+        if let Err(e) = del {
+            first.get_or_insert(e);
+        }
+    }
+    if let Err(e) = record::remove(&conf.state_dir, &conf.name, &r.container_id, &r.ifname) {
+        first.get_or_insert(e);
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// `DEL`: idempotent; a missing netns, interface, record or vnetd is not
+/// an error. Without a record (ADD never ran, or ran elsewhere) the names
+/// are derived again, so a half-made attachment still goes.
+fn del(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
+    let (id, ifname) = (env.container_id()?, env.ifname()?);
+    let r = match record::load(&conf.state_dir, &conf.name, id, ifname)? {
+        Some(r) => r,
+        None => {
+            let (name, _) = names(&conf.name, id, ifname);
+            Record {
+                container_id: id.into(),
+                ifname: ifname.into(),
+                netns: env.netns.clone().unwrap_or_default(),
+                name: name.clone(),
+                socket: conf
+                    .vhost_user_dir
+                    .as_ref()
+                    .map(|d| format!("{}/{name}.sock", d.trim_end_matches('/'))),
+                mac: String::new(),
+                result: None,
+            }
+        }
+    };
+    undo(conf, env, &r, stdin)
+}
+
+/// `CHECK`: the record, the veth's host end, vnetd's declaration with the
+/// container's MAC, the container's interface with that MAC and the
+/// addresses of `prevResult`, and the IPAM plugin's own `CHECK`.
+fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
+    let (id, ifname, netns) = (env.container_id()?, env.ifname()?, env.netns()?);
+    let not = |what: String| Error::new(Code::NotAsMade, what);
+    let r = record::load(&conf.state_dir, &conf.name, id, ifname)?
+        .ok_or_else(|| not(format!("no attachment {id}/{ifname} was made on network {}", conf.name)))?;
+    let prev = match &conf.prev_result {
+        Some(p) => Outcome::from_json(p)?,
+        None => return Err(Error::new(Code::InvalidConfig, "CHECK needs prevResult")),
+    };
+    let mut c = vnetd(conf)?;
+    let body = request(&mut c, "show interfaces json")?;
+    let v: Value =
+        serde_json::from_str(&body).map_err(|e| Error::with(Code::Decode, "vnetd's interfaces", e))?;
+    let declared = v["interfaces"].as_array().and_then(|a| a.iter().find(|i| i["name"] == r.name.as_str()));
+    match declared {
+        None => return Err(not(format!("vnetd has no interface {}", r.name))),
+        Some(i) if i["mac"] != r.mac.as_str() => {
+            return Err(not(format!("vnetd's {} has MAC {}, not {}", r.name, i["mac"], r.mac)))
+        }
+        Some(_) => {}
+    }
+    if r.socket.is_none() {
+        if !veth::exists(&r.name)? {
+            return Err(not(format!("the veth {} is gone", r.name)));
+        }
+        let ns = File::open(netns)
+            .map_err(|e| Error::with(Code::UnknownContainer, format!("network namespace {netns}"), e))?;
+        let (mac, addrs) = veth::inspect(&ns, ifname)?
+            .ok_or_else(|| not(format!("the container has no interface {ifname}")))?;
+        if mac != r.mac {
+            return Err(not(format!("{ifname} has MAC {mac}, not {}", r.mac)));
+        }
+        for ip in &prev.ips {
+            if !addrs.contains(&ip.address) {
+                return Err(not(format!("{ifname} lacks {}", ip.address)));
+            }
+        }
+    }
+    if let Some(ipam) = &conf.ipam {
+        let k = ipam::kind(ipam)?;
+        if k != ipam::VNET {
+            ipam::run(&k, "CHECK", &env.path, stdin, &[])?;
+        }
+    }
+    Ok(())
+}
+
+/// `STATUS`: ready when vnetd answers.
+fn status(conf: &NetConf) -> Result<()> {
+    let mut c = vnetd(conf).map_err(|e| Error { code: Code::NotAvailable as u32, ..e })?;
+    request(&mut c, "show stats").map(drop).map_err(|e| Error { code: Code::NotAvailable as u32, ..e })
+}
+
+/// `GC`: every recorded attachment of the network that is not in
+/// `cni.dev/valid-attachments` is removed as `DEL` would.
+fn gc(env: &Env, conf: &NetConf, raw: &Value, stdin: &[u8]) -> Result<()> {
+    let valid: Vec<(String, String)> = raw
+        .get("cni.dev/valid-attachments")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|x| {
+                    let s = |k: &str| x.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                    (s("containerID"), s("ifname"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut first = None;
+    for r in record::all(&conf.state_dir, &conf.name) {
+        if !valid.iter().any(|(i, n)| *i == r.container_id && *n == r.ifname) {
+            if let Err(e) = undo(conf, env, &r, stdin) {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_a_device_and_differ_per_attachment() {
+        let (a, p) = names("net", "abc", "eth0");
+        assert!(a.len() <= 15 && a.starts_with("vc") && p.starts_with("vp"));
+        assert_ne!(names("net", "abc", "eth1").0, a);
+        assert_ne!(names("net2", "abc", "eth0").0, a);
+        assert_eq!(names("net", "abc", "eth0").0, a);
+    }
+
+    #[test]
+    fn the_environment_is_checked_as_the_spec_says() {
+        let e = Env { ifname: Some("a/b".into()), ..Env::default() };
+        assert_eq!(e.ifname().unwrap_err().code, 4);
+        let e = Env { container_id: Some("x y".into()), ..Env::default() };
+        assert_eq!(e.container_id().unwrap_err().code, 4);
+        assert_eq!(Env::default().netns().unwrap_err().code, 4);
+        let e = Env { ifname: Some("eth0".into()), ..Env::default() };
+        assert_eq!(e.ifname().unwrap(), "eth0");
+    }
+
+    #[test]
+    fn vnetd_not_running_is_try_again_later_for_add_and_not_available_for_status() {
+        let dir = std::env::temp_dir().join(format!("vnet-cni-test-{}", std::process::id()));
+        let conf = format!(
+            r#"{{"cniVersion":"1.1.0","name":"n","type":"vnet-cni","control":"unix:{}/none.sock","stateDir":"{}"}}"#,
+            dir.display(),
+            dir.display()
+        );
+        let e = run(Command::Status, &Env::default(), conf.as_bytes()).unwrap_err();
+        assert_eq!(e.code, 50);
+        let env = Env {
+            container_id: Some("c1".into()),
+            ifname: Some("eth0".into()),
+            netns: Some("/proc/self/ns/net".into()),
+            path: String::new(),
+        };
+        let e = run(Command::Add, &env, conf.as_bytes()).unwrap_err();
+        assert_eq!(e.code, 11, "{e}");
+        // DEL with vnetd gone, no record, no veth: no error.
+        run(Command::Del, &env, conf.as_bytes()).unwrap();
+        assert!(!dir.join("n").exists() || record::all(dir.to_str().unwrap(), "n").is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

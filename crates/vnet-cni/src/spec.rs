@@ -1,0 +1,402 @@
+//! The CNI contract: versions, the network configuration, the result and
+//! the error JSON, as the specification (1.1.0, with 1.0.0 and 0.4.0
+//! accepted) gives them. No I/O here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use std::net::IpAddr;
+
+/// The versions this plugin accepts, oldest first; the last is its own.
+pub const SUPPORTED: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+pub const CURRENT: &str = "1.1.0";
+
+/// The error codes of the specification ("Error" section); 100 and up
+/// are this plugin's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    IncompatibleVersion = 1,
+    UnknownContainer = 3,
+    InvalidEnvironment = 4,
+    Io = 5,
+    Decode = 6,
+    InvalidConfig = 7,
+    TryAgainLater = 11,
+    /// `STATUS`: the plugin is not available (vnetd is not answering).
+    NotAvailable = 50,
+    /// `CHECK`: the attachment is not as `ADD` made it.
+    NotAsMade = 100,
+    /// No address is left in the IPAM pool.
+    Exhausted = 101,
+    /// vnetd refused a change.
+    Refused = 102,
+}
+
+/// An error as the specification's error JSON carries it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{msg}{}", if details.is_empty() { String::new() } else { format!(": {details}") })]
+pub struct Error {
+    pub code: u32,
+    pub msg: String,
+    pub details: String,
+}
+
+impl Error {
+    pub fn new(code: Code, msg: impl Into<String>) -> Error {
+        Error { code: code as u32, msg: msg.into(), details: String::new() }
+    }
+
+    pub fn with(code: Code, msg: impl Into<String>, details: impl std::fmt::Display) -> Error {
+        Error { code: code as u32, msg: msg.into(), details: details.to_string() }
+    }
+
+    /// The error JSON, in `version` (the configuration's, or this plugin's
+    /// when the configuration could not be read).
+    pub fn to_json(&self, version: &str) -> Value {
+        let mut v = json!({ "cniVersion": version, "code": self.code, "msg": self.msg });
+        if !self.details.is_empty() {
+            v["details"] = Value::String(self.details.clone());
+        }
+        v
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The commands of `CNI_COMMAND`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Status,
+    Gc,
+    Version,
+}
+
+impl Command {
+    pub fn name(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Status => "STATUS",
+            Command::Gc => "GC",
+            Command::Version => "VERSION",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Command> {
+        Ok(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "STATUS" => Command::Status,
+            "GC" => Command::Gc,
+            "VERSION" => Command::Version,
+            _ => {
+                return Err(Error::new(
+                    Code::InvalidEnvironment,
+                    format!("CNI_COMMAND is `{s}`: expected ADD, DEL, CHECK, STATUS, GC or VERSION"),
+                ))
+            }
+        })
+    }
+}
+
+/// A version as three numbers, for comparisons.
+pub fn version(v: &str) -> Option<(u32, u32, u32)> {
+    let mut it = v.split('.').map(|p| p.parse::<u32>().ok());
+    let (a, b, c) = (it.next()??, it.next()??, it.next().unwrap_or(Some(0))?);
+    it.next().is_none().then_some((a, b, c))
+}
+
+/// The plugin's part of a network configuration; the rest (the IPAM
+/// section, `prevResult`, `runtimeConfig`) is kept as JSON.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetConf {
+    pub cni_version: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// vnetd's control endpoint (`unix:PATH` or `tcp:ADDR:PORT`).
+    #[serde(default = "default_control")]
+    pub control: String,
+    /// The container interface's MTU (the veth pair's); the kernel's
+    /// default when absent.
+    #[serde(default)]
+    pub mtu: Option<u32>,
+    /// `kernel` (default), `user` or `auto`: vnetd's data path for the
+    /// host end.
+    #[serde(default = "default_datapath")]
+    pub datapath: String,
+    /// The vnet network (tenant) id of the interface.
+    #[serde(default)]
+    pub network: u32,
+    /// Serve a vhost-user socket in this directory instead of making a
+    /// veth pair; the result's interface carries its `socketPath`.
+    #[serde(default)]
+    pub vhost_user_dir: Option<String>,
+    /// Where attachments are recorded (for `DEL`, `CHECK` and `GC`).
+    #[serde(default = "default_state_dir")]
+    pub state_dir: String,
+    #[serde(default)]
+    pub ipam: Option<Value>,
+    #[serde(default)]
+    pub prev_result: Option<Value>,
+}
+
+fn default_control() -> String {
+    "unix:/run/vnetd.sock".into()
+}
+fn default_datapath() -> String {
+    "kernel".into()
+}
+fn default_state_dir() -> String {
+    "/var/lib/vnet/cni".into()
+}
+
+/// The configuration's version and the configuration, checked: decodable
+/// JSON (code 6), a version this plugin speaks (1), the fields it needs
+/// (7), a name it can use as a directory (7).
+pub fn parse_conf(stdin: &[u8]) -> Result<(NetConf, Value)> {
+    let raw: Value = serde_json::from_slice(stdin)
+        .map_err(|e| Error::with(Code::Decode, "the network configuration is not JSON", e))?;
+    let v = raw.get("cniVersion").and_then(Value::as_str).unwrap_or("");
+    if !SUPPORTED.contains(&v) {
+        return Err(Error::with(
+            Code::IncompatibleVersion,
+            format!("cniVersion `{v}` is not one this plugin speaks"),
+            format!("supported: {}", SUPPORTED.join(", ")),
+        ));
+    }
+    let conf: NetConf = serde_json::from_value(raw.clone())
+        .map_err(|e| Error::with(Code::InvalidConfig, "the network configuration is not as expected", e))?;
+    if conf.name.is_empty()
+        || conf.name.len() > 128
+        || !conf.name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        || conf.name.starts_with('.')
+    {
+        return Err(Error::new(
+            Code::InvalidConfig,
+            format!("network name `{}`: expected 1-128 of A-Za-z0-9_-. not starting with `.`", conf.name),
+        ));
+    }
+    if conf.kind.is_empty() {
+        return Err(Error::new(Code::InvalidConfig, "`type` is empty: expected the plugin's name"));
+    }
+    if !matches!(conf.datapath.as_str(), "kernel" | "user" | "auto") {
+        return Err(Error::new(
+            Code::InvalidConfig,
+            format!("datapath `{}`: expected `kernel`, `user` or `auto`", conf.datapath),
+        ));
+    }
+    if let Some(m) = conf.mtu {
+        if !(68..=65535).contains(&m) {
+            return Err(Error::new(Code::InvalidConfig, format!("mtu {m}: expected 68 to 65535")));
+        }
+    }
+    Ok((conf, raw))
+}
+
+/// An address of a result (`ips`), in any version's form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpConfig {
+    /// CIDR notation: address and prefix length.
+    pub address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface: Option<u32>,
+}
+
+impl IpConfig {
+    /// The address and prefix length.
+    pub fn cidr(&self) -> Result<(IpAddr, u8)> {
+        let bad =
+            || Error::new(Code::Decode, format!("IPAM address `{}`: expected ADDR/PREFIX", self.address));
+        let (a, p) = self.address.split_once('/').ok_or_else(bad)?;
+        let a: IpAddr = a.parse().map_err(|_| bad())?;
+        let p: u8 = p.parse().map_err(|_| bad())?;
+        if p > if a.is_ipv4() { 32 } else { 128 } {
+            return Err(bad());
+        }
+        Ok((a, p))
+    }
+}
+
+/// A route of a result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteConfig {
+    pub dst: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gw: Option<String>,
+}
+
+/// An interface of a result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interface {
+    pub name: String,
+    #[serde(default)]
+    pub mac: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_path: Option<String>,
+}
+
+/// A result, version-independent; [`Outcome::to_json`] writes it in a
+/// version's form.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    #[serde(default)]
+    pub interfaces: Vec<Interface>,
+    #[serde(default)]
+    pub ips: Vec<IpConfig>,
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<Value>,
+}
+
+impl Outcome {
+    /// Reads a result (an IPAM plugin's, or a `prevResult`) of any
+    /// supported version: 0.x's `ips[].version` is ignored.
+    pub fn from_json(v: &Value) -> Result<Outcome> {
+        serde_json::from_value(v.clone())
+            .map_err(|e| Error::with(Code::Decode, "a result is not as expected", e))
+    }
+
+    /// The result JSON in `version`: 0.x adds `ips[].version`; before
+    /// 1.1.0 an interface has no `mtu` or `socketPath`.
+    pub fn to_json(&self, version: &str) -> Value {
+        let v = self::version(version).unwrap_or((1, 1, 0));
+        let mut out = Map::new();
+        out.insert("cniVersion".into(), Value::String(version.to_string()));
+        let ifaces: Vec<Value> = self
+            .interfaces
+            .iter()
+            .map(|i| {
+                let mut i = i.clone();
+                if v < (1, 1, 0) {
+                    i.mtu = None;
+                    i.socket_path = None;
+                }
+                serde_json::to_value(i).unwrap_or(Value::Null)
+            })
+            .collect();
+        out.insert("interfaces".into(), Value::Array(ifaces));
+        let ips: Vec<Value> = self
+            .ips
+            .iter()
+            .map(|ip| {
+                let mut j = serde_json::to_value(ip).unwrap_or(Value::Null);
+                if v < (1, 0, 0) {
+                    let four = ip.cidr().map(|(a, _)| a.is_ipv4()).unwrap_or(true);
+                    j["version"] = Value::String(if four { "4" } else { "6" }.into());
+                }
+                j
+            })
+            .collect();
+        out.insert("ips".into(), Value::Array(ips));
+        if !self.routes.is_empty() {
+            out.insert("routes".into(), serde_json::to_value(&self.routes).unwrap_or(Value::Null));
+        }
+        if let Some(dns) = &self.dns {
+            out.insert("dns".into(), dns.clone());
+        }
+        Value::Object(out)
+    }
+}
+
+/// `VERSION`'s answer.
+pub fn version_info(asked: &str) -> Value {
+    let v = if SUPPORTED.contains(&asked) { asked } else { CURRENT };
+    json!({ "cniVersion": v, "supportedVersions": SUPPORTED })
+}
+
+/// Whether `cmd` exists in `version` (CHECK from 0.4.0, STATUS and GC
+/// from 1.1.0).
+pub fn command_in(cmd: Command, v: &str) -> Result<()> {
+    let have = version(v).unwrap_or((0, 0, 0));
+    let need = match cmd {
+        Command::Check => (0, 4, 0),
+        Command::Status | Command::Gc => (1, 1, 0),
+        _ => return Ok(()),
+    };
+    if have < need {
+        return Err(Error::new(
+            Code::IncompatibleVersion,
+            format!(
+                "{} needs cniVersion {}.{}.{} or later, the configuration has {v}",
+                cmd.name(),
+                need.0,
+                need.1,
+                need.2
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_configurations_get_the_specs_codes() {
+        assert_eq!(parse_conf(b"{not json").unwrap_err().code, 6);
+        let v = br#"{"cniVersion":"9.9.9","name":"n","type":"vnet-cni"}"#;
+        assert_eq!(parse_conf(v).unwrap_err().code, 1);
+        let no_name = br#"{"cniVersion":"1.0.0","type":"vnet-cni"}"#;
+        assert_eq!(parse_conf(no_name).unwrap_err().code, 7);
+        let slash = br#"{"cniVersion":"1.0.0","name":"../x","type":"vnet-cni"}"#;
+        assert_eq!(parse_conf(slash).unwrap_err().code, 7);
+        let dp = br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni","datapath":"fast"}"#;
+        assert_eq!(parse_conf(dp).unwrap_err().code, 7);
+        let ok = br#"{"cniVersion":"1.1.0","name":"n","type":"vnet-cni","ipam":{"type":"host-local"}}"#;
+        let (c, _) = parse_conf(ok).unwrap();
+        assert_eq!(
+            (c.datapath.as_str(), c.network, c.control.as_str()),
+            ("kernel", 0, "unix:/run/vnetd.sock")
+        );
+    }
+
+    #[test]
+    fn results_take_each_versions_form() {
+        let r = Outcome {
+            interfaces: vec![Interface {
+                name: "eth0".into(),
+                mac: "52:54:00:00:00:01".into(),
+                mtu: Some(1400),
+                sandbox: Some("/run/netns/x".into()),
+                socket_path: None,
+            }],
+            ips: vec![IpConfig { address: "10.9.0.2/24".into(), gateway: None, interface: Some(0) }],
+            routes: vec![],
+            dns: None,
+        };
+        let old = r.to_json("0.4.0");
+        assert_eq!(old["ips"][0]["version"], "4");
+        assert!(old["interfaces"][0].get("mtu").is_none());
+        let new = r.to_json("1.1.0");
+        assert!(new["ips"][0].get("version").is_none());
+        assert_eq!(new["interfaces"][0]["mtu"], 1400);
+        assert_eq!(new["cniVersion"], "1.1.0");
+        // What an IPAM plugin of 0.4.0 returns reads back.
+        assert_eq!(Outcome::from_json(&old).unwrap().ips, r.ips);
+    }
+
+    #[test]
+    fn commands_exist_from_their_versions() {
+        assert_eq!(command_in(Command::Status, "1.0.0").unwrap_err().code, 1);
+        assert!(command_in(Command::Status, "1.1.0").is_ok());
+        assert_eq!(command_in(Command::Check, "0.3.1").unwrap_err().code, 1);
+        assert!(command_in(Command::Add, "0.3.0").is_ok());
+        assert!(Command::parse("ADDD").is_err());
+        assert_eq!(version_info("0.4.0")["cniVersion"], "0.4.0");
+    }
+}

@@ -1,0 +1,200 @@
+//! The container's veth pair, through rtnetlink: made in the plugin's
+//! (the host's) network namespace, its container end moved into
+//! `CNI_NETNS`, renamed to `CNI_IFNAME`, given its addresses and routes
+//! there. Work inside the container's namespace runs on a thread of its
+//! own that enters it (`setns` changes only the calling thread), so the
+//! plugin's own thread never leaves the host's namespace.
+
+use crate::spec::{Code, Error, IpConfig, Result, RouteConfig};
+use futures_util::TryStreamExt;
+use rtnetlink::packet_route::link::{LinkAttribute, LinkMessage};
+use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use std::fs::File;
+use std::future::Future;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+fn io(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> Error {
+    let what = what.into();
+    move |e| Error::with(Code::Io, what, e)
+}
+
+/// Runs `f` with a netlink handle in the current thread's namespace.
+fn block<T, F, Fut>(f: F) -> Result<T>
+where
+    F: FnOnce(Handle) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .map_err(|e| Error::with(Code::Io, "a runtime for netlink", e))?;
+    rt.block_on(async move {
+        let (conn, handle, _) =
+            rtnetlink::new_connection().map_err(|e| Error::with(Code::Io, "netlink", e))?;
+        tokio::spawn(conn);
+        f(handle).await
+    })
+}
+
+/// Runs `f` with a netlink handle inside the namespace `ns`.
+fn in_netns<T: Send + 'static, F, Fut>(ns: &File, f: F) -> Result<T>
+where
+    F: FnOnce(Handle) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T>>,
+{
+    let ns = ns.try_clone().map_err(|e| Error::with(Code::Io, "the network namespace", e))?;
+    std::thread::spawn(move || {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(|e| Error::with(Code::Io, "entering the container's network namespace", e))?;
+        block(f)
+    })
+    .join()
+    .unwrap_or_else(|_| Err(Error::new(Code::Io, "the namespace thread failed")))
+}
+
+async fn by_name(h: &Handle, name: &str) -> Result<Option<LinkMessage>> {
+    let mut links = h.link().get().match_name(name.to_string()).execute();
+    match links.try_next().await {
+        Ok(l) => Ok(l),
+        // ENODEV: no such link.
+        Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(None),
+        Err(e) => Err(io(format!("looking up {name}"))(e)),
+    }
+}
+
+fn mac_of(l: &LinkMessage) -> String {
+    l.attributes
+        .iter()
+        .find_map(|a| match a {
+            LinkAttribute::Address(b) => {
+                Some(b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(":"))
+            }
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Makes the pair: `host` in this namespace, up; its peer (made as `tmp`)
+/// moved into `ns` as `ifname`, up. Returns the container end's MAC.
+pub fn make(host: &str, tmp: &str, ns: &File, ifname: &str, mtu: Option<u32>) -> Result<String> {
+    let (host_s, tmp_s, nsfd) = (host.to_string(), tmp.to_string(), ns.as_raw_fd());
+    block(move |h| async move {
+        let mut b = LinkVeth::new(&host_s, &tmp_s);
+        if let Some(m) = mtu {
+            b = b.mtu(m);
+        }
+        h.link().add(b.build()).execute().await.map_err(io(format!("making the veth pair {host_s}")))?;
+        let peer =
+            by_name(&h, &tmp_s).await?.ok_or_else(|| Error::new(Code::Io, "the new veth peer is gone"))?;
+        let mut set = LinkUnspec::new_with_index(peer.header.index).setns_by_fd(nsfd);
+        if let Some(m) = mtu {
+            set = set.mtu(m);
+        }
+        h.link().set(set.build()).execute().await.map_err(io("moving the veth peer into the container"))?;
+        let me = by_name(&h, &host_s).await?.ok_or_else(|| Error::new(Code::Io, "the new veth is gone"))?;
+        let up = LinkUnspec::new_with_index(me.header.index).up().build();
+        h.link().set(up).execute().await.map_err(io(format!("setting {host_s} up")))
+    })?;
+    let (tmp, ifname) = (tmp.to_string(), ifname.to_string());
+    in_netns(ns, move |h| async move {
+        let l =
+            by_name(&h, &tmp).await?.ok_or_else(|| Error::new(Code::Io, "the veth peer did not arrive"))?;
+        let set = LinkUnspec::new_with_index(l.header.index).name(ifname.clone()).up().build();
+        h.link()
+            .set(set)
+            .execute()
+            .await
+            .map_err(io(format!("naming the container's interface {ifname}")))?;
+        Ok(mac_of(&l))
+    })
+}
+
+/// Gives `ifname` in `ns` the addresses and routes of an IPAM result.
+pub fn configure(ns: &File, ifname: &str, ips: &[IpConfig], routes: &[RouteConfig]) -> Result<()> {
+    let addrs = ips.iter().map(IpConfig::cidr).collect::<Result<Vec<_>>>()?;
+    let mut rs = Vec::new();
+    for r in routes {
+        let bad = || Error::new(Code::Decode, format!("IPAM route `{}`: expected ADDR/PREFIX", r.dst));
+        let (d, p) = r.dst.split_once('/').ok_or_else(bad)?;
+        let d: IpAddr = d.parse().map_err(|_| bad())?;
+        let p: u8 = p.parse().map_err(|_| bad())?;
+        let gw: Option<IpAddr> = match &r.gw {
+            Some(g) => Some(g.parse().map_err(|_| Error::new(Code::Decode, format!("IPAM gateway `{g}`")))?),
+            None => None,
+        };
+        rs.push((d, p, gw));
+    }
+    let ifname = ifname.to_string();
+    in_netns(ns, move |h| async move {
+        let l =
+            by_name(&h, &ifname).await?.ok_or_else(|| Error::new(Code::Io, format!("{ifname} is gone")))?;
+        let index = l.header.index;
+        for (a, p) in addrs {
+            h.address().add(index, a, p).execute().await.map_err(io(format!("adding {a}/{p}")))?;
+        }
+        for (d, p, gw) in rs {
+            let msg = match (d, gw) {
+                (IpAddr::V4(d), gw) => {
+                    let mut b = RouteMessageBuilder::<std::net::Ipv4Addr>::new()
+                        .destination_prefix(d, p)
+                        .output_interface(index);
+                    if let Some(IpAddr::V4(g)) = gw {
+                        b = b.gateway(g);
+                    }
+                    b.build()
+                }
+                (IpAddr::V6(d), gw) => {
+                    let mut b = RouteMessageBuilder::<std::net::Ipv6Addr>::new()
+                        .destination_prefix(d, p)
+                        .output_interface(index);
+                    if let Some(IpAddr::V6(g)) = gw {
+                        b = b.gateway(g);
+                    }
+                    b.build()
+                }
+            };
+            h.route().add(msg).execute().await.map_err(io(format!("adding the route to {d}/{p}")))?;
+        }
+        Ok(())
+    })
+}
+
+/// Deletes link `name` of this namespace (a veth's peer goes with it);
+/// `false` if there was none.
+pub fn delete(name: &str) -> Result<bool> {
+    let name = name.to_string();
+    block(move |h| async move {
+        let Some(l) = by_name(&h, &name).await? else { return Ok(false) };
+        match h.link().del(l.header.index).execute().await {
+            Ok(()) => Ok(true),
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code() == -libc::ENODEV => Ok(false),
+            Err(e) => Err(io(format!("deleting {name}"))(e)),
+        }
+    })
+}
+
+/// Whether link `name` exists in this namespace.
+pub fn exists(name: &str) -> Result<bool> {
+    let name = name.to_string();
+    block(move |h| async move { Ok(by_name(&h, &name).await?.is_some()) })
+}
+
+/// `ifname` in `ns`: its MAC and its addresses as `ADDR/PREFIX`; `None`
+/// if it is not there.
+pub fn inspect(ns: &File, ifname: &str) -> Result<Option<(String, Vec<String>)>> {
+    let ifname = ifname.to_string();
+    in_netns(ns, move |h| async move {
+        let Some(l) = by_name(&h, &ifname).await? else { return Ok(None) };
+        let mut addrs = Vec::new();
+        let mut it = h.address().get().set_link_index_filter(l.header.index).execute();
+        while let Some(a) = it.try_next().await.map_err(io("listing addresses"))? {
+            for attr in &a.attributes {
+                if let rtnetlink::packet_route::address::AddressAttribute::Address(ip) = attr {
+                    addrs.push(format!("{ip}/{}", a.header.prefix_len));
+                }
+            }
+        }
+        Ok(Some((mac_of(&l), addrs)))
+    })
+}

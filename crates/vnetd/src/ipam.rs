@@ -1,0 +1,154 @@
+//! Cluster-wide address allocation (`ipam add|del` on the control
+//! endpoint), done by the cluster session with its etcd client and under
+//! its lease ([`vnet_cluster::ipam`] has the layout and the choice).
+//!
+//! - `add`: the owner's address if it holds one in the pool already (a
+//!   retried `ADD`); else a free address, made with a transaction that
+//!   succeeds only if its key does not exist, so two hosts never hold one
+//!   address; a lost race tries the next.
+//! - `del`: what the owner holds on this host goes, each only while it
+//!   still holds this host's value.
+//! - [`keep`]: at the start of a session, this host's allocations are put
+//!   under the session's lease (unless another host took the address
+//!   meanwhile, which is logged): a host that dies loses its addresses
+//!   with its lease; one that comes back keeps them.
+
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use std::collections::HashSet;
+use std::net::IpAddr;
+use tokio::sync::{mpsc, oneshot};
+use vnet_cluster::ipam::{key, pool_prefix, prefix, Allocation, Pool};
+use vnet_control::IpamOp;
+
+/// One control client's request, answered with the reply's body or an
+/// error message.
+#[derive(Debug)]
+pub struct Request {
+    pub op: IpamOp,
+    pub reply: oneshot::Sender<Result<String, String>>,
+}
+
+pub type Sender = mpsc::Sender<Request>;
+pub type Receiver = mpsc::Receiver<Request>;
+
+/// The queue between the control endpoint and the cluster session.
+pub fn channel() -> (Sender, Receiver) {
+    mpsc::channel(64)
+}
+
+/// How many addresses a request tries before it gives up (each lost race
+/// costs one).
+const TRIES: usize = 32;
+
+/// Serves one request against etcd.
+pub(crate) async fn serve(
+    c: &mut Client,
+    network: &str,
+    host: &str,
+    lease: i64,
+    op: &IpamOp,
+) -> Result<String, String> {
+    match op {
+        IpamOp::Add { subnet, owner, range } => {
+            let pool = Pool::new(subnet, *range)?;
+            add(c, network, host, lease, &pool, owner).await.map(|a| format!("{a}/{}\n", pool.len))
+        }
+        IpamOp::Del { owner } => del(c, network, host, owner).await.map(|n| format!("released {n}\n")),
+    }
+}
+
+async fn add(
+    c: &mut Client,
+    network: &str,
+    host: &str,
+    lease: i64,
+    pool: &Pool,
+    owner: &str,
+) -> Result<IpAddr, String> {
+    let e = |e: etcd_client::Error| format!("etcd: {e}");
+    let listed = c.get(pool_prefix(network, pool), Some(GetOptions::new().with_prefix())).await.map_err(e)?;
+    let mut taken = HashSet::new();
+    let base = pool_prefix(network, pool);
+    for kv in listed.kvs() {
+        let Some(a) = kv.key_str().ok().and_then(|k| k.strip_prefix(&base)).and_then(|a| a.parse().ok())
+        else {
+            continue;
+        };
+        if Allocation::from_json(kv.value()).is_some_and(|v| v.owner == owner) {
+            return Ok(a);
+        }
+        taken.insert(a);
+    }
+    let value = Allocation { host: host.to_string(), owner: owner.to_string() }.to_json();
+    let mut tried = 0;
+    loop {
+        let cands = pool.candidates(owner, &taken, 4);
+        if cands.is_empty() {
+            return Err(format!(
+                "no address left in {}/{} from {} to {} ({} allocated)",
+                pool.subnet,
+                pool.len,
+                pool.first,
+                pool.last,
+                taken.len()
+            ));
+        }
+        for a in cands {
+            if tried == TRIES {
+                return Err(format!("no address taken after {TRIES} tries (others allocating at once)"));
+            }
+            tried += 1;
+            let k = key(network, pool, a);
+            let txn = Txn::new()
+                .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(k, value.clone(), Some(PutOptions::new().with_lease(lease)))]);
+            if c.txn(txn).await.map_err(e)?.succeeded() {
+                return Ok(a);
+            }
+            taken.insert(a);
+        }
+    }
+}
+
+async fn del(c: &mut Client, network: &str, host: &str, owner: &str) -> Result<usize, String> {
+    let e = |e: etcd_client::Error| format!("etcd: {e}");
+    let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await.map_err(e)?;
+    let mut n = 0;
+    for kv in listed.kvs() {
+        if Allocation::from_json(kv.value()).is_none_or(|v| v.owner != owner || v.host != host) {
+            continue;
+        }
+        let txn = Txn::new()
+            .when([Compare::value(kv.key(), CompareOp::Equal, kv.value())])
+            .and_then([TxnOp::delete(kv.key(), None)]);
+        if c.txn(txn).await.map_err(e)?.succeeded() {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Puts this host's allocations under `lease`; returns how many moved.
+pub(crate) async fn keep(
+    c: &mut Client,
+    network: &str,
+    host: &str,
+    lease: i64,
+) -> Result<usize, etcd_client::Error> {
+    let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await?;
+    let mut n = 0;
+    for kv in listed.kvs() {
+        if kv.lease() == lease || Allocation::from_json(kv.value()).is_none_or(|v| v.host != host) {
+            continue;
+        }
+        let txn = Txn::new()
+            .when([Compare::mod_revision(kv.key(), CompareOp::Equal, kv.mod_revision())])
+            .and_then([TxnOp::put(kv.key(), kv.value(), Some(PutOptions::new().with_lease(lease)))]);
+        if c.txn(txn).await?.succeeded() {
+            n += 1;
+        } else {
+            tracing::warn!(key = %String::from_utf8_lossy(kv.key()), "cluster: an address this host held was taken meanwhile");
+        }
+    }
+    Ok(n)
+}
