@@ -96,3 +96,86 @@ impl Lab {
         })
     }
 }
+
+/// A podman (Debian's 4.3) of its own for one lab host: storage, runtime
+/// state and network configs under the lab's directory, run in the host's
+/// network namespace with `nsenter` (not `ip netns exec`, which mounts a
+/// sysfs without the cgroup hierarchy runc needs), the `cni` network
+/// backend with the workspace's `vnet-cni`, `runc` (Debian's `crun` 1.8
+/// refuses this machine's hybrid cgroup layout), and an image made here
+/// from busybox (no registry is reachable).
+pub struct Podman {
+    ns: String,
+    dir: PathBuf,
+}
+
+impl Podman {
+    /// Sets podman up for host `h` with network config `conflist` (its
+    /// `name` is the network's) and imports the image `localhost/vnetbox`.
+    pub fn new(lab: &Lab, h: usize, conflist: &serde_json::Value) -> Result<Podman> {
+        let dir = lab.dir.join(format!("podman-h{h}"));
+        let net = dir.join("net");
+        std::fs::create_dir_all(&net).map_err(io("making podman's directory"))?;
+        let name = conflist["name"].as_str().unwrap_or("vnet");
+        std::fs::write(net.join(format!("{name}.conflist")), conflist.to_string())
+            .map_err(io("writing the conflist"))?;
+        let plugins = bin("vnet-cni")?.parent().map(|p| p.display().to_string()).unwrap_or_default();
+        let conf = format!(
+            "[network]\nnetwork_backend = \"cni\"\ncni_plugin_dirs = [\"{plugins}\", \"/usr/lib/cni\"]\n\
+             network_config_dir = \"{}\"\n[engine]\nevents_logger = \"file\"\ncgroup_manager = \"cgroupfs\"\n\
+             runtime = \"runc\"\n[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1024:1024\"]\n",
+            net.display()
+        );
+        std::fs::write(dir.join("containers.conf"), conf).map_err(io("writing containers.conf"))?;
+        let rootfs = dir.join("rootfs");
+        std::fs::create_dir_all(rootfs.join("bin")).map_err(io("making the image's root"))?;
+        std::fs::create_dir_all(rootfs.join("tmp")).map_err(io("making the image's root"))?;
+        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).map_err(io("copying busybox"))?;
+        for c in ["sh", "sleep", "ping", "ip", "cat"] {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(c))
+                .map_err(io("linking busybox"))?;
+        }
+        let tar = dir.join("rootfs.tar");
+        run(&["tar", "-C", &rootfs.display().to_string(), "-cf", &tar.display().to_string(), "."])?;
+        let p = Podman { ns: lab.hosts[h].ns.clone(), dir };
+        p.ok(&["import", &tar.display().to_string(), "localhost/vnetbox"])?;
+        Ok(p)
+    }
+
+    /// Runs `podman ARGS` and returns its output whatever its status.
+    pub fn output(&self, args: &[&str]) -> Result<Output> {
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.ns))
+            .arg("podman")
+            .arg("--root")
+            .arg(self.dir.join("root"))
+            .arg("--runroot")
+            .arg(self.dir.join("run"))
+            .args(["--storage-driver", "vfs"])
+            .args(args)
+            .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io("running podman"))
+    }
+
+    /// Runs `podman ARGS`; its stdout, or an error with its stderr.
+    pub fn ok(&self, args: &[&str]) -> Result<String> {
+        let out = self.output(args)?;
+        if !out.status.success() {
+            return Err(Error::Other(format!(
+                "podman {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+impl Drop for Podman {
+    /// Removes every container it ran (and so their CNI attachments).
+    fn drop(&mut self) {
+        let _ = self.output(&["rm", "--all", "--force", "--time", "0"]);
+    }
+}

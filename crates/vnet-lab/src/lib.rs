@@ -34,7 +34,7 @@ mod spec;
 mod topology;
 pub mod vhost_load;
 
-pub use cni::{cni_path, CniRun};
+pub use cni::{cni_path, CniRun, Podman};
 pub use config::config_for;
 pub use guest::console_line;
 use guest::Guest;

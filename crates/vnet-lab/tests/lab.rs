@@ -4003,3 +4003,71 @@ fn cni_a_vhost_user_attachment_returns_its_socket_path_and_del_removes_it() {
     assert!(std::fs::metadata(sock).is_err(), "{sock} is still there");
     assert_eq!(cni_leftovers(&lab, 0, "none"), Vec::<String>::new());
 }
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn podman_containers_on_two_cluster_hosts_on_a_vnet_cni_network_ping_move_64_mb_and_rm_leaves_nothing() {
+    let lab = lab(cluster_spec(2, 0, vec![]));
+    wait_converged(&lab, 2, 0);
+    let net = format!("net{}", lab.prefix);
+    let podmen: Vec<vnet_lab::Podman> = (0..2)
+        .map(|h| {
+            let mut plugin =
+                lab.cni_conf(h, "1.0.0", serde_json::json!({ "type": "vnet", "subnet": "10.92.0.0/24" }));
+            plugin.as_object_mut().unwrap().remove("cniVersion");
+            plugin.as_object_mut().unwrap().remove("name");
+            let conflist = serde_json::json!({ "cniVersion": "1.0.0", "name": net, "plugins": [plugin] });
+            vnet_lab::Podman::new(&lab, h, &conflist).unwrap()
+        })
+        .collect();
+    let mut c = Vec::new();
+    for (h, p) in podmen.iter().enumerate() {
+        let name = format!("c{h}");
+        p.ok(&["run", "-d", "--name", &name, "--network", &net, "localhost/vnetbox", "/bin/sleep", "600"])
+            .unwrap_or_else(|e| panic!("{e}\n{}", lab.log(h)));
+        let f = format!("{{{{.NetworkSettings.SandboxKey}}}} {{{{(index .NetworkSettings.Networks \"{net}\").IPAddress}}}} {{{{(index .NetworkSettings.Networks \"{net}\").MacAddress}}}}");
+        let out = p.ok(&["inspect", "--format", &f, &name]).unwrap();
+        let v: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+        assert_eq!(v.len(), 3, "inspect: {out}");
+        let ns = v[0].trim_start_matches("/run/netns/").to_string();
+        eprintln!("podman: h{h}'s {name} is {} ({}) in {}", v[1], v[2], ns);
+        c.push((name, ns, v[1].clone(), v[2].clone()));
+    }
+    assert_ne!(c[0].2, c[1].2, "one address for two containers");
+    // The containers' interfaces are on the lab's data path.
+    let datapath = lab.spec.datapath.clone().unwrap_or_else(|| "user".into());
+    for h in 0..2 {
+        let i = json(&lab, h, "interfaces")["interfaces"][0].clone();
+        assert_eq!(
+            (i["mac"].as_str(), i["datapath"].as_str()),
+            (Some(c[h].3.as_str()), Some(datapath.as_str())),
+            "{i}"
+        );
+        wait_until(5.0, "the other host's container routed", || {
+            route_to(&lab, h, &c[1 - h].3).is_some_and(|t| t.starts_with("link"))
+        });
+    }
+    // The containers ping each other (busybox's ping, inside them).
+    for (a, b) in [(0, 1), (1, 0)] {
+        let warm =
+            (0..10).any(|_| podmen[a].ok(&["exec", &c[a].0, "ping", "-c", "1", "-W", "1", &c[b].2]).is_ok());
+        assert!(warm, "{} got no reply from {}", c[a].0, c[b].2);
+        let out = podmen[a].ok(&["exec", &c[a].0, "ping", "-c", "5", "-i", "0.2", &c[b].2]).unwrap();
+        assert!(out.contains("5 packets transmitted, 5 packets received"), "{out}");
+    }
+    // 64 MB by TCP between their namespaces (python3 of the host's, in the
+    // containers' namespaces: the image has no python).
+    let (sent, got) = tcp_md5_ns(&lab, &c[0].1, &c[1].1, &c[1].2, 64);
+    assert!(sent.len() == 32 && sent == got, "64 MB by TCP: sent md5 {sent}, received {got}");
+    // podman rm: nothing left on either host or in etcd.
+    for (h, p) in podmen.iter().enumerate() {
+        p.ok(&["rm", "--force", "--time", "0", &c[h].0]).unwrap();
+        assert_eq!(cni_leftovers(&lab, h, "none"), Vec::<String>::new());
+        let key = format!("/vnet/{}/macs/{}", lab.prefix, c[h].3);
+        wait_until(5.0, &format!("{key} gone from etcd"), || {
+            lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().trim().is_empty()
+        });
+        assert!(!std::path::Path::new(&format!("/run/netns/{}", c[h].1)).exists(), "{} is left", c[h].1);
+    }
+    assert_eq!(ipam_keys(&lab), Vec::<String>::new(), "addresses left in etcd");
+}
