@@ -54,4 +54,22 @@ prepare() {
     ensure_tun
 }
 
+# libvirt for the lab's libvirt test, without libvirt-daemon-system (whose
+# service and default network would start in the root namespace): the
+# daemon and QEMU driver only; the lab runs libvirtd itself, in a lab
+# namespace. libvirtd will not start without the `libvirt-qemu` user the
+# -system package makes; a qemu.conf (written only where there is none)
+# runs QEMU as root (the lab's sockets and files are root's) with its
+# output to files (no virtlogd).
+prepare_libvirt() {
+    ensure_apt libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86
+    getent group libvirt-qemu >/dev/null || groupadd --system libvirt-qemu
+    id libvirt-qemu >/dev/null 2>&1 ||
+        useradd --system --no-create-home --shell /usr/sbin/nologin -g libvirt-qemu libvirt-qemu
+    [ -e /etc/libvirt/qemu.conf ] || printf '%s\n' \
+        '# Written by vnet'"'"'s scripts/test.sh for its libvirt lab test: QEMU as root' \
+        '# (the lab'"'"'s sockets and files are root'"'"'s), its output to files (no virtlogd).' \
+        'user = "root"' 'group = "root"' 'stdio_handler = "file"' >/etc/libvirt/qemu.conf
+}
+
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1

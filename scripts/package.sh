@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Debian package target/debian/vnet_*.deb: vnetd, vnetctl, the
 # vnetd@.service template, the CNI plugin vnet-cni and its example
-# conflists, man pages (vnetd(8), vnetctl(8) generated from
+# conflists, libvirt's qemu hook, man pages (vnetd(8), vnetctl(8) generated from
 # the code; vnet.conf(5)), shell completions and an example config. Then
 # checks it: the file list, the unit (systemd-analyze verify), the man
 # pages (man -l) and the bash completions. Needs no root.
@@ -11,7 +11,7 @@ ensure_cargo
 ensure_apt $VNET_APT_PACKAGES dpkg-dev man-db bash-completion
 command -v cargo-deb >/dev/null || cargo install cargo-deb --locked -q
 
-cargo build --release -q -p vnetd -p vnetctl -p vnet-cni
+cargo build --release -q -p vnetd -p vnetctl -p vnet-cni -p vnet-libvirt
 pkg=target/pkg
 rm -rf "$pkg" && mkdir -p "$pkg"
 VNET_GEN_DOCS="$pkg" target/release/vnetd
@@ -27,7 +27,8 @@ for f in usr/sbin/vnetd usr/bin/vnetctl lib/systemd/system/vnetd@.service usr/sh
     usr/share/man/man8/vnetctl.8.gz usr/share/man/man5/vnet.conf.5.gz \
     usr/share/bash-completion/completions/vnetctl usr/share/doc/vnet/examples/example.conf \
     usr/lib/cni/vnet-cni usr/share/doc/vnet/examples/cni/podman-vnet.conflist \
-    usr/share/doc/vnet/examples/cni/10-vnet.conflist; do
+    usr/share/doc/vnet/examples/cni/10-vnet.conflist usr/lib/vnet/vnet-libvirt-hook \
+    etc/libvirt/hooks/qemu.d/vnet; do
     grep -q " \./$f\$" <<<"$contents" || die "$deb lacks $f"
 done
 tmp=$(mktemp -d)

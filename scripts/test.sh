@@ -7,6 +7,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prepare qemu-system-x86 busybox-static cpio dpkg-dev man-db bash-completion python3 etcd-client util-linux libcap2-bin containernetworking-plugins podman runc   # QEMU guests (lab/build-guest.sh); the package checks; python3, etcdctl, setpriv and capsh for lab tests; host-local, podman and runc for the CNI tests
+prepare_libvirt
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
 
 step() { echo; echo "== $*"; }

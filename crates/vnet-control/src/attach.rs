@@ -82,35 +82,7 @@ fn detach_def(state: &State, pos: Pos, i: &InterfaceDef) -> Vec<Located<Command>
 
 /// True if `old` runs as `decl` declares it.
 fn declares(old: &InterfaceDef, decl: &Command) -> bool {
-    let Command::Interface {
-        name,
-        kind,
-        dev,
-        mac,
-        mtu,
-        netns,
-        mode,
-        queues,
-        offload,
-        datapath,
-        broadcast_limit,
-        network,
-    } = decl
-    else {
-        return false;
-    };
-    old.name == *name
-        && old.kind == *kind
-        && old.dev == *dev
-        && old.mac == *mac
-        && old.mtu == *mtu
-        && old.netns == *netns
-        && old.mode == *mode
-        && old.queues == *queues
-        && old.offload == *offload
-        && old.datapath == *datapath
-        && old.broadcast_limit == *broadcast_limit
-        && old.network == *network
+    InterfaceDef::declared(old.id, decl).as_ref() == Some(old)
 }
 
 #[cfg(test)]
@@ -186,6 +158,22 @@ mod tests {
         s.apply(&crate::parse(&format!("delete route {bcast}")).unwrap()[0]).unwrap();
         assert_eq!(run(&mut s, "attach c1 netdev vc1 mac 52:54:00:00:00:07"), 1);
         assert_eq!(run(&mut s, "attach c2 netdev vc2"), 1, "only the interface");
+    }
+
+    #[test]
+    fn ipam_lines_parse_and_bad_subnets_and_owners_say_where() {
+        use crate::IpamOp;
+        let add = cmd("ipam add 10.88.0.0/24 net/c1/eth0 range 10.88.0.10 10.88.0.20");
+        let range = Some(("10.88.0.10".parse().unwrap(), "10.88.0.20".parse().unwrap()));
+        assert_eq!(
+            add,
+            Command::Ipam(IpamOp::Add { subnet: "10.88.0.0/24".into(), owner: "net/c1/eth0".into(), range })
+        );
+        assert_eq!(cmd("ipam del net/c1/eth0"), Command::Ipam(IpamOp::Del { owner: "net/c1/eth0".into() }));
+        let e = crate::parse("ipam add 10.88.0.0 x").unwrap_err().to_string();
+        assert!(e.contains("1:10") && e.contains("a subnet"), "{e}");
+        let e = crate::parse("ipam del a;b").unwrap_err().to_string();
+        assert!(e.contains("an owner"), "{e}");
     }
 
     #[test]

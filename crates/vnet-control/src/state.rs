@@ -41,6 +41,44 @@ pub struct InterfaceDef {
     pub network: u32,
 }
 
+impl InterfaceDef {
+    /// The interface `decl` (a [`Command::Interface`]) declares, as `id`.
+    pub fn declared(id: u32, decl: &Command) -> Option<InterfaceDef> {
+        let Command::Interface {
+            name,
+            kind,
+            dev,
+            mac,
+            mtu,
+            netns,
+            mode,
+            queues,
+            offload,
+            datapath,
+            broadcast_limit,
+            network,
+        } = decl
+        else {
+            return None;
+        };
+        Some(InterfaceDef {
+            id,
+            name: name.clone(),
+            kind: *kind,
+            dev: dev.clone(),
+            mac: *mac,
+            mtu: *mtu,
+            netns: netns.clone(),
+            mode: *mode,
+            queues: *queues,
+            offload: *offload,
+            datapath: *datapath,
+            broadcast_limit: *broadcast_limit,
+            network: *network,
+        })
+    }
+}
+
 /// A link to another host, of one of the kinds of [`Transport`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkDef {
@@ -200,41 +238,13 @@ impl State {
                     self.listen_mode = *m;
                 }
             }
-            Command::Interface {
-                name,
-                kind,
-                dev,
-                mac,
-                mtu,
-                netns,
-                mode,
-                queues,
-                offload,
-                datapath,
-                broadcast_limit,
-                network,
-            } => {
+            Command::Interface { name, dev, mac, netns, network, .. } => {
                 self.check_new_interface(pos, name, dev, netns, mac, *network)?;
                 let id = self.next_interface;
-                self.next_interface += 1;
-                self.interfaces.insert(
-                    id,
-                    InterfaceDef {
-                        id,
-                        name: name.clone(),
-                        kind: *kind,
-                        dev: dev.clone(),
-                        mac: *mac,
-                        mtu: *mtu,
-                        netns: netns.clone(),
-                        mode: *mode,
-                        queues: *queues,
-                        offload: *offload,
-                        datapath: *datapath,
-                        broadcast_limit: *broadcast_limit,
-                        network: *network,
-                    },
-                );
+                if let Some(def) = InterfaceDef::declared(id, &c.item) {
+                    self.next_interface += 1;
+                    self.interfaces.insert(id, def);
+                }
             }
             Command::Link { name, transport, mtu } => self.add_link(pos, name, transport, *mtu)?,
             Command::ListenVxlan(addr) => self.listen_vxlan = Some(*addr),

@@ -12,22 +12,32 @@ pub(crate) struct Guest {
     pub(crate) pid: Option<u32>,
 }
 
+/// The lab guest's kernel and initramfs (`lab/build-guest.sh`, built
+/// once into `target/guest`): the guest brings its NIC up with the
+/// address of `vnet_ip=ADDR/LEN` and the MTU of `vnet_mtu=N` from the
+/// kernel command line, and says `VNET-GUEST-READY MAC` on its console.
+pub fn guest_files() -> Result<(String, String)> {
+    let repo = crate::bench::repo_dir();
+    let out = run(&[
+        repo.join("lab/build-guest.sh").to_str().unwrap_or("lab/build-guest.sh"),
+        repo.join("target/guest").to_str().unwrap_or("target/guest"),
+    ])?;
+    let paths = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut it = paths.split_whitespace();
+    let (Some(kernel), Some(initrd)) = (it.next(), it.next()) else {
+        return Err(Error::Other(format!("lab/build-guest.sh printed `{paths}`, not two paths")));
+    };
+    Ok((kernel.to_string(), initrd.to_string()))
+}
+
 impl Lab {
     /// VM 0 of host `h` as a QEMU guest (TCG): on a TAP `q0` in the host
     /// namespace, started and waited for (its console says
     /// `VNET-GUEST-READY`) now; or on a vhost-user socket, started once
     /// vnetd serves it (`Lab::up`).
     pub(crate) fn qemu_vm(&mut self, h: usize, host: &Host) -> Result<Vm> {
-        let repo = crate::bench::repo_dir();
-        let out = run(&[
-            repo.join("lab/build-guest.sh").to_str().unwrap_or("lab/build-guest.sh"),
-            repo.join("target/guest").to_str().unwrap_or("target/guest"),
-        ])?;
-        let paths = String::from_utf8_lossy(&out.stdout).to_string();
-        let mut it = paths.split_whitespace();
-        let (Some(kernel), Some(initrd)) = (it.next(), it.next()) else {
-            return Err(Error::Other(format!("lab/build-guest.sh printed `{paths}`, not two paths")));
-        };
+        let (kernel, initrd) = guest_files()?;
+        let (kernel, initrd) = (kernel.as_str(), initrd.as_str());
         let (mac, ip) = (vm_mac(h, 0), vm_ip(h, 0));
         let mtu = self.spec.vm_mtu.to_string();
         let console = self.dir.join(format!("guest-h{h}.log"));

@@ -26,6 +26,7 @@ mod cni;
 mod config;
 mod etcd;
 mod guest;
+mod libvirt;
 mod measure;
 pub mod noise;
 pub mod pki;
@@ -36,8 +37,9 @@ pub mod vhost_load;
 
 pub use cni::{cni_path, CniRun, Podman};
 pub use config::config_for;
-pub use guest::console_line;
 use guest::Guest;
+pub use guest::{console_line, guest_files};
+pub use libvirt::Libvirt;
 pub use measure::{iperf3_bytes, PingResult};
 pub use process::{bin, install_signal_cleanup, run, run_group};
 use process::{registry, stop_child};

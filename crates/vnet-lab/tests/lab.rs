@@ -4071,3 +4071,98 @@ fn podman_containers_on_two_cluster_hosts_on_a_vnet_cni_network_ping_move_64_mb_
     }
     assert_eq!(ipam_keys(&lab), Vec::<String>::new(), "addresses left in etcd");
 }
+
+/// A libvirt domain (TCG) on a TAP libvirt makes, with vnet's metadata:
+/// joined by the hook, no vnetd line written for it.
+fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::path::Path, h: usize) -> String {
+    let (kernel, initrd) = vnet_lab::guest_files().unwrap();
+    format!(
+        "<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>512</memory>
+  <vcpu>1</vcpu>
+  <metadata>
+    <vnet:attach xmlns:vnet='urn:vnet:libvirt:1' control='unix:{ctl}' datapath='{dp}'/>
+  </metadata>
+  <os>
+    <type arch='x86_64' machine='pc'>hvm</type>
+    <kernel>{kernel}</kernel>
+    <initrd>{initrd}</initrd>
+    <cmdline>console=ttyS0 quiet panic=-1 vnet_ip={ip}/24 vnet_mtu={mtu}</cmdline>
+  </os>
+  <on_reboot>destroy</on_reboot>
+  <devices>
+    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <interface type='ethernet'>
+      <mac address='{mac}'/>
+      <target dev='vt-guest0' managed='yes'/>
+      <model type='virtio'/>
+      <mtu size='{mtu}'/>
+    </interface>
+    <serial type='file'><source path='{console}'/><target port='0'/></serial>
+    <memballoon model='none'/>
+  </devices>
+</domain>",
+        ctl = lab.hosts[h].control.display(),
+        dp = lab.spec.datapath.clone().unwrap_or_else(|| "user".into()),
+        mtu = lab.spec.vm_mtu,
+        console = console.display(),
+    )
+}
+
+#[test]
+#[ignore = "needs root, network namespaces, libvirtd and qemu-system-x86: run with --ignored"]
+fn libvirt_a_domain_joins_the_overlay_on_start_leaves_on_destroy_and_starts_again() {
+    if let Some(why) = vnet_lab::Libvirt::unavailable() {
+        // Only where libvirtd cannot run: scripts/test.sh prepares it.
+        eprintln!("SKIPPED: libvirtd cannot run the lab's guests here: {why}");
+        return;
+    }
+    let mut lab = lab(cluster_spec(2, 0, vec![]));
+    wait_converged(&lab, 2, 0);
+    // A container on host 0, through the CNI plugin.
+    let ns = lab.add_ns(format!("{}-c0", lab.prefix)).unwrap();
+    let ipam = serde_json::json!({
+        "type": "vnet", "subnet": "10.93.0.0/24", "rangeStart": "10.93.0.10", "rangeEnd": "10.93.0.100"
+    });
+    let conf = lab.cni_conf(0, "1.1.0", ipam);
+    let r = lab.cni(0, "ADD", "c0", Some(&format!("/run/netns/{ns}")), conf.to_string().as_bytes()).unwrap();
+    assert!(r.ok, "{}", r.out);
+    // A libvirt domain on host 1.
+    let mut lv = vnet_lab::Libvirt::start(&lab, 1).unwrap();
+    let (dom, mac, ip) = (format!("{}-vm", lab.prefix), "52:54:00:93:00:fa", "10.93.0.250");
+    let console = lab.dir.join("libvirt-console.log");
+    lv.define(&dom, &libvirt_domain(&lab, &dom, mac, ip, &console, 1)).unwrap();
+    let name = format!("lv-{dom}-0");
+    for round in 0..2 {
+        let _ = std::fs::remove_file(&console);
+        lv.start_domain(&dom).unwrap_or_else(|e| panic!("round {round}: {e}\n{}", lv.log()));
+        let i = json(&lab, 1, "interfaces")["interfaces"][0].clone();
+        assert_eq!(
+            (i["name"].as_str(), i["mac"].as_str()),
+            (Some(name.as_str()), Some(mac)),
+            "round {round}: {i}"
+        );
+        wait_until(120.0, "the guest's console says it is ready", || {
+            std::fs::read_to_string(&console).unwrap_or_default().contains("VNET-GUEST-READY")
+        });
+        wait_until(5.0, "host 0 routes the guest's MAC to host 1", || {
+            route_to(&lab, 0, mac).is_some_and(|t| t.starts_with("link"))
+        });
+        let warm = (0..30)
+            .any(|_| lab.ns_output(&ns, &["ping", "-c", "1", "-W", "1", ip]).unwrap().status.success());
+        assert!(warm, "round {round}: the container got no reply from the guest\n{}", lv.log());
+        let out = lab.ns_output(&ns, &["ping", "-n", "-q", "-c", "3", "-i", "0.2", ip]).unwrap();
+        let p = vnet_lab::PingResult::parse(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!((p.sent, p.received), (3, 3), "round {round}: {p:?}");
+        // virsh destroy: the port goes (the hook's `stopped`/`release`), and with it the MAC's claim.
+        lv.virsh(&["destroy", &dom]).unwrap();
+        wait_until(5.0, "the guest's interface gone from host 1", || {
+            json(&lab, 1, "interfaces")["interfaces"].as_array().unwrap().is_empty()
+        });
+        let key = format!("/vnet/{}/macs/{mac}", lab.prefix);
+        wait_until(5.0, &format!("{key} gone from etcd"), || {
+            lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().trim().is_empty()
+        });
+    }
+}
