@@ -42,7 +42,10 @@ bash scripts/package.sh
 # The QEMU guests (TCG) take a core each: they run one test at a time, and
 # once (a vhost-user guest's rings are vnetd's whatever the data path; a
 # TAP guest is a netdev, which vnetd puts on the kernel path by default).
-qemu=(qemu_ vhost_user)
+# The libvirt test's guest too; and alone, it never sees the installed
+# package's own libvirt hook, which the package test puts in place for a
+# while.
+qemu=(qemu_ vhost_user libvirt_)
 # The floods take a core or more as fast as a script can send: alone, so
 # they neither slow the timing-bound tests (a relocation's lost pings) nor
 # are slowed by them. (`vhost_user` above also matches the load generator's
