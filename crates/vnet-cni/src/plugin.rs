@@ -129,15 +129,7 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
         undo(conf, env, &old, stdin)?;
     }
     let (name, tmp) = names(&conf.name, id, ifname);
-    let mut rec = Record {
-        container_id: id.into(),
-        ifname: ifname.into(),
-        netns: netns.into(),
-        name: name.clone(),
-        socket: conf.vhost_user_dir.as_ref().map(|d| format!("{}/{name}.sock", d.trim_end_matches('/'))),
-        mac: String::new(),
-        result: None,
-    };
+    let mut rec = planned(conf, id, ifname, netns);
     record::store(&conf.state_dir, &conf.name, &rec)?;
     let made = (|| {
         let mac = match &rec.socket {
@@ -183,6 +175,21 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
     }
 }
 
+/// The record of what `ADD` makes for `id`/`ifname` before anything is
+/// made (and what `DEL` removes when no record was written).
+fn planned(conf: &NetConf, id: &str, ifname: &str, netns: &str) -> Record {
+    let (name, _) = names(&conf.name, id, ifname);
+    Record {
+        container_id: id.into(),
+        ifname: ifname.into(),
+        netns: netns.into(),
+        socket: conf.vhost_user_dir.as_ref().map(|d| format!("{}/{name}.sock", d.trim_end_matches('/'))),
+        name,
+        mac: String::new(),
+        result: None,
+    }
+}
+
 /// The `attach` line for an attachment.
 fn attach_line(conf: &NetConf, r: &Record) -> String {
     let mut l = match &r.socket {
@@ -221,13 +228,10 @@ fn undo(conf: &NetConf, env: &Env, r: &Record, stdin: &[u8]) -> Result<()> {
     }
     if let Some(ipam) = conf.ipam.as_ref().filter(|_| !builtin) {
         let del = ipam::kind(ipam).and_then(|k| {
-            let mut env_conf: Value = serde_json::from_slice(stdin).unwrap_or(Value::Null);
-            // The IPAM plugin's DEL needs the attachment's variables.
-            env_conf["cniVersion"] = Value::String(conf.cni_version.clone());
-            let body = serde_json::to_vec(&env_conf).unwrap_or_default();
-            // GC removes attachments other than the environment's.
+            // The IPAM plugin's DEL is the attachment's: GC removes
+            // attachments other than the environment's.
             let vars = [("CNI_CONTAINERID", r.container_id.as_str()), ("CNI_IFNAME", r.ifname.as_str())];
-            ipam::run(&k, "DEL", &env.path, &body, &vars)
+            ipam::run(&k, "DEL", &env.path, stdin, &vars)
         });
         if let Err(e) = del {
             first.get_or_insert(e);
@@ -246,21 +250,7 @@ fn del(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
     let (id, ifname) = (env.container_id()?, env.ifname()?);
     let r = match record::load(&conf.state_dir, &conf.name, id, ifname)? {
         Some(r) => r,
-        None => {
-            let (name, _) = names(&conf.name, id, ifname);
-            Record {
-                container_id: id.into(),
-                ifname: ifname.into(),
-                netns: env.netns.clone().unwrap_or_default(),
-                name: name.clone(),
-                socket: conf
-                    .vhost_user_dir
-                    .as_ref()
-                    .map(|d| format!("{}/{name}.sock", d.trim_end_matches('/'))),
-                mac: String::new(),
-                result: None,
-            }
-        }
+        None => planned(conf, id, ifname, env.netns.as_deref().unwrap_or_default()),
     };
     undo(conf, env, &r, stdin)
 }

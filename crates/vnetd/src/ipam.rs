@@ -66,9 +66,9 @@ async fn add(
     owner: &str,
 ) -> Result<IpAddr, String> {
     let e = |e: etcd_client::Error| format!("etcd: {e}");
-    let listed = c.get(pool_prefix(network, pool), Some(GetOptions::new().with_prefix())).await.map_err(e)?;
-    let mut taken = HashSet::new();
     let base = pool_prefix(network, pool);
+    let listed = c.get(base.as_str(), Some(GetOptions::new().with_prefix())).await.map_err(e)?;
+    let mut taken = HashSet::new();
     for kv in listed.kvs() {
         let Some(a) = kv.key_str().ok().and_then(|k| k.strip_prefix(&base)).and_then(|a| a.parse().ok())
         else {
