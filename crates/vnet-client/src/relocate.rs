@@ -14,6 +14,13 @@
 //! Each host changes atomically; between hosts, frames for the VM may for
 //! a moment go to the old host, which is why the new host goes first.
 //!
+//! A live migration (`docs/INTEGRATION.md`) declares the interface on the
+//! new host beforehand, `standby`: its vnetd makes it active, routed and
+//! announced, when the VM's first frame arrives there. `wait SECONDS` makes
+//! the move wait for that (polling the new host) before step 2, and step 1
+//! then only completes what the activation did: an interface the new host
+//! already has (same name and MAC) is kept, never declared twice.
+//!
 //! In cluster mode (the new host runs `vnetd --cluster`) the move is one
 //! step: the new host declares the interface, its vnetd claims the MAC in
 //! the store and announces it, and every host reroutes from its watch.
@@ -41,7 +48,13 @@ pub struct Move {
     /// The new host's underlay address, as its peers' links name it; by
     /// default its `listen` address.
     pub to_ip: Option<IpAddr>,
+    /// How long to wait for the new host's (standby) interface to become
+    /// active before the others are changed; `None`: no waiting.
+    pub wait: Option<std::time::Duration>,
 }
+
+/// How often the new host is asked whether the VM arrived.
+const ARRIVAL_POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Carries out `m`; returns what was done, one line per host.
 pub fn relocate(m: &Move) -> Result<String, String> {
@@ -52,8 +65,12 @@ pub fn relocate(m: &Move) -> Result<String, String> {
         decl.push_str(&format!(" mac {mac}"));
     }
     let mut to = connect(&m.to)?;
+    let have = iface_named(&mut to, &m.to, name)?.filter(|i| i["mac"] == mac.as_str());
+    if let (Some(wait), Some(_)) = (m.wait, &have) {
+        wait_active(&mut to, &m.to, name, wait)?;
+    }
     if in_cluster(&mut to) {
-        return relocate_in_cluster(m, &mut to, &decl, name);
+        return relocate_in_cluster(m, &mut to, &decl, name, have.is_some());
     }
     let to_ip = match m.to_ip {
         Some(ip) => ip,
@@ -61,13 +78,26 @@ pub fn relocate(m: &Move) -> Result<String, String> {
     };
     let mut report = String::new();
 
-    let mut t = delete_routes(&routes(&mut to, &m.to)?, |r| r["dst"] == mac.as_str());
-    let _ = write!(
-        t,
-        "interface {decl}\nroute any {mac} -> interface {name}\nroute any ff:ff:ff:ff:ff:ff -> interface {name}\n"
-    );
-    apply(&mut to, &m.to, &t)?;
-    let _ = writeln!(report, "{}: interface {name} attached, {mac} routed to it", m.to);
+    let own = format!("interface {name}");
+    let now = routes(&mut to, &m.to)?;
+    let routed = |dst: &str| {
+        have.is_some() && now.iter().any(|r| r["dst"] == dst && r["src"] == "any" && r["to"] == own.as_str())
+    };
+    let mut t =
+        delete_routes(&now, |r| r["dst"] == mac.as_str() && (have.is_none() || r["to"] != own.as_str()));
+    if have.is_none() {
+        let _ = writeln!(t, "interface {decl}");
+    }
+    for dst in [mac.as_str(), "ff:ff:ff:ff:ff:ff"] {
+        if !routed(dst) {
+            let _ = writeln!(t, "route any {dst} -> {own}");
+        }
+    }
+    if !t.is_empty() {
+        apply(&mut to, &m.to, &t)?;
+    }
+    let how = if have.is_some() { "kept" } else { "attached" };
+    let _ = writeln!(report, "{}: interface {name} {how}, {mac} routed to it", m.to);
 
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
         let mut c = connect(ep)?;
@@ -113,10 +143,18 @@ fn in_cluster(c: &mut Client) -> bool {
 /// How long the old host may take to see the new host's claim.
 const CLAIM_SEEN: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn relocate_in_cluster(m: &Move, to: &mut Client, decl: &str, name: &str) -> Result<String, String> {
+fn relocate_in_cluster(
+    m: &Move,
+    to: &mut Client,
+    decl: &str,
+    name: &str,
+    have: bool,
+) -> Result<String, String> {
     let mac = m.mac.to_string();
     let mut report = String::new();
-    apply(to, &m.to, &format!("interface {decl}\n"))?;
+    if !have {
+        apply(to, &m.to, &format!("interface {decl}\n"))?;
+    }
     let _ = writeln!(report, "{}: interface {name} attached; its vnetd claims {mac} in the store", m.to);
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
         let mut c = connect(ep)?;
@@ -149,6 +187,27 @@ fn show(c: &mut Client, ep: &Endpoint, what: &str) -> Result<Vec<Value>, String>
     r.result.map_err(|e| format!("{ep}: show {what}: {e}"))?;
     let v: Value = serde_json::from_str(&r.body).map_err(|e| format!("{ep}: show {what}: {e}"))?;
     Ok(v[what].as_array().cloned().unwrap_or_default())
+}
+
+/// The host's interface `name` (its `show interfaces` row), if it has one.
+fn iface_named(c: &mut Client, ep: &Endpoint, name: &str) -> Result<Option<Value>, String> {
+    Ok(show(c, ep, "interfaces")?.into_iter().find(|i| i["name"] == name))
+}
+
+/// Waits until the host's interface `name` is active (its VM arrived).
+fn wait_active(c: &mut Client, ep: &Endpoint, name: &str, wait: std::time::Duration) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let state = iface_named(c, ep, name)?.map(|i| i["state"].as_str().unwrap_or("active").to_string());
+        match state.as_deref() {
+            Some("active") => return Ok(()),
+            None => return Err(format!("{ep}: interface {name} went away while waiting for its VM")),
+            Some(_) if std::time::Instant::now() > deadline => {
+                return Err(format!("{ep}: interface {name} still waits for its VM after {wait:?}"))
+            }
+            Some(_) => std::thread::sleep(ARRIVAL_POLL),
+        }
+    }
 }
 
 /// The name of the host's interface with MAC `mac`, if it has one.

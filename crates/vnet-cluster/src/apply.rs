@@ -233,7 +233,9 @@ pub fn local(state: &State, member: &crate::Member) -> Vec<Located<Command>> {
         }
     }
     let mut t = Vec::new();
-    for i in state.interfaces.values() {
+    // A standby interface waits for its VM unrouted (vnetd routes it when
+    // the VM arrives, and claims it).
+    for i in state.interfaces.values().filter(|i| !i.standby) {
         let Some(mac) = i.mac else { continue };
         let mine = member.owner(mac).is_none_or(|o| o == member.me());
         for dst in [mac, MacAddr::BROADCAST] {

@@ -372,7 +372,7 @@ pub enum Command {
         mode: Option<Mode>,
     },
     /// `interface NAME tap|netdev DEV [mac M] [mtu N] [netns NS] [mode M] [queues N] [offload on|off]
-    /// [datapath user|kernel|auto] [broadcast-limit N] [network N]`.
+    /// [datapath user|kernel|auto] [broadcast-limit N] [network N] [standby]`.
     Interface {
         name: String,
         kind: IfaceKind,
@@ -389,6 +389,11 @@ pub enum Command {
         /// The network (tenant) it belongs to: its frames go only to ports
         /// of the same network (0 unless given).
         network: u32,
+        /// A migrating VM's port at its destination: nothing is routed to
+        /// it and its MAC is not claimed until the VM sends from it (its
+        /// first frame after the migration, QEMU's announcement), or until
+        /// `activate NAME` (`docs/INTEGRATION.md`, live migration).
+        standby: bool,
     },
     /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`,
     /// `link NAME vxlan ADDR[:PORT] vni N [mtu N]`, or the Palacios
@@ -444,6 +449,12 @@ pub enum Command {
     /// one transaction; nothing happens (and no error) if there is no
     /// such interface ([`crate::attach::detach`]).
     Detach(String),
+    /// `activate NAME`: a `standby` interface becomes active, as when its
+    /// VM's first frame arrives: routed (`route any MAC` and broadcast,
+    /// replacing what routed the MAC elsewhere), claimed in cluster mode,
+    /// announced. Nothing happens if it is active already
+    /// ([`crate::attach::activate`]).
+    Activate(String),
     /// `ipam add SUBNET OWNER [range FIRST LAST]` / `ipam del OWNER`:
     /// an address of the network's subnet held across hosts (cluster
     /// mode; `docs/INTEGRATION.md`). Control endpoint only.
@@ -478,6 +489,7 @@ impl Command {
                 | Command::Reload
                 | Command::Attach(_)
                 | Command::Detach(_)
+                | Command::Activate(_)
                 | Command::Ipam(_)
                 | Command::Begin
                 | Command::Commit

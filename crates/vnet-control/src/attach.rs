@@ -17,6 +17,14 @@
 //!   local interface anyway (it keeps, never doubles, these routes).
 //! - `detach NAME`: every route to or from `NAME`, then `NAME`; nothing
 //!   (and no error) if there is no `NAME`.
+//! - `attach ... standby` (a live migration's destination, before the VM
+//!   runs there): the interface without its routes; `standby` is a state,
+//!   not part of what is declared, so attaching again with or without it
+//!   keeps a running interface as it is (an active one stays active).
+//! - `activate NAME`: a standby `NAME` becomes active: every `route any
+//!   MAC` that sends its MAC elsewhere (to the host the VM left) goes, and
+//!   its own two routes come; nothing if it is active already. vnetd runs
+//!   this itself when the VM's first frame arrives.
 
 use crate::ast::{Command, From, IfaceRef, Ref, Target};
 use crate::state::{InterfaceDef, State};
@@ -27,7 +35,7 @@ use vnet_wire::MacAddr;
 /// The commands that make the interface `decl` (a [`Command::Interface`])
 /// hold in `state`, with its routes; empty when nothing is to change.
 pub fn attach(state: &State, pos: Pos, decl: &Command) -> Vec<Located<Command>> {
-    let Command::Interface { name, mac, .. } = decl else {
+    let Command::Interface { name, mac, standby, .. } = decl else {
         return Vec::new();
     };
     let mut t = Vec::new();
@@ -42,21 +50,60 @@ pub fn attach(state: &State, pos: Pos, decl: &Command) -> Vec<Located<Command>> 
     if kept.is_none() {
         t.push(Located { pos, item: decl.clone() });
     }
-    if let Some(mac) = mac {
-        for dst in [*mac, MacAddr::BROADCAST] {
-            let routed = kept.is_some_and(|id| {
-                state.routes.values().any(|r| {
-                    r.to == Port::Interface(id)
-                        && r.src == MacSpec::Any
-                        && r.dst == MacSpec::Addr(dst)
-                        && r.from == SourceFilter::Any
-                })
-            });
-            if !routed {
-                let to = Target::Interface(Ref { pos, by: IfaceRef::Name(name.clone()) });
-                let item = Command::Route { src: MacSpec::Any, dst: MacSpec::Addr(dst), to, from: From::Any };
-                t.push(Located { pos, item });
-            }
+    // A standby interface (new, or kept while still standby) waits for
+    // its VM without routes.
+    let waiting = match kept {
+        Some(id) => state.interfaces.get(&id).is_some_and(|i| i.standby),
+        None => *standby,
+    };
+    if let (Some(mac), false) = (mac, waiting) {
+        t.extend(own_routes(state, pos, name, kept, *mac));
+    }
+    t
+}
+
+/// The commands that make the standby interface `name` active, with its
+/// routes replacing those that sent its MAC elsewhere; empty when it is
+/// active already. An error names what is missing.
+pub fn activate(state: &State, pos: Pos, name: &str) -> Result<Vec<Located<Command>>, crate::Error> {
+    let Some(i) = state.iface_by_name(name) else {
+        return Err(crate::Error::new(pos, "the name of an interface", format!("`{name}`")));
+    };
+    if !i.standby {
+        return Ok(Vec::new());
+    }
+    let mut t = vec![Located { pos, item: Command::Activate(name.to_string()) }];
+    if let Some(mac) = i.mac {
+        let port = Port::Interface(i.id);
+        t.extend(
+            state
+                .routes
+                .values()
+                .filter(|r| r.src == MacSpec::Any && r.dst == MacSpec::Addr(mac) && r.to != port)
+                .map(|r| Located { pos, item: Command::DeleteRoute(Ref { pos, by: r.id }) }),
+        );
+        t.extend(own_routes(state, pos, name, Some(i.id), mac));
+    }
+    Ok(t)
+}
+
+/// `route any MAC -> interface NAME` and the broadcast route, each unless
+/// interface `kept` (already running) has it.
+fn own_routes(state: &State, pos: Pos, name: &str, kept: Option<u32>, mac: MacAddr) -> Vec<Located<Command>> {
+    let mut t = Vec::new();
+    for dst in [mac, MacAddr::BROADCAST] {
+        let routed = kept.is_some_and(|id| {
+            state.routes.values().any(|r| {
+                r.to == Port::Interface(id)
+                    && r.src == MacSpec::Any
+                    && r.dst == MacSpec::Addr(dst)
+                    && r.from == SourceFilter::Any
+            })
+        });
+        if !routed {
+            let to = Target::Interface(Ref { pos, by: IfaceRef::Name(name.to_string()) });
+            let item = Command::Route { src: MacSpec::Any, dst: MacSpec::Addr(dst), to, from: From::Any };
+            t.push(Located { pos, item });
         }
     }
     t
@@ -80,9 +127,9 @@ fn detach_def(state: &State, pos: Pos, i: &InterfaceDef) -> Vec<Located<Command>
     t
 }
 
-/// True if `old` runs as `decl` declares it.
+/// True if `old` runs as `decl` declares it (standby or not: a state).
 fn declares(old: &InterfaceDef, decl: &Command) -> bool {
-    InterfaceDef::declared(old.id, decl).as_ref() == Some(old)
+    InterfaceDef::declared(old.id, decl).is_some_and(|d| InterfaceDef { standby: old.standby, ..d } == *old)
 }
 
 #[cfg(test)]
@@ -109,6 +156,7 @@ mod tests {
         let t = match cmd(line) {
             Command::Attach(d) => attach(s, Pos::default(), &d),
             Command::Detach(n) => detach(s, Pos::default(), &n),
+            Command::Activate(n) => activate(s, Pos::default(), &n).unwrap(),
             other => panic!("not attach/detach: {other:?}"),
         };
         let mut next = s.clone();
@@ -174,6 +222,49 @@ mod tests {
         assert!(e.contains("1:10") && e.contains("a subnet"), "{e}");
         let e = crate::parse("ipam del a;b").unwrap_err().to_string();
         assert!(e.contains("an owner"), "{e}");
+    }
+
+    #[test]
+    fn a_standby_interface_waits_unrouted_and_activate_moves_its_mac_to_it_once() {
+        let m = "52:54:00:00:00:07";
+        let mut s =
+            state(&format!("link a udp 10.0.0.1:9000\nroute any {m} -> link a\nroute any any -> link a\n"));
+        assert_eq!(run(&mut s, &format!("attach g netdev q0 mac {m} standby")), 1, "no routes while standby");
+        let g = s.iface_by_name("g").unwrap().clone();
+        assert!(g.standby);
+        let to = |s: &State, port: Port| s.routes.values().filter(|r| r.to == port).count();
+        assert_eq!(to(&s, Port::Interface(g.id)), 0);
+        // The hook runs again, with or without `standby`: nothing changes.
+        assert_eq!(run(&mut s, &format!("attach g netdev q0 mac {m} standby")), 0);
+        assert_eq!(run(&mut s, &format!("attach g netdev q0 mac {m}")), 0, "still waiting for its VM");
+        // The VM arrives: the route to the old host goes, its own two come.
+        assert_eq!(run(&mut s, "activate g"), 4);
+        assert!(!s.iface_by_name("g").unwrap().standby);
+        assert_eq!(to(&s, Port::Interface(g.id)), 2);
+        let link = Port::Link(s.link_by_name("a").unwrap().id);
+        assert_eq!(to(&s, link), 1, "only the operator's default route is left on the link");
+        assert_eq!(run(&mut s, "activate g"), 0, "active already");
+        assert_eq!(
+            run(&mut s, &format!("attach g netdev q0 mac {m} standby")),
+            0,
+            "an active one stays active"
+        );
+        assert!(!s.iface_by_name("g").unwrap().standby);
+        assert!(activate(&s, Pos::default(), "nope")
+            .unwrap_err()
+            .to_string()
+            .contains("the name of an interface"));
+        // A saved config keeps a waiting interface waiting.
+        s.apply(&crate::parse("interface h netdev q1 mac 52:54:00:00:00:08 standby").unwrap()[0]).unwrap();
+        assert!(
+            s.to_config().contains("mac 52:54:00:00:00:08 mode adaptive queues 1 standby"),
+            "{}",
+            s.to_config()
+        );
+        assert!(crate::parse("interface h netdev q1 standby")
+            .unwrap_err()
+            .to_string()
+            .contains("`mac` with `standby`"));
     }
 
     #[test]

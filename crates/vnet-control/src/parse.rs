@@ -93,7 +93,7 @@ struct Parser<'t, 'a> {
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `ipam`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn peek(&self) -> Option<&Token<'a>> {
@@ -248,6 +248,7 @@ impl<'a> Parser<'_, 'a> {
                 "reload",
                 "attach",
                 "detach",
+                "activate",
                 "ipam",
                 "begin",
                 "commit",
@@ -293,6 +294,7 @@ impl<'a> Parser<'_, 'a> {
             "reload" => Ok(Command::Reload),
             "attach" => Ok(Command::Attach(Box::new(self.interface()?))),
             "detach" => Ok(Command::Detach(self.name("an interface name")?)),
+            "activate" => Ok(Command::Activate(self.name("an interface name")?)),
             "ipam" => self.ipam(),
             "begin" => Ok(Command::Begin),
             "commit" => Ok(Command::Commit),
@@ -460,14 +462,26 @@ impl<'a> Parser<'_, 'a> {
     fn interface_options(&mut self, name: String, kind: IfaceKind, dev: String, pos: Pos) -> Result<Command> {
         let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload, mut datapath) =
             (None, None, None, None, None, None, None);
-        let (mut broadcast_limit, mut network) = (None, None);
+        let (mut broadcast_limit, mut network, mut standby) = (None, None, false);
         while self.peek().is_some() {
             let opt_pos = self.pos();
             let o = self.keyword(
-                &["mac", "mtu", "netns", "mode", "queues", "offload", "datapath", "broadcast-limit", "network"],
-                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath`, `broadcast-limit` or `network`",
+                &[
+                    "mac",
+                    "mtu",
+                    "netns",
+                    "mode",
+                    "queues",
+                    "offload",
+                    "datapath",
+                    "broadcast-limit",
+                    "network",
+                    "standby",
+                ],
+                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath`, `broadcast-limit`, `network` or `standby`",
             )?;
             let dup = match o {
+                "standby" => std::mem::replace(&mut standby, true),
                 "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
                 "mtu" => mtu.replace(self.number("an MTU (68-65535)", 68..=65535)?).is_some(),
                 "mode" => mode.replace(self.mode()?).is_some(),
@@ -508,6 +522,13 @@ impl<'a> Parser<'_, 'a> {
         if mac.is_some_and(|m: MacAddr| m.is_group()) {
             return Err(Error::new(pos, "a unicast MAC for the interface", "a group address"));
         }
+        if standby && mac.is_none() {
+            return Err(Error::new(
+                pos,
+                "a `mac` with `standby` (the VM's first frame from that MAC makes it active)",
+                "`standby` without `mac`",
+            ));
+        }
         Ok(Command::Interface {
             name,
             kind,
@@ -521,6 +542,7 @@ impl<'a> Parser<'_, 'a> {
             datapath: datapath.unwrap_or_default(),
             broadcast_limit: broadcast_limit.unwrap_or(DEFAULT_BROADCAST_LIMIT),
             network: network.unwrap_or(0),
+            standby,
         })
     }
 
@@ -891,6 +913,7 @@ mod tests {
                 datapath: Datapath::Auto,
                 broadcast_limit: DEFAULT_BROADCAST_LIMIT,
                 network: 0,
+                standby: false,
             }
         );
         assert!(matches!(one("interface vm1 tap vt1 network 8"), Command::Interface { network: 8, .. }));
@@ -909,6 +932,7 @@ mod tests {
                 datapath: Datapath::Auto,
                 broadcast_limit: DEFAULT_BROADCAST_LIMIT,
                 network: 7,
+                standby: false,
             }
         );
         assert_eq!(
@@ -1001,6 +1025,11 @@ mod tests {
                 ..
             }
         ));
+        assert!(matches!(
+            one("interface m netdev q0 mac 52:54:00:00:00:01 standby"),
+            Command::Interface { standby: true, .. }
+        ));
+        assert_eq!(one("activate m"), Command::Activate("m".into()));
         assert_eq!(one("show routes json"), Command::Show { what: ShowWhat::Routes, json: true });
         assert_eq!(
             one("announce 52:54:00:00:00:01"),

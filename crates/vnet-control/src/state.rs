@@ -39,6 +39,9 @@ pub struct InterfaceDef {
     pub broadcast_limit: u32,
     /// The network (tenant) it belongs to (0 unless given).
     pub network: u32,
+    /// Waiting for its VM to arrive (a live migration's destination):
+    /// not routed to, not claimed, until the VM's first frame.
+    pub standby: bool,
 }
 
 impl InterfaceDef {
@@ -57,6 +60,7 @@ impl InterfaceDef {
             datapath,
             broadcast_limit,
             network,
+            standby,
         } = decl
         else {
             return None;
@@ -75,6 +79,7 @@ impl InterfaceDef {
             datapath: *datapath,
             broadcast_limit: *broadcast_limit,
             network: *network,
+            standby: *standby,
         })
     }
 }
@@ -266,6 +271,12 @@ impl State {
                 let id = self.resolve_iface(&Ref { pos: r.pos, by: IfaceRef::Name(r.by.clone()) })?;
                 self.unused(Port::Interface(id), r.pos)?;
                 self.interfaces.remove(&id);
+            }
+            Command::Activate(name) => {
+                let id = self.resolve_iface(&Ref { pos, by: IfaceRef::Name(name.clone()) })?;
+                if let Some(i) = self.interfaces.get_mut(&id) {
+                    i.standby = false;
+                }
             }
             Command::Show { .. }
             | Command::Announce(_)
@@ -652,6 +663,9 @@ fn iface_line(i: &InterfaceDef) -> String {
     }
     if i.network != 0 {
         let _ = write!(s, " network {}", i.network);
+    }
+    if i.standby {
+        s.push_str(" standby");
     }
 
     s

@@ -265,11 +265,15 @@ fn admissible(
 }
 
 /// Port security: a frame from an interface carries the source MAC the
-/// interface is locked to, if it is.
+/// interface is locked to, if it is. (And a standby interface's VM has
+/// arrived when it sends from its MAC.)
 #[inline]
 fn source_allowed(plane: &Plane, ingress: PortId, src: MacAddr) -> bool {
     match ingress {
-        PortId::Interface(id) => plane.ifaces.get(&id).is_none_or(|i| i.may_send_from(src)),
+        PortId::Interface(id) => plane.ifaces.get(&id).is_none_or(|i| {
+            i.note_arrival(src, plane.wake.as_ref());
+            i.may_send_from(src)
+        }),
         PortId::Link(_) => true,
     }
 }

@@ -8,7 +8,7 @@ use crate::DispatchStats;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 use std::sync::Arc;
 use vnet_control::{RxKey, State};
 use vnet_core::{Counters, Route, RouteTable};
@@ -35,7 +35,23 @@ pub struct Iface {
     group_budget: u32,
     group_sent: AtomicU32,
     pub broadcast_limited: AtomicU64,
+    /// [`ACTIVE`], [`WAITING`] (a standby interface: a live migration's
+    /// destination port, before its VM runs here) or [`ARRIVED`] (the VM
+    /// sent its first frame from its MAC; the control plane activates it).
+    standby: AtomicU8,
 }
+
+/// An interface in use.
+pub const ACTIVE: u8 = 0;
+/// A standby interface waiting for its VM.
+pub const WAITING: u8 = 1;
+/// A standby interface whose VM has sent from its MAC.
+pub const ARRIVED: u8 = 2;
+
+/// What the engine calls when a standby interface's VM arrives: wakes the
+/// control plane, which activates the interface. Called once per arrival,
+/// from a worker: it must not block.
+pub type Wake = Arc<dyn Fn() + Send + Sync>;
 
 impl std::fmt::Debug for Iface {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,6 +72,43 @@ impl Iface {
             group_budget: 0,
             group_sent: AtomicU32::new(0),
             broadcast_limited: AtomicU64::new(0),
+            standby: AtomicU8::new(ACTIVE),
+        }
+    }
+
+    /// [`ACTIVE`], [`WAITING`] or [`ARRIVED`].
+    pub fn standby(&self) -> u8 {
+        self.standby.load(Relaxed)
+    }
+
+    /// Follows the declaration: a standby interface waits (an arrival
+    /// already seen is kept), any other is active.
+    pub fn set_standby(&self, standby: bool) {
+        if !standby {
+            self.standby.store(ACTIVE, Relaxed);
+        } else {
+            let _ = self.standby.compare_exchange(ACTIVE, WAITING, Relaxed, Relaxed);
+        }
+    }
+
+    /// Back to waiting after an activation that failed (the next frame
+    /// tries again).
+    pub fn rearm(&self) {
+        let _ = self.standby.compare_exchange(ARRIVED, WAITING, Relaxed, Relaxed);
+    }
+
+    /// A frame from the VM with source `src`: if the interface waits for
+    /// its VM and `src` is its MAC, the first such frame marks the arrival
+    /// and calls `wake` (one load per frame otherwise).
+    #[inline]
+    pub fn note_arrival(&self, src: MacAddr, wake: Option<&Wake>) {
+        if self.standby.load(Relaxed) == WAITING
+            && self.mac == Some(src)
+            && self.standby.compare_exchange(WAITING, ARRIVED, Relaxed, Relaxed).is_ok()
+        {
+            if let Some(w) = wake {
+                w();
+            }
         }
     }
 
@@ -99,6 +152,8 @@ pub struct Plane {
     pub links: FxHashMap<u32, Arc<Link>>,
     /// Links by what attributes an arriving datagram to them.
     pub links_by_rx: FxHashMap<RxKey, u32>,
+    /// Called when a standby interface's VM arrives ([`Iface::note_arrival`]).
+    pub wake: Option<Wake>,
 }
 
 impl Plane {
@@ -124,7 +179,14 @@ impl Plane {
             ifaces: ifaces.into_iter().map(|i| (i.id, i)).collect(),
             links: links.into_iter().map(|l| (l.def.id, l)).collect(),
             links_by_rx,
+            wake: None,
         }
+    }
+
+    /// With `wake` called when a standby interface's VM arrives.
+    pub fn waking(mut self, wake: Option<Wake>) -> Self {
+        self.wake = wake;
+        self
     }
 
     /// The link datagrams with this key belong to.
@@ -216,4 +278,36 @@ pub struct Global {
     /// The link worker's dispatch.
     #[serde(skip)]
     pub link_dispatch: Arc<DispatchStats>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::Nowhere;
+
+    #[test]
+    fn a_standby_interface_wakes_once_on_its_vms_first_frame_and_only_from_its_mac() {
+        let (vm, other) = (MacAddr([0x52, 0x54, 0, 0, 0, 7]), MacAddr([0x52, 0x54, 0, 0, 0, 8]));
+        let i = Iface::new(1, "g", Some(vm), Arc::new(Nowhere));
+        let woken = Arc::new(AtomicU32::new(0));
+        let w = woken.clone();
+        let wake: Wake = Arc::new(move || {
+            w.fetch_add(1, Relaxed);
+        });
+        i.note_arrival(vm, Some(&wake));
+        assert_eq!((i.standby(), woken.load(Relaxed)), (ACTIVE, 0), "an active one wakes nobody");
+        i.set_standby(true);
+        i.note_arrival(other, Some(&wake));
+        assert_eq!((i.standby(), woken.load(Relaxed)), (WAITING, 0), "another MAC is not its VM");
+        i.note_arrival(vm, Some(&wake));
+        i.note_arrival(vm, Some(&wake));
+        assert_eq!((i.standby(), woken.load(Relaxed)), (ARRIVED, 1), "woken once");
+        i.set_standby(true);
+        assert_eq!(i.standby(), ARRIVED, "a transaction meanwhile keeps the arrival");
+        i.rearm();
+        i.note_arrival(vm, Some(&wake));
+        assert_eq!((i.standby(), woken.load(Relaxed)), (ARRIVED, 2), "after a failed activation, again");
+        i.set_standby(false);
+        assert_eq!(i.standby(), ACTIVE);
+    }
 }

@@ -55,6 +55,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
             datapath: dp,
             broadcast_limit: vnet_control::DEFAULT_BROADCAST_LIMIT,
             network: 0,
+            standby: false,
         });
     }
     let mut palacios_text = String::new();

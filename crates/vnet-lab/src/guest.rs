@@ -70,6 +70,9 @@ impl Lab {
         .map(|a| a.to_string())
         .collect();
         args.push(format!("file:{}", console.display()));
+        // QMP, for a live migration (`Lab::migrate_guest`).
+        args.push("-qmp".into());
+        args.push(format!("unix:{},server=on,wait=off", self.dir.join(format!("qmp-h{h}.sock")).display()));
         let vhost = self.spec.qemu_vhost.then(|| self.dir.join(format!("vhost-h{h}.sock")));
         let q = self.spec.qemu_queues.max(1);
         match &vhost {

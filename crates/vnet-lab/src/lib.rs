@@ -28,6 +28,7 @@ mod etcd;
 mod guest;
 mod libvirt;
 mod measure;
+mod migrate;
 pub mod noise;
 pub mod pki;
 mod process;
@@ -41,6 +42,7 @@ use guest::Guest;
 pub use guest::{console_line, guest_files};
 pub use libvirt::Libvirt;
 pub use measure::{iperf3_bytes, PingResult};
+pub use migrate::Migration;
 pub use process::{bin, install_signal_cleanup, run, run_group};
 use process::{registry, stop_child};
 pub use spec::*;
@@ -326,6 +328,11 @@ impl Lab {
 
     pub fn vm(&self, h: usize, v: usize) -> &Vm {
         &self.hosts[h].vms[v]
+    }
+
+    /// How many VMs host `h` has.
+    pub fn hosts_vms(&self, h: usize) -> usize {
+        self.hosts[h].vms.len()
     }
 
     /// Applies `text` as one transaction on host `h` (through `vnetctl apply`).

@@ -15,6 +15,12 @@
 //!   interface (a TAP named by `<target dev>`, as a `netdev`);
 //! - `reconnect` (libvirtd restarted with the domain running): both;
 //! - `stopped` and `release`: `detach` them all.
+//! - `migrate` (the destination of a live migration, before `prepare`):
+//!   the domain is marked incoming (a file in [`INCOMING_DIR`]), so that
+//!   its `prepare` and `started` attach its interfaces `standby`: vnetd
+//!   routes and claims them only when the VM's first frame arrives there
+//!   (QEMU's announcement after the switch-over), not while the VM still
+//!   runs on the source. The mark goes at `stopped`/`release`.
 //!
 //! Every other operation and every other domain is left alone (exit 0,
 //! nothing printed: libvirt then keeps the XML as it is). `attach` and
@@ -26,6 +32,7 @@ mod domain;
 
 use domain::{Kind, Plan};
 use std::io::Read;
+use std::path::Path;
 use std::process::ExitCode;
 use vnet_client::client::Client;
 use vnet_client::endpoint::Endpoint;
@@ -37,8 +44,13 @@ enum Action {
     AttachTaps,
     AttachAll,
     Detach,
+    /// A live migration's destination: mark the domain incoming.
+    Incoming,
     Nothing,
 }
+
+/// Where incoming domains are marked (one empty file per domain name).
+pub const INCOMING_DIR: &str = "/run/vnet/libvirt-incoming";
 
 fn action(op: &str) -> Action {
     match op {
@@ -46,16 +58,22 @@ fn action(op: &str) -> Action {
         "started" => Action::AttachTaps,
         "reconnect" => Action::AttachAll,
         "stopped" | "release" => Action::Detach,
+        "migrate" => Action::Incoming,
         _ => Action::Nothing,
     }
 }
 
-/// The control lines `action` sends for `plan`.
-fn lines(plan: &Plan, action: Action) -> Vec<String> {
+/// The control lines `action` sends for `plan` (attaching `standby` for an
+/// incoming domain).
+fn lines(plan: &Plan, action: Action, incoming: bool) -> Vec<String> {
     plan.ifaces
         .iter()
         .filter_map(|i| {
-            let net = if plan.network != 0 { format!(" network {}", plan.network) } else { String::new() };
+            let mut net =
+                if plan.network != 0 { format!(" network {}", plan.network) } else { String::new() };
+            if incoming {
+                net.push_str(" standby");
+            }
             match (&i.kind, action) {
                 (_, Action::Detach) => Some(format!("detach {}", i.name)),
                 (Kind::VhostUser(p), Action::AttachVhost | Action::AttachAll) => {
@@ -74,7 +92,15 @@ fn lines(plan: &Plan, action: Action) -> Vec<String> {
         .collect()
 }
 
-fn run(args: &[String], xml: &str) -> Result<(), String> {
+/// The file that marks `domain` incoming, if its name can name a file.
+fn mark(dir: &Path, domain: &str) -> Result<std::path::PathBuf, String> {
+    if domain.is_empty() || domain.contains('/') || domain.starts_with('.') {
+        return Err(format!("`{domain}`: a domain name this hook can mark (no `/`, not starting with `.`)"));
+    }
+    Ok(dir.join(domain))
+}
+
+fn run(args: &[String], xml: &str, dir: &Path) -> Result<(), String> {
     let (Some(domain), Some(op)) = (args.get(1), args.get(2)) else {
         return Err(
             "usage: vnet-libvirt-hook DOMAIN OPERATION SUB-OPERATION EXTRA (domain XML on stdin)".into()
@@ -85,7 +111,18 @@ fn run(args: &[String], xml: &str) -> Result<(), String> {
         return Ok(());
     }
     let Some(plan) = domain::plan(xml).map_err(|e| format!("{domain}: {e}"))? else { return Ok(()) };
-    let lines = lines(&plan, act);
+    let marked = mark(dir, domain)?;
+    match act {
+        Action::Incoming => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            return std::fs::write(&marked, b"").map_err(|e| format!("{}: {e}", marked.display()));
+        }
+        Action::Detach => {
+            let _ = std::fs::remove_file(&marked);
+        }
+        _ => {}
+    }
+    let lines = lines(&plan, act, marked.exists());
     if lines.is_empty() {
         return Ok(());
     }
@@ -112,7 +149,7 @@ fn main() -> ExitCode {
         eprintln!("vnet-libvirt-hook: reading the domain XML: {e}");
         return ExitCode::FAILURE;
     }
-    match run(&args, &xml) {
+    match run(&args, &xml, Path::new(INCOMING_DIR)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vnet-libvirt-hook: {e}");
@@ -149,25 +186,49 @@ mod tests {
     #[test]
     fn each_operation_sends_its_lines() {
         assert_eq!(
-            lines(&plan(), action("prepare")),
+            lines(&plan(), action("prepare"), false),
             vec!["attach lv-a-0 vhost-user /s mac 52:54:00:00:00:01 datapath auto"]
         );
         assert_eq!(
-            lines(&plan(), action("started")),
+            lines(&plan(), action("started"), false),
             vec!["attach lv-a-1 netdev vt-a mac 52:54:00:00:00:02 datapath kernel"]
         );
-        assert_eq!(lines(&plan(), action("reconnect")).len(), 2);
-        assert_eq!(lines(&plan(), action("release")), vec!["detach lv-a-0", "detach lv-a-1"]);
-        assert_eq!(action("migrate"), Action::Nothing);
+        assert_eq!(lines(&plan(), action("reconnect"), false).len(), 2);
+        assert_eq!(lines(&plan(), action("release"), false), vec!["detach lv-a-0", "detach lv-a-1"]);
+        assert_eq!(action("migrate"), Action::Incoming);
+        assert_eq!(
+            lines(&plan(), action("started"), true),
+            vec!["attach lv-a-1 netdev vt-a mac 52:54:00:00:00:02 datapath kernel standby"]
+        );
+    }
+
+    #[test]
+    fn an_incoming_domain_is_marked_until_it_stops_and_other_domains_never() {
+        let dir = std::env::temp_dir().join(format!("vnet-hook-test-{}", std::process::id()));
+        let xml = r#"<domain><name>m</name><metadata><vnet:attach xmlns:vnet="urn:vnet:libvirt:1" control="unix:/nonexistent/v.sock"/></metadata></domain>"#;
+        let args = |op: &str| -> Vec<String> {
+            ["hook", "m", op, "begin", "-"].iter().map(|s| s.to_string()).collect()
+        };
+        assert_eq!(run(&args("migrate"), xml, &dir), Ok(()));
+        assert!(dir.join("m").exists());
+        // A stopped domain's interfaces go with a stopped vnetd: no error, and the mark goes.
+        assert_eq!(run(&args("release"), xml, &dir), Ok(()));
+        assert!(!dir.join("m").exists());
+        assert_eq!(run(&args("migrate"), "<domain><name>m</name></domain>", &dir), Ok(()));
+        assert!(!dir.join("m").exists(), "not vnet's domain: not marked");
+        assert!(mark(&dir, "../x").is_err() && mark(&dir, "").is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn other_domains_and_operations_need_no_vnetd() {
         let args: Vec<String> =
             ["hook", "d", "prepare", "begin", "-"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(run(&args, "<domain><name>d</name></domain>"), Ok(()));
-        let mig: Vec<String> = ["hook", "d", "migrate", "begin", "-"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(run(&mig, "not even xml"), Ok(()));
-        assert!(run(&args[..1], "").is_err());
+        let dir = Path::new("/nonexistent-vnet-hook-dir");
+        assert_eq!(run(&args, "<domain><name>d</name></domain>", dir), Ok(()));
+        let other: Vec<String> =
+            ["hook", "d", "restore", "begin", "-"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(run(&other, "not even xml", dir), Ok(()));
+        assert!(run(&args[..1], "", dir).is_err());
     }
 }

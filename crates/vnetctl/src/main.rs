@@ -15,6 +15,10 @@
 //! # the old host drops its interface, the new host announces the MAC
 //! vnetctl move 52:54:00:00:00:02 to unix:/run/c.sock hosts unix:/run/a.sock,unix:/run/b.sock \
 //!     interface vm2 netdev c2
+//! # a live migration, static mode: the new host's interface was attached
+//! # `standby`; wait until the VM arrives there, then reroute the others
+//! vnetctl move 52:54:00:00:00:02 to unix:/run/c.sock hosts unix:/run/a.sock,unix:/run/b.sock \
+//!     wait 600 interface vm2 netdev c2
 //! ```
 
 use clap::Parser;
@@ -141,18 +145,26 @@ fn key_out(k: Result<String, String>) -> ExitCode {
     }
 }
 
-/// `MAC to ENDPOINT [via IP] [hosts ENDPOINT,...] interface NAME KIND DEV [options]`.
+/// `MAC to ENDPOINT [via IP] [hosts ENDPOINT,...] [wait SECONDS] interface NAME KIND DEV [options]`.
 fn parse_move(w: &[String]) -> Result<vnet_client::relocate::Move, String> {
     const USAGE: &str =
-        "usage: vnetctl move MAC to ENDPOINT [via IP] [hosts ENDPOINT,...] interface NAME KIND DEV [options]";
+        "usage: vnetctl move MAC to ENDPOINT [via IP] [hosts ENDPOINT,...] [wait SECONDS] interface NAME KIND DEV [options]";
     let mac = w.first().and_then(|m| m.parse().ok()).ok_or(format!("expected a MAC first; {USAGE}"))?;
-    let (mut to, mut via, mut hosts, mut decl) = (None, None, Vec::new(), None);
+    let (mut to, mut via, mut hosts, mut decl, mut wait) = (None, None, Vec::new(), None, None);
     let mut i = 1;
     while i < w.len() {
         let val = w.get(i + 1).ok_or(format!("`{}` needs a value; {USAGE}", w[i]))?;
         match w[i].as_str() {
             "to" => to = Some(val.parse::<Endpoint>().map_err(|e| format!("to: {e}"))?),
             "via" => via = Some(val.parse().map_err(|e| format!("via: {e}"))?),
+            "wait" => {
+                let secs: f64 = val.parse().map_err(|e| format!("wait: {e}"))?;
+                let d = std::time::Duration::try_from_secs_f64(secs)
+                    .ok()
+                    .filter(|d| *d <= std::time::Duration::from_secs(86_400))
+                    .ok_or(format!("wait: seconds from 0 to 86400, not `{val}`"))?;
+                wait = Some(d);
+            }
             "hosts" => {
                 for h in val.split(',').filter(|h| !h.is_empty()) {
                     hosts.push(h.parse::<Endpoint>().map_err(|e| format!("hosts: {e}"))?);
@@ -172,6 +184,7 @@ fn parse_move(w: &[String]) -> Result<vnet_client::relocate::Move, String> {
         decl: decl.ok_or(format!("expected `interface NAME KIND DEV`; {USAGE}"))?,
         hosts,
         to_ip: via,
+        wait,
     })
 }
 
@@ -276,9 +289,10 @@ mod tests {
     #[test]
     fn move_words() {
         let m = parse_move(&words(
-            "52:54:00:00:00:02 to unix:/c.sock via 10.0.0.3 hosts unix:/a.sock,tcp:9001 interface vm2 netdev c2 mode poll",
+            "52:54:00:00:00:02 to unix:/c.sock via 10.0.0.3 hosts unix:/a.sock,tcp:9001 wait 30 interface vm2 netdev c2 mode poll",
         ))
         .unwrap();
+        assert_eq!(m.wait, Some(std::time::Duration::from_secs(30)));
         assert_eq!(m.to, "unix:/c.sock".parse().unwrap());
         assert_eq!(m.hosts.len(), 2);
         assert_eq!(m.decl, "vm2 netdev c2 mode poll");
@@ -289,6 +303,7 @@ mod tests {
             "52:54:00:00:00:02 interface a tap b",
             "52:54:00:00:00:02 to",
             "52:54:00:00:00:02 to unix:/c bogus 1",
+            "52:54:00:00:00:02 to unix:/c wait -1 interface a tap b",
         ] {
             assert!(parse_move(&words(bad)).is_err(), "{bad}");
         }

@@ -19,7 +19,9 @@
 //!    declared or deleted since (a relocated VM's new interface): a new
 //!    one's MAC is claimed at once (and announced with a RARP when it was
 //!    another host's: the VM moved here), a deleted one's released if the
-//!    key is still this host's.
+//!    key is still this host's. A `standby` interface (a live migration's
+//!    destination) is claimed only once its VM arrived and it became
+//!    active.
 //!
 //! Any failure of the session (etcd unreachable, the watch closed, the
 //! lease lost) leaves the data path as it is; the task says so in
@@ -460,8 +462,14 @@ impl Host {
         local_every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut seen = u64::MAX;
         let mut expire_every = Instant::now();
+        let activated = lock(&self.daemon).shared().activated.clone();
         loop {
             tokio::select! {
+                _ = activated.notified() => {
+                    // A migrated VM arrived here: its claim goes out now.
+                    seen = lock(&self.daemon).generation();
+                    self.publish(&mut c, lease).await?;
+                }
                 msg = watch.message() => {
                     let resp = msg.map_err(etcd("watch"))?.ok_or(SessionError::WatchClosed)?;
                     if resp.compact_revision() > 0 {
@@ -747,7 +755,9 @@ impl Host {
     async fn publish(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
         let now: BTreeMap<MacAddr, (u32, String)> = {
             let d = lock(&self.daemon);
-            d.state().interfaces.values().filter_map(|i| Some((i.mac?, (i.id, i.name.clone())))).collect()
+            // A standby interface's MAC is claimed when its VM arrives.
+            let active = d.state().interfaces.values().filter(|i| !i.standby);
+            active.filter_map(|i| Some((i.mac?, (i.id, i.name.clone())))).collect()
         };
         let gone: Vec<MacAddr> = self
             .published

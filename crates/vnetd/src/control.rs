@@ -278,6 +278,10 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
             },
             Command::Attach(ref decl) => attach(daemon, |st| vnet_control::attach::attach(st, c.pos, decl)),
             Command::Detach(ref name) => attach(daemon, |st| vnet_control::attach::detach(st, c.pos, name)),
+            Command::Activate(ref name) => match lock(daemon).activate(name, c.pos) {
+                Ok(body) => (body, ok()),
+                Err(e) => (String::new(), err(&e)),
+            },
             _ => match lock(daemon).apply(std::slice::from_ref(&c)) {
                 Ok(()) => (String::new(), ok()),
                 Err(e) => (String::new(), err(&e)),

@@ -274,11 +274,20 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
 fn spawn_background(daemon: &Arc<Mutex<Daemon>>, metrics: Option<std::net::SocketAddr>) {
     // The links' timers: handshakes and rekeys of secured links.
     let shared = daemon.lock().unwrap_or_else(|p| p.into_inner()).shared();
+    let timer = shared.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_millis(100));
         loop {
             every.tick().await;
-            shared.tick();
+            timer.tick();
+        }
+    });
+    // Standby interfaces whose VM arrived (a live migration): activated.
+    let (d, arrivals) = (daemon.clone(), shared.arrivals.clone());
+    tokio::spawn(async move {
+        loop {
+            arrivals.notified().await;
+            d.lock().unwrap_or_else(|p| p.into_inner()).activate_arrived();
         }
     });
     // Devices deleted under vnetd: noticed and reattached.

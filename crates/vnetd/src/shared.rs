@@ -12,6 +12,12 @@ pub struct Shared {
     pub plane: ArcSwap<Plane>,
     pub global: Arc<Global>,
     start: Instant,
+    /// Woken when a standby interface's VM arrives (a live migration's
+    /// switch-over): the control plane then activates it.
+    pub arrivals: Arc<tokio::sync::Notify>,
+    /// Woken when a standby interface became active: cluster mode claims
+    /// its MAC at once rather than at its next look.
+    pub activated: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -20,7 +26,16 @@ impl Shared {
             plane: ArcSwap::from_pointee(Plane::default()),
             global: Arc::default(),
             start: Instant::now(),
+            arrivals: Arc::new(tokio::sync::Notify::new()),
+            activated: Arc::new(tokio::sync::Notify::new()),
         })
+    }
+
+    /// What the engine calls on an arrival: a wake-up of the control plane
+    /// (never blocks; a wake-up while none waits is kept for the next).
+    pub fn wake(&self) -> vnet_engine::plane::Wake {
+        let n = self.arrivals.clone();
+        Arc::new(move || n.notify_one())
     }
 
     /// The data path's clock, for the engine.

@@ -39,6 +39,7 @@ const IFACE_COLS: &[&str] = &[
     "queues",
     "mode",
     "datapath",
+    "state",
     "dispatch",
     "mode_switches",
     "rx_packets",
@@ -516,6 +517,45 @@ impl Daemon {
             }
         }
         out
+    }
+
+    /// Activates each standby interface whose VM has arrived (sent its
+    /// first frame from its MAC: a live migration's switch-over), as
+    /// `activate NAME` does. An activation that fails is logged and waits
+    /// for the VM's next frame.
+    pub fn activate_arrived(&mut self) {
+        let arrived: Vec<(String, Arc<Attached>)> = self
+            .ifaces
+            .iter()
+            .filter(|(_, a)| a.iface.standby() == vnet_engine::plane::ARRIVED)
+            .filter_map(|(id, a)| self.state.interfaces.get(id).map(|d| (d.name.clone(), a.clone())))
+            .collect();
+        for (name, att) in arrived {
+            match self.activate(&name, Default::default()) {
+                Ok(said) => tracing::info!(interface = %name, "its VM arrived: {}", said.trim_end()),
+                Err(e) => {
+                    att.iface.rearm();
+                    tracing::error!(interface = %name, "its VM arrived, but it could not be activated: {e}");
+                }
+            }
+        }
+    }
+
+    /// `activate NAME`: the standby interface becomes active in one
+    /// transaction ([`vnet_control::attach::activate`]), and its MAC is
+    /// announced over every link. Returns the reply body.
+    pub fn activate(&mut self, name: &str, pos: vnet_control::Pos) -> Result<String, Error> {
+        let cmds = vnet_control::attach::activate(&self.state, pos, name)?;
+        if cmds.is_empty() {
+            return Ok(format!("{name} is active already\n"));
+        }
+        self.apply(&cmds)?;
+        self.shared.activated.notify_one();
+        let mac = self.state.iface_by_name(name).and_then(|i| i.mac);
+        Ok(match mac {
+            Some(mac) => format!("{name} active; {}", self.announce(mac)),
+            None => format!("{name} active\n"),
+        })
     }
 
     /// Sends a broadcast RARP from `mac` over every link (`announce MAC`),

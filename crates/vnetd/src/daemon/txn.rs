@@ -397,11 +397,17 @@ impl Daemon {
         let mut route_counters = self.route_counters.clone();
         self.generation += 1;
         let table = vnet_engine::plane::route_table(next, self.generation, &mut route_counters);
-        let plane = Arc::new(Plane::new(
-            table,
-            ifaces.values().map(|a| a.iface.clone()).collect(),
-            a.links.links.values().cloned().collect(),
-        ));
+        for (id, p) in &ifaces {
+            p.iface.set_standby(next.interfaces.get(id).is_some_and(|d| d.standby));
+        }
+        let plane = Arc::new(
+            Plane::new(
+                table,
+                ifaces.values().map(|a| a.iface.clone()).collect(),
+                a.links.links.values().cloned().collect(),
+            )
+            .waking(Some(self.shared.wake())),
+        );
         let mut kernel_ifaces = self.kernel_ifaces.clone();
         let reopened = |id: &u32| a.ifaces.opened.0.iter().any(|p| p.def.id == *id);
         kernel_ifaces.retain(|id, _| next.interfaces.contains_key(id) && !reopened(id));
@@ -420,6 +426,9 @@ impl Daemon {
                     self.link_reasons = skipped.into_iter().collect();
                 }
                 Err(e) => {
+                    for (id, p) in &self.ifaces {
+                        p.iface.set_standby(self.state.interfaces.get(id).is_some_and(|d| d.standby));
+                    }
                     let running = self.shared.plane.load_full();
                     let vxlan = self.sockets.vxlan.as_ref().map(|b| b.addr);
                     if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan) {

@@ -151,6 +151,9 @@ pub struct IfaceView<'a> {
     pub broadcast_limit: u32,
     /// `present`, or `gone` (its device vanished; reattached when it returns).
     pub device: &'static str,
+    /// `active`, or `standby` (waiting for its VM: a live migration's
+    /// destination) and `arrived` (its VM sent; being activated).
+    pub state: &'static str,
     pub reattached: u64,
     /// Broadcast frames over `broadcast_limit` (dropped).
     pub broadcast_limited: u64,
@@ -273,6 +276,11 @@ impl Daemon {
                     datapath_reason: self.user_reasons.get(&def.id).map(String::as_str),
                     broadcast_limit: def.broadcast_limit,
                     device: if self.gone.contains_key(&def.id) { "gone" } else { "present" },
+                    state: match i.standby() {
+                        vnet_engine::plane::WAITING => "standby",
+                        vnet_engine::plane::ARRIVED => "arrived",
+                        _ => "active",
+                    },
                     reattached: self.reattached.get(&def.id).copied().unwrap_or(0),
                     broadcast_limited: i.broadcast_limited.load(Relaxed),
                     dispatch: &p.dispatch,

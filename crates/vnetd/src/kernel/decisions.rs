@@ -87,9 +87,14 @@ pub fn decisions(
             }
             visited += dsts.len();
             // Port security: from an interface locked to a MAC, frames with
-            // another source are the user path's (which drops and counts them).
+            // another source are the user path's (which drops and counts
+            // them); so is everything from a standby interface (the user
+            // path sees its VM arrive).
             if let Port::Interface(i) = port {
-                if !plane.ifaces.get(&i).is_none_or(|f| f.may_send_from(s)) {
+                let user = |f: &std::sync::Arc<vnet_engine::plane::Iface>| {
+                    !f.may_send_from(s) || f.standby() != vnet_engine::plane::ACTIVE
+                };
+                if plane.ifaces.get(&i).is_some_and(user) {
                     continue;
                 }
             }

@@ -1,0 +1,249 @@
+//! Live migration of a lab guest (QEMU, TCG, on a TAP) from one host to
+//! another, as libvirt drives it: the destination's QEMU started with
+//! `-incoming`, the migration stream over the lab's underlay, the source
+//! stopped once it completes; and what vnet needs around it:
+//!
+//! 1. before: the destination attaches the guest's TAP `standby` (what the
+//!    libvirt hook does at `migrate`): nothing is routed to it and, in
+//!    cluster mode, its MAC is not claimed while the guest still runs on
+//!    the source;
+//! 2. at the switch-over the guest's first frame on the destination (the
+//!    announcement QEMU makes it send) activates the interface there: routed,
+//!    claimed in cluster mode (every host reroutes from its watch), announced;
+//! 3. static mode has no store to tell the other hosts: a `vnetctl move
+//!    ... wait` started with the migration waits for the activation and
+//!    reroutes them;
+//! 4. after: the source's interface is detached (libvirt's `release` hook).
+//!
+//! QEMU is driven over QMP (a line of JSON per message) on a socket in the
+//! lab's directory. A vhost-user guest is not migrated: QEMU needs the
+//! back end to log the pages it writes (`VHOST_F_LOG_ALL`), which vnetd's
+//! does not.
+
+use super::*;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+
+/// What a migration took.
+#[derive(Debug, Clone, Default)]
+pub struct Migration {
+    /// QEMU's own figures: the source's stop-and-copy (`downtime`) and the
+    /// whole migration (`total-time`), in ms.
+    pub downtime_ms: u64,
+    pub total_ms: u64,
+    /// The guest's pause as its two QEMUs saw it: from the source's `STOP`
+    /// event to the destination's `RESUME` (µs): `downtime` and the
+    /// destination's loading of the last pages.
+    pub paused_us: Option<u64>,
+    /// What the static-mode mover said (`None` in cluster mode).
+    pub mover: Option<String>,
+    /// The source's last `query-migrate` answer.
+    pub query: String,
+}
+
+/// A QMP connection: commands and their answers; events are kept with
+/// their timestamps (µs of the host's clock), by name.
+struct Qmp {
+    rd: BufReader<UnixStream>,
+    wr: UnixStream,
+    events: Vec<(String, u64)>,
+}
+
+impl Qmp {
+    /// Connects to `path` (waiting up to `wait` for QEMU to make it) and
+    /// leaves capabilities negotiation.
+    fn connect(path: &Path, wait: Duration) -> Result<Qmp> {
+        let deadline = Instant::now() + wait;
+        let s = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() > deadline => {
+                    return Err(Error::Other(format!("QMP {}: {e}", path.display())))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(io("QMP timeout"))?;
+        let wr = s.try_clone().map_err(io("QMP socket"))?;
+        let mut q = Qmp { rd: BufReader::new(s), wr, events: Vec::new() };
+        q.read()?; // the greeting
+        q.execute("qmp_capabilities", serde_json::json!({}))?;
+        Ok(q)
+    }
+
+    fn read(&mut self) -> Result<serde_json::Value> {
+        let mut line = String::new();
+        if self.rd.read_line(&mut line).map_err(io("QMP read"))? == 0 {
+            return Err(Error::Other("QMP: QEMU closed the socket".into()));
+        }
+        serde_json::from_str(&line).map_err(|e| Error::Other(format!("QMP: {e}: {line}")))
+    }
+
+    /// Runs `cmd` with `args`; its `return` value, or its error.
+    fn execute(&mut self, cmd: &str, args: serde_json::Value) -> Result<serde_json::Value> {
+        let msg = serde_json::json!({ "execute": cmd, "arguments": args });
+        writeln!(self.wr, "{msg}").map_err(io("QMP write"))?;
+        loop {
+            let v = self.read()?;
+            if let Some(r) = v.get("return") {
+                return Ok(r.clone());
+            }
+            if let Some(e) = v.get("error") {
+                return Err(Error::Other(format!("QMP {cmd}: {e}")));
+            }
+            if let Some(name) = v["event"].as_str() {
+                let ts = &v["timestamp"];
+                let us = ts["seconds"].as_u64().unwrap_or(0) * 1_000_000
+                    + ts["microseconds"].as_u64().unwrap_or(0);
+                self.events.push((name.to_string(), us));
+            }
+        }
+    }
+
+    /// Runs `cmd` every 20 ms until `done` says its answer is the last
+    /// (or fails), for at most `within`; returns that answer.
+    fn poll(
+        &mut self,
+        cmd: &str,
+        within: Duration,
+        done: impl Fn(&serde_json::Value) -> Result<bool>,
+    ) -> Result<serde_json::Value> {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.execute(cmd, serde_json::json!({}))?;
+            if done(&v)? {
+                return Ok(v);
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!("QMP {cmd}: not done within {within:?}: {v}")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// When event `name` last came (µs), if it did.
+    fn last(&self, name: &str) -> Option<u64> {
+        self.events.iter().rev().find(|(n, _)| n == name).map(|(_, t)| *t)
+    }
+}
+
+/// Replaces the argument after `flag` in `args` (QEMU's `-flag value`).
+fn set_arg(args: &mut [String], flag: &str, value: String) {
+    if let Some(i) = args.iter().position(|a| a == flag) {
+        if let Some(v) = args.get_mut(i + 1) {
+            *v = value;
+        }
+    }
+}
+
+/// The QMP socket of a guest's QEMU, from its arguments.
+fn qmp_path(args: &[String]) -> Option<PathBuf> {
+    let i = args.iter().position(|a| a == "-qmp")?;
+    let spec = args.get(i + 1)?.strip_prefix("unix:")?;
+    Some(PathBuf::from(spec.split(',').next()?))
+}
+
+impl Lab {
+    /// Migrates host `from`'s QEMU guest (on a TAP) to host `to`, live:
+    /// see the module's steps. In static mode (no cluster) a `vnetctl move
+    /// ... wait` reroutes the other hosts once the guest arrived. Returns
+    /// what it took; the guest is then its new host's last VM.
+    pub fn migrate_guest(&mut self, from: usize, to: usize) -> Result<Migration> {
+        let i = self
+            .guests
+            .iter()
+            .position(|g| g.host == from)
+            .ok_or_else(|| Error::Other(format!("host {from} has no QEMU guest")))?;
+        let v = self.hosts[from].vms.iter().position(|vm| vm.console.is_some()).unwrap_or(0);
+        let vm = self.hosts[from].vms[v].clone();
+        if vm.vhost.is_some() {
+            return Err(Error::Other(
+                "a vhost-user guest cannot migrate: vnetd does not log dirty pages".into(),
+            ));
+        }
+        let src = self.guests[i].clone();
+        let (to_ns, to_ip) = (self.hosts[to].ns.clone(), self.hosts[to].underlay_ip);
+        let mtu = self.spec.vm_mtu.to_string();
+        // 1. The destination's TAP, attached standby.
+        self.ns_exec(&to_ns, &["ip", "tuntap", "add", "dev", "q0", "mode", "tap"])?;
+        self.ns_exec(&to_ns, &["ip", "link", "set", "q0", "mtu", &mtu, "up"])?;
+        let name = "vmig";
+        let dp = self.spec.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
+        let decl = format!("{name} netdev q0 mac {}{dp}", vm.mac);
+        let r = self.control(to, &format!("attach {decl} standby"))?;
+        r.result.map_err(|e| Error::Other(format!("host {to}: attach standby: {e}")))?;
+        // The destination's QEMU: the same machine, waiting for the stream.
+        let mut args = src.args.clone();
+        let console = self.dir.join(format!("guest-h{to}-in.log"));
+        let qmp = self.dir.join(format!("qmp-h{to}-in.sock"));
+        set_arg(&mut args, "-serial", format!("file:{}", console.display()));
+        set_arg(&mut args, "-qmp", format!("unix:{},server=on,wait=off", qmp.display()));
+        let port = 4444;
+        args.extend(["-incoming".to_string(), format!("tcp:{to_ip}:{port}")]);
+        let _ = std::fs::remove_file(&console);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let pid = self.spawn(&to_ns, &argv)?;
+        let mut dst = Qmp::connect(&qmp, Duration::from_secs(30))?;
+        self.wait_listening(&to_ns, port)?;
+        let src_qmp =
+            qmp_path(&src.args).ok_or_else(|| Error::Other("the guest has no QMP socket".into()))?;
+        let mut sq = Qmp::connect(&src_qmp, Duration::from_secs(5))?;
+        // 3. Static mode: the mover waits for the arrival.
+        let mover = if self.spec.cluster.is_none() {
+            let ep = |h: &Host| format!("unix:{}", h.control.display());
+            let hosts: Vec<String> = self.hosts.iter().map(ep).collect();
+            let mut cmd = Command::new(bin("vnetctl")?);
+            cmd.args(["move", &vm.mac, "to", &ep(&self.hosts[to]), "hosts", &hosts.join(","), "wait", "300"]);
+            cmd.arg("interface").args(decl.split_whitespace());
+            Some(std::thread::spawn(move || cmd.stdin(Stdio::null()).output()))
+        } else {
+            None
+        };
+        // 2. The migration; the switch-over activates the interface.
+        sq.execute("migrate-set-parameters", serde_json::json!({ "max-bandwidth": 1u64 << 30 }))?;
+        sq.execute("migrate", serde_json::json!({ "uri": format!("tcp:{to_ip}:{port}") }))?;
+        let done = sq.poll("query-migrate", Duration::from_secs(300), |q| match q["status"].as_str() {
+            Some("completed") => Ok(true),
+            Some("failed" | "cancelled") => Err(Error::Other(format!("the migration failed: {q}"))),
+            _ => Ok(false),
+        })?;
+        // The source completes when it has sent the last pages; the
+        // destination runs once it has loaded them.
+        dst.poll("query-status", Duration::from_secs(30), |s| Ok(s["status"] == "running"))?;
+        let mut m = Migration {
+            downtime_ms: done["downtime"].as_u64().unwrap_or(0),
+            total_ms: done["total-time"].as_u64().unwrap_or(0),
+            mover: None,
+            query: done.to_string(),
+            paused_us: sq
+                .last("STOP")
+                .zip(dst.last("RESUME"))
+                .map(|(stop, resume)| resume.saturating_sub(stop)),
+        };
+        if let Some(t) = mover {
+            let out = t
+                .join()
+                .map_err(|_| Error::Other("the mover panicked".into()))?
+                .map_err(io("running vnetctl move"))?;
+            let said =
+                String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                return Err(Error::Other(format!("vnetctl move: {said}")));
+            }
+            m.mover = Some(said);
+        }
+        // 4. The source stops; its interface goes (unless the mover took it).
+        if let Some(p) = src.pid {
+            self.kill_child(p);
+        }
+        let old = format!("vm{v}");
+        let r = self.control(from, &format!("detach {old}"))?;
+        r.result.map_err(|e| Error::Other(format!("host {from}: detach {old}: {e}")))?;
+        self.guests[i] =
+            Guest { host: to, ns: to_ns.clone(), args, console: console.clone(), pid: Some(pid) };
+        let moved = Vm { ns: to_ns, console: Some(console), ..vm };
+        self.hosts[from].vms.remove(v);
+        self.hosts[to].vms.push(moved);
+        Ok(m)
+    }
+}
