@@ -1,39 +1,87 @@
 //! The TLS side of a host (links and the control endpoint): its
 //! certificate chain, key and CA loaded from PEM files into rustls client
 //! and server configurations (TLS 1.3, both sides authenticated).
+//!
+//! An identity is renewed in place ([`Tls::renew`], on vnetd's `reload`):
+//! when the files' contents changed, they are loaded and checked as at the
+//! start, and the new configurations replace the old ones for every
+//! handshake from then on; connections already made keep theirs, so a
+//! renewal drops no link. A certificate outside its validity (expired, or
+//! not valid yet) is refused, at the start as at a renewal, and a refused
+//! renewal leaves the running identity as it was.
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use std::sync::Arc;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, RwLock};
 use vnet_control::TlsFiles;
 
 /// The TLS side of a host: its client and server configurations.
 pub struct Tls {
+    now: RwLock<Loaded>,
+}
+
+/// One loading of the files.
+struct Loaded {
     client: Arc<ClientConfig>,
     server: Arc<ServerConfig>,
+    /// A hash of the three files' contents (what a renewal compares).
+    stamp: u64,
 }
 
 impl Tls {
     /// Loads the host's certificate chain, key and CA (PEM files).
     pub fn load(files: &TlsFiles) -> Result<Tls, String> {
-        let read_certs = |path: &str| -> Result<Vec<CertificateDer<'static>>, String> {
-            let certs: Vec<_> = CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("{path}: {e}"))?
+        Ok(Tls { now: RwLock::new(Loaded::read(files)?) })
+    }
+
+    /// Loads `files` again if their contents changed: `Ok(true)` when the
+    /// new identity replaced the old one for the handshakes to come,
+    /// `Ok(false)` when nothing changed; on an error (an expired
+    /// certificate, a key that does not match) the old one stays.
+    pub fn renew(&self, files: &TlsFiles) -> Result<bool, String> {
+        let l = Loaded::read(files)?;
+        let mut now = self.now.write().unwrap_or_else(|p| p.into_inner());
+        if l.stamp == now.stamp {
+            return Ok(false);
+        }
+        *now = l;
+        Ok(true)
+    }
+
+    /// The server side (the peer's certificate must chain to the CA).
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.now.read().unwrap_or_else(|p| p.into_inner()).server.clone()
+    }
+
+    /// The client side (it presents the host's certificate).
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        self.now.read().unwrap_or_else(|p| p.into_inner()).client.clone()
+    }
+}
+
+impl Loaded {
+    fn read(files: &TlsFiles) -> Result<Loaded, String> {
+        let read_certs = |path: &str| -> Result<(Vec<CertificateDer<'static>>, Vec<u8>), String> {
+            let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+            let certs: Vec<_> = CertificateDer::pem_slice_iter(&bytes)
                 .collect::<Result<_, _>>()
                 .map_err(|e| format!("{path}: {e}"))?;
             if certs.is_empty() {
                 return Err(format!("{path}: no certificate in it"));
             }
-            Ok(certs)
+            Ok((certs, bytes))
         };
-        let chain = read_certs(&files.cert)?;
+        let (chain, cert_bytes) = read_certs(&files.cert)?;
+        valid_now(&chain[0], &files.cert)?;
         let key_pem =
             crate::keys::read_secret(std::path::Path::new(&files.key), "the private key", 64 * 1024)?;
         let key =
             || PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| format!("{}: {e}", files.key));
+        let (cas, ca_bytes) = read_certs(&files.ca)?;
         let mut roots = RootCertStore::empty();
-        for c in read_certs(&files.ca)? {
+        for c in cas {
             roots.add(c).map_err(|e| format!("{}: {e}", files.ca))?;
         }
         let roots = Arc::new(roots);
@@ -53,16 +101,69 @@ impl Tls {
             .with_client_cert_verifier(verifier)
             .with_single_cert(chain, key()?)
             .map_err(|e| format!("{}: {e}", files.cert))?;
-        Ok(Tls { client: Arc::new(client), server: Arc::new(server) })
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (cert_bytes, key_pem.as_bytes(), ca_bytes).hash(&mut h);
+        Ok(Loaded { client: Arc::new(client), server: Arc::new(server), stamp: h.finish() })
     }
+}
 
-    /// The server side (the peer's certificate must chain to the CA).
-    pub fn server_config(&self) -> Arc<ServerConfig> {
-        self.server.clone()
+/// Refuses a certificate outside its validity period. webpki checks the
+/// period before it looks for an issuer, so no trust anchor is needed
+/// here: any other error (the issuer unknown to an empty list) is not
+/// this check's, and the handshakes judge the chain.
+fn valid_now(cert: &CertificateDer<'_>, path: &str) -> Result<(), String> {
+    let ee = webpki::EndEntityCert::try_from(cert).map_err(|e| format!("{path}: not a certificate ({e})"))?;
+    let r = ee.verify_for_usage(
+        webpki::ALL_VERIFICATION_ALGS,
+        &[],
+        &[],
+        UnixTime::now(),
+        webpki::KeyUsage::client_auth(),
+        None,
+        None,
+    );
+    match r {
+        Err(webpki::Error::CertExpired { time, not_after }) => Err(format!(
+            "{path}: the certificate expired at {} (it is {} now): renew it",
+            utc(not_after),
+            utc(time)
+        )),
+        Err(webpki::Error::CertNotValidYet { time, not_before }) => Err(format!(
+            "{path}: the certificate is not valid before {} (it is {} now)",
+            utc(not_before),
+            utc(time)
+        )),
+        _ => Ok(()),
     }
+}
 
-    /// The client side (it presents the host's certificate).
-    pub fn client_config(&self) -> Arc<ClientConfig> {
-        self.client.clone()
+/// `YYYY-MM-DDTHH:MM:SSZ` of a Unix time (the civil calendar from days,
+/// after Howard Hinnant's `civil_from_days`).
+fn utc(t: UnixTime) -> String {
+    let secs = t.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(UnixTime::since_unix_epoch(std::time::Duration::ZERO)), "1970-01-01T00:00:00Z");
+        let t = UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_795_651_200 + 3_661));
+        assert_eq!(utc(t), "2026-11-26T01:01:01Z");
+        let leap = UnixTime::since_unix_epoch(std::time::Duration::from_secs(951_782_400));
+        assert_eq!(utc(leap), "2000-02-29T00:00:00Z");
     }
 }

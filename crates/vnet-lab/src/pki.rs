@@ -41,6 +41,21 @@ impl Ca {
         Ok(Ca { issuer: Issuer::new(p, key), pem })
     }
 
+    /// A certificate for `ip` with the key in `key_file` (PEM) that expired
+    /// on 2020-01-02 (valid from 2020-01-01), as PEM.
+    pub fn expired_host_pem(&self, ip: Ipv4Addr, key_file: &Path) -> Result<String> {
+        let pem = std::fs::read_to_string(key_file)
+            .map_err(|e| Error::Other(format!("{}: {e}", key_file.display())))?;
+        let key = KeyPair::from_pem(&pem).map_err(err)?;
+        let mut p = CertificateParams::new(vec![ip.to_string()]).map_err(err)?;
+        p.distinguished_name.push(DnType::CommonName, "expired");
+        p.extended_key_usages =
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2020, 1, 2);
+        Ok(p.signed_by(&key, &self.issuer).map_err(err)?.pem())
+    }
+
     /// Writes the CA certificate and a certificate and key for `ip` into
     /// `dir` as `NAME-ca.pem`, `NAME.pem`, `NAME.key` (key mode 0600).
     pub fn host(&self, dir: &Path, name: &str, ip: Ipv4Addr) -> Result<HostFiles> {

@@ -2041,6 +2041,113 @@ fn tls_link_carries_traffic_and_refuses_a_certificate_of_another_ca() {
     assert_ne!(l["state"], "up", "host 0's link to the stranger is up: {l}");
 }
 
+/// Renewal (issue 30): both hosts' certificate files are replaced by ones
+/// of a new CA and `reload`ed: the established link stays (no reconnect,
+/// traffic flows); host 1 restarted with the new files is accepted by host
+/// 0 and accepts it (so host 0 serves and trusts the renewed files). An
+/// expired certificate is then refused by `reload`, with the date, and the
+/// link keeps its certificate.
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn tls_certificates_renewed_on_reload_keep_the_link_and_an_expired_one_is_refused() {
+    let (mut lab, a, b) = stream_lab(Links::Tls);
+    let before = link_json(&lab, 0);
+    let renewed = vnet_lab::pki::Ca::new("renewed CA").unwrap();
+    for h in 0..2 {
+        renewed.host(&lab.dir, &format!("h{h}"), lab.hosts[h].underlay_ip).unwrap();
+        let out = lab.vnetctl(h, &["reload"]).unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "host {h}: {said} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(said.contains("the links' TLS certificate renewed"), "host {h}: {said}");
+    }
+    assert_ping(&lab, &a, b.ip, 56);
+    let after = link_json(&lab, 0);
+    assert_eq!(after["reconnects"], before["reconnects"], "the link was dropped: {before} -> {after}");
+    assert_eq!(after["state"], "up", "{after}");
+    // A new handshake: host 1 starts again from the renewed files.
+    lab.stop_vnetd(1).unwrap();
+    lab.start_vnetd(1).unwrap();
+    assert!(
+        time_to_first_reply(&lab, &b, a.ip, Duration::from_secs(10)).is_some(),
+        "host 0 did not take host 1's renewed certificate (or serve its own)\n{}",
+        lab.log(0)
+    );
+    // An expired certificate is refused; the running one stays.
+    let cert = lab.dir.join("h0.pem");
+    let expired = renewed.expired_host_pem(lab.hosts[0].underlay_ip, &lab.dir.join("h0.key")).unwrap();
+    std::fs::write(&cert, expired).unwrap();
+    let out = lab.vnetctl(0, &["reload"]).unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an expired certificate was taken: {said}");
+    assert!(said.contains("the certificate expired at 2020-01-02T00:00:00Z"), "{said}");
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_eq!(link_json(&lab, 0)["state"], "up");
+}
+
+/// The control endpoint (`tls:`, `--control-tls`): its files renewed with a
+/// new CA and reloaded (SIGHUP) are what the next client's handshake sees:
+/// a client of the new CA gets in, one of the old CA no longer does.
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_tls_control_endpoints_renewed_certificate_is_served_after_a_reload() {
+    let mut lab = lab(Spec::default());
+    let (ns, ip) = (lab.hosts[0].ns.clone(), lab.hosts[0].underlay_ip);
+    let dir = lab.dir.join("ctl");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (old_ca, new_ca) =
+        (vnet_lab::pki::Ca::new("old CA").unwrap(), vnet_lab::pki::Ca::new("new CA").unwrap());
+    let server = old_ca.host(&dir, "server", ip).unwrap();
+    let old_client = old_ca.host(&dir, "old-client", ip).unwrap();
+    let conf = dir.join("v.conf");
+    std::fs::write(&conf, format!("listen udp {ip}:9111\n")).unwrap();
+    let files = |f: &vnet_lab::pki::HostFiles| -> [String; 3] {
+        [f.cert.display().to_string(), f.key.display().to_string(), f.ca.display().to_string()]
+    };
+    let [cert, key, ca] = files(&server);
+    let endpoint = format!("tls:{ip}:7443");
+    let vnetd = vnet_lab::bin("vnetd").unwrap();
+    let pid = lab
+        .spawn(
+            &ns,
+            &[
+                vnetd.to_str().unwrap(),
+                "--config",
+                conf.to_str().unwrap(),
+                "--control",
+                &endpoint,
+                "--control-tls",
+                &cert,
+                &key,
+                &ca,
+                "--state-dir",
+                dir.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+    lab.wait_listening(&ns, 7443).unwrap();
+    let ask = |client: &vnet_lab::pki::HostFiles| {
+        let vnetctl = vnet_lab::bin("vnetctl").unwrap();
+        let [cert, key, ca] = files(client);
+        lab.ns_output(
+            &ns,
+            &[vnetctl.to_str().unwrap(), "--control", &endpoint, "--tls", &cert, &key, &ca, "show", "config"],
+        )
+        .unwrap()
+    };
+    assert!(ask(&old_client).status.success(), "the first client: {:?}", ask(&old_client));
+    // Renewed: the server's files now hold the new CA's certificate and CA.
+    new_ca.host(&dir, "server", ip).unwrap();
+    let new_client = new_ca.host(&dir, "new-client", ip).unwrap();
+    lab.ns_exec(&ns, &["kill", "-HUP", &pid.to_string()]).unwrap();
+    let t0 = std::time::Instant::now();
+    while !ask(&new_client).status.success() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the renewed endpoint refuses the new CA's client");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let old = ask(&old_client);
+    assert!(!old.status.success(), "the old CA's client still got in: {old:?}");
+}
+
 /// Opens argv[3] connections to argv[1]:argv[2] and holds them for argv[4]
 /// seconds; every other one sends a lone TLS record byte (a handshake that
 /// never goes on). Writes how many connected to argv[5].

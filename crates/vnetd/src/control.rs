@@ -416,7 +416,7 @@ pub async fn serve(
     ep: &Endpoint,
     daemon: Arc<Mutex<Daemon>>,
     limits: Limits,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<Arc<crate::link::tcp::Tls>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
@@ -459,18 +459,21 @@ pub async fn serve(
             }
         }
         Endpoint::Tls(addr) => {
-            let Some(cfg) = tls else {
+            let Some(tls) = tls else {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     "a tls: control endpoint needs --control-tls CERT,KEY,CA",
                 ));
             };
-            let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
             let l = tokio::net::TcpListener::bind(addr).await?;
             loop {
                 tokio::select! {
                     _ = &mut shutdown => break,
-                    a = l.accept() => if let Ok((c, _)) = a { spawn_tls_conn(&slots, &daemon, &limits, &acceptor, c) },
+                    a = l.accept() => if let Ok((c, _)) = a {
+                        // The identity as now (`reload` renews it in place).
+                        let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
+                        spawn_tls_conn(&slots, &daemon, &limits, &acceptor, c)
+                    },
                 }
             }
         }
@@ -944,7 +947,7 @@ mod tests {
         rt.block_on(async {
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             let daemon = Arc::new(Mutex::new(Daemon::new()));
-            let cfg = Some(server.server_config());
+            let cfg = Some(Arc::new(server));
             let server = tokio::spawn(async move {
                 let ep = Endpoint::Tls(addr);
                 let access = Access { client_name: Some("good.vnet".into()), ..Access::default() };

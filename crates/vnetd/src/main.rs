@@ -2,6 +2,7 @@
 
 use clap::Parser;
 use std::sync::{Arc, Mutex};
+use vnetd::link::tcp::Tls;
 use vnetd::{control, Daemon, Endpoint};
 
 #[derive(Parser)]
@@ -145,7 +146,7 @@ fn main() -> std::process::ExitCode {
 /// What [`start`] made of the command line and the config file.
 struct Ready {
     daemon: Daemon,
-    control_tls: Option<Arc<rustls::ServerConfig>>,
+    control_tls: Option<Arc<Tls>>,
     access: control::Access,
     cluster: Option<vnetd::cluster::Config>,
     status: vnetd::membership::Shared,
@@ -163,6 +164,10 @@ fn start(args: &Args) -> Result<Ready, String> {
         return Err(format!("--control {}: a tls: endpoint needs --control-tls CERT,KEY,CA", args.control));
     }
     let (mut daemon, claim_key) = daemon_from(args)?;
+    let control_tls = control_tls.map(|(tls, files)| {
+        daemon.set_control_tls(tls.clone(), files);
+        tls
+    });
     let cluster = cluster_config(args, &daemon, claim_key)?;
     daemon.fix_cluster_line();
     let status = vnetd::membership::Shared::default();
@@ -173,13 +178,13 @@ fn start(args: &Args) -> Result<Ready, String> {
 }
 
 /// `--control-tls CERT,KEY,CA`: the control endpoint's TLS identity.
-fn control_tls(args: &Args) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+fn control_tls(args: &Args) -> Result<Option<(Arc<Tls>, vnet_control::TlsFiles)>, String> {
     match args.control_tls.as_slice() {
         [] => Ok(None),
         [cert, key, ca] => {
             let files = vnet_control::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
-            let t = vnetd::link::tcp::Tls::load(&files).map_err(|e| format!("--control-tls: {e}"))?;
-            Ok(Some(t.server_config()))
+            let t = Tls::load(&files).map_err(|e| format!("--control-tls: {e}"))?;
+            Ok(Some((Arc::new(t), files)))
         }
         _ => Err("--control-tls takes CERT,KEY,CA".into()),
     }

@@ -111,6 +111,9 @@ pub struct Daemon {
     /// Cluster settings are taken at start: once vnetd runs, a transaction
     /// that changes the `cluster` line is refused.
     cluster_fixed: bool,
+    /// The control endpoint's TLS identity (`--control-tls`) and its files,
+    /// renewed by `reload` like the links'.
+    control_tls: Option<(Arc<link::tcp::Tls>, vnet_control::TlsFiles)>,
 }
 
 /// Why `save` or `reload` failed (the reply's text).
@@ -127,6 +130,9 @@ pub enum FileError {
     /// The file does not parse or apply (positioned in it).
     #[error("{0}")]
     Config(#[source] Box<Error>),
+    /// Renewed TLS files were refused.
+    #[error("{0}")]
+    Tls(String),
     /// The running state's difference from the file (a bug if ever seen).
     #[error("{path}: the difference {what} ({error}):\n{diff}")]
     Difference {
@@ -178,6 +184,7 @@ impl Daemon {
             cluster: None,
             config_path: None,
             cluster_fixed: false,
+            control_tls: None,
         }
     }
 
@@ -236,6 +243,39 @@ impl Daemon {
         self.config_path = Some(path);
     }
 
+    /// The control endpoint's TLS identity, for `reload` to renew.
+    pub fn set_control_tls(&mut self, tls: Arc<link::tcp::Tls>, files: vnet_control::TlsFiles) {
+        self.control_tls = Some((tls, files));
+    }
+
+    /// Renews the TLS identities whose files' contents changed (the links',
+    /// when the `tls` line stays `next`; the control endpoint's): new
+    /// handshakes use them, established connections keep theirs. Says what
+    /// was renewed; the first refusal (an expired certificate, say) is the
+    /// error, and that identity stays as it was.
+    fn renew_tls(&self, next: Option<&vnet_control::TlsFiles>) -> Result<String, FileError> {
+        let mut said = String::new();
+        let links = match (&self.sockets.tls, &self.state.tls) {
+            (Some(t), Some(files)) if Some(files) == next => Some((t, files, "the links'")),
+            _ => None,
+        };
+        let control = self.control_tls.as_ref().map(|(t, files)| (t, files, "the control endpoint's"));
+        for (tls, files, whose) in links.into_iter().chain(control) {
+            match tls.renew(files) {
+                Ok(true) => {
+                    tracing::info!(cert = %files.cert, "reload: {whose} TLS certificate renewed");
+                    said.push_str(&format!("{whose} TLS certificate renewed from {}\n", files.cert));
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!("reload: {whose} TLS files refused: {e}");
+                    return Err(FileError::Tls(format!("{whose} TLS files were refused ({e}); the running certificate stays and nothing changed")));
+                }
+            }
+        }
+        Ok(said)
+    }
+
     /// Links cluster mode made (named after live hosts): not the config
     /// file's to save or to delete.
     fn cluster_links(&self) -> std::collections::BTreeSet<String> {
@@ -275,10 +315,11 @@ impl Daemon {
         let target = vnet_control::parse(&text)
             .and_then(|cmds| State::default().apply_all(&cmds))
             .map_err(|e| FileError::Config(Box::new(e.in_file(shown.clone()))))?;
+        let renewed = self.renew_tls(target.tls.as_ref())?;
         let cluster = self.cluster_links();
         let t = self.state.diff(&target, &|n| cluster.contains(n));
         if t.is_empty() {
-            return Ok(format!("reloaded {shown}: nothing differs\n"));
+            return Ok(format!("{renewed}reloaded {shown}: nothing differs\n"));
         }
         let refused = |what, error| FileError::Difference {
             path: shown.clone(),
@@ -288,7 +329,7 @@ impl Daemon {
         };
         let cmds = vnet_control::parse(&t).map_err(|e| refused("does not parse", e))?;
         self.apply(&cmds).map_err(|e| refused("was refused", e))?;
-        Ok(format!("reloaded {shown}: {} lines applied as one transaction\n", t.lines().count()))
+        Ok(format!("{renewed}reloaded {shown}: {} lines applied as one transaction\n", t.lines().count()))
     }
 
     /// Secured links declared from now on rekey every `rekey_after`.
