@@ -84,6 +84,13 @@ impl InterfaceDef {
     }
 }
 
+impl InterfaceDef {
+    /// The line that declares it (as `show config` writes it).
+    pub fn to_line(&self) -> String {
+        iface_line(self)
+    }
+}
+
 /// A link to another host, of one of the kinds of [`Transport`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkDef {

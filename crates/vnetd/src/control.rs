@@ -276,8 +276,16 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
                 Ok(body) => (body, ok()),
                 Err(e) => (String::new(), err(&e)),
             },
-            Command::Attach(ref decl) => attach(daemon, |st| vnet_control::attach::attach(st, c.pos, decl)),
-            Command::Detach(ref name) => attach(daemon, |st| vnet_control::attach::detach(st, c.pos, name)),
+            Command::Attach(ref decl) => {
+                let name = match &**decl {
+                    Command::Interface { name, .. } => name.as_str(),
+                    _ => "",
+                };
+                attach(daemon, (name, true), |st| vnet_control::attach::attach(st, c.pos, decl))
+            }
+            Command::Detach(ref name) => {
+                attach(daemon, (name, false), |st| vnet_control::attach::detach(st, c.pos, name))
+            }
             Command::Activate(ref name) => match lock(daemon).activate(name, c.pos) {
                 Ok(body) => (body, ok()),
                 Err(e) => (String::new(), err(&e)),
@@ -325,19 +333,24 @@ async fn ipam(to: Option<&crate::ipam::Sender>, op: vnet_control::IpamOp) -> (St
 /// `attach` and `detach`: the commands `expand` makes of them against the
 /// running state, applied as one transaction under one lock (so no other
 /// client's change comes between the look and the change).
+/// `name` is the interface and whether it is there afterwards, which the
+/// daemon keeps for its next start ([`Daemon::note_attached`]).
 fn attach(
     daemon: &Mutex<Daemon>,
+    (name, present): (&str, bool),
     expand: impl FnOnce(&vnet_control::State) -> Vec<vnet_control::Located<Command>>,
 ) -> (String, String) {
     let mut d = lock(daemon);
     let cmds = expand(d.state());
-    if cmds.is_empty() {
-        return (String::new(), "end ok".into());
+    if !cmds.is_empty() {
+        if let Err(e) = d.apply(&cmds) {
+            return (String::new(), format!("end error {e}"));
+        }
     }
-    match d.apply(&cmds) {
-        Ok(()) => (String::new(), "end ok".into()),
-        Err(e) => (String::new(), format!("end error {e}")),
+    if let Some(e) = d.note_attached(name, present) {
+        tracing::warn!("--state-dir {e}");
     }
+    (String::new(), "end ok".into())
 }
 
 /// Locks the daemon, recovering from a poisoned lock (a panicked holder

@@ -53,7 +53,9 @@ struct Args {
     key: Option<std::path::PathBuf>,
     /// Where vnetd keeps what must outlive a restart: each peer's last
     /// handshake timestamp (file `handshakes`), so an initiation replayed
-    /// after a restart is refused. Made 0700 if missing.
+    /// after a restart is refused, and the interfaces `attach` made (file
+    /// `attached`: CNI containers, libvirt VMs), attached again at the
+    /// start. Made 0700 if missing; one per vnetd.
     #[arg(long, default_value = "/var/lib/vnet", value_name = "DIR")]
     state_dir: std::path::PathBuf,
     /// Secured links start a new session after this many seconds.
@@ -222,6 +224,10 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
             .and_then(|cmds| daemon.apply(&cmds))
             .map_err(|e| e.in_file(path.display().to_string()).to_string())?;
         daemon.set_config_path(std::path::absolute(path).unwrap_or_else(|_| path.clone()));
+    }
+    // What `attach` made before a restart (CNI plugins, libvirt's hook).
+    for said in daemon.restore_attached(&args.state_dir) {
+        tracing::warn!("--state-dir {said}");
     }
     Ok((daemon, claim_key))
 }

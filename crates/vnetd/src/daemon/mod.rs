@@ -7,6 +7,7 @@
 //! released; on any failure the new resources are dropped (closed) and the
 //! running configuration is untouched, so traffic keeps flowing.
 
+mod attached;
 mod txn;
 mod views;
 
@@ -114,6 +115,8 @@ pub struct Daemon {
     /// The control endpoint's TLS identity (`--control-tls`) and its files,
     /// renewed by `reload` like the links'.
     control_tls: Option<(Arc<link::tcp::Tls>, vnet_control::TlsFiles)>,
+    /// The interfaces `attach` made, kept across restarts.
+    attached: attached::Attachments,
 }
 
 /// Why `save` or `reload` failed (the reply's text).
@@ -185,6 +188,7 @@ impl Daemon {
             config_path: None,
             cluster_fixed: false,
             control_tls: None,
+            attached: Default::default(),
         }
     }
 
@@ -592,6 +596,9 @@ impl Daemon {
         }
         self.apply(&cmds)?;
         self.shared.activated.notify_one();
+        if let Some(e) = self.save_attached() {
+            tracing::warn!("--state-dir {e}");
+        }
         let mac = self.state.iface_by_name(name).and_then(|i| i.mac);
         Ok(match mac {
             Some(mac) => format!("{name} active; {}", self.announce(mac)),

@@ -1,0 +1,101 @@
+//! Interfaces made by `attach` outlive a vnetd restart.
+//!
+//! A CNI plugin or libvirt's hook attaches an interface once, when its
+//! container or VM starts; neither runs again when vnetd restarts (a
+//! package upgrade, a crash), and the interface is not in the config file.
+//! So the daemon keeps the names `attach` made (and `detach` did not take
+//! away) in the state directory, file `attached`, as the interface lines
+//! they run with (`standby` included while waiting), rewritten atomically
+//! after each change; at the start, after the config file, each line is
+//! attached again, as its plugin would. A line whose device is gone (its
+//! container was deleted while vnetd was down: a `DEL` with no vnetd is no
+//! error) is dropped and logged, never a failed start.
+
+use super::{write_atomically, Daemon};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use vnet_control::{Command, Located};
+
+/// The file and the names it holds.
+#[derive(Debug, Default)]
+pub struct Attachments {
+    path: Option<PathBuf>,
+    names: BTreeSet<String>,
+}
+
+/// The file's name in the state directory.
+pub const FILE: &str = "attached";
+
+impl Daemon {
+    /// Keeps attachments in `dir` and attaches those it holds again;
+    /// returns what to log (one line per attachment dropped).
+    pub fn restore_attached(&mut self, dir: &std::path::Path) -> Vec<String> {
+        let path = dir.join(FILE);
+        self.attached.path = Some(path.clone());
+        use std::os::unix::fs::DirBuilderExt as _;
+        if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+            return vec![format!("{}: {e}; attachments are not kept", dir.display())];
+        }
+        let mut said = Vec::new();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return said,
+            Err(e) => return vec![format!("{}: {e}; no attachment restored", path.display())],
+        };
+        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let at = format!("{}:{}", path.display(), n + 1);
+            let cmd = match vnet_control::parse_line(line, n as u32 + 1, &mut Default::default()) {
+                Ok(Some(Located { item: decl @ Command::Interface { .. }, pos })) => (decl, pos),
+                Ok(_) => {
+                    said.push(format!("{at}: not an interface line; dropped"));
+                    continue;
+                }
+                Err(e) => {
+                    said.push(format!("{at}: {e}; dropped"));
+                    continue;
+                }
+            };
+            let (decl, pos) = cmd;
+            let Command::Interface { name, .. } = &decl else { continue };
+            let name = name.clone();
+            let cmds = vnet_control::attach::attach(&self.state, pos, &decl);
+            match self.apply(&cmds) {
+                Ok(()) => {
+                    self.attached.names.insert(name);
+                }
+                Err(e) => said.push(format!("{at}: attaching {name} again failed ({e}); dropped")),
+            }
+        }
+        if let Some(e) = self.save_attached() {
+            said.push(e);
+        }
+        said
+    }
+
+    /// Notes that `attach` made `name` (`true`) or `detach` took it away,
+    /// and writes the file; an error, for the log.
+    pub fn note_attached(&mut self, name: &str, present: bool) -> Option<String> {
+        if present {
+            self.attached.names.insert(name.to_string());
+        } else {
+            self.attached.names.remove(name);
+        }
+        self.save_attached()
+    }
+
+    /// Writes the file: the attached interfaces as they run now (one a
+    /// `delete interface` took away is forgotten).
+    pub fn save_attached(&mut self) -> Option<String> {
+        let path = self.attached.path.clone()?;
+        let state = &self.state;
+        self.attached.names.retain(|n| state.iface_by_name(n).is_some());
+        let text: String = self
+            .attached
+            .names
+            .iter()
+            .filter_map(|n| state.iface_by_name(n))
+            .map(|i| i.to_line() + "\n")
+            .collect();
+        write_atomically(&path, text.as_bytes()).err().map(|e| format!("{}: {e}", path.display()))
+    }
+}
