@@ -276,20 +276,7 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
                 Ok(body) => (body, ok()),
                 Err(e) => (String::new(), err(&e)),
             },
-            Command::Attach(ref decl) => {
-                let name = match &**decl {
-                    Command::Interface { name, .. } => name.as_str(),
-                    _ => "",
-                };
-                attach(daemon, (name, true), |st| vnet_control::attach::attach(st, c.pos, decl))
-            }
-            Command::Detach(ref name) => {
-                attach(daemon, (name, false), |st| vnet_control::attach::detach(st, c.pos, name))
-            }
-            Command::Activate(ref name) => match lock(daemon).activate(name, c.pos) {
-                Ok(body) => (body, ok()),
-                Err(e) => (String::new(), err(&e)),
-            },
+            Command::Attach(_) | Command::Detach(_) | Command::Activate(_) => attach_line(daemon, &c),
             _ => match lock(daemon).apply(std::slice::from_ref(&c)) {
                 Ok(()) => (String::new(), ok()),
                 Err(e) => (String::new(), err(&e)),
@@ -333,6 +320,27 @@ async fn ipam(to: Option<&crate::ipam::Sender>, op: vnet_control::IpamOp) -> (St
 /// `attach` and `detach`: the commands `expand` makes of them against the
 /// running state, applied as one transaction under one lock (so no other
 /// client's change comes between the look and the change).
+/// `attach`, `detach` and `activate`.
+fn attach_line(daemon: &Mutex<Daemon>, c: &Located<Command>) -> (String, String) {
+    match &c.item {
+        Command::Attach(decl) => {
+            let name = match &**decl {
+                Command::Interface { name, .. } => name.as_str(),
+                _ => "",
+            };
+            attach(daemon, (name, true), |st| vnet_control::attach::attach(st, c.pos, decl))
+        }
+        Command::Detach(name) => {
+            attach(daemon, (name, false), |st| vnet_control::attach::detach(st, c.pos, name))
+        }
+        Command::Activate(name) => match lock(daemon).activate(name, c.pos) {
+            Ok(body) => (body, "end ok".into()),
+            Err(e) => (String::new(), format!("end error {e}")),
+        },
+        _ => (String::new(), "end error not an attach, detach or activate line".into()),
+    }
+}
+
 /// `name` is the interface and whether it is there afterwards, which the
 /// daemon keeps for its next start ([`Daemon::note_attached`]).
 fn attach(
