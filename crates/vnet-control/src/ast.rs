@@ -359,6 +359,8 @@ pub enum ShowWhat {
     Config,
     /// Every counter in the Prometheus text format.
     Metrics,
+    /// The traffic matrix: frames and bytes per MAC pair, top pairs first.
+    Matrix,
     /// Cluster mode: membership, the watch revision, the store's health.
     Cluster,
 }

@@ -275,9 +275,10 @@ impl<'a> Parser<'_, 'a> {
             "cluster" => self.cluster(),
             "show" => {
                 let what = match self.keyword(
-                    &["routes", "links", "interfaces", "stats", "config", "metrics", "cluster"],
-                    "`routes`, `links`, `interfaces`, `stats`, `config`, `metrics` or `cluster`",
+                    &["routes", "links", "interfaces", "stats", "config", "metrics", "cluster", "matrix"],
+                    "`routes`, `links`, `interfaces`, `stats`, `config`, `metrics`, `cluster` or `matrix`",
                 )? {
+                    "matrix" => ShowWhat::Matrix,
                     "routes" => ShowWhat::Routes,
                     "links" => ShowWhat::Links,
                     "interfaces" => ShowWhat::Interfaces,

@@ -99,6 +99,7 @@ impl Forwarder {
             g.no_route.fetch_add(1, Relaxed);
             return;
         }
+        g.matrix.count(eth.src(), eth.dst(), frame.len());
         let len = frame.len();
         let mut finished = None;
         // Offload-capable destinations first, from the untouched frame; then
@@ -209,6 +210,7 @@ impl Forwarder {
         if self.decisions.is_empty() || !self.decisions.iter().all(capable) {
             return false;
         }
+        self.global.matrix.count(eth.src(), eth.dst(), len);
         for &(to, ri) in &self.decisions {
             let PortId::Interface(id) = to else { continue };
             let Some(ifc) = plane.ifaces.get(&id) else { continue };

@@ -34,6 +34,7 @@ pub mod dispatch;
 pub mod flow;
 pub mod forward;
 pub mod link;
+pub mod matrix;
 pub mod plane;
 pub mod port;
 pub mod rx;

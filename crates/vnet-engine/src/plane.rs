@@ -237,6 +237,9 @@ pub fn route_table(
 /// with a `link_` prefix by whoever reports it.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct Global {
+    /// Who talks to whom on the user path (`show matrix`).
+    #[serde(skip)]
+    pub matrix: crate::matrix::Matrix,
     /// Frames no route matched.
     pub no_route: AtomicU64,
     /// Datagrams from an address (or VNI) that is not a configured link.

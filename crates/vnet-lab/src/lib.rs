@@ -27,6 +27,7 @@ mod config;
 mod etcd;
 mod guest;
 mod libvirt;
+pub mod matrix;
 mod measure;
 mod migrate;
 pub mod noise;
@@ -131,6 +132,8 @@ pub struct Lab {
     namespaces: Vec<String>,
     children: Vec<Child>,
     guests: Vec<Guest>,
+    /// Whether the lab's bpffs (`dir/bpf`, for hand-overs) is mounted.
+    bpffs: bool,
     /// The switch namespace (a bridge), when the hosts are on one.
     switch: Option<String>,
     /// Cluster mode: the running etcd.
@@ -173,6 +176,7 @@ impl Lab {
             namespaces: Vec::new(),
             children: Vec::new(),
             guests: Vec::new(),
+            bpffs: false,
             switch: None,
             etcd: None,
         };
@@ -218,6 +222,15 @@ impl Lab {
     /// Starts vnetd on host `h` with its config and waits for its control
     /// socket to answer.
     pub fn start_vnetd(&mut self, h: usize) -> Result<()> {
+        // A bpffs of the lab's own for hand-overs' pins, mounted before the
+        // first vnetd (each runs in a mount namespace of `ip netns exec`'s,
+        // which sees mounts made before it, not necessarily after).
+        if !self.bpffs {
+            let bpf = self.dir.join("bpf");
+            std::fs::create_dir_all(&bpf).map_err(io("the lab's bpffs directory"))?;
+            run(&["mount", "-t", "bpf", "bpf", bpf.to_str().unwrap_or_default()])?;
+            self.bpffs = true;
+        }
         let vnetd = match &self.spec.vnetd {
             Some(path) => path.clone(),
             None => bin("vnetd")?,
@@ -249,6 +262,8 @@ impl Lab {
             .args(host.key.iter().flat_map(|(f, _)| [std::ffi::OsStr::new("--key"), f.as_os_str()]))
             .arg("--state-dir")
             .arg(self.dir.join(format!("state-h{h}")))
+            .arg("--bpf-dir")
+            .arg(self.dir.join("bpf").join(format!("h{h}")))
             .args(&self.spec.vnetd_args)
             .args(cluster_args);
         host.vnetd = Some(process::spawn_logged(cmd, &host.log, "vnetd")?);
@@ -280,6 +295,29 @@ impl Lab {
             stop_child(c);
         }
         Ok(())
+    }
+
+    /// Hands host `h`'s vnetd over (SIGUSR2: it pins the kernel path and
+    /// exits 75, as the unit's supervisor expects) and starts the next one,
+    /// as systemd would; returns how long no vnetd answered (from the
+    /// signal to the new one's control socket answering). The pins go to
+    /// the lab's bpffs (`DIR/bpf`, see [`Lab::start_vnetd`]).
+    pub fn hand_over_vnetd(&mut self, h: usize) -> Result<Duration> {
+        let t0 = Instant::now();
+        if let Some(mut c) = self.hosts[h].vnetd.take() {
+            let pid = c.id();
+            run(&["kill", "-USR2", &pid.to_string()])?;
+            let status = c.wait().map_err(io("waiting for vnetd"))?;
+            registry().1.retain(|p| *p != pid);
+            if status.code() != Some(75) {
+                return Err(Error::Other(format!(
+                    "vnetd on host {h} ended {status} on SIGUSR2, not 75:\n{}",
+                    self.log(h)
+                )));
+            }
+        }
+        self.start_vnetd(h)?;
+        Ok(t0.elapsed())
     }
 
     /// Kills host `h`'s vnetd with SIGKILL (no cleanup of its own) and
@@ -408,6 +446,9 @@ impl Drop for Lab {
         for ns in self.namespaces.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
             registry().0.retain(|n| n != ns);
+        }
+        if self.bpffs {
+            let _ = Command::new("umount").arg(self.dir.join("bpf")).status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         process::dirs().retain(|d| *d != self.dir);

@@ -83,6 +83,19 @@ struct BenchArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Three hosts, known iperf3 flows between their VMs, each host's
+    /// `show matrix`, and the network's traffic matrix as an SVG heat map.
+    Matrix {
+        /// Where `matrix.svg` and `matrix.json` go.
+        #[arg(long, default_value = "docs/benchmarks")]
+        out: std::path::PathBuf,
+        /// The VMs' data path: user or kernel.
+        #[arg(long, default_value = "user")]
+        datapath: String,
+        /// Each flow's length.
+        #[arg(long, default_value_t = 3)]
+        seconds: u32,
+    },
     /// Two hosts, one VM each: ARP, ping and iperf3 from VM A to VM B over
     /// vnet, then tear down.
     Demo {
@@ -185,6 +198,7 @@ fn main() -> ExitCode {
     install_signal_cleanup();
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
+        Cmd::Matrix { out, datapath, seconds } => matrix(&out, &datapath, seconds),
         Cmd::Up {
             hosts,
             vms,
@@ -271,6 +285,50 @@ fn show(title: &str, text: &str) {
     if !text.ends_with('\n') {
         println!();
     }
+}
+
+/// The flows `vnet-lab matrix` runs: (from host, to host, rate).
+const MATRIX_FLOWS: [(usize, usize, &str); 4] =
+    [(0, 1, "400M"), (1, 2, "200M"), (2, 0, "100M"), (0, 2, "50M")];
+
+fn matrix(out: &std::path::Path, datapath: &str, seconds: u32) -> vnet_lab::Result<()> {
+    let mut spec = Spec { hosts: 3, datapath: None, ..Spec::default() };
+    if datapath != "user" {
+        spec.datapath = Some(datapath.to_string());
+        spec.veth_hosts = vec![0, 1, 2];
+        spec.vm_mtu = spec.underlay_mtu - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32;
+    }
+    let mut lab = Lab::up(spec)?;
+    let flows = lab.matrix_flows(&MATRIX_FLOWS, seconds)?;
+    let matrices = lab.matrices()?;
+    let names = lab.vm_names();
+    let net = vnet_lab::matrix::network_matrix(&matrices);
+    for (f, (from, to, rate)) in flows.iter().zip(MATRIX_FLOWS) {
+        let got = vnet_lab::matrix::pair_bytes(&matrices[from], &f.from.mac, &f.to.mac);
+        println!(
+            "h{from}v0 -> h{to}v0 at {rate}: iperf3 sent {} bytes, host {from}'s matrix {} bytes ({:.3})",
+            f.sent,
+            got,
+            got as f64 / f.sent.max(1) as f64
+        );
+    }
+    show("vnetctl show matrix (host 0)", &lab.control(0, "show matrix")?.body);
+    let title = format!("vnet traffic matrix: 3 hosts, {datapath} path, {seconds} s iperf3 flows");
+    std::fs::create_dir_all(out).map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", out.display())))?;
+    let write = |name: &str, text: String| {
+        let p = out.join(name);
+        std::fs::write(&p, text).map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", p.display())))?;
+        println!("wrote {}", p.display());
+        Ok::<(), vnet_lab::Error>(())
+    };
+    write("matrix.svg", vnet_lab::matrix::svg(&net, &names, &title))?;
+    let flows_json: Vec<serde_json::Value> = flows
+        .iter()
+        .map(|f| serde_json::json!({ "from": f.from.mac, "to": f.to.mac, "iperf3_sent": f.sent }))
+        .collect();
+    let doc = serde_json::json!({ "datapath": datapath, "seconds": seconds, "flows": flows_json, "names": names, "hosts": matrices });
+    write("matrix.json", serde_json::to_string_pretty(&doc).unwrap_or_default())?;
+    Ok(())
 }
 
 fn demo(format: Format, seconds: u32, datapath: &str) -> vnet_lab::Result<()> {

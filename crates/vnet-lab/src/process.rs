@@ -62,6 +62,8 @@ pub fn install_signal_cleanup() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
         for d in std::mem::take(&mut *dirs()) {
+            // A lab's bpffs (hand-overs) first, or the directory stays.
+            let _ = Command::new("umount").arg("-l").arg(d.join("bpf")).stderr(Stdio::null()).status();
             let _ = std::fs::remove_dir_all(d);
         }
         eprintln!("vnet-lab: interrupted; lab removed");

@@ -222,6 +222,44 @@ static __always_inline void port_count(__u32 slot, int tx, __u64 bytes)
 	}
 }
 
+/* Who talks to whom (`show matrix`): frames and bytes per (source,
+ * destination) MAC pair the programs forwarded, per CPU. The least
+ * recently used pairs make room for new ones (their counts go with them),
+ * so the map holds at most MATRIX_PAIRS whatever the guests send. */
+struct pair_key {
+	__u8 src[6];
+	__u8 dst[6];
+};
+
+struct pair_val {
+	__u64 frames;
+	__u64 bytes;
+};
+
+#define MATRIX_PAIRS 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, MATRIX_PAIRS);
+	__type(key, struct pair_key);
+	__type(value, struct pair_val);
+} pairs SEC(".maps");
+
+static __always_inline void pair_count(struct ethhdr *e, __u64 bytes)
+{
+	struct pair_key k;
+	__builtin_memcpy(k.src, e->h_source, 6);
+	__builtin_memcpy(k.dst, e->h_dest, 6);
+	struct pair_val *v = bpf_map_lookup_elem(&pairs, &k);
+	if (v) {
+		v->frames++;
+		v->bytes += bytes;
+		return;
+	}
+	/* This CPU's value; the others start at zero. */
+	struct pair_val n = {.frames = 1, .bytes = bytes};
+	bpf_map_update_elem(&pairs, &k, &n, BPF_NOEXIST);
+}
+
 static __always_inline struct cfg *get_cfg(void)
 {
 	__u32 zero = 0;
@@ -468,6 +506,7 @@ int vnet_from_vm(struct __sk_buff *skb)
 		count(S_LOCAL, 1);
 		port_count(r->in_slot, 0, len);
 		port_count(r->out_slot, 1, len);
+		pair_count(&eth, len);
 		if (r->action == ACT_IFACE_XMIT)
 			return bpf_redirect(r->target, 0);
 		bpf_skb_change_type(skb, PACKET_HOST);
@@ -484,6 +523,7 @@ int vnet_from_vm(struct __sk_buff *skb)
 	count(S_ENCAP_BYTES, len);
 	port_count(in_slot, 0, len);
 	port_count(out_slot, 1, len);
+	pair_count(&eth, len);
 	/* The daemon resolved the route to the peer when it wrote the link:
 	 * with its next hop given, the kernel skips the route lookup and only
 	 * finds (or resolves) the neighbour. */
@@ -630,6 +670,7 @@ int vnet_from_wire(struct __sk_buff *skb)
 	count(S_DECAP_BYTES, skb->len);
 	port_count(link_slot, 0, skb->len);
 	port_count(out_slot, 1, skb->len);
+	pair_count(&inner, skb->len);
 	if (action == ACT_IFACE_XMIT)
 		return bpf_redirect(target, 0);
 	bpf_skb_change_type(skb, PACKET_HOST);

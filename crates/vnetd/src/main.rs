@@ -58,6 +58,12 @@ struct Args {
     /// start. Made 0700 if missing; one per vnetd.
     #[arg(long, default_value = "/var/lib/vnet", value_name = "DIR")]
     state_dir: std::path::PathBuf,
+    /// A bpffs directory where a hand-over (SIGUSR2: an upgrade, a restart
+    /// that must not cut the VMs) pins the kernel path's programs so they
+    /// keep forwarding until the next vnetd takes them over; one per vnetd.
+    /// Default: /sys/fs/bpf/vnet/ and the --state-dir's last name.
+    #[arg(long, value_name = "DIR")]
+    bpf_dir: Option<std::path::PathBuf>,
     /// Secured links start a new session after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     rekey_after: u64,
@@ -218,6 +224,11 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
         }
         daemon.set_worker_cpus(args.worker_cpus.clone());
     }
+    let bpf_dir = args.bpf_dir.clone().unwrap_or_else(|| {
+        let name = args.state_dir.file_name().map_or("vnet".into(), |n| n.to_string_lossy().into_owned());
+        std::path::Path::new("/sys/fs/bpf/vnet").join(name)
+    });
+    daemon.set_bpf_dir(bpf_dir);
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         vnet_control::parse(&text)
@@ -229,14 +240,24 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
     for said in daemon.restore_attached(&args.state_dir) {
         tracing::warn!("--state-dir {said}");
     }
+    if let Some(said) = daemon.drop_unadopted_pins() {
+        tracing::info!("{said}");
+    }
     Ok((daemon, claim_key))
 }
 
-/// Runs the daemon until SIGTERM or Ctrl-C: its background tasks, cluster
-/// mode, and the control endpoint; then shuts it down.
+/// The exit status of a hand-over (EX_TEMPFAIL): the unit restarts on it
+/// (`RestartForceExitStatus=75`).
+const HAND_OVER_EXIT: u8 = 75;
+
+/// Runs the daemon until SIGTERM or Ctrl-C (a stop: everything goes) or
+/// SIGUSR2 (a hand-over: the kernel path's links are pinned first, and the
+/// exit status asks the supervisor for the next vnetd): its background
+/// tasks, cluster mode, and the control endpoint; then shuts it down.
 fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
     let Ready { daemon, control_tls, access, cluster, status } = ready;
     let daemon = Arc::new(Mutex::new(daemon));
+    let hand_over = std::sync::atomic::AtomicBool::new(false);
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -246,13 +267,16 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
     };
     let served = rt.block_on(async {
         let shutdown = async {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut usr2)) =
+                (signal(SignalKind::terminate()), signal(SignalKind::user_defined2()))
+            else {
+                return std::future::pending().await;
             };
             tokio::select! {
                 _ = term.recv() => {},
                 _ = tokio::signal::ctrl_c() => {},
+                _ = usr2.recv() => hand_over.store(true, std::sync::atomic::Ordering::Relaxed),
             }
         };
         spawn_background(&daemon, args.metrics);
@@ -267,8 +291,25 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
         tracing::info!(control = %args.control, "vnetd ready");
         control::serve(&args.control, daemon.clone(), limits, control_tls, shutdown).await
     });
-    daemon.lock().unwrap_or_else(|p| p.into_inner()).shutdown();
+    let handing_over = hand_over.load(std::sync::atomic::Ordering::Relaxed);
+    let mut d = daemon.lock().unwrap_or_else(|p| p.into_inner());
+    if handing_over {
+        match d.hand_over() {
+            Ok(n) => tracing::info!(
+                "hand-over: {n} kernel-path links pinned; they forward until the next vnetd takes them over"
+            ),
+            Err(e) => tracing::error!(
+                "hand-over: the kernel path could not be kept ({e}); it stops with this process"
+            ),
+        }
+    }
+    d.shutdown();
+    drop(d);
     match served {
+        Ok(()) if handing_over => {
+            tracing::info!("vnetd handed over (exit {HAND_OVER_EXIT}: the supervisor starts the next one)");
+            std::process::ExitCode::from(HAND_OVER_EXIT)
+        }
         Ok(()) => {
             tracing::info!("vnetd stopped");
             std::process::ExitCode::SUCCESS

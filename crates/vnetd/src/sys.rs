@@ -214,6 +214,18 @@ fn setsockopt_raw<T>(fd: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, va
     Ok(())
 }
 
+/// Whether `path` is on a bpffs (`statfs`'s type `BPF_FS_MAGIC`), where
+/// BPF objects can be pinned.
+pub fn is_bpffs(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `statfs` is plain data; all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid `statfs` to fill.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type as u64 == 0xcafe_4a11
+}
+
 /// The index of device `name` in this thread's network namespace (asked of
 /// the kernel, so right inside `in_netns` too, unlike sysfs).
 pub fn ifindex(name: &str) -> io::Result<u32> {
@@ -762,6 +774,22 @@ pub mod bpf {
         pub tx_bytes: u64,
     }
 
+    /// `struct pair_key`: a (source, destination) MAC pair of the matrix.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct PairKey {
+        pub src: [u8; 6],
+        pub dst: [u8; 6],
+    }
+
+    /// `struct pair_val`: a pair's frames and bytes on one CPU.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct PairVal {
+        pub frames: u64,
+        pub bytes: u64,
+    }
+
     // SAFETY: each type is `repr(C)`, made only of integers and byte arrays,
     // laid out without padding (sizes checked below), so
     // every byte pattern is a valid value and none is uninitialised: what
@@ -779,6 +807,10 @@ pub mod bpf {
     unsafe impl aya::Pod for PortStats {}
     // SAFETY: as above (two u32, 8 bytes).
     unsafe impl aya::Pod for VxlanKey {}
+    // SAFETY: as above (twelve bytes).
+    unsafe impl aya::Pod for PairKey {}
+    // SAFETY: as above (two u64, 16 bytes).
+    unsafe impl aya::Pod for PairVal {}
 
     const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
     const _: () = assert!(std::mem::size_of::<RouteVal>() == 44);
@@ -787,6 +819,8 @@ pub mod bpf {
     const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
     const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
     const _: () = assert!(std::mem::size_of::<VxlanKey>() == 8);
+    const _: () = assert!(std::mem::size_of::<PairKey>() == 12);
+    const _: () = assert!(std::mem::size_of::<PairVal>() == 16);
 }
 
 /// Restricts the calling thread to CPU `cpu` (`sched_setaffinity`).

@@ -8,6 +8,7 @@
 //! running configuration is untouched, so traffic keeps flowing.
 
 mod attached;
+mod matrix;
 mod txn;
 mod views;
 
@@ -117,6 +118,8 @@ pub struct Daemon {
     control_tls: Option<(Arc<link::tcp::Tls>, vnet_control::TlsFiles)>,
     /// The interfaces `attach` made, kept across restarts.
     attached: attached::Attachments,
+    /// The bpffs directory of the hand-over's pins (`--bpf-dir`).
+    bpf_dir: Option<std::path::PathBuf>,
 }
 
 /// Why `save` or `reload` failed (the reply's text).
@@ -189,6 +192,7 @@ impl Daemon {
             cluster_fixed: false,
             control_tls: None,
             attached: Default::default(),
+            bpf_dir: None,
         }
     }
 
@@ -245,6 +249,34 @@ impl Daemon {
     /// The config file `save` writes and `reload` (and `SIGHUP`) reads.
     pub fn set_config_path(&mut self, path: std::path::PathBuf) {
         self.config_path = Some(path);
+    }
+
+    /// Where a hand-over pins the kernel path's links, and where this
+    /// vnetd looks for its predecessor's (`kernel::pins`).
+    pub fn set_bpf_dir(&mut self, dir: std::path::PathBuf) {
+        self.bpf_dir = Some(dir);
+    }
+
+    /// After the start (config and attachments applied): the predecessor's
+    /// pinned links nothing took over are removed, so its program leaves
+    /// the devices this vnetd does not serve. Returns what to log.
+    pub fn drop_unadopted_pins(&self) -> Option<String> {
+        let dir = self.bpf_dir.as_ref()?;
+        let adopted = self.kernel.as_ref().map_or(0, |k| k.adopted);
+        let left = kernel::pins::Pins::new(dir).clear();
+        (adopted + left > 0).then(|| {
+            format!("hand-over: took over {adopted} of the previous vnetd's kernel-path links, removed {left} no longer served")
+        })
+    }
+
+    /// The hand-over (SIGUSR2): pins the kernel path's links so that it
+    /// keeps forwarding after this process exits, until the next vnetd
+    /// takes them over. Returns how many were pinned.
+    pub fn hand_over(&mut self) -> Result<usize, String> {
+        match self.kernel.as_mut() {
+            Some(k) => k.pin_all(),
+            None => Ok(0),
+        }
     }
 
     /// The control endpoint's TLS identity, for `reload` to renew.
@@ -461,7 +493,7 @@ impl Daemon {
             return Err(KernelError::Unavailable(r.clone()));
         }
         if self.kernel.is_none() {
-            match KernelPath::load() {
+            match KernelPath::load(self.bpf_dir.as_deref().map(kernel::pins::Pins::new)) {
                 Ok(k) => {
                     tracing::info!("eBPF fast path loaded");
                     self.kernel = Some(k);
@@ -515,6 +547,9 @@ impl Daemon {
     pub fn show(&self, what: ShowWhat, as_json: bool) -> String {
         if what == ShowWhat::Metrics {
             return self.metrics();
+        }
+        if what == ShowWhat::Matrix {
+            return self.show_matrix(as_json);
         }
         if what == ShowWhat::Cluster {
             let status = self.cluster.as_ref().map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).clone());
@@ -653,6 +688,7 @@ impl Daemon {
                 }
             }
         }
+        self.matrix_metrics(&mut out);
         if let Some(c) = &self.cluster {
             c.lock().unwrap_or_else(|p| p.into_inner()).metrics(&mut out);
         }

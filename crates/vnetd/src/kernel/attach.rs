@@ -4,10 +4,12 @@
 
 use super::decisions::decisions;
 use super::maps::{link_val, FMT_VXLAN, OBJECT, PORT_LINK, PORT_SLOTS, STAT_NAMES};
+use super::pins::{self, Pins};
 use super::{io_error, map_error, program_error, KernelError, KernelIface, Reason};
-use crate::sys::bpf::{Cfg, LinkVal, PeerVal, PortStats, RouteKey, RouteVal, VxlanKey};
+use crate::sys::bpf::{Cfg, LinkVal, PairKey, PairVal, PeerVal, PortStats, RouteKey, RouteVal, VxlanKey};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
-use aya::programs::tc::SchedClassifierLinkId;
+use aya::programs::links::FdLink;
+use aya::programs::tc::{SchedClassifierLink, SchedClassifierLinkId};
 use aya::programs::{SchedClassifier, TcAttachType};
 use aya::Ebpf;
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,10 +19,20 @@ use vnet_engine::Plane;
 /// The loaded programs and their maps.
 pub struct KernelPath {
     ebpf: Ebpf,
-    /// Each served interface's TC link, and its ifindex (its key in
+    /// Each served interface's TC link (`None` while a previous vnetd's
+    /// link waits in `pending` to be adopted), and its ifindex (its key in
     /// `handoff`).
-    vm_attached: BTreeMap<String, (SchedClassifierLinkId, u32)>,
-    wire_attached: BTreeMap<String, SchedClassifierLinkId>,
+    vm_attached: BTreeMap<String, (Option<SchedClassifierLinkId>, u32)>,
+    wire_attached: BTreeMap<String, Option<SchedClassifierLinkId>>,
+    /// Where a hand-over pins the links, and where this vnetd found its
+    /// predecessor's ([`pins`]).
+    pins: Option<Pins>,
+    /// A predecessor's links, by pin name, still running its program: the
+    /// program is replaced at the end of the next sync, when the maps
+    /// hold the decisions.
+    pending: BTreeMap<String, FdLink>,
+    /// Links adopted from a predecessor.
+    pub adopted: usize,
     /// Keys written to each route table.
     tables: [BTreeSet<RouteKey>; 2],
     active: u32,
@@ -35,7 +47,7 @@ pub struct KernelPath {
 
 impl KernelPath {
     /// Loads the programs into the kernel (not attached yet).
-    pub fn load() -> Result<Self, Reason> {
+    pub fn load(pins: Option<Pins>) -> Result<Self, Reason> {
         if OBJECT.is_empty() {
             return Err(KernelError::NoObject);
         }
@@ -48,6 +60,9 @@ impl KernelPath {
             ebpf,
             vm_attached: BTreeMap::new(),
             wire_attached: BTreeMap::new(),
+            pins,
+            pending: BTreeMap::new(),
+            adopted: 0,
             tables: Default::default(),
             active: 0,
             peers: BTreeSet::new(),
@@ -69,9 +84,13 @@ impl KernelPath {
         let mut m: BpfHashMap<&mut MapData, u32, u32> = map(&mut self.ebpf, "handoff")?;
         m.insert(ifindex, handoff, 0).map_err(map_error(format!("the hand-off of {dev}")))?;
         if !self.vm_attached.contains_key(dev) {
+            if self.take_pinned(false, dev) {
+                self.vm_attached.insert(dev.to_string(), (None, ifindex));
+                return Ok(());
+            }
             match self.attach_ingress("vnet_from_vm", dev) {
                 Ok(id) => {
-                    self.vm_attached.insert(dev.to_string(), (id, ifindex));
+                    self.vm_attached.insert(dev.to_string(), (Some(id), ifindex));
                 }
                 Err(e) => {
                     self.forget_handoff(ifindex);
@@ -80,6 +99,86 @@ impl KernelPath {
             }
         }
         Ok(())
+    }
+
+    /// Takes a predecessor's link on `dev` into `pending`, if one is pinned.
+    fn take_pinned(&mut self, wire: bool, dev: &str) -> bool {
+        let name = pins::name(wire, dev);
+        match self.pins.as_ref().and_then(|p| p.take(&name)) {
+            Some(link) => {
+                self.pending.insert(name, link);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Puts this process's program into each pending link (atomically: the
+    /// predecessor's program runs until then), or, where that fails (the
+    /// device went and came back), attaches it anew.
+    fn adopt_pending(&mut self) -> Result<(), Reason> {
+        for (name, fd) in std::mem::take(&mut self.pending) {
+            let wire = name.starts_with("wire-");
+            let dev = name.split_once('-').map_or(name.as_str(), |(_, d)| d).to_string();
+            let prog = if wire { "vnet_from_wire" } else { "vnet_from_vm" };
+            let adopted = SchedClassifierLink::try_from(fd).map_err(|e| e.to_string()).and_then(|l| {
+                self.classifier(prog).map_err(|e| e.to_string())?.attach_to_link(l).map_err(|e| e.to_string())
+            });
+            let id = match adopted {
+                Ok(id) => {
+                    self.adopted += 1;
+                    tracing::info!(%dev, "kernel path: took over the previous vnetd's program on {dev} (replaced in place)");
+                    id
+                }
+                Err(e) => {
+                    tracing::info!(%dev, "kernel path: the previous vnetd's link on {dev} could not be taken over ({e}); attaching anew");
+                    self.attach_ingress(prog, &dev)?
+                }
+            };
+            if wire {
+                self.wire_attached.insert(dev, Some(id));
+            } else if let Some(v) = self.vm_attached.get_mut(&dev) {
+                v.0 = Some(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// The hand-over: pins every link this process holds (their programs
+    /// keep forwarding with these maps after it exits) and lets go of them.
+    /// Returns how many were pinned.
+    pub fn pin_all(&mut self) -> Result<usize, String> {
+        let Some(pins) = self.pins.clone() else {
+            return Err("no bpffs directory for pins (--bpf-dir)".into());
+        };
+        let mut n = 0;
+        let vms: Vec<(String, Option<SchedClassifierLinkId>)> =
+            std::mem::take(&mut self.vm_attached).into_iter().map(|(d, (id, _))| (d, id)).collect();
+        let wires: Vec<(String, Option<SchedClassifierLinkId>)> =
+            std::mem::take(&mut self.wire_attached).into_iter().collect();
+        for (wire, list) in [(false, vms), (true, wires)] {
+            let prog = if wire { "vnet_from_wire" } else { "vnet_from_vm" };
+            for (dev, id) in list {
+                let name = pins::name(wire, &dev);
+                let fd = match id {
+                    Some(id) => {
+                        let l = self
+                            .classifier(prog)
+                            .map_err(|e| e.to_string())?
+                            .take_link(id)
+                            .map_err(|e| e.to_string())?;
+                        FdLink::try_from(l).map_err(|e| e.to_string())?
+                    }
+                    None => match self.pending.remove(&name) {
+                        Some(fd) => fd,
+                        None => continue,
+                    },
+                };
+                pins.pin(&name, fd)?;
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     fn forget_handoff(&mut self, ifindex: u32) {
@@ -98,8 +197,14 @@ impl KernelPath {
     /// Stops serving interface `dev` (its device may already be gone).
     pub fn detach_iface(&mut self, dev: &str) {
         if let Some((id, ifindex)) = self.vm_attached.remove(dev) {
-            if let Ok(p) = self.classifier("vnet_from_vm") {
-                let _ = p.detach(id);
+            match id {
+                Some(id) => {
+                    if let Ok(p) = self.classifier("vnet_from_vm") {
+                        let _ = p.detach(id);
+                    }
+                }
+                // A predecessor's link not taken over: it goes with its fd.
+                None => drop(self.pending.remove(&pins::name(false, dev))),
             }
             self.forget_handoff(ifindex);
         }
@@ -147,6 +252,9 @@ impl KernelPath {
         self.write_peers(&peer_vals)?;
 
         self.switch_table(decisions, overflow, listen, listen_vxlan)?;
+        // A predecessor's programs give way to this one's, now that its
+        // maps hold the decisions.
+        self.adopt_pending()?;
 
         // Ports that are gone: after the switch, no decision names their slots.
         self.slots.retain(|p, _| served.contains(p));
@@ -158,14 +266,21 @@ impl KernelPath {
     fn attach_wire(&mut self, devs: &BTreeSet<String>) -> Result<(), Reason> {
         for dev in devs {
             if !self.wire_attached.contains_key(dev) {
+                if self.take_pinned(true, dev) {
+                    self.wire_attached.insert(dev.clone(), None);
+                    continue;
+                }
                 let id = self.attach_ingress("vnet_from_wire", dev)?;
-                self.wire_attached.insert(dev.clone(), id);
+                self.wire_attached.insert(dev.clone(), Some(id));
             }
         }
         let stale: Vec<String> = self.wire_attached.keys().filter(|d| !devs.contains(*d)).cloned().collect();
         for dev in stale {
-            if let Some(id) = self.wire_attached.remove(&dev) {
-                let _ = self.classifier("vnet_from_wire")?.detach(id);
+            match self.wire_attached.remove(&dev) {
+                Some(Some(id)) => {
+                    let _ = self.classifier("vnet_from_wire")?.detach(id);
+                }
+                _ => drop(self.pending.remove(&pins::name(true, &dev))),
             }
         }
         Ok(())
@@ -297,6 +412,27 @@ impl KernelPath {
         })
     }
 
+    /// The kernel path's traffic matrix: each (source, destination) MAC
+    /// pair it forwarded, frames and bytes summed over CPUs.
+    pub fn pairs(&self) -> Vec<vnet_engine::matrix::Pair> {
+        let Some(m) = self.ebpf.map("pairs") else { return Vec::new() };
+        let Ok(h) = aya::maps::PerCpuHashMap::<&MapData, PairKey, PairVal>::try_from(m) else {
+            return Vec::new();
+        };
+        h.iter()
+            .filter_map(Result::ok)
+            .map(|(k, vals)| {
+                let (frames, bytes) = vals.iter().fold((0, 0), |(f, b), v| (f + v.frames, b + v.bytes));
+                vnet_engine::matrix::Pair {
+                    src: vnet_wire::MacAddr(k.src),
+                    dst: vnet_wire::MacAddr(k.dst),
+                    frames,
+                    bytes,
+                }
+            })
+            .collect()
+    }
+
     /// The programs' counters summed over CPUs, named by [`STAT_NAMES`].
     pub fn stats(&self) -> Vec<(&'static str, u64)> {
         let Some(m) = self.ebpf.map("stats") else { return Vec::new() };
@@ -315,10 +451,10 @@ impl Drop for KernelPath {
         for d in vms {
             self.detach_iface(&d);
         }
-        let wires: Vec<(String, SchedClassifierLinkId)> =
-            std::mem::take(&mut self.wire_attached).into_iter().collect();
+        let wires: Vec<SchedClassifierLinkId> =
+            std::mem::take(&mut self.wire_attached).into_values().flatten().collect();
         if let Ok(p) = self.classifier("vnet_from_wire") {
-            for (_, id) in wires {
+            for id in wires {
                 let _ = p.detach(id);
             }
         }

@@ -21,6 +21,8 @@ pub(crate) const FMT_VNET: u8 = 1;
 pub(crate) const FMT_VXLAN: u8 = 2;
 /// Route entries per table (the maps' `max_entries`).
 pub const MAX_ROUTES: usize = 65_536;
+/// The traffic matrix's pairs (`MATRIX_PAIRS`, an LRU map).
+pub const MATRIX_PAIRS: usize = 4096;
 /// `PORT_SLOTS`: counter slots for the ports the kernel path serves (slot 0
 /// is no port's: a port past the last shares it, uncounted).
 pub(crate) const PORT_SLOTS: u32 = 4096;

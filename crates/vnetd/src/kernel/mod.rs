@@ -15,7 +15,8 @@
 //! one write to `config.active` switches the programs over. Programs are
 //! attached as TCX links owned by this process (aya detaches them on drop;
 //! the kernel does when the process dies), so a stopped or killed vnetd
-//! leaves nothing attached and a restart attaches afresh.
+//! leaves nothing attached; a hand-over ([`pins`]) pins them instead, and
+//! the next vnetd replaces their programs in place.
 //!
 //! The folder: [`attach`] loads the object, attaches the programs and
 //! writes the maps; [`maps`] holds the layouts the C program shares (its
@@ -26,11 +27,12 @@
 mod attach;
 pub mod decisions;
 pub mod maps;
+pub mod pins;
 pub mod underlay;
 
 pub use attach::KernelPath;
 pub use decisions::decisions;
-pub use maps::{MAX_ROUTES, STAT_NAMES};
+pub use maps::{MATRIX_PAIRS, MAX_ROUTES, STAT_NAMES};
 pub use underlay::{route_to, Hop};
 
 use std::net::Ipv4Addr;
