@@ -34,6 +34,10 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 dpkg-deb -x "$deb" "$tmp"
+# The upgrade's hand-over (postinst) is in the package and is valid sh.
+dpkg-deb -e "$deb" "$tmp/DEBIAN"
+[ -x "$tmp/DEBIAN/postinst" ] || die "$deb has no executable postinst"
+sh -n "$tmp/DEBIAN/postinst" || die "$deb's postinst is not valid sh"
 # systemd-analyze checks the unit against the package's own files.
 if command -v systemd-analyze >/dev/null; then
     sed "s|/usr/sbin/vnetd|$tmp/usr/sbin/vnetd|" packaging/vnetd@.service >"$tmp/vnetd@test.service"

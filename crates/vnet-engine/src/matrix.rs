@@ -23,7 +23,10 @@ pub const SLOTS: usize = 4096;
 /// Slots a pair may be looked for in.
 pub const PROBES: usize = 8;
 
+/// A cache line of its own: two workers counting two pairs (a flow's data
+/// and its acknowledgements) never share one.
 #[derive(Default)]
+#[repr(align(64))]
 struct Slot {
     /// The pair's hash (0: empty).
     key: AtomicU64,
