@@ -1870,11 +1870,8 @@ fn ten_hand_overs_under_a_10ms_ping_and_a_tcp_stream() {
     {
         eprintln!("  h0: {l}");
     }
-    let seqs: Vec<u32> = out
-        .lines()
-        .filter_map(|l| l.split("icmp_seq=").nth(1)?.split_whitespace().next()?.parse().ok())
-        .collect();
-    let missing: Vec<u32> = (1..=PINGS).filter(|s| !seqs.contains(s)).collect();
+    let seqs = ping_seqs(&out);
+    let missing: Vec<u32> = (1..=PINGS).filter(|s| seqs.binary_search(s).is_err()).collect();
     eprintln!("  pings lost: {missing:?}; stream bytes per 100 ms: {intervals:?}");
     assert!(intervals.len() >= 100, "iperf3 said {} intervals", intervals.len());
     if kernel {
@@ -2894,13 +2891,19 @@ fn rss_kb(pid: u32) -> u64 {
     l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
-fn longest_gap(ping_out: &str, sent: u32) -> u32 {
+/// The sequence numbers ping got a reply for, sorted, once each.
+fn ping_seqs(ping_out: &str) -> Vec<u32> {
     let mut seqs: Vec<u32> = ping_out
         .lines()
         .filter_map(|l| l.split("icmp_seq=").nth(1)?.split_whitespace().next()?.parse().ok())
         .collect();
     seqs.sort_unstable();
     seqs.dedup();
+    seqs
+}
+
+fn longest_gap(ping_out: &str, sent: u32) -> u32 {
+    let seqs = ping_seqs(ping_out);
     let mut last = 0;
     let mut gap = 0;
     for s in seqs.iter().copied().chain([sent + 1]) {
