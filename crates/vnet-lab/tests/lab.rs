@@ -656,6 +656,29 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
     assert_ping(&lab, &a, b.ip, 56);
 }
 
+/// `--kernel-routes N` sizes the kernel path's route tables, and `show
+/// stats` reports the size beside the entries used (issue 30).
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn the_kernel_route_tables_take_their_size_from_the_flag_and_report_it() {
+    let lab = lab(Spec {
+        veth_hosts: vec![0, 1],
+        vnetd_args: vec!["--kernel-routes".into(), "2048".into()],
+        ..Spec::default()
+    });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let g = json(&lab, 0, "stats")["global"].clone();
+    let status = g["kernel_path"].as_str().unwrap_or("").to_string();
+    if let Some(why) = status.strip_prefix("off: ") {
+        eprintln!("the kernel path cannot load here ({why}): nothing to size");
+        return;
+    }
+    assert_eq!(status, "loaded", "the veths asked for the kernel path: {g}");
+    assert_eq!(g["kernel_route_capacity"], 2048, "{g}");
+    assert!(g["kernel_route_entries"].as_u64().unwrap() > 0, "{g}");
+}
+
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn a_change_the_kernel_maps_refuse_fails_whole_and_changes_nothing() {

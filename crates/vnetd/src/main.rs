@@ -58,6 +58,11 @@ struct Args {
     /// start. Made 0700 if missing; one per vnetd.
     #[arg(long, default_value = "/var/lib/vnet", value_name = "DIR")]
     state_dir: std::path::PathBuf,
+    /// Entries each of the kernel path's two route tables holds (decisions
+    /// past it take the user path, counted as kernel_route_overflow; about
+    /// 100 bytes of kernel memory per entry and table).
+    #[arg(long, default_value_t = 65_536, value_name = "N", value_parser = clap::value_parser!(u32).range(1024..=16_777_216))]
+    kernel_routes: u32,
     /// A bpffs directory where a hand-over (SIGUSR2: an upgrade, a restart
     /// that must not cut the VMs) pins the kernel path's programs so they
     /// keep forwarding until the next vnetd takes them over; one per vnetd.
@@ -229,6 +234,7 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
         std::path::Path::new("/sys/fs/bpf/vnet").join(name)
     });
     daemon.set_bpf_dir(bpf_dir);
+    daemon.set_kernel_routes(args.kernel_routes as usize);
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         vnet_control::parse(&text)

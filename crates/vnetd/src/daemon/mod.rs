@@ -120,6 +120,8 @@ pub struct Daemon {
     attached: attached::Attachments,
     /// The bpffs directory of the hand-over's pins (`--bpf-dir`).
     bpf_dir: Option<std::path::PathBuf>,
+    /// Entries each of the kernel path's route tables holds (`--kernel-routes`).
+    kernel_routes: usize,
 }
 
 /// Why `save` or `reload` failed (the reply's text).
@@ -193,6 +195,7 @@ impl Daemon {
             control_tls: None,
             attached: Default::default(),
             bpf_dir: None,
+            kernel_routes: kernel::MAX_ROUTES,
         }
     }
 
@@ -249,6 +252,11 @@ impl Daemon {
     /// The config file `save` writes and `reload` (and `SIGHUP`) reads.
     pub fn set_config_path(&mut self, path: std::path::PathBuf) {
         self.config_path = Some(path);
+    }
+
+    /// Sizes the kernel path's route tables (before it loads).
+    pub fn set_kernel_routes(&mut self, entries: usize) {
+        self.kernel_routes = entries;
     }
 
     /// Where a hand-over pins the kernel path's links, and where this
@@ -493,7 +501,7 @@ impl Daemon {
             return Err(KernelError::Unavailable(r.clone()));
         }
         if self.kernel.is_none() {
-            match KernelPath::load(self.bpf_dir.as_deref().map(kernel::pins::Pins::new)) {
+            match KernelPath::load(self.bpf_dir.as_deref().map(kernel::pins::Pins::new), self.kernel_routes) {
                 Ok(k) => {
                     tracing::info!("eBPF fast path loaded");
                     self.kernel = Some(k);
@@ -718,6 +726,7 @@ impl Daemon {
             m.insert("kernel_path".into(), status.into());
             if let Some(k) = &self.kernel {
                 m.insert("kernel_route_entries".into(), k.entries.into());
+                m.insert("kernel_route_capacity".into(), k.capacity.into());
                 m.insert("kernel_route_overflow".into(), k.overflow.into());
                 for (name, n) in k.stats() {
                     m.insert(name.into(), n.into());

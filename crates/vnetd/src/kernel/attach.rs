@@ -33,6 +33,8 @@ pub struct KernelPath {
     pending: BTreeMap<String, FdLink>,
     /// Links adopted from a predecessor.
     pub adopted: usize,
+    /// Entries each route table holds.
+    pub capacity: usize,
     /// Keys written to each route table.
     tables: [BTreeSet<RouteKey>; 2],
     active: u32,
@@ -47,11 +49,17 @@ pub struct KernelPath {
 
 impl KernelPath {
     /// Loads the programs into the kernel (not attached yet).
-    pub fn load(pins: Option<Pins>) -> Result<Self, Reason> {
+    pub fn load(pins: Option<Pins>, capacity: usize) -> Result<Self, Reason> {
         if OBJECT.is_empty() {
             return Err(KernelError::NoObject);
         }
-        let mut ebpf = Ebpf::load(OBJECT).map_err(KernelError::Load)?;
+        // Both route tables sized as asked (`--kernel-routes`).
+        let size = u32::try_from(capacity).unwrap_or(u32::MAX);
+        let mut ebpf = aya::EbpfLoader::new()
+            .map_max_entries("routes_0", size)
+            .map_max_entries("routes_1", size)
+            .load(OBJECT)
+            .map_err(KernelError::Load)?;
         for name in ["vnet_from_vm", "vnet_from_wire"] {
             let p: &mut SchedClassifier = program(&mut ebpf, name)?;
             p.load().map_err(program_error(format!("the kernel refused {name}")))?;
@@ -63,6 +71,7 @@ impl KernelPath {
             pins,
             pending: BTreeMap::new(),
             adopted: 0,
+            capacity,
             tables: Default::default(),
             active: 0,
             peers: BTreeSet::new(),
@@ -246,7 +255,7 @@ impl KernelPath {
         let peer_vals: Vec<PeerVal> =
             links.iter().map(|(&id, v)| PeerVal { id, slot: slot(PORT_LINK | id), link: *v }).collect();
         // Decisions into the inactive table, then switch.
-        let (decisions, overflow) = decisions(plane, ifaces, &links, &self.slots);
+        let (decisions, overflow) = decisions(plane, ifaces, &links, &self.slots, self.capacity);
 
         // Peers first (a route may only name a link whose datagrams are known).
         self.write_peers(&peer_vals)?;

@@ -2,7 +2,9 @@
 //! same [`vnet_core::RouteTable::lookup`] the workers use, turned into the
 //! kernel map's entries (port, destination, source) -> one destination.
 
-use super::maps::{ACT_IFACE_PEER, ACT_IFACE_XMIT, ACT_LINK, MAX_ROUTES, PORT_LINK};
+#[cfg(test)]
+use super::maps::MAX_ROUTES;
+use super::maps::{ACT_IFACE_PEER, ACT_IFACE_XMIT, ACT_LINK, PORT_LINK};
 use super::KernelIface;
 use crate::sys::bpf::{LinkVal, RouteKey, RouteVal};
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +15,8 @@ use vnet_wire::MacAddr;
 /// The decisions the kernel can carry out: for each port it serves and each
 /// pair of distinct known unicast MACs, the one destination the route table
 /// gives, when that is a kernel interface (or, from an interface, a link the
-/// kernel can send on). Returns them and how many did not fit the map.
+/// kernel can send on). Returns them (at most `capacity`, the map's size)
+/// and how many did not fit the map.
 ///
 /// The map is keyed by (port, destination, source), so a network of many
 /// MACs (a cluster of 100000 VMs) has far more decisions than the map's
@@ -27,6 +30,7 @@ pub fn decisions(
     ifaces: &BTreeMap<u32, KernelIface>,
     kernel_links: &BTreeMap<u32, LinkVal>,
     slots: &BTreeMap<u32, u32>,
+    capacity: usize,
 ) -> (BTreeMap<RouteKey, RouteVal>, usize) {
     let slot = |p: u32| slots.get(&p).copied().unwrap_or(0);
     let mut macs: BTreeSet<MacAddr> = BTreeSet::new();
@@ -81,7 +85,7 @@ pub fn decisions(
     for &(port, key_port) in &ports {
         let dsts = if port.is_link() { &link_dsts } else { &all_dsts };
         for &s in &macs {
-            if out.len() >= MAX_ROUTES {
+            if out.len() >= capacity {
                 // Full: what is left is the user path's.
                 return (out, overflow + candidates.saturating_sub(visited));
             }
@@ -127,7 +131,7 @@ pub fn decisions(
                     },
                     Port::Link(_) => continue,
                 };
-                if out.len() >= MAX_ROUTES {
+                if out.len() >= capacity {
                     overflow += 1;
                     continue;
                 }
@@ -186,7 +190,7 @@ mod tests {
         let links: BTreeMap<u32, LinkVal> = [(0, link)].into();
         // Counter slots: interface A's veth 1, C's TAP 2, the link 3.
         let slots: BTreeMap<u32, u32> = [(10, 1), (11, 2), (PORT_LINK, 3)].into();
-        let (d, overflow) = decisions(&plane, &ifaces, &links, &slots);
+        let (d, overflow) = decisions(&plane, &ifaces, &links, &slots, MAX_ROUTES);
         assert_eq!(overflow, 0);
         let get = |port, dst: MacAddr, src: MacAddr| {
             d.get(&RouteKey { port, dst: dst.0, src: src.0 })
@@ -213,14 +217,14 @@ mod tests {
             vec![locked, iface(1, c)],
             plane.links.values().cloned().collect(),
         );
-        let (d, _) = decisions(&plane, &ifaces, &links, &slots);
+        let (d, _) = decisions(&plane, &ifaces, &links, &slots, MAX_ROUTES);
         assert_eq!(d.get(&RouteKey { port: 10, dst: c.0, src: b.0 }), None);
         assert_eq!(
             d.get(&RouteKey { port: 10, dst: c.0, src: a.0 }).map(|v| (v.action, v.target)),
             Some((ACT_IFACE_XMIT, 11))
         );
         // A route change is a different answer.
-        let none = decisions(&Plane::default(), &ifaces, &links, &slots).0;
+        let none = decisions(&Plane::default(), &ifaces, &links, &slots, MAX_ROUTES).0;
         assert!(none.is_empty());
     }
 
@@ -248,7 +252,7 @@ mod tests {
         let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10)), (1, kif(11))].into();
         let t0 = std::time::Instant::now();
         let links = (0..1000).map(|l| (l, LinkVal::default())).collect();
-        let (d, overflow) = decisions(&plane, &ifaces, &links, &BTreeMap::new());
+        let (d, overflow) = decisions(&plane, &ifaces, &links, &BTreeMap::new(), MAX_ROUTES);
         let took = t0.elapsed();
         assert_eq!(d.len(), MAX_ROUTES);
         assert!(overflow > 100_000, "{overflow}");
