@@ -102,8 +102,7 @@ impl Lab {
                 );
             }
             None => {
-                self.ns_exec(&host.ns, &["ip", "tuntap", "add", "dev", "q0", "mode", "tap"])?;
-                self.ns_exec(&host.ns, &["ip", "link", "set", "q0", "mtu", &mtu, "up"])?;
+                self.guest_tap(&host.ns)?;
                 args.extend(
                     ["-netdev", "tap,id=n0,ifname=q0,script=no,downscript=no", "-device"]
                         .iter()
@@ -121,6 +120,15 @@ impl Lab {
         }
         let host_dev = vhost.is_none().then(|| "q0".to_string());
         Ok(Vm { ns, dev: "q0".into(), host_dev, mac, ip, console: Some(console), vhost })
+    }
+
+    /// The TAP `q0` a guest's QEMU opens in host namespace `ns`, with the
+    /// VMs' MTU, up.
+    pub(crate) fn guest_tap(&self, ns: &str) -> Result<()> {
+        let mtu = self.spec.vm_mtu.to_string();
+        self.ns_exec(ns, &["ip", "tuntap", "add", "dev", "q0", "mode", "tap"])?;
+        self.ns_exec(ns, &["ip", "link", "set", "q0", "mtu", &mtu, "up"])?;
+        Ok(())
     }
 
     /// Starts QEMU for guest `i` (a fresh console log).

@@ -163,10 +163,8 @@ impl Lab {
         }
         let src = self.guests[i].clone();
         let (to_ns, to_ip) = (self.hosts[to].ns.clone(), self.hosts[to].underlay_ip);
-        let mtu = self.spec.vm_mtu.to_string();
         // 1. The destination's TAP, attached standby.
-        self.ns_exec(&to_ns, &["ip", "tuntap", "add", "dev", "q0", "mode", "tap"])?;
-        self.ns_exec(&to_ns, &["ip", "link", "set", "q0", "mtu", &mtu, "up"])?;
+        self.guest_tap(&to_ns)?;
         let name = "vmig";
         let dp = self.spec.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
         let decl = format!("{name} netdev q0 mac {}{dp}", vm.mac);

@@ -317,9 +317,6 @@ async fn ipam(to: Option<&crate::ipam::Sender>, op: vnet_control::IpamOp) -> (St
     }
 }
 
-/// `attach` and `detach`: the commands `expand` makes of them against the
-/// running state, applied as one transaction under one lock (so no other
-/// client's change comes between the look and the change).
 /// `attach`, `detach` and `activate`.
 fn attach_line(daemon: &Mutex<Daemon>, c: &Located<Command>) -> (String, String) {
     match &c.item {
@@ -341,8 +338,11 @@ fn attach_line(daemon: &Mutex<Daemon>, c: &Located<Command>) -> (String, String)
     }
 }
 
-/// `name` is the interface and whether it is there afterwards, which the
-/// daemon keeps for its next start ([`Daemon::note_attached`]).
+/// `attach` and `detach`: the commands `expand` makes of them against the
+/// running state, applied as one transaction under one lock (so no other
+/// client's change comes between the look and the change). `name` is the
+/// interface and whether it is there afterwards, which the daemon keeps
+/// for its next start ([`Daemon::note_attached`]).
 fn attach(
     daemon: &Mutex<Daemon>,
     (name, present): (&str, bool),

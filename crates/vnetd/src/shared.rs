@@ -15,6 +15,9 @@ pub struct Shared {
     /// Woken when a standby interface's VM arrives (a live migration's
     /// switch-over): the control plane then activates it.
     pub arrivals: Arc<tokio::sync::Notify>,
+    /// What the engine calls on an arrival: a wake-up of `arrivals` (never
+    /// blocks; a wake-up while none waits is kept for the next).
+    pub wake: vnet_engine::plane::Wake,
     /// Woken when a standby interface became active: cluster mode claims
     /// its MAC at once rather than at its next look.
     pub activated: Arc<tokio::sync::Notify>,
@@ -22,20 +25,16 @@ pub struct Shared {
 
 impl Shared {
     pub fn new() -> Arc<Self> {
+        let arrivals = Arc::new(tokio::sync::Notify::new());
+        let n = arrivals.clone();
         Arc::new(Shared {
             plane: ArcSwap::from_pointee(Plane::default()),
             global: Arc::default(),
             start: Instant::now(),
-            arrivals: Arc::new(tokio::sync::Notify::new()),
+            arrivals,
+            wake: Arc::new(move || n.notify_one()),
             activated: Arc::new(tokio::sync::Notify::new()),
         })
-    }
-
-    /// What the engine calls on an arrival: a wake-up of the control plane
-    /// (never blocks; a wake-up while none waits is kept for the next).
-    pub fn wake(&self) -> vnet_engine::plane::Wake {
-        let n = self.arrivals.clone();
-        Arc::new(move || n.notify_one())
     }
 
     /// The data path's clock, for the engine.

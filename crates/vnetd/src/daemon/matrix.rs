@@ -24,6 +24,15 @@ struct Merged {
     other: (u64, u64),
 }
 
+impl Merged {
+    /// The first `n` pairs, and (frames, bytes) of everything else: the
+    /// pairs after them and what the tables had no room for.
+    fn top(&self, n: usize) -> (&[Pair], (u64, u64)) {
+        let (top, rest) = self.pairs.split_at(self.pairs.len().min(n));
+        (top, rest.iter().fold(self.other, |(f, b), p| (f + p.frames, b + p.bytes)))
+    }
+}
+
 impl Daemon {
     fn merged_matrix(&self) -> Merged {
         let mut by: BTreeMap<(MacAddr, MacAddr), (u64, u64)> = BTreeMap::new();
@@ -47,16 +56,12 @@ impl Daemon {
     /// The reply body of `show matrix [json]`.
     pub fn show_matrix(&self, as_json: bool) -> String {
         let m = self.merged_matrix();
-        let (top, rest) = m.pairs.split_at(m.pairs.len().min(TOP));
-        let other = rest.iter().fold(m.other, |(f, b), p| (f + p.frames, b + p.bytes));
+        let (top, other) = m.top(TOP);
         let total: u64 = m.pairs.iter().map(|p| p.bytes).sum::<u64>() + m.other.1;
         let links: Vec<Value> = self
-            .link_views()
+            .links_json()
             .iter()
-            .map(|l| {
-                let v = serde_json::to_value(l).unwrap_or_default();
-                json!({ "link": v["name"], "remote": v["remote"], "tx_bytes": v["tx_bytes"], "rx_bytes": v["rx_bytes"] })
-            })
+            .map(|v| json!({ "link": v["name"], "remote": v["remote"], "tx_bytes": v["tx_bytes"], "rx_bytes": v["rx_bytes"] }))
             .collect();
         let rows: Vec<Value> = top
             .iter()
@@ -121,7 +126,7 @@ impl Daemon {
     /// The matrix's Prometheus series: the top pairs and the rest.
     pub(super) fn matrix_metrics(&self, out: &mut String) {
         let m = self.merged_matrix();
-        let (top, rest) = m.pairs.split_at(m.pairs.len().min(METRIC_PAIRS));
+        let (top, other) = m.top(METRIC_PAIRS);
         out.push_str("# TYPE vnet_matrix_bytes counter\n# TYPE vnet_matrix_frames counter\n");
         for p in top {
             let l = format!("src=\"{}\",dst=\"{}\"", p.src, p.dst);
@@ -130,7 +135,6 @@ impl Daemon {
                 p.bytes, p.frames
             ));
         }
-        let other = rest.iter().fold(m.other, |(f, b), p| (f + p.frames, b + p.bytes));
         out.push_str(&format!(
             "# TYPE vnet_matrix_other_bytes untyped\nvnet_matrix_other_bytes {}\n# TYPE vnet_matrix_other_frames untyped\nvnet_matrix_other_frames {}\n",
             other.1, other.0

@@ -105,6 +105,14 @@ fn undo_kernel_attach(
     }
 }
 
+/// Sets each interface's standby state as `state` declares it (the data
+/// path then sees its VM arrive, or not).
+fn follow_standby(ifaces: &BTreeMap<u32, Arc<Attached>>, state: &State) {
+    for (id, p) in ifaces {
+        p.iface.set_standby(state.interfaces.get(id).is_some_and(|d| d.standby));
+    }
+}
+
 /// Where in a transaction's commands an error points.
 struct Positions<'a>(&'a [Located<Command>]);
 
@@ -397,16 +405,14 @@ impl Daemon {
         let mut route_counters = self.route_counters.clone();
         self.generation += 1;
         let table = vnet_engine::plane::route_table(next, self.generation, &mut route_counters);
-        for (id, p) in &ifaces {
-            p.iface.set_standby(next.interfaces.get(id).is_some_and(|d| d.standby));
-        }
+        follow_standby(&ifaces, next);
         let plane = Arc::new(
             Plane::new(
                 table,
                 ifaces.values().map(|a| a.iface.clone()).collect(),
                 a.links.links.values().cloned().collect(),
             )
-            .waking(Some(self.shared.wake())),
+            .waking(Some(self.shared.wake.clone())),
         );
         let mut kernel_ifaces = self.kernel_ifaces.clone();
         let reopened = |id: &u32| a.ifaces.opened.0.iter().any(|p| p.def.id == *id);
@@ -426,9 +432,7 @@ impl Daemon {
                     self.link_reasons = skipped.into_iter().collect();
                 }
                 Err(e) => {
-                    for (id, p) in &self.ifaces {
-                        p.iface.set_standby(self.state.interfaces.get(id).is_some_and(|d| d.standby));
-                    }
+                    follow_standby(&self.ifaces, &self.state);
                     let running = self.shared.plane.load_full();
                     let vxlan = self.sockets.vxlan.as_ref().map(|b| b.addr);
                     if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan) {

@@ -27,10 +27,10 @@ pub struct KernelPath {
     /// Where a hand-over pins the links, and where this vnetd found its
     /// predecessor's ([`pins`]).
     pins: Option<Pins>,
-    /// A predecessor's links, by pin name, still running its program: the
-    /// program is replaced at the end of the next sync, when the maps
-    /// hold the decisions.
-    pending: BTreeMap<String, FdLink>,
+    /// A predecessor's links, by (wire program?, device), still running
+    /// its program: the program is replaced at the end of the next sync,
+    /// when the maps hold the decisions.
+    pending: BTreeMap<(bool, String), FdLink>,
     /// Links adopted from a predecessor.
     pub adopted: usize,
     /// Entries each route table holds.
@@ -112,10 +112,9 @@ impl KernelPath {
 
     /// Takes a predecessor's link on `dev` into `pending`, if one is pinned.
     fn take_pinned(&mut self, wire: bool, dev: &str) -> bool {
-        let name = pins::name(wire, dev);
-        match self.pins.as_ref().and_then(|p| p.take(&name)) {
+        match self.pins.as_ref().and_then(|p| p.take(&pins::name(wire, dev))) {
             Some(link) => {
-                self.pending.insert(name, link);
+                self.pending.insert((wire, dev.to_string()), link);
                 true
             }
             None => false,
@@ -126,10 +125,8 @@ impl KernelPath {
     /// predecessor's program runs until then), or, where that fails (the
     /// device went and came back), attaches it anew.
     fn adopt_pending(&mut self) -> Result<(), Reason> {
-        for (name, fd) in std::mem::take(&mut self.pending) {
-            let wire = name.starts_with("wire-");
-            let dev = name.split_once('-').map_or(name.as_str(), |(_, d)| d).to_string();
-            let prog = if wire { "vnet_from_wire" } else { "vnet_from_vm" };
+        for ((wire, dev), fd) in std::mem::take(&mut self.pending) {
+            let prog = program_name(wire);
             let adopted = SchedClassifierLink::try_from(fd).map_err(|e| e.to_string()).and_then(|l| {
                 self.classifier(prog).map_err(|e| e.to_string())?.attach_to_link(l).map_err(|e| e.to_string())
             });
@@ -166,19 +163,18 @@ impl KernelPath {
         let wires: Vec<(String, Option<SchedClassifierLinkId>)> =
             std::mem::take(&mut self.wire_attached).into_iter().collect();
         for (wire, list) in [(false, vms), (true, wires)] {
-            let prog = if wire { "vnet_from_wire" } else { "vnet_from_vm" };
             for (dev, id) in list {
                 let name = pins::name(wire, &dev);
                 let fd = match id {
                     Some(id) => {
                         let l = self
-                            .classifier(prog)
+                            .classifier(program_name(wire))
                             .map_err(|e| e.to_string())?
                             .take_link(id)
                             .map_err(|e| e.to_string())?;
                         FdLink::try_from(l).map_err(|e| e.to_string())?
                     }
-                    None => match self.pending.remove(&name) {
+                    None => match self.pending.remove(&(wire, dev)) {
                         Some(fd) => fd,
                         None => continue,
                     },
@@ -213,7 +209,7 @@ impl KernelPath {
                     }
                 }
                 // A predecessor's link not taken over: it goes with its fd.
-                None => drop(self.pending.remove(&pins::name(false, dev))),
+                None => drop(self.pending.remove(&(false, dev.to_string()))),
             }
             self.forget_handoff(ifindex);
         }
@@ -289,7 +285,7 @@ impl KernelPath {
                 Some(Some(id)) => {
                     let _ = self.classifier("vnet_from_wire")?.detach(id);
                 }
-                _ => drop(self.pending.remove(&pins::name(true, &dev))),
+                _ => drop(self.pending.remove(&(true, dev))),
             }
         }
         Ok(())
@@ -467,6 +463,15 @@ impl Drop for KernelPath {
                 let _ = p.detach(id);
             }
         }
+    }
+}
+
+/// The program on an underlay device (`wire`) or on a VM's.
+fn program_name(wire: bool) -> &'static str {
+    if wire {
+        "vnet_from_wire"
+    } else {
+        "vnet_from_vm"
     }
 }
 
