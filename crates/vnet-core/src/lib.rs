@@ -40,4 +40,4 @@ pub mod table;
 pub use cache::RouteCache;
 pub use spec::{priority, Class, MacSpec};
 pub use stats::Counters;
-pub use table::{Decision, Port, Route, RouteTable, SourceFilter};
+pub use table::{AnySource, Decision, Port, Route, RouteTable, SourceFilter};

@@ -59,6 +59,19 @@ impl Route {
 /// A decision: the port to send to and the index of the route that chose it.
 pub type Decision = (Port, u32);
 
+/// What [`RouteTable::any_source`] found for a destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnySource {
+    /// Every source gets this one port (less what the reader checks).
+    One(Port),
+    /// Every source gets several ports (a fan-out: the user path's).
+    Several,
+    /// No route: every such frame is dropped (by the user path).
+    Nowhere,
+    /// The answer depends on the source or the ingress port.
+    Dependent,
+}
+
 /// An immutable, indexed set of routes. Build a new one to change routes.
 #[derive(Debug, Default)]
 pub struct RouteTable {
@@ -70,6 +83,9 @@ pub struct RouteTable {
     by_src: FxHashMap<MacAddr, Vec<u32>>,
     /// Routes that name no address on either side.
     wild: Vec<u32>,
+    /// The routes of `by_src`, in one list: whatever their destination
+    /// spec matches depends on the source ([`RouteTable::any_source`]).
+    sourced: Vec<u32>,
     /// Links that are edges of the overlay (a physical LAN reached by a
     /// `direct` link), not part of the mesh between hosts.
     edges: rustc_hash::FxHashSet<u32>,
@@ -90,7 +106,10 @@ impl RouteTable {
             match (r.src, r.dst) {
                 (MacSpec::None, _) | (_, MacSpec::None) => {} // never matches
                 (_, MacSpec::Addr(d)) => t.by_dst.entry(d).or_default().push(i),
-                (MacSpec::Addr(s), _) => t.by_src.entry(s).or_default().push(i),
+                (MacSpec::Addr(s), _) => {
+                    t.by_src.entry(s).or_default().push(i);
+                    t.sourced.push(i);
+                }
                 _ => t.wild.push(i),
             }
         }
@@ -142,6 +161,63 @@ impl RouteTable {
 
     pub fn route(&self, idx: u32) -> Option<&Route> {
         self.routes.get(idx as usize)
+    }
+
+    /// The network (tenant) of `port` (0 unless put in one).
+    pub fn network(&self, port: Port) -> u32 {
+        self.net(port)
+    }
+
+    /// The unicast addresses some route names as its destination.
+    pub fn destinations(&self) -> impl Iterator<Item = MacAddr> + '_ {
+        self.by_dst.keys().copied().filter(|m| !m.is_group())
+    }
+
+    /// What every unicast frame to `dst` entering a port of network `net`
+    /// gets, whatever its source, when that does not depend on the source:
+    /// the answer an eBPF map keyed by the destination alone can hold (the
+    /// kernel path's destination entries). Exact only up to what such a
+    /// reader checks for itself: the ingress port's network, no reflection
+    /// (a frame never goes back out of its ingress) and split horizon (a
+    /// frame from a link goes only to an interface).
+    ///
+    /// [`AnySource::Dependent`] when some route that could match `dst`
+    /// names a source (an address, `not`, or a `from` port): then the
+    /// answer is per (port, source), as [`RouteTable::lookup`] gives it.
+    pub fn any_source(&self, net: u32, dst: MacAddr) -> AnySource {
+        if dst.is_group() {
+            return AnySource::Dependent;
+        }
+        let none: &[u32] = &[];
+        let cands = self.by_dst.get(&dst).map_or(none, |v| v.as_slice()).iter();
+        let tenants = !self.networks.is_empty();
+        let mut best = 0u8;
+        let mut to: Option<Port> = None;
+        let mut several = false;
+        // Routes naming a source address and no destination address
+        // (`by_src`, kept in `sourced` too) match this destination unless
+        // their dst is `not dst`.
+        for &i in cands.chain(&self.wild).chain(&self.sourced) {
+            let r = &self.routes[i as usize];
+            let Some(dc) = r.dst.class(dst) else { continue };
+            if r.src != MacSpec::Any || r.from != SourceFilter::Any {
+                return AnySource::Dependent;
+            }
+            if tenants && self.net(r.to) != net {
+                continue;
+            }
+            let p = priority(crate::spec::Class::Any, dc);
+            if p > best {
+                (best, to, several) = (p, Some(r.to), false);
+            } else if p == best && to != Some(r.to) {
+                several = true;
+            }
+        }
+        match to {
+            Some(port) if !several => AnySource::One(port),
+            Some(_) => AnySource::Several,
+            None => AnySource::Nowhere,
+        }
     }
 
     /// Fills `out` with the ports that receive a frame `src -> dst` that came
@@ -426,5 +502,80 @@ mod tests {
         t.lookup(Port::Link(500), mac(1), MacAddr::BROADCAST, &mut out);
         assert_eq!(out.len(), 100);
         assert!(!out.iter().any(|&(p, _)| p == Port::Link(500)));
+    }
+
+    /// `any_source` against `lookup`, on random tables: whenever it gives a
+    /// destination-only answer, every ingress port of the network and
+    /// every source get that answer from `lookup`, less what the kernel's
+    /// reader checks for itself (reflection, split horizon).
+    mod any_source {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn spec() -> impl Strategy<Value = MacSpec> {
+            prop_oneof![
+                4 => Just(Any),
+                6 => (1u8..5).prop_map(|m| Addr(mac(m))),
+                1 => Just(Addr(MacAddr::BROADCAST)),
+                1 => (1u8..5).prop_map(|m| Not(mac(m))),
+                1 => Just(MacSpec::None),
+            ]
+        }
+
+        fn port() -> impl Strategy<Value = Port> {
+            prop_oneof![(0u32..3).prop_map(Port::Interface), (0u32..3).prop_map(Port::Link)]
+        }
+
+        fn route() -> impl Strategy<Value = (MacSpec, MacSpec, Port, SourceFilter)> {
+            let src = prop_oneof![6 => Just(Any), 1 => spec()];
+            let from = prop_oneof![8 => Just(SourceFilter::Any), 1 => port().prop_map(SourceFilter::Port)];
+            (src, spec(), port(), from)
+        }
+
+        proptest! {
+            #[test]
+            fn agrees_with_lookup(routes in proptest::collection::vec(route(), 0..10), tenants: bool) {
+                let mut t = table(&routes);
+                if tenants {
+                    t = t.with_networks([(Port::Interface(2), 5), (Port::Link(2), 5)]);
+                }
+                let ports: Vec<Port> = (0..3).flat_map(|i| [Port::Interface(i), Port::Link(i)]).collect();
+                let macs: Vec<MacAddr> = (1..6).map(mac).collect();
+                for net in [0, 5] {
+                    for &d in &macs {
+                        let answer = t.any_source(net, d);
+                        for &p in ports.iter().filter(|&&p| t.network(p) == net) {
+                            for &s in &macs {
+                                let got = ports_of(&t, p, s, d);
+                                match answer {
+                                    AnySource::One(to) if to == p || (p.is_link() && to.is_link()) => {
+                                        prop_assert!(got.is_empty(), "{answer:?} from {p}: {got:?}")
+                                    }
+                                    AnySource::One(to) => prop_assert_eq!(got, vec![to], "from {}", p),
+                                    AnySource::Nowhere => prop_assert!(got.is_empty()),
+                                    AnySource::Several => prop_assert!(got.len() != 1 || got[0] != p),
+                                    AnySource::Dependent => {}
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        fn ports_of(t: &RouteTable, ingress: Port, src: MacAddr, dst: MacAddr) -> Vec<Port> {
+            ports(t, ingress, src, dst)
+        }
+
+        #[test]
+        fn a_cluster_table_is_all_destination_entries_and_a_sourced_route_makes_them_dependent() {
+            let t = table(&[(Any, Addr(mac(1)), L0, SourceFilter::Any), (Any, Addr(mac(2)), I0, SourceFilter::Any)]);
+            assert_eq!(t.any_source(0, mac(1)), AnySource::One(L0));
+            assert_eq!(t.any_source(0, mac(2)), AnySource::One(I0));
+            assert_eq!(t.any_source(0, mac(3)), AnySource::Nowhere);
+            assert_eq!(t.any_source(0, MacAddr::BROADCAST), AnySource::Dependent);
+            let t = table(&[(Any, Addr(mac(1)), L0, SourceFilter::Any), (Addr(mac(2)), Any, L1, SourceFilter::Any)]);
+            assert_eq!(t.any_source(0, mac(1)), AnySource::Dependent);
+        }
     }
 }

@@ -6,7 +6,7 @@
  *   vnet_from_vm    TC ingress of an interface's host-side netdev (the host
  *                   end of a container's veth, a TAP QEMU opened). A frame
  *                   whose (port, dst, src) the daemon compiled into
- *                   `routes_*` goes to another local interface
+ *                   `dests` or `routes_*` goes to another local interface
  *                   (bpf_redirect_peer) or is encapsulated for a link
  *                   (bpf_skb_adjust_room with tunnel GSO, so 64 KB GSO frames
  *                   stay whole) and sent to the underlay (bpf_redirect_neigh).
@@ -25,10 +25,12 @@
  * sees, before TC, the frames the kernel moves). From the wire, it goes on
  * up the stack (TC_ACT_OK) to vnetd's UDP socket, exactly as without the
  * fast path. The daemon owns the routing semantics (Palacios
- * priorities, no reflection, split horizon): it evaluates them for every
- * known (port, src, dst) and writes only single-destination answers here.
- * Route updates are atomic: the daemon fills the inactive table and flips
- * `cfg.active`.
+ * priorities, no reflection, split horizon): it evaluates them and writes
+ * only single-destination answers here, per destination (`dests`) where
+ * the answer does not depend on the source, else per (port, src, dst)
+ * (`routes_*`). Destination entries are updated one by one, each atomic;
+ * the (port, src, dst) tables are switched whole: the daemon fills the
+ * inactive one and flips `cfg.active`.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -57,7 +59,7 @@
 #define VXLAN_FLAG_I 0x08
 #define VNET_WHOLE 0x04
 #define OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr)) /* 28 */
-#define MAX_ROUTES 65536
+#define MAX_ROUTES 262144 /* the daemon sizes the route maps at load (--kernel-routes) */
 #define GSO_LIMIT 65536 /* GSO_LEGACY_MAX_SIZE: larger GSO frames are segmented */
 
 /* Shared with crates/vnetd/src/kernel.rs (repr(C) twins). */
@@ -123,17 +125,63 @@ enum {
 	S_MAX,
 };
 
-/* Two route tables: the daemon fills the inactive one, then flips cfg.active. */
+/* Two route tables: the daemon fills the inactive one, then flips
+ * cfg.active. Entries are allocated as written, not preallocated. */
 #define ROUTE_TABLE(name)                                                                  \
 	struct {                                                                           \
 		__uint(type, BPF_MAP_TYPE_HASH);                                           \
 		__uint(max_entries, MAX_ROUTES);                                           \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                                      \
 		__type(key, struct route_key);                                             \
 		__type(value, struct route_val);                                           \
 	} name SEC(".maps")
 
 ROUTE_TABLE(routes_0);
 ROUTE_TABLE(routes_1);
+
+/* Destination entries: for a destination whose route does not depend on
+ * the source (every route that can match it says `any` source and no
+ * `from`; a cluster's routes all do), one entry per (network, MAC) whatever
+ * the source, so 100000 MACs take 100000 entries, not their square. The
+ * programs check for themselves what the daemon could not fold into it:
+ * the ingress port's network and port security (`ports`), no reflection.
+ * The daemon updates entries one by one (each update is atomic for
+ * readers: a frame sees the old decision or the new); only the entries a
+ * change touches are written. Looked up first; `routes_*` holds the
+ * source-dependent rest. Allocated as entries come (no preallocation), so
+ * a big `max_entries` costs nothing until used. */
+struct dest_key {
+	__u32 net;
+	__u8 dst[6];
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_ROUTES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct dest_key);
+	__type(value, struct route_val);
+} dests SEC(".maps");
+
+/* An ingress port the destination entries serve (an interface by ifindex,
+ * a link as PORT_LINK | id): its network, its counter slot, and the one
+ * source MAC it may send from when it is locked to one. A port that is not
+ * here (a standby interface) gets no destination entry. */
+struct port_val {
+	__u32 slot;
+	__u32 net;
+	__u8 lock[6];
+	__u8 locked;
+	__u8 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct port_val);
+} ports SEC(".maps");
 
 /* Peer IPv4 address (network order) -> its link. */
 struct {
@@ -266,11 +314,43 @@ static __always_inline struct cfg *get_cfg(void)
 	return bpf_map_lookup_elem(&config, &zero);
 }
 
-static __always_inline struct route_val *lookup(struct cfg *c, struct route_key *k)
+static __always_inline struct route_val *pair_lookup(struct cfg *c, struct route_key *k)
 {
 	if (c->active)
 		return bpf_map_lookup_elem(&routes_1, k);
 	return bpf_map_lookup_elem(&routes_0, k);
+}
+
+static __always_inline int same_mac(const __u8 *a, const __u8 *b)
+{
+	return *(const __u32 *)a == *(const __u32 *)b && *(const __u16 *)(a + 4) == *(const __u16 *)(b + 4);
+}
+
+/* The decision for a unicast frame `dst` <- `src` entering `port`: its
+ * destination entry when it has one and it applies (the port's network,
+ * its source lock, not back out of the port it came in by), else its
+ * (port, destination, source) entry; the ingress port's counter slot in
+ * `in_slot`. NULL: the frame is vnetd's. */
+static __always_inline struct route_val *lookup(struct cfg *c, __u32 port, __u8 *dst, __u8 *src,
+						__u32 *in_slot)
+{
+	struct port_val *pv = bpf_map_lookup_elem(&ports, &port);
+	if (pv && (!pv->locked || same_mac(pv->lock, src))) {
+		struct dest_key dk = {.net = pv->net};
+		__builtin_memcpy(dk.dst, dst, 6);
+		struct route_val *r = bpf_map_lookup_elem(&dests, &dk);
+		if (r && !(r->action != ACT_LINK && r->target == port)) {
+			*in_slot = pv->slot;
+			return r;
+		}
+	}
+	struct route_key k = {.port = port};
+	__builtin_memcpy(k.dst, dst, 6);
+	__builtin_memcpy(k.src, src, 6);
+	struct route_val *r = pair_lookup(c, &k);
+	if (r)
+		*in_slot = r->in_slot;
+	return r;
 }
 
 /* The frames the fast path takes: IPv4 and IPv6 (ARP and the rest are
@@ -332,7 +412,7 @@ static __always_inline void *head(struct __sk_buff *skb, __u32 need)
  * the frame is vnetd's; its Ethernet header in `eth` (the inner header, if
  * the frame is encapsulated). */
 static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, struct cfg *c,
-						    struct ethhdr *eth, struct link_val **lk)
+						    struct ethhdr *eth, struct link_val **lk, __u32 *in_slot)
 {
 	struct ethhdr *e = head(skb, ETH_HLEN);
 	if (!e)
@@ -344,10 +424,7 @@ static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, stru
 		return NULL;
 	if (eth->h_dest[0] & 1 || !fast_proto(eth->h_proto))
 		return NULL;
-	struct route_key k = {.port = skb->ifindex};
-	__builtin_memcpy(k.dst, eth->h_dest, 6);
-	__builtin_memcpy(k.src, eth->h_source, 6);
-	struct route_val *r = lookup(c, &k);
+	struct route_val *r = lookup(c, skb->ifindex, eth->h_dest, eth->h_source, in_slot);
 	if (!r)
 		return NULL;
 	if (r->action == ACT_LINK) {
@@ -498,13 +575,14 @@ int vnet_from_vm(struct __sk_buff *skb)
 	count(S_VM_SEEN, 1);
 	struct ethhdr eth;
 	struct link_val *l = NULL;
-	struct route_val *r = vm_decision(skb, c, &eth, &l);
+	__u32 in_slot = 0;
+	struct route_val *r = vm_decision(skb, c, &eth, &l, &in_slot);
 	if (!r)
 		return to_user(skb);
 	__u32 len = skb->len;
 	if (r->action == ACT_IFACE || r->action == ACT_IFACE_XMIT) {
 		count(S_LOCAL, 1);
-		port_count(r->in_slot, 0, len);
+		port_count(in_slot, 0, len);
 		port_count(r->out_slot, 1, len);
 		pair_count(&eth, len);
 		if (r->action == ACT_IFACE_XMIT)
@@ -514,7 +592,7 @@ int vnet_from_vm(struct __sk_buff *skb)
 	}
 	if (!l)
 		return to_user(skb);
-	__u32 in_slot = r->in_slot, out_slot = r->out_slot;
+	__u32 out_slot = r->out_slot;
 	if (encap(skb, l, &eth) < 0) {
 		count(S_ERRORS, 1);
 		return TC_ACT_SHOT;
@@ -646,10 +724,8 @@ int vnet_from_wire(struct __sk_buff *skb)
 		if (inner_len != room && (gso || inner_len > room || room > ETH_ZLEN - ETH_HLEN))
 			goto user;
 	}
-	struct route_key k = {.port = PORT_LINK | lid};
-	__builtin_memcpy(k.dst, inner.h_dest, 6);
-	__builtin_memcpy(k.src, inner.h_source, 6);
-	struct route_val *r = lookup(c, &k);
+	__u32 in_slot = 0;
+	struct route_val *r = lookup(c, PORT_LINK | lid, inner.h_dest, inner.h_source, &in_slot);
 	if (!r || (r->action != ACT_IFACE && r->action != ACT_IFACE_XMIT))
 		goto user;
 	__u32 action = r->action, target = r->target, out_slot = r->out_slot;

@@ -58,10 +58,12 @@ struct Args {
     /// start. Made 0700 if missing; one per vnetd.
     #[arg(long, default_value = "/var/lib/vnet", value_name = "DIR")]
     state_dir: std::path::PathBuf,
-    /// Entries each of the kernel path's two route tables holds (decisions
-    /// past it take the user path, counted as kernel_route_overflow; about
-    /// 100 bytes of kernel memory per entry and table).
-    #[arg(long, default_value_t = 65_536, value_name = "N", value_parser = clap::value_parser!(u32).range(1024..=16_777_216))]
+    /// Entries the kernel path's route maps hold: its destination map (one
+    /// entry per MAC routed whatever the source, per network) and each of
+    /// its two (port, destination, source) tables. Decisions past it take
+    /// the user path, counted as kernel_route_overflow. Kernel memory is
+    /// taken as entries are written (about 100 bytes each), not up front.
+    #[arg(long, default_value_t = 262_144, value_name = "N", value_parser = clap::value_parser!(u32).range(1024..=16_777_216))]
     kernel_routes: u32,
     /// A bpffs directory where a hand-over (SIGUSR2: an upgrade, a restart
     /// that must not cut the VMs) pins the kernel path's programs so they

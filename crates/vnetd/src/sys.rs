@@ -721,6 +721,27 @@ pub mod bpf {
         pub link: LinkVal,
     }
 
+    /// `struct dest_key`: a destination entry's network and MAC.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+    pub struct DestKey {
+        pub net: u32,
+        pub dst: [u8; 6],
+        pub pad: u16,
+    }
+
+    /// `struct port_val`: an ingress port's counter slot, network, and the
+    /// source MAC it is locked to (`locked` 1) if any.
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct PortVal {
+        pub slot: u32,
+        pub net: u32,
+        pub lock: [u8; 6],
+        pub locked: u8,
+        pub pad: u8,
+    }
+
     /// `struct peer_val`: a peer's link id, counter slot and link.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -811,6 +832,10 @@ pub mod bpf {
     unsafe impl aya::Pod for PairKey {}
     // SAFETY: as above (two u64, 16 bytes).
     unsafe impl aya::Pod for PairVal {}
+    // SAFETY: as above (u32, six bytes, u16: 12 bytes).
+    unsafe impl aya::Pod for DestKey {}
+    // SAFETY: as above (two u32, eight bytes: 16 bytes).
+    unsafe impl aya::Pod for PortVal {}
 
     const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
     const _: () = assert!(std::mem::size_of::<RouteVal>() == 44);
@@ -821,6 +846,8 @@ pub mod bpf {
     const _: () = assert!(std::mem::size_of::<VxlanKey>() == 8);
     const _: () = assert!(std::mem::size_of::<PairKey>() == 12);
     const _: () = assert!(std::mem::size_of::<PairVal>() == 16);
+    const _: () = assert!(std::mem::size_of::<DestKey>() == 12);
+    const _: () = assert!(std::mem::size_of::<PortVal>() == 16);
 }
 
 /// Restricts the calling thread to CPU `cpu` (`sched_setaffinity`).

@@ -14,22 +14,24 @@ use super::Daemon;
 use crate::iface::{self, Attached};
 use crate::kernel::{self, KernelIface};
 use crate::link::{self, Sockets};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use vnet_control::{Command, Datapath, Error, IfaceKind, Located, Pos, State, Transport};
 use vnet_core::Counters;
 use vnet_engine::{Link, Plane};
+use vnet_wire::MacAddr;
 
 /// The devices `state`'s links use, with each link's name: a `direct`
 /// link's LAN device, and the device the route to an IPv4 peer leaves by.
 fn underlay_devs(state: &State) -> Vec<(String, String)> {
     let mut out = Vec::new();
+    let under = kernel::underlay::Underlay::read();
     for l in state.links.values() {
         match (l.transport, l.remote()) {
             (Transport::Direct { dev }, _) => out.push((dev.to_string(), l.name.clone())),
             (_, Some(SocketAddr::V4(a))) => {
-                if let Some(h) = kernel::route_to(*a.ip()) {
+                if let Some(h) = under.hop(*a.ip()) {
                     out.push((h.dev, l.name.clone()));
                 }
             }
@@ -158,9 +160,30 @@ struct NewIfaces {
     reasons: Vec<(u32, String)>,
 }
 
+/// The unicast destinations whose routes `cmds` add or delete, when
+/// adding and deleting routes to named destinations is all they do (a MAC
+/// move): the kernel path then recompiles only their entries. `None` for
+/// anything else (an interface, a link, a route to `any` or `not`
+/// destination), which recompiles everything.
+fn touched_destinations(cmds: &[Located<Command>], state: &State) -> Option<BTreeSet<MacAddr>> {
+    let mut out = BTreeSet::new();
+    for c in cmds {
+        let dst = match &c.item {
+            Command::Route { dst, .. } => *dst,
+            Command::DeleteRoute(r) => state.routes.get(&r.by)?.dst,
+            _ => return None,
+        };
+        out.insert(dst.addr()?);
+    }
+    Some(out)
+}
+
 /// What the acquire phases hold for the publish phase.
 struct Acquired {
     next: State,
+    /// The destinations whose routes are all the commands change, if
+    /// that is all they change ([`touched_destinations`]).
+    touched: Option<BTreeSet<MacAddr>>,
     sock: NewSockets,
     links: NewLinks,
     ifaces: NewIfaces,
@@ -184,7 +207,8 @@ impl Daemon {
         let links = self.acquire_links(&next, &sock, &at)?;
         let opened = self.acquire_interfaces(&next, reopen, &at)?;
         let ifaces = self.attach_kernel_all(opened, reopen, &at)?;
-        let acquired = Acquired { next, sock, links, ifaces };
+        let touched = touched_destinations(cmds, &self.state);
+        let acquired = Acquired { next, sock, links, ifaces, touched };
         let published = self.publish(&acquired, &at)?;
         self.release(acquired, published);
         Ok(())
@@ -420,10 +444,8 @@ impl Daemon {
         kernel_ifaces.extend(a.ifaces.attached.iter().cloned());
         if let Some(kp) = self.kernel.as_mut() {
             let vxlan = a.sock.sockets.vxlan.as_ref().map(|b| b.addr);
-            match kp.sync(&plane, &kernel_ifaces, next.listen, vxlan) {
+            match kp.sync(&plane, &kernel_ifaces, next.listen, vxlan, a.touched.as_ref()) {
                 Ok(skipped) => {
-                    let skipped: Vec<(String, String)> =
-                        skipped.into_iter().map(|(link, reason)| (link, reason.to_string())).collect();
                     for (link, reason) in &skipped {
                         if self.link_reasons.get(link) != Some(reason) {
                             tracing::info!(%link, %reason, "link left to the user path");
@@ -435,7 +457,7 @@ impl Daemon {
                     follow_standby(&self.ifaces, &self.state);
                     let running = self.shared.plane.load_full();
                     let vxlan = self.sockets.vxlan.as_ref().map(|b| b.addr);
-                    if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan) {
+                    if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan, None) {
                         tracing::error!("the kernel path's maps could not be put back: {back}");
                     }
                     undo_kernel_attach(kp, &a.ifaces.attached, &self.kernel_ifaces);
@@ -455,7 +477,7 @@ impl Daemon {
     /// attachments, TCP links, interfaces), and start what the new one
     /// needs (the TCP acceptor's links, the workers). Cannot fail.
     fn release(&mut self, a: Acquired, p: Published) {
-        let Acquired { next, sock, links, ifaces } = a;
+        let Acquired { next, sock, links, ifaces, .. } = a;
         let NewLinks { links, io, mut started, new_reader } = links;
         let NewIfaces { opened, reasons, .. } = ifaces;
         // Not a device a new interface serves (one declared anew on the

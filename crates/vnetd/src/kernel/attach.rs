@@ -1,12 +1,17 @@
 //! Loading the object, attaching its programs with TCX, and keeping the
-//! maps equal to the decisions: two route tables switched by one write,
-//! the link and peer maps, the counter slots.
+//! maps equal to the decisions: destination entries and ingress ports
+//! written entry by entry (only those that changed), two (port,
+//! destination, source) tables switched by one write, the link and peer
+//! maps, the counter slots.
 
-use super::decisions::decisions;
+use super::decisions::{Decisions, Served};
 use super::maps::{link_val, FMT_VXLAN, OBJECT, PORT_LINK, PORT_SLOTS, STAT_NAMES};
 use super::pins::{self, Pins};
+use super::underlay::Underlay;
 use super::{io_error, map_error, program_error, KernelError, KernelIface, Reason};
-use crate::sys::bpf::{Cfg, LinkVal, PairKey, PairVal, PeerVal, PortStats, RouteKey, RouteVal, VxlanKey};
+use crate::sys::bpf::{
+    Cfg, DestKey, LinkVal, PairKey, PairVal, PeerVal, PortStats, PortVal, RouteKey, RouteVal, VxlanKey,
+};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::links::FdLink;
 use aya::programs::tc::{SchedClassifierLink, SchedClassifierLinkId};
@@ -14,7 +19,22 @@ use aya::programs::{SchedClassifier, TcAttachType};
 use aya::Ebpf;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 use vnet_engine::Plane;
+use vnet_wire::MacAddr;
+
+/// What the held decisions were compiled for: the kernel's interfaces,
+/// the plane's links (the same `Arc`s: a link changed is a new one) and
+/// vnetd's addresses, and what that made of the links (their values,
+/// counter slots, and those left to the user path, with why).
+struct HeldFor {
+    ifaces: BTreeMap<u32, KernelIface>,
+    plane_links: Vec<(u32, std::sync::Arc<vnet_engine::Link>)>,
+    listen: (SocketAddr, Option<SocketAddr>),
+    links: BTreeMap<u32, LinkVal>,
+    slots: BTreeMap<u32, u32>,
+    skipped: Vec<(String, String)>,
+}
 
 /// The loaded programs and their maps.
 pub struct KernelPath {
@@ -33,18 +53,37 @@ pub struct KernelPath {
     pending: BTreeMap<(bool, String), FdLink>,
     /// Links adopted from a predecessor.
     pub adopted: usize,
-    /// Entries each route table holds.
+    /// Entries the destination map and each (port, destination, source)
+    /// table hold.
     pub capacity: usize,
-    /// Keys written to each route table.
+    /// The decisions the maps hold, and what they were compiled for (the
+    /// kernel's interfaces, links and counter slots): a sync for the same
+    /// ports whose change names the destinations it touched recompiles
+    /// and writes only those. `None`: compile all (and, after a failed
+    /// write, compare with the maps themselves).
+    held: Decisions,
+    held_for: Option<HeldFor>,
+    /// Whether the destination and port maps hold exactly `held` (not
+    /// after a write that failed halfway).
+    known: bool,
+    /// Keys written to each (port, destination, source) table.
     tables: [BTreeSet<RouteKey>; 2],
     active: u32,
-    peers: BTreeSet<u32>,
-    vxlan_peers: BTreeSet<VxlanKey>,
+    /// The peers the wire program knows, as written.
+    peers: BTreeMap<u32, PeerVal>,
+    vxlan_peers: BTreeMap<VxlanKey, PeerVal>,
     /// Each served port's (ifindex, or `PORT_LINK | link id`) counter slot.
     slots: BTreeMap<u32, u32>,
-    /// Route entries in the live table, and decisions left out for lack of room.
+    /// Destination entries, (port, destination, source) entries in the
+    /// live table, and decisions left out for lack of room.
+    pub dest_entries: usize,
     pub entries: usize,
     pub overflow: usize,
+    /// How long the last sync took, and whether it wrote only what a
+    /// change touched.
+    pub last_sync: Duration,
+    pub last_sync_incremental: bool,
+    cfg: Cfg,
 }
 
 impl KernelPath {
@@ -53,9 +92,10 @@ impl KernelPath {
         if OBJECT.is_empty() {
             return Err(KernelError::NoObject);
         }
-        // Both route tables sized as asked (`--kernel-routes`).
+        // The route maps sized as asked (`--kernel-routes`).
         let size = u32::try_from(capacity).unwrap_or(u32::MAX);
         let mut ebpf = aya::EbpfLoader::new()
+            .map_max_entries("dests", size)
             .map_max_entries("routes_0", size)
             .map_max_entries("routes_1", size)
             .load(OBJECT)
@@ -72,13 +112,20 @@ impl KernelPath {
             pending: BTreeMap::new(),
             adopted: 0,
             capacity,
+            held: Decisions::default(),
+            held_for: None,
+            known: true,
             tables: Default::default(),
             active: 0,
-            peers: BTreeSet::new(),
-            vxlan_peers: BTreeSet::new(),
+            peers: BTreeMap::new(),
+            vxlan_peers: BTreeMap::new(),
             slots: BTreeMap::new(),
+            dest_entries: 0,
             entries: 0,
             overflow: 0,
+            last_sync: Duration::ZERO,
+            last_sync_incremental: false,
+            cfg: Cfg { active: u32::MAX, port: 0, vxlan_port: 0 },
         })
     }
 
@@ -218,31 +265,84 @@ impl KernelPath {
     /// Makes the maps say what `plane` says, for the interfaces in `ifaces`
     /// (by interface id), and attaches the wire program to every underlay
     /// device a link leaves by. `listen` is vnetd's link socket address.
-    /// Returns the links the kernel cannot serve, with the reason.
+    /// `touched`: the destinations whose routes are all that changed since
+    /// the last sync, when the caller knows: if the interfaces, links and
+    /// addresses are those of the last sync too, only those destinations'
+    /// entries are recompiled and written (a MAC move at 100000 MACs over
+    /// 1000 links writes one entry; the links are not looked at again, so
+    /// an underlay route that changed meanwhile reaches them at the next
+    /// other change). Returns the links the kernel cannot serve, with why.
     pub fn sync(
         &mut self,
         plane: &Plane,
         ifaces: &BTreeMap<u32, KernelIface>,
         listen: SocketAddr,
         listen_vxlan: Option<SocketAddr>,
-    ) -> Result<Vec<(String, Reason)>, Reason> {
+        touched: Option<&BTreeSet<MacAddr>>,
+    ) -> Result<Vec<(String, String)>, Reason> {
+        let t0 = Instant::now();
+        let plane_links: Vec<(u32, std::sync::Arc<vnet_engine::Link>)> =
+            plane.links.iter().map(|(id, l)| (*id, l.clone())).collect();
+        let same = |h: &HeldFor| {
+            h.ifaces == *ifaces
+                && h.listen == (listen, listen_vxlan)
+                && h.plane_links.len() == plane_links.len()
+                && h.plane_links.iter().zip(&plane_links).all(|(a, b)| a.0 == b.0 && std::sync::Arc::ptr_eq(&a.1, &b.1))
+        };
+        let skipped = match (touched, self.held_for.take()) {
+            (Some(touched), Some(h)) if same(&h) => {
+                let on = Served { ifaces: &h.ifaces, links: &h.links, slots: &h.slots };
+                let (writes, pairs_too) = self.held.changed(plane, &on, touched, self.capacity);
+                self.write_dests(writes)?;
+                if pairs_too {
+                    let pairs = std::mem::take(&mut self.held.pairs);
+                    let r = self.switch_table(&pairs);
+                    self.held.pairs = pairs;
+                    r?;
+                    self.write_cfg(listen, listen_vxlan)?;
+                }
+                let skipped = h.skipped.clone();
+                self.held_for = Some(h);
+                self.last_sync_incremental = true;
+                skipped
+            }
+            _ => {
+                self.last_sync_incremental = false;
+                self.sync_all(plane, ifaces, plane_links, (listen, listen_vxlan))?
+            }
+        };
+        self.note_overflow();
+        self.last_sync = t0.elapsed();
+        Ok(skipped)
+    }
+
+    /// The whole sync: every link looked at again, every decision compiled.
+    fn sync_all(
+        &mut self,
+        plane: &Plane,
+        ifaces: &BTreeMap<u32, KernelIface>,
+        plane_links: Vec<(u32, std::sync::Arc<vnet_engine::Link>)>,
+        (listen, listen_vxlan): (SocketAddr, Option<SocketAddr>),
+    ) -> Result<Vec<(String, String)>, Reason> {
         // Links: where each one leaves, from which address.
         let mut link_vals = BTreeMap::new();
         let mut skipped = Vec::new();
+        let mut under = Underlay::read();
         for (id, l) in &plane.links {
-            match link_val(&l.def, listen) {
+            match link_val(&l.def, listen, &mut under) {
                 Ok((v, dev)) => {
                     link_vals.insert(*id, (v, dev));
                 }
-                Err(r) => skipped.push((l.def.name.clone(), r)),
+                Err(r) => skipped.push((l.def.name.clone(), r.to_string())),
             }
         }
         let devs: BTreeSet<String> = link_vals.values().map(|(_, d)| d.clone()).collect();
         self.attach_wire(&devs)?;
 
         // A counter slot for every port served, zeroed when first given (the
-        // programs only add). Slots of ports gone are freed after the switch
-        // below, so that no live decision counts into a slot given again.
+        // programs only add). Slots of ports gone are freed after the maps
+        // are written, so that no live decision counts into a slot given
+        // again.
         let served: BTreeSet<u32> =
             ifaces.values().map(|k| k.ifindex).chain(link_vals.keys().map(|id| PORT_LINK | id)).collect();
         self.give_slots(&served)?;
@@ -250,20 +350,114 @@ impl KernelPath {
         let links: BTreeMap<u32, LinkVal> = link_vals.iter().map(|(id, (v, _))| (*id, *v)).collect();
         let peer_vals: Vec<PeerVal> =
             links.iter().map(|(&id, v)| PeerVal { id, slot: slot(PORT_LINK | id), link: *v }).collect();
-        // Decisions into the inactive table, then switch.
-        let (decisions, overflow) = decisions(plane, ifaces, &links, &self.slots, self.capacity);
-
         // Peers first (a route may only name a link whose datagrams are known).
         self.write_peers(&peer_vals)?;
 
-        self.switch_table(decisions, overflow, listen, listen_vxlan)?;
+        let slots = self.slots.clone();
+        let next = Decisions::compile(plane, &Served { ifaces, links: &links, slots: &slots }, self.capacity);
+        self.write_all(next)?;
+        self.write_cfg(listen, listen_vxlan)?;
         // A predecessor's programs give way to this one's, now that its
         // maps hold the decisions.
         self.adopt_pending()?;
-
-        // Ports that are gone: after the switch, no decision names their slots.
+        // Ports that are gone: no decision names their slots now.
         self.slots.retain(|p, _| served.contains(p));
+        self.held_for = Some(HeldFor {
+            ifaces: ifaces.clone(),
+            plane_links,
+            listen: (listen, listen_vxlan),
+            links,
+            slots,
+            skipped: skipped.clone(),
+        });
         Ok(skipped)
+    }
+
+    /// Writes every decision of `next`: destination entries and ports that
+    /// differ from those held (or, when what the maps hold is not known,
+    /// all of them, and removes what the maps hold beyond them), then the
+    /// (port, destination, source) table.
+    fn write_all(&mut self, next: Decisions) -> Result<(), Reason> {
+        let known = self.known;
+        let mut held = std::mem::take(&mut self.held);
+        if !known {
+            // The maps' own keys, after a write that failed halfway.
+            held.dests = keys::<DestKey, RouteVal, _>(&mut self.ebpf, "dests")?;
+            held.ports = keys::<u32, PortVal, _>(&mut self.ebpf, "ports")?;
+        }
+        let writes: Vec<(DestKey, Option<RouteVal>)> = next
+            .dests
+            .iter()
+            .filter(|(k, v)| held.dests.get(k) != Some(v))
+            .map(|(k, v)| (*k, Some(*v)))
+            .chain(held.dests.keys().filter(|k| !next.dests.contains_key(k)).map(|k| (*k, None)))
+            .collect();
+        self.write_dests(writes)?;
+        {
+            self.known = false;
+            let mut m: BpfHashMap<&mut MapData, u32, PortVal> = map(&mut self.ebpf, "ports")?;
+            for (k, v) in next.ports.iter().filter(|(k, v)| held.ports.get(k) != Some(v)) {
+                m.insert(k, v, 0).map_err(map_error("ports"))?;
+            }
+            for k in held.ports.keys().filter(|k| !next.ports.contains_key(k)) {
+                let _ = m.remove(k);
+            }
+        }
+        if !known || held.pairs != next.pairs {
+            self.switch_table(&next.pairs)?;
+        }
+        self.held = next;
+        self.known = true;
+        Ok(())
+    }
+
+    /// Writes destination entries (`None`: removes it), each on its own:
+    /// a reader sees an entry's old value or its new one.
+    fn write_dests(&mut self, writes: Vec<(DestKey, Option<RouteVal>)>) -> Result<(), Reason> {
+        let mut m: BpfHashMap<&mut MapData, DestKey, RouteVal> = map(&mut self.ebpf, "dests")?;
+        self.known = false;
+        for (k, v) in writes {
+            match v {
+                Some(v) => m.insert(k, v, 0).map_err(map_error("dests"))?,
+                None => {
+                    let _ = m.remove(&k);
+                }
+            }
+        }
+        self.known = true;
+        Ok(())
+    }
+
+    /// The config: vnetd's ports, and which (port, destination, source)
+    /// table is live. Written when it changed.
+    fn write_cfg(&mut self, listen: SocketAddr, listen_vxlan: Option<SocketAddr>) -> Result<(), Reason> {
+        let next = Cfg {
+            active: self.active,
+            port: listen.port().to_be(),
+            vxlan_port: listen_vxlan.map_or(0, |a| a.port().to_be()),
+        };
+        if next != self.cfg {
+            let mut cfg: Array<&mut MapData, Cfg> = map(&mut self.ebpf, "config")?;
+            cfg.set(0, next, 0).map_err(map_error("config"))?;
+            self.cfg = next;
+        }
+        Ok(())
+    }
+
+    fn note_overflow(&mut self) {
+        let overflow = self.held.overflow;
+        if overflow > 0 && self.overflow == 0 {
+            tracing::warn!(
+                destination_entries = self.held.dests.len(),
+                entries = self.held.pairs.len(),
+                left_to_user_path = overflow,
+                "the kernel path's route maps are full: the decisions that did not fit take the user path \
+                 (counted as kernel_route_overflow; --kernel-routes sizes them)"
+            );
+        }
+        self.overflow = overflow;
+        self.dest_entries = self.held.dests.len();
+        self.entries = self.held.dests.len() + self.held.pairs.len();
     }
 
     /// Attaches the wire program to each of `devs` (the underlay devices
@@ -318,79 +512,43 @@ impl KernelPath {
         Ok(())
     }
 
-    /// The `vnet` peers and VXLAN peers the wire program knows datagrams of.
+    /// The `vnet` peers and VXLAN peers the wire program knows datagrams
+    /// of: what changed is written, what is gone removed.
     fn write_peers(&mut self, peer_vals: &[PeerVal]) -> Result<(), Reason> {
-        {
-            let mut m: BpfHashMap<&mut MapData, u32, PeerVal> = map(&mut self.ebpf, "peers")?;
-            let mut now = BTreeSet::new();
-            // Every entry written is remembered at once, so that a sync that
-            // fails halfway leaves nothing the next one does not remove.
-            for pv in peer_vals.iter().filter(|p| p.link.format != FMT_VXLAN) {
-                let v = &pv.link;
-                m.insert(v.remote_ip, pv, 0).map_err(map_error("peers"))?;
-                self.peers.insert(v.remote_ip);
-                now.insert(v.remote_ip);
-            }
-            for gone in self.peers.difference(&now) {
-                let _ = m.remove(gone);
-            }
-            self.peers = now;
-        }
-        {
-            let mut m: BpfHashMap<&mut MapData, VxlanKey, PeerVal> = map(&mut self.ebpf, "vxlan_peers")?;
-            let mut now = BTreeSet::new();
-            for pv in peer_vals.iter().filter(|p| p.link.format == FMT_VXLAN) {
-                let k = VxlanKey { addr: pv.link.remote_ip, vni: pv.link.network };
-                m.insert(k, pv, 0).map_err(map_error("vxlan_peers"))?;
-                self.vxlan_peers.insert(k);
-                now.insert(k);
-            }
-            for gone in self.vxlan_peers.difference(&now) {
-                let _ = m.remove(gone);
-            }
-            self.vxlan_peers = now;
-        }
-        Ok(())
+        let vnet: BTreeMap<u32, PeerVal> =
+            peer_vals.iter().filter(|p| p.link.format != FMT_VXLAN).map(|p| (p.link.remote_ip, *p)).collect();
+        let vxlan: BTreeMap<VxlanKey, PeerVal> = peer_vals
+            .iter()
+            .filter(|p| p.link.format == FMT_VXLAN)
+            .map(|p| (VxlanKey { addr: p.link.remote_ip, vni: p.link.network }, *p))
+            .collect();
+        let mut held = std::mem::take(&mut self.peers);
+        let r = write_diff(&mut self.ebpf, "peers", &mut held, vnet);
+        self.peers = held;
+        r?;
+        let mut held = std::mem::take(&mut self.vxlan_peers);
+        let r = write_diff(&mut self.ebpf, "vxlan_peers", &mut held, vxlan);
+        self.vxlan_peers = held;
+        r
     }
 
-    /// Writes `decisions` into the inactive route table and switches to it
-    /// (one write of the config: readers see the old table or the new).
-    fn switch_table(
-        &mut self,
-        decisions: BTreeMap<RouteKey, RouteVal>,
-        overflow: usize,
-        listen: SocketAddr,
-        listen_vxlan: Option<SocketAddr>,
-    ) -> Result<(), Reason> {
+    /// Writes `pairs` into the inactive (port, destination, source) table
+    /// and switches to it (one write of the config, by the caller's
+    /// `write_cfg`: readers see the old table or the new).
+    fn switch_table(&mut self, pairs: &BTreeMap<RouteKey, RouteVal>) -> Result<(), Reason> {
         let next = 1 - self.active;
         {
             let name = if next == 0 { "routes_0" } else { "routes_1" };
             let mut m: BpfHashMap<&mut MapData, RouteKey, RouteVal> = map(&mut self.ebpf, name)?;
             let table = &mut self.tables[next as usize];
-            table.retain(|k| decisions.contains_key(k) || m.remove(k).is_err());
-            for (k, v) in &decisions {
+            table.retain(|k| pairs.contains_key(k) || m.remove(k).is_err());
+            for (k, v) in pairs {
                 m.insert(k, v, 0).map_err(map_error(name))?;
                 table.insert(*k);
             }
         }
-        let port = listen.port().to_be();
-        {
-            let mut cfg: Array<&mut MapData, Cfg> = map(&mut self.ebpf, "config")?;
-            let vxlan_port = listen_vxlan.map_or(0, |a| a.port().to_be());
-            cfg.set(0, Cfg { active: next, port, vxlan_port }, 0).map_err(map_error("config"))?;
-        }
         self.active = next;
-        self.tables[next as usize] = decisions.keys().copied().collect();
-        self.entries = decisions.len();
-        if overflow > 0 && self.overflow == 0 {
-            tracing::warn!(
-                entries = decisions.len(),
-                left_to_user_path = overflow,
-                "the kernel path's route map is full: the decisions that did not fit take the user path \
-                 (counted as kernel_route_overflow)"
-            );
-        }
-        self.overflow = overflow;
+        self.tables[next as usize] = pairs.keys().copied().collect();
         Ok(())
     }
 
@@ -473,6 +631,37 @@ fn program_name(wire: bool) -> &'static str {
     } else {
         "vnet_from_vm"
     }
+}
+
+/// Makes hash map `name` hold `next` where it holds `held` (what was
+/// written before): writes what differs, removes what is gone. `held` is
+/// kept true to the map even when a write fails halfway.
+fn write_diff<K: aya::Pod + Ord, V: aya::Pod + PartialEq>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    held: &mut BTreeMap<K, V>,
+    next: BTreeMap<K, V>,
+) -> Result<(), Reason> {
+    let mut m: BpfHashMap<&mut MapData, K, V> = map(ebpf, name)?;
+    for (k, v) in &next {
+        if held.get(k) != Some(v) {
+            held.remove(k);
+            m.insert(k, v, 0).map_err(map_error(name))?;
+            held.insert(*k, *v);
+        }
+    }
+    held.retain(|k, _| next.contains_key(k) || m.remove(k).is_err());
+    Ok(())
+}
+
+/// The keys hash map `name` holds, each with a default value (one that
+/// no decision has: what a comparison with the held decisions rewrites).
+fn keys<K: aya::Pod, V: aya::Pod + Default, C: FromIterator<(K, V)>>(
+    ebpf: &mut Ebpf,
+    name: &str,
+) -> Result<C, Reason> {
+    let m: BpfHashMap<&mut MapData, K, V> = map(ebpf, name)?;
+    Ok(m.keys().filter_map(Result::ok).map(|k| (k, V::default())).collect())
 }
 
 /// Program `name` of the object, as its type `T`.

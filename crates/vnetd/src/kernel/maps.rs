@@ -5,7 +5,7 @@
 //! `LinkVal`, ...) are `#[repr(C)]` in `sys::bpf`, beside the other
 //! byte-level layouts.
 
-use super::underlay::{local_ip_towards, route_to, Hop};
+use super::underlay::{Hop, Underlay};
 use super::{io_error, KernelError, Reason};
 use crate::sys::bpf::LinkVal;
 use std::net::{IpAddr, SocketAddr};
@@ -19,8 +19,8 @@ pub(crate) const ACT_LINK: u32 = 2;
 pub(crate) const ACT_IFACE_XMIT: u32 = 3;
 pub(crate) const FMT_VNET: u8 = 1;
 pub(crate) const FMT_VXLAN: u8 = 2;
-/// Route entries per table (the maps' `max_entries`).
-pub const MAX_ROUTES: usize = 65_536;
+/// Route entries per map (the maps' `max_entries`; `--kernel-routes`).
+pub const MAX_ROUTES: usize = 262_144;
 /// The traffic matrix's pairs (`MATRIX_PAIRS`, an LRU map).
 pub const MATRIX_PAIRS: usize = 4096;
 /// `PORT_SLOTS`: counter slots for the ports the kernel path serves (slot 0
@@ -42,7 +42,11 @@ pub const STAT_NAMES: [&str; 9] = [
 
 /// What the kernel needs to send on a link, and the underlay device; or
 /// why the link stays on the user path.
-pub(crate) fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, String), Reason> {
+pub(crate) fn link_val(
+    def: &LinkDef,
+    listen: SocketAddr,
+    under: &mut Underlay,
+) -> Result<(LinkVal, String), Reason> {
     let (remote, format, network) = match def.transport {
         Transport::Udp { security: Security::Auth(_) | Security::Encrypt(_), .. } => {
             // Kernel IPsec (xfrm) under the eBPF encapsulation is the way to
@@ -81,12 +85,13 @@ pub(crate) fn link_val(def: &LinkDef, listen: SocketAddr) -> Result<(LinkVal, St
     let IpAddr::V4(rip) = remote.ip() else {
         return Err(KernelError::UserPath("an IPv6 underlay is the user path's (not yet the kernel's)"));
     };
+    let hop = under.hop(rip).ok_or(KernelError::NoRoute(rip))?;
     let lip = match listen.ip() {
         IpAddr::V4(a) if !a.is_unspecified() => a,
-        _ => local_ip_towards(rip).map_err(io_error(format!("no local address towards {rip}")))?,
+        _ => under.source_towards(rip).map_err(|e| io_error(format!("no local address towards {rip}"))(e))?,
     };
-    let Hop { dev, gateway } = route_to(rip).ok_or(KernelError::NoRoute(rip))?;
-    let ifindex = crate::sys::ifindex(&dev).map_err(io_error(format!("no ifindex for {dev}")))?;
+    let ifindex = under.ifindex(&hop.dev).map_err(|e| io_error(format!("no ifindex for {}", hop.dev))(e))?;
+    let Hop { dev, gateway } = hop;
     let v = LinkVal {
         remote_ip: u32::from_ne_bytes(rip.octets()),
         local_ip: u32::from_ne_bytes(lip.octets()),

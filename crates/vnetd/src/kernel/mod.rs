@@ -31,7 +31,7 @@ pub mod pins;
 pub mod underlay;
 
 pub use attach::KernelPath;
-pub use decisions::decisions;
+pub use decisions::{Decisions, Served};
 pub use maps::{MATRIX_PAIRS, MAX_ROUTES, STAT_NAMES};
 pub use underlay::{route_to, Hop};
 

@@ -25,8 +25,48 @@ pub struct Hop {
 /// The longest-prefix IPv4 route to `ip` (this namespace's
 /// `/proc/net/route`).
 pub fn route_to(ip: Ipv4Addr) -> Option<Hop> {
-    let text = std::fs::read_to_string("/proc/net/route").ok()?;
-    best_route(&text, ip)
+    Underlay::read().hop(ip)
+}
+
+/// This namespace's IPv4 routes, read once (`/proc/net/route`), and the
+/// answers found with them: what a sync over 1000 links asks 1000 times,
+/// asked once each.
+#[derive(Debug, Default)]
+pub struct Underlay {
+    table: String,
+    ifindex: std::collections::HashMap<String, u32>,
+    sources: std::collections::HashMap<Ipv4Addr, Ipv4Addr>,
+}
+
+impl Underlay {
+    pub fn read() -> Self {
+        Underlay { table: std::fs::read_to_string("/proc/net/route").unwrap_or_default(), ..Default::default() }
+    }
+
+    /// The longest-prefix route to `ip`.
+    pub fn hop(&self, ip: Ipv4Addr) -> Option<Hop> {
+        best_route(&self.table, ip)
+    }
+
+    /// The source address the kernel picks towards `ip`.
+    pub(crate) fn source_towards(&mut self, ip: Ipv4Addr) -> std::io::Result<Ipv4Addr> {
+        if let Some(&a) = self.sources.get(&ip) {
+            return Ok(a);
+        }
+        let a = local_ip_towards(ip)?;
+        self.sources.insert(ip, a);
+        Ok(a)
+    }
+
+    /// Device `dev`'s index, asked once per device.
+    pub(crate) fn ifindex(&mut self, dev: &str) -> std::io::Result<u32> {
+        if let Some(&i) = self.ifindex.get(dev) {
+            return Ok(i);
+        }
+        let i = crate::sys::ifindex(dev)?;
+        self.ifindex.insert(dev.to_string(), i);
+        Ok(i)
+    }
 }
 
 fn best_route(table: &str, ip: Ipv4Addr) -> Option<Hop> {
