@@ -363,6 +363,9 @@ pub enum ShowWhat {
     Matrix,
     /// Cluster mode: membership, the watch revision, the store's health.
     Cluster,
+    /// The daemon-wide counters alone (`stats` less its per-port and
+    /// per-route rows: what a script polls at 100000 routes).
+    Global,
 }
 
 /// One parsed command.

@@ -275,10 +275,11 @@ impl<'a> Parser<'_, 'a> {
             "cluster" => self.cluster(),
             "show" => {
                 let what = match self.keyword(
-                    &["routes", "links", "interfaces", "stats", "config", "metrics", "cluster", "matrix"],
-                    "`routes`, `links`, `interfaces`, `stats`, `config`, `metrics`, `cluster` or `matrix`",
+                    &["routes", "links", "interfaces", "stats", "global", "config", "metrics", "cluster", "matrix"],
+                    "`routes`, `links`, `interfaces`, `stats`, `global`, `config`, `metrics`, `cluster` or `matrix`",
                 )? {
                     "matrix" => ShowWhat::Matrix,
+                    "global" => ShowWhat::Global,
                     "routes" => ShowWhat::Routes,
                     "links" => ShowWhat::Links,
                     "interfaces" => ShowWhat::Interfaces,

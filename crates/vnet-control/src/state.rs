@@ -203,7 +203,7 @@ pub struct State {
     pub cluster: Option<crate::ClusterLine>,
     pub interfaces: BTreeMap<u32, InterfaceDef>,
     pub links: BTreeMap<u32, LinkDef>,
-    pub routes: BTreeMap<u32, RouteDef>,
+    pub routes: imbl::OrdMap<u32, RouteDef>,
     next_interface: u32,
     next_link: u32,
     next_route: u32,
@@ -220,7 +220,7 @@ impl Default for State {
             cluster: None,
             interfaces: BTreeMap::new(),
             links: BTreeMap::new(),
-            routes: BTreeMap::new(),
+            routes: imbl::OrdMap::new(),
             next_interface: 0,
             next_link: 0,
             next_route: 0,
@@ -232,6 +232,12 @@ impl State {
     /// Applies `cmds` to a copy of `self` and returns it, or the first error
     /// (with `self` untouched). Commands that change nothing (`show`, ...)
     /// are errors here: a config file or transaction only declares.
+    /// The id the next route added gets (ids only grow: the routes of ids
+    /// from here on in a later state are the ones added since).
+    pub fn next_route_id(&self) -> u32 {
+        self.next_route
+    }
+
     pub fn apply_all(&self, cmds: &[Located<Command>]) -> Result<State> {
         let mut next = self.clone();
         for c in cmds {

@@ -6,11 +6,10 @@ use crate::link::Link;
 use crate::port::Port;
 use crate::DispatchStats;
 use rustc_hash::FxHashMap;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 use std::sync::Arc;
-use vnet_control::{RxKey, State};
+use vnet_control::{RouteDef, RxKey, State};
 use vnet_core::{Counters, Route, RouteTable};
 use vnet_wire::MacAddr;
 
@@ -196,27 +195,10 @@ impl Plane {
 }
 
 /// The route table `state` declares, as generation `generation`. Each
-/// route's counters are taken from `counters` by route id (so they survive
-/// table rebuilds), and `counters` is left holding exactly the routes of
-/// `state`.
-pub fn route_table(
-    state: &State,
-    generation: u64,
-    counters: &mut BTreeMap<u32, Arc<Counters>>,
-) -> RouteTable {
-    counters.retain(|id, _| state.routes.contains_key(id));
-    let routes = state
-        .routes
-        .values()
-        .map(|r| Route {
-            id: r.id,
-            src: r.src,
-            dst: r.dst,
-            to: r.to,
-            from: r.from,
-            counters: counters.entry(r.id).or_default().clone(),
-        })
-        .collect();
+/// route keeps the counters of the route of the same id in `old` (the
+/// running table), so they survive rebuilds; a new route starts at zero.
+pub fn route_table(state: &State, generation: u64, old: &RouteTable) -> RouteTable {
+    let routes = state.routes.values().map(|r| route(r, old)).collect();
     // A `direct` link is an edge of the overlay (the LAN), not the mesh.
     let edges =
         state.links.values().filter(|l| matches!(l.transport, vnet_control::Transport::Direct { .. }));
@@ -229,6 +211,26 @@ pub fn route_table(
     RouteTable::new(generation, routes)
         .with_edge_links(edges.map(|l| l.id).collect::<Vec<_>>())
         .with_networks(networks)
+}
+
+/// What a change that only deleted routes (ids `removed`) and added
+/// `added` makes of the running table `old`, as generation `generation`:
+/// the same as [`route_table`] of the new state, at the cost of the change
+/// ([`RouteTable::patched`]).
+pub fn patched_table<'a>(
+    old: &RouteTable,
+    generation: u64,
+    removed: &[u32],
+    added: impl IntoIterator<Item = &'a RouteDef>,
+) -> RouteTable {
+    let added = added.into_iter().map(|r| route(r, old)).collect();
+    old.patched(generation, removed, added)
+}
+
+/// Route `r`, with the counters of its namesake in `old` if it has one.
+fn route(r: &RouteDef, old: &RouteTable) -> Route {
+    let counters = old.route_by_id(r.id).map(|o| o.counters.clone()).unwrap_or_default();
+    Route { id: r.id, src: r.src, dst: r.dst, to: r.to, from: r.from, counters }
 }
 
 /// Daemon-wide counters. Serialized as they are named here (`show stats`'

@@ -26,7 +26,7 @@ use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use vnet_control::{Located, State, Transport, DEFAULT_PORT};
-use vnet_core::{Counters, Port as PortId};
+use vnet_core::Port as PortId;
 use vnet_wire::virtio::VirtioNetHdr;
 
 /// How bytes reach a simulated host: which of its sockets they arrive on.
@@ -232,7 +232,6 @@ pub struct Host {
     /// The LANs of `direct` links, by link name: what vnetd put on them.
     pub lans: BTreeMap<String, Arc<Recorder>>,
     generation: u64,
-    route_counters: BTreeMap<u32, Arc<Counters>>,
     /// The host's key pair, derived from its address ([`Net::public_key`]).
     identity: Arc<Identity>,
 }
@@ -343,7 +342,6 @@ impl Net {
             streams: BTreeMap::new(),
             lans: BTreeMap::new(),
             generation: 0,
-            route_counters: BTreeMap::new(),
             identity: sim_identity(ip),
         };
         h.apply(&self.wire, config, self.timers)?;
@@ -501,7 +499,7 @@ impl Host {
             .collect();
         self.lans.retain(|n, _| next.link_by_name(n).is_some());
         self.generation += 1;
-        let table = route_table(&next, self.generation, &mut self.route_counters);
+        let table = route_table(&next, self.generation, &self.plane.table);
         self.plane = Arc::new(Plane::new(table, ifaces, links));
         self.state = next;
         Ok(())

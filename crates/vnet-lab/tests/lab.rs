@@ -700,7 +700,7 @@ fn a_network_of_100000_macs_over_1000_links_is_all_in_the_kernel_and_a_move_reac
     let t0 = std::time::Instant::now();
     lab.apply(0, &change).unwrap();
     let loaded = t0.elapsed();
-    let g = json(&lab, 0, "stats")["global"].clone();
+    let g = json(&lab, 0, "global")["global"].clone();
     if g["kernel_path"] != "loaded" {
         panic!("the kernel path must load here: {g}");
     }
@@ -708,38 +708,50 @@ fn a_network_of_100000_macs_over_1000_links_is_all_in_the_kernel_and_a_move_reac
     assert!(g["kernel_dest_entries"].as_u64().unwrap() >= 100_000, "{g}");
     let full_sync_us = g["kernel_last_sync_us"].as_f64().unwrap();
     let routes = json(&lab, 0, "routes");
-    let routes = routes["routes"].as_array().unwrap();
+    let by_dst: std::collections::HashMap<&str, (u64, &str)> = routes["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["dst"].as_str().unwrap(), (r["id"].as_u64().unwrap(), r["to"].as_str().unwrap())))
+        .collect();
     let id_of = |mac: &str| {
-        let r = routes.iter().find(|r| r["dst"] == mac).unwrap_or_else(|| panic!("no route to {mac}"));
-        (r["id"].as_u64().unwrap(), r["to"].as_str().unwrap().to_string())
+        let (id, to) = by_dst.get(mac).unwrap_or_else(|| panic!("no route to {mac}"));
+        (*id, to.to_string())
     };
-    // 100 moves, each its own transaction: the kernel's share, as vnetd
-    // measured it, and the whole transaction as a client sees it.
-    let (mut kernel_us, mut txn_ms) = (Vec::new(), Vec::new());
+    // 100 moves, each its own transaction: the kernel's share and the
+    // whole transaction as vnetd measured them, and the round trip of a
+    // client (`vnetctl apply`, a process each).
+    let (mut kernel_us, mut txn_us, mut client_ms) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..100u32 {
         let mac = big(i * 997);
         let (id, _) = id_of(&mac);
         let text = format!("delete route {id}\nroute any {mac} -> link big{}\n", (i * 997 + 500) % 1000 + 1);
         let t0 = std::time::Instant::now();
         lab.apply(0, &text).unwrap();
-        txn_ms.push(t0.elapsed().as_secs_f64() * 1000.0);
-        let g = json(&lab, 0, "stats")["global"].clone();
+        client_ms.push(t0.elapsed().as_secs_f64() * 1000.0);
+        let g = json(&lab, 0, "global")["global"].clone();
         assert_eq!(g["kernel_last_sync_incremental"], true, "a move writes only its entry: {g}");
+        assert_eq!(g["last_transaction_routes_only"], true, "a move patches the route table: {g}");
         kernel_us.push(g["kernel_last_sync_us"].as_f64().unwrap());
+        txn_us.push(g["last_transaction_us"].as_f64().unwrap());
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (k, t) = (median(&mut kernel_us), median(&mut txn_ms));
+    let (k, t, c) = (median(&mut kernel_us), median(&mut txn_us), median(&mut client_ms));
     let rss = std::fs::read_to_string(format!("/proc/{}/status", lab.vnetd_pid(0).unwrap())).unwrap();
     let rss = rss.lines().find(|l| l.starts_with("VmRSS")).unwrap_or("VmRSS: ?").to_string();
     eprintln!(
         "100000 MACs over 1000 links: loaded in {loaded:?} (kernel maps {full_sync_us:.0} us); a move: kernel \
-         maps median {k:.0} us (max {:.0}), whole transaction median {t:.1} ms; vnetd {rss}",
-        kernel_us.last().unwrap()
+         maps median {k:.0} us (max {:.0}), whole transaction median {t:.0} us (max {:.0}), vnetctl apply \
+         median {c:.1} ms; vnetd {rss}",
+        kernel_us.last().unwrap(),
+        txn_us.last().unwrap()
     );
-    assert!(k < 1000.0, "a move took {k} us to reach the kernel's maps");
+    // The figure is a release build's (docs/CLUSTER.md); a debug build is
+    // slower, but a move must still cost a small part of writing it all.
+    assert!(k < 1000.0 && k < full_sync_us / 20.0, "a move took {k} us to reach the kernel's maps");
     // The writes are the kernel's decisions: B's MAC sent where nothing
     // answers (VNI 1 at host 1) and the kernel stops carrying A's pings;
     // back, it carries them again.
@@ -750,7 +762,7 @@ fn a_network_of_100000_macs_over_1000_links_is_all_in_the_kernel_and_a_move_reac
     let routes = json(&lab, 0, "routes");
     let id = routes["routes"].as_array().unwrap().iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["id"].clone();
     lab.apply(0, &format!("delete route {id}\nroute any {} -> {to}\n", b.mac)).unwrap();
-    let encap = || json(&lab, 0, "stats")["global"]["kernel_encap"].as_u64().unwrap();
+    let encap = || json(&lab, 0, "global")["global"]["kernel_encap"].as_u64().unwrap();
     let before = encap();
     assert_ping(&lab, &a, b.ip, 56);
     assert!(encap() >= before + 5, "the kernel path no longer carries A -> B");

@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vnet_control::{Command, Datapath, Error, IfaceKind, InterfaceDef, Located, ShowWhat, State};
-use vnet_core::{Counters, Port};
+use vnet_core::Port;
 use vnet_engine::secure::{Identity, Timers};
 use vnet_engine::{Link, Plane, Via};
 use vnet_wire::reasm;
@@ -73,6 +73,9 @@ pub struct Daemon {
     state: State,
     shared: Arc<Shared>,
     generation: u64,
+    /// How long the last transaction that succeeded took, and whether it
+    /// only added and deleted routes (`show stats`).
+    last_transaction: (std::time::Duration, bool),
     /// Interfaces whose device is gone (by id: since when, engine clock),
     /// and how often each was reattached.
     gone: BTreeMap<u32, u64>,
@@ -86,7 +89,6 @@ pub struct Daemon {
     links: BTreeMap<u32, Arc<Link>>,
     /// Each link's I/O (its kind's own handles: a stream, a LAN reader).
     link_io: BTreeMap<u32, Arc<dyn link::LinkIo>>,
-    route_counters: BTreeMap<u32, Arc<Counters>>,
     /// The link sockets, and how the worker that reads them waits.
     sockets: Sockets,
     listen_mode: vnet_control::Mode,
@@ -170,6 +172,7 @@ impl Daemon {
             state: State::default(),
             shared: Shared::new(),
             generation: 0,
+            last_transaction: (std::time::Duration::ZERO, false),
             gone: BTreeMap::new(),
             reattached: BTreeMap::new(),
             ifaces: BTreeMap::new(),
@@ -177,7 +180,6 @@ impl Daemon {
             worker_cpus: Vec::new(),
             links: BTreeMap::new(),
             link_io: BTreeMap::new(),
-            route_counters: BTreeMap::new(),
             sockets: Sockets::default(),
             listen_mode: vnet_control::Mode::default(),
             reasm: reasm::Config::default(),
@@ -579,6 +581,7 @@ impl Daemon {
             ShowWhat::Routes => json!({ "routes": self.routes_json() }),
             ShowWhat::Links => json!({ "links": self.links_json() }),
             ShowWhat::Interfaces => json!({ "interfaces": self.ifaces_json() }),
+            ShowWhat::Global => json!({ "global": self.global_json() }),
             _ => json!({
                 "routes": self.routes_json(),
                 "links": self.links_json(),
@@ -724,6 +727,8 @@ impl Daemon {
                 (None, None) => "not requested".to_string(),
             };
             m.insert("kernel_path".into(), status.into());
+            m.insert("last_transaction_us".into(), (self.last_transaction.0.as_nanos() as f64 / 1000.0).into());
+            m.insert("last_transaction_routes_only".into(), self.last_transaction.1.into());
             if let Some(k) = &self.kernel {
                 m.insert("kernel_route_entries".into(), k.entries.into());
                 m.insert("kernel_route_capacity".into(), k.capacity.into());

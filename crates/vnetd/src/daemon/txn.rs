@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use vnet_control::{Command, Datapath, Error, IfaceKind, Located, Pos, State, Transport};
-use vnet_core::Counters;
 use vnet_engine::{Link, Plane};
 use vnet_wire::MacAddr;
 
@@ -160,40 +159,52 @@ struct NewIfaces {
     reasons: Vec<(u32, String)>,
 }
 
-/// The unicast destinations whose routes `cmds` add or delete, when
-/// adding and deleting routes to named destinations is all they do (a MAC
-/// move): the kernel path then recompiles only their entries. `None` for
-/// anything else (an interface, a link, a route to `any` or `not`
-/// destination), which recompiles everything.
-fn touched_destinations(cmds: &[Located<Command>], state: &State) -> Option<BTreeSet<MacAddr>> {
-    let mut out = BTreeSet::new();
-    for c in cmds {
-        let dst = match &c.item {
-            Command::Route { dst, .. } => *dst,
-            Command::DeleteRoute(r) => state.routes.get(&r.by)?.dst,
-            _ => return None,
-        };
-        out.insert(dst.addr()?);
+/// What a transaction that only adds and deletes routes (a MAC move)
+/// does: the route table is patched rather than built whole, and the
+/// kernel path recompiles only the destinations it touched.
+struct RouteChange {
+    /// Ids of the running state's routes deleted.
+    removed: Vec<u32>,
+    /// The routes added (in the new state).
+    added: Vec<vnet_control::RouteDef>,
+    /// The unicast destinations of both, when every one names a
+    /// destination (`None`: a route to `any` or `not`, which touches
+    /// every destination).
+    touched: Option<BTreeSet<MacAddr>>,
+}
+
+impl RouteChange {
+    /// `None` unless adding and deleting routes is all `cmds` do.
+    fn of(cmds: &[Located<Command>], old: &State, next: &State) -> Option<Self> {
+        let mut removed = Vec::new();
+        for c in cmds {
+            match &c.item {
+                Command::Route { .. } => {}
+                Command::DeleteRoute(r) => removed.extend(old.routes.get(&r.by).map(|r| r.id)),
+                _ => return None,
+            }
+        }
+        let added: Vec<_> = next.routes.range(old.next_route_id()..).map(|(_, r)| r.clone()).collect();
+        let dsts = removed.iter().filter_map(|id| old.routes.get(id)).chain(&added).map(|r| r.dst.addr());
+        let touched = dsts.collect::<Option<BTreeSet<MacAddr>>>();
+        Some(RouteChange { removed, added, touched })
     }
-    Some(out)
 }
 
 /// What the acquire phases hold for the publish phase.
 struct Acquired {
     next: State,
-    /// The destinations whose routes are all the commands change, if
-    /// that is all they change ([`touched_destinations`]).
-    touched: Option<BTreeSet<MacAddr>>,
+    /// What the commands change, if adding and deleting routes is all.
+    change: Option<RouteChange>,
     sock: NewSockets,
     links: NewLinks,
     ifaces: NewIfaces,
 }
 
-/// What publishing made: the kernel path's interfaces and the routes'
-/// counters as the published plane has them.
+/// What publishing made: the kernel path's interfaces as the published
+/// plane has them.
 struct Published {
     kernel_ifaces: BTreeMap<u32, KernelIface>,
-    route_counters: BTreeMap<u32, Arc<Counters>>,
 }
 
 impl Daemon {
@@ -201,16 +212,19 @@ impl Daemon {
     /// gone are opened again too (only [`Daemon::check_devices`] asks, so a
     /// gone device never fails an unrelated transaction).
     pub(super) fn apply_reopening(&mut self, cmds: &[Located<Command>], reopen: bool) -> Result<(), Error> {
+        let t0 = std::time::Instant::now();
         let at = Positions(cmds);
         let next = self.check(cmds, &at)?;
         let sock = self.acquire_sockets(&next, &at)?;
         let links = self.acquire_links(&next, &sock, &at)?;
         let opened = self.acquire_interfaces(&next, reopen, &at)?;
         let ifaces = self.attach_kernel_all(opened, reopen, &at)?;
-        let touched = touched_destinations(cmds, &self.state);
-        let acquired = Acquired { next, sock, links, ifaces, touched };
+        let change = RouteChange::of(cmds, &self.state, &next);
+        let route_only = change.is_some();
+        let acquired = Acquired { next, sock, links, ifaces, change };
         let published = self.publish(&acquired, &at)?;
         self.release(acquired, published);
+        self.last_transaction = (t0.elapsed(), route_only);
         Ok(())
     }
 
@@ -426,9 +440,14 @@ impl Daemon {
         for p in &a.ifaces.opened.0 {
             ifaces.insert(p.def.id, p.clone());
         }
-        let mut route_counters = self.route_counters.clone();
         self.generation += 1;
-        let table = vnet_engine::plane::route_table(next, self.generation, &mut route_counters);
+        let running = self.shared.plane.load_full();
+        // Patched from the running table when that is the running state's
+        // (it always is but after a shutdown: checked, cheaply).
+        let table = match &a.change {
+            Some(c) if running.table.len() == self.state.routes.len() => vnet_engine::plane::patched_table(&running.table, self.generation, &c.removed, &c.added),
+            _ => vnet_engine::plane::route_table(next, self.generation, &running.table),
+        };
         follow_standby(&ifaces, next);
         let plane = Arc::new(
             Plane::new(
@@ -444,7 +463,8 @@ impl Daemon {
         kernel_ifaces.extend(a.ifaces.attached.iter().cloned());
         if let Some(kp) = self.kernel.as_mut() {
             let vxlan = a.sock.sockets.vxlan.as_ref().map(|b| b.addr);
-            match kp.sync(&plane, &kernel_ifaces, next.listen, vxlan, a.touched.as_ref()) {
+            let touched = a.change.as_ref().and_then(|c| c.touched.as_ref());
+            match kp.sync(&plane, &kernel_ifaces, next.listen, vxlan, touched) {
                 Ok(skipped) => {
                     for (link, reason) in &skipped {
                         if self.link_reasons.get(link) != Some(reason) {
@@ -455,7 +475,6 @@ impl Daemon {
                 }
                 Err(e) => {
                     follow_standby(&self.ifaces, &self.state);
-                    let running = self.shared.plane.load_full();
                     let vxlan = self.sockets.vxlan.as_ref().map(|b| b.addr);
                     if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan, None) {
                         tracing::error!("the kernel path's maps could not be put back: {back}");
@@ -470,7 +489,7 @@ impl Daemon {
             }
         }
         self.shared.plane.store(plane);
-        Ok(Published { kernel_ifaces, route_counters })
+        Ok(Published { kernel_ifaces })
     }
 
     /// Release: what the old state held that the new one does not (kernel
@@ -539,7 +558,6 @@ impl Daemon {
             self.respawn();
         }
         self.links = links;
-        self.route_counters = p.route_counters;
         self.state = next;
     }
 }

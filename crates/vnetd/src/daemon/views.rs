@@ -181,6 +181,8 @@ impl Daemon {
             let kind = if p.is_link() { "link" } else { "interface" };
             format!("{kind} {}", self.state.port_name(p))
         };
+        let plane = self.shared.plane.load();
+        let table = &plane.table;
         self.state
             .routes
             .values()
@@ -193,7 +195,7 @@ impl Daemon {
                     vnet_core::SourceFilter::Any => "any".to_string(),
                     vnet_core::SourceFilter::Port(p) => port(p),
                 },
-                counters: self.route_counters.get(&r.id).map(|c| c.snapshot()).unwrap_or_default(),
+                counters: table.route_by_id(r.id).map(|c| c.counters.snapshot()).unwrap_or_default(),
             })
             .collect()
     }

@@ -118,7 +118,7 @@ impl Decisions {
         let ports = served.ports(plane);
         let mut d = Decisions { ports, ..Decisions::default() };
         let nets: BTreeSet<u32> = d.ports.values().map(|p| p.net).collect();
-        let dsts: Vec<MacAddr> = plane.table.destinations().collect();
+        let dsts = plane.table.destinations();
         for m in dsts {
             d.destination(&plane.table, served, &nets, m, capacity);
         }
@@ -394,7 +394,7 @@ mod tests {
         assert_eq!(get(&d, 10, c, b), Some((ACT_IFACE_XMIT, 11, 1, 2)));
         let locked = Arc::new(Iface::new(0, "vm0", Some(a), Arc::new(Nowhere)).locked_to(Some(a)));
         let plane = Plane::new(
-            RouteTable::new(2, plane.table.routes().to_vec()),
+            RouteTable::new(2, plane.table.routes().cloned().collect()),
             vec![locked, iface(1, c)],
             plane.links.values().cloned().collect(),
         );
