@@ -768,12 +768,18 @@ mod tests {
 
         #[test]
         fn a_cluster_table_is_all_destination_entries_and_a_sourced_route_makes_them_dependent() {
-            let t = table(&[(Any, Addr(mac(1)), L0, SourceFilter::Any), (Any, Addr(mac(2)), I0, SourceFilter::Any)]);
+            let t = table(&[
+                (Any, Addr(mac(1)), L0, SourceFilter::Any),
+                (Any, Addr(mac(2)), I0, SourceFilter::Any),
+            ]);
             assert_eq!(t.any_source(0, mac(1)), AnySource::One(L0));
             assert_eq!(t.any_source(0, mac(2)), AnySource::One(I0));
             assert_eq!(t.any_source(0, mac(3)), AnySource::Nowhere);
             assert_eq!(t.any_source(0, MacAddr::BROADCAST), AnySource::Dependent);
-            let t = table(&[(Any, Addr(mac(1)), L0, SourceFilter::Any), (Addr(mac(2)), Any, L1, SourceFilter::Any)]);
+            let t = table(&[
+                (Any, Addr(mac(1)), L0, SourceFilter::Any),
+                (Addr(mac(2)), Any, L1, SourceFilter::Any),
+            ]);
             assert_eq!(t.any_source(0, mac(1)), AnySource::Dependent);
         }
     }

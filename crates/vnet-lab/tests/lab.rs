@@ -684,7 +684,8 @@ fn the_kernel_route_tables_take_their_size_from_the_flag_and_report_it() {
 /// kernel's maps, and a MAC move reaches them in under a millisecond.
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
-fn a_network_of_100000_macs_over_1000_links_is_all_in_the_kernel_and_a_move_reaches_it_in_under_a_millisecond() {
+fn a_network_of_100000_macs_over_1000_links_is_all_in_the_kernel_and_a_move_reaches_it_in_under_a_millisecond(
+) {
     let lab = lab(Spec { datapath: Some("kernel".into()), vm_mtu: 1438, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
@@ -760,7 +761,8 @@ fn a_network_of_100000_macs_over_1000_links_is_all_in_the_kernel_and_a_move_reac
     let out = lab.ns_output(&a.ns, &["ping", "-c", "3", "-i", "0.2", "-W", "1", &b.ip.to_string()]).unwrap();
     assert!(!out.status.success(), "B answered through a link to nowhere");
     let routes = json(&lab, 0, "routes");
-    let id = routes["routes"].as_array().unwrap().iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["id"].clone();
+    let id = routes["routes"].as_array().unwrap().iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["id"]
+        .clone();
     lab.apply(0, &format!("delete route {id}\nroute any {} -> {to}\n", b.mac)).unwrap();
     let encap = || json(&lab, 0, "global")["global"]["kernel_encap"].as_u64().unwrap();
     let before = encap();

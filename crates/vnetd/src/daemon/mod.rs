@@ -727,7 +727,10 @@ impl Daemon {
                 (None, None) => "not requested".to_string(),
             };
             m.insert("kernel_path".into(), status.into());
-            m.insert("last_transaction_us".into(), (self.last_transaction.0.as_nanos() as f64 / 1000.0).into());
+            m.insert(
+                "last_transaction_us".into(),
+                (self.last_transaction.0.as_nanos() as f64 / 1000.0).into(),
+            );
             m.insert("last_transaction_routes_only".into(), self.last_transaction.1.into());
             if let Some(k) = &self.kernel {
                 m.insert("kernel_route_entries".into(), k.entries.into());

@@ -184,7 +184,7 @@ impl RouteChange {
                 _ => return None,
             }
         }
-        let added: Vec<_> = next.routes.range(old.next_route_id()..).map(|(_, r)| r.clone()).collect();
+        let added: Vec<_> = next.routes.range(old.next_route_id()..).map(|(_, r)| *r).collect();
         let dsts = removed.iter().filter_map(|id| old.routes.get(id)).chain(&added).map(|r| r.dst.addr());
         let touched = dsts.collect::<Option<BTreeSet<MacAddr>>>();
         Some(RouteChange { removed, added, touched })
@@ -445,7 +445,9 @@ impl Daemon {
         // Patched from the running table when that is the running state's
         // (it always is but after a shutdown: checked, cheaply).
         let table = match &a.change {
-            Some(c) if running.table.len() == self.state.routes.len() => vnet_engine::plane::patched_table(&running.table, self.generation, &c.removed, &c.added),
+            Some(c) if running.table.len() == self.state.routes.len() => {
+                vnet_engine::plane::patched_table(&running.table, self.generation, &c.removed, &c.added)
+            }
             _ => vnet_engine::plane::route_table(next, self.generation, &running.table),
         };
         follow_standby(&ifaces, next);
@@ -476,7 +478,8 @@ impl Daemon {
                 Err(e) => {
                     follow_standby(&self.ifaces, &self.state);
                     let vxlan = self.sockets.vxlan.as_ref().map(|b| b.addr);
-                    if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan, None) {
+                    if let Err(back) = kp.sync(&running, &self.kernel_ifaces, self.state.listen, vxlan, None)
+                    {
                         tracing::error!("the kernel path's maps could not be put back: {back}");
                     }
                     undo_kernel_attach(kp, &a.ifaces.attached, &self.kernel_ifaces);

@@ -287,7 +287,10 @@ impl KernelPath {
             h.ifaces == *ifaces
                 && h.listen == (listen, listen_vxlan)
                 && h.plane_links.len() == plane_links.len()
-                && h.plane_links.iter().zip(&plane_links).all(|(a, b)| a.0 == b.0 && std::sync::Arc::ptr_eq(&a.1, &b.1))
+                && h.plane_links
+                    .iter()
+                    .zip(&plane_links)
+                    .all(|(a, b)| a.0 == b.0 && std::sync::Arc::ptr_eq(&a.1, &b.1))
         };
         let skipped = match (touched, self.held_for.take()) {
             (Some(touched), Some(h)) if same(&h) => {

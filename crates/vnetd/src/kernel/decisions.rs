@@ -86,7 +86,8 @@ impl Served<'_> {
             out.insert(k.ifindex, v);
         }
         for id in self.links.keys() {
-            let v = PortVal { slot: self.slot(PORT_LINK | id), net: net(Port::Link(*id)), ..PortVal::default() };
+            let v =
+                PortVal { slot: self.slot(PORT_LINK | id), net: net(Port::Link(*id)), ..PortVal::default() };
             out.insert(PORT_LINK | id, v);
         }
         out
@@ -166,7 +167,14 @@ impl Decisions {
 
     /// Destination `m`'s entries, one per network a served port is in, or
     /// `m` marked source-dependent.
-    fn destination(&mut self, table: &RouteTable, served: &Served, nets: &BTreeSet<u32>, m: MacAddr, capacity: usize) {
+    fn destination(
+        &mut self,
+        table: &RouteTable,
+        served: &Served,
+        nets: &BTreeSet<u32>,
+        m: MacAddr,
+        capacity: usize,
+    ) {
         if m.is_group() {
             return;
         }
@@ -235,8 +243,11 @@ fn pairs(
             }
         }
     }
-    let link_dsts: Vec<MacAddr> =
-        if to_kernel_any { dsts.iter().copied().collect() } else { to_kernel.intersection(dsts).copied().collect() };
+    let link_dsts: Vec<MacAddr> = if to_kernel_any {
+        dsts.iter().copied().collect()
+    } else {
+        to_kernel.intersection(dsts).copied().collect()
+    };
     let all_dsts: Vec<MacAddr> = dsts.iter().copied().collect();
     let candidates: usize = ports
         .iter()
@@ -258,7 +269,9 @@ fn pairs(
             // them); so is everything from a standby interface (the user
             // path sees its VM arrive).
             if let Port::Interface(i) = port {
-                let user = |f: &std::sync::Arc<vnet_engine::plane::Iface>| !f.may_send_from(s) || f.standby() != ACTIVE;
+                let user = |f: &std::sync::Arc<vnet_engine::plane::Iface>| {
+                    !f.may_send_from(s) || f.standby() != ACTIVE
+                };
                 if plane.ifaces.get(&i).is_some_and(user) {
                     continue;
                 }
@@ -329,9 +342,8 @@ mod tests {
                 }
             }
         }
-        let found = found.or_else(|| {
-            d.pairs.get(&RouteKey { port, dst: dst.0, src: src.0 }).map(|r| (*r, r.in_slot))
-        })?;
+        let found = found
+            .or_else(|| d.pairs.get(&RouteKey { port, dst: dst.0, src: src.0 }).map(|r| (*r, r.in_slot)))?;
         if port & PORT_LINK != 0 && found.0.action == ACT_LINK {
             return None;
         }
@@ -421,16 +433,26 @@ mod tests {
             Route::new(4, MacSpec::Addr(m[0]), MacSpec::Addr(m[3]), Port::Link(0), any),
             Route::new(5, MacSpec::Any, MacSpec::Addr(m[4]), Port::Interface(2), any),
             Route::new(6, MacSpec::Any, MacSpec::Addr(m[4]), Port::Link(1), any),
-            Route::new(7, MacSpec::Any, MacSpec::Addr(m[5]), Port::Link(1), SourceFilter::Port(Port::Link(0))),
+            Route::new(
+                7,
+                MacSpec::Any,
+                MacSpec::Addr(m[5]),
+                Port::Link(1),
+                SourceFilter::Port(Port::Link(0)),
+            ),
             Route::new(8, MacSpec::Any, MacSpec::Not(m[0]), Port::Interface(2), any),
         ];
         let locked = Arc::new(Iface::new(1, "vm1", Some(m[1]), Arc::new(Nowhere)).locked_to(Some(m[1])));
         let plane = Plane::new(
             RouteTable::new(1, routes),
             vec![iface(0, m[0]), locked, iface(2, m[4])],
-            vec![vnet_link(0, "10.77.0.2:9000".parse().unwrap()), vnet_link(1, "10.77.0.3:9000".parse().unwrap())],
+            vec![
+                vnet_link(0, "10.77.0.2:9000".parse().unwrap()),
+                vnet_link(1, "10.77.0.3:9000".parse().unwrap()),
+            ],
         );
-        let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10, true)), (1, kif(11, false)), (2, kif(12, true))].into();
+        let ifaces: BTreeMap<u32, KernelIface> =
+            [(0, kif(10, true)), (1, kif(11, false)), (2, kif(12, true))].into();
         let links: BTreeMap<u32, LinkVal> = [(0, LinkVal::default()), (1, LinkVal::default())].into();
         let slots = BTreeMap::new();
         let served = Served { ifaces: &ifaces, links: &links, slots: &slots };
@@ -444,7 +466,9 @@ mod tests {
         ];
         let target = |v: &RouteVal| match v.action {
             ACT_LINK => Port::Link(v.target),
-            _ => Port::Interface(ifaces.iter().find(|(_, k)| k.ifindex == v.target).map(|(i, _)| *i).unwrap()),
+            _ => {
+                Port::Interface(ifaces.iter().find(|(_, k)| k.ifindex == v.target).map(|(i, _)| *i).unwrap())
+            }
         };
         let mut found = Vec::new();
         let mut decided = 0;
@@ -454,7 +478,11 @@ mod tests {
                     plane.table.lookup(port, s, dst, &mut found);
                     let k = kernel(&d, key, dst, s);
                     if let Some((v, _)) = k {
-                        assert_eq!(found.len(), 1, "{port} {s} -> {dst}: the kernel decides, the table fans out");
+                        assert_eq!(
+                            found.len(),
+                            1,
+                            "{port} {s} -> {dst}: the kernel decides, the table fans out"
+                        );
                         assert_eq!(target(&v), found[0].0, "{port} {s} -> {dst}");
                         decided += 1;
                     } else if let [(to, _)] = found[..] {

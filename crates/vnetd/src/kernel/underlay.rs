@@ -40,7 +40,10 @@ pub struct Underlay {
 
 impl Underlay {
     pub fn read() -> Self {
-        Underlay { table: std::fs::read_to_string("/proc/net/route").unwrap_or_default(), ..Default::default() }
+        Underlay {
+            table: std::fs::read_to_string("/proc/net/route").unwrap_or_default(),
+            ..Default::default()
+        }
     }
 
     /// The longest-prefix route to `ip`.
