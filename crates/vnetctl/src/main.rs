@@ -73,7 +73,7 @@ fn main() -> ExitCode {
     if args.words.first().is_some_and(|w| w == "move") {
         return match parse_move(&args.words[1..]).and_then(|m| vnet_client::relocate::relocate(&m)) {
             Ok(report) => {
-                print!("{report}");
+                out(&report);
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -116,7 +116,7 @@ fn main() -> ExitCode {
     }
     match c.request(&line) {
         Ok(r) => {
-            print!("{}", r.body);
+            out(&r.body);
             match r.result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -132,10 +132,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// Writes `text` to stdout; a reader that went away (`vnetctl show routes |
+/// head`) ends the output quietly instead of a panic.
+fn out(text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
+}
+
 fn key_out(k: Result<String, String>) -> ExitCode {
     match k {
         Ok(k) => {
-            println!("{k}");
+            out(&format!("{k}\n"));
             ExitCode::SUCCESS
         }
         Err(e) => {

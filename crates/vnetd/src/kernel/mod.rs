@@ -5,14 +5,17 @@
 //! vnetd stays the control plane and the slow path. The routing semantics
 //! (Palacios priorities, no reflection, split horizon) are evaluated here,
 //! in user space, by the same [`vnet_core::RouteTable::lookup`] the workers
-//! use: for every port the kernel serves and every pair of known unicast
-//! MACs, a decision with exactly one destination the kernel can reach is
-//! written to the map; everything else is absent, and the programs leave
-//! those frames to the user path. So behaviour is the same with and
+//! use: each decision with exactly one destination the kernel can reach is
+//! written to the maps, one per destination where the answer does not
+//! depend on the source ([`decisions`]), one per (port, destination,
+//! source) where it does; everything else is absent, and the programs
+//! leave those frames to the user path. So behaviour is the same with and
 //! without the fast path; only the speed differs.
 //!
-//! Updates are atomic: decisions go into the inactive one of two tables and
-//! one write to `config.active` switches the programs over. Programs are
+//! Updates are atomic for readers: destination entries are replaced one by
+//! one (a move writes only its own), the (port, destination, source)
+//! entries go into the inactive one of two tables and one write to
+//! `config.active` switches the programs over. Programs are
 //! attached as TCX links owned by this process (aya detaches them on drop;
 //! the kernel does when the process dies), so a stopped or killed vnetd
 //! leaves nothing attached; a hand-over ([`pins`]) pins them instead, and
