@@ -55,6 +55,9 @@ floods=(a_flood_of_ a_vms_broadcast_storm)
 # a ping-pong is polled depends on what else runs: alone too.
 polling=(adaptive_dispatch_polls_through)
 serial=("${qemu[@]}" "${floods[@]}" "${polling[@]}")
+# Needs two packages, one of a previous revision: run by
+# scripts/upgrade-test.sh (two release builds), not here.
+by_hand=(an_upgrade_from_the_previous_package)
 # Tests whose traffic never takes the kernel path (secured, TCP and TLS
 # links are the user path's) or that test no data path (the control
 # endpoint, the CNI plugin's refusals): once, on the user path pass.
@@ -63,11 +66,11 @@ user_only=(rekeying_ encrypted_links_ a_handshake_initiation_replayed tcp_link_ 
     cni_missing_netns cni_vnetd_not_running)
 step "namespace integration tests (root), user path"
 cargo build --workspace --bins
-tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}"
+tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}" "${by_hand[@]/#/--skip=}"
 step "QEMU guests (TCG) on TAP and vhost-user, the floods and the polling test, one at a time"
 tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${serial[@]}"
 step "namespace integration tests (root), again with every VM on the kernel (eBPF) path"
-tests env VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}" "${user_only[@]/#/--skip=}"
+tests env VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}" "${user_only[@]/#/--skip=}" "${by_hand[@]/#/--skip=}"
 step "the floods on the kernel path, one at a time"
 tests env VNET_LAB_DATAPATH=kernel cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${floods[@]}"
 left=$(ip netns list | grep -c "^vl$VNET_LAB_TAG-" || true)

@@ -297,16 +297,31 @@ impl Lab {
         Ok(())
     }
 
-    /// Hands host `h`'s vnetd over (SIGUSR2: it pins the kernel path and
-    /// exits 75, as the unit's supervisor expects) and starts the next one,
-    /// as systemd would; returns how long no vnetd answered (from the
-    /// signal to the new one's control socket answering). The pins go to
-    /// the lab's bpffs (`DIR/bpf`, see [`Lab::start_vnetd`]).
+    /// Hands host `h`'s vnetd over (SIGUSR2: it pins the kernel path,
+    /// serves the user path's sockets and devices on `STATE/handover` and
+    /// exits 75 once the next one took them) and starts the next one as a
+    /// supervisor outside systemd does: when that socket appears (or the
+    /// old one ended). Returns how long no vnetd answered (from the signal
+    /// to the new one's control socket answering). The pins go to the
+    /// lab's bpffs (`DIR/bpf`, see [`Lab::start_vnetd`]).
     pub fn hand_over_vnetd(&mut self, h: usize) -> Result<Duration> {
         let t0 = Instant::now();
-        if let Some(mut c) = self.hosts[h].vnetd.take() {
+        let sock = self.dir.join(format!("state-h{h}")).join("handover");
+        let old = self.hosts[h].vnetd.take();
+        let mut old = match old {
+            Some(mut c) => {
+                run(&["kill", "-USR2", &c.id().to_string()])?;
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !sock.exists() && matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Some(c)
+            }
+            None => None,
+        };
+        let started = self.start_vnetd(h);
+        if let Some(c) = old.as_mut() {
             let pid = c.id();
-            run(&["kill", "-USR2", &pid.to_string()])?;
             let status = c.wait().map_err(io("waiting for vnetd"))?;
             registry().1.retain(|p| *p != pid);
             if status.code() != Some(75) {
@@ -316,7 +331,7 @@ impl Lab {
                 )));
             }
         }
-        self.start_vnetd(h)?;
+        started?;
         Ok(t0.elapsed())
     }
 

@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
+pub mod handover;
 pub mod handshakes;
 pub mod iface;
 pub mod ipam;

@@ -71,6 +71,13 @@ struct Args {
     /// Default: /sys/fs/bpf/vnet/ and the --state-dir's last name.
     #[arg(long, value_name = "DIR")]
     bpf_dir: Option<std::path::PathBuf>,
+    /// A hand-over outside systemd: how long this vnetd waits for the next
+    /// one to take the user path's sockets and devices from
+    /// STATE-DIR/handover (a supervisor starts the next vnetd once that
+    /// socket exists); 0: it hands none over. Under systemd (with
+    /// $NOTIFY_SOCKET) they go to its file descriptor store instead.
+    #[arg(long, default_value_t = 5, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=60))]
+    hand_over_wait: u64,
     /// Secured links start a new session after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     rekey_after: u64,
@@ -237,6 +244,14 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
     });
     daemon.set_bpf_dir(bpf_dir);
     daemon.set_kernel_routes(args.kernel_routes as usize);
+    // A hand-over's sockets and devices, before anything opens its own.
+    match vnetd::handover::receive(&args.state_dir) {
+        Ok((0, _)) => {}
+        Ok((n, from)) => tracing::info!("hand-over: took {n} sockets and devices from {from}"),
+        Err(e) => {
+            tracing::warn!("hand-over: the previous vnetd's sockets and devices could not be taken ({e})")
+        }
+    }
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         vnet_control::parse(&text)
@@ -250,6 +265,10 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
     }
     if let Some(said) = daemon.drop_unadopted_pins() {
         tracing::info!("{said}");
+    }
+    let unused = vnetd::handover::close_unused();
+    if !unused.is_empty() {
+        tracing::info!("hand-over: closed what the configuration no longer uses: {}", unused.join(", "));
     }
     Ok((daemon, claim_key))
 }
@@ -301,6 +320,7 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
     });
     let handing_over = hand_over.load(std::sync::atomic::Ordering::Relaxed);
     let mut d = daemon.lock().unwrap_or_else(|p| p.into_inner());
+    let mut handed = Vec::new();
     if handing_over {
         match d.hand_over() {
             Ok(n) => tracing::info!(
@@ -310,9 +330,24 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
                 "hand-over: the kernel path could not be kept ({e}); it stops with this process"
             ),
         }
+        handed = d.hand_over_fds();
     }
     d.shutdown();
     drop(d);
+    if handing_over {
+        // The user path's sockets and devices: what arrives until the next
+        // vnetd reads them waits in their queues.
+        let n = handed.len();
+        let wait = std::time::Duration::from_secs(args.hand_over_wait);
+        match vnetd::handover::offer(&args.state_dir, handed, wait) {
+            Ok(k) => tracing::info!(
+                "hand-over: {k} of the user path's sockets and devices handed to the next vnetd"
+            ),
+            Err(e) => {
+                tracing::warn!("hand-over: the user path's {n} sockets and devices were not taken ({e})")
+            }
+        }
+    }
     match served {
         Ok(()) if handing_over => {
             tracing::info!("vnetd handed over (exit {HAND_OVER_EXIT}: the supervisor starts the next one)");

@@ -289,6 +289,41 @@ impl Daemon {
         }
     }
 
+    /// The user path's part of a hand-over: stops the workers (so that no
+    /// frame is read from here on, and each receive ring's position is
+    /// final) and returns copies of the link sockets and the interfaces'
+    /// devices, named for the next vnetd ([`crate::handover`]). What is not
+    /// here (a vhost-user socket, a `direct` link's device, the kernel
+    /// path's hand-off TAPs, TCP connections) is opened anew by it.
+    pub fn hand_over_fds(&mut self) -> Vec<(String, std::os::fd::OwnedFd)> {
+        self.workers.drain(..).for_each(WorkerHandle::stop);
+        let mut out = Vec::new();
+        let udp = |kind: &str, b: &link::Bound| {
+            let name = crate::handover::name(&[kind, &b.addr.to_string()])?;
+            Some((name, b.sock.try_clone().ok()?.into()))
+        };
+        out.extend(self.sockets.udp.as_ref().and_then(|b| udp("udp", b)));
+        out.extend(self.sockets.vxlan.as_ref().and_then(|b| udp("vxlan", b)));
+        if let Some(a) = &self.sockets.tcp {
+            let name = crate::handover::name(&["tcp", &a.addr.to_string()]);
+            out.extend(name.zip(a.listener().ok()));
+        }
+        for a in self.ifaces.values() {
+            let ns = a.def.netns.clone().unwrap_or_else(|| "-".into());
+            match &a.dev {
+                iface::Device::Tap(t) => {
+                    for (k, q) in t.queues.iter().enumerate() {
+                        let name = iface::tap::queue_name(&ns, &a.def.dev, k, t.vnet_hdr, t.queues.len() > 1);
+                        out.extend(q.try_clone().ok().map(|f| (name, f.into())));
+                    }
+                }
+                iface::Device::Netdev(n) => out.extend(n.handed(&ns, &a.def.dev)),
+                iface::Device::Vhost(_) => {}
+            }
+        }
+        out
+    }
+
     /// The control endpoint's TLS identity, for `reload` to renew.
     pub fn set_control_tls(&mut self, tls: Arc<link::tcp::Tls>, files: vnet_control::TlsFiles) {
         self.control_tls = Some((tls, files));

@@ -70,9 +70,21 @@ pub enum Rx {
 /// to send to it, sets the MTU if asked, and brings the device up.
 pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
     let (dev, mtu, offload) = (def.dev.clone(), def.mtu, def.offload);
+    let ns = def.netns.clone().unwrap_or_else(|| "-".into());
     let (nd, refused) = super::in_ns(def, move || {
-        let f = sys::open_packet(&dev)?;
         let tx = sys::open_packet_tx(&dev)?;
+        if let Some((f, ring)) = handed_over(&ns, &dev, offload) {
+            if offload {
+                sys::packet_enable_vnet_hdr(&tx)?;
+            }
+            let rx = Mutex::new(Rx::Packet(Arc::new(f), ring));
+            if let Some(m) = mtu {
+                sys::set_mtu(&dev, m)?;
+            }
+            sys::set_up(&dev)?;
+            return Ok((Netdev { tx, rx, vnet_hdr: offload, refused_logged: Default::default() }, false));
+        }
+        let f = sys::open_packet(&dev)?;
         let mut vnet_hdr = offload;
         let mut refused = false;
         if offload && (sys::packet_enable_vnet_hdr(&f).is_err() || sys::packet_enable_vnet_hdr(&tx).is_err())
@@ -94,7 +106,53 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
     Ok(nd)
 }
 
+/// The tapping socket of `dev` (and its ring) as the previous vnetd handed
+/// it over ([`crate::handover`]), when it was opened as this one would be.
+fn handed_over(ns: &str, dev: &str, vnet_hdr: bool) -> Option<(File, Option<Arc<Mutex<sys::RxRing>>>)> {
+    let (rest, fd) = crate::handover::take_prefixed(&packet_prefix(ns, dev, vnet_hdr))?;
+    let f = File::from(fd);
+    let words: Vec<&str> = rest.split(' ').collect();
+    match words[..] {
+        ["noring"] if NO_RX_RING.load(Relaxed) => Some((f, None)),
+        ["ring", blocks, "next", next] if !NO_RX_RING.load(Relaxed) => {
+            let (blocks, next) = (blocks.parse().ok()?, next.parse().ok()?);
+            if blocks != RX_RING_BLOCKS {
+                return None;
+            }
+            match sys::RxRing::adopt(&f, blocks, vnet_hdr, next) {
+                Ok(r) => Some((f, Some(Arc::new(Mutex::new(r))))),
+                Err(e) => {
+                    tracing::warn!(device = %dev, "the handed-over receive ring could not be mapped ({e}): opened anew");
+                    None
+                }
+            }
+        }
+        _ => None,
+    }
+}
+
+fn packet_prefix(ns: &str, dev: &str, vnet_hdr: bool) -> String {
+    format!("packet {ns} {dev} {} ", if vnet_hdr { "hdr" } else { "raw" })
+}
+
 impl Netdev {
+    /// The tapping socket's name and a copy of it, for a hand-over (the
+    /// user path's: on the kernel path it is closed). Its ring's position
+    /// is in the name: the workers must have stopped.
+    pub fn handed(&self, ns: &str, dev: &str) -> Option<(String, std::os::fd::OwnedFd)> {
+        let Rx::Packet(sock, ring) = self.rx() else { return None };
+        let rest = match &ring {
+            Some(r) => format!(
+                "ring {RX_RING_BLOCKS} next {}",
+                r.lock().unwrap_or_else(|p| p.into_inner()).position()
+            ),
+            None => "noring".to_string(),
+        };
+        let name = format!("{}{rest}", packet_prefix(ns, dev, self.vnet_hdr));
+        let fd = sock.try_clone().ok()?.into();
+        Some((crate::handover::name(&[&name])?, fd))
+    }
+
     /// Makes a hand-off TAP (`vnh<n>`, the first free number: with the
     /// packet sockets' `virtio_net_hdr` and offloads, IPv6 quiet so its own
     /// stack sends nothing on it, up) and returns it, its name and its

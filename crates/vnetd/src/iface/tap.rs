@@ -31,12 +31,16 @@ pub struct Tap {
 /// MAC, MTU and GSO size and brings it up. Returns it and its MAC.
 pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<(Tap, MacAddr)> {
     let (dev, mac, mtu, offload) = (def.dev.clone(), def.mac, def.mtu, def.offload);
+    let ns = def.netns.clone().unwrap_or_else(|| "-".into());
     let queues = def.queues.max(1) as usize;
     let (files, refused, mac) = super::in_ns(def, move || {
         let mut files = Vec::new();
         let mut refused = false;
-        for _ in 0..queues {
-            let f = sys::open_tap(&dev, offload, queues > 1)?;
+        for k in 0..queues {
+            let f = match crate::handover::take(&queue_name(&ns, &dev, k, offload, queues > 1)) {
+                Some(fd) => std::fs::File::from(fd),
+                None => sys::open_tap(&dev, offload, queues > 1)?,
+            };
             if offload && sys::tap_enable_offloads(&f, sys::TAP_OFFLOADS).is_err() {
                 // The header stays on (set at open); offloads are off.
                 refused = true;
@@ -69,4 +73,12 @@ impl Port for Tap {
     fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
         self.queues.first().is_some_and(|q| super::write_frame(q, payload, &self.refused_logged))
     }
+}
+
+/// A TAP queue's name in a hand-over ([`crate::handover`]): what it was
+/// opened as (a queue opened with other flags is not that queue).
+pub fn queue_name(ns: &str, dev: &str, k: usize, vnet_hdr: bool, multi_queue: bool) -> String {
+    let hdr = if vnet_hdr { "hdr" } else { "raw" };
+    let mq = if multi_queue { "mq" } else { "sq" };
+    crate::handover::name(&["tap", ns, dev, &format!("q{k}"), hdr, mq]).unwrap_or_default()
 }

@@ -560,13 +560,21 @@ pub struct Acceptor {
     links: Arc<Mutex<FxHashMap<IpAddr, Arc<TcpLink>>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    listener: TcpListener,
 }
 
 impl Acceptor {
     /// Binds `addr` and starts accepting, with the pre-authentication pool.
     pub fn bind(addr: SocketAddr, global: Arc<vnet_engine::Global>) -> io::Result<Acceptor> {
-        let l = TcpListener::bind(addr)?;
+        let name = crate::handover::name(&["tcp", &addr.to_string()]).unwrap_or_default();
+        let handed =
+            crate::handover::take(&name).map(TcpListener::from).filter(|l| l.local_addr().ok() == Some(addr));
+        let l = match handed {
+            Some(l) => l,
+            None => TcpListener::bind(addr)?,
+        };
         let addr = l.local_addr()?;
+        let listener = l.try_clone()?;
         let links: Arc<Mutex<FxHashMap<IpAddr, Arc<TcpLink>>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
         type Job = (TcpStream, IpAddr, Arc<TcpLink>);
@@ -609,7 +617,12 @@ impl Acceptor {
                 }
             }
         })?;
-        Ok(Acceptor { addr, links, stop, thread: Some(thread) })
+        Ok(Acceptor { addr, links, stop, thread: Some(thread), listener })
+    }
+
+    /// The listening socket, for a hand-over.
+    pub fn listener(&self) -> io::Result<std::os::fd::OwnedFd> {
+        Ok(self.listener.try_clone()?.into())
     }
 
     /// Makes the accepted connections of `peers` go to those links (and

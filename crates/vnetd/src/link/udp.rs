@@ -101,8 +101,16 @@ impl DatagramTx for UdpTx {
     }
 }
 
-/// A receiving socket: large buffers both ways.
-fn bind(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
+/// A receiving socket for `kind` (`udp` or `vxlan`): large buffers both
+/// ways. The previous vnetd's, if it handed it over ([`crate::handover`]).
+fn bind(kind: &str, addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
+    let name = crate::handover::name(&[kind, &addr.to_string()]).unwrap_or_default();
+    if let Some(fd) = crate::handover::take(&name) {
+        let s = UdpSocket::from(fd);
+        if s.local_addr().ok() == Some(addr) {
+            return ready(s, SOCKET_BUFFER);
+        }
+    }
     ready(UdpSocket::bind(addr)?, SOCKET_BUFFER)
 }
 
@@ -126,7 +134,7 @@ fn ready(s: UdpSocket, receive: usize) -> std::io::Result<Arc<UdpSocket>> {
 /// Binds a receiving socket (with UDP GRO) and its sending pool: for `vnet`
 /// links, ephemeral ports on the same address.
 pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
-    let sock = bind(addr)?;
+    let sock = bind("udp", addr)?;
     if let Err(e) = sys::udp_enable_gro(&*sock) {
         tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
     }
@@ -147,7 +155,7 @@ pub const VXLAN_SOURCE_PORTS: (u16, u16) = (49152, 65535);
 /// default; the kernel refuses UDP GSO on such a socket (`EINVAL`), so each
 /// port has a checksummed twin (`SO_REUSEPORT`, same port) for GSO batches.
 pub fn bind_vxlan(addr: SocketAddr) -> std::io::Result<super::Bound> {
-    let sock = bind(addr)?;
+    let sock = bind("vxlan", addr)?;
     if let Err(e) = sys::udp_enable_gro(&*sock) {
         tracing::warn!("UDP GRO refused on the VXLAN socket ({e})");
     }
