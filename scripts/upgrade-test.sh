@@ -3,7 +3,8 @@
 # builds the package of a previous revision (default b7765b1, the last one
 # before the user path's hand-over; any revision since the kernel path's
 # hand-over, 05e8642, can be upgraded from without a cut) in a worktree of
-# its own, and this tree's package; then runs the lab test
+# its own (kept as target/upgrade/vnet-REV.deb for the next run), and this
+# tree's package; then runs the lab test
 # `an_upgrade_from_the_previous_package_to_this_one_...` on both data paths:
 # host 0 runs the old package's vnetd under a 10 ms ping and a TCP stream,
 # hands over to the new package's, which hands over once more.
@@ -12,20 +13,28 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prepare
 cd "$(dirname "$0")/.."
-rev=${1:-b7765b1}
-old=$(mktemp -d /tmp/vnet-upgrade-from-XXXXXX)
-trap 'git worktree remove --force "$old" >/dev/null 2>&1 || rm -rf "$old"' EXIT
-git worktree add --detach "$old" "$rev" >/dev/null
-echo "building the package of $rev (in $old)"
-(cd "$old" && bash scripts/package.sh | tail -1)
-from=$(ls "$old"/target/debian/vnet_*.deb | head -1)
+rev=$(git rev-parse --short "${1:-b7765b1}")
+from="$PWD/target/upgrade/vnet-$rev.deb"
+if [ ! -f "$from" ]; then
+    old=$(mktemp -d /tmp/vnet-upgrade-from-XXXXXX)
+    trap 'git worktree remove --force "$old" >/dev/null 2>&1 || rm -rf "$old"' EXIT
+    git worktree add --detach "$old" "$rev" >/dev/null
+    echo "building the package of $rev (in $old)"
+    (cd "$old" && bash scripts/package.sh | tail -1)
+    mkdir -p target/upgrade
+    cp "$(ls "$old"/target/debian/vnet_*.deb | head -1)" "$from"
+fi
 echo "building this tree's package"
 bash scripts/package.sh | tail -1
-to=$(ls -t target/debian/vnet_*.deb | head -1)
+to="$PWD/$(ls -t target/debian/vnet_*.deb | head -1)"
 cargo build --workspace --bins -q
 export VNET_UPGRADE_FROM="$from" VNET_UPGRADE_TO="$to" VNET_LAB_TAG="u$$"
+failed=0
 for path in user kernel; do
     echo "== $path path"
     VNET_LAB_DATAPATH=$path cargo test -q -p vnet-lab --test lab -- --ignored --nocapture \
-        an_upgrade_from_the_previous_package 2>&1 | grep -E "upgrade |hand-over x|^test |test result|panicked" || true
+        an_upgrade_from_the_previous_package >"/tmp/vnet-upgrade-$path.log" 2>&1 || failed=1
+    grep -E "upgrade |hand-over x|^test |test result|panicked" -A1 "/tmp/vnet-upgrade-$path.log" | grep -v "^--" || true
 done
+[ "$failed" = 0 ] || die "the upgrade test failed (logs: /tmp/vnet-upgrade-{user,kernel}.log)"
+echo "upgrade test passed"
