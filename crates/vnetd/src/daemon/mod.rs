@@ -768,10 +768,10 @@ impl Daemon {
             );
             m.insert("last_transaction_routes_only".into(), self.last_transaction.1.into());
             if let Some(k) = &self.kernel {
-                m.insert("kernel_route_entries".into(), k.entries.into());
+                m.insert("kernel_route_entries".into(), k.entries().into());
                 m.insert("kernel_route_capacity".into(), k.capacity.into());
                 m.insert("kernel_route_overflow".into(), k.overflow.into());
-                m.insert("kernel_dest_entries".into(), k.dest_entries.into());
+                m.insert("kernel_dest_entries".into(), k.dest_entries().into());
                 m.insert("kernel_last_sync_us".into(), (k.last_sync.as_nanos() as f64 / 1000.0).into());
                 m.insert("kernel_last_sync_incremental".into(), k.last_sync_incremental.into());
                 for (name, n) in k.stats() {

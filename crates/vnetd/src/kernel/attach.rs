@@ -74,10 +74,7 @@ pub struct KernelPath {
     vxlan_peers: BTreeMap<VxlanKey, PeerVal>,
     /// Each served port's (ifindex, or `PORT_LINK | link id`) counter slot.
     slots: BTreeMap<u32, u32>,
-    /// Destination entries, (port, destination, source) entries in the
-    /// live table, and decisions left out for lack of room.
-    pub dest_entries: usize,
-    pub entries: usize,
+    /// Decisions left out for lack of room, as last warned of.
     pub overflow: usize,
     /// How long the last sync took, and whether it wrote only what a
     /// change touched.
@@ -120,8 +117,6 @@ impl KernelPath {
             peers: BTreeMap::new(),
             vxlan_peers: BTreeMap::new(),
             slots: BTreeMap::new(),
-            dest_entries: 0,
-            entries: 0,
             overflow: 0,
             last_sync: Duration::ZERO,
             last_sync_incremental: false,
@@ -396,16 +391,8 @@ impl KernelPath {
             .chain(held.dests.keys().filter(|k| !next.dests.contains_key(k)).map(|k| (*k, None)))
             .collect();
         self.write_dests(writes)?;
-        {
-            self.known = false;
-            let mut m: BpfHashMap<&mut MapData, u32, PortVal> = map(&mut self.ebpf, "ports")?;
-            for (k, v) in next.ports.iter().filter(|(k, v)| held.ports.get(k) != Some(v)) {
-                m.insert(k, v, 0).map_err(map_error("ports"))?;
-            }
-            for k in held.ports.keys().filter(|k| !next.ports.contains_key(k)) {
-                let _ = m.remove(k);
-            }
-        }
+        self.known = false;
+        write_diff(&mut self.ebpf, "ports", &mut held.ports, next.ports.clone())?;
         if !known || held.pairs != next.pairs {
             self.switch_table(&next.pairs)?;
         }
@@ -459,8 +446,17 @@ impl KernelPath {
             );
         }
         self.overflow = overflow;
-        self.dest_entries = self.held.dests.len();
-        self.entries = self.held.dests.len() + self.held.pairs.len();
+    }
+
+    /// Destination entries the maps hold.
+    pub fn dest_entries(&self) -> usize {
+        self.held.dests.len()
+    }
+
+    /// Entries of both kinds the maps hold (the live (port, destination,
+    /// source) table's).
+    pub fn entries(&self) -> usize {
+        self.held.dests.len() + self.held.pairs.len()
     }
 
     /// Attaches the wire program to each of `devs` (the underlay devices
