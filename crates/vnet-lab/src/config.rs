@@ -174,7 +174,7 @@ mod tests {
             .map(|h| Host {
                 ns: format!("t-h{h}"),
                 underlay_dev: format!("u{h}"),
-                underlay_ip: underlay_ip(h),
+                underlay_ip: underlay_ip(h, false),
                 config: PathBuf::from(format!("/tmp/t/h{h}.conf")),
                 control: PathBuf::from(format!("/tmp/t/h{h}.sock")),
                 log: PathBuf::from(format!("/tmp/t/h{h}.log")),

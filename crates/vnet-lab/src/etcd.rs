@@ -1,5 +1,5 @@
 //! A cluster-mode lab's etcd: Debian's `etcd-server`, run in the switch
-//! namespace on [`ETCD_IP`] with its data in the lab's directory, killed
+//! namespace on [`ETCD_IP`] (or its IPv6 twin, [`etcd_ip`]) with its data in the lab's directory, killed
 //! (by pid) with the lab. Stopping and starting it again keeps its data, as
 //! an etcd that was down for a while would.
 //!
@@ -27,7 +27,10 @@ impl Lab {
         let etcd = which("etcd").ok_or_else(|| {
             Error::Other("`etcd` not found: install Debian's etcd-server (scripts/test.sh does)".into())
         })?;
-        self.ns_exec(&sw, &["ip", "addr", "replace", &format!("{ETCD_IP}/24"), "dev", "br0"])?;
+        let cidr = underlay_cidr(self.etcd_ip());
+        let mut add = vec!["ip", "addr", "replace", "dev", "br0"];
+        add.extend(cidr.iter().map(String::as_str));
+        self.ns_exec(&sw, &add)?;
         let log_path = self.dir.join("etcd.log");
         let start = std::fs::metadata(&log_path).map_or(0, |m| m.len()) as usize;
         let secured = self.spec.cluster.as_ref().is_some_and(Cluster::secured);
@@ -78,7 +81,13 @@ impl Lab {
     /// The URL of the lab's etcd.
     pub fn etcd_url(&self) -> String {
         let secured = self.spec.cluster.as_ref().is_some_and(Cluster::secured);
-        format!("{}://{ETCD_IP}:{ETCD_PORT}", if secured { "https" } else { "http" })
+        let at = SocketAddr::new(self.etcd_ip(), ETCD_PORT);
+        format!("{}://{at}", if secured { "https" } else { "http" })
+    }
+
+    /// Where the lab's etcd listens.
+    pub fn etcd_ip(&self) -> IpAddr {
+        etcd_ip(self.spec.ipv6_underlay)
     }
 
     /// Runs `etcdctl ARGS` against the lab's etcd as its root user (by
@@ -135,8 +144,8 @@ impl Lab {
     pub(crate) fn cluster_secrets(&self, hosts: &[Host]) -> Result<()> {
         use vnet_cluster::trust::{CertBody, NetworkKey};
         let ca = pki::Ca::new(&format!("{} etcd CA", self.prefix))?;
-        ca.host(&self.dir, "etcd", ETCD_IP)?;
-        ca.host(&self.dir, "root", ETCD_IP)?;
+        ca.host(&self.dir, "etcd", self.etcd_ip())?;
+        ca.host(&self.dir, "root", self.etcd_ip())?;
         let nk = NetworkKey::generate().map_err(|e| Error::Other(e.to_string()))?;
         std::fs::write(self.dir.join("net.pub"), nk.public().to_string()).map_err(io("writing net.pub"))?;
         vnetd::keys::write_secret(&self.dir.join("net.key"), &nk.secret()).map_err(Error::Other)?;
@@ -151,7 +160,11 @@ impl Lab {
                 host: format!("h{h}"),
                 public_key: public.to_string(),
                 claim_key: vnetd::keys::claim_pubkey(&private).map_err(Error::Other)?,
-                addrs: vec![format!("{}/32", host.underlay_ip)],
+                addrs: vec![format!(
+                    "{}/{}",
+                    host.underlay_ip,
+                    if host.underlay_ip.is_ipv4() { 32 } else { 128 }
+                )],
                 // A day: every cluster test runs with an expiring certificate.
                 not_after: Some(
                     std::time::SystemTime::now()

@@ -47,10 +47,10 @@ pub use migrate::Migration;
 pub use process::{bin, install_signal_cleanup, run, run_group};
 use process::{registry, stop_child};
 pub use spec::*;
-use spec::{routed_gateway, underlay_ip};
+use spec::{routed_gateway, underlay_cidr};
 
 use std::fmt::Write as _;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -105,7 +105,7 @@ pub struct Vm {
 pub struct Host {
     pub ns: String,
     pub underlay_dev: String,
-    pub underlay_ip: Ipv4Addr,
+    pub underlay_ip: IpAddr,
     pub config: PathBuf,
     pub control: PathBuf,
     pub log: PathBuf,

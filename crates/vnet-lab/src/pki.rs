@@ -8,7 +8,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 /// A CA that signs host certificates.
@@ -43,11 +43,11 @@ impl Ca {
 
     /// A certificate for `ip` with the key in `key_file` (PEM) that expired
     /// on 2020-01-02 (valid from 2020-01-01), as PEM.
-    pub fn expired_host_pem(&self, ip: Ipv4Addr, key_file: &Path) -> Result<String> {
+    pub fn expired_host_pem(&self, ip: impl Into<IpAddr>, key_file: &Path) -> Result<String> {
         let pem = std::fs::read_to_string(key_file)
             .map_err(|e| Error::Other(format!("{}: {e}", key_file.display())))?;
         let key = KeyPair::from_pem(&pem).map_err(err)?;
-        let mut p = CertificateParams::new(vec![ip.to_string()]).map_err(err)?;
+        let mut p = CertificateParams::new(vec![ip.into().to_string()]).map_err(err)?;
         p.distinguished_name.push(DnType::CommonName, "expired");
         p.extended_key_usages =
             vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
@@ -58,9 +58,9 @@ impl Ca {
 
     /// Writes the CA certificate and a certificate and key for `ip` into
     /// `dir` as `NAME-ca.pem`, `NAME.pem`, `NAME.key` (key mode 0600).
-    pub fn host(&self, dir: &Path, name: &str, ip: Ipv4Addr) -> Result<HostFiles> {
+    pub fn host(&self, dir: &Path, name: &str, ip: impl Into<IpAddr>) -> Result<HostFiles> {
         let key = KeyPair::generate().map_err(err)?;
-        let mut p = CertificateParams::new(vec![ip.to_string()]).map_err(err)?;
+        let mut p = CertificateParams::new(vec![ip.into().to_string()]).map_err(err)?;
         p.distinguished_name.push(DnType::CommonName, name);
         p.extended_key_usages =
             vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];

@@ -87,6 +87,11 @@ pub struct Spec {
     /// the configs hold interfaces only, no link or route lines. The hosts
     /// sit on a bridge even when there are two.
     pub cluster: Option<Cluster>,
+    /// An IPv6-only underlay: hosts' underlay addresses in `fd00:77::/64`
+    /// ([`underlay_ip`]), no IPv4 address on it; a cluster's etcd on
+    /// `fd00:77::fa`; kernel VTEPs accept zero UDP checksums
+    /// (`udp6zerocsumrx`, as vnet's kernel path sends them).
+    pub ipv6_underlay: bool,
 }
 
 /// A cluster-mode lab's settings.
@@ -202,6 +207,7 @@ impl Default for Spec {
             links: Links::Udp,
             lan_host: None,
             cluster: None,
+            ipv6_underlay: false,
         }
     }
 }
@@ -234,6 +240,31 @@ pub(crate) fn routed_gateway(h: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 88, h as u8, 254)
 }
 
-pub(crate) fn underlay_ip(h: usize) -> Ipv4Addr {
-    Ipv4Addr::new(10, 77, 0, h as u8 + 1)
+/// Host h's underlay address: 10.77.0.(h+1), or fd00:77::(h+1) on an
+/// IPv6 underlay.
+pub fn underlay_ip(h: usize, v6: bool) -> IpAddr {
+    if v6 {
+        Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, h as u16 + 1).into()
+    } else {
+        Ipv4Addr::new(10, 77, 0, h as u8 + 1).into()
+    }
+}
+
+/// Where a cluster-mode lab's etcd listens: [`ETCD_IP`], or fd00:77::fa
+/// on an IPv6 underlay.
+pub fn etcd_ip(v6: bool) -> IpAddr {
+    if v6 {
+        Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 0xfa).into()
+    } else {
+        ETCD_IP.into()
+    }
+}
+
+/// An underlay address with its prefix, as `ip addr add` takes it (IPv6
+/// without duplicate address detection: usable at once).
+pub(crate) fn underlay_cidr(ip: IpAddr) -> Vec<String> {
+    match ip {
+        IpAddr::V4(a) => vec![format!("{a}/24")],
+        IpAddr::V6(a) => vec![format!("{a}/64"), "nodad".into()],
+    }
 }

@@ -73,7 +73,7 @@ impl Lab {
             hosts.push(Host {
                 ns,
                 underlay_dev: format!("u{h}"),
-                underlay_ip: underlay_ip(h),
+                underlay_ip: underlay_ip(h, s.ipv6_underlay),
                 config: self.dir.join(format!("h{h}.conf")),
                 control: self.dir.join(format!("h{h}.sock")),
                 log: self.dir.join(format!("h{h}.log")),
@@ -149,10 +149,10 @@ impl Lab {
                 } else {
                     dev
                 };
-                self.ns_exec(
-                    &host.ns,
-                    &["ip", "addr", "add", &format!("{}/24", host.underlay_ip), "dev", addr_dev],
-                )?;
+                let cidr = underlay_cidr(host.underlay_ip);
+                let mut add = vec!["ip", "addr", "add", "dev", addr_dev];
+                add.extend(cidr.iter().map(String::as_str));
+                self.ns_exec(&host.ns, &add)?;
                 if let Some(rate) = &s.shape {
                     self.ns_exec(
                         &host.ns,
@@ -315,27 +315,16 @@ impl Lab {
         let ns = host.ns.as_str();
         let mtu = self.spec.vm_mtu.to_string();
         self.ns_exec(ns, &["ip", "link", "add", "br0", "type", "bridge"])?;
-        let local = host.underlay_ip.to_string();
-        self.ns_exec(
-            ns,
-            &[
-                "ip",
-                "link",
-                "add",
-                "vxlan0",
-                "type",
-                "vxlan",
-                "id",
-                &VNI.to_string(),
-                "local",
-                &local,
-                "dstport",
-                "4789",
-                "nolearning",
-                "dev",
-                &host.underlay_dev,
-            ],
-        )?;
+        let (local, vni) = (host.underlay_ip.to_string(), VNI.to_string());
+        let mut add = vec!["ip", "link", "add", "vxlan0", "type", "vxlan", "id", &vni, "local", &local];
+        add.extend(["dstport", "4789", "nolearning", "dev", &host.underlay_dev]);
+        if self.spec.ipv6_underlay {
+            // vnet's kernel path sends VXLAN over IPv6 with a zero UDP
+            // checksum (RFC 6935/6936), which Linux takes with this.
+            add.push("udp6zerocsumrx");
+        }
+        self.ns_exec(ns, &add)?;
+
         self.ns_exec(ns, &["ip", "link", "set", "vxlan0", "mtu", &mtu, "master", "br0", "up"])?;
         self.ns_exec(ns, &["ip", "link", "set", "br0", "mtu", &mtu, "up"])?;
         for (k, other) in hosts.iter().enumerate() {

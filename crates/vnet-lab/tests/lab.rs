@@ -2229,6 +2229,119 @@ fn two_vnetds_over_a_vxlan_link_carry_tcp() {
     assert_kernel_carried(&lab, 1);
 }
 
+/// The VM MTU that fits a `vnet` link (82 bytes of encapsulation) and a
+/// VXLAN link (70) over a 1500-byte IPv6 underlay on the kernel path.
+const V6_VM_MTU: u32 = 1500 - vnet_wire::vnet::IPV6_ENCAP_OVERHEAD as u32;
+
+/// Host `h`'s underlay has no IPv4 address and its IPv6 one, and every
+/// link's remote is an IPv6 address.
+fn assert_ipv6_only(lab: &Lab, h: usize) {
+    let host = &lab.hosts[h];
+    let show =
+        |args: &[&str]| String::from_utf8_lossy(&lab.ns_output(&host.ns, args).unwrap().stdout).to_string();
+    let v4 = show(&["ip", "-4", "-o", "addr", "show", "dev", &host.underlay_dev]);
+    assert!(v4.trim().is_empty(), "host {h}'s underlay has IPv4: {v4}");
+    let v6 = show(&["ip", "-6", "-o", "addr", "show", "dev", &host.underlay_dev]);
+    assert!(v6.contains(&host.underlay_ip.to_string()), "host {h}'s underlay: {v6}");
+    for l in json(lab, h, "links")["links"].as_array().unwrap() {
+        assert!(l["remote"].as_str().is_some_and(|r| r.starts_with('[')), "host {h}: {l}");
+    }
+}
+
+/// Issue 31: an IPv6-only underlay (no IPv4 address on the hosts' underlay)
+/// carries ARP, pings of every size and a TCP stream VM to VM, on either
+/// path (the kernel pass: encapsulated and decapsulated by the eBPF
+/// programs over IPv6, the next hop found by neighbour discovery).
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn an_ipv6_only_underlay_carries_arp_pings_and_a_stream_on_either_path() {
+    let mut lab = lab(Spec { ipv6_underlay: true, vm_mtu: V6_VM_MTU, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    for h in 0..2 {
+        assert_ipv6_only(&lab, h);
+    }
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 56);
+    assert_ping(&lab, &a, b.ip, V6_VM_MTU - 28);
+    assert_ping(&lab, &b, a.ip, 8000);
+    let moved = assert_stream(&mut lab, &a, &b, 3) as f64;
+    assert_stream(&mut lab, &b, &a, 2);
+    for h in 0..2 {
+        let g = json(&lab, h, "stats")["global"].clone();
+        assert_eq!((g["malformed"].as_u64(), g["unknown_source"].as_u64()), (Some(0), Some(0)), "{g}");
+        if lab.spec.datapath.as_deref() == Some("kernel") {
+            assert_eq!(g["kernel_errors"], 0, "host {h}: {g}");
+            let l = &json(&lab, h, "links")["links"][0];
+            assert_eq!(l["datapath"], "kernel", "host {h}'s link: {l}");
+        }
+    }
+    assert_kernel_carried(&lab, 0);
+    if lab.spec.datapath.as_deref() == Some("kernel") {
+        let g = json(&lab, 0, "stats")["global"].clone();
+        let bytes = g["kernel_encap_bytes"].as_u64().unwrap() as f64;
+        assert!(bytes > 0.8 * moved, "the kernel moved {bytes} B of about {moved}: {g}");
+    }
+    // On the wire: IPv6 between the hosts' addresses, nothing else.
+    let ns = lab.hosts[0].ns.clone();
+    let cap = std::thread::spawn(move || {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "timeout", "4", "tcpdump", "-l", "-n", "-c", "4", "-i", "u0", "udp"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    lab.ping(&a, b.ip, 3, 56).unwrap();
+    let wire = cap.join().unwrap();
+    assert!(wire.contains("fd00:77::1.") && wire.contains("fd00:77::2.9000"), "{wire}");
+}
+
+/// Issue 31: the VXLAN-over-IPv6 wire format interoperates with a Linux
+/// VTEP (host 1: a bridge and a kernel vxlan device with `local` an IPv6
+/// address), both ways, on either path.
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn vnetd_and_a_linux_kernel_vtep_talk_both_ways_over_ipv6() {
+    let mut lab = lab(Spec { vteps: vec![1], vm_mtu: V6_VM_MTU, ipv6_underlay: true, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 56);
+    let ns = lab.hosts[0].ns.clone();
+    let cap = std::thread::spawn(move || {
+        let filter = "udp and dst port 4789 and src host fd00:77::1";
+        let out = std::process::Command::new("ip")
+            .args([
+                "netns", "exec", &ns, "timeout", "5", "tcpdump", "-l", "-n", "-vv", "-c", "3", "-i", "u0",
+                filter,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    lab.ping(&a, b.ip, 3, 56).unwrap();
+    let wire = cap.join().unwrap();
+    let sports: Vec<u32> =
+        wire.lines().filter_map(|l| l.split("fd00:77::1.").nth(1)?.split(' ').next()?.parse().ok()).collect();
+    assert!(
+        !sports.is_empty() && sports.iter().all(|p| (49152..=65535).contains(p)),
+        "source ports {sports:?}:\n{wire}"
+    );
+    assert!(wire.contains("VXLAN") && wire.contains("vni 42"), "{wire}");
+    assert_ping(&lab, &a, b.ip, V6_VM_MTU - 28);
+    assert_ping(&lab, &b, a.ip, V6_VM_MTU - 28);
+    for (from, to) in [(&a, &b), (&b, &a)] {
+        assert_stream(&mut lab, from, to, 5);
+    }
+    let l = &json(&lab, 0, "links")["links"][0];
+    assert_eq!((l["kind"].as_str(), l["remote"].as_str()), (Some("vxlan"), Some("[fd00:77::2]:4789")), "{l}");
+    assert!(l["rx_packets"].as_u64().unwrap() > 1000 && l["tx_packets"].as_u64().unwrap() > 1000, "{l}");
+    assert_eq!(l["too_big"], 0, "{l}");
+    assert_kernel_carried(&lab, 0);
+    let g = json(&lab, 0, "stats")["global"].clone();
+    assert_eq!((g["malformed"].as_u64(), g["unknown_source"].as_u64()), (Some(0), Some(0)), "{g}");
+}
+
 /// On the kernel pass, host `h`'s eBPF programs encapsulated and
 /// decapsulated the bulk of the traffic (VXLAN included), not the user path.
 fn assert_kernel_carried(lab: &Lab, h: usize) {
@@ -3144,6 +3257,36 @@ fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
     assert_eq!(route_to(&lab, 1, &b.mac).as_deref(), Some("link h2"));
     assert_eq!(lab.cluster_status(2).unwrap()["counters"]["announces"], 1);
     assert_ping(&lab, &a, moved.ip, 56);
+}
+
+/// Issue 31: a cluster whose etcd and hosts are on an IPv6-only underlay:
+/// the hosts' records carry IPv6 addresses, they converge, their VMs talk,
+/// and a relocation under a 10 ms ping loses under 100 ms, on either path.
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_cluster_on_an_ipv6_only_underlay_converges_and_relocates_a_vm_under_100ms() {
+    let mut lab = lab(Spec { ipv6_underlay: true, vm_mtu: V6_VM_MTU, ..cluster_spec(3, 1, vec![]) });
+    assert!(lab.etcd_url().starts_with("https://[fd00:77::fa]:"), "{}", lab.etcd_url());
+    wait_converged(&lab, 3, 2);
+    let records = lab.etcdctl(&["get", "--prefix", "/vnet/"]).unwrap();
+    assert!(records.contains("[fd00:77::2]:9000"), "host 1's record has no IPv6 address:\n{records}");
+    for h in 0..3 {
+        assert_ipv6_only(&lab, h);
+    }
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &a, b.ip, V6_VM_MTU - 28);
+    const PINGS: u32 = 300;
+    let (out, _, v) = relocate_under_traffic(&mut lab, 10, PINGS, |lab, _| {
+        wait_until(5.0, "host 0 routes the VM to its new host", || {
+            route_to(lab, 0, &b.mac).as_deref() == Some("link h2")
+        });
+    });
+    let r = vnet_lab::PingResult::parse(&out);
+    assert_eq!(r.sent, PINGS, "ping output not understood:\n{out}");
+    eprintln!("IPv6 cluster relocation: {} of {} pings lost (10 ms apart)", r.sent - r.received, r.sent);
+    assert!(r.sent - r.received < 10, "{} pings lost (100 ms is 10): {r:?}", r.sent - r.received);
+    assert_ping(&lab, &a, lab.vm(2, v).ip, 56);
 }
 
 /// What a migration's test sends: a Python TCP sender at a fixed rate

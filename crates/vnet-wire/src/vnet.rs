@@ -45,6 +45,9 @@ pub const HEADER_LEN: usize = 20;
 /// MTU of the underlay MTU less this fits without fragmenting (what the
 /// kernel path, which does not fragment, needs).
 pub const IPV4_ENCAP_OVERHEAD: usize = 20 + 8 + HEADER_LEN + 14;
+/// The same over an IPv6 underlay: IPv6 (40) + UDP (8) + this header + the
+/// inner Ethernet header (14).
+pub const IPV6_ENCAP_OVERHEAD: usize = 40 + 8 + HEADER_LEN + 14;
 /// The only version this code speaks.
 pub const VERSION: u8 = 1;
 /// The largest frame the format carries: a 65535-byte MTU plus the

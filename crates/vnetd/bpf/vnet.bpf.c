@@ -37,6 +37,7 @@
 #include <linux/if_packet.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
@@ -59,6 +60,7 @@
 #define VXLAN_FLAG_I 0x08
 #define VNET_WHOLE 0x04
 #define OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr)) /* 28 */
+#define OUTER6_LEN (sizeof(struct ipv6hdr) + sizeof(struct udphdr)) /* 48 */
 #define MAX_ROUTES 262144 /* the daemon sizes the route maps at load (--kernel-routes) */
 #define GSO_LIMIT 65536 /* GSO_LEGACY_MAX_SIZE: larger GSO frames are segmented */
 
@@ -69,16 +71,18 @@ struct route_key {
 	__u8 src[6];
 };
 
+/* Underlay addresses are 16 bytes: IPv6, or IPv4 as ::ffff:a.b.c.d (the
+ * IPv4 address in the last 4 bytes). */
 struct link_val {
-	__u32 remote_ip;   /* network order */
-	__u32 local_ip;    /* network order */
+	__u8 remote_ip[16];
+	__u8 local_ip[16];
+	__u8 nexthop[16];  /* the route's gateway, or remote_ip */
 	__u16 remote_port; /* network order */
 	__u8 format;       /* FMT_RAW, FMT_VNET, FMT_VXLAN */
-	__u8 pad;
+	__u8 v6;           /* 1: the underlay is IPv6 */
 	__u32 network;     /* vnet network id, or VXLAN VNI */
 	__u32 ifindex;     /* underlay device */
 	__u32 mtu;         /* underlay MTU */
-	__u32 nexthop;     /* network order: the route's gateway, or remote_ip */
 };
 
 /* A decision carries everything the programs need after the one hash
@@ -106,9 +110,14 @@ struct cfg {
 	__u16 vxlan_port;  /* vnetd's VXLAN port, network order (0: none) */
 };
 
-/* A VXLAN peer: its address (network order) and VNI. */
+/* A peer's underlay address (16 bytes, as in link_val). */
+struct addr_key {
+	__u8 a[16];
+};
+
+/* A VXLAN peer: its address and VNI. */
 struct vxlan_key {
-	__u32 addr;
+	__u8 addr[16];
 	__u32 vni;
 };
 
@@ -183,11 +192,11 @@ struct {
 	__type(value, struct port_val);
 } ports SEC(".maps");
 
-/* Peer IPv4 address (network order) -> its link. */
+/* Peer address -> its link. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
-	__type(key, __u32);
+	__type(key, struct addr_key);
 	__type(value, struct peer_val);
 } peers SEC(".maps");
 
@@ -213,6 +222,12 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } handoff SEC(".maps");
+
+/* The outer IP and UDP headers' length on a link's underlay. */
+static __always_inline __u32 outer_len(struct link_val *l)
+{
+	return l->v6 ? OUTER6_LEN : OUTER_LEN;
+}
 
 /* What a link's format puts between the outer UDP header and the frame. */
 static __always_inline __u32 format_len(__u8 format)
@@ -429,7 +444,7 @@ static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, stru
 		return NULL;
 	if (r->action == ACT_LINK) {
 		struct link_val *l = &r->link;
-		__u32 over = OUTER_LEN + format_len(l->format);
+		__u32 over = outer_len(l) + format_len(l->format);
 		/* A frame too big for the underlay is vnetd's: it fragments
 		 * `vnet` frames itself. A GSO frame stays whole through the
 		 * encapsulation (tunnel GSO), but wherever it is segmented each
@@ -478,19 +493,75 @@ struct outer {
 	struct udphdr udp;
 } __attribute__((packed));
 
-/* Writes the outer headers `o`, the `vh` bytes of encapsulation header
- * `hdr` and the inner Ethernet header into the room made for them: 0, or
- * -1 when they cannot be reached. */
-static __always_inline int write_encap(struct __sk_buff *skb, struct outer *o, __u32 vh, __u8 *hdr,
+struct outer6 {
+	struct ethhdr eth;
+	struct ipv6hdr ip;
+	struct udphdr udp;
+} __attribute__((packed));
+
+/* Writes the `olen` bytes of outer headers `o`, the `vh` bytes of
+ * encapsulation header `hdr` and the inner Ethernet header into the room
+ * made for them: 0, or -1 when they cannot be reached. (Inlined with
+ * constant lengths, one copy per underlay and format.) */
+static __always_inline int write_encap(struct __sk_buff *skb, void *o, __u32 olen, __u32 vh, __u8 *hdr,
 				       struct ethhdr *inner)
 {
-	void *d = head(skb, sizeof(*o) + vh + ETH_HLEN);
+	void *d = head(skb, olen + vh + ETH_HLEN);
 	if (!d)
 		return -1;
-	__builtin_memcpy(d, o, sizeof(*o));
-	__builtin_memcpy(d + sizeof(*o), hdr, vh);
-	__builtin_memcpy(d + sizeof(*o) + vh, inner, sizeof(*inner));
+	__builtin_memcpy(d, o, olen);
+	__builtin_memcpy(d + olen, hdr, vh);
+	__builtin_memcpy(d + olen + vh, inner, sizeof(*inner));
 	return 0;
+}
+
+/* The outer headers and encapsulation header for link `l`, written:
+ * IPv4 or IPv6 outside, `vnet` or VXLAN inside. */
+static __always_inline int write_headers(struct __sk_buff *skb, struct link_val *l, struct udphdr *udp,
+					 __u32 hash, __u32 outer, struct ethhdr *inner)
+{
+	__u8 x[VXLAN_HDR_LEN] = {VXLAN_FLAG_I, 0, 0, 0, (__u8)(l->network >> 16), (__u8)(l->network >> 8),
+				 (__u8)l->network, 0};
+	__u8 v[VNET_HDR_LEN] = {};
+	v[0] = 1;            /* version */
+	v[1] = VNET_WHOLE;   /* flags */
+	v[3] = VNET_HDR_LEN; /* header length */
+	__u32 net = bpf_htonl(l->network);
+	__builtin_memcpy(&v[4], &net, 4);
+	int vxlan = l->format == FMT_VXLAN;
+	if (l->v6) {
+		struct outer6 o = {.udp = *udp};
+		o.eth.h_proto = bpf_htons(ETH_P_IPV6);
+		o.ip.version = 6;
+		/* The flow label from the inner flow's hash (RFC 6438). */
+		o.ip.flow_lbl[0] = (hash >> 16) & 0x0f;
+		o.ip.flow_lbl[1] = hash >> 8;
+		o.ip.flow_lbl[2] = hash;
+		o.ip.payload_len = udp->len;
+		o.ip.nexthdr = IPPROTO_UDP;
+		o.ip.hop_limit = 64;
+		__builtin_memcpy(&o.ip.saddr, l->local_ip, 16);
+		__builtin_memcpy(&o.ip.daddr, l->remote_ip, 16);
+		if (vxlan)
+			return write_encap(skb, &o, sizeof(o), VXLAN_HDR_LEN, x, inner);
+		return write_encap(skb, &o, sizeof(o), VNET_HDR_LEN, v, inner);
+	}
+	struct iphdr ip = {};
+	ip.version = 4;
+	ip.ihl = 5;
+	ip.ttl = 64;
+	ip.protocol = IPPROTO_UDP;
+	ip.frag_off = bpf_htons(0x4000); /* DF */
+	/* GSO rewrites both lengths per segment; a 64 KB frame's own may not fit. */
+	ip.tot_len = bpf_htons(outer > 0xffff ? 0xffff : outer);
+	__builtin_memcpy(&ip.saddr, &l->local_ip[12], 4);
+	__builtin_memcpy(&ip.daddr, &l->remote_ip[12], 4);
+	ipv4_csum(&ip);
+	struct outer o = {.ip = ip, .udp = *udp};
+	o.eth.h_proto = bpf_htons(ETH_P_IP); /* the MACs: bpf_redirect_neigh's */
+	if (vxlan)
+		return write_encap(skb, &o, sizeof(o), VXLAN_HDR_LEN, x, inner);
+	return write_encap(skb, &o, sizeof(o), VNET_HDR_LEN, v, inner);
 }
 
 /* Encapsulates the frame whose Ethernet header is `inner` for link `l`. */
@@ -499,6 +570,7 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l, stru
 	if (l->format != FMT_VNET && l->format != FMT_VXLAN)
 		return -1; /* raw links are the user path's */
 	__u32 vh = format_len(l->format);
+	__u32 ol = outer_len(l);
 	__u32 inner_len = skb->len;
 	/* The flow hash before the headers change (the VM's socket set it;
 	 * computed only when it did not). */
@@ -508,50 +580,30 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l, stru
 	/* Room after the (outer-to-be) Ethernet header for IP, UDP, the vnet
 	 * header and the inner Ethernet header; the kernel records the inner
 	 * headers so GSO segments the inner TCP and copies the outer headers. */
-	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 |
-		      BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
+	__u64 flags = BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH |
 		      BPF_F_ADJ_ROOM_ENCAP_L2(ETH_HLEN);
-	if (bpf_skb_adjust_room(skb, OUTER_LEN + vh + ETH_HLEN, BPF_ADJ_ROOM_MAC, flags) < 0)
+	flags |= l->v6 ? BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 : BPF_F_ADJ_ROOM_ENCAP_L3_IPV4;
+	if (bpf_skb_adjust_room(skb, ol + vh + ETH_HLEN, BPF_ADJ_ROOM_MAC, flags) < 0)
 		return -1;
 
-	struct iphdr ip = {};
-	__u32 outer_len = inner_len + OUTER_LEN + vh; /* IP length: all but outer Ethernet */
-	ip.version = 4;
-	ip.ihl = 5;
-	ip.ttl = 64;
-	ip.protocol = IPPROTO_UDP;
-	ip.frag_off = bpf_htons(0x4000); /* DF */
-	/* GSO rewrites both lengths per segment; a 64 KB frame's own may not fit. */
-	ip.tot_len = bpf_htons(outer_len > 0xffff ? 0xffff : outer_len);
-	ip.saddr = l->local_ip;
-	ip.daddr = l->remote_ip;
-	ipv4_csum(&ip);
-	struct outer o = {.ip = ip};
-	o.eth.h_proto = bpf_htons(ETH_P_IP); /* the MACs: bpf_redirect_neigh's */
+	/* IPv4's total length: all but the outer Ethernet header. */
+	__u32 outer = inner_len + ol + vh;
+	struct udphdr udp = {};
 	/* Source port from the inner flow's hash: entropy for RSS/ECMP (VXLAN:
-	 * RFC 7348's 49152-65535). The UDP checksum stays 0, as Linux VTEPs
-	 * send it over IPv4. */
+	 * RFC 7348's 49152-65535). The UDP checksum stays 0: as Linux VTEPs
+	 * send it over IPv4, and over IPv6 as RFC 6935 and 6936 allow for
+	 * tunnels (a Linux VTEP takes it with `udp6zerocsumrx`, vnetd's
+	 * sockets with UDP_NO_CHECK6_RX); the inner frame keeps its own
+	 * checksums, and tunnel GSO could not compute the outer one per
+	 * segment from here. */
 	if (l->format == FMT_VXLAN)
-		o.udp.source = bpf_htons(49152 + (hash % 16384));
+		udp.source = bpf_htons(49152 + (hash % 16384));
 	else
-		o.udp.source = bpf_htons(32768 + (hash % 28232));
-	o.udp.dest = l->remote_port;
-	__u32 udp_len = outer_len - sizeof(struct iphdr);
-	o.udp.len = bpf_htons(udp_len > 0xffff ? 0xffff : udp_len);
-	if (l->format == FMT_VXLAN) {
-		/* Flags exactly I, every reserved bit zero: what Linux accepts. */
-		__u8 x[VXLAN_HDR_LEN] = {VXLAN_FLAG_I, 0, 0, 0, (__u8)(l->network >> 16),
-					 (__u8)(l->network >> 8), (__u8)l->network, 0};
-		return write_encap(skb, &o, VXLAN_HDR_LEN, x, inner);
-	}
-	/* FMT_VNET: the only other format the daemon gives the kernel path. */
-	__u8 v[VNET_HDR_LEN] = {};
-	v[0] = 1;               /* version */
-	v[1] = VNET_WHOLE;      /* flags */
-	v[3] = VNET_HDR_LEN;    /* header length */
-	__u32 net = bpf_htonl(l->network);
-	__builtin_memcpy(&v[4], &net, 4);
-	return write_encap(skb, &o, VNET_HDR_LEN, v, inner);
+		udp.source = bpf_htons(32768 + (hash % 28232));
+	udp.dest = l->remote_port;
+	__u32 udp_len = inner_len + sizeof(struct udphdr) + vh;
+	udp.len = bpf_htons(udp_len > 0xffff ? 0xffff : udp_len);
+	return write_headers(skb, l, &udp, hash, outer, inner);
 }
 
 /* A frame from an interface that is vnetd's: out of the interface's
@@ -605,81 +657,160 @@ int vnet_from_vm(struct __sk_buff *skb)
 	/* The daemon resolved the route to the peer when it wrote the link:
 	 * with its next hop given, the kernel skips the route lookup and only
 	 * finds (or resolves) the neighbour. */
-	struct bpf_redir_neigh nh = {.nh_family = 2 /* AF_INET */, .ipv4_nh = l->nexthop};
-	if (!l->nexthop)
-		return bpf_redirect_neigh(l->ifindex, NULL, 0, 0);
+	struct bpf_redir_neigh nh = {};
+	if (l->v6) {
+		nh.nh_family = 10; /* AF_INET6 */
+		__builtin_memcpy(nh.ipv6_nh, l->nexthop, 16);
+	} else {
+		nh.nh_family = 2; /* AF_INET */
+		__builtin_memcpy(&nh.ipv4_nh, &l->nexthop[12], 4);
+	}
 	return bpf_redirect_neigh(l->ifindex, &nh, sizeof(nh), 0);
 }
 
 /* A datagram's encapsulation header, its first 8 bytes (all of VXLAN's),
- * and the inner Ethernet header after its `vh` bytes: 0, or -1 when the
- * datagram is shorter. */
-static __always_inline int read_encap(struct __sk_buff *skb, __u32 vh, __u8 *x, struct ethhdr *inner)
+ * and the inner Ethernet header after its `vh` bytes, behind `olen` bytes
+ * of outer IP and UDP: 0, or -1 when the datagram is shorter. (Inlined
+ * with constant lengths, one copy per underlay and format.) */
+static __always_inline int read_encap(struct __sk_buff *skb, __u32 olen, __u32 vh, __u8 *x,
+				      struct ethhdr *inner)
 {
-	void *d = head(skb, ETH_HLEN + OUTER_LEN + vh + ETH_HLEN);
+	void *d = head(skb, ETH_HLEN + olen + vh + ETH_HLEN);
 	if (!d)
 		return -1;
-	__builtin_memcpy(x, d + ETH_HLEN + OUTER_LEN, 8);
-	__builtin_memcpy(inner, d + ETH_HLEN + OUTER_LEN + vh, sizeof(*inner));
+	__builtin_memcpy(x, d + ETH_HLEN + olen, 8);
+	__builtin_memcpy(inner, d + ETH_HLEN + olen + vh, sizeof(*inner));
 	return 0;
+}
+
+/* A datagram's outer headers, as the wire program needs them: its
+ * addresses (16 bytes, IPv4 mapped), its UDP header and their length. */
+struct wire_hdr {
+	struct addr_key saddr;
+	struct addr_key daddr;
+	struct udphdr udp;
+	__u32 olen;
+};
+
+static __always_inline void v4_mapped(struct addr_key *k, __u32 a)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->a[10] = 0xff;
+	k->a[11] = 0xff;
+	__builtin_memcpy(&k->a[12], &a, 4);
+}
+
+/* Reads an IPv4 or IPv6 datagram's outer headers into `w`: 0, or -1 when
+ * the packet is not one whole UDP datagram the fast path could take (not
+ * UDP, IPv4 options, IPv6 extension headers, a fragment, or lengths that
+ * are not the packet's: the stack's to trim or drop, so that the user
+ * path sees what the socket gets, or nothing). A GSO packet (a peer's
+ * tunnel-GSO super-frame, whose outer lengths are rewritten per segment)
+ * is checked later by its inner frame instead. */
+static __always_inline int read_outer(struct __sk_buff *skb, struct wire_hdr *w)
+{
+	int gso = skb->gso_size != 0;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct {
+			struct iphdr ip;
+			struct udphdr udp;
+		} __attribute__((packed)) h;
+		void *d = head(skb, ETH_HLEN + sizeof(h));
+		if (!d)
+			return -1;
+		__builtin_memcpy(&h, d + ETH_HLEN, sizeof(h));
+		if (h.ip.version != 4 || h.ip.ihl != 5 || h.ip.protocol != IPPROTO_UDP)
+			return -1;
+		/* IP fragments are the stack's to reassemble. */
+		if (h.ip.frag_off & bpf_htons(0x3fff))
+			return -1;
+		if (!gso && (bpf_ntohs(h.ip.tot_len) != skb->len - ETH_HLEN ||
+			     bpf_ntohs(h.udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr)))
+			return -1;
+		v4_mapped(&w->saddr, h.ip.saddr);
+		v4_mapped(&w->daddr, h.ip.daddr);
+		w->udp = h.udp;
+		w->olen = OUTER_LEN;
+		return 0;
+	}
+	if (skb->protocol != bpf_htons(ETH_P_IPV6))
+		return -1;
+	struct {
+		struct ipv6hdr ip;
+		struct udphdr udp;
+	} __attribute__((packed)) h;
+	void *d = head(skb, ETH_HLEN + sizeof(h));
+	if (!d)
+		return -1;
+	__builtin_memcpy(&h, d + ETH_HLEN, sizeof(h));
+	/* UDP right after the fixed header: a fragment header or any other
+	 * extension header is the stack's. */
+	if (h.ip.version != 6 || h.ip.nexthdr != IPPROTO_UDP)
+		return -1;
+	if (!gso && (bpf_ntohs(h.ip.payload_len) != skb->len - ETH_HLEN - sizeof(struct ipv6hdr) ||
+		     h.udp.len != h.ip.payload_len))
+		return -1;
+	__builtin_memcpy(w->saddr.a, &h.ip.saddr, 16);
+	__builtin_memcpy(w->daddr.a, &h.ip.daddr, 16);
+	w->udp = h.udp;
+	w->olen = OUTER6_LEN;
+	return 0;
+}
+
+static __always_inline int same_addr(const __u8 *a, const __u8 *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3];
 }
 
 SEC("classifier")
 int vnet_from_wire(struct __sk_buff *skb)
 {
 	struct cfg *c = get_cfg();
-	if (!c || skb->protocol != bpf_htons(ETH_P_IP))
+	if (!c)
 		return TC_ACT_OK;
-	struct {
-		struct iphdr ip;
-		struct udphdr udp;
-	} __attribute__((packed)) h;
-	void *d = head(skb, ETH_HLEN + sizeof(h));
-	if (!d)
+	struct wire_hdr w;
+	if (read_outer(skb, &w) < 0)
 		return TC_ACT_OK;
-	__builtin_memcpy(&h, d + ETH_HLEN, sizeof(h));
-	int vxlan = c->vxlan_port && h.udp.dest == c->vxlan_port;
-	if (h.ip.version != 4 || h.ip.ihl != 5 || h.ip.protocol != IPPROTO_UDP ||
-	    (h.udp.dest != c->port && !vxlan))
-		return TC_ACT_OK;
-	/* IP fragments are the stack's to reassemble. */
-	if (h.ip.frag_off & bpf_htons(0x3fff))
+	int vxlan = c->vxlan_port && w.udp.dest == c->vxlan_port;
+	if (w.udp.dest != c->port && !vxlan)
 		return TC_ACT_OK;
 	count(S_WIRE_SEEN, 1);
-	/* Only what the stack would deliver to vnetd's socket as one datagram
-	 * of exactly this size: a packet whose IP or UDP length is not its
-	 * size is the stack's to trim or drop (the user path then sees what
-	 * the socket gets, or nothing). A GSO packet (a peer's tunnel-GSO
-	 * super-frame, whose outer lengths are rewritten per segment) is
-	 * checked below by its inner frame instead. */
 	int gso = skb->gso_size != 0;
-	if (!gso && (bpf_ntohs(h.ip.tot_len) != skb->len - ETH_HLEN ||
-		     bpf_ntohs(h.udp.len) != skb->len - ETH_HLEN - sizeof(struct iphdr)))
-		goto user;
-	__u32 saddr = h.ip.saddr;
 	struct peer_val *pv;
 	__u8 x[8];
 	struct ethhdr inner;
+	__u32 v6 = w.olen == OUTER6_LEN;
 	__u32 vh = vxlan ? VXLAN_HDR_LEN : VNET_HDR_LEN;
-	__u32 inner_off = ETH_HLEN + OUTER_LEN + vh;
-	/* Constant lengths for the verifier: one inlined copy per format. */
-	if (vxlan ? read_encap(skb, VXLAN_HDR_LEN, x, &inner) : read_encap(skb, VNET_HDR_LEN, x, &inner))
+	__u32 olen = v6 ? OUTER6_LEN : OUTER_LEN;
+	__u32 inner_off = ETH_HLEN + olen + vh;
+	/* Constant lengths for the verifier: one inlined copy per underlay
+	 * and format. */
+	int rc;
+	if (v6)
+		rc = vxlan ? read_encap(skb, OUTER6_LEN, VXLAN_HDR_LEN, x, &inner)
+			   : read_encap(skb, OUTER6_LEN, VNET_HDR_LEN, x, &inner);
+	else
+		rc = vxlan ? read_encap(skb, OUTER_LEN, VXLAN_HDR_LEN, x, &inner)
+			   : read_encap(skb, OUTER_LEN, VNET_HDR_LEN, x, &inner);
+	if (rc)
 		goto user;
 	if (vxlan) {
 		/* Anything but flags I and zero reserved bits is the user path's
 		 * (which drops and counts it, as Linux would). */
 		if (x[0] != VXLAN_FLAG_I || x[1] || x[2] || x[3] || x[7])
 			goto user;
-		struct vxlan_key vk = {.addr = saddr, .vni = ((__u32)x[4] << 16) | ((__u32)x[5] << 8) | x[6]};
+		struct vxlan_key vk = {.vni = ((__u32)x[4] << 16) | ((__u32)x[5] << 8) | x[6]};
+		__builtin_memcpy(vk.addr, w.saddr.a, 16);
 		pv = bpf_map_lookup_elem(&vxlan_peers, &vk);
 	} else {
-		pv = bpf_map_lookup_elem(&peers, &saddr);
+		pv = bpf_map_lookup_elem(&peers, &w.saddr);
 	}
 	if (!pv)
 		goto user;
 	__u32 lid = pv->id, link_slot = pv->slot;
 	struct link_val *l = &pv->link;
-	if ((l->format == FMT_VXLAN) != vxlan)
+	if ((l->format == FMT_VXLAN) != vxlan || l->v6 != v6)
 		goto user;
 	/* To the address vnetd's link leaves from (it listens there), not any
 	 * address of the host's; and in on the device the host's route to
@@ -687,7 +818,7 @@ int vnet_from_wire(struct __sk_buff *skb)
 	 * program runs before rp_filter and netfilter, so a datagram with the
 	 * peer's source address arriving elsewhere is left to them, on the
 	 * way to vnetd's socket). */
-	if (h.ip.daddr != l->local_ip || skb->ingress_ifindex != l->ifindex)
+	if (!same_addr(w.daddr.a, l->local_ip) || skb->ingress_ifindex != l->ifindex)
 		goto user;
 	if (l->format == FMT_VNET) {
 		__u32 net;
@@ -731,7 +862,7 @@ int vnet_from_wire(struct __sk_buff *skb)
 	__u32 action = r->action, target = r->target, out_slot = r->out_slot;
 	__u64 flags = inner.h_proto == bpf_htons(ETH_P_IPV6) ? BPF_F_ADJ_ROOM_DECAP_L3_IPV6
 							      : BPF_F_ADJ_ROOM_DECAP_L3_IPV4;
-	if (bpf_skb_adjust_room(skb, -(__s32)(OUTER_LEN + vh + ETH_HLEN), BPF_ADJ_ROOM_MAC,
+	if (bpf_skb_adjust_room(skb, -(__s32)(olen + vh + ETH_HLEN), BPF_ADJ_ROOM_MAC,
 				flags | BPF_F_ADJ_ROOM_FIXED_GSO) < 0) {
 		count(S_ERRORS, 1);
 		return TC_ACT_SHOT;

@@ -404,6 +404,14 @@ pub fn udp_no_checksum(sock: &impl AsRawFd) -> io::Result<()> {
     setsockopt_raw(sock, libc::SOL_SOCKET, SO_NO_CHECK, &(1 as libc::c_int))
 }
 
+/// Takes IPv6 UDP datagrams whose checksum is zero (`UDP_NO_CHECK6_RX`):
+/// what tunnels send under RFC 6935/6936, vnet's kernel path among them.
+pub fn udp_accept_zero_checksum6(sock: &impl AsRawFd) -> io::Result<()> {
+    /// `linux/udp.h`.
+    const UDP_NO_CHECK6_RX: libc::c_int = 102;
+    setsockopt_raw(sock, libc::SOL_UDP, UDP_NO_CHECK6_RX, &(1 as libc::c_int))
+}
+
 /// A socket address in the kernel's form.
 struct RawAddr {
     storage: libc::sockaddr_storage,
@@ -751,21 +759,30 @@ pub mod bpf {
         pub link: LinkVal,
     }
 
-    /// `struct link_val`; addresses and port in network byte order.
+    /// `struct link_val`: underlay addresses as 16 bytes (IPv6, or IPv4
+    /// mapped, `::ffff:a.b.c.d`), the port in network byte order.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
     pub struct LinkVal {
-        pub remote_ip: u32,
-        pub local_ip: u32,
+        pub remote_ip: [u8; 16],
+        pub local_ip: [u8; 16],
+        /// The next hop towards `remote_ip` on `ifindex`: the route's
+        /// gateway, or `remote_ip` itself when it is on-link.
+        pub nexthop: [u8; 16],
         pub remote_port: u16,
         pub format: u8,
-        pub pad: u8,
+        /// 1: the underlay is IPv6.
+        pub v6: u8,
         pub network: u32,
         pub ifindex: u32,
         pub mtu: u32,
-        /// The next hop towards `remote_ip` on `ifindex` (network order):
-        /// the route's gateway, or `remote_ip` itself when it is on-link.
-        pub nexthop: u32,
+    }
+
+    /// `struct addr_key`: a peer's underlay address, as in [`LinkVal`].
+    #[repr(C)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+    pub struct AddrKey {
+        pub a: [u8; 16],
     }
 
     /// `struct cfg`; ports in network byte order (`vxlan_port` 0: none).
@@ -777,11 +794,11 @@ pub mod bpf {
         pub vxlan_port: u16,
     }
 
-    /// `struct vxlan_key`: a VXLAN peer's address (network order) and VNI.
+    /// `struct vxlan_key`: a VXLAN peer's address (as in [`AddrKey`]) and VNI.
     #[repr(C)]
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
     pub struct VxlanKey {
-        pub addr: u32,
+        pub addr: [u8; 16],
         pub vni: u32,
     }
 
@@ -826,8 +843,10 @@ pub mod bpf {
     unsafe impl aya::Pod for Cfg {}
     // SAFETY: as above (four u64, 32 bytes).
     unsafe impl aya::Pod for PortStats {}
-    // SAFETY: as above (two u32, 8 bytes).
+    // SAFETY: as above (16 bytes and a u32: 20 bytes).
     unsafe impl aya::Pod for VxlanKey {}
+    // SAFETY: as above (16 bytes).
+    unsafe impl aya::Pod for AddrKey {}
     // SAFETY: as above (twelve bytes).
     unsafe impl aya::Pod for PairKey {}
     // SAFETY: as above (two u64, 16 bytes).
@@ -838,12 +857,13 @@ pub mod bpf {
     unsafe impl aya::Pod for PortVal {}
 
     const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
-    const _: () = assert!(std::mem::size_of::<RouteVal>() == 44);
-    const _: () = assert!(std::mem::size_of::<PeerVal>() == 36);
-    const _: () = assert!(std::mem::size_of::<LinkVal>() == 28);
+    const _: () = assert!(std::mem::size_of::<RouteVal>() == 80);
+    const _: () = assert!(std::mem::size_of::<PeerVal>() == 72);
+    const _: () = assert!(std::mem::size_of::<LinkVal>() == 64);
     const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
     const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
-    const _: () = assert!(std::mem::size_of::<VxlanKey>() == 8);
+    const _: () = assert!(std::mem::size_of::<VxlanKey>() == 20);
+    const _: () = assert!(std::mem::size_of::<AddrKey>() == 16);
     const _: () = assert!(std::mem::size_of::<PairKey>() == 12);
     const _: () = assert!(std::mem::size_of::<PairVal>() == 16);
     const _: () = assert!(std::mem::size_of::<DestKey>() == 12);

@@ -22,15 +22,15 @@ use vnet_engine::{Link, Plane};
 use vnet_wire::MacAddr;
 
 /// The devices `state`'s links use, with each link's name: a `direct`
-/// link's LAN device, and the device the route to an IPv4 peer leaves by.
+/// link's LAN device, and the device the route to a peer leaves by.
 fn underlay_devs(state: &State) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let under = kernel::underlay::Underlay::read();
     for l in state.links.values() {
         match (l.transport, l.remote()) {
             (Transport::Direct { dev }, _) => out.push((dev.to_string(), l.name.clone())),
-            (_, Some(SocketAddr::V4(a))) => {
-                if let Some(h) = under.hop(*a.ip()) {
+            (_, Some(a)) => {
+                if let Some(h) = under.hop(a.ip()) {
                     out.push((h.dev, l.name.clone()));
                 }
             }

@@ -10,7 +10,8 @@ use super::pins::{self, Pins};
 use super::underlay::Underlay;
 use super::{io_error, map_error, program_error, KernelError, KernelIface, Reason};
 use crate::sys::bpf::{
-    Cfg, DestKey, LinkVal, PairKey, PairVal, PeerVal, PortStats, PortVal, RouteKey, RouteVal, VxlanKey,
+    AddrKey, Cfg, DestKey, LinkVal, PairKey, PairVal, PeerVal, PortStats, PortVal, RouteKey, RouteVal,
+    VxlanKey,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::links::FdLink;
@@ -70,7 +71,7 @@ pub struct KernelPath {
     tables: [BTreeSet<RouteKey>; 2],
     active: u32,
     /// The peers the wire program knows, as written.
-    peers: BTreeMap<u32, PeerVal>,
+    peers: BTreeMap<AddrKey, PeerVal>,
     vxlan_peers: BTreeMap<VxlanKey, PeerVal>,
     /// Each served port's (ifindex, or `PORT_LINK | link id`) counter slot.
     slots: BTreeMap<u32, u32>,
@@ -514,8 +515,11 @@ impl KernelPath {
     /// The `vnet` peers and VXLAN peers the wire program knows datagrams
     /// of: what changed is written, what is gone removed.
     fn write_peers(&mut self, peer_vals: &[PeerVal]) -> Result<(), Reason> {
-        let vnet: BTreeMap<u32, PeerVal> =
-            peer_vals.iter().filter(|p| p.link.format != FMT_VXLAN).map(|p| (p.link.remote_ip, *p)).collect();
+        let vnet: BTreeMap<AddrKey, PeerVal> = peer_vals
+            .iter()
+            .filter(|p| p.link.format != FMT_VXLAN)
+            .map(|p| (AddrKey { a: p.link.remote_ip }, *p))
+            .collect();
         let vxlan: BTreeMap<VxlanKey, PeerVal> = peer_vals
             .iter()
             .filter(|p| p.link.format == FMT_VXLAN)

@@ -369,7 +369,11 @@ mod tests {
             vec![vnet_link(0, "10.77.0.2:9000".parse().unwrap())],
         );
         let ifaces: BTreeMap<u32, KernelIface> = [(0, kif(10, true)), (1, kif(11, false))].into();
-        let link = LinkVal { remote_ip: 0x0200_4d0a, mtu: 1500, ..LinkVal::default() };
+        let link = LinkVal {
+            remote_ip: [10, 77, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            mtu: 1500,
+            ..LinkVal::default()
+        };
         let links: BTreeMap<u32, LinkVal> = [(0, link)].into();
         // Counter slots: interface A's veth 1, C's TAP 2, the link 3.
         let slots: BTreeMap<u32, u32> = [(10, 1), (11, 2), (PORT_LINK, 3)].into();

@@ -82,26 +82,45 @@ pub(crate) fn link_val(
         }
     };
     let mtu = def.mtu;
-    let IpAddr::V4(rip) = remote.ip() else {
-        return Err(KernelError::UserPath("an IPv6 underlay is the user path's (not yet the kernel's)"));
-    };
+    let rip = unmapped(remote.ip());
     let hop = under.hop(rip).ok_or(KernelError::NoRoute(rip))?;
-    let lip = match listen.ip() {
-        IpAddr::V4(a) if !a.is_unspecified() => a,
+    let lip = match unmapped(listen.ip()) {
+        a if !a.is_unspecified() && a.is_ipv4() == rip.is_ipv4() => a,
         _ => under.source_towards(rip).map_err(|e| io_error(format!("no local address towards {rip}"))(e))?,
     };
+    if lip.is_ipv4() != rip.is_ipv4() {
+        return Err(KernelError::UserPath(
+            "the link's local address and its peer's are of different families",
+        ));
+    }
     let ifindex = under.ifindex(&hop.dev).map_err(|e| io_error(format!("no ifindex for {}", hop.dev))(e))?;
     let Hop { dev, gateway } = hop;
     let v = LinkVal {
-        remote_ip: u32::from_ne_bytes(rip.octets()),
-        local_ip: u32::from_ne_bytes(lip.octets()),
+        remote_ip: addr16(rip),
+        local_ip: addr16(lip),
+        nexthop: addr16(gateway.unwrap_or(rip)),
         remote_port: remote.port().to_be(),
         format,
-        pad: 0,
+        v6: rip.is_ipv6().into(),
         network,
         ifindex,
         mtu,
-        nexthop: u32::from_ne_bytes(gateway.unwrap_or(rip).octets()),
     };
     Ok((v, dev))
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn unmapped(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// An address as the programs keep it: 16 bytes, IPv4 mapped.
+pub(crate) fn addr16(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    }
 }

@@ -38,7 +38,7 @@ pub use decisions::{Decisions, Served};
 pub use maps::{MATRIX_PAIRS, MAX_ROUTES, STAT_NAMES};
 pub use underlay::{route_to, Hop};
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// A local interface the kernel path serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,8 +84,8 @@ pub enum KernelError {
         #[source]
         source: std::io::Error,
     },
-    #[error("no route to {0} in /proc/net/route")]
-    NoRoute(Ipv4Addr),
+    #[error("no route to {0} in this namespace's routes")]
+    NoRoute(IpAddr),
     /// Something the kernel path leaves to the user path by design.
     #[error("{0}")]
     UserPath(&'static str),

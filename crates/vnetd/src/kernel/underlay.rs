@@ -1,17 +1,15 @@
 //! Where a link's datagrams leave this host: the device and gateway of
-//! the route to its remote (this namespace's `/proc/net/route`), and the
-//! source address the kernel would pick.
+//! the route to its remote (this namespace's `/proc/net/route` or
+//! `/proc/net/ipv6_route`), and the source address the kernel would pick.
 
-use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
 
 /// The source address the kernel would pick towards `ip`.
-pub(crate) fn local_ip_towards(ip: Ipv4Addr) -> std::io::Result<Ipv4Addr> {
-    let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+pub(crate) fn local_ip_towards(ip: IpAddr) -> std::io::Result<IpAddr> {
+    let any: IpAddr = if ip.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+    let s = UdpSocket::bind((any, 0))?;
     s.connect((ip, 9))?;
-    match s.local_addr()?.ip() {
-        IpAddr::V4(a) => Ok(a),
-        IpAddr::V6(_) => Err(std::io::Error::other("an IPv6 source")),
-    }
+    Ok(s.local_addr()?.ip())
 }
 
 /// Where the route to an address leaves: its device, and its gateway
@@ -19,40 +17,48 @@ pub(crate) fn local_ip_towards(ip: Ipv4Addr) -> std::io::Result<Ipv4Addr> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hop {
     pub dev: String,
-    pub gateway: Option<Ipv4Addr>,
+    pub gateway: Option<IpAddr>,
 }
 
-/// The longest-prefix IPv4 route to `ip` (this namespace's
-/// `/proc/net/route`).
-pub fn route_to(ip: Ipv4Addr) -> Option<Hop> {
+/// The longest-prefix route to `ip` (this namespace's `/proc/net/route`
+/// or `/proc/net/ipv6_route`).
+pub fn route_to(ip: IpAddr) -> Option<Hop> {
     Underlay::read().hop(ip)
 }
 
-/// This namespace's IPv4 routes, read once (`/proc/net/route`), and the
-/// answers found with them: what a sync over 1000 links asks 1000 times,
-/// asked once each.
+/// This namespace's routes, read once (`/proc/net/route` and
+/// `/proc/net/ipv6_route`), and the answers found with them: what a sync
+/// over 1000 links asks 1000 times, asked once each.
 #[derive(Debug, Default)]
 pub struct Underlay {
     table: String,
+    table6: String,
     ifindex: std::collections::HashMap<String, u32>,
-    sources: std::collections::HashMap<Ipv4Addr, Ipv4Addr>,
+    sources: std::collections::HashMap<IpAddr, IpAddr>,
 }
 
 impl Underlay {
     pub fn read() -> Self {
         Underlay {
             table: std::fs::read_to_string("/proc/net/route").unwrap_or_default(),
+            table6: std::fs::read_to_string("/proc/net/ipv6_route").unwrap_or_default(),
             ..Default::default()
         }
     }
 
     /// The longest-prefix route to `ip`.
-    pub fn hop(&self, ip: Ipv4Addr) -> Option<Hop> {
-        best_route(&self.table, ip)
+    pub fn hop(&self, ip: IpAddr) -> Option<Hop> {
+        match ip {
+            IpAddr::V4(a) => best_route(&self.table, a),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(v4) => best_route(&self.table, v4),
+                None => best_route6(&self.table6, a),
+            },
+        }
     }
 
     /// The source address the kernel picks towards `ip`.
-    pub(crate) fn source_towards(&mut self, ip: Ipv4Addr) -> std::io::Result<Ipv4Addr> {
+    pub(crate) fn source_towards(&mut self, ip: IpAddr) -> std::io::Result<IpAddr> {
         if let Some(&a) = self.sources.get(&ip) {
             return Ok(a);
         }
@@ -84,11 +90,45 @@ fn best_route(table: &str, ip: Ipv4Addr) -> Option<Hop> {
         let (Ok(dst), Ok(gw), Ok(mask)) = (word(dst), word(gw), word(mask)) else { continue };
         // The file holds the kernel's in-memory (network order) words.
         if addr & mask == dst && best.as_ref().is_none_or(|(m, _)| mask.count_ones() > m.count_ones()) {
-            let gateway = (gw != 0).then(|| Ipv4Addr::from(gw.to_ne_bytes()));
+            let gateway = (gw != 0).then(|| IpAddr::V4(Ipv4Addr::from(gw.to_ne_bytes())));
             best = Some((mask, Hop { dev: dev.to_string(), gateway }));
         }
     }
     best.map(|(_, h)| h)
+}
+
+/// `RTF_REJECT`: an unreachable route (the kernel's catch-all on `lo`).
+const RTF_REJECT: u32 = 0x0200;
+
+/// The longest-prefix route to `ip` in `/proc/net/ipv6_route`'s text:
+/// destination, prefix length, source, source length, next hop, metric,
+/// references, use, flags, device; addresses as 32 hex digits.
+fn best_route6(table: &str, ip: Ipv6Addr) -> Option<Hop> {
+    let addr = u128::from(ip);
+    let mut best: Option<(u32, u32, Hop)> = None;
+    for line in table.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [dst, len, _, _, hop, metric, _, _, flags, dev] = f[..] else { continue };
+        let (Ok(dst), Ok(len), Ok(hop), Ok(metric), Ok(flags)) = (
+            u128::from_str_radix(dst, 16),
+            u32::from_str_radix(len, 16),
+            u128::from_str_radix(hop, 16),
+            u32::from_str_radix(metric, 16),
+            u32::from_str_radix(flags, 16),
+        ) else {
+            continue;
+        };
+        if len > 128 || flags & RTF_REJECT != 0 || dev == "lo" {
+            continue;
+        }
+        let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+        let better = best.as_ref().is_none_or(|(l, m, _)| len > *l || (len == *l && metric < *m));
+        if addr & mask == dst & mask && better {
+            let gateway = (hop != 0).then(|| IpAddr::V6(Ipv6Addr::from(hop)));
+            best = Some((len, metric, Hop { dev: dev.to_string(), gateway }));
+        }
+    }
+    best.map(|(_, _, h)| h)
 }
 
 #[cfg(test)]
@@ -100,12 +140,37 @@ mod tests {
         let t = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
                  eth9\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
                  u0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
-        let hop = |dev: &str, gateway| Some(Hop { dev: dev.into(), gateway });
+        let hop = |dev: &str, gateway: Option<Ipv4Addr>| {
+            Some(Hop { dev: dev.into(), gateway: gateway.map(Into::into) })
+        };
         assert_eq!(best_route(t, Ipv4Addr::new(10, 77, 0, 2)), hop("u0", None));
         assert_eq!(
             best_route(t, Ipv4Addr::new(8, 8, 8, 8)),
             hop("eth9", Some(Ipv4Addr::new(192, 168, 1, 1)))
         );
         assert_eq!(best_route("garbage\nx y z\n", Ipv4Addr::LOCALHOST), None);
+    }
+
+    #[test]
+    fn longest_prefix_ipv6_route_wins_and_reject_routes_are_no_route() {
+        // What `ip -6 route` makes of an underlay /64 on u0, a default via
+        // a router on eth9, the host's own address (on lo) and the
+        // kernel's unreachable catch-all.
+        let t = "fd000077000000000000000000000000 40 00000000000000000000000000000000 00 \
+                 00000000000000000000000000000000 00000100 00000001 00000000 00000001       u0\n\
+                 00000000000000000000000000000000 00 00000000000000000000000000000000 00 \
+                 fe800000000000000000000000000001 00000400 00000001 00000000 00000003     eth9\n\
+                 fd000077000000000000000000000001 80 00000000000000000000000000000000 00 \
+                 00000000000000000000000000000000 00000000 00000002 00000000 80200001       lo\n\
+                 00000000000000000000000000000000 00 00000000000000000000000000000000 00 \
+                 00000000000000000000000000000000 ffffffff 00000001 00000000 00200200       lo\n";
+        let a = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        assert_eq!(best_route6(t, a("fd00:77::2")), Some(Hop { dev: "u0".into(), gateway: None }));
+        assert_eq!(
+            best_route6(t, a("2001:db8::1")),
+            Some(Hop { dev: "eth9".into(), gateway: Some(a("fe80::1").into()) })
+        );
+        assert_eq!(best_route6("", a("fd00:77::2")), None);
+        assert_eq!(best_route6("garbage\n1 2 3\n", a("::1")), None);
     }
 }

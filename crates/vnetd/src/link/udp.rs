@@ -102,16 +102,23 @@ impl DatagramTx for UdpTx {
 }
 
 /// A receiving socket for `kind` (`udp` or `vxlan`): large buffers both
-/// ways. The previous vnetd's, if it handed it over ([`crate::handover`]).
+/// ways; over IPv6, datagrams with a zero UDP checksum taken (peers' kernel
+/// paths send them, as RFC 6935/6936 allow tunnels). The previous vnetd's,
+/// if it handed it over ([`crate::handover`]).
 fn bind(kind: &str, addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
     let name = crate::handover::name(&[kind, &addr.to_string()]).unwrap_or_default();
-    if let Some(fd) = crate::handover::take(&name) {
-        let s = UdpSocket::from(fd);
-        if s.local_addr().ok() == Some(addr) {
-            return ready(s, SOCKET_BUFFER);
+    let handed =
+        crate::handover::take(&name).map(UdpSocket::from).filter(|s| s.local_addr().ok() == Some(addr));
+    let s = match handed {
+        Some(s) => s,
+        None => UdpSocket::bind(addr)?,
+    };
+    if addr.is_ipv6() {
+        if let Err(e) = sys::udp_accept_zero_checksum6(&s) {
+            tracing::warn!("datagrams with a zero UDP checksum over IPv6 will be dropped: {e}");
         }
     }
-    ready(UdpSocket::bind(addr)?, SOCKET_BUFFER)
+    ready(s, SOCKET_BUFFER)
 }
 
 /// A socket of a sending pool: nobody reads it, so its receive buffer is
