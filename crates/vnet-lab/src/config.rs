@@ -21,7 +21,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
     let to_link = |name: String| Target::Link(Ref { pos: Default::default(), by: LinkRef::Name(name) });
     let route = |dst: MacSpec, to: Target| Command::Route { src: MacSpec::Any, dst, to, from: From::Any };
 
-    let mut cmds = vec![Command::Listen { addr: SocketAddr::new(host.underlay_ip.into(), 9000), mode }];
+    let mut cmds = vec![Command::Listen { addr: SocketAddr::new(host.underlay_ip, 9000), mode }];
     let vxlan_to = |k: usize| s.links == Links::Vxlan || s.vteps.contains(&k);
     if s.links == Links::Tls {
         let d = host.config.parent().unwrap_or(Path::new("/"));
@@ -29,10 +29,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
         cmds.push(Command::Tls(TlsFiles { cert: f(".pem"), key: f(".key"), ca: f("-ca.pem") }));
     }
     if (0..hosts.len()).any(|k| k != h && vxlan_to(k)) {
-        cmds.push(Command::ListenVxlan(SocketAddr::new(
-            host.underlay_ip.into(),
-            vnet_wire::vxlan::IANA_PORT,
-        )));
+        cmds.push(Command::ListenVxlan(SocketAddr::new(host.underlay_ip, vnet_wire::vxlan::IANA_PORT)));
     }
     for (v, vm) in host.vms.iter().enumerate() {
         let (kind, dev, netns, queues, dp) = match (&vm.host_dev, &vm.vhost) {
@@ -143,9 +140,9 @@ fn modes(s: &Spec) -> Result<(Option<Mode>, Datapath)> {
 fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
     let ip = other.underlay_ip;
     if vxlan {
-        Transport::Vxlan { remote: SocketAddr::new(ip.into(), vnet_wire::vxlan::IANA_PORT), vni: VNI }
+        Transport::Vxlan { remote: SocketAddr::new(ip, vnet_wire::vxlan::IANA_PORT), vni: VNI }
     } else if matches!(s.links, Links::Tcp | Links::Tls) {
-        Transport::Tcp { remote: SocketAddr::new(ip.into(), 9000), tls: s.links == Links::Tls }
+        Transport::Tcp { remote: SocketAddr::new(ip, 9000), tls: s.links == Links::Tls }
     } else {
         // A link to a Palacios host speaks its (raw) format.
         let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };
@@ -156,12 +153,7 @@ fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
             _ => Security::None,
         };
         let format = if security == Security::None { format } else { Format::Vnet };
-        Transport::Udp {
-            remote: SocketAddr::new(ip.into(), 9000),
-            format: format.into(),
-            network: 0,
-            security,
-        }
+        Transport::Udp { remote: SocketAddr::new(ip, 9000), format: format.into(), network: 0, security }
     }
 }
 
