@@ -22,6 +22,12 @@ pub trait DatagramTx: Send + Sync {
     /// last may be shorter), as one GSO send where the transport can. `flow`
     /// is the inner flow's hash (it picks the outer source port).
     fn send(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool;
+
+    /// Sends to `to` from now on (a roaming peer); false where the
+    /// transport cannot (a stream, a LAN).
+    fn retarget(&self, _to: std::net::SocketAddr) -> bool {
+        false
+    }
 }
 
 /// A link.
@@ -42,6 +48,11 @@ pub struct Link {
     pub secure: Option<SecureLink>,
     /// Whether the peer is heard from.
     pub alive: Alive,
+    /// Where the peer was last authenticated from, when that is not the
+    /// configured remote (a secured link roams: WireGuard's rule).
+    pub roamed: arc_swap::ArcSwapOption<std::net::SocketAddr>,
+    /// Times the link followed its peer to a new address.
+    pub roams: AtomicU64,
 }
 
 /// An idle link's keepalive period: a `vnet` link that sent nothing for
@@ -131,7 +142,38 @@ impl Link {
             too_big_logged: AtomicBool::new(false),
             secure: None,
             alive: Alive::default(),
+            roamed: arc_swap::ArcSwapOption::empty(),
+            roams: AtomicU64::new(0),
         }
+    }
+
+    /// Where the link sends now: the address its peer was last
+    /// authenticated from, else the configured remote.
+    pub fn endpoint(&self) -> Option<std::net::SocketAddr> {
+        self.roamed.load().as_deref().copied().or_else(|| self.def.remote())
+    }
+
+    /// A datagram from `from` authenticated as the peer's: when `from`'s
+    /// address is not where the link sends, the link follows it there (the
+    /// configured port kept: the peer's vnetd receives on its `listen`
+    /// port, whatever port it sent from). Only a secured link roams, and
+    /// only after its peer's datagram opened (never on an unauthenticated
+    /// one: the caller's rule).
+    pub fn authenticated_from(&self, from: std::net::SocketAddr, g: &crate::plane::Global) {
+        let Some(now) = self.endpoint() else { return };
+        if now.ip() == from.ip() || self.secure.is_none() {
+            return;
+        }
+        let to = std::net::SocketAddr::new(from.ip(), now.port());
+        if !self.io.retarget(to) {
+            return;
+        }
+        let configured = self.def.remote().is_some_and(|r| r.ip() == to.ip());
+        self.roamed.store(if configured { None } else { Some(Arc::new(to)) });
+        self.roams.fetch_add(1, Relaxed);
+        g.roams.fetch_add(1, Relaxed);
+        g.remember_roam(to.ip(), self.def.id);
+        tracing::info!(link = %self.def.name, from = %now, to = %to, "the peer moved: following it (an authenticated datagram from its new address)");
     }
 
     /// The link with its security (for a link whose definition asks for it).

@@ -192,6 +192,20 @@ impl Plane {
     pub fn link_for(&self, key: RxKey) -> Option<&Arc<Link>> {
         self.links_by_rx.get(&key).and_then(|id| self.links.get(id))
     }
+
+    /// The secured link a datagram from `from`, an address no link is
+    /// configured with, may be from: the link that roamed there, or the
+    /// one owning the session a secured data datagram names. A candidate
+    /// only: the caller authenticates the datagram before the link moves.
+    pub fn roaming_link(&self, g: &Global, from: std::net::IpAddr, data: &[u8]) -> Option<&Arc<Link>> {
+        if let Some(l) = g.roamed.load().get(&from).and_then(|id| self.links.get(id)) {
+            if l.endpoint().is_some_and(|e| e.ip() == from) {
+                return Some(l);
+            }
+        }
+        let index = crate::secure::data_index(data)?;
+        self.links.values().find(|l| l.secure.as_ref().is_some_and(|s| s.names_session(index)))
+    }
 }
 
 /// The route table `state` declares, as generation `generation`. Each
@@ -246,6 +260,16 @@ pub struct Global {
     pub no_route: AtomicU64,
     /// Datagrams from an address (or VNI) that is not a configured link.
     pub unknown_source: AtomicU64,
+    /// Times a secured link followed its peer to a new address (an
+    /// authenticated datagram from there).
+    pub roams: AtomicU64,
+    /// Datagrams from an address that is not their link's that did not
+    /// authenticate (forged, replayed, stale): the link stayed where it was.
+    pub roams_refused: AtomicU64,
+    /// Where roamed links' peers are now: address -> link id (checked
+    /// against the link's endpoint when used, so a stale entry is harmless).
+    #[serde(skip)]
+    pub roamed: arc_swap::ArcSwap<std::collections::HashMap<std::net::IpAddr, u32>>,
     /// Frames or datagrams too short or malformed to route.
     pub malformed: AtomicU64,
     /// `vnet` datagrams carrying another network id than the link's.
@@ -283,6 +307,19 @@ pub struct Global {
     /// The link worker's dispatch.
     #[serde(skip)]
     pub link_dispatch: Arc<DispatchStats>,
+}
+
+impl Global {
+    /// Datagrams from `ip` belong to link `id` (it roamed there). Entries
+    /// are bounded by the links: one per link, the newest.
+    pub fn remember_roam(&self, ip: std::net::IpAddr, id: u32) {
+        self.roamed.rcu(|m| {
+            let mut m: std::collections::HashMap<_, _> = (**m).clone();
+            m.retain(|_, l| *l != id);
+            m.insert(ip, id);
+            m
+        });
+    }
 }
 
 #[cfg(test)]

@@ -99,6 +99,10 @@ impl Receiver {
                 }
             },
         };
+        // A secured link's peer may have moved (roaming): a candidate by the
+        // session its datagram names, moved only once the datagram opens.
+        let link =
+            link.or_else(|| (via == Via::Udp).then(|| plane.roaming_link(&g, from.ip(), data)).flatten());
         let Some(link) = link else {
             g.unknown_source.fetch_add(1, Relaxed);
             return;

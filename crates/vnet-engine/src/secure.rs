@@ -559,6 +559,11 @@ fn index_at(data: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]])
 }
 
+/// The receiver index a secured data datagram names (`None`: it is not one).
+pub fn data_index(data: &[u8]) -> Option<u32> {
+    (data.len() >= OVERHEAD && data[0] == VERSION && data[1] == T_DATA).then(|| index_at(data, 4))
+}
+
 fn prologue(mode: Mode) -> [u8; 8] {
     [b'v', b'n', b'e', b't', b' ', b'v', b'2', mode.byte()]
 }
@@ -618,6 +623,12 @@ impl SecureLink {
             self.stats.no_session.fetch_add(1, Relaxed);
         }
         s
+    }
+
+    /// Whether one of this link's sessions has receiver index `index`.
+    pub fn names_session(&self, index: u32) -> bool {
+        let st = self.lock();
+        [&st.current, &st.previous, &st.next].iter().any(|s| s.as_ref().is_some_and(|s| s.local == index))
     }
 
     /// Whether a session is established.

@@ -187,7 +187,8 @@ impl Wire {
 struct WireTx {
     /// The sending host's address and port (every host listens on the default port).
     from: SocketAddr,
-    to: IpAddr,
+    /// The peer's address (a secured link's roams: [`DatagramTx::retarget`]).
+    to: Mutex<IpAddr>,
     arrival: Arrival,
     wire: Arc<Mutex<Wire>>,
 }
@@ -195,13 +196,19 @@ struct WireTx {
 impl DatagramTx for WireTx {
     fn send(&self, iov: &[IoSlice<'_>], seg: usize, _flow: u64) -> bool {
         let bytes: Vec<u8> = iov.iter().flat_map(|p| p.iter().copied()).collect();
+        let to = *self.to.lock().unwrap_or_else(|e| e.into_inner());
         let mut w = self.wire.lock().unwrap_or_else(|e| e.into_inner());
         if bytes.is_empty() {
-            w.put(self.from, self.to, self.arrival, Vec::new()); // a keepalive
+            w.put(self.from, to, self.arrival, Vec::new()); // a keepalive
         }
         for d in bytes.chunks(seg.max(1)) {
-            w.put(self.from, self.to, self.arrival, d.to_vec());
+            w.put(self.from, to, self.arrival, d.to_vec());
         }
+        true
+    }
+
+    fn retarget(&self, to: SocketAddr) -> bool {
+        *self.to.lock().unwrap_or_else(|e| e.into_inner()) = to.ip();
         true
     }
 }
@@ -491,7 +498,7 @@ impl Host {
                     };
                     let to = d.remote().map_or(self.ip, |r| r.ip());
                     let from = SocketAddr::new(self.ip, DEFAULT_PORT);
-                    let io = WireTx { from, to, arrival, wire: wire.clone() };
+                    let io = WireTx { from, to: Mutex::new(to), arrival, wire: wire.clone() };
                     let sec = secured.remove(&d.id).flatten();
                     Arc::new(Link::new(d.clone(), Arc::new(io)).secured(sec))
                 }

@@ -575,6 +575,63 @@ fn secured_links_deliver_only_what_the_peer_sealed() {
     }
 }
 
+/// Issue 31, roaming (WireGuard's rule): a secured link follows its peer to
+/// a new address after a datagram from there authenticates, never after one
+/// that does not (tampered, or replayed) from a third address; those are
+/// counted in `roams_refused`.
+#[test]
+fn a_secured_link_follows_an_authenticated_datagram_to_a_new_address_and_nothing_else() {
+    for mode in ["auth", "encrypt"] {
+        let mut net = secure_pair(mode, 120, 0);
+        // Host 0's datagram, lost on the wire but captured: fresh to host 1.
+        net.start_capture();
+        net.set_faults(Faults { loss: 1.0, ..Faults::default() });
+        let f = frame(0, Some(1), 7, 200);
+        net.send(0, "vm", &f);
+        net.run(100);
+        net.set_faults(Faults::default());
+        let wire = net.captured();
+        assert_eq!(wire.len(), 1, "{mode}");
+        let endpoint = |net: &Net| net.hosts[1].link("p").unwrap().endpoint().map(|e| e.to_string());
+        let refused = |net: &Net| load(&net.hosts[1].global.roams_refused);
+        let home = Some(format!("{}:9000", ip(0)));
+        // Tampered, from a third address: nothing delivered, the link stays.
+        let mut t = wire[0].clone();
+        let i = t.len() / 2;
+        t[i] ^= 1;
+        net.inject("10.0.0.77", &ip(1), t);
+        net.run(100);
+        assert!(net.take(1, "vm").is_empty(), "{mode}");
+        assert_eq!((endpoint(&net), refused(&net)), (home.clone(), 1), "{mode}");
+        // The peer's own datagram from a new address: delivered, followed.
+        net.inject("10.0.0.66", &ip(1), wire[0].clone());
+        net.run(100);
+        assert_eq!(frames(&net.take(1, "vm")), vec![f.as_slice()], "{mode}");
+        assert_eq!(endpoint(&net), Some("10.0.0.66:9000".to_string()), "{mode}");
+        assert_eq!(load(&net.hosts[1].link("p").unwrap().roams), 1, "{mode}");
+        assert_eq!(load(&net.hosts[1].global.roams), 1, "{mode}");
+        // Replayed from a third address: refused, the link stays.
+        net.inject("10.0.0.77", &ip(1), wire[0].clone());
+        net.run(100);
+        assert!(net.take(1, "vm").is_empty(), "{mode}");
+        assert_eq!(endpoint(&net), Some("10.0.0.66:9000".to_string()), "{mode}");
+        assert_eq!((refused(&net), load(&sec(&net, 1).replays)), (2, 1), "{mode}");
+        // Host 1 now sends to the new address: nothing reaches host 0 ...
+        net.send(1, "vm", &frame(1, Some(0), 8, 200));
+        net.run(100);
+        assert!(net.take(0, "vm").is_empty(), "{mode}: host 1 still sends to the old address");
+        // ... until host 0 is heard from its own address again: back home.
+        net.send(0, "vm", &frame(0, Some(1), 9, 200));
+        net.run(100);
+        assert_eq!(net.take(1, "vm").len(), 1, "{mode}");
+        assert_eq!(endpoint(&net), home, "{mode}");
+        assert!(net.hosts[1].link("p").unwrap().roamed.load().is_none(), "{mode}");
+        net.send(1, "vm", &frame(1, Some(0), 10, 200));
+        net.run(100);
+        assert_eq!(net.take(0, "vm").len(), 1, "{mode}");
+    }
+}
+
 #[test]
 fn a_peer_with_another_key_gets_no_session_and_delivers_nothing() {
     // Host 1 expects host 5's key from host 0's address.

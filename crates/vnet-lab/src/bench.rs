@@ -37,6 +37,8 @@ pub enum Wire {
     VnetAuth,
     /// `udp ... format vnet` with `security encrypt`.
     VnetEncrypt,
+    /// `udp ... format vnet` over an IPv6-only underlay.
+    Vnet6,
 }
 
 impl Wire {
@@ -49,6 +51,7 @@ impl Wire {
             Wire::Tls => "tls",
             Wire::VnetAuth => "vnet-auth",
             Wire::VnetEncrypt => "vnet-encrypt",
+            Wire::Vnet6 => "vnet6",
         }
     }
 
@@ -56,7 +59,7 @@ impl Wire {
     fn lab(self) -> (Links, Format) {
         match self {
             Wire::Raw => (Links::Udp, Format::Raw),
-            Wire::Vnet => (Links::Udp, Format::Vnet),
+            Wire::Vnet | Wire::Vnet6 => (Links::Udp, Format::Vnet),
             Wire::Vxlan => (Links::Vxlan, Format::Vnet),
             Wire::Tcp => (Links::Tcp, Format::Vnet),
             Wire::Tls => (Links::Tls, Format::Vnet),
@@ -72,7 +75,7 @@ impl Wire {
         match self {
             Wire::Raw => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
             Wire::Vxlan => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
-            Wire::Vnet | Wire::Tcp | Wire::Tls | Wire::VnetAuth | Wire::VnetEncrypt => 65_000,
+            Wire::Vnet | Wire::Vnet6 | Wire::Tcp | Wire::Tls | Wire::VnetAuth | Wire::VnetEncrypt => 65_000,
         }
     }
 }
@@ -133,6 +136,8 @@ impl Case {
     pub fn known() -> Vec<Case> {
         let mut v = Case::all();
         v.push(Case::VnetUserPoll(Wire::Raw));
+        v.push(Case::VnetUser(Wire::Vnet6));
+        v.push(Case::VnetKernel(Wire::Vnet6));
         v
     }
 
@@ -145,6 +150,7 @@ impl Case {
             // The kernel path does not fragment: the VM's frames must fit.
             Case::VnetKernel(Wire::Vxlan) => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
             Case::VnetKernel(Wire::Vnet) => mtu - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD as u32,
+            Case::VnetKernel(Wire::Vnet6) => mtu - vnet_wire::vnet::IPV6_ENCAP_OVERHEAD as u32,
             // These stay on the user path (raw cannot mark unfinished
             // frames, a stream is vnetd's): the user path's MTU.
             // Secured links too, until the kernel path has IPsec.
@@ -493,6 +499,7 @@ fn spec_for(case: Case, cond: &Condition, vms: usize) -> Spec {
         shape: cond.shaped.clone(),
         dispatch,
         datapath,
+        ipv6_underlay: matches!(case, Case::VnetUser(Wire::Vnet6) | Case::VnetKernel(Wire::Vnet6)),
         ..Spec::default()
     }
 }

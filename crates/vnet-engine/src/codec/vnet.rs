@@ -194,6 +194,7 @@ impl Rx {
             Some(sec) => match sec.open(now_ns, from, data, &mut self.reply) {
                 Opened::Data(r) => {
                     link.alive.heard(now_ns);
+                    link.authenticated_from(from, &g);
                     if r.is_empty() {
                         link.alive.keepalives_received.fetch_add(1, Relaxed);
                         return;
@@ -206,6 +207,9 @@ impl Rx {
                 }
                 Opened::Nothing => {
                     link.rx.drop_one();
+                    if link.endpoint().is_some_and(|e| e.ip() != from.ip()) {
+                        g.roams_refused.fetch_add(1, Relaxed);
+                    }
                     return;
                 }
             },

@@ -119,6 +119,11 @@ pub struct SecurityView<'a> {
     pub security: &'static str,
     /// Whether a session is established.
     pub established: bool,
+    /// Where the link sends now: the configured remote, or the address its
+    /// peer was last authenticated from (roaming).
+    pub endpoint: String,
+    /// Times the link followed its peer to a new address.
+    pub roams: u64,
     #[serde(flatten)]
     pub stats: &'a SecureStats,
 }
@@ -247,6 +252,8 @@ impl Daemon {
                     security: l.secure.as_ref().map(|sec| SecurityView {
                         security: if sec.mode() == Mode::Auth { "auth" } else { "encrypt" },
                         established: sec.established(),
+                        endpoint: l.endpoint().map_or_else(String::new, |e| e.to_string()),
+                        roams: l.roams.load(Relaxed),
                         stats: &sec.stats,
                     }),
                     io,

@@ -18,7 +18,9 @@ pub const TX_POOL: usize = 4;
 /// Sends one link's datagrams.
 pub struct UdpTx {
     name: String,
-    remote: SocketAddr,
+    /// The peer's address: the configured remote, or where a secured
+    /// link's peer roamed to ([`DatagramTx::retarget`]).
+    remote: arc_swap::ArcSwap<SocketAddr>,
     socks: Vec<Arc<UdpSocket>>,
     /// Twins of `socks` (same ports) that send single datagrams with a zero
     /// UDP checksum (VXLAN over IPv4); empty: `socks` send everything.
@@ -32,7 +34,7 @@ impl UdpTx {
     pub fn new(name: &str, remote: SocketAddr, socks: Vec<Arc<UdpSocket>>, global: Arc<Global>) -> Self {
         UdpTx {
             name: name.to_string(),
-            remote,
+            remote: arc_swap::ArcSwap::from_pointee(remote),
             socks,
             nocheck: Vec::new(),
             gso_off: AtomicBool::new(false),
@@ -51,18 +53,30 @@ impl UdpTx {
 }
 
 impl DatagramTx for UdpTx {
+    fn retarget(&self, to: SocketAddr) -> bool {
+        // A socket sends to its own family only (or an IPv4 peer from a
+        // dual-stack socket): a peer that moved across families is refused.
+        let from = self.socks.first().and_then(|s| s.local_addr().ok());
+        if from.is_some_and(|f| f.is_ipv4() && to.is_ipv6()) {
+            return false;
+        }
+        self.remote.store(Arc::new(to));
+        true
+    }
+
     fn send(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool {
+        let remote = **self.remote.load();
         let k = (flow % self.socks.len().max(1) as u64) as usize;
         let total: usize = iov.iter().map(|s| s.len()).sum();
         if total <= seg {
             if let Some(s) = self.nocheck.get(k) {
-                return sys::send_segments(s, &self.remote, iov, 0).is_ok();
+                return sys::send_segments(s, &remote, iov, 0).is_ok();
             }
         }
         let Some(sock) = self.socks.get(k) else { return false };
         if total <= seg || !self.gso_off.load(Relaxed) {
             let segment = if total > seg { seg as u16 } else { 0 };
-            match sys::send_segments(sock, &self.remote, iov, segment) {
+            match sys::send_segments(sock, &remote, iov, segment) {
                 Ok(_) => return true,
                 Err(e)
                     if segment > 0
@@ -90,14 +104,14 @@ impl DatagramTx for UdpTx {
                 have += take;
                 rest = &rest[take..];
                 if have == seg {
-                    if sys::send_segments(sock, &self.remote, &one[..k], 0).is_err() {
+                    if sys::send_segments(sock, &remote, &one[..k], 0).is_err() {
                         return false;
                     }
                     (k, have) = (0, 0);
                 }
             }
         }
-        k == 0 || sys::send_segments(sock, &self.remote, &one[..k], 0).is_ok()
+        k == 0 || sys::send_segments(sock, &remote, &one[..k], 0).is_ok()
     }
 }
 
