@@ -21,7 +21,12 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
     let to_link = |name: String| Target::Link(Ref { pos: Default::default(), by: LinkRef::Name(name) });
     let route = |dst: MacSpec, to: Target| Command::Route { src: MacSpec::Any, dst, to, from: From::Any };
 
-    let mut cmds = vec![Command::Listen { addr: SocketAddr::new(host.underlay_ip, 9000), mode }];
+    let listen_ip = match host.underlay_ip {
+        _ if !s.listen_any.contains(&h) => host.underlay_ip,
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let mut cmds = vec![Command::Listen { addr: SocketAddr::new(listen_ip, 9000), mode }];
     let vxlan_to = |k: usize| s.links == Links::Vxlan || s.vteps.contains(&k);
     if s.links == Links::Tls {
         let d = host.config.parent().unwrap_or(Path::new("/"));

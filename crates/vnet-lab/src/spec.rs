@@ -92,6 +92,10 @@ pub struct Spec {
     /// `fd00:77::fa`; kernel VTEPs accept zero UDP checksums
     /// (`udp6zerocsumrx`, as vnet's kernel path sends them).
     pub ipv6_underlay: bool,
+    /// Hosts whose vnetd listens on every address (`listen udp 0.0.0.0:9000`
+    /// or `[::]:9000`) instead of its underlay address: a host whose
+    /// address may change (roaming).
+    pub listen_any: Vec<usize>,
 }
 
 /// A cluster-mode lab's settings.
@@ -208,6 +212,7 @@ impl Default for Spec {
             lan_host: None,
             cluster: None,
             ipv6_underlay: false,
+            listen_any: Vec::new(),
         }
     }
 }

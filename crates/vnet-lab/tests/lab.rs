@@ -2272,10 +2272,9 @@ fn assert_ipv6_only(lab: &Lab, h: usize) {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn a_secured_link_follows_its_peer_to_a_new_address_and_never_on_a_forgery() {
-    let mut lab = lab(Spec { links: Links::Encrypt, ..Spec::default() });
-    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     // Host 1 (the one that moves) listens on every address.
-    lab.apply(1, "listen udp 0.0.0.0:9000\n").unwrap();
+    let mut lab = lab(Spec { links: Links::Encrypt, listen_any: vec![1], ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     let (ns0, dev0) = (lab.hosts[0].ns.clone(), lab.hosts[0].underlay_dev.clone());
     let (ns1, dev1) = (lab.hosts[1].ns.clone(), lab.hosts[1].underlay_dev.clone());
