@@ -36,6 +36,7 @@ pub mod forward;
 pub mod link;
 pub mod matrix;
 pub mod plane;
+pub mod pmtu;
 pub mod port;
 pub mod rx;
 pub mod secure;

@@ -53,6 +53,9 @@ pub struct Link {
     pub roamed: arc_swap::ArcSwapOption<std::net::SocketAddr>,
     /// Times the link followed its peer to a new address.
     pub roams: AtomicU64,
+    /// A `vnet` link's path MTU search ([`crate::pmtu`]); other kinds use
+    /// their configured `mtu` (their peers cannot answer probes).
+    pub pmtu: Option<crate::pmtu::Pmtu>,
 }
 
 /// An idle link's keepalive period: a `vnet` link that sent nothing for
@@ -133,7 +136,6 @@ impl std::fmt::Debug for Link {
 impl Link {
     pub fn new(def: LinkDef, io: Arc<dyn DatagramTx>) -> Self {
         Link {
-            def,
             rx: Counters::default(),
             tx: Counters::default(),
             io,
@@ -144,7 +146,16 @@ impl Link {
             alive: Alive::default(),
             roamed: arc_swap::ArcSwapOption::empty(),
             roams: AtomicU64::new(0),
+            pmtu: matches!(def.transport, Transport::Udp { format: LinkFormat::Vnet, .. })
+                .then(|| crate::pmtu::Pmtu::new(def.mtu, random_seed() as u32)),
+            def,
         }
+    }
+
+    /// The underlay MTU in use: the path MTU found for a `vnet` link (as
+    /// far as probes confirmed it), else the configured `mtu`.
+    pub fn mtu(&self) -> u32 {
+        self.pmtu.as_ref().map_or(self.def.mtu, crate::pmtu::Pmtu::current)
     }
 
     /// Where the link sends now: the address its peer was last
@@ -193,6 +204,13 @@ impl Link {
             if let Some(n) = sec.tick(now_ns, &mut out) {
                 self.io.send(&[IoSlice::new(&out[..n])], n, 0);
             }
+        }
+        // Path MTU probes, once a secured link can seal them.
+        if let Some(p) = self.pmtu.as_ref().filter(|_| self.secure.as_ref().is_none_or(|s| s.established())) {
+            let heard = self.alive.age_ns(now_ns).is_some_and(|a| a < DEAD_NS);
+            p.tick(now_ns, heard, |id, size| {
+                codec::vnet::send_probe(self, id, size, false);
+            });
         }
         if self.sends_keepalives() {
             let a = &self.alive;
@@ -247,15 +265,23 @@ impl Link {
         }
     }
 
-    /// The largest UDP payload that crosses the underlay unfragmented.
+    /// The outer IP and UDP headers' length (0: a LAN has none).
+    pub fn outer_len(&self) -> usize {
+        match self.def.remote() {
+            Some(r) if r.is_ipv6() => 40 + 8,
+            Some(_) => 20 + 8,
+            None => 0,
+        }
+    }
+
+    /// The largest UDP payload that crosses the underlay unfragmented (at
+    /// the path MTU in use, [`Link::mtu`]).
     pub fn max_datagram(&self) -> usize {
-        let ip = match self.def.remote() {
-            Some(r) if r.is_ipv6() => 40,
-            Some(_) => 20,
+        match self.outer_len() {
             // A LAN frame has no outer headers: the frame is what goes out.
-            None => return self.def.mtu as usize + 14,
-        };
-        (self.def.mtu as usize).saturating_sub(ip + 8)
+            0 => self.def.mtu as usize + 14,
+            o => (self.mtu() as usize).saturating_sub(o),
+        }
     }
 
     /// The largest frame (Ethernet header included) the link carries

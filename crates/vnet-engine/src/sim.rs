@@ -93,6 +93,10 @@ pub struct Faults {
     pub duplicate: f64,
     /// Extra delay, uniform in 0..=jitter_ns (reorders datagrams).
     pub jitter_ns: u64,
+    /// The largest datagram (UDP payload) the path carries, as a router
+    /// with a smaller MTU that drops what does not fit and sends no ICMP
+    /// (0: any).
+    pub max_datagram: usize,
 }
 
 /// A datagram in flight.
@@ -160,7 +164,8 @@ impl Wire {
             self.queue.push(f);
             return;
         }
-        if self.chance(self.faults.loss) {
+        let too_big = self.faults.max_datagram > 0 && bytes.len() > self.faults.max_datagram;
+        if too_big || self.chance(self.faults.loss) {
             self.lost += 1;
             return;
         }

@@ -225,7 +225,7 @@ fn large_frames_cross_vnet_links_reordered_and_duplicated_exactly_once() {
     // VMs with a 9000-byte MTU over a 1500-byte underlay: each frame is 7
     // `vnet` datagrams; the wire reorders (up to 2 ms jitter) and duplicates.
     let mut net = vnet_pair(7);
-    net.set_faults(Faults { loss: 0.0, duplicate: 0.02, jitter_ns: 2_000_000 });
+    net.set_faults(Faults { loss: 0.0, duplicate: 0.02, jitter_ns: 2_000_000, ..Faults::default() });
     let sent: Vec<Vec<u8>> = (0..300).map(|t| frame(0, Some(1), t, 9000)).collect();
     // Paced as a sender at about 700 Mbit/s: ~20 frames in flight, within
     // the receiver's 64 reassembly slots.
@@ -247,7 +247,7 @@ fn large_frames_cross_vnet_links_reordered_and_duplicated_exactly_once() {
 #[test]
 fn fragments_lost_on_the_wire_lose_their_frame_never_corrupt_one() {
     let mut net = vnet_pair(11);
-    net.set_faults(Faults { loss: 0.03, duplicate: 0.0, jitter_ns: 500_000 });
+    net.set_faults(Faults { loss: 0.03, duplicate: 0.0, jitter_ns: 500_000, ..Faults::default() });
     let sent: Vec<Vec<u8>> = (0..400).map(|t| frame(0, Some(1), t, 9000)).collect();
     for f in &sent {
         net.send(0, "vm", f);
@@ -632,6 +632,44 @@ fn a_secured_link_follows_an_authenticated_datagram_to_a_new_address_and_nothing
     }
 }
 
+/// Issue 31, path MTU: a path that carries 1280-byte packets (a router
+/// that drops larger ones and sends no ICMP) between two hosts whose links
+/// say `mtu 1500`: each link's probes find 1280 (to within a step), frames
+/// of every size cross, plain and secured; a path that carries 1500 again
+/// is found by the raise timer's search.
+#[test]
+fn probes_find_a_1280_byte_path_under_a_1500_byte_link_and_frames_of_every_size_cross() {
+    use vnet_engine::pmtu::{Phase, STEP};
+    for mode in ["", "auth", "encrypt"] {
+        let mut net = if mode.is_empty() { vnet_pair(41) } else { secure_pair(mode, 120, 0) };
+        net.set_faults(Faults { max_datagram: 1280 - 28, ..Faults::default() });
+        idle(&mut net, 5_000);
+        for h in 0..2 {
+            let l = net.hosts[h].link("p").unwrap();
+            let p = l.pmtu.as_ref().unwrap();
+            assert_eq!(p.phase(), Phase::Done, "{mode}: host {h}");
+            assert!(l.mtu() <= 1280 && 1280 - l.mtu() <= STEP, "{mode}: host {h}: {}", l.mtu());
+        }
+        for (i, size) in [60usize, 1400, 1500, 3000, 9000, 60_000].into_iter().enumerate() {
+            let f = frame(0, Some(1), i as u32, size);
+            net.send(0, "vm", &f);
+            net.run(10_000);
+            assert_eq!(frames(&net.take(1, "vm")), vec![f.as_slice()], "{mode}: a {size}-byte frame");
+        }
+        let lost_before = net.wire.lock().unwrap().lost;
+        net.send(1, "vm", &frame(1, Some(0), 99, 8000));
+        net.run(10_000);
+        assert_eq!(net.take(0, "vm").len(), 1, "{mode}");
+        assert_eq!(net.wire.lock().unwrap().lost, lost_before, "{mode}: a datagram was too big for the path");
+        // The path widens: the next raise finds it.
+        net.set_faults(Faults::default());
+        for _ in 0..(vnet_engine::pmtu::RAISE_NS / SEC + 40) {
+            net.advance(SEC);
+        }
+        assert_eq!(net.hosts[0].link("p").unwrap().mtu(), 1500, "{mode}");
+    }
+}
+
 #[test]
 fn a_peer_with_another_key_gets_no_session_and_delivers_nothing() {
     // Host 1 expects host 5's key from host 0's address.
@@ -734,9 +772,11 @@ fn links_to_peers_without_keepalives_are_quiet_not_down_and_send_none() {
         assert_eq!(l.liveness(net.now_ns()), Quiet, "{name}");
         assert_eq!(load(&l.alive.keepalives_sent), 0, "{name}");
     }
-    // What the wire carried is the vnet link's keepalives only (empty
-    // datagrams), none to the raw or VXLAN peers.
-    assert!(net.captured().iter().all(|d| d.is_empty()));
+    // What the wire carried is the vnet link's keepalives (empty
+    // datagrams) and path MTU probes, none to the raw or VXLAN peers.
+    let probe = |d: &[u8]| d.len() >= 20 && d[0] == 1 && vnet_wire::vnet::Flags(d[1]).is_probe();
+    let wire = net.captured();
+    assert!(wire.iter().all(|d| d.is_empty() || probe(d)), "{:?}", wire.iter().map(|d| d.len()).collect::<Vec<_>>());
     // A raw peer heard from is up.
     net.inject("10.0.0.9:9000", &ip(0), frame(9, Some(0), 1, 100));
     net.run(10);

@@ -68,7 +68,19 @@ impl Flags {
     /// The kernel fast path sends this: tunnel GSO copies one outer header
     /// onto every segment, so no per-datagram length could be right.
     pub const WHOLE: u8 = 0x04;
-    const KNOWN: u8 = Self::AUTH | Self::VNET_HDR | Self::WHOLE;
+    /// A path MTU probe (RFC 8899's PLPMTUD): no frame; padding fills the
+    /// datagram to the size probed, whose MTU `frame length` gives; `frame
+    /// id` is the probe's id. The receiver answers with [`Flags::PROBE_ACK`].
+    pub const PROBE: u8 = 0x08;
+    /// The answer to a probe: `frame id` and `frame length` echoed, no
+    /// payload.
+    pub const PROBE_ACK: u8 = 0x10;
+    const KNOWN: u8 = Self::AUTH | Self::VNET_HDR | Self::WHOLE | Self::PROBE | Self::PROBE_ACK;
+
+    /// Whether the datagram is a probe or a probe's answer (no frame).
+    pub fn is_probe(self) -> bool {
+        self.0 & (Self::PROBE | Self::PROBE_ACK) != 0
+    }
 }
 
 /// A view of a `vnet` datagram.
@@ -101,6 +113,9 @@ impl<T: AsRef<[u8]>> VnetPacket<T> {
             return Err(Error::Malformed("flags"));
         }
         let n = p.payload().len() as u64;
+        if p.flags().is_probe() {
+            return Ok(p);
+        }
         if p.flags().0 & Flags::WHOLE != 0 {
             if n == 0 || n > MAX_FRAME_LEN as u64 {
                 return Err(Error::Malformed("frame length"));

@@ -140,6 +140,38 @@ fn send_sealed(
         .all(|b| link.io.send(&[IoSlice::new(&out[b.start * seg..(b.end * seg).min(pos)])], seg, flow))
 }
 
+/// Sends a path MTU probe of IP size `size` (`ack`: the answer to the
+/// peer's probe `id` of that size, no padding), sealed on a secured link.
+/// A probe is sent from the link's timer, not per frame: its buffer is
+/// allocated; an answer's is on the stack.
+pub fn send_probe(link: &Link, id: u32, size: u32, ack: bool) -> bool {
+    let Transport::Udp { network, .. } = link.def.transport else { return false };
+    let flags = Flags(if ack { Flags::PROBE_ACK } else { Flags::PROBE });
+    let repr = VnetRepr { flags, network, frame_id: id, frame_len: size, offset: 0 };
+    let over = link.secure.as_ref().map_or(0, |_| secure::OVERHEAD);
+    let plain = if ack { HEADER_LEN } else { (size as usize).saturating_sub(link.outer_len() + over).max(HEADER_LEN) };
+    let mut small = [0u8; secure::OVERHEAD + HEADER_LEN];
+    let mut big = Vec::new();
+    let buf: &mut [u8] = if ack {
+        &mut small
+    } else {
+        big.resize(over + plain, 0);
+        &mut big
+    };
+    let at = if over > 0 { secure::DATA_HEADER } else { 0 };
+    if repr.emit(&mut buf[at..]).is_none() {
+        return false;
+    }
+    let n = match &link.secure {
+        None => plain,
+        Some(sec) => match sec.sealer().and_then(|s| s.seal(sec.mode(), buf, plain)) {
+            Some(n) => n,
+            None => return false,
+        },
+    };
+    link.io.send(&[IoSlice::new(&buf[..n])], n, 0)
+}
+
 /// Whether the `virtio_net_hdr` at the front of `parts` is all zeros.
 fn header_is_none(parts: &[IoSlice<'_>]) -> bool {
     let mut left = virtio::LEN;
@@ -225,6 +257,14 @@ impl Rx {
         if repr.network != network {
             link.rx.drop_one();
             g.wrong_network.fetch_add(1, Relaxed);
+            return;
+        }
+        if repr.flags.is_probe() {
+            if repr.flags.0 & Flags::PROBE != 0 {
+                send_probe(link, repr.frame_id, repr.frame_len, true);
+            } else if let Some(p) = &link.pmtu {
+                p.acked(repr.frame_id, now_ns);
+            }
             return;
         }
         if repr.flags.0 & Flags::AUTH != 0 {

@@ -1,0 +1,359 @@
+//! Path MTU discovery for `vnet` links: packetization-layer probing as RFC
+//! 8899 (DPLPMTUD) describes it, with no reliance on ICMP reaching us.
+//!
+//! Each `vnet` link starts at [`BASE`] (1280 bytes of IP packet, what every
+//! IPv6 path carries and in practice every IPv4 one), or its configured
+//! `mtu` if that is smaller, and probes upwards: a probe is a `vnet`
+//! datagram (sealed, on a secured link) padded to the IP size probed, sent
+//! with DF and ignoring the kernel's own PMTU cache (`IP_PMTUDISC_PROBE`),
+//! which the peer answers with a small acknowledgement echoing its id.
+//! Once the base passes, the search sends rounds of up to [`PARALLEL`]
+//! probes at once, spread between the largest size acknowledged and the
+//! smallest lost (the configured `mtu` always among the first: the common
+//! case is that the path carries it); a round ends when every probe is
+//! answered or [`PROBE_TIMEOUT_NS`] passed, and the search when the two
+//! are within [`STEP`] bytes: two rounds, about half a second, from 1280
+//! to 1500. A probe lost by chance below a larger one answered costs
+//! nothing; the largest passing size lost by chance leaves the link a
+//! step lower until the next raise. The size in use ([`Pmtu::current`])
+//! only ever rises to a size acknowledged, so frames are fragmented to
+//! what is known to pass (the user path); the kernel path leaves what
+//! does not fit to the user path.
+//!
+//! Afterwards the size in use is confirmed every [`CONFIRM_NS`] (a path
+//! that shrank, a black hole, is found when a confirmation is lost
+//! [`MAX_PROBES`] times in a row: back to [`BASE`] and search again), and
+//! a path below the configured `mtu` is searched upwards again every
+//! [`RAISE_NS`]. A peer that answers no probe at [`BASE`] in
+//! [`MAX_PROBES`] tries while it is heard from (a vnetd from before
+//! probes) is taken at the configured `mtu`, as before, and probed again
+//! every [`RAISE_NS`].
+//!
+//! Sans-IO: [`Pmtu::tick`] says which probes to send, [`Pmtu::acked`]
+//! takes an answer; the link sends and receives.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Where every search starts: the IPv6 minimum MTU.
+pub const BASE: u32 = 1280;
+/// A probe unanswered after this long is lost.
+pub const PROBE_TIMEOUT_NS: u64 = 250_000_000;
+/// Base and confirmation probes lost in a row before the size is taken as
+/// not passing.
+pub const MAX_PROBES: u32 = 3;
+/// Probes in one search round.
+pub const PARALLEL: usize = 8;
+/// The search stops when the largest size passing and the smallest not
+/// are this close.
+pub const STEP: u32 = 8;
+/// The size in use is confirmed this often.
+pub const CONFIRM_NS: u64 = 30_000_000_000;
+/// A path below the configured MTU (or a peer that does not probe) is
+/// tried upwards again this often (RFC 8899's PMTU_RAISE_TIMER).
+pub const RAISE_NS: u64 = 600_000_000_000;
+/// While the peer is not heard from, a base probe goes this often.
+const IDLE_NS: u64 = 1_000_000_000;
+
+/// Where the search is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Probing [`BASE`]: no size is known to pass yet.
+    Base,
+    /// Searching between the largest size known to pass and the smallest not.
+    Search,
+    /// Done: the size in use passes, confirmed now and then.
+    Done,
+    /// The peer answers no probe (a vnetd from before them): the configured
+    /// MTU is used, as it always was.
+    Unanswered,
+}
+
+impl Phase {
+    pub fn word(self) -> &'static str {
+        match self {
+            Phase::Base => "base",
+            Phase::Search => "searching",
+            Phase::Done => "done",
+            Phase::Unanswered => "unanswered",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    phase: Phase,
+    /// Largest size acknowledged; smallest size lost (`max + 1`: none).
+    low: u32,
+    high: u32,
+    /// The round in flight: (id, size) of each probe not yet answered.
+    out: [Option<(u32, u32)>; PARALLEL],
+    sent_ns: u64,
+    /// Base or confirmation rounds lost in a row.
+    misses: u32,
+    /// No round before this.
+    next_ns: u64,
+    /// When to search upwards again.
+    raise_ns: u64,
+    next_id: u32,
+}
+
+/// One link's path MTU: the search and the size in use.
+#[derive(Debug)]
+pub struct Pmtu {
+    max: u32,
+    current: AtomicU32,
+    state: Mutex<State>,
+    pub probes_sent: AtomicU64,
+    pub probes_acked: AtomicU64,
+}
+
+impl Pmtu {
+    /// A link configured with `max` (its `mtu`), searching from [`BASE`].
+    pub fn new(max: u32, seed: u32) -> Self {
+        Pmtu {
+            max,
+            current: AtomicU32::new(BASE.min(max)),
+            state: Mutex::new(State {
+                phase: Phase::Base,
+                low: 0,
+                high: max + 1,
+                out: [None; PARALLEL],
+                sent_ns: 0,
+                misses: 0,
+                next_ns: 0,
+                raise_ns: 0,
+                next_id: seed,
+            }),
+            probes_sent: AtomicU64::new(0),
+            probes_acked: AtomicU64::new(0),
+        }
+    }
+
+    /// The MTU in use: the largest size known to pass.
+    pub fn current(&self) -> u32 {
+        self.current.load(Relaxed)
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.lock().phase
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Calls `send(id, size)` for each probe due now. `heard`: the peer was
+    /// heard from lately (an unanswered base probe then means the peer does
+    /// not answer probes, not that nothing passes).
+    pub fn tick(&self, now_ns: u64, heard: bool, mut send: impl FnMut(u32, u32)) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        if st.out.iter().any(Option::is_some) {
+            if now_ns.saturating_sub(st.sent_ns) < PROBE_TIMEOUT_NS {
+                return;
+            }
+            self.round_over(st, now_ns, heard);
+        }
+        if now_ns < st.next_ns {
+            return;
+        }
+        let mut sizes = [0u32; PARALLEL];
+        let n = match st.phase {
+            Phase::Base | Phase::Unanswered => {
+                sizes[0] = BASE.min(self.max);
+                1
+            }
+            Phase::Search if st.high.saturating_sub(st.low) <= STEP => {
+                st.phase = Phase::Done;
+                st.next_ns = now_ns + CONFIRM_NS;
+                return;
+            }
+            Phase::Search => self.spread(st, &mut sizes),
+            Phase::Done if st.low < self.max && now_ns >= st.raise_ns => {
+                st.phase = Phase::Search;
+                st.high = self.max + 1;
+                st.raise_ns = now_ns + RAISE_NS;
+                self.spread(st, &mut sizes)
+            }
+            Phase::Done => {
+                sizes[0] = st.low;
+                1
+            }
+        };
+        st.sent_ns = now_ns;
+        for (slot, &size) in st.out.iter_mut().zip(&sizes[..n]) {
+            st.next_id = st.next_id.wrapping_add(1);
+            *slot = Some((st.next_id, size));
+            self.probes_sent.fetch_add(1, Relaxed);
+            send(st.next_id, size);
+        }
+    }
+
+    /// A search round's sizes between `low` and `high`, exclusive: the
+    /// configured MTU while it is not known to fail, and the rest evenly
+    /// spread (multiples of 4).
+    fn spread(&self, st: &State, sizes: &mut [u32; PARALLEL]) -> usize {
+        let (low, high) = (st.low, st.high.min(self.max + 1));
+        let mut n = 0;
+        if high > self.max {
+            sizes[0] = self.max;
+            n = 1;
+        }
+        let top = high.min(self.max);
+        let k = ((top.saturating_sub(low)) / STEP).min((PARALLEL - n) as u32);
+        for i in 1..=k {
+            let s = (low + (top - low) * i / (k + 1)) & !3;
+            if s > low && s < top && !sizes[..n].contains(&s) {
+                sizes[n] = s;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// A round's time is up: what is still out was lost.
+    fn round_over(&self, st: &mut State, now_ns: u64, heard: bool) {
+        let lost = st.out.iter().flatten().map(|&(_, size)| size).min();
+        st.out = [None; PARALLEL];
+        let Some(lost) = lost else { return };
+        match st.phase {
+            Phase::Search => st.high = st.high.min(lost.max(st.low + 1)),
+            Phase::Base | Phase::Unanswered | Phase::Done => {
+                st.misses += 1;
+                if st.misses < MAX_PROBES {
+                    return;
+                }
+                st.misses = 0;
+                match st.phase {
+                    Phase::Base if heard => {
+                        // Heard from, yet no probe answered: a peer without probes.
+                        st.phase = Phase::Unanswered;
+                        self.current.store(self.max, Relaxed);
+                        st.next_ns = now_ns + RAISE_NS;
+                    }
+                    Phase::Base | Phase::Unanswered => st.next_ns = now_ns + IDLE_NS,
+                    _ => {
+                        // The size in use stopped passing: from the base again.
+                        st.phase = Phase::Base;
+                        st.low = 0;
+                        st.high = self.max + 1;
+                        self.current.store(BASE.min(self.max), Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The peer answered probe `id`.
+    pub fn acked(&self, id: u32, now_ns: u64) {
+        let mut st = self.lock();
+        let Some(slot) = st.out.iter().position(|o| o.is_some_and(|(i, _)| i == id)) else { return };
+        let Some((_, size)) = st.out[slot].take() else { return };
+        self.probes_acked.fetch_add(1, Relaxed);
+        st.misses = 0;
+        st.low = st.low.max(size);
+        self.current.store(st.low, Relaxed);
+        match st.phase {
+            Phase::Base | Phase::Unanswered => {
+                st.phase = if st.low < self.max { Phase::Search } else { Phase::Done };
+                st.high = self.max + 1;
+                st.raise_ns = now_ns + RAISE_NS;
+                st.next_ns = if st.phase == Phase::Done { now_ns + CONFIRM_NS } else { now_ns };
+            }
+            Phase::Search => st.next_ns = now_ns,
+            Phase::Done => st.next_ns = now_ns + CONFIRM_NS,
+        }
+        // Sizes at or below one answered need no answer of their own.
+        let low = st.low;
+        for o in st.out.iter_mut() {
+            if o.is_some_and(|(_, s)| s <= low) {
+                *o = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the search against a path that carries `path` bytes (and
+    /// answers every probe that fits) until it is done; returns the MTU in
+    /// use and the probes sent.
+    fn search(max: u32, path: u32, answers: bool) -> (u32, Phase, u64) {
+        let p = Pmtu::new(max, 7);
+        let mut now = 0;
+        for _ in 0..1000 {
+            let mut due = Vec::new();
+            p.tick(now, true, |id, size| due.push((id, size)));
+            for (id, size) in due {
+                assert!(size <= max && size >= BASE.min(max), "probe of {size}");
+                if answers && size <= path {
+                    p.acked(id, now + 1_000_000);
+                }
+            }
+            if p.phase() == Phase::Done || p.phase() == Phase::Unanswered {
+                break;
+            }
+            now += 50_000_000;
+        }
+        (p.current(), p.phase(), p.probes_sent.load(Relaxed))
+    }
+
+    #[test]
+    fn finds_the_path_mtu_to_within_a_step_and_never_uses_a_size_not_acknowledged() {
+        assert_eq!(search(1500, 1500, true).0, 1500);
+        for path in [1280, 1300, 1400, 1450, 1499] {
+            let (mtu, phase, probes) = search(1500, path, true);
+            assert_eq!(phase, Phase::Done, "path {path}");
+            assert!(mtu <= path && path - mtu <= STEP, "path {path}: {mtu}");
+            assert!(probes <= 1 + 2 * PARALLEL as u64 + 8, "path {path}: {probes} probes");
+        }
+        let (mtu, _, _) = search(9000, 1280, true);
+        assert_eq!(mtu, 1280);
+        // A link configured below the base probes its own MTU only.
+        assert_eq!(search(1000, 9000, true).0, 1000);
+    }
+
+    #[test]
+    fn a_peer_that_answers_no_probe_while_heard_gets_the_configured_mtu() {
+        assert_eq!(search(1500, 1500, false), (1500, Phase::Unanswered, u64::from(MAX_PROBES)));
+    }
+
+    #[test]
+    fn a_path_that_shrinks_is_found_by_the_confirmation_and_searched_again() {
+        let p = Pmtu::new(1500, 1);
+        let mut now = 0;
+        let mut path = 1500;
+        for step in 0..5000u64 {
+            if step == 100 {
+                assert_eq!((p.current(), p.phase()), (1500, Phase::Done));
+                path = 1300;
+            }
+            let mut due = Vec::new();
+            p.tick(now, true, |id, size| due.push((id, size)));
+            for (id, size) in due {
+                if size <= path {
+                    p.acked(id, now);
+                }
+            }
+            now += 100_000_000;
+        }
+        assert!(p.current() <= 1300 && 1300 - p.current() <= STEP, "{}", p.current());
+        assert_eq!(p.phase(), Phase::Done);
+    }
+
+    #[test]
+    fn an_unknown_or_late_answer_changes_nothing() {
+        let p = Pmtu::new(1500, 1);
+        let mut due = Vec::new();
+        p.tick(0, true, |id, size| due.push((id, size)));
+        let (id, _) = due[0];
+        p.acked(id.wrapping_add(5), 1);
+        assert_eq!((p.current(), p.phase()), (BASE, Phase::Base));
+        p.acked(id, 2);
+        p.acked(id, 3);
+        assert_eq!(p.probes_acked.load(Relaxed), 1);
+    }
+}
