@@ -776,7 +776,11 @@ fn links_to_peers_without_keepalives_are_quiet_not_down_and_send_none() {
     // datagrams) and path MTU probes, none to the raw or VXLAN peers.
     let probe = |d: &[u8]| d.len() >= 20 && d[0] == 1 && vnet_wire::vnet::Flags(d[1]).is_probe();
     let wire = net.captured();
-    assert!(wire.iter().all(|d| d.is_empty() || probe(d)), "{:?}", wire.iter().map(|d| d.len()).collect::<Vec<_>>());
+    assert!(
+        wire.iter().all(|d| d.is_empty() || probe(d)),
+        "{:?}",
+        wire.iter().map(|d| d.len()).collect::<Vec<_>>()
+    );
     // A raw peer heard from is up.
     net.inject("10.0.0.9:9000", &ip(0), frame(9, Some(0), 1, 100));
     net.run(10);

@@ -96,6 +96,13 @@ pub struct Spec {
     /// or `[::]:9000`) instead of its underlay address: a host whose
     /// address may change (roaming).
     pub listen_any: Vec<usize>,
+    /// Two sites: each of the two hosts on its own underlay segment
+    /// (10.77.H.1/24) behind a router namespace (10.77.H.254), the two
+    /// routers joined by a link of this MTU (the hosts' segments keep
+    /// `underlay_mtu`); the routers send no ICMP (their ICMP output is
+    /// dropped and counted, `iptables -L OUTPUT`), as on a path that
+    /// filters it.
+    pub site_mtu: Option<u32>,
 }
 
 /// A cluster-mode lab's settings.
@@ -213,6 +220,7 @@ impl Default for Spec {
             cluster: None,
             ipv6_underlay: false,
             listen_any: Vec::new(),
+            site_mtu: None,
         }
     }
 }

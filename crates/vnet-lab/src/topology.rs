@@ -73,7 +73,10 @@ impl Lab {
             hosts.push(Host {
                 ns,
                 underlay_dev: format!("u{h}"),
-                underlay_ip: underlay_ip(h, s.ipv6_underlay),
+                underlay_ip: match s.site_mtu {
+                    Some(_) => Ipv4Addr::new(10, 77, h as u8, 1).into(),
+                    None => underlay_ip(h, s.ipv6_underlay),
+                },
                 config: self.dir.join(format!("h{h}.conf")),
                 control: self.dir.join(format!("h{h}.sock")),
                 log: self.dir.join(format!("h{h}.log")),
@@ -90,6 +93,9 @@ impl Lab {
     fn underlay(&mut self, hosts: &[Host]) -> Result<()> {
         let s = self.spec.clone();
         let p = self.prefix.clone();
+        if let Some(mtu) = s.site_mtu {
+            return self.sites(hosts, mtu);
+        }
         if s.hosts == 2 && s.cluster.is_none() {
             run(&[
                 "ip",
@@ -162,6 +168,50 @@ impl Lab {
                         ],
                     )?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Two sites joined by routers over a link of MTU `mtu` ([`Spec::site_mtu`]).
+    fn sites(&mut self, hosts: &[Host], mtu: u32) -> Result<()> {
+        let p = self.prefix.clone();
+        if hosts.len() != 2 {
+            return Err(Error::Other("a two-site lab has two hosts".into()));
+        }
+        let under = self.spec.underlay_mtu.to_string();
+        let routers = [self.add_ns(format!("{p}-r0"))?, self.add_ns(format!("{p}-r1"))?];
+        let veth = |a: &str, ans: &str, b: &str, bns: &str| {
+            run(&["ip", "link", "add", a, "netns", ans, "type", "veth", "peer", "name", b, "netns", bns])
+        };
+        veth("x0", &routers[0], "x1", &routers[1])?;
+        for (h, (host, r)) in hosts.iter().zip(&routers).enumerate() {
+            veth(&host.underlay_dev, &host.ns, "lan", r)?;
+            let (ip, gw) = (host.underlay_ip.to_string(), format!("10.77.{h}.254"));
+            let x = format!("x{h}");
+            let cmds: [&[&str]; 11] = [
+                &["ip", "link", "set", &host.underlay_dev, "mtu", &under, "up"],
+                &["ip", "addr", "add", &format!("{ip}/24"), "dev", &host.underlay_dev],
+                &["ip", "route", "add", "default", "via", &gw],
+                &["ip", "link", "set", "lan", "mtu", &under, "up"],
+                &["ip", "addr", "add", &format!("{gw}/24"), "dev", "lan"],
+                &["ip", "link", "set", &x, "mtu", &mtu.to_string(), "up"],
+                &["ip", "addr", "add", &format!("10.77.254.{}/30", h + 1), "dev", &x],
+                &[
+                    "ip",
+                    "route",
+                    "add",
+                    &format!("10.77.{}.0/24", 1 - h),
+                    "via",
+                    &format!("10.77.254.{}", 2 - h),
+                ],
+                &["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                &["iptables", "-A", "OUTPUT", "-p", "icmp", "-j", "DROP"],
+                &["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"],
+            ];
+            for (i, c) in cmds.iter().enumerate() {
+                // The first three are the host's, the rest its router's.
+                self.ns_exec(if i < 3 { &host.ns } else { r }, c)?;
             }
         }
         Ok(())

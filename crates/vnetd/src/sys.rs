@@ -396,6 +396,18 @@ pub fn set_dont_fragment(sock: &impl AsRawFd, ipv4: bool) -> io::Result<()> {
     }
 }
 
+/// Sends with DF set and the kernel's own path MTU cache ignored
+/// (`IP_PMTUDISC_PROBE`): vnet finds the path MTU itself by probing (RFC
+/// 8899), so a datagram is neither fragmented on the way nor refused
+/// because of an ICMP message that may not be genuine.
+pub fn set_pmtu_probe(sock: &impl AsRawFd, ipv4: bool) -> io::Result<()> {
+    if ipv4 {
+        setsockopt_raw(sock, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, &libc::IP_PMTUDISC_PROBE)
+    } else {
+        setsockopt_raw(sock, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, &libc::IPV6_PMTUDISC_PROBE)
+    }
+}
+
 /// Sends IPv4 UDP datagrams with a zero checksum (`SO_NO_CHECK`), as Linux
 /// VXLAN devices do by default.
 pub fn udp_no_checksum(sock: &impl AsRawFd) -> io::Result<()> {

@@ -149,7 +149,11 @@ pub fn send_probe(link: &Link, id: u32, size: u32, ack: bool) -> bool {
     let flags = Flags(if ack { Flags::PROBE_ACK } else { Flags::PROBE });
     let repr = VnetRepr { flags, network, frame_id: id, frame_len: size, offset: 0 };
     let over = link.secure.as_ref().map_or(0, |_| secure::OVERHEAD);
-    let plain = if ack { HEADER_LEN } else { (size as usize).saturating_sub(link.outer_len() + over).max(HEADER_LEN) };
+    let plain = if ack {
+        HEADER_LEN
+    } else {
+        (size as usize).saturating_sub(link.outer_len() + over).max(HEADER_LEN)
+    };
     let mut small = [0u8; secure::OVERHEAD + HEADER_LEN];
     let mut big = Vec::new();
     let buf: &mut [u8] = if ack {

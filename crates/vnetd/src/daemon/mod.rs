@@ -428,6 +428,7 @@ impl Daemon {
     /// once (vnetd makes its TAPs), a netdev when a device of its name is
     /// back. The daemon calls it every second; each change is logged once.
     pub fn check_devices(&mut self) {
+        self.follow_path_mtus();
         let ifaces = &self.ifaces;
         self.gone.retain(|id, _| ifaces.contains_key(id));
         self.reattached.retain(|id, _| ifaces.contains_key(id));
@@ -461,6 +462,20 @@ impl Daemon {
     /// Places the data-path workers: worker k runs only on CPU
     /// `cpus[k % cpus.len()]` (an empty list unpins them). Takes effect for
     /// the running workers at once.
+    /// Gives the kernel path's links the MTU their path MTU search found
+    /// (a link whose MTU moved is written again; frames that no longer fit
+    /// are left to the user path, which fragments them). The daemon calls
+    /// it every second.
+    fn follow_path_mtus(&mut self) {
+        let plane = self.shared.plane.load_full();
+        let Some(kp) = self.kernel.as_mut().filter(|k| k.mtus_moved(&plane)) else { return };
+        let vxlan = self.sockets.vxlan.as_ref().map(|b| b.addr);
+        match kp.sync(&plane, &self.kernel_ifaces, self.state.listen, vxlan, None) {
+            Ok(skipped) => self.link_reasons = skipped.into_iter().collect(),
+            Err(e) => tracing::warn!("the kernel path's links keep their old MTU: {e}"),
+        }
+    }
+
     pub fn set_worker_cpus(&mut self, cpus: Vec<usize>) {
         self.worker_cpus = cpus;
         if !self.workers.is_empty() {

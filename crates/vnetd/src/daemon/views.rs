@@ -103,6 +103,16 @@ pub struct LinkView<'a> {
     pub datapath: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub datapath_reason: Option<&'a str>,
+    /// A `vnet` link's path MTU: the size in use, the search's phase
+    /// (`base`, `searching`, `done`, `unanswered`), probes sent and answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pmtu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pmtu_search: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pmtu_probes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pmtu_probes_acked: Option<u64>,
     /// A secured link's mode and handshake state, and its counters.
     #[serde(flatten)]
     pub security: Option<SecurityView<'a>>,
@@ -249,6 +259,10 @@ impl Daemon {
                     downs: a.downs.load(Relaxed),
                     datapath: self.kernel.as_ref().map(|_| if reason.is_some() { "user" } else { "kernel" }),
                     datapath_reason: reason.filter(|_| self.kernel.is_some()),
+                    pmtu: l.pmtu.as_ref().map(|p| p.current()),
+                    pmtu_search: l.pmtu.as_ref().map(|p| p.phase().word()),
+                    pmtu_probes: l.pmtu.as_ref().map(|p| p.probes_sent.load(Relaxed)),
+                    pmtu_probes_acked: l.pmtu.as_ref().map(|p| p.probes_acked.load(Relaxed)),
                     security: l.secure.as_ref().map(|sec| SecurityView {
                         security: if sec.mode() == Mode::Auth { "auth" } else { "encrypt" },
                         established: sec.established(),

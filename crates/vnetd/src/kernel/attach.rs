@@ -258,6 +258,13 @@ impl KernelPath {
         }
     }
 
+    /// Whether the MTU the maps hold for a link is not the one its link now
+    /// uses (a path MTU search moved it): the caller syncs again.
+    pub fn mtus_moved(&self, plane: &Plane) -> bool {
+        let Some(h) = &self.held_for else { return false };
+        h.links.iter().any(|(id, v)| plane.links.get(id).is_some_and(|l| l.mtu() != v.mtu))
+    }
+
     /// Makes the maps say what `plane` says, for the interfaces in `ifaces`
     /// (by interface id), and attaches the wire program to every underlay
     /// device a link leaves by. `listen` is vnetd's link socket address.
@@ -328,7 +335,7 @@ impl KernelPath {
         let mut skipped = Vec::new();
         let mut under = Underlay::read();
         for (id, l) in &plane.links {
-            match link_val(&l.def, listen, &mut under) {
+            match link_val(&l.def, l.mtu(), listen, &mut under) {
                 Ok((v, dev)) => {
                     link_vals.insert(*id, (v, dev));
                 }

@@ -44,6 +44,7 @@ pub const STAT_NAMES: [&str; 9] = [
 /// why the link stays on the user path.
 pub(crate) fn link_val(
     def: &LinkDef,
+    mtu: u32,
     listen: SocketAddr,
     under: &mut Underlay,
 ) -> Result<(LinkVal, String), Reason> {
@@ -81,7 +82,6 @@ pub(crate) fn link_val(
             return Err(KernelError::UserPath("direct links are served by the user path"))
         }
     };
-    let mtu = def.mtu;
     let rip = unmapped(remote.ip());
     let hop = under.hop(rip).ok_or(KernelError::NoRoute(rip))?;
     let lip = match unmapped(listen.ip()) {

@@ -162,6 +162,16 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
     let pool = (0..TX_POOL)
         .map(|_| bind_sending(SocketAddr::new(addr.ip(), 0)))
         .collect::<std::io::Result<Vec<_>>>()?;
+    // `vnet` links (which send from the pool; `raw` links send from the
+    // listening socket, as before) find their path MTU by probing
+    // (vnet_engine::pmtu): what they send must not be fragmented on the way
+    // (a probe would pass where frames then break), nor held to an
+    // ICMP-learnt size.
+    for s in &pool {
+        if let Err(e) = sys::set_pmtu_probe(&**s, addr.is_ipv4()) {
+            tracing::warn!("UDP link socket may fragment: {e}");
+        }
+    }
     Ok(super::Bound { addr, sock, pool, nocheck: Vec::new() })
 }
 
