@@ -1,24 +1,27 @@
 //! Path MTU discovery for `vnet` links: packetization-layer probing as RFC
 //! 8899 (DPLPMTUD) describes it, with no reliance on ICMP reaching us.
 //!
-//! Each `vnet` link starts at [`BASE`] (1280 bytes of IP packet, what every
-//! IPv6 path carries and in practice every IPv4 one), or its configured
-//! `mtu` if that is smaller, and probes upwards: a probe is a `vnet`
+//! Each `vnet` link starts at its configured `mtu`, as vnet always did (a
+//! restarted or upgraded vnetd, or one whose peer answers no probes, sends
+//! as before), and at once probes both it and [`BASE`] (1280 bytes of IP
+//! packet, what every IPv6 path carries and in practice every IPv4 one):
+//! a probe is a `vnet`
 //! datagram (sealed, on a secured link) padded to the IP size probed, sent
 //! with DF and ignoring the kernel's own PMTU cache (`IP_PMTUDISC_PROBE`),
 //! which the peer answers with a small acknowledgement echoing its id.
 //! Once the base passes, the search sends rounds of up to [`PARALLEL`]
 //! probes at once, spread between the largest size acknowledged and the
-//! smallest lost (the configured `mtu` always among the first: the common
-//! case is that the path carries it); a round ends when every probe is
+//! smallest lost; a round ends when every probe is
 //! answered or [`PROBE_TIMEOUT_NS`] passed, and the search when the two
 //! are within [`STEP`] bytes: two rounds, about half a second, from 1280
 //! to 1500. A probe lost by chance below a larger one answered costs
 //! nothing; the largest passing size lost by chance leaves the link a
 //! step lower until the next raise. The size in use ([`Pmtu::current`])
-//! only ever rises to a size acknowledged, so frames are fragmented to
-//! what is known to pass (the user path); the kernel path leaves what
-//! does not fit to the user path.
+//! drops, to the largest size acknowledged, as soon as a probe of it (or
+//! smaller) is lost, and rises only to a size acknowledged; frames are
+//! fragmented to it (the user path), and the kernel path leaves what does
+//! not fit to the user path. A path narrower than the configured `mtu`
+//! loses the frames larger than it for one probe timeout after a start.
 //!
 //! Afterwards the size in use is confirmed every [`CONFIRM_NS`] (a path
 //! that shrank, a black hole, is found when a confirmation is lost
@@ -113,7 +116,7 @@ impl Pmtu {
     pub fn new(max: u32, seed: u32) -> Self {
         Pmtu {
             max,
-            current: AtomicU32::new(BASE.min(max)),
+            current: AtomicU32::new(max),
             state: Mutex::new(State {
                 phase: Phase::Base,
                 low: 0,
@@ -161,8 +164,10 @@ impl Pmtu {
         let mut sizes = [0u32; PARALLEL];
         let n = match st.phase {
             Phase::Base | Phase::Unanswered => {
+                // The base, and the size in use (what frames are sent at).
                 sizes[0] = BASE.min(self.max);
-                1
+                sizes[1] = self.current();
+                1 + usize::from(sizes[1] > sizes[0])
             }
             Phase::Search if st.high.saturating_sub(st.low) <= STEP => {
                 st.phase = Phase::Done;
@@ -218,7 +223,13 @@ impl Pmtu {
         st.out = [None; PARALLEL];
         let Some(lost) = lost else { return };
         match st.phase {
-            Phase::Search => st.high = st.high.min(lost.max(st.low + 1)),
+            Phase::Search => {
+                st.high = st.high.min(lost.max(st.low + 1));
+                if self.current() >= st.high {
+                    // The size in use does not pass: the largest that does.
+                    self.current.store(st.low, Relaxed);
+                }
+            }
             Phase::Base | Phase::Unanswered | Phase::Done => {
                 st.misses += 1;
                 if st.misses < MAX_PROBES {
@@ -253,7 +264,9 @@ impl Pmtu {
         self.probes_acked.fetch_add(1, Relaxed);
         st.misses = 0;
         st.low = st.low.max(size);
-        self.current.store(st.low, Relaxed);
+        if st.low > self.current() {
+            self.current.store(st.low, Relaxed);
+        }
         match st.phase {
             Phase::Base | Phase::Unanswered => {
                 st.phase = if st.low < self.max { Phase::Search } else { Phase::Done };
@@ -318,7 +331,7 @@ mod tests {
 
     #[test]
     fn a_peer_that_answers_no_probe_while_heard_gets_the_configured_mtu() {
-        assert_eq!(search(1500, 1500, false), (1500, Phase::Unanswered, u64::from(MAX_PROBES)));
+        assert_eq!(search(1500, 1500, false), (1500, Phase::Unanswered, 2 * u64::from(MAX_PROBES)));
     }
 
     #[test]
@@ -351,7 +364,7 @@ mod tests {
         p.tick(0, true, |id, size| due.push((id, size)));
         let (id, _) = due[0];
         p.acked(id.wrapping_add(5), 1);
-        assert_eq!((p.current(), p.phase()), (BASE, Phase::Base));
+        assert_eq!((p.current(), p.phase()), (1500, Phase::Base));
         p.acked(id, 2);
         p.acked(id, 3);
         assert_eq!(p.probes_acked.load(Relaxed), 1);
