@@ -109,7 +109,7 @@ impl LinkOptions {
             (Protect::Auth | Protect::Encrypt, None) => return None,
         };
         let format = if security == Security::None { self.format } else { Format::Vnet };
-        Some(Transport::Udp { remote: peer.addr, format, network: self.network, security })
+        Some(Transport::Udp { remote: peer.addr, format, network: self.network, security, nat: false })
     }
 }
 

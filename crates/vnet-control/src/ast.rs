@@ -132,8 +132,11 @@ impl std::fmt::Debug for PeerKey {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
     /// UDP to a peer vnetd (`vnet` format, optionally authenticated or
-    /// encrypted) or a Palacios host (`raw`).
-    Udp { remote: SocketAddr, format: Format, network: u32, security: Security },
+    /// encrypted) or a Palacios host (`raw`). `nat`: the path may cross NAT
+    /// (a secured link only): datagrams go from the listening socket (one
+    /// NAT mapping) and the link follows its peer's authenticated address
+    /// and port (`docs/MULTISITE.md`).
+    Udp { remote: SocketAddr, format: Format, network: u32, security: Security, nat: bool },
     /// VXLAN (RFC 7348) to a VTEP: a Linux vxlan device, Open vSwitch, a
     /// switch, or another vnetd. One frame per datagram, never fragmented.
     Vxlan { remote: SocketAddr, vni: u32 },

@@ -264,12 +264,12 @@ impl<'a> Parser<'_, 'a> {
             "route" => self.route(),
             "listen" => match self.keyword(&["udp", "vxlan", "tcp"], "`udp`, `vxlan` or `tcp`")? {
                 "udp" => {
-                    let addr: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000")?;
+                    let addr: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000 or [::]:9000")?;
                     let mode = if self.eat("mode") { Some(self.mode()?) } else { None };
                     Ok(Command::Listen { addr, mode })
                 }
-                "vxlan" => Ok(Command::ListenVxlan(self.parsed("an address and port like 0.0.0.0:4789")?)),
-                _ => Ok(Command::ListenTcp(self.parsed("an address and port like 0.0.0.0:9000")?)),
+                "vxlan" => Ok(Command::ListenVxlan(self.parsed("an address and port like 0.0.0.0:4789 or [::]:4789")?)),
+                _ => Ok(Command::ListenTcp(self.parsed("an address and port like 0.0.0.0:9000 or [::]:9000")?)),
             },
             "tls" => self.tls(),
             "cluster" => self.cluster(),
@@ -316,7 +316,7 @@ impl<'a> Parser<'_, 'a> {
             let transport = if tcp {
                 Transport::Tcp { remote, tls: false }
             } else {
-                Transport::Udp { remote, format: Format::Raw, network: 0, security: Security::None }
+                Transport::Udp { remote, format: Format::Raw, network: 0, security: Security::None, nat: false }
             };
             return Ok(Command::Link { name: None, transport, mtu: DEFAULT_LINK_MTU });
         }
@@ -587,10 +587,11 @@ impl<'a> Parser<'_, 'a> {
         let (mut format, mut network, mut mtu, mut vni, mut tls) = (None, None, None, None, None);
         let mut peer_key: Option<(Pos, PeerKey)> = None;
         let mut security: Option<(Pos, &str)> = None;
+        let mut nat: Option<Pos> = None;
         let (opts, expected): (&[&str], _) = match kind {
             "udp" => (
-                &["format", "network", "mtu", "peer-key", "security"],
-                "an option: `format`, `network`, `mtu`, `peer-key` or `security`",
+                &["format", "network", "mtu", "peer-key", "security", "nat"],
+                "an option: `format`, `network`, `mtu`, `peer-key`, `security` or `nat`",
             ),
             "tcp" => (&["tls", "mtu"], "an option: `tls` or `mtu`"),
             _ => (&["vni", "mtu"], "an option: `vni` or `mtu`"),
@@ -611,6 +612,7 @@ impl<'a> Parser<'_, 'a> {
                         network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
                     }
                     "tls" => tls.replace(true).is_some(),
+                    "nat" => nat.replace(opt_pos).is_some(),
                     "peer-key" => {
                         let (pos, what) = (self.pos(), "a peer's public key (44 characters of base64)");
                         let t = self.next(what)?;
@@ -672,7 +674,14 @@ impl<'a> Parser<'_, 'a> {
                         "format `raw`",
                     ));
                 }
-                Transport::Udp { remote, format, network: network.unwrap_or(0), security }
+                if let (Some(pos), Security::None) = (nat, security) {
+                    return Err(Error::new(
+                        pos,
+                        "`peer-key KEY` for a `nat` link (it follows its peer only to where datagrams authenticate)",
+                        "`nat` on a link without a peer key",
+                    ));
+                }
+                Transport::Udp { remote, format, network: network.unwrap_or(0), security, nat: nat.is_some() }
             }
             "tcp" => Transport::Tcp { remote, tls: tls.unwrap_or(false) },
             _ => match vni {
@@ -850,7 +859,8 @@ mod tests {
                         remote: format!("10.0.0.2:{port}").parse().unwrap(),
                         format: Format::Raw,
                         network: 0,
-                        security: Security::None
+                        security: Security::None,
+                        nat: false
                     },
                     mtu: 1500
                 }
@@ -945,7 +955,8 @@ mod tests {
                     remote: "10.0.0.2:9000".parse().unwrap(),
                     format: Format::Vnet,
                     network: 7,
-                    security: Security::None
+                    security: Security::None,
+                    nat: false
                 },
                 mtu: 1500
             }
@@ -959,6 +970,7 @@ mod tests {
             (format!("link s udp 10.0.0.2 peer-key {key}"), Security::Encrypt(k)),
             (format!("link s udp 10.0.0.2 peer-key {key} security auth"), Security::Auth(k)),
             (format!("link s udp 10.0.0.2 security encrypt peer-key {key}"), Security::Encrypt(k)),
+            (format!("link s udp [fd00::2]:9000 peer-key {key} nat"), Security::Encrypt(k)),
         ] {
             let Command::Link { transport: Transport::Udp { security, .. }, .. } = one(&line) else {
                 panic!()
@@ -1080,6 +1092,14 @@ mod tests {
             ("link a udp 10.0.0.3 peer-key AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= security none", 1, 84, "`auth` or `encrypt`"),
             ("link a udp 10.0.0.3 peer-key AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= peer-key AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", 1, 75, "each option once"),
             ("link a udp 255.255.255.255:9000", 1, 12, "unicast address"),
+            ("link a udp 10.0.0.3 nat", 1, 21, "`peer-key KEY` for a `nat` link"),
+            ("link a udp 10.0.0.3 nat nat", 1, 25, "each option once"),
+            ("link a udp [fd00::1:9000", 1, 12, "address"),
+            ("link a udp [fd00::zz]:9000", 1, 12, "address"),
+            ("link a udp [ff02::1]:9000", 1, 12, "unicast address"),
+            ("link a udp [::]:9000", 1, 12, "unicast address"),
+            ("link a vxlan [fd00::2]:0 vni 1", 1, 14, "a port from 1 to 65535"),
+            ("listen udp [fd00::1]", 1, 12, "[::]:9000"),
             ("link a vxlan 224.0.0.1 vni 3", 1, 14, "unicast address"),
             ("listen vxlan 0.0.0.0", 1, 14, "0.0.0.0:4789"),
             ("listen sctp 0.0.0.0:1", 1, 8, "`udp`, `vxlan` or `tcp`"),

@@ -131,7 +131,7 @@ impl LinkDef {
     /// The line that declares it.
     pub fn to_line(&self) -> String {
         match self.transport {
-            Transport::Udp { remote, format, network, security } => {
+            Transport::Udp { remote, format, network, security, nat } => {
                 let f = match format {
                     Format::Raw => "raw",
                     Format::Vnet => "vnet",
@@ -140,7 +140,8 @@ impl LinkDef {
                     Some(k) => format!(" peer-key {k} security {}", security.word()),
                     None => String::new(),
                 };
-                format!("link {} udp {remote} format {f} network {network}{sec} mtu {}", self.name, self.mtu)
+                let nat = if nat { " nat" } else { "" };
+                format!("link {} udp {remote} format {f} network {network}{sec}{nat} mtu {}", self.name, self.mtu)
             }
             Transport::Vxlan { remote, vni } => {
                 format!("link {} vxlan {remote} vni {vni} mtu {}", self.name, self.mtu)

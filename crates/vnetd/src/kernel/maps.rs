@@ -58,7 +58,7 @@ pub(crate) fn link_val(
                  datagrams (the kernel path has no IPsec yet)",
             ));
         }
-        Transport::Udp { remote, format: LinkFormat::Vnet, network, security: Security::None } => {
+        Transport::Udp { remote, format: LinkFormat::Vnet, network, security: Security::None, .. } => {
             (remote, FMT_VNET, network)
         }
         // A VTEP takes the frames as the VM made them too: the outer headers
