@@ -264,12 +264,17 @@ impl<'a> Parser<'_, 'a> {
             "route" => self.route(),
             "listen" => match self.keyword(&["udp", "vxlan", "tcp"], "`udp`, `vxlan` or `tcp`")? {
                 "udp" => {
-                    let addr: SocketAddr = self.parsed("an address and port like 0.0.0.0:9000 or [::]:9000")?;
+                    let addr: SocketAddr =
+                        self.parsed("an address and port like 0.0.0.0:9000 or [::]:9000")?;
                     let mode = if self.eat("mode") { Some(self.mode()?) } else { None };
                     Ok(Command::Listen { addr, mode })
                 }
-                "vxlan" => Ok(Command::ListenVxlan(self.parsed("an address and port like 0.0.0.0:4789 or [::]:4789")?)),
-                _ => Ok(Command::ListenTcp(self.parsed("an address and port like 0.0.0.0:9000 or [::]:9000")?)),
+                "vxlan" => Ok(Command::ListenVxlan(
+                    self.parsed("an address and port like 0.0.0.0:4789 or [::]:4789")?,
+                )),
+                _ => {
+                    Ok(Command::ListenTcp(self.parsed("an address and port like 0.0.0.0:9000 or [::]:9000")?))
+                }
             },
             "tls" => self.tls(),
             "cluster" => self.cluster(),
@@ -316,7 +321,13 @@ impl<'a> Parser<'_, 'a> {
             let transport = if tcp {
                 Transport::Tcp { remote, tls: false }
             } else {
-                Transport::Udp { remote, format: Format::Raw, network: 0, security: Security::None, nat: false }
+                Transport::Udp {
+                    remote,
+                    format: Format::Raw,
+                    network: 0,
+                    security: Security::None,
+                    nat: false,
+                }
             };
             return Ok(Command::Link { name: None, transport, mtu: DEFAULT_LINK_MTU });
         }

@@ -141,7 +141,10 @@ impl LinkDef {
                     None => String::new(),
                 };
                 let nat = if nat { " nat" } else { "" };
-                format!("link {} udp {remote} format {f} network {network}{sec}{nat} mtu {}", self.name, self.mtu)
+                format!(
+                    "link {} udp {remote} format {f} network {network}{sec}{nat} mtu {}",
+                    self.name, self.mtu
+                )
             }
             Transport::Vxlan { remote, vni } => {
                 format!("link {} vxlan {remote} vni {vni} mtu {}", self.name, self.mtu)

@@ -172,14 +172,16 @@ impl Link {
     /// one: the caller's rule).
     pub fn authenticated_from(&self, from: std::net::SocketAddr, g: &crate::plane::Global) {
         let Some(now) = self.endpoint() else { return };
-        if now.ip() == from.ip() || self.secure.is_none() {
+        // Through NAT the port is the mapping's: followed too.
+        let nat = matches!(self.def.transport, Transport::Udp { nat: true, .. });
+        let to = if nat { from } else { std::net::SocketAddr::new(from.ip(), now.port()) };
+        if now == to || self.secure.is_none() {
             return;
         }
-        let to = std::net::SocketAddr::new(from.ip(), now.port());
         if !self.io.retarget(to) {
             return;
         }
-        let configured = self.def.remote().is_some_and(|r| r.ip() == to.ip());
+        let configured = self.def.remote() == Some(to);
         self.roamed.store(if configured { None } else { Some(Arc::new(to)) });
         self.roams.fetch_add(1, Relaxed);
         g.roams.fetch_add(1, Relaxed);

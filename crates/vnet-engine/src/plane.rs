@@ -194,17 +194,34 @@ impl Plane {
     }
 
     /// The secured link a datagram from `from`, an address no link is
-    /// configured with, may be from: the link that roamed there, or the
-    /// one owning the session a secured data datagram names. A candidate
-    /// only: the caller authenticates the datagram before the link moves.
-    pub fn roaming_link(&self, g: &Global, from: std::net::IpAddr, data: &[u8]) -> Option<&Arc<Link>> {
+    /// configured with, may be from: the link that roamed there, the one
+    /// owning the session a secured data datagram names, or the one whose
+    /// peer made a handshake initiation (read to learn whose it is, at most
+    /// [`STRANGER_INITS_PER_SEC`] a second). A candidate only: the caller
+    /// authenticates the datagram before the link moves.
+    pub fn roaming_link(
+        &self,
+        g: &Global,
+        from: std::net::IpAddr,
+        data: &[u8],
+        now_ns: u64,
+    ) -> Option<&Arc<Link>> {
         if let Some(l) = g.roamed.load().get(&from).and_then(|id| self.links.get(id)) {
             if l.endpoint().is_some_and(|e| e.ip() == from) {
                 return Some(l);
             }
         }
+        let secured = || self.links.values().filter_map(|l| l.secure.as_ref().map(|s| (l, s)));
+        if crate::secure::is_initiation(data) {
+            let (_, any) = secured().next()?;
+            if !g.stranger_initiation(now_ns) {
+                return None;
+            }
+            let key = any.initiator_of(data)?;
+            return secured().find(|(_, s)| s.peer() == key).map(|(l, _)| l);
+        }
         let index = crate::secure::data_index(data)?;
-        self.links.values().find(|l| l.secure.as_ref().is_some_and(|s| s.names_session(index)))
+        secured().find(|(_, s)| s.names_session(index)).map(|(l, _)| l)
     }
 }
 
@@ -266,6 +283,14 @@ pub struct Global {
     /// Datagrams from an address that is not their link's that did not
     /// authenticate (forged, replayed, stale): the link stayed where it was.
     pub roams_refused: AtomicU64,
+    /// Handshake initiations from addresses no link is configured with,
+    /// read to find their link ([`Plane::roaming_link`]), and those left
+    /// unread because more than [`STRANGER_INITS_PER_SEC`] came in a second.
+    pub stranger_initiations: AtomicU64,
+    pub stranger_initiations_limited: AtomicU64,
+    /// The second (engine clock) and count of the stranger initiations read.
+    #[serde(skip)]
+    stranger_window: AtomicU64,
     /// Where roamed links' peers are now: address -> link id (checked
     /// against the link's endpoint when used, so a stale entry is harmless).
     #[serde(skip)]
@@ -309,7 +334,26 @@ pub struct Global {
     pub link_dispatch: Arc<DispatchStats>,
 }
 
+/// Initiations from unknown addresses read in a second at most (each costs
+/// two Diffie-Hellman operations).
+pub const STRANGER_INITS_PER_SEC: u64 = 50;
+
 impl Global {
+    /// Whether one more initiation from an unknown address may be read now.
+    fn stranger_initiation(&self, now_ns: u64) -> bool {
+        let sec = now_ns / 1_000_000_000;
+        let w = self.stranger_window.load(Relaxed);
+        let (wsec, n) = (w >> 20, w & 0xf_ffff);
+        let next = if wsec == sec { n + 1 } else { 1 };
+        if wsec == sec && n >= STRANGER_INITS_PER_SEC {
+            self.stranger_initiations_limited.fetch_add(1, Relaxed);
+            return false;
+        }
+        self.stranger_window.store(sec << 20 | next, Relaxed);
+        self.stranger_initiations.fetch_add(1, Relaxed);
+        true
+    }
+
     /// Datagrams from `ip` belong to link `id` (it roamed there). Entries
     /// are bounded by the links: one per link, the newest.
     pub fn remember_roam(&self, ip: std::net::IpAddr, id: u32) {

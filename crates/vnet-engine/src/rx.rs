@@ -101,8 +101,8 @@ impl Receiver {
         };
         // A secured link's peer may have moved (roaming): a candidate by the
         // session its datagram names, moved only once the datagram opens.
-        let link =
-            link.or_else(|| (via == Via::Udp).then(|| plane.roaming_link(&g, from.ip(), data)).flatten());
+        let link = link
+            .or_else(|| (via == Via::Udp).then(|| plane.roaming_link(&g, from.ip(), data, now_ns)).flatten());
         let Some(link) = link else {
             g.unknown_source.fetch_add(1, Relaxed);
             return;

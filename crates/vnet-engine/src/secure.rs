@@ -559,6 +559,11 @@ fn index_at(data: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]])
 }
 
+/// Whether `data` is a handshake initiation (by its length and type alone).
+pub fn is_initiation(data: &[u8]) -> bool {
+    data.len() == INIT_LEN && data[0] == VERSION && data[1] == T_INIT
+}
+
 /// The receiver index a secured data datagram names (`None`: it is not one).
 pub fn data_index(data: &[u8]) -> Option<u32> {
     (data.len() >= OVERHEAD && data[0] == VERSION && data[1] == T_DATA).then(|| index_at(data, 4))
@@ -623,6 +628,36 @@ impl SecureLink {
             self.stats.no_session.fetch_add(1, Relaxed);
         }
         s
+    }
+
+    /// Whose initiation `data` is, when it is a handshake initiation to this
+    /// host: the initiator's static public key. One Noise read (two
+    /// Diffie-Hellman operations) after the first MAC: for an initiation
+    /// from an address no link is configured with (a peer that moved, or
+    /// one behind NAT), to find its link; the caller limits how often. The
+    /// read succeeding means the initiation was made with that key's
+    /// private half (IK's `ss`); it is then answered by the link as any
+    /// other (timestamp, rate limit, cookies).
+    pub fn initiator_of(&self, data: &[u8]) -> Option<[u8; 32]> {
+        if data.len() != INIT_LEN || data[0] != VERSION || data[1] != T_INIT || !self.mac_ok(data, INIT_MAC1)
+        {
+            return None;
+        }
+        let mode = match data[2] {
+            1 => Mode::Auth,
+            2 => Mode::Encrypt,
+            _ => return None,
+        };
+        let mut hs = snow::Builder::new(NOISE.parse().ok()?)
+            .local_private_key(&self.identity.private)
+            .ok()?
+            .prologue(&prologue(mode))
+            .ok()?
+            .build_responder()
+            .ok()?;
+        let mut payload = [0u8; 32];
+        hs.read_message(&data[8..INIT_MAC1], &mut payload).ok()?;
+        hs.get_remote_static().and_then(|k| k.try_into().ok())
     }
 
     /// Whether one of this link's sessions has receiver index `index`.

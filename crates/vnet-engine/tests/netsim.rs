@@ -632,6 +632,52 @@ fn a_secured_link_follows_an_authenticated_datagram_to_a_new_address_and_nothing
     }
 }
 
+/// Issue 31, roaming on a handshake: a peer's initiation from an address
+/// no link is configured with (a peer behind NAT, or one whose session ran
+/// out while it moved) is read to find its link, answered there, and the
+/// link follows it; the same initiation replayed from a third address is
+/// refused (its timestamp is not new) and moves nothing.
+#[test]
+fn an_initiation_from_a_new_address_is_answered_there_and_the_link_follows_it() {
+    let mut net = secure_pair("encrypt", 2, 0);
+    // Three seconds on a dead wire: the rekey's initiations, captured.
+    net.start_capture();
+    net.set_faults(Faults { loss: 1.0, ..Faults::default() });
+    idle(&mut net, 3_000);
+    net.set_faults(Faults::default());
+    let inits: Vec<Vec<u8>> =
+        net.captured().into_iter().filter(|d| vnet_engine::secure::is_initiation(d)).collect();
+    assert!(!inits.is_empty(), "no initiation in three seconds");
+    for d in &inits {
+        net.inject("10.0.0.66", &ip(1), d.clone());
+    }
+    net.run(100);
+    let g = &net.hosts[1].global;
+    // Read to find the link once at least (later ones from the same address
+    // find it as the address it roamed to).
+    assert!((1..=inits.len() as u64).contains(&load(&g.stranger_initiations)));
+    let l = net.hosts[1].link("p").unwrap();
+    assert_eq!(l.endpoint().map(|e| e.to_string()).as_deref(), Some("10.0.0.66:9000"));
+    assert_eq!(load(&l.roams), 1);
+    // Replayed from elsewhere: refused, the link stays.
+    let replays = load(&sec(&net, 1).replays);
+    for d in &inits {
+        net.inject("10.0.0.77", &ip(1), d.clone());
+    }
+    net.run(100);
+    let l = net.hosts[1].link("p").unwrap();
+    assert_eq!(l.endpoint().map(|e| e.to_string()).as_deref(), Some("10.0.0.66:9000"));
+    assert_eq!(load(&l.roams), 1);
+    assert!(load(&sec(&net, 1).replays) > replays);
+    // An initiation from a stranger's key, from anywhere: no link, nothing.
+    let before = load(&net.hosts[1].global.unknown_source);
+    let mut junk = inits[0].clone();
+    junk[40] ^= 1;
+    net.inject("10.0.0.88", &ip(1), junk);
+    net.run(100);
+    assert_eq!(load(&net.hosts[1].global.unknown_source), before + 1);
+}
+
 /// Issue 31, path MTU: a path that carries 1280-byte packets (a router
 /// that drops larger ones and sends no ICMP) between two hosts whose links
 /// say `mtu 1500`: each link's probes find 1280 (to within a step), frames

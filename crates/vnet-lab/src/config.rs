@@ -158,7 +158,13 @@ fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
             _ => Security::None,
         };
         let format = if security == Security::None { format } else { Format::Vnet };
-        Transport::Udp { remote: SocketAddr::new(ip, 9000), format: format.into(), network: 0, security, nat: false }
+        Transport::Udp {
+            remote: SocketAddr::new(ip, 9000),
+            format: format.into(),
+            network: 0,
+            security,
+            nat: false,
+        }
     }
 }
 

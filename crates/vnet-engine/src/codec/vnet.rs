@@ -238,6 +238,12 @@ impl Rx {
                     &mut data[r]
                 }
                 Opened::Reply(n) => {
+                    // An initiation answered is the peer's and new (IK's
+                    // `ss`, its timestamp): the link follows it, so the
+                    // answer goes where the peer is now.
+                    if n == RESP_LEN && secure::is_initiation(data) {
+                        link.authenticated_from(from, &g);
+                    }
                     link.io.send(&[IoSlice::new(&self.reply[..n])], n, 0);
                     return;
                 }

@@ -314,8 +314,13 @@ mod tests {
 
     /// A `vnet` link `h<id>` to `remote`, sending nowhere.
     fn vnet_link(id: u32, remote: SocketAddr) -> Arc<Link> {
-        let transport =
-            Transport::Udp { remote, format: LinkFormat::Vnet, network: 0, security: Security::None, nat: false };
+        let transport = Transport::Udp {
+            remote,
+            format: LinkFormat::Vnet,
+            network: 0,
+            security: Security::None,
+            nat: false,
+        };
         let def = vnet_control::LinkDef { id, name: format!("h{id}"), transport, mtu: 1500 };
         Arc::new(Link::new(def, Arc::new(Nowhere)))
     }

@@ -99,7 +99,8 @@ pub enum OpenError {
 pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Arc<dyn LinkIo>, OpenError> {
     let (bound, listen_only, what) = match def.transport {
         Transport::Udp { format: LinkFormat::Raw, .. } => (&socks.udp, true, "`listen udp`"),
-        Transport::Udp { format: LinkFormat::Vnet, .. } => (&socks.udp, false, "`listen udp`"),
+        // Through NAT, one mapping: the listening socket's.
+        Transport::Udp { format: LinkFormat::Vnet, nat, .. } => (&socks.udp, nat, "`listen udp`"),
         Transport::Vxlan { .. } => (&socks.vxlan, false, "`listen vxlan`"),
         Transport::Tcp { remote, tls } => {
             let tls = match (tls, &socks.tls) {
