@@ -164,6 +164,13 @@ impl Link {
         self.roamed.load().as_deref().copied().or_else(|| self.def.remote())
     }
 
+    /// Whether the link sends where `from` is: the same address (and port,
+    /// for a `nat` link, whose peer sends from its listening socket).
+    pub fn sends_to(&self, from: std::net::SocketAddr) -> bool {
+        let nat = matches!(self.def.transport, Transport::Udp { nat: true, .. });
+        self.endpoint().is_some_and(|e| if nat { e == from } else { e.ip() == from.ip() })
+    }
+
     /// A datagram from `from` authenticated as the peer's: when `from`'s
     /// address is not where the link sends, the link follows it there (the
     /// configured port kept: the peer's vnetd receives on its `listen`

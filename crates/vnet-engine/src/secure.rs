@@ -742,6 +742,22 @@ impl SecureLink {
     /// datagram is verified in place, a handshake message answered into
     /// `reply` (to go to the link's remote address).
     pub fn open(&self, now_ns: u64, from: SocketAddr, data: &mut [u8], reply: &mut [u8]) -> Opened {
+        self.open_at(now_ns, from, true, data, reply)
+    }
+
+    /// [`SecureLink::open`], saying whether `from` is where the link sends
+    /// (`at_endpoint`). An initiation from elsewhere (the peer moved, or is
+    /// behind NAT) never lost a crossing to our own: ours went where the
+    /// peer no longer is, so once the peer's is authenticated and new, it is
+    /// answered and ours abandoned.
+    pub fn open_at(
+        &self,
+        now_ns: u64,
+        from: SocketAddr,
+        at_endpoint: bool,
+        data: &mut [u8],
+        reply: &mut [u8],
+    ) -> Opened {
         let s = &self.stats;
         if data.len() < 8 || data[0] != VERSION {
             s.unauthenticated.fetch_add(1, Relaxed);
@@ -753,7 +769,7 @@ impl SecureLink {
         }
         match data[1] {
             T_DATA => self.data(data),
-            T_INIT => self.answer(now_ns, from, data, reply),
+            T_INIT => self.answer(now_ns, from, at_endpoint, data, reply),
             T_RESP => self.complete(now_ns, data, reply),
             T_COOKIE => self.take_cookie(now_ns, data),
             _ => {
@@ -878,7 +894,14 @@ impl SecureLink {
 
     /// The responder: an initiation from the peer's IP at `from` (as the
     /// receive path gives it: canonical, so a cookie names one address).
-    fn answer(&self, now_ns: u64, from: SocketAddr, data: &[u8], reply: &mut [u8]) -> Opened {
+    fn answer(
+        &self,
+        now_ns: u64,
+        from: SocketAddr,
+        at_endpoint: bool,
+        data: &[u8],
+        reply: &mut [u8],
+    ) -> Opened {
         let s = &self.stats;
         if data.len() != INIT_LEN || !self.mac_ok(data, INIT_MAC1) || reply.len() < RESP_LEN {
             s.bad_handshakes.fetch_add(1, Relaxed);
@@ -935,7 +958,7 @@ impl SecureLink {
         let crossed =
             st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < self.timers.retry_ns);
         if crossed {
-            if self.identity.public > self.peer {
+            if at_endpoint && self.identity.public > self.peer {
                 return Opened::Nothing;
             }
             st.pending = None;

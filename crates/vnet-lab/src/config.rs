@@ -143,7 +143,7 @@ fn modes(s: &Spec) -> Result<(Option<Mode>, Datapath)> {
 /// or TLS, else UDP in the spec's format and security (a Palacios host's
 /// raw format).
 fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
-    let ip = other.underlay_ip;
+    let ip = if s.nat { public_ip(k) } else { other.underlay_ip };
     if vxlan {
         Transport::Vxlan { remote: SocketAddr::new(ip, vnet_wire::vxlan::IANA_PORT), vni: VNI }
     } else if matches!(s.links, Links::Tcp | Links::Tls) {
@@ -158,13 +158,8 @@ fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
             _ => Security::None,
         };
         let format = if security == Security::None { format } else { Format::Vnet };
-        Transport::Udp {
-            remote: SocketAddr::new(ip, 9000),
-            format: format.into(),
-            network: 0,
-            security,
-            nat: false,
-        }
+        let nat = s.nat && security != Security::None;
+        Transport::Udp { remote: SocketAddr::new(ip, 9000), format: format.into(), network: 0, security, nat }
     }
 }
 

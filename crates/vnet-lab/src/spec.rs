@@ -103,6 +103,15 @@ pub struct Spec {
     /// dropped and counted, `iptables -L OUTPUT`), as on a path that
     /// filters it.
     pub site_mtu: Option<u32>,
+    /// Hosts behind NAT (three hosts): host 0 behind a cone-like NAT (its
+    /// router masquerades and forwards UDP port 9000 to it: endpoint-
+    /// independent mapping and filtering for vnetd's port, as a static or
+    /// UPnP forward gives), host 1 behind a symmetric NAT (masquerade with
+    /// `--random-fully`: a new random port per destination), host 2 public.
+    /// The routers' outsides and host 2 share an "internet" segment,
+    /// 203.0.113.0/24 ([`public_ip`]); every link is `nat`, to the peer's
+    /// public address.
+    pub nat: bool,
 }
 
 /// A cluster-mode lab's settings.
@@ -221,6 +230,7 @@ impl Default for Spec {
             ipv6_underlay: false,
             listen_any: Vec::new(),
             site_mtu: None,
+            nat: false,
         }
     }
 }
@@ -261,6 +271,12 @@ pub fn underlay_ip(h: usize, v6: bool) -> IpAddr {
     } else {
         Ipv4Addr::new(10, 77, 0, h as u8 + 1).into()
     }
+}
+
+/// Host h's public address in a NAT lab ([`Spec::nat`]): its router's
+/// outside for hosts 0 and 1, its own for host 2.
+pub fn public_ip(h: usize) -> IpAddr {
+    Ipv4Addr::new(203, 0, 113, if h < 2 { h as u8 + 1 } else { 10 }).into()
 }
 
 /// Where a cluster-mode lab's etcd listens: [`ETCD_IP`], or fd00:77::fa

@@ -73,9 +73,10 @@ impl Lab {
             hosts.push(Host {
                 ns,
                 underlay_dev: format!("u{h}"),
-                underlay_ip: match s.site_mtu {
-                    Some(_) => Ipv4Addr::new(10, 77, h as u8, 1).into(),
-                    None => underlay_ip(h, s.ipv6_underlay),
+                underlay_ip: match (s.site_mtu, s.nat) {
+                    (_, true) if h == 2 => public_ip(2),
+                    (Some(_), _) | (_, true) => Ipv4Addr::new(10, 77, h as u8, 1).into(),
+                    _ => underlay_ip(h, s.ipv6_underlay),
                 },
                 config: self.dir.join(format!("h{h}.conf")),
                 control: self.dir.join(format!("h{h}.sock")),
@@ -95,6 +96,9 @@ impl Lab {
         let p = self.prefix.clone();
         if let Some(mtu) = s.site_mtu {
             return self.sites(hosts, mtu);
+        }
+        if s.nat {
+            return self.nat_sites(hosts);
         }
         if s.hosts == 2 && s.cluster.is_none() {
             run(&[
@@ -212,6 +216,93 @@ impl Lab {
             for (i, c) in cmds.iter().enumerate() {
                 // The first three are the host's, the rest its router's.
                 self.ns_exec(if i < 3 { &host.ns } else { r }, c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hosts 0 and 1 behind NATs, host 2 public ([`Spec::nat`]).
+    fn nat_sites(&mut self, hosts: &[Host]) -> Result<()> {
+        let p = self.prefix.clone();
+        if hosts.len() != 3 {
+            return Err(Error::Other("a NAT lab has three hosts".into()));
+        }
+        let inet = self.add_ns(format!("{p}-inet"))?;
+        self.switch = Some(inet.clone());
+        self.ns_exec(&inet, &["ip", "link", "add", "br0", "type", "bridge"])?;
+        self.ns_exec(&inet, &["ip", "link", "set", "br0", "up"])?;
+        let veth = |a: &str, ans: &str, b: &str, bns: &str| {
+            run(&["ip", "link", "add", a, "netns", ans, "type", "veth", "peer", "name", b, "netns", bns])
+        };
+        // Host 2 on the internet segment.
+        veth(&hosts[2].underlay_dev, &hosts[2].ns, "p2", &inet)?;
+        self.ns_exec(&inet, &["ip", "link", "set", "p2", "master", "br0", "up"])?;
+        let dev2 = hosts[2].underlay_dev.as_str();
+        self.ns_exec(&hosts[2].ns, &["ip", "link", "set", dev2, "up"])?;
+        self.ns_exec(&hosts[2].ns, &["ip", "addr", "add", &format!("{}/24", public_ip(2)), "dev", dev2])?;
+        for (h, host) in hosts.iter().enumerate().take(2) {
+            let r = self.add_ns(format!("{p}-r{h}"))?;
+            let port = format!("p{h}");
+            veth("out", &r, &port, &inet)?;
+            self.ns_exec(&inet, &["ip", "link", "set", &port, "master", "br0", "up"])?;
+            veth(&host.underlay_dev, &host.ns, "lan", &r)?;
+            let (ip, gw, public) = (host.underlay_ip.to_string(), format!("10.77.{h}.254"), public_ip(h));
+            for c in [
+                vec!["ip", "link", "set", &host.underlay_dev, "up"],
+                vec!["ip", "addr", "add", &format!("{ip}/24"), "dev", &host.underlay_dev],
+                vec!["ip", "route", "add", "default", "via", &gw],
+            ] {
+                self.ns_exec(&host.ns, &c)?;
+            }
+            let masq: Vec<&str> = if h == 0 {
+                vec!["iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "out", "-j", "MASQUERADE"]
+            } else {
+                vec![
+                    "iptables",
+                    "-t",
+                    "nat",
+                    "-A",
+                    "POSTROUTING",
+                    "-o",
+                    "out",
+                    "-j",
+                    "MASQUERADE",
+                    "--random-fully",
+                ]
+            };
+            let (public_cidr, gw_cidr) = (format!("{public}/24"), format!("{gw}/24"));
+            let forward = format!("{ip}:9000");
+            let mut cmds = vec![
+                vec!["ip", "link", "set", "lan", "up"],
+                vec!["ip", "addr", "add", &gw_cidr, "dev", "lan"],
+                vec!["ip", "link", "set", "out", "up"],
+                vec!["ip", "addr", "add", &public_cidr, "dev", "out"],
+                vec!["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                vec!["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"],
+                masq,
+            ];
+            if h == 0 {
+                // The cone-like NAT: vnetd's port forwarded to it.
+                cmds.push(vec![
+                    "iptables",
+                    "-t",
+                    "nat",
+                    "-A",
+                    "PREROUTING",
+                    "-i",
+                    "out",
+                    "-p",
+                    "udp",
+                    "--dport",
+                    "9000",
+                    "-j",
+                    "DNAT",
+                    "--to-destination",
+                    &forward,
+                ]);
+            }
+            for c in cmds {
+                self.ns_exec(&r, &c)?;
             }
         }
         Ok(())

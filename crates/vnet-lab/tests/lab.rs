@@ -2333,6 +2333,78 @@ fn a_secured_link_follows_its_peer_to_a_new_address_and_never_on_a_forgery() {
     assert_ping(&lab, &a, b.ip, 56);
 }
 
+/// Host `h`'s link `name`, as `show links json` gives it.
+fn link_named(lab: &Lab, h: usize, name: &str) -> serde_json::Value {
+    json(lab, h, "links")["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Issue 31, NAT traversal: host 0 behind a cone-like NAT, host 1 behind a
+/// symmetric one (a new random port per destination), host 2 public; every
+/// link secured and `nat`. Hosts 0 and 1 reach each other directly: host
+/// 1's initiation reaches host 0 through its NAT's forward, host 0's link
+/// follows it to the symmetric NAT's random port, and the datagrams
+/// between them go between the two NATs' addresses, not through host 2.
+/// Flushing the symmetric NAT's conntrack mid-transfer (its next datagrams
+/// leave from a new random port) costs under 3 s.
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn hosts_behind_a_cone_and_a_symmetric_nat_talk_directly_and_survive_a_conntrack_flush() {
+    let mut lab = lab(Spec { hosts: 3, nat: true, links: Links::Encrypt, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    let waited = wait_until(15.0, "hosts 0 and 1 have a session", || {
+        link_named(&lab, 0, "h1")["established"] == true && link_named(&lab, 1, "h0")["established"] == true
+    });
+    eprintln!("NAT: hosts 0 and 1 have a session after {waited:?}");
+    assert_ping(&lab, &a, b.ip, 56);
+    assert_ping(&lab, &b, a.ip, 1400);
+    let l = link_named(&lab, 0, "h1");
+    let endpoint = l["endpoint"].as_str().unwrap_or_default().to_string();
+    assert!(endpoint.starts_with("203.0.113.2:"), "host 0 sends to {endpoint}: {l}");
+    assert_eq!(l["path"], "punched", "{l}");
+    assert_eq!(link_named(&lab, 0, "h2")["path"], "direct");
+    eprintln!("NAT: host 0 reaches host 1 at {endpoint} (its NAT's random port)");
+    // Direct: host 2's links carry the keepalives only while 100 pings go.
+    let r_rx = |lab: &Lab| {
+        json(lab, 2, "links")["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["rx_packets"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let before = r_rx(&lab);
+    let p = lab.ping(&a, b.ip, 100, 56).unwrap();
+    assert_eq!(p.received, 100, "{p:?}");
+    let relayed = r_rx(&lab) - before;
+    assert!(relayed < 30, "host 2 received {relayed} datagrams during 100 pings between hosts 0 and 1");
+    eprintln!("NAT: punched path: ping {p:?}");
+    let bytes = assert_stream(&mut lab, &a, &b, 3);
+    eprintln!("NAT: punched path: TCP {:.2} Gbit/s", bytes as f64 * 8.0 / 3e9);
+    // The symmetric NAT forgets every mapping mid-transfer.
+    let r1 = format!("{}-r1", lab.prefix);
+    let (out, _) = under_traffic(&mut lab, 10, 600, |lab| {
+        let o = lab.ns_output(&r1, &["conntrack", "-F"]).unwrap();
+        assert!(o.status.success(), "conntrack -F: {o:?}");
+    });
+    let r = vnet_lab::PingResult::parse(&out);
+    let gap = longest_gap(&out, r.sent);
+    eprintln!(
+        "NAT: conntrack flushed on the symmetric NAT: {} of {} pings lost, longest gap {} ms",
+        r.sent - r.received,
+        r.sent,
+        gap * 10
+    );
+    assert!(gap <= 300, "traffic stopped for {} ms after the flush", gap * 10);
+    let after = link_named(&lab, 0, "h1");
+    eprintln!("NAT: host 0 now sends to {}", after["endpoint"]);
+}
+
 /// Issue 31, path MTU: two sites whose segments are 1500 bytes, joined by
 /// routers over a 1280-byte link that send no ICMP. Each host's link (`mtu
 /// 1500` as configured) finds 1280 by probing; VMs on MTU 1500 exchange

@@ -227,7 +227,7 @@ impl Rx {
         // or dropped; what is left is a `vnet` datagram like any other.
         let data: &mut [u8] = match &link.secure {
             None => data,
-            Some(sec) => match sec.open(now_ns, from, data, &mut self.reply) {
+            Some(sec) => match sec.open_at(now_ns, from, link.sends_to(from), data, &mut self.reply) {
                 Opened::Data(r) => {
                     link.alive.heard(now_ns);
                     link.authenticated_from(from, &g);

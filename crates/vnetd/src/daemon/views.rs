@@ -134,6 +134,12 @@ pub struct SecurityView<'a> {
     pub endpoint: String,
     /// Times the link followed its peer to a new address.
     pub roams: u64,
+    /// Which path the link's datagrams take: `direct` (to the configured
+    /// remote), `punched` (a `nat` link, to the address and port its peer's
+    /// datagrams authenticate from: a NAT's mapping) or `roamed` (to the
+    /// address its peer moved to); and why, in words.
+    pub path: &'static str,
+    pub path_why: String,
     #[serde(flatten)]
     pub stats: &'a SecureStats,
 }
@@ -268,6 +274,8 @@ impl Daemon {
                         established: sec.established(),
                         endpoint: l.endpoint().map_or_else(String::new, |e| e.to_string()),
                         roams: l.roams.load(Relaxed),
+                        path: link_path(l).0,
+                        path_why: link_path(l).1,
                         stats: &sec.stats,
                     }),
                     io,
@@ -331,4 +339,20 @@ impl Daemon {
 /// A view as the JSON rows `show` and the metrics are made of.
 pub(super) fn rows<T: Serialize>(views: &[T]) -> Vec<Value> {
     views.iter().map(|v| serde_json::to_value(v).unwrap_or(Value::Null)).collect()
+}
+
+/// Which path a secured link takes, and why ([`SecurityView::path`]).
+fn link_path(l: &vnet_engine::Link) -> (&'static str, String) {
+    let configured = l.def.remote().map_or_else(String::new, |r| r.to_string());
+    let nat = matches!(l.def.transport, Transport::Udp { nat: true, .. });
+    match l.roamed.load().as_deref() {
+        None => ("direct", format!("to the configured remote {configured}")),
+        Some(at) if nat => (
+            "punched",
+            format!(
+                "to {at}, where the peer's datagrams authenticate from (its NAT's mapping), not {configured}"
+            ),
+        ),
+        Some(at) => ("roamed", format!("to {at}, where the peer's datagrams now authenticate from")),
+    }
 }
