@@ -109,7 +109,14 @@ impl LinkOptions {
             (Protect::Auth | Protect::Encrypt, None) => return None,
         };
         let format = if security == Security::None { self.format } else { Format::Vnet };
-        Some(Transport::Udp { remote: peer.addr, format, network: self.network, security, nat: false })
+        Some(Transport::Udp {
+            remote: peer.addr,
+            format,
+            network: self.network,
+            security,
+            nat: false,
+            relay: None,
+        })
     }
 }
 

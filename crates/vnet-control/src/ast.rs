@@ -135,8 +135,18 @@ pub enum Transport {
     /// encrypted) or a Palacios host (`raw`). `nat`: the path may cross NAT
     /// (a secured link only): datagrams go from the listening socket (one
     /// NAT mapping) and the link follows its peer's authenticated address
-    /// and port (`docs/MULTISITE.md`).
-    Udp { remote: SocketAddr, format: Format, network: u32, security: Security, nat: bool },
+    /// and port (`docs/MULTISITE.md`). `relay`: the public key of a host
+    /// (one of this host's secured links' peers, running `vnetd --relay`)
+    /// that carries the link's datagrams, still sealed end to end, while
+    /// the peer is not heard from directly.
+    Udp {
+        remote: SocketAddr,
+        format: Format,
+        network: u32,
+        security: Security,
+        nat: bool,
+        relay: Option<PeerKey>,
+    },
     /// VXLAN (RFC 7348) to a VTEP: a Linux vxlan device, Open vSwitch, a
     /// switch, or another vnetd. One frame per datagram, never fragmented.
     Vxlan { remote: SocketAddr, vni: u32 },

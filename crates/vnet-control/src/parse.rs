@@ -327,6 +327,7 @@ impl<'a> Parser<'_, 'a> {
                     network: 0,
                     security: Security::None,
                     nat: false,
+                    relay: None,
                 }
             };
             return Ok(Command::Link { name: None, transport, mtu: DEFAULT_LINK_MTU });
@@ -599,10 +600,11 @@ impl<'a> Parser<'_, 'a> {
         let mut peer_key: Option<(Pos, PeerKey)> = None;
         let mut security: Option<(Pos, &str)> = None;
         let mut nat: Option<Pos> = None;
+        let mut relay: Option<(Pos, PeerKey)> = None;
         let (opts, expected): (&[&str], _) = match kind {
             "udp" => (
-                &["format", "network", "mtu", "peer-key", "security", "nat"],
-                "an option: `format`, `network`, `mtu`, `peer-key`, `security` or `nat`",
+                &["format", "network", "mtu", "peer-key", "security", "nat", "relay"],
+                "an option: `format`, `network`, `mtu`, `peer-key`, `security`, `nat` or `relay`",
             ),
             "tcp" => (&["tls", "mtu"], "an option: `tls` or `mtu`"),
             _ => (&["vni", "mtu"], "an option: `vni` or `mtu`"),
@@ -624,6 +626,14 @@ impl<'a> Parser<'_, 'a> {
                     }
                     "tls" => tls.replace(true).is_some(),
                     "nat" => nat.replace(opt_pos).is_some(),
+                    "relay" => {
+                        let (pos, what) = (self.pos(), "the relay's public key (44 characters of base64)");
+                        let t = self.next(what)?;
+                        let Some(k) = PeerKey::from_base64(t.text) else {
+                            return Err(Error::new(pos, what, found(Some(&t))));
+                        };
+                        relay.replace((pos, k)).is_some()
+                    }
                     "peer-key" => {
                         let (pos, what) = (self.pos(), "a peer's public key (44 characters of base64)");
                         let t = self.next(what)?;
@@ -685,6 +695,13 @@ impl<'a> Parser<'_, 'a> {
                         "format `raw`",
                     ));
                 }
+                if let (Some((pos, _)), Security::None) = (relay, security) {
+                    return Err(Error::new(
+                        pos,
+                        "`peer-key KEY` for a relayed link (the relay carries only what is sealed end to end)",
+                        "`relay` on a link without a peer key",
+                    ));
+                }
                 if let (Some(pos), Security::None) = (nat, security) {
                     return Err(Error::new(
                         pos,
@@ -692,7 +709,8 @@ impl<'a> Parser<'_, 'a> {
                         "`nat` on a link without a peer key",
                     ));
                 }
-                Transport::Udp { remote, format, network: network.unwrap_or(0), security, nat: nat.is_some() }
+                let (nat, relay) = (nat.is_some(), relay.map(|(_, k)| k));
+                Transport::Udp { remote, format, network: network.unwrap_or(0), security, nat, relay }
             }
             "tcp" => Transport::Tcp { remote, tls: tls.unwrap_or(false) },
             _ => match vni {
@@ -871,7 +889,8 @@ mod tests {
                         format: Format::Raw,
                         network: 0,
                         security: Security::None,
-                        nat: false
+                        nat: false,
+                        relay: None
                     },
                     mtu: 1500
                 }
@@ -967,7 +986,8 @@ mod tests {
                     format: Format::Vnet,
                     network: 7,
                     security: Security::None,
-                    nat: false
+                    nat: false,
+                    relay: None
                 },
                 mtu: 1500
             }

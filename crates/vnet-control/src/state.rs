@@ -131,7 +131,7 @@ impl LinkDef {
     /// The line that declares it.
     pub fn to_line(&self) -> String {
         match self.transport {
-            Transport::Udp { remote, format, network, security, nat } => {
+            Transport::Udp { remote, format, network, security, nat, relay } => {
                 let f = match format {
                     Format::Raw => "raw",
                     Format::Vnet => "vnet",
@@ -141,8 +141,9 @@ impl LinkDef {
                     None => String::new(),
                 };
                 let nat = if nat { " nat" } else { "" };
+                let relay = relay.map_or_else(String::new, |k| format!(" relay {k}"));
                 format!(
-                    "link {} udp {remote} format {f} network {network}{sec}{nat} mtu {}",
+                    "link {} udp {remote} format {f} network {network}{sec}{nat}{relay} mtu {}",
                     self.name, self.mtu
                 )
             }

@@ -38,6 +38,7 @@ pub mod matrix;
 pub mod plane;
 pub mod pmtu;
 pub mod port;
+pub mod relay;
 pub mod rx;
 pub mod secure;
 pub mod sim;

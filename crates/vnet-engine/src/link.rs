@@ -56,6 +56,20 @@ pub struct Link {
     /// A `vnet` link's path MTU search ([`crate::pmtu`]); other kinds use
     /// their configured `mtu` (their peers cannot answer probes).
     pub pmtu: Option<crate::pmtu::Pmtu>,
+    /// A `relay KEY` link's relay: the link to the host with that key
+    /// ([`crate::relay`]; set when the plane is built).
+    pub relay_via: arc_swap::ArcSwapOption<std::sync::Weak<Link>>,
+    /// Whether the link sends through its relay now (its peer not heard
+    /// from directly lately), as the timer last decided.
+    pub relaying: AtomicBool,
+    /// The engine clock, plus one, when a datagram of the peer last
+    /// authenticated having come directly (0: never).
+    pub heard_direct: AtomicU64,
+    /// Datagrams sent and received through the relay.
+    pub relayed_tx: AtomicU64,
+    pub relayed_rx: AtomicU64,
+    /// When the last direct keepalive went while relaying.
+    direct_tried_ns: AtomicU64,
 }
 
 /// An idle link's keepalive period: a `vnet` link that sent nothing for
@@ -149,7 +163,49 @@ impl Link {
             pmtu: matches!(def.transport, Transport::Udp { format: LinkFormat::Vnet, .. })
                 .then(|| crate::pmtu::Pmtu::new(def.mtu, random_seed() as u32)),
             def,
+            relay_via: arc_swap::ArcSwapOption::empty(),
+            relaying: AtomicBool::new(false),
+            heard_direct: AtomicU64::new(0),
+            relayed_tx: AtomicU64::new(0),
+            relayed_rx: AtomicU64::new(0),
+            direct_tried_ns: AtomicU64::new(0),
         }
+    }
+
+    /// The link to this link's relay, if it names one that exists.
+    pub fn relay_link(&self) -> Option<Arc<Link>> {
+        self.relay_via.load().as_ref().and_then(|w| w.upgrade())
+    }
+
+    /// Sends datagrams to the peer: directly, or through the relay while the
+    /// link relays ([`Link::relaying`]).
+    pub fn out(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool {
+        if self.relaying.load(Relaxed) {
+            if let Some(r) = self.relay_link() {
+                return self.through(&r, iov, seg);
+            }
+        }
+        self.io.send(iov, seg, flow)
+    }
+
+    /// Sends datagrams to the peer through relay link `r`.
+    pub fn through(&self, r: &Link, iov: &[IoSlice<'_>], seg: usize) -> bool {
+        let Some(key) = self.secure.as_ref().map(|s| s.peer()) else { return false };
+        let ok = crate::relay::send_through(r, vnet_wire::vnet::Flags::RELAY_TO, &key, iov, seg);
+        if ok {
+            self.relayed_tx.fetch_add(1, Relaxed);
+        }
+        ok
+    }
+
+    /// Decides whether the link relays: it has a relay, and its peer was
+    /// not heard from directly within [`DEAD_NS`].
+    fn decide_relaying(&self, now_ns: u64) -> Option<Arc<Link>> {
+        let r = self.relay_link()?;
+        let h = self.heard_direct.load(Relaxed);
+        let direct = h != 0 && now_ns.saturating_sub(h - 1) < DEAD_NS;
+        self.relaying.store(!direct, Relaxed);
+        (!direct).then_some(r)
     }
 
     /// The underlay MTU in use: the path MTU found for a `vnet` link (as
@@ -209,13 +265,30 @@ impl Link {
     /// last call (for the daemon's log).
     pub fn tick(&self, now_ns: u64) -> Option<Liveness> {
         let mut out = [0u8; secure::INIT_LEN];
+        let relay = self.decide_relaying(now_ns);
         if let Some(sec) = &self.secure {
             if let Some(n) = sec.tick(now_ns, &mut out) {
+                // Directly always (the direct path may work), and through
+                // the relay while relaying.
                 self.io.send(&[IoSlice::new(&out[..n])], n, 0);
+                if let Some(r) = &relay {
+                    self.through(r, &[IoSlice::new(&out[..n])], n);
+                }
             }
         }
-        // Path MTU probes, once a secured link can seal them.
-        if let Some(p) = self.pmtu.as_ref().filter(|_| self.secure.as_ref().is_none_or(|s| s.established())) {
+        // While relaying, a sealed empty datagram a second directly: the
+        // peer hears it if the direct path works, and answers directly.
+        if relay.is_some() && now_ns.saturating_sub(self.direct_tried_ns.load(Relaxed)) >= KEEPALIVE_NS {
+            self.direct_tried_ns.store(now_ns, Relaxed);
+            if let Some(sec) = self.secure.as_ref().filter(|s| s.established()) {
+                if let Some(n) = sec.sealer().and_then(|s| s.seal(sec.mode(), &mut out, 0)) {
+                    self.io.send(&[IoSlice::new(&out[..n])], n, 0);
+                }
+            }
+        }
+        // Path MTU probes, once a secured link can seal them (not through a relay).
+        let probing = relay.is_none() && self.secure.as_ref().is_none_or(|s| s.established());
+        if let Some(p) = self.pmtu.as_ref().filter(|_| probing) {
             let heard = self.alive.age_ns(now_ns).is_some_and(|a| a < DEAD_NS);
             p.tick(now_ns, heard, |id, size| {
                 codec::vnet::send_probe(self, id, size, false);
@@ -257,7 +330,7 @@ impl Link {
         match &self.secure {
             None => self.io.send(&[IoSlice::new(&[])], 0, 0),
             Some(sec) if sec.established() => match sec.sealer().and_then(|s| s.seal(sec.mode(), buf, 0)) {
-                Some(n) => self.io.send(&[IoSlice::new(&buf[..n])], n, 0),
+                Some(n) => self.out(&[IoSlice::new(&buf[..n])], n, 0),
                 None => false,
             },
             Some(_) => false,
@@ -286,10 +359,15 @@ impl Link {
     /// The largest UDP payload that crosses the underlay unfragmented (at
     /// the path MTU in use, [`Link::mtu`]).
     pub fn max_datagram(&self) -> usize {
-        match self.outer_len() {
+        let own = match self.outer_len() {
             // A LAN frame has no outer headers: the frame is what goes out.
-            0 => self.def.mtu as usize + 14,
+            0 => return self.def.mtu as usize + 14,
             o => (self.mtu() as usize).saturating_sub(o),
+        };
+        // Through a relay, what fits inside the relay link's datagrams.
+        match self.relay_link().filter(|_| self.relaying.load(Relaxed)) {
+            Some(r) => own.min(r.max_datagram().saturating_sub(crate::relay::OVERHEAD)),
+            None => own,
         }
     }
 

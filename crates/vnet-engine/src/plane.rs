@@ -170,9 +170,17 @@ impl Plane {
         }
     }
 
-    /// A plane over `table`, `ifaces` and `links`, with the receive index built.
+    /// A plane over `table`, `ifaces` and `links`, with the receive index
+    /// built and each relayed link's relay found (the link whose peer has
+    /// the key its `relay` names).
     pub fn new(table: RouteTable, ifaces: Vec<Arc<Iface>>, links: Vec<Arc<Link>>) -> Self {
         let links_by_rx = links.iter().map(|l| (l.def.rx_key(), l.def.id)).collect();
+        for l in &links {
+            if let vnet_control::Transport::Udp { relay: Some(k), .. } = l.def.transport {
+                let via = links.iter().find(|v| v.secure.as_ref().is_some_and(|s| s.peer() == k.0));
+                l.relay_via.store(via.map(|v| Arc::new(Arc::downgrade(v))));
+            }
+        }
         Plane {
             table,
             ifaces: ifaces.into_iter().map(|i| (i.id, i)).collect(),
@@ -277,6 +285,12 @@ pub struct Global {
     pub no_route: AtomicU64,
     /// Datagrams from an address (or VNI) that is not a configured link.
     pub unknown_source: AtomicU64,
+    /// Whether this vnetd relays between its secured peers (`--relay`),
+    /// the datagrams it passed on, and the relayed datagrams it refused
+    /// (not relaying, an unknown destination, not from the relay named).
+    pub relay: std::sync::atomic::AtomicBool,
+    pub relayed: AtomicU64,
+    pub relay_refused: AtomicU64,
     /// Times a secured link followed its peer to a new address (an
     /// authenticated datagram from there).
     pub roams: AtomicU64,

@@ -74,7 +74,13 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
             }
             continue;
         }
-        let transport = link_transport(s, other, k, vxlan_to(k));
+        let mut transport = link_transport(s, other, k, vxlan_to(k));
+        // Between two hosts behind NATs: through host 2 while no direct path works.
+        if let Transport::Udp { relay, nat: true, .. } = &mut transport {
+            if h != 2 && k != 2 {
+                *relay = hosts.get(2).and_then(|r| r.key.as_ref()).map(|(_, key)| *key);
+            }
+        }
         cmds.push(Command::Link { name: Some(format!("h{k}")), transport, mtu: s.underlay_mtu });
         cmds.push(route(bcast, to_link(format!("h{k}"))));
         for vm in &other.vms {
@@ -159,7 +165,14 @@ fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
         };
         let format = if security == Security::None { format } else { Format::Vnet };
         let nat = s.nat && security != Security::None;
-        Transport::Udp { remote: SocketAddr::new(ip, 9000), format: format.into(), network: 0, security, nat }
+        Transport::Udp {
+            remote: SocketAddr::new(ip, 9000),
+            format: format.into(),
+            network: 0,
+            security,
+            nat,
+            relay: None,
+        }
     }
 }
 

@@ -265,6 +265,7 @@ impl Lab {
             .arg("--bpf-dir")
             .arg(self.dir.join("bpf").join(format!("h{h}")))
             .args(&self.spec.vnetd_args)
+            .args((self.spec.nat && h == 2).then_some("--relay"))
             .args(cluster_args);
         host.vnetd = Some(process::spawn_logged(cmd, &host.log, "vnetd")?);
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -103,14 +103,16 @@ pub struct Spec {
     /// dropped and counted, `iptables -L OUTPUT`), as on a path that
     /// filters it.
     pub site_mtu: Option<u32>,
-    /// Hosts behind NAT (three hosts): host 0 behind a cone-like NAT (its
-    /// router masquerades and forwards UDP port 9000 to it: endpoint-
-    /// independent mapping and filtering for vnetd's port, as a static or
-    /// UPnP forward gives), host 1 behind a symmetric NAT (masquerade with
-    /// `--random-fully`: a new random port per destination), host 2 public.
-    /// The routers' outsides and host 2 share an "internet" segment,
+    /// Hosts behind NAT (three or four hosts): host 0 behind a cone-like
+    /// NAT (its router masquerades and forwards UDP port 9000 to it:
+    /// endpoint-independent mapping and filtering for vnetd's port, as a
+    /// static or UPnP forward gives), hosts 1 and 3 each behind a symmetric
+    /// NAT (masquerade with `--random-fully`: a new random port per
+    /// destination), host 2 public and a relay (`vnetd --relay`). The
+    /// routers' outsides and host 2 share an "internet" segment,
     /// 203.0.113.0/24 ([`public_ip`]); every link is `nat`, to the peer's
-    /// public address.
+    /// public address, and a link between two hosts behind NATs names host
+    /// 2 as its `relay`.
     pub nat: bool,
 }
 
@@ -276,7 +278,7 @@ pub fn underlay_ip(h: usize, v6: bool) -> IpAddr {
 /// Host h's public address in a NAT lab ([`Spec::nat`]): its router's
 /// outside for hosts 0 and 1, its own for host 2.
 pub fn public_ip(h: usize) -> IpAddr {
-    Ipv4Addr::new(203, 0, 113, if h < 2 { h as u8 + 1 } else { 10 }).into()
+    Ipv4Addr::new(203, 0, 113, if h == 2 { 10 } else { h as u8 + 1 }).into()
 }
 
 /// Where a cluster-mode lab's etcd listens: [`ETCD_IP`], or fd00:77::fa

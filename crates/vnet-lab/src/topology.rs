@@ -224,8 +224,8 @@ impl Lab {
     /// Hosts 0 and 1 behind NATs, host 2 public ([`Spec::nat`]).
     fn nat_sites(&mut self, hosts: &[Host]) -> Result<()> {
         let p = self.prefix.clone();
-        if hosts.len() != 3 {
-            return Err(Error::Other("a NAT lab has three hosts".into()));
+        if !(3..=4).contains(&hosts.len()) {
+            return Err(Error::Other("a NAT lab has three or four hosts".into()));
         }
         let inet = self.add_ns(format!("{p}-inet"))?;
         self.switch = Some(inet.clone());
@@ -240,7 +240,7 @@ impl Lab {
         let dev2 = hosts[2].underlay_dev.as_str();
         self.ns_exec(&hosts[2].ns, &["ip", "link", "set", dev2, "up"])?;
         self.ns_exec(&hosts[2].ns, &["ip", "addr", "add", &format!("{}/24", public_ip(2)), "dev", dev2])?;
-        for (h, host) in hosts.iter().enumerate().take(2) {
+        for (h, host) in hosts.iter().enumerate().filter(|&(h, _)| h != 2) {
             let r = self.add_ns(format!("{p}-r{h}"))?;
             let port = format!("p{h}");
             veth("out", &r, &port, &inet)?;

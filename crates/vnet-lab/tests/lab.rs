@@ -2344,18 +2344,21 @@ fn link_named(lab: &Lab, h: usize, name: &str) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-/// Issue 31, NAT traversal: host 0 behind a cone-like NAT, host 1 behind a
-/// symmetric one (a new random port per destination), host 2 public; every
-/// link secured and `nat`. Hosts 0 and 1 reach each other directly: host
-/// 1's initiation reaches host 0 through its NAT's forward, host 0's link
-/// follows it to the symmetric NAT's random port, and the datagrams
-/// between them go between the two NATs' addresses, not through host 2.
-/// Flushing the symmetric NAT's conntrack mid-transfer (its next datagrams
-/// leave from a new random port) costs under 3 s.
+/// Issue 31, NAT traversal: host 0 behind a cone-like NAT, hosts 1 and 3
+/// each behind a symmetric one (a new random port per destination), host 2
+/// public and a relay; every link secured and `nat`. Hosts 0 and 1 reach
+/// each other directly: host 1's initiation reaches host 0 through its
+/// NAT's forward, host 0's link follows it to the symmetric NAT's random
+/// port, and the datagrams between them go between the two NATs'
+/// addresses, not through host 2. Flushing the symmetric NAT's conntrack
+/// mid-transfer (its next datagrams leave from a new random port) costs
+/// under 3 s. Hosts 1 and 3 cannot reach each other directly (each NAT
+/// drops what the other sends to a port it never learns): their link goes
+/// through host 2, which sees only ciphertext.
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
-fn hosts_behind_a_cone_and_a_symmetric_nat_talk_directly_and_survive_a_conntrack_flush() {
-    let mut lab = lab(Spec { hosts: 3, nat: true, links: Links::Encrypt, ..Spec::default() });
+fn hosts_behind_nats_talk_directly_or_through_a_relay_that_sees_only_ciphertext() {
+    let mut lab = lab(Spec { hosts: 4, nat: true, links: Links::Encrypt, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     let waited = wait_until(15.0, "hosts 0 and 1 have a session", || {
         link_named(&lab, 0, "h1")["established"] == true && link_named(&lab, 1, "h0")["established"] == true
@@ -2403,6 +2406,43 @@ fn hosts_behind_a_cone_and_a_symmetric_nat_talk_directly_and_survive_a_conntrack
     assert!(gap <= 300, "traffic stopped for {} ms after the flush", gap * 10);
     let after = link_named(&lab, 0, "h1");
     eprintln!("NAT: host 0 now sends to {}", after["endpoint"]);
+    // Two symmetric NATs: through the relay.
+    let (c, d) = (lab.vm(1, 0).clone(), lab.vm(3, 0).clone());
+    wait_until(15.0, "hosts 1 and 3 have a session through the relay", || {
+        link_named(&lab, 1, "h3")["established"] == true && link_named(&lab, 3, "h1")["established"] == true
+    });
+    for h in [1, 3] {
+        let l = link_named(&lab, h, if h == 1 { "h3" } else { "h1" });
+        assert_eq!(l["path"], "relayed", "host {h}: {l}");
+    }
+    for size in [56, 1400, 8000] {
+        assert_ping(&lab, &c, d.ip, size);
+        assert_ping(&lab, &d, c.ip, size);
+    }
+    // The relay's wire: the payload pattern of a ping never in the clear.
+    let (ns2, dev2) = (lab.hosts[2].ns.clone(), lab.hosts[2].underlay_dev.clone());
+    let pcap = lab.dir.join("relay.pcap");
+    let pcap_s = pcap.to_str().unwrap().to_string();
+    lab.spawn(&ns2, &["timeout", "4", "tcpdump", "-i", &dev2, "-U", "-s", "0", "-w", &pcap_s, "udp"])
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let relayed0 = json(&lab, 2, "stats")["global"]["relayed"].as_u64().unwrap();
+    let pattern = "766e65747365637265742121"; // "vnetsecret!!"
+    let out = lab
+        .ns_exec(&c.ns, &["ping", "-c", "5", "-i", "0.2", "-s", "400", "-p", pattern, &d.ip.to_string()])
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_secs(3));
+    let wire = std::fs::read(&pcap).unwrap();
+    assert!(wire.len() > 24 + 10 * 400, "the relay's capture holds {} bytes", wire.len());
+    assert!(!wire.windows(12).any(|w| w == b"vnetsecret!!"), "the relay sees the payload");
+    let relayed = json(&lab, 2, "stats")["global"]["relayed"].as_u64().unwrap() - relayed0;
+    assert!(relayed >= 10, "the relay passed on {relayed} datagrams for 5 pings");
+    let p = lab.ping(&c, d.ip, 100, 56).unwrap();
+    assert_eq!(p.received, 100, "{p:?}");
+    eprintln!("NAT: relayed path: ping {p:?}");
+    let bytes = assert_stream(&mut lab, &c, &d, 3);
+    eprintln!("NAT: relayed path: TCP {:.2} Gbit/s", bytes as f64 * 8.0 / 3e9);
 }
 
 /// Issue 31, path MTU: two sites whose segments are 1500 bytes, joined by

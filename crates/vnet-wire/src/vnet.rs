@@ -75,11 +75,30 @@ impl Flags {
     /// The answer to a probe: `frame id` and `frame length` echoed, no
     /// payload.
     pub const PROBE_ACK: u8 = 0x10;
-    const KNOWN: u8 = Self::AUTH | Self::VNET_HDR | Self::WHOLE | Self::PROBE | Self::PROBE_ACK;
+    /// A datagram for a relay to pass on (sent inside the sender's secured
+    /// session with the relay): the payload is the destination's 32-byte
+    /// public key and a secured datagram sealed end to end for it.
+    pub const RELAY_TO: u8 = 0x20;
+    /// A relayed datagram (sent by the relay inside its secured session
+    /// with the destination): the payload is the origin's 32-byte public
+    /// key and the secured datagram the origin sealed.
+    pub const RELAY_FROM: u8 = 0x40;
+    const KNOWN: u8 = Self::AUTH
+        | Self::VNET_HDR
+        | Self::WHOLE
+        | Self::PROBE
+        | Self::PROBE_ACK
+        | Self::RELAY_TO
+        | Self::RELAY_FROM;
 
     /// Whether the datagram is a probe or a probe's answer (no frame).
     pub fn is_probe(self) -> bool {
         self.0 & (Self::PROBE | Self::PROBE_ACK) != 0
+    }
+
+    /// Whether the datagram carries another for a relay (no frame).
+    pub fn is_relay(self) -> bool {
+        self.0 & (Self::RELAY_TO | Self::RELAY_FROM) != 0
     }
 }
 
@@ -113,7 +132,7 @@ impl<T: AsRef<[u8]>> VnetPacket<T> {
             return Err(Error::Malformed("flags"));
         }
         let n = p.payload().len() as u64;
-        if p.flags().is_probe() {
+        if p.flags().is_probe() || p.flags().is_relay() {
             return Ok(p);
         }
         if p.flags().0 & Flags::WHOLE != 0 {

@@ -81,6 +81,13 @@ struct Args {
     /// Secured links start a new session after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECS")]
     rekey_after: u64,
+    /// Relay between this host's secured peers: a link that names this
+    /// host's key with `relay` sends through it while its peer is not
+    /// reachable directly (both behind symmetric NATs). What passes is
+    /// sealed end to end; this host cannot read or forge it
+    /// (`docs/MULTISITE.md`).
+    #[arg(long)]
+    relay: bool,
     /// Read netdev and `direct` devices frame by frame instead of through
     /// a shared receive ring (as where the kernel refuses a ring).
     #[arg(long)]
@@ -306,6 +313,13 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
                 _ = usr2.recv() => hand_over.store(true, std::sync::atomic::Ordering::Relaxed),
             }
         };
+        daemon
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .shared()
+            .global
+            .relay
+            .store(args.relay, std::sync::atomic::Ordering::Relaxed);
         spawn_background(&daemon, args.metrics);
         let mut limits =
             control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)))

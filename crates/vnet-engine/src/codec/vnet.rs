@@ -82,7 +82,7 @@ fn send_frame(
                 return false;
             }
         }
-        if !link.io.send(&iov[..k], dgram, flow) {
+        if !link.out(&iov[..k], dgram, flow) {
             return false;
         }
     }
@@ -137,7 +137,7 @@ fn send_sealed(
     }
     let seg = dgram + secure::OVERHEAD;
     gso_batches(n, seg)
-        .all(|b| link.io.send(&[IoSlice::new(&out[b.start * seg..(b.end * seg).min(pos)])], seg, flow))
+        .all(|b| link.out(&[IoSlice::new(&out[b.start * seg..(b.end * seg).min(pos)])], seg, flow))
 }
 
 /// Sends a path MTU probe of IP size `size` (`ack`: the answer to the
@@ -173,7 +173,7 @@ pub fn send_probe(link: &Link, id: u32, size: u32, ack: bool) -> bool {
             None => return false,
         },
     };
-    link.io.send(&[IoSlice::new(&buf[..n])], n, 0)
+    link.out(&[IoSlice::new(&buf[..n])], n, 0)
 }
 
 /// Whether the `virtio_net_hdr` at the front of `parts` is all zeros.
@@ -221,16 +221,37 @@ impl Rx {
         data: &mut [u8],
         now_ns: u64,
     ) {
+        self.datagram_via(fw, plane, link, network, from, data, now_ns, false)
+    }
+
+    /// [`Rx::datagram`]; `relayed`: it came through a relay
+    /// ([`crate::relay`]): it moves no link, and answers go back that way.
+    #[allow(clippy::too_many_arguments)]
+    fn datagram_via(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        link: &Arc<Link>,
+        network: u32,
+        from: SocketAddr,
+        data: &mut [u8],
+        now_ns: u64,
+        relayed: bool,
+    ) {
         let g = fw.global().clone();
         let port = PortId::Link(link.def.id);
         // A secured link: verified (and decrypted) in place, or answered,
         // or dropped; what is left is a `vnet` datagram like any other.
+        let at_endpoint = relayed || link.sends_to(from);
         let data: &mut [u8] = match &link.secure {
             None => data,
-            Some(sec) => match sec.open_at(now_ns, from, link.sends_to(from), data, &mut self.reply) {
+            Some(sec) => match sec.open_at(now_ns, from, at_endpoint, data, &mut self.reply) {
                 Opened::Data(r) => {
                     link.alive.heard(now_ns);
-                    link.authenticated_from(from, &g);
+                    if !relayed {
+                        link.heard_direct.store(now_ns.saturating_add(1), Relaxed);
+                        link.authenticated_from(from, &g);
+                    }
                     if r.is_empty() {
                         link.alive.keepalives_received.fetch_add(1, Relaxed);
                         return;
@@ -241,15 +262,22 @@ impl Rx {
                     // An initiation answered is the peer's and new (IK's
                     // `ss`, its timestamp): the link follows it, so the
                     // answer goes where the peer is now.
+                    let answer = [IoSlice::new(&self.reply[..n])];
+                    if relayed {
+                        if let Some(r) = link.relay_link() {
+                            link.through(&r, &answer, n);
+                        }
+                        return;
+                    }
                     if n == RESP_LEN && secure::is_initiation(data) {
                         link.authenticated_from(from, &g);
                     }
-                    link.io.send(&[IoSlice::new(&self.reply[..n])], n, 0);
+                    link.io.send(&answer, n, 0);
                     return;
                 }
                 Opened::Nothing => {
                     link.rx.drop_one();
-                    if link.endpoint().is_some_and(|e| e.ip() != from.ip()) {
+                    if !relayed && link.endpoint().is_some_and(|e| e.ip() != from.ip()) {
                         g.roams_refused.fetch_add(1, Relaxed);
                     }
                     return;
@@ -267,6 +295,22 @@ impl Rx {
         if repr.network != network {
             link.rx.drop_one();
             g.wrong_network.fetch_add(1, Relaxed);
+            return;
+        }
+        if repr.flags.is_relay() {
+            // Relayed once at most; the inner datagram opened as the
+            // origin's link's own.
+            if relayed {
+                g.relay_refused.fetch_add(1, Relaxed);
+                return;
+            }
+            let Some(origin) = crate::relay::arrived(plane, &g, link, repr.flags, &data[hl..]) else {
+                return;
+            };
+            let Transport::Udp { network, .. } = origin.def.transport else { return };
+            let origin = origin.clone();
+            let inner = &mut data[hl + crate::relay::KEY..];
+            self.datagram_via(fw, plane, &origin, network, from, inner, now_ns, true);
             return;
         }
         if repr.flags.is_probe() {

@@ -140,6 +140,9 @@ pub struct SecurityView<'a> {
     /// address its peer moved to); and why, in words.
     pub path: &'static str,
     pub path_why: String,
+    /// Datagrams sent and received through the relay (a `relay` link).
+    pub relayed_tx: u64,
+    pub relayed_rx: u64,
     #[serde(flatten)]
     pub stats: &'a SecureStats,
 }
@@ -276,6 +279,8 @@ impl Daemon {
                         roams: l.roams.load(Relaxed),
                         path: link_path(l).0,
                         path_why: link_path(l).1,
+                        relayed_tx: l.relayed_tx.load(Relaxed),
+                        relayed_rx: l.relayed_rx.load(Relaxed),
                         stats: &sec.stats,
                     }),
                     io,
@@ -345,6 +350,16 @@ pub(super) fn rows<T: Serialize>(views: &[T]) -> Vec<Value> {
 fn link_path(l: &vnet_engine::Link) -> (&'static str, String) {
     let configured = l.def.remote().map_or_else(String::new, |r| r.to_string());
     let nat = matches!(l.def.transport, Transport::Udp { nat: true, .. });
+    if let Some(r) = l.relay_link().filter(|_| l.relaying.load(Relaxed)) {
+        return (
+            "relayed",
+            format!(
+                "through link {} (the relay): the peer was not heard from directly within {} ms",
+                r.def.name,
+                vnet_engine::link::DEAD_NS / 1_000_000
+            ),
+        );
+    }
     match l.roamed.load().as_deref() {
         None => ("direct", format!("to the configured remote {configured}")),
         Some(at) if nat => (

@@ -320,6 +320,7 @@ mod tests {
             network: 0,
             security: Security::None,
             nat: false,
+            relay: None,
         };
         let def = vnet_control::LinkDef { id, name: format!("h{id}"), transport, mtu: 1500 };
         Arc::new(Link::new(def, Arc::new(Nowhere)))

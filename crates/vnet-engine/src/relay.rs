@@ -1,0 +1,131 @@
+//! Relaying: a secured link whose peer is not heard from directly (both
+//! behind NATs that map every destination to a new port, say) sends
+//! through a relay, a vnetd both ends have secured links with and that
+//! runs with `--relay`.
+//!
+//! What the relay sees is sealed twice: each datagram of the link (its
+//! handshakes, data, keepalives), sealed end to end with the link's own
+//! session, travels inside a `vnet` datagram flagged `RELAY_TO` with the
+//! destination's public key, sealed with the sender's session with the
+//! relay. The relay opens that outer layer only (it authenticates the
+//! sender, so no stranger uses it), finds its link whose peer has the
+//! destination key, and sends the inner datagram on inside a `RELAY_FROM`
+//! datagram naming the origin's key, sealed with its session with the
+//! destination. The destination opens the outer layer, accepts it only
+//! from the relay its link to the origin names, and opens the inner
+//! datagram with the end-to-end session as if it had come directly: the
+//! relay can neither read nor forge what the two ends exchange, only drop
+//! it. A relayed datagram never moves a link (roaming) and is never
+//! relayed again.
+//!
+//! The link keeps trying the direct path: it sends its handshakes and a
+//! keepalive a second directly too, and the moment an authenticated
+//! datagram arrives directly from the peer it sends directly again.
+//!
+//! The wrapping is written into a buffer per thread (allocated once, as
+//! large as the largest datagram seen), not allocated per datagram.
+
+use crate::link::Link;
+use crate::plane::{Global, Plane};
+use crate::secure;
+use std::cell::RefCell;
+use std::io::IoSlice;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use vnet_control::Transport;
+use vnet_wire::vnet::{Flags, VnetRepr, HEADER_LEN};
+
+/// The key that names a link's peer in a relayed datagram.
+pub const KEY: usize = 32;
+/// What relaying adds to a datagram: the outer secured header and tag, the
+/// `vnet` header and the key.
+pub const OVERHEAD: usize = secure::OVERHEAD + HEADER_LEN + KEY;
+
+thread_local! {
+    static BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Sends the datagrams in `iov` (`seg` bytes each, the last may be
+/// shorter; one if `seg` covers them all) to `key`'s host through `via`,
+/// the link to the relay (or, from the relay, to the destination), each
+/// in a `vnet` datagram flagged `flag` naming `key`, sealed with `via`'s
+/// session.
+pub fn send_through(via: &Link, flag: u8, key: &[u8; KEY], iov: &[IoSlice<'_>], seg: usize) -> bool {
+    let (Some(sec), Transport::Udp { network, .. }) = (&via.secure, via.def.transport) else { return false };
+    let Some(session) = sec.sealer() else { return false };
+    let total: usize = iov.iter().map(|s| s.len()).sum();
+    let seg = seg.max(1).min(total.max(1));
+    BUF.with(|b| {
+        let mut b = b.borrow_mut();
+        // The datagrams, then room for one wrapped datagram.
+        let need = total + OVERHEAD + seg;
+        if b.len() < need {
+            b.resize(need, 0);
+        }
+        let (flat, out) = b.split_at_mut(total);
+        let mut at = 0;
+        for s in iov {
+            flat[at..at + s.len()].copy_from_slice(s);
+            at += s.len();
+        }
+        let repr = VnetRepr { flags: Flags(flag), network, frame_id: 0, frame_len: 0, offset: 0 };
+        let mut ok = true;
+        for d in flat.chunks(seg) {
+            let plain = HEADER_LEN + KEY + d.len();
+            let p = secure::DATA_HEADER;
+            if repr.emit(&mut out[p..]).is_none() {
+                return false;
+            }
+            out[p + HEADER_LEN..p + HEADER_LEN + KEY].copy_from_slice(key);
+            out[p + HEADER_LEN + KEY..p + plain].copy_from_slice(d);
+            match session.seal(sec.mode(), out, plain) {
+                Some(n) => ok &= via.io.send(&[IoSlice::new(&out[..n])], n, 0),
+                None => return false,
+            }
+        }
+        ok
+    })
+}
+
+/// A datagram that came in on `link` flagged `RELAY_TO` or `RELAY_FROM`
+/// (`payload`: the key, then the inner datagram). Returns the link the
+/// inner datagram is for when this host is its destination (the caller
+/// opens it as relayed); passes it on when this host is the relay.
+pub fn arrived<'p>(
+    plane: &'p Plane,
+    g: &Global,
+    link: &Arc<Link>,
+    flags: Flags,
+    payload: &[u8],
+) -> Option<&'p Arc<Link>> {
+    let refuse = || {
+        g.relay_refused.fetch_add(1, Relaxed);
+        None
+    };
+    if payload.len() <= KEY {
+        return refuse();
+    }
+    let (key, inner) = payload.split_at(KEY);
+    let by_key = || plane.links.values().find(|l| l.secure.as_ref().is_some_and(|s| s.peer()[..] == *key));
+    if flags.0 & Flags::RELAY_TO != 0 {
+        // We are the relay: on to the destination, naming the origin.
+        let (Some(dest), Some(origin)) = (by_key(), link.secure.as_ref().map(|s| s.peer())) else {
+            return refuse();
+        };
+        if !g.relay.load(Relaxed) || Arc::ptr_eq(dest, link) {
+            return refuse();
+        }
+        if send_through(dest, Flags::RELAY_FROM, &origin, &[IoSlice::new(inner)], inner.len()) {
+            g.relayed.fetch_add(1, Relaxed);
+        }
+        return None;
+    }
+    // We are the destination: only from the relay the origin's link names.
+    let origin = by_key()?;
+    let via = origin.relay_link();
+    if !via.is_some_and(|v| Arc::ptr_eq(&v, link)) {
+        return refuse();
+    }
+    origin.relayed_rx.fetch_add(1, Relaxed);
+    Some(origin)
+}
