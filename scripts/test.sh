@@ -61,7 +61,7 @@ by_hand=(an_upgrade_from_the_previous_package)
 # Tests whose traffic never takes the kernel path (secured, TCP and TLS
 # links are the user path's) or that test no data path (the control
 # endpoint, the CNI plugin's refusals): once, on the user path pass.
-user_only=(rekeying_ encrypted_links_ a_handshake_initiation_replayed tcp_link_ tls_ a_tls_control
+user_only=(rekeying_ encrypted_links_ a_handshake_initiation_replayed tcp_link_ tls_ a_tls_control a_secured_link_follows hosts_behind_nats_
     ten_thousand_slow a_thousand_control an_unprivileged_client cni_malformed cni_unknown_version
     cni_missing_netns cni_vnetd_not_running)
 step "namespace integration tests (root), user path"

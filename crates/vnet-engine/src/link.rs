@@ -70,7 +70,15 @@ pub struct Link {
     pub relayed_rx: AtomicU64,
     /// When the last direct keepalive went while relaying.
     direct_tried_ns: AtomicU64,
+    /// Where the peer sees this host (a `nat` link's peer says so every
+    /// [`REFLECT_NS`]): behind NAT, this host's public mapping.
+    pub seen_as: arc_swap::ArcSwapOption<std::net::SocketAddr>,
+    /// When this link last told its peer where it sees it.
+    reflected_ns: AtomicU64,
 }
+
+/// How often a `nat` link tells its peer where it sees it.
+pub const REFLECT_NS: u64 = 10_000_000_000;
 
 /// An idle link's keepalive period: a `vnet` link that sent nothing for
 /// this long sends an empty datagram (sealed, on a secured link), so its
@@ -169,6 +177,8 @@ impl Link {
             relayed_tx: AtomicU64::new(0),
             relayed_rx: AtomicU64::new(0),
             direct_tried_ns: AtomicU64::new(0),
+            seen_as: arc_swap::ArcSwapOption::empty(),
+            reflected_ns: AtomicU64::new(0),
         }
     }
 
@@ -248,6 +258,8 @@ impl Link {
         self.roamed.store(if configured { None } else { Some(Arc::new(to)) });
         self.roams.fetch_add(1, Relaxed);
         g.roams.fetch_add(1, Relaxed);
+        // Tell the peer where it is seen now, at the next tick.
+        self.reflected_ns.store(0, Relaxed);
         g.remember_roam(to.ip(), self.def.id);
         tracing::info!(link = %self.def.name, from = %now, to = %to, "the peer moved: following it (an authenticated datagram from its new address)");
     }
@@ -285,6 +297,14 @@ impl Link {
                     self.io.send(&[IoSlice::new(&out[..n])], n, 0);
                 }
             }
+        }
+        // A `nat` link tells its peer where it sees it (a reflector, as
+        // STUN is): directly, once established.
+        let nat = matches!(self.def.transport, Transport::Udp { nat: true, .. });
+        let due = now_ns.saturating_sub(self.reflected_ns.load(Relaxed)) >= REFLECT_NS;
+        if nat && due && relay.is_none() && self.secure.as_ref().is_some_and(|s| s.established()) {
+            self.reflected_ns.store(now_ns, Relaxed);
+            codec::vnet::send_endpoint(self);
         }
         // Path MTU probes, once a secured link can seal them (not through a relay).
         let probing = relay.is_none() && self.secure.as_ref().is_none_or(|s| s.established());

@@ -2372,6 +2372,16 @@ fn hosts_behind_nats_talk_directly_or_through_a_relay_that_sees_only_ciphertext(
     assert_eq!(l["path"], "punched", "{l}");
     assert_eq!(link_named(&lab, 0, "h2")["path"], "direct");
     eprintln!("NAT: host 0 reaches host 1 at {endpoint} (its NAT's random port)");
+    // Each learns its public endpoint from a peer that sees it (host 2,
+    // public, reflects): host 0 its cone NAT's port 9000, host 1 a random
+    // port of its symmetric NAT (another than the one host 0 sees).
+    let seen = |h: usize, l: &str| link_named(&lab, h, l)["seen_as"].as_str().unwrap_or_default().to_string();
+    wait_until(12.0, "hosts 0 and 1 learn their public endpoints", || {
+        !seen(0, "h2").is_empty() && !seen(1, "h2").is_empty()
+    });
+    assert_eq!(seen(0, "h2"), "203.0.113.1:9000");
+    assert!(seen(1, "h2").starts_with("203.0.113.2:"), "{}", seen(1, "h2"));
+    eprintln!("NAT: host 2 sees host 0 as {} and host 1 as {}", seen(0, "h2"), seen(1, "h2"));
     // Direct: host 2's links carry the keepalives only while 100 pings go.
     let r_rx = |lab: &Lab| {
         json(lab, 2, "links")["links"]
@@ -2389,6 +2399,14 @@ fn hosts_behind_nats_talk_directly_or_through_a_relay_that_sees_only_ciphertext(
     eprintln!("NAT: punched path: ping {p:?}");
     let bytes = assert_stream(&mut lab, &a, &b, 3);
     eprintln!("NAT: punched path: TCP {:.2} Gbit/s", bytes as f64 * 8.0 / 3e9);
+    // For comparison, host 0 to the public host 2: a direct path (host 0's
+    // link sends to the configured address).
+    let e = lab.vm(2, 0).clone();
+    assert_eq!(link_named(&lab, 0, "h2")["path"], "direct");
+    let p = lab.ping(&a, e.ip, 100, 56).unwrap();
+    assert_eq!(p.received, 100, "{p:?}");
+    let bytes = assert_stream(&mut lab, &a, &e, 3);
+    eprintln!("NAT: direct path: ping {p:?}; TCP {:.2} Gbit/s", bytes as f64 * 8.0 / 3e9);
     // The symmetric NAT forgets every mapping mid-transfer.
     let r1 = format!("{}-r1", lab.prefix);
     let (out, _) = under_traffic(&mut lab, 10, 600, |lab| {

@@ -83,13 +83,18 @@ impl Flags {
     /// with the destination): the payload is the origin's 32-byte public
     /// key and the secured datagram the origin sealed.
     pub const RELAY_FROM: u8 = 0x40;
+    /// Where the sender sees the receiver: the payload is a 16-byte address
+    /// (IPv4 as `::ffff:a.b.c.d`) and a 2-byte port, the source the
+    /// receiver's datagrams arrive from (behind NAT, its public mapping).
+    pub const ENDPOINT: u8 = 0x80;
     const KNOWN: u8 = Self::AUTH
         | Self::VNET_HDR
         | Self::WHOLE
         | Self::PROBE
         | Self::PROBE_ACK
         | Self::RELAY_TO
-        | Self::RELAY_FROM;
+        | Self::RELAY_FROM
+        | Self::ENDPOINT;
 
     /// Whether the datagram is a probe or a probe's answer (no frame).
     pub fn is_probe(self) -> bool {
@@ -132,7 +137,7 @@ impl<T: AsRef<[u8]>> VnetPacket<T> {
             return Err(Error::Malformed("flags"));
         }
         let n = p.payload().len() as u64;
-        if p.flags().is_probe() || p.flags().is_relay() {
+        if p.flags().is_probe() || p.flags().is_relay() || p.flags().0 & Flags::ENDPOINT != 0 {
             return Ok(p);
         }
         if p.flags().0 & Flags::WHOLE != 0 {

@@ -176,6 +176,36 @@ pub fn send_probe(link: &Link, id: u32, size: u32, ack: bool) -> bool {
     link.out(&[IoSlice::new(&buf[..n])], n, 0)
 }
 
+/// Tells the peer where this link sees it (a `vnet` datagram flagged
+/// `ENDPOINT`, sealed on a secured link): its endpoint now.
+pub fn send_endpoint(link: &Link) -> bool {
+    let (Some(e), Transport::Udp { network, .. }) = (link.endpoint(), link.def.transport) else {
+        return false;
+    };
+    let repr = VnetRepr { flags: Flags(Flags::ENDPOINT), network, frame_id: 0, frame_len: 0, offset: 0 };
+    let over = link.secure.as_ref().map_or(0, |_| secure::OVERHEAD);
+    let at = if over > 0 { secure::DATA_HEADER } else { 0 };
+    let plain = HEADER_LEN + 18;
+    let mut buf = [0u8; secure::OVERHEAD + HEADER_LEN + 18];
+    if repr.emit(&mut buf[at..]).is_none() {
+        return false;
+    }
+    let ip = match e.ip() {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    };
+    buf[at + HEADER_LEN..at + HEADER_LEN + 16].copy_from_slice(&ip.octets());
+    buf[at + HEADER_LEN + 16..at + plain].copy_from_slice(&e.port().to_be_bytes());
+    let n = match &link.secure {
+        None => plain,
+        Some(sec) => match sec.sealer().and_then(|s| s.seal(sec.mode(), &mut buf, plain)) {
+            Some(n) => n,
+            None => return false,
+        },
+    };
+    link.io.send(&[IoSlice::new(&buf[..n])], n, 0)
+}
+
 /// Whether the `virtio_net_hdr` at the front of `parts` is all zeros.
 fn header_is_none(parts: &[IoSlice<'_>]) -> bool {
     let mut left = virtio::LEN;
@@ -311,6 +341,20 @@ impl Rx {
             let origin = origin.clone();
             let inner = &mut data[hl + crate::relay::KEY..];
             self.datagram_via(fw, plane, &origin, network, from, inner, now_ns, true);
+            return;
+        }
+        if repr.flags.0 & Flags::ENDPOINT != 0 {
+            // Where the peer sees us (taken from a secured link only: on a
+            // plain one, anyone could claim it).
+            let p = &data[hl..];
+            if link.secure.is_some() && p.len() >= 18 {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&p[..16]);
+                let ip = std::net::Ipv6Addr::from(a);
+                let ip = ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4);
+                let port = u16::from_be_bytes([p[16], p[17]]);
+                link.seen_as.store(Some(Arc::new(SocketAddr::new(ip, port))));
+            }
             return;
         }
         if repr.flags.is_probe() {

@@ -140,6 +140,9 @@ pub struct SecurityView<'a> {
     /// address its peer moved to); and why, in words.
     pub path: &'static str,
     pub path_why: String,
+    /// Where the peer sees this host (a `nat` link: behind NAT, this host's
+    /// public mapping, as the peer reflects it); empty until it says.
+    pub seen_as: String,
     /// Datagrams sent and received through the relay (a `relay` link).
     pub relayed_tx: u64,
     pub relayed_rx: u64,
@@ -279,6 +282,7 @@ impl Daemon {
                         roams: l.roams.load(Relaxed),
                         path: link_path(l).0,
                         path_why: link_path(l).1,
+                        seen_as: l.seen_as.load().as_deref().map_or_else(String::new, |a| a.to_string()),
                         relayed_tx: l.relayed_tx.load(Relaxed),
                         relayed_rx: l.relayed_rx.load(Relaxed),
                         stats: &sec.stats,
