@@ -662,55 +662,8 @@ impl<'a> Parser<'_, 'a> {
         check_remote(remote_pos, remote)?;
         let transport = match kind {
             "udp" => {
-                let security = match (security, peer_key) {
-                    (None | Some((_, "none")), None) => Security::None,
-                    (Some((pos, "none")), Some(_)) => {
-                        return Err(Error::new(
-                            pos,
-                            "`auth` or `encrypt` for a link with a `peer-key`",
-                            "`none`",
-                        ))
-                    }
-                    (Some((_, "auth")), Some((_, k))) => Security::Auth(k),
-                    // A peer key alone means the strongest.
-                    (_, Some((_, k))) => Security::Encrypt(k),
-                    (Some((pos, _)), None) => {
-                        return Err(Error::new(
-                            pos,
-                            "`peer-key KEY` before `security` (whose key signs the peer's datagrams)",
-                            "no peer key",
-                        ))
-                    }
-                };
-                // A secured link speaks `vnet` unless told otherwise (and raw cannot be).
-                let format = match format {
-                    Some(f) => f,
-                    None if security != Security::None => Format::Vnet,
-                    None => Format::default(),
-                };
-                if format == Format::Raw && security != Security::None {
-                    return Err(Error::new(
-                        remote_pos,
-                        "format `vnet` for a link with a `peer-key` (the Palacios format has no room for a tag)",
-                        "format `raw`",
-                    ));
-                }
-                if let (Some((pos, _)), Security::None) = (relay, security) {
-                    return Err(Error::new(
-                        pos,
-                        "`peer-key KEY` for a relayed link (the relay carries only what is sealed end to end)",
-                        "`relay` on a link without a peer key",
-                    ));
-                }
-                if let (Some(pos), Security::None) = (nat, security) {
-                    return Err(Error::new(
-                        pos,
-                        "`peer-key KEY` for a `nat` link (it follows its peer only to where datagrams authenticate)",
-                        "`nat` on a link without a peer key",
-                    ));
-                }
-                let (nat, relay) = (nat.is_some(), relay.map(|(_, k)| k));
-                Transport::Udp { remote, format, network: network.unwrap_or(0), security, nat, relay }
+                let o = UdpOptions { format, network, security, peer_key, nat, relay };
+                udp_transport(remote, remote_pos, o)?
             }
             "tcp" => Transport::Tcp { remote, tls: tls.unwrap_or(false) },
             _ => match vni {
@@ -835,6 +788,68 @@ impl<'a> Parser<'_, 'a> {
         };
         Ok(Command::Route { src, dst, to, from })
     }
+}
+
+/// A `udp` link's options as parsed, for [`udp_transport`].
+struct UdpOptions<'a> {
+    format: Option<Format>,
+    network: Option<u32>,
+    security: Option<(Pos, &'a str)>,
+    peer_key: Option<(Pos, PeerKey)>,
+    nat: Option<Pos>,
+    relay: Option<(Pos, PeerKey)>,
+}
+
+/// A `udp` link's transport from its options: the security its key and
+/// `security` word say, the format (a secured link speaks `vnet`), and
+/// `nat` and `relay` only with a key.
+fn udp_transport(remote: SocketAddr, remote_pos: Pos, o: UdpOptions<'_>) -> Result<Transport> {
+    let UdpOptions { format, network, security, peer_key, nat, relay } = o;
+    let security = match (security, peer_key) {
+        (None | Some((_, "none")), None) => Security::None,
+        (Some((pos, "none")), Some(_)) => {
+            return Err(Error::new(pos, "`auth` or `encrypt` for a link with a `peer-key`", "`none`"))
+        }
+        (Some((_, "auth")), Some((_, k))) => Security::Auth(k),
+        // A peer key alone means the strongest.
+        (_, Some((_, k))) => Security::Encrypt(k),
+        (Some((pos, _)), None) => {
+            return Err(Error::new(
+                pos,
+                "`peer-key KEY` before `security` (whose key signs the peer's datagrams)",
+                "no peer key",
+            ))
+        }
+    };
+    // A secured link speaks `vnet` unless told otherwise (and raw cannot be).
+    let format = match format {
+        Some(f) => f,
+        None if security != Security::None => Format::Vnet,
+        None => Format::default(),
+    };
+    if format == Format::Raw && security != Security::None {
+        return Err(Error::new(
+            remote_pos,
+            "format `vnet` for a link with a `peer-key` (the Palacios format has no room for a tag)",
+            "format `raw`",
+        ));
+    }
+    if let (Some((pos, _)), Security::None) = (relay, security) {
+        return Err(Error::new(
+            pos,
+            "`peer-key KEY` for a relayed link (the relay carries only what is sealed end to end)",
+            "`relay` on a link without a peer key",
+        ));
+    }
+    if let (Some(pos), Security::None) = (nat, security) {
+        return Err(Error::new(
+            pos,
+            "`peer-key KEY` for a `nat` link (it follows its peer only to where datagrams authenticate)",
+            "`nat` on a link without a peer key",
+        ));
+    }
+    let (nat, relay) = (nat.is_some(), relay.map(|(_, k)| k));
+    Ok(Transport::Udp { remote, format, network: network.unwrap_or(0), security, nat, relay })
 }
 
 #[cfg(test)]

@@ -190,9 +190,10 @@ pub fn reassembly(data: &[u8]) {
         now += 100_000;
         let Ok(p) = VnetPacket::new_checked(dgram) else { continue };
         let repr = VnetRepr::parse(&p);
-        // As the receive path does: a whole frame never goes to reassembly
-        // (a `WHOLE` datagram's length and offset fields mean nothing).
-        if repr.is_whole(p.payload().len()) {
+        // As the receive path does: a datagram that carries no frame (a
+        // probe, a relayed datagram), or a whole frame, never goes to
+        // reassembly (their length and offset fields mean nothing).
+        if repr.flags.is_control() || repr.is_whole(p.payload().len()) {
             continue;
         }
         assert!(repr.offset as usize + p.payload().len() <= repr.frame_len as usize);

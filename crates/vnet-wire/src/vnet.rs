@@ -87,14 +87,15 @@ impl Flags {
     /// (IPv4 as `::ffff:a.b.c.d`) and a 2-byte port, the source the
     /// receiver's datagrams arrive from (behind NAT, its public mapping).
     pub const ENDPOINT: u8 = 0x80;
-    const KNOWN: u8 = Self::AUTH
-        | Self::VNET_HDR
-        | Self::WHOLE
-        | Self::PROBE
-        | Self::PROBE_ACK
-        | Self::RELAY_TO
-        | Self::RELAY_FROM
-        | Self::ENDPOINT;
+    /// The flags of datagrams that carry no frame (every bit now has a
+    /// meaning: no flag is unknown).
+    const CONTROL: u8 = Self::PROBE | Self::PROBE_ACK | Self::RELAY_TO | Self::RELAY_FROM | Self::ENDPOINT;
+
+    /// Whether the datagram carries no frame: a probe or its answer, a
+    /// relayed datagram, an endpoint report.
+    pub fn is_control(self) -> bool {
+        self.0 & Self::CONTROL != 0
+    }
 
     /// Whether the datagram is a probe or a probe's answer (no frame).
     pub fn is_probe(self) -> bool {
@@ -133,11 +134,8 @@ impl<T: AsRef<[u8]>> VnetPacket<T> {
         if have < hl {
             return Err(Error::Truncated { need: hl, have });
         }
-        if p.flags().0 & !Flags::KNOWN != 0 {
-            return Err(Error::Malformed("flags"));
-        }
         let n = p.payload().len() as u64;
-        if p.flags().is_probe() || p.flags().is_relay() || p.flags().0 & Flags::ENDPOINT != 0 {
+        if p.flags().is_control() {
             return Ok(p);
         }
         if p.flags().0 & Flags::WHOLE != 0 {
@@ -203,7 +201,8 @@ pub fn parse_header(b: &[u8]) -> Result<(VnetRepr, usize)> {
     if hl < HEADER_LEN || hl % 4 != 0 {
         return Err(Error::Malformed("header length"));
     }
-    if b[field::FLAGS] & !Flags::KNOWN != 0 {
+    // A stream carries frames only.
+    if Flags(b[field::FLAGS]).is_control() {
         return Err(Error::Malformed("flags"));
     }
     let u32_at = |r: core::ops::Range<usize>| {
@@ -339,8 +338,10 @@ mod tests {
         v[3] = 0x13;
         assert!(VnetPacket::new_checked(&v[..]).is_err());
         let mut v = VECTOR_WHOLE;
+        // Bit 7 is ENDPOINT: no frame (its receiver reads its payload alone).
         v[1] = 0x80;
-        assert_eq!(VnetPacket::new_checked(&v[..]).unwrap_err(), Error::Malformed("flags"));
+        assert!(VnetPacket::new_checked(&v[..]).unwrap().flags().is_control());
+        assert_eq!(parse_header(&v).unwrap_err(), Error::Malformed("flags"), "a stream carries frames only");
         let mut v = VECTOR_WHOLE;
         v[15] = 13; // frame shorter than payload
         assert!(VnetPacket::new_checked(&v[..]).is_err());

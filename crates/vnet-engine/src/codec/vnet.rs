@@ -222,6 +222,14 @@ fn header_is_none(parts: &[IoSlice<'_>]) -> bool {
     false
 }
 
+/// Where and when a datagram arrived, and whether through a relay.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    from: SocketAddr,
+    now_ns: u64,
+    relayed: bool,
+}
+
 /// The receive side of `vnet` links, one per socket reader: the
 /// reassembly of split frames and the buffer a secured link's handshake
 /// answer is written into. `crate::rx` attributes a datagram to its link;
@@ -327,42 +335,9 @@ impl Rx {
             g.wrong_network.fetch_add(1, Relaxed);
             return;
         }
-        if repr.flags.is_relay() {
-            // Relayed once at most; the inner datagram opened as the
-            // origin's link's own.
-            if relayed {
-                g.relay_refused.fetch_add(1, Relaxed);
-                return;
-            }
-            let Some(origin) = crate::relay::arrived(plane, &g, link, repr.flags, &data[hl..]) else {
-                return;
-            };
-            let Transport::Udp { network, .. } = origin.def.transport else { return };
-            let origin = origin.clone();
-            let inner = &mut data[hl + crate::relay::KEY..];
-            self.datagram_via(fw, plane, &origin, network, from, inner, now_ns, true);
-            return;
-        }
-        if repr.flags.0 & Flags::ENDPOINT != 0 {
-            // Where the peer sees us (taken from a secured link only: on a
-            // plain one, anyone could claim it).
-            let p = &data[hl..];
-            if link.secure.is_some() && p.len() >= 18 {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(&p[..16]);
-                let ip = std::net::Ipv6Addr::from(a);
-                let ip = ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4);
-                let port = u16::from_be_bytes([p[16], p[17]]);
-                link.seen_as.store(Some(Arc::new(SocketAddr::new(ip, port))));
-            }
-            return;
-        }
-        if repr.flags.is_probe() {
-            if repr.flags.0 & Flags::PROBE != 0 {
-                send_probe(link, repr.frame_id, repr.frame_len, true);
-            } else if let Some(p) = &link.pmtu {
-                p.acked(repr.frame_id, now_ns);
-            }
+        if repr.flags.is_control() {
+            let at = Arrival { from, now_ns, relayed };
+            self.control(fw, plane, link, &repr, &mut data[hl..], at);
             return;
         }
         if repr.flags.0 & Flags::AUTH != 0 {
@@ -390,6 +365,47 @@ impl Rx {
         {
             link.rx.add(frame.len());
             deliver(fw, plane, port, with_vh, frame);
+        }
+    }
+
+    /// A datagram of `link` that carries no frame (`payload`: what follows
+    /// its header): a relayed datagram (relayed once at most; the inner
+    /// datagram opened as the origin's link's own), where the peer sees us
+    /// (taken from a secured link only: on a plain one, anyone could claim
+    /// it), a path MTU probe or its answer.
+    fn control(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        link: &Arc<Link>,
+        repr: &VnetRepr,
+        payload: &mut [u8],
+        at: Arrival,
+    ) {
+        let g = fw.global().clone();
+        if repr.flags.is_relay() {
+            if at.relayed {
+                g.relay_refused.fetch_add(1, Relaxed);
+                return;
+            }
+            let Some(origin) = crate::relay::arrived(plane, &g, link, repr.flags, payload) else { return };
+            let Transport::Udp { network, .. } = origin.def.transport else { return };
+            let origin = origin.clone();
+            let inner = &mut payload[crate::relay::KEY..];
+            self.datagram_via(fw, plane, &origin, network, at.from, inner, at.now_ns, true);
+        } else if repr.flags.0 & Flags::ENDPOINT != 0 {
+            if link.secure.is_some() && payload.len() >= 18 {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&payload[..16]);
+                let ip = std::net::Ipv6Addr::from(a);
+                let ip = ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4);
+                let port = u16::from_be_bytes([payload[16], payload[17]]);
+                link.seen_as.store(Some(Arc::new(SocketAddr::new(ip, port))));
+            }
+        } else if repr.flags.0 & Flags::PROBE != 0 {
+            send_probe(link, repr.frame_id, repr.frame_len, true);
+        } else if let Some(p) = &link.pmtu {
+            p.acked(repr.frame_id, at.now_ns);
         }
     }
 
