@@ -10,7 +10,7 @@ prepare qemu-system-x86 busybox-static cpio dpkg-dev man-db bash-completion pyth
 prepare_libvirt
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
 
-step() { echo; echo "== $*"; }
+step() { echo; echo "== $* (at ${SECONDS} s)"; }
 # Runs a test command and fails when it fails or when no test ran in it (a
 # filter that matches nothing passes silently otherwise).
 tests() {

@@ -134,7 +134,7 @@ impl Receiver {
                 fw.forward_inferred(plane, port, mss, frame);
             }
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
-                self.vnet.datagram(fw, plane, link, network, from, data, now_ns)
+                self.vnet.datagram(fw, plane, link, network, from, data, now_ns, false)
             }
             // A stream's records and a LAN's frames never arrive as datagrams.
             Transport::Tcp { .. } | Transport::Direct { .. } => {

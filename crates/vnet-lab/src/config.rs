@@ -21,11 +21,8 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
     let to_link = |name: String| Target::Link(Ref { pos: Default::default(), by: LinkRef::Name(name) });
     let route = |dst: MacSpec, to: Target| Command::Route { src: MacSpec::Any, dst, to, from: From::Any };
 
-    let listen_ip = match host.underlay_ip {
-        _ if !s.listen_any.contains(&h) => host.underlay_ip,
-        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
-        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
-    };
+    // Every address, IPv4 and IPv6, on one dual-stack socket.
+    let listen_ip = if s.listen_any.contains(&h) { Ipv6Addr::UNSPECIFIED.into() } else { host.underlay_ip };
     let mut cmds = vec![Command::Listen { addr: SocketAddr::new(listen_ip, 9000), mode }];
     let vxlan_to = |k: usize| s.links == Links::Vxlan || s.vteps.contains(&k);
     if s.links == Links::Tls {

@@ -92,9 +92,10 @@ pub struct Spec {
     /// `fd00:77::fa`; kernel VTEPs accept zero UDP checksums
     /// (`udp6zerocsumrx`, as vnet's kernel path sends them).
     pub ipv6_underlay: bool,
-    /// Hosts whose vnetd listens on every address (`listen udp 0.0.0.0:9000`
-    /// or `[::]:9000`) instead of its underlay address: a host whose
-    /// address may change (roaming).
+    /// Hosts whose vnetd listens on every address, IPv4 and IPv6
+    /// (`listen udp [::]:9000`, one dual-stack socket) instead of its
+    /// underlay address: a host whose address may change (roaming), or
+    /// with links of both families.
     pub listen_any: Vec<usize>,
     /// Two sites: each of the two hosts on its own underlay segment
     /// (10.77.H.1/24) behind a router namespace (10.77.H.254), the two

@@ -247,25 +247,10 @@ impl Rx {
 
     /// One datagram of `vnet` link `link` (network `network`) from `from`:
     /// opened if the link is secured, checked, reassembled if it is a
-    /// fragment, and delivered.
-    #[allow(clippy::too_many_arguments)]
-    pub fn datagram(
-        &mut self,
-        fw: &mut Forwarder,
-        plane: &Plane,
-        link: &Arc<Link>,
-        network: u32,
-        from: SocketAddr,
-        data: &mut [u8],
-        now_ns: u64,
-    ) {
-        self.datagram_via(fw, plane, link, network, from, data, now_ns, false)
-    }
-
-    /// [`Rx::datagram`]; `relayed`: it came through a relay
+    /// fragment, and delivered. `relayed`: it came through a relay
     /// ([`crate::relay`]): it moves no link, and answers go back that way.
     #[allow(clippy::too_many_arguments)]
-    fn datagram_via(
+    pub fn datagram(
         &mut self,
         fw: &mut Forwarder,
         plane: &Plane,
@@ -392,7 +377,7 @@ impl Rx {
             let Transport::Udp { network, .. } = origin.def.transport else { return };
             let origin = origin.clone();
             let inner = &mut payload[crate::relay::KEY..];
-            self.datagram_via(fw, plane, &origin, network, at.from, inner, at.now_ns, true);
+            self.datagram(fw, plane, &origin, network, at.from, inner, at.now_ns, true);
         } else if repr.flags.0 & Flags::ENDPOINT != 0 {
             if link.secure.is_some() && payload.len() >= 18 {
                 let mut a = [0u8; 16];

@@ -171,6 +171,10 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
         if let Err(e) = sys::set_pmtu_probe(&**s, addr.is_ipv4()) {
             tracing::warn!("UDP link socket may fragment: {e}");
         }
+        // A dual-stack socket's IPv4 datagrams follow the IPv4 option.
+        if addr.ip() == std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED) {
+            let _ = sys::set_pmtu_probe(&**s, true);
+        }
     }
     Ok(super::Bound { addr, sock, pool, nocheck: Vec::new() })
 }
