@@ -2309,15 +2309,7 @@ fn a_secured_link_follows_its_peer_to_a_new_address_and_never_on_a_forgery() {
             assert!(lab.ns_exec(&ns1, &c).unwrap().status.success(), "{c:?}");
         }
     });
-    let r = vnet_lab::PingResult::parse(&out);
-    assert_eq!(r.sent, PINGS, "ping output not understood:\n{out}");
-    let gap = longest_gap(&out, r.sent);
-    eprintln!(
-        "roaming: {} of {} pings lost (10 ms apart), longest gap {gap} (~{} ms)",
-        r.sent - r.received,
-        r.sent,
-        gap * 10
-    );
+    let (_, gap) = ping_gap("roaming", &out, PINGS);
     assert!(gap <= 200, "traffic stopped for {} ms after the move", gap * 10);
     let l = link_json(&lab, 0);
     assert_eq!(l["endpoint"], format!("{new}:9000"), "{l}");
@@ -2466,14 +2458,7 @@ fn hosts_behind_nats_talk_directly_or_through_a_relay_that_sees_only_ciphertext(
         let o = lab.ns_output(&r1, &["conntrack", "-F"]).unwrap();
         assert!(o.status.success(), "conntrack -F: {o:?}");
     });
-    let r = vnet_lab::PingResult::parse(&out);
-    let gap = longest_gap(&out, r.sent);
-    eprintln!(
-        "NAT: conntrack flushed on the symmetric NAT: {} of {} pings lost, longest gap {} ms",
-        r.sent - r.received,
-        r.sent,
-        gap * 10
-    );
+    let (_, gap) = ping_gap("NAT: conntrack flushed on the symmetric NAT", &out, 400);
     assert!(gap <= 300, "traffic stopped for {} ms after the flush", gap * 10);
     let after = link_named(&lab, 0, "h1");
     eprintln!("NAT: host 0 now sends to {}", after["endpoint"]);
@@ -3535,6 +3520,21 @@ fn ping_seqs(ping_out: &str) -> Vec<u32> {
     seqs
 }
 
+/// A 10 ms ping's output (`pings` sent) under some event `what`: its
+/// result and longest gap in pings, said on stderr.
+fn ping_gap(what: &str, out: &str, pings: u32) -> (vnet_lab::PingResult, u32) {
+    let r = vnet_lab::PingResult::parse(out);
+    assert_eq!(r.sent, pings, "ping output not understood:\n{out}");
+    let gap = longest_gap(out, r.sent);
+    eprintln!(
+        "{what}: {} of {} pings lost (10 ms apart), longest gap {gap} (~{} ms)",
+        r.sent - r.received,
+        r.sent,
+        gap * 10
+    );
+    (r, gap)
+}
+
 fn longest_gap(ping_out: &str, sent: u32) -> u32 {
     let seqs = ping_seqs(ping_out);
     let mut last = 0;
@@ -3560,15 +3560,7 @@ fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
         eprintln!("cluster relocation: host 0 rerouted {seen:?} after `vnetctl move` returned");
     });
     let moved = lab.vm(2, v).clone();
-    let r = vnet_lab::PingResult::parse(&out);
-    assert_eq!(r.sent, PINGS, "ping output not understood:\n{out}");
-    let gap = longest_gap(&out, r.sent);
-    eprintln!(
-        "cluster relocation: {} of {} pings lost (10 ms apart); longest gap {gap} pings (~{} ms)",
-        r.sent - r.received,
-        r.sent,
-        gap * 10
-    );
+    let (r, _) = ping_gap("cluster relocation", &out, PINGS);
     assert!(r.sent - r.received < 10, "{} pings lost (100 ms is 10): {r:?}", r.sent - r.received);
     // The old host gave the MAC up, the new one announced it.
     assert_eq!(route_to(&lab, 1, &b.mac).as_deref(), Some("link h2"));
@@ -3599,9 +3591,7 @@ fn a_cluster_on_an_ipv6_only_underlay_converges_and_relocates_a_vm_under_100ms()
             route_to(lab, 0, &b.mac).as_deref() == Some("link h2")
         });
     });
-    let r = vnet_lab::PingResult::parse(&out);
-    assert_eq!(r.sent, PINGS, "ping output not understood:\n{out}");
-    eprintln!("IPv6 cluster relocation: {} of {} pings lost (10 ms apart)", r.sent - r.received, r.sent);
+    let (r, _) = ping_gap("IPv6 cluster relocation", &out, PINGS);
     assert!(r.sent - r.received < 10, "{} pings lost (100 ms is 10): {r:?}", r.sent - r.received);
     assert_ping(&lab, &a, lab.vm(2, v).ip, 56);
 }
