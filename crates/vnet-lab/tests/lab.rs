@@ -2123,7 +2123,27 @@ fn an_upgrade_from_the_previous_package_to_this_one_under_a_10ms_ping_and_a_tcp_
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn relocating_a_vm_loses_a_handful_of_pings_and_no_connection() {
-    let mut lab = lab(Spec { hosts: 3, veth_hosts: vec![0, 1, 2], ..Spec::default() });
+    relocation(Spec { hosts: 3, veth_hosts: vec![0, 1, 2], ..Spec::default() });
+}
+
+/// Issue 31: the relocation test on an IPv6-only underlay, on either path.
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn relocating_a_vm_over_an_ipv6_only_underlay_loses_a_handful_of_pings_and_no_connection() {
+    relocation(Spec {
+        hosts: 3,
+        veth_hosts: vec![0, 1, 2],
+        ipv6_underlay: true,
+        vm_mtu: V6_VM_MTU,
+        ..Spec::default()
+    });
+}
+
+/// VM 0 of host 1 moves to host 2 under a 20 ms ping from host 0's VM and a
+/// stream: a handful of pings lost, host 0 routes it to host 2, host 2
+/// announced it.
+fn relocation(spec: Spec) {
+    let mut lab = lab(spec);
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     let (ping, _, _) = relocate_under_traffic(&mut lab, 20, 250, |_, _| {});
     let r = vnet_lab::PingResult::parse(&ping);
