@@ -230,11 +230,26 @@ impl Link {
         self.roamed.load().as_deref().copied().or_else(|| self.def.remote())
     }
 
+    /// Whether the link's path may cross NAT (`link ... nat`).
+    pub fn nat(&self) -> bool {
+        matches!(self.def.transport, Transport::Udp { nat: true, .. })
+    }
+
     /// Whether the link sends where `from` is: the same address (and port,
     /// for a `nat` link, whose peer sends from its listening socket).
     pub fn sends_to(&self, from: std::net::SocketAddr) -> bool {
-        let nat = matches!(self.def.transport, Transport::Udp { nat: true, .. });
-        self.endpoint().is_some_and(|e| if nat { e == from } else { e.ip() == from.ip() })
+        self.endpoint().is_some_and(|e| if self.nat() { e == from } else { e.ip() == from.ip() })
+    }
+
+    /// Seals the `plain` bytes of `vnet` datagram laid out after the secured
+    /// header in `buf` (at 0 on a plain link) with the link's session, and
+    /// returns the datagram's length: `plain` on a plain link, `None` on a
+    /// secured link without a session.
+    pub(crate) fn seal(&self, buf: &mut [u8], plain: usize) -> Option<usize> {
+        match &self.secure {
+            None => Some(plain),
+            Some(sec) => sec.sealer().and_then(|s| s.seal(sec.mode(), buf, plain)),
+        }
     }
 
     /// A datagram from `from` authenticated as the peer's: when `from`'s
@@ -246,8 +261,7 @@ impl Link {
     pub fn authenticated_from(&self, from: std::net::SocketAddr, g: &crate::plane::Global) {
         let Some(now) = self.endpoint() else { return };
         // Through NAT the port is the mapping's: followed too.
-        let nat = matches!(self.def.transport, Transport::Udp { nat: true, .. });
-        let to = if nat { from } else { std::net::SocketAddr::new(from.ip(), now.port()) };
+        let to = if self.nat() { from } else { std::net::SocketAddr::new(from.ip(), now.port()) };
         if now == to || self.secure.is_none() {
             return;
         }
@@ -292,17 +306,16 @@ impl Link {
         // peer hears it if the direct path works, and answers directly.
         if relay.is_some() && now_ns.saturating_sub(self.direct_tried_ns.load(Relaxed)) >= KEEPALIVE_NS {
             self.direct_tried_ns.store(now_ns, Relaxed);
-            if let Some(sec) = self.secure.as_ref().filter(|s| s.established()) {
-                if let Some(n) = sec.sealer().and_then(|s| s.seal(sec.mode(), &mut out, 0)) {
+            if self.secure.as_ref().is_some_and(|s| s.established()) {
+                if let Some(n) = self.seal(&mut out, 0) {
                     self.io.send(&[IoSlice::new(&out[..n])], n, 0);
                 }
             }
         }
         // A `nat` link tells its peer where it sees it (a reflector, as
         // STUN is): directly, once established.
-        let nat = matches!(self.def.transport, Transport::Udp { nat: true, .. });
         let due = now_ns.saturating_sub(self.reflected_ns.load(Relaxed)) >= REFLECT_NS;
-        if nat && due && relay.is_none() && self.secure.as_ref().is_some_and(|s| s.established()) {
+        if self.nat() && due && relay.is_none() && self.secure.as_ref().is_some_and(|s| s.established()) {
             self.reflected_ns.store(now_ns, Relaxed);
             codec::vnet::send_endpoint(self);
         }
@@ -349,7 +362,7 @@ impl Link {
     fn send_keepalive(&self, buf: &mut [u8]) -> bool {
         match &self.secure {
             None => self.io.send(&[IoSlice::new(&[])], 0, 0),
-            Some(sec) if sec.established() => match sec.sealer().and_then(|s| s.seal(sec.mode(), buf, 0)) {
+            Some(sec) if sec.established() => match self.seal(buf, 0) {
                 Some(n) => self.out(&[IoSlice::new(&buf[..n])], n, 0),
                 None => false,
             },

@@ -101,21 +101,7 @@ impl Lab {
             return self.nat_sites(hosts);
         }
         if s.hosts == 2 && s.cluster.is_none() {
-            run(&[
-                "ip",
-                "link",
-                "add",
-                "u0",
-                "netns",
-                &hosts[0].ns,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "u1",
-                "netns",
-                &hosts[1].ns,
-            ])?;
+            veth_pair("u0", &hosts[0].ns, "u1", &hosts[1].ns)?;
         } else if s.hosts > 2 || s.cluster.is_some() {
             let sw = self.add_ns(format!("{p}-sw"))?;
             self.switch = Some(sw.clone());
@@ -123,21 +109,7 @@ impl Lab {
             self.ns_exec(&sw, &["ip", "link", "set", "br0", "mtu", &s.underlay_mtu.to_string(), "up"])?;
             for (h, host) in hosts.iter().enumerate() {
                 let port = format!("s{h}");
-                run(&[
-                    "ip",
-                    "link",
-                    "add",
-                    &host.underlay_dev,
-                    "netns",
-                    &host.ns,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    &port,
-                    "netns",
-                    &sw,
-                ])?;
+                veth_pair(&host.underlay_dev, &host.ns, &port, &sw)?;
                 self.ns_exec(
                     &sw,
                     &["ip", "link", "set", &port, "mtu", &s.underlay_mtu.to_string(), "master", "br0", "up"],
@@ -185,12 +157,9 @@ impl Lab {
         }
         let under = self.spec.underlay_mtu.to_string();
         let routers = [self.add_ns(format!("{p}-r0"))?, self.add_ns(format!("{p}-r1"))?];
-        let veth = |a: &str, ans: &str, b: &str, bns: &str| {
-            run(&["ip", "link", "add", a, "netns", ans, "type", "veth", "peer", "name", b, "netns", bns])
-        };
-        veth("x0", &routers[0], "x1", &routers[1])?;
+        veth_pair("x0", &routers[0], "x1", &routers[1])?;
         for (h, (host, r)) in hosts.iter().zip(&routers).enumerate() {
-            veth(&host.underlay_dev, &host.ns, "lan", r)?;
+            veth_pair(&host.underlay_dev, &host.ns, "lan", r)?;
             let (ip, gw) = (host.underlay_ip.to_string(), format!("10.77.{h}.254"));
             let x = format!("x{h}");
             let cmds: [&[&str]; 11] = [
@@ -231,11 +200,8 @@ impl Lab {
         self.switch = Some(inet.clone());
         self.ns_exec(&inet, &["ip", "link", "add", "br0", "type", "bridge"])?;
         self.ns_exec(&inet, &["ip", "link", "set", "br0", "up"])?;
-        let veth = |a: &str, ans: &str, b: &str, bns: &str| {
-            run(&["ip", "link", "add", a, "netns", ans, "type", "veth", "peer", "name", b, "netns", bns])
-        };
         // Host 2 on the internet segment.
-        veth(&hosts[2].underlay_dev, &hosts[2].ns, "p2", &inet)?;
+        veth_pair(&hosts[2].underlay_dev, &hosts[2].ns, "p2", &inet)?;
         self.ns_exec(&inet, &["ip", "link", "set", "p2", "master", "br0", "up"])?;
         let dev2 = hosts[2].underlay_dev.as_str();
         self.ns_exec(&hosts[2].ns, &["ip", "link", "set", dev2, "up"])?;
@@ -243,9 +209,9 @@ impl Lab {
         for (h, host) in hosts.iter().enumerate().filter(|&(h, _)| h != 2) {
             let r = self.add_ns(format!("{p}-r{h}"))?;
             let port = format!("p{h}");
-            veth("out", &r, &port, &inet)?;
+            veth_pair("out", &r, &port, &inet)?;
             self.ns_exec(&inet, &["ip", "link", "set", &port, "master", "br0", "up"])?;
-            veth(&host.underlay_dev, &host.ns, "lan", &r)?;
+            veth_pair(&host.underlay_dev, &host.ns, "lan", &r)?;
             let (ip, gw, public) = (host.underlay_ip.to_string(), format!("10.77.{h}.254"), public_ip(h));
             for c in [
                 vec!["ip", "link", "set", &host.underlay_dev, "up"],
@@ -417,10 +383,7 @@ impl Lab {
         self.ns_exec(&sw, &["ip", "link", "add", "lanbr", "type", "bridge"])?;
         self.ns_exec(&sw, &["ip", "link", "set", "lanbr", "mtu", &mtu, "up"])?;
         for (port, peer_ns, peer_dev) in [("lp0", &host.ns, "dl0"), ("lp1", &m, "eth0")] {
-            run(&[
-                "ip", "link", "add", port, "netns", &sw, "type", "veth", "peer", "name", peer_dev, "netns",
-                peer_ns,
-            ])?;
+            veth_pair(port, &sw, peer_dev, peer_ns)?;
             self.ns_exec(&sw, &["ip", "link", "set", port, "mtu", &mtu, "master", "lanbr", "up"])?;
             self.ns_exec(peer_ns, &["ip", "link", "set", peer_dev, "mtu", &mtu, "up"])?;
         }
@@ -441,10 +404,7 @@ impl Lab {
     /// A container's NIC: a veth pair with `host_dev` in `host_ns` (for
     /// vnetd, brought up at the VM MTU) and `dev` in `vm_ns`.
     pub(crate) fn add_veth(&self, host_ns: &str, host_dev: &str, vm_ns: &str, dev: &str) -> Result<()> {
-        run(&[
-            "ip", "link", "add", host_dev, "netns", host_ns, "type", "veth", "peer", "name", dev, "netns",
-            vm_ns,
-        ])?;
+        veth_pair(host_dev, host_ns, dev, vm_ns)?;
         let mtu = self.spec.vm_mtu.to_string();
         self.ns_exec(host_ns, &["ip", "link", "set", host_dev, "mtu", &mtu, "up"])?;
         Ok(())
@@ -479,6 +439,12 @@ impl Lab {
         }
         Ok(())
     }
+}
+
+/// A veth pair: `a` in namespace `a_ns`, its peer `b` in `b_ns`.
+fn veth_pair(a: &str, a_ns: &str, b: &str, b_ns: &str) -> Result<()> {
+    run(&["ip", "link", "add", a, "netns", a_ns, "type", "veth", "peer", "name", b, "netns", b_ns])?;
+    Ok(())
 }
 
 /// A new private key at `path` (mode 0600), and its public key.

@@ -166,13 +166,7 @@ pub fn send_probe(link: &Link, id: u32, size: u32, ack: bool) -> bool {
     if repr.emit(&mut buf[at..]).is_none() {
         return false;
     }
-    let n = match &link.secure {
-        None => plain,
-        Some(sec) => match sec.sealer().and_then(|s| s.seal(sec.mode(), buf, plain)) {
-            Some(n) => n,
-            None => return false,
-        },
-    };
+    let Some(n) = link.seal(buf, plain) else { return false };
     link.out(&[IoSlice::new(&buf[..n])], n, 0)
 }
 
@@ -196,13 +190,7 @@ pub fn send_endpoint(link: &Link) -> bool {
     };
     buf[at + HEADER_LEN..at + HEADER_LEN + 16].copy_from_slice(&ip.octets());
     buf[at + HEADER_LEN + 16..at + plain].copy_from_slice(&e.port().to_be_bytes());
-    let n = match &link.secure {
-        None => plain,
-        Some(sec) => match sec.sealer().and_then(|s| s.seal(sec.mode(), &mut buf, plain)) {
-            Some(n) => n,
-            None => return false,
-        },
-    };
+    let Some(n) = link.seal(&mut buf, plain) else { return false };
     link.io.send(&[IoSlice::new(&buf[..n])], n, 0)
 }
 
@@ -382,8 +370,7 @@ impl Rx {
             if link.secure.is_some() && payload.len() >= 18 {
                 let mut a = [0u8; 16];
                 a.copy_from_slice(&payload[..16]);
-                let ip = std::net::Ipv6Addr::from(a);
-                let ip = ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4);
+                let ip = vnet_control::canonical(std::net::Ipv6Addr::from(a).into());
                 let port = u16::from_be_bytes([payload[16], payload[17]]);
                 link.seen_as.store(Some(Arc::new(SocketAddr::new(ip, port))));
             }

@@ -275,17 +275,20 @@ impl Daemon {
                     pmtu_search: l.pmtu.as_ref().map(|p| p.phase().word()),
                     pmtu_probes: l.pmtu.as_ref().map(|p| p.probes_sent.load(Relaxed)),
                     pmtu_probes_acked: l.pmtu.as_ref().map(|p| p.probes_acked.load(Relaxed)),
-                    security: l.secure.as_ref().map(|sec| SecurityView {
-                        security: if sec.mode() == Mode::Auth { "auth" } else { "encrypt" },
-                        established: sec.established(),
-                        endpoint: l.endpoint().map_or_else(String::new, |e| e.to_string()),
-                        roams: l.roams.load(Relaxed),
-                        path: link_path(l).0,
-                        path_why: link_path(l).1,
-                        seen_as: l.seen_as.load().as_deref().map_or_else(String::new, |a| a.to_string()),
-                        relayed_tx: l.relayed_tx.load(Relaxed),
-                        relayed_rx: l.relayed_rx.load(Relaxed),
-                        stats: &sec.stats,
+                    security: l.secure.as_ref().map(|sec| {
+                        let (path, path_why) = link_path(l);
+                        SecurityView {
+                            security: if sec.mode() == Mode::Auth { "auth" } else { "encrypt" },
+                            established: sec.established(),
+                            endpoint: l.endpoint().map_or_else(String::new, |e| e.to_string()),
+                            roams: l.roams.load(Relaxed),
+                            path,
+                            path_why,
+                            seen_as: l.seen_as.load().as_deref().map_or_else(String::new, |a| a.to_string()),
+                            relayed_tx: l.relayed_tx.load(Relaxed),
+                            relayed_rx: l.relayed_rx.load(Relaxed),
+                            stats: &sec.stats,
+                        }
                     }),
                     io,
                 }
@@ -353,7 +356,6 @@ pub(super) fn rows<T: Serialize>(views: &[T]) -> Vec<Value> {
 /// Which path a secured link takes, and why ([`SecurityView::path`]).
 fn link_path(l: &vnet_engine::Link) -> (&'static str, String) {
     let configured = l.def.remote().map_or_else(String::new, |r| r.to_string());
-    let nat = matches!(l.def.transport, Transport::Udp { nat: true, .. });
     if let Some(r) = l.relay_link().filter(|_| l.relaying.load(Relaxed)) {
         return (
             "relayed",
@@ -366,7 +368,7 @@ fn link_path(l: &vnet_engine::Link) -> (&'static str, String) {
     }
     match l.roamed.load().as_deref() {
         None => ("direct", format!("to the configured remote {configured}")),
-        Some(at) if nat => (
+        Some(at) if l.nat() => (
             "punched",
             format!(
                 "to {at}, where the peer's datagrams authenticate from (its NAT's mapping), not {configured}"

@@ -9,7 +9,7 @@ use super::underlay::{Hop, Underlay};
 use super::{io_error, KernelError, Reason};
 use crate::sys::bpf::LinkVal;
 use std::net::{IpAddr, SocketAddr};
-use vnet_control::{LinkDef, LinkFormat, Security, Transport};
+use vnet_control::{canonical, LinkDef, LinkFormat, Security, Transport};
 
 pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/vnet.bpf.o"));
 
@@ -82,9 +82,9 @@ pub(crate) fn link_val(
             return Err(KernelError::UserPath("direct links are served by the user path"))
         }
     };
-    let rip = unmapped(remote.ip());
+    let rip = canonical(remote.ip());
     let hop = under.hop(rip).ok_or(KernelError::NoRoute(rip))?;
-    let lip = match unmapped(listen.ip()) {
+    let lip = match canonical(listen.ip()) {
         a if !a.is_unspecified() && a.is_ipv4() == rip.is_ipv4() => a,
         _ => under.source_towards(rip).map_err(|e| io_error(format!("no local address towards {rip}"))(e))?,
     };
@@ -107,14 +107,6 @@ pub(crate) fn link_val(
         mtu,
     };
     Ok((v, dev))
-}
-
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
-fn unmapped(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
 }
 
 /// An address as the programs keep it: 16 bytes, IPv4 mapped.

@@ -48,12 +48,9 @@ impl Underlay {
 
     /// The longest-prefix route to `ip`.
     pub fn hop(&self, ip: IpAddr) -> Option<Hop> {
-        match ip {
+        match vnet_control::canonical(ip) {
             IpAddr::V4(a) => best_route(&self.table, a),
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => best_route(&self.table, v4),
-                None => best_route6(&self.table6, a),
-            },
+            IpAddr::V6(a) => best_route6(&self.table6, a),
         }
     }
 
