@@ -2188,19 +2188,9 @@ fn vtep_talks_both_ways(v6: bool) {
     assert_ping(&lab, &b, a.ip, 56);
     let (ns, me) = (lab.hosts[0].ns.clone(), lab.hosts[0].underlay_ip.to_string());
     let filter = format!("udp and dst port 4789 and src host {me}");
-    let cap = std::thread::spawn(move || {
-        let out = std::process::Command::new("ip")
-            .args([
-                "netns", "exec", &ns, "timeout", "5", "tcpdump", "-l", "-n", "-vv", "-c", "3", "-i", "u0",
-                &filter,
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
+    let wire = tcpdump_during(&ns, &["-vv", "-c", "3", "-i", "u0", &filter], 5, || {
+        lab.ping(&a, b.ip, 3, 56).unwrap();
     });
-    std::thread::sleep(Duration::from_millis(1000));
-    lab.ping(&a, b.ip, 3, 56).unwrap();
-    let wire = cap.join().unwrap();
     let from = format!("{me}.");
     let sports: Vec<u32> =
         wire.lines().filter_map(|l| l.split(from.as_str()).nth(1)?.split(' ').next()?.parse().ok()).collect();
@@ -2377,6 +2367,17 @@ fn fast_ping(lab: &Lab, vm: &Vm, ip: Ipv4Addr, count: u32) -> vnet_lab::PingResu
     vnet_lab::PingResult::parse(&String::from_utf8_lossy(&out.stdout))
 }
 
+/// What `tcpdump -l -n ARGS` prints in namespace `ns` within `secs`
+/// seconds, while `during` runs (a second after the capture starts).
+fn tcpdump_during(ns: &str, args: &[&str], secs: u32, during: impl FnOnce()) -> String {
+    let mut cmd = std::process::Command::new("ip");
+    cmd.args(["netns", "exec", ns, "timeout", &secs.to_string(), "tcpdump", "-l", "-n"]).args(args);
+    let cap = std::thread::spawn(move || String::from_utf8_lossy(&cmd.output().unwrap().stdout).to_string());
+    std::thread::sleep(Duration::from_millis(1000));
+    during();
+    cap.join().unwrap()
+}
+
 /// Host `h`'s link `name`, as `show links json` gives it.
 fn link_named(lab: &Lab, h: usize, name: &str) -> serde_json::Value {
     json(lab, h, "links")["links"]
@@ -2439,20 +2440,13 @@ fn hosts_behind_nats_talk_directly_or_through_a_relay_that_sees_only_ciphertext(
     // between the two NATs' addresses, none to or from host 2 but its
     // links' keepalives.
     let inet = format!("{}-inet", lab.prefix);
-    let cap = std::thread::spawn(move || {
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &inet, "timeout", "4", "tcpdump", "-l", "-n", "-i", "br0", "udp"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
-    });
-    std::thread::sleep(Duration::from_millis(1000));
     let before = r_rx(&lab);
-    let p = fast_ping(&lab, &a, b.ip, 100);
+    let mut p = None;
+    let wire = tcpdump_during(&inet, &["-i", "br0", "udp"], 4, || p = Some(fast_ping(&lab, &a, b.ip, 100)));
+    let p = p.unwrap();
     assert_eq!(p.received, 100, "{p:?}");
     let relayed = r_rx(&lab) - before;
     assert!(relayed < 30, "host 2 received {relayed} datagrams during 100 pings between hosts 0 and 1");
-    let wire = cap.join().unwrap();
     let between = |x: &str, y: &str| wire.lines().filter(|l| l.contains(x) && l.contains(y)).count();
     let (direct, via_2) = (between("203.0.113.1.", "203.0.113.2."), between("203.0.113.10.", " "));
     eprintln!(
@@ -2598,16 +2592,9 @@ fn an_ipv6_only_underlay_carries_arp_pings_and_a_stream_on_either_path() {
     }
     // On the wire: IPv6 between the hosts' addresses, nothing else.
     let ns = lab.hosts[0].ns.clone();
-    let cap = std::thread::spawn(move || {
-        let out = std::process::Command::new("ip")
-            .args(["netns", "exec", &ns, "timeout", "4", "tcpdump", "-l", "-n", "-c", "4", "-i", "u0", "udp"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
+    let wire = tcpdump_during(&ns, &["-c", "4", "-i", "u0", "udp"], 4, || {
+        lab.ping(&a, b.ip, 3, 56).unwrap();
     });
-    std::thread::sleep(Duration::from_millis(1000));
-    lab.ping(&a, b.ip, 3, 56).unwrap();
-    let wire = cap.join().unwrap();
     assert!(wire.contains("fd00:77::1.") && wire.contains("fd00:77::2.9000"), "{wire}");
 }
 
