@@ -2,13 +2,14 @@
 # Profiles the vnetds of a two-host lab under an iperf3 load with perf
 # (software cpu-clock sampling: this VM has no hardware counters) and prints
 # where the machine's cycles go: by thread, by symbol, and vnet's counters.
-# usage: bench/profile.sh [poll|adaptive|notify] [seconds]   (as root; after cargo build --release)
+# usage: bench/profile.sh [poll|adaptive|notify] [seconds] [vnet-lab up options...]
+#   (as root; after cargo build --release), e.g. `adaptive 4 --links encrypt --vm-mtu 65000`
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mode=${1:-adaptive}; secs=${2:-4}
+mode=${1:-adaptive}; secs=${2:-4}; shift $(( $# < 2 ? $# : 2 ))
 command -v perf >/dev/null || { apt-get install -y -qq linux-perf >/dev/null; }
 out=$(mktemp -d)
-target/release/vnet-lab up --mode "$mode" > "$out/up.log" 2>&1 &
+target/release/vnet-lab up --mode "$mode" "$@" > "$out/up.log" 2>&1 &
 lab=$!
 trap 'kill -INT $lab 2>/dev/null; wait $lab 2>/dev/null; rm -rf "$out"' EXIT
 for _ in $(seq 100); do grep -q Ctrl-C "$out/up.log" && break; sleep 0.1; done

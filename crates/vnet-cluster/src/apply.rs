@@ -16,7 +16,7 @@ use crate::member::{Change, Peer};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 use vnet_control::ast::{Format, From, LinkRef, Ref, Target};
-use vnet_control::{Command, Located, PeerKey, RouteDef, Security, State, Transport};
+use vnet_control::{Cipher, Command, Located, PeerKey, RouteDef, Security, State, Transport};
 use vnet_core::{MacSpec, Port};
 use vnet_wire::MacAddr;
 
@@ -41,6 +41,8 @@ pub struct LinkOptions {
     pub network: u32,
     pub mtu: u32,
     pub protect: Protect,
+    /// A secured link's AEAD (`cipher`).
+    pub cipher: Cipher,
 }
 
 impl Default for LinkOptions {
@@ -50,6 +52,7 @@ impl Default for LinkOptions {
             network: 0,
             mtu: vnet_control::parse::DEFAULT_LINK_MTU,
             protect: Protect::AsKeyed,
+            cipher: Cipher::Auto,
         }
     }
 }
@@ -74,14 +77,17 @@ impl LinkOptions {
             ));
         }
         // A `security` word needs a key to parse; a placeholder stands in.
-        let key = if said("security") && !said("none") {
+        let key = if (said("security") && !said("none")) || said("cipher") {
             format!(" peer-key {}", PeerKey([0; 32]))
         } else {
             String::new()
         };
         let cmds = vnet_control::parse(&format!("{HEAD}{words}{key}")).map_err(at)?;
-        let Some(Command::Link { transport: Transport::Udp { format, network, security, .. }, mtu, .. }) =
-            cmds.into_iter().next().map(|c| c.item)
+        let Some(Command::Link {
+            transport: Transport::Udp { format, network, security, cipher, .. },
+            mtu,
+            ..
+        }) = cmds.into_iter().next().map(|c| c.item)
         else {
             return Err(vnet_control::Error::new(Default::default(), "udp link options", words));
         };
@@ -92,7 +98,7 @@ impl LinkOptions {
             Security::None => Protect::AsKeyed,
         };
         let format = if said("format") { format } else { Format::Vnet };
-        Ok(LinkOptions { format, network, mtu, protect })
+        Ok(LinkOptions { format, network, mtu, protect, cipher })
     }
 
     /// Whether every peer must have a key.
@@ -114,6 +120,7 @@ impl LinkOptions {
             format,
             network: self.network,
             security,
+            cipher: if security == Security::None { Cipher::Auto } else { self.cipher },
             nat: false,
             relay: None,
         })

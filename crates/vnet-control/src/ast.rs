@@ -94,6 +94,37 @@ impl Security {
     }
 }
 
+/// The AEAD a secured link's sessions use (`cipher auto|aes-256-gcm|
+/// chacha20-poly1305`). `Auto` takes AES-256-GCM when both ends' CPUs
+/// have AES and carry-less multiply instructions, ChaCha20-Poly1305
+/// otherwise; a named cipher is the only one the link accepts. The
+/// handshake binds the choice (`docs/SECURITY.md`, "Ciphers").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cipher {
+    #[default]
+    Auto,
+    Aes256Gcm,
+    ChaCha20Poly1305,
+}
+
+impl Cipher {
+    /// The words the `cipher` option takes, in [`Cipher::word`]'s order.
+    pub const WORDS: [&'static str; 3] = ["auto", "aes-256-gcm", "chacha20-poly1305"];
+
+    /// The `cipher` word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Cipher::Auto => Self::WORDS[0],
+            Cipher::Aes256Gcm => Self::WORDS[1],
+            Cipher::ChaCha20Poly1305 => Self::WORDS[2],
+        }
+    }
+
+    pub fn from_word(w: &str) -> Option<Cipher> {
+        [Cipher::Auto, Cipher::Aes256Gcm, Cipher::ChaCha20Poly1305].into_iter().find(|c| c.word() == w)
+    }
+}
+
 /// A host's X25519 public key: 32 bytes, written in standard base64 (as
 /// WireGuard's keys are).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -138,12 +169,14 @@ pub enum Transport {
     /// and port (`docs/MULTISITE.md`). `relay`: the public key of a host
     /// (one of this host's secured links' peers, running `vnetd --relay`)
     /// that carries the link's datagrams, still sealed end to end, while
-    /// the peer is not heard from directly.
+    /// the peer is not heard from directly. `cipher`: a secured link's
+    /// AEAD (always `Auto` on a link without a key).
     Udp {
         remote: SocketAddr,
         format: Format,
         network: u32,
         security: Security,
+        cipher: Cipher,
         nat: bool,
         relay: Option<PeerKey>,
     },

@@ -36,8 +36,8 @@ pub mod parse;
 pub mod state;
 
 pub use ast::{
-    ClusterLine, Command, Datapath, IfName, IpamOp, Located, Mode, PeerKey, Security, ShowWhat, TlsFiles,
-    Transport,
+    Cipher, ClusterLine, Command, Datapath, IfName, IpamOp, Located, Mode, PeerKey, Security, ShowWhat,
+    TlsFiles, Transport,
 };
 pub use parse::{parse, parse_line, Section, DEFAULT_BROADCAST_LIMIT, DEFAULT_PORT};
 pub use state::{canonical, IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, RxKey, State};

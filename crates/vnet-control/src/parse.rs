@@ -2,8 +2,8 @@
 
 use crate::ast::IpamOp;
 use crate::ast::{
-    Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, PeerKey, Ref, Security,
-    ShowWhat, Target, TlsFiles, Transport,
+    Cipher, Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, PeerKey, Ref,
+    Security, ShowWhat, Target, TlsFiles, Transport,
 };
 use crate::lex::{found, words, Token};
 use crate::{Error, Pos, Result};
@@ -326,6 +326,7 @@ impl<'a> Parser<'_, 'a> {
                     format: Format::Raw,
                     network: 0,
                     security: Security::None,
+                    cipher: Cipher::Auto,
                     nat: false,
                     relay: None,
                 }
@@ -601,10 +602,11 @@ impl<'a> Parser<'_, 'a> {
         let mut security: Option<(Pos, &str)> = None;
         let mut nat: Option<Pos> = None;
         let mut relay: Option<(Pos, PeerKey)> = None;
+        let mut cipher: Option<(Pos, Cipher)> = None;
         let (opts, expected): (&[&str], _) = match kind {
             "udp" => (
-                &["format", "network", "mtu", "peer-key", "security", "nat", "relay"],
-                "an option: `format`, `network`, `mtu`, `peer-key`, `security`, `nat` or `relay`",
+                &["format", "network", "mtu", "peer-key", "security", "cipher", "nat", "relay"],
+                "an option: `format`, `network`, `mtu`, `peer-key`, `security`, `cipher`, `nat` or `relay`",
             ),
             "tcp" => (&["tls", "mtu"], "an option: `tls` or `mtu`"),
             _ => (&["vni", "mtu"], "an option: `vni` or `mtu`"),
@@ -612,49 +614,54 @@ impl<'a> Parser<'_, 'a> {
         while self.peek().is_some() {
             let opt_pos = self.pos();
             let o = self.keyword(opts, expected)?;
-            let dup =
-                match o {
-                    "format" => {
-                        let f = match self.keyword(&["raw", "vnet"], "a format: `raw` or `vnet`")? {
-                            "raw" => Format::Raw,
-                            _ => Format::Vnet,
-                        };
-                        format.replace(f).is_some()
-                    }
-                    "network" => {
-                        network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
-                    }
-                    "tls" => tls.replace(true).is_some(),
-                    "nat" => nat.replace(opt_pos).is_some(),
-                    "relay" => {
-                        let (pos, what) = (self.pos(), "the relay's public key (44 characters of base64)");
-                        let t = self.next(what)?;
-                        let Some(k) = PeerKey::from_base64(t.text) else {
-                            return Err(Error::new(pos, what, found(Some(&t))));
-                        };
-                        relay.replace((pos, k)).is_some()
-                    }
-                    "peer-key" => {
-                        let (pos, what) = (self.pos(), "a peer's public key (44 characters of base64)");
-                        let t = self.next(what)?;
-                        let Some(k) = PeerKey::from_base64(t.text) else {
-                            return Err(Error::new(pos, what, found(Some(&t))));
-                        };
-                        peer_key.replace((pos, k)).is_some()
-                    }
-                    "security" => {
-                        let pos = self.pos();
-                        let w = self.keyword(&["none", "auth", "encrypt"], "`none`, `auth` or `encrypt`")?;
-                        security.replace((pos, w)).is_some()
-                    }
-                    "vni" => vni
-                        .replace(self.number(
+            let dup = match o {
+                "format" => {
+                    let f = match self.keyword(&["raw", "vnet"], "a format: `raw` or `vnet`")? {
+                        "raw" => Format::Raw,
+                        _ => Format::Vnet,
+                    };
+                    format.replace(f).is_some()
+                }
+                "network" => {
+                    network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
+                }
+                "tls" => tls.replace(true).is_some(),
+                "nat" => nat.replace(opt_pos).is_some(),
+                "cipher" => {
+                    let w = self.keyword(&Cipher::WORDS, "`auto`, `aes-256-gcm` or `chacha20-poly1305`")?;
+                    cipher.replace((opt_pos, Cipher::from_word(w).unwrap_or_default())).is_some()
+                }
+                "relay" => {
+                    let (pos, what) = (self.pos(), "the relay's public key (44 characters of base64)");
+                    let t = self.next(what)?;
+                    let Some(k) = PeerKey::from_base64(t.text) else {
+                        return Err(Error::new(pos, what, found(Some(&t))));
+                    };
+                    relay.replace((pos, k)).is_some()
+                }
+                "peer-key" => {
+                    let (pos, what) = (self.pos(), "a peer's public key (44 characters of base64)");
+                    let t = self.next(what)?;
+                    let Some(k) = PeerKey::from_base64(t.text) else {
+                        return Err(Error::new(pos, what, found(Some(&t))));
+                    };
+                    peer_key.replace((pos, k)).is_some()
+                }
+                "security" => {
+                    let pos = self.pos();
+                    let w = self.keyword(&["none", "auth", "encrypt"], "`none`, `auth` or `encrypt`")?;
+                    security.replace((pos, w)).is_some()
+                }
+                "vni" => vni
+                    .replace(
+                        self.number(
                             "a VXLAN network identifier (0-16777215)",
                             0..=vnet_wire::vxlan::MAX_VNI,
-                        )?)
-                        .is_some(),
-                    _ => mtu.replace(self.number("an underlay MTU (576-65535)", 576..=65535)?).is_some(),
-                };
+                        )?,
+                    )
+                    .is_some(),
+                _ => mtu.replace(self.number("an underlay MTU (576-65535)", 576..=65535)?).is_some(),
+            };
             if dup {
                 return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
             }
@@ -662,7 +669,7 @@ impl<'a> Parser<'_, 'a> {
         check_remote(remote_pos, remote)?;
         let transport = match kind {
             "udp" => {
-                let o = UdpOptions { format, network, security, peer_key, nat, relay };
+                let o = UdpOptions { format, network, security, peer_key, cipher, nat, relay };
                 udp_transport(remote, remote_pos, o)?
             }
             "tcp" => Transport::Tcp { remote, tls: tls.unwrap_or(false) },
@@ -796,6 +803,7 @@ struct UdpOptions<'a> {
     network: Option<u32>,
     security: Option<(Pos, &'a str)>,
     peer_key: Option<(Pos, PeerKey)>,
+    cipher: Option<(Pos, Cipher)>,
     nat: Option<Pos>,
     relay: Option<(Pos, PeerKey)>,
 }
@@ -804,7 +812,7 @@ struct UdpOptions<'a> {
 /// `security` word say, the format (a secured link speaks `vnet`), and
 /// `nat` and `relay` only with a key.
 fn udp_transport(remote: SocketAddr, remote_pos: Pos, o: UdpOptions<'_>) -> Result<Transport> {
-    let UdpOptions { format, network, security, peer_key, nat, relay } = o;
+    let UdpOptions { format, network, security, peer_key, cipher, nat, relay } = o;
     let security = match (security, peer_key) {
         (None | Some((_, "none")), None) => Security::None,
         (Some((pos, "none")), Some(_)) => {
@@ -848,8 +856,16 @@ fn udp_transport(remote: SocketAddr, remote_pos: Pos, o: UdpOptions<'_>) -> Resu
             "`nat` on a link without a peer key",
         ));
     }
+    if let (Some((pos, _)), Security::None) = (cipher, security) {
+        return Err(Error::new(
+            pos,
+            "`peer-key KEY` for a link with a `cipher` (only a secured link seals)",
+            "`cipher` on a link without a peer key",
+        ));
+    }
     let (nat, relay) = (nat.is_some(), relay.map(|(_, k)| k));
-    Ok(Transport::Udp { remote, format, network: network.unwrap_or(0), security, nat, relay })
+    let cipher = cipher.map_or(Cipher::Auto, |(_, c)| c);
+    Ok(Transport::Udp { remote, format, network: network.unwrap_or(0), security, cipher, nat, relay })
 }
 
 #[cfg(test)]
@@ -904,6 +920,7 @@ mod tests {
                         format: Format::Raw,
                         network: 0,
                         security: Security::None,
+                        cipher: Cipher::Auto,
                         nat: false,
                         relay: None
                     },
@@ -1001,6 +1018,7 @@ mod tests {
                     format: Format::Vnet,
                     network: 7,
                     security: Security::None,
+                    cipher: Cipher::Auto,
                     nat: false,
                     relay: None
                 },
@@ -1022,6 +1040,40 @@ mod tests {
                 panic!()
             };
             assert_eq!(security, want, "{line}");
+        }
+        // The cipher: auto unless named, only on a secured link, and it round-trips.
+        for (opt, want) in [
+            ("", Cipher::Auto),
+            (" cipher auto", Cipher::Auto),
+            (" cipher aes-256-gcm", Cipher::Aes256Gcm),
+            (" cipher chacha20-poly1305", Cipher::ChaCha20Poly1305),
+        ] {
+            let line = format!("link s udp 10.0.0.2 peer-key {key}{opt}");
+            let Command::Link { transport: t @ Transport::Udp { cipher, .. }, .. } = one(&line) else {
+                panic!()
+            };
+            assert_eq!(cipher, want, "{line}");
+            let def = crate::LinkDef { id: 1, name: "s".into(), transport: t, mtu: 1500 };
+            assert_eq!(
+                one(&def.to_line()),
+                Command::Link { name: Some("s".into()), transport: t, mtu: 1500 }
+            );
+        }
+        for (line, at, want) in [
+            (
+                "link s udp 10.0.0.2 cipher aes-256-gcm".to_string(),
+                "1:21",
+                "`cipher` on a link without a peer key",
+            ),
+            (format!("link s udp 10.0.0.2 peer-key {key} cipher aes"), "1:82", "`auto`, `aes-256-gcm` or"),
+            (
+                format!("link s udp 10.0.0.2 peer-key {key} cipher auto cipher auto"),
+                "1:87",
+                "a second `cipher`",
+            ),
+        ] {
+            let e = parse(&line).unwrap_err().to_string();
+            assert!(e.contains(at) && e.contains(want), "{line}: {e}");
         }
         // VXLAN: IANA's port unless told (8472 is what a Linux device without `dstport` uses).
         assert_eq!(

@@ -6,7 +6,7 @@
 //! it works on a copy and returns it only if every command succeeded.
 
 use crate::ast::{
-    Command, Datapath, Format, From, IfaceRef, LinkRef, Located, Ref, Target, TlsFiles, Transport,
+    Cipher, Command, Datapath, Format, From, IfaceRef, LinkRef, Located, Ref, Target, TlsFiles, Transport,
 };
 use crate::parse::DEFAULT_PORT;
 use crate::{Error, Result};
@@ -131,7 +131,7 @@ impl LinkDef {
     /// The line that declares it.
     pub fn to_line(&self) -> String {
         match self.transport {
-            Transport::Udp { remote, format, network, security, nat, relay } => {
+            Transport::Udp { remote, format, network, security, cipher, nat, relay } => {
                 let f = match format {
                     Format::Raw => "raw",
                     Format::Vnet => "vnet",
@@ -140,10 +140,14 @@ impl LinkDef {
                     Some(k) => format!(" peer-key {k} security {}", security.word()),
                     None => String::new(),
                 };
+                let cipher = match cipher {
+                    Cipher::Auto => String::new(),
+                    c => format!(" cipher {}", c.word()),
+                };
                 let nat = if nat { " nat" } else { "" };
                 let relay = relay.map_or_else(String::new, |k| format!(" relay {k}"));
                 format!(
-                    "link {} udp {remote} format {f} network {network}{sec}{nat}{relay} mtu {}",
+                    "link {} udp {remote} format {f} network {network}{sec}{cipher}{nat}{relay} mtu {}",
                     self.name, self.mtu
                 )
             }

@@ -57,6 +57,7 @@ use ring::rand::SecureRandom;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use vnet_control::Cipher;
 
 /// The first byte of every secured datagram (a `vnet` v1 reader drops it).
 pub const VERSION: u8 = 2;
@@ -70,7 +71,14 @@ pub const DATA_HEADER: usize = 16;
 pub const TAG: usize = 16;
 /// Bytes a secured data datagram adds to the `vnet` datagram it carries.
 pub const OVERHEAD: usize = DATA_HEADER + TAG;
-const NOISE: &str = "Noise_IK_25519_ChaChaPoly_BLAKE2s";
+/// An initiation's cipher byte: the AEAD (low bits), that the initiator
+/// negotiates (so the byte is in the prologue, and the response says what
+/// the responder prefers), whether the initiator prefers AES-256-GCM, and
+/// whether its link names the cipher (so it refuses any other).
+const NEGOTIATES: u8 = 0x10;
+const PREFERS_AES: u8 = 0x20;
+const PINNED: u8 = 0x40;
+const AEAD_BITS: u8 = 0x0f;
 const MAC: usize = 32;
 /// Noise message 1 of IK with an 8-byte payload: e, s (sealed), payload (sealed).
 const INIT_NOISE: usize = 32 + 48 + 8 + 16;
@@ -89,10 +97,13 @@ const COOKIE_NONCE: usize = 12;
 pub const COOKIE_LEN: usize = 8 + COOKIE_NONCE + COOKIE + TAG;
 /// How long a cookie secret (and a cookie) lives.
 const COOKIE_LIFE_NS: u64 = 120_000_000_000;
-/// Noise message 2 of IK with no payload: e, tag.
-const RESP_NOISE: usize = 32 + 16;
-/// version, type, mode, reserved, sender index, receiver index, Noise message, MAC.
+/// Noise message 2 of IK with the responder's one-byte preference: e, payload, tag.
+const RESP_NOISE: usize = 32 + 1 + 16;
+/// version, type, mode, cipher, sender index, receiver index, Noise message, MAC.
 pub const RESP_LEN: usize = 12 + RESP_NOISE + MAC;
+/// The response to an initiation that does not negotiate (an earlier
+/// vnetd's: ChaCha20-Poly1305): no payload.
+const PLAIN_RESP_LEN: usize = RESP_LEN - 1;
 /// Messages a session may seal or open at most (then it is dead).
 const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
 const WORDS: usize = 32;
@@ -114,6 +125,124 @@ impl Mode {
             Mode::Auth => 1,
             Mode::Encrypt => 2,
         }
+    }
+}
+
+/// A session's AEAD: its id is byte 3 of every secured datagram, and it
+/// names the Noise protocol (`Noise_IK_25519_<cipher>_BLAKE2s`) whose
+/// handshake made the session, so the transcript binds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aead {
+    ChaCha20Poly1305,
+    Aes256Gcm,
+}
+
+impl Aead {
+    fn id(self) -> u8 {
+        match self {
+            Aead::ChaCha20Poly1305 => 0,
+            Aead::Aes256Gcm => 1,
+        }
+    }
+
+    fn from_id(b: u8) -> Option<Aead> {
+        match b {
+            0 => Some(Aead::ChaCha20Poly1305),
+            1 => Some(Aead::Aes256Gcm),
+            _ => None,
+        }
+    }
+
+    fn noise(self) -> &'static str {
+        match self {
+            Aead::ChaCha20Poly1305 => "Noise_IK_25519_ChaChaPoly_BLAKE2s",
+            Aead::Aes256Gcm => "Noise_IK_25519_AESGCM_BLAKE2s",
+        }
+    }
+
+    fn ring(self) -> &'static aead::Algorithm {
+        match self {
+            Aead::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
+            Aead::Aes256Gcm => &aead::AES_256_GCM,
+        }
+    }
+
+    /// The `cipher` word that names it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Aead::ChaCha20Poly1305 => Cipher::ChaCha20Poly1305.word(),
+            Aead::Aes256Gcm => Cipher::Aes256Gcm.word(),
+        }
+    }
+}
+
+/// Whether this CPU runs AES-256-GCM in hardware (AES rounds and carry-less
+/// multiplication): then it is several times cheaper per byte than
+/// ChaCha20-Poly1305 (`docs/SECURITY.md`, "Ciphers"); without them, AES in
+/// software is slower, and not constant-time in every library.
+pub fn cpu_has_fast_aes() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes") && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes") && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
+/// What a link accepts and offers: its `cipher` option and this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CipherPolicy {
+    pub cipher: Cipher,
+    /// This host prefers AES-256-GCM (its CPU does it fast).
+    pub fast_aes: bool,
+}
+
+impl CipherPolicy {
+    /// The policy of a link with option `cipher` on this CPU.
+    pub fn local(cipher: Cipher) -> Self {
+        CipherPolicy { cipher, fast_aes: cpu_has_fast_aes() }
+    }
+
+    /// Whether a session may use `a`.
+    fn allows(self, a: Aead) -> bool {
+        match self.cipher {
+            Cipher::Auto => true,
+            Cipher::Aes256Gcm => a == Aead::Aes256Gcm,
+            Cipher::ChaCha20Poly1305 => a == Aead::ChaCha20Poly1305,
+        }
+    }
+
+    /// Whether this end says it prefers AES-256-GCM.
+    fn prefers_aes(self) -> bool {
+        match self.cipher {
+            Cipher::Auto => self.fast_aes,
+            Cipher::Aes256Gcm => true,
+            Cipher::ChaCha20Poly1305 => false,
+        }
+    }
+
+    /// The AEAD to use with a peer that prefers AES or not (`None`: not
+    /// known yet, taken as yes): a named cipher, else AES-256-GCM when both
+    /// ends prefer it.
+    fn choose(self, peer_aes: Option<bool>) -> Aead {
+        match self.cipher {
+            Cipher::Aes256Gcm => Aead::Aes256Gcm,
+            Cipher::ChaCha20Poly1305 => Aead::ChaCha20Poly1305,
+            Cipher::Auto if self.fast_aes && peer_aes != Some(false) => Aead::Aes256Gcm,
+            Cipher::Auto => Aead::ChaCha20Poly1305,
+        }
+    }
+
+    /// The cipher byte of an initiation offering `a`.
+    fn offer(self, a: Aead) -> u8 {
+        let pinned = if self.cipher == Cipher::Auto { 0 } else { PINNED };
+        a.id() | NEGOTIATES | pinned | if self.prefers_aes() { PREFERS_AES } else { 0 }
     }
 }
 
@@ -236,6 +365,9 @@ pub struct SecureStats {
     pub unauthenticated: AtomicU64,
     /// Frames not sent: no session yet.
     pub no_session: AtomicU64,
+    /// Initiations offering a cipher this link does not accept (its
+    /// `cipher` names another): no session, and no answer.
+    pub cipher_refused: AtomicU64,
 }
 
 /// The replay window: the highest counter seen and a ring of bitmaps.
@@ -290,6 +422,7 @@ pub struct Session {
     replay: Mutex<Replay>,
     born_ns: u64,
     initiator: bool,
+    aead: Aead,
 }
 
 impl std::fmt::Debug for Session {
@@ -304,29 +437,48 @@ fn nonce(counter: u64) -> Nonce {
     Nonce::assume_unique_for_key(n)
 }
 
-fn aead_key(k: &[u8; 32]) -> Option<LessSafeKey> {
-    UnboundKey::new(&aead::CHACHA20_POLY1305, k).ok().map(LessSafeKey::new)
+fn aead_key(a: Aead, k: &[u8; 32]) -> Option<LessSafeKey> {
+    UnboundKey::new(a.ring(), k).ok().map(LessSafeKey::new)
 }
 
 impl Session {
     fn new(
         local: u32,
         remote: u32,
-        send: &[u8; 32],
-        recv: &[u8; 32],
+        (send, recv): (&[u8; 32], &[u8; 32]),
+        aead: Aead,
         now_ns: u64,
         initiator: bool,
     ) -> Option<Self> {
         Some(Session {
             local,
             remote,
-            send: aead_key(send)?,
-            recv: aead_key(recv)?,
+            send: aead_key(aead, send)?,
+            recv: aead_key(aead, recv)?,
             sent: AtomicU64::new(0),
             replay: Mutex::new(Replay::new()),
             born_ns: now_ns,
             initiator,
+            aead,
         })
+    }
+
+    /// A session with the given keys and indices, as an initiator
+    /// (benchmarks and known-answer tests: sessions come from handshakes).
+    pub fn with_keys(aead: Aead, local: u32, remote: u32, send: &[u8; 32], recv: &[u8; 32]) -> Option<Self> {
+        Session::new(local, remote, (send, recv), aead, 0, true)
+    }
+
+    /// Verifies (and for `encrypt` decrypts) data datagram `data` in
+    /// place: its counter when it verified. The replay window is the
+    /// link's, not checked here.
+    pub fn open_datagram(&self, mode: Mode, data: &mut [u8]) -> Option<u64> {
+        self.open(mode, data)
+    }
+
+    /// The AEAD the session seals with.
+    pub fn aead(&self) -> Aead {
+        self.aead
     }
 
     /// Seals the datagram of `len` bytes at `buf[DATA_HEADER..]` in place,
@@ -342,7 +494,7 @@ impl Session {
         if ctr >= REJECT_AFTER_MESSAGES {
             return None;
         }
-        buf[..4].copy_from_slice(&preamble(T_DATA, mode));
+        buf[..4].copy_from_slice(&preamble(T_DATA, mode, self.aead.id()));
         buf[4..8].copy_from_slice(&self.remote.to_le_bytes());
         buf[8..16].copy_from_slice(&ctr.to_le_bytes());
         let tag = match mode {
@@ -401,9 +553,10 @@ pub fn for_link(
         Security::Auth(k) => (Mode::Auth, k),
         Security::Encrypt(k) => (Mode::Encrypt, k),
     };
+    let Transport::Udp { cipher, .. } = def.transport else { return Ok(None) };
     let id =
         identity.ok_or("this vnetd has no key pair: start it with `--key FILE` (see `vnetctl genkey`)")?;
-    Ok(Some(SecureLink::new(mode, id.clone(), peer.0, timers)))
+    Ok(Some(SecureLink::new(mode, id.clone(), peer.0, timers).with_policy(CipherPolicy::local(cipher))))
 }
 
 /// What [`SecureLink::open`] made of a datagram.
@@ -423,6 +576,7 @@ struct Pending {
     sent_ns: u64,
     /// The initiation's first MAC: a cookie reply is bound to it.
     mac1: [u8; MAC],
+    aead: Aead,
 }
 
 /// A token bucket: tokens (x 1e9), refilled at a rate a second.
@@ -472,11 +626,18 @@ struct State {
     secret: Option<(hmac::Key, u64)>,
     /// The cookie the peer gave us, and when.
     cookie: Option<([u8; COOKIE], u64)>,
+    /// Whether the peer prefers AES-256-GCM, as its last authenticated
+    /// handshake message said (`None`: not heard yet).
+    peer_aes: Option<bool>,
+    /// The current session's AEAD is not the one both ends prefer (learnt
+    /// from the response that made it): handshake again at once.
+    renegotiate: bool,
 }
 
 /// The security of one link.
 pub struct SecureLink {
     mode: Mode,
+    policy: CipherPolicy,
     identity: Arc<Identity>,
     peer: [u8; 32],
     /// Cookie replies: sealed to us (ours) and from the peer (theirs).
@@ -549,14 +710,29 @@ fn wall_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// The first four bytes of every secured datagram: version, type, mode, 0.
-fn preamble(kind: u8, mode: Mode) -> [u8; 4] {
-    [VERSION, kind, mode.byte(), 0]
+/// The first four bytes of every secured datagram: version, type, mode,
+/// and the cipher byte (an AEAD's id; an initiation's says more).
+fn preamble(kind: u8, mode: Mode, cipher: u8) -> [u8; 4] {
+    [VERSION, kind, mode.byte(), cipher]
+}
+
+/// The AEAD an initiation's cipher byte offers: a negotiating one, or 0
+/// (an earlier vnetd's, which offers ChaCha20-Poly1305 and nothing else).
+fn offered(b: u8) -> Option<Aead> {
+    if b & !(AEAD_BITS | NEGOTIATES | PREFERS_AES | PINNED) != 0 || (b & NEGOTIATES == 0 && b != 0) {
+        return None;
+    }
+    Aead::from_id(b & AEAD_BITS)
 }
 
 /// The little-endian index at `data[at..at + 4]` (the caller checked the length).
 fn index_at(data: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]])
+}
+
+/// Whether `reply` is a handshake response (by its type alone).
+pub fn is_response(reply: &[u8]) -> bool {
+    reply.len() > 1 && reply[1] == T_RESP
 }
 
 /// Whether `data` is a handshake initiation (by its length and type alone).
@@ -569,8 +745,12 @@ pub fn data_index(data: &[u8]) -> Option<u32> {
     (data.len() >= OVERHEAD && data[0] == VERSION && data[1] == T_DATA).then(|| index_at(data, 4))
 }
 
-fn prologue(mode: Mode) -> [u8; 8] {
-    [b'v', b'n', b'e', b't', b' ', b'v', b'2', mode.byte()]
+/// The Noise prologue: the link's mode and, for a negotiating initiation,
+/// its cipher byte (so changing the offer or the preference in flight
+/// breaks the handshake). An earlier vnetd's initiation has only the mode.
+fn prologue(mode: Mode, cipher: u8) -> ([u8; 9], usize) {
+    let p = [b'v', b'n', b'e', b't', b' ', b'v', b'2', mode.byte(), cipher];
+    (p, if cipher == 0 { 8 } else { 9 })
 }
 
 impl SecureLink {
@@ -579,6 +759,7 @@ impl SecureLink {
         let per_sec = u64::from(timers.handshakes_per_sec.max(1));
         SecureLink {
             mode,
+            policy: CipherPolicy::local(Cipher::Auto),
             mac_to_peer: mac_key(&peer),
             mac_to_us: mac_key(&identity.public),
             cookie_ours: cookie_key(&identity.public),
@@ -597,8 +778,24 @@ impl SecureLink {
         }
     }
 
+    /// The link with cipher policy `p` (else `auto` on this CPU).
+    pub fn with_policy(mut self, p: CipherPolicy) -> Self {
+        self.policy = p;
+        self
+    }
+
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// What the link accepts and offers.
+    pub fn policy(&self) -> CipherPolicy {
+        self.policy
+    }
+
+    /// The AEAD the session frames are sealed with uses (`None`: no session).
+    pub fn aead(&self) -> Option<Aead> {
+        self.tx.load().as_ref().map(|s| s.aead)
     }
 
     /// The peer's static public key.
@@ -648,10 +845,11 @@ impl SecureLink {
             2 => Mode::Encrypt,
             _ => return None,
         };
-        let mut hs = snow::Builder::new(NOISE.parse().ok()?)
+        let (p, n) = prologue(mode, data[3]);
+        let mut hs = snow::Builder::new(offered(data[3])?.noise().parse().ok()?)
             .local_private_key(&self.identity.private)
             .ok()?
-            .prologue(&prologue(mode))
+            .prologue(&p[..n])
             .ok()?
             .build_responder()
             .ok()?;
@@ -696,7 +894,7 @@ impl SecureLink {
                 let age = now_ns.saturating_sub(s.born_ns);
                 // The responder rekeys too, later, should the initiator not.
                 let after = if s.initiator { t.rekey_after_ns } else { t.rekey_after_ns + 5 * t.retry_ns };
-                age >= after || s.sent.load(Relaxed) >= t.rekey_after_messages
+                age >= after || s.sent.load(Relaxed) >= t.rekey_after_messages || st.renegotiate
             }
         };
         // Ours, or the peer's answered and waiting for its first datagram.
@@ -712,9 +910,11 @@ impl SecureLink {
         if out.len() < INIT_LEN {
             return None;
         }
-        let mut hs = self.handshake(true)?;
+        let aead = self.policy.choose(st.peer_aes);
+        let offer = self.policy.offer(aead);
+        let mut hs = self.handshake(true, offer)?;
         let local = random_u32();
-        out[..4].copy_from_slice(&preamble(T_INIT, self.mode));
+        out[..4].copy_from_slice(&preamble(T_INIT, self.mode, offer));
         out[4..8].copy_from_slice(&local.to_le_bytes());
         let n = hs.write_message(&wall_ns().to_be_bytes(), &mut out[8..INIT_MAC1]).ok()?;
         if n != INIT_NOISE {
@@ -733,7 +933,8 @@ impl SecureLink {
         }
         let mut m = [0u8; MAC];
         m.copy_from_slice(mac1.as_ref());
-        st.pending = Some(Pending { hs, local, sent_ns: now_ns, mac1: m });
+        st.pending = Some(Pending { hs, local, sent_ns: now_ns, mac1: m, aead });
+        st.renegotiate = false;
         self.stats.handshakes_sent.fetch_add(1, Relaxed);
         Some(INIT_LEN)
     }
@@ -845,7 +1046,7 @@ impl SecureLink {
             return Opened::Nothing;
         }
         let nonce: [u8; COOKIE_NONCE] = random();
-        reply[..4].copy_from_slice(&preamble(T_COOKIE, self.mode));
+        reply[..4].copy_from_slice(&preamble(T_COOKIE, self.mode, 0));
         reply[4..8].copy_from_slice(&init[4..8]);
         reply[8..20].copy_from_slice(&nonce);
         let (sealed, tag) = reply[20..COOKIE_LEN].split_at_mut(COOKIE);
@@ -907,6 +1108,16 @@ impl SecureLink {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
+        let Some(aead) = offered(data[3]) else {
+            s.bad_handshakes.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        };
+        // Another cipher than the link's is refused, never answered with
+        // ours: the initiator's offer is what its transcript binds.
+        if !self.policy.allows(aead) {
+            s.cipher_refused.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
         let mut st = self.lock();
         // The rate limit: a token per answered initiation, from the
         // budget of initiations with a valid cookie MAC if this one has it.
@@ -933,7 +1144,7 @@ impl SecureLink {
             s.rate_limited.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        let Some(mut hs) = self.handshake(false) else {
+        let Some(mut hs) = self.handshake(false, data[3]) else {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         };
@@ -950,6 +1161,8 @@ impl SecureLink {
             return Opened::Nothing;
         }
         st.last_init = ts;
+        let negotiates = data[3] & NEGOTIATES != 0;
+        st.peer_aes = Some(negotiates && data[3] & PREFERS_AES != 0);
         // Both ends initiated at once (both started, or both rekey): the
         // one with the larger public key keeps its own handshake and lets
         // this one go; the other answers and abandons its own. One session.
@@ -957,26 +1170,33 @@ impl SecureLink {
         // a replayed or forged one never makes us drop our own.
         let crossed =
             st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < self.timers.retry_ns);
+        // Ours is kept only if the peer can take it: a peer whose link
+        // names another cipher than ours offers would refuse it.
         if crossed {
-            if at_endpoint && self.identity.public > self.peer {
+            let refused = data[3] & PINNED != 0 && st.pending.as_ref().is_some_and(|p| p.aead != aead);
+            if at_endpoint && self.identity.public > self.peer && !refused {
                 return Opened::Nothing;
             }
             st.pending = None;
         }
         let theirs = index_at(data, 4);
         let local = random_u32();
-        reply[..4].copy_from_slice(&preamble(T_RESP, self.mode));
+        reply[..4].copy_from_slice(&preamble(T_RESP, self.mode, aead.id()));
         reply[4..8].copy_from_slice(&local.to_le_bytes());
         reply[8..12].copy_from_slice(&theirs.to_le_bytes());
-        if hs.write_message(&[], &mut reply[12..12 + RESP_NOISE]).ok() != Some(RESP_NOISE) {
+        // Our preference, sealed in the response: to a negotiating initiator.
+        let ours = [if self.policy.prefers_aes() { PREFERS_AES } else { 0 }];
+        let (payload, len) = if negotiates { (&ours[..], RESP_LEN) } else { (&[][..], PLAIN_RESP_LEN) };
+        let noise = len - 12 - MAC;
+        if hs.write_message(payload, &mut reply[12..12 + noise]).ok() != Some(noise) {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        let mac = hmac::sign(&self.mac_to_peer, &reply[..12 + RESP_NOISE]);
-        reply[12 + RESP_NOISE..RESP_LEN].copy_from_slice(mac.as_ref());
+        let mac = hmac::sign(&self.mac_to_peer, &reply[..12 + noise]);
+        reply[12 + noise..len].copy_from_slice(mac.as_ref());
         // Initiator to responder first.
         let (i2r, r2i) = hs.dangerously_get_raw_split();
-        let Some(session) = Session::new(local, theirs, &r2i, &i2r, now_ns, false) else {
+        let Some(session) = Session::new(local, theirs, (&r2i, &i2r), aead, now_ns, false) else {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         };
@@ -986,17 +1206,19 @@ impl SecureLink {
         st.next = Some(Arc::new(session));
         s.handshakes_answered.fetch_add(1, Relaxed);
         s.sessions.fetch_add(1, Relaxed);
-        Opened::Reply(RESP_LEN)
+        Opened::Reply(len)
     }
 
-    /// A Noise IK handshake with this host's key and the link's mode in
-    /// the prologue: as initiator (to the peer's key), or as responder.
-    fn handshake(&self, initiator: bool) -> Option<snow::HandshakeState> {
-        let prologue = prologue(self.mode);
-        let b = snow::Builder::new(NOISE.parse().ok()?)
+    /// A Noise IK handshake with this host's key, for the initiation with
+    /// cipher byte `cipher` (the protocol name is its AEAD's; the prologue
+    /// has the link's mode and the byte): as initiator (to the peer's
+    /// key), or as responder.
+    fn handshake(&self, initiator: bool, cipher: u8) -> Option<snow::HandshakeState> {
+        let (p, n) = prologue(self.mode, cipher);
+        let b = snow::Builder::new(offered(cipher)?.noise().parse().ok()?)
             .local_private_key(&self.identity.private)
             .ok()?
-            .prologue(&prologue)
+            .prologue(&p[..n])
             .ok()?;
         if initiator {
             b.remote_public_key(&self.peer).ok()?.build_initiator().ok()
@@ -1021,13 +1243,21 @@ impl SecureLink {
         }
         let Some(mut p) = st.pending.take() else { return Opened::Nothing };
         let mut payload = [0u8; 16];
-        if p.hs.read_message(&data[12..12 + RESP_NOISE], &mut payload).is_err() {
+        if data[3] != p.aead.id()
+            || p.hs.read_message(&data[12..12 + RESP_NOISE], &mut payload).ok() != Some(1)
+        {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
+        // What the responder prefers, authenticated: if both ends would
+        // rather use the other AEAD (an `auto` link's first guess), a new
+        // handshake at the next tick makes the session they prefer.
+        let peer_aes = payload[0] & PREFERS_AES != 0;
+        st.peer_aes = Some(peer_aes);
+        st.renegotiate = self.policy.choose(Some(peer_aes)) != p.aead;
         let theirs = index_at(data, 4);
         let (i2r, r2i) = p.hs.dangerously_get_raw_split();
-        let Some(session) = Session::new(p.local, theirs, &i2r, &r2i, now_ns, true) else {
+        let Some(session) = Session::new(p.local, theirs, (&i2r, &r2i), p.aead, now_ns, true) else {
             return Opened::Nothing;
         };
         let session = Arc::new(session);
@@ -1110,22 +1340,167 @@ mod tests {
     /// sealed with session key 32 x 0x01, receiver index 0x11223344, counter 0.
     const SEC1: &str = "0204020044332211000000000000000000274dc5ee5216c505f96a89aea45b5ce98b6f0f22fb9233c579e9539e36f0259ccbc9b5e983c61d8a0a8235f729b7d6fd00";
 
+    /// SEC1's datagram sealed with AES-256-GCM instead (cipher byte 1), as
+    /// Python's `cryptography` (OpenSSL) computes it.
+    const SEC2: &str = "02040201443322110000000000000000be3598c8753b03b8927b91417124c14fb5c69fb07a60cb0533db5c810ed66e1ad60dd9237f9cc8ec7c24aace444fa275f2ab";
+
     #[test]
-    fn vector_sec1() {
+    fn vector_sec1_and_sec2() {
         let plain = [
             1u8, 0, 0, 0x14, 0, 0, 0, 7, 1, 2, 3, 4, 0, 0, 0, 0x0e, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff,
             0xff, 0x52, 0x54, 0, 0, 0, 1, 0x88, 0xb5,
         ];
-        let s = Session::new(7, 0x1122_3344, &[1; 32], &[2; 32], 0, true).unwrap();
-        let mut buf = vec![0u8; plain.len() + OVERHEAD];
-        buf[DATA_HEADER..DATA_HEADER + plain.len()].copy_from_slice(&plain);
-        let n = s.seal(Mode::Encrypt, &mut buf, plain.len()).unwrap();
-        let hex: String = buf[..n].iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(hex, SEC1);
-        // The receiving end (keys the other way round) opens it.
-        let r = Session::new(0x1122_3344, 7, &[2; 32], &[1; 32], 0, false).unwrap();
-        assert_eq!(r.open(Mode::Encrypt, &mut buf[..n]), Some(0));
-        assert_eq!(&buf[DATA_HEADER..DATA_HEADER + plain.len()], &plain[..]);
+        for (aead, want) in [(Aead::ChaCha20Poly1305, SEC1), (Aead::Aes256Gcm, SEC2)] {
+            let s = Session::new(7, 0x1122_3344, (&[1; 32], &[2; 32]), aead, 0, true).unwrap();
+            let mut buf = vec![0u8; plain.len() + OVERHEAD];
+            buf[DATA_HEADER..DATA_HEADER + plain.len()].copy_from_slice(&plain);
+            let n = s.seal(Mode::Encrypt, &mut buf, plain.len()).unwrap();
+            let hex: String = buf[..n].iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex, want, "{aead:?}");
+            // The receiving end (keys the other way round) opens it.
+            let r = Session::new(0x1122_3344, 7, (&[2; 32], &[1; 32]), aead, 0, false).unwrap();
+            assert_eq!(r.open(Mode::Encrypt, &mut buf[..n]), Some(0));
+            assert_eq!(&buf[DATA_HEADER..DATA_HEADER + plain.len()], &plain[..]);
+        }
+    }
+
+    /// A pair of links with these cipher options and CPUs.
+    fn pair_with(a: (Cipher, bool), b: (Cipher, bool)) -> (SecureLink, SecureLink) {
+        let (la, lb) = pair(Mode::Encrypt);
+        let p = |(cipher, fast_aes)| CipherPolicy { cipher, fast_aes };
+        (la.with_policy(p(a)), lb.with_policy(p(b)))
+    }
+
+    /// Initiations and answers between `a` and `b` until both have a
+    /// session (or 10 rounds): the AEAD both seal with.
+    fn settle(a: &SecureLink, b: &SecureLink) -> Option<Aead> {
+        for round in 0..10u64 {
+            let now = round * 2 * SEC;
+            for (x, y) in [(a, b), (b, a)] {
+                let mut init = [0u8; 256];
+                let Some(n) = x.tick(now, &mut init) else { continue };
+                let mut resp = [0u8; 256];
+                let Opened::Reply(m) = y.open(now, y.peer_addr(), &mut init[..n], &mut resp) else {
+                    continue;
+                };
+                let mut ka = [0u8; 256];
+                if let Opened::Reply(k) = x.open(now, x.peer_addr(), &mut resp[..m], &mut ka) {
+                    y.open(now, y.peer_addr(), &mut ka[..k], &mut [0u8; 64]);
+                }
+            }
+            let both = a.aead().zip(b.aead()).filter(|(x, y)| x == y);
+            let settled = a.lock().renegotiate || b.lock().renegotiate;
+            if let (Some((x, _)), false) = (both, settled) {
+                assert_eq!(opened(b, sealed(a, b"across")), Some(b"across".to_vec()));
+                return Some(x);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_cipher_is_aes_only_where_both_ends_want_it_and_a_named_one_is_kept() {
+        use Aead::{Aes256Gcm as Aes, ChaCha20Poly1305 as ChaCha};
+        use Cipher::{Aes256Gcm, Auto, ChaCha20Poly1305};
+        for (a, b, want) in [
+            ((Auto, true), (Auto, true), Some(Aes)),
+            // The first guess (AES) is renegotiated once the response says.
+            ((Auto, true), (Auto, false), Some(ChaCha)),
+            ((Auto, false), (Auto, true), Some(ChaCha)),
+            ((Auto, true), (ChaCha20Poly1305, true), Some(ChaCha)),
+            ((Auto, false), (Aes256Gcm, false), Some(Aes)),
+            ((Aes256Gcm, false), (Aes256Gcm, false), Some(Aes)),
+            ((ChaCha20Poly1305, true), (ChaCha20Poly1305, true), Some(ChaCha)),
+            // Two named ciphers that differ: no session, never a fallback.
+            ((Aes256Gcm, true), (ChaCha20Poly1305, true), None),
+        ] {
+            // Fresh keys each time: either end may win a crossing.
+            for _ in 0..4 {
+                let (la, lb) = pair_with(a, b);
+                assert_eq!(settle(&la, &lb), want, "{a:?} {b:?}");
+                let refused = la.stats.cipher_refused.load(Relaxed) + lb.stats.cipher_refused.load(Relaxed);
+                // (An `auto` end's first offer to a named other cipher is
+                // refused too; the named end's own initiation then succeeds.)
+                assert!(want.is_some() || refused > 0, "{a:?} {b:?}: {refused} refused");
+                assert_eq!(la.stats.bad_handshakes.load(Relaxed) + lb.stats.bad_handshakes.load(Relaxed), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn an_offer_the_responder_refuses_gets_no_session_and_no_answer() {
+        let (a, b) = pair_with((Cipher::Aes256Gcm, true), (Cipher::ChaCha20Poly1305, true));
+        let mut init = initiation(&a, 0);
+        let mut resp = [0u8; 256];
+        assert_eq!(b.open(0, b.peer_addr(), &mut init, &mut resp), Opened::Nothing);
+        assert_eq!(b.stats.cipher_refused.load(Relaxed), 1);
+        assert_eq!(b.stats.handshakes_answered.load(Relaxed), 0);
+        assert!(!b.established() && b.lock().next.is_none());
+    }
+
+    #[test]
+    fn a_changed_offer_or_preference_breaks_the_handshake_instead_of_downgrading_it() {
+        // `a` offers AES-256-GCM and says it prefers it; `b` takes either.
+        let (a, b) = pair_with((Cipher::Auto, true), (Cipher::Auto, true));
+        let offer = initiation(&a, 0);
+        assert_eq!(offer[3], Aead::Aes256Gcm.id() | NEGOTIATES | PREFERS_AES);
+        // An attacker rewrites the cipher byte (and the first MAC, whose key
+        // is public): ChaCha20-Poly1305 offered, the preference dropped,
+        // or an earlier vnetd's initiation.
+        let forged =
+            [Aead::ChaCha20Poly1305.id() | NEGOTIATES | PREFERS_AES, Aead::Aes256Gcm.id() | NEGOTIATES, 0];
+        for (i, byte) in forged.into_iter().enumerate() {
+            let mut m = offer.clone();
+            m[3] = byte;
+            let mac = hmac::sign(&mac_key(&b.identity.public()), &m[..INIT_MAC1]);
+            m[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac.as_ref());
+            assert_eq!(b.open(0, b.peer_addr(), &mut m, &mut [0u8; 256]), Opened::Nothing, "{byte:#x}");
+            assert_eq!(b.stats.bad_handshakes.load(Relaxed), i as u64 + 1);
+        }
+        assert_eq!(b.stats.sessions.load(Relaxed), 0);
+        // The response: its cipher byte or its sealed preference changed.
+        let mut resp = [0u8; 256];
+        let Opened::Reply(m) = b.open(0, b.peer_addr(), &mut offer.clone(), &mut resp) else { panic!() };
+        assert_eq!(m, RESP_LEN);
+        for (at, flip) in [(3, 1u8), (12 + 32, PREFERS_AES)] {
+            let mut r = resp;
+            r[at] ^= flip;
+            let mac = hmac::sign(&mac_key(&a.identity.public()), &r[..RESP_LEN - MAC]);
+            r[RESP_LEN - MAC..RESP_LEN].copy_from_slice(mac.as_ref());
+            assert_eq!(a.open(0, a.peer_addr(), &mut r[..m], &mut [0u8; 256]), Opened::Nothing);
+            // The initiation is spent either way: send a new one.
+            let mut again = initiation(&a, 2 * SEC * (at as u64));
+            assert!(matches!(b.open(0, b.peer_addr(), &mut again, &mut resp), Opened::Reply(_)));
+        }
+        assert_eq!(a.stats.bad_handshakes.load(Relaxed), 2);
+        assert!(!a.established());
+    }
+
+    #[test]
+    fn an_earlier_vnetds_initiation_is_answered_with_chacha_and_no_preference() {
+        let (a, b) = pair_with((Cipher::Auto, true), (Cipher::Auto, true));
+        // What vnetd wrote before ciphers were negotiated: cipher byte 0,
+        // the 8-byte prologue, ChaCha20-Poly1305's protocol name, no payload in the answer.
+        let mut hs = a.handshake(true, 0).unwrap();
+        let mut init = [0u8; INIT_LEN];
+        init[..4].copy_from_slice(&preamble(T_INIT, Mode::Encrypt, 0));
+        init[4..8].copy_from_slice(&7u32.to_le_bytes());
+        hs.write_message(&wall_ns().to_be_bytes(), &mut init[8..INIT_MAC1]).unwrap();
+        let mac = hmac::sign(&mac_key(&b.identity.public()), &init[..INIT_MAC1]);
+        init[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac.as_ref());
+        let mut resp = [0u8; 256];
+        assert_eq!(b.open(0, b.peer_addr(), &mut init, &mut resp), Opened::Reply(PLAIN_RESP_LEN));
+        assert_eq!(resp[3], Aead::ChaCha20Poly1305.id());
+        let mut payload = [0u8; 8];
+        assert_eq!(hs.read_message(&resp[12..PLAIN_RESP_LEN - MAC], &mut payload).ok(), Some(0));
+        assert_eq!(b.lock().next.as_ref().map(|s| s.aead), Some(Aead::ChaCha20Poly1305));
+        // A link that names AES-256-GCM refuses it.
+        let (_, c) = pair_with((Cipher::Auto, true), (Cipher::Aes256Gcm, true));
+        let mut init2 = init;
+        let mac = hmac::sign(&mac_key(&c.identity.public()), &init2[..INIT_MAC1]);
+        init2[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac.as_ref());
+        assert_eq!(c.open(0, c.peer_addr(), &mut init2, &mut resp), Opened::Nothing);
+        assert_eq!(c.stats.cipher_refused.load(Relaxed), 1);
     }
 
     #[test]
@@ -1220,7 +1595,7 @@ mod tests {
         // Junk initiations: refused by their MAC before any Diffie-Hellman.
         for i in 0..1000u32 {
             let mut junk = [0u8; INIT_LEN];
-            junk[..4].copy_from_slice(&preamble(T_INIT, Mode::Encrypt));
+            junk[..4].copy_from_slice(&preamble(T_INIT, Mode::Encrypt, 0));
             junk[10..14].copy_from_slice(&i.to_le_bytes());
             assert_eq!(b.open(2 * SEC, b.peer_addr(), &mut junk, &mut resp), Opened::Nothing);
         }
@@ -1282,7 +1657,7 @@ mod tests {
     /// second MAC is zeros.
     fn flood_init(to: &SecureLink, i: u32) -> [u8; INIT_LEN] {
         let mut m = [0u8; INIT_LEN];
-        m[..4].copy_from_slice(&preamble(T_INIT, to.mode()));
+        m[..4].copy_from_slice(&preamble(T_INIT, to.mode(), 0));
         m[4..8].copy_from_slice(&i.to_le_bytes());
         m[8..INIT_MAC1].fill(i as u8);
         let mac = hmac::sign(&mac_key(&to.identity.public()), &m[..INIT_MAC1]);

@@ -35,8 +35,13 @@ pub enum Wire {
     Tls,
     /// `udp ... format vnet` with `security auth`.
     VnetAuth,
-    /// `udp ... format vnet` with `security encrypt`.
+    /// `udp ... format vnet` with `security encrypt` (`cipher auto`: the
+    /// best for this CPU).
     VnetEncrypt,
+    /// `security encrypt` with `cipher aes-256-gcm`.
+    VnetAesGcm,
+    /// `security encrypt` with `cipher chacha20-poly1305`.
+    VnetChaCha,
     /// `udp ... format vnet` over an IPv6-only underlay.
     Vnet6,
 }
@@ -51,6 +56,8 @@ impl Wire {
             Wire::Tls => "tls",
             Wire::VnetAuth => "vnet-auth",
             Wire::VnetEncrypt => "vnet-encrypt",
+            Wire::VnetAesGcm => "vnet-aesgcm",
+            Wire::VnetChaCha => "vnet-chacha",
             Wire::Vnet6 => "vnet6",
         }
     }
@@ -64,7 +71,16 @@ impl Wire {
             Wire::Tcp => (Links::Tcp, Format::Vnet),
             Wire::Tls => (Links::Tls, Format::Vnet),
             Wire::VnetAuth => (Links::Auth, Format::Vnet),
-            Wire::VnetEncrypt => (Links::Encrypt, Format::Vnet),
+            Wire::VnetEncrypt | Wire::VnetAesGcm | Wire::VnetChaCha => (Links::Encrypt, Format::Vnet),
+        }
+    }
+
+    /// Secured links' `cipher`.
+    fn cipher(self) -> vnet_control::Cipher {
+        match self {
+            Wire::VnetAesGcm => vnet_control::Cipher::Aes256Gcm,
+            Wire::VnetChaCha => vnet_control::Cipher::ChaCha20Poly1305,
+            _ => vnet_control::Cipher::Auto,
         }
     }
 
@@ -75,7 +91,14 @@ impl Wire {
         match self {
             Wire::Raw => mtu - 42, // outer IPv4 20 + UDP 8 + Ethernet 14
             Wire::Vxlan => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
-            Wire::Vnet | Wire::Vnet6 | Wire::Tcp | Wire::Tls | Wire::VnetAuth | Wire::VnetEncrypt => 65_000,
+            Wire::Vnet
+            | Wire::Vnet6
+            | Wire::Tcp
+            | Wire::Tls
+            | Wire::VnetAuth
+            | Wire::VnetEncrypt
+            | Wire::VnetAesGcm
+            | Wire::VnetChaCha => 65_000,
         }
     }
 }
@@ -125,6 +148,7 @@ impl Case {
             Case::VnetUser(Wire::Tls),
             Case::VnetUser(Wire::VnetAuth),
             Case::VnetUser(Wire::VnetEncrypt),
+            Case::VnetUser(Wire::VnetAesGcm),
             Case::VnetUserPoll(Wire::Vnet),
             Case::VnetKernel(Wire::Vnet),
             Case::VnetKernel(Wire::Vxlan),
@@ -138,6 +162,7 @@ impl Case {
         v.push(Case::VnetUserPoll(Wire::Raw));
         v.push(Case::VnetUser(Wire::Vnet6));
         v.push(Case::VnetKernel(Wire::Vnet6));
+        v.push(Case::VnetUser(Wire::VnetChaCha));
         v
     }
 
@@ -155,7 +180,13 @@ impl Case {
             // frames, a stream is vnetd's): the user path's MTU.
             // Secured links too, until the kernel path has IPsec.
             Case::VnetKernel(
-                w @ (Wire::Raw | Wire::Tcp | Wire::Tls | Wire::VnetAuth | Wire::VnetEncrypt),
+                w @ (Wire::Raw
+                | Wire::Tcp
+                | Wire::Tls
+                | Wire::VnetAuth
+                | Wire::VnetEncrypt
+                | Wire::VnetAesGcm
+                | Wire::VnetChaCha),
             ) => w.user_mtu(mtu),
         }
     }
@@ -500,6 +531,10 @@ fn spec_for(case: Case, cond: &Condition, vms: usize) -> Spec {
         dispatch,
         datapath,
         ipv6_underlay: matches!(case, Case::VnetUser(Wire::Vnet6) | Case::VnetKernel(Wire::Vnet6)),
+        cipher: match case {
+            Case::VnetUser(w) | Case::VnetUserPoll(w) | Case::VnetKernel(w) => w.cipher(),
+            _ => vnet_control::Cipher::Auto,
+        },
         ..Spec::default()
     }
 }

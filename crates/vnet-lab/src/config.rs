@@ -167,6 +167,7 @@ fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
             format: format.into(),
             network: 0,
             security,
+            cipher: if security == Security::None { Default::default() } else { s.cipher },
             nat,
             relay: None,
         }

@@ -163,6 +163,9 @@ enum Cmd {
         /// The links between vnetds: udp (in `--format`), vxlan, tcp or tls.
         #[arg(long, value_enum, default_value = "udp")]
         links: LinkKind,
+        /// Secured links' cipher: auto, aes-256-gcm or chacha20-poly1305.
+        #[arg(long, default_value = "auto", value_parser = |s: &str| vnet_control::Cipher::from_word(s).ok_or("auto, aes-256-gcm or chacha20-poly1305"))]
+        cipher: vnet_control::Cipher,
         /// Hosts that are Linux kernel VTEPs (a bridge and a vxlan device,
         /// no vnetd), e.g. `1`; vnetds reach them over VXLAN.
         #[arg(long, value_delimiter = ',')]
@@ -212,6 +215,7 @@ fn main() -> ExitCode {
             guest_args,
             overlay,
             links,
+            cipher,
             vteps,
             lan_host,
             cluster,
@@ -247,6 +251,7 @@ fn main() -> ExitCode {
                     LinkKind::Auth => Links::Auth,
                     LinkKind::Encrypt => Links::Encrypt,
                 },
+                cipher,
                 vteps,
                 lan_host,
                 cluster: cluster.then(|| vnet_lab::Cluster {

@@ -115,6 +115,8 @@ pub struct Spec {
     /// public address, and a link between two hosts behind NATs names host
     /// 2 as its `relay`.
     pub nat: bool,
+    /// Secured links' `cipher` (`auto` says nothing on the line).
+    pub cipher: vnet_control::Cipher,
 }
 
 /// A cluster-mode lab's settings.
@@ -234,6 +236,7 @@ impl Default for Spec {
             listen_any: Vec::new(),
             site_mtu: None,
             nat: false,
+            cipher: vnet_control::Cipher::Auto,
         }
     }
 }

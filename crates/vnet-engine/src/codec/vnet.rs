@@ -280,7 +280,7 @@ impl Rx {
                         }
                         return;
                     }
-                    if n == RESP_LEN && secure::is_initiation(data) {
+                    if secure::is_response(&self.reply[..n]) && secure::is_initiation(data) {
                         link.authenticated_from(from, &g);
                     }
                     link.io.send(&answer, n, 0);

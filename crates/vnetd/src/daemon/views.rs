@@ -129,6 +129,11 @@ pub struct SecurityView<'a> {
     pub security: &'static str,
     /// Whether a session is established.
     pub established: bool,
+    /// The AEAD the session seals with (`aes-256-gcm` or
+    /// `chacha20-poly1305`; empty without a session), and the link's
+    /// `cipher` option (`auto` or the one it names).
+    pub cipher: &'static str,
+    pub cipher_option: &'static str,
     /// Where the link sends now: the configured remote, or the address its
     /// peer was last authenticated from (roaming).
     pub endpoint: String,
@@ -280,6 +285,8 @@ impl Daemon {
                         SecurityView {
                             security: if sec.mode() == Mode::Auth { "auth" } else { "encrypt" },
                             established: sec.established(),
+                            cipher: sec.aead().map_or("", |a| a.word()),
+                            cipher_option: sec.policy().cipher.word(),
                             endpoint: l.endpoint().map_or_else(String::new, |e| e.to_string()),
                             roams: l.roams.load(Relaxed),
                             path,

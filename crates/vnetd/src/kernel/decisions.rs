@@ -319,6 +319,7 @@ mod tests {
             format: LinkFormat::Vnet,
             network: 0,
             security: Security::None,
+            cipher: Default::default(),
             nat: false,
             relay: None,
         };
