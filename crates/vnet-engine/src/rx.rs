@@ -59,7 +59,7 @@ impl Receiver {
         let via = self.via;
         let from = SocketAddr::new(canonical(from.ip()), from.port());
         let len = buf.len();
-        if gso > 0 && via == Via::Udp && self.vnet.whole_frame_batch(fw, plane, from.ip(), buf, gso, now_ns) {
+        if gso > 0 && via == Via::Udp && self.vnet.whole_frame_batch(fw, plane, from, buf, gso, now_ns) {
             return;
         }
         if len == 0 {

@@ -5295,3 +5295,48 @@ fn cni_gc_removes_exactly_the_attachments_not_listed_as_valid() {
     gc["cniVersion"] = "1.0.0".into();
     assert_eq!(lab.cni(0, "GC", "", None, gc.to_string().as_bytes()).unwrap().code(), 1);
 }
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn secured_links_agree_on_a_cipher_and_a_named_one_the_peer_refuses_gets_no_session() {
+    let lab = lab(Spec { links: Links::Encrypt, ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 1400);
+    // `auto` on both ends: AES-256-GCM where the CPU has AES and CLMUL.
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+    let flags = cpu.lines().find(|l| l.starts_with("flags")).unwrap_or_default().to_string();
+    let has = |f: &str| flags.split_whitespace().any(|w| w == f);
+    let best = if has("aes") && has("pclmulqdq") { "aes-256-gcm" } else { "chacha20-poly1305" };
+    for h in 0..2 {
+        let l = link_json(&lab, h);
+        assert_eq!((l["cipher"].as_str(), l["cipher_option"].as_str()), (Some(best), Some("auto")), "{l}");
+    }
+    // Host h's link to its peer with `cipher c`, and the route to the peer's VM.
+    let link_line = |h: usize, c: &str| {
+        let p = 1 - h;
+        let key = lab.hosts[p].key.as_ref().unwrap().1;
+        let vm = lab.vm(p, 0);
+        format!(
+            "link h{p} udp {}:9000 peer-key {key} security encrypt cipher {c}\nroute any {} -> link h{p}\n",
+            lab.hosts[p].underlay_ip, vm.mac
+        )
+    };
+    // Host 1 names ChaCha20-Poly1305: host 0 (auto) agrees to it.
+    replace_link(&lab, 1, "h0", &link_line(1, "chacha20-poly1305"));
+    wait_until(10.0, "a ChaCha20-Poly1305 session", || {
+        lab.ping(&b, a.ip, 1, 56).is_ok_and(|r| r.received == 1)
+            && (0..2).all(|h| link_json(&lab, h)["cipher"] == "chacha20-poly1305")
+    });
+    assert_ping(&lab, &a, b.ip, 1400);
+    // Host 0 names AES-256-GCM: two named ciphers that differ make no
+    // session, and neither end falls back to the other's.
+    replace_link(&lab, 0, "h1", &link_line(0, "aes-256-gcm"));
+    assert_no_ping(&lab, &a, b.ip);
+    std::thread::sleep(Duration::from_secs(2));
+    let (l0, l1) = (link_json(&lab, 0), link_json(&lab, 1));
+    assert_eq!((l0["established"].as_bool(), l0["cipher"].as_str()), (Some(false), Some("")), "{l0}");
+    let refused = l0["cipher_refused"].as_u64().unwrap() + l1["cipher_refused"].as_u64().unwrap();
+    assert!(refused >= 2, "host 0: {l0}\nhost 1: {l1}");
+    assert_eq!(l0["bad_handshakes"].as_u64().unwrap() + l1["bad_handshakes"].as_u64().unwrap(), 0);
+    eprintln!("refused: {refused}; host 0: {l0}");
+}

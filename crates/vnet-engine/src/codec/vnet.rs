@@ -249,52 +249,78 @@ impl Rx {
         now_ns: u64,
         relayed: bool,
     ) {
+        let Some(r) = self.open(fw.global(), link, from, data, now_ns, relayed) else { return };
+        self.plain(fw, plane, link, network, Arrival { from, now_ns, relayed }, &mut data[r]);
+    }
+
+    /// A secured link's datagram verified (and decrypted) in place: the
+    /// range of the `vnet` datagram it carries; or answered (a handshake),
+    /// or dropped, or a keepalive: `None`. Any datagram of a plain link is
+    /// its own `vnet` datagram.
+    fn open(
+        &mut self,
+        g: &Arc<Global>,
+        link: &Arc<Link>,
+        from: SocketAddr,
+        data: &mut [u8],
+        now_ns: u64,
+        relayed: bool,
+    ) -> Option<std::ops::Range<usize>> {
+        let Some(sec) = &link.secure else { return Some(0..data.len()) };
+        let at_endpoint = relayed || link.sends_to(from);
+        match sec.open_at(now_ns, from, at_endpoint, data, &mut self.reply) {
+            Opened::Data(r) => {
+                link.alive.heard(now_ns);
+                if !relayed {
+                    link.heard_direct.store(now_ns.saturating_add(1), Relaxed);
+                    link.authenticated_from(from, g);
+                }
+                if r.is_empty() {
+                    link.alive.keepalives_received.fetch_add(1, Relaxed);
+                    return None;
+                }
+                Some(r)
+            }
+            Opened::Reply(n) => {
+                // An initiation answered is the peer's and new (IK's
+                // `ss`, its timestamp): the link follows it, so the
+                // answer goes where the peer is now.
+                let answer = [IoSlice::new(&self.reply[..n])];
+                if relayed {
+                    if let Some(r) = link.relay_link() {
+                        link.through(&r, &answer, n);
+                    }
+                    return None;
+                }
+                if secure::is_response(&self.reply[..n]) && secure::is_initiation(data) {
+                    link.authenticated_from(from, g);
+                }
+                link.io.send(&answer, n, 0);
+                None
+            }
+            Opened::Nothing => {
+                link.rx.drop_one();
+                if !relayed && link.endpoint().is_some_and(|e| e.ip() != from.ip()) {
+                    g.roams_refused.fetch_add(1, Relaxed);
+                }
+                None
+            }
+        }
+    }
+
+    /// A `vnet` datagram of `link` (opened, if the link is secured):
+    /// checked, reassembled if it is a fragment, and delivered.
+    fn plain(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        link: &Arc<Link>,
+        network: u32,
+        at: Arrival,
+        data: &mut [u8],
+    ) {
         let g = fw.global().clone();
         let port = PortId::Link(link.def.id);
-        // A secured link: verified (and decrypted) in place, or answered,
-        // or dropped; what is left is a `vnet` datagram like any other.
-        let at_endpoint = relayed || link.sends_to(from);
-        let data: &mut [u8] = match &link.secure {
-            None => data,
-            Some(sec) => match sec.open_at(now_ns, from, at_endpoint, data, &mut self.reply) {
-                Opened::Data(r) => {
-                    link.alive.heard(now_ns);
-                    if !relayed {
-                        link.heard_direct.store(now_ns.saturating_add(1), Relaxed);
-                        link.authenticated_from(from, &g);
-                    }
-                    if r.is_empty() {
-                        link.alive.keepalives_received.fetch_add(1, Relaxed);
-                        return;
-                    }
-                    &mut data[r]
-                }
-                Opened::Reply(n) => {
-                    // An initiation answered is the peer's and new (IK's
-                    // `ss`, its timestamp): the link follows it, so the
-                    // answer goes where the peer is now.
-                    let answer = [IoSlice::new(&self.reply[..n])];
-                    if relayed {
-                        if let Some(r) = link.relay_link() {
-                            link.through(&r, &answer, n);
-                        }
-                        return;
-                    }
-                    if secure::is_response(&self.reply[..n]) && secure::is_initiation(data) {
-                        link.authenticated_from(from, &g);
-                    }
-                    link.io.send(&answer, n, 0);
-                    return;
-                }
-                Opened::Nothing => {
-                    link.rx.drop_one();
-                    if !relayed && link.endpoint().is_some_and(|e| e.ip() != from.ip()) {
-                        g.roams_refused.fetch_add(1, Relaxed);
-                    }
-                    return;
-                }
-            },
-        };
         let (repr, hl, plen) = match VnetPacket::new_checked(&*data) {
             Ok(p) => (VnetRepr::parse(&p), p.header_len(), p.payload().len()),
             Err(_) => {
@@ -309,7 +335,6 @@ impl Rx {
             return;
         }
         if repr.flags.is_control() {
-            let at = Arrival { from, now_ns, relayed };
             self.control(fw, plane, link, &repr, &mut data[hl..], at);
             return;
         }
@@ -334,7 +359,7 @@ impl Rx {
             return;
         }
         if let reasm::Outcome::Complete(frame) =
-            self.reasm.push(now_ns, u64::from(link.def.id), &repr, &data[hl..])
+            self.reasm.push(at.now_ns, u64::from(link.def.id), &repr, &data[hl..])
         {
             link.rx.add(frame.len());
             deliver(fw, plane, port, with_vh, frame);
@@ -382,45 +407,84 @@ impl Rx {
     }
 
     /// The fast path for a GRO batch of `vnet` datagrams that is exactly one
-    /// whole frame with its offload header, in order. Returns false, having
-    /// delivered nothing, when the batch is anything else or a destination
-    /// needs a contiguous frame.
+    /// whole frame with its offload header, in order: written to its
+    /// destination as one frame from the pieces where they lie (no
+    /// reassembly copy). A secured link's datagrams are opened in place
+    /// first, one pass over the batch; if they are not one whole frame
+    /// then, each goes on alone. Returns false, having done nothing, when a
+    /// plain link's batch is anything else or a destination needs a
+    /// contiguous frame.
     pub fn whole_frame_batch(
         &mut self,
         fw: &mut Forwarder,
         plane: &Plane,
-        from: IpAddr,
-        data: &[u8],
+        from: SocketAddr,
+        data: &mut [u8],
         seg: usize,
         now_ns: u64,
     ) -> bool {
-        let Some(link) = plane.link_for(RxKey::Udp(from)) else { return false };
+        let Some(link) = plane.link_for(RxKey::Udp(from.ip())) else { return false };
         let Transport::Udp { format: LinkFormat::Vnet, network, .. } = link.def.transport else {
             return false;
         };
-        if link.secure.is_some() {
-            return false; // each datagram verified on its own
-        }
         let n = data.len().div_ceil(seg);
         if !(2..=GSO_MAX_SEGS).contains(&n) {
             return false;
         }
+        if link.secure.is_none() {
+            return self.one_frame(fw, plane, link, network, data.chunks(seg), now_ns);
+        }
+        // Opened in place, one after the other: the ranges of the `vnet`
+        // datagrams (relative to each one's chunk).
+        let mut opened = [(0, 0); GSO_MAX_SEGS];
+        let mut k = 0;
+        for (i, d) in data.chunks_mut(seg).enumerate() {
+            if let Some(r) = self.open(fw.global(), link, from, d, now_ns, false) {
+                opened[k] = (i * seg + r.start, i * seg + r.end);
+                k += 1;
+            }
+        }
+        let pieces = opened[..k].iter().map(|&(a, b)| &data[a..b]);
+        if k == n && self.one_frame(fw, plane, link, network, pieces, now_ns) {
+            return true;
+        }
+        let at = Arrival { from, now_ns, relayed: false };
+        for &(a, b) in &opened[..k] {
+            self.plain(fw, plane, link, network, at, &mut data[a..b]);
+        }
+        true
+    }
+
+    /// Delivers `pieces` (each a `vnet` datagram) as the one whole frame
+    /// with its offload header they are, in order; false (nothing done)
+    /// if they are not, or a destination needs a contiguous frame.
+    fn one_frame<'a>(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        link: &Link,
+        network: u32,
+        pieces: impl Iterator<Item = &'a [u8]>,
+        now_ns: u64,
+    ) -> bool {
         let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS];
         let mut first: Option<VnetRepr> = None;
         let mut expect = 0usize;
-        for (i, d) in data.chunks(seg).enumerate() {
+        let mut n = 0;
+        for (i, d) in pieces.enumerate() {
             let Ok(p) = VnetPacket::new_checked(d) else { return false };
             let r = VnetRepr::parse(&p);
             let ok = match first {
                 None => r.offset == 0 && r.flags.0 == Flags::VNET_HDR && r.network == network,
                 Some(f) => r.frame_id == f.frame_id && r.frame_len == f.frame_len && r.flags == f.flags,
             };
-            if !ok || r.offset as usize != expect {
+            if !ok || r.offset as usize != expect || i >= iov.len() {
                 return false;
             }
             first.get_or_insert(r);
             expect += p.payload().len();
             iov[i] = IoSlice::new(&d[p.header_len()..]);
+            n = i + 1;
         }
         match first {
             Some(f) if f.frame_len as usize == expect && expect > virtio::LEN => {}
