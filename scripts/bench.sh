@@ -5,7 +5,7 @@
 # Extra arguments go to `vnet-lab bench` (see --help). Results: results/<timestamp>/.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-prepare sockperf openmpi-bin libopenmpi-dev python3-matplotlib
+prepare sockperf openmpi-bin libopenmpi-dev python3-matplotlib tinc wireguard-go wireguard-tools
 cargo build --release --bins
 mkdir -p target/bench
 mpicc -O2 -o target/bench/mpi_pingpong bench/mpi_pingpong.c

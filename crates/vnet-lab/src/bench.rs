@@ -114,6 +114,11 @@ pub enum Case {
     /// No overlay and no routing: VMs on veths bridged with the underlay,
     /// one L2 segment. The cost of a VM's virtual NIC alone.
     Bridged,
+    /// tinc 1.0 in switch mode (its default crypto): an L2 VPN in user space.
+    Tinc,
+    /// wireguard-go between the hosts, routing the VMs' subnets: an L3 VPN
+    /// in user space.
+    WireGuardGo,
     /// vnetd's user-space path in its default (adaptive) dispatch mode.
     VnetUser(Wire),
     /// vnetd's user-space path with every worker in `poll` mode.
@@ -129,6 +134,8 @@ impl Case {
             Case::Vxlan => "vxlan".into(),
             Case::Routed => "routed".into(),
             Case::Bridged => "bridged".into(),
+            Case::Tinc => "tinc".into(),
+            Case::WireGuardGo => "wireguard-go".into(),
             Case::VnetUser(w) => format!("vnet-user-{}", w.word()),
             Case::VnetUserPoll(w) => format!("vnet-userpoll-{}", w.word()),
             Case::VnetKernel(w) => format!("vnet-kernel-{}", w.word()),
@@ -149,6 +156,8 @@ impl Case {
             Case::VnetUser(Wire::VnetAuth),
             Case::VnetUser(Wire::VnetEncrypt),
             Case::VnetUser(Wire::VnetAesGcm),
+            Case::Tinc,
+            Case::WireGuardGo,
             Case::VnetUserPoll(Wire::Vnet),
             Case::VnetKernel(Wire::Vnet),
             Case::VnetKernel(Wire::Vxlan),
@@ -170,6 +179,10 @@ impl Case {
     fn endpoint_mtu(self, mtu: u32) -> u32 {
         match self {
             Case::Native | Case::Routed | Case::Bridged => mtu,
+            // Room for what each adds (WireGuard's 60 bytes over IPv4 and
+            // its padding; tinc's sequence number, MAC, cipher padding and
+            // Ethernet header), as wg-quick's 1420 leaves.
+            Case::Tinc | Case::WireGuardGo => mtu - 80,
             Case::Vxlan => mtu - vnet_wire::vxlan::IPV4_OVERHEAD as u32,
             Case::VnetUser(w) | Case::VnetUserPoll(w) => w.user_mtu(mtu),
             // The kernel path does not fragment: the VM's frames must fit.
@@ -428,6 +441,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
             "Endpoint MTU: native, routed and bridged = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
             "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
             "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
+            "tinc: tinc 1.0 in switch mode with its default crypto, its TAP and the VMs' veths in a bridge per host; wireguard-go: WireGuard in user space, each host routing the other's VM /24 into it (L3, as routed). Both Debian's packages, endpoint MTU = underlay - 80: what users would run instead of a secured vnet link.",
             "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
             "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
             "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Each measurement is taken again (up to 3 tries, the least stolen kept, while measuring again has added under 10 % to the run's time) when the hypervisor stole more than the steal limit of the machine's CPU time during it (`sample_steal_pct` per sample): on this VM throughput falls almost in proportion to steal, which comes and goes over minutes. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it, or at least to agree with it (the two runs' intervals overlap); `vnet-lab compare` counts both.",
@@ -515,6 +529,8 @@ fn spec_for(case: Case, cond: &Condition, vms: usize) -> Spec {
         Case::Vxlan => (Overlay::Vxlan, no_vnet, None, None),
         Case::Routed => (Overlay::Routed, no_vnet, None, None),
         Case::Bridged => (Overlay::Bridged, no_vnet, None, None),
+        Case::Tinc => (Overlay::Tinc, no_vnet, None, None),
+        Case::WireGuardGo => (Overlay::WireGuard, no_vnet, None, None),
         Case::VnetUser(w) => (Overlay::Vnet, w.lab(), None, None),
         Case::VnetUserPoll(w) => (Overlay::Vnet, w.lab(), Some("poll".to_string()), None),
         Case::VnetKernel(w) => (Overlay::Vnet, w.lab(), None, Some("kernel".to_string())),

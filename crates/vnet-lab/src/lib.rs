@@ -31,6 +31,7 @@ pub mod matrix;
 mod measure;
 mod migrate;
 pub mod noise;
+mod peers;
 pub mod pki;
 mod process;
 mod spec;
@@ -459,6 +460,7 @@ impl Drop for Lab {
             let _ = c.wait();
             registry().1.retain(|p| *p != pid);
         }
+        self.forget_wireguard();
         for ns in self.namespaces.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
             registry().0.retain(|n| n != ns);

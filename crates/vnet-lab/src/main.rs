@@ -41,6 +41,10 @@ enum Join {
     Routed,
     /// No overlay: VMs on veths bridged with the underlay (one L2 segment).
     Bridged,
+    /// tinc 1.0 in switch mode per host.
+    Tinc,
+    /// wireguard-go per host, routing the VMs' subnets.
+    Wireguard,
 }
 
 /// `vnet-lab bench`'s options.
@@ -242,6 +246,8 @@ fn main() -> ExitCode {
                     Join::Vxlan => Overlay::Vxlan,
                     Join::Routed => Overlay::Routed,
                     Join::Bridged => Overlay::Bridged,
+                    Join::Tinc => Overlay::Tinc,
+                    Join::Wireguard => Overlay::WireGuard,
                 },
                 links: match links {
                     LinkKind::Udp => Links::Udp,

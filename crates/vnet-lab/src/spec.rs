@@ -196,6 +196,12 @@ pub enum Overlay {
     /// the bridge), so every VM is on one L2 segment with the wire. What a
     /// VM's virtual NIC costs with nothing else in the way.
     Bridged,
+    /// tinc 1.0 in switch mode per host (its default crypto), its TAP and
+    /// the VMs' veths in a bridge: an L2 VPN users might pick instead.
+    Tinc,
+    /// wireguard-go per host, as `Routed` but each host routes the other
+    /// hosts' VM /24s into its WireGuard device: an L3 reference.
+    WireGuard,
 }
 
 impl Default for Spec {

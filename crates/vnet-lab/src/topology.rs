@@ -24,6 +24,12 @@ impl Lab {
                 self.vxlan_host(h, host, &hosts)?;
             }
         }
+        if self.spec.overlay == Overlay::Tinc {
+            self.tinc_keys(&hosts)?;
+            for (h, host) in hosts.iter().enumerate() {
+                self.tinc_host(h, host, &hosts)?;
+            }
+        }
         for (h, host) in hosts.iter_mut().enumerate() {
             for v in 0..self.spec.vms_per_host {
                 let vm = if v == 0 && self.spec.qemu_hosts.contains(&h) {
@@ -282,7 +288,7 @@ impl Lab {
         let ns = self.add_ns(format!("{p}-h{h}v{v}"))?;
         let veth = s.veth_hosts.contains(&h)
             || s.kernel_vtep(h)
-            || matches!(s.overlay, Overlay::Routed | Overlay::Bridged)
+            || matches!(s.overlay, Overlay::Routed | Overlay::Bridged | Overlay::Tinc | Overlay::WireGuard)
             || (s.overlay == Overlay::Vnet && s.datapath.is_some());
         let dev = if veth { "eth0" } else { "vt0" };
         let vm = Vm {
@@ -304,14 +310,14 @@ impl Lab {
         let mtu = s.vm_mtu.to_string();
         if let Some(hd) = &vm.host_dev {
             self.add_veth(&host.ns, hd, &ns, dev)?;
-            if s.kernel_vtep(h) || s.overlay == Overlay::Bridged {
+            if s.kernel_vtep(h) || matches!(s.overlay, Overlay::Bridged | Overlay::Tinc) {
                 self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
             }
         } else {
             self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
         }
         self.ns_exec(&ns, &["ip", "link", "set", dev, "address", &vm.mac, "mtu", &mtu, "up"])?;
-        if s.overlay == Overlay::Routed {
+        if matches!(s.overlay, Overlay::Routed | Overlay::WireGuard) {
             // Each host routes its VMs' /24: the gateway address is
             // on the one VM-facing veth, or with more VMs on a
             // bridge of their veths.
@@ -353,6 +359,13 @@ impl Lab {
                         self.ns_exec(&host.ns, &a)?;
                     }
                 }
+            }
+        }
+        if s.overlay == Overlay::WireGuard {
+            self.wireguard_keys(hosts)?;
+            for (h, host) in hosts.iter().enumerate() {
+                self.ns_exec(&host.ns, &["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])?;
+                self.wireguard_host(h, host, hosts)?;
             }
         }
         if s.overlay == Overlay::Routed {
