@@ -326,6 +326,10 @@ pub struct Global {
     pub route_cache_misses: AtomicU64,
     /// Frames delivered from a GRO batch without reassembly.
     pub rx_whole_batches: AtomicU64,
+    /// TCP GSO frames made of segments that arrived on `raw` or VXLAN
+    /// links (`vnet_wire::gro`), and the segments in them.
+    pub rx_gro_frames: AtomicU64,
+    pub rx_gro_segments: AtomicU64,
     /// `recvmmsg` calls on the link sockets that returned messages, and the
     /// messages they returned (their ratio is the receive batching).
     pub link_recv_calls: AtomicU64,

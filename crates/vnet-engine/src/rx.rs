@@ -8,20 +8,25 @@
 //! datagrams of one size coalesced by UDP GRO; when they are exactly one
 //! whole `vnet` frame with its offload header, in order (what one GSO send
 //! of a peer becomes), the frame goes to its interfaces straight from the
-//! buffer, an iovec per datagram payload, with no reassembly copy. What a
-//! `vnet` datagram goes through once attributed is `codec::vnet::Rx`,
-//! beside the format's send side.
+//! buffer, an iovec per datagram payload, with no reassembly copy. On
+//! links that carry a frame per datagram (`raw`, VXLAN), consecutive TCP
+//! segments of one flow in such a buffer are merged into one TCP GSO
+//! frame (`vnet_wire::gro`) and written once, their payloads where they
+//! lie. What a `vnet` datagram goes through once attributed is
+//! `codec::vnet::Rx`, beside the format's send side.
 
 use crate::codec;
 use crate::forward::Forwarder;
 use crate::link::Link;
 use crate::plane::{Global, Plane};
+use crate::GSO_MAX_SEGS;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use vnet_control::{canonical, LinkFormat, RxKey, Transport};
 use vnet_core::Port as PortId;
-use vnet_wire::reasm;
 use vnet_wire::virtio::{self, VirtioNetHdr};
+use vnet_wire::{gro, reasm};
 
 /// The receiving socket a datagram came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +67,12 @@ impl Receiver {
         if gso > 0 && via == Via::Udp && self.vnet.whole_frame_batch(fw, plane, from, buf, gso, now_ns) {
             return;
         }
+        if gso > 0 && len > gso {
+            if let Some((link, at)) = frame_link(plane, via, from, &buf[..gso]) {
+                self.coalesced(fw, plane, &link, at, from, buf, gso, now_ns);
+                return;
+            }
+        }
         if len == 0 {
             // A keepalive (or a stranger's empty datagram).
             self.datagram(fw, plane, via, from, buf, now_ns);
@@ -73,6 +84,57 @@ impl Receiver {
             let end = (off + seg).min(len);
             self.datagram(fw, plane, via, from, &mut buf[off..end], now_ns);
             off = end;
+        }
+    }
+
+    /// A GRO batch of datagrams of `gso` bytes on `link`, a link with a
+    /// frame per datagram at offset `at`: runs of one TCP flow's
+    /// consecutive segments go to their destination as one TCP GSO frame
+    /// each (if it takes offloads); every other datagram alone.
+    #[allow(clippy::too_many_arguments)]
+    fn coalesced(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        link: &Link,
+        at: usize,
+        from: SocketAddr,
+        buf: &mut [u8],
+        gso: usize,
+        now_ns: u64,
+    ) {
+        let port = PortId::Link(link.def.id);
+        let n = buf.len().div_ceil(gso);
+        let len = buf.len();
+        let chunk = |i: usize| i * gso..((i + 1) * gso).min(len);
+        let mut head = [0u8; gro::HEAD_MAX];
+        let mut i = 0;
+        while i < n {
+            let frames = (i..n).map(|k| buf.get(chunk(k).start + at..chunk(k).end).unwrap_or_default());
+            let run = gro::coalesce(frames, &mut head);
+            if run.frames >= 2 {
+                let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS + 1];
+                iov[0] = IoSlice::new(&head[..run.head_len]);
+                let mut total = run.head_len;
+                for (j, k) in (i..i + run.frames).enumerate().take(GSO_MAX_SEGS) {
+                    let p = &buf[chunk(k).start + at + run.payload_at..chunk(k).end];
+                    total += p.len();
+                    iov[j + 1] = IoSlice::new(p);
+                }
+                let parts = run.frames.min(GSO_MAX_SEGS) + 1;
+                if run.frames <= GSO_MAX_SEGS && fw.forward_parts(plane, port, &iov[..parts], total) {
+                    link.rx.add(total - virtio::LEN);
+                    link.alive.heard(now_ns);
+                    let g = fw.global();
+                    g.rx_gro_frames.fetch_add(1, Relaxed);
+                    g.rx_gro_segments.fetch_add(run.frames as u64, Relaxed);
+                    i += run.frames;
+                    continue;
+                }
+            }
+            let r = chunk(i);
+            self.datagram(fw, plane, self.via, from, &mut buf[r], now_ns);
+            i += 1;
         }
     }
 
@@ -160,6 +222,29 @@ impl Receiver {
 }
 
 /// Delivers a frame taken off a `direct` link's device, with its offload header.
+/// The link of a datagram that carries one frame (a `raw` link's, or a
+/// VXLAN one's), and where the frame starts in it; `None` for anything
+/// else (a `vnet` link's, or nobody's: the datagram path counts those).
+fn frame_link(
+    plane: &Plane,
+    via: Via,
+    from: SocketAddr,
+    first: &[u8],
+) -> Option<(std::sync::Arc<Link>, usize)> {
+    match via {
+        Via::Udp => {
+            let link = plane.link_for(RxKey::Udp(from.ip()))?;
+            matches!(link.def.transport, Transport::Udp { format: LinkFormat::Raw, .. })
+                .then(|| (link.clone(), 0))
+        }
+        Via::Vxlan => {
+            let vni = vnet_wire::vxlan::VxlanPacket::new_checked(first).ok()?.vni();
+            let link = plane.link_for(RxKey::Vxlan(from.ip(), vni))?;
+            Some((link.clone(), vnet_wire::vxlan::HEADER_LEN))
+        }
+    }
+}
+
 pub fn lan_frame(fw: &mut Forwarder, plane: &Plane, link: &Link, vh: VirtioNetHdr, frame: &mut [u8]) {
     link.rx.add(frame.len());
     fw.forward(plane, PortId::Link(link.def.id), vh, frame);

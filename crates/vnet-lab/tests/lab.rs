@@ -5340,3 +5340,29 @@ fn secured_links_agree_on_a_cipher_and_a_named_one_the_peer_refuses_gets_no_sess
     assert_eq!(l0["bad_handshakes"].as_u64().unwrap() + l1["bad_handshakes"].as_u64().unwrap(), 0);
     eprintln!("refused: {refused}; host 0: {l0}");
 }
+
+/// Issue 32: a `raw` or VXLAN link carries one frame per datagram; the
+/// receiving vnetd merges a GRO batch's consecutive TCP segments into TCP
+/// GSO frames for the VM's TAP (`vnet_wire::gro`) instead of writing each.
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn raw_and_vxlan_links_hand_the_vm_tcp_segments_merged_into_gso_frames() {
+    for (links, format) in [(Links::Udp, Format::Raw), (Links::Vxlan, Format::Vnet)] {
+        let mut lab = lab(Spec { links, format, vm_mtu: MIXED_VM_MTU, ..Spec::default() });
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        assert_ping(&lab, &a, b.ip, MIXED_VM_MTU - 28);
+        let bytes = assert_stream(&mut lab, &a, &b, 2);
+        assert_stream(&mut lab, &b, &a, 1);
+        let l = link_json(&lab, 1);
+        if l["datapath"] == "kernel" {
+            continue; // the eBPF program carried it: nothing reached the user path to merge
+        }
+        let g = &json(&lab, 1, "stats")["global"];
+        let (frames, segs) = (g["rx_gro_frames"].as_u64().unwrap(), g["rx_gro_segments"].as_u64().unwrap());
+        // Most of the stream's bytes came as merged frames of several segments.
+        let mss = u64::from(MIXED_VM_MTU - 40);
+        assert!(frames > 0 && segs >= 4 * frames, "{links:?}: {frames} frames of {segs} segments: {g}");
+        assert!(segs * mss > bytes / 2, "{links:?}: {segs} segments merged of {bytes} bytes: {g}");
+        eprintln!("{links:?}: {bytes} bytes, {frames} GSO frames of {segs} segments");
+    }
+}

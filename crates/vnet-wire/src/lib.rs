@@ -25,6 +25,7 @@
 pub mod arp;
 pub mod ethernet;
 pub mod frag;
+pub mod gro;
 pub mod ip;
 pub mod mac;
 pub mod offload;

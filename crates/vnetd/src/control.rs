@@ -690,6 +690,8 @@ mod tests {
             "route_cache_misses",
             "route_table_generation",
             "rx_whole_batches",
+            "rx_gro_frames",
+            "rx_gro_segments",
             "link_recv_calls",
             "link_recv_messages",
             "sw_segmented",
