@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vnet_core::table::Decision;
 use vnet_core::{Counters, Port as PortId, RouteCache};
-use vnet_wire::offload::{complete_checksum, segment_tcp};
+use vnet_wire::offload::{complete_checksum, segment_headers, Segmented};
 use vnet_wire::virtio::{self, VirtioNetHdr};
 use vnet_wire::{EthernetFrame, MacAddr};
 
@@ -30,8 +30,10 @@ const TOUCHED: usize = 16;
 enum Finished {
     /// Not offloaded, or its checksum completed in place.
     Whole,
-    /// Segmented into `Forwarder::seg_ranges` of `Forwarder::seg_buf`.
-    Segments,
+    /// Cut into segments: their headers in `Forwarder::seg_heads`, each
+    /// `hdr_len` bytes, the payloads the frame's from `hdr_len` on, `mss`
+    /// bytes each.
+    Segments { hdr_len: usize, mss: usize },
     /// Could not be finished: plain destinations drop it.
     Failed,
 }
@@ -42,9 +44,8 @@ pub struct Forwarder {
     cache: RouteCache,
     decisions: Vec<Decision>,
     scratch: Scratch,
-    /// Software segments of one GSO frame.
-    seg_buf: Vec<u8>,
-    seg_ranges: Vec<std::ops::Range<usize>>,
+    /// The headers of the software segments of one GSO frame.
+    seg_heads: Vec<u8>,
     cache_reported: (u64, u64),
     /// Interfaces given frames in this batch that want its end.
     touched: Vec<Arc<Iface>>,
@@ -72,8 +73,7 @@ impl Forwarder {
             decisions: Vec::with_capacity(64),
             scratch: Scratch::default(),
             // A 64 KB frame split at a small MSS repeats its headers often.
-            seg_buf: vec![0u8; 4 * BUF],
-            seg_ranges: Vec::with_capacity(2048),
+            seg_heads: vec![0u8; 4 * BUF],
             cache_reported: (0, 0),
             touched: Vec::with_capacity(TOUCHED),
         }
@@ -132,10 +132,13 @@ impl Forwarder {
                             let parts = [IoSlice::new(frame)];
                             port.send(&mut self.scratch, Payload::Frame { parts: &parts, hdr: false })
                         }
-                        Finished::Segments => port.send(
-                            &mut self.scratch,
-                            Payload::Segments { buf: &self.seg_buf, ranges: &self.seg_ranges },
-                        ),
+                        Finished::Segments { hdr_len, mss } => {
+                            let payload = &frame[hdr_len..];
+                            let n = payload.len().div_ceil(mss).max(1);
+                            let heads = &self.seg_heads[..n * hdr_len];
+                            let segs = Segmented { heads, hdr_len, payload, mss };
+                            port.send(&mut self.scratch, Payload::Segments(segs))
+                        }
                         Finished::Failed => false,
                     }
                 };
@@ -156,17 +159,14 @@ impl Forwarder {
         if !vh.needs_finishing() {
             return Finished::Whole;
         }
-        let (done, result, counter) = if vh.is_gso() {
-            (
-                Finished::Segments,
-                segment_tcp(frame, vh, &mut self.seg_buf, &mut self.seg_ranges),
-                &g.sw_segmented,
-            )
+        let (result, counter) = if vh.is_gso() {
+            let cut = segment_headers(frame, vh, &mut self.seg_heads);
+            (cut.map(|s| Finished::Segments { hdr_len: s.hdr_len, mss: s.mss }), &g.sw_segmented)
         } else {
-            (Finished::Whole, complete_checksum(frame, vh), &g.sw_checksummed)
+            (complete_checksum(frame, vh).map(|()| Finished::Whole), &g.sw_checksummed)
         };
         match result {
-            Ok(()) => {
+            Ok(done) => {
                 counter.fetch_add(1, Relaxed);
                 done
             }

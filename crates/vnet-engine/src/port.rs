@@ -6,6 +6,7 @@
 
 use std::io::IoSlice;
 use std::ops::Range;
+use vnet_wire::offload::Segmented;
 
 /// What a port is given to send.
 #[derive(Clone, Copy)]
@@ -14,9 +15,10 @@ pub enum Payload<'a> {
     /// when `hdr` (only ports that take offloads get that), else the plain
     /// frame.
     Frame { parts: &'a [IoSlice<'a>], hdr: bool },
-    /// The segments of one finished TCP super-frame: each range of `buf` is
-    /// one plain frame, all of one length but the last.
-    Segments { buf: &'a [u8], ranges: &'a [Range<usize>] },
+    /// The segments of one finished TCP super-frame, each a plain frame of
+    /// two pieces (its headers, its payload where the super-frame was),
+    /// all of one length but the last.
+    Segments(Segmented<'a>),
 }
 
 impl<'a> Payload<'a> {
@@ -25,9 +27,10 @@ impl<'a> Payload<'a> {
     pub fn each_frame(&self, mut f: impl FnMut(&[IoSlice<'_>], bool) -> bool) -> bool {
         match *self {
             Payload::Frame { parts, hdr } => f(parts, hdr),
-            Payload::Segments { buf, ranges } => {
-                ranges.iter().all(|r| buf.get(r.clone()).is_some_and(|s| f(&[IoSlice::new(s)], false)))
-            }
+            Payload::Segments(s) => (0..s.count()).all(|i| {
+                let (h, p) = s.segment(i);
+                f(&[IoSlice::new(h), IoSlice::new(p)], false)
+            }),
         }
     }
 
@@ -47,9 +50,7 @@ impl<'a> Payload<'a> {
                 }
                 &[]
             }
-            Payload::Segments { buf, ranges } => {
-                ranges.first().and_then(|r| buf.get(r.clone())).unwrap_or(&[])
-            }
+            Payload::Segments(s) => s.segment(0).0,
         }
     }
 }

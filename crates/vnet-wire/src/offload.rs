@@ -23,22 +23,27 @@ pub enum OffloadError {
     NoRoom,
 }
 
-/// One's-complement sum of `data` added to `sum` (not folded), 32 bits at
-/// a time (2^16 is 1 modulo 2^16 - 1, so summing 32-bit words and folding
-/// gives the 16-bit sum; a u64 does not overflow below 2^32 words).
-pub(crate) fn sum16(data: &[u8], mut sum: u64) -> u64 {
-    let mut words = data.chunks_exact(4);
+/// One's-complement sum of `data` added to `sum` (not folded), 64 bits at
+/// a time: 2^16 is 1 modulo 2^16 - 1, so are 2^32 and 2^64, so wider
+/// big-endian words summed with their carries and folded give the 16-bit
+/// sum (RFC 1071's "deferred carries"). The checksums of every segment the
+/// user path makes or merges are summed here: it is on the data path.
+pub(crate) fn sum16(data: &[u8], sum: u64) -> u64 {
+    let mut acc: u128 = u128::from(sum);
+    let mut words = data.chunks_exact(8);
     for w in &mut words {
-        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+        acc += u128::from(u64::from_be_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]));
     }
     let mut pairs = words.remainder().chunks_exact(2);
     for c in &mut pairs {
-        sum += u64::from(u16::from_be_bytes([c[0], c[1]]));
+        acc += u128::from(u16::from_be_bytes([c[0], c[1]]));
     }
     if let [last] = pairs.remainder() {
-        sum += u64::from(*last) << 8;
+        acc += u128::from(*last) << 8;
     }
-    sum
+    // Down to u64, congruent modulo 2^16 - 1 (each part below 2^64 / 4).
+    let (lo, hi) = (acc as u64, (acc >> 64) as u64);
+    (lo >> 32) + (lo & 0xffff_ffff) + (hi >> 32) + (hi & 0xffff_ffff)
 }
 
 pub(crate) fn fold(mut sum: u64) -> u16 {
@@ -53,10 +58,6 @@ pub(crate) fn fold(mut sum: u64) -> u16 {
 /// slice that starts at its header and that [`layout`] has checked is long
 /// enough (20 bytes of IPv4 or TCP, 40 of IPv6).
 mod hdr {
-    fn get16(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
-    }
-
     fn put16(b: &mut [u8], at: usize, v: u16) {
         b[at..at + 2].copy_from_slice(&v.to_be_bytes());
     }
@@ -70,10 +71,6 @@ mod hdr {
         const CHECKSUM: usize = 10;
         /// Source and destination: the TCP pseudo-header's addresses.
         pub const ADDRS: core::ops::Range<usize> = 12..20;
-
-        pub fn ident(&self) -> u16 {
-            get16(self.0, Self::IDENT)
-        }
 
         pub fn set_total_len(&mut self, v: u16) {
             put16(self.0, Self::TOTAL_LEN, v);
@@ -118,19 +115,6 @@ mod hdr {
         const FLAGS: usize = 13;
         const CHECKSUM: usize = 16;
 
-        pub fn seq(&self) -> u32 {
-            u32::from_be_bytes([
-                self.0[Self::SEQ],
-                self.0[Self::SEQ + 1],
-                self.0[Self::SEQ + 2],
-                self.0[Self::SEQ + 3],
-            ])
-        }
-
-        pub fn flags(&self) -> u8 {
-            self.0[Self::FLAGS]
-        }
-
         pub fn set_seq(&mut self, v: u32) {
             self.0[Self::SEQ..Self::SEQ + 4].copy_from_slice(&v.to_be_bytes());
         }
@@ -139,8 +123,9 @@ mod hdr {
             self.0[Self::FLAGS] = v;
         }
 
-        /// Recomputes the checksum over the segment (header and payload)
-        /// with the pseudo-header sum `pseudo` (addresses, protocol, length).
+        /// Recomputes the checksum over the slice (the header, and the
+        /// payload when it holds it) with `pseudo`: the pseudo-header's sum
+        /// (addresses, protocol, length), plus the payload's when it does not.
         pub fn fill_checksum(&mut self, pseudo: u64) {
             put16(self.0, Self::CHECKSUM, 0);
             let c = !super::fold(super::sum16(self.0, pseudo));
@@ -268,18 +253,49 @@ fn layout(frame: &[u8], hdr: &VirtioNetHdr) -> Result<Layout, OffloadError> {
     Ok(Layout { l3, l4, hdrs: l4 + doff, v4 })
 }
 
-/// Splits a TCP GSO frame into frames of at most `gso_size` payload bytes,
-/// each with correct IP and TCP headers and checksums, written back to back
-/// into `out`. Returns the byte ranges of the frames in `out`. Every frame
-/// but possibly the last has the same length (so they can leave in one UDP
-/// GSO send).
-pub fn segment_tcp(
-    frame: &[u8],
+/// A TCP super-frame cut into segments without copying its payload:
+/// segment `i` is its headers, `heads[i * hdr_len..][..hdr_len]` (each
+/// with its own sequence number, lengths, identification and checksums),
+/// followed by `payload[i * mss..]`, at most `mss` bytes of it. Every
+/// segment but possibly the last has the same length (so they can leave in
+/// one UDP GSO send, an iovec pair each).
+#[derive(Debug, Clone, Copy)]
+pub struct Segmented<'a> {
+    pub heads: &'a [u8],
+    pub hdr_len: usize,
+    pub payload: &'a [u8],
+    pub mss: usize,
+}
+
+impl<'a> Segmented<'a> {
+    /// How many segments.
+    pub fn count(&self) -> usize {
+        self.payload.len().div_ceil(self.mss).max(1)
+    }
+
+    /// Segment `i`'s headers and payload (empty slices past the last).
+    pub fn segment(&self, i: usize) -> (&'a [u8], &'a [u8]) {
+        let h = self.heads.get(i * self.hdr_len..(i + 1) * self.hdr_len).unwrap_or_default();
+        let from = (i * self.mss).min(self.payload.len());
+        (h, &self.payload[from..(from + self.mss).min(self.payload.len())])
+    }
+
+    /// The length of every segment but the last (the largest).
+    pub fn seg_len(&self) -> usize {
+        self.hdr_len + self.mss.min(self.payload.len())
+    }
+}
+
+/// Cuts a TCP GSO frame into segments of at most `gso_size` payload bytes
+/// (the TSO a device would do): their headers, with correct IP and TCP
+/// fields and checksums, are written into `heads`; the payloads are read
+/// (for the checksums) where they are, not copied. Fails, panicking never,
+/// on headers that do not describe the frame or when `heads` is too small.
+pub fn segment_headers<'a>(
+    frame: &'a [u8],
     hdr: &VirtioNetHdr,
-    out: &mut [u8],
-    ranges: &mut Vec<core::ops::Range<usize>>,
-) -> Result<(), OffloadError> {
-    ranges.clear();
+    heads: &'a mut [u8],
+) -> Result<Segmented<'a>, OffloadError> {
     let lay = layout(frame, hdr)?;
     let mss = hdr.gso_size as usize;
     if mss == 0 {
@@ -287,24 +303,18 @@ pub fn segment_tcp(
     }
     let payload = &frame[lay.hdrs..];
     let h = &frame[..lay.hdrs];
-    // The first segment's headers are the frame's: read the fields that
-    // change from segment to segment off a copy in `out` as each is written.
     let n = payload.len().div_ceil(mss).max(1);
-    let (mut seq0, mut flags0, mut id0) = (0, 0, 0);
-    let mut pos = 0;
-    for i in 0..n {
+    let room = heads.get_mut(..n * lay.hdrs).ok_or(OffloadError::NoRoom)?;
+    // The fields that change from segment to segment, off the frame's headers.
+    let seq0 = u32::from_be_bytes([h[lay.l4 + 4], h[lay.l4 + 5], h[lay.l4 + 6], h[lay.l4 + 7]]);
+    let flags0 = h[lay.l4 + 13];
+    let id0 = if lay.v4 { u16::from_be_bytes([h[lay.l3 + 4], h[lay.l3 + 5]]) } else { 0 };
+    for (i, seg) in room.chunks_exact_mut(lay.hdrs).enumerate() {
         let chunk = &payload[(i * mss).min(payload.len())..((i + 1) * mss).min(payload.len())];
+        seg.copy_from_slice(h);
         let len = lay.hdrs + chunk.len();
-        let seg = out.get_mut(pos..pos + len).ok_or(OffloadError::NoRoom)?;
-        seg[..lay.hdrs].copy_from_slice(h);
-        seg[lay.hdrs..].copy_from_slice(chunk);
         let (l3, l4) = seg.split_at_mut(lay.l4);
         let l3 = &mut l3[lay.l3..];
-        let mut tcp = hdr::Tcp(l4);
-        if i == 0 {
-            (seq0, flags0) = (tcp.seq(), tcp.flags());
-            id0 = if lay.v4 { hdr::Ipv4(l3).ident() } else { 0 };
-        }
         let l3len = len - lay.l3;
         let addrs = if lay.v4 {
             let mut ip = hdr::Ipv4(l3);
@@ -317,6 +327,7 @@ pub fn segment_tcp(
             ip.set_payload_len((l3len - 40) as u16);
             sum16(&ip.0[hdr::Ipv6::ADDRS], 0)
         };
+        let mut tcp = hdr::Tcp(l4);
         tcp.set_seq(seq0.wrapping_add((i * mss) as u32));
         let mut f = flags0;
         if i + 1 < n {
@@ -326,10 +337,34 @@ pub fn segment_tcp(
             f &= !hdr::CWR;
         }
         tcp.set_flags(f);
+        // The TCP header's length is a multiple of 4: its sum and the
+        // payload's add up to the segment's.
         let l4len = len - lay.l4;
-        tcp.fill_checksum(addrs + 6 + l4len as u64);
-        ranges.push(pos..pos + len);
-        pos += len;
+        tcp.fill_checksum(sum16(chunk, addrs + 6 + l4len as u64));
+    }
+    Ok(Segmented { heads: room, hdr_len: lay.hdrs, payload, mss })
+}
+
+/// Splits a TCP GSO frame as [`segment_headers`] does, each segment
+/// written whole, back to back, into `out`: the ranges of the segments in
+/// `out`. (For the fuzzer and tests; the data path sends the pieces.)
+pub fn segment_tcp(
+    frame: &[u8],
+    hdr: &VirtioNetHdr,
+    out: &mut [u8],
+    ranges: &mut Vec<core::ops::Range<usize>>,
+) -> Result<(), OffloadError> {
+    ranges.clear();
+    let mut heads = vec![0u8; out.len()];
+    let segs = segment_headers(frame, hdr, &mut heads)?;
+    let mut pos = 0;
+    for i in 0..segs.count() {
+        let (h, p) = segs.segment(i);
+        let seg = out.get_mut(pos..pos + h.len() + p.len()).ok_or(OffloadError::NoRoom)?;
+        seg[..h.len()].copy_from_slice(h);
+        seg[h.len()..].copy_from_slice(p);
+        ranges.push(pos..pos + seg.len());
+        pos += seg.len();
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::link::Link;
 use crate::{GSO_MAX_BYTES, GSO_MAX_SEGS};
 use std::io::IoSlice;
 use std::ops::Range;
+use vnet_wire::offload::Segmented;
 
 /// Calls `f` with `head` in front of `parts` as one list of slices (on the
 /// stack); false if the frame has more pieces than that list holds.
@@ -39,27 +40,24 @@ pub(crate) fn gso_batches(n: usize, seg: usize) -> impl Iterator<Item = Range<us
 }
 
 /// Sends the segments of a finished super-frame, each as one datagram with
-/// `prefix` (an encapsulation header, possibly empty) in front: equal-sized
-/// datagrams in batches of one GSO send each.
-pub(crate) fn send_segments(
-    link: &Link,
-    buf: &[u8],
-    ranges: &[Range<usize>],
-    prefix: &[u8],
-    flow: u64,
-) -> bool {
-    let seg = prefix.len() + ranges.first().map_or(1, |r| r.len()).max(1);
-    let mut iov = [IoSlice::new(&[]); 2 * GSO_MAX_SEGS];
-    ranges.chunks(gso_per(seg)).all(|batch| {
+/// `prefix` (an encapsulation header, possibly empty) in front, its
+/// headers and its payload as they lie: equal-sized datagrams in batches of
+/// one GSO send each.
+pub(crate) fn send_segments(link: &Link, segs: Segmented<'_>, prefix: &[u8], flow: u64) -> bool {
+    let seg = prefix.len() + segs.seg_len().max(1);
+    let mut iov = [IoSlice::new(&[]); 3 * GSO_MAX_SEGS];
+    let n = segs.count();
+    gso_batches(n, seg).all(|batch| {
         let mut k = 0;
-        for r in batch {
-            let Some(s) = buf.get(r.clone()) else { return false };
+        for i in batch {
+            let (h, p) = segs.segment(i);
             if !prefix.is_empty() {
                 iov[k] = IoSlice::new(prefix);
                 k += 1;
             }
-            iov[k] = IoSlice::new(s);
-            k += 1;
+            iov[k] = IoSlice::new(h);
+            iov[k + 1] = IoSlice::new(p);
+            k += 2;
         }
         link.io.send(&iov[..k], seg, flow)
     })

@@ -16,7 +16,7 @@ pub fn send(link: &Link, payload: Payload<'_>, flow: u64) -> bool {
         Payload::Frame { parts, hdr: false } => link.io.send(parts, usize::MAX, flow),
         // The engine gives a port that takes no offloads plain frames only.
         Payload::Frame { hdr: true, .. } => false,
-        Payload::Segments { buf, ranges } => super::send_segments(link, buf, ranges, &[], flow),
+        Payload::Segments(segs) => super::send_segments(link, segs, &[], flow),
     }
 }
 

@@ -26,12 +26,12 @@ pub fn send(link: &Link, payload: Payload<'_>, vni: u32, flow: u64) -> bool {
             super::with_head(&hdr, parts, |iov| link.io.send(iov, usize::MAX, flow))
         }
         Payload::Frame { hdr: true, .. } => false,
-        Payload::Segments { buf, ranges } => {
-            let seg = ranges.first().map_or(0, |r| r.len());
+        Payload::Segments(segs) => {
+            let seg = segs.seg_len();
             if HEADER_LEN + seg > max {
                 return too_big(link, seg);
             }
-            super::send_segments(link, buf, ranges, &hdr, flow)
+            super::send_segments(link, segs, &hdr, flow)
         }
     }
 }
