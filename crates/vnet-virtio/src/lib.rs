@@ -16,7 +16,7 @@ use std::io::IoSlice;
 use std::ops::Deref;
 use virtio_queue::desc::split::Descriptor;
 pub use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend};
 use vnet_wire::virtio;
 
 /// Most RX buffers one frame may spread over (64 KB in 4 KB pages and more).
@@ -28,8 +28,10 @@ pub const HDR_MRG: usize = virtio::LEN + 2;
 /// Copies the bytes of a TX chain (the guest's header and frame) into
 /// `buf`. `None` when the chain is not one the guest may send: a buffer
 /// the device would write, memory outside the guest's, or more bytes than
-/// `buf` holds.
-pub fn gather<M: GuestMemory + ?Sized>(
+/// `buf` holds. A buffer within one memory region (every buffer, in
+/// practice) is found with one region lookup and copied at once; one that
+/// spans regions goes through `vm-memory`'s general path.
+pub fn gather<M: GuestMemoryBackend + ?Sized>(
     mem: &M,
     chain: impl Iterator<Item = Descriptor>,
     buf: &mut [u8],
@@ -40,7 +42,13 @@ pub fn gather<M: GuestMemory + ?Sized>(
         if d.is_write_only() || end > buf.len() {
             return None;
         }
-        mem.read_slice(&mut buf[len..end], d.addr()).ok()?;
+        let dst = &mut buf[len..end];
+        match mem.get_slice(d.addr(), dst.len()) {
+            Ok(s) => {
+                s.copy_to(dst);
+            }
+            Err(_) => mem.read_slice(dst, d.addr()).ok()?,
+        }
         len = end;
     }
     Some(len)
@@ -66,7 +74,7 @@ pub struct Placed {
 pub fn scatter<M>(q: &mut Queue, mem: M, parts: &[IoSlice<'_>], hdr_len: usize, mrg: bool) -> Option<Placed>
 where
     M: Deref + Clone,
-    M::Target: GuestMemory + Sized,
+    M::Target: GuestMemoryBackend + Sized,
 {
     let mut src = Stream::new(parts, hdr_len);
     let mut used = [(0u16, 0u32); MAX_RX_BUFFERS];
@@ -154,13 +162,17 @@ impl<'a> Stream<'a> {
     }
 
     /// Writes up to `room` bytes at `addr`; returns how many, or None when
-    /// guest memory refused the write.
-    fn write_to<M: GuestMemory + ?Sized>(
+    /// guest memory refused the write. A buffer within one memory region
+    /// is looked up once and written piece by piece.
+    fn write_to<M: GuestMemoryBackend + ?Sized>(
         &mut self,
         mem: &M,
         addr: GuestAddress,
         room: usize,
     ) -> Option<usize> {
+        if let Ok(buf) = mem.get_slice(addr, room) {
+            return self.write_into(&buf);
+        }
         let mut w = 0;
         while w < room && !self.done() {
             let at = addr.checked_add(w as u64)?;
@@ -183,6 +195,41 @@ impl<'a> Stream<'a> {
                 self.hdr_left -= k;
             }
             mem.write_slice(&p[..k], at).ok()?;
+            self.off += k;
+            w += k;
+            self.skip_empty();
+        }
+        Some(w)
+    }
+}
+
+impl Stream<'_> {
+    /// [`Stream::write_to`] for a buffer found in one region.
+    fn write_into<B: vm_memory::bitmap::BitmapSlice>(
+        &mut self,
+        buf: &vm_memory::VolatileSlice<'_, B>,
+    ) -> Option<usize> {
+        let room = buf.len();
+        let mut w = 0;
+        while w < room && !self.done() {
+            if self.hdr_left == 0 && self.pad > 0 {
+                let k = self.pad.min(room - w).min(2);
+                buf.subslice(w, k).ok()?.copy_from(&[0u8; 2][..k]);
+                self.pad -= k;
+                w += k;
+                continue;
+            }
+            if self.part >= self.parts.len() {
+                self.hdr_left = 0;
+                continue;
+            }
+            let p = &self.parts[self.part][self.off..];
+            let mut k = p.len().min(room - w);
+            if self.hdr_left > 0 {
+                k = k.min(self.hdr_left);
+                self.hdr_left -= k;
+            }
+            buf.subslice(w, k).ok()?.copy_from(&p[..k]);
             self.off += k;
             w += k;
             self.skip_empty();
