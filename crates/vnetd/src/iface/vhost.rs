@@ -52,9 +52,9 @@ use vhost::vhost_user::Listener;
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
-use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC, VRING_AVAIL_F_NO_INTERRUPT};
 use virtio_queue::QueueT;
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
 use vmm_sys_util::timerfd::TimerFd;
@@ -224,7 +224,7 @@ impl VhostDev {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
             return false;
         }
-        let Some(placed) = vnet_virtio::scatter(v.get_queue_mut(), mem, parts, hdr_len, mrg) else {
+        let Some(placed) = vnet_virtio::scatter(v.get_queue_mut(), mem.clone(), parts, hdr_len, mrg) else {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
             return false;
         };
@@ -233,7 +233,7 @@ impl VhostDev {
         self.stats.pair_rx[pair].fetch_add(1, Relaxed);
         if b.fetch_add(1, Relaxed) == 0 {
             self.stats.early_signals.fetch_add(1, Relaxed);
-            self.signal(&mut v);
+            self.signal(&mut v, &mem);
         }
         true
     }
@@ -243,17 +243,27 @@ impl VhostDev {
     pub fn end_burst(&self) {
         let guard = self.conn.load();
         let Some(conn) = guard.as_ref() else { return };
+        let mem = conn.mem.memory();
         for (pair, b) in conn.burst.iter().enumerate() {
             if b.swap(0, Relaxed) > 1 {
                 if let Some(ring) = conn.rx[pair].load().as_deref() {
-                    self.signal(&mut ring.get_mut());
+                    self.signal(&mut ring.get_mut(), &mem);
                 }
             }
         }
     }
 
-    fn signal(&self, v: &mut vhost_user_backend::VringState<Mem>) {
-        if v.needs_notification().unwrap_or(true) {
+    /// Signals the guest that a ring has used buffers, unless it said it
+    /// wants no signal: with `EVENT_IDX` by its used event index; without,
+    /// by `VRING_AVAIL_F_NO_INTERRUPT` (a guest polling its rings sets it;
+    /// `virtio-queue` does not read it, so it is read here).
+    fn signal(&self, v: &mut vhost_user_backend::VringState<Mem>, mem: &GuestMemoryMmap) {
+        let q = v.get_queue();
+        let no_interrupt = !q.event_idx_enabled()
+            && mem
+                .load::<u16>(vm_memory::GuestAddress(q.avail_ring()), std::sync::atomic::Ordering::Acquire)
+                .is_ok_and(|f| u16::from_le(f) & VRING_AVAIL_F_NO_INTERRUPT as u16 != 0);
+        if !no_interrupt && v.needs_notification().unwrap_or(true) {
             self.stats.signals.fetch_add(1, Relaxed);
             let _ = v.signal_used_queue();
         } else {
@@ -421,7 +431,11 @@ impl VhostUserBackend for NetBackend {
             self.conn.live.fetch_max(thread + 1, Relaxed);
         }
         if event == 0 {
+            // New RX buffers. A frame that finds none is dropped, never
+            // queued for them, so these kicks are of no use: switched off
+            // (each would wake this thread to contend for the ring's lock).
             self.dev.stats.rx_kicks.fetch_add(1, Relaxed);
+            let _ = rx.disable_notification();
             return Ok(());
         }
         self.dev.stats.kicks.fetch_add(1, Relaxed);
@@ -518,7 +532,7 @@ impl NetBackend {
         }
         if n > 0 {
             // Completions of the guest's sends: it reclaims its buffers.
-            self.dev.signal(&mut tx.get_mut());
+            self.dev.signal(&mut tx.get_mut(), &mem);
             w.fw.report();
         }
         n
