@@ -11,6 +11,7 @@
 use crate::plane::{Global, Iface, Plane};
 use crate::port::{Payload, Scratch};
 use crate::BUF;
+use crate::GSO_MAX_SEGS;
 use std::io::IoSlice;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -203,18 +204,31 @@ impl Forwarder {
             return false;
         }
         self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
+        // An interface that takes no offloads takes a finished frame as
+        // well, without the header.
+        let finished = !vh.needs_finishing();
         let capable = |&(p, _): &Decision| match p {
-            PortId::Interface(id) => plane.ifaces.get(&id).is_some_and(|i| i.port.takes_offloads()),
+            PortId::Interface(id) => {
+                plane.ifaces.get(&id).is_some_and(|i| finished || i.port.takes_offloads())
+            }
             PortId::Link(_) => false,
         };
-        if self.decisions.is_empty() || !self.decisions.iter().all(capable) {
+        let mut plain = [IoSlice::new(&[]); GSO_MAX_SEGS + 2];
+        if self.decisions.is_empty() || !self.decisions.iter().all(capable) || parts.len() > plain.len() {
             return false;
         }
+        plain[..parts.len()].copy_from_slice(parts);
+        plain[0] = IoSlice::new(&first[virtio::LEN..]);
         self.global.matrix.count(eth.src(), eth.dst(), len);
         for &(to, ri) in &self.decisions {
             let PortId::Interface(id) = to else { continue };
             let Some(ifc) = plane.ifaces.get(&id) else { continue };
-            let ok = ifc.port.send(&mut self.scratch, Payload::Frame { parts, hdr: true });
+            let payload = if ifc.port.takes_offloads() {
+                Payload::Frame { parts, hdr: true }
+            } else {
+                Payload::Frame { parts: &plain[..parts.len()], hdr: false }
+            };
+            let ok = ifc.port.send(&mut self.scratch, payload);
             count(&ifc.tx, ok, len);
             if ok {
                 touch(&mut self.touched, ifc);

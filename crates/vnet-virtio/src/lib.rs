@@ -42,16 +42,89 @@ pub fn gather<M: GuestMemoryBackend + ?Sized>(
         if d.is_write_only() || end > buf.len() {
             return None;
         }
-        let dst = &mut buf[len..end];
-        match mem.get_slice(d.addr(), dst.len()) {
-            Ok(s) => {
-                s.copy_to(dst);
-            }
-            Err(_) => mem.read_slice(dst, d.addr()).ok()?,
-        }
+        read_into(mem, d.addr(), &mut buf[len..end])?;
         len = end;
     }
     Some(len)
+}
+
+/// Copies guest memory at `addr` into `dst`: a range within one memory
+/// region (every buffer, in practice) with one region lookup and one copy,
+/// one that spans regions through `vm-memory`'s general path. `None` when
+/// the range is not all the guest's.
+pub fn read_into<M: GuestMemoryBackend + ?Sized>(mem: &M, addr: GuestAddress, dst: &mut [u8]) -> Option<()> {
+    match mem.get_slice(addr, dst.len()) {
+        Ok(s) => {
+            s.copy_to(dst);
+            Some(())
+        }
+        Err(_) => mem.read_slice(dst, addr).ok(),
+    }
+}
+
+/// Most guest ranges a TX chain is cut through from ([`split`]).
+pub const MAX_TX_RANGES: usize = 32;
+
+/// A TX chain as [`split`] read it: `len` bytes in all, the first `copied`
+/// in the caller's buffer, the rest in `ranges` guest ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    pub len: usize,
+    pub copied: usize,
+    pub ranges: usize,
+}
+
+/// Reads a TX chain for cut-through: its first `head` bytes (the guest's
+/// header and the frame's headers, which routing reads) copied into
+/// `buf`, the rest left where it is and given as guest ranges in `ranges`,
+/// so that it is copied once, by whoever takes the frame (VNET/P+'s
+/// cut-through: no bounce buffer). `None` for a chain the guest may not
+/// send (as [`gather`]); the ranges are not checked against guest memory
+/// here, but by whoever maps them. (When the rest has more pieces than
+/// `ranges` holds, the pieces so far are copied after the head and ranges
+/// start again: the copied bytes always come first.)
+pub fn split<M: GuestMemoryBackend + ?Sized>(
+    mem: &M,
+    chain: impl Iterator<Item = Descriptor>,
+    buf: &mut [u8],
+    head: usize,
+    ranges: &mut [(GuestAddress, usize); MAX_TX_RANGES],
+) -> Option<Split> {
+    let (mut len, mut copied, mut n) = (0usize, 0usize, 0usize);
+    let copy = |buf: &mut [u8], at: usize, addr: GuestAddress, k: usize| -> Option<()> {
+        read_into(mem, addr, buf.get_mut(at..at.checked_add(k)?)?)
+    };
+    for d in chain {
+        let dlen = d.len() as usize;
+        len = len.checked_add(dlen)?;
+        if d.is_write_only() || len > buf.len() {
+            return None;
+        }
+        // The part of this buffer that is still head: copied.
+        let k = head.saturating_sub(copied).min(dlen);
+        if k > 0 && n == 0 {
+            copy(buf, copied, d.addr(), k)?;
+            copied += k;
+        }
+        let (addr, left) = (d.addr().checked_add(k as u64)?, dlen - k);
+        if left == 0 {
+            continue;
+        }
+        if n < MAX_TX_RANGES {
+            ranges[n] = (addr, left);
+            n += 1;
+            continue;
+        }
+        // Too many pieces: the whole rest into `buf` after all.
+        for &(a, l) in ranges[..n].iter() {
+            copy(buf, copied, a, l)?;
+            copied += l;
+        }
+        n = 0;
+        copy(buf, copied, addr, left)?;
+        copied += left;
+    }
+    Some(Split { len, copied, ranges: n })
 }
 
 /// A frame written into the guest's RX ring.
@@ -434,6 +507,37 @@ mod tests {
             assert_eq!(pop(&mut g), None);
         }
         assert!(g.queue.pop_descriptor_chain(&g.mem).is_none());
+    }
+
+    #[test]
+    fn a_split_chain_copies_the_head_and_leaves_the_rest_in_order() {
+        let mut g = Guest::new(64, false);
+        let f = frame(3000);
+        let _ = g.mem.write_slice(&f, GuestAddress(BUFFERS));
+        let mut ranges = [(GuestAddress(0), 0); MAX_TX_RANGES];
+        let mut buf = [0u8; 4096];
+        // The head ends inside the second buffer.
+        g.post(&[(BUFFERS, 100), (BUFFERS + 100, 900), (BUFFERS + 1000, 2000)], false);
+        let chain = g.queue.pop_descriptor_chain(&g.mem).unwrap();
+        let sp = split(&g.mem, chain, &mut buf, 140, &mut ranges).unwrap();
+        assert_eq!(sp, Split { len: 3000, copied: 140, ranges: 2 });
+        assert_eq!(&buf[..140], &f[..140]);
+        assert_eq!(ranges[..2], [(GuestAddress(BUFFERS + 140), 860), (GuestAddress(BUFFERS + 1000), 2000)]);
+        // More pieces than ranges: the copied bytes still come first, in order.
+        let pieces: Vec<(u64, u32)> = (0..40).map(|i| (BUFFERS + 50 * i, 50)).collect();
+        g.post(&pieces, false);
+        let chain = g.queue.pop_descriptor_chain(&g.mem).unwrap();
+        let sp = split(&g.mem, chain, &mut buf, 60, &mut ranges).unwrap();
+        assert_eq!(sp.len, 2000);
+        let mut whole = buf[..sp.copied].to_vec();
+        for &(a, l) in &ranges[..sp.ranges] {
+            whole.extend_from_slice(&g.read(a.0, l));
+        }
+        assert_eq!(whole, &f[..2000]);
+        // A chain the guest may not send is refused, as by gather.
+        g.post(&[(BUFFERS, 10), (BUFFERS + 10, 10)], true);
+        let chain = g.queue.pop_descriptor_chain(&g.mem).unwrap();
+        assert_eq!(split(&g.mem, chain, &mut buf, 60, &mut ranges), None);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! It also opens raw packet sockets on existing netdevs (`open_packet`),
 //! sends and receives GSO/GRO datagrams with their control messages
 //! (`send_segments`, and `RecvBatch`: `recvmmsg` into buffers allocated once)
-//! and places threads on CPUs (`pin_current_thread`).
+//! and places threads on CPUs (`pin_current_thread`), and lends guest
+//! memory as bytes for a vhost-user frame cut through (`guest_bytes`).
 //! Everything else uses safe wrappers (`std::fs::File` for TAP reads and
 //! writes, `std::net` and `mio` for sockets). Each `unsafe` block states the
 //! invariants it relies on.
@@ -1466,4 +1467,22 @@ mod tests {
         insert_vlan_tag(&mut p, 0, 0x8100, 5);
         assert_eq!(&p[12..], &[0x81, 0x00, 0, 5, 0x86, 0xdd]);
     }
+}
+
+/// The bytes of guest memory `s`, for a frame cut through from a guest's
+/// TX buffers to where it goes (another guest's RX buffers, a TAP, a
+/// socket): copied once, there, instead of first into a bounce buffer.
+pub fn guest_bytes<'a, B: vm_memory::bitmap::BitmapSlice>(s: &vm_memory::VolatileSlice<'a, B>) -> &'a [u8] {
+    let g = s.ptr_guard();
+    // SAFETY:
+    // - The pointer and length are those of `s`, a checked slice of a
+    //   mapping of the guest's memory (`GuestMemoryMmap`, not Xen's
+    //   per-access mappings): it stays mapped for `'a`, the life of the
+    //   memory guard the slice was taken from (vm-memory unmaps a region
+    //   only when its last guard is dropped).
+    // - The guest may write these bytes while they are read (as a NIC's DMA
+    //   may read a buffer the driver still touches): they are only copied,
+    //   never interpreted. Routing reads the headers copied out before, so
+    //   a racing guest can corrupt only its own frame's payload.
+    unsafe { std::slice::from_raw_parts(g.as_ptr(), g.len()) }
 }
