@@ -632,20 +632,10 @@ impl<'a> Parser<'_, 'a> {
                     cipher.replace((opt_pos, Cipher::from_word(w).unwrap_or_default())).is_some()
                 }
                 "relay" => {
-                    let (pos, what) = (self.pos(), "the relay's public key (44 characters of base64)");
-                    let t = self.next(what)?;
-                    let Some(k) = PeerKey::from_base64(t.text) else {
-                        return Err(Error::new(pos, what, found(Some(&t))));
-                    };
-                    relay.replace((pos, k)).is_some()
+                    relay.replace(self.key("the relay's public key (44 characters of base64)")?).is_some()
                 }
                 "peer-key" => {
-                    let (pos, what) = (self.pos(), "a peer's public key (44 characters of base64)");
-                    let t = self.next(what)?;
-                    let Some(k) = PeerKey::from_base64(t.text) else {
-                        return Err(Error::new(pos, what, found(Some(&t))));
-                    };
-                    peer_key.replace((pos, k)).is_some()
+                    peer_key.replace(self.key("a peer's public key (44 characters of base64)")?).is_some()
                 }
                 "security" => {
                     let pos = self.pos();
@@ -679,6 +669,16 @@ impl<'a> Parser<'_, 'a> {
             },
         };
         Ok(Command::Link { name: Some(name), transport, mtu: mtu.unwrap_or(DEFAULT_LINK_MTU) })
+    }
+
+    /// A public key in base64 (`what` it is), and where it was.
+    fn key(&mut self, what: &str) -> Result<(Pos, PeerKey)> {
+        let pos = self.pos();
+        let t = self.next(what)?;
+        match PeerKey::from_base64(t.text) {
+            Some(k) => Ok((pos, k)),
+            None => Err(Error::new(pos, what, found(Some(&t)))),
+        }
     }
 
     /// `tls cert FILE key FILE ca FILE`, in any order, each once.

@@ -236,7 +236,8 @@ impl<'a> Stream<'a> {
 
     /// Writes up to `room` bytes at `addr`; returns how many, or None when
     /// guest memory refused the write. A buffer within one memory region
-    /// is looked up once and written piece by piece.
+    /// is looked up once and written piece by piece; one that spans
+    /// regions goes through `vm-memory`'s general path, piece by piece.
     fn write_to<M: GuestMemoryBackend + ?Sized>(
         &mut self,
         mem: &M,
@@ -244,14 +245,21 @@ impl<'a> Stream<'a> {
         room: usize,
     ) -> Option<usize> {
         if let Ok(buf) = mem.get_slice(addr, room) {
-            return self.write_into(&buf);
+            return self.fill(room, |w, b| {
+                buf.subslice(w, b.len()).ok()?.copy_from(b);
+                Some(())
+            });
         }
+        self.fill(room, |w, b| mem.write_slice(b, addr.checked_add(w as u64)?).ok())
+    }
+
+    /// Emits up to `room` bytes, each piece through `put(offset, bytes)`.
+    fn fill(&mut self, room: usize, mut put: impl FnMut(usize, &[u8]) -> Option<()>) -> Option<usize> {
         let mut w = 0;
         while w < room && !self.done() {
-            let at = addr.checked_add(w as u64)?;
             if self.hdr_left == 0 && self.pad > 0 {
                 let k = self.pad.min(room - w).min(2);
-                mem.write_slice(&[0u8; 2][..k], at).ok()?;
+                put(w, &[0u8; 2][..k])?;
                 self.pad -= k;
                 w += k;
                 continue;
@@ -267,42 +275,7 @@ impl<'a> Stream<'a> {
                 k = k.min(self.hdr_left);
                 self.hdr_left -= k;
             }
-            mem.write_slice(&p[..k], at).ok()?;
-            self.off += k;
-            w += k;
-            self.skip_empty();
-        }
-        Some(w)
-    }
-}
-
-impl Stream<'_> {
-    /// [`Stream::write_to`] for a buffer found in one region.
-    fn write_into<B: vm_memory::bitmap::BitmapSlice>(
-        &mut self,
-        buf: &vm_memory::VolatileSlice<'_, B>,
-    ) -> Option<usize> {
-        let room = buf.len();
-        let mut w = 0;
-        while w < room && !self.done() {
-            if self.hdr_left == 0 && self.pad > 0 {
-                let k = self.pad.min(room - w).min(2);
-                buf.subslice(w, k).ok()?.copy_from(&[0u8; 2][..k]);
-                self.pad -= k;
-                w += k;
-                continue;
-            }
-            if self.part >= self.parts.len() {
-                self.hdr_left = 0;
-                continue;
-            }
-            let p = &self.parts[self.part][self.off..];
-            let mut k = p.len().min(room - w);
-            if self.hdr_left > 0 {
-                k = k.min(self.hdr_left);
-                self.hdr_left -= k;
-            }
-            buf.subslice(w, k).ok()?.copy_from(&p[..k]);
+            put(w, &p[..k])?;
             self.off += k;
             w += k;
             self.skip_empty();
