@@ -4563,6 +4563,12 @@ fn the_vhost_user_backend_carries_frames_between_front_ends_without_a_guest() {
         .find(|i| i["name"] == "g1")
         .cloned();
     assert_eq!(g1.unwrap()["bad_chains"], 0);
+    // Frames larger than the headers routing reads went from g0's TX
+    // buffers to g1's RX buffers directly (cut-through), none unreadable.
+    let ifaces = json(&lab, 0, "interfaces");
+    let g0 = ifaces["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == "g0").unwrap();
+    assert_eq!(g0["bad_chains"], 0, "{g0}");
+    assert!(g0["cut_through"].as_u64().unwrap() >= 1000, "{g0}");
     // The same load through two TAPs (the user path's other way in).
     let taps = vnet_lab::vhost_load::measure_tap(&lab, &[64, 1500, 60_000], 1.0).unwrap();
     for (t, v) in taps.iter().zip(&rates) {
