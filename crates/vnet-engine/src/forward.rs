@@ -204,14 +204,18 @@ impl Forwarder {
             return false;
         }
         self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
-        // An interface that takes no offloads takes a finished frame as
-        // well, without the header.
+        // A port that takes no offloads takes a finished frame as well,
+        // without the header. A VM's frame may go to a link too (a
+        // vhost-user guest's, from its buffers: sent to the wire from guest
+        // memory, VNET/P+); a link's frame goes on to interfaces only here.
         let finished = !vh.needs_finishing();
         let capable = |&(p, _): &Decision| match p {
             PortId::Interface(id) => {
                 plane.ifaces.get(&id).is_some_and(|i| finished || i.port.takes_offloads())
             }
-            PortId::Link(_) => false,
+            PortId::Link(id) => {
+                from_vm && plane.links.get(&id).is_some_and(|l| finished || crate::Port::takes_offloads(&**l))
+            }
         };
         let mut plain = [IoSlice::new(&[]); GSO_MAX_SEGS + 2];
         if self.decisions.is_empty() || !self.decisions.iter().all(capable) || parts.len() > plain.len() {
@@ -221,16 +225,24 @@ impl Forwarder {
         plain[0] = IoSlice::new(&first[virtio::LEN..]);
         self.global.matrix.count(eth.src(), eth.dst(), len);
         for &(to, ri) in &self.decisions {
-            let PortId::Interface(id) = to else { continue };
-            let Some(ifc) = plane.ifaces.get(&id) else { continue };
-            let payload = if ifc.port.takes_offloads() {
+            let (port, tx, iface): (&dyn crate::Port, &Counters, _) = match to {
+                PortId::Interface(id) => {
+                    let Some(ifc) = plane.ifaces.get(&id) else { continue };
+                    (&*ifc.port, &ifc.tx, Some(ifc))
+                }
+                PortId::Link(id) => {
+                    let Some(l) = plane.links.get(&id) else { continue };
+                    (&**l, &l.tx, None)
+                }
+            };
+            let payload = if port.takes_offloads() {
                 Payload::Frame { parts, hdr: true }
             } else {
                 Payload::Frame { parts: &plain[..parts.len()], hdr: false }
             };
-            let ok = ifc.port.send(&mut self.scratch, payload);
-            count(&ifc.tx, ok, len);
-            if ok {
+            let ok = port.send(&mut self.scratch, payload);
+            count(tx, ok, len);
+            if let (true, Some(ifc)) = (ok, iface) {
                 touch(&mut self.touched, ifc);
             }
             if let Some(r) = plane.table.route(ri) {
