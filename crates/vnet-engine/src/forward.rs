@@ -108,16 +108,7 @@ impl Forwarder {
         for plain_pass in [false, true] {
             for i in 0..self.decisions.len() {
                 let (to, ri) = self.decisions[i];
-                let (port, tx, iface): (&dyn crate::Port, &Counters, _) = match to {
-                    PortId::Interface(id) => {
-                        let Some(ifc) = plane.ifaces.get(&id) else { continue };
-                        (&*ifc.port, &ifc.tx, Some(ifc))
-                    }
-                    PortId::Link(id) => {
-                        let Some(l) = plane.links.get(&id) else { continue };
-                        (&**l, &l.tx, None)
-                    }
-                };
+                let Some((port, tx, iface)) = destination(plane, to) else { continue };
                 let offloads = port.takes_offloads();
                 if offloads == plain_pass {
                     continue;
@@ -134,22 +125,15 @@ impl Forwarder {
                             port.send(&mut self.scratch, Payload::Frame { parts: &parts, hdr: false })
                         }
                         Finished::Segments { hdr_len, mss } => {
-                            let payload = &frame[hdr_len..];
-                            let n = payload.len().div_ceil(mss).max(1);
-                            let heads = &self.seg_heads[..n * hdr_len];
+                            // Segment i's headers are at i * hdr_len of `seg_heads`.
+                            let (heads, payload) = (&self.seg_heads[..], &frame[hdr_len..]);
                             let segs = Segmented { heads, hdr_len, payload, mss };
                             port.send(&mut self.scratch, Payload::Segments(segs))
                         }
                         Finished::Failed => false,
                     }
                 };
-                count(tx, ok, len);
-                if let (true, Some(ifc)) = (ok, iface) {
-                    touch(&mut self.touched, ifc);
-                }
-                if let Some(r) = plane.table.route(ri) {
-                    count(&r.counters, ok, len);
-                }
+                sent(&mut self.touched, plane, (tx, iface, ri), ok, len);
             }
         }
     }
@@ -209,13 +193,9 @@ impl Forwarder {
         // vhost-user guest's, from its buffers: sent to the wire from guest
         // memory, VNET/P+); a link's frame goes on to interfaces only here.
         let finished = !vh.needs_finishing();
-        let capable = |&(p, _): &Decision| match p {
-            PortId::Interface(id) => {
-                plane.ifaces.get(&id).is_some_and(|i| finished || i.port.takes_offloads())
-            }
-            PortId::Link(id) => {
-                from_vm && plane.links.get(&id).is_some_and(|l| finished || crate::Port::takes_offloads(&**l))
-            }
+        let capable = |&(p, _): &Decision| {
+            (from_vm || !p.is_link())
+                && destination(plane, p).is_some_and(|(port, ..)| finished || port.takes_offloads())
         };
         let mut plain = [IoSlice::new(&[]); GSO_MAX_SEGS + 2];
         if self.decisions.is_empty() || !self.decisions.iter().all(capable) || parts.len() > plain.len() {
@@ -225,29 +205,14 @@ impl Forwarder {
         plain[0] = IoSlice::new(&first[virtio::LEN..]);
         self.global.matrix.count(eth.src(), eth.dst(), len);
         for &(to, ri) in &self.decisions {
-            let (port, tx, iface): (&dyn crate::Port, &Counters, _) = match to {
-                PortId::Interface(id) => {
-                    let Some(ifc) = plane.ifaces.get(&id) else { continue };
-                    (&*ifc.port, &ifc.tx, Some(ifc))
-                }
-                PortId::Link(id) => {
-                    let Some(l) = plane.links.get(&id) else { continue };
-                    (&**l, &l.tx, None)
-                }
-            };
+            let Some((port, tx, iface)) = destination(plane, to) else { continue };
             let payload = if port.takes_offloads() {
                 Payload::Frame { parts, hdr: true }
             } else {
                 Payload::Frame { parts: &plain[..parts.len()], hdr: false }
             };
             let ok = port.send(&mut self.scratch, payload);
-            count(tx, ok, len);
-            if let (true, Some(ifc)) = (ok, iface) {
-                touch(&mut self.touched, ifc);
-            }
-            if let Some(r) = plane.table.route(ri) {
-                count(&r.counters, ok, len);
-            }
+            sent(&mut self.touched, plane, (tx, iface, ri), ok, len);
         }
         true
     }
@@ -308,6 +273,35 @@ fn source_allowed(plane: &Plane, ingress: PortId, src: MacAddr) -> bool {
 
 /// Remembers that `ifc` got a frame in this batch, if its port wants the
 /// batch's end; with more such ports than tracked, ends this one's burst now.
+/// Where a decision sends: the port, its transmit counters, and the
+/// interface (for its end of burst) when it is one.
+fn destination(plane: &Plane, to: PortId) -> Option<(&dyn crate::Port, &Counters, Option<&Arc<Iface>>)> {
+    match to {
+        PortId::Interface(id) => {
+            plane.ifaces.get(&id).map(|i| (&*i.port as &dyn crate::Port, &i.tx, Some(i)))
+        }
+        PortId::Link(id) => plane.links.get(&id).map(|l| (&**l as &dyn crate::Port, &l.tx, None)),
+    }
+}
+
+/// Counts a frame of `len` bytes given to a destination (`ok`: taken) on
+/// its port and its route, and notes an interface that wants its burst ended.
+fn sent(
+    touched: &mut Vec<Arc<Iface>>,
+    plane: &Plane,
+    (tx, iface, ri): (&Counters, Option<&Arc<Iface>>, u32),
+    ok: bool,
+    len: usize,
+) {
+    count(tx, ok, len);
+    if let (true, Some(ifc)) = (ok, iface) {
+        touch(touched, ifc);
+    }
+    if let Some(r) = plane.table.route(ri) {
+        count(&r.counters, ok, len);
+    }
+}
+
 fn touch(touched: &mut Vec<Arc<Iface>>, ifc: &Arc<Iface>) {
     if !ifc.port.batches() || touched.iter().any(|t| Arc::ptr_eq(t, ifc)) {
         return;

@@ -112,17 +112,16 @@ impl Receiver {
         while i < n {
             let frames = (i..n).map(|k| buf.get(chunk(k).start + at..chunk(k).end).unwrap_or_default());
             let run = gro::coalesce(frames, &mut head);
-            if run.frames >= 2 {
+            if (2..=GSO_MAX_SEGS).contains(&run.frames) {
                 let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS + 1];
                 iov[0] = IoSlice::new(&head[..run.head_len]);
                 let mut total = run.head_len;
-                for (j, k) in (i..i + run.frames).enumerate().take(GSO_MAX_SEGS) {
+                for (j, k) in (i..i + run.frames).enumerate() {
                     let p = &buf[chunk(k).start + at + run.payload_at..chunk(k).end];
                     total += p.len();
                     iov[j + 1] = IoSlice::new(p);
                 }
-                let parts = run.frames.min(GSO_MAX_SEGS) + 1;
-                if run.frames <= GSO_MAX_SEGS && fw.forward_parts(plane, port, &iov[..parts], total) {
+                if fw.forward_parts(plane, port, &iov[..=run.frames], total) {
                     link.rx.add(total - virtio::LEN);
                     link.alive.heard(now_ns);
                     let g = fw.global();
@@ -221,7 +220,6 @@ impl Receiver {
     }
 }
 
-/// Delivers a frame taken off a `direct` link's device, with its offload header.
 /// The link of a datagram that carries one frame (a `raw` link's, or a
 /// VXLAN one's), and where the frame starts in it; `None` for anything
 /// else (a `vnet` link's, or nobody's: the datagram path counts those).
@@ -245,6 +243,7 @@ fn frame_link(
     }
 }
 
+/// Delivers a frame taken off a `direct` link's device, with its offload header.
 pub fn lan_frame(fw: &mut Forwarder, plane: &Plane, link: &Link, vh: VirtioNetHdr, frame: &mut [u8]) {
     link.rx.add(frame.len());
     fw.forward(plane, PortId::Link(link.def.id), vh, frame);

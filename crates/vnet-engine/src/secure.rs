@@ -469,13 +469,6 @@ impl Session {
         Session::new(local, remote, (send, recv), aead, 0, true)
     }
 
-    /// Verifies (and for `encrypt` decrypts) data datagram `data` in
-    /// place: its counter when it verified. The replay window is the
-    /// link's, not checked here.
-    pub fn open_datagram(&self, mode: Mode, data: &mut [u8]) -> Option<u64> {
-        self.open(mode, data)
-    }
-
     /// The AEAD the session seals with.
     pub fn aead(&self) -> Aead {
         self.aead
@@ -514,8 +507,9 @@ impl Session {
     }
 
     /// Verifies (and for `encrypt` decrypts) a data datagram in place.
-    /// Returns the counter when it verified.
-    fn open(&self, mode: Mode, data: &mut [u8]) -> Option<u64> {
+    /// Returns the counter when it verified. The replay window is the
+    /// link's ([`SecureLink::open`]), not checked here.
+    pub fn open(&self, mode: Mode, data: &mut [u8]) -> Option<u64> {
         let len = data.len().checked_sub(OVERHEAD)?;
         let ctr = u64::from_le_bytes(data[8..16].try_into().ok()?);
         match mode {
@@ -845,14 +839,7 @@ impl SecureLink {
             2 => Mode::Encrypt,
             _ => return None,
         };
-        let (p, n) = prologue(mode, data[3]);
-        let mut hs = snow::Builder::new(offered(data[3])?.noise().parse().ok()?)
-            .local_private_key(&self.identity.private)
-            .ok()?
-            .prologue(&p[..n])
-            .ok()?
-            .build_responder()
-            .ok()?;
+        let mut hs = self.handshake(mode, false, data[3])?;
         let mut payload = [0u8; 32];
         hs.read_message(&data[8..INIT_MAC1], &mut payload).ok()?;
         hs.get_remote_static().and_then(|k| k.try_into().ok())
@@ -912,7 +899,7 @@ impl SecureLink {
         }
         let aead = self.policy.choose(st.peer_aes);
         let offer = self.policy.offer(aead);
-        let mut hs = self.handshake(true, offer)?;
+        let mut hs = self.handshake(self.mode, true, offer)?;
         let local = random_u32();
         out[..4].copy_from_slice(&preamble(T_INIT, self.mode, offer));
         out[4..8].copy_from_slice(&local.to_le_bytes());
@@ -1144,7 +1131,7 @@ impl SecureLink {
             s.rate_limited.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        let Some(mut hs) = self.handshake(false, data[3]) else {
+        let Some(mut hs) = self.handshake(self.mode, false, data[3]) else {
             s.bad_handshakes.fetch_add(1, Relaxed);
             return Opened::Nothing;
         };
@@ -1209,12 +1196,12 @@ impl SecureLink {
         Opened::Reply(len)
     }
 
-    /// A Noise IK handshake with this host's key, for the initiation with
-    /// cipher byte `cipher` (the protocol name is its AEAD's; the prologue
-    /// has the link's mode and the byte): as initiator (to the peer's
-    /// key), or as responder.
-    fn handshake(&self, initiator: bool, cipher: u8) -> Option<snow::HandshakeState> {
-        let (p, n) = prologue(self.mode, cipher);
+    /// A Noise IK handshake with this host's key, for an initiation of
+    /// `mode` with cipher byte `cipher` (the protocol name is its AEAD's;
+    /// the prologue has the mode and the byte): as initiator (to the
+    /// peer's key), or as responder.
+    fn handshake(&self, mode: Mode, initiator: bool, cipher: u8) -> Option<snow::HandshakeState> {
+        let (p, n) = prologue(mode, cipher);
         let b = snow::Builder::new(offered(cipher)?.noise().parse().ok()?)
             .local_private_key(&self.identity.private)
             .ok()?
@@ -1481,7 +1468,7 @@ mod tests {
         let (a, b) = pair_with((Cipher::Auto, true), (Cipher::Auto, true));
         // What vnetd wrote before ciphers were negotiated: cipher byte 0,
         // the 8-byte prologue, ChaCha20-Poly1305's protocol name, no payload in the answer.
-        let mut hs = a.handshake(true, 0).unwrap();
+        let mut hs = a.handshake(Mode::Encrypt, true, 0).unwrap();
         let mut init = [0u8; INIT_LEN];
         init[..4].copy_from_slice(&preamble(T_INIT, Mode::Encrypt, 0));
         init[4..8].copy_from_slice(&7u32.to_le_bytes());

@@ -102,7 +102,7 @@ pub fn split<M: GuestMemoryBackend + ?Sized>(
         }
         // The part of this buffer that is still head: copied.
         let k = head.saturating_sub(copied).min(dlen);
-        if k > 0 && n == 0 {
+        if k > 0 {
             copy(buf, copied, d.addr(), k)?;
             copied += k;
         }
