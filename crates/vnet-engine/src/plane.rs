@@ -326,6 +326,9 @@ pub struct Global {
     pub route_cache_misses: AtomicU64,
     /// Frames delivered from a GRO batch without reassembly.
     pub rx_whole_batches: AtomicU64,
+    /// Of those, frames that came as two GRO batches (more datagrams than
+    /// one GSO send takes) and went on from both.
+    pub rx_whole_pairs: AtomicU64,
     /// TCP GSO frames made of segments that arrived on `raw` or VXLAN
     /// links (`vnet_wire::gro`), and the segments in them.
     pub rx_gro_frames: AtomicU64,

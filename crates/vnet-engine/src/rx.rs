@@ -61,22 +61,45 @@ impl Receiver {
         gso: usize,
         now_ns: u64,
     ) {
+        self.receive_with_next(fw, plane, from, buf, gso, None, now_ns);
+    }
+
+    /// [`receive`](Self::receive), given also the next receive buffer from
+    /// the same sender (`next`: its bytes and GRO segment size) when there
+    /// is one: a `vnet` frame this buffer begins and that one ends (a frame
+    /// of more datagrams than one GSO send takes arrives as two GRO batches)
+    /// goes on from both, with no reassembly copy. Returns how many buffers
+    /// it took: 2, or 1 (this one; the caller passes `next` on again).
+    #[allow(clippy::too_many_arguments)]
+    pub fn receive_with_next(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        from: SocketAddr,
+        buf: &mut [u8],
+        gso: usize,
+        next: Option<(&mut [u8], usize)>,
+        now_ns: u64,
+    ) -> usize {
         let via = self.via;
         let from = SocketAddr::new(canonical(from.ip()), from.port());
         let len = buf.len();
-        if gso > 0 && via == Via::Udp && self.vnet.whole_frame_batch(fw, plane, from, buf, gso, now_ns) {
-            return;
+        if gso > 0 && via == Via::Udp {
+            let took = self.vnet.whole_frames(fw, plane, from, buf, gso, next, now_ns);
+            if took > 0 {
+                return took;
+            }
         }
         if gso > 0 && len > gso {
             if let Some((link, at)) = frame_link(plane, via, from, &buf[..gso]) {
                 self.coalesced(fw, plane, &link, at, from, buf, gso, now_ns);
-                return;
+                return 1;
             }
         }
         if len == 0 {
             // A keepalive (or a stranger's empty datagram).
             self.datagram(fw, plane, via, from, buf, now_ns);
-            return;
+            return 1;
         }
         let seg = if gso > 0 { gso } else { len.max(1) };
         let mut off = 0;
@@ -85,6 +108,7 @@ impl Receiver {
             self.datagram(fw, plane, via, from, &mut buf[off..end], now_ns);
             off = end;
         }
+        1
     }
 
     /// A GRO batch of datagrams of `gso` bytes on `link`, a link with a

@@ -97,6 +97,11 @@ pub struct Faults {
     /// with a smaller MTU that drops what does not fit and sends no ICMP
     /// (0: any).
     pub max_datagram: usize,
+    /// UDP GRO at the receiver, at its best: the datagrams of one GSO send
+    /// arrive as one receive buffer (a GRO batch; faults apply to the
+    /// batch), and a host is handed the next buffer from the same sender
+    /// with it, as from one `recvmmsg`.
+    pub gro: bool,
 }
 
 /// A datagram in flight.
@@ -108,6 +113,8 @@ struct InFlight {
     to: IpAddr,
     arrival: Arrival,
     bytes: Vec<u8>,
+    /// The size of each datagram of a GRO batch (0: one datagram).
+    gso: usize,
 }
 
 impl Ord for InFlight {
@@ -153,6 +160,12 @@ impl Wire {
     }
 
     fn put(&mut self, from: SocketAddr, to: IpAddr, arrival: Arrival, bytes: Vec<u8>) {
+        self.put_batch(from, to, arrival, bytes, 0);
+    }
+
+    /// Puts `bytes` on the wire as datagrams of `gso` bytes coalesced (0:
+    /// one datagram).
+    fn put_batch(&mut self, from: SocketAddr, to: IpAddr, arrival: Arrival, bytes: Vec<u8>, gso: usize) {
         self.sent += 1;
         if let Some(c) = self.capture.as_mut() {
             c.push(bytes.clone());
@@ -160,7 +173,8 @@ impl Wire {
         if arrival == Arrival::Stream {
             // TCP: reliable and ordered.
             self.seq += 1;
-            let f = InFlight { at: self.now_ns + self.delay_ns, seq: self.seq, from, to, arrival, bytes };
+            let f =
+                InFlight { at: self.now_ns + self.delay_ns, seq: self.seq, from, to, arrival, bytes, gso };
             self.queue.push(f);
             return;
         }
@@ -182,6 +196,7 @@ impl Wire {
                 to,
                 arrival,
                 bytes: bytes.clone(),
+                gso,
             };
             self.queue.push(f);
         }
@@ -205,6 +220,10 @@ impl DatagramTx for WireTx {
         let mut w = self.wire.lock().unwrap_or_else(|e| e.into_inner());
         if bytes.is_empty() {
             w.put(self.from, to, self.arrival, Vec::new()); // a keepalive
+        }
+        if w.faults.gro && bytes.len() > seg && seg > 0 && self.arrival != Arrival::Stream {
+            w.put_batch(self.from, to, self.arrival, bytes, seg);
+            return true;
         }
         for d in bytes.chunks(seg.max(1)) {
             w.put(self.from, to, self.arrival, d.to_vec());
@@ -405,9 +424,34 @@ impl Net {
             let plane = host.plane.clone();
             match next.arrival {
                 Arrival::Datagram(via) => {
+                    // With GRO, the next buffer from the same sender to the
+                    // same socket, as one `recvmmsg` would return it.
+                    let mut after = {
+                        let mut w = self.wire.lock().unwrap_or_else(|e| e.into_inner());
+                        let same = |f: &InFlight| {
+                            f.to == next.to && f.from == next.from && f.arrival == next.arrival
+                        };
+                        match w.queue.peek() {
+                            Some(f) if w.faults.gro && next.gso > 0 && same(f) => w.queue.pop(),
+                            _ => None,
+                        }
+                    };
                     let rx = if via == Via::Udp { &mut host.rx_udp } else { &mut host.rx_vxlan };
-                    rx.receive(&mut host.fw, &plane, next.from, &mut bytes, 0, now);
+                    let second = after.as_mut().map(|f| (&mut f.bytes[..], f.gso));
+                    let took = rx.receive_with_next(
+                        &mut host.fw,
+                        &plane,
+                        next.from,
+                        &mut bytes,
+                        next.gso,
+                        second,
+                        now,
+                    );
                     rx.report(&host.global);
+                    if let Some(f) = after.filter(|_| took < 2) {
+                        self.wire.lock().unwrap_or_else(|e| e.into_inner()).queue.push(f);
+                        // not taken: on its own next
+                    }
                 }
                 Arrival::Stream => host.stream(&plane, next.from.ip(), &bytes),
             }

@@ -39,7 +39,9 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
                 (IfaceKind::VhostUser, sock.display().to_string(), None, s.qemu_queues.max(1), Datapath::Auto)
             }
             (Some(hd), None) => (IfaceKind::Netdev, hd.clone(), None, 1, datapath),
-            (None, None) => (IfaceKind::Tap, vm.dev.clone(), Some(vm.ns.clone()), 1, Datapath::Auto),
+            (None, None) => {
+                (IfaceKind::Tap, vm.dev.clone(), Some(vm.ns.clone()), s.tap_queues.max(1), Datapath::Auto)
+            }
         };
         cmds.push(Command::Interface {
             name: format!("vm{v}"),

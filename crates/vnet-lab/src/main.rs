@@ -191,6 +191,12 @@ enum Cmd {
         /// Cluster mode: each vnetd's lease, in seconds.
         #[arg(long, default_value_t = 10)]
         cluster_ttl: u64,
+        /// Queues of each VM's TAP (`IFF_MULTI_QUEUE`; a worker per queue).
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
+        /// One more argument for every vnetd, e.g. `--vnetd-arg=--link-readers=1`.
+        #[arg(long, allow_hyphen_values = true)]
+        vnetd_arg: Vec<String>,
     },
 }
 
@@ -225,6 +231,8 @@ fn main() -> ExitCode {
             cluster,
             cluster_ttl,
             open_cluster,
+            queues,
+            vnetd_arg,
         } => {
             let guest_args = guest_args
                 .iter()
@@ -267,6 +275,8 @@ fn main() -> ExitCode {
                     // As a newcomer would run it: a `cluster` line in each config.
                     in_config: true,
                 }),
+                tap_queues: queues,
+                vnetd_args: vnetd_arg,
                 ..Spec::default()
             };
             up(spec, datapath)

@@ -59,6 +59,9 @@ pub struct Spec {
     /// Queue pairs of a vhost-user guest's NIC (and its vCPUs, so that the
     /// guest uses them all).
     pub qemu_queues: u32,
+    /// Queues of each VM's TAP on vnetd's user path (`queues N`: a worker
+    /// per queue, the VM's flows spread over them by its kernel).
+    pub tap_queues: u32,
     /// More kernel command line for host h's guest (`vnet_peer=IP`,
     /// `vnet_ping=1`, `vnet_send_mb=N`: see `lab/build-guest.sh`).
     pub guest_args: Vec<(usize, String)>,
@@ -230,6 +233,7 @@ impl Default for Spec {
             qemu_hosts: Vec::new(),
             qemu_vhost: false,
             qemu_queues: 1,
+            tap_queues: 1,
             guest_args: Vec::new(),
             vnetd_args: Vec::new(),
             vnetd: None,

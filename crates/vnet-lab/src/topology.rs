@@ -314,7 +314,8 @@ impl Lab {
                 self.ns_exec(&host.ns, &["ip", "link", "set", hd, "master", "br0"])?;
             }
         } else {
-            self.ns_exec(&ns, &["ip", "tuntap", "add", "dev", dev, "mode", "tap"])?;
+            let mq: &[&str] = if s.tap_queues > 1 { &["multi_queue"] } else { &[] };
+            self.ns_exec(&ns, &[&["ip", "tuntap", "add", "dev", dev, "mode", "tap"], mq].concat())?;
         }
         self.ns_exec(&ns, &["ip", "link", "set", dev, "address", &vm.mac, "mtu", &mtu, "up"])?;
         if matches!(s.overlay, Overlay::Routed | Overlay::WireGuard) {

@@ -86,6 +86,18 @@ fn assert_no_ping(lab: &Lab, from: &Vm, to: Ipv4Addr) {
     assert_eq!((r.sent, r.received), (3, 0), "{} -> {to} should be cut: {r:?}", from.ip);
 }
 
+/// The names of process `pid`'s threads that start with `prefix`.
+fn thread_names(pid: u32, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let comm = std::fs::read_to_string(t.unwrap().path().join("comm")).unwrap_or_default();
+        if comm.starts_with(prefix) {
+            out.push(comm.trim_end().to_string());
+        }
+    }
+    out
+}
+
 fn json(lab: &Lab, h: usize, what: &str) -> serde_json::Value {
     let r = lab.control(h, &format!("show {what} json")).unwrap();
     assert_eq!(r.result, Ok(()));
@@ -487,6 +499,44 @@ fn workers_run_on_the_cpu_given_and_links_receive_in_batches() {
     let g = json(&lab, 1, "stats")["global"].clone();
     let (calls, msgs) = (g["link_recv_calls"].as_u64().unwrap(), g["link_recv_messages"].as_u64().unwrap());
     assert!(calls > 0 && msgs > 2 * calls, "messages per recvmmsg: {msgs} / {calls}");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn four_streams_are_read_by_every_socket_of_the_link_group_and_every_tap_queue() {
+    let mut lab = lab(Spec {
+        datapath: None,
+        vm_mtu: 65000,
+        tap_queues: 2,
+        vnetd_args: vec!["--link-readers".into(), "2".into()],
+        ..Spec::default()
+    });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    for h in 0..2 {
+        let mut names = thread_names(lab.vnetd_pid(h).unwrap(), "vnet-w");
+        names.sort();
+        assert_eq!(names, ["vnet-w0", "vnet-w1"], "host {h}: a worker per queue and socket");
+    }
+    // Four TCP streams from four source ports: the sender's pool gives each
+    // flow its own, and the receiver's kernel spreads them over the group.
+    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
+    lab.wait_listening(&b.ns, 5201).unwrap();
+    let out =
+        lab.ns_output(&a.ns, &["iperf3", "-c", &b.ip.to_string(), "-t", "2", "-P", "8", "--json"]).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bps = r["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
+    assert!(bps > 1e8, "{bps} bit/s");
+    let g = json(&lab, 1, "stats")["global"].clone();
+    let read: Vec<u64> =
+        g["link_reader_messages"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(read.len(), 2, "{g}");
+    assert!(read.iter().all(|&n| n > 100), "8 streams, one socket read them all: {read:?}");
+    // The frames of one flow stay on one socket, so a frame of two GRO
+    // batches goes on whole, seldom reassembled.
+    let (pairs, reasm) = (g["rx_whole_pairs"].as_u64().unwrap(), g["reasm_completed"].as_u64().unwrap());
+    assert!(pairs > reasm, "{pairs} frames whole from two batches, {reasm} reassembled");
 }
 
 #[test]

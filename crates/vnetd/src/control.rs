@@ -690,6 +690,7 @@ mod tests {
             "route_cache_misses",
             "route_table_generation",
             "rx_whole_batches",
+            "rx_whole_pairs",
             "rx_gro_frames",
             "rx_gro_segments",
             "link_recv_calls",

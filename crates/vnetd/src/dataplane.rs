@@ -17,9 +17,9 @@
 //!   `Plane` loaded from an `ArcSwap` once per batch.
 
 use crate::iface::{Attached, Reader};
+use crate::link::udp::Reader as SocketReader;
 use crate::sys;
 use std::io::{self, Read};
-use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -127,15 +127,16 @@ pub fn frame_source(
     Source { fd, mode, stats, body: Box::new(body) }
 }
 
-/// The source that receives datagrams on a link socket: the `listen udp`
-/// one (`via` `Udp`) or the `listen vxlan` one.
+/// The source that receives datagrams on a socket of a listening group:
+/// `listen udp`'s (`via` `Udp`) or `listen vxlan`'s.
 pub fn link_source(
     shared: &Arc<Shared>,
-    sock: Arc<UdpSocket>,
+    reader: &SocketReader,
     via: Via,
     mode: Mode,
     reasm_cfg: reasm::Config,
 ) -> Source {
+    let (sock, read) = (reader.sock.clone(), reader.messages.clone());
     let fd = sock.as_raw_fd();
     let mut fw = shared.forwarder();
     let shared = shared.clone();
@@ -160,14 +161,20 @@ pub fn link_source(
             n += got;
             g.link_recv_calls.fetch_add(1, Relaxed);
             g.link_recv_messages.fetch_add(got as u64, Relaxed);
+            read.fetch_add(got as u64, Relaxed);
             let now = shared.now_ns();
-            for i in 0..got {
-                let (buf, from, gso) = batch.message(i);
+            let mut i = 0;
+            while i < got {
+                let ((buf, from, gso), next) = batch.message_and_next(i, got);
                 let Some(from) = from else {
                     g.malformed.fetch_add(1, Relaxed);
+                    i += 1;
                     continue;
                 };
-                rx.receive(&mut fw, &plane, from, buf, gso as usize, now);
+                // The next message, from the same sender, may end a frame
+                // this one begins.
+                let next = next.filter(|n| n.1 == Some(from)).map(|(b, _, gso)| (b, gso as usize));
+                i += rx.receive_with_next(&mut fw, &plane, from, buf, gso as usize, next, now);
             }
             if got < sys::RECV_BATCH {
                 break; // the socket is empty

@@ -47,6 +47,12 @@ struct Args {
     /// list, wrapping around, e.g. `--worker-cpus 1` or `--worker-cpus 0,1`.
     #[arg(long, value_delimiter = ',')]
     worker_cpus: Vec<usize>,
+    /// Sockets on each link listening port (`listen`, `listen vxlan`): a
+    /// `SO_REUSEPORT` group among which the kernel spreads peers' flows, each
+    /// socket read by its own worker. 0: one per CPU of `--worker-cpus`, or
+    /// per CPU this process may run on (at most 8).
+    #[arg(long, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=8))]
+    link_readers: u16,
     /// This host's private key (`vnetctl genkey > FILE`, mode 0600), for
     /// links with `peer-key` (authenticated or encrypted).
     #[arg(long, value_name = "FILE")]
@@ -245,6 +251,14 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
         }
         daemon.set_worker_cpus(args.worker_cpus.clone());
     }
+    let mut cpus = args.worker_cpus.clone();
+    cpus.sort_unstable();
+    cpus.dedup();
+    daemon.set_link_readers(match (args.link_readers, cpus.len()) {
+        (0, 0) => vnetd::link::udp::readers_wanted(),
+        (0, n) => n.min(vnetd::link::udp::MAX_READERS),
+        (n, _) => n as usize,
+    });
     let bpf_dir = args.bpf_dir.clone().unwrap_or_else(|| {
         let name = args.state_dir.file_name().map_or("vnet".into(), |n| n.to_string_lossy().into_owned());
         std::path::Path::new("/sys/fs/bpf/vnet").join(name)

@@ -386,6 +386,28 @@ pub fn udp_bind_reuseport(addr: std::net::SocketAddr) -> io::Result<std::net::Ud
     Ok(std::net::UdpSocket::from(sock))
 }
 
+/// Whether `sock` was bound with `SO_REUSEPORT` (so that more sockets may
+/// join its port's group).
+pub fn reuses_port(sock: &impl AsRawFd) -> io::Result<bool> {
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `on` and `len` are valid for the call and sized as told; the
+    // kernel writes at most `len` bytes to `on`.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEPORT,
+            (&mut on as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(on != 0)
+}
+
 /// Never lets the kernel fragment what this socket sends (`IP_MTU_DISCOVER`
 /// = `IP_PMTUDISC_DO`, or `IPV6_MTU_DISCOVER` for IPv6): a datagram larger
 /// than the path fails instead.
@@ -606,7 +628,25 @@ impl RecvBatch {
     /// Message `i` of the last [`recv`](Self::recv): its bytes, its
     /// sender (`None` for an unknown address family), and the size of each
     /// coalesced datagram in it (0 when not coalesced).
-    pub fn message(&mut self, i: usize) -> (&mut [u8], Option<std::net::SocketAddr>, u16) {
+    pub fn message(&mut self, i: usize) -> Message<'_> {
+        let (len, from, gso) = self.meta(i);
+        let start = i * RECV_MSG_BYTES;
+        (&mut self.bufs[start..start + len], from, gso)
+    }
+
+    /// Messages `i` and `i + 1` (if the last call returned it, `got`
+    /// messages in all), each as [`message`](Self::message) gives it.
+    pub fn message_and_next(&mut self, i: usize, got: usize) -> (Message<'_>, Option<Message<'_>>) {
+        let (len, from, gso) = self.meta(i);
+        let next = (i + 1 < got.min(RECV_BATCH)).then(|| self.meta(i + 1));
+        let (this, rest) = self.bufs.split_at_mut((i + 1) * RECV_MSG_BYTES);
+        let start = i * RECV_MSG_BYTES;
+        let this = (&mut this[start..start + len], from, gso);
+        (this, next.map(|(len, from, gso)| (&mut rest[..len], from, gso)))
+    }
+
+    /// Message `i`'s length, sender and GRO segment size.
+    fn meta(&self, i: usize) -> (usize, Option<std::net::SocketAddr>, u16) {
         let h = &self.hdrs[i];
         let len = (h.msg_len as usize).min(RECV_MSG_BYTES);
         let mut gso = 0u16;
@@ -622,11 +662,12 @@ impl RecvBatch {
                 c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
             }
         }
-        let from = from_raw_addr(&self.names[i]);
-        let start = i * RECV_MSG_BYTES;
-        (&mut self.bufs[start..start + len], from, gso)
+        (len, from_raw_addr(&self.names[i]), gso)
     }
 }
+
+/// A received message: its bytes, its sender, its GRO segment size (0: one datagram).
+pub type Message<'a> = (&'a mut [u8], Option<std::net::SocketAddr>, u16);
 
 /// Sets the largest GSO frame the stack builds for device `name` (in the
 /// current namespace), as `ip link set NAME gso_max_size SIZE` does.

@@ -406,94 +406,126 @@ impl Rx {
         }
     }
 
-    /// The fast path for a GRO batch of `vnet` datagrams that is exactly one
-    /// whole frame with its offload header, in order: written to its
-    /// destination as one frame from the pieces where they lie (no
-    /// reassembly copy). A secured link's datagrams are opened in place
-    /// first, one pass over the batch; if they are not one whole frame
-    /// then, each goes on alone. Returns false, having done nothing, when a
-    /// plain link's batch is anything else or a destination needs a
-    /// contiguous frame.
-    pub fn whole_frame_batch(
+    /// The fast path for GRO batches of `vnet` datagrams that make one
+    /// whole frame with its offload header, in order: `first` alone (what
+    /// one GSO send of a peer becomes), or `first` and `next`, the next
+    /// receive buffer from the same peer (a frame of more datagrams than one
+    /// GSO send takes, such as the 45 of a 65000-byte frame over a
+    /// 1500-byte underlay, comes as two). The frame is written to its
+    /// destination from the pieces where they lie, with no reassembly copy.
+    /// A secured link's datagrams are opened in place first, one pass over
+    /// each batch; if they are not such a frame then, each goes on alone.
+    /// Returns how many buffers it took: 0 (nothing done: a plain link's
+    /// batch is anything else, or a destination needs a contiguous frame),
+    /// 1 or 2.
+    #[allow(clippy::too_many_arguments)]
+    pub fn whole_frames(
         &mut self,
         fw: &mut Forwarder,
         plane: &Plane,
         from: SocketAddr,
+        first: &mut [u8],
+        seg: usize,
+        next: Option<(&mut [u8], usize)>,
+        now_ns: u64,
+    ) -> usize {
+        let Some(link) = plane.link_for(RxKey::Udp(from.ip())) else { return 0 };
+        let Transport::Udp { format: LinkFormat::Vnet, network, .. } = link.def.transport else {
+            return 0;
+        };
+        let n = first.len().div_ceil(seg);
+        if !(2..=GSO_MAX_SEGS).contains(&n) {
+            return 0;
+        }
+        let secure = link.secure.is_some();
+        let mut a = [(0, 0); GSO_MAX_SEGS];
+        let ka = self.pieces(fw, link, from, first, seg, now_ns, &mut a);
+        let mut run = Run::new();
+        let begun = ka == n && run.extend(first, &a[..ka], network);
+        let at = Arrival { from, now_ns, relayed: false };
+        if begun && run.complete() {
+            if self.deliver_run(fw, plane, link, &run, now_ns) {
+                return 1;
+            }
+        } else if let (true, Some((second, seg2))) = (begun, next) {
+            let seg2 = if seg2 > 0 { seg2 } else { second.len() };
+            let nb = second.len().div_ceil(seg2.max(1));
+            if (1..=GSO_MAX_SEGS).contains(&nb) {
+                let mut b = [(0, 0); GSO_MAX_SEGS];
+                let kb = self.pieces(fw, link, from, second, seg2, now_ns, &mut b);
+                if kb == nb
+                    && run.extend(second, &b[..kb], network)
+                    && run.complete()
+                    && self.deliver_run(fw, plane, link, &run, now_ns)
+                {
+                    fw.global().rx_whole_pairs.fetch_add(1, Relaxed);
+                    return 2;
+                }
+                if secure {
+                    // Both opened in place: neither can be opened again.
+                    for &(x, y) in &a[..ka] {
+                        self.plain(fw, plane, link, network, at, &mut first[x..y]);
+                    }
+                    for &(x, y) in &b[..kb] {
+                        self.plain(fw, plane, link, network, at, &mut second[x..y]);
+                    }
+                    return 2;
+                }
+            }
+        }
+        if !secure {
+            return 0;
+        }
+        for &(x, y) in &a[..ka] {
+            self.plain(fw, plane, link, network, at, &mut first[x..y]);
+        }
+        1
+    }
+
+    /// The `vnet` datagrams of a GRO batch of `seg`-byte datagrams, as
+    /// ranges of `data` into `out`: each datagram, or on a secured link what
+    /// it opened to in place (those that do not open are left out).
+    /// Returns how many.
+    #[allow(clippy::too_many_arguments)]
+    fn pieces(
+        &mut self,
+        fw: &Forwarder,
+        link: &Arc<Link>,
+        from: SocketAddr,
         data: &mut [u8],
         seg: usize,
         now_ns: u64,
-    ) -> bool {
-        let Some(link) = plane.link_for(RxKey::Udp(from.ip())) else { return false };
-        let Transport::Udp { format: LinkFormat::Vnet, network, .. } = link.def.transport else {
-            return false;
-        };
-        let n = data.len().div_ceil(seg);
-        if !(2..=GSO_MAX_SEGS).contains(&n) {
-            return false;
-        }
-        if link.secure.is_none() {
-            return self.one_frame(fw, plane, link, network, data.chunks(seg), now_ns);
-        }
-        // Opened in place, one after the other: the ranges of the `vnet`
-        // datagrams (relative to each one's chunk).
-        let mut opened = [(0, 0); GSO_MAX_SEGS];
+        out: &mut [(usize, usize); GSO_MAX_SEGS],
+    ) -> usize {
         let mut k = 0;
-        for (i, d) in data.chunks_mut(seg).enumerate() {
-            if let Some(r) = self.open(fw.global(), link, from, d, now_ns, false) {
-                opened[k] = (i * seg + r.start, i * seg + r.end);
-                k += 1;
-            }
+        for (i, d) in data.chunks_mut(seg).enumerate().take(GSO_MAX_SEGS) {
+            let r = match link.secure {
+                Some(_) => match self.open(fw.global(), link, from, d, now_ns, false) {
+                    Some(r) => r,
+                    None => continue,
+                },
+                None => 0..d.len(),
+            };
+            out[k] = (i * seg + r.start, i * seg + r.end);
+            k += 1;
         }
-        let pieces = opened[..k].iter().map(|&(a, b)| &data[a..b]);
-        if k == n && self.one_frame(fw, plane, link, network, pieces, now_ns) {
-            return true;
-        }
-        let at = Arrival { from, now_ns, relayed: false };
-        for &(a, b) in &opened[..k] {
-            self.plain(fw, plane, link, network, at, &mut data[a..b]);
-        }
-        true
+        k
     }
 
-    /// Delivers `pieces` (each a `vnet` datagram) as the one whole frame
-    /// with its offload header they are, in order; false (nothing done)
-    /// if they are not, or a destination needs a contiguous frame.
-    fn one_frame<'a>(
+    /// Delivers a whole frame `run` of `link` to its destination; false
+    /// (nothing done) if a destination needs a contiguous frame.
+    fn deliver_run(
         &mut self,
         fw: &mut Forwarder,
         plane: &Plane,
         link: &Link,
-        network: u32,
-        pieces: impl Iterator<Item = &'a [u8]>,
+        run: &Run<'_>,
         now_ns: u64,
     ) -> bool {
-        let mut iov = [IoSlice::new(&[]); GSO_MAX_SEGS];
-        let mut first: Option<VnetRepr> = None;
-        let mut expect = 0usize;
-        let mut n = 0;
-        for (i, d) in pieces.enumerate() {
-            let Ok(p) = VnetPacket::new_checked(d) else { return false };
-            let r = VnetRepr::parse(&p);
-            let ok = match first {
-                None => r.offset == 0 && r.flags.0 == Flags::VNET_HDR && r.network == network,
-                Some(f) => r.frame_id == f.frame_id && r.frame_len == f.frame_len && r.flags == f.flags,
-            };
-            if !ok || r.offset as usize != expect || i >= iov.len() {
-                return false;
-            }
-            first.get_or_insert(r);
-            expect += p.payload().len();
-            iov[i] = IoSlice::new(&d[p.header_len()..]);
-            n = i + 1;
-        }
-        match first {
-            Some(f) if f.frame_len as usize == expect && expect > virtio::LEN => {}
-            _ => return false,
-        }
-        if !fw.forward_parts(plane, PortId::Link(link.def.id), &iov[..n], expect) {
+        if !fw.forward_parts(plane, PortId::Link(link.def.id), &run.iov[..run.n], run.len) {
             return false;
         }
-        link.rx.add(expect - virtio::LEN);
+        link.rx.add(run.len - virtio::LEN);
         link.alive.heard(now_ns);
         fw.global().rx_whole_batches.fetch_add(1, Relaxed);
         true
@@ -517,6 +549,50 @@ impl Rx {
     /// Frames being reassembled now.
     pub fn in_progress(&self) -> usize {
         self.reasm.in_progress()
+    }
+}
+
+/// The `vnet` datagrams of one frame with its offload header, in order,
+/// gathered from one or two GRO batches: an iovec per datagram payload.
+struct Run<'a> {
+    iov: [IoSlice<'a>; 2 * GSO_MAX_SEGS],
+    n: usize,
+    /// The first datagram's header, which every other must match.
+    first: Option<VnetRepr>,
+    /// The frame's bytes so far, and the offset the next datagram must have.
+    len: usize,
+}
+
+impl<'a> Run<'a> {
+    fn new() -> Self {
+        Run { iov: [IoSlice::new(&[]); 2 * GSO_MAX_SEGS], n: 0, first: None, len: 0 }
+    }
+
+    /// Adds the datagrams at `ranges` of `data`; false if one is not the
+    /// frame's next (the run is then of no use).
+    fn extend(&mut self, data: &'a [u8], ranges: &[(usize, usize)], network: u32) -> bool {
+        for &(x, y) in ranges {
+            let d = &data[x..y];
+            let Ok(p) = VnetPacket::new_checked(d) else { return false };
+            let r = VnetRepr::parse(&p);
+            let ok = match self.first {
+                None => r.offset == 0 && r.flags.0 == Flags::VNET_HDR && r.network == network,
+                Some(f) => r.frame_id == f.frame_id && r.frame_len == f.frame_len && r.flags == f.flags,
+            };
+            if !ok || r.offset as usize != self.len || self.n == self.iov.len() {
+                return false;
+            }
+            self.first.get_or_insert(r);
+            self.len += p.payload().len();
+            self.iov[self.n] = IoSlice::new(&d[p.header_len()..]);
+            self.n += 1;
+        }
+        true
+    }
+
+    /// The datagrams make the whole frame.
+    fn complete(&self) -> bool {
+        self.first.is_some_and(|f| f.frame_len as usize == self.len) && self.len > virtio::LEN
     }
 }
 

@@ -86,6 +86,8 @@ pub struct Daemon {
     /// CPUs the workers run on: worker k on `worker_cpus[k % len]`
     /// (empty: wherever the scheduler puts them).
     worker_cpus: Vec<usize>,
+    /// Sockets each link listening port gets (`vnetd --link-readers`).
+    link_readers: usize,
     links: BTreeMap<u32, Arc<Link>>,
     /// Each link's I/O (its kind's own handles: a stream, a LAN reader).
     link_io: BTreeMap<u32, Arc<dyn link::LinkIo>>,
@@ -178,6 +180,7 @@ impl Daemon {
             ifaces: BTreeMap::new(),
             workers: Vec::new(),
             worker_cpus: Vec::new(),
+            link_readers: 1,
             links: BTreeMap::new(),
             link_io: BTreeMap::new(),
             sockets: Sockets::default(),
@@ -298,12 +301,13 @@ impl Daemon {
     pub fn hand_over_fds(&mut self) -> Vec<(String, std::os::fd::OwnedFd)> {
         self.workers.drain(..).for_each(WorkerHandle::stop);
         let mut out = Vec::new();
-        let udp = |kind: &str, b: &link::Bound| {
-            let name = crate::handover::name(&[kind, &b.addr.to_string()])?;
-            Some((name, b.sock.try_clone().ok()?.into()))
-        };
-        out.extend(self.sockets.udp.as_ref().and_then(|b| udp("udp", b)));
-        out.extend(self.sockets.vxlan.as_ref().and_then(|b| udp("vxlan", b)));
+        for (kind, b) in [("udp", &self.sockets.udp), ("vxlan", &self.sockets.vxlan)] {
+            let Some(b) = b else { continue };
+            for (k, r) in b.readers.iter().enumerate() {
+                let name = link::udp::reader_name(kind, b.addr, k);
+                out.extend(name.zip(r.sock.try_clone().ok().map(Into::into)));
+            }
+        }
         if let Some(a) = &self.sockets.tcp {
             let name = crate::handover::name(&["tcp", &a.addr.to_string()]);
             out.extend(name.zip(a.listener().ok()));
@@ -476,6 +480,12 @@ impl Daemon {
         }
     }
 
+    /// How many sockets each link listening port bound from now on gets
+    /// (1 until told: a test's daemon, a library user).
+    pub fn set_link_readers(&mut self, n: usize) {
+        self.link_readers = n.clamp(1, link::udp::MAX_READERS);
+    }
+
     pub fn set_worker_cpus(&mut self, cpus: Vec<usize>) {
         self.worker_cpus = cpus;
         if !self.workers.is_empty() {
@@ -483,25 +493,24 @@ impl Daemon {
         }
     }
 
-    /// Replaces the workers: worker k reads queue k of every interface, and
-    /// worker 0 the link sockets too.
+    /// Replaces the workers: worker k reads queue k of every interface and
+    /// socket j of each listening group where `j mod workers = k` (as many
+    /// workers as the most queues or sockets), and worker 0 the `direct`
+    /// links too.
     fn respawn(&mut self) {
         self.workers.drain(..).for_each(WorkerHandle::stop);
         let queues = self.ifaces.values().map(|p| p.dev.queues()).max().unwrap_or(1).max(1);
-        for k in 0..queues {
+        let groups = [(&self.sockets.udp, Via::Udp), (&self.sockets.vxlan, Via::Vxlan)];
+        let readers =
+            groups.iter().filter_map(|(b, _)| b.as_ref().map(|b| b.readers.len())).max().unwrap_or(0);
+        let workers = queues.max(readers);
+        for k in 0..workers {
             let mut sources = Vec::new();
-            if k == 0 {
-                for (b, via) in [(&self.sockets.udp, Via::Udp), (&self.sockets.vxlan, Via::Vxlan)] {
-                    if let Some(b) = b {
-                        let mode = self.listen_mode;
-                        sources.push(dataplane::link_source(
-                            &self.shared,
-                            b.sock.clone(),
-                            via,
-                            mode,
-                            self.reasm,
-                        ));
-                    }
+            for (b, via) in groups {
+                let Some(b) = b else { continue };
+                for r in b.readers.iter().skip(k).step_by(workers) {
+                    let mode = self.listen_mode;
+                    sources.push(dataplane::link_source(&self.shared, r, via, mode, self.reasm));
                 }
             }
             if k == 0 {
@@ -806,7 +815,13 @@ impl Daemon {
         merge(&mut v, json!(&*g.link_dispatch), "link_");
         merge(
             &mut v,
-            json!({ "route_table_generation": self.generation, "link_mode": self.state.listen_mode.word() }),
+            json!({
+                "route_table_generation": self.generation,
+                "link_mode": self.state.listen_mode.word(),
+                "link_reader_messages": self.sockets.udp.iter().chain(&self.sockets.vxlan)
+                    .flat_map(|b| b.readers.iter().map(|r| r.messages.load(std::sync::atomic::Ordering::Relaxed)))
+                    .collect::<Vec<u64>>(),
+            }),
             "",
         );
         v

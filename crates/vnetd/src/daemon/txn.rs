@@ -250,7 +250,7 @@ impl Daemon {
             Error::new(at.last(pick), what, format!("error: {e}"))
         };
         if sockets.udp.as_ref().map(|b| b.addr) != Some(next.listen) {
-            let b = link::udp::bind_udp(next.listen).map_err(|e| {
+            let b = link::udp::bind_udp(next.listen, self.link_readers).map_err(|e| {
                 bind_error(
                     |c| matches!(c, Command::Listen { .. }),
                     format!("an address vnetd can bind ({})", next.listen),
@@ -263,7 +263,7 @@ impl Daemon {
         let want_vxlan = vxlan_addr(next);
         if sockets.vxlan.as_ref().map(|b| b.addr) != want_vxlan {
             sockets.vxlan = match want_vxlan {
-                Some(a) => Some(link::udp::bind_vxlan(a).map_err(|e| {
+                Some(a) => Some(link::udp::bind_vxlan(a, self.link_readers).map_err(|e| {
                     bind_error(
                         |c| matches!(c, Command::ListenVxlan(_) | Command::Link { .. }),
                         format!("an address vnetd can bind for VXLAN ({a})"),

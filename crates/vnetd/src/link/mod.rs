@@ -20,7 +20,12 @@ use vnet_engine::DatagramTx;
 #[derive(Clone)]
 pub struct Bound {
     pub addr: SocketAddr,
+    /// The group's first socket: the one `raw` and NAT-traversing links
+    /// send from (their peers see the listening port).
     pub sock: Arc<UdpSocket>,
+    /// Every socket of the listening group, `sock` first; the workers read
+    /// them (socket `j` by worker `j mod workers`).
+    pub readers: Vec<udp::Reader>,
     pub pool: Vec<Arc<UdpSocket>>,
     /// Zero-checksum twins of `pool` (VXLAN over IPv4), or empty.
     pub nocheck: Vec<Arc<UdpSocket>>,

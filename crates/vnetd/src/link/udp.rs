@@ -1,12 +1,13 @@
 //! UDP transport, for `raw`, `vnet` and VXLAN links: datagrams go out in
 //! one `sendmsg` per batch with `UDP_SEGMENT` (GSO), or one by one where
 //! the kernel refuses GSO; the socket is picked from the link's pool by the
-//! inner flow's hash. Also the binding of the receiving sockets and pools.
+//! inner flow's hash. Also the binding of the receiving sockets (a group
+//! per port, one per worker) and the sending pools.
 
 use crate::sys;
 use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use vnet_engine::{DatagramTx, Global};
 
@@ -115,24 +116,100 @@ impl DatagramTx for UdpTx {
     }
 }
 
-/// A receiving socket for `kind` (`udp` or `vxlan`): large buffers both
-/// ways; over IPv6, datagrams with a zero UDP checksum taken (peers' kernel
-/// paths send them, as RFC 6935/6936 allow tunnels). The previous vnetd's,
-/// if it handed it over ([`crate::handover`]).
-fn bind(kind: &str, addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
-    let name = crate::handover::name(&[kind, &addr.to_string()]).unwrap_or_default();
-    let handed =
-        crate::handover::take(&name).map(UdpSocket::from).filter(|s| s.local_addr().ok() == Some(addr));
-    let s = match handed {
-        Some(s) => s,
-        None => UdpSocket::bind(addr)?,
-    };
-    if addr.is_ipv6() {
-        if let Err(e) = sys::udp_accept_zero_checksum6(&s) {
-            tracing::warn!("datagrams with a zero UDP checksum over IPv6 will be dropped: {e}");
-        }
+/// The most sockets a listening group has: one per CPU, up to this many.
+pub const MAX_READERS: usize = 8;
+
+/// How many sockets a listening group gets here: one per CPU vnetd may run
+/// on, so that one worker per CPU reads link datagrams.
+pub fn readers_wanted() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_READERS)
+}
+
+/// The hand-over name of socket `k` of the listening group of `kind` on
+/// `addr` (socket 0 keeps the name a single socket had, so a vnetd from
+/// before groups hands its socket to this one and back).
+pub fn reader_name(kind: &str, addr: SocketAddr, k: usize) -> Option<String> {
+    let a = addr.to_string();
+    match k {
+        0 => crate::handover::name(&[kind, &a]),
+        k => crate::handover::name(&[kind, &a, &format!("reader{k}")]),
     }
-    ready(s, SOCKET_BUFFER)
+}
+
+/// The receiving sockets for `kind` (`udp` or `vxlan`) on `addr`: a group of
+/// `want` sockets on one port (`SO_REUSEPORT`), among which the kernel
+/// spreads datagrams by their addresses and ports. A peer sends each inner
+/// flow from its own source port ([`UdpTx`]), so a flow, and every fragment
+/// of its frames, stays with one socket, one worker and one reassembler,
+/// and different flows are read by different workers. Large buffers both
+/// ways; over IPv6, datagrams with a zero UDP checksum taken (peers' kernel
+/// paths send them, as RFC 6935/6936 allow tunnels).
+///
+/// The previous vnetd's sockets, if it handed them over
+/// ([`crate::handover`]); a lone socket handed over by a vnetd from before
+/// groups cannot take members (`SO_REUSEPORT` is set before a bind or
+/// never), so it stays the only reader until a restart without hand-over.
+/// A new group is bound only where no one holds the port (a plain bind
+/// first): members of a group share the port silently.
+fn bind_group(kind: &str, addr: SocketAddr, want: usize) -> std::io::Result<Vec<Reader>> {
+    let handed = |k: usize| {
+        let name = reader_name(kind, addr, k)?;
+        crate::handover::take(&name).map(UdpSocket::from).filter(|s| s.local_addr().ok() == Some(addr))
+    };
+    let mut group = Vec::new();
+    match handed(0) {
+        Some(s) => {
+            let grouped = sys::reuses_port(&s).unwrap_or(false);
+            group.push(s);
+            if grouped {
+                while let Some(s) = handed(group.len()) {
+                    group.push(s);
+                }
+                while group.len() < want {
+                    match sys::udp_bind_reuseport(addr) {
+                        Ok(s) => group.push(s),
+                        Err(e) => {
+                            tracing::warn!("{kind} {addr}: {} link socket(s), not {want}: {e}", group.len());
+                            break;
+                        }
+                    }
+                }
+            } else if want > 1 {
+                tracing::info!(
+                    "{kind} {addr}: the socket handed over has no SO_REUSEPORT (a vnetd from before \
+                     reader groups): one worker reads it until vnetd restarts without a hand-over"
+                );
+            }
+        }
+        None if want > 1 && addr.port() != 0 => {
+            drop(UdpSocket::bind(addr)?);
+            for _ in 0..want {
+                group.push(sys::udp_bind_reuseport(addr)?);
+            }
+        }
+        None => group.push(UdpSocket::bind(addr)?),
+    }
+    group
+        .into_iter()
+        .map(|s| {
+            if addr.is_ipv6() {
+                if let Err(e) = sys::udp_accept_zero_checksum6(&s) {
+                    tracing::warn!("datagrams with a zero UDP checksum over IPv6 will be dropped: {e}");
+                }
+            }
+            if let Err(e) = sys::udp_enable_gro(&s) {
+                tracing::warn!("{kind} {addr}: UDP GRO refused ({e}): receiving datagram by datagram");
+            }
+            Ok(Reader { sock: ready(s, SOCKET_BUFFER)?, messages: Arc::default() })
+        })
+        .collect()
+}
+
+/// A socket of a listening group and the datagrams its worker read from it.
+#[derive(Clone)]
+pub struct Reader {
+    pub sock: Arc<UdpSocket>,
+    pub messages: Arc<AtomicU64>,
 }
 
 /// A socket of a sending pool: nobody reads it, so its receive buffer is
@@ -154,11 +231,8 @@ fn ready(s: UdpSocket, receive: usize) -> std::io::Result<Arc<UdpSocket>> {
 
 /// Binds a receiving socket (with UDP GRO) and its sending pool: for `vnet`
 /// links, ephemeral ports on the same address.
-pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
-    let sock = bind("udp", addr)?;
-    if let Err(e) = sys::udp_enable_gro(&*sock) {
-        tracing::warn!("UDP GRO refused ({e}): receiving datagram by datagram");
-    }
+pub fn bind_udp(addr: SocketAddr, readers: usize) -> std::io::Result<super::Bound> {
+    let readers = bind_group("udp", addr, readers)?;
     let pool = (0..TX_POOL)
         .map(|_| bind_sending(SocketAddr::new(addr.ip(), 0)))
         .collect::<std::io::Result<Vec<_>>>()?;
@@ -176,7 +250,7 @@ pub fn bind_udp(addr: SocketAddr) -> std::io::Result<super::Bound> {
             let _ = sys::set_pmtu_probe(&**s, true);
         }
     }
-    Ok(super::Bound { addr, sock, pool, nocheck: Vec::new() })
+    Ok(super::Bound { addr, sock: readers[0].sock.clone(), readers, pool, nocheck: Vec::new() })
 }
 
 /// The VXLAN source-port range (RFC 7348: the dynamic range).
@@ -189,11 +263,8 @@ pub const VXLAN_SOURCE_PORTS: (u16, u16) = (49152, 65535);
 /// single datagrams carry a zero UDP checksum as Linux VTEPs send by
 /// default; the kernel refuses UDP GSO on such a socket (`EINVAL`), so each
 /// port has a checksummed twin (`SO_REUSEPORT`, same port) for GSO batches.
-pub fn bind_vxlan(addr: SocketAddr) -> std::io::Result<super::Bound> {
-    let sock = bind("vxlan", addr)?;
-    if let Err(e) = sys::udp_enable_gro(&*sock) {
-        tracing::warn!("UDP GRO refused on the VXLAN socket ({e})");
-    }
+pub fn bind_vxlan(addr: SocketAddr, readers: usize) -> std::io::Result<super::Bound> {
+    let readers = bind_group("vxlan", addr, readers)?;
     let (mut pool, mut nocheck) = (Vec::new(), Vec::new());
     let mut seed = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
     for _ in 0..64 {
@@ -222,10 +293,61 @@ pub fn bind_vxlan(addr: SocketAddr) -> std::io::Result<super::Bound> {
     if pool.is_empty() {
         return Err(std::io::Error::other("no free port in 49152-65535 for VXLAN's sending sockets"));
     }
-    Ok(super::Bound { addr, sock, pool, nocheck })
+    Ok(super::Bound { addr, sock: readers[0].sock.clone(), readers, pool, nocheck })
 }
 
 /// A sending socket another may share the port of (`SO_REUSEPORT`).
 fn bind_reuse(addr: SocketAddr) -> std::io::Result<Arc<UdpSocket>> {
     ready(sys::udp_bind_reuseport(addr)?, 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A loopback address with a port free now.
+    fn free_port() -> SocketAddr {
+        UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    }
+
+    #[test]
+    fn a_listening_group_shares_its_port_and_no_one_else_joins_it() {
+        let addr = free_port();
+        let b = bind_udp(addr, 2).unwrap();
+        assert_eq!(b.readers.len(), 2);
+        assert!(b.readers.iter().all(|r| r.sock.local_addr().unwrap() == addr));
+        assert!(Arc::ptr_eq(&b.sock, &b.readers[0].sock));
+        // A second vnetd on the same port fails as it did before groups.
+        let again = bind_udp(addr, 2).err().map(|e| e.kind());
+        assert_eq!(again, Some(std::io::ErrorKind::AddrInUse));
+        // One reader: a plain socket, as before.
+        let one = bind_udp(free_port(), 1).unwrap();
+        assert_eq!(one.readers.len(), 1);
+        assert!(!sys::reuses_port(&*one.sock).unwrap());
+    }
+
+    #[test]
+    fn a_peers_flows_from_different_source_ports_reach_different_readers() {
+        let addr = free_port();
+        let b = bind_udp(addr, 2).unwrap();
+        // 16 source ports: that the kernel's hash puts them all on one of
+        // two sockets has a chance of 2^-15.
+        let senders: Vec<UdpSocket> = (0..16).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+        for s in &senders {
+            s.send_to(b"x", addr).unwrap();
+        }
+        let mut got = [0usize; 2];
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut buf = [0u8; 16];
+        while got.iter().sum::<usize>() < senders.len() && Instant::now() < deadline {
+            for (k, r) in b.readers.iter().enumerate() {
+                while r.sock.recv_from(&mut buf).is_ok() {
+                    got[k] += 1;
+                }
+            }
+        }
+        assert_eq!(got.iter().sum::<usize>(), senders.len(), "{got:?}");
+        assert!(got.iter().all(|&n| n > 0), "one socket took every flow: {got:?}");
+    }
 }
