@@ -51,27 +51,15 @@ impl Receiver {
 
     /// Takes one receive buffer from `from`: one datagram, or (`gso` not 0)
     /// datagrams of `gso` bytes, the last may be shorter, coalesced by GRO.
-    /// `now_ns` is the caller's clock, for reassembly timeouts.
-    pub fn receive(
-        &mut self,
-        fw: &mut Forwarder,
-        plane: &Plane,
-        from: SocketAddr,
-        buf: &mut [u8],
-        gso: usize,
-        now_ns: u64,
-    ) {
-        self.receive_with_next(fw, plane, from, buf, gso, None, now_ns);
-    }
-
-    /// [`receive`](Self::receive), given also the next receive buffer from
-    /// the same sender (`next`: its bytes and GRO segment size) when there
-    /// is one: a `vnet` frame this buffer begins and that one ends (a frame
-    /// of more datagrams than one GSO send takes arrives as two GRO batches)
-    /// goes on from both, with no reassembly copy. Returns how many buffers
-    /// it took: 2, or 1 (this one; the caller passes `next` on again).
+    /// `now_ns` is the caller's clock, for reassembly timeouts. `next` is
+    /// the next receive buffer from the same sender, when the caller has
+    /// one (its bytes and GRO segment size): a `vnet` frame this buffer
+    /// begins and that one ends (a frame of more datagrams than one GSO
+    /// send takes arrives as two GRO batches) goes on from both, with no
+    /// reassembly copy. Returns how many buffers it took: 2, or 1 (this
+    /// one; the caller passes `next` on again).
     #[allow(clippy::too_many_arguments)]
-    pub fn receive_with_next(
+    pub fn receive(
         &mut self,
         fw: &mut Forwarder,
         plane: &Plane,

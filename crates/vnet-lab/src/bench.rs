@@ -232,6 +232,8 @@ pub struct Opts {
     pub command: String,
     /// Only these measurements ([`MEASUREMENTS`]); empty is all of them.
     pub only: Vec<String>,
+    /// More arguments for every vnetd.
+    pub vnetd_args: Vec<String>,
 }
 
 /// The measurements a run can be limited to (`--only`): one stream's TCP
@@ -522,7 +524,7 @@ struct End {
 }
 
 /// The lab a case is measured on, with `vms` VMs per host (native: none).
-fn spec_for(case: Case, cond: &Condition, vms: usize) -> Spec {
+fn spec_for(case: Case, cond: &Condition, vms: usize, vnetd_args: &[String]) -> Spec {
     let no_vnet = (Links::Udp, Format::Raw);
     let (overlay, (links, format), dispatch, datapath) = match case {
         Case::Native => (Overlay::None, no_vnet, None, None),
@@ -551,6 +553,7 @@ fn spec_for(case: Case, cond: &Condition, vms: usize) -> Spec {
             Case::VnetUser(w) | Case::VnetUserPoll(w) | Case::VnetKernel(w) => w.cipher(),
             _ => vnet_control::Cipher::Auto,
         },
+        vnetd_args: vnetd_args.to_vec(),
         ..Spec::default()
     }
 }
@@ -568,7 +571,7 @@ fn reach(lab: &Lab, a: &End, b: &End) -> Result<(), String> {
 }
 
 fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
-    let mut lab = Lab::up(spec_for(case, cond, 1)).map_err(|e| format!("lab: {e}"))?;
+    let mut lab = Lab::up(spec_for(case, cond, 1, &opts.vnetd_args)).map_err(|e| format!("lab: {e}"))?;
     let (a, b) = if case == Case::Native {
         (
             End { ns: lab.hosts[0].ns.clone(), ip: lab.hosts[0].underlay_ip.to_string() },
@@ -642,8 +645,8 @@ const MANY_STREAMS: usize = 2;
 /// (native: as many iperf3 pairs between the hosts): the aggregate
 /// Gbit/s, and the machine's CPU time per GB moved.
 fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
-    let mut lab =
-        Lab::up(spec_for(case, cond, MANY_VMS)).map_err(|e| format!("lab ({MANY_VMS} VMs per host): {e}"))?;
+    let mut lab = Lab::up(spec_for(case, cond, MANY_VMS, &opts.vnetd_args))
+        .map_err(|e| format!("lab ({MANY_VMS} VMs per host): {e}"))?;
     let end = |h: usize, v: usize| {
         if case == Case::Native {
             End { ns: lab.hosts[h].ns.clone(), ip: lab.hosts[h].underlay_ip.to_string() }

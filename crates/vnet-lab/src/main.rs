@@ -83,6 +83,10 @@ struct BenchArgs {
     /// all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// One more argument for every vnetd of the run, e.g.
+    /// `--vnetd-arg=--link-readers=1` (an A/B of a setting in one build).
+    #[arg(long, allow_hyphen_values = true)]
+    vnetd_arg: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -435,7 +439,7 @@ fn up(mut spec: Spec, datapath: Option<String>) -> vnet_lab::Result<()> {
 }
 
 fn bench(args: BenchArgs) -> vnet_lab::Result<std::path::PathBuf> {
-    let BenchArgs { quick, repeats, seconds, out, cases, conditions, mpi, only, .. } = args;
+    let BenchArgs { quick, repeats, seconds, out, cases, conditions, mpi, only, vnetd_arg, .. } = args;
     use vnet_lab::bench::{self, Case, Condition};
     if let Some(m) = only.iter().find(|m| !bench::MEASUREMENTS.contains(&m.as_str())) {
         return Err(vnet_lab::Error::Other(format!(
@@ -505,6 +509,7 @@ fn bench(args: BenchArgs) -> vnet_lab::Result<std::path::PathBuf> {
         out: out.unwrap_or_else(|| repo.join("results").join(stamp)),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         only,
+        vnetd_args: vnetd_arg,
     };
     let dir = bench::run(&opts)?;
     let plot = std::process::Command::new("/usr/bin/python3")

@@ -174,7 +174,7 @@ pub fn link_source(
                 // The next message, from the same sender, may end a frame
                 // this one begins.
                 let next = next.filter(|n| n.1 == Some(from)).map(|(b, _, gso)| (b, gso as usize));
-                i += rx.receive_with_next(&mut fw, &plane, from, buf, gso as usize, next, now);
+                i += rx.receive(&mut fw, &plane, from, buf, gso as usize, next, now);
             }
             if got < sys::RECV_BATCH {
                 break; // the socket is empty

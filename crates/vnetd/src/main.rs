@@ -50,7 +50,7 @@ struct Args {
     /// Sockets on each link listening port (`listen`, `listen vxlan`): a
     /// `SO_REUSEPORT` group among which the kernel spreads peers' flows, each
     /// socket read by its own worker. 0: one per CPU of `--worker-cpus`, or
-    /// per CPU this process may run on (at most 8).
+    /// one per two CPUs this process may run on (at least 1, at most 8).
     #[arg(long, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=8))]
     link_readers: u16,
     /// This host's private key (`vnetctl genkey > FILE`, mode 0600), for

@@ -525,8 +525,12 @@ impl NetBackend {
         let hdr_len = self.conn.hdr_len();
         let port = Port::Interface(self.iface);
         let mut n = 0;
+        // The TX ring's lock for the whole batch (one lock, not two a frame):
+        // only this pair's thread takes frames from it; a front end's
+        // control message waits for the batch.
+        let mut txv = tx.get_mut();
         while n < TX_BATCH {
-            let Some(chain) = tx.get_mut().get_queue_mut().pop_descriptor_chain(mem.clone()) else { break };
+            let Some(chain) = txv.get_queue_mut().pop_descriptor_chain(mem.clone()) else { break };
             n += 1;
             let head = chain.head_index();
             let split = vnet_virtio::split(&*mem, chain, &mut w.buf, hdr_len + CUT_HEAD, &mut w.ranges);
@@ -538,13 +542,13 @@ impl NetBackend {
                 self.dev.stats.bad_chains.fetch_add(1, Relaxed);
                 ifc.rx.drop_one();
             }
-            if tx.add_used(head, 0).is_err() {
+            if txv.add_used(head, 0).is_err() {
                 self.dev.stats.bad_chains.fetch_add(1, Relaxed);
             }
         }
         if n > 0 {
             // Completions of the guest's sends: it reclaims its buffers.
-            self.dev.signal(&mut tx.get_mut(), &mem);
+            self.dev.signal(&mut txv, &mem);
             w.fw.report();
         }
         n

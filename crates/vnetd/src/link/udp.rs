@@ -119,10 +119,12 @@ impl DatagramTx for UdpTx {
 /// The most sockets a listening group has: one per CPU, up to this many.
 pub const MAX_READERS: usize = 8;
 
-/// How many sockets a listening group gets here: one per CPU vnetd may run
-/// on, so that one worker per CPU reads link datagrams.
+/// How many sockets a listening group gets here: one per two CPUs vnetd may
+/// run on (the other half left to the VMs, whose traffic each worker's
+/// frames are; measured on 2 cores, a second reader per vnetd made the
+/// bench slower: docs/BENCHMARKS.md), at least one, at most [`MAX_READERS`].
 pub fn readers_wanted() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_READERS)
+    (std::thread::available_parallelism().map_or(1, |n| n.get()) / 2).clamp(1, MAX_READERS)
 }
 
 /// The hand-over name of socket `k` of the listening group of `kind` on
