@@ -37,6 +37,20 @@ pub enum Via {
     Vxlan,
 }
 
+/// The receive buffer after the one being taken, from the same sender,
+/// asked for only when the receiver wants it (the first begins a `vnet`
+/// frame that does not end in it): the next message of a `recvmmsg` batch
+/// already read (`Option<(bytes, GRO segment size)>`), or one more read.
+pub trait NextBuf {
+    fn next_buf(&mut self) -> Option<(&mut [u8], usize)>;
+}
+
+impl NextBuf for Option<(&mut [u8], usize)> {
+    fn next_buf(&mut self) -> Option<(&mut [u8], usize)> {
+        self.as_mut().map(|(b, g)| (&mut **b, *g))
+    }
+}
+
 /// The receive state of one socket's reader.
 pub struct Receiver {
     via: Via,
@@ -51,13 +65,13 @@ impl Receiver {
 
     /// Takes one receive buffer from `from`: one datagram, or (`gso` not 0)
     /// datagrams of `gso` bytes, the last may be shorter, coalesced by GRO.
-    /// `now_ns` is the caller's clock, for reassembly timeouts. `next` is
-    /// the next receive buffer from the same sender, when the caller has
-    /// one (its bytes and GRO segment size): a `vnet` frame this buffer
-    /// begins and that one ends (a frame of more datagrams than one GSO
-    /// send takes arrives as two GRO batches) goes on from both, with no
-    /// reassembly copy. Returns how many buffers it took: 2, or 1 (this
-    /// one; the caller passes `next` on again).
+    /// `now_ns` is the caller's clock, for reassembly timeouts. `next`
+    /// gives the next receive buffer from the same sender, if there is
+    /// one, when it is wanted: a `vnet` frame this buffer begins and that
+    /// one ends (a frame of more datagrams than one GSO send takes arrives
+    /// as two GRO batches) goes on from both, with no reassembly copy.
+    /// Returns how many buffers it took: 2, or 1 (this one; the caller
+    /// passes what `next` gave on again).
     #[allow(clippy::too_many_arguments)]
     pub fn receive(
         &mut self,
@@ -66,7 +80,7 @@ impl Receiver {
         from: SocketAddr,
         buf: &mut [u8],
         gso: usize,
-        next: Option<(&mut [u8], usize)>,
+        next: &mut dyn NextBuf,
         now_ns: u64,
     ) -> usize {
         let via = self.via;

@@ -437,8 +437,9 @@ impl Net {
                         }
                     };
                     let rx = if via == Via::Udp { &mut host.rx_udp } else { &mut host.rx_vxlan };
-                    let second = after.as_mut().map(|f| (&mut f.bytes[..], f.gso));
-                    let took = rx.receive(&mut host.fw, &plane, next.from, &mut bytes, next.gso, second, now);
+                    let mut second = after.as_mut().map(|f| (&mut f.bytes[..], f.gso));
+                    let took =
+                        rx.receive(&mut host.fw, &plane, next.from, &mut bytes, next.gso, &mut second, now);
                     rx.report(&host.global);
                     if let Some(f) = after.filter(|_| took < 2) {
                         self.wire.lock().unwrap_or_else(|e| e.into_inner()).queue.push(f);

@@ -20,6 +20,7 @@ use crate::iface::{Attached, Reader};
 use crate::link::udp::Reader as SocketReader;
 use crate::sys;
 use std::io::{self, Read};
+use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -141,6 +142,7 @@ pub fn link_source(
     let mut fw = shared.forwarder();
     let shared = shared.clone();
     let mut batch = sys::RecvBatch::new();
+    let mut spare = sys::RecvBatch::with_slots(1);
     let mut rx = Receiver::new(via, reasm_cfg);
     let mut expired_at = 0u64;
     let stats = shared.global.link_dispatch.clone();
@@ -172,9 +174,39 @@ pub fn link_source(
                     continue;
                 };
                 // The next message, from the same sender, may end a frame
-                // this one begins.
-                let next = next.filter(|n| n.1 == Some(from)).map(|(b, _, gso)| (b, gso as usize));
-                i += rx.receive(&mut fw, &plane, from, buf, gso as usize, next, now);
+                // this one begins; after the last one, one more read may
+                // bring it (the first part often comes alone: the worker
+                // keeps up with the peer).
+                let (took, extra) = match next {
+                    Some(m) => {
+                        let mut m = (m.1 == Some(from)).then_some((m.0, m.2 as usize));
+                        (rx.receive(&mut fw, &plane, from, buf, gso as usize, &mut m, now), false)
+                    }
+                    None => {
+                        let mut more =
+                            ReadMore { one: &mut spare, sock: &sock, from, got: None, tried: false };
+                        let took = rx.receive(&mut fw, &plane, from, buf, gso as usize, &mut more, now);
+                        (took, more.got.is_some())
+                    }
+                };
+                i += took;
+                if extra {
+                    n += 1;
+                    read.fetch_add(1, Relaxed);
+                    g.link_recv_calls.fetch_add(1, Relaxed);
+                    g.link_recv_messages.fetch_add(1, Relaxed);
+                }
+                // One more read that did not end the frame: on its own.
+                if extra && took < 2 {
+                    match spare.message(0) {
+                        (buf, Some(from), gso) => {
+                            rx.receive(&mut fw, &plane, from, buf, gso as usize, &mut None, now);
+                        }
+                        (_, None, _) => {
+                            g.malformed.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
             }
             if got < sys::RECV_BATCH {
                 break; // the socket is empty
@@ -196,6 +228,29 @@ pub fn link_source(
         n
     };
     Source { fd, mode, stats, body: Box::new(body) }
+}
+
+/// One more read from a link socket after the last message of a batch, for
+/// the receiver when that message begins a frame (`NextBuf`): the message
+/// read, if it is from `from`; whatever it is, `got` keeps it for the caller.
+struct ReadMore<'a> {
+    one: &'a mut sys::RecvBatch,
+    sock: &'a UdpSocket,
+    from: std::net::SocketAddr,
+    got: Option<()>,
+    tried: bool,
+}
+
+impl vnet_engine::rx::NextBuf for ReadMore<'_> {
+    fn next_buf(&mut self) -> Option<(&mut [u8], usize)> {
+        if !self.tried {
+            self.tried = true;
+            self.got = matches!(self.one.recv(self.sock), Ok(1)).then_some(());
+        }
+        self.got?;
+        let (buf, from, gso) = self.one.message(0);
+        (from == Some(self.from)).then_some((buf, gso as usize))
+    }
 }
 
 /// How often an idle link socket's reader looks for timed-out partial frames.

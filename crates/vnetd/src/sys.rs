@@ -580,15 +580,21 @@ impl Default for RecvBatch {
 
 impl RecvBatch {
     pub fn new() -> Self {
+        Self::with_slots(RECV_BATCH)
+    }
+
+    /// A batch of `slots` messages (at least one).
+    pub fn with_slots(slots: usize) -> Self {
+        let slots = slots.max(1);
         // SAFETY: `sockaddr_storage` and `mmsghdr` are plain data; all-zero
         // is a valid value of each.
         let (name, hdr) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
         RecvBatch {
-            bufs: vec![0u8; RECV_BATCH * RECV_MSG_BYTES],
-            iovs: vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; RECV_BATCH],
-            names: vec![name; RECV_BATCH],
-            cmsgs: (0..RECV_BATCH).map(|_| CmsgBuf([0; 64])).collect(),
-            hdrs: vec![hdr; RECV_BATCH],
+            bufs: vec![0u8; slots * RECV_MSG_BYTES],
+            iovs: vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; slots],
+            names: vec![name; slots],
+            cmsgs: (0..slots).map(|_| CmsgBuf([0; 64])).collect(),
+            hdrs: vec![hdr; slots],
         }
     }
 
@@ -596,9 +602,10 @@ impl RecvBatch {
     /// messages (at least one), or `WouldBlock` when none is.
     pub fn recv(&mut self, sock: &impl AsRawFd) -> io::Result<usize> {
         let base = self.bufs.as_mut_ptr();
-        for i in 0..RECV_BATCH {
+        let slots = self.hdrs.len();
+        for i in 0..slots {
             // SAFETY: `i * RECV_MSG_BYTES` is inside `bufs`, which holds
-            // RECV_BATCH such slots.
+            // `slots` such slots.
             let slot = unsafe { base.add(i * RECV_MSG_BYTES) };
             self.iovs[i] = libc::iovec { iov_base: slot.cast(), iov_len: RECV_MSG_BYTES };
             let h = &mut self.hdrs[i].msg_hdr;
@@ -612,12 +619,12 @@ impl RecvBatch {
             self.hdrs[i].msg_len = 0;
         }
         // SAFETY:
-        // - `sock` is an open socket; `hdrs` holds RECV_BATCH headers, each
+        // - `sock` is an open socket; `hdrs` holds `slots` headers, each
         //   pointing at its own name, iovec (into its own 64 KB slot of
         //   `bufs`) and control buffer, all owned by `self`, live and
         //   writable for the call, with their true sizes.
         let rc = unsafe {
-            libc::recvmmsg(sock.as_raw_fd(), self.hdrs.as_mut_ptr(), RECV_BATCH as _, 0, std::ptr::null_mut())
+            libc::recvmmsg(sock.as_raw_fd(), self.hdrs.as_mut_ptr(), slots as _, 0, std::ptr::null_mut())
         };
         if rc < 0 {
             return Err(io::Error::last_os_error());
@@ -638,7 +645,7 @@ impl RecvBatch {
     /// messages in all), each as [`message`](Self::message) gives it.
     pub fn message_and_next(&mut self, i: usize, got: usize) -> (Message<'_>, Option<Message<'_>>) {
         let (len, from, gso) = self.meta(i);
-        let next = (i + 1 < got.min(RECV_BATCH)).then(|| self.meta(i + 1));
+        let next = (i + 1 < got.min(self.hdrs.len())).then(|| self.meta(i + 1));
         let (this, rest) = self.bufs.split_at_mut((i + 1) * RECV_MSG_BYTES);
         let start = i * RECV_MSG_BYTES;
         let this = (&mut this[start..start + len], from, gso);

@@ -408,8 +408,8 @@ impl Rx {
 
     /// The fast path for GRO batches of `vnet` datagrams that make one
     /// whole frame with its offload header, in order: `first` alone (what
-    /// one GSO send of a peer becomes), or `first` and `next`, the next
-    /// receive buffer from the same peer (a frame of more datagrams than one
+    /// one GSO send of a peer becomes), or `first` and the next receive
+    /// buffer from the same peer, asked of `next` only then (a frame of more datagrams than one
     /// GSO send takes, such as the 45 of a 65000-byte frame over a
     /// 1500-byte underlay, comes as two). The frame is written to its
     /// destination from the pieces where they lie, with no reassembly copy.
@@ -426,7 +426,7 @@ impl Rx {
         from: SocketAddr,
         first: &mut [u8],
         seg: usize,
-        next: Option<(&mut [u8], usize)>,
+        next: &mut dyn crate::rx::NextBuf,
         now_ns: u64,
     ) -> usize {
         let Some(link) = plane.link_for(RxKey::Udp(from.ip())) else { return 0 };
@@ -447,7 +447,7 @@ impl Rx {
             if self.deliver_run(fw, plane, link, &run, now_ns) {
                 return 1;
             }
-        } else if let (true, Some((second, seg2))) = (begun, next) {
+        } else if let Some((second, seg2)) = if begun { next.next_buf() } else { None } {
             let seg2 = if seg2 > 0 { seg2 } else { second.len() };
             let nb = second.len().div_ceil(seg2.max(1));
             if (1..=GSO_MAX_SEGS).contains(&nb) {
