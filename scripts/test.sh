@@ -59,11 +59,14 @@ serial=("${qemu[@]}" "${floods[@]}" "${polling[@]}")
 # scripts/upgrade-test.sh (two release builds), not here.
 by_hand=(an_upgrade_from_the_previous_package)
 # Tests whose traffic never takes the kernel path (secured, TCP and TLS
-# links are the user path's) or that test no data path (the control
-# endpoint, the CNI plugin's refusals): once, on the user path pass.
+# links are the user path's), that put their VMs on TAPs themselves (the
+# user path's workers, the baselines without vnet), or that test no data
+# path (the control endpoint, the CNI plugin's refusals): once, on the
+# user path pass.
 user_only=(rekeying_ encrypted_links_ a_handshake_initiation_replayed tcp_link_ tls_ a_tls_control a_secured_link_follows hosts_behind_nats_
     ten_thousand_slow a_thousand_control an_unprivileged_client cni_malformed cni_unknown_version
-    cni_missing_netns cni_vnetd_not_running)
+    cni_missing_netns cni_vnetd_not_running every_baseline_ bridged_baseline_ adaptive_dispatch_polls_under_load
+    workers_run_on many_streams_are_read an_encrypted_links_65000)
 step "namespace integration tests (root), user path"
 cargo build --workspace --bins
 tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}" "${by_hand[@]/#/--skip=}"

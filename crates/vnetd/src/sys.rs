@@ -390,22 +390,20 @@ pub fn udp_bind_reuseport(addr: std::net::SocketAddr) -> io::Result<std::net::Ud
 /// join its port's group).
 pub fn reuses_port(sock: &impl AsRawFd) -> io::Result<bool> {
     let mut on: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `on` and `len` are valid for the call and sized as told; the
-    // kernel writes at most `len` bytes to `on`.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_REUSEPORT,
-            (&mut on as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
+    getsockopt_raw(sock, libc::SOL_SOCKET, libc::SO_REUSEPORT, &mut on)?;
+    Ok(on != 0)
+}
+
+/// `getsockopt` of a plain-data option into `val`.
+fn getsockopt_raw<T>(fd: &impl AsRawFd, level: libc::c_int, opt: libc::c_int, val: &mut T) -> io::Result<()> {
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `val` is a live, exclusively borrowed `T` and its exact size is
+    // passed with it; the kernel writes at most that many bytes.
+    let rc = unsafe { libc::getsockopt(fd.as_raw_fd(), level, opt, (val as *mut T).cast(), &mut len) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(on != 0)
+    Ok(())
 }
 
 /// Never lets the kernel fragment what this socket sends (`IP_MTU_DISCOVER`
@@ -1340,18 +1338,8 @@ pub mod fds {
         let c = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: `ucred` is plain data; all-zero is valid.
         let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        // SAFETY: `cred` and `len` are valid for the call and sized as told.
-        let rc = unsafe {
-            libc::getsockopt(
-                c.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERCRED,
-                (&mut cred as *mut libc::ucred).cast(),
-                &mut len,
-            )
-        };
-        if rc < 0 || (cred.uid != uid && cred.uid != 0) {
+        let got = super::getsockopt_raw(&c, libc::SOL_SOCKET, libc::SO_PEERCRED, &mut cred);
+        if got.is_err() || (cred.uid != uid && cred.uid != 0) {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "a process of another user connected",

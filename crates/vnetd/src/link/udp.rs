@@ -13,8 +13,10 @@ use vnet_engine::{DatagramTx, Global};
 
 /// Socket buffer size asked for on the link sockets.
 pub const SOCKET_BUFFER: usize = 8 << 20;
-/// Sockets in the pool that gives `vnet` and VXLAN links a source port per flow.
-pub const TX_POOL: usize = 4;
+/// Sockets in the pool that gives `vnet` and VXLAN links a source port per
+/// flow: enough ports that a peer's flows spread over every socket of its
+/// listening group ([`MAX_READERS`]), which the kernel picks by port.
+pub const TX_POOL: usize = 16;
 
 /// Sends one link's datagrams.
 pub struct UdpTx {
@@ -269,7 +271,7 @@ pub fn bind_vxlan(addr: SocketAddr, readers: usize) -> std::io::Result<super::Bo
     let readers = bind_group("vxlan", addr, readers)?;
     let (mut pool, mut nocheck) = (Vec::new(), Vec::new());
     let mut seed = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
-    for _ in 0..64 {
+    for _ in 0..16 * TX_POOL {
         if pool.len() == TX_POOL {
             break;
         }
