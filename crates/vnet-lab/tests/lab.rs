@@ -2044,9 +2044,16 @@ fn ten_hand_overs_under_a_10ms_ping_and_a_tcp_stream() {
     // Containers on veths: on the user path each is read from a receive
     // ring, which is handed over with its position (a TAP's queue is
     // handed over in the upgrade test, `scripts/upgrade-test.sh`).
+    // Two link sockets a port: the group is handed over socket by socket.
     let d = Spec::default();
-    let mut lab = lab(Spec { datapath: Some(d.datapath.clone().unwrap_or_else(|| "user".into())), ..d });
+    let mut lab = lab(Spec {
+        datapath: Some(d.datapath.clone().unwrap_or_else(|| "user".into())),
+        vnetd_args: vec!["--link-readers".into(), "2".into()],
+        ..d
+    });
     let m = hand_overs_under_traffic(&mut lab, 10, |_, _| {});
+    let readers = json(&lab, 0, "stats")["global"]["link_reader_messages"].as_array().map_or(0, |a| a.len());
+    assert_eq!(readers, 2, "host 0's listening group after 10 hand-overs");
     let kernel = lab.spec.datapath.as_deref() == Some("kernel");
     let log = lab.log(0);
     if kernel {
