@@ -183,10 +183,9 @@ pub fn link_source(
                         (rx.receive(&mut fw, &plane, from, buf, gso as usize, &mut m, now), false)
                     }
                     None => {
-                        let mut more =
-                            ReadMore { one: &mut spare, sock: &sock, from, got: None, tried: false };
+                        let mut more = ReadMore { one: &mut spare, sock: &sock, from, read: None };
                         let took = rx.receive(&mut fw, &plane, from, buf, gso as usize, &mut more, now);
-                        (took, more.got.is_some())
+                        (took, more.read == Some(true))
                     }
                 };
                 i += took;
@@ -232,22 +231,22 @@ pub fn link_source(
 
 /// One more read from a link socket after the last message of a batch, for
 /// the receiver when that message begins a frame (`NextBuf`): the message
-/// read, if it is from `from`; whatever it is, `got` keeps it for the caller.
+/// read, if it is from `from`; whatever it is, it stays in `one` for the
+/// caller.
 struct ReadMore<'a> {
     one: &'a mut sys::RecvBatch,
     sock: &'a UdpSocket,
     from: std::net::SocketAddr,
-    got: Option<()>,
-    tried: bool,
+    /// Not tried yet (`None`), or whether the read brought a message.
+    read: Option<bool>,
 }
 
 impl vnet_engine::rx::NextBuf for ReadMore<'_> {
     fn next_buf(&mut self) -> Option<(&mut [u8], usize)> {
-        if !self.tried {
-            self.tried = true;
-            self.got = matches!(self.one.recv(self.sock), Ok(1)).then_some(());
+        let (one, sock) = (&mut *self.one, self.sock);
+        if !*self.read.get_or_insert_with(|| matches!(one.recv(sock), Ok(1))) {
+            return None;
         }
-        self.got?;
         let (buf, from, gso) = self.one.message(0);
         (from == Some(self.from)).then_some((buf, gso as usize))
     }

@@ -256,7 +256,7 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
     cpus.dedup();
     daemon.set_link_readers(match (args.link_readers, cpus.len()) {
         (0, 0) => vnetd::link::udp::readers_wanted(),
-        (0, n) => n.min(vnetd::link::udp::MAX_READERS),
+        (0, n) => n,
         (n, _) => n as usize,
     });
     let bpf_dir = args.bpf_dir.clone().unwrap_or_else(|| {

@@ -463,12 +463,8 @@ impl Rx {
                 }
                 if secure {
                     // Both opened in place: neither can be opened again.
-                    for &(x, y) in &a[..ka] {
-                        self.plain(fw, plane, link, network, at, &mut first[x..y]);
-                    }
-                    for &(x, y) in &b[..kb] {
-                        self.plain(fw, plane, link, network, at, &mut second[x..y]);
-                    }
+                    self.each_plain(fw, plane, link, network, at, first, &a[..ka]);
+                    self.each_plain(fw, plane, link, network, at, second, &b[..kb]);
                     return 2;
                 }
             }
@@ -476,10 +472,25 @@ impl Rx {
         if !secure {
             return 0;
         }
-        for &(x, y) in &a[..ka] {
-            self.plain(fw, plane, link, network, at, &mut first[x..y]);
-        }
+        self.each_plain(fw, plane, link, network, at, first, &a[..ka]);
         1
+    }
+
+    /// Takes the `vnet` datagrams at `ranges` of `data` one by one.
+    #[allow(clippy::too_many_arguments)]
+    fn each_plain(
+        &mut self,
+        fw: &mut Forwarder,
+        plane: &Plane,
+        link: &Arc<Link>,
+        network: u32,
+        at: Arrival,
+        data: &mut [u8],
+        ranges: &[(usize, usize)],
+    ) {
+        for &(x, y) in ranges {
+            self.plain(fw, plane, link, network, at, &mut data[x..y]);
+        }
     }
 
     /// The `vnet` datagrams of a GRO batch of `seg`-byte datagrams, as

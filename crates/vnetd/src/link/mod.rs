@@ -20,15 +20,21 @@ use vnet_engine::DatagramTx;
 #[derive(Clone)]
 pub struct Bound {
     pub addr: SocketAddr,
-    /// The group's first socket: the one `raw` and NAT-traversing links
-    /// send from (their peers see the listening port).
-    pub sock: Arc<UdpSocket>,
-    /// Every socket of the listening group, `sock` first; the workers read
-    /// them (socket `j` by worker `j mod workers`).
+    /// Every socket of the listening group (never empty: the binders make
+    /// at least one); the workers read them (socket `j` by worker `j mod
+    /// workers`).
     pub readers: Vec<udp::Reader>,
     pub pool: Vec<Arc<UdpSocket>>,
     /// Zero-checksum twins of `pool` (VXLAN over IPv4), or empty.
     pub nocheck: Vec<Arc<UdpSocket>>,
+}
+
+impl Bound {
+    /// The group's first socket: the one `raw` and NAT-traversing links
+    /// send from (their peers see the listening port).
+    pub fn sock(&self) -> &Arc<UdpSocket> {
+        &self.readers[0].sock
+    }
 }
 
 /// The host's link sockets.
@@ -123,7 +129,7 @@ pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Arc<
     };
     let b = bound.as_ref().ok_or(OpenError::NotBound(what))?;
     let (socks, nocheck) = if listen_only || b.pool.is_empty() {
-        (vec![b.sock.clone()], Vec::new())
+        (vec![b.sock().clone()], Vec::new())
     } else {
         (b.pool.clone(), b.nocheck.clone())
     };

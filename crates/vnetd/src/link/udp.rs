@@ -254,7 +254,7 @@ pub fn bind_udp(addr: SocketAddr, readers: usize) -> std::io::Result<super::Boun
             let _ = sys::set_pmtu_probe(&**s, true);
         }
     }
-    Ok(super::Bound { addr, sock: readers[0].sock.clone(), readers, pool, nocheck: Vec::new() })
+    Ok(super::Bound { addr, readers, pool, nocheck: Vec::new() })
 }
 
 /// The VXLAN source-port range (RFC 7348: the dynamic range).
@@ -297,7 +297,7 @@ pub fn bind_vxlan(addr: SocketAddr, readers: usize) -> std::io::Result<super::Bo
     if pool.is_empty() {
         return Err(std::io::Error::other("no free port in 49152-65535 for VXLAN's sending sockets"));
     }
-    Ok(super::Bound { addr, sock: readers[0].sock.clone(), readers, pool, nocheck })
+    Ok(super::Bound { addr, readers, pool, nocheck })
 }
 
 /// A sending socket another may share the port of (`SO_REUSEPORT`).
@@ -321,14 +321,13 @@ mod tests {
         let b = bind_udp(addr, 2).unwrap();
         assert_eq!(b.readers.len(), 2);
         assert!(b.readers.iter().all(|r| r.sock.local_addr().unwrap() == addr));
-        assert!(Arc::ptr_eq(&b.sock, &b.readers[0].sock));
         // A second vnetd on the same port fails as it did before groups.
         let again = bind_udp(addr, 2).err().map(|e| e.kind());
         assert_eq!(again, Some(std::io::ErrorKind::AddrInUse));
         // One reader: a plain socket, as before.
         let one = bind_udp(free_port(), 1).unwrap();
         assert_eq!(one.readers.len(), 1);
-        assert!(!sys::reuses_port(&*one.sock).unwrap());
+        assert!(!sys::reuses_port(&**one.sock()).unwrap());
     }
 
     #[test]
