@@ -235,8 +235,8 @@ impl Receiver {
         self.vnet.expire(now_ns);
     }
 
-    /// Publishes the reassembly counts.
-    pub fn report(&self, g: &Global) {
+    /// Adds the reassembly counts since the last report to the host's.
+    pub fn report(&mut self, g: &Global) {
         self.vnet.report(g);
     }
 

@@ -224,13 +224,21 @@ struct Arrival {
 /// what a `vnet` datagram then goes through is here, beside how it is made.
 pub struct Rx {
     reasm: reasm::Reassembler,
+    /// The reassembly counts last added to the global ones: every socket
+    /// reader of a host has its own `Rx`, so each adds what it counted
+    /// since (a store would keep only the last reader's).
+    reported: reasm::Stats,
     /// A secured link's handshake answer.
     reply: Vec<u8>,
 }
 
 impl Rx {
     pub fn new(cfg: reasm::Config) -> Self {
-        Rx { reasm: reasm::Reassembler::new(cfg), reply: vec![0u8; RESP_LEN.max(COOKIE_LEN)] }
+        Rx {
+            reasm: reasm::Reassembler::new(cfg),
+            reported: reasm::Stats::default(),
+            reply: vec![0u8; RESP_LEN.max(COOKIE_LEN)],
+        }
     }
 
     /// One datagram of `vnet` link `link` (network `network`) from `from`:
@@ -547,14 +555,15 @@ impl Rx {
         self.reasm.expire(now_ns);
     }
 
-    /// Publishes the reassembly counts.
-    pub fn report(&self, g: &Global) {
+    /// Adds the reassembly counts since the last report to the host's.
+    pub fn report(&mut self, g: &Global) {
         let s = self.reasm.stats();
-        g.reasm_fragments.store(s.fragments, Relaxed);
-        g.reasm_completed.store(s.completed, Relaxed);
-        g.reasm_timed_out.store(s.timed_out, Relaxed);
-        g.reasm_evicted.store(s.evicted, Relaxed);
-        g.reasm_rejected.store(s.rejected(), Relaxed);
+        let was = std::mem::replace(&mut self.reported, s);
+        g.reasm_fragments.fetch_add(s.fragments - was.fragments, Relaxed);
+        g.reasm_completed.fetch_add(s.completed - was.completed, Relaxed);
+        g.reasm_timed_out.fetch_add(s.timed_out - was.timed_out, Relaxed);
+        g.reasm_evicted.fetch_add(s.evicted - was.evicted, Relaxed);
+        g.reasm_rejected.fetch_add(s.rejected() - was.rejected(), Relaxed);
     }
 
     /// Frames being reassembled now.
@@ -619,5 +628,35 @@ pub fn deliver(fw: &mut Forwarder, plane: &Plane, port: PortId, with_vh: bool, b
         None => {
             fw.global().malformed.fetch_add(1, Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vnet_wire::vnet::{Flags, VnetRepr};
+
+    #[test]
+    fn the_reassembly_counts_of_every_socket_reader_add_up_in_the_hosts() {
+        // One `Rx` per reader of a link socket group: what each reassembled
+        // is the host's, whichever reports last.
+        let g = Global::default();
+        let mut readers = [Rx::new(reasm::Config::default()), Rx::new(reasm::Config::default())];
+        let frame = [7u8; 3000];
+        for (k, rx) in readers.iter_mut().enumerate() {
+            for off in [0usize, 1500] {
+                let repr = VnetRepr {
+                    flags: Flags(0),
+                    network: 0,
+                    frame_id: k as u32,
+                    frame_len: 3000,
+                    offset: off as u32,
+                };
+                rx.reasm.push(0, 1, &repr, &frame[off..off + 1500]);
+            }
+            rx.report(&g);
+        }
+        readers[0].report(&g);
+        assert_eq!((g.reasm_fragments.load(Relaxed), g.reasm_completed.load(Relaxed)), (4, 2));
     }
 }
