@@ -28,6 +28,15 @@ impl Counters {
         self.packets.fetch_add(1, Relaxed);
         self.bytes.fetch_add(bytes as u64, Relaxed);
     }
+    /// `packets` frames of `bytes` bytes in all (a batch counted at once:
+    /// two atomic adds, not two a frame).
+    #[inline]
+    pub fn add_many(&self, packets: u64, bytes: u64) {
+        if packets > 0 {
+            self.packets.fetch_add(packets, Relaxed);
+            self.bytes.fetch_add(bytes, Relaxed);
+        }
+    }
     #[inline]
     pub fn drop_one(&self) {
         self.drops.fetch_add(1, Relaxed);

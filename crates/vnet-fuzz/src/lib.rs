@@ -206,26 +206,68 @@ pub fn reassembly(data: &[u8]) {
 
 /// A guest's virtqueue as vhost-user hands it to vnetd: descriptor table,
 /// available ring and buffers are whatever the guest wrote. Its TX chains
-/// go through [`vnet_virtio::gather`] and the guest header parser; then,
-/// over the same ring, frames for the guest of 60, 1514 and 64000 bytes go
-/// through [`vnet_virtio::scatter`], with and without mergeable buffers. A
-/// gathered chain fits the buffer; a frame placed takes 1 to 64 chains
-/// (one without mergeable buffers); a frame refused leaves the ring where
-/// it was. Input: `[queue size - 1][flags: 1 = EVENT_IDX][guest memory]`.
+/// are taken through vnetd's own ring code ([`vnet_virtio::Rings`]) and, on
+/// a copy of the same memory, through `virtio-queue`'s: the same heads in
+/// the same order, each chain's descriptors the same (or, where ours
+/// refuses an indirect table that is not all guest memory, a prefix of
+/// theirs), the same used ring after, and with `EVENT_IDX` the same answer
+/// to whether the guest wants a signal. Each chain goes through
+/// [`vnet_virtio::gather`] and the guest header parser. Then, over the same
+/// ring, frames for the guest of 60, 1514 and 64000 bytes go through
+/// [`vnet_virtio::scatter`], with and without mergeable buffers. A gathered
+/// chain fits the buffer; a frame placed takes 1 to 64 chains (one without
+/// mergeable buffers); a frame refused leaves the ring where it was.
+/// Input: `[queue size - 1][flags: 1 = EVENT_IDX][guest memory]`.
 pub fn vhost(data: &[u8]) {
+    use vnet_virtio::fake::{MAX_SIZE, USED};
     let [size, flags, image @ ..] = data else { return };
-    let mut g = Guest::from_image(u16::from(*size) + 1, flags & 1 != 0, image);
+    let (size, event_idx) = (u16::from(*size) + 1, flags & 1 != 0);
+    let mut g = Guest::from_image(size, event_idx, image);
+    let mut theirs = Guest::from_image(size, event_idx, image);
+    let raw = |d: &vnet_virtio::Descriptor| (d.addr().0, d.len(), d.flags(), d.next());
     let mut buf = vec![0u8; 65_550];
-    for _ in 0..2 * vnet_virtio::fake::MAX_SIZE {
-        let Some(chain) = g.queue.pop_descriptor_chain(&g.mem) else { break };
-        let head = chain.head_index();
-        if let Some(n) = vnet_virtio::gather(&g.mem, chain, &mut buf) {
-            assert!(n <= buf.len());
-            if n >= HDR_MRG {
-                let _ = VirtioNetHdr::parse(&buf[..n]);
+    let opened = g.rings(|r| {
+        let mut last = r.next_used();
+        for _ in 0..2 * MAX_SIZE {
+            let want = theirs
+                .queue
+                .pop_descriptor_chain(&theirs.mem)
+                .map(|c| (c.head_index(), c.map(|d| raw(&d)).collect::<Vec<_>>()));
+            let got = r.pop().map(|h| {
+                let mut c = r.chain(h);
+                (h, c.by_ref().map(|d| raw(&d)).collect::<Vec<_>>(), c.table_refused())
+            });
+            let (Some((head, want)), Some((h, got, refused))) = (want, got) else {
+                assert!(
+                    r.pop().is_none() && theirs.queue.pop_descriptor_chain(&theirs.mem).is_none(),
+                    "one ring had a chain the other did not"
+                );
+                break;
+            };
+            assert_eq!(head, h, "chain heads");
+            assert!(want.starts_with(&got), "chain at {head}: ours {got:?}, virtio-queue's {want:?}");
+            assert!(
+                got.len() == want.len() || refused,
+                "ours ended the chain at {head} early: {got:?} / {want:?}"
+            );
+            if let Some(n) = vnet_virtio::gather(r.memory(), r.chain(head), &mut buf) {
+                assert!(n <= buf.len());
+                if n >= HDR_MRG {
+                    let _ = VirtioNetHdr::parse(&buf[..n]);
+                }
             }
+            assert_eq!(theirs.queue.add_used(&theirs.mem, head, 7).is_ok(), r.used(head, 7), "used {head}");
         }
-        let _ = g.queue.add_used(&g.mem, head, 0);
+        r.publish();
+        if event_idx {
+            let want = theirs.queue.needs_notification(&theirs.mem).unwrap_or(true);
+            assert_eq!(r.needs_signal(&mut last), want, "whether the guest wants a signal");
+        }
+    });
+    if opened.is_some() {
+        let area = 4 + 8 * usize::from(g.queue.size());
+        assert_eq!(g.read(USED, area), theirs.read(USED, area), "the used rings");
+        assert_eq!(g.queue.next_avail(), theirs.queue.next_avail());
     }
     let frame = vec![0x5au8; 64_000];
     for (i, (len, mrg)) in [(60, true), (1514, false), (64_000, true), (1514, true)].into_iter().enumerate() {
@@ -233,7 +275,7 @@ pub fn vhost(data: &[u8]) {
         let hdr = [i as u8; 10];
         let parts = [std::io::IoSlice::new(&hdr), std::io::IoSlice::new(&frame[..len])];
         let hdr_len = if mrg { HDR_MRG } else { 10 };
-        match vnet_virtio::scatter(&mut g.queue, &g.mem, &parts, hdr_len, mrg) {
+        match g.rings(|r| vnet_virtio::scatter(r, &parts, hdr_len, mrg)).flatten() {
             Some(p) => {
                 assert!(p.buffers >= 1 && p.buffers <= MAX_RX_BUFFERS && (mrg || p.buffers == 1), "{p:?}")
             }

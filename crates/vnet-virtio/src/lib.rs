@@ -1,22 +1,27 @@
 //! The guest-facing half of a vhost-user interface: reading a frame out of
-//! a TX descriptor chain and writing one into RX buffers. These loops are
-//! ours (the rings themselves are `virtio-queue`'s, the memory accesses
-//! `vm-memory`'s checked ones) because they are the data path: what a
-//! guest may write into its descriptor table reaches them first. They take
-//! any guest memory and a bare [`Queue`], so the tests and the `vhost` fuzz
-//! target drive them with a fake guest whose descriptor table, rings and
-//! buffers are arbitrary bytes.
+//! a TX descriptor chain and writing one into RX buffers, and the split
+//! ring itself as the data path reads and writes it ([`ring`]). These
+//! loops are ours (the ring's state between batches is `virtio-queue`'s
+//! `Queue`, the memory accesses `vm-memory`'s checked ones) because they
+//! are the data path: what a guest may write into its descriptor table
+//! reaches them first, and at small frames the ring protocol is most of
+//! the cost. They take a bare [`Queue`] and guest memory, so the tests and
+//! the `vhost` fuzz target drive them with a fake guest whose descriptor
+//! table, rings and buffers are arbitrary bytes (and the fuzz target checks
+//! [`ring`] against `virtio-queue` on them).
 //!
 //! Nothing here trusts the guest: a chain that points outside its memory,
 //! mixes directions, or is longer than the buffer is refused as a whole
 //! (the caller counts it), and a frame for the guest that does not fit the
 //! buffers it posted is not placed and leaves the ring as it was.
 
+pub mod ring;
+
+pub use ring::{Chain, RingError, Rings};
 use std::io::IoSlice;
-use std::ops::Deref;
-use virtio_queue::desc::split::Descriptor;
+pub use virtio_queue::desc::split::Descriptor;
 pub use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, VolatileMemory, VolatileSlice};
 use vnet_wire::virtio;
 
 /// Most RX buffers one frame may spread over (64 KB in 4 KB pages and more).
@@ -137,33 +142,30 @@ pub struct Placed {
     pub bad_used: usize,
 }
 
-/// Writes one frame into RX buffers the guest posted in `q`: `parts`
+/// Writes one frame into RX buffers the guest posted in `r`: `parts`
 /// concatenated are the 10-byte `virtio_net_hdr` and the frame; `hdr_len`
 /// is the header the guest reads (10, or [`HDR_MRG`] with `num_buffers`),
 /// `mrg` whether the frame may spread over several chains. `None` when
 /// the buffers posted are too few, too small, or not the guest's to give
 /// (read-only, outside its memory): nothing is marked used and the ring's
-/// position is as before, so the guest loses that frame only.
-pub fn scatter<M>(q: &mut Queue, mem: M, parts: &[IoSlice<'_>], hdr_len: usize, mrg: bool) -> Option<Placed>
-where
-    M: Deref + Clone,
-    M::Target: GuestMemoryBackend + Sized,
-{
+/// position is as before, so the guest loses that frame only. A frame
+/// placed is published (the used index stored) before this returns.
+pub fn scatter(r: &mut Rings<'_>, parts: &[IoSlice<'_>], hdr_len: usize, mrg: bool) -> Option<Placed> {
+    let mem = r.memory();
     let mut src = Stream::new(parts, hdr_len);
     let mut used = [(0u16, 0u32); MAX_RX_BUFFERS];
     let mut n = 0;
-    let mut first: Option<GuestAddress> = None;
+    // The first buffer (where `num_buffers` goes), looked up once.
+    let mut first: Option<(GuestAddress, Option<VolatileSlice<'_>>)> = None;
     let mut failed = false;
     while !src.done() {
-        let chain =
-            if n < MAX_RX_BUFFERS && (n == 0 || mrg) { q.pop_descriptor_chain(mem.clone()) } else { None };
-        let Some(chain) = chain else {
+        let head = if n < MAX_RX_BUFFERS && (n == 0 || mrg) { r.pop() } else { None };
+        let Some(head) = head else {
             failed = true;
             break;
         };
-        let head = chain.head_index();
         let mut written = 0u32;
-        for d in chain {
+        for d in r.chain(head) {
             if src.done() {
                 break;
             }
@@ -171,8 +173,9 @@ where
                 failed = true;
                 break;
             }
-            first.get_or_insert(d.addr());
-            match src.write_to(&*mem, d.addr(), d.len() as usize) {
+            let slice = mem.get_slice(d.addr(), d.len() as usize).ok();
+            first.get_or_insert((d.addr(), slice));
+            match src.write_to(mem, d.addr(), d.len() as usize, slice) {
                 Some(w) => written = written.saturating_add(w as u32),
                 None => {
                     failed = true;
@@ -187,17 +190,25 @@ where
         }
     }
     if failed {
-        for _ in 0..n {
-            q.go_to_previous_position();
-        }
+        r.unpop(n as u16);
         return None;
     }
     if hdr_len == HDR_MRG {
-        if let Some(a) = first.and_then(|a| a.checked_add(virtio::LEN as u64)) {
-            let _ = mem.write_obj((n as u16).to_le(), a);
+        let count = (n as u16).to_le();
+        match first {
+            Some((_, Some(s))) => {
+                let _ = s.get_ref::<u16>(virtio::LEN).map(|v| v.store(count));
+            }
+            Some((a, None)) => {
+                if let Some(a) = a.checked_add(virtio::LEN as u64) {
+                    let _ = mem.write_obj(count, a);
+                }
+            }
+            None => {}
         }
     }
-    let bad_used = used[..n].iter().filter(|&&(head, len)| q.add_used(&*mem, head, len).is_err()).count();
+    let bad_used = used[..n].iter().filter(|&&(head, len)| !r.used(head, len)).count();
+    r.publish();
     Some(Placed { buffers: n, bad_used })
 }
 
@@ -236,15 +247,17 @@ impl<'a> Stream<'a> {
 
     /// Writes up to `room` bytes at `addr`; returns how many, or None when
     /// guest memory refused the write. A buffer within one memory region
-    /// is looked up once and written piece by piece; one that spans
-    /// regions goes through `vm-memory`'s general path, piece by piece.
+    /// comes looked up (`slice`, all of it) and is written piece by piece;
+    /// one that spans regions goes through `vm-memory`'s general path,
+    /// piece by piece.
     fn write_to<M: GuestMemoryBackend + ?Sized>(
         &mut self,
         mem: &M,
         addr: GuestAddress,
         room: usize,
+        slice: Option<VolatileSlice<'_>>,
     ) -> Option<usize> {
-        if let Ok(buf) = mem.get_slice(addr, room) {
+        if let Some(buf) = slice {
             return self.fill(room, |w, b| {
                 buf.subslice(w, b.len()).ok()?.copy_from(b);
                 Some(())
@@ -398,6 +411,16 @@ pub mod fake {
             (u32::from_le(id), u32::from_le(len))
         }
 
+        /// Runs `f` on the queue's rings opened at its position (as the
+        /// device does for one batch), and writes the position back.
+        /// `None` when they do not open.
+        pub fn rings<T>(&mut self, f: impl FnOnce(&mut super::Rings<'_>) -> T) -> Option<T> {
+            let mut r = super::Rings::open(&self.queue, &self.mem).ok()?;
+            let t = f(&mut r);
+            r.close(&mut self.queue);
+            Some(t)
+        }
+
         /// `len` bytes of guest memory at `addr`.
         pub fn read(&self, addr: u64, len: usize) -> Vec<u8> {
             let mut v = vec![0u8; len];
@@ -427,9 +450,12 @@ mod tests {
         let parts = [IoSlice::new(&p0), IoSlice::new(&[]), IoSlice::new(&body[30..])];
         let mut s = Stream::new(&parts, HDR_MRG);
         // Buffers of 7, 20 and 200 bytes.
-        assert_eq!(s.write_to(&m, GuestAddress(0x1000), 7), Some(7));
-        assert_eq!(s.write_to(&m, GuestAddress(0x2000), 20), Some(20));
-        assert_eq!(s.write_to(&m, GuestAddress(0x3000), 200), Some(112 - 27));
+        assert_eq!(s.write_to(&m, GuestAddress(0x1000), 7, None), Some(7));
+        assert_eq!(
+            s.write_to(&m, GuestAddress(0x2000), 20, m.get_slice(GuestAddress(0x2000), 20).ok()),
+            Some(20)
+        );
+        assert_eq!(s.write_to(&m, GuestAddress(0x3000), 200, None), Some(112 - 27));
         assert!(s.done());
         let mut out = [0u8; 112];
         m.read_slice(&mut out[..7], GuestAddress(0x1000)).unwrap();
@@ -446,19 +472,34 @@ mod tests {
         let d = [0u8; 64];
         let parts = [IoSlice::new(&d)];
         let mut s = Stream::new(&parts, virtio::LEN);
-        assert_eq!(s.write_to(&m, GuestAddress((1 << 16) - 8), 64), None);
+        assert_eq!(s.write_to(&m, GuestAddress((1 << 16) - 8), 64, None), None);
         let mut s = Stream::new(&parts, virtio::LEN);
-        assert_eq!(s.write_to(&m, GuestAddress(u64::MAX - 4), 64), None);
+        assert_eq!(s.write_to(&m, GuestAddress(u64::MAX - 4), 64, None), None);
     }
 
     fn frame(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i % 251) as u8).collect()
     }
 
+    /// The next TX chain, gathered.
     fn pop(g: &mut Guest) -> Option<usize> {
         let mut buf = [0u8; 4096];
-        let chain = g.queue.pop_descriptor_chain(&g.mem)?;
-        gather(&g.mem, chain, &mut buf)
+        g.rings(|r| r.pop().and_then(|head| gather(r.memory(), r.chain(head), &mut buf))).flatten()
+    }
+
+    /// The next chain, split.
+    fn pop_split(
+        g: &mut Guest,
+        buf: &mut [u8],
+        head_len: usize,
+        ranges: &mut [(GuestAddress, usize); MAX_TX_RANGES],
+    ) -> Option<Split> {
+        g.rings(|r| r.pop().and_then(|head| split(r.memory(), r.chain(head), buf, head_len, ranges)))
+            .flatten()
+    }
+
+    fn place(g: &mut Guest, parts: &[IoSlice<'_>], hdr_len: usize, mrg: bool) -> Option<Placed> {
+        g.rings(|r| scatter(r, parts, hdr_len, mrg)).flatten()
     }
 
     #[test]
@@ -467,8 +508,11 @@ mod tests {
         let _ = g.mem.write_slice(&frame(300), GuestAddress(BUFFERS));
         g.post(&[(BUFFERS, 100), (BUFFERS + 100, 200)], false);
         let mut buf = [0u8; 4096];
-        let chain = g.queue.pop_descriptor_chain(&g.mem).unwrap();
-        assert_eq!(gather(&g.mem, chain, &mut buf), Some(300));
+        let got = g.rings(|r| {
+            let head = r.pop().unwrap();
+            gather(r.memory(), r.chain(head), &mut buf)
+        });
+        assert_eq!(got, Some(Some(300)));
         assert_eq!(&buf[..300], &frame(300)[..]);
         // A buffer the device would write, memory the guest does not have,
         // more than the frame buffer holds: each refuses its chain.
@@ -479,7 +523,7 @@ mod tests {
         for _ in 0..4 {
             assert_eq!(pop(&mut g), None);
         }
-        assert!(g.queue.pop_descriptor_chain(&g.mem).is_none());
+        assert_eq!(g.rings(|r| r.pop()), Some(None));
     }
 
     #[test]
@@ -491,16 +535,14 @@ mod tests {
         let mut buf = [0u8; 4096];
         // The head ends inside the second buffer.
         g.post(&[(BUFFERS, 100), (BUFFERS + 100, 900), (BUFFERS + 1000, 2000)], false);
-        let chain = g.queue.pop_descriptor_chain(&g.mem).unwrap();
-        let sp = split(&g.mem, chain, &mut buf, 140, &mut ranges).unwrap();
+        let sp = pop_split(&mut g, &mut buf, 140, &mut ranges).unwrap();
         assert_eq!(sp, Split { len: 3000, copied: 140, ranges: 2 });
         assert_eq!(&buf[..140], &f[..140]);
         assert_eq!(ranges[..2], [(GuestAddress(BUFFERS + 140), 860), (GuestAddress(BUFFERS + 1000), 2000)]);
         // More pieces than ranges: the copied bytes still come first, in order.
         let pieces: Vec<(u64, u32)> = (0..40).map(|i| (BUFFERS + 50 * i, 50)).collect();
         g.post(&pieces, false);
-        let chain = g.queue.pop_descriptor_chain(&g.mem).unwrap();
-        let sp = split(&g.mem, chain, &mut buf, 60, &mut ranges).unwrap();
+        let sp = pop_split(&mut g, &mut buf, 60, &mut ranges).unwrap();
         assert_eq!(sp.len, 2000);
         let mut whole = buf[..sp.copied].to_vec();
         for &(a, l) in &ranges[..sp.ranges] {
@@ -509,8 +551,7 @@ mod tests {
         assert_eq!(whole, &f[..2000]);
         // A chain the guest may not send is refused, as by gather.
         g.post(&[(BUFFERS, 10), (BUFFERS + 10, 10)], true);
-        let chain = g.queue.pop_descriptor_chain(&g.mem).unwrap();
-        assert_eq!(split(&g.mem, chain, &mut buf, 60, &mut ranges), None);
+        assert_eq!(pop_split(&mut g, &mut buf, 60, &mut ranges), None);
     }
 
     #[test]
@@ -539,7 +580,7 @@ mod tests {
         let f = frame(3000);
         let hdr = [7u8; virtio::LEN];
         let parts = [IoSlice::new(&hdr), IoSlice::new(&f[..1000]), IoSlice::new(&f[1000..])];
-        let placed = scatter(&mut g.queue, &g.mem, &parts, HDR_MRG, true).unwrap();
+        let placed = place(&mut g, &parts, HDR_MRG, true).unwrap();
         assert_eq!(placed, Placed { buffers: 3, bad_used: 0 });
         assert_eq!(g.used_idx(), 3);
         assert_eq!(g.used(0), (0, 1500));
@@ -573,7 +614,7 @@ mod tests {
             for &(a, l, w) in bufs {
                 g.post(&[(a, l)], w);
             }
-            assert_eq!(scatter(&mut g.queue, &g.mem, &parts, HDR_MRG, mrg), None, "{bufs:?}");
+            assert_eq!(place(&mut g, &parts, HDR_MRG, mrg), None, "{bufs:?}");
             assert_eq!(g.queue.next_avail(), 0, "{bufs:?}");
             assert_eq!(g.used_idx(), 0, "{bufs:?}");
         }
@@ -584,10 +625,7 @@ mod tests {
         let mut g = Guest::new(4, false);
         g.post(&[(BUFFERS, 64)], true);
         let parts = [IoSlice::new(&[1u8; 4])];
-        assert_eq!(
-            scatter(&mut g.queue, &g.mem, &parts, HDR_MRG, false),
-            Some(Placed { buffers: 1, bad_used: 0 })
-        );
+        assert_eq!(place(&mut g, &parts, HDR_MRG, false), Some(Placed { buffers: 1, bad_used: 0 }));
         assert_eq!(g.used(0), (0, 6));
     }
 }

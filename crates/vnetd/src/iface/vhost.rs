@@ -43,7 +43,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -52,11 +52,8 @@ use vhost::vhost_user::Listener;
 use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, VringRwLock, VringT};
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
-use virtio_bindings::virtio_ring::{
-    VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC, VRING_AVAIL_F_NO_INTERRUPT,
-};
-use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
 use vmm_sys_util::timerfd::TimerFd;
@@ -82,7 +79,7 @@ const TX_BATCH: usize = 64;
 /// Bytes of a TX frame copied out for routing (its headers) when the rest
 /// is cut through from guest memory.
 const CUT_HEAD: usize = 128;
-use vnet_virtio::HDR_MRG;
+use vnet_virtio::{Rings, HDR_MRG};
 
 /// What vnetd offers the guest.
 fn offered_features(pairs: usize) -> u64 {
@@ -157,16 +154,21 @@ fn flag<S: serde::Serializer>(b: &AtomicBool, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// One front-end connection: the guest's memory and, as each pair's thread
-/// first hears from it, that pair's RX ring.
+/// first hears from it, that pair's RX ring (set once: a new connection is
+/// a new `Conn`, so reading it takes no atomic write).
 struct Conn {
     mem: Mem,
-    rx: Vec<ArcSwapOption<Ring>>,
+    rx: Vec<std::sync::OnceLock<Ring>>,
     /// Pairs whose RX ring is known, for spreading frames by flow.
     live: AtomicUsize,
     acked: AtomicU64,
     /// Frames placed since the guest was last signalled (optimistic
     /// interrupts), per pair.
     burst: Vec<AtomicU64>,
+    /// Per pair, the RX ring's used index when the guest's wish for a
+    /// signal was last read (`Rings::needs_signal`); changed under the
+    /// ring's lock only.
+    rx_asked: Vec<AtomicU16>,
 }
 
 impl Conn {
@@ -219,8 +221,7 @@ impl VhostDev {
         // The pair by flow, where the guest runs more than one.
         let live = conn.live.load(Relaxed).max(1);
         let pair = if live > 1 { (flow_hash(frame_start(parts)) % live as u64) as usize } else { 0 };
-        let ring = conn.rx.get(pair).map(|r| r.load());
-        let Some(Some(ring)) = ring.as_deref() else {
+        let Some(ring) = conn.rx.get(pair).and_then(|r| r.get()) else {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
             return false;
         };
@@ -228,22 +229,26 @@ impl VhostDev {
         let mrg = conn.acked.load(Relaxed) & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0;
         let mem = conn.mem.memory();
         let mut v = ring.get_mut();
-        if !v.is_enabled() || !v.get_queue().ready() {
-            self.stats.rx_no_buffers.fetch_add(1, Relaxed);
-            return false;
-        }
-        let Some(placed) = vnet_virtio::scatter(v.get_queue_mut(), mem.clone(), parts, hdr_len, mrg) else {
+        let rings = if v.is_enabled() { Rings::open(v.get_queue(), &mem).ok() } else { None };
+        let Some(mut r) = rings else {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
             return false;
         };
-        self.stats.bad_chains.fetch_add(placed.bad_used as u64, Relaxed);
-        let b = &conn.burst[pair];
-        self.stats.pair_rx[pair].fetch_add(1, Relaxed);
-        if b.fetch_add(1, Relaxed) == 0 {
-            self.stats.early_signals.fetch_add(1, Relaxed);
-            self.signal(&mut v, &mem);
+        let placed = vnet_virtio::scatter(&mut r, parts, hdr_len, mrg);
+        if let Some(p) = placed {
+            if p.bad_used > 0 {
+                self.stats.bad_chains.fetch_add(p.bad_used as u64, Relaxed);
+            }
+            self.stats.pair_rx[pair].fetch_add(1, Relaxed);
+            if conn.burst[pair].fetch_add(1, Relaxed) == 0 {
+                self.stats.early_signals.fetch_add(1, Relaxed);
+                self.signal(&r, &conn.rx_asked[pair], &v);
+            }
+        } else {
+            self.stats.rx_no_buffers.fetch_add(1, Relaxed);
         }
-        true
+        r.close(v.get_queue_mut());
+        placed.is_some()
     }
 
     /// The end of a data-path batch: signals each pair that got frames
@@ -254,24 +259,27 @@ impl VhostDev {
         let mem = conn.mem.memory();
         for (pair, b) in conn.burst.iter().enumerate() {
             if b.swap(0, Relaxed) > 1 {
-                if let Some(ring) = conn.rx[pair].load().as_deref() {
-                    self.signal(&mut ring.get_mut(), &mem);
+                if let Some(ring) = conn.rx[pair].get() {
+                    let v = ring.get_mut();
+                    if let Ok(r) = Rings::open(v.get_queue(), &mem) {
+                        self.signal(&r, &conn.rx_asked[pair], &v);
+                    }
                 }
             }
         }
     }
 
     /// Signals the guest that a ring has used buffers, unless it said it
-    /// wants no signal: with `EVENT_IDX` by its used event index; without,
-    /// by `VRING_AVAIL_F_NO_INTERRUPT` (a guest polling its rings sets it;
-    /// `virtio-queue` does not read it, so it is read here).
-    fn signal(&self, v: &mut vhost_user_backend::VringState<Mem>, mem: &GuestMemoryMmap) {
-        let q = v.get_queue();
-        let no_interrupt = !q.event_idx_enabled()
-            && mem
-                .load::<u16>(vm_memory::GuestAddress(q.avail_ring()), std::sync::atomic::Ordering::Acquire)
-                .is_ok_and(|f| u16::from_le(f) & VRING_AVAIL_F_NO_INTERRUPT as u16 != 0);
-        if !no_interrupt && v.needs_notification().unwrap_or(true) {
+    /// wants no signal: with `EVENT_IDX` by its used event index, since
+    /// the used index `asked` (when it was last asked; updated); without,
+    /// by `VRING_AVAIL_F_NO_INTERRUPT` (a guest polling its rings sets it).
+    /// Called with the ring's lock held (`v`), after the used entries were
+    /// published.
+    fn signal(&self, r: &Rings<'_>, asked: &AtomicU16, v: &vhost_user_backend::VringState<Mem>) {
+        let mut last = asked.load(Relaxed);
+        let wanted = r.needs_signal(&mut last);
+        asked.store(last, Relaxed);
+        if wanted {
             self.stats.signals.fetch_add(1, Relaxed);
             let _ = v.signal_used_queue();
         } else {
@@ -307,8 +315,16 @@ impl EnginePort for VhostDev {
             if hdr {
                 return self.deliver(parts);
             }
-            let mut all = [IoSlice::new(&[]); vnet_engine::GSO_MAX_SEGS + 2];
             let none = VirtioNetHdr::NONE.emit();
+            // A frame in one or two pieces (nearly all) without filling a
+            // 66-slice array first: at small frames that array cost more
+            // than the frame's copy.
+            match *parts {
+                [p] => return self.deliver(&[IoSlice::new(&none), p]),
+                [p, q] => return self.deliver(&[IoSlice::new(&none), p, q]),
+                _ => {}
+            }
+            let mut all = [IoSlice::new(&[]); vnet_engine::GSO_MAX_SEGS + 2];
             if parts.len() + 1 > all.len() {
                 return false;
             }
@@ -352,6 +368,9 @@ struct PairWorker {
     /// Whether this pair's thread has been put on its CPU (the library
     /// makes the threads; each places itself at its first event).
     placed_on_cpu: bool,
+    /// The TX ring's used index when the guest's wish for a signal was
+    /// last read.
+    tx_asked: AtomicU16,
 }
 
 /// The `vhost-user-backend` device of one connection.
@@ -436,8 +455,7 @@ impl VhostUserBackend for NetBackend {
         else {
             return Ok(());
         };
-        if slot.load().is_none() {
-            slot.store(Some(Arc::new(rx.clone())));
+        if slot.get().is_none() && slot.set(rx.clone()).is_ok() {
             self.conn.live.fetch_max(thread + 1, Relaxed);
         }
         if event == 0 {
@@ -525,30 +543,51 @@ impl NetBackend {
         let hdr_len = self.conn.hdr_len();
         let port = Port::Interface(self.iface);
         let mut n = 0;
+        // Frames and bytes taken, and frames cut through: counted once a
+        // batch (two atomic adds a frame were a tenth of a 64-byte frame's cost).
+        let (mut frames, mut bytes, mut cut) = (0u64, 0u64, 0u64);
         // The TX ring's lock for the whole batch (one lock, not two a frame):
         // only this pair's thread takes frames from it; a front end's
         // control message waits for the batch.
         let mut txv = tx.get_mut();
+        let Ok(mut r) = Rings::open(txv.get_queue(), &mem) else { return 0 };
         while n < TX_BATCH {
-            let Some(chain) = txv.get_queue_mut().pop_descriptor_chain(mem.clone()) else { break };
+            let Some(head) = r.pop() else { break };
             n += 1;
-            let head = chain.head_index();
-            let split = vnet_virtio::split(&*mem, chain, &mut w.buf, hdr_len + CUT_HEAD, &mut w.ranges);
+            let split =
+                vnet_virtio::split(&*mem, r.chain(head), &mut w.buf, hdr_len + CUT_HEAD, &mut w.ranges);
             let taken = match split.filter(|sp| sp.copied >= hdr_len && sp.len > hdr_len) {
-                Some(sp) => self.take(&plane, ifc, port, &mem, hdr_len, sp, w),
-                None => false,
+                Some(sp) => self.take(&plane, port, &mem, hdr_len, sp, w),
+                None => None,
             };
-            if !taken {
-                self.dev.stats.bad_chains.fetch_add(1, Relaxed);
-                ifc.rx.drop_one();
+            match taken {
+                Some((len, through)) => {
+                    frames += 1;
+                    bytes += len as u64;
+                    cut += u64::from(through);
+                }
+                None => {
+                    self.dev.stats.bad_chains.fetch_add(1, Relaxed);
+                    ifc.rx.drop_one();
+                }
             }
-            if txv.add_used(head, 0).is_err() {
+            if !r.used(head, 0) {
                 self.dev.stats.bad_chains.fetch_add(1, Relaxed);
             }
         }
         if n > 0 {
-            // Completions of the guest's sends: it reclaims its buffers.
-            self.dev.signal(&mut txv, &mem);
+            // Completions of the guest's sends (one used-index store for the
+            // batch): it reclaims its buffers.
+            r.publish();
+            self.dev.signal(&r, &w.tx_asked, &txv);
+        }
+        r.close(txv.get_queue_mut());
+        drop(txv);
+        ifc.rx.add_many(frames, bytes);
+        if cut > 0 {
+            self.dev.stats.cut_through.fetch_add(cut, Relaxed);
+        }
+        if n > 0 {
             w.fw.report();
         }
         n
@@ -556,23 +595,22 @@ impl NetBackend {
 
     /// Forwards one frame read by [`vnet_virtio::split`]: cut through when
     /// some of it stayed in guest memory and its destinations take it in
-    /// pieces, else copied whole into the frame buffer first. False for a
-    /// frame that is not one (a bad header, memory not the guest's).
-    #[allow(clippy::too_many_arguments)]
+    /// pieces, else copied whole into the frame buffer first. Returns the
+    /// frame's length and whether it was cut through; `None` for a frame
+    /// that is not one (a bad header, memory not the guest's).
     fn take(
         &self,
         plane: &vnet_engine::Plane,
-        ifc: &vnet_engine::Iface,
         port: Port,
         mem: &GuestMemoryMmap,
         hdr_len: usize,
         sp: vnet_virtio::Split,
         w: &mut PairWorker,
-    ) -> bool {
+    ) -> Option<(usize, bool)> {
         // The 10-byte header right before the frame (past `num_buffers`).
         let vh_at = hdr_len - virtio::LEN;
         w.buf.copy_within(..virtio::LEN, vh_at);
-        let Some(vh) = VirtioNetHdr::parse(&w.buf[vh_at..]) else { return false };
+        let vh = VirtioNetHdr::parse(&w.buf[vh_at..])?;
         let frame_len = sp.len - hdr_len;
         if sp.ranges > 0 && sp.copied >= hdr_len + 14 {
             let mut iov = [IoSlice::new(&[]); vnet_virtio::MAX_TX_RANGES + 1];
@@ -584,24 +622,17 @@ impl NetBackend {
                 k += 1;
             }
             if k == sp.ranges + 1 && w.fw.forward_parts(plane, port, &iov[..k], virtio::LEN + frame_len) {
-                ifc.rx.add(frame_len);
-                self.dev.stats.cut_through.fetch_add(1, Relaxed);
-                return true;
+                return Some((frame_len, true));
             }
         }
         // Whole, in the frame buffer: the ranges copied after the head.
         let mut at = sp.copied;
         for &(a, l) in &w.ranges[..sp.ranges] {
-            let Some(dst) = w.buf.get_mut(at..at + l) else { return false };
-            if vnet_virtio::read_into(mem, a, dst).is_none() {
-                return false;
-            }
+            vnet_virtio::read_into(mem, a, w.buf.get_mut(at..at + l)?)?;
             at += l;
         }
-        let frame = &mut w.buf[hdr_len..sp.len];
-        ifc.rx.add(frame.len());
-        w.fw.forward(plane, port, vh, frame);
-        true
+        w.fw.forward(plane, port, vh, &mut w.buf[hdr_len..sp.len]);
+        Some((frame_len, false))
     }
 }
 
@@ -684,10 +715,11 @@ fn serve_one(
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let conn = Arc::new(Conn {
         mem: mem.clone(),
-        rx: (0..dev.pairs).map(|_| ArcSwapOption::empty()).collect(),
+        rx: (0..dev.pairs).map(|_| std::sync::OnceLock::new()).collect(),
         live: AtomicUsize::new(0),
         acked: AtomicU64::new(0),
         burst: (0..dev.pairs).map(|_| AtomicU64::new(0)).collect(),
+        rx_asked: (0..dev.pairs).map(|_| AtomicU16::new(0)).collect(),
     });
     let now = Instant::now();
     let workers = (0..dev.pairs)
@@ -700,6 +732,7 @@ fn serve_one(
                 // The counter runs over every connection: start from it.
                 placed_seen: dev.stats.pair_rx[p].load(Relaxed),
                 placed_on_cpu: false,
+                tx_asked: AtomicU16::new(0),
             })
         })
         .collect();
