@@ -133,6 +133,12 @@ enum Cmd {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// Place the threads as a guest on vCPUs of its own would have
+        /// them: both front ends on the first allowed CPU, vnetd's
+        /// vhost-user and TAP workers on the last (`--worker-cpus`).
+        /// Unplaced (the default), the three busy threads share every CPU.
+        #[arg(long)]
+        placed: bool,
     },
     /// Build a lab and keep it until Ctrl-C, printing how to reach it.
     Up {
@@ -293,7 +299,7 @@ fn main() -> ExitCode {
             })
         }
         Cmd::Compare { old, new } => compare(&old, &new, None),
-        Cmd::VhostLoad { seconds } => vhost_load(seconds),
+        Cmd::VhostLoad { seconds, placed } => vhost_load(seconds, placed),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -533,12 +539,22 @@ fn read_json(path: &std::path::Path) -> vnet_lab::Result<serde_json::Value> {
 }
 
 /// `vnet-lab vhost-load`: one lab, both measurements, one table.
-fn vhost_load(secs: f64) -> vnet_lab::Result<()> {
-    let lab = Lab::up(Spec { vms_per_host: 0, ..Spec::default() })?;
-    let lens = [64, 1500, 60_000];
+fn vhost_load(secs: f64, placed: bool) -> vnet_lab::Result<()> {
     let e = vnet_lab::Error::Other;
-    let vhost = vnet_lab::vhost_load::measure(&lab, &lens, secs).map_err(e)?;
-    let tap = vnet_lab::vhost_load::measure_tap(&lab, &lens, secs).map_err(e)?;
+    let cpus = vnetd::sys::allowed_cpus().map_err(|x| e(format!("allowed CPUs: {x}")))?;
+    let (front, worker) = match (placed, cpus.first(), cpus.last()) {
+        (true, Some(&f), Some(&w)) if f != w => (Some(f), Some(w)),
+        (true, ..) => return Err(e("--placed needs two CPUs".into())),
+        _ => (None, None),
+    };
+    let vnetd_args = worker.map(|w| vec!["--worker-cpus".to_string(), w.to_string()]).unwrap_or_default();
+    let lab = Lab::up(Spec { vms_per_host: 0, vnetd_args, ..Spec::default() })?;
+    let lens = [64, 1500, 60_000];
+    if let (Some(f), Some(w)) = (front, worker) {
+        println!("placed: front ends on CPU {f}, vnetd's workers on CPU {w}\n");
+    }
+    let vhost = vnet_lab::vhost_load::measure(&lab, &lens, secs, front).map_err(e)?;
+    let tap = vnet_lab::vhost_load::measure_tap(&lab, &lens, secs, front).map_err(e)?;
     println!("| frame | vhost-user frames/s | ns a frame | Gbit/s | TAP frames/s | ns a frame | Gbit/s | vhost-user / TAP |");
     println!("|---|---|---|---|---|---|---|---|");
     for (v, t) in vhost.iter().zip(&tap) {

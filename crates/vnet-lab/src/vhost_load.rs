@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost::vhost_user::{Frontend, VhostUserFrontend};
 use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
-use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileSlice};
 use vmm_sys_util::eventfd::EventFd;
 
 /// Ring size (descriptors per queue).
@@ -59,6 +59,19 @@ pub struct Front {
 fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
+
+/// Queue `q`'s rings (descriptor table, avail and used ring), looked up
+/// once, as a guest driver holds them: the load generator should cost the
+/// machine no more than a good driver does.
+fn rings(mem: &GuestMemoryMmap, q: usize) -> Result<VolatileSlice<'_>, String> {
+    mem.get_slice(GuestAddress(ring_base(q as u64)), RINGS).map_err(err("the rings"))
+}
+
+/// Where the avail and used rings are in a queue's rings.
+const AVAIL: usize = 0x1000;
+const USED: usize = 0x2000;
+/// The bytes of a queue's rings.
+const RINGS: usize = 0x3000;
 
 /// Names each front end's memory file apart (several per process).
 static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -107,14 +120,14 @@ impl Front {
         for q in 0..2u64 {
             let b = ring_base(q);
             // The driver's rings: no interrupts wanted.
-            mem.write_obj(NO_INTERRUPT.to_le(), GuestAddress(b + 0x1000)).map_err(err("ring"))?;
+            mem.write_obj(NO_INTERRUPT.to_le(), GuestAddress(b + AVAIL as u64)).map_err(err("ring"))?;
             let cfg = VringConfigData {
                 queue_max_size: QUEUE,
                 queue_size: QUEUE,
                 flags: 0,
                 desc_table_addr: host + b,
-                used_ring_addr: host + b + 0x2000,
-                avail_ring_addr: host + b + 0x1000,
+                used_ring_addr: host + b + USED as u64,
+                avail_ring_addr: host + b + AVAIL as u64,
                 log_addr: None,
             };
             let i = q as usize;
@@ -138,27 +151,23 @@ impl Front {
     }
 
     /// Makes descriptor `head` of queue `q` available (not yet published).
-    fn offer(&mut self, q: usize, head: u16) {
-        let slot = self.avail[q] % QUEUE;
-        let at = GuestAddress(ring_base(q as u64) + 0x1000 + 4 + 2 * u64::from(slot));
-        let _ = self.mem.write_obj(head.to_le(), at);
+    fn offer(&mut self, rings: &VolatileSlice<'_>, q: usize, head: u16) {
+        let slot = usize::from(self.avail[q] % QUEUE);
+        let _ = rings.store(head.to_le(), AVAIL + 4 + 2 * slot, Ordering::Relaxed);
         self.avail[q] = self.avail[q].wrapping_add(1);
     }
 
     /// Publishes the avail index of queue `q`, kicking vnetd if it asks for kicks.
-    fn publish(&self, q: usize) {
-        let b = ring_base(q as u64);
-        let _ = self.mem.store(self.avail[q].to_le(), GuestAddress(b + 0x1000 + 2), Ordering::Release);
-        let flags: u16 = self.mem.load(GuestAddress(b + 0x2000), Ordering::Acquire).unwrap_or(0);
+    fn publish(&self, rings: &VolatileSlice<'_>, q: usize) {
+        let _ = rings.store(self.avail[q].to_le(), AVAIL + 2, Ordering::Release);
+        let flags: u16 = rings.load(USED, Ordering::Acquire).unwrap_or(0);
         if u16::from_le(flags) & NO_NOTIFY == 0 {
             let _ = self.kick[q].write(1);
         }
     }
 
-    fn used_idx(&self, q: usize) -> u16 {
-        let v: u16 =
-            self.mem.load(GuestAddress(ring_base(q as u64) + 0x2000 + 2), Ordering::Acquire).unwrap_or(0);
-        u16::from_le(v)
+    fn used_idx(rings: &VolatileSlice<'_>) -> u16 {
+        u16::from_le(rings.load(USED + 2, Ordering::Acquire).unwrap_or(0))
     }
 
     /// Sends frames of `len` bytes (destination `dst`, source `src`) for
@@ -175,8 +184,10 @@ impl Front {
         }
         let end = Instant::now() + Duration::from_secs_f64(secs);
         let mut sent = 0u64;
+        let mem = self.mem.clone();
+        let Ok(rings) = rings(&mem, 1) else { return 0 };
         while Instant::now() < end {
-            let used = self.used_idx(1);
+            let used = Self::used_idx(&rings);
             sent += u64::from(used.wrapping_sub(self.used[1]));
             self.used[1] = used;
             let in_flight = self.avail[1].wrapping_sub(used);
@@ -189,9 +200,9 @@ impl Front {
             }
             for _ in 0..free {
                 let head = self.avail[1] % QUEUE;
-                self.offer(1, head);
+                self.offer(&rings, 1, head);
             }
-            self.publish(1);
+            self.publish(&rings, 1);
         }
         sent
     }
@@ -199,30 +210,32 @@ impl Front {
     /// Keeps the RX ring full for `secs`: returns the frames and bytes
     /// vnetd placed (a frame over several buffers counts once per buffer).
     pub fn receive(&mut self, secs: f64) -> (u64, u64) {
+        let mem = self.mem.clone();
+        let Ok(rings) = rings(&mem, 0) else { return (0, 0) };
         for i in 0..QUEUE {
             let addr = BUFFERS + SLOT * u64::from(i);
             self.desc(0, i, addr, SLOT as u32, WRITE);
-            self.offer(0, i);
+            self.offer(&rings, 0, i);
         }
-        self.publish(0);
+        self.publish(&rings, 0);
         let end = Instant::now() + Duration::from_secs_f64(secs);
         let (mut frames, mut bytes) = (0u64, 0u64);
         while Instant::now() < end {
-            let used = self.used_idx(0);
+            let used = Self::used_idx(&rings);
             if used == self.used[0] {
                 std::thread::yield_now();
                 continue;
             }
             while self.used[0] != used {
-                let at = ring_base(0) + 0x2000 + 4 + 8 * u64::from(self.used[0] % QUEUE);
-                let id: u32 = self.mem.read_obj(GuestAddress(at)).unwrap_or(0);
-                let len: u32 = self.mem.read_obj(GuestAddress(at + 4)).unwrap_or(0);
+                let at = USED + 4 + 8 * usize::from(self.used[0] % QUEUE);
+                let id: u32 = rings.load(at, Ordering::Relaxed).unwrap_or(0);
+                let len: u32 = rings.load(at + 4, Ordering::Relaxed).unwrap_or(0);
                 frames += 1;
                 bytes += u64::from(u32::from_le(len)).saturating_sub(HDR as u64);
-                self.offer(0, (u32::from_le(id) % u32::from(QUEUE)) as u16);
+                self.offer(&rings, 0, (u32::from_le(id) % u32::from(QUEUE)) as u16);
                 self.used[0] = self.used[0].wrapping_add(1);
             }
-            self.publish(0);
+            self.publish(&rings, 0);
         }
         (frames, bytes)
     }
@@ -262,10 +275,20 @@ impl Rate {
     }
 }
 
+/// Puts the calling thread on `cpu`, if one is given.
+fn place(cpu: Option<usize>) -> Result<(), String> {
+    match cpu {
+        Some(c) => {
+            vnetd::sys::pin_current_thread(c).map_err(|e| format!("placing a front end on CPU {c}: {e}"))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Two vhost-user interfaces on host 0 of a lab, `g0` routed to `g1`; a
 /// front end sends frames of each length in `lens` on `g0` for `secs`
-/// while another receives on `g1`.
-pub fn measure(lab: &crate::Lab, lens: &[usize], secs: f64) -> Result<Vec<Rate>, String> {
+/// while another receives on `g1`; both on CPU `cpu` if one is given.
+pub fn measure(lab: &crate::Lab, lens: &[usize], secs: f64, cpu: Option<usize>) -> Result<Vec<Rate>, String> {
     let (s0, s1) = (lab.dir.join("g0.sock"), lab.dir.join("g1.sock"));
     let (m0, m1) = ([0x52, 0x54, 0, 0x77, 0, 1], [0x52, 0x54, 0, 0x77, 0, 2]);
     let mac = |m: [u8; 6]| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
@@ -283,11 +306,15 @@ pub fn measure(lab: &crate::Lab, lens: &[usize], secs: f64) -> Result<Vec<Rate>,
     for &len in lens {
         let mut rx = Front::connect(&s1, dir)?;
         let mut tx = Front::connect(&s0, dir)?;
-        let receiver = std::thread::spawn(move || rx.receive(secs + 0.5));
+        let receiver = std::thread::spawn(move || place(cpu).map(|_| rx.receive(secs + 0.5)));
         std::thread::sleep(Duration::from_millis(200));
-        let sent = tx.send(len, m1, m0, secs);
-        let (frames, bytes) = receiver.join().map_err(|_| "the receiver panicked".to_string())?;
+        let sender = std::thread::spawn(move || place(cpu).map(|_| (tx.send(len, m1, m0, secs), tx)));
+        let (sent, tx) = sender.join().map_err(|_| "the sender panicked".to_string())??;
+        let (frames, bytes) = receiver.join().map_err(|_| "the receiver panicked".to_string())??;
         out.push(Rate::of(len, sent, frames, bytes, secs));
+        if let Some(c) = ring_counters(lab) {
+            eprintln!("{len} B: {c}");
+        }
         drop(tx);
         // vnetd serves the next front end on the same socket.
         std::thread::sleep(Duration::from_millis(300));
@@ -295,10 +322,30 @@ pub fn measure(lab: &crate::Lab, lens: &[usize], secs: f64) -> Result<Vec<Rate>,
     Ok(out)
 }
 
+/// The sending interface's dispatch counters and the receiving one's
+/// drops so far, as a line (what tells a run that polled from one that
+/// slept on kicks).
+fn ring_counters(lab: &crate::Lab) -> Option<String> {
+    let out = lab.vnetctl(0, &["--json", "show", "interfaces"]).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let of = |name: &str| v["interfaces"].as_array()?.iter().find(|i| i["name"] == name).cloned();
+    let (g0, g1) = (of("g0")?, of("g1")?);
+    Some(format!(
+        "g0 dispatch {} mode_switches {} kicks {} wakeups {} polled_frames {}; g1 rx_no_buffers {} signals {}",
+        g0["dispatch"], g0["mode_switches"], g0["kicks"], g0["wakeups"], g0["polled_frames"], g1["rx_no_buffers"], g1["signals"]
+    ))
+}
+
 /// The same load through two TAPs on vnetd's user path: a packet socket on
 /// the kernel side of TAP `vtl0` sends (vnetd reads the frames from the
-/// TAP's file descriptor), one on `vtl1` counts what vnetd wrote there.
-pub fn measure_tap(lab: &crate::Lab, lens: &[usize], secs: f64) -> Result<Vec<Rate>, String> {
+/// TAP's file descriptor), one on `vtl1` counts what vnetd wrote there;
+/// both on CPU `cpu` if one is given.
+pub fn measure_tap(
+    lab: &crate::Lab,
+    lens: &[usize],
+    secs: f64,
+    cpu: Option<usize>,
+) -> Result<Vec<Rate>, String> {
     use std::io::{Read, Write};
     let (m0, m1) = ([0x52, 0x54, 0, 0x77, 1, 1], [0x52, 0x54, 0, 0x77, 1, 2]);
     let mac = |m: [u8; 6]| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
@@ -318,6 +365,7 @@ pub fn measure_tap(lab: &crate::Lab, lens: &[usize], secs: f64) -> Result<Vec<Ra
     for &len in lens {
         let (mut tx, mut rx) = (open("vtl0")?, open("vtl1")?);
         let receiver = std::thread::spawn(move || {
+            place(cpu)?;
             let mut buf = vec![0u8; 70_000];
             let end = Instant::now() + Duration::from_secs_f64(secs + 0.5);
             let (mut frames, mut bytes) = (0u64, 0u64);
@@ -330,23 +378,28 @@ pub fn measure_tap(lab: &crate::Lab, lens: &[usize], secs: f64) -> Result<Vec<Ra
                     Err(_) => std::thread::yield_now(),
                 }
             }
-            (frames, bytes)
+            Ok::<_, String>((frames, bytes))
         });
         std::thread::sleep(Duration::from_millis(200));
-        let mut frame = vec![0u8; len.max(60)];
-        frame[..6].copy_from_slice(&m1);
-        frame[6..12].copy_from_slice(&m0);
-        frame[12..14].copy_from_slice(&[0x88, 0xb5]);
-        let end = Instant::now() + Duration::from_secs_f64(secs);
-        let mut sent = 0u64;
-        while Instant::now() < end {
-            // A packet socket sends a frame whole or not at all.
-            match tx.write(&frame) {
-                Ok(n) if n == frame.len() => sent += 1,
-                _ => std::thread::yield_now(),
+        let sender = std::thread::spawn(move || {
+            place(cpu)?;
+            let mut frame = vec![0u8; len.max(60)];
+            frame[..6].copy_from_slice(&m1);
+            frame[6..12].copy_from_slice(&m0);
+            frame[12..14].copy_from_slice(&[0x88, 0xb5]);
+            let end = Instant::now() + Duration::from_secs_f64(secs);
+            let mut sent = 0u64;
+            while Instant::now() < end {
+                // A packet socket sends a frame whole or not at all.
+                match tx.write(&frame) {
+                    Ok(n) if n == frame.len() => sent += 1,
+                    _ => std::thread::yield_now(),
+                }
             }
-        }
-        let (frames, bytes) = receiver.join().map_err(|_| "the receiver panicked".to_string())?;
+            Ok::<_, String>(sent)
+        });
+        let sent = sender.join().map_err(|_| "the sender panicked".to_string())??;
+        let (frames, bytes) = receiver.join().map_err(|_| "the receiver panicked".to_string())??;
         out.push(Rate::of(len, sent, frames, bytes, secs));
     }
     Ok(out)

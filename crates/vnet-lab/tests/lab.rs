@@ -4622,7 +4622,7 @@ fn a_transaction_that_fails_at_commit_or_is_aborted_changes_nothing_and_traffic_
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn the_vhost_user_backend_carries_frames_between_front_ends_without_a_guest() {
     let lab = lab(Spec { vms_per_host: 0, ..Spec::default() });
-    let rates = vnet_lab::vhost_load::measure(&lab, &[64, 1500, 60_000], 1.0).unwrap();
+    let rates = vnet_lab::vhost_load::measure(&lab, &[64, 1500, 60_000], 1.0, None).unwrap();
     for r in &rates {
         eprintln!(
             "vhost-user g0 -> g1, {} B frames: {:.0} frames/s taken, {:.0} placed ({:.0} ns a frame, {:.2} Gbit/s)",
@@ -4649,7 +4649,7 @@ fn the_vhost_user_backend_carries_frames_between_front_ends_without_a_guest() {
     assert_eq!(g0["bad_chains"], 0, "{g0}");
     assert!(g0["cut_through"].as_u64().unwrap() >= 1000, "{g0}");
     // The same load through two TAPs (the user path's other way in).
-    let taps = vnet_lab::vhost_load::measure_tap(&lab, &[64, 1500, 60_000], 1.0).unwrap();
+    let taps = vnet_lab::vhost_load::measure_tap(&lab, &[64, 1500, 60_000], 1.0, None).unwrap();
     for (t, v) in taps.iter().zip(&rates) {
         eprintln!(
             "TAP t0 -> t1, {} B frames: {:.0} frames/s placed ({:.0} ns a frame, {:.2} Gbit/s); vhost-user / TAP: {:.2}x",
