@@ -61,15 +61,22 @@ by_hand=(an_upgrade_from_the_previous_package)
 # Tests whose traffic never takes the kernel path (secured, TCP and TLS
 # links are the user path's), that put their VMs on TAPs themselves (the
 # user path's workers, the baselines without vnet), or that test no data
-# path (the control endpoint, the CNI plugin's refusals): once, on the
-# user path pass.
+# path (the control endpoint, the CNI plugin's refusals, its address pool
+# and garbage collection, what the cluster accepts from etcd, the saved
+# configuration): once, on the user path pass. (The kernel pass keeps the
+# cluster tests that move traffic: its maps follow the same table.)
 user_only=(rekeying_ encrypted_links_ a_handshake_initiation_replayed tcp_link_ tls_ a_tls_control a_secured_link_follows hosts_behind_nats_
     ten_thousand_slow a_thousand_control an_unprivileged_client cni_malformed cni_unknown_version
     cni_missing_netns cni_vnetd_not_running every_baseline_ bridged_baseline_ adaptive_dispatch_polls_under_load
-    workers_run_on many_streams_are_read an_encrypted_links_65000)
+    workers_run_on many_streams_are_read an_encrypted_links_65000 secured_links_agree
+    cluster_records_a_stranger a_forged_claim_or_host_record a_host_whose_certificate_expires a_cluster_line_in_the_config
+    saved_runtime_changes cni_an_exhausted_subnet cni_gc_removes cni_a_hundred_parallel_adds)
+# Tests that put their VMs on the kernel path themselves whatever the pass
+# (the kernel maps' own tests): once, on the kernel pass.
+kernel_only=(kernel_path_carries_unicast a_network_of_100000_macs a_change_the_kernel_maps_refuse)
 step "namespace integration tests (root), user path"
 cargo build --workspace --bins
-tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}" "${by_hand[@]/#/--skip=}"
+tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=2 "${serial[@]/#/--skip=}" "${by_hand[@]/#/--skip=}" "${kernel_only[@]/#/--skip=}"
 step "QEMU guests (TCG) on TAP and vhost-user, the floods and the polling test, one at a time"
 tests cargo test -p vnet-lab --test lab -- --ignored --test-threads=1 "${serial[@]}"
 step "namespace integration tests (root), again with every VM on the kernel (eBPF) path"
