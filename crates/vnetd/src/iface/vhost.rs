@@ -130,6 +130,9 @@ pub struct RingStats {
     /// Frames from the guest cut through: handed to their destination
     /// from guest memory, not through the frame buffer.
     pub cut_through: AtomicU64,
+    /// Small frames for the guest held for the end of their burst and
+    /// placed there together, under one lock of the ring.
+    pub held_frames: AtomicU64,
     /// Front ends served since the interface was made (1 + reconnects).
     #[serde(rename = "vhost_connections")]
     pub connections: AtomicU64,
@@ -162,9 +165,9 @@ struct Conn {
     /// Pairs whose RX ring is known, for spreading frames by flow.
     live: AtomicUsize,
     acked: AtomicU64,
-    /// Frames placed since the guest was last signalled (optimistic
-    /// interrupts), per pair.
-    burst: Vec<AtomicU64>,
+    /// Per pair: the burst in progress (frames since the guest was last
+    /// signalled, the small frames held for the end of the burst).
+    bursts: Vec<Mutex<Burst>>,
     /// Per pair, the RX ring's used index when the guest's wish for a
     /// signal was last read (`Rings::needs_signal`); changed under the
     /// ring's lock only.
@@ -210,8 +213,17 @@ impl VhostDev {
 
     /// Writes one frame into the guest's RX ring. `parts` concatenated are
     /// the 10-byte `virtio_net_hdr` and the frame. Returns whether it was
-    /// placed; the guest is signalled for the first frame of a burst, and
-    /// by [`VhostDev::end_burst`] for the rest.
+    /// placed (or held, below); the guest is signalled for the first frame
+    /// of a burst, and by [`VhostDev::end_burst`] for the rest.
+    ///
+    /// The first frame of a burst is placed at once (optimistic
+    /// interrupts). A small frame after it (at most [`HELD_FRAME`] bytes)
+    /// is copied aside while the guest has posted buffers for it, and the
+    /// frames held are placed together at the end of the burst, under one
+    /// lock of the ring and one opening of its rings: at 64-byte frames the
+    /// lock, the loads and the opening cost more than the frame. A frame
+    /// that is not held places the ones held before it first, so a pair's
+    /// frames keep their order.
     pub fn deliver(&self, parts: &[IoSlice<'_>]) -> bool {
         let guard = self.conn.load();
         let Some(conn) = guard.as_ref() else {
@@ -225,30 +237,80 @@ impl VhostDev {
             self.stats.rx_no_buffers.fetch_add(1, Relaxed);
             return false;
         };
+        let mut b = conn.bursts[pair].lock().unwrap_or_else(|e| e.into_inner());
+        if b.frames > 0 && b.hold(parts) {
+            b.frames += 1;
+            return true;
+        }
+        let first = b.frames == 0;
+        let placed = self.place(conn, pair, ring, &mut b, Some(parts));
+        if placed {
+            b.frames += 1;
+            if first {
+                self.stats.early_signals.fetch_add(1, Relaxed);
+            }
+        }
+        placed
+    }
+
+    /// Places the frames `b` holds and then `frame` (if any) in pair
+    /// `pair`'s RX ring, under one lock of it; signals the guest for a
+    /// burst's first frame. Counts what is placed and what finds no buffer;
+    /// returns whether `frame` was placed. `b` learns how many chains the
+    /// guest has left posted, which the next frames held may take.
+    fn place(
+        &self,
+        conn: &Conn,
+        pair: usize,
+        ring: &Ring,
+        b: &mut Burst,
+        frame: Option<&[IoSlice<'_>]>,
+    ) -> bool {
         let hdr_len = conn.hdr_len();
         let mrg = conn.acked.load(Relaxed) & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0;
         let mem = conn.mem.memory();
         let mut v = ring.get_mut();
         let rings = if v.is_enabled() { Rings::open(v.get_queue(), &mem).ok() } else { None };
         let Some(mut r) = rings else {
-            self.stats.rx_no_buffers.fetch_add(1, Relaxed);
+            let lost = b.held as u64 + u64::from(frame.is_some());
+            self.stats.rx_no_buffers.fetch_add(lost, Relaxed);
+            b.clear();
             return false;
         };
-        let placed = vnet_virtio::scatter(&mut r, parts, hdr_len, mrg);
-        if let Some(p) = placed {
-            if p.bad_used > 0 {
-                self.stats.bad_chains.fetch_add(p.bad_used as u64, Relaxed);
-            }
-            self.stats.pair_rx[pair].fetch_add(1, Relaxed);
-            if conn.burst[pair].fetch_add(1, Relaxed) == 0 {
-                self.stats.early_signals.fetch_add(1, Relaxed);
-                self.signal(&r, &conn.rx_asked[pair], &v);
-            }
-        } else {
-            self.stats.rx_no_buffers.fetch_add(1, Relaxed);
+        let (mut placed, mut lost, mut bad) = (0u64, 0u64, 0u64);
+        let mut put =
+            |r: &mut Rings<'_>, parts: &[IoSlice<'_>]| match vnet_virtio::scatter(r, parts, hdr_len, mrg) {
+                Some(p) => {
+                    placed += 1;
+                    bad += p.bad_used as u64;
+                    true
+                }
+                None => {
+                    lost += 1;
+                    false
+                }
+            };
+        for k in 0..b.held {
+            put(&mut r, &[IoSlice::new(b.frame(k))]);
+        }
+        if b.held > 0 {
+            self.stats.held_frames.fetch_add(b.held as u64, Relaxed);
+        }
+        b.clear();
+        let ok = frame.is_some_and(|f| put(&mut r, f));
+        b.credit = r.available().unwrap_or(0);
+        self.stats.pair_rx[pair].fetch_add(placed, Relaxed);
+        if lost > 0 {
+            self.stats.rx_no_buffers.fetch_add(lost, Relaxed);
+        }
+        if bad > 0 {
+            self.stats.bad_chains.fetch_add(bad, Relaxed);
+        }
+        if ok && b.frames == 0 {
+            self.signal(&r, &conn.rx_asked[pair], &v);
         }
         r.close(v.get_queue_mut());
-        placed.is_some()
+        ok
     }
 
     /// The end of a data-path batch: signals each pair that got frames
@@ -256,14 +318,17 @@ impl VhostDev {
     pub fn end_burst(&self) {
         let guard = self.conn.load();
         let Some(conn) = guard.as_ref() else { return };
-        let mem = conn.mem.memory();
-        for (pair, b) in conn.burst.iter().enumerate() {
-            if b.swap(0, Relaxed) > 1 {
-                if let Some(ring) = conn.rx[pair].get() {
-                    let v = ring.get_mut();
-                    if let Ok(r) = Rings::open(v.get_queue(), &mem) {
-                        self.signal(&r, &conn.rx_asked[pair], &v);
-                    }
+        for (pair, b) in conn.bursts.iter().enumerate() {
+            let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(ring) = conn.rx[pair].get() else { continue };
+            if b.held > 0 {
+                self.place(conn, pair, ring, &mut b, None);
+            }
+            if std::mem::take(&mut b.frames) > 1 {
+                let mem = conn.mem.memory();
+                let v = ring.get_mut();
+                if let Ok(r) = Rings::open(v.get_queue(), &mem) {
+                    self.signal(&r, &conn.rx_asked[pair], &v);
                 }
             }
         }
@@ -340,6 +405,57 @@ impl EnginePort for VhostDev {
 
     fn end_burst(&self) {
         VhostDev::end_burst(self)
+    }
+}
+
+/// Largest frame (with its 10-byte header) held for the end of a burst.
+pub const HELD_FRAME: usize = 256;
+/// Most frames held at once per pair.
+const HELD: usize = 64;
+
+/// A pair's burst in progress: how many frames it has had since the guest
+/// was last signalled, and the small frames held for its end, copied into
+/// a buffer of the pair's (allocated once a connection).
+struct Burst {
+    frames: usize,
+    held: usize,
+    /// RX chains the guest had posted and vnetd not taken when the ring
+    /// was last open, less the frames held since: a frame is held only
+    /// while one is left for it (a small frame takes one chain of a driver
+    /// that posts buffers of at least 256 bytes, as every driver does).
+    credit: u16,
+    buf: Vec<u8>,
+    len: [u16; HELD],
+}
+
+impl Burst {
+    fn new() -> Burst {
+        Burst { frames: 0, held: 0, credit: 0, buf: vec![0u8; HELD * HELD_FRAME], len: [0; HELD] }
+    }
+
+    /// Copies `parts` aside if it is small and there is room and credit.
+    fn hold(&mut self, parts: &[IoSlice<'_>]) -> bool {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total > HELD_FRAME || self.held == HELD || self.credit == 0 {
+            return false;
+        }
+        let mut at = self.held * HELD_FRAME;
+        for p in parts {
+            self.buf[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        self.len[self.held] = total as u16;
+        self.held += 1;
+        self.credit -= 1;
+        true
+    }
+
+    fn frame(&self, k: usize) -> &[u8] {
+        &self.buf[k * HELD_FRAME..k * HELD_FRAME + usize::from(self.len[k])]
+    }
+
+    fn clear(&mut self) {
+        self.held = 0;
     }
 }
 
@@ -718,7 +834,7 @@ fn serve_one(
         rx: (0..dev.pairs).map(|_| std::sync::OnceLock::new()).collect(),
         live: AtomicUsize::new(0),
         acked: AtomicU64::new(0),
-        burst: (0..dev.pairs).map(|_| AtomicU64::new(0)).collect(),
+        bursts: (0..dev.pairs).map(|_| Mutex::new(Burst::new())).collect(),
         rx_asked: (0..dev.pairs).map(|_| AtomicU16::new(0)).collect(),
     });
     let now = Instant::now();
@@ -790,6 +906,25 @@ fn serve_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_holds_small_frames_while_the_guest_has_buffers_and_room_is_left() {
+        let mut b = Burst::new();
+        let small = [0x11u8; 70];
+        let parts = [IoSlice::new(&small[..10]), IoSlice::new(&small[10..])];
+        assert!(!b.hold(&parts), "no credit yet: the ring was never open");
+        b.credit = 2;
+        assert!(!b.hold(&[IoSlice::new(&[0u8; HELD_FRAME + 1])]), "too large");
+        assert!(b.hold(&parts) && b.hold(&parts));
+        assert!(!b.hold(&parts), "credit used up");
+        assert_eq!((b.held, b.frame(1)), (2, &small[..]));
+        b.clear();
+        b.credit = u16::MAX;
+        for _ in 0..HELD {
+            assert!(b.hold(&parts));
+        }
+        assert!(!b.hold(&parts), "room used up");
+    }
 
     #[test]
     fn frame_start_skips_the_header_however_it_is_split() {
