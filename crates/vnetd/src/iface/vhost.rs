@@ -43,7 +43,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -168,10 +168,6 @@ struct Conn {
     /// Per pair: the burst in progress (frames since the guest was last
     /// signalled, the small frames held for the end of the burst).
     bursts: Vec<Mutex<Burst>>,
-    /// Per pair, the RX ring's used index when the guest's wish for a
-    /// signal was last read (`Rings::needs_signal`); changed under the
-    /// ring's lock only.
-    rx_asked: Vec<AtomicU16>,
 }
 
 impl Conn {
@@ -243,7 +239,7 @@ impl VhostDev {
             return true;
         }
         let first = b.frames == 0;
-        let placed = self.place(conn, pair, ring, &mut b, Some(parts));
+        let placed = self.place(conn, pair, ring, &mut b, Some(parts), first);
         if placed {
             b.frames += 1;
             if first {
@@ -254,10 +250,11 @@ impl VhostDev {
     }
 
     /// Places the frames `b` holds and then `frame` (if any) in pair
-    /// `pair`'s RX ring, under one lock of it; signals the guest for a
-    /// burst's first frame. Counts what is placed and what finds no buffer;
-    /// returns whether `frame` was placed. `b` learns how many chains the
-    /// guest has left posted, which the next frames held may take.
+    /// `pair`'s RX ring, under one lock of it; then, if `signal`, signals
+    /// the guest (for a `frame`, only if it was placed). Counts what is
+    /// placed and what finds no buffer; returns whether `frame` was placed.
+    /// `b` learns how many chains the guest has left posted, which the next
+    /// frames held may take.
     fn place(
         &self,
         conn: &Conn,
@@ -265,6 +262,7 @@ impl VhostDev {
         ring: &Ring,
         b: &mut Burst,
         frame: Option<&[IoSlice<'_>]>,
+        signal: bool,
     ) -> bool {
         let hdr_len = conn.hdr_len();
         let mrg = conn.acked.load(Relaxed) & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0;
@@ -299,15 +297,17 @@ impl VhostDev {
         b.clear();
         let ok = frame.is_some_and(|f| put(&mut r, f));
         b.credit = r.available().unwrap_or(0);
-        self.stats.pair_rx[pair].fetch_add(placed, Relaxed);
+        if placed > 0 {
+            self.stats.pair_rx[pair].fetch_add(placed, Relaxed);
+        }
         if lost > 0 {
             self.stats.rx_no_buffers.fetch_add(lost, Relaxed);
         }
         if bad > 0 {
             self.stats.bad_chains.fetch_add(bad, Relaxed);
         }
-        if ok && b.frames == 0 {
-            self.signal(&r, &conn.rx_asked[pair], &v);
+        if signal && (ok || frame.is_none()) {
+            self.signal(&r, &mut b.asked, &v);
         }
         r.close(v.get_queue_mut());
         ok
@@ -321,15 +321,11 @@ impl VhostDev {
         for (pair, b) in conn.bursts.iter().enumerate() {
             let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
             let Some(ring) = conn.rx[pair].get() else { continue };
-            if b.held > 0 {
-                self.place(conn, pair, ring, &mut b, None);
-            }
+            // Frames are held only after a burst's first, so a burst with
+            // frames held has had more than one: they are placed and the
+            // guest signalled under the same lock of the ring.
             if std::mem::take(&mut b.frames) > 1 {
-                let mem = conn.mem.memory();
-                let v = ring.get_mut();
-                if let Ok(r) = Rings::open(v.get_queue(), &mem) {
-                    self.signal(&r, &conn.rx_asked[pair], &v);
-                }
+                self.place(conn, pair, ring, &mut b, None, true);
             }
         }
     }
@@ -340,11 +336,8 @@ impl VhostDev {
     /// by `VRING_AVAIL_F_NO_INTERRUPT` (a guest polling its rings sets it).
     /// Called with the ring's lock held (`v`), after the used entries were
     /// published.
-    fn signal(&self, r: &Rings<'_>, asked: &AtomicU16, v: &vhost_user_backend::VringState<Mem>) {
-        let mut last = asked.load(Relaxed);
-        let wanted = r.needs_signal(&mut last);
-        asked.store(last, Relaxed);
-        if wanted {
+    fn signal(&self, r: &Rings<'_>, asked: &mut u16, v: &vhost_user_backend::VringState<Mem>) {
+        if r.needs_signal(asked) {
             self.stats.signals.fetch_add(1, Relaxed);
             let _ = v.signal_used_queue();
         } else {
@@ -424,13 +417,16 @@ struct Burst {
     /// while one is left for it (a small frame takes one chain of a driver
     /// that posts buffers of at least 256 bytes, as every driver does).
     credit: u16,
+    /// The RX ring's used index when the guest's wish for a signal was
+    /// last read (`Rings::needs_signal`).
+    asked: u16,
     buf: Vec<u8>,
     len: [u16; HELD],
 }
 
 impl Burst {
     fn new() -> Burst {
-        Burst { frames: 0, held: 0, credit: 0, buf: vec![0u8; HELD * HELD_FRAME], len: [0; HELD] }
+        Burst { frames: 0, held: 0, credit: 0, asked: 0, buf: vec![0u8; HELD * HELD_FRAME], len: [0; HELD] }
     }
 
     /// Copies `parts` aside if it is small and there is room and credit.
@@ -486,7 +482,7 @@ struct PairWorker {
     placed_on_cpu: bool,
     /// The TX ring's used index when the guest's wish for a signal was
     /// last read.
-    tx_asked: AtomicU16,
+    tx_asked: u16,
 }
 
 /// The `vhost-user-backend` device of one connection.
@@ -695,7 +691,7 @@ impl NetBackend {
             // Completions of the guest's sends (one used-index store for the
             // batch): it reclaims its buffers.
             r.publish();
-            self.dev.signal(&r, &w.tx_asked, &txv);
+            self.dev.signal(&r, &mut w.tx_asked, &txv);
         }
         r.close(txv.get_queue_mut());
         drop(txv);
@@ -835,7 +831,6 @@ fn serve_one(
         live: AtomicUsize::new(0),
         acked: AtomicU64::new(0),
         bursts: (0..dev.pairs).map(|_| Mutex::new(Burst::new())).collect(),
-        rx_asked: (0..dev.pairs).map(|_| AtomicU16::new(0)).collect(),
     });
     let now = Instant::now();
     let workers = (0..dev.pairs)
@@ -848,7 +843,7 @@ fn serve_one(
                 // The counter runs over every connection: start from it.
                 placed_seen: dev.stats.pair_rx[p].load(Relaxed),
                 placed_on_cpu: false,
-                tx_asked: AtomicU16::new(0),
+                tx_asked: 0,
             })
         })
         .collect();
