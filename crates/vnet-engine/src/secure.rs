@@ -8,7 +8,8 @@
 //!   prologue binds the link's mode, so an `auth` end and an `encrypt` end
 //!   never agree on a session.
 //! - Data datagrams carry a receiver index and a 64-bit counter, the AEAD
-//!   nonce (ChaCha20-Poly1305 from `ring`, keyed by the handshake's split).
+//!   nonce (AES-256-GCM or ChaCha20-Poly1305 from `aws-lc-rs`, keyed by the
+//!   handshake's split; [`Aead`] says why that library).
 //!   `encrypt` seals the `vnet` datagram with the header as associated data;
 //!   `auth` sends it in the clear and seals nothing but a tag over header and
 //!   payload (integrity at the price of one Poly1305 pass).
@@ -51,7 +52,7 @@
 //! in `docs/SECURITY.md`.
 
 use arc_swap::ArcSwapOption;
-use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use ring::hmac;
 use ring::rand::SecureRandom;
 use std::net::{IpAddr, SocketAddr};
@@ -131,6 +132,12 @@ impl Mode {
 /// A session's AEAD: its id is byte 3 of every secured datagram, and it
 /// names the Noise protocol (`Noise_IK_25519_<cipher>_BLAKE2s`) whose
 /// handshake made the session, so the transcript binds it.
+///
+/// Both come from `aws-lc-rs` (AWS-LC's assembly, constant-time where it
+/// accelerates; rustls's default provider). Its AES-256-GCM has AVX-512
+/// VAES/VPCLMULQDQ code: on this project's bench machine it seals 1420-byte
+/// datagrams 1.3x and 8948-byte ones 1.5x as fast as `ring`'s AVX2 code
+/// (`docs/SECURITY.md`, "Ciphers"). `ring` keeps the handshake's MACs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Aead {
     ChaCha20Poly1305,
@@ -160,7 +167,7 @@ impl Aead {
         }
     }
 
-    fn ring(self) -> &'static aead::Algorithm {
+    fn algorithm(self) -> &'static aead::Algorithm {
         match self {
             Aead::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
             Aead::Aes256Gcm => &aead::AES_256_GCM,
@@ -438,7 +445,7 @@ fn nonce(counter: u64) -> Nonce {
 }
 
 fn aead_key(a: Aead, k: &[u8; 32]) -> Option<LessSafeKey> {
-    UnboundKey::new(a.ring(), k).ok().map(LessSafeKey::new)
+    UnboundKey::new(a.algorithm(), k).ok().map(LessSafeKey::new)
 }
 
 impl Session {
