@@ -140,6 +140,27 @@ fn send_sealed(
         .all(|b| link.out(&[IoSlice::new(&out[b.start * seg..(b.end * seg).min(pos)])], seg, flow))
 }
 
+/// A secured datagram of `link` verified from `from`: the peer is alive,
+/// and (unless it came through a relay) heard directly, and followed if it
+/// moved.
+fn heard(g: &Arc<Global>, link: &Link, from: SocketAddr, now_ns: u64, relayed: bool) {
+    link.alive.heard(now_ns);
+    if !relayed {
+        link.heard_direct.store(now_ns.saturating_add(1), Relaxed);
+        link.authenticated_from(from, g);
+    }
+}
+
+/// A datagram of secured `link` that did not verify (or was a replay):
+/// dropped, and counted as a refused roam when it came from an address the
+/// link does not send to.
+fn refused(g: &Global, link: &Link, from: SocketAddr, relayed: bool) {
+    link.rx.drop_one();
+    if !relayed && link.endpoint().is_some_and(|e| e.ip() != from.ip()) {
+        g.roams_refused.fetch_add(1, Relaxed);
+    }
+}
+
 /// Sends a path MTU probe of IP size `size` (`ack`: the answer to the
 /// peer's probe `id` of that size, no padding), sealed on a secured link.
 /// A probe is sent from the link's timer, not per frame: its buffer is
@@ -278,11 +299,7 @@ impl Rx {
         let at_endpoint = relayed || link.sends_to(from);
         match sec.open_at(now_ns, from, at_endpoint, data, &mut self.reply) {
             Opened::Data(r) => {
-                link.alive.heard(now_ns);
-                if !relayed {
-                    link.heard_direct.store(now_ns.saturating_add(1), Relaxed);
-                    link.authenticated_from(from, g);
-                }
+                heard(g, link, from, now_ns, relayed);
                 if r.is_empty() {
                     link.alive.keepalives_received.fetch_add(1, Relaxed);
                     return None;
@@ -307,10 +324,7 @@ impl Rx {
                 None
             }
             Opened::Nothing => {
-                link.rx.drop_one();
-                if !relayed && link.endpoint().is_some_and(|e| e.ip() != from.ip()) {
-                    g.roams_refused.fetch_add(1, Relaxed);
-                }
+                refused(g, link, from, relayed);
                 None
             }
         }
@@ -516,19 +530,65 @@ impl Rx {
         now_ns: u64,
         out: &mut [(usize, usize); GSO_MAX_SEGS],
     ) -> usize {
+        let mut opened = [const { None }; GSO_MAX_SEGS];
+        let run = self.open_run(fw.global(), link, from, data, seg, now_ns, &mut opened);
         let mut k = 0;
         for (i, d) in data.chunks_mut(seg).enumerate().take(GSO_MAX_SEGS) {
-            let r = match link.secure {
-                Some(_) => match self.open(fw.global(), link, from, d, now_ns, false) {
+            let r = if i < run {
+                match opened[i].take() {
                     Some(r) => r,
                     None => continue,
-                },
-                None => 0..d.len(),
+                }
+            } else {
+                match link.secure {
+                    Some(_) => match self.open(fw.global(), link, from, d, now_ns, false) {
+                        Some(r) => r,
+                        None => continue,
+                    },
+                    None => 0..d.len(),
+                }
             };
             out[k] = (i * seg + r.start, i * seg + r.end);
             k += 1;
         }
         k
+    }
+
+    /// On a secured link, the data datagrams a GRO batch begins with, opened
+    /// together ([`SecureLink::open_run`]) and counted as [`Rx::open`]
+    /// counts each: `out[i]`, datagram `i`'s `vnet` datagram (`None`:
+    /// dropped, or a keepalive). The link hears its peer once for the run.
+    /// Returns how many datagrams it took (0 on a plain link).
+    #[allow(clippy::too_many_arguments)]
+    fn open_run(
+        &mut self,
+        g: &Arc<Global>,
+        link: &Arc<Link>,
+        from: SocketAddr,
+        data: &mut [u8],
+        seg: usize,
+        now_ns: u64,
+        out: &mut [Option<std::ops::Range<usize>>; GSO_MAX_SEGS],
+    ) -> usize {
+        let Some(sec) = &link.secure else { return 0 };
+        let n = sec.open_run(data, seg, out);
+        let mut any = false;
+        for r in &mut out[..n] {
+            match r {
+                Some(x) => {
+                    any = true;
+                    if std::ops::Range::is_empty(x) {
+                        link.alive.keepalives_received.fetch_add(1, Relaxed);
+                        *r = None;
+                    }
+                }
+                None => refused(g, link, from, false),
+            }
+        }
+        if any {
+            heard(g, link, from, now_ns, false);
+        }
+        n
     }
 
     /// Delivers a whole frame `run` of `link` to its destination; false
