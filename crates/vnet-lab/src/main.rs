@@ -61,9 +61,11 @@ struct BenchArgs {
     /// Output directory (default results/<timestamp>).
     #[arg(long)]
     out: Option<std::path::PathBuf>,
-    /// Only these cases (native, routed, bridged, vxlan, vnet-user-raw, vnet-user-vnet,
-    /// vnet-user-vxlan, vnet-user-tcp, vnet-user-tls, vnet-userpoll-vnet,
-    /// vnet-userpoll-raw, vnet-kernel-vnet, vnet-kernel-vxlan).
+    /// Only these cases: native, routed, bridged, vxlan, tinc, wireguard-go,
+    /// vnet-user-WIRE (WIRE: raw, vnet, vnet6, vxlan, tcp, tls, vnet-auth,
+    /// vnet-encrypt, vnet-aesgcm, vnet-chacha), vnet-userpoll-vnet,
+    /// vnet-userpoll-raw, vnet-kernel-vnet, vnet-kernel-vnet6,
+    /// vnet-kernel-vxlan, vnet-kernel-vnet-encrypt.
     #[arg(long, value_delimiter = ',')]
     cases: Vec<String>,
     /// Only these conditions: an underlay MTU, optionally shaped, e.g.
