@@ -974,28 +974,16 @@ impl SecureLink {
         }
     }
 
+    /// A data datagram: opened as a run of one ([`SecureLink::open_run`]).
+    /// [`SecureLink::open_at`] checked its version, type and mode, so a run
+    /// that takes nothing means it is too short or no session has its index.
     fn data(&self, data: &mut [u8]) -> Opened {
-        let s = &self.stats;
-        if data.len() < OVERHEAD {
-            s.auth_failures.fetch_add(1, Relaxed);
+        let mut out = [None];
+        if self.open_run(data, data.len(), &mut out) == 0 {
+            self.stats.auth_failures.fetch_add(1, Relaxed);
             return Opened::Nothing;
         }
-        let Some((session, is_next)) = self.session_at(index_at(data, 4)) else {
-            s.auth_failures.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        };
-        let Some(ctr) = session.open(self.mode, data) else {
-            s.auth_failures.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        };
-        if !session.replay.lock().unwrap_or_else(|p| p.into_inner()).accept(ctr) {
-            s.replays.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        if is_next {
-            self.promote(session);
-        }
-        Opened::Data(DATA_HEADER..data.len() - TAG)
+        out[0].take().map_or(Opened::Nothing, Opened::Data)
     }
 
     /// The session whose index is `index`, and whether it is the next one
@@ -1021,19 +1009,20 @@ impl SecureLink {
 
     /// Opens in place the data datagrams at the start of a GRO batch
     /// (`seg`-byte datagrams one after another in `data`, the last maybe
-    /// shorter) that carry the first one's receiver index, as
-    /// [`SecureLink::open`] would one by one (the same checks, counts and
-    /// replay window), but with the session looked up and the window
-    /// locked once for them all instead of once a datagram. `out[i]`:
-    /// datagram `i`'s verified `vnet` datagram as a range of that datagram
-    /// (empty: a keepalive), or `None` (dropped and counted). Returns how
-    /// many datagrams it took from the first; the caller opens the rest one
-    /// by one (a handshake message, another session's datagrams).
+    /// shorter) that carry the first one's receiver index, at most
+    /// `out.len()` (and [`crate::GSO_MAX_SEGS`]) of them: with the session
+    /// looked up and the replay window locked once for them all instead of
+    /// once a datagram. A lone data datagram is a run of one
+    /// ([`SecureLink::open`]). `out[i]`: datagram `i`'s verified `vnet`
+    /// datagram as a range of that datagram (empty: a keepalive), or `None`
+    /// (dropped and counted: a tag that does not verify, a replay). Returns
+    /// how many datagrams it took from the first; the caller opens the rest
+    /// one by one (a handshake message, another session's datagrams).
     pub fn open_run(
         &self,
         data: &mut [u8],
         seg: usize,
-        out: &mut [Option<core::ops::Range<usize>>; crate::GSO_MAX_SEGS],
+        out: &mut [Option<core::ops::Range<usize>>],
     ) -> usize {
         let s = &self.stats;
         let mode = self.mode.byte();
@@ -1046,7 +1035,7 @@ impl SecureLink {
         let Some((session, is_next)) = self.session_at(index) else { return 0 };
         let mut counters = [None; crate::GSO_MAX_SEGS];
         let mut n = 0;
-        for (i, d) in data.chunks_mut(seg).enumerate().take(crate::GSO_MAX_SEGS) {
+        for (i, d) in data.chunks_mut(seg).enumerate().take(out.len().min(crate::GSO_MAX_SEGS)) {
             if !is_data(d) || index_at(d, 4) != index {
                 break;
             }

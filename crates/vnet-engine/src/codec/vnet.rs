@@ -161,6 +161,42 @@ fn refused(g: &Global, link: &Link, from: SocketAddr, relayed: bool) {
     }
 }
 
+/// On a secured link, the data datagrams a GRO batch begins with, opened
+/// together ([`SecureLink::open_run`]) and counted as `Rx::open`
+/// counts each: `out[i]`, datagram `i`'s `vnet` datagram (`None`:
+/// dropped, or a keepalive). The link hears its peer once for the run.
+/// Returns how many datagrams it took (0 on a plain link).
+#[allow(clippy::too_many_arguments)]
+fn open_run(
+    g: &Arc<Global>,
+    link: &Arc<Link>,
+    from: SocketAddr,
+    data: &mut [u8],
+    seg: usize,
+    now_ns: u64,
+    out: &mut [Option<std::ops::Range<usize>>; GSO_MAX_SEGS],
+) -> usize {
+    let Some(sec) = &link.secure else { return 0 };
+    let n = sec.open_run(data, seg, out);
+    let mut any = false;
+    for r in &mut out[..n] {
+        match r {
+            Some(x) => {
+                any = true;
+                if std::ops::Range::is_empty(x) {
+                    link.alive.keepalives_received.fetch_add(1, Relaxed);
+                    *r = None;
+                }
+            }
+            None => refused(g, link, from, false),
+        }
+    }
+    if any {
+        heard(g, link, from, now_ns, false);
+    }
+    n
+}
+
 /// Sends a path MTU probe of IP size `size` (`ack`: the answer to the
 /// peer's probe `id` of that size, no padding), sealed on a secured link.
 /// A probe is sent from the link's timer, not per frame: its buffer is
@@ -531,7 +567,7 @@ impl Rx {
         out: &mut [(usize, usize); GSO_MAX_SEGS],
     ) -> usize {
         let mut opened = [const { None }; GSO_MAX_SEGS];
-        let run = self.open_run(fw.global(), link, from, data, seg, now_ns, &mut opened);
+        let run = open_run(fw.global(), link, from, data, seg, now_ns, &mut opened);
         let mut k = 0;
         for (i, d) in data.chunks_mut(seg).enumerate().take(GSO_MAX_SEGS) {
             let r = if i < run {
@@ -552,43 +588,6 @@ impl Rx {
             k += 1;
         }
         k
-    }
-
-    /// On a secured link, the data datagrams a GRO batch begins with, opened
-    /// together ([`SecureLink::open_run`]) and counted as [`Rx::open`]
-    /// counts each: `out[i]`, datagram `i`'s `vnet` datagram (`None`:
-    /// dropped, or a keepalive). The link hears its peer once for the run.
-    /// Returns how many datagrams it took (0 on a plain link).
-    #[allow(clippy::too_many_arguments)]
-    fn open_run(
-        &mut self,
-        g: &Arc<Global>,
-        link: &Arc<Link>,
-        from: SocketAddr,
-        data: &mut [u8],
-        seg: usize,
-        now_ns: u64,
-        out: &mut [Option<std::ops::Range<usize>>; GSO_MAX_SEGS],
-    ) -> usize {
-        let Some(sec) = &link.secure else { return 0 };
-        let n = sec.open_run(data, seg, out);
-        let mut any = false;
-        for r in &mut out[..n] {
-            match r {
-                Some(x) => {
-                    any = true;
-                    if std::ops::Range::is_empty(x) {
-                        link.alive.keepalives_received.fetch_add(1, Relaxed);
-                        *r = None;
-                    }
-                }
-                None => refused(g, link, from, false),
-            }
-        }
-        if any {
-            heard(g, link, from, now_ns, false);
-        }
-        n
     }
 
     /// Delivers a whole frame `run` of `link` to its destination; false
