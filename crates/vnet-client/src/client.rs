@@ -83,8 +83,25 @@ impl Client {
         Ok(Client { r: BufReader::new(s) })
     }
 
-    /// Sends one line (no newline inside) and reads its reply.
+    /// Sends a typed request and reads its reply: what every program that
+    /// acts on values it did not choose uses (`vnet_control::request`).
+    pub fn send(&mut self, r: &vnet_control::request::Request) -> io::Result<Reply> {
+        self.request(&r.line())
+    }
+
+    /// Sends one raw line, as a person typed it, and reads its reply. A
+    /// line with a control character (a newline among them) is refused
+    /// here, before anything is sent: it could hold a second command.
     pub fn request(&mut self, line: &str) -> io::Result<Reply> {
+        if let Some(c) = line.chars().find(|c| !vnet_control::lex::allowed(*c)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a control line holds `{}`: one line, without control characters, is one request",
+                    c.escape_debug()
+                ),
+            ));
+        }
         let w = self.r.get_mut();
         let sent = w.write_all(line.as_bytes()).and_then(|()| w.write_all(b"\n")).and_then(|()| w.flush());
         match sent {

@@ -3,7 +3,8 @@
 //!
 //! - [`endpoint`]: where a control endpoint is (`unix:`, `tcp:`, `tls:`)
 //!   and the token file a `tcp:` client presents.
-//! - [`client`]: a blocking client of the control protocol.
+//! - [`client`]: a blocking client of the control protocol, sending
+//!   [`request`]s built from typed values.
 //! - [`relocate`]: `vnetctl move`, a VM's relocation between two hosts.
 //! - [`keys`]: key and secret files (`vnetctl genkey`, `pubkey`).
 //! - [`tls`]: a host's certificate, key and CA as rustls configurations.
@@ -20,3 +21,5 @@ pub mod tls;
 
 pub use client::Client;
 pub use endpoint::{Endpoint, DEFAULT_ENDPOINT};
+/// Typed requests (`vnet_control::request`), for the clients that build them.
+pub use vnet_control::request;

@@ -7,6 +7,7 @@ use serde_json::Value;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use vnet_client::request::{Owner, Request, Subnet};
 
 /// The IPAM plugin's `type`, checked to be a file name.
 pub fn kind(ipam: &Value) -> Result<String> {
@@ -84,7 +85,8 @@ pub const VNET: &str = "vnet";
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct VnetIpam {
-    subnet: String,
+    #[serde(deserialize_with = "subnet")]
+    subnet: Subnet,
     #[serde(default)]
     range_start: Option<std::net::IpAddr>,
     #[serde(default)]
@@ -98,22 +100,43 @@ struct VnetIpam {
     dns: Option<Value>,
 }
 
-/// Who holds an address: the CNI network, the container, the interface.
-pub fn owner(network: &str, id: &str, ifname: &str) -> String {
-    format!("{network}/{id}/{ifname}")
+fn subnet<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Subnet, D::Error> {
+    let s = <String as serde::Deserialize>::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
+}
+
+/// The `vnet` IPAM section, checked: a subnet, and a range whose ends go
+/// together.
+fn section(ipam: &Value) -> Result<VnetIpam> {
+    let cfg: VnetIpam = serde_json::from_value(ipam.clone())
+        .map_err(|e| Error::with(Code::InvalidConfig, "the `vnet` IPAM section", e))?;
+    if cfg.range_start.is_some() != cfg.range_end.is_some() {
+        return Err(Error::new(Code::InvalidConfig, "`rangeStart` and `rangeEnd` go together"));
+    }
+    Ok(cfg)
+}
+
+/// Checks an IPAM section: its `type`, and all of a `vnet` section.
+pub fn check(ipam: &Value) -> Result<()> {
+    if kind(ipam)? == VNET {
+        section(ipam)?;
+    }
+    Ok(())
+}
+
+/// Who holds an address: the CNI network, the container, the interface
+/// (each checked by then, so a refusal is the environment's).
+pub fn owner(network: &str, id: &str, ifname: &str) -> Result<Owner> {
+    Owner::new(&format!("{network}/{id}/{ifname}"))
+        .map_err(|e| Error::with(Code::InvalidEnvironment, "the IPAM owner", e))
 }
 
 /// `ADD` of the `vnet` IPAM: an address from vnetd (`ipam add`).
-pub fn vnet_add(c: &mut vnet_client::client::Client, ipam: &Value, owner: &str) -> Result<Outcome> {
-    let cfg: VnetIpam = serde_json::from_value(ipam.clone())
-        .map_err(|e| Error::with(Code::InvalidConfig, "the `vnet` IPAM section", e))?;
-    let mut line = format!("ipam add {} {owner}", cfg.subnet);
-    match (cfg.range_start, cfg.range_end) {
-        (Some(a), Some(b)) => line.push_str(&format!(" range {a} {b}")),
-        (None, None) => {}
-        _ => return Err(Error::new(Code::InvalidConfig, "`rangeStart` and `rangeEnd` go together")),
-    }
-    let r = c.request(&line).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
+pub fn vnet_add(c: &mut vnet_client::client::Client, ipam: &Value, owner: Owner) -> Result<Outcome> {
+    let cfg = section(ipam)?;
+    let range = cfg.range_start.zip(cfg.range_end);
+    let req = Request::IpamAdd { subnet: cfg.subnet, owner, range };
+    let r = c.send(&req).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
     r.result.map_err(|e| {
         let code = if e.contains("no address left") {
             Code::Exhausted
@@ -138,8 +161,7 @@ pub fn vnet_add(c: &mut vnet_client::client::Client, ipam: &Value, owner: &str) 
 }
 
 /// `DEL` of the `vnet` IPAM: what `owner` holds on this host goes.
-pub fn vnet_del(c: &mut vnet_client::client::Client, owner: &str) -> Result<()> {
-    let r =
-        c.request(&format!("ipam del {owner}")).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
+pub fn vnet_del(c: &mut vnet_client::client::Client, owner: Owner) -> Result<()> {
+    let r = c.send(&Request::IpamDel(owner)).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
     r.result.map_err(|e| Error::with(Code::TryAgainLater, "the `vnet` IPAM", e))
 }

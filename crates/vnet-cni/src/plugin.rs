@@ -8,6 +8,8 @@ use serde_json::Value;
 use std::fs::File;
 use vnet_client::client::Client;
 use vnet_client::endpoint::Endpoint;
+use vnet_client::request::{self, Dev, DevName, Invalid, Name, Request, SocketPath};
+use vnet_control::{Datapath, ShowWhat};
 
 /// The `CNI_*` variables.
 #[derive(Debug, Clone, Default)]
@@ -41,17 +43,21 @@ impl Env {
         Ok(id)
     }
 
-    /// `CNI_IFNAME`: 1-15 bytes, not `.` or `..`, no `/`, `:` or space.
+    /// `CNI_IFNAME`: 1-15 printable ASCII characters, not `.` or `..`, no
+    /// `/`, `:` or `#` (it is part of the IPAM owner vnetd is told).
     fn ifname(&self) -> Result<&str> {
         let n = self.ifname.as_deref().ok_or_else(|| missing("CNI_IFNAME"))?;
         if n.len() > 15
             || n == "."
             || n == ".."
-            || n.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
+            || !n.bytes().all(|b| b.is_ascii_graphic() && !b"/:#".contains(&b))
         {
             return Err(Error::new(
                 Code::InvalidEnvironment,
-                format!("CNI_IFNAME `{n}`: expected 1-15 bytes, no `/`, `:` or space"),
+                format!(
+                    "CNI_IFNAME `{}`: expected 1-15 printable ASCII characters, no `/`, `:` or `#`",
+                    n.escape_debug()
+                ),
             ));
         }
         Ok(n)
@@ -91,10 +97,17 @@ fn vnetd(conf: &NetConf) -> Result<Client> {
         .map_err(|e| Error::with(Code::TryAgainLater, format!("vnetd is not answering at {ep}"), e))
 }
 
-fn request(c: &mut Client, line: &str) -> Result<String> {
-    let r = c.request(line).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
-    r.result.map_err(|e| Error::with(Code::Refused, format!("vnetd refused `{line}`"), e))?;
+fn request(c: &mut Client, req: &Request) -> Result<String> {
+    let r = c.send(req).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
+    r.result.map_err(|e| Error::with(Code::Refused, format!("vnetd refused `{req}`"), e))?;
     Ok(r.body)
+}
+
+/// A value of an attachment that a request cannot carry: the network
+/// configuration's fault (its checks come first, so this is a record
+/// someone edited).
+fn invalid(e: Invalid) -> Error {
+    Error::with(Code::InvalidConfig, "the attachment", e)
 }
 
 /// Runs `cmd`; the JSON to print, if any.
@@ -140,7 +153,7 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
         record::store(&conf.state_dir, &conf.name, &rec)?;
         let mut out = match (&ipam_kind, &conf.ipam) {
             (Some(k), Some(section)) if k == ipam::VNET => {
-                ipam::vnet_add(&mut c, section, &ipam::owner(&conf.name, id, ifname))?
+                ipam::vnet_add(&mut c, section, ipam::owner(&conf.name, id, ifname)?)?
             }
             (Some(k), _) => ipam::run(k, "ADD", &env.path, stdin, &[])?.unwrap_or_default(),
             _ => Outcome::default(),
@@ -148,7 +161,7 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
         if rec.socket.is_none() && !out.ips.is_empty() {
             veth::configure(&ns, ifname, &out.ips, &out.routes)?;
         }
-        request(&mut c, &attach_line(conf, &rec))?;
+        request(&mut c, &attach_request(conf, &rec)?)?;
         let sandbox = rec.socket.is_none().then(|| netns.to_string());
         out.interfaces = vec![Interface {
             name: ifname.into(),
@@ -183,23 +196,34 @@ fn planned(conf: &NetConf, id: &str, ifname: &str, netns: &str) -> Record {
         container_id: id.into(),
         ifname: ifname.into(),
         netns: netns.into(),
-        socket: conf.vhost_user_dir.as_ref().map(|d| format!("{}/{name}.sock", d.trim_end_matches('/'))),
+        socket: conf.vhost_user_dir.as_ref().map(|d| socket_path(d, &name)),
         name,
         mac: String::new(),
         result: None,
     }
 }
 
-/// The `attach` line for an attachment.
-fn attach_line(conf: &NetConf, r: &Record) -> String {
-    let mut l = match &r.socket {
-        Some(s) => format!("attach {} vhost-user {s} mac {} datapath auto", r.name, r.mac),
-        None => format!("attach {} netdev {} mac {} datapath {}", r.name, r.name, r.mac, conf.datapath),
+/// Where attachment `name`'s vhost-user socket is, in `dir`.
+fn socket_path(dir: &str, name: &str) -> String {
+    format!("{}/{name}.sock", dir.trim_end_matches('/'))
+}
+
+/// The `attach` request for an attachment, of typed values.
+fn attach_request(conf: &NetConf, r: &Record) -> Result<Request> {
+    let name = Name::new(&r.name).map_err(invalid)?;
+    let (dev, datapath) = match &r.socket {
+        Some(s) => (Dev::VhostUser(SocketPath::new(s).map_err(invalid)?), Datapath::Auto),
+        None => (Dev::Netdev(DevName::new(&r.name).map_err(invalid)?), spec::datapath(&conf.datapath)?),
     };
-    if conf.network != 0 {
-        l.push_str(&format!(" network {}", conf.network));
-    }
-    l
+    let mut i = request::Interface::new(name, dev);
+    i.mac = Some(
+        r.mac
+            .parse()
+            .map_err(|_| Error::new(Code::InvalidConfig, format!("MAC `{}`", r.mac.escape_debug())))?,
+    );
+    i.datapath = datapath;
+    i.network = conf.network;
+    Request::attach(i).map_err(invalid)
 }
 
 /// Removes what `r` records: the declaration (if vnetd answers), the veth,
@@ -212,11 +236,13 @@ fn undo(conf: &NetConf, env: &Env, r: &Record, stdin: &[u8]) -> Result<()> {
     // restarted vnetd has no `attach`ed interfaces; an address stays until
     // the host's lease ends).
     if let Ok(mut c) = vnetd(conf) {
-        if let Err(e) = request(&mut c, &format!("detach {}", r.name)) {
+        let detach = Name::new(&r.name).map(Request::Detach).map_err(invalid);
+        if let Err(e) = detach.and_then(|d| request(&mut c, &d)) {
             first.get_or_insert(e);
         }
         if builtin {
-            if let Err(e) = ipam::vnet_del(&mut c, &ipam::owner(&conf.name, &r.container_id, &r.ifname)) {
+            let owner = ipam::owner(&conf.name, &r.container_id, &r.ifname);
+            if let Err(e) = owner.and_then(|o| ipam::vnet_del(&mut c, o)) {
                 first.get_or_insert(e);
             }
         }
@@ -268,7 +294,7 @@ fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
         None => return Err(Error::new(Code::InvalidConfig, "CHECK needs prevResult")),
     };
     let mut c = vnetd(conf)?;
-    let body = request(&mut c, "show interfaces json")?;
+    let body = request(&mut c, &Request::Show { what: ShowWhat::Interfaces, json: true })?;
     let v: Value =
         serde_json::from_str(&body).map_err(|e| Error::with(Code::Decode, "vnetd's interfaces", e))?;
     let declared = v["interfaces"].as_array().and_then(|a| a.iter().find(|i| i["name"] == r.name.as_str()));
@@ -308,7 +334,9 @@ fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
 /// `STATUS`: ready when vnetd answers.
 fn status(conf: &NetConf) -> Result<()> {
     let mut c = vnetd(conf).map_err(|e| Error { code: Code::NotAvailable as u32, ..e })?;
-    request(&mut c, "show stats").map(drop).map_err(|e| Error { code: Code::NotAvailable as u32, ..e })
+    request(&mut c, &Request::Show { what: ShowWhat::Stats, json: false })
+        .map(drop)
+        .map_err(|e| Error { code: Code::NotAvailable as u32, ..e })
 }
 
 /// `GC`: every recorded attachment of the network that is not in

@@ -185,18 +185,41 @@ pub fn parse_conf(stdin: &[u8]) -> Result<(NetConf, Value)> {
     if conf.kind.is_empty() {
         return Err(Error::new(Code::InvalidConfig, "`type` is empty: expected the plugin's name"));
     }
-    if !matches!(conf.datapath.as_str(), "kernel" | "user" | "auto") {
-        return Err(Error::new(
-            Code::InvalidConfig,
-            format!("datapath `{}`: expected `kernel`, `user` or `auto`", conf.datapath),
-        ));
-    }
+    datapath(&conf.datapath)?;
     if let Some(m) = conf.mtu {
         if !(68..=65535).contains(&m) {
             return Err(Error::new(Code::InvalidConfig, format!("mtu {m}: expected 68 to 65535")));
         }
     }
+    if let Some(dir) = &conf.vhost_user_dir {
+        // The longest socket name an attachment has (`vc` and 10 hex digits).
+        vnet_client::request::SocketPath::in_dir(dir, "vc0123456789.sock")
+            .map_err(|e| Error::with(Code::InvalidConfig, "vhostUserDir", e))?;
+    }
+    if let Err(e) = conf.control.parse::<vnet_client::Endpoint>() {
+        return Err(Error::with(
+            Code::InvalidConfig,
+            format!("control `{}`", conf.control.escape_debug()),
+            e,
+        ));
+    }
+    if let Some(ipam) = &conf.ipam {
+        crate::ipam::check(ipam)?;
+    }
     Ok((conf, raw))
+}
+
+/// The data path a checked configuration names.
+pub fn datapath(word: &str) -> Result<vnet_control::Datapath> {
+    use vnet_control::Datapath;
+    [Datapath::User, Datapath::Kernel, Datapath::Auto].into_iter().find(|d| d.word() == word).ok_or_else(
+        || {
+            Error::new(
+                Code::InvalidConfig,
+                format!("datapath `{}`: expected `kernel`, `user` or `auto`", word.escape_debug()),
+            )
+        },
+    )
 }
 
 /// An address of a result (`ips`), in any version's form.
@@ -357,6 +380,23 @@ mod tests {
         assert_eq!(parse_conf(slash).unwrap_err().code, 7);
         let dp = br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni","datapath":"fast"}"#;
         assert_eq!(parse_conf(dp).unwrap_err().code, 7);
+        // Values that would become words or lines of a control request.
+        for bad in [
+            r#""vhostUserDir":"/run/v\nlink evil udp 10.0.0.9:9000""#,
+            r#""vhostUserDir":"/run/v mac 02:00:00:00:00:09""#,
+            r#""vhostUserDir":"/run/v#""#,
+            r#""vhostUserDir":"run/v""#,
+            r#""ipam":{"type":"vnet","subnet":"10.9.0.0/24\nlink evil udp 10.0.0.9:9000"}"#,
+            r#""ipam":{"type":"vnet","subnet":"10.9.0.0/24 range 10.9.0.1 10.9.0.1"}"#,
+            r#""ipam":{"type":"vnet"}"#,
+            r#""ipam":{"type":"../x"}"#,
+            r#""control":"unix:""#,
+        ] {
+            let c = format!(r#"{{"cniVersion":"1.1.0","name":"n","type":"vnet-cni",{bad}}}"#);
+            let e = parse_conf(c.as_bytes()).unwrap_err();
+            assert_eq!(e.code, 7, "{bad}: {e}");
+            assert!(!e.to_json(CURRENT).to_string().contains("\nlink"), "refused, and quoted escaped");
+        }
         let ok = br#"{"cniVersion":"1.1.0","name":"n","type":"vnet-cni","ipam":{"type":"host-local"}}"#;
         let (c, _) = parse_conf(ok).unwrap();
         assert_eq!(

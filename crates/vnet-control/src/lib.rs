@@ -33,6 +33,7 @@ pub mod ast;
 pub mod attach;
 pub mod lex;
 pub mod parse;
+pub mod request;
 pub mod state;
 
 pub use ast::{

@@ -47,7 +47,7 @@ pub fn parse(text: &str) -> Result<Vec<Located<Command>>> {
 
 /// Parses one line. `Ok(None)` for blank lines, comments and section headers.
 pub fn parse_line(line: &str, line_no: u32, section: &mut Section) -> Result<Option<Located<Command>>> {
-    let toks = words(line, line_no);
+    let toks = words(line, line_no)?;
     let Some(first) = toks.first() else {
         return Ok(None);
     };

@@ -62,7 +62,20 @@ impl Libvirt {
         std::fs::create_dir_all(hooks).map_err(io("making libvirt's hook directory"))?;
         let hook = hooks.join(format!("vnet-lab-{}", lab.prefix));
         let _ = std::fs::remove_file(&hook);
-        std::os::unix::fs::symlink(bin("vnet-libvirt-hook")?, &hook).map_err(io("installing the hook"))?;
+        // The host's hook configuration: this host's vnetd and the lab's data path
+        // (a domain's XML chooses neither).
+        let hook_conf = dir.join("libvirt-hook.conf");
+        let dp = lab.spec.datapath.clone().unwrap_or_else(|| "user".into());
+        let text = format!("control unix:{}\ndatapath {dp}\n", lab.hosts[h].control.display());
+        std::fs::write(&hook_conf, text).map_err(io("writing the hook's configuration"))?;
+        let script = format!(
+            "#!/bin/sh\nexec {} --config {} \"$@\"\n",
+            bin("vnet-libvirt-hook")?.display(),
+            hook_conf.display()
+        );
+        std::fs::write(&hook, script).map_err(io("installing the hook"))?;
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(io("installing the hook"))?;
         let mut me = Libvirt { dir, child: None, hook, domains: Vec::new() };
         let log = std::fs::File::create(me.dir.join("libvirtd.out")).map_err(io("libvirtd's output"))?;
         let child = Command::new("nsenter")

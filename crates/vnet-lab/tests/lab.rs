@@ -5115,6 +5115,101 @@ fn cni_missing_netns_is_error_3_and_leaves_nothing() {
     assert_eq!(cni_add_fails(&lab, None, Some(&format!("/run/netns/{}-nothere", lab.prefix))), 3);
 }
 
+/// What vnetd holds on host `h` (its running configuration: links, routes,
+/// interfaces): to show a refused request changed none of it.
+fn holdings(lab: &Lab, h: usize) -> String {
+    let r = lab.control(h, "show config").unwrap();
+    assert_eq!(r.result, Ok(()));
+    r.body
+}
+
+/// A control line hidden in a value of the network configuration.
+const INJECTED: &str = "\nlink evil udp 192.0.2.9:9000\nroute any ff:ff:ff:ff:ff:ff -> link evil";
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn cni_config_values_holding_control_lines_are_error_7_and_change_nothing() {
+    let mut lab = cni_lab();
+    let ns = lab.add_ns(format!("{}-c", lab.prefix)).unwrap();
+    let before = holdings(&lab, 0);
+    let vhost = format!("{}{INJECTED}", lab.dir.join("vhost").display());
+    let cases = [
+        ("vhostUserDir", serde_json::Value::String(vhost.clone())),
+        ("vhostUserDir", serde_json::Value::String(format!("{} # network 7", lab.dir.display()))),
+        ("ipam", serde_json::json!({ "type": "vnet", "subnet": format!("10.89.0.0/24{INJECTED}") })),
+        ("ipam", serde_json::json!({ "type": "vnet", "subnet": "10.89.0.0/24 range 10.89.0.1 10.89.0.1" })),
+    ];
+    for (key, value) in cases {
+        let mut conf = lab.cni_conf(0, "1.1.0", serde_json::Value::Null);
+        conf[key] = value;
+        let code = cni_add_fails(&lab, Some(conf.to_string().as_bytes()), Some(&format!("/run/netns/{ns}")));
+        assert_eq!(code, 7, "{key}: an invalid network config");
+        assert_eq!(holdings(&lab, 0), before, "{key}: vnetd's links, routes or interfaces changed");
+    }
+}
+
+/// Runs the libvirt hook (the package's binary) as libvirtd would, with
+/// `--config conf`: its exit status and stderr.
+fn hook(conf: &std::path::Path, domain: &str, op: &str, xml: &str) -> (bool, String) {
+    let mut c = std::process::Command::new(vnet_lab::bin("vnet-libvirt-hook").unwrap())
+        .arg("--config")
+        .arg(conf)
+        .args([domain, op, "begin", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut c.stdin.take().unwrap(), xml.as_bytes()).unwrap();
+    let out = c.wait_with_output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn libvirt_hook_takes_endpoint_and_network_from_the_host_and_refuses_what_a_domain_xml_asks_beyond() {
+    let lab = cni_lab();
+    let conf = lab.dir.join("libvirt-hook.conf");
+    let ctl = lab.hosts[0].control.display().to_string();
+    std::fs::write(&conf, format!("control unix:{ctl}\nnetwork 3\ndomain web network 7\n")).unwrap();
+    let sock = lab.dir.join("web.sock").display().to_string();
+    let xml = |attach: &str, path: &str| {
+        format!(
+            "<domain type='qemu'><name>web</name><metadata><vnet:attach xmlns:vnet='urn:vnet:libvirt:1' {attach}/></metadata>\
+             <devices><interface type='vhostuser'><mac address='52:54:00:44:00:01'/>\
+             <source type='unix' path='{path}' mode='client'/><model type='virtio'/></interface></devices></domain>"
+        )
+    };
+    let before = holdings(&lab, 0);
+    for (why, x, says) in [
+        (
+            "a newline in <source path>",
+            xml("", &format!("{sock}&#10;link evil udp 192.0.2.9:9000")),
+            "<source path>",
+        ),
+        ("a space in <source path>", xml("", &format!("{sock} network 9")), "<source path>"),
+        ("another network", xml("network='8'", &sock), "asks for network 8"),
+        ("another vnetd", xml("control='unix:/run/vnet/other.sock'", &sock), "asks for vnetd"),
+    ] {
+        let (ok, err) = hook(&conf, "web", "prepare", &x);
+        assert!(!ok && err.contains(says), "{why}: the hook did not refuse: {err}");
+        assert!(
+            !err.contains('\n') || err.trim_end().lines().count() == 1,
+            "{why}: one line of refusal: {err}"
+        );
+        assert_eq!(holdings(&lab, 0), before, "{why}: vnetd changed");
+    }
+    // The same domain as the host allows it: attached, in the host's network for it.
+    let (ok, err) = hook(&conf, "web", "prepare", &xml("network='7'", &sock));
+    assert!(ok, "{err}");
+    let now = holdings(&lab, 0);
+    let decl = now.lines().find(|l| l.starts_with("interface lv-web-0 vhost-user ")).unwrap_or_default();
+    assert!(decl.contains(&sock) && decl.contains(" network 7"), "{now}");
+    let (ok, err) = hook(&conf, "web", "release", &xml("", &sock));
+    assert!(ok, "{err}");
+    assert_eq!(holdings(&lab, 0), before, "release left something");
+}
+
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn cni_vnetd_not_running_is_error_11_and_leaves_nothing_and_status_says_50() {
@@ -5259,7 +5354,7 @@ fn podman_containers_on_two_cluster_hosts_on_a_vnet_cni_network_ping_move_64_mb_
 
 /// A libvirt domain (TCG) on a TAP libvirt makes, with vnet's metadata:
 /// joined by the hook, no vnetd line written for it.
-fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::path::Path, h: usize) -> String {
+fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::path::Path) -> String {
     let (kernel, initrd) = vnet_lab::guest_files().unwrap();
     format!(
         "<domain type='qemu'>
@@ -5267,7 +5362,7 @@ fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::pat
   <memory unit='MiB'>512</memory>
   <vcpu>1</vcpu>
   <metadata>
-    <vnet:attach xmlns:vnet='urn:vnet:libvirt:1' control='unix:{ctl}' datapath='{dp}'/>
+    <vnet:attach xmlns:vnet='urn:vnet:libvirt:1'/>
   </metadata>
   <os>
     <type arch='x86_64' machine='pc'>hvm</type>
@@ -5288,8 +5383,6 @@ fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::pat
     <memballoon model='none'/>
   </devices>
 </domain>",
-        ctl = lab.hosts[h].control.display(),
-        dp = lab.spec.datapath.clone().unwrap_or_else(|| "user".into()),
         mtu = lab.spec.vm_mtu,
         console = console.display(),
     )
@@ -5317,7 +5410,7 @@ fn libvirt_a_domain_joins_the_overlay_on_start_leaves_on_destroy_and_starts_agai
     let mut lv = vnet_lab::Libvirt::start(&lab, 1).unwrap();
     let (dom, mac, ip) = (format!("{}-vm", lab.prefix), "52:54:00:93:00:fa", "10.93.0.250");
     let console = lab.dir.join("libvirt-console.log");
-    lv.define(&dom, &libvirt_domain(&lab, &dom, mac, ip, &console, 1)).unwrap();
+    lv.define(&dom, &libvirt_domain(&lab, &dom, mac, ip, &console)).unwrap();
     let name = format!("lv-{dom}-0");
     for round in 0..2 {
         let _ = std::fs::remove_file(&console);

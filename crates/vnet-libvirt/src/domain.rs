@@ -1,7 +1,14 @@
 //! What a domain's XML says vnet should attach: the `<vnet:attach>`
-//! element in its `<metadata>` (the vnetd to talk to, the data path, the
-//! network), and its `vhostuser` and `ethernet` (TAP) interfaces with
-//! their MACs. A domain without that element is not vnet's.
+//! element in its `<metadata>` (that the domain is vnet's, and what it
+//! asks for: a data path, and the endpoint and network it may only repeat
+//! from the host's hook configuration), and its `vhostuser` and `ethernet`
+//! (TAP) interfaces with their MACs. A domain without that element is not
+//! vnet's. Every value taken from the XML is typed here, so a socket path
+//! with a newline, a space or a `#` in it is refused, not sent.
+
+use vnet_client::request::{DevName, Name, SocketPath};
+use vnet_control::Datapath;
+use vnet_wire::MacAddr;
 
 /// The namespace of vnet's element in a domain's `<metadata>`.
 pub const NS: &str = "urn:vnet:libvirt:1";
@@ -9,24 +16,28 @@ pub const NS: &str = "urn:vnet:libvirt:1";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
     /// vnetd serves the socket; QEMU connects to it (`mode='client'`).
-    VhostUser(String),
+    VhostUser(SocketPath),
     /// A TAP QEMU holds (libvirt made it, named by `<target dev>`).
-    Tap(String),
+    Tap(DevName),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Iface {
     /// The interface's name in vnetd.
-    pub name: String,
+    pub name: Name,
     pub kind: Kind,
-    pub mac: String,
+    pub mac: MacAddr,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    pub control: String,
-    pub datapath: String,
-    pub network: u32,
+    /// The endpoint the XML names (`control`), if it names one: the host's
+    /// configuration decides, this must only agree with it.
+    pub control: Option<String>,
+    /// The data path the XML asks for, if any.
+    pub datapath: Option<Datapath>,
+    /// The network the XML names, if it names one (must agree, as `control`).
+    pub network: Option<u32>,
     pub ifaces: Vec<Iface>,
 }
 
@@ -42,20 +53,21 @@ pub enum Error {
 
 /// A vnetd interface name made of the domain's name and the interface's
 /// index: 1-63 of `A-Za-z0-9._-` (others become `_`).
-fn iface_name(domain: &str, index: usize) -> String {
+fn iface_name(domain: &str, index: usize) -> Result<Name, vnet_client::request::Invalid> {
     let clean: String = domain
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() || "._-".contains(c) { c } else { '_' })
         .collect();
     let suffix = format!("-{index}");
     let keep = 63 - 3 - suffix.len();
-    format!("lv-{}{suffix}", &clean[..clean.len().min(keep)])
+    Name::new(&format!("lv-{}{suffix}", &clean[..clean.len().min(keep)]))
 }
 
-fn valid_mac(m: &str) -> bool {
-    m.len() == 17
+fn valid_mac(m: &str) -> Option<MacAddr> {
+    let ok = m.len() == 17
         && m.split(':').count() == 6
-        && m.split(':').all(|b| b.len() == 2 && u8::from_str_radix(b, 16).is_ok())
+        && m.split(':').all(|b| b.len() == 2 && u8::from_str_radix(b, 16).is_ok());
+    ok.then(|| m.parse().ok()).flatten().filter(|m: &MacAddr| !m.is_group())
 }
 
 /// Reads `xml` (a domain's, as libvirt gives its hooks); `None` when it
@@ -75,14 +87,24 @@ pub fn plan(xml: &str) -> Result<Option<Plan>, Error> {
     if name.is_empty() {
         return Err(Error::Xml("the domain has no <name>".into()));
     }
-    let control = attach.attribute("control").unwrap_or("unix:/run/vnetd.sock").to_string();
-    let datapath = attach.attribute("datapath").unwrap_or("auto").to_string();
-    if !matches!(datapath.as_str(), "user" | "kernel" | "auto") {
-        return Err(Error::Attach(format!("datapath `{datapath}`: expected user, kernel or auto")));
-    }
+    let control = attach.attribute("control").map(str::to_string);
+    let datapath = match attach.attribute("datapath") {
+        Some(d) => Some(
+            [Datapath::User, Datapath::Kernel, Datapath::Auto]
+                .into_iter()
+                .find(|w| w.word() == d)
+                .ok_or_else(|| {
+                    Error::Attach(format!("datapath `{}`: expected user, kernel or auto", d.escape_debug()))
+                })?,
+        ),
+        None => None,
+    };
     let network = match attach.attribute("network") {
-        Some(n) => n.parse().map_err(|_| Error::Attach(format!("network `{n}`: expected a number")))?,
-        None => 0,
+        Some(n) => Some(
+            n.parse()
+                .map_err(|_| Error::Attach(format!("network `{}`: expected a number", n.escape_debug())))?,
+        ),
+        None => None,
     };
     let mut ifaces = Vec::new();
     let devices = root.children().filter(|n| n.has_tag_name("devices")).flat_map(|d| d.children());
@@ -98,7 +120,7 @@ pub fn plan(xml: &str) -> Result<Option<Plan>, Error> {
                     return Err(bad("<source mode> must be `client`: vnetd serves the socket"));
                 }
                 let path = src.attribute("path").ok_or_else(|| bad("no <source path>"))?;
-                Kind::VhostUser(path.to_string())
+                Kind::VhostUser(SocketPath::new(path).map_err(|e| bad(&format!("<source path>: {e}")))?)
             }
             "ethernet" => {
                 let dev = child("target").and_then(|t| t.attribute("dev")).ok_or_else(|| {
@@ -109,15 +131,15 @@ pub fn plan(xml: &str) -> Result<Option<Plan>, Error> {
                         "<target dev> begins with `vnet`: libvirt renames such TAPs; pick another name",
                     ));
                 }
-                Kind::Tap(dev.to_string())
+                Kind::Tap(DevName::new(dev).map_err(|e| bad(&format!("<target dev>: {e}")))?)
             }
             _ => continue,
         };
         let mac = child("mac").and_then(|m| m.attribute("address")).ok_or_else(|| bad("no <mac address>"))?;
-        if !valid_mac(mac) {
-            return Err(bad(&format!("<mac address='{mac}'> is not a MAC")));
-        }
-        ifaces.push(Iface { name: iface_name(name, index), kind, mac: mac.to_ascii_lowercase() });
+        let mac = valid_mac(mac)
+            .ok_or_else(|| bad(&format!("<mac address='{}'> is not a unicast MAC", mac.escape_debug())))?;
+        let name = iface_name(name, index).map_err(|e| bad(&e.to_string()))?;
+        ifaces.push(Iface { name, kind, mac });
     }
     Ok(Some(Plan { control, datapath, network, ifaces }))
 }
@@ -149,21 +171,21 @@ mod tests {
     fn a_domain_with_vnet_metadata_gives_its_vhost_user_and_tap_interfaces() {
         let p = plan(DOMAIN).unwrap().unwrap();
         assert_eq!(
-            (p.control.as_str(), p.datapath.as_str(), p.network),
-            ("unix:/run/vnet/lan.sock", "kernel", 3)
+            (p.control.as_deref(), p.datapath, p.network),
+            (Some("unix:/run/vnet/lan.sock"), Some(Datapath::Kernel), Some(3))
         );
         assert_eq!(
             p.ifaces,
             vec![
                 Iface {
-                    name: "lv-web_1-0".into(),
-                    kind: Kind::VhostUser("/run/vnet/vhost/web1.sock".into()),
-                    mac: "52:54:00:aa:00:01".into()
+                    name: Name::new("lv-web_1-0").unwrap(),
+                    kind: Kind::VhostUser(SocketPath::new("/run/vnet/vhost/web1.sock").unwrap()),
+                    mac: "52:54:00:aa:00:01".parse().unwrap()
                 },
                 Iface {
-                    name: "lv-web_1-2".into(),
-                    kind: Kind::Tap("vt-web1".into()),
-                    mac: "52:54:00:aa:00:03".into()
+                    name: Name::new("lv-web_1-2").unwrap(),
+                    kind: Kind::Tap(DevName::new("vt-web1").unwrap()),
+                    mac: "52:54:00:aa:00:03".parse().unwrap()
                 },
             ]
         );
@@ -179,10 +201,20 @@ mod tests {
         let vnet_tap = DOMAIN.replace("vt-web1", "vnet7");
         assert!(plan(&vnet_tap).unwrap_err().to_string().contains("libvirt renames"));
         let bad_mac = DOMAIN.replace("52:54:00:aa:00:03", "52:54:00:aa:00");
-        assert!(plan(&bad_mac).unwrap_err().to_string().contains("is not a MAC"));
+        assert!(plan(&bad_mac).unwrap_err().to_string().contains("is not a unicast MAC"));
+        // A newline (`&#10;` in XML), a space or a `#` in a value is refused, never sent.
+        for path in
+            ["/run/vnet/x&#10;link evil udp 10.0.0.9:9000", "/run/vnet/x mac 02:00:00:00:00:01", "/run/v#"]
+        {
+            let xml = DOMAIN.replace("/run/vnet/vhost/web1.sock", path);
+            let e = plan(&xml).unwrap_err().to_string();
+            assert!(e.contains("<source path>") && !e.contains('\n'), "{e}");
+        }
+        let dev = DOMAIN.replace("vt-web1", "vt&#10;x");
+        assert!(plan(&dev).unwrap_err().to_string().contains("<target dev>"));
         let dp = DOMAIN.replace("datapath=\"kernel\"", "datapath=\"fast\"");
         assert!(matches!(plan(&dp), Err(Error::Attach(_))));
         let long = DOMAIN.replace("web 1", &"x".repeat(200));
-        assert!(plan(&long).unwrap().unwrap().ifaces.iter().all(|i| i.name.len() <= 63));
+        assert!(plan(&long).unwrap().unwrap().ifaces.iter().all(|i| i.name.as_str().len() <= 63));
     }
 }

@@ -6,8 +6,12 @@
 //! libvirt runs it as `HOOK DOMAIN OPERATION SUB-OPERATION EXTRA` with the
 //! domain's XML on stdin (libvirt's "Hooks for specific system management"
 //! page). A domain is vnet's when its `<metadata>` holds a
-//! `<vnet:attach xmlns:vnet="urn:vnet:libvirt:1" control="unix:..."/>`
-//! element; then:
+//! `<vnet:attach xmlns:vnet="urn:vnet:libvirt:1"/>` element. Which vnetd
+//! and which network it joins come from the host's hook configuration
+//! ([`config`], `/etc/vnet/libvirt-hook.conf`, or `--config FILE` before
+//! libvirt's arguments), never from the XML: an XML whose `control` or
+//! `network` differs from what the host gives the domain is refused,
+//! and nothing is attached. Then:
 //!
 //! - `prepare` (before QEMU starts): `attach` each `vhostuser` interface
 //!   (`mode='client'`: vnetd serves the socket QEMU connects to);
@@ -28,14 +32,17 @@
 //! exits 1 with the reason on stderr, which libvirt reports (and for
 //! `prepare`, the domain does not start).
 
+mod config;
 mod domain;
 
+use config::Config;
 use domain::{Kind, Plan};
 use std::io::Read;
 use std::path::Path;
 use std::process::ExitCode;
 use vnet_client::client::Client;
-use vnet_client::endpoint::Endpoint;
+use vnet_client::request::{Dev, Interface, Request};
+use vnet_control::Datapath;
 
 /// What an operation does to the domain's interfaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,33 +70,55 @@ fn action(op: &str) -> Action {
     }
 }
 
-/// The control lines `action` sends for `plan` (attaching `standby` for an
-/// incoming domain).
-fn lines(plan: &Plan, action: Action, incoming: bool) -> Vec<String> {
+/// The requests `action` sends for `plan` in `network` (attaching
+/// `standby` for an incoming domain).
+fn requests(plan: &Plan, datapath: Datapath, network: u32, action: Action, incoming: bool) -> Vec<Request> {
     plan.ifaces
         .iter()
         .filter_map(|i| {
-            let mut net =
-                if plan.network != 0 { format!(" network {}", plan.network) } else { String::new() };
-            if incoming {
-                net.push_str(" standby");
-            }
-            match (&i.kind, action) {
-                (_, Action::Detach) => Some(format!("detach {}", i.name)),
+            let (dev, datapath) = match (&i.kind, action) {
+                (_, Action::Detach) => return Some(Request::Detach(i.name.clone())),
+                // vhost-user is served by vnetd's user path (`auto` may
+                // still hand frames to the kernel path's TAPs).
                 (Kind::VhostUser(p), Action::AttachVhost | Action::AttachAll) => {
-                    // vhost-user is served by vnetd's user path (`auto` may
-                    // still hand frames to the kernel path's TAPs).
-                    let dp = if plan.datapath == "kernel" { "auto" } else { plan.datapath.as_str() };
-                    Some(format!("attach {} vhost-user {p} mac {} datapath {dp}{net}", i.name, i.mac))
+                    let dp = if datapath == Datapath::Kernel { Datapath::Auto } else { datapath };
+                    (Dev::VhostUser(p.clone()), dp)
                 }
-                (Kind::Tap(dev), Action::AttachTaps | Action::AttachAll) => Some(format!(
-                    "attach {} netdev {dev} mac {} datapath {}{net}",
-                    i.name, i.mac, plan.datapath
-                )),
-                _ => None,
-            }
+                (Kind::Tap(dev), Action::AttachTaps | Action::AttachAll) => {
+                    (Dev::Netdev(dev.clone()), datapath)
+                }
+                _ => return None,
+            };
+            let mut a = Interface::new(i.name.clone(), dev);
+            a.mac = Some(i.mac);
+            a.datapath = datapath;
+            a.network = network;
+            a.standby = incoming;
+            Some(Request::Attach(a))
         })
         .collect()
+}
+
+/// What the host gives `domain`, checked against what its XML asks: the
+/// data path (the XML's, else the host's) and the network. An XML naming
+/// another endpoint or network than the host's is refused.
+fn granted(conf: &Config, plan: &Plan, domain: &str) -> Result<(Datapath, u32), String> {
+    let network = conf.network_of(domain);
+    if let Some(asked) = plan.control.as_deref().filter(|c| *c != conf.control_text) {
+        return Err(format!(
+            "{domain}: the domain asks for vnetd `{}`, but this host's hook configuration attaches its domains to `{}`: \
+             the endpoint is the host's to choose (drop `control` from <vnet:attach>)",
+            asked.escape_debug(),
+            conf.control_text
+        ));
+    }
+    if let Some(asked) = plan.network.filter(|n| *n != network) {
+        return Err(format!(
+            "{domain}: the domain asks for network {asked}, but this host's hook configuration puts it in network \
+             {network}: the network is the host's to choose (drop `network` from <vnet:attach>)"
+        ));
+    }
+    Ok((plan.datapath.unwrap_or(conf.datapath), network))
 }
 
 /// The file that marks `domain` incoming, if its name can name a file.
@@ -100,7 +129,7 @@ fn mark(dir: &Path, domain: &str) -> Result<std::path::PathBuf, String> {
     Ok(dir.join(domain))
 }
 
-fn run(args: &[String], xml: &str, dir: &Path) -> Result<(), String> {
+fn run(args: &[String], xml: &str, dir: &Path, conf: &Config) -> Result<(), String> {
     let (Some(domain), Some(op)) = (args.get(1), args.get(2)) else {
         return Err(
             "usage: vnet-libvirt-hook DOMAIN OPERATION SUB-OPERATION EXTRA (domain XML on stdin)".into()
@@ -122,34 +151,50 @@ fn run(args: &[String], xml: &str, dir: &Path) -> Result<(), String> {
         }
         _ => {}
     }
-    let lines = lines(&plan, act, marked.exists());
-    if lines.is_empty() {
+    let (datapath, network) = granted(conf, &plan, domain)?;
+    let reqs = requests(&plan, datapath, network, act, marked.exists());
+    if reqs.is_empty() {
         return Ok(());
     }
-    let ep: Endpoint =
-        plan.control.parse().map_err(|e| format!("{domain}: control `{}`: {e}", plan.control))?;
-    let mut c = match Client::connect(&ep) {
+    let ep = &conf.control;
+    let mut c = match Client::connect(ep) {
         Ok(c) => c,
         // A stopped domain's interfaces go with a stopped vnetd anyway.
         Err(_) if act == Action::Detach => return Ok(()),
         Err(e) => return Err(format!("{domain}: vnetd at {ep}: {e}")),
     };
-    for l in lines {
-        let r = c.request(&l).map_err(|e| format!("{domain}: vnetd at {ep}: {e}"))?;
-        r.result.map_err(|e| format!("{domain}: `{l}`: {e}"))?;
+    for r in reqs {
+        let a = c.send(&r).map_err(|e| format!("{domain}: vnetd at {ep}: {e}"))?;
+        a.result.map_err(|e| format!("{domain}: `{r}`: {e}"))?;
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    // `--config FILE` before libvirt's own arguments (a wrapper script's).
+    let conf_path = match args.get(1).map(String::as_str) {
+        Some("--config") if args.len() > 2 => {
+            let p = args.remove(2);
+            args.remove(1);
+            p
+        }
+        _ => config::DEFAULT_PATH.to_string(),
+    };
     let mut xml = String::new();
     // Bounded: a domain's XML is small.
     if let Err(e) = std::io::stdin().take(16 << 20).read_to_string(&mut xml) {
         eprintln!("vnet-libvirt-hook: reading the domain XML: {e}");
         return ExitCode::FAILURE;
     }
-    match run(&args, &xml, Path::new(INCOMING_DIR)) {
+    let conf = match Config::load(Path::new(&conf_path)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("vnet-libvirt-hook: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&args, &xml, Path::new(INCOMING_DIR), &conf) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vnet-libvirt-hook: {e}");
@@ -162,59 +207,88 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use domain::Iface;
+    use vnet_client::request::{DevName, Name, SocketPath};
 
     fn plan() -> Plan {
         Plan {
-            control: "unix:/x".into(),
-            datapath: "kernel".into(),
-            network: 0,
+            control: None,
+            datapath: None,
+            network: None,
             ifaces: vec![
                 Iface {
-                    name: "lv-a-0".into(),
-                    kind: Kind::VhostUser("/s".into()),
-                    mac: "52:54:00:00:00:01".into(),
+                    name: Name::new("lv-a-0").unwrap(),
+                    kind: Kind::VhostUser(SocketPath::new("/s").unwrap()),
+                    mac: "52:54:00:00:00:01".parse().unwrap(),
                 },
                 Iface {
-                    name: "lv-a-1".into(),
-                    kind: Kind::Tap("vt-a".into()),
-                    mac: "52:54:00:00:00:02".into(),
+                    name: Name::new("lv-a-1").unwrap(),
+                    kind: Kind::Tap(DevName::new("vt-a").unwrap()),
+                    mac: "52:54:00:00:00:02".parse().unwrap(),
                 },
             ],
         }
     }
 
+    fn lines(p: &Plan, op: &str, incoming: bool) -> Vec<String> {
+        requests(p, Datapath::Kernel, 0, action(op), incoming).iter().map(Request::line).collect()
+    }
+
     #[test]
-    fn each_operation_sends_its_lines() {
+    fn each_operation_sends_its_requests() {
         assert_eq!(
-            lines(&plan(), action("prepare"), false),
+            lines(&plan(), "prepare", false),
             vec!["attach lv-a-0 vhost-user /s mac 52:54:00:00:00:01 datapath auto"]
         );
         assert_eq!(
-            lines(&plan(), action("started"), false),
+            lines(&plan(), "started", false),
             vec!["attach lv-a-1 netdev vt-a mac 52:54:00:00:00:02 datapath kernel"]
         );
-        assert_eq!(lines(&plan(), action("reconnect"), false).len(), 2);
-        assert_eq!(lines(&plan(), action("release"), false), vec!["detach lv-a-0", "detach lv-a-1"]);
+        assert_eq!(lines(&plan(), "reconnect", false).len(), 2);
+        assert_eq!(lines(&plan(), "release", false), vec!["detach lv-a-0", "detach lv-a-1"]);
         assert_eq!(action("migrate"), Action::Incoming);
         assert_eq!(
-            lines(&plan(), action("started"), true),
+            lines(&plan(), "started", true),
             vec!["attach lv-a-1 netdev vt-a mac 52:54:00:00:00:02 datapath kernel standby"]
         );
+        let seven = requests(&plan(), Datapath::User, 7, Action::AttachTaps, false);
+        assert_eq!(
+            seven[0].line(),
+            "attach lv-a-1 netdev vt-a mac 52:54:00:00:00:02 datapath user network 7"
+        );
+    }
+
+    #[test]
+    fn the_host_chooses_the_endpoint_and_the_network_and_the_xml_may_only_agree() {
+        let conf = Config::parse("h", b"control unix:/run/vnet/lan.sock\nnetwork 3\ndomain web network 7\n")
+            .unwrap();
+        let mut p = plan();
+        assert_eq!(granted(&conf, &p, "web"), Ok((Datapath::Auto, 7)));
+        assert_eq!(granted(&conf, &p, "db"), Ok((Datapath::Auto, 3)));
+        p.network = Some(7);
+        p.control = Some("unix:/run/vnet/lan.sock".into());
+        p.datapath = Some(Datapath::User);
+        assert_eq!(granted(&conf, &p, "web"), Ok((Datapath::User, 7)), "agreeing is fine");
+        let e = granted(&conf, &p, "db").unwrap_err();
+        assert!(e.contains("asks for network 7") && e.contains("network 3"), "{e}");
+        p.network = None;
+        p.control = Some("unix:/run/vnet/other.sock".into());
+        assert!(granted(&conf, &p, "web").unwrap_err().contains("asks for vnetd"));
     }
 
     #[test]
     fn an_incoming_domain_is_marked_until_it_stops_and_other_domains_never() {
         let dir = std::env::temp_dir().join(format!("vnet-hook-test-{}", std::process::id()));
-        let xml = r#"<domain><name>m</name><metadata><vnet:attach xmlns:vnet="urn:vnet:libvirt:1" control="unix:/nonexistent/v.sock"/></metadata></domain>"#;
+        let conf = Config::parse("h", b"control unix:/nonexistent/v.sock\n").unwrap();
+        let xml = r#"<domain><name>m</name><metadata><vnet:attach xmlns:vnet="urn:vnet:libvirt:1"/></metadata></domain>"#;
         let args = |op: &str| -> Vec<String> {
             ["hook", "m", op, "begin", "-"].iter().map(|s| s.to_string()).collect()
         };
-        assert_eq!(run(&args("migrate"), xml, &dir), Ok(()));
+        assert_eq!(run(&args("migrate"), xml, &dir, &conf), Ok(()));
         assert!(dir.join("m").exists());
         // A stopped domain's interfaces go with a stopped vnetd: no error, and the mark goes.
-        assert_eq!(run(&args("release"), xml, &dir), Ok(()));
+        assert_eq!(run(&args("release"), xml, &dir, &conf), Ok(()));
         assert!(!dir.join("m").exists());
-        assert_eq!(run(&args("migrate"), "<domain><name>m</name></domain>", &dir), Ok(()));
+        assert_eq!(run(&args("migrate"), "<domain><name>m</name></domain>", &dir, &conf), Ok(()));
         assert!(!dir.join("m").exists(), "not vnet's domain: not marked");
         assert!(mark(&dir, "../x").is_err() && mark(&dir, "").is_err());
         let _ = std::fs::remove_dir_all(&dir);
@@ -225,10 +299,11 @@ mod tests {
         let args: Vec<String> =
             ["hook", "d", "prepare", "begin", "-"].iter().map(|s| s.to_string()).collect();
         let dir = Path::new("/nonexistent-vnet-hook-dir");
-        assert_eq!(run(&args, "<domain><name>d</name></domain>", dir), Ok(()));
+        let conf = Config::default();
+        assert_eq!(run(&args, "<domain><name>d</name></domain>", dir, &conf), Ok(()));
         let other: Vec<String> =
             ["hook", "d", "restore", "begin", "-"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(run(&other, "not even xml", dir), Ok(()));
-        assert!(run(&args[..1], "", dir).is_err());
+        assert_eq!(run(&other, "not even xml", dir, &conf), Ok(()));
+        assert!(run(&args[..1], "", dir, &conf).is_err());
     }
 }

@@ -1,0 +1,647 @@
+//! Typed requests: what a program sends to vnetd, built from values, never
+//! formatted from text.
+//!
+//! A CNI plugin, a libvirt hook, `vnetctl move` and the lab act on values
+//! that someone else chose: a CNI network config, a domain XML, another
+//! host's answer. Formatted into a control line, such a value could end the
+//! line (a newline), start a word (a space), start a comment (`#`, cutting
+//! off a `network N` that follows) or carry an escape sequence. Here every
+//! value is a type that refuses, at construction, what the control language
+//! cannot carry as one word of its kind ([`Name`], [`DevName`],
+//! [`SocketPath`], [`Subnet`], [`Owner`]; MACs, numbers and addresses are
+//! typed already), and a [`Request`] is written out only from such values.
+//! The parser refuses control characters wherever they appear
+//! ([`crate::lex`]), so even a raw line typed at `vnetctl` cannot hold two
+//! commands.
+//!
+//! [`Request::command`] is the [`Command`] the daemon's parser makes of
+//! [`Request::line`]: the tests check, for any field values, that either a
+//! type refuses them or the line parses to exactly that command, once.
+
+use crate::ast::{Command, IfaceKind, IpamOp, ShowWhat};
+use crate::{Datapath, Mode};
+use std::fmt;
+use std::net::IpAddr;
+use vnet_wire::MacAddr;
+
+/// A value a request cannot carry: which kind of value, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} `{}`: expected {expected}", .value.escape_debug())]
+pub struct Invalid {
+    pub what: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+fn invalid(what: &'static str, value: &str, expected: &'static str) -> Invalid {
+    // A refused value is quoted in messages: keep what is shown short.
+    let value: String = value.chars().take(120).collect();
+    Invalid { what, value, expected }
+}
+
+/// Words the parser takes as keywords where a name may stand.
+const RESERVED: [&str; 5] = ["any", "none", "from", "link", "interface"];
+
+macro_rules! text_type {
+    ($(#[$doc:meta])* $t:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $t(String);
+
+        impl $t {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            type Err = Invalid;
+            fn from_str(s: &str) -> Result<Self, Invalid> {
+                $t::new(s)
+            }
+        }
+    };
+}
+
+text_type!(
+    /// An interface's, a link's or a namespace's name: a letter, then at
+    /// most 63 letters, digits, `_`, `-` or `.`; not a keyword.
+    Name
+);
+
+impl Name {
+    pub const EXPECTED: &'static str =
+        "a letter, then at most 63 letters, digits, `_`, `-` or `.` (not any, none, from, link, interface)";
+
+    pub fn new(s: &str) -> Result<Name, Invalid> {
+        let ok = s.len() <= 64
+            && s.starts_with(|c: char| c.is_ascii_alphabetic())
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            && !RESERVED.contains(&s);
+        if ok {
+            Ok(Name(s.to_string()))
+        } else {
+            Err(invalid("name", s, Name::EXPECTED))
+        }
+    }
+}
+
+text_type!(
+    /// A network device's name for a `tap` or `netdev` interface: 1-15
+    /// letters, digits, `_`, `-` or `.`.
+    DevName
+);
+
+impl DevName {
+    pub const EXPECTED: &'static str = "1-15 letters, digits, `_`, `-` or `.`";
+
+    pub fn new(s: &str) -> Result<DevName, Invalid> {
+        let ok =
+            (1..=15).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        if ok {
+            Ok(DevName(s.to_string()))
+        } else {
+            Err(invalid("device name", s, DevName::EXPECTED))
+        }
+    }
+}
+
+text_type!(
+    /// A vhost-user socket's path: absolute, at most 107 bytes (a Unix
+    /// socket's `sun_path`), no white space, `#` or control character, no
+    /// `.` or `..` component, no empty component.
+    SocketPath
+);
+
+impl SocketPath {
+    pub const EXPECTED: &'static str =
+        "an absolute path of at most 107 bytes without white space, `#`, control characters, `.` or `..` components";
+
+    pub fn new(s: &str) -> Result<SocketPath, Invalid> {
+        let plain = |c: char| !c.is_whitespace() && c != '#' && crate::lex::allowed(c);
+        let parts_ok = s.split('/').skip(1).all(|p| !p.is_empty() && p != "." && p != "..");
+        if s.starts_with('/') && s.len() > 1 && s.len() <= 107 && s.chars().all(plain) && parts_ok {
+            Ok(SocketPath(s.to_string()))
+        } else {
+            Err(invalid("socket path", s, SocketPath::EXPECTED))
+        }
+    }
+
+    /// The socket `file` (a [`DevName`]-like file name) in directory `dir`.
+    pub fn in_dir(dir: &str, file: &str) -> Result<SocketPath, Invalid> {
+        SocketPath::new(&format!("{}/{file}", dir.trim_end_matches('/')))
+    }
+}
+
+text_type!(
+    /// Who holds an IPAM address (a CNI network, container and interface):
+    /// 1-300 of `A-Za-z0-9._-/`.
+    Owner
+);
+
+impl Owner {
+    pub const EXPECTED: &'static str = "1-300 of A-Za-z0-9._-/";
+
+    pub fn new(s: &str) -> Result<Owner, Invalid> {
+        let ok = (1..=300).contains(&s.len())
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+        if ok {
+            Ok(Owner(s.to_string()))
+        } else {
+            Err(invalid("IPAM owner", s, Owner::EXPECTED))
+        }
+    }
+}
+
+/// An IP subnet: an address and a prefix length that fits it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Subnet {
+    pub addr: IpAddr,
+    pub len: u8,
+}
+
+impl Subnet {
+    pub const EXPECTED: &'static str = "ADDRESS/PREFIX, like 10.88.0.0/24 or fd00::/64";
+
+    pub fn new(addr: IpAddr, len: u8) -> Result<Subnet, Invalid> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if len <= max {
+            Ok(Subnet { addr, len })
+        } else {
+            Err(invalid("subnet", &format!("{addr}/{len}"), Subnet::EXPECTED))
+        }
+    }
+}
+
+impl std::str::FromStr for Subnet {
+    type Err = Invalid;
+    fn from_str(s: &str) -> Result<Subnet, Invalid> {
+        let bad = || invalid("subnet", s, Subnet::EXPECTED);
+        let (a, l) = s.split_once('/').ok_or_else(bad)?;
+        // Digits only: `u8::from_str` would take a `+`.
+        if l.is_empty() || l.len() > 3 || !l.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        Subnet::new(a.parse().map_err(|_| bad())?, l.parse().map_err(|_| bad())?)
+    }
+}
+
+impl fmt::Display for Subnet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// What an interface is attached to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dev {
+    /// A TAP vnetd opens (`tap DEV`).
+    Tap(DevName),
+    /// A netdev vnetd attaches to: a TAP QEMU holds, a veth's host end.
+    Netdev(DevName),
+    /// A vhost-user socket vnetd serves.
+    VhostUser(SocketPath),
+}
+
+/// An interface's declaration: the words of an `interface` or `attach`
+/// line, each typed. Options left at their defaults are not written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    pub name: Name,
+    pub dev: Dev,
+    pub mac: Option<MacAddr>,
+    pub mtu: Option<u32>,
+    pub netns: Option<Name>,
+    pub mode: Mode,
+    pub queues: u32,
+    pub offload: bool,
+    pub datapath: Datapath,
+    pub broadcast_limit: u32,
+    pub network: u32,
+    pub standby: bool,
+}
+
+impl Interface {
+    /// An interface with every option at its default.
+    pub fn new(name: Name, dev: Dev) -> Interface {
+        Interface {
+            name,
+            dev,
+            mac: None,
+            mtu: None,
+            netns: None,
+            mode: Mode::default(),
+            queues: 1,
+            offload: true,
+            datapath: Datapath::default(),
+            broadcast_limit: crate::DEFAULT_BROADCAST_LIMIT,
+            network: 0,
+            standby: false,
+        }
+    }
+
+    /// Checks what no single type can: the options' ranges and how they
+    /// go together (the parser's rules).
+    pub fn check(&self) -> Result<(), Invalid> {
+        let n = self.name.as_str();
+        if let Some(m) = self.mtu.filter(|m| !(68..=65535).contains(m)) {
+            return Err(invalid("mtu", &m.to_string(), "an MTU of 68-65535"));
+        }
+        if !(1..=16).contains(&self.queues) {
+            return Err(invalid("queues", &self.queues.to_string(), "1-16 queues"));
+        }
+        if self.broadcast_limit > 10_000_000 {
+            let l = self.broadcast_limit.to_string();
+            return Err(invalid("broadcast-limit", &l, "at most 10000000 broadcast frames a second"));
+        }
+        if self.mac.is_some_and(|m| m.is_group()) {
+            return Err(invalid("mac", n, "a unicast MAC"));
+        }
+        if self.standby && self.mac.is_none() {
+            return Err(invalid("standby", n, "a `mac` with `standby`"));
+        }
+        if let Dev::VhostUser(_) = self.dev {
+            if self.mtu.is_some() || self.netns.is_some() {
+                return Err(invalid(
+                    "vhost-user interface",
+                    n,
+                    "no `mtu` or `netns` on a vhost-user interface",
+                ));
+            }
+            if self.datapath == Datapath::Kernel {
+                return Err(invalid(
+                    "vhost-user interface",
+                    n,
+                    "`datapath user` or `auto` on a vhost-user interface",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn write_words(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (kind, dev) = match &self.dev {
+            Dev::Tap(d) => ("tap", d.as_str()),
+            Dev::Netdev(d) => ("netdev", d.as_str()),
+            Dev::VhostUser(p) => ("vhost-user", p.as_str()),
+        };
+        write!(f, "{} {kind} {dev}", self.name)?;
+        if let Some(m) = self.mac {
+            write!(f, " mac {m}")?;
+        }
+        if let Some(m) = self.mtu {
+            write!(f, " mtu {m}")?;
+        }
+        if let Some(ns) = &self.netns {
+            write!(f, " netns {ns}")?;
+        }
+        if self.mode != Mode::default() {
+            write!(f, " mode {}", self.mode.word())?;
+        }
+        if self.queues != 1 {
+            write!(f, " queues {}", self.queues)?;
+        }
+        if !self.offload {
+            f.write_str(" offload off")?;
+        }
+        write!(f, " datapath {}", self.datapath.word())?;
+        if self.broadcast_limit != crate::DEFAULT_BROADCAST_LIMIT {
+            write!(f, " broadcast-limit {}", self.broadcast_limit)?;
+        }
+        if self.network != 0 {
+            write!(f, " network {}", self.network)?;
+        }
+        if self.standby {
+            f.write_str(" standby")?;
+        }
+        Ok(())
+    }
+
+    /// The [`Command::Interface`] this declares.
+    pub fn command(&self) -> Command {
+        let (kind, dev) = match &self.dev {
+            Dev::Tap(d) => (IfaceKind::Tap, d.to_string()),
+            Dev::Netdev(d) => (IfaceKind::Netdev, d.to_string()),
+            Dev::VhostUser(p) => (IfaceKind::VhostUser, p.to_string()),
+        };
+        Command::Interface {
+            name: self.name.to_string(),
+            kind,
+            dev,
+            mac: self.mac,
+            mtu: self.mtu,
+            netns: self.netns.as_ref().map(Name::to_string),
+            mode: self.mode,
+            queues: self.queues,
+            offload: self.offload,
+            datapath: self.datapath,
+            broadcast_limit: self.broadcast_limit,
+            network: self.network,
+            standby: self.standby,
+        }
+    }
+}
+
+/// A request to vnetd, of typed values only. Write it with
+/// [`Request::line`] (or `Display`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// `attach ...`: the interface made to hold, with its routes.
+    Attach(Interface),
+    /// `interface ...`: a declaration (in a transaction).
+    Declare(Interface),
+    /// `detach NAME`.
+    Detach(Name),
+    /// `activate NAME`.
+    Activate(Name),
+    /// `delete interface NAME`.
+    DeleteInterface(Name),
+    /// `delete route ID`.
+    DeleteRoute(u32),
+    /// `ipam add SUBNET OWNER [range FIRST LAST]`.
+    IpamAdd {
+        subnet: Subnet,
+        owner: Owner,
+        range: Option<(IpAddr, IpAddr)>,
+    },
+    /// `ipam del OWNER`.
+    IpamDel(Owner),
+    /// `announce MAC`.
+    Announce(MacAddr),
+    /// `show WHAT [json]`.
+    Show {
+        what: ShowWhat,
+        json: bool,
+    },
+    Begin,
+    Commit,
+    Abort,
+    Save,
+}
+
+impl Request {
+    /// An `attach` of `i`, checked.
+    pub fn attach(i: Interface) -> Result<Request, Invalid> {
+        i.check()?;
+        Ok(Request::Attach(i))
+    }
+
+    /// A declaration of `i`, checked.
+    pub fn declare(i: Interface) -> Result<Request, Invalid> {
+        i.check()?;
+        Ok(Request::Declare(i))
+    }
+
+    /// The control line (no newline).
+    pub fn line(&self) -> String {
+        self.to_string()
+    }
+
+    /// The command vnetd's parser makes of [`Request::line`].
+    pub fn command(&self) -> Command {
+        match self {
+            Request::Attach(i) => Command::Attach(Box::new(i.command())),
+            Request::Declare(i) => i.command(),
+            Request::Detach(n) => Command::Detach(n.to_string()),
+            Request::Activate(n) => Command::Activate(n.to_string()),
+            Request::DeleteInterface(n) => Command::DeleteInterface(crate::ast::Ref {
+                pos: crate::Pos { line: 1, column: 18 },
+                by: n.to_string(),
+            }),
+            Request::DeleteRoute(id) => {
+                Command::DeleteRoute(crate::ast::Ref { pos: crate::Pos { line: 1, column: 14 }, by: *id })
+            }
+            Request::IpamAdd { subnet, owner, range } => Command::Ipam(IpamOp::Add {
+                subnet: subnet.to_string(),
+                owner: owner.to_string(),
+                range: *range,
+            }),
+            Request::IpamDel(o) => Command::Ipam(IpamOp::Del { owner: o.to_string() }),
+            Request::Announce(m) => Command::Announce(*m),
+            Request::Show { what, json } => Command::Show { what: *what, json: *json },
+            Request::Begin => Command::Begin,
+            Request::Commit => Command::Commit,
+            Request::Abort => Command::Abort,
+            Request::Save => Command::Save,
+        }
+    }
+}
+
+/// The `show` word of `what`.
+pub fn show_word(what: ShowWhat) -> &'static str {
+    match what {
+        ShowWhat::Routes => "routes",
+        ShowWhat::Links => "links",
+        ShowWhat::Interfaces => "interfaces",
+        ShowWhat::Stats => "stats",
+        ShowWhat::Config => "config",
+        ShowWhat::Metrics => "metrics",
+        ShowWhat::Matrix => "matrix",
+        ShowWhat::Cluster => "cluster",
+        ShowWhat::Global => "global",
+    }
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Request::Attach(i) => {
+                f.write_str("attach ")?;
+                i.write_words(f)
+            }
+            Request::Declare(i) => {
+                f.write_str("interface ")?;
+                i.write_words(f)
+            }
+            Request::Detach(n) => write!(f, "detach {n}"),
+            Request::Activate(n) => write!(f, "activate {n}"),
+            Request::DeleteInterface(n) => write!(f, "delete interface {n}"),
+            Request::DeleteRoute(id) => write!(f, "delete route {id}"),
+            Request::IpamAdd { subnet, owner, range } => {
+                write!(f, "ipam add {subnet} {owner}")?;
+                match range {
+                    Some((a, b)) => write!(f, " range {a} {b}"),
+                    None => Ok(()),
+                }
+            }
+            Request::IpamDel(o) => write!(f, "ipam del {o}"),
+            Request::Announce(m) => write!(f, "announce {m}"),
+            Request::Show { what, json } => {
+                write!(f, "show {}{}", show_word(*what), if *json { " json" } else { "" })
+            }
+            Request::Begin => f.write_str("begin"),
+            Request::Commit => f.write_str("commit"),
+            Request::Abort => f.write_str("abort"),
+            Request::Save => f.write_str("save"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{parse, parse_line, Section};
+    use proptest::prelude::*;
+
+    /// The one command `line` parses to; fails if it is not exactly one.
+    fn parsed(line: &str) -> Command {
+        let all = parse(line).unwrap_or_else(|e| panic!("`{line}`: {e}"));
+        assert_eq!(all.len(), 1, "`{line}` is one command");
+        assert!(!line.contains(['\n', '\r']), "`{line}`");
+        parse_line(line, 1, &mut Section::None).unwrap().unwrap().item
+    }
+
+    #[test]
+    fn values_that_would_end_a_line_start_a_word_or_a_comment_are_refused() {
+        for bad in [
+            "/tmp/x\nlink evil udp 10.0.0.9:9000",
+            "/tmp/a b",
+            "/tmp/a#b",
+            "tmp/x",
+            "/tmp/../x",
+            "/",
+            "/a//b",
+            "/a\u{1b}b",
+        ] {
+            assert!(SocketPath::new(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["", "1a", "a b", "a\n", "any", "a#", &"a".repeat(65)] {
+            assert!(Name::new(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["", "eth0 mac", "0123456789abcdef", "a/b"] {
+            assert!(DevName::new(bad).is_err(), "{bad:?}");
+        }
+        for bad in ["10.0.0.0/24\nlink x", "10.0.0.0/33", "10.0.0.0", "10.0.0.0/+8", "::/129", "x/8"] {
+            assert!(bad.parse::<Subnet>().is_err(), "{bad:?}");
+        }
+        assert!(Owner::new("net/c1/eth0 range").is_err() && Owner::new("").is_err());
+        let e = SocketPath::new("/tmp/x\nlink evil").unwrap_err().to_string();
+        assert!(e.contains("\\n") && !e.contains('\n'), "the refusal quotes the value escaped: {e}");
+    }
+
+    #[test]
+    fn requests_are_the_lines_vnetd_reads() {
+        let mut i = Interface::new(Name::new("c1").unwrap(), Dev::Netdev(DevName::new("vc1").unwrap()));
+        i.mac = Some("52:54:00:00:00:07".parse().unwrap());
+        i.network = 7;
+        i.datapath = Datapath::Kernel;
+        let r = Request::attach(i.clone()).unwrap();
+        assert_eq!(r.line(), "attach c1 netdev vc1 mac 52:54:00:00:00:07 datapath kernel network 7");
+        assert_eq!(parsed(&r.line()), r.command());
+        let sub: Subnet = "10.88.0.0/24".parse().unwrap();
+        let r = Request::IpamAdd { subnet: sub, owner: Owner::new("n/c/eth0").unwrap(), range: None };
+        assert_eq!(r.line(), "ipam add 10.88.0.0/24 n/c/eth0");
+        assert_eq!(parsed(&r.line()), r.command());
+        let mut v = i;
+        v.dev = Dev::VhostUser(SocketPath::new("/run/vnet/vhost/c1.sock").unwrap());
+        assert!(Request::attach(v.clone()).is_err(), "vhost-user is never on the kernel path");
+        v.datapath = Datapath::Auto;
+        v.standby = true;
+        let r = Request::attach(v).unwrap();
+        assert_eq!(parsed(&r.line()), r.command());
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z][a-z0-9_.-]{0,10}",
+            "/[a-z0-9/._-]{0,20}",
+            "[a-z][a-z0-9_.-]{0,10}",
+            "/[a-z0-9/._-]{0,20}",
+            "\\PC{0,20}",
+            ".{0,20}",
+            "[a-z/]{1,5}[ \n\r\t#\u{0}\u{7f}\u{85}\u{2028}][a-z ]{0,10}",
+        ]
+    }
+
+    fn show() -> impl Strategy<Value = ShowWhat> {
+        prop::sample::select(vec![
+            ShowWhat::Routes,
+            ShowWhat::Links,
+            ShowWhat::Interfaces,
+            ShowWhat::Stats,
+            ShowWhat::Config,
+            ShowWhat::Metrics,
+            ShowWhat::Matrix,
+            ShowWhat::Cluster,
+            ShowWhat::Global,
+        ])
+    }
+
+    /// Builds a request of kind `k` from raw field values; `None` where a
+    /// type refuses them.
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        k: u8,
+        a: &str,
+        b: &str,
+        mac: [u8; 6],
+        n: u32,
+        small: u32,
+        ip: [u8; 4],
+        flags: u8,
+        what: ShowWhat,
+    ) -> Option<Request> {
+        let name = || Name::new(a).ok();
+        Some(match k % 10 {
+            0 | 1 => {
+                let dev = match flags % 3 {
+                    0 => Dev::Tap(DevName::new(b).ok()?),
+                    1 => Dev::Netdev(DevName::new(b).ok()?),
+                    _ => Dev::VhostUser(SocketPath::new(b).ok()?),
+                };
+                let mut i = Interface::new(name()?, dev);
+                i.mac = (flags & 4 != 0).then_some(MacAddr(mac));
+                i.mtu = (flags & 8 != 0).then_some(small);
+                i.netns = if flags & 16 != 0 { Some(Name::new(b).ok()?) } else { None };
+                // Mostly in range, sometimes not.
+                i.queues = if flags & 128 != 0 { small % 20 } else { 1 + small % 16 };
+                i.offload = flags & 32 == 0;
+                i.datapath = [Datapath::User, Datapath::Kernel, Datapath::Auto][(n % 3) as usize];
+                i.mode = [Mode::Notify, Mode::Poll, Mode::Adaptive][(small % 3) as usize];
+                i.broadcast_limit = if flags & 2 != 0 { n % 20_000_000 } else { n % 10_000_001 };
+                i.network = n;
+                i.standby = flags & 64 != 0;
+                if k % 10 == 0 {
+                    Request::attach(i).ok()?
+                } else {
+                    Request::declare(i).ok()?
+                }
+            }
+            2 => Request::Detach(name()?),
+            3 => Request::Activate(name()?),
+            4 => Request::DeleteInterface(name()?),
+            5 => Request::DeleteRoute(n),
+            6 => {
+                let subnet = Subnet::new(IpAddr::from(ip), (small % 40) as u8).ok()?;
+                let range = (flags & 1 != 0)
+                    .then(|| (IpAddr::from(ip), IpAddr::from(mac[..4].try_into().unwrap_or(ip))));
+                Request::IpamAdd { subnet, owner: Owner::new(a).ok()?, range }
+            }
+            7 => Request::IpamDel(Owner::new(b).ok()?),
+            8 => Request::Announce(MacAddr(mac)),
+            _ => Request::Show { what, json: flags & 1 != 0 },
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_field_values_are_refused_or_parse_to_exactly_that_request_once(
+            k in any::<u8>(), a in text(), b in text(), mac in any::<[u8; 6]>(), n in any::<u32>(),
+            small in 0u32..70000, ip in any::<[u8; 4]>(), flags in any::<u8>(), what in show(),
+        ) {
+            if let Some(r) = build(k, &a, &b, mac, n, small, ip, flags, what) {
+                let line = r.line();
+                prop_assert!(!line.contains(|c: char| !crate::lex::allowed(c)), "{:?}", line);
+                let all = parse(&line).map_err(|e| TestCaseError::fail(format!("`{line}`: {e}")))?;
+                prop_assert_eq!(all.len(), 1);
+                prop_assert_eq!(&all[0].item, &r.command(), "{}", line);
+            }
+        }
+    }
+}
