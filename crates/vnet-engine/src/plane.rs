@@ -222,6 +222,11 @@ impl Plane {
         let secured = || self.links.values().filter_map(|l| l.secure.as_ref().map(|s| (l, s)));
         if crate::secure::is_initiation(data) {
             let (_, any) = secured().next()?;
+            // MAC1 first: junk never spends the budget the real peers need.
+            if !any.initiation_to_us(data) {
+                g.stranger_initiations_bad_mac.fetch_add(1, Relaxed);
+                return None;
+            }
             if !g.stranger_initiation(now_ns) {
                 return None;
             }
@@ -302,6 +307,9 @@ pub struct Global {
     /// unread because more than [`STRANGER_INITS_PER_SEC`] came in a second.
     pub stranger_initiations: AtomicU64,
     pub stranger_initiations_limited: AtomicU64,
+    /// Initiations from unknown addresses whose first MAC was not made for
+    /// this host's key: dropped after one HMAC, before the budget above.
+    pub stranger_initiations_bad_mac: AtomicU64,
     /// The second (engine clock) and count of the stranger initiations read.
     #[serde(skip)]
     stranger_window: AtomicU64,

@@ -828,6 +828,14 @@ impl SecureLink {
         s
     }
 
+    /// Whether `data` is a handshake initiation to this host with a good
+    /// first MAC (keyed by this host's public key, the same for every link):
+    /// one HMAC, what a stranger's datagram costs before anything is spent
+    /// on it (the stranger budget, the Diffie-Hellman of [`Self::initiator_of`]).
+    pub fn initiation_to_us(&self, data: &[u8]) -> bool {
+        data.len() == INIT_LEN && data[0] == VERSION && data[1] == T_INIT && self.mac_ok(data, INIT_MAC1)
+    }
+
     /// Whose initiation `data` is, when it is a handshake initiation to this
     /// host: the initiator's static public key. One Noise read (two
     /// Diffie-Hellman operations) after the first MAC: for an initiation
@@ -837,8 +845,7 @@ impl SecureLink {
     /// private half (IK's `ss`); it is then answered by the link as any
     /// other (timestamp, rate limit, cookies).
     pub fn initiator_of(&self, data: &[u8]) -> Option<[u8; 32]> {
-        if data.len() != INIT_LEN || data[0] != VERSION || data[1] != T_INIT || !self.mac_ok(data, INIT_MAC1)
-        {
+        if !self.initiation_to_us(data) {
             return None;
         }
         let mode = match data[2] {

@@ -923,3 +923,34 @@ fn with_gro_reordered_batches_deliver_every_frame_once_and_intact() {
         assert!(pairs > 0 && reasm > 0, "secured {secured}: both ways taken: {whole} {pairs} {reasm}");
     }
 }
+
+/// Issue 44, finding 1: junk shaped like initiations from strangers is
+/// dropped on its first MAC, before the budget of initiations read from
+/// unknown addresses, so a flood of it (200, over the 50 a second) leaves
+/// that budget to the real peer, whose initiation from a new address still
+/// moves its link.
+#[test]
+fn a_flood_of_junk_initiations_does_not_spend_the_budget_a_roaming_peer_needs() {
+    let mut net = secure_pair("encrypt", 2, 0);
+    net.start_capture();
+    net.set_faults(Faults { loss: 1.0, ..Faults::default() });
+    idle(&mut net, 3_000);
+    net.set_faults(Faults::default());
+    let inits: Vec<Vec<u8>> =
+        net.captured().into_iter().filter(|d| vnet_engine::secure::is_initiation(d)).collect();
+    assert!(!inits.is_empty(), "no initiation in three seconds");
+    for i in 0..200u32 {
+        let mut junk = inits[0].clone();
+        junk[40] ^= 1 + (i % 255) as u8;
+        net.inject(&format!("10.0.1.{}", 1 + i % 250), &ip(1), junk);
+    }
+    for d in &inits {
+        net.inject("10.0.0.66", &ip(1), d.clone());
+    }
+    net.run(1000);
+    let g = &net.hosts[1].global;
+    assert_eq!(load(&g.stranger_initiations_limited), 0, "the junk spent the budget");
+    assert_eq!(load(&g.stranger_initiations_bad_mac), 200);
+    let l = net.hosts[1].link("p").unwrap();
+    assert_eq!(l.endpoint().map(|e| e.to_string()).as_deref(), Some("10.0.0.66:9000"));
+}
