@@ -8,8 +8,14 @@
 //! pair that finds no slot (the table holds [`SLOTS`] pairs already) is
 //! counted in [`Matrix::other`], so nothing a guest sends can make vnetd
 //! hold more, and the totals always add up. Nothing is allocated per frame.
-//! Two pairs of the same 64-bit hash would share a slot (with 4096 pairs,
-//! a chance of about one in 10^12).
+//!
+//! The hash is keyed with a random key of the process (SipHash, std's
+//! `RandomState`): a guest that cannot know the key cannot choose MAC pairs
+//! that land on a victim's slots, or share its 64-bit hash (two pairs of one
+//! hash would share a slot). And pairs leave: [`Matrix::sweep`], called
+//! once a second, frees the slot of a pair that sent nothing for
+//! [`IDLE_SWEEPS`] sweeps, its counts kept in `other`, so MACs a guest
+//! varies fill the table for a minute, not for the life of the process.
 //!
 //! Written here rather than with a concurrent map crate: it is on the data
 //! path, per frame, and must neither allocate nor lock.
@@ -22,6 +28,11 @@ use vnet_wire::MacAddr;
 pub const SLOTS: usize = 4096;
 /// Slots a pair may be looked for in.
 pub const PROBES: usize = 8;
+/// Sweeps (seconds) a pair may stay idle before its slot is freed.
+pub const IDLE_SWEEPS: u64 = 60;
+
+/// A slot's key while a sweep frees it: no pair's (their keys are odd).
+const FREEING: u64 = 2;
 
 /// A cache line of its own: two workers counting two pairs (a flow's data
 /// and its acknowledgements) never share one.
@@ -34,6 +45,9 @@ struct Slot {
     dst: AtomicU64,
     frames: AtomicU64,
     bytes: AtomicU64,
+    /// The sweeps' own: `frames` at the last sweep, and sweeps since it changed.
+    seen: AtomicU64,
+    quiet: AtomicU64,
 }
 
 /// One pair's counts.
@@ -48,16 +62,22 @@ pub struct Pair {
 /// The table.
 pub struct Matrix {
     slots: Box<[Slot]>,
+    /// The hash's key: random, one per table.
+    key: std::collections::hash_map::RandomState,
     other_frames: AtomicU64,
     other_bytes: AtomicU64,
+    /// Pairs whose slots sweeps freed.
+    evicted: AtomicU64,
 }
 
 impl Default for Matrix {
     fn default() -> Self {
         Matrix {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            key: std::collections::hash_map::RandomState::new(),
             other_frames: AtomicU64::new(0),
             other_bytes: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
         }
     }
 }
@@ -77,20 +97,18 @@ fn u64_mac(v: u64) -> MacAddr {
     MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
 }
 
-/// A 64-bit hash of the pair, never 0 (splitmix64's finaliser).
-fn hash(src: u64, dst: u64) -> u64 {
-    let mut z = src.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ dst.rotate_left(29);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) | 1
-}
-
 impl Matrix {
+    /// The pair's keyed 64-bit hash, odd (never 0 or [`FREEING`]).
+    fn hash(&self, src: u64, dst: u64) -> u64 {
+        use std::hash::BuildHasher;
+        self.key.hash_one((src, dst)) | 1
+    }
+
     /// Counts one frame of `len` bytes from `src` to `dst`.
     #[inline]
     pub fn count(&self, src: MacAddr, dst: MacAddr, len: usize) {
         let (s, d) = (mac_u64(src), mac_u64(dst));
-        let h = hash(s, d);
+        let h = self.hash(s, d);
         let start = h as usize % SLOTS;
         for i in 0..PROBES {
             let slot = &self.slots[(start + i) % SLOTS];
@@ -131,9 +149,48 @@ impl Matrix {
             .collect()
     }
 
-    /// Frames and bytes of pairs the table had no room for.
+    /// Frames and bytes of pairs the table had no room for, and of pairs
+    /// whose slots were freed.
     pub fn other(&self) -> (u64, u64) {
         (self.other_frames.load(Relaxed), self.other_bytes.load(Relaxed))
+    }
+
+    /// Pairs whose slots sweeps have freed.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Relaxed)
+    }
+
+    /// Frees the slots of pairs idle for [`IDLE_SWEEPS`] sweeps (call once
+    /// a second, from one thread); their counts move to `other`. A worker
+    /// that matched the slot just before it was freed may count a frame
+    /// into it after: that frame goes to the slot's next pair, and the
+    /// totals still add up.
+    pub fn sweep(&self) {
+        for slot in self.slots.iter() {
+            let k = slot.key.load(Relaxed);
+            if k == 0 || k == FREEING {
+                continue;
+            }
+            let f = slot.frames.load(Relaxed);
+            if slot.seen.swap(f, Relaxed) != f {
+                slot.quiet.store(0, Relaxed);
+                continue;
+            }
+            if slot.quiet.fetch_add(1, Relaxed) + 1 < IDLE_SWEEPS {
+                continue;
+            }
+            if slot.key.compare_exchange(k, FREEING, Relaxed, Relaxed).is_err() {
+                continue;
+            }
+            self.other_frames.fetch_add(slot.frames.swap(0, Relaxed), Relaxed);
+            self.other_bytes.fetch_add(slot.bytes.swap(0, Relaxed), Relaxed);
+            slot.src.store(0, Relaxed);
+            slot.dst.store(0, Relaxed);
+            slot.seen.store(0, Relaxed);
+            slot.quiet.store(0, Relaxed);
+            self.evicted.fetch_add(1, Relaxed);
+            slot.key.store(0, Relaxed);
+        }
     }
 }
 
@@ -174,6 +231,46 @@ mod tests {
         let bytes: u64 = pairs.iter().map(|p| p.bytes).sum::<u64>() + ob;
         assert_eq!((frames, bytes), (u64::from(n) + 3, u64::from(n) * 10 + 210));
         assert!(of > 0);
+    }
+
+    #[test]
+    fn idle_pairs_leave_and_their_counts_stay_in_other() {
+        let m = Matrix::default();
+        m.count(mac(1), mac(2), 100);
+        m.count(mac(3), mac(4), 10);
+        for s in 0..IDLE_SWEEPS {
+            m.count(mac(1), mac(2), 100);
+            m.sweep();
+            assert_eq!(m.pairs().len(), 2, "sweep {s}: nothing idle long enough yet");
+        }
+        m.count(mac(1), mac(2), 100);
+        m.sweep();
+        let p = m.pairs();
+        assert_eq!(
+            (p.len(), p[0].src, m.evicted()),
+            (1, mac(1), 1),
+            "the idle pair left, the busy one stayed"
+        );
+        assert_eq!(m.other(), (1, 10), "the idle pair's counts are in other");
+        // A guest varying its MACs: the table empties again once they stop.
+        for i in 0..2 * SLOTS as u32 {
+            m.count(mac(100 + i), mac(2), 1);
+        }
+        assert!(m.pairs().len() > SLOTS / 2);
+        for _ in 0..=IDLE_SWEEPS {
+            m.sweep();
+        }
+        assert!(m.pairs().is_empty(), "{}", m.pairs().len());
+        m.count(mac(100), mac(2), 1);
+        assert_eq!(m.pairs().len(), 1, "a freed slot is claimed again");
+    }
+
+    #[test]
+    fn the_hash_is_keyed_per_table() {
+        let (a, b) = (Matrix::default(), Matrix::default());
+        let (s, d) = (mac_u64(mac(1)), mac_u64(mac(2)));
+        assert_ne!(a.hash(s, d), b.hash(s, d), "two tables, two keys");
+        assert_eq!(a.hash(s, d), a.hash(s, d));
     }
 
     #[test]

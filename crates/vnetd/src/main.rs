@@ -413,12 +413,14 @@ fn spawn_background(daemon: &Arc<Mutex<Daemon>>, metrics: Option<std::net::Socke
             d.lock().unwrap_or_else(|p| p.into_inner()).activate_arrived();
         }
     });
-    // Devices deleted under vnetd: noticed and reattached.
-    let d = daemon.clone();
+    // Devices deleted under vnetd: noticed and reattached; idle pairs leave
+    // the traffic matrix.
+    let (d, sweep) = (daemon.clone(), shared.clone());
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             every.tick().await;
+            sweep.global.matrix.sweep();
             let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
             d.check_devices();
             if let Some(e) = d.save_handshakes() {

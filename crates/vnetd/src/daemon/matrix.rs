@@ -81,6 +81,7 @@ impl Daemon {
                 "pairs": rows,
                 "other": { "frames": other.0, "bytes": other.1 },
                 "pairs_seen": m.pairs.len(),
+                "pairs_evicted": self.shared.global.matrix.evicted(),
                 "bytes": total,
                 "capacity": { "user": vnet_engine::matrix::SLOTS, "kernel": crate::kernel::MATRIX_PAIRS },
                 "links": links,
