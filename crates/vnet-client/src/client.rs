@@ -55,6 +55,14 @@ impl Client {
                 Box::new(s)
             }
             Endpoint::Tcp(a) => {
+                // The token is root's power over vnetd: never sent off this
+                // host, where anyone on the path could read it.
+                if !a.ip().is_loopback() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!("refusing to send the control token to {a}, which is not loopback: use a tls: endpoint"),
+                    ));
+                }
                 let s = TcpStream::connect(a)?;
                 s.set_read_timeout(timeout)?;
                 let mut c = Client { r: BufReader::new(Box::new(s)) };
@@ -148,5 +156,22 @@ impl Client {
             Some(e) => Err(e),
             None => c.result,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_goes_to_loopback_only_and_a_line_with_a_control_character_nowhere() {
+        let far = Endpoint::Tcp("192.0.2.1:9".parse().unwrap());
+        let e = Client::connect(&far).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("not loopback"), "{e}");
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut c = Client { r: BufReader::new(Box::new(a)) };
+        let e = c.request("show links\nlink evil udp 192.0.2.9:9000").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
     }
 }

@@ -18,6 +18,15 @@
 //! the client does not read within [`WRITE_TIMEOUT`] closes it too, so idle
 //! clients cannot lock others out for longer than the idle timeout.
 //!
+//! Before a `tcp:` or `tls:` client has proved itself (its `auth TOKEN`
+//! line, its TLS handshake with a certificate of the CA) it holds no
+//! connection slot: it waits in a small pool of its own ([`PENDING_MAX`]
+//! places, each for at most [`AUTH_DEADLINE`]), and a new connection that
+//! finds the pool full takes the place of the oldest one waiting. So any
+//! number of idle or half-open connections cannot keep an administrator
+//! out: theirs is always the newest, and on loopback its proof takes
+//! microseconds.
+//!
 //! The endpoint is root's power over the host: a Unix socket of mode 0600,
 //! created only where nothing (or a stale socket) is, TCP on loopback, or
 //! TLS 1.3 where the client must present a certificate of the endpoint's CA
@@ -46,6 +55,12 @@ pub const MAX_OPEN_TXNS: usize = 8;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A reply not taken by the client within this long closes the connection.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections of a `tcp:` or `tls:` endpoint waiting to authenticate at
+/// once; a new one takes the oldest one's place.
+pub const PENDING_MAX: usize = 32;
+/// Time a connection has to authenticate (its `auth` line, or its TLS
+/// handshake).
+pub const AUTH_DEADLINE: Duration = Duration::from_secs(3);
 
 /// What one endpoint's connections share: the idle timeout and the count
 /// of open transactions.
@@ -367,17 +382,27 @@ fn lock(d: &Mutex<Daemon>) -> std::sync::MutexGuard<'_, Daemon> {
     d.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Serves one connection until it closes, goes idle, or stops reading.
+/// Serves one connection until it closes, goes idle, or stops reading
+/// (a `tcp:` endpoint's client first sends `auth TOKEN`).
 pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
     daemon: Arc<Mutex<Daemon>>,
     stream: S,
     limits: Limits,
 ) {
+    let locked = limits.access.token.is_some();
+    serve_session(daemon, stream, limits, locked).await
+}
+
+/// [`serve_conn`], the client's `auth` line already taken unless `locked`.
+async fn serve_session<S: AsyncRead + AsyncWrite + Unpin>(
+    daemon: Arc<Mutex<Daemon>>,
+    stream: S,
+    limits: Limits,
+    mut locked: bool,
+) {
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
     let idle = limits.idle;
-    // A `tcp:` client's first line is `auth TOKEN`, or nothing is served.
-    let mut locked = limits.access.token.is_some();
     let access = limits.access.clone();
     let mut s = Session::new(limits);
     let mut buf = Vec::with_capacity(256);
@@ -441,6 +466,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let pending = Arc::new(Pending::default());
     tokio::pin!(shutdown);
     match ep {
         Endpoint::Unix(path) => {
@@ -475,7 +501,7 @@ pub async fn serve(
             loop {
                 tokio::select! {
                     _ = &mut shutdown => break,
-                    a = l.accept() => if let Ok((c, _)) = a { spawn_conn(&slots, &daemon, &limits, c) },
+                    a = l.accept() => if let Ok((c, _)) = a { spawn_tcp_conn(&pending, &slots, &daemon, &limits, c) },
                 }
             }
         }
@@ -493,7 +519,7 @@ pub async fn serve(
                     a = l.accept() => if let Ok((c, _)) = a {
                         // The identity as now (`reload` renews it in place).
                         let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
-                        spawn_tls_conn(&slots, &daemon, &limits, &acceptor, c)
+                        spawn_tls_conn(&pending, &slots, &daemon, &limits, &acceptor, c)
                     },
                 }
             }
@@ -502,25 +528,136 @@ pub async fn serve(
     Ok(())
 }
 
-/// Most time a TLS handshake may take before the connection is dropped.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The connections of one endpoint that have not authenticated yet
+/// ([`PENDING_MAX`] at most; the module's doc says why the oldest goes).
+#[derive(Default)]
+struct Pending {
+    /// The next id, and the waiting connections' tasks, oldest first.
+    waiting: Mutex<(u64, std::collections::VecDeque<(u64, tokio::task::AbortHandle)>)>,
+}
 
-/// A TLS connection: the handshake (within the connection's slot, so
-/// handshakes are bounded like connections), then the protocol. A client
-/// without a certificate of the CA gets nothing but the TLS alert.
+impl Pending {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (u64, std::collections::VecDeque<(u64, tokio::task::AbortHandle)>)> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `task(id)` as a waiting connection: the oldest waiting one is
+    /// dropped if the pool is full. The task calls [`Pending::done`] with
+    /// its id once authenticated (it can no longer be dropped then).
+    fn admit<F>(self: &Arc<Self>, task: impl FnOnce(u64) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        // Spawned under the lock, so `done` (which takes it) cannot run
+        // before the task is listed.
+        let mut w = self.lock();
+        if w.1.len() >= PENDING_MAX {
+            if let Some((_, oldest)) = w.1.pop_front() {
+                oldest.abort();
+            }
+        }
+        let id = w.0;
+        w.0 += 1;
+        let h = tokio::spawn(task(id));
+        w.1.push_back((id, h.abort_handle()));
+    }
+
+    /// Connection `id` authenticated (or gave up): no longer waiting.
+    fn done(&self, id: u64) {
+        self.lock().1.retain(|(i, _)| *i != id);
+    }
+}
+
+/// Reads a `tcp:` client's first line (at most 256 bytes, byte by byte so
+/// nothing after it is taken from the stream) within [`AUTH_DEADLINE`]:
+/// whether it is `auth TOKEN` with the endpoint's token.
+async fn authenticated<S: AsyncRead + Unpin>(c: &mut S, access: &Access) -> bool {
+    let read = async {
+        let mut line = Vec::with_capacity(80);
+        while line.len() < 256 {
+            match c.read_u8().await {
+                Ok(b'\n') => return Some(line),
+                Ok(b) => line.push(b),
+                Err(_) => return None,
+            }
+        }
+        None
+    };
+    match tokio::time::timeout(AUTH_DEADLINE, read).await {
+        Ok(Some(line)) => {
+            std::str::from_utf8(&line).is_ok_and(|l| access.authenticates(l.trim_end_matches('\r')))
+        }
+        _ => false,
+    }
+}
+
+/// Serves an authenticated connection in one of the endpoint's
+/// [`MAX_CONNECTIONS`] slots, or tells it there is none.
+async fn serve_authenticated<S: AsyncRead + AsyncWrite + Unpin>(
+    slots: &Arc<tokio::sync::Semaphore>,
+    daemon: Arc<Mutex<Daemon>>,
+    mut c: S,
+    limits: Limits,
+    greeting: &[u8],
+) {
+    let Ok(permit) = slots.clone().try_acquire_owned() else {
+        let bye = c.write_all(b"end error too many control connections\n");
+        let _ = tokio::time::timeout(WRITE_TIMEOUT, bye).await;
+        return;
+    };
+    if !greeting.is_empty()
+        && !matches!(tokio::time::timeout(WRITE_TIMEOUT, c.write_all(greeting)).await, Ok(Ok(())))
+    {
+        return;
+    }
+    serve_session(daemon, c, limits, false).await;
+    drop(permit);
+}
+
+/// A `tcp:` connection: its `auth` line while waiting in the pending pool,
+/// then the protocol in a connection slot.
+fn spawn_tcp_conn(
+    pending: &Arc<Pending>,
+    slots: &Arc<tokio::sync::Semaphore>,
+    daemon: &Arc<Mutex<Daemon>>,
+    limits: &Limits,
+    c: tokio::net::TcpStream,
+) {
+    let (p, slots, d, limits) = (pending.clone(), slots.clone(), daemon.clone(), limits.clone());
+    pending.admit(move |id| async move {
+        let mut c = c;
+        let ok = authenticated(&mut c, &limits.access).await;
+        p.done(id);
+        if !ok {
+            let bye = b"end error authentication required: the first line is `auth TOKEN`\n";
+            let _ = tokio::time::timeout(WRITE_TIMEOUT, c.write_all(bye)).await;
+            return;
+        }
+        serve_authenticated(&slots, d, c, limits, b"end ok\n").await;
+    });
+}
+
+/// A TLS connection: the handshake while waiting in the pending pool
+/// (within [`AUTH_DEADLINE`]), then the protocol in a connection slot. A
+/// client without a certificate of the CA gets nothing but the TLS alert.
 fn spawn_tls_conn(
+    pending: &Arc<Pending>,
     slots: &Arc<tokio::sync::Semaphore>,
     daemon: &Arc<Mutex<Daemon>>,
     limits: &Limits,
     acceptor: &tokio_rustls::TlsAcceptor,
     c: tokio::net::TcpStream,
 ) {
-    let Ok(permit) = slots.clone().try_acquire_owned() else { return };
-    let (d, limits, acceptor) = (daemon.clone(), limits.clone(), acceptor.clone());
-    tokio::spawn(async move {
-        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(c)).await {
+    let (p, slots, d, limits, acceptor) =
+        (pending.clone(), slots.clone(), daemon.clone(), limits.clone(), acceptor.clone());
+    pending.admit(move |id| async move {
+        let shaken = tokio::time::timeout(AUTH_DEADLINE, acceptor.accept(c)).await;
+        p.done(id);
+        match shaken {
             Ok(Ok(s)) => match client_named(&s, limits.access.client_name.as_deref()) {
-                Ok(()) => serve_conn(d, s, limits).await,
+                Ok(()) => serve_authenticated(&slots, d, s, limits, b"").await,
                 Err(e) => {
                     tracing::info!("control: TLS client refused: {e}");
                     let mut s = s;
@@ -531,7 +668,6 @@ fn spawn_tls_conn(
             Ok(Err(e)) => tracing::info!("control: TLS handshake refused: {e}"),
             Err(_) => tracing::info!("control: TLS handshake timed out"),
         }
-        drop(permit);
     });
 }
 
@@ -814,6 +950,66 @@ mod tests {
         assert!(e.contains("nothing applied"), "{e}");
         assert!(late.txn.is_none());
         assert!(lock(&d).state().routes.is_empty());
+    }
+
+    #[test]
+    fn an_administrator_gets_in_at_once_while_a_thousand_unauthenticated_connections_sit() {
+        // Issue 44, finding 7: before, each of these held one of the 64
+        // slots for 30 s, and the administrator got a broken pipe.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let ep = Endpoint::Tcp(addr);
+        let token: Arc<str> = "0123456789abcdef".repeat(4).into();
+        let access = Access { token: Some(token.clone()), ..Access::default() };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let daemon = Arc::new(Mutex::new(Daemon::new()));
+        rt.block_on(async {
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let limits = Limits::new(IDLE_TIMEOUT).with_access(access);
+            let server = tokio::spawn(async move {
+                serve(&ep, daemon, limits, None, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // 1000 connections that never authenticate, some with half a line.
+            let mut idle = Vec::new();
+            for i in 0..1000 {
+                let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+                if i % 2 == 0 {
+                    c.write_all(b"auth 0123").await.unwrap();
+                }
+                idle.push(c);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let t0 = std::time::Instant::now();
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(format!("auth {token}\nshow routes\n").as_bytes()).await.unwrap();
+            let mut r = Vec::new();
+            let mut buf = [0u8; 256];
+            let both = |r: &[u8]| String::from_utf8_lossy(r).matches("end ok\n").count() == 2;
+            while !both(&r) && t0.elapsed() < Duration::from_secs(5) {
+                match tokio::time::timeout(Duration::from_secs(1), c.read(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => r.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+            let took = t0.elapsed();
+            assert!(both(&r), "{:?}", String::from_utf8_lossy(&r));
+            assert!(took < Duration::from_secs(1), "answered after {took:?}");
+            // The oldest waiting ones were dropped to make room; a wrong
+            // token is told so and closed.
+            let mut first = String::new();
+            let _ = tokio::time::timeout(Duration::from_secs(1), idle[0].read_to_string(&mut first)).await;
+            let mut w = tokio::net::TcpStream::connect(addr).await.unwrap();
+            w.write_all(b"auth nope\n").await.unwrap();
+            let mut r = String::new();
+            let _ = tokio::time::timeout(Duration::from_secs(2), w.read_to_string(&mut r)).await;
+            assert!(r.contains("authentication required"), "{r:?}");
+            let _ = stop_tx.send(());
+            server.await.unwrap().unwrap();
+        });
     }
 
     #[test]
