@@ -951,6 +951,10 @@ fn two_networks_on_one_host_with_the_same_macs_never_see_each_others_frames_on_e
     // Across networks nothing answers: not even ARP crosses.
     assert_no_ping(&lab, &vms[0], vms[3].ip);
     assert_no_ping(&lab, &vms[3], vms[1].ip);
+    // Issue 44, finding 6: a network-7 or -8 MAC's announcement goes on no
+    // link of network 0 (before, on every link).
+    let r = lab.control(0, &format!("announce {}", vms[0].mac)).unwrap();
+    assert_eq!(r.body.trim(), format!("announced {} to 0 of 0 links", vms[0].mac));
     if std::env::var("VNET_LAB_DATAPATH").as_deref() == Ok("kernel") {
         let g = json(&lab, 0, "stats")["global"].clone();
         assert_eq!(g["kernel_path"], "loaded", "{g}");

@@ -953,6 +953,24 @@ mod tests {
     }
 
     #[test]
+    fn an_announcement_goes_only_on_the_links_of_its_macs_network() {
+        let d = Mutex::new(Daemon::new());
+        let mut s = session();
+        for l in [
+            "listen udp 127.0.0.1:0",
+            "link a udp 127.0.0.2:9000 format vnet network 7",
+            "link b udp 127.0.0.3:9000 format vnet network 8",
+            "link c udp 127.0.0.4:9000 format vnet",
+        ] {
+            assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
+        }
+        // A MAC no local interface has is network 0's: link c alone.
+        let (body, end) = handle_line(&d, &mut s, "announce 52:54:00:00:00:09");
+        assert_eq!((body.trim(), end.as_str()), ("announced 52:54:00:00:00:09 to 1 of 1 links", "end ok"));
+        assert_eq!(lock(&d).announce_link_names("52:54:00:00:00:09".parse().unwrap()), vec!["c"]);
+    }
+
+    #[test]
     fn an_administrator_gets_in_at_once_while_a_thousand_unauthenticated_connections_sit() {
         // Issue 44, finding 7: before, each of these held one of the 64
         // slots for 30 s, and the administrator got a broken pipe.

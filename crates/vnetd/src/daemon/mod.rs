@@ -716,15 +716,20 @@ impl Daemon {
     /// where the MAC now lives, so learning switches and caches on the way
     /// re-learn at once (vnet's own routes are changed by the controller).
     /// Returns the reply body.
+    /// Only the links of the MAC's networks (those of the local interfaces
+    /// that have it, as networks may share MACs; network 0 for a MAC no
+    /// local interface has) carry it: a tenant's RARP never reaches another
+    /// tenant's links.
     pub fn announce(&self, mac: vnet_wire::MacAddr) -> String {
         let frame = vnet_wire::arp::rarp_announcement(mac);
         let parts = [std::io::IoSlice::new(&frame)];
         let mut scratch = vnet_engine::port::Scratch::default();
         let mut sent = 0;
-        for link in self.links.values() {
+        let links = self.announce_links(mac);
+        for link in &links {
             // Each link's own codec: raw, vnet or VXLAN.
             if vnet_engine::Port::send(
-                &**link,
+                &***link,
                 &mut scratch,
                 vnet_engine::Payload::Frame { parts: &parts, hdr: false },
             ) {
@@ -735,7 +740,22 @@ impl Daemon {
                 tracing::warn!(link = %link.def.name, "announce: not sent");
             }
         }
-        format!("announced {mac} to {sent} of {} links\n", self.links.len())
+        format!("announced {mac} to {sent} of {} links\n", links.len())
+    }
+
+    /// The links an announcement of `mac` goes on: those of its network.
+    fn announce_links(&self, mac: vnet_wire::MacAddr) -> Vec<&Arc<vnet_engine::Link>> {
+        let mut networks: Vec<u32> =
+            self.state.interfaces.values().filter(|i| i.mac == Some(mac)).map(|i| i.network).collect();
+        if networks.is_empty() {
+            networks.push(0);
+        }
+        self.links.values().filter(|l| networks.contains(&l.def.network())).collect()
+    }
+
+    /// The names of the links an announcement of `mac` goes on.
+    pub fn announce_link_names(&self, mac: vnet_wire::MacAddr) -> Vec<String> {
+        self.announce_links(mac).iter().map(|l| l.def.name.clone()).collect()
     }
 
     /// Every counter of `show stats` (user and kernel path merged) in the
