@@ -45,6 +45,49 @@ pub fn read_secret(path: &Path, what: &str, max: u64) -> Result<String, String> 
     Ok(text)
 }
 
+/// Whether the metadata of `shown` (a file or directory whose contents vnetd
+/// trusts) leaves it to root and vnetd's user: owned by one of them, and
+/// writable by neither its group nor others. The error says which and how
+/// to fix it.
+pub fn check_trusted(meta: &std::fs::Metadata, shown: &str, what: &str) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{shown}: mode {:04o} lets others change {what}; `chmod go-w {shown}`",
+            mode & 0o777
+        ));
+    }
+    let me = crate::sys::euid();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "{shown}: {what} is owned by uid {}, not by vnetd's user ({me}) or root; `chown root {shown}`",
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a file whose contents vnetd trusts (a CA, the network's public
+/// key): opened once and checked on the open file ([`check_trusted`]),
+/// at most `max` bytes.
+pub fn read_trusted(path: &Path, what: &str, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let shown = path.display().to_string();
+    let f = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("{shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{shown}: not a regular file"));
+    }
+    check_trusted(&meta, &shown, what)?;
+    let mut bytes = Vec::new();
+    f.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("{shown}: {e}"))?;
+    if bytes.len() as u64 > max {
+        return Err(format!("{shown}: more than {max} bytes, too long for {what}"));
+    }
+    Ok(bytes)
+}
+
 /// A private key written as `vnetctl genkey` writes it.
 pub fn parse_private(s: &str) -> Option<Identity> {
     let k = PeerKey::from_base64(s)?;
@@ -88,6 +131,28 @@ pub fn pubkey(private: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trusted_files_others_may_change_are_refused_with_the_fix() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("vnetd-trusted-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("net.pub");
+        std::fs::write(&f, "key").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(read_trusted(&f, "the network's public key", 100).unwrap(), b"key");
+        for m in [0o664, 0o646, 0o666] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(m)).unwrap();
+            let e = read_trusted(&f, "the network's public key", 100).unwrap_err();
+            assert!(
+                e.contains("lets others change the network's public key") && e.contains("chmod go-w"),
+                "{e}"
+            );
+        }
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(read_trusted(&f, "x", 2).unwrap_err().contains("more than 2 bytes"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn keys_round_trip_and_loose_files_are_refused() {

@@ -63,8 +63,15 @@ impl Tls {
 
 impl Loaded {
     fn read(files: &TlsFiles) -> Result<Loaded, String> {
+        // The CA is what every peer is trusted by: only root and vnetd's
+        // user may change it. Checked first.
+        let ca_file = crate::keys::read_trusted(std::path::Path::new(&files.ca), "the CA", 1 << 20)?;
         let read_certs = |path: &str| -> Result<(Vec<CertificateDer<'static>>, Vec<u8>), String> {
-            let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+            let bytes = if path == files.ca {
+                ca_file.clone()
+            } else {
+                std::fs::read(path).map_err(|e| format!("{path}: {e}"))?
+            };
             let certs: Vec<_> = CertificateDer::pem_slice_iter(&bytes)
                 .collect::<Result<_, _>>()
                 .map_err(|e| format!("{path}: {e}"))?;

@@ -5152,6 +5152,68 @@ fn cni_config_values_holding_control_lines_are_error_7_and_change_nothing() {
     }
 }
 
+/// A seqpacket socket at `path` served by uid 65534 (nobody) in a child
+/// process, as a local user who got there first would: bound in a
+/// directory of its own beside the lab's (removed again), then moved to
+/// `path`. The child is the lab's, stopped with it.
+fn serve_as_nobody(lab: &mut Lab, path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let own = std::env::temp_dir().join(format!("{}-nobody", lab.prefix));
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let bound = own.join("s");
+    let script = format!(
+        "import socket, time\ns = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\ns.bind({:?})\ns.listen(4)\n\
+         while True:\n    c, _ = s.accept()\n    c.send(b'x')\n    time.sleep(30)\n",
+        bound.display().to_string()
+    );
+    let ns = lab.hosts[0].ns.clone();
+    lab.spawn(
+        &ns,
+        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", &script],
+    )
+    .unwrap();
+    wait_until(5.0, "nobody's socket", || bound.exists());
+    std::fs::rename(&bound, path).unwrap();
+    std::fs::remove_dir_all(&own).unwrap();
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_state_dir_or_ca_others_may_write_and_a_hand_over_served_by_another_user_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    // Issue 44, finding 10: vnetd read these without asking who may change them.
+    let mut lab = cni_lab();
+    let state = lab.dir.join("state-h0");
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    lab.stop_vnetd(0).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    mode(&state, 0o777);
+    let e = lab.start_vnetd(0).unwrap_err().to_string();
+    assert!(e.contains("--state-dir") && e.contains("chmod go-w"), "{e}");
+    // A hand-over socket in it served by another user: nothing is taken, and vnetd says why.
+    let sock = state.join("handover");
+    mode(&state, 0o700);
+    serve_as_nobody(&mut lab, &sock);
+    lab.start_vnetd(0).unwrap();
+    let log = std::fs::read_to_string(&lab.hosts[0].log).unwrap_or_default();
+    assert!(log.contains("served by uid 65534"), "{log}");
+    // A CA others may write: a `tls` line naming it is refused, and says how to fix it.
+    let ca = lab.dir.join("ca.pem");
+    std::fs::write(&ca, "not even a certificate").unwrap();
+    mode(&ca, 0o666);
+    let line = format!("tls cert {0} key {0} ca {1}", lab.dir.join("none.pem").display(), ca.display());
+    let r = lab.control(0, &line).unwrap();
+    assert!(r.result.is_err(), "{r:?}");
+    let log = std::fs::read_to_string(&lab.hosts[0].log).unwrap_or_default();
+    assert!(
+        log.contains("lets others change the CA") || r.result.as_ref().unwrap_err().contains("chmod go-w"),
+        "{log}"
+    );
+}
+
 /// Runs the libvirt hook (the package's binary) as libvirtd would, with
 /// `--config conf`: its exit status and stderr.
 fn hook(conf: &std::path::Path, domain: &str, op: &str, xml: &str) -> (bool, String) {

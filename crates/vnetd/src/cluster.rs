@@ -149,7 +149,8 @@ impl Store {
                 .ca
                 .as_ref()
                 .ok_or("--cluster https://: give --etcd-ca FILE, the CA of etcd's certificate")?;
-            let pem = std::fs::read(ca).map_err(|e| format!("--etcd-ca {}: {e}", ca.display()))?;
+            let pem =
+                crate::keys::read_trusted(ca, "etcd's CA", 1 << 20).map_err(|e| format!("--etcd-ca {e}"))?;
             let mut opts =
                 etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(pem));
             match (&auth.cert, &auth.key) {
@@ -247,7 +248,9 @@ pub fn load_trust(
     daemon: &Daemon,
 ) -> Result<(NetworkPublic, String), String> {
     let text = if std::path::Path::new(key).is_file() {
-        std::fs::read_to_string(key).map_err(|e| format!("--network-key {key}: {e}"))?
+        let bytes = crate::keys::read_trusted(std::path::Path::new(key), "the network's public key", 4096)
+            .map_err(|e| format!("--network-key {e}"))?;
+        String::from_utf8_lossy(&bytes).into_owned()
     } else {
         key.to_string()
     };

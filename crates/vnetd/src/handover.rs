@@ -85,6 +85,15 @@ pub fn receive(state_dir: &Path) -> std::io::Result<(usize, &'static str)> {
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Ok((0, "")),
         Err(e) => return Err(e),
     };
+    // Descriptors only from a vnetd of our user (or root): whoever else
+    // served this socket would hand us its sockets as ours.
+    let server = fds::peer_uid(&sock)?;
+    if server != crate::sys::euid() && server != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} is served by uid {server}, not vnetd's user or root: nothing taken", path.display()),
+        ));
+    }
     let mut buf = [0u8; NAME_MAX + 1];
     let mut n = 0;
     loop {

@@ -228,6 +228,13 @@ fn control_tls(args: &Args) -> Result<Option<(Arc<Tls>, vnet_control::TlsFiles)>
 /// The daemon the flags and the config file declare (the host key, the
 /// workers' CPUs, the config's transaction), and the host's claim key.
 fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::ClaimKey>>), String> {
+    // What the state directory holds (the hand-over socket, the attached
+    // interfaces, the handshakes' timestamps) is taken as vnetd's own: a
+    // directory others may write is refused.
+    if let Ok(meta) = std::fs::metadata(&args.state_dir) {
+        vnetd::keys::check_trusted(&meta, &args.state_dir.display().to_string(), "the state directory")
+            .map_err(|e| format!("--state-dir {e}"))?;
+    }
     let mut daemon = Daemon::new();
     vnetd::iface::netdev::NO_RX_RING.store(args.no_rx_ring, std::sync::atomic::Ordering::Relaxed);
     daemon.set_rekey_after(std::time::Duration::from_secs(args.rekey_after.max(1)));

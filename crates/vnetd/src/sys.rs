@@ -1336,16 +1336,22 @@ pub mod fds {
         }
         // SAFETY: `fd` was just made and is owned by no one else.
         let c = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: `ucred` is plain data; all-zero is valid.
-        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
-        let got = super::getsockopt_raw(&c, libc::SOL_SOCKET, libc::SO_PEERCRED, &mut cred);
-        if got.is_err() || (cred.uid != uid && cred.uid != 0) {
+        if !peer_uid(&c).is_ok_and(|u| u == uid || u == 0) {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "a process of another user connected",
             ));
         }
         Ok(Some(c))
+    }
+
+    /// The user of the process at the other end of a Unix socket
+    /// (`SO_PEERCRED`: who connected, or who listens).
+    pub fn peer_uid(c: &OwnedFd) -> io::Result<u32> {
+        // SAFETY: `ucred` is plain data; all-zero is valid.
+        let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+        super::getsockopt_raw(c, libc::SOL_SOCKET, libc::SO_PEERCRED, &mut cred)?;
+        Ok(cred.uid)
     }
 
     /// A `SOCK_SEQPACKET` connection to `path`.
