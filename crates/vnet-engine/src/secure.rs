@@ -375,7 +375,15 @@ pub struct SecureStats {
     /// Initiations offering a cipher this link does not accept (its
     /// `cipher` names another): no session, and no answer.
     pub cipher_refused: AtomicU64,
+    /// Initiations whose timestamp is more than [`MAX_CLOCK_AHEAD_NS`]
+    /// ahead of this host's clock: refused, not adopted (adopted, it would
+    /// refuse the peer's every later initiation, even across restarts).
+    pub future_timestamps: AtomicU64,
 }
+
+/// How far ahead of this host's clock a peer's initiation timestamp may be
+/// (clocks differ; NTP keeps them within far less).
+pub const MAX_CLOCK_AHEAD_NS: u64 = 10 * 60 * 1_000_000_000;
 
 /// The replay window: the highest counter seen and a ring of bitmaps.
 #[derive(Debug)]
@@ -1207,6 +1215,10 @@ impl SecureLink {
             return Opened::Nothing;
         }
         let ts = u64::from_be_bytes(payload[..8].try_into().unwrap_or_default());
+        if ts > wall_ns().saturating_add(MAX_CLOCK_AHEAD_NS) {
+            s.future_timestamps.fetch_add(1, Relaxed);
+            return Opened::Nothing;
+        }
         if ts <= st.last_init {
             s.replays.fetch_add(1, Relaxed);
             return Opened::Nothing;
@@ -1552,6 +1564,28 @@ mod tests {
         init2[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac.as_ref());
         assert_eq!(c.open(0, c.peer_addr(), &mut init2, &mut resp), Opened::Nothing);
         assert_eq!(c.stats.cipher_refused.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn an_initiation_dated_far_ahead_is_refused_and_not_adopted() {
+        let (a, b) = pair_with((Cipher::Auto, true), (Cipher::Auto, true));
+        let init_at = |ts: u64| {
+            let mut hs = a.handshake(Mode::Encrypt, true, 0).unwrap();
+            let mut init = [0u8; INIT_LEN];
+            init[..4].copy_from_slice(&preamble(T_INIT, Mode::Encrypt, 0));
+            init[4..8].copy_from_slice(&7u32.to_le_bytes());
+            hs.write_message(&ts.to_be_bytes(), &mut init[8..INIT_MAC1]).unwrap();
+            let mac = hmac::sign(&mac_key(&b.identity.public()), &init[..INIT_MAC1]);
+            init[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac.as_ref());
+            init
+        };
+        let mut resp = [0u8; 256];
+        let mut ahead = init_at(wall_ns() + MAX_CLOCK_AHEAD_NS + 60 * SEC);
+        assert_eq!(b.open(0, b.peer_addr(), &mut ahead, &mut resp), Opened::Nothing);
+        assert_eq!((b.stats.future_timestamps.load(Relaxed), b.last_init()), (1, 0), "refused, not adopted");
+        // The peer's next initiation, dated now, is answered.
+        let mut now = init_at(wall_ns());
+        assert!(matches!(b.open(0, b.peer_addr(), &mut now, &mut resp), Opened::Reply(_)));
     }
 
     #[test]

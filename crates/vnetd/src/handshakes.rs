@@ -7,7 +7,11 @@
 //!
 //! The file is one `KEY TIMESTAMP` line per peer (the key in base64),
 //! written whole to a temporary file of mode 0600 and renamed over the old
-//! one, at most once a second and only when a timestamp moved. A line that
+//! one, only when a timestamp moved: at most once a second, and at once
+//! before a transaction makes links anew, at a stop and at a hand-over
+//! (so the last initiation before any of them is refused after it;
+//! `vnet_engine::secure` also refuses a timestamp far ahead of the clock,
+//! which would otherwise be kept). A line that
 //! does not parse is skipped with a warning naming file and line; at most
 //! [`MAX_PEERS`] are kept.
 

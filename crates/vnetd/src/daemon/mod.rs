@@ -597,6 +597,11 @@ impl Daemon {
 
     /// Stops every worker and closes every device and socket.
     pub fn shutdown(&mut self) {
+        // The handshakes' timestamps as they are now, at a stop or a
+        // hand-over: the next vnetd refuses the last initiation replayed.
+        if let Some(e) = self.save_handshakes() {
+            tracing::warn!("--state-dir {e}");
+        }
         self.kernel_ifaces.clear();
         self.kernel = None;
         self.shared.plane.store(Arc::new(Plane::default()));

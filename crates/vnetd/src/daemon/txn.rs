@@ -216,6 +216,12 @@ impl Daemon {
         let at = Positions(cmds);
         let next = self.check(cmds, &at)?;
         let sock = self.acquire_sockets(&next, &at)?;
+        // The running links' newest handshake timestamps, kept before any
+        // link is made anew: a remade link starts from them, so the last
+        // initiation before the change cannot be replayed after it.
+        if let Some(e) = self.save_handshakes() {
+            tracing::warn!("--state-dir {e}");
+        }
         let links = self.acquire_links(&next, &sock, &at)?;
         let opened = self.acquire_interfaces(&next, reopen, &at)?;
         let ifaces = self.attach_kernel_all(opened, reopen, &at)?;
