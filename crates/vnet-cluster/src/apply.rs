@@ -148,10 +148,30 @@ fn to_link(name: &str) -> Target {
     Target::Link(by(LinkRef::Name(name.to_string())))
 }
 
-/// The transaction that makes `state` follow `changes`; empty when nothing
-/// is to change. Linear in the state's routes and the changes (indexes are
-/// built once), so a relist of 100000 MACs costs one pass, not one per MAC.
+/// What [`plan`] makes of a batch: the transaction, and the hosts whose
+/// records could not apply, with why (quarantined: every other record
+/// applies).
+#[derive(Debug, Default)]
+pub struct Planned {
+    pub cmds: Vec<Located<Command>>,
+    pub refused: Vec<(String, String)>,
+}
+
+/// [`plan`]'s transaction, where every link named after a host is the
+/// cluster's (a state with no static links of hosts' names: the tests').
 pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Vec<Located<Command>> {
+    plan(state, changes, opts, &|_| true).cmds
+}
+
+/// The transaction that makes `state` follow `changes`; empty when nothing
+/// is to change. `owned` says which of the state's links the cluster made:
+/// a host whose name is a link of the configuration's own, or whose address
+/// a link that stays reaches already (two links a receiver could not tell
+/// apart), is refused, not applied, and the rest of the batch applies
+/// (one such record used to make the whole view fail, again and again).
+/// Linear in the state's routes and the changes (indexes are built once),
+/// so a relist of 100000 MACs costs one pass, not one per MAC.
+pub fn plan(state: &State, changes: &[Change], opts: &LinkOptions, owned: &dyn Fn(&str) -> bool) -> Planned {
     let mut links: BTreeMap<&str, Option<Transport>> = BTreeMap::new();
     let mut routes: BTreeMap<MacAddr, Option<&str>> = BTreeMap::new();
     for c in changes {
@@ -180,6 +200,8 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Vec
     // Links deleted (and, when they have a record, made anew).
     let mut remade: BTreeSet<&str> = BTreeSet::new();
     let mut add_links = Vec::new();
+    let mut refused = Vec::new();
+    let mut blocked: BTreeSet<&str> = BTreeSet::new();
     for (&host, transport) in &links {
         let Some(l) = state.link_by_name(host) else {
             if let Some(t) = transport {
@@ -187,6 +209,12 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Vec
             }
             continue;
         };
+        if !owned(host) {
+            let why = format!("host `{host}` has the name of a link of this host's own configuration");
+            refused.push((host.to_string(), why));
+            blocked.insert(host);
+            continue;
+        }
         if *transport == Some(l.transport) && l.mtu == opts.mtu {
             continue;
         }
@@ -203,7 +231,29 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Vec
             }
         }
     }
-    let made = |h: &str| links.get(h).map_or(names.contains(h), Option::is_some);
+    // A new link must be told apart from every link that stays, and from
+    // the other new ones.
+    let key =
+        |t: &Transport| vnet_control::LinkDef { id: 0, name: String::new(), transport: *t, mtu: 0 }.rx_key();
+    let mut keys: FxHashMap<vnet_control::RxKey, &str> = state
+        .links
+        .values()
+        .filter(|l| !remade.contains(l.name.as_str()))
+        .map(|l| (l.rx_key(), l.name.as_str()))
+        .collect();
+    add_links.retain(|(host, t)| match keys.get(&key(t)) {
+        Some(other) => {
+            let why = format!("host `{host}`'s address {} is reached by link `{other}` already", t.peer());
+            refused.push((host.to_string(), why));
+            blocked.insert(host);
+            false
+        }
+        None => {
+            keys.insert(key(t), host);
+            true
+        }
+    });
+    let made = |h: &str| !blocked.contains(h) && links.get(h).map_or(names.contains(h), Option::is_some);
     // Routes: whatever routed the MAC to a link goes; the new one comes.
     let mut add_routes = Vec::new();
     for (&mac, host) in &routes {
@@ -229,7 +279,7 @@ pub fn transaction(state: &State, changes: &[Change], opts: &LinkOptions) -> Vec
         t.push(route_to(MacAddr::BROADCAST, to_link(host)));
     }
     t.extend(add_routes);
-    t
+    Planned { cmds: t, refused }
 }
 
 /// The routes of this host's own interfaces: a local interface with a
@@ -342,6 +392,48 @@ mod tests {
         let want: BTreeMap<_, _> = [(mac(4), "b".to_string())].into();
         assert_eq!(routed(&state), want);
         assert_eq!(state.interfaces.len(), 1, "local interfaces are left alone");
+    }
+
+    #[test]
+    fn a_record_colliding_with_a_static_link_is_refused_and_every_other_applies() {
+        // Issue 44, findings 2 and 3: a static link of a host's name was
+        // remade with the record's address; a host at a static link's
+        // address made the whole transaction fail, every time.
+        let base = "listen udp 127.0.0.1:0\nlink b udp 192.0.2.7:9000\nlink far udp 10.0.0.3:9000\n";
+        let mut state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
+        let statics: BTreeSet<String> = state.links.values().map(|l| l.name.clone()).collect();
+        let mut s = MemStore::new();
+        let mut m = Member::new("n", "a");
+        let lease = s.grant(10, 0);
+        for (i, h) in ["a", "b", "c", "d"].iter().enumerate() {
+            s.put(&host_key("n", h), host(i as u8 + 1), Some(lease));
+            s.put(&mac_key("n", mac(i as u8 + 1)), vm(h), Some(lease));
+        }
+        let mut out = Vec::new();
+        let evs: Vec<_> = s.watch(m.prefix(), m.revision() + 1).unwrap().cloned().collect();
+        for e in &evs {
+            m.apply(e, &mut out);
+        }
+        let p = plan(&state, &out, &LinkOptions::default(), &|h| !statics.contains(h));
+        let refused: BTreeMap<_, _> = p.refused.iter().cloned().collect();
+        assert_eq!(refused.keys().collect::<Vec<_>>(), vec!["b", "c"], "{refused:?}");
+        assert!(
+            refused["b"].contains("own configuration") && refused["c"].contains("link `far`"),
+            "{refused:?}"
+        );
+        state = state.apply_all(&p.cmds).unwrap_or_else(|e| panic!("{e}\n{:?}", p.cmds));
+        assert_eq!(
+            state.link_by_name("b").unwrap().remote(),
+            Some("192.0.2.7:9000".parse().unwrap()),
+            "kept"
+        );
+        assert_eq!(
+            state.link_by_name("d").unwrap().remote(),
+            Some("10.0.0.4:9000".parse().unwrap()),
+            "linked"
+        );
+        let want: BTreeMap<_, _> = [(mac(4), "d".to_string())].into();
+        assert_eq!(routed(&state), want, "b's and c's MACs go to no static link");
     }
 
     #[test]

@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use vnet_cluster::apply::{local, transaction, LinkOptions};
+use vnet_cluster::apply::{local, plan, LinkOptions};
 use vnet_cluster::layout::{host_key, mac_key, parse_key, valid_name, Key};
 use vnet_cluster::trust::{ClaimKey, NetworkPublic};
 use vnet_cluster::{Change, Event, HostRecord, MacRecord, Member, Policy};
@@ -324,6 +324,7 @@ pub async fn run(
         lease: None,
         retry: None,
         logged: None,
+        refused: BTreeMap::new(),
         seen: u64::MAX,
         own: Vec::new(),
     };
@@ -419,6 +420,9 @@ struct Host {
     retry: Option<Retry>,
     /// The last error logged (the same one is not logged again).
     logged: Option<String>,
+    /// Hosts whose records could not apply (a link of theirs would take a
+    /// static link's name or address), with why.
+    refused: BTreeMap<String, String>,
     /// The daemon's generation when local interfaces were last routed.
     seen: u64,
     /// The host record this host last put: another writer's change to it
@@ -812,19 +816,39 @@ impl Host {
     /// one transaction.
     fn converge(&mut self, changes: &[Change], events: u64, t0: Instant) {
         let mut all = Vec::new();
-        let changes = if self.retry.is_some() {
+        // After a refused transaction, or while a host is refused (what
+        // stood in its way may have gone), the whole view.
+        let changes = if self.retry.is_some() || !self.refused.is_empty() {
             self.member.full(&mut all);
             &all[..]
         } else {
             changes
         };
         let mut d = lock(&self.daemon);
-        let mut cmds = transaction(d.state(), changes, &self.cfg.link_options);
-        cmds.extend(local(d.state(), &self.member));
         let mut s = lock(&self.status);
+        let ours = s.links.clone();
+        let planned = plan(d.state(), changes, &self.cfg.link_options, &|h| ours.contains(h));
+        let mut cmds = planned.cmds;
+        cmds.extend(local(d.state(), &self.member));
         s.counters.events += events;
         s.counters.bad_records = self.member.stats.bad_records;
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
+        // The hosts refused as of this batch: a host whose record the batch
+        // carries is judged anew.
+        let before = std::mem::take(&mut self.refused);
+        self.refused = before.clone();
+        for c in changes {
+            if let vnet_cluster::member::Change::Link { host, .. } = c {
+                self.refused.remove(host.as_str());
+            }
+        }
+        for (host, why) in planned.refused {
+            if before.get(&host) != Some(&why) {
+                tracing::warn!(%host, "cluster: not linked: {why}");
+            }
+            self.refused.insert(host, why);
+        }
+        s.quarantined.extend(self.refused.iter().map(|(h, why)| (format!("host {h}"), why.clone())));
         s.revision = self.member.revision();
         if !cmds.is_empty() {
             s.counters.transactions += 1;
@@ -832,6 +856,7 @@ impl Host {
                 Ok(()) => {
                     self.retry = None;
                     self.logged = None;
+                    note_links(&mut s.links, &cmds);
                 }
                 Err(e) => {
                     s.counters.transaction_errors += 1;
@@ -860,6 +885,28 @@ impl Host {
         s.hosts.sort();
         s.macs = self.member.macs();
         s.routes = self.member.routes();
+    }
+}
+
+/// Keeps `links` (the links the cluster made) as `cmds`, applied, leave them.
+fn note_links(
+    links: &mut std::collections::BTreeSet<String>,
+    cmds: &[vnet_control::Located<vnet_control::Command>],
+) {
+    use vnet_control::ast::LinkRef;
+    use vnet_control::Command;
+    for c in cmds {
+        match &c.item {
+            Command::Link { name: Some(n), .. } => {
+                links.insert(n.clone());
+            }
+            Command::DeleteLink(r) => {
+                if let LinkRef::Name(n) = &r.by {
+                    links.remove(n);
+                }
+            }
+            _ => {}
+        }
     }
 }
 

@@ -79,6 +79,10 @@ pub struct Status {
     pub revision: u64,
     /// Live hosts, this one included, sorted.
     pub hosts: Vec<String>,
+    /// The links the cluster made (named after hosts): not the config
+    /// file's to save or delete, and the only ones a host's record may
+    /// change; a static link of a host's name stays the configuration's.
+    pub links: std::collections::BTreeSet<String>,
     /// MACs in the store; routed to links; published by this host.
     pub macs: usize,
     pub routes: usize,

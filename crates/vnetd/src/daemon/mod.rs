@@ -365,7 +365,7 @@ impl Daemon {
     /// file's to save or to delete.
     fn cluster_links(&self) -> std::collections::BTreeSet<String> {
         match &self.cluster {
-            Some(c) => c.lock().unwrap_or_else(|p| p.into_inner()).hosts.iter().cloned().collect(),
+            Some(c) => c.lock().unwrap_or_else(|p| p.into_inner()).links.clone(),
             None => Default::default(),
         }
     }
