@@ -140,6 +140,25 @@ impl Client {
         }
     }
 
+    /// Sends `reqs` as one transaction (`begin`, each, `commit`): all of
+    /// them apply or none. On error returns the first error message.
+    pub fn transact(&mut self, reqs: &[vnet_control::request::Request]) -> io::Result<Result<(), String>> {
+        use vnet_control::request::Request;
+        self.send(&Request::Begin)?.result.map_err(io::Error::other)?;
+        let mut first = None;
+        for r in reqs {
+            let a = self.send(r)?;
+            if let (Err(e), None) = (a.result, &first) {
+                first = Some(format!("`{r}`: {e}"));
+            }
+        }
+        let c = self.send(&Request::Commit)?;
+        Ok(match first {
+            Some(e) => Err(e),
+            None => c.result,
+        })
+    }
+
     /// Applies `text` (a config file's content) as one transaction. On error
     /// returns the first error message (positions are `text`'s lines).
     pub fn apply(&mut self, text: &str) -> io::Result<Result<(), String>> {

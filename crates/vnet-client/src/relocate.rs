@@ -26,12 +26,19 @@
 //! the store and announces it, and every host reroutes from its watch.
 //! The hosts listed are only visited to delete the old interface, once
 //! they route the MAC to a link (they have seen the claim).
+//!
+//! Every change is a typed request (`vnet_control::request`): the names an
+//! other host reports (its interface, its link to the new host) are
+//! checked as names before they are sent back to anyone, and the
+//! declaration typed after `interface` is parsed and typed like any value.
 
 use crate::client::Client;
 use crate::endpoint::Endpoint;
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
+use vnet_control::request::{Interface, Name, Request, To};
+use vnet_control::ShowWhat;
 use vnet_wire::MacAddr;
 
 /// What to move where.
@@ -56,21 +63,36 @@ pub struct Move {
 /// How often the new host is asked whether the VM arrived.
 const ARRIVAL_POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// The declaration `decl` (`NAME KIND DEV [options]`), typed, with `mac`
+/// when it names none.
+fn declaration(decl: &str, mac: vnet_wire::MacAddr) -> Result<Interface, String> {
+    let line = format!("interface {}", decl.trim());
+    let parsed = vnet_control::parse_line(&line, 1, &mut vnet_control::Section::None)
+        .map_err(|e| format!("the interface declaration: {e}"))?
+        .ok_or("an interface declaration: NAME KIND DEV [options]")?;
+    let mut i =
+        Interface::from_command(&parsed.item).map_err(|e| format!("the interface declaration: {e}"))?;
+    i.mac.get_or_insert(mac);
+    Ok(i)
+}
+
+/// A name another host reported, checked before it is sent anywhere.
+fn reported(ep: &Endpoint, what: &str, name: &str) -> Result<Name, String> {
+    Name::new(name).map_err(|e| format!("{ep}: its {what}: {e}"))
+}
+
 /// Carries out `m`; returns what was done, one line per host.
 pub fn relocate(m: &Move) -> Result<String, String> {
     let mac = m.mac.to_string();
-    let name = m.decl.split_whitespace().next().ok_or("an interface declaration: NAME KIND DEV [options]")?;
-    let mut decl = m.decl.trim().to_string();
-    if !decl.split_whitespace().any(|w| w == "mac") {
-        decl.push_str(&format!(" mac {mac}"));
-    }
+    let decl = declaration(&m.decl, m.mac)?;
+    let name = decl.name.as_str().to_string();
     let mut to = connect(&m.to)?;
-    let have = iface_named(&mut to, &m.to, name)?.filter(|i| i["mac"] == mac.as_str());
+    let have = iface_named(&mut to, &m.to, &name)?.filter(|i| i["mac"] == mac.as_str());
     if let (Some(wait), Some(_)) = (m.wait, &have) {
-        wait_active(&mut to, &m.to, name, wait)?;
+        wait_active(&mut to, &m.to, &name, wait)?;
     }
     if in_cluster(&mut to) {
-        return relocate_in_cluster(m, &mut to, &decl, name, have.is_some());
+        return relocate_in_cluster(m, &mut to, decl, have.is_some());
     }
     let to_ip = match m.to_ip {
         Some(ip) => ip,
@@ -85,12 +107,13 @@ pub fn relocate(m: &Move) -> Result<String, String> {
     };
     let mut t =
         delete_routes(&now, |r| r["dst"] == mac.as_str() && (have.is_none() || r["to"] != own.as_str()));
+    let iface = decl.name.clone();
     if have.is_none() {
-        let _ = writeln!(t, "interface {decl}");
+        t.push(Request::declare(decl).map_err(|e| format!("the interface declaration: {e}"))?);
     }
-    for dst in [mac.as_str(), "ff:ff:ff:ff:ff:ff"] {
-        if !routed(dst) {
-            let _ = writeln!(t, "route any {dst} -> {own}");
+    for dst in [m.mac, vnet_wire::MacAddr::BROADCAST] {
+        if !routed(&dst.to_string()) {
+            t.push(Request::RouteMac { dst, to: To::Interface(iface.clone()) });
         }
     }
     if !t.is_empty() {
@@ -102,21 +125,22 @@ pub fn relocate(m: &Move) -> Result<String, String> {
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
         let mut c = connect(ep)?;
         let old = iface_with_mac(&mut c, ep, &mac)?;
-        let link = show(&mut c, ep, "links")?
+        let link = show(&mut c, ep, ShowWhat::Links)?
             .iter()
             .find(|l| {
                 l["remote"].as_str().and_then(|r| r.parse::<SocketAddr>().ok()).map(|a| a.ip()) == Some(to_ip)
             })
             .and_then(|l| l["name"].as_str().map(str::to_string))
             .ok_or_else(|| format!("{ep}: no link to the new host ({to_ip})"))?;
+        let link = reported(ep, "link to the new host", &link)?;
         let old_to = old.as_ref().map(|o| format!("interface {o}"));
         let mut t = delete_routes(&routes(&mut c, ep)?, |r| {
             r["dst"] == mac.as_str() || old_to.as_deref().is_some_and(|o| r["to"] == o)
         });
         if let Some(o) = &old {
-            let _ = writeln!(t, "delete interface {o}");
+            t.push(Request::DeleteInterface(reported(ep, "interface with the MAC", o)?));
         }
-        let _ = writeln!(t, "route any {mac} -> link {link}");
+        t.push(Request::RouteMac { dst: m.mac, to: To::Link(link.clone()) });
         apply(&mut c, ep, &t)?;
         match &old {
             Some(o) => {
@@ -128,7 +152,7 @@ pub fn relocate(m: &Move) -> Result<String, String> {
         }
     }
 
-    let r = to.request(&format!("announce {mac}")).map_err(|e| format!("{}: {e}", m.to))?;
+    let r = to.send(&Request::Announce(m.mac)).map_err(|e| format!("{}: {e}", m.to))?;
     r.result.map_err(|e| format!("{}: announce: {e}", m.to))?;
     let _ = write!(report, "{}: {}", m.to, r.body);
     Ok(report)
@@ -136,24 +160,20 @@ pub fn relocate(m: &Move) -> Result<String, String> {
 
 /// Whether the host runs in cluster mode.
 fn in_cluster(c: &mut Client) -> bool {
-    let Ok(r) = c.request("show cluster json") else { return false };
+    let Ok(r) = c.send(&Request::Show { what: ShowWhat::Cluster, json: true }) else { return false };
     r.result.is_ok() && serde_json::from_str::<Value>(&r.body).is_ok_and(|v| !v["cluster"].is_null())
 }
 
 /// How long the old host may take to see the new host's claim.
 const CLAIM_SEEN: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn relocate_in_cluster(
-    m: &Move,
-    to: &mut Client,
-    decl: &str,
-    name: &str,
-    have: bool,
-) -> Result<String, String> {
+fn relocate_in_cluster(m: &Move, to: &mut Client, decl: Interface, have: bool) -> Result<String, String> {
     let mac = m.mac.to_string();
+    let name = decl.name.to_string();
     let mut report = String::new();
     if !have {
-        apply(to, &m.to, &format!("interface {decl}\n"))?;
+        let d = Request::declare(decl).map_err(|e| format!("the interface declaration: {e}"))?;
+        apply(to, &m.to, &[d])?;
     }
     let _ = writeln!(report, "{}: interface {name} attached; its vnetd claims {mac} in the store", m.to);
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
@@ -172,7 +192,7 @@ fn relocate_in_cluster(
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        apply(&mut c, ep, &format!("delete interface {old}\n"))?;
+        apply(&mut c, ep, &[Request::DeleteInterface(reported(ep, "interface with the MAC", &old)?)])?;
         let _ = writeln!(report, "{ep}: saw the claim; interface {old} deleted");
     }
     Ok(report)
@@ -182,16 +202,17 @@ fn connect(ep: &Endpoint) -> Result<Client, String> {
     Client::connect(ep).map_err(|e| format!("cannot reach vnetd at {ep}: {e}"))
 }
 
-fn show(c: &mut Client, ep: &Endpoint, what: &str) -> Result<Vec<Value>, String> {
-    let r = c.request(&format!("show {what} json")).map_err(|e| format!("{ep}: {e}"))?;
-    r.result.map_err(|e| format!("{ep}: show {what}: {e}"))?;
-    let v: Value = serde_json::from_str(&r.body).map_err(|e| format!("{ep}: show {what}: {e}"))?;
-    Ok(v[what].as_array().cloned().unwrap_or_default())
+fn show(c: &mut Client, ep: &Endpoint, what: ShowWhat) -> Result<Vec<Value>, String> {
+    let word = vnet_control::request::show_word(what);
+    let r = c.send(&Request::Show { what, json: true }).map_err(|e| format!("{ep}: {e}"))?;
+    r.result.map_err(|e| format!("{ep}: show {word}: {e}"))?;
+    let v: Value = serde_json::from_str(&r.body).map_err(|e| format!("{ep}: show {word}: {e}"))?;
+    Ok(v[word].as_array().cloned().unwrap_or_default())
 }
 
 /// The host's interface `name` (its `show interfaces` row), if it has one.
 fn iface_named(c: &mut Client, ep: &Endpoint, name: &str) -> Result<Option<Value>, String> {
-    Ok(show(c, ep, "interfaces")?.into_iter().find(|i| i["name"] == name))
+    Ok(show(c, ep, ShowWhat::Interfaces)?.into_iter().find(|i| i["name"] == name))
 }
 
 /// Waits until the host's interface `name` is active (its VM arrived).
@@ -212,37 +233,38 @@ fn wait_active(c: &mut Client, ep: &Endpoint, name: &str, wait: std::time::Durat
 
 /// The name of the host's interface with MAC `mac`, if it has one.
 fn iface_with_mac(c: &mut Client, ep: &Endpoint, mac: &str) -> Result<Option<String>, String> {
-    Ok(show(c, ep, "interfaces")?
+    Ok(show(c, ep, ShowWhat::Interfaces)?
         .iter()
         .find(|i| i["mac"] == mac)
         .and_then(|i| i["name"].as_str().map(str::to_string)))
 }
 
 fn routes(c: &mut Client, ep: &Endpoint) -> Result<Vec<Value>, String> {
-    show(c, ep, "routes")
+    show(c, ep, ShowWhat::Routes)
 }
 
-/// `delete route N` lines for the routes `pick` chooses.
-fn delete_routes(routes: &[Value], pick: impl Fn(&Value) -> bool) -> String {
+/// `delete route N` requests for the routes `pick` chooses.
+fn delete_routes(routes: &[Value], pick: impl Fn(&Value) -> bool) -> Vec<Request> {
     routes
         .iter()
         .filter(|r| pick(r))
-        .filter_map(|r| r["id"].as_u64())
-        .map(|id| format!("delete route {id}\n"))
+        .filter_map(|r| r["id"].as_u64().and_then(|id| u32::try_from(id).ok()))
+        .map(Request::DeleteRoute)
         .collect()
 }
 
-fn apply(c: &mut Client, ep: &Endpoint, text: &str) -> Result<(), String> {
-    match c.apply(text) {
+fn apply(c: &mut Client, ep: &Endpoint, t: &[Request]) -> Result<(), String> {
+    let text = || t.iter().map(|r| format!("{r}\n")).collect::<String>();
+    match c.transact(t) {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("{ep}: the transaction was refused ({e}):\n{text}")),
+        Ok(Err(e)) => Err(format!("{ep}: the transaction was refused ({e}):\n{}", text())),
         Err(e) => Err(format!("{ep}: {e}")),
     }
 }
 
 /// The address in the host's `listen` line.
 fn listen_ip(c: &mut Client) -> Result<IpAddr, String> {
-    let r = c.request("show config").map_err(|e| e.to_string())?;
+    let r = c.send(&Request::Show { what: ShowWhat::Config, json: false }).map_err(|e| e.to_string())?;
     let addr = r
         .body
         .lines()
@@ -269,6 +291,21 @@ mod tests {
             json!({"id": 7, "dst": "52:54:00:00:00:02", "to": "link a"}),
         ];
         let t = delete_routes(&rs, |r| r["dst"] == "52:54:00:00:00:01" || r["to"] == "interface vm0");
-        assert_eq!(t, "delete route 1\ndelete route 4\n");
+        assert_eq!(t, vec![Request::DeleteRoute(1), Request::DeleteRoute(4)]);
+    }
+
+    #[test]
+    fn a_declaration_is_typed_and_names_another_host_reports_are_checked() {
+        let mac: vnet_wire::MacAddr = "52:54:00:00:00:07".parse().unwrap();
+        let i = declaration("vm1 netdev vt1 datapath user", mac).unwrap();
+        assert_eq!(
+            Request::Declare(i).line(),
+            "interface vm1 netdev vt1 mac 52:54:00:00:00:07 datapath user"
+        );
+        assert!(declaration("vm1 netdev vt1 # mac 02:00:00:00:00:01", mac).is_ok(), "a comment is no option");
+        assert!(declaration("vm1 bridge x", mac).unwrap_err().contains("interface kind"));
+        let ep: Endpoint = "unix:/x".parse().unwrap();
+        assert!(reported(&ep, "link", "h1\nlink evil udp 192.0.2.9:9000").is_err());
+        assert!(reported(&ep, "link", "h1").is_ok());
     }
 }

@@ -246,6 +246,54 @@ impl Interface {
         }
     }
 
+    /// The typed declaration of a parsed `interface` (or `attach`) command:
+    /// what a person typed, checked as any other value.
+    pub fn from_command(c: &Command) -> Result<Interface, Invalid> {
+        let c = match c {
+            Command::Attach(inner) => inner.as_ref(),
+            c => c,
+        };
+        let Command::Interface {
+            name,
+            kind,
+            dev,
+            mac,
+            mtu,
+            netns,
+            mode,
+            queues,
+            offload,
+            datapath,
+            broadcast_limit,
+            network,
+            standby,
+        } = c
+        else {
+            return Err(invalid("declaration", "", "an `interface` declaration"));
+        };
+        let dev = match kind {
+            IfaceKind::Tap => Dev::Tap(DevName::new(dev)?),
+            IfaceKind::Netdev => Dev::Netdev(DevName::new(dev)?),
+            IfaceKind::VhostUser => Dev::VhostUser(SocketPath::new(dev)?),
+        };
+        let i = Interface {
+            name: Name::new(name)?,
+            dev,
+            mac: *mac,
+            mtu: *mtu,
+            netns: netns.as_deref().map(Name::new).transpose()?,
+            mode: *mode,
+            queues: *queues,
+            offload: *offload,
+            datapath: *datapath,
+            broadcast_limit: *broadcast_limit,
+            network: *network,
+            standby: *standby,
+        };
+        i.check()?;
+        Ok(i)
+    }
+
     /// Checks what no single type can: the options' ranges and how they
     /// go together (the parser's rules).
     pub fn check(&self) -> Result<(), Invalid> {
@@ -348,6 +396,13 @@ impl Interface {
     }
 }
 
+/// Where a `route any MAC` request sends the MAC's frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum To {
+    Interface(Name),
+    Link(Name),
+}
+
 /// A request to vnetd, of typed values only. Write it with
 /// [`Request::line`] (or `Display`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -364,6 +419,11 @@ pub enum Request {
     DeleteInterface(Name),
     /// `delete route ID`.
     DeleteRoute(u32),
+    /// `route any MAC -> interface|link NAME`.
+    RouteMac {
+        dst: MacAddr,
+        to: To,
+    },
     /// `ipam add SUBNET OWNER [range FIRST LAST]`.
     IpamAdd {
         subnet: Subnet,
@@ -423,6 +483,23 @@ impl Request {
                 range: *range,
             }),
             Request::IpamDel(o) => Command::Ipam(IpamOp::Del { owner: o.to_string() }),
+            Request::RouteMac { dst, to } => {
+                use crate::ast::{From, IfaceRef, LinkRef, Ref, Target};
+                // The name's column: after `route any MAC -> interface ` or `... link `.
+                let at = |column| crate::Pos { line: 1, column };
+                let to = match to {
+                    To::Interface(n) => {
+                        Target::Interface(Ref { pos: at(42), by: IfaceRef::Name(n.to_string()) })
+                    }
+                    To::Link(n) => Target::Link(Ref { pos: at(37), by: LinkRef::Name(n.to_string()) }),
+                };
+                Command::Route {
+                    src: vnet_core::MacSpec::Any,
+                    dst: vnet_core::MacSpec::Addr(*dst),
+                    to,
+                    from: From::Any,
+                }
+            }
             Request::Announce(m) => Command::Announce(*m),
             Request::Show { what, json } => Command::Show { what: *what, json: *json },
             Request::Begin => Command::Begin,
@@ -463,6 +540,8 @@ impl fmt::Display for Request {
             Request::Activate(n) => write!(f, "activate {n}"),
             Request::DeleteInterface(n) => write!(f, "delete interface {n}"),
             Request::DeleteRoute(id) => write!(f, "delete route {id}"),
+            Request::RouteMac { dst, to: To::Interface(n) } => write!(f, "route any {dst} -> interface {n}"),
+            Request::RouteMac { dst, to: To::Link(n) } => write!(f, "route any {dst} -> link {n}"),
             Request::IpamAdd { subnet, owner, range } => {
                 write!(f, "ipam add {subnet} {owner}")?;
                 match range {
@@ -545,6 +624,9 @@ mod tests {
         v.standby = true;
         let r = Request::attach(v).unwrap();
         assert_eq!(parsed(&r.line()), r.command());
+        // A parsed declaration, typed again, is the same line's command.
+        let i = Interface::from_command(&r.command()).unwrap();
+        assert_eq!(Request::Attach(i).command(), r.command());
     }
 
     fn text() -> impl Strategy<Value = String> {
@@ -588,7 +670,7 @@ mod tests {
         what: ShowWhat,
     ) -> Option<Request> {
         let name = || Name::new(a).ok();
-        Some(match k % 10 {
+        Some(match k % 11 {
             0 | 1 => {
                 let dev = match flags % 3 {
                     0 => Dev::Tap(DevName::new(b).ok()?),
@@ -607,7 +689,7 @@ mod tests {
                 i.broadcast_limit = if flags & 2 != 0 { n % 20_000_000 } else { n % 10_000_001 };
                 i.network = n;
                 i.standby = flags & 64 != 0;
-                if k % 10 == 0 {
+                if k % 11 == 0 {
                     Request::attach(i).ok()?
                 } else {
                     Request::declare(i).ok()?
@@ -625,6 +707,10 @@ mod tests {
             }
             7 => Request::IpamDel(Owner::new(b).ok()?),
             8 => Request::Announce(MacAddr(mac)),
+            9 => {
+                let to = if flags & 1 != 0 { To::Link(name()?) } else { To::Interface(name()?) };
+                Request::RouteMac { dst: MacAddr(mac), to }
+            }
             _ => Request::Show { what, json: flags & 1 != 0 },
         })
     }
