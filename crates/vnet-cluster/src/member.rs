@@ -140,8 +140,9 @@ pub struct Member {
     records: Vec<Option<Peer>>,
     /// Which host holds each underlay address (links are told apart by it).
     by_ip: FxHashMap<IpAddr, u32>,
-    /// Records whose address another host holds, taken when it is free.
-    duplicates: Vec<(u32, Peer)>,
+    /// Records whose address another host holds, taken when it is free,
+    /// with their certificate's expiry (checked again when taken).
+    duplicates: Vec<(u32, Peer, Option<u64>)>,
     /// The MACs each host has (by host id).
     by_host: Vec<Vec<MacAddr>>,
     macs: FxHashMap<MacAddr, u32>,
@@ -305,7 +306,7 @@ impl Member {
             (Key::Host(name), Event::Put { value, .. }) => self.put_host_record(name, value, out),
             (Key::Host(name), Event::Delete { .. }) => {
                 if let Some(&h) = self.ids.get(name) {
-                    self.duplicates.retain(|(d, _)| *d != h);
+                    self.duplicates.retain(|(d, ..)| *d != h);
                     self.not_after.remove(&h);
                     self.set_host(h, None, out);
                 }
@@ -415,19 +416,21 @@ impl Member {
         // (its lease ran out) or a good record comes.
         let (peer, not_after) = self.check_host(name, value)?;
         let Some(h) = self.id(name) else { return Err(RecordError::TooManyHosts(self.policy.max_hosts)) };
+        self.duplicates.retain(|(d, ..)| *d != h);
+        let ip = canonical(peer.addr.ip());
+        if let Some(&holder) = self.by_ip.get(&ip).filter(|&&g| g != h) {
+            // Parked: not linked, so nothing of it expires until it is taken.
+            self.not_after.remove(&h);
+            self.set_host(h, None, out);
+            if self.duplicates.len() < MAX_DUPLICATES {
+                self.duplicates.push((h, peer, not_after));
+            }
+            return Err(RecordError::Duplicate { addr: ip, holder: self.names[holder as usize].to_string() });
+        }
         match not_after {
             Some(t) => self.not_after.insert(h, t),
             None => self.not_after.remove(&h),
         };
-        self.duplicates.retain(|(d, _)| *d != h);
-        let ip = canonical(peer.addr.ip());
-        if let Some(&holder) = self.by_ip.get(&ip).filter(|&&g| g != h) {
-            self.set_host(h, None, out);
-            if self.duplicates.len() < MAX_DUPLICATES {
-                self.duplicates.push((h, peer));
-            }
-            return Err(RecordError::Duplicate { addr: ip, holder: self.names[holder as usize].to_string() });
-        }
         self.set_host(h, Some(peer), out);
         Ok(())
     }
@@ -473,12 +476,23 @@ impl Member {
             self.take_unverified(&name, out);
         }
         // An address freed: a record that waited for it is taken now.
+        // Its certificate is checked again: one that expired while it
+        // waited is dropped, quarantined with that reason.
         if let Some(ip) = freed.filter(|ip| !self.by_ip.contains_key(ip)) {
-            if let Some(i) = self.duplicates.iter().position(|(_, p)| canonical(p.addr.ip()) == ip) {
-                let (d, p) = self.duplicates.swap_remove(i);
+            while let Some(i) = self.duplicates.iter().position(|(_, p, _)| canonical(p.addr.ip()) == ip) {
+                let (d, p, not_after) = self.duplicates.swap_remove(i);
                 let key = format!("{}hosts/{}", self.prefix, self.names[d as usize]);
+                if let Some(t) = not_after.filter(|&t| self.now_s > t) {
+                    self.stats.bad_records += 1;
+                    self.hold(key, RecordError::CertExpired(t));
+                    continue;
+                }
                 self.quarantine.remove(&key);
+                if let Some(t) = not_after {
+                    self.not_after.insert(d, t);
+                }
                 self.set_host(d, Some(p), out);
+                break;
             }
         }
     }

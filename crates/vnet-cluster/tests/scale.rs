@@ -487,4 +487,23 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
         sync(o, &s);
         assert!(o.links().any(|(n, _)| n == ten), "the renewed certificate was not taken");
     }
+    // Issue 44, finding 4: a record parked behind another host's address
+    // keeps its certificate's expiry; expired while it waited, it is not
+    // taken when the address frees (it was, unchecked, and never expired).
+    let (eleven, twelve) = (name(11), name(12));
+    s.put(&host_key(NET, &twelve), signed_until(12, &addr(11), Some(100_000)).to_json(), None);
+    for o in obs.iter_mut().filter(|o| o.me() != eleven && o.me() != twelve) {
+        sync(o, &s);
+        let mut out = Vec::new();
+        o.expire(100_001, &mut out);
+        assert!(!o.links().any(|(n, _)| n == twelve), "parked behind host 11's address");
+    }
+    s.delete_if(&host_key(NET, &eleven), None);
+    for o in obs.iter_mut().filter(|o| o.me() != eleven && o.me() != twelve) {
+        sync(o, &s);
+        assert!(!o.links().any(|(n, _)| n == twelve), "an expired certificate came back through the queue");
+        assert!(o
+            .quarantined()
+            .any(|(k, e)| k.ends_with(&format!("/hosts/{twelve}")) && e.to_string().contains("expired")));
+    }
 }
