@@ -233,8 +233,9 @@ impl Plane {
             let key = any.initiator_of(data)?;
             return secured().find(|(_, s)| s.peer() == key).map(|(l, _)| l);
         }
+        // One hash lookup: no link is looked into, and no link's lock taken.
         let index = crate::secure::data_index(data)?;
-        secured().find(|(_, s)| s.names_session(index)).map(|(l, _)| l)
+        g.sessions.link_of(index).and_then(|id| self.links.get(&id)).filter(|l| l.secure.is_some())
     }
 }
 
@@ -313,6 +314,10 @@ pub struct Global {
     /// The second (engine clock) and count of the stranger initiations read.
     #[serde(skip)]
     stranger_window: AtomicU64,
+    /// The secured links' session indices (a stranger's data datagram
+    /// finds its candidate link here).
+    #[serde(skip)]
+    pub sessions: Arc<crate::secure::Sessions>,
     /// Where roamed links' peers are now: address -> link id (checked
     /// against the link's endpoint when used, so a stale entry is harmless).
     #[serde(skip)]

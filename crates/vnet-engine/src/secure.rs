@@ -638,6 +638,8 @@ struct State {
     /// Whether the peer prefers AES-256-GCM, as its last authenticated
     /// handshake message said (`None`: not heard yet).
     peer_aes: Option<bool>,
+    /// The session indices this link listed last, oldest first.
+    listed: [Option<u32>; Sessions::PER_LINK],
     /// The current session's AEAD is not the one both ends prefer (learnt
     /// from the response that made it): handshake again at once.
     renegotiate: bool,
@@ -660,6 +662,58 @@ pub struct SecureLink {
     tx: ArcSwapOption<Session>,
     state: Mutex<State>,
     pub stats: SecureStats,
+    /// Where this link's session indices are listed for the host (its
+    /// link id among them), if anywhere ([`Sessions`]).
+    listed: Option<(Arc<Sessions>, u32)>,
+}
+
+/// The host's session indices and the links they belong to, so that a
+/// secured datagram from an address no link is configured with finds its
+/// candidate link with one hash lookup, not a look into every link under
+/// its lock. Bounded: a link lists its last [`Sessions::PER_LINK`]
+/// indices (it holds at most three sessions and one handshake), and takes
+/// them out when it goes. A stale entry is harmless: the caller
+/// authenticates the datagram before anything moves.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    by_index: Mutex<rustc_hash::FxHashMap<u32, u32>>,
+}
+
+impl Sessions {
+    /// Indices a link keeps listed.
+    pub const PER_LINK: usize = 4;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, rustc_hash::FxHashMap<u32, u32>> {
+        self.by_index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The link whose session has receiver index `index`, if one listed it.
+    pub fn link_of(&self, index: u32) -> Option<u32> {
+        self.lock().get(&index).copied()
+    }
+
+    /// Indices listed (for tests and bounds).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for SecureLink {
+    fn drop(&mut self) {
+        if let Some((list, id)) = &self.listed {
+            let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+            let mut m = list.lock();
+            for i in st.listed.iter().flatten() {
+                if m.get(i) == Some(id) {
+                    m.remove(i);
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for SecureLink {
@@ -784,7 +838,31 @@ impl SecureLink {
                 ..State::default()
             }),
             stats: SecureStats::default(),
+            listed: None,
         }
+    }
+
+    /// The link, listing its session indices in `sessions` as link `id`'s.
+    pub fn listed_in(mut self, sessions: Arc<Sessions>, id: u32) -> Self {
+        self.listed = Some((sessions, id));
+        self
+    }
+
+    /// A new local session index, listed (the oldest this link listed goes).
+    fn new_index(&self, st: &mut State) -> u32 {
+        let local = random_u32();
+        if let Some((list, id)) = &self.listed {
+            let mut m = list.lock();
+            if let Some(old) = st.listed[0] {
+                if m.get(&old) == Some(id) {
+                    m.remove(&old);
+                }
+            }
+            st.listed.rotate_left(1);
+            st.listed[Sessions::PER_LINK - 1] = Some(local);
+            m.insert(local, *id);
+        }
+        local
     }
 
     /// The link with cipher policy `p` (else `auto` on this CPU).
@@ -922,7 +1000,7 @@ impl SecureLink {
         let aead = self.policy.choose(st.peer_aes);
         let offer = self.policy.offer(aead);
         let mut hs = self.handshake(self.mode, true, offer)?;
-        let local = random_u32();
+        let local = self.new_index(st);
         out[..4].copy_from_slice(&preamble(T_INIT, self.mode, offer));
         out[4..8].copy_from_slice(&local.to_le_bytes());
         let n = hs.write_message(&wall_ns().to_be_bytes(), &mut out[8..INIT_MAC1]).ok()?;
@@ -1243,7 +1321,7 @@ impl SecureLink {
             st.pending = None;
         }
         let theirs = index_at(data, 4);
-        let local = random_u32();
+        let local = self.new_index(&mut st);
         reply[..4].copy_from_slice(&preamble(T_RESP, self.mode, aead.id()));
         reply[4..8].copy_from_slice(&local.to_le_bytes());
         reply[8..12].copy_from_slice(&theirs.to_le_bytes());
@@ -1586,6 +1664,27 @@ mod tests {
         // The peer's next initiation, dated now, is answered.
         let mut now = init_at(wall_ns());
         assert!(matches!(b.open(0, b.peer_addr(), &mut now, &mut resp), Opened::Reply(_)));
+    }
+
+    #[test]
+    fn session_indices_are_listed_per_link_bounded_and_gone_with_the_link() {
+        // Issue 44, finding 1: a stranger's data datagram was matched by
+        // looking into every secured link under its lock.
+        let list = Arc::new(Sessions::default());
+        let (a, b) = pair(Mode::Encrypt);
+        let b = b.listed_in(list.clone(), 7);
+        let mut resp = [0u8; 256];
+        for round in 0..10u64 {
+            let mut init = initiation(&a, round * 200 * SEC);
+            let Opened::Reply(_) = b.open(round * 200 * SEC, b.peer_addr(), &mut init, &mut resp) else {
+                panic!("round {round}")
+            };
+            let ours = index_at(&resp, 4);
+            assert_eq!(list.link_of(ours), Some(7), "round {round}: the answer's index is listed");
+        }
+        assert_eq!(list.len(), Sessions::PER_LINK, "a link lists its last few indices only");
+        drop(b);
+        assert!(list.is_empty(), "a link's indices go with it");
     }
 
     #[test]

@@ -341,9 +341,11 @@ impl Daemon {
                     l.clone()
                 }
                 None => {
-                    let sec = vnet_engine::secure::for_link(d, self.identity.as_ref(), self.timers).map_err(
-                        |e| Error::new(link_pos, format!("a link vnetd can secure ({})", d.name), e),
-                    )?;
+                    let sec = vnet_engine::secure::for_link(d, self.identity.as_ref(), self.timers)
+                        .map_err(|e| {
+                            Error::new(link_pos, format!("a link vnetd can secure ({})", d.name), e)
+                        })?
+                        .map(|s| s.listed_in(self.shared.global.sessions.clone(), d.id));
                     let o = link::open(d, &sock.sockets, &self.shared).map_err(|e| {
                         Error::new(link_pos, format!("a link vnetd can send on ({})", d.name), e.to_string())
                     })?;
