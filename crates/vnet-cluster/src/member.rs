@@ -264,6 +264,12 @@ impl Member {
         self.names.iter().zip(&self.records).filter(|(_, r)| r.is_some()).map(|(n, _)| &**n)
     }
 
+    /// Signed networks: each linked host's certificate expiry (seconds
+    /// since the epoch), for hosts whose certificate has one.
+    pub fn expiries(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.not_after.iter().map(|(&h, &t)| (&*self.names[h as usize], t))
+    }
+
     /// The whole view as changes: a link (or none) for every host ever
     /// seen, a route for every MAC. Applied to any state, it brings that
     /// state to the view (after a transaction that failed, say).

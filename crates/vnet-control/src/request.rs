@@ -253,42 +253,26 @@ impl Interface {
             Command::Attach(inner) => inner.as_ref(),
             c => c,
         };
-        let Command::Interface {
-            name,
-            kind,
-            dev,
-            mac,
-            mtu,
-            netns,
-            mode,
-            queues,
-            offload,
-            datapath,
-            broadcast_limit,
-            network,
-            standby,
-        } = c
-        else {
-            return Err(invalid("declaration", "", "an `interface` declaration"));
-        };
-        let dev = match kind {
-            IfaceKind::Tap => Dev::Tap(DevName::new(dev)?),
-            IfaceKind::Netdev => Dev::Netdev(DevName::new(dev)?),
-            IfaceKind::VhostUser => Dev::VhostUser(SocketPath::new(dev)?),
+        let d = crate::InterfaceDef::declared(0, c)
+            .ok_or_else(|| invalid("declaration", "", "an `interface` declaration"))?;
+        let dev = match d.kind {
+            IfaceKind::Tap => Dev::Tap(DevName::new(&d.dev)?),
+            IfaceKind::Netdev => Dev::Netdev(DevName::new(&d.dev)?),
+            IfaceKind::VhostUser => Dev::VhostUser(SocketPath::new(&d.dev)?),
         };
         let i = Interface {
-            name: Name::new(name)?,
+            name: Name::new(&d.name)?,
             dev,
-            mac: *mac,
-            mtu: *mtu,
-            netns: netns.as_deref().map(Name::new).transpose()?,
-            mode: *mode,
-            queues: *queues,
-            offload: *offload,
-            datapath: *datapath,
-            broadcast_limit: *broadcast_limit,
-            network: *network,
-            standby: *standby,
+            mac: d.mac,
+            mtu: d.mtu,
+            netns: d.netns.as_deref().map(Name::new).transpose()?,
+            mode: d.mode,
+            queues: d.queues,
+            offload: d.offload,
+            datapath: d.datapath,
+            broadcast_limit: d.broadcast_limit,
+            network: d.network,
+            standby: d.standby,
         };
         i.check()?;
         Ok(i)

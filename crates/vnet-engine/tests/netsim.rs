@@ -632,6 +632,18 @@ fn a_secured_link_follows_an_authenticated_datagram_to_a_new_address_and_nothing
     }
 }
 
+/// Three seconds on a dead wire: the rekey's initiations, captured.
+fn rekey_initiations(net: &mut Net) -> Vec<Vec<u8>> {
+    net.start_capture();
+    net.set_faults(Faults { loss: 1.0, ..Faults::default() });
+    idle(net, 3_000);
+    net.set_faults(Faults::default());
+    let inits: Vec<Vec<u8>> =
+        net.captured().into_iter().filter(|d| vnet_engine::secure::is_initiation(d)).collect();
+    assert!(!inits.is_empty(), "no initiation in three seconds");
+    inits
+}
+
 /// Issue 31, roaming on a handshake: a peer's initiation from an address
 /// no link is configured with (a peer behind NAT, or one whose session ran
 /// out while it moved) is read to find its link, answered there, and the
@@ -640,14 +652,7 @@ fn a_secured_link_follows_an_authenticated_datagram_to_a_new_address_and_nothing
 #[test]
 fn an_initiation_from_a_new_address_is_answered_there_and_the_link_follows_it() {
     let mut net = secure_pair("encrypt", 2, 0);
-    // Three seconds on a dead wire: the rekey's initiations, captured.
-    net.start_capture();
-    net.set_faults(Faults { loss: 1.0, ..Faults::default() });
-    idle(&mut net, 3_000);
-    net.set_faults(Faults::default());
-    let inits: Vec<Vec<u8>> =
-        net.captured().into_iter().filter(|d| vnet_engine::secure::is_initiation(d)).collect();
-    assert!(!inits.is_empty(), "no initiation in three seconds");
+    let inits = rekey_initiations(&mut net);
     for d in &inits {
         net.inject("10.0.0.66", &ip(1), d.clone());
     }
@@ -932,13 +937,7 @@ fn with_gro_reordered_batches_deliver_every_frame_once_and_intact() {
 #[test]
 fn a_flood_of_junk_initiations_does_not_spend_the_budget_a_roaming_peer_needs() {
     let mut net = secure_pair("encrypt", 2, 0);
-    net.start_capture();
-    net.set_faults(Faults { loss: 1.0, ..Faults::default() });
-    idle(&mut net, 3_000);
-    net.set_faults(Faults::default());
-    let inits: Vec<Vec<u8>> =
-        net.captured().into_iter().filter(|d| vnet_engine::secure::is_initiation(d)).collect();
-    assert!(!inits.is_empty(), "no initiation in three seconds");
+    let inits = rekey_initiations(&mut net);
     for i in 0..200u32 {
         let mut junk = inits[0].clone();
         junk[40] ^= 1 + (i % 255) as u8;

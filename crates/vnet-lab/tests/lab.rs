@@ -3548,6 +3548,22 @@ fn a_host_whose_certificate_expires_is_dropped_by_every_other_until_renewed() {
     lab.start_vnetd(2).unwrap();
     wait_converged(&lab, 3, 2);
     assert_ping(&lab, &a, c.ip, 56);
+    // Its days left are shown, and it counts as expiring within 30 days.
+    let certs = lab.cluster_status(0).unwrap()["certificates"].clone();
+    assert!(certs.as_array().unwrap().iter().any(|c| c["host"] == "h2" && c["days_left"] == 0), "{certs}");
+    let text = lab.control(0, "show cluster").unwrap().body;
+    let line = text.lines().find(|l| l.starts_with("certificates, days left: ")).unwrap_or_default();
+    assert!(line.contains("h2 0"), "{text}");
+    // The lab's own certificates run a day too: all three expire within 30 days.
+    let metrics = lab.control(0, "show metrics").unwrap().body;
+    assert!(metrics.contains("vnet_cluster_certificates_expiring_30d 3\n"), "{metrics}");
+    // Without `days` or `not-after`, a certificate runs for a year.
+    sign(&[]);
+    let cert = std::fs::read_to_string(&cert_file).unwrap();
+    let net_pub = std::fs::read_to_string(lab.dir.join("net.pub")).unwrap();
+    let c =
+        vnet_cluster::trust::NetworkPublic::from_base64(net_pub.trim()).unwrap().verify(cert.trim()).unwrap();
+    assert_eq!(c.not_after.map(|t| (t - now) / 86_400), Some(365));
 }
 
 #[test]

@@ -264,11 +264,7 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
             "days" => {
                 let days: u64 =
                     v.parse().map_err(|_| format!("days: expected a number of days, found `{v}`"))?;
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_err(|e| e.to_string())?
-                    .as_secs();
-                body.not_after = Some(now.saturating_add(days.saturating_mul(86400)));
+                body.not_after = Some(unix_now()?.saturating_add(days.saturating_mul(86400)));
             }
             "not-after" => {
                 let t: u64 = v
@@ -283,7 +279,27 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
             }
         }
     }
+    if body.not_after.is_none() {
+        body.not_after = Some(unix_now()?.saturating_add(DEFAULT_CERT_DAYS * 86_400));
+    }
+    if body.not_after == Some(0) {
+        // `not-after 0`: asked for in so many words, a certificate without end.
+        body.not_after = None;
+    }
     key.sign(&body).map_err(|e| e.to_string())
+}
+
+/// A host certificate's lifetime unless `days` or `not-after` says
+/// otherwise: a year. A certificate that never expires outlives the host
+/// and any key that leaked from it; a year keeps renewal a yearly chore
+/// (`show cluster` shows the days left, and a metric counts those under 30).
+const DEFAULT_CERT_DAYS: u64 = 365;
+
+fn unix_now() -> Result<u64, String> {
+    Ok(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs())
 }
 
 #[cfg(test)]

@@ -883,6 +883,7 @@ impl Host {
         }
         s.hosts = self.member.hosts().map(str::to_string).collect();
         s.hosts.sort();
+        s.expiries = self.member.expiries().map(|(h, t)| (h.to_string(), t)).collect();
         s.macs = self.member.macs();
         s.routes = self.member.routes();
     }

@@ -79,6 +79,9 @@ pub struct Status {
     pub revision: u64,
     /// Live hosts, this one included, sorted.
     pub hosts: Vec<String>,
+    /// Signed networks: each host's certificate expiry (seconds since the
+    /// epoch), by host, for certificates that have one.
+    pub expiries: std::collections::BTreeMap<String, u64>,
     /// The links the cluster made (named after hosts): not the config
     /// file's to save or delete, and the only ones a host's record may
     /// change; a static link of a host's name stays the configuration's.
@@ -92,6 +95,16 @@ pub struct Status {
     /// Records not taken, by key, with why (the first few hundred; the
     /// `bad_records` counter counts them all).
     pub quarantined: Vec<(String, String)>,
+}
+
+/// Certificates with fewer days left than this are counted as expiring
+/// (`vnet_cluster_certificates_expiring_30d`).
+pub const EXPIRING_DAYS: i64 = 30;
+
+/// Whole days from now until `not_after` (seconds since the epoch);
+/// negative once it has passed.
+pub fn days_left(not_after: u64) -> i64 {
+    (not_after as i64 - (now_ms() / 1000) as i64).div_euclid(86_400)
 }
 
 /// The report, shared between the task and the daemon.
@@ -127,6 +140,9 @@ impl Status {
             "ttl_s": self.ttl_s,
             "revision": self.revision,
             "hosts": self.hosts,
+            "certificates": self.expiries.iter().map(|(h, t)| json!({
+                "host": h, "not_after": t, "days_left": days_left(*t),
+            })).collect::<Vec<_>>(),
             "macs": self.macs,
             "routes": self.routes,
             "owned": self.owned,
@@ -180,6 +196,11 @@ impl Status {
             self.routes,
             self.owned
         ));
+        if !self.expiries.is_empty() {
+            let each: Vec<String> =
+                self.expiries.iter().map(|(h, t)| format!("{h} {}", days_left(*t))).collect();
+            s.push_str(&format!("certificates, days left: {}\n", each.join(", ")));
+        }
         match &self.last {
             Some(l) => s.push_str(&format!(
                 "last convergence {}: revision {}, {} events, {} lines, {} us\n",
@@ -225,6 +246,8 @@ impl Status {
         gauge("routes", self.routes as u64);
         gauge("owned_macs", self.owned as u64);
         gauge("quarantined_records", self.quarantined.len() as u64);
+        let soon = self.expiries.values().filter(|&&t| days_left(t) < EXPIRING_DAYS).count();
+        gauge("certificates_expiring_30d", soon as u64);
         gauge("last_convergence_ms", self.last.as_ref().map_or(0, |l| l.at_ms));
         gauge("last_convergence_us", self.last.as_ref().map_or(0, |l| l.took_us));
         let c = &self.counters;
@@ -267,9 +290,16 @@ mod tests {
         assert!(t.contains("store up") && t.contains("hosts 2: h1 h2") && t.contains("150 us"), "{t}");
         assert!(t.contains("quarantined /vnet/lab/hosts/x: `public_key` is not a key"), "{t}");
         assert_eq!(j["quarantined"][0]["key"], "/vnet/lab/hosts/x");
+        let now = now_ms() / 1000;
+        s.expiries =
+            [("h1".to_string(), now + 100 * 86_400 + 60), ("h2".to_string(), now + 10 * 86_400 + 60)].into();
+        let t = s.text();
+        assert!(t.contains("certificates, days left: h1 100, h2 10"), "{t}");
+        assert_eq!(s.json()["certificates"][1]["days_left"], 10);
         let mut m = String::new();
         s.metrics(&mut m);
         assert!(m.contains("vnet_cluster_store_up 1\n") && m.contains("vnet_cluster_revision 42\n"), "{m}");
         assert!(m.contains("vnet_cluster_quarantined_records 1\n"), "{m}");
+        assert!(m.contains("vnet_cluster_certificates_expiring_30d 1\n"), "{m}");
     }
 }
