@@ -210,8 +210,11 @@ pub fn plan(state: &State, changes: &[Change], opts: &LinkOptions, owned: &dyn F
             continue;
         };
         if !owned(host) {
-            let why = format!("host `{host}` has the name of a link of this host's own configuration");
-            refused.push((host.to_string(), why));
+            // A host gone whose name a static link has: nothing of ours to remove.
+            if transport.is_some() {
+                let why = format!("host `{host}` has the name of a link of this host's own configuration");
+                refused.push((host.to_string(), why));
+            }
             blocked.insert(host);
             continue;
         }
@@ -434,6 +437,10 @@ mod tests {
         );
         let want: BTreeMap<_, _> = [(mac(4), "d".to_string())].into();
         assert_eq!(routed(&state), want, "b's and c's MACs go to no static link");
+        // b leaves: the static link stays, and nothing is refused any more.
+        let gone = [Change::Link { host: "b".into(), peer: None }];
+        let p = plan(&state, &gone, &LinkOptions::default(), &|h| !statics.contains(h));
+        assert!(p.cmds.is_empty() && p.refused.is_empty(), "{:?} {:?}", p.cmds, p.refused);
     }
 
     #[test]

@@ -835,8 +835,7 @@ impl Host {
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         // The hosts refused as of this batch: a host whose record the batch
         // carries is judged anew.
-        let before = std::mem::take(&mut self.refused);
-        self.refused = before.clone();
+        let before = self.refused.clone();
         for c in changes {
             if let vnet_cluster::member::Change::Link { host, .. } = c {
                 self.refused.remove(host.as_str());
