@@ -594,7 +594,10 @@ async fn authenticated<S: AsyncRead + Unpin>(c: &mut S, access: &Access) -> bool
 }
 
 /// Serves an authenticated connection in one of the endpoint's
-/// [`MAX_CONNECTIONS`] slots, or tells it there is none.
+/// [`MAX_CONNECTIONS`] slots, or tells it there is none. `greeting` is
+/// written first (a `tcp:` client's `auth` answer, read already); a
+/// connection whose `auth` line is still to come (a `tls:` endpoint given
+/// a token too) gets it in [`serve_conn`].
 async fn serve_authenticated<S: AsyncRead + AsyncWrite + Unpin>(
     slots: &Arc<tokio::sync::Semaphore>,
     daemon: Arc<Mutex<Daemon>>,
@@ -612,7 +615,11 @@ async fn serve_authenticated<S: AsyncRead + AsyncWrite + Unpin>(
     {
         return;
     }
-    serve_session(daemon, c, limits, false).await;
+    if greeting.is_empty() {
+        serve_conn(daemon, c, limits).await;
+    } else {
+        serve_session(daemon, c, limits, false).await;
+    }
     drop(permit);
 }
 
