@@ -945,12 +945,6 @@ impl SecureLink {
         hs.get_remote_static().and_then(|k| k.try_into().ok())
     }
 
-    /// Whether one of this link's sessions has receiver index `index`.
-    pub fn names_session(&self, index: u32) -> bool {
-        let st = self.lock();
-        [&st.current, &st.previous, &st.next].iter().any(|s| s.as_ref().is_some_and(|s| s.local == index))
-    }
-
     /// Whether a session is established.
     pub fn established(&self) -> bool {
         self.tx.load().is_some()
