@@ -22,8 +22,12 @@
 //! already has (same name and MAC) is kept, never declared twice.
 //!
 //! In cluster mode (the new host runs `vnetd --cluster`) the move is one
-//! step: the new host declares the interface, its vnetd claims the MAC in
-//! the store and announces it, and every host reroutes from its watch.
+//! step: the new host declares the interface `standby` and activates it
+//! (a migration's switch-over, as the VM's own first frame would), its
+//! vnetd claims the MAC in the store at the epoch above the held one and
+//! announces it, and every host reroutes from its watch. A plain
+//! declaration would not do: a claim of a MAC another host holds is a
+//! conflict unless it is a migration's.
 //! The hosts listed are only visited to delete the old interface, once
 //! they route the MAC to a link (they have seen the claim).
 //!
@@ -167,15 +171,18 @@ fn in_cluster(c: &mut Client) -> bool {
 /// How long the old host may take to see the new host's claim.
 const CLAIM_SEEN: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn relocate_in_cluster(m: &Move, to: &mut Client, decl: Interface, have: bool) -> Result<String, String> {
+fn relocate_in_cluster(m: &Move, to: &mut Client, mut decl: Interface, have: bool) -> Result<String, String> {
     let mac = m.mac.to_string();
-    let name = decl.name.to_string();
+    let name = decl.name.clone();
     let mut report = String::new();
     if !have {
+        decl.standby = true;
         let d = Request::declare(decl).map_err(|e| format!("the interface declaration: {e}"))?;
         apply(to, &m.to, &[d])?;
     }
-    let _ = writeln!(report, "{}: interface {name} attached; its vnetd claims {mac} in the store", m.to);
+    let r = to.send(&Request::Activate(name.clone())).map_err(|e| format!("{}: {e}", m.to))?;
+    r.result.map_err(|e| format!("{}: activate {name}: {e}", m.to))?;
+    let _ = writeln!(report, "{}: interface {name} attached and active; its vnetd claims {mac} in the store (a migration)", m.to);
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
         let mut c = connect(ep)?;
         let Some(old) = iface_with_mac(&mut c, ep, &mac)? else { continue };
@@ -188,7 +195,11 @@ fn relocate_in_cluster(m: &Move, to: &mut Client, decl: Interface, have: bool) -
                 break;
             }
             if std::time::Instant::now() > deadline {
-                return Err(format!("{ep}: still routes {mac} to its interface {old} after {CLAIM_SEEN:?}: is the new host in the same network?"));
+                return Err(format!(
+                    "{ep}: still routes {mac} to its interface {old} after {CLAIM_SEEN:?}: the new host's claim did \
+                     not reach it (see `show cluster` on both: a conflict, another cluster network or vnet network, \
+                     or the store unreachable)"
+                ));
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }

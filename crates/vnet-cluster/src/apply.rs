@@ -285,12 +285,14 @@ pub fn plan(state: &State, changes: &[Change], opts: &LinkOptions, owned: &dyn F
     Planned { cmds: t, refused }
 }
 
-/// The routes of this host's own interfaces: a local interface with a
-/// declared MAC gets `route any MAC -> interface NAME` and the broadcast
-/// route while the store names this host (or no host) for the MAC; once
-/// another host claims the MAC (the VM moved there), both go, and the
-/// member routes the MAC to that host's link. Run after [`transaction`],
-/// against the same state: it touches only routes to interfaces.
+/// The routes of this host's own interfaces: a local interface of the
+/// cluster's network with a declared MAC gets `route any MAC -> interface
+/// NAME` and the broadcast route while the store names this host (or no
+/// host) for the MAC; once another host holds the MAC (the VM moved
+/// there, or it claimed it first), both go, and the member routes the MAC
+/// to that host's link. Interfaces of other networks are left alone
+/// (networks may share MACs). Run after [`transaction`], against the same
+/// state: it touches only routes to interfaces.
 pub fn local(state: &State, member: &crate::Member) -> Vec<Located<Command>> {
     // The `any MAC -> interface` routes by (interface, MAC): one pass.
     let mut to_iface: FxHashMap<(u32, MacAddr), Vec<u32>> = FxHashMap::default();
@@ -302,7 +304,7 @@ pub fn local(state: &State, member: &crate::Member) -> Vec<Located<Command>> {
     let mut t = Vec::new();
     // A standby interface waits for its VM unrouted (vnetd routes it when
     // the VM arrives, and claims it).
-    for i in state.interfaces.values().filter(|i| !i.standby) {
+    for i in state.interfaces.values().filter(|i| !i.standby && i.network == member.tenant()) {
         let Some(mac) = i.mac else { continue };
         let mine = member.owner(mac).is_none_or(|o| o == member.me());
         for dst in [mac, MacAddr::BROADCAST] {
@@ -321,7 +323,7 @@ pub fn local(state: &State, member: &crate::Member) -> Vec<Located<Command>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::fixtures::{host, vm};
+    use crate::layout::fixtures::{host, moved, vm};
     use crate::layout::{host_key, mac_key, HostRecord};
     use crate::{MemStore, Member};
     use vnet_control::PeerKey;
@@ -373,8 +375,8 @@ mod tests {
         // Nothing new: nothing to do.
         assert!(step(&mut m, &s, &mut state).is_empty());
         // b's VM moves to c, then back, then to c again in one batch: one route change.
-        for h in ["c", "b", "c"] {
-            s.put(&mac_key("n", mac(2)), vm(h), Some(leases[2]));
+        for (epoch, h) in ["c", "b", "c"].into_iter().enumerate() {
+            s.put(&mac_key("n", mac(2)), moved(h, epoch as u64 + 1), Some(leases[2]));
         }
         let t = step(&mut m, &s, &mut state);
         assert_eq!(t.len(), 2, "{t:?}");
@@ -466,16 +468,76 @@ mod tests {
         let to_vm = |state: &State| state.routes.values().filter(|r| r.to == Port::Interface(vm_id)).count();
         assert_eq!(to_vm(&state), 2, "unicast and broadcast");
         assert!(local(&state, &m).is_empty(), "nothing twice");
-        // The VM moves to b: its routes leave the interface for b's link, in one step.
+        // b claims the MAC at the epoch a holds it: a conflict, nothing moves.
         s.put(&mac_key("n", mac(1)), vm("b"), Some(lb));
+        let t = sync(&mut m, &s, &mut state);
+        assert!(t.is_empty() && to_vm(&state) == 2, "{t:?}");
+        assert_eq!(m.conflicts().collect::<Vec<_>>(), [(mac(1), "a", "b")]);
+        // The VM moves to b (a migration: epoch 1): its routes leave the
+        // interface for b's link, in one step.
+        s.put(&mac_key("n", mac(1)), moved("b", 1), Some(lb));
         let t = sync(&mut m, &s, &mut state);
         assert_eq!(to_vm(&state), 0, "{t:?}");
         assert_eq!(routed(&state)[&mac(1)], "b");
-        // And back.
-        s.put(&mac_key("n", mac(1)), vm("a"), Some(la));
+        assert_eq!(m.conflicts().count(), 0);
+        // a claiming again at the epoch it knew (restarted with the VM in
+        // its config) takes nothing back.
+        s.put(&mac_key("n", mac(1)), moved("a", 1), Some(la));
+        sync(&mut m, &s, &mut state);
+        assert_eq!((to_vm(&state), routed(&state)[&mac(1)].as_str()), (0, "b"));
+        // And back, by a migration.
+        s.put(&mac_key("n", mac(1)), moved("a", 2), Some(la));
         sync(&mut m, &s, &mut state);
         assert_eq!(to_vm(&state), 2);
         assert!(!routed(&state).contains_key(&mac(1)));
+    }
+
+    #[test]
+    fn claims_of_another_network_are_refused_and_its_interfaces_left_alone() {
+        // Issue 44, finding 5: claims carried no network, and a claim of a
+        // MAC took the routes of a local interface of any network.
+        let base = "listen udp 127.0.0.1:0\ninterface v7 tap t7 mac 52:54:00:00:00:01 network 7\n\
+                    interface v8 tap t8 mac 52:54:00:00:00:01 network 8\n";
+        let mut state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
+        let mut s = MemStore::new();
+        let mut m = Member::with_policy("n", "a", crate::Policy { tenant: 7, ..Default::default() });
+        s.put(&host_key("n", "a"), host(1), None);
+        s.put(&host_key("n", "b"), host(2), None);
+        let claim = |h: &str, network: u32, epoch: u64| {
+            crate::MacRecord { host: h.into(), iface: "vm".into(), network, epoch, ..Default::default() }
+                .to_json()
+        };
+        s.put(&mac_key("n", mac(1)), claim("a", 7, 0), None);
+        let opts = LinkOptions { network: 7, ..LinkOptions::default() };
+        let sync = |m: &mut Member, s: &MemStore, state: &mut State| {
+            let mut out = Vec::new();
+            let evs: Vec<_> = s.watch(m.prefix(), m.revision() + 1).unwrap().cloned().collect();
+            for e in &evs {
+                m.apply(e, &mut out);
+            }
+            let mut t = transaction(state, &out, &opts);
+            *state = state.apply_all(&t).unwrap_or_else(|e| panic!("{e}\n{t:?}"));
+            let l = local(state, m);
+            *state = state.apply_all(&l).unwrap_or_else(|e| panic!("{e}\n{l:?}"));
+            t.extend(l);
+        };
+        sync(&mut m, &s, &mut state);
+        let to = |state: &State, name: &str| {
+            let id = state.iface_by_name(name).unwrap().id;
+            state.routes.values().filter(|r| r.to == Port::Interface(id)).count()
+        };
+        assert_eq!((to(&state, "v7"), to(&state, "v8")), (2, 0), "only network 7's interface is the cluster's");
+        // b claims the MAC for network 8, even as a migration: refused.
+        s.put(&mac_key("n", mac(1)), claim("b", 8, 5), None);
+        sync(&mut m, &s, &mut state);
+        assert_eq!(to(&state, "v7"), 2);
+        assert!(m.quarantined().any(|(_, e)| e.to_string().contains("network 8")));
+        // A migration in network 7 moves network 7's interface only.
+        s.put(&mac_key("n", mac(1)), claim("b", 7, 1), None);
+        sync(&mut m, &s, &mut state);
+        assert_eq!(to(&state, "v7"), 0);
+        assert_eq!(routed(&state)[&mac(1)], "b");
+        assert_eq!(state.iface_by_name("v8").unwrap().network, 8, "left alone");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! /vnet/<network>/hosts/<host>   {"addr":"10.0.0.2:9000","kinds":["udp"],"public_key":"...","cert":"..."}
-//! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0","at_ms":1764000000000,"sig":"..."}
+//! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0","at_ms":1764000000000,"network":7,"epoch":2,"sig":"..."}
+//! /vnet/<network>/revoked/hosts/<host>  BASE64(revocation).BASE64(signature)
+//! /vnet/<network>/revoked/certs/<id>    BASE64(revocation).BASE64(signature)
 //! ```
 //!
 //! Values are JSON, read into these plain records and then checked field by
@@ -31,6 +33,17 @@ pub fn mac_key(network: &str, mac: MacAddr) -> String {
     format!("/vnet/{network}/macs/{mac}")
 }
 
+/// The key of a revocation of every certificate of `host`.
+pub fn revoked_host_key(network: &str, host: &str) -> String {
+    format!("/vnet/{network}/revoked/hosts/{host}")
+}
+
+/// The key of a revocation of the certificate whose id is `id`
+/// ([`crate::trust::cert_id`]).
+pub fn revoked_cert_key(network: &str, id: &str) -> String {
+    format!("/vnet/{network}/revoked/certs/{id}")
+}
+
 /// Whether `name` may name a network or a host: 1 to 63 of `A-Za-z0-9._-`.
 pub fn valid_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
@@ -42,6 +55,10 @@ pub fn valid_name(name: &str) -> bool {
 pub enum Key<'a> {
     Host(&'a str),
     Mac(MacAddr),
+    /// A revocation of every certificate of a host.
+    RevokedHost(&'a str),
+    /// A revocation of one certificate, by its id.
+    RevokedCert(&'a str),
 }
 
 /// Parses `key`, which starts with `prefix` (else `None`, as for any key
@@ -50,6 +67,13 @@ pub fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<Key<'a>> {
     let rest = key.strip_prefix(prefix)?;
     if let Some(h) = rest.strip_prefix("hosts/") {
         return valid_name(h).then_some(Key::Host(h));
+    }
+    if let Some(r) = rest.strip_prefix("revoked/") {
+        if let Some(h) = r.strip_prefix("hosts/") {
+            return valid_name(h).then_some(Key::RevokedHost(h));
+        }
+        let id = r.strip_prefix("certs/")?;
+        return crate::trust::valid_cert_id(id).then_some(Key::RevokedCert(id));
     }
     rest.strip_prefix("macs/")?.parse().ok().map(Key::Mac)
 }
@@ -70,21 +94,36 @@ pub struct HostRecord {
     pub cert: Option<String>,
 }
 
-/// Who has a VM MAC.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Who has a VM MAC: a host's claim.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MacRecord {
     pub host: String,
     #[serde(default)]
     pub iface: String,
-    /// When the host claimed it (ms since the Unix epoch): a newer claim wins.
+    /// When the host claimed it (ms since the Unix epoch): in a signed
+    /// network, a claim older than the one held is a replay.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub at_ms: u64,
+    /// The vnet network (tenant number) of the claiming interface: a host
+    /// takes only claims of the network its cluster links carry.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub network: u32,
+    /// The MAC's migration count: a claim by another host than the holder
+    /// is taken only with a higher epoch (a migration: the destination's
+    /// standby interface activated by its VM, or a `move`), never for
+    /// being newer. Two hosts claiming at one epoch are a conflict.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch: u64,
     /// The claimant's signature ([`crate::trust::ClaimKey::sign`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sig: Option<String>,
 }
 
 fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero32(v: &u32) -> bool {
     *v == 0
 }
 
@@ -121,7 +160,13 @@ pub(crate) mod fixtures {
 
     /// An unsigned claim of a MAC for host `h`'s `vm0`.
     pub fn vm(h: &str) -> Vec<u8> {
-        MacRecord { host: h.into(), iface: "vm0".into(), at_ms: 0, sig: None }.to_json()
+        moved(h, 0)
+    }
+
+    /// An unsigned claim of a MAC for host `h`'s `vm0` at `epoch` (a
+    /// migration's claim has the epoch above the one held).
+    pub fn moved(h: &str, epoch: u64) -> Vec<u8> {
+        MacRecord { host: h.into(), iface: "vm0".into(), epoch, ..Default::default() }.to_json()
     }
 }
 
@@ -135,9 +180,19 @@ mod tests {
         let mac: MacAddr = "52:54:00:00:00:01".parse().unwrap();
         assert_eq!(parse_key(&p, &host_key("lab", "h1")), Some(Key::Host("h1")));
         assert_eq!(parse_key(&p, &mac_key("lab", mac)), Some(Key::Mac(mac)));
-        for k in
-            ["/vnet/lab/hosts/", "/vnet/lab/hosts/a/b", "/vnet/lab/macs/zz", "/vnet/other/hosts/h1", "/x"]
-        {
+        assert_eq!(parse_key(&p, &revoked_host_key("lab", "h1")), Some(Key::RevokedHost("h1")));
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(parse_key(&p, &revoked_cert_key("lab", id)), Some(Key::RevokedCert(id)));
+        for k in [
+            "/vnet/lab/hosts/",
+            "/vnet/lab/hosts/a/b",
+            "/vnet/lab/macs/zz",
+            "/vnet/other/hosts/h1",
+            "/x",
+            "/vnet/lab/revoked/certs/xyz",
+            "/vnet/lab/revoked/hosts/a/b",
+            "/vnet/lab/revoked/other",
+        ] {
             assert_eq!(parse_key(&p, k), None, "{k}");
         }
         assert!(!valid_name(&"x".repeat(64)));

@@ -13,9 +13,9 @@
 //! Memory: host names are interned once (a `u32` each); a MAC costs a
 //! hash-map entry (MAC and host id) and its place in its host's list.
 
-use crate::layout::{parse_key, prefix, usable, valid_name, HostRecord, Key, MacRecord};
+use crate::layout::{host_key, mac_key, parse_key, prefix, usable, valid_name, HostRecord, Key, MacRecord};
 use crate::store::Event;
-use crate::trust::{verify_claim, NetworkPublic, TrustError};
+use crate::trust::{cert_id, verify_claim, NetworkPublic, TrustError};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -26,6 +26,10 @@ use vnet_wire::MacAddr;
 pub const QUARANTINE_SHOWN: usize = 256;
 /// Host records held back because their address is another host's.
 const MAX_DUPLICATES: usize = 256;
+/// Conflicts (two hosts claiming one MAC) held for `show cluster`.
+pub const CONFLICTS_SHOWN: usize = 256;
+/// Revocations held (hosts and certificates, each).
+const MAX_REVOKED: usize = 65_536;
 
 /// A host as the view takes it: its record, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +61,9 @@ pub struct Policy {
     pub require_key: bool,
     /// This host has a static key, so it can make a secured link.
     pub have_key: bool,
+    /// The vnet network (tenant number) the cluster's links carry: a
+    /// claim for an interface of another network is refused.
+    pub tenant: u32,
     /// The most hosts (names ever seen) and MACs the view holds.
     pub max_hosts: usize,
     pub max_macs: usize,
@@ -68,6 +75,7 @@ impl Default for Policy {
             network_key: None,
             require_key: false,
             have_key: false,
+            tenant: 0,
             max_hosts: 65_536,
             max_macs: 4 << 20,
         }
@@ -115,6 +123,16 @@ pub enum RecordError {
     ClaimSignature(String),
     #[error("the claim ({at_ms}) is not newer than the one held ({held_ms})")]
     StaleClaim { at_ms: u64, held_ms: u64 },
+    #[error("the claim is for network {network}; this cluster's links carry network {carried}")]
+    ClaimNetwork { network: u32, carried: u32 },
+    #[error("conflict: host `{claimant}` claims the MAC host `{holder}` holds (epoch {epoch}; only a migration, at a higher epoch, moves it)")]
+    Conflict { holder: String, claimant: String, epoch: u64 },
+    #[error("revoked: {0}")]
+    Revoked(String),
+    #[error("`revoked`: {0}")]
+    Revocation(TrustError),
+    #[error("the revocation is not the one its key names")]
+    RevocationKey,
 }
 
 /// What a member counted.
@@ -141,8 +159,8 @@ pub struct Member {
     /// Which host holds each underlay address (links are told apart by it).
     by_ip: FxHashMap<IpAddr, u32>,
     /// Records whose address another host holds, taken when it is free,
-    /// with their certificate's expiry (checked again when taken).
-    duplicates: Vec<(u32, Peer, Option<u64>)>,
+    /// with their certificate's expiry (checked again when taken) and id.
+    duplicates: Vec<(u32, Peer, Option<u64>, Option<String>)>,
     /// The MACs each host has (by host id).
     by_host: Vec<Vec<MacAddr>>,
     macs: FxHashMap<MacAddr, u32>,
@@ -153,6 +171,18 @@ pub struct Member {
     claimed_at: FxHashMap<MacAddr, (u64, u64)>,
     /// Signed networks: claims by hosts not (validly) known yet.
     unverified: FxHashMap<MacAddr, MacRecord>,
+    /// Each MAC's epoch (its migration count), kept after its claim goes.
+    epochs: FxHashMap<MacAddr, u64>,
+    /// Claims of a held MAC by another host at no higher epoch, by MAC:
+    /// (holder, claimant), at most [`CONFLICTS_SHOWN`].
+    conflicts: BTreeMap<MacAddr, (String, String)>,
+    /// Signed networks: hosts and certificate ids revoked by the network
+    /// key. Kept while the process runs, whatever happens to their keys (a
+    /// writer to the store without the network key cannot take one back).
+    revoked_hosts: rustc_hash::FxHashSet<Box<str>>,
+    revoked_certs: rustc_hash::FxHashSet<Box<str>>,
+    /// Signed networks: each linked host's certificate id.
+    cert_ids: FxHashMap<u32, String>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
     quarantine: BTreeMap<String, RecordError>,
     /// Signed networks: when each host's certificate expires (by host id).
@@ -187,6 +217,11 @@ impl Member {
             macs: FxHashMap::default(),
             claimed_at: FxHashMap::default(),
             unverified: FxHashMap::default(),
+            epochs: FxHashMap::default(),
+            conflicts: BTreeMap::new(),
+            revoked_hosts: Default::default(),
+            revoked_certs: Default::default(),
+            cert_ids: FxHashMap::default(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
             now_s: 0,
@@ -270,6 +305,36 @@ impl Member {
         self.not_after.iter().map(|(&h, &t)| (&*self.names[h as usize], t))
     }
 
+    /// Signed networks: each linked host's certificate id.
+    pub fn cert_ids(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.cert_ids.iter().map(|(&h, id)| (&*self.names[h as usize], id.as_str()))
+    }
+
+    /// A MAC's epoch: its migration count as the store last said it.
+    pub fn epoch(&self, mac: MacAddr) -> u64 {
+        self.epochs.get(&mac).copied().unwrap_or(0)
+    }
+
+    /// The vnet network (tenant number) the cluster's links carry.
+    pub fn tenant(&self) -> u32 {
+        self.policy.tenant
+    }
+
+    /// Whether `host` has a record (is live).
+    pub fn live(&self, host: &str) -> bool {
+        self.ids.get(host).is_some_and(|&h| self.records[h as usize].is_some())
+    }
+
+    /// MACs claimed by two hosts at one epoch: (MAC, holder, claimant).
+    pub fn conflicts(&self) -> impl Iterator<Item = (MacAddr, &str, &str)> {
+        self.conflicts.iter().map(|(m, (h, c))| (*m, h.as_str(), c.as_str()))
+    }
+
+    /// Hosts and certificate ids revoked.
+    pub fn revoked(&self) -> (usize, usize) {
+        (self.revoked_hosts.len(), self.revoked_certs.len())
+    }
+
     /// The whole view as changes: a link (or none) for every host ever
     /// seen, a route for every MAC. Applied to any state, it brings that
     /// state to the view (after a transaction that failed, say).
@@ -312,18 +377,23 @@ impl Member {
             (Key::Host(name), Event::Put { value, .. }) => self.put_host_record(name, value, out),
             (Key::Host(name), Event::Delete { .. }) => {
                 if let Some(&h) = self.ids.get(name) {
-                    self.duplicates.retain(|(d, ..)| *d != h);
-                    self.not_after.remove(&h);
-                    self.set_host(h, None, out);
+                    self.drop_host(h, out);
                 }
                 Ok(())
             }
             (Key::Mac(mac), Event::Put { value, .. }) => self.put_mac_record(mac, value, out),
             (Key::Mac(mac), Event::Delete { .. }) => {
                 self.unverified.remove(&mac);
+                self.conflicts.remove(&mac);
                 self.delete_mac(mac, out);
                 Ok(())
             }
+            (Key::RevokedHost(_) | Key::RevokedCert(_), Event::Put { value, .. }) => {
+                self.put_revocation(ev.key(), value, out)
+            }
+            // A revocation stays while the process runs: deleting its key
+            // (which needs no network key) takes nothing back.
+            (Key::RevokedHost(_) | Key::RevokedCert(_), Event::Delete { .. }) => Ok(()),
         };
         match taken {
             Ok(()) => {
@@ -357,14 +427,60 @@ impl Member {
         for (h, t) in gone {
             self.not_after.remove(&h);
             self.set_host(h, None, out);
-            let key = crate::layout::host_key(&self.network, &self.names[h as usize]);
+            let key = host_key(&self.network, &self.names[h as usize]);
             self.stats.bad_records += 1;
             self.hold(key, RecordError::CertExpired(t));
         }
     }
 
+    /// Host `h` goes: no link, no routes, nothing of it waiting.
+    fn drop_host(&mut self, h: u32, out: &mut Vec<Change>) {
+        self.duplicates.retain(|(d, ..)| *d != h);
+        self.not_after.remove(&h);
+        self.cert_ids.remove(&h);
+        self.set_host(h, None, out);
+    }
+
+    /// Takes a revocation signed by the network key: the host it names
+    /// (with any certificate, or with the one it names) is dropped now,
+    /// and such records are refused from then on.
+    fn put_revocation(&mut self, key: &str, value: &[u8], out: &mut Vec<Change>) -> Result<(), RecordError> {
+        let Some(nk) = &self.policy.network_key else {
+            return Err(RecordError::Revocation(TrustError::CertBody(
+                "this network has no network key to check revocations with".into(),
+            )));
+        };
+        let text = std::str::from_utf8(value).map_err(|_| RecordError::Revocation(TrustError::CertForm))?;
+        let r = nk.verify_revocation(text.trim()).map_err(RecordError::Revocation)?;
+        if r.network != self.network || r.key() != key {
+            return Err(RecordError::RevocationKey);
+        }
+        let full = match &r.cert {
+            None => self.revoked_hosts.len() >= MAX_REVOKED && !self.revoked_hosts.contains(r.host.as_str()),
+            Some(id) => self.revoked_certs.len() >= MAX_REVOKED && !self.revoked_certs.contains(id.as_str()),
+        };
+        if full {
+            return Err(RecordError::Revocation(TrustError::CertBody(format!("more than {MAX_REVOKED} held"))));
+        }
+        match &r.cert {
+            None => self.revoked_hosts.insert(r.host.as_str().into()),
+            Some(id) => self.revoked_certs.insert(id.as_str().into()),
+        };
+        let Some(&h) = self.ids.get(r.host.as_str()) else { return Ok(()) };
+        let parked = self.duplicates.iter().find(|(d, ..)| *d == h).map(|(.., id)| id.clone());
+        let id = self.cert_ids.get(&h).cloned().or(parked.clone().flatten());
+        let hit = r.cert.is_none() || id == r.cert;
+        if hit && (self.records[h as usize].is_some() || parked.is_some()) {
+            self.drop_host(h, out);
+            let why = RecordError::Revoked(format!("by {key}"));
+            self.stats.bad_records += 1;
+            self.hold(host_key(&self.network, &r.host), why);
+        }
+        Ok(())
+    }
+
     /// Checks a host record's every field against the policy.
-    fn check_host(&self, name: &str, value: &[u8]) -> Result<(Peer, Option<u64>), RecordError> {
+    fn check_host(&self, name: &str, value: &[u8]) -> Result<(Peer, Option<u64>, Option<String>), RecordError> {
         let r: HostRecord = serde_json::from_slice(value).map_err(|e| RecordError::Json(e.to_string()))?;
         if !usable(r.addr) {
             return Err(RecordError::Addr(r.addr));
@@ -382,8 +498,10 @@ impl Member {
         };
         let mut claim_key = None;
         let mut not_after = None;
+        let mut id = None;
         if let Some(nk) = &self.policy.network_key {
-            let cert = nk.verify(r.cert.as_deref().ok_or(RecordError::Unsigned)?)?;
+            let text = r.cert.as_deref().ok_or(RecordError::Unsigned)?;
+            let cert = nk.verify(text)?;
             if cert.network != self.network || cert.host != name {
                 return Err(RecordError::CertFor { network: cert.network, host: cert.host });
             }
@@ -396,8 +514,16 @@ impl Member {
             if cert.expired(self.now_s) {
                 return Err(RecordError::CertExpired(cert.not_after.unwrap_or(0)));
             }
+            if self.revoked_hosts.contains(name) {
+                return Err(RecordError::Revoked(format!("host `{name}` (every certificate of it)")));
+            }
+            let cid = cert_id(text);
+            if self.revoked_certs.contains(cid.as_str()) {
+                return Err(RecordError::Revoked(format!("certificate {cid}")));
+            }
             not_after = cert.not_after;
             claim_key = Some(cert.claim_key);
+            id = Some(cid);
         }
         if name != self.me {
             let required = self.policy.require_key || self.policy.network_key.is_some();
@@ -407,7 +533,7 @@ impl Member {
                 _ => {}
             }
         }
-        Ok((Peer { addr: r.addr, key, claim_key }, not_after))
+        Ok((Peer { addr: r.addr, key, claim_key }, not_after, id))
     }
 
     fn put_host_record(
@@ -420,7 +546,7 @@ impl Member {
         // last record of it that did (so a writer without the network key
         // cannot re-point or unsecure a link), until its key is deleted
         // (its lease ran out) or a good record comes.
-        let (peer, not_after) = self.check_host(name, value)?;
+        let (peer, not_after, id) = self.check_host(name, value)?;
         let Some(h) = self.id(name) else { return Err(RecordError::TooManyHosts(self.policy.max_hosts)) };
         self.duplicates.retain(|(d, ..)| *d != h);
         let ip = canonical(peer.addr.ip());
@@ -429,13 +555,17 @@ impl Member {
             self.not_after.remove(&h);
             self.set_host(h, None, out);
             if self.duplicates.len() < MAX_DUPLICATES {
-                self.duplicates.push((h, peer, not_after));
+                self.duplicates.push((h, peer, not_after, id));
             }
             return Err(RecordError::Duplicate { addr: ip, holder: self.names[holder as usize].to_string() });
         }
         match not_after {
             Some(t) => self.not_after.insert(h, t),
             None => self.not_after.remove(&h),
+        };
+        match id {
+            Some(id) => self.cert_ids.insert(h, id),
+            None => self.cert_ids.remove(&h),
         };
         self.set_host(h, Some(peer), out);
         Ok(())
@@ -485,8 +615,8 @@ impl Member {
         // Its certificate is checked again: one that expired while it
         // waited is dropped, quarantined with that reason.
         if let Some(ip) = freed.filter(|ip| !self.by_ip.contains_key(ip)) {
-            while let Some(i) = self.duplicates.iter().position(|(_, p, _)| canonical(p.addr.ip()) == ip) {
-                let (d, p, not_after) = self.duplicates.swap_remove(i);
+            while let Some(i) = self.duplicates.iter().position(|(_, p, ..)| canonical(p.addr.ip()) == ip) {
+                let (d, p, not_after, id) = self.duplicates.swap_remove(i);
                 let key = format!("{}hosts/{}", self.prefix, self.names[d as usize]);
                 if let Some(t) = not_after.filter(|&t| self.now_s > t) {
                     self.stats.bad_records += 1;
@@ -496,6 +626,9 @@ impl Member {
                 self.quarantine.remove(&key);
                 if let Some(t) = not_after {
                     self.not_after.insert(d, t);
+                }
+                if let Some(id) = id {
+                    self.cert_ids.insert(d, id);
                 }
                 self.set_host(d, Some(p), out);
                 break;
@@ -514,12 +647,20 @@ impl Member {
         self.take_claim(mac, r, out)
     }
 
-    /// Takes a MAC claim if it checks: names, and where the network has a
-    /// key, the claimant's signature and that it is newer than the claim held.
+    /// Takes a MAC claim if it checks: names and network; where the
+    /// network has a key, the claimant's signature and that it is no older
+    /// than the claim held (a replay); and its epoch: a claim by another
+    /// host than a live holder is taken only at a higher epoch (a
+    /// migration), and at the same epoch is a conflict, held and shown,
+    /// that moves nothing.
     fn take_claim(&mut self, mac: MacAddr, r: MacRecord, out: &mut Vec<Change>) -> Result<(), RecordError> {
         if !valid_name(&r.host) || !(r.iface.is_empty() || valid_name(&r.iface)) {
             return Err(RecordError::ClaimNames);
         }
+        if r.network != self.policy.tenant {
+            return Err(RecordError::ClaimNetwork { network: r.network, carried: self.policy.tenant });
+        }
+        let mut stamp = None;
         if self.policy.network_key.is_some() {
             let claim_key =
                 self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref()?.claim_key);
@@ -530,8 +671,7 @@ impl Member {
                 return Err(RecordError::ClaimHost(r.host));
             };
             self.unverified.remove(&mac);
-            let sig = r.sig.as_deref().unwrap_or_default();
-            if !verify_claim(&claim_key, sig, &self.network, mac, &r.host, &r.iface, r.at_ms) {
+            if !verify_claim(&claim_key, &self.network, mac, &r) {
                 return Err(RecordError::ClaimSignature(r.host));
             }
             let (held_ms, held_by) = self.claimed_at.get(&mac).copied().unwrap_or((0, 0));
@@ -539,12 +679,30 @@ impl Member {
             if r.at_ms < held_ms || (r.at_ms == held_ms && held_ms != 0 && held_by != claimant) {
                 return Err(RecordError::StaleClaim { at_ms: r.at_ms, held_ms });
             }
-            self.claimed_at.insert(mac, (r.at_ms, claimant));
+            stamp = Some((r.at_ms, claimant));
+        }
+        let held = self.epoch(mac);
+        if let Some(&h) = self.macs.get(&mac) {
+            let holder = &*self.names[h as usize];
+            if holder != r.host && r.epoch <= held && self.records[h as usize].is_some() {
+                let (holder, claimant) = (holder.to_string(), r.host.clone());
+                if self.conflicts.len() < CONFLICTS_SHOWN || self.conflicts.contains_key(&mac) {
+                    self.conflicts.insert(mac, (holder.clone(), claimant.clone()));
+                }
+                return Err(RecordError::Conflict { holder, claimant, epoch: held });
+            }
         }
         if !self.macs.contains_key(&mac) && self.macs.len() >= self.policy.max_macs {
             return Err(RecordError::TooManyMacs(self.policy.max_macs));
         }
         let Some(h) = self.id(&r.host) else { return Err(RecordError::TooManyHosts(self.policy.max_hosts)) };
+        if let Some(stamp) = stamp {
+            self.claimed_at.insert(mac, stamp);
+        }
+        if self.epochs.contains_key(&mac) || (r.epoch != 0 && self.epochs.len() < self.policy.max_macs) {
+            self.epochs.insert(mac, r.epoch);
+        }
+        self.conflicts.remove(&mac);
         self.put_mac(mac, h, out);
         Ok(())
     }
@@ -557,7 +715,7 @@ impl Member {
         let waiting: Vec<(MacAddr, MacRecord)> =
             self.unverified.iter().filter(|(_, r)| r.host == host).map(|(m, r)| (*m, r.clone())).collect();
         for (mac, r) in waiting {
-            let key = crate::layout::mac_key(&self.network, mac);
+            let key = mac_key(&self.network, mac);
             match self.take_claim(mac, r, out) {
                 Ok(()) => {
                     self.quarantine.remove(&key);
@@ -603,6 +761,9 @@ impl Member {
         let mut next = Member::with_policy(&self.network, &self.me, self.policy.clone());
         next.stats = self.stats;
         next.claimed_at = std::mem::take(&mut self.claimed_at);
+        next.epochs = std::mem::take(&mut self.epochs);
+        next.revoked_hosts = std::mem::take(&mut self.revoked_hosts);
+        next.revoked_certs = std::mem::take(&mut self.revoked_certs);
         next.now_s = self.now_s;
         next.stats.relists += 1;
         let mut ignored = Vec::new();
@@ -681,11 +842,11 @@ mod tests {
         assert_eq!(c.len(), 2, "{c:?}");
         assert_eq!(a.route_of(mac(2)), Some("b"));
         assert_eq!(a.route_of(mac(1)), None, "our own MAC is never routed");
-        // A move: one event, one route change.
+        // A move (a migration: the epoch above the one held): one event, one route change.
         let lc = s.grant(10, 0);
         s.put(&host_key("n", "c"), host(3), Some(lc));
         sync(&mut a, &s);
-        s.put(&mac_key("n", mac(2)), vm("c"), Some(lc));
+        s.put(&mac_key("n", mac(2)), crate::layout::fixtures::moved("c", 1), Some(lc));
         let c = sync(&mut a, &s);
         assert_eq!(c, vec![Change::Route { mac: mac(2), host: Some("c".into()) }]);
         // b's lease expires: its link goes, no route pointed at it any more.

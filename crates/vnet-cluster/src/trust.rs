@@ -33,8 +33,12 @@ use std::net::IpAddr;
 use vnet_control::PeerKey;
 use vnet_wire::MacAddr;
 
+use crate::layout::MacRecord;
+
 const CERT_TAG: &[u8] = b"vnet host certificate v1\0";
 const CLAIM_TAG: &[u8] = b"vnet mac claim v1\0";
+const CLAIM_TAG_V2: &[u8] = b"vnet mac claim v2\0";
+const REVOKE_TAG: &[u8] = b"vnet revocation v1\0";
 const CLAIM_KEY_TAG: &[u8] = b"vnet claim key v1\0";
 /// A certificate's longest text, and the most addresses it may name.
 pub const MAX_CERT_LEN: usize = 4096;
@@ -180,19 +184,19 @@ impl NetworkPublic {
 
     /// Checks `cert` (a record's `cert` field) and decodes it.
     pub fn verify(&self, cert: &str) -> Result<HostCert, TrustError> {
-        if cert.len() > MAX_CERT_LEN {
-            return Err(TrustError::CertForm);
-        }
-        let (body, sig) = cert.split_once('.').ok_or(TrustError::CertForm)?;
-        let body = b64().decode(body).map_err(|_| TrustError::CertForm)?;
-        let sig = b64().decode(sig).map_err(|_| TrustError::CertForm)?;
-        let signed = [CERT_TAG, &body].concat();
-        UnparsedPublicKey::new(&ED25519, &self.0)
-            .verify(&signed, &sig)
-            .map_err(|_| TrustError::CertSignature)?;
+        let body = open(&self.0, CERT_TAG, cert)?;
         let body: CertBody =
             serde_json::from_slice(&body).map_err(|e| TrustError::CertBody(e.to_string()))?;
         HostCert::from_body(body)
+    }
+
+    /// Checks a revocation (a revoked key's value) and decodes it.
+    pub fn verify_revocation(&self, text: &str) -> Result<Revocation, TrustError> {
+        let body = open(&self.0, REVOKE_TAG, text)?;
+        let r: Revocation =
+            serde_json::from_slice(&body).map_err(|e| TrustError::CertBody(e.to_string()))?;
+        r.check()?;
+        Ok(r)
     }
 }
 
@@ -250,14 +254,32 @@ impl NetworkKey {
     pub fn sign(&self, body: &CertBody) -> Result<String, TrustError> {
         HostCert::from_body(body.clone())?;
         let json = serde_json::to_vec(body).map_err(|e| TrustError::CertBody(e.to_string()))?;
-        let sig = self.pair.sign(&[CERT_TAG, &json].concat());
-        Ok(format!("{}.{}", b64().encode(&json), b64().encode(sig.as_ref())))
+        Ok(seal(&self.pair, CERT_TAG, &json))
+    }
+
+    /// Signs a revocation (checked first), for its key ([`Revocation::key`]).
+    pub fn revoke(&self, r: &Revocation) -> Result<String, TrustError> {
+        r.check()?;
+        let json = serde_json::to_vec(r).map_err(|e| TrustError::CertBody(e.to_string()))?;
+        Ok(seal(&self.pair, REVOKE_TAG, &json))
     }
 }
 
-/// What a MAC claim's signature covers.
-fn claim_bytes(network: &str, mac: MacAddr, host: &str, iface: &str, at_ms: u64) -> Vec<u8> {
-    format!("{network}\0{mac}\0{host}\0{iface}\0{at_ms}").into_bytes()
+/// What a MAC claim's signature covers: every field of the record but
+/// the signature, the cluster network's name and the MAC. A claim of
+/// network 0 at epoch 0 is signed as version 1 signed it (hosts of that
+/// version verify it).
+fn claim_bytes(network: &str, mac: MacAddr, r: &MacRecord) -> Vec<u8> {
+    let MacRecord { host, iface, at_ms, network: net, epoch, sig: _ } = r;
+    let mut b = if (*net, *epoch) == (0, 0) {
+        CLAIM_TAG.to_vec()
+    } else {
+        let mut b = CLAIM_TAG_V2.to_vec();
+        b.extend_from_slice(format!("{net}\0{epoch}\0").as_bytes());
+        b
+    };
+    b.extend_from_slice(format!("{network}\0{mac}\0{host}\0{iface}\0{at_ms}").as_bytes());
+    b
 }
 
 /// A host's claim key, derived from its X25519 private key.
@@ -286,26 +308,84 @@ impl ClaimKey {
         b64().encode(self.public())
     }
 
-    /// The signature (base64) of a claim of `mac` for `host`'s `iface`.
-    pub fn sign(&self, network: &str, mac: MacAddr, host: &str, iface: &str, at_ms: u64) -> String {
-        let sig = self.0.sign(&[CLAIM_TAG, &claim_bytes(network, mac, host, iface, at_ms)[..]].concat());
-        b64().encode(sig.as_ref())
+    /// The signature (base64) of claim `r` of `mac` in the cluster
+    /// network `network` (`r.sig` is not read).
+    pub fn sign(&self, network: &str, mac: MacAddr, r: &MacRecord) -> String {
+        b64().encode(self.0.sign(&claim_bytes(network, mac, r)).as_ref())
     }
 }
 
-/// Whether `sig` is `claim_key`'s signature of that claim.
-pub fn verify_claim(
-    claim_key: &[u8; 32],
-    sig: &str,
-    network: &str,
-    mac: MacAddr,
-    host: &str,
-    iface: &str,
-    at_ms: u64,
-) -> bool {
-    let Ok(sig) = b64().decode(sig) else { return false };
-    let msg = [CLAIM_TAG, &claim_bytes(network, mac, host, iface, at_ms)[..]].concat();
-    UnparsedPublicKey::new(&ED25519, claim_key).verify(&msg, &sig).is_ok()
+/// Whether `r.sig` is `claim_key`'s signature of claim `r`.
+pub fn verify_claim(claim_key: &[u8; 32], network: &str, mac: MacAddr, r: &MacRecord) -> bool {
+    let Some(Ok(sig)) = r.sig.as_deref().map(|s| b64().decode(s)) else { return false };
+    UnparsedPublicKey::new(&ED25519, claim_key).verify(&claim_bytes(network, mac, r), &sig).is_ok()
+}
+
+/// A certificate's id: the first 16 bytes of the SHA-256 of its text, in
+/// hex (what `vnetctl revoke ... cert ID` names and `show cluster` shows).
+pub fn cert_id(cert: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, cert.as_bytes());
+    d.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `id` can be a certificate's id (32 lowercase hex digits).
+pub fn valid_cert_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// What a revocation says (its JSON body): every certificate of `host`,
+/// or only the one whose id is `cert`, is withdrawn from `network`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Revocation {
+    pub network: String,
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert: Option<String>,
+    /// When it was signed (seconds since the Unix epoch), for people.
+    pub at: u64,
+}
+
+impl Revocation {
+    fn check(&self) -> Result<(), TrustError> {
+        let body = |m: &str| TrustError::CertBody(m.to_string());
+        if !crate::layout::valid_name(&self.network) || !crate::layout::valid_name(&self.host) {
+            return Err(body("network and host must be names of 1 to 63 of A-Za-z0-9._-"));
+        }
+        if self.cert.as_deref().is_some_and(|c| !valid_cert_id(c)) {
+            return Err(body("cert must be a certificate id: 32 hex digits"));
+        }
+        Ok(())
+    }
+
+    /// Its key in the store.
+    pub fn key(&self) -> String {
+        match &self.cert {
+            Some(id) => crate::layout::revoked_cert_key(&self.network, id),
+            None => crate::layout::revoked_host_key(&self.network, &self.host),
+        }
+    }
+}
+
+/// `BASE64(body) "." BASE64(signature of tag + body)`, at most
+/// [`MAX_CERT_LEN`] bytes, opened: the body, once the signature checks.
+fn open(public: &[u8; 32], tag: &[u8], text: &str) -> Result<Vec<u8>, TrustError> {
+    if text.len() > MAX_CERT_LEN {
+        return Err(TrustError::CertForm);
+    }
+    let (body, sig) = text.split_once('.').ok_or(TrustError::CertForm)?;
+    let body = b64().decode(body).map_err(|_| TrustError::CertForm)?;
+    let sig = b64().decode(sig).map_err(|_| TrustError::CertForm)?;
+    UnparsedPublicKey::new(&ED25519, public)
+        .verify(&[tag, &body].concat(), &sig)
+        .map_err(|_| TrustError::CertSignature)?;
+    Ok(body)
+}
+
+/// The sealed form [`open`] reads.
+fn seal(pair: &Ed25519KeyPair, tag: &[u8], body: &[u8]) -> String {
+    let sig = pair.sign(&[tag, body].concat());
+    format!("{}.{}", b64().encode(body), b64().encode(sig.as_ref()))
 }
 
 #[cfg(test)]
@@ -356,13 +436,48 @@ mod tests {
         let k = ClaimKey::derive(&[2; 32]).unwrap();
         assert_eq!(k.public(), ClaimKey::derive(&[2; 32]).unwrap().public(), "derived, not random");
         let mac: MacAddr = "52:54:00:00:00:01".parse().unwrap();
-        let sig = k.sign("lab", mac, "h1", "vm0", 5);
-        assert!(verify_claim(&k.public(), &sig, "lab", mac, "h1", "vm0", 5));
-        assert!(!verify_claim(&k.public(), &sig, "lab", mac, "h2", "vm0", 5));
-        assert!(!verify_claim(&k.public(), &sig, "lab", mac, "h1", "vm0", 6));
-        let other = ClaimKey::derive(&[3; 32]).unwrap();
-        assert!(!verify_claim(&other.public(), &sig, "lab", mac, "h1", "vm0", 5));
-        assert!(!verify_claim(&k.public(), "!!", "lab", mac, "h1", "vm0", 5));
+        for (network, epoch) in [(0, 0), (7, 0), (0, 3)] {
+            let mut r =
+                MacRecord { host: "h1".into(), iface: "vm0".into(), at_ms: 5, network, epoch, sig: None };
+            r.sig = Some(k.sign("lab", mac, &r));
+            assert!(verify_claim(&k.public(), "lab", mac, &r));
+            assert!(!verify_claim(&k.public(), "lab2", mac, &r));
+            let changed = [
+                MacRecord { host: "h2".into(), ..r.clone() },
+                MacRecord { at_ms: 6, ..r.clone() },
+                MacRecord { network: network + 1, ..r.clone() },
+                MacRecord { epoch: epoch + 1, ..r.clone() },
+                MacRecord { sig: Some("!!".into()), ..r.clone() },
+                MacRecord { sig: None, ..r.clone() },
+            ];
+            for c in &changed {
+                assert!(!verify_claim(&k.public(), "lab", mac, c), "{c:?}");
+            }
+            let other = ClaimKey::derive(&[3; 32]).unwrap();
+            assert!(!verify_claim(&other.public(), "lab", mac, &r));
+        }
+    }
+
+    #[test]
+    fn a_revocation_verifies_only_under_the_network_key_and_names_its_key() {
+        let nk = NetworkKey::generate().unwrap();
+        let r = Revocation { network: "lab".into(), host: "h3".into(), cert: None, at: 9 };
+        let text = nk.revoke(&r).unwrap();
+        assert_eq!(nk.public().verify_revocation(&text).unwrap(), r);
+        assert_eq!(r.key(), "/vnet/lab/revoked/hosts/h3");
+        let other = NetworkKey::generate().unwrap();
+        assert_eq!(other.public().verify_revocation(&text), Err(TrustError::CertSignature));
+        // A certificate is no revocation, nor a revocation a certificate.
+        let claim = ClaimKey::derive(&[1; 32]).unwrap();
+        let cert = nk.sign(&body("h3", &claim)).unwrap();
+        assert!(nk.public().verify_revocation(&cert).is_err());
+        assert!(nk.public().verify(&text).is_err());
+        let id = cert_id(&cert);
+        assert!(valid_cert_id(&id) && !valid_cert_id("xyz") && !valid_cert_id(&id.to_uppercase()));
+        let one = Revocation { cert: Some(id.clone()), ..r.clone() };
+        assert_eq!(one.key(), format!("/vnet/lab/revoked/certs/{id}"));
+        assert!(nk.revoke(&Revocation { cert: Some("nothex".into()), ..r.clone() }).is_err());
+        assert!(nk.revoke(&Revocation { host: "a/b".into(), ..r }).is_err());
     }
 
     #[test]

@@ -43,7 +43,7 @@ fn join(s: &mut MemStore, h: usize, vms: usize, now: u64) -> u64 {
     let lease = s.grant(TTL, now);
     s.put(&host_key(NET, &name(h)), record(h), Some(lease));
     for v in 0..vms {
-        let r = MacRecord { host: name(h), iface: format!("vm{v}"), at_ms: 0, sig: None };
+        let r = MacRecord { host: name(h), iface: format!("vm{v}"), ..Default::default() };
         s.put(&mac_key(NET, mac(h, v)), r.to_json(), Some(lease));
     }
     lease
@@ -175,9 +175,9 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     );
     assert_eq!((ev, ch), (vms + 1, vms + 1));
 
-    // A VM moves (its new host writes its key): one event, one change.
+    // A VM moves (its new host writes its key, a migration: epoch 1): one event, one change.
     let m = mac(1, 0);
-    let r = MacRecord { host: name(2), iface: "vm99".into(), at_ms: 0, sig: None };
+    let r = MacRecord { host: name(2), iface: "vm99".into(), epoch: 1, ..Default::default() };
     s.put(&mac_key(NET, m), r.to_json(), Some(leases[2]));
     let (ev, ch, move_ms) = sync_all(&mut obs, &s);
     let move_us = move_ms * 1e3;
@@ -204,7 +204,7 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     // Observers away while 10 VMs move and a host joins; history compacted:
     // they list again and converge.
     for v in 0..10 {
-        let r = MacRecord { host: name(3), iface: format!("m{v}"), at_ms: 0, sig: None };
+        let r = MacRecord { host: name(3), iface: format!("m{v}"), epoch: 1, ..Default::default() };
         s.put(&mac_key(NET, mac(4, v)), r.to_json(), Some(leases[3]));
     }
     leases.push(join(&mut s, hosts + 1, vms, now));
@@ -378,11 +378,12 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
         }
     };
     let signed = |h: usize, at: &str| signed_until(h, at, None);
-    let claim_of = |h: usize, mac: MacAddr, at_ms: u64, key: &ClaimKey| {
-        let iface = "vm0".to_string();
-        let sig = key.sign(NET, mac, &name(h), &iface, at_ms);
-        MacRecord { host: name(h), iface, at_ms, sig: Some(sig) }.to_json()
+    let claim_at = |h: usize, mac: MacAddr, at_ms: u64, key: &ClaimKey, epoch: u64| {
+        let mut r = MacRecord { host: name(h), iface: "vm0".into(), at_ms, epoch, ..Default::default() };
+        r.sig = Some(key.sign(NET, mac, &r));
+        r.to_json()
     };
+    let claim_of = |h: usize, mac: MacAddr, at_ms: u64, key: &ClaimKey| claim_at(h, mac, at_ms, key, 0);
     let mut s = MemStore::new();
     let claims: Vec<ClaimKey> = (0..hosts).map(claim).collect();
     for (h, key) in claims.iter().enumerate() {
@@ -437,15 +438,45 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
         }
         assert!(o.links().all(|(_, p)| p.addr.ip().to_string() != "6.6.6.6"));
     }
-    // A genuine move (newer, signed by the new host) applies; the old claim replayed does not.
+    // Issue 44, finding 5: a claim by another host, signed and newer but
+    // no migration (the same epoch), is a conflict: nothing moves.
     s.put(&mac_key(NET, victim), claim_of(9, victim, 3000, &claims[9]), None);
+    for o in &mut obs {
+        sync(o, &s);
+        assert_eq!(o.route_of(victim), Some(name(3).as_str()).filter(|n| *n != o.me()), "taken by being newer");
+        assert_eq!(o.conflicts().collect::<Vec<_>>(), [(victim, name(3).as_str(), name(9).as_str())]);
+    }
+    // A migration (a higher epoch, signed by the new host) applies; the
+    // old claim replayed does not.
+    s.put(&mac_key(NET, victim), claim_at(9, victim, 3001, &claims[9], 1), None);
     s.put(&mac_key(NET, victim), claim_of(3, victim, 1000, &claims[3]), None);
     for o in &mut obs {
         sync(o, &s);
         assert_eq!(o.route_of(victim), Some(name(9).as_str()).filter(|n| *n != o.me()));
+        assert_eq!(o.conflicts().count(), 0, "the migration settled it");
         assert!(o
             .quarantined()
             .any(|(k, e)| k.ends_with(&victim.to_string()) && e.to_string().contains("not newer")));
+    }
+    // The old host claiming again, newer but at the epoch it knew (a
+    // restart with the VM still in its config): it does not take the VM back.
+    s.put(&mac_key(NET, victim), claim_at(3, victim, 4000, &claims[3], 1), None);
+    for o in &mut obs {
+        sync(o, &s);
+        assert_eq!(o.route_of(victim), Some(name(9).as_str()).filter(|n| *n != o.me()), "taken back");
+        assert!(o.quarantined().any(|(k, e)| k.ends_with(&victim.to_string()) && e.to_string().contains("conflict")));
+    }
+    // A claim of another vnet network is refused, whoever signs it.
+    let other_net = {
+        let mut r = MacRecord { host: name(4), iface: "vm0".into(), at_ms: 5000, network: 8, ..Default::default() };
+        r.sig = Some(claims[4].sign(NET, mac(4, 0), &r));
+        r.to_json()
+    };
+    s.put(&mac_key(NET, mac(4, 0)), other_net, None);
+    for o in &mut obs {
+        sync(o, &s);
+        assert_eq!(o.route_of(mac(4, 0)), Some(name(4).as_str()).filter(|n| *n != o.me()));
+        assert!(o.quarantined().any(|(k, e)| k.ends_with(&mac(4, 0).to_string()) && e.to_string().contains("network 8")));
     }
     // The genuine records back: quarantine empties of them, links return.
     for h in [5, 6, 7] {
@@ -505,5 +536,60 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
         assert!(o
             .quarantined()
             .any(|(k, e)| k.ends_with(&format!("/hosts/{twelve}")) && e.to_string().contains("expired")));
+    }
+    // Issue 44, finding 9: revocation. Host 13 revoked (every certificate
+    // of it): every host drops its link and routes at once, its record
+    // (even re-signed) is refused from then on, and deleting the
+    // revocation's key (no network key needed) takes nothing back.
+    use vnet_cluster::trust::{cert_id, Revocation};
+    let (thirteen, fourteen) = (name(13), name(14));
+    let revoke = |host: &str, cert: Option<String>| {
+        let r = Revocation { network: NET.into(), host: host.into(), cert, at: 1 };
+        (r.key(), nk.revoke(&r).unwrap().into_bytes())
+    };
+    let (key, value) = revoke(&thirteen, None);
+    s.put(&key, value, None);
+    let others = |o: &&mut Member| o.me() != thirteen && o.me() != fourteen;
+    for o in obs.iter_mut().filter(others) {
+        let mut out = Vec::new();
+        let evs: Vec<_> = s.watch(o.prefix(), o.revision() + 1).unwrap().cloned().collect();
+        for e in &evs {
+            o.apply(e, &mut out);
+        }
+        assert!(out.contains(&Change::Link { host: thirteen.clone(), peer: None }), "{out:?}");
+        assert!(!o.links().any(|(n, _)| n == thirteen));
+        assert_eq!(o.revoked(), (1, 0));
+    }
+    s.put(&host_key(NET, &thirteen), signed_until(13, &addr(13), Some(200_000)).to_json(), None);
+    s.delete_if(&key, None);
+    for o in obs.iter_mut().filter(others) {
+        sync(o, &s);
+        assert!(!o.links().any(|(n, _)| n == thirteen), "a revoked host came back");
+        assert!(o.quarantined().any(|(k, e)| k.ends_with(&format!("/hosts/{thirteen}")) && e.to_string().contains("revoked")));
+    }
+    // One certificate revoked: host 14 goes; with a new certificate, it is back.
+    let old = signed_until(14, &addr(14), Some(300_000));
+    s.put(&host_key(NET, &fourteen), old.to_json(), None);
+    for o in obs.iter_mut().filter(others) {
+        sync(o, &s);
+        assert!(o.links().any(|(n, _)| n == fourteen));
+    }
+    let (key, value) = revoke(&fourteen, Some(cert_id(old.cert.as_deref().unwrap())));
+    s.put(&key, value, None);
+    // And a revocation signed by another key is refused, and does nothing.
+    let forged = {
+        let r = Revocation { network: NET.into(), host: name(15), cert: None, at: 1 };
+        NetworkKey::generate().unwrap().revoke(&r).unwrap().into_bytes()
+    };
+    s.put(&vnet_cluster::layout::revoked_host_key(NET, &name(15)), forged, None);
+    for o in obs.iter_mut().filter(others) {
+        sync(o, &s);
+        assert!(!o.links().any(|(n, _)| n == fourteen), "a revoked certificate stayed");
+        assert!(o.links().any(|(n, _)| *n == name(15)) || o.me() == name(15), "a forged revocation took");
+    }
+    s.put(&host_key(NET, &fourteen), signed_until(14, &addr(14), Some(300_001)).to_json(), None);
+    for o in obs.iter_mut().filter(others) {
+        sync(o, &s);
+        assert!(o.links().any(|(n, _)| n == fourteen), "a new certificate of a host whose old one was revoked");
     }
 }

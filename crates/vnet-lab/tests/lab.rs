@@ -3469,6 +3469,92 @@ fn a_forged_claim_or_host_record_without_the_network_keys_signature_redirects_no
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_mac_defined_again_on_another_host_moves_nothing_in_another_network_and_is_a_conflict_in_the_same() {
+    // Issue 44, finding 5: a claim carried no network and the newest won.
+    // A second interface with VM A's MAC, on host 1, in network 8 took A's
+    // traffic away from host 0 (whose cluster links carry network 0); in
+    // network 0 it did the same, taken as a migration never undone.
+    let lab = lab(cluster_spec(3, 1, vec![]));
+    wait_converged(&lab, 3, 2);
+    let (a, c) = (lab.vm(0, 0).clone(), lab.vm(2, 0).clone());
+    assert_ping(&lab, &c, a.ip, 56);
+    let routed_to_h0 = |lab: &Lab| {
+        route_to(lab, 1, &a.mac).as_deref() == Some("link h0")
+            && route_to(lab, 2, &a.mac).as_deref() == Some("link h0")
+            && route_to(lab, 0, &a.mac).is_some_and(|t| t.starts_with("interface "))
+    };
+    let ok = |r: vnet_lab::Reply| r.result.unwrap_or_else(|e| panic!("{e}"));
+    ok(lab.control(1, &format!("interface dup8 tap dupt8 mac {} network 8", a.mac)).unwrap());
+    // What a claim takes to travel (the claim is put within 20 ms, each
+    // watch has it within milliseconds): 500 ms is ten times that.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(routed_to_h0(&lab), "a network-8 interface moved network 0's VM");
+    assert_ping(&lab, &c, a.ip, 56);
+    // The same network: a conflict, shown on host 1, and nothing moves.
+    ok(lab.control(1, &format!("interface dup0 tap dupt0 mac {}", a.mac)).unwrap());
+    let took = wait_until(2.0, "host 1 shows the conflict", || {
+        lab.cluster_status(1).unwrap()["conflicts"].as_array().is_some_and(|cs| {
+            cs.iter().any(|x| x["mac"] == a.mac.as_str() && x["holder"] == "h0" && x["interface"] == "dup0")
+        })
+    });
+    eprintln!("conflict shown on the claiming host {took:?} after its interface was declared");
+    let text = lab.control(1, "show cluster").unwrap().body;
+    assert!(text.contains(&format!("conflict {}: held by h0, claimed by h1 (interface dup0 here", a.mac)), "{text}");
+    let m = lab.control(1, "show metrics").unwrap().body;
+    assert!(m.contains("vnet_cluster_mac_conflicts 1\n") && m.contains("vnet_cluster_mac_conflicts_total 1\n"), "{m}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(routed_to_h0(&lab), "a second claim in the same network moved the VM");
+    assert!(route_to(&lab, 1, &a.mac).as_deref() != Some("interface dup0"));
+    assert_ping(&lab, &c, a.ip, 56);
+    // `activate` on host 1 says it is a migration: then, and only then, it moves.
+    ok(lab.control(1, "activate dup0").unwrap());
+    wait_until(2.0, "every host routes the MAC to host 1", || {
+        route_to(&lab, 2, &a.mac).as_deref() == Some("link h1") && route_to(&lab, 0, &a.mac).as_deref() == Some("link h1")
+    });
+    wait_until(2.0, "the conflict is settled", || {
+        lab.cluster_status(1).unwrap()["conflicts"].as_array().is_some_and(Vec::is_empty)
+    });
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_revoked_host_is_cut_by_every_host_within_a_second_and_stays_out() {
+    // Issue 44, finding 9: nothing could withdraw a host's certificate
+    // before it expired. `vnetctl revoke` signs a revocation with the
+    // network key; written to the store, every host drops the host.
+    let mut lab = lab(cluster_spec(3, 1, vec![]));
+    wait_converged(&lab, 3, 2);
+    let (a, c) = (lab.vm(0, 0).clone(), lab.vm(2, 0).clone());
+    assert_ping(&lab, &a, c.ip, 56);
+    let net_key = lab.dir.join("net.key").display().to_string();
+    let out = lab.vnetctl(0, &["revoke", &net_key, "network", &lab.prefix, "host", "h2"]).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let (key, value) = printed.trim().split_once(' ').unwrap();
+    assert_eq!(key, format!("/vnet/{}/revoked/hosts/h2", lab.prefix));
+    lab.etcd_put(key, Some(value)).unwrap();
+    let took = wait_until(1.0, "hosts 0 and 1 drop host 2", || {
+        [0, 1].iter().all(|&h| !link_names(&lab, h).contains(&"h2".to_string()))
+    });
+    eprintln!("revocation: host 2 cut by every host {took:?} after the put");
+    assert_eq!(route_to(&lab, 0, &c.mac), None, "host 2's VM is routed nowhere");
+    let q = lab.cluster_status(0).unwrap();
+    assert!(q["quarantined"].to_string().contains("revoked"), "{q}");
+    assert_eq!(q["revoked"]["hosts"], 1, "{q}");
+    // Host 2 restarts and puts its record again; deleting the revocation
+    // (which takes no network key) brings nothing back either.
+    lab.stop_vnetd(2).unwrap();
+    lab.start_vnetd(2).unwrap();
+    lab.etcd_put(key, None).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    for h in [0, 1] {
+        assert!(!link_names(&lab, h).contains(&"h2".to_string()), "host {h} linked the revoked host again");
+    }
+    assert_eq!(lab.ping(&a, c.ip, 2, 56).unwrap().received, 0, "the revoked host's VM answered");
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
 fn a_cluster_line_in_the_config_runs_cluster_mode_and_is_fixed_while_vnetd_runs() {
     let mut spec = cluster_spec(2, 1, vec![]);
     spec.cluster.as_mut().unwrap().in_config = true;

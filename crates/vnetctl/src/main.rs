@@ -11,6 +11,8 @@
 //! vnetctl netkey net.key         # a network key (mode 0600); prints its public key
 //! vnetctl sign net.key network lab host h1 public-key KEY claim-key KEY addr 10.0.0.0/24
 //!                                # a host certificate, for vnetd --host-cert
+//! etcdctl put $(vnetctl revoke net.key network lab host h3)
+//!                                # every certificate of h3 withdrawn (`cert ID`: one)
 //! # relocate a VM: the new host attaches it, every host reroutes its MAC,
 //! # the old host drops its interface, the new host announces the MAC
 //! vnetctl move 52:54:00:00:00:02 to unix:/run/c.sock hosts unix:/run/a.sock,unix:/run/b.sock \
@@ -216,8 +218,10 @@ fn keys(words: &[String]) -> Option<ExitCode> {
         ["pubkey", "claim"] => stdin().and_then(|k| vnet_client::keys::claim_pubkey(&k)),
         ["netkey", file] => netkey(file),
         ["sign", file, rest @ ..] => sign(file, rest),
-        [first, ..] if ["genkey", "pubkey", "netkey", "sign"].contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
-             public-key KEY claim-key KEY addr PREFIX[,PREFIX...] [days N | not-after SECONDS]"
+        ["revoke", file, rest @ ..] => revoke(file, rest),
+        [first, ..] if ["genkey", "pubkey", "netkey", "sign", "revoke"].contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
+             public-key KEY claim-key KEY addr PREFIX[,PREFIX...] [days N | not-after SECONDS] | \
+             revoke NETKEYFILE network NAME host NAME [cert ID]"
             .to_string()),
         _ => return None,
     };
@@ -287,6 +291,28 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
         body.not_after = None;
     }
     key.sign(&body).map_err(|e| e.to_string())
+}
+
+/// `revoke NETKEYFILE network N host H [cert ID]`: a revocation signed by
+/// the network key, printed as the store's key and value (`etcdctl put
+/// $(vnetctl revoke ...)` writes it; every host drops the host as the
+/// watch brings it). Without `cert`, every certificate of the host.
+fn revoke(file: &str, words: &[&str]) -> Result<String, String> {
+    use vnet_cluster::trust::{NetworkKey, Revocation};
+    let text = vnet_client::keys::read_secret(std::path::Path::new(file), "the network key", 1024)?;
+    let key = NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?;
+    let mut r = Revocation { network: String::new(), host: String::new(), cert: None, at: unix_now()? };
+    for pair in words.chunks(2) {
+        let [k, v] = pair else { return Err(format!("`{}` needs a value", pair[0])) };
+        match *k {
+            "network" => r.network = v.to_string(),
+            "host" => r.host = v.to_string(),
+            "cert" => r.cert = Some(v.to_string()),
+            other => return Err(format!("expected network, host or cert, found `{other}`")),
+        }
+    }
+    let value = key.revoke(&r).map_err(|e| e.to_string())?;
+    Ok(format!("{} {value}", r.key()))
 }
 
 /// A host certificate's lifetime unless `days` or `not-after` says

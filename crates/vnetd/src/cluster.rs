@@ -312,6 +312,7 @@ pub async fn run(
     let policy = Policy {
         network_key: cfg.network_key,
         require_key: cfg.link_options.require_key(),
+        tenant: cfg.link_options.network,
         have_key: lock(&daemon).public_key().is_some(),
         ..Policy::default()
     };
@@ -321,6 +322,8 @@ pub async fn run(
         daemon,
         status,
         published: BTreeMap::new(),
+        unclaimed: BTreeMap::new(),
+        unclaimed_rev: 0,
         lease: None,
         retry: None,
         logged: None,
@@ -414,6 +417,12 @@ struct Host {
     status: membership::Shared,
     member: Member,
     published: BTreeMap<MacAddr, Published>,
+    /// Local interfaces whose MAC another live host holds (a conflict: not
+    /// claimed, not routed here), with that host; tried again whenever the
+    /// view has moved on ([`Host::unclaimed_rev`]).
+    unclaimed: BTreeMap<MacAddr, (String, String)>,
+    /// The view's revision when `unclaimed` was last made.
+    unclaimed_rev: u64,
     /// The lease of the last session, reused if still alive.
     lease: Option<i64>,
     /// The last transaction was refused: the next one brings the whole view.
@@ -513,7 +522,8 @@ impl Host {
                         self.expire_certificates();
                     }
                     let generation = lock(&self.daemon).generation();
-                    if generation != seen {
+                    let unsettled = !self.unclaimed.is_empty() && self.member.revision() != self.unclaimed_rev;
+                    if generation != seen || unsettled {
                         seen = generation;
                         self.publish(&mut c, lease).await?;
                     }
@@ -571,7 +581,8 @@ impl Host {
             .map(|(m, p)| (*m, p.name.clone()))
             .collect();
         for (mac, name) in held {
-            self.put_mac(c, lease, mac, &name).await?;
+            let epoch = self.member.epoch(mac);
+            self.put_mac(c, lease, mac, &name, epoch, false).await?;
         }
         self.publish(c, lease).await?;
         lock(&self.status).set_health(Health::Up, None);
@@ -617,7 +628,8 @@ impl Host {
             let Some(name) = self.published.get(&mac).map(|p| p.name.clone()) else { continue };
             tracing::warn!(%mac, "cluster: this host's claim was changed or deleted by another writer; putting it back");
             lock(&self.status).counters.records_restored += 1;
-            let put = self.put_mac(c, lease, mac, &name).await?;
+            let epoch = self.member.epoch(mac);
+            let Some(put) = self.put_mac(c, lease, mac, &name, epoch, false).await? else { continue };
             let mut again = Vec::new();
             self.member.apply(&put, &mut again);
             self.converge(&again, 1, Instant::now());
@@ -729,47 +741,80 @@ impl Host {
         Ok(())
     }
 
+    /// Puts this host's claim of `mac` for `iface` at `epoch` (the epoch
+    /// the view holds, or above it for a migration). `fresh`: only if no
+    /// one holds the key (an etcd transaction), so that of two hosts
+    /// claiming one MAC at once the store keeps the first and every host
+    /// sees the second as the conflict; `None` when another was first.
     async fn put_mac(
         &mut self,
         c: &mut Client,
         lease: i64,
         mac: MacAddr,
         iface: &str,
-    ) -> Result<Event, SessionError> {
-        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface));
-        let r = self
-            .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
-            .await
-            .map_err(etcd(format!("put {mac}")))?;
-        let rev = r.header().map_or(0, |h| h.revision().max(0) as u64);
+        epoch: u64,
+        fresh: bool,
+    ) -> Result<Option<Event>, SessionError> {
+        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface, epoch));
+        let put = PutOptions::new().with_lease(lease);
+        let rev = if fresh {
+            let txn = Txn::new()
+                .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.clone(), value.clone(), Some(put))]);
+            let r = self.wait(c.txn(txn)).await.map_err(etcd(format!("claim {mac}")))?;
+            if !r.succeeded() {
+                return Ok(None);
+            }
+            r.header().map_or(0, |h| h.revision().max(0) as u64)
+        } else {
+            let r = self
+                .wait(c.put(key.clone(), value.clone(), Some(put)))
+                .await
+                .map_err(etcd(format!("put {mac}")))?;
+            r.header().map_or(0, |h| h.revision().max(0) as u64)
+        };
         if let Some(p) = self.published.get_mut(&mac) {
             p.value = value.clone();
             p.rev = rev;
         }
-        Ok(Event::Put { key, value, rev })
+        Ok(Some(Event::Put { key, value, rev }))
     }
 
     /// The value of a MAC's key naming this host and interface `iface`:
-    /// stamped with the time and, with a claim key, signed.
-    fn mac_value(&self, mac: MacAddr, iface: &str) -> Vec<u8> {
-        let (host, at_ms) = (self.cfg.host.clone(), membership::now_ms());
-        let sig = self.cfg.claim_key.as_ref().map(|k| k.sign(&self.cfg.network, mac, &host, iface, at_ms));
-        MacRecord { host, iface: iface.to_string(), at_ms, sig }.to_json()
+    /// the cluster's vnet network, `epoch`, stamped with the time and, with
+    /// a claim key, signed.
+    fn mac_value(&self, mac: MacAddr, iface: &str, epoch: u64) -> Vec<u8> {
+        let mut r = MacRecord {
+            host: self.cfg.host.clone(),
+            iface: iface.to_string(),
+            at_ms: membership::now_ms(),
+            network: self.member.tenant(),
+            epoch,
+            sig: None,
+        };
+        r.sig = self.cfg.claim_key.as_ref().map(|k| k.sign(&self.cfg.network, mac, &r));
+        r.to_json()
     }
 
-    /// Claims the MACs of interfaces declared since the last look and
-    /// releases those of interfaces deleted since.
+    /// Claims the MACs of interfaces (of the cluster's network) declared
+    /// since the last look and releases those of interfaces deleted since.
+    /// A MAC another live host holds is claimed only by a migration (an
+    /// interface activated from standby: its VM arrived, or `activate`),
+    /// at the epoch above the held one; otherwise it is a conflict, shown
+    /// in `show cluster` and tried again as the view changes (the holder
+    /// may release it), never taken for being newer.
     async fn publish(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
-        let now: BTreeMap<MacAddr, (u32, String)> = {
+        let tenant = self.member.tenant();
+        let now: BTreeMap<MacAddr, (u32, String, bool)> = {
             let d = lock(&self.daemon);
             // A standby interface's MAC is claimed when its VM arrives.
-            let active = d.state().interfaces.values().filter(|i| !i.standby);
-            active.filter_map(|i| Some((i.mac?, (i.id, i.name.clone())))).collect()
+            let active = d.state().interfaces.values().filter(|i| !i.standby && i.network == tenant);
+            active.filter_map(|i| Some((i.mac?, (i.id, i.name.clone(), d.moved_in(i.id))))).collect()
         };
         let gone: Vec<MacAddr> = self
             .published
             .iter()
-            .filter(|(m, p)| now.get(m).is_none_or(|(id, _)| *id != p.iface))
+            .filter(|(m, p)| now.get(m).is_none_or(|(id, ..)| *id != p.iface))
             .map(|(m, _)| *m)
             .collect();
         for mac in gone {
@@ -783,31 +828,56 @@ impl Host {
             self.wait(c.txn(txn)).await.map_err(etcd(format!("release {mac}")))?;
             lock(&self.status).counters.macs_released += 1;
         }
-        for (mac, (id, name)) in now {
+        let mut unclaimed = BTreeMap::new();
+        let me = self.cfg.host.clone();
+        for (mac, (id, name, migration)) in now {
             if self.published.get(&mac).is_some_and(|p| p.iface == id) {
                 continue;
             }
-            let moved_here = !self.ours(mac);
+            let owner = self.member.owner(mac).map(str::to_string);
+            let held_elsewhere = owner.as_deref().is_some_and(|o| o != me && self.member.live(o));
+            if held_elsewhere && !migration {
+                let holder = owner.unwrap_or_default();
+                if !self.unclaimed.contains_key(&mac) {
+                    tracing::warn!(%mac, interface = %name, %holder, "cluster: conflict: host {holder} holds this MAC; \
+                        interface {name} is not claimed nor routed here until it releases it (a migration here, \
+                        `vnetctl move`, takes it; delete one of the two interfaces to settle it)");
+                    lock(&self.status).counters.conflicts += 1;
+                }
+                unclaimed.insert(mac, (holder, name));
+                continue;
+            }
+            let epoch = self.member.epoch(mac) + u64::from(migration);
             let t0 = Instant::now();
-            let put = self.put_mac(c, lease, mac, &name).await?;
+            let fresh = owner.is_none() && !migration;
+            let Some(put) = self.put_mac(c, lease, mac, &name, epoch, fresh).await? else {
+                // Another host's claim came first: the watch brings it.
+                unclaimed.insert(mac, (String::new(), name));
+                continue;
+            };
             let value = match &put {
                 Event::Put { value, .. } => value.clone(),
                 Event::Delete { .. } => Vec::new(),
             };
             self.published.insert(mac, Published { iface: id, name, value, rev: put.rev() });
+            lock(&self.daemon).claimed(id);
             lock(&self.status).counters.macs_claimed += 1;
             // The host takes its own claim at once rather than when the
             // watch brings it back, and, if the VM moved here, says so.
             let mut changes = Vec::new();
             self.member.apply(&put, &mut changes);
             self.converge(&changes, 1, t0);
-            if moved_here {
+            if held_elsewhere || (migration && owner.is_some_and(|o| o != me)) {
                 let said = lock(&self.daemon).announce(mac);
                 lock(&self.status).counters.announces += 1;
-                tracing::info!(%mac, "cluster: claimed a MAC another host had; {}", said.trim_end());
+                tracing::info!(%mac, "cluster: a migration brought this MAC here (epoch {epoch}); {}", said.trim_end());
             }
         }
-        lock(&self.status).owned = self.published.keys().filter(|&&m| self.ours(m)).count();
+        self.unclaimed = unclaimed;
+        self.unclaimed_rev = self.member.revision();
+        let mut s = lock(&self.status);
+        s.owned = self.published.keys().filter(|&&m| self.ours(m)).count();
+        s.unclaimed = self.unclaimed.iter().map(|(m, (h, i))| (*m, h.clone(), i.clone())).collect();
         Ok(())
     }
 
@@ -883,6 +953,10 @@ impl Host {
         s.hosts = self.member.hosts().map(str::to_string).collect();
         s.hosts.sort();
         s.expiries = self.member.expiries().map(|(h, t)| (h.to_string(), t)).collect();
+        s.cert_ids = self.member.cert_ids().map(|(h, id)| (h.to_string(), id.to_string())).collect();
+        s.conflicts =
+            self.member.conflicts().map(|(m, h, c)| (m, h.to_string(), c.to_string())).collect();
+        s.revoked = self.member.revoked();
         s.macs = self.member.macs();
         s.routes = self.member.routes();
     }

@@ -61,6 +61,8 @@ pub struct Counters {
     /// This host's own record found changed or deleted by another writer,
     /// and put back.
     pub records_restored: u64,
+    /// Local interfaces found with a MAC another live host holds.
+    pub conflicts: u64,
 }
 
 /// The report.
@@ -82,6 +84,16 @@ pub struct Status {
     /// Signed networks: each host's certificate expiry (seconds since the
     /// epoch), by host, for certificates that have one.
     pub expiries: std::collections::BTreeMap<String, u64>,
+    /// Signed networks: each linked host's certificate id.
+    pub cert_ids: std::collections::BTreeMap<String, String>,
+    /// Claims of a held MAC by another host at no higher epoch, seen in
+    /// the store: (MAC, holder, claimant).
+    pub conflicts: Vec<(vnet_wire::MacAddr, String, String)>,
+    /// This host's interfaces whose MAC another live host holds, not
+    /// claimed: (MAC, holder, interface).
+    pub unclaimed: Vec<(vnet_wire::MacAddr, String, String)>,
+    /// Hosts and certificates revoked by the network key.
+    pub revoked: (usize, usize),
     /// The links the cluster made (named after hosts): not the config
     /// file's to save or delete, and the only ones a host's record may
     /// change; a static link of a host's name stays the configuration's.
@@ -141,8 +153,12 @@ impl Status {
             "revision": self.revision,
             "hosts": self.hosts,
             "certificates": self.expiries.iter().map(|(h, t)| json!({
-                "host": h, "not_after": t, "days_left": days_left(*t),
+                "host": h, "not_after": t, "days_left": days_left(*t), "id": self.cert_ids.get(h),
             })).collect::<Vec<_>>(),
+            "conflicts": self.conflicts().map(|(mac, holder, claimant, iface)| json!({
+                "mac": mac.to_string(), "holder": holder, "claimant": claimant, "interface": iface,
+            })).collect::<Vec<_>>(),
+            "revoked": {"hosts": self.revoked.0, "certificates": self.revoked.1},
             "macs": self.macs,
             "routes": self.routes,
             "owned": self.owned,
@@ -166,6 +182,7 @@ impl Status {
                 "announces": c.announces,
                 "bad_records": c.bad_records,
                 "records_restored": c.records_restored,
+                "conflicts": c.conflicts,
             },
         })
     }
@@ -201,6 +218,13 @@ impl Status {
                 self.expiries.iter().map(|(h, t)| format!("{h} {}", days_left(*t))).collect();
             s.push_str(&format!("certificates, days left: {}\n", each.join(", ")));
         }
+        if self.revoked != (0, 0) {
+            s.push_str(&format!("revoked: {} hosts, {} certificates\n", self.revoked.0, self.revoked.1));
+        }
+        for (mac, holder, claimant, iface) in self.conflicts() {
+            let iface = iface.map(|i| format!(" (interface {i} here: not claimed, not routed)")).unwrap_or_default();
+            s.push_str(&format!("conflict {mac}: held by {holder}, claimed by {claimant}{iface}\n"));
+        }
         match &self.last {
             Some(l) => s.push_str(&format!(
                 "last convergence {}: revision {}, {} events, {} lines, {} us\n",
@@ -234,6 +258,21 @@ impl Status {
         s
     }
 
+    /// Every conflict known here: MACs this host's interfaces could not
+    /// claim, then claims seen in the store: (MAC, holder, claimant,
+    /// this host's interface).
+    pub fn conflicts(&self) -> impl Iterator<Item = (vnet_wire::MacAddr, &str, &str, Option<&str>)> {
+        let local = self.unclaimed.iter().map(|(m, h, i)| {
+            (*m, if h.is_empty() { "another host" } else { h.as_str() }, self.host.as_str(), Some(i.as_str()))
+        });
+        let seen = self
+            .conflicts
+            .iter()
+            .filter(|(m, ..)| !self.unclaimed.iter().any(|(u, ..)| u == m))
+            .map(|(m, h, c)| (*m, h.as_str(), c.as_str(), None));
+        local.chain(seen)
+    }
+
     /// The report's numbers in the Prometheus text format.
     pub fn metrics(&self, out: &mut String) {
         let mut gauge = |name: &str, v: u64| {
@@ -248,6 +287,9 @@ impl Status {
         gauge("quarantined_records", self.quarantined.len() as u64);
         let soon = self.expiries.values().filter(|&&t| days_left(t) < EXPIRING_DAYS).count();
         gauge("certificates_expiring_30d", soon as u64);
+        gauge("mac_conflicts", self.conflicts().count() as u64);
+        gauge("revoked_hosts", self.revoked.0 as u64);
+        gauge("revoked_certificates", self.revoked.1 as u64);
         gauge("last_convergence_ms", self.last.as_ref().map_or(0, |l| l.at_ms));
         gauge("last_convergence_us", self.last.as_ref().map_or(0, |l| l.took_us));
         let c = &self.counters;
@@ -263,6 +305,7 @@ impl Status {
             ("announces_total", c.announces),
             ("bad_records_total", c.bad_records),
             ("records_restored_total", c.records_restored),
+            ("mac_conflicts_total", c.conflicts),
         ] {
             out.push_str(&format!("# TYPE vnet_cluster_{name} counter\nvnet_cluster_{name} {v}\n"));
         }
@@ -301,5 +344,19 @@ mod tests {
         assert!(m.contains("vnet_cluster_store_up 1\n") && m.contains("vnet_cluster_revision 42\n"), "{m}");
         assert!(m.contains("vnet_cluster_quarantined_records 1\n"), "{m}");
         assert!(m.contains("vnet_cluster_certificates_expiring_30d 1\n"), "{m}");
+        assert!(m.contains("vnet_cluster_mac_conflicts 0\n"), "{m}");
+        let mac: vnet_wire::MacAddr = "52:54:00:00:00:09".parse().unwrap();
+        s.unclaimed = vec![(mac, "h2".into(), "vm9".into())];
+        s.conflicts = vec![(mac, "h2".into(), "h1".into())];
+        let t = s.text();
+        assert!(
+            t.contains("conflict 52:54:00:00:00:09: held by h2, claimed by h1 (interface vm9 here: not claimed, not routed)"),
+            "{t}"
+        );
+        assert_eq!(t.matches("conflict 52").count(), 1, "once, not twice: {t}");
+        assert_eq!(s.json()["conflicts"][0]["holder"], "h2");
+        let mut m = String::new();
+        s.metrics(&mut m);
+        assert!(m.contains("vnet_cluster_mac_conflicts 1\n"), "{m}");
     }
 }

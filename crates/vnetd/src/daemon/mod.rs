@@ -126,6 +126,10 @@ pub struct Daemon {
     bpf_dir: Option<std::path::PathBuf>,
     /// Entries each of the kernel path's route tables holds (`--kernel-routes`).
     kernel_routes: usize,
+    /// Interfaces activated from standby (their VM arrived, or `activate`)
+    /// whose MAC cluster mode has not claimed yet: a migration's claim,
+    /// the one kind that takes a MAC another host holds.
+    moved_in: std::collections::BTreeSet<u32>,
 }
 
 /// Why `save` or `reload` failed (the reply's text).
@@ -198,6 +202,7 @@ impl Daemon {
             config_path: None,
             cluster_fixed: false,
             control_tls: None,
+            moved_in: Default::default(),
             attached: Default::default(),
             bpf_dir: None,
             kernel_routes: kernel::MAX_ROUTES,
@@ -696,16 +701,36 @@ impl Daemon {
         }
     }
 
+    /// Whether interface `id` was activated from standby and its MAC not
+    /// claimed since ([`Daemon::claimed`]).
+    pub fn moved_in(&self, id: u32) -> bool {
+        self.moved_in.contains(&id)
+    }
+
+    /// Cluster mode claimed interface `id`'s MAC.
+    pub fn claimed(&mut self, id: u32) {
+        self.moved_in.remove(&id);
+    }
+
     /// `activate NAME`: the standby interface becomes active in one
     /// transaction ([`vnet_control::attach::activate`]), and its MAC is
     /// announced over every link. Returns the reply body.
     pub fn activate(&mut self, name: &str, pos: vnet_control::Pos) -> Result<String, Error> {
         let cmds = vnet_control::attach::activate(&self.state, pos, name)?;
+        if !cmds.is_empty() {
+            self.apply(&cmds)?;
+        }
+        // A migration's claim (cluster mode): also for an interface active
+        // already whose MAC another host holds, which `activate` takes.
+        let interfaces = &self.state.interfaces;
+        self.moved_in.retain(|id| interfaces.contains_key(id));
+        if let Some(i) = self.state.iface_by_name(name) {
+            self.moved_in.insert(i.id);
+        }
+        self.shared.activated.notify_one();
         if cmds.is_empty() {
             return Ok(format!("{name} is active already\n"));
         }
-        self.apply(&cmds)?;
-        self.shared.activated.notify_one();
         if let Some(e) = self.save_attached() {
             tracing::warn!("--state-dir {e}");
         }
