@@ -244,8 +244,9 @@ impl Lab {
                     .map_err(io("writing a config"))?;
             }
         }
+        // The control socket is left as it is: a stale one vnetd replaces,
+        // and a hand-over's is the listener the next vnetd takes.
         let host = &mut self.hosts[h];
-        let _ = std::fs::remove_file(&host.control);
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &host.ns]);
         if let Some(caps) = &self.spec.vnetd_caps {

@@ -2056,6 +2056,8 @@ fn ten_hand_overs_under_a_10ms_ping_and_a_tcp_stream() {
         ..d
     });
     let m = hand_overs_under_traffic(&mut lab, 10, |_, _| {});
+    // Issue 44, finding 7: the control listener goes with the other sockets.
+    assert_eq!(m.refused.0, 0, "control requests failed during hand-overs: {:?}", m.refused.1);
     let readers = json(&lab, 0, "stats")["global"]["link_reader_messages"].as_array().map_or(0, |a| a.len());
     assert_eq!(readers, 2, "host 0's listening group after 10 hand-overs");
     let kernel = lab.spec.datapath.as_deref() == Some("kernel");
@@ -2086,6 +2088,9 @@ struct HandOvers {
     lost: u32,
     empty: usize,
     intervals: Vec<f64>,
+    /// Control requests (one every 2 ms, each on a new connection) that
+    /// failed over the hand-overs, with the first error.
+    refused: (usize, Option<String>),
 }
 
 /// VM A (host 0) pings VM B (host 1) every 10 ms and sends it an iperf3
@@ -2107,12 +2112,33 @@ fn hand_overs_under_traffic(lab: &mut Lab, n: usize, mut before: impl FnMut(&mut
         &["iperf3", "-c", &ip, "-t", &secs.to_string(), "-i", "0.1", "-b", "200M", "-J"],
     );
     std::thread::sleep(Duration::from_secs(2));
+    // A client asking host 0's control endpoint all along: the listener is
+    // handed over, so a request made while no vnetd runs waits and is
+    // answered by the next one (it found no socket, or a refusal, before).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ep, stop2) = (lab.hosts[0].endpoint(), stop.clone());
+    let asker = std::thread::spawn(move || {
+        let (mut asked, mut refused, mut first) = (0usize, 0usize, None);
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            let r = vnetd::client::Client::connect(&ep).and_then(|mut c| c.request("show stats"));
+            asked += 1;
+            if let Err(e) = r {
+                refused += 1;
+                first.get_or_insert(e.to_string());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        (asked, refused, first)
+    });
     let mut gaps = Vec::new();
     for k in 0..n {
         before(lab, k);
         gaps.push(lab.hand_over_vnetd(0).unwrap_or_else(|e| panic!("hand-over: {e}")).as_millis());
         std::thread::sleep(Duration::from_millis(400));
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (asked, refused, first) = asker.join().unwrap();
+    eprintln!("control: {refused} of {asked} requests failed across the hand-overs (first: {first:?})");
     let out = String::from_utf8_lossy(&ping.join().unwrap().stdout).to_string();
     let tcp = tcp.join().unwrap();
     let j: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap_or_default();
@@ -2145,7 +2171,7 @@ fn hand_overs_under_traffic(lab: &mut Lab, n: usize, mut before: impl FnMut(&mut
     let missing: Vec<u32> = (1..=pings).filter(|s| seqs.binary_search(s).is_err()).collect();
     eprintln!("  pings lost: {missing:?}; stream bytes per 100 ms: {intervals:?}");
     assert!(intervals.len() as u64 >= secs * 10 - 5, "iperf3 said {} intervals", intervals.len());
-    HandOvers { lost, empty, intervals }
+    HandOvers { lost, empty, intervals, refused: (refused, first) }
 }
 
 /// Issue 30: an upgrade from the previous release's package to this one's

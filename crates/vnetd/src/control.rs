@@ -457,22 +457,80 @@ async fn serve_session<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Accepts connections on `ep` until `shutdown` completes.
+/// The hand-over name of endpoint `ep`'s listener ([`crate::handover`]).
+fn listener_name(ep: &Endpoint) -> Option<String> {
+    match ep {
+        Endpoint::Unix(path) => crate::handover::name(&["control", "unix", &path.display().to_string()]),
+        Endpoint::Tcp(addr) => crate::handover::name(&["control", "tcp", &addr.to_string()]),
+        Endpoint::Tls(addr) => crate::handover::name(&["control", "tls", &addr.to_string()]),
+    }
+}
+
+/// The TCP listener of `addr`: the previous vnetd's, handed over under
+/// `name`, else bound anew.
+async fn tcp_listener(name: Option<&str>, addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    match name.and_then(crate::handover::take_control) {
+        Some(fd) => {
+            let l = std::net::TcpListener::from(fd);
+            l.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(l)
+        }
+        None => tokio::net::TcpListener::bind(addr).await,
+    }
+}
+
+/// How long a stopping vnetd lets the connections it accepted finish
+/// (a request read and not answered yet, or not yet read): a client that
+/// asked just before a stop or a hand-over gets its answer.
+const DRAIN: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Waits until no connection holds a slot, or [`DRAIN`].
+async fn drain(slots: &tokio::sync::Semaphore) {
+    let idle = async {
+        while slots.available_permits() < MAX_CONNECTIONS {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN, idle).await;
+}
+
+/// What [`serve`] leaves when it stops: its listener, by hand-over name, for
+/// the next vnetd (a hand-over keeps it open, so that clients wait in its
+/// queue and nobody else can take the address or the socket's path
+/// meanwhile); dropping it closes it.
+pub type Listener = Option<(String, std::os::fd::OwnedFd)>;
+
+/// Accepts connections on `ep` until `shutdown` completes; returns the
+/// listener ([`Listener`]). A listener the previous vnetd handed over is
+/// used as it is: nothing is bound, no socket file touched.
 pub async fn serve(
     ep: &Endpoint,
     daemon: Arc<Mutex<Daemon>>,
     limits: Limits,
     tls: Option<Arc<crate::link::tcp::Tls>>,
     shutdown: impl std::future::Future<Output = ()>,
-) -> std::io::Result<()> {
+) -> std::io::Result<Listener> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let pending = Arc::new(Pending::default());
+    let name = listener_name(ep);
     tokio::pin!(shutdown);
     match ep {
         Endpoint::Unix(path) => {
-            crate::paths::claim_socket_path(path)?;
-            // Made 0600 (vnetd's umask), not chmod'ed after the fact.
-            let l = tokio::net::UnixListener::bind(path)?;
+            // A handed-over listener whose path someone removed meanwhile
+            // reaches no client: bound anew then.
+            let inherited = name.as_deref().and_then(crate::handover::take_control);
+            let l = match inherited.filter(|_| path.exists()) {
+                Some(fd) => {
+                    let l = std::os::unix::net::UnixListener::from(fd);
+                    l.set_nonblocking(true)?;
+                    tokio::net::UnixListener::from_std(l)?
+                }
+                None => {
+                    crate::paths::claim_socket_path(path)?;
+                    // Made 0600 (vnetd's umask), not chmod'ed after the fact.
+                    tokio::net::UnixListener::bind(path)?
+                }
+            };
             loop {
                 tokio::select! {
                     _ = &mut shutdown => break,
@@ -487,7 +545,9 @@ pub async fn serve(
                     },
                 }
             }
-            let _ = std::fs::remove_file(path);
+            drain(&slots).await;
+            let fd: std::os::fd::OwnedFd = l.into_std()?.into();
+            return Ok(name.map(|n| (n, fd)));
         }
         Endpoint::Tcp(addr) => {
             check_tcp_endpoint(*addr)?;
@@ -497,13 +557,16 @@ pub async fn serve(
                     "a tcp: control endpoint needs a token (--control-token FILE)",
                 ));
             }
-            let l = tokio::net::TcpListener::bind(addr).await?;
+            let l = tcp_listener(name.as_deref(), *addr).await?;
             loop {
                 tokio::select! {
                     _ = &mut shutdown => break,
                     a = l.accept() => if let Ok((c, _)) = a { spawn_tcp_conn(&pending, &slots, &daemon, &limits, c) },
                 }
             }
+            drain(&slots).await;
+            let fd: std::os::fd::OwnedFd = l.into_std()?.into();
+            Ok(name.map(|n| (n, fd)))
         }
         Endpoint::Tls(addr) => {
             let Some(tls) = tls else {
@@ -512,7 +575,7 @@ pub async fn serve(
                     "a tls: control endpoint needs --control-tls CERT,KEY,CA",
                 ));
             };
-            let l = tokio::net::TcpListener::bind(addr).await?;
+            let l = tcp_listener(name.as_deref(), *addr).await?;
             loop {
                 tokio::select! {
                     _ = &mut shutdown => break,
@@ -523,9 +586,11 @@ pub async fn serve(
                     },
                 }
             }
+            drain(&slots).await;
+            let fd: std::os::fd::OwnedFd = l.into_std()?.into();
+            Ok(name.map(|n| (n, fd)))
         }
     }
-    Ok(())
 }
 
 /// The connections of one endpoint that have not authenticated yet

@@ -58,9 +58,32 @@ pub fn take_prefixed(prefix: &str) -> Option<(String, OwnedFd)> {
     Some((name[prefix.len()..].to_string(), fd))
 }
 
-/// Closes what was inherited and not used; returns the names.
+/// The prefix of the control listener's name: it is taken after the
+/// first transaction, when the control endpoint is served.
+pub const CONTROL: &str = "control ";
+
+/// Closes what was inherited and not used (the control listener is left
+/// for [`take_control`]); returns the names.
 pub fn close_unused() -> Vec<String> {
-    std::mem::take(&mut *inherited()).into_keys().collect()
+    let mut m = inherited();
+    let mut unused = Vec::new();
+    for (name, fd) in std::mem::take(&mut *m) {
+        if name.starts_with(CONTROL) {
+            m.insert(name, fd);
+        } else {
+            unused.push(name);
+        }
+    }
+    unused
+}
+
+/// The inherited control listener named `name`, taken; any other
+/// inherited control listener (the endpoint changed) is closed.
+pub fn take_control(name: &str) -> Option<OwnedFd> {
+    let mut m = inherited();
+    let fd = m.remove(name);
+    m.retain(|k, _| !k.starts_with(CONTROL));
+    fd
 }
 
 /// The hand-over socket of state directory `dir`.
@@ -308,6 +331,14 @@ mod tests {
         assert_eq!(rest, "16 next 7");
         let (r, _w) = pipe();
         inherited().insert("left over".into(), r);
-        assert!(close_unused().contains(&"left over".to_string()));
+        // The control listeners wait for the control endpoint, after the
+        // first transaction: its own is taken, another (the endpoint
+        // changed) closed.
+        for n in ["control unix /run/vnet.sock", "control tcp 127.0.0.1:7"] {
+            inherited().insert(n.into(), pipe().0);
+        }
+        assert_eq!(close_unused(), ["left over"]);
+        assert!(take_control("control unix /run/vnet.sock").is_some());
+        assert!(inherited().is_empty(), "the other control listener stayed");
     }
 }

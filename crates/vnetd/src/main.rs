@@ -369,6 +369,16 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
     }
     d.shutdown();
     drop(d);
+    let served = served.map(|listener| match listener {
+        // The control listener goes with the rest: clients wait in its
+        // queue, and no one can bind its address or path meanwhile.
+        Some(l) if handing_over => handed.push(l),
+        _ => {
+            if let vnet_client::endpoint::Endpoint::Unix(path) = &args.control {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    });
     if handing_over {
         // The user path's sockets and devices: what arrives until the next
         // vnetd reads them waits in their queues.
