@@ -2467,6 +2467,91 @@ fn a_secured_link_follows_its_peer_to_a_new_address_and_never_on_a_forgery() {
     assert_ping(&lab, &a, b.ip, 56);
 }
 
+/// Junk from strangers, `rate` a second for `secs` seconds, to `dst` port
+/// 9000: initiations with a first MAC of random bytes (3 in 4) and data
+/// messages of no session, each from a random address of 10.77.50-249.x.
+const STRANGERS: &str = r#"
+import socket, struct, sys, time, os
+dst, secs, rate = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+start = time.time()
+n = 0
+while time.time() < start + secs:
+    time.sleep(max(0.0, start + n / rate - time.time()))
+    r = os.urandom(176)
+    payload = bytes([2, 1, 2, 0]) + r[:172] if n % 4 else bytes([2, 4, 2, 0]) + r[:60]
+    udp = struct.pack('!HHHH', 40000 + n % 1000, 9000, 8 + len(payload), 0) + payload
+    src = '10.77.%d.%d' % (50 + r[0] % 200, 1 + r[1] % 250)
+    ip = struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, socket.inet_aton(src), socket.inet_aton(dst))
+    try:
+        s.sendto(ip + udp, (dst, 0))
+    except OSError:
+        pass
+    n += 1
+print(n)
+"#;
+
+/// Host 1 stops, takes underlay address `to` (from `from`) and starts
+/// again; returns how long until VM B pings VM A again.
+fn restart_at(lab: &mut Lab, from: &str, to: &str) -> Duration {
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    let (ns1, dev1) = (lab.hosts[1].ns.clone(), lab.hosts[1].underlay_dev.clone());
+    lab.stop_vnetd(1).unwrap();
+    let (o, n) = (format!("{from}/24"), format!("{to}/24"));
+    for c in [["ip", "addr", "del", &o, "dev", &dev1], ["ip", "addr", "add", &n, "dev", &dev1]] {
+        assert!(lab.ns_exec(&ns1, &c).unwrap().status.success(), "{c:?}");
+    }
+    let t0 = std::time::Instant::now();
+    lab.start_vnetd(1).unwrap();
+    let deadline = t0 + Duration::from_secs(30);
+    while lab.ping(&b, a.ip, 1, 56).unwrap().received == 0 {
+        assert!(std::time::Instant::now() < deadline, "host 1 at {to}: no ping through in 30 s");
+    }
+    t0.elapsed()
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_restarted_peer_at_a_new_address_links_as_fast_under_2000_junk_datagrams_a_second() {
+    // Issue 44, finding 1: junk initiations from strangers spent the budget
+    // of initiations from unknown addresses before their first MAC was
+    // checked, so a peer that came back from a new address (a static
+    // config: its initiation is the only news of it) could not handshake.
+    // At the issue's 200 a second the budget (50 a second) is spent for
+    // part of each second only, and the peer's retries got through within
+    // the second; at 2000 a second, with the budget spent before the first
+    // MAC (the old order), it took 16.4 s against 1.08 s without the flood.
+    let mut lab = lab(Spec { links: Links::Encrypt, listen_any: vec![1], ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    let quiet = restart_at(&mut lab, "10.77.0.2", "10.77.0.12");
+    let script = lab.dir.join("strangers.py");
+    std::fs::write(&script, STRANGERS).unwrap();
+    let ns1 = lab.hosts[1].ns.clone();
+    let ip0 = lab.hosts[0].underlay_ip.to_string();
+    lab.spawn(&ns1, &["python3", script.to_str().unwrap(), &ip0, "60", "2000"]).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let g = |lab: &Lab| json(lab, 0, "stats")["global"].clone();
+    let before = g(&lab);
+    let flooded = restart_at(&mut lab, "10.77.0.12", "10.77.0.13");
+    let after = g(&lab);
+    let l = link_json(&lab, 0);
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+    eprintln!(
+        "restart at a new address: {quiet:?} quiet, {flooded:?} under 2000 junk datagrams a second; \
+         meanwhile stranger initiations with a bad MAC {}, limited {}",
+        n(&after, "stranger_initiations_bad_mac") - n(&before, "stranger_initiations_bad_mac"),
+        n(&after, "stranger_initiations_limited") - n(&before, "stranger_initiations_limited"),
+    );
+    assert_eq!(l["endpoint"], "10.77.0.13:9000", "{l}");
+    assert!(n(&after, "stranger_initiations_bad_mac") > n(&before, "stranger_initiations_bad_mac"), "{after}");
+    // As fast as without the flood, give or take the noise of a restart.
+    assert!(
+        flooded <= quiet * 2 + Duration::from_millis(500),
+        "{flooded:?} under the flood against {quiet:?} without"
+    );
+}
+
 /// `count` pings of 56 bytes from `vm` to `ip`, 10 ms apart.
 fn fast_ping(lab: &Lab, vm: &Vm, ip: Ipv4Addr, count: u32) -> vnet_lab::PingResult {
     let c = count.to_string();
