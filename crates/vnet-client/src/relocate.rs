@@ -12,7 +12,11 @@
 //!    learning switches and caches on the way re-learn at once.
 //!
 //! Each host changes atomically; between hosts, frames for the VM may for
-//! a moment go to the old host, which is why the new host goes first.
+//! a moment go to the old host, which is why the new host goes first. Each
+//! host changed then saves its running configuration to its config file
+//! (`save`), so that a restart of any of them keeps the VM where it moved
+//! (it declared the interface again on the old host, and routed the MAC
+//! as before, on the others).
 //!
 //! A live migration (`docs/INTEGRATION.md`) declares the interface on the
 //! new host beforehand, `standby`: its vnetd makes it active, routed and
@@ -124,7 +128,8 @@ pub fn relocate(m: &Move) -> Result<String, String> {
         apply(&mut to, &m.to, &t)?;
     }
     let how = if have.is_some() { "kept" } else { "attached" };
-    let _ = writeln!(report, "{}: interface {name} {how}, {mac} routed to it", m.to);
+    let saved = persist(&mut to, &m.to)?;
+    let _ = writeln!(report, "{}: interface {name} {how}, {mac} routed to it; {saved}", m.to);
 
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
         let mut c = connect(ep)?;
@@ -146,12 +151,13 @@ pub fn relocate(m: &Move) -> Result<String, String> {
         }
         t.push(Request::RouteMac { dst: m.mac, to: To::Link(link.clone()) });
         apply(&mut c, ep, &t)?;
+        let saved = persist(&mut c, ep)?;
         match &old {
             Some(o) => {
-                let _ = writeln!(report, "{ep}: interface {o} deleted, {mac} routed over link {link}");
+                let _ = writeln!(report, "{ep}: interface {o} deleted, {mac} routed over link {link}; {saved}");
             }
             None => {
-                let _ = writeln!(report, "{ep}: {mac} routed over link {link}");
+                let _ = writeln!(report, "{ep}: {mac} routed over link {link}; {saved}");
             }
         }
     }
@@ -182,7 +188,12 @@ fn relocate_in_cluster(m: &Move, to: &mut Client, mut decl: Interface, have: boo
     }
     let r = to.send(&Request::Activate(name.clone())).map_err(|e| format!("{}: {e}", m.to))?;
     r.result.map_err(|e| format!("{}: activate {name}: {e}", m.to))?;
-    let _ = writeln!(report, "{}: interface {name} attached and active; its vnetd claims {mac} in the store (a migration)", m.to);
+    let saved = persist(to, &m.to)?;
+    let _ = writeln!(
+        report,
+        "{}: interface {name} attached and active; its vnetd claims {mac} in the store (a migration); {saved}",
+        m.to
+    );
     for ep in m.hosts.iter().filter(|e| **e != m.to) {
         let mut c = connect(ep)?;
         let Some(old) = iface_with_mac(&mut c, ep, &mac)? else { continue };
@@ -204,9 +215,23 @@ fn relocate_in_cluster(m: &Move, to: &mut Client, mut decl: Interface, have: boo
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         apply(&mut c, ep, &[Request::DeleteInterface(reported(ep, "interface with the MAC", &old)?)])?;
-        let _ = writeln!(report, "{ep}: saw the claim; interface {old} deleted");
+        let saved = persist(&mut c, ep)?;
+        let _ = writeln!(report, "{ep}: saw the claim; interface {old} deleted; {saved}");
     }
     Ok(report)
+}
+
+/// Saves the host's running configuration to its config file, so that the
+/// move outlives a restart of the host (it would declare the interface, or
+/// route the MAC, as before the move). A host started without a config
+/// file has nothing to save to: said, not an error.
+fn persist(c: &mut Client, ep: &Endpoint) -> Result<&'static str, String> {
+    let r = c.send(&Request::Save).map_err(|e| format!("{ep}: save: {e}"))?;
+    match r.result {
+        Ok(()) => Ok("saved to its configuration file"),
+        Err(e) if e.contains("without --config") => Ok("not saved: it runs without a configuration file"),
+        Err(e) => Err(format!("{ep}: save: {e}")),
+    }
 }
 
 fn connect(ep: &Endpoint) -> Result<Client, String> {

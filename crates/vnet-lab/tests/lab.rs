@@ -3907,6 +3907,64 @@ fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
     assert_ping(&lab, &a, moved.ip, 56);
 }
 
+/// Issue 45: a moved VM stays moved across a restart of either host, and
+/// of a third. Before, neither host's config changed: in static mode a
+/// third host restarted routed the VM to its old host again (and the old
+/// host, its veth gone, could not start); in cluster mode the old host
+/// restarted declared the interface again and took the MAC back.
+fn a_moved_vm_stays_moved_across_restarts(cluster: bool) {
+    let spec = if cluster {
+        cluster_spec(3, 1, vec![])
+    } else {
+        Spec { hosts: 3, vms_per_host: 1, veth_hosts: vec![0, 1, 2], ..Spec::default() }
+    };
+    let mut lab = lab(spec);
+    if cluster {
+        wait_converged(&lab, 3, 2);
+    }
+    let (a, c) = (lab.vm(0, 0).clone(), lab.vm(2, 0).clone());
+    assert_ping(&lab, &c, a.ip, 56);
+    let v = lab.relocate(0, 0, 1).unwrap();
+    let moved = lab.vm(1, v).clone();
+    assert_ping(&lab, &c, moved.ip, 56);
+    for h in [0, 1, 2] {
+        lab.stop_vnetd(h).unwrap();
+        lab.start_vnetd(h).unwrap();
+        let took = wait_until(5.0, &format!("after host {h}'s restart, the VM is reached on host 1"), || {
+            let to = |k| route_to(&lab, k, &moved.mac);
+            to(0).as_deref() == Some("link h1")
+                && to(2).as_deref() == Some("link h1")
+                && to(1).is_some_and(|t| t.starts_with("interface "))
+        });
+        eprintln!("moved VM, {} mode: routed to its new host {took:?} after host {h} restarted", if cluster { "cluster" } else { "static" });
+        assert_ping(&lab, &c, moved.ip, 56);
+        if cluster {
+            let s = lab.cluster_status(1).unwrap();
+            assert!(s["conflicts"].as_array().is_some_and(Vec::is_empty), "{s}");
+        }
+    }
+    if cluster {
+        // The leases of the stopped vnetds have run out by now: what holds
+        // is what the hosts claimed after their restarts.
+        std::thread::sleep(Duration::from_secs(6));
+        assert_eq!(route_to(&lab, 0, &moved.mac).as_deref(), Some("link h1"));
+        assert_eq!(route_to(&lab, 2, &moved.mac).as_deref(), Some("link h1"));
+        assert_ping(&lab, &c, moved.ip, 56);
+    }
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_moved_vm_stays_moved_across_a_restart_of_either_host_static_mode() {
+    a_moved_vm_stays_moved_across_restarts(false);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_moved_vm_stays_moved_across_a_restart_of_either_host_cluster_mode() {
+    a_moved_vm_stays_moved_across_restarts(true);
+}
+
 /// Issue 31: a cluster whose etcd and hosts are on an IPv6-only underlay:
 /// the hosts' records carry IPv6 addresses, they converge, their VMs talk,
 /// and a relocation under a 10 ms ping loses under 100 ms, on either path.

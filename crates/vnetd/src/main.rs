@@ -165,8 +165,11 @@ fn main() -> std::process::ExitCode {
     let args = Args::parse();
     // Everything vnetd makes (sockets, saved configs, tokens) is its own.
     vnetd::sys::set_umask(0o077);
+    // Colours only for a person at a terminal: a log file or the journal
+    // gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     match start(&args) {
