@@ -29,7 +29,7 @@ use vnet_client::client::Client;
 use vnet_client::endpoint::{Endpoint, DEFAULT_ENDPOINT};
 
 #[derive(Parser)]
-#[command(version, about = "Control a running vnetd", trailing_var_arg = true)]
+#[command(version, about = "Control a running vnetd", trailing_var_arg = true, after_help = SUBCOMMANDS)]
 struct Args {
     /// Control endpoint: unix:PATH or tcp:ADDR:PORT.
     #[arg(long, default_value = DEFAULT_ENDPOINT, env = "VNETCTL_CONTROL")]
@@ -48,6 +48,32 @@ struct Args {
     /// or `apply FILE` to apply a file as one transaction.
     #[arg(required = true, allow_hyphen_values = true)]
     words: Vec<String>,
+}
+
+/// What `vnetctl --help` (and `man vnetctl`) lists after the options.
+const SUBCOMMANDS: &str = "\
+Commands (WORDS):
+  show routes|links|interfaces|stats|global|config|metrics|cluster|matrix
+                          what vnetd has (--json for JSON)
+  CONTROL LINE            any line of vnet.conf(5), applied at once (`route any MAC to link NAME`)
+  apply FILE              a file of control lines, as one transaction
+  save | reload           write the running configuration to vnetd's config file | apply the file's changes
+  activate NAME           a standby interface becomes active (a migration's switch-over)
+  move MAC to ENDPOINT hosts ENDPOINT,... [wait SECS] interface NAME KIND DEV [options]
+                          relocate a VM: the new host attaches it, every host reroutes, each saves
+Keys and certificates (no vnetd needed; none writes anything when given -h or --help):
+  genkey [FILE]           a host's private key (FILE made 0600), prints its public key
+  pubkey [claim] < KEY    the public key (or the claim key) of a private key
+  netkey FILE             a network key (0600, made unless FILE exists); prints its public key
+  sign NETKEY network N host H public-key K claim-key C addr PREFIX[,..] [days D | not-after S]
+                          a host certificate (a year unless told)
+  revoke NETKEY network N host H [cert ID]
+                          a revocation, as KEY VALUE for `etcdctl put`";
+
+/// A word that asks for help (`-h`, `--help`, `help`) among a key
+/// command's words: the usage is printed and nothing is written.
+fn asks_help(words: &[&str]) -> bool {
+    words.iter().skip(1).any(|w| matches!(*w, "-h" | "--help" | "help"))
 }
 
 fn main() -> ExitCode {
@@ -73,6 +99,10 @@ fn main() -> ExitCode {
         return done;
     }
     if args.words.first().is_some_and(|w| w == "move") {
+        if asks_help(&args.words.iter().map(String::as_str).collect::<Vec<_>>()) {
+            out(&format!("{SUBCOMMANDS}\n"));
+            return ExitCode::SUCCESS;
+        }
         return match parse_move(&args.words[1..]).and_then(|m| vnet_client::relocate::relocate(&m)) {
             Ok(report) => {
                 out(&report);
@@ -208,6 +238,11 @@ fn keys(words: &[String]) -> Option<ExitCode> {
             .map(|_| text)
             .map_err(|e| format!("reading stdin: {e}"))
     };
+    const KEY_COMMANDS: [&str; 5] = ["genkey", "pubkey", "netkey", "sign", "revoke"];
+    if w.first().is_some_and(|c| KEY_COMMANDS.contains(c)) && asks_help(&w) {
+        out(&format!("{SUBCOMMANDS}\n"));
+        return Some(ExitCode::SUCCESS);
+    }
     let out = match w.as_slice() {
         ["genkey"] => vnet_client::keys::genkey(),
         ["genkey", file] => vnet_client::keys::genkey().and_then(|k| {
@@ -219,7 +254,7 @@ fn keys(words: &[String]) -> Option<ExitCode> {
         ["netkey", file] => netkey(file),
         ["sign", file, rest @ ..] => sign(file, rest),
         ["revoke", file, rest @ ..] => revoke(file, rest),
-        [first, ..] if ["genkey", "pubkey", "netkey", "sign", "revoke"].contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
+        [first, ..] if KEY_COMMANDS.contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
              public-key KEY claim-key KEY addr PREFIX[,PREFIX...] [days N | not-after SECONDS] | \
              revoke NETKEYFILE network NAME host NAME [cert ID]"
             .to_string()),

@@ -53,7 +53,7 @@ struct Args {
     /// one per two CPUs this process may run on (at least 1, at most 8).
     #[arg(long, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=8))]
     link_readers: u16,
-    /// This host's private key (`vnetctl genkey > FILE`, mode 0600), for
+    /// This host's private key (`vnetctl genkey FILE` makes it, mode 0600), for
     /// links with `peer-key` (authenticated or encrypted).
     #[arg(long, value_name = "FILE")]
     key: Option<std::path::PathBuf>,
