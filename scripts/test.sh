@@ -69,7 +69,7 @@ user_only=(rekeying_ encrypted_links_ a_handshake_initiation_replayed tcp_link_ 
     ten_thousand_slow a_thousand_control an_unprivileged_client a_state_dir_or_ca_others cni_malformed cni_unknown_version
     cni_missing_netns cni_vnetd_not_running every_baseline_ bridged_baseline_ adaptive_dispatch_polls_under_load
     workers_run_on many_streams_are_read an_encrypted_links_65000 secured_links_agree
-    cluster_records_a_stranger a_forged_claim_or_host_record a_mac_defined_again_on_another a_revoked_host_is_cut a_host_whose_certificate_expires a_cluster_line_in_the_config
+    cluster_records_a_stranger a_forged_claim_or_host_record a_mac_defined_again_on_another a_revoked_host_is_cut each_wrong_etcd_credential a_host_whose_certificate_expires a_cluster_line_in_the_config
     saved_runtime_changes cni_an_exhausted_subnet cni_gc_removes cni_a_hundred_parallel_adds cni_config_values_holding)
 # Tests that put their VMs on the kernel path themselves whatever the pass
 # (the kernel maps' own tests): once, on the kernel pass.

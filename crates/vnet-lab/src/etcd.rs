@@ -200,6 +200,13 @@ impl Lab {
                 ("host-cert", f(format!("h{h}.cert"))),
             ]);
         }
+        for (k, name, value) in self.cluster_overrides.iter().filter(|(k, ..)| *k == h) {
+            let _ = k;
+            s.retain(|(n, _)| n != name);
+            if let Some(v) = value {
+                s.push((name, v.clone()));
+            }
+        }
         s
     }
 

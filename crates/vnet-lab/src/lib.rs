@@ -139,6 +139,10 @@ pub struct Lab {
     switch: Option<String>,
     /// Cluster mode: the running etcd.
     etcd: Option<Child>,
+    /// Cluster mode: settings of one host's vnetd replaced (a value) or
+    /// left out (`None`), by (host, setting as its flag without `--`): a
+    /// wrong password file, another CA.
+    pub cluster_overrides: Vec<(usize, &'static str, Option<String>)>,
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -180,6 +184,7 @@ impl Lab {
             bpffs: false,
             switch: None,
             etcd: None,
+            cluster_overrides: Vec::new(),
         };
         lab.build()?;
         if lab.spec.cluster.is_some() {

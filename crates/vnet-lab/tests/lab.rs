@@ -3629,6 +3629,80 @@ fn a_mac_defined_again_on_another_host_moves_nothing_in_another_network_and_is_a
 
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
+fn each_wrong_etcd_credential_keeps_vnetd_from_ready_and_says_what_to_fix() {
+    // Issue 45: a wrong password, CA, client certificate or permission
+    // left vnetd logging `vnetd ready` and retrying forever, with raw gRPC
+    // text in its log.
+    let mut lab = lab(cluster_spec(2, 0, vec![1]));
+    wait_until(10.0, "host 0 is up", || lab.cluster_status(0).unwrap()["store"] == "up");
+    let d = lab.dir.clone();
+    let f = |n: &str| d.join(n).display().to_string();
+    std::fs::write(d.join("wrong.etcd-pw"), "not the password\n").unwrap();
+    std::fs::set_permissions(d.join("wrong.etcd-pw"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // Another CA, and a client certificate it signed (etcd does not know it).
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    openssl(&["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+        "-subj", "/CN=other CA", "-keyout", &f("other-ca.key"), "-out", &f("other-ca.pem")]);
+    openssl(&["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=vnet-h1",
+        "-keyout", &f("other.key"), "-out", &f("other.csr")]);
+    std::fs::write(d.join("client.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").unwrap();
+    openssl(&["x509", "-req", "-in", &f("other.csr"), "-CA", &f("other-ca.pem"), "-CAkey", &f("other-ca.key"),
+        "-CAcreateserial", "-days", "1", "-extfile", &f("client.ext"), "-out", &f("other.pem")]);
+    std::fs::set_permissions(d.join("other.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    // A user etcd knows, with no role.
+    let pw = vnetd::keys::genkey().unwrap();
+    vnetd::keys::write_secret(&d.join("nobody.etcd-pw"), &pw).unwrap();
+    lab.etcdctl(&["user", "add", "vnet-nobody", &format!("--new-user-password={pw}")]).unwrap();
+    let cases: Vec<(&str, Vec<(&'static str, Option<String>)>, &str)> = vec![
+        ("password", vec![("etcd-password-file", Some(f("wrong.etcd-pw")))], "password"),
+        ("CA", vec![("etcd-ca", Some(f("other-ca.pem")))], "etcd-ca"),
+        (
+            "client certificate",
+            vec![("etcd-cert", Some(f("other.pem"))), ("etcd-key", Some(f("other.key")))],
+            "client certificate",
+        ),
+        (
+            "permission",
+            vec![("etcd-user", Some("vnet-nobody".into())), ("etcd-password-file", Some(f("nobody.etcd-pw")))],
+            "grant",
+        ),
+        ("client certificate, none given", vec![("etcd-cert", None), ("etcd-key", None)], "requires a client certificate"),
+    ];
+    for (what, overrides, says) in cases {
+        lab.cluster_overrides = overrides.into_iter().map(|(k, v)| (1, k, v)).collect();
+        let from = lab.log(1).len();
+        lab.start_vnetd(1).unwrap();
+        let t0 = std::time::Instant::now();
+        while lab.cluster_status(1).unwrap()["store"] != "failed" {
+            let c = lab.cluster_status(1).unwrap();
+            assert!(t0.elapsed() < Duration::from_secs(10), "a wrong {what}: the store is not `failed`: {c}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = t0.elapsed();
+        let c = lab.cluster_status(1).unwrap();
+        let e = c["last_error"].as_str().unwrap_or_default().to_string();
+        eprintln!("wrong etcd {what}: failed after {took:?}: {e}");
+        assert!(e.contains(says), "a wrong {what}: {e}");
+        assert!(!e.contains("status:") && !e.contains("tonic"), "raw gRPC text: {e}");
+        // Past the wait for an outage to count as one (3 s).
+        std::thread::sleep(Duration::from_millis(3500));
+        let log = lab.log(1)[from..].to_string();
+        assert!(!log.contains("vnetd ready"), "a wrong {what}: vnetd said it was ready:\n{log}");
+        assert!(log.contains(&e), "a wrong {what}: the log does not say it:\n{log}");
+        lab.stop_vnetd(1).unwrap();
+    }
+    // Right, it is ready and up.
+    lab.cluster_overrides.clear();
+    lab.start_vnetd(1).unwrap();
+    wait_until(10.0, "host 1 is up", || lab.cluster_status(1).unwrap()["store"] == "up");
+    wait_until(2.0, "host 1 says it is ready", || lab.log(1).contains("vnetd ready"));
+}
+
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
 fn a_revoked_host_is_cut_by_every_host_within_a_second_and_stays_out() {
     // Issue 44, finding 9: nothing could withdraw a host's certificate
     // before it expired. `vnetctl revoke` signs a revocation with the

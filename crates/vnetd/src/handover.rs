@@ -172,6 +172,12 @@ impl Notify {
     }
 }
 
+/// Tells systemd `text` (`READY=1`, `STATUS=...`; `sd_notify(3)`), when
+/// vnetd runs under it; false when it does not (or the message failed).
+pub fn notify(text: &str) -> bool {
+    Notify::from_env().is_some_and(|n| n.send(text, None).is_ok())
+}
+
 /// `FDNAME` may not hold `:` (it separates `LISTEN_FDNAMES`).
 fn escape(name: &str) -> String {
     name.replace('%', "%25").replace(':', "%3A")

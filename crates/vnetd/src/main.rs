@@ -348,12 +348,40 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
         let mut limits =
             control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)))
                 .with_access(access);
-        if let Some(cfg) = cluster {
-            let (tx, rx) = vnetd::ipam::channel();
-            limits = limits.with_ipam(tx);
-            tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status, Some(rx)));
+        let control = args.control.to_string();
+        match cluster {
+            Some(cfg) => {
+                let (tx, rx) = vnetd::ipam::channel();
+                limits = limits.with_ipam(tx);
+                tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status.clone(), Some(rx)));
+                // Ready once the store answered, or is out of reach (the
+                // data path runs on and the task retries); never while it
+                // refuses this host for good (a password, a CA, a client
+                // certificate, a permission): `show cluster` says why.
+                tokio::spawn(async move {
+                    use vnetd::membership::Health;
+                    // A refusal can first look like an outage (a client
+                    // certificate refused after the handshake closes the
+                    // connection): an outage makes vnetd ready only after
+                    // it lasted this long.
+                    const OUTAGE: std::time::Duration = std::time::Duration::from_secs(3);
+                    let t0 = std::time::Instant::now();
+                    loop {
+                        let h = status.lock().unwrap_or_else(|p| p.into_inner()).health;
+                        if h == Health::Up || (h == Health::Down && t0.elapsed() >= OUTAGE) {
+                            break;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    tracing::info!(%control, "vnetd ready");
+                    vnetd::handover::notify("READY=1\nSTATUS=ready");
+                });
+            }
+            None => {
+                tracing::info!(%control, "vnetd ready");
+                vnetd::handover::notify("READY=1\nSTATUS=ready");
+            }
         }
-        tracing::info!(control = %args.control, "vnetd ready");
         control::serve(&args.control, daemon.clone(), limits, control_tls, shutdown).await
     });
     let handing_over = hand_over.load(std::sync::atomic::Ordering::Relaxed);

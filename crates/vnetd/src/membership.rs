@@ -18,6 +18,10 @@ pub enum Health {
     /// Unreachable (or the session failed): the data path keeps the last
     /// state; the task retries.
     Down,
+    /// Refused for good until someone fixes it (a password, a CA, a client
+    /// certificate, a permission): vnetd does not report ready; `last_error`
+    /// says what to fix. The task still retries, slowly.
+    Failed,
 }
 
 impl Health {
@@ -26,6 +30,7 @@ impl Health {
             Health::Connecting => "connecting",
             Health::Up => "up",
             Health::Down => "down",
+            Health::Failed => "failed",
         }
     }
 }
