@@ -252,7 +252,36 @@ impl State {
         for c in cmds {
             next.apply(c)?;
         }
+        next.check_relays(cmds)?;
         Ok(next)
+    }
+
+    /// Every link's `relay KEY` names the peer of another secured link of
+    /// this host (the relay host, which the link reaches through that
+    /// link's session): a key no link has would leave the link with no way
+    /// through. Checked once a transaction is whole (the relay's link may
+    /// come after), at the line that declared the relayed link, or at the
+    /// transaction's last line when the relay's link was deleted.
+    fn check_relays(&self, cmds: &[Located<Command>]) -> Result<()> {
+        for l in self.links.values() {
+            let Transport::Udp { relay: Some(k), .. } = l.transport else { continue };
+            let key_of = |t: &Transport| match t {
+                Transport::Udp { security, .. } => security.peer_key(),
+                _ => None,
+            };
+            let has = self.links.values().any(|o| o.id != l.id && key_of(&o.transport) == Some(k));
+            if has {
+                continue;
+            }
+            let declared = cmds.iter().find(|c| matches!(&c.item, Command::Link { name: Some(n), .. } if *n == l.name));
+            let pos = declared.or(cmds.last()).map_or_else(crate::Pos::default, |c| c.pos);
+            return Err(Error::new(
+                pos,
+                "a `relay` key that another link of this host has as its `peer-key` (the relay host's link)",
+                format!("`{k}` on link `{}`, which no other link has", l.name),
+            ));
+        }
+        Ok(())
     }
 
     /// Applies one command in place. On error `self` is unchanged.
@@ -849,6 +878,22 @@ route any 52:54:00:00:00:01 -> interface vm0
             load("link a vxlan 10.0.0.2 vni 1\nlink b vxlan 10.0.0.2 vni 2\nlink c udp 10.0.0.2").unwrap();
         assert_eq!(s.links.len(), 3);
         assert!(load("link a vxlan 10.0.0.2 vni 1\nlink b vxlan 10.0.0.2:8472 vni 1").is_err());
+    }
+
+    #[test]
+    fn a_relay_key_must_be_another_secured_links_peer() {
+        // Issue 45: `relay KEY` naming no peer was taken silently.
+        let (k1, kr) = (crate::PeerKey([1; 32]), crate::PeerKey([2; 32]));
+        let relayed = format!("link far udp 10.0.0.2 peer-key {k1} nat relay {kr}");
+        let e = load(&format!("listen udp 10.0.0.1:9000\n{relayed}\n")).unwrap_err();
+        assert_eq!(e.pos.line, 2, "{e}");
+        assert!(e.found.contains("no other link has"), "{e}");
+        // The relay's link after it, in the same transaction: taken.
+        let relay = format!("link r udp 10.0.0.3 peer-key {kr}");
+        let s = load(&format!("{relayed}\n{relay}\n")).unwrap();
+        // Deleting the relay's link alone leaves the relayed link stranded: refused.
+        assert!(s.apply_all(&parse("delete link r").unwrap()).is_err());
+        assert!(s.apply_all(&parse("delete link far\ndelete link r").unwrap()).is_ok());
     }
 
     #[test]

@@ -2545,6 +2545,13 @@ fn a_restarted_peer_at_a_new_address_links_as_fast_under_2000_junk_datagrams_a_s
     );
     assert_eq!(l["endpoint"], "10.77.0.13:9000", "{l}");
     assert!(n(&after, "stranger_initiations_bad_mac") > n(&before, "stranger_initiations_bad_mac"), "{after}");
+    // Issue 45: `show links` as text says the security, cipher and path too.
+    let text = lab.control(0, "show links").unwrap().body;
+    let header = text.lines().next().unwrap_or_default().to_string();
+    assert!(header.contains("security") && header.contains("cipher") && header.contains("path"), "{text}");
+    let row = text.lines().find(|r| r.contains(" h1 ")).unwrap_or_default();
+    let cipher = l["cipher"].as_str().unwrap().to_string();
+    assert!(row.contains("encrypt") && row.contains(&cipher) && row.contains(l["path"].as_str().unwrap()), "{text}");
     // As fast as without the flood, give or take the noise of a restart.
     assert!(
         flooded <= quiet * 2 + Duration::from_millis(500),

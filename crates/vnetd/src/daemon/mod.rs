@@ -59,6 +59,12 @@ const LINK_COLS: &[&str] = &[
     "format",
     "network",
     "mtu",
+    // A secured link's: `auth` or `encrypt`, the AEAD in use, and whether
+    // its datagrams go `direct`, `punched` (through a NAT), `roamed` or
+    // `relayed` (`-` on a link without a key).
+    "security",
+    "cipher",
+    "path",
     "rx_packets",
     "rx_bytes",
     "rx_drops",
