@@ -38,6 +38,13 @@ dpkg-deb -x "$deb" "$tmp"
 dpkg-deb -e "$deb" "$tmp/DEBIAN"
 [ -x "$tmp/DEBIAN/postinst" ] || die "$deb has no executable postinst"
 sh -n "$tmp/DEBIAN/postinst" || die "$deb's postinst is not valid sh"
+# A first install makes /etc/vnet (0750) and /var/lib/vnet (0700): run in a
+# root of its own (DPKG_ROOT), never on this machine's.
+mkdir -p "$tmp/root/etc" "$tmp/root/var/lib"
+DPKG_ROOT="$tmp/root" sh "$tmp/DEBIAN/postinst" configure ||
+    die "$deb's postinst failed on a first install"
+[ "$(stat -c %a "$tmp/root/etc/vnet")" = 750 ] || die "the postinst did not make /etc/vnet 0750"
+[ "$(stat -c %a "$tmp/root/var/lib/vnet")" = 700 ] || die "the postinst did not make /var/lib/vnet 0700"
 # systemd-analyze checks the unit against the package's own files.
 if command -v systemd-analyze >/dev/null; then
     sed "s|/usr/sbin/vnetd|$tmp/usr/sbin/vnetd|" packaging/vnetd@.service >"$tmp/vnetd@test.service"

@@ -290,6 +290,10 @@ pub struct ClusterLine {
     /// A file holding the network's public key.
     pub network_key: Option<String>,
     pub host_cert: Option<String>,
+    /// This host's private key file (as `vnetd --key`): its links' identity
+    /// and its claim key, so a secured cluster needs nothing on the
+    /// command line.
+    pub key: Option<String>,
     /// What follows `link`: the words of `--cluster-link-options`.
     pub link: Vec<String>,
 }
@@ -299,7 +303,7 @@ impl ClusterLine {
     pub fn to_line(&self) -> String {
         use std::fmt::Write;
         let mut s = format!("cluster {} network {}", self.store, self.network);
-        let words: [(&str, Option<String>); 10] = [
+        let words: [(&str, Option<String>); 11] = [
             ("host", self.host.clone()),
             ("advertise", self.advertise.map(|a| a.to_string())),
             ("ttl", self.ttl.map(|t| t.to_string())),
@@ -310,6 +314,7 @@ impl ClusterLine {
             ("etcd-password-file", self.etcd_password_file.clone()),
             ("network-key", self.network_key.clone()),
             ("host-cert", self.host_cert.clone()),
+            ("key", self.key.clone()),
         ];
         for (k, v) in words {
             if let Some(v) = v {

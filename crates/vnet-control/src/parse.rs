@@ -724,12 +724,13 @@ impl<'a> Parser<'_, 'a> {
             "etcd-password-file",
             "network-key",
             "host-cert",
+            "key",
             "link",
         ];
         let mut seen = Vec::new();
         while self.peek().is_some() {
             let opt_pos = self.pos();
-            let o = self.keyword(OPTS, "`network`, `host`, `advertise`, `ttl`, `etcd-ca`, `etcd-cert`, `etcd-key`, `etcd-user`, `etcd-password-file`, `network-key`, `host-cert` or `link`")?;
+            let o = self.keyword(OPTS, "`network`, `host`, `advertise`, `ttl`, `etcd-ca`, `etcd-cert`, `etcd-key`, `etcd-user`, `etcd-password-file`, `network-key`, `host-cert`, `key` or `link`")?;
             if seen.contains(&o) {
                 return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
             }
@@ -746,6 +747,7 @@ impl<'a> Parser<'_, 'a> {
                 "etcd-password-file" => c.etcd_password_file = Some(self.path("an absolute file path")?),
                 "network-key" => c.network_key = Some(self.path("an absolute file path")?),
                 "host-cert" => c.host_cert = Some(self.path("an absolute file path")?),
+                "key" => c.key = Some(self.path("an absolute file path")?),
                 _ => {
                     // The rest of the line: the links' options.
                     while let Some(t) = self.peek() {

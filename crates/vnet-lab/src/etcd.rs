@@ -233,6 +233,10 @@ impl Lab {
                 _ => words.extend([k.to_string(), v]),
             }
         }
+        // The host key too: a secured cluster with nothing on vnetd's command line.
+        if let Some((file, _)) = &self.hosts[h].key {
+            words.extend(["key".to_string(), file.display().to_string()]);
+        }
         Some(format!("cluster {}\n", words.join(" ")))
     }
 

@@ -242,6 +242,7 @@ impl Lab {
             None => bin("vnetd")?,
         };
         let cluster_args = self.cluster_args(h);
+        let key_in_line = self.cluster_line(h).is_some();
         if let Some(line) = self.cluster_line(h) {
             let conf = std::fs::read_to_string(&self.hosts[h].config).map_err(io("reading a config"))?;
             if !conf.contains(&line) {
@@ -266,7 +267,12 @@ impl Lab {
             .arg(&host.config)
             .arg("--control")
             .arg(format!("unix:{}", host.control.display()))
-            .args(host.key.iter().flat_map(|(f, _)| [std::ffi::OsStr::new("--key"), f.as_os_str()]))
+            .args(
+                host.key
+                    .iter()
+                    .filter(|_| !key_in_line)
+                    .flat_map(|(f, _)| [std::ffi::OsStr::new("--key"), f.as_os_str()]),
+            )
             .arg("--state-dir")
             .arg(self.dir.join(format!("state-h{h}")))
             .arg("--bpf-dir")

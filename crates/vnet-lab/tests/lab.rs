@@ -3753,6 +3753,10 @@ fn a_cluster_line_in_the_config_runs_cluster_mode_and_is_fixed_while_vnetd_runs(
     let lab = lab(spec);
     let conf = std::fs::read_to_string(&lab.hosts[0].config).unwrap();
     assert!(conf.contains("cluster etcd:https://") && conf.contains(" etcd-password-file /"), "{conf}");
+    // Issue 45: the host key is in the line too; vnetd has no --key.
+    assert!(conf.contains(" key /"), "{conf}");
+    let cmdline = std::fs::read_to_string(format!("/proc/{}/cmdline", lab.vnetd_pid(0).unwrap())).unwrap();
+    assert!(!cmdline.contains("--key"), "{cmdline:?}");
     wait_converged(&lab, 2, 1);
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);

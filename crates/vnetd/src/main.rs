@@ -242,8 +242,28 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
     vnetd::iface::netdev::NO_RX_RING.store(args.no_rx_ring, std::sync::atomic::Ordering::Relaxed);
     daemon.set_rekey_after(std::time::Duration::from_secs(args.rekey_after.max(1)));
     let mut claim_key = None;
-    if let Some(path) = &args.key {
-        let id = vnetd::keys::read_key_file(path).map_err(|e| format!("--key {e}"))?;
+    // The host key: `--key`, or the config's `cluster` line's `key` (not both).
+    let line_key = match &args.config {
+        Some(path) => std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| vnet_control::parse(&t).ok())
+            .and_then(|cmds| {
+                cmds.into_iter().find_map(|c| match c.item {
+                    vnet_control::Command::Cluster(l) => l.key.map(std::path::PathBuf::from),
+                    _ => None,
+                })
+            }),
+        None => None,
+    };
+    let (key, flag) = match (&args.key, &line_key) {
+        (Some(_), Some(_)) => {
+            return Err("--key and the config's `cluster` line's `key`: give one".to_string());
+        }
+        (Some(k), None) => (Some(k.clone()), "--key"),
+        (None, k) => (k.clone(), "the config's `cluster` line: key"),
+    };
+    if let Some(path) = &key {
+        let id = vnetd::keys::read_key_file(path).map_err(|e| format!("{flag} {e}"))?;
         claim_key = vnet_cluster::trust::ClaimKey::derive(&id.private()).map(Arc::new);
         daemon.set_identity(id);
         if let Some(e) = daemon.set_state_dir(&args.state_dir) {
