@@ -2467,6 +2467,32 @@ fn a_secured_link_follows_its_peer_to_a_new_address_and_never_on_a_forgery() {
     assert_ping(&lab, &a, b.ip, 56);
 }
 
+#[test]
+#[ignore = "needs root and network namespaces: run with --ignored"]
+fn a_tap_is_known_for_one_in_a_namespace_entered_without_its_sysfs() {
+    // Issue 45: under `nsenter --net` (no sysfs of the namespace mounted),
+    // vnetd read /sys/class/net/DEV/tun_flags of the first namespace, took
+    // a TAP for a veth, and the kernel path dropped every frame to its VM.
+    // The kernel's own answer (SIOCETHTOOL's driver) is the namespace's.
+    let lab = lab(Spec { vms_per_host: 0, ..Spec::default() });
+    let ns = lab.hosts[0].ns.clone();
+    let (tap, veth) = (format!("{}t", lab.prefix.chars().take(8).collect::<String>()), format!("{}v", lab.prefix.chars().take(8).collect::<String>()));
+    for c in [
+        vec!["ip", "tuntap", "add", "dev", tap.as_str(), "mode", "tap"],
+        vec!["ip", "link", "add", veth.as_str(), "type", "veth", "peer", "name", "vpeer0"],
+    ] {
+        assert!(lab.ns_exec(&ns, &c).unwrap().status.success(), "{c:?}");
+    }
+    let path = std::path::PathBuf::from(format!("/run/netns/{ns}"));
+    let (t, v, sysfs) = vnetd::sys::in_netns(&path, || {
+        let sysfs = std::path::Path::new(&format!("/sys/class/net/{tap}/tun_flags")).exists();
+        Ok((vnetd::sys::driver(&tap)?, vnetd::sys::driver(&veth)?, sysfs))
+    })
+    .unwrap();
+    assert!(!sysfs, "this thread sees the namespace's sysfs: the case is not reproduced");
+    assert_eq!((t.as_str(), v.as_str()), ("tun", "veth"));
+}
+
 /// Junk from strangers, `rate` a second for `secs` seconds, to `dst` port
 /// 9000: initiations with a first MAC of random bytes (3 in 4) and data
 /// messages of no session, each from a random address of 10.77.50-249.x.

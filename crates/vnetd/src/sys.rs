@@ -102,6 +102,53 @@ fn if_ioctl(req: libc::c_ulong, ifr: &mut libc::ifreq) -> io::Result<()> {
     Ok(())
 }
 
+/// `struct ethtool_drvinfo` (linux/ethtool.h), what `ETHTOOL_GDRVINFO` fills.
+#[repr(C)]
+struct EthtoolDrvinfo {
+    cmd: u32,
+    driver: [u8; 32],
+    version: [u8; 32],
+    fw_version: [u8; 32],
+    bus_info: [u8; 32],
+    erom_version: [u8; 32],
+    reserved2: [u8; 12],
+    n_priv_flags: u32,
+    n_stats: u32,
+    testinfo_len: u32,
+    eedump_len: u32,
+    regdump_len: u32,
+}
+
+const ETHTOOL_GDRVINFO: u32 = 0x0000_0003;
+
+/// The kernel driver of interface `name` in the current network namespace
+/// (`tun` for a TAP, `veth`, ...), as the kernel itself answers
+/// (`SIOCETHTOOL`), not sysfs: a process that entered another network
+/// namespace without remounting /sys reads the sysfs of the first.
+pub fn driver(name: &str) -> io::Result<String> {
+    let mut r = ifreq(name)?;
+    let mut info = EthtoolDrvinfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        version: [0; 32],
+        fw_version: [0; 32],
+        bus_info: [0; 32],
+        erom_version: [0; 32],
+        reserved2: [0; 12],
+        n_priv_flags: 0,
+        n_stats: 0,
+        testinfo_len: 0,
+        eedump_len: 0,
+        regdump_len: 0,
+    };
+    r.ifr_ifru.ifru_data = (&mut info as *mut EthtoolDrvinfo).cast();
+    // SIOCETHTOOL reads `ifru_data` as a pointer to the command's struct:
+    // `info`, live and exclusively borrowed until `if_ioctl` returns.
+    if_ioctl(libc::SIOCETHTOOL, &mut r)?;
+    let end = info.driver.iter().position(|b| *b == 0).unwrap_or(info.driver.len());
+    Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+}
+
 /// The MAC address of interface `name`.
 pub fn get_mac(name: &str) -> io::Result<MacAddr> {
     let mut r = ifreq(name)?;

@@ -117,5 +117,8 @@ pub(crate) fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -
 /// Whether `dev` is a TAP (frames for it leave by it) rather than a veth
 /// (frames for it go into its peer).
 pub fn is_tap(dev: &str) -> bool {
-    std::path::Path::new(&format!("/sys/class/net/{dev}/tun_flags")).exists()
+    // The kernel's answer in vnetd's own namespace (issue 45: sysfs read
+    // under `nsenter --net` was another namespace's, a TAP was taken for a
+    // veth, and every frame to its VM was dropped).
+    crate::sys::driver(dev).is_ok_and(|d| d == "tun")
 }
