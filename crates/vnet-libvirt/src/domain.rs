@@ -19,6 +19,9 @@ pub enum Kind {
     VhostUser(SocketPath),
     /// A TAP QEMU holds (libvirt made it, named by `<target dev>`).
     Tap(DevName),
+    /// Read for a detach only ([`names`]): what the device was does not
+    /// matter then, and libvirt's XML at `release` may no longer say it.
+    Detached,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +76,19 @@ fn valid_mac(m: &str) -> Option<MacAddr> {
 /// Reads `xml` (a domain's, as libvirt gives its hooks); `None` when it
 /// has no `<vnet:attach>`.
 pub fn plan(xml: &str) -> Result<Option<Plan>, Error> {
+    read(xml, false)
+}
+
+/// The interfaces' names only, for a detach (`stopped`, `release`): a
+/// device the XML no longer names (`<target dev>` is gone from the XML
+/// libvirt gives at `release` after `virsh destroy`), a socket path or a
+/// MAC is not read, so there is nothing to refuse; the names are the
+/// domain's name and each interface's place, as at the attach.
+pub fn names(xml: &str) -> Result<Option<Plan>, Error> {
+    read(xml, true)
+}
+
+fn read(xml: &str, detach: bool) -> Result<Option<Plan>, Error> {
     let doc = roxmltree::Document::parse(xml).map_err(|e| Error::Xml(e.to_string()))?;
     let root = doc.root_element();
     let name = root.children().find(|n| n.has_tag_name("name")).and_then(|n| n.text()).unwrap_or("").trim();
@@ -113,6 +129,11 @@ pub fn plan(xml: &str) -> Result<Option<Plan>, Error> {
         let bad =
             |what: &str| Error::Interface { index, kind: kind_attr.to_string(), what: what.to_string() };
         let child = |tag: &str| i.children().find(|n| n.has_tag_name(tag));
+        if detach && matches!(kind_attr, "vhostuser" | "ethernet") {
+            let name = iface_name(name, index).map_err(|e| bad(&e.to_string()))?;
+            ifaces.push(Iface { name, kind: Kind::Detached, mac: MacAddr([0; 6]) });
+            continue;
+        }
         let kind = match kind_attr {
             "vhostuser" => {
                 let src = child("source").ok_or_else(|| bad("no <source>"))?;
@@ -216,5 +237,18 @@ mod tests {
         assert!(matches!(plan(&dp), Err(Error::Attach(_))));
         let long = DOMAIN.replace("web 1", &"x".repeat(200));
         assert!(plan(&long).unwrap().unwrap().ifaces.iter().all(|i| i.name.as_str().len() <= 63));
+    }
+
+    #[test]
+    fn a_detach_reads_the_names_even_when_libvirt_no_longer_says_the_device() {
+        // Issue 45: at `release` after `virsh destroy`, libvirt's XML has no
+        // <target dev>, and every destroy logged a hook error.
+        let gone = DOMAIN.replace("<target dev='vt-web1' managed='yes'/>", "");
+        assert!(plan(&gone).is_err(), "an attach still needs the device");
+        let names: Vec<String> =
+            names(&gone).unwrap().unwrap().ifaces.iter().map(|i| i.name.to_string()).collect();
+        let attached: Vec<String> =
+            plan(DOMAIN).unwrap().unwrap().ifaces.iter().map(|i| i.name.to_string()).collect();
+        assert_eq!(names, attached, "the names a detach sends are the attach's");
     }
 }

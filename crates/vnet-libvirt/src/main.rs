@@ -139,7 +139,8 @@ fn run(args: &[String], xml: &str, dir: &Path, conf: &Config) -> Result<(), Stri
     if act == Action::Nothing {
         return Ok(());
     }
-    let Some(plan) = domain::plan(xml).map_err(|e| format!("{domain}: {e}"))? else { return Ok(()) };
+    let read = if act == Action::Detach { domain::names } else { domain::plan };
+    let Some(plan) = read(xml).map_err(|e| format!("{domain}: {e}"))? else { return Ok(()) };
     let marked = mark(dir, domain)?;
     match act {
         Action::Incoming => {
