@@ -120,6 +120,9 @@ pub struct Spec {
     pub nat: bool,
     /// Secured links' `cipher` (`auto` says nothing on the line).
     pub cipher: vnet_control::Cipher,
+    /// No vnetd is started by [`crate::Lab::up`] (nor written a config it
+    /// uses): the test brings its own, as a user would (the quickstart).
+    pub no_vnetd: bool,
 }
 
 /// A cluster-mode lab's settings.
@@ -247,6 +250,7 @@ impl Default for Spec {
             site_mtu: None,
             nat: false,
             cipher: vnet_control::Cipher::Auto,
+            no_vnetd: false,
         }
     }
 }
@@ -260,7 +264,7 @@ impl Spec {
 
     /// Whether host `h` runs a vnetd.
     pub fn runs_vnetd(&self, h: usize) -> bool {
-        self.overlay == Overlay::Vnet && !self.vteps.contains(&h)
+        self.overlay == Overlay::Vnet && !self.vteps.contains(&h) && !self.no_vnetd
     }
 }
 

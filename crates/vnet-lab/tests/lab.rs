@@ -6035,3 +6035,210 @@ fn raw_and_vxlan_links_hand_the_vm_tcp_segments_merged_into_gso_frames() {
         eprintln!("{links:?}: {bytes} bytes, {frames} GSO frames of {segs} segments");
     }
 }
+
+// ---- docs/QUICKSTART.md, run as it is written ----
+
+/// The `sh` blocks of `docs/QUICKSTART.md`, by the word after `on=`, in order.
+fn quickstart_blocks() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/QUICKSTART.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let (mut out, mut cur): (Vec<(String, String)>, Option<(String, String)>) = (Vec::new(), None);
+    for line in text.lines() {
+        match cur.as_mut() {
+            Some(_) if line.trim_start().starts_with("```") => out.extend(cur.take()),
+            Some((_, body)) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            None => {
+                if let Some(on) = line.strip_prefix("```sh on=") {
+                    cur = Some((on.trim().to_string(), String::new()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A machine of the quickstart: a lab namespace with a mount namespace of
+/// its own, whose /etc/vnet, /var/lib/vnet, /run/vnet (and the admin's
+/// /root) are empty tmpfs, held by a sleeping process; each block runs in
+/// it with `nsenter`.
+struct Machine {
+    pid: u32,
+}
+
+/// Kills what the quickstart started in the lab's namespaces (etcd, the
+/// vnetds its `systemctl` started: ours, by the namespaces they are in),
+/// and removes the mount points it made; on every exit, before the lab
+/// deletes the namespaces.
+struct QuickstartGuard {
+    namespaces: Vec<String>,
+    made: Vec<std::path::PathBuf>,
+}
+
+impl Drop for QuickstartGuard {
+    fn drop(&mut self) {
+        for sig in ["-TERM", "-KILL"] {
+            for ns in &self.namespaces {
+                let out = std::process::Command::new("ip").args(["netns", "pids", ns]).output();
+                let pids = out.map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+                for pid in pids.split_whitespace() {
+                    let _ = std::process::Command::new("kill").args([sig, pid]).status();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        for d in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+        let _ = std::fs::remove_dir_all(lab_bin_dir().0);
+    }
+}
+
+fn quickstart_machine(lab: &mut Lab, ns: &str, admin: bool) -> Machine {
+    let root = if admin { " && mount -t tmpfs -o mode=0700 vnet /root" } else { "" };
+    let script = format!(
+        "mount -t tmpfs -o mode=0750 vnet /etc/vnet && mount -t tmpfs -o mode=0700 vnet /var/lib/vnet \
+         && mount -t tmpfs -o mode=0755 vnet /run/vnet{root} && touch /run/vnet/.ready && exec sleep 3600"
+    );
+    let pid = lab.spawn(ns, &["unshare", "--mount", "--propagation", "private", "sh", "-c", &script]).unwrap();
+    let m = Machine { pid };
+    wait_until(5.0, "the machine's mount namespace is up", || {
+        quickstart_run(&m, &[], "test -e /run/vnet/.ready").status.success()
+    });
+    m
+}
+
+/// Runs `script` (bash, -euo pipefail) on machine `m` with `vars` set.
+fn quickstart_run(m: &Machine, vars: &[(&str, String)], script: &str) -> std::process::Output {
+    let bin = lab_bin_dir();
+    let path = format!("{}:{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", bin.0, bin.1);
+    let mut c = std::process::Command::new("nsenter");
+    c.args(["--target", &m.pid.to_string(), "--mount", "--net", "--", "env", &format!("PATH={path}")]);
+    for (k, v) in vars {
+        c.arg(format!("{k}={v}"));
+    }
+    c.args(["bash", "-euo", "pipefail", "-c", script]).stdin(std::process::Stdio::null());
+    c.output().unwrap()
+}
+
+/// (the lab's `systemctl` shim's directory, vnetd's and vnetctl's).
+fn lab_bin_dir() -> (String, String) {
+    let shim = std::env::temp_dir().join(format!("vnet-quickstart-bin-{}", std::process::id()));
+    let vnetd = vnet_lab::bin("vnetd").unwrap();
+    (shim.display().to_string(), vnetd.parent().unwrap().display().to_string())
+}
+
+/// A `systemctl` that does what systemd does with the package's unit for
+/// `enable --now vnetd@NAME`: its StateDirectory, then its ExecStart (read
+/// from packaging/vnetd@.service, the binary the build's), in the
+/// background; it returns once the control socket answers (the unit is
+/// Type=notify). No systemd runs in the lab (PID 1 is not systemd here).
+fn write_systemctl_shim() -> std::path::PathBuf {
+    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/vnetd@.service")).unwrap();
+    let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).unwrap().to_string();
+    let vnetd = vnet_lab::bin("vnetd").unwrap();
+    let exec = exec.replace("/usr/sbin/vnetd", &vnetd.display().to_string());
+    let dir = std::path::PathBuf::from(lab_bin_dir().0);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!(
+        r#"#!/bin/bash
+# The quickstart lab's systemctl: `enable --now vnetd@NAME` as systemd runs packaging/vnetd@.service.
+set -eu
+[ "$1 $2" = "enable --now" ] || {{ echo "lab systemctl: only enable --now UNIT" >&2; exit 1; }}
+name=${{3#vnetd@}}
+mkdir -p -m 0700 /var/lib/vnet/$name
+cmd='{exec}'
+cmd=${{cmd//%i/$name}}
+setsid $cmd > /run/vnet/$name.log 2>&1 < /dev/null &
+for i in $(seq 150); do
+    vnetctl --control unix:/run/vnet/$name.sock show links > /dev/null 2>&1 && exit 0
+    sleep 0.1
+done
+echo "vnetd@$name did not come up:" >&2; cat /run/vnet/$name.log >&2; exit 1
+"#
+    );
+    let path = dir.join("systemctl");
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    dir
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and etcd: run with --ignored"]
+fn quickstart_commands_run_verbatim_and_the_vms_ping() {
+    // Issue 45: docs/QUICKSTART.md's blocks, verbatim: an admin machine
+    // (lab host 0, 10.77.0.1) makes the network in three commands; hosts
+    // 1-3 join in two each (join, approve); their VMs ping; then host 4.
+    let mut lab = lab(Spec { hosts: 5, vms_per_host: 1, veth_hosts: (0..5).collect(), no_vnetd: true, ..Spec::default() });
+    assert_eq!(lab.hosts[0].underlay_ip.to_string(), "10.77.0.1", "the page's admin address");
+    let blocks = quickstart_blocks();
+    let block = |on: &str| -> Vec<String> { blocks.iter().filter(|(o, _)| o == on).map(|(_, b)| b.clone()).collect() };
+    let (network, host, approve, vm) = (block("admin"), block("host"), block("approve"), block("vm"));
+    assert_eq!((network.len(), host.len(), approve.len(), vm.len()), (1, 1, 1, 1), "{blocks:?}");
+    let count = |b: &str| b.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')).count();
+    let (per_network, per_host) = (count(&network[0]), count(&host[0]) + count(&approve[0]));
+    eprintln!("quickstart: {per_network} commands for the network, {per_host} per host, 0 files by hand");
+    assert!(per_network <= 3 && per_host <= 2, "{per_network} per network, {per_host} per host");
+    let mut guard = QuickstartGuard { namespaces: lab.hosts.iter().map(|h| h.ns.clone()).collect(), made: Vec::new() };
+    for d in ["/etc/vnet", "/var/lib/vnet", "/run/vnet"] {
+        let p = std::path::PathBuf::from(d);
+        if !p.exists() {
+            std::fs::create_dir_all(&p).unwrap();
+            guard.made.push(p);
+        }
+    }
+    write_systemctl_shim();
+    let nss: Vec<String> = lab.hosts.iter().map(|h| h.ns.clone()).collect();
+    let machines: Vec<Machine> = nss.iter().enumerate().map(|(h, ns)| quickstart_machine(&mut lab, ns, h == 0)).collect();
+    let ok = |what: &str, o: std::process::Output| -> String {
+        assert!(o.status.success(), "{what}: {}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let said = ok("the network's block", quickstart_run(&machines[0], &[], &network[0]));
+    let token = said.lines().rev().find(|l| l.starts_with("vnet1.")).expect("a join token").to_string();
+    let join_host = |h: usize| {
+        let vars = vec![("TOKEN", token.clone()), ("HOST", format!("h{h}"))];
+        let t0 = std::time::Instant::now();
+        let m = Machine { pid: machines[h].pid };
+        let script = host[0].clone();
+        let joining = std::thread::spawn(move || quickstart_run(&m, &vars, &script));
+        // The admin approves once the request is there (join files it first).
+        let approve_vars = vec![("HOST", format!("h{h}"))];
+        let mut tries = 0;
+        loop {
+            let o = quickstart_run(&machines[0], &approve_vars, &approve[0]);
+            if o.status.success() {
+                break;
+            }
+            tries += 1;
+            assert!(tries < 50, "approve h{h}: {}", String::from_utf8_lossy(&o.stderr));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ok(&format!("join h{h}"), joining.join().unwrap());
+        let vm = lab.vm(h, 0).clone();
+        let vars = vec![("VMDEV", vm.host_dev.clone().unwrap()), ("VMMAC", vm.mac.clone())];
+        ok(&format!("attach h{h}'s VM"), quickstart_run(&machines[h], &vars, &block("vm")[0]));
+        eprintln!("quickstart: host h{h} joined and its VM attached in {:?}", t0.elapsed());
+    };
+    for h in 1..=3 {
+        join_host(h);
+    }
+    let vms: Vec<Vm> = (1..=4).map(|h| lab.vm(h, 0).clone()).collect();
+    let check = block("check")[0].clone();
+    let status = ok("show cluster", quickstart_run(&machines[1], &[], &check));
+    assert!(status.contains("store up") && status.contains("hosts 3: h1 h2 h3"), "{status}");
+    wait_until(5.0, "h1's VM pings h2's and h3's", || ping_pairs(&[(vms[0].clone(), vms[1].ip), (vms[0].clone(), vms[2].ip)]).is_empty());
+    // The fourth host: the same two commands; nothing changes on the others.
+    join_host(4);
+    wait_until(5.0, "h4's VM pings h1's, h2's and h3's", || {
+        ping_pairs(&[(vms[3].clone(), vms[0].ip), (vms[3].clone(), vms[1].ip), (vms[3].clone(), vms[2].ip)]).is_empty()
+    });
+    let links = ok("show links", quickstart_run(&machines[4], &[], "vnetctl --control unix:/run/vnet/lab.sock --json show links"));
+    let v: serde_json::Value = serde_json::from_str(&links).unwrap();
+    let all = v["links"].as_array().unwrap();
+    assert_eq!(all.len(), 3, "{links}");
+    assert!(all.iter().all(|l| l["security"] == "encrypt" && l["established"] == true), "{links}");
+    drop(guard);
+}

@@ -23,6 +23,8 @@
 //!     wait 600 interface vm2 netdev c2
 //! ```
 
+mod onboard;
+
 use clap::Parser;
 use std::process::ExitCode;
 use vnet_client::client::Client;
@@ -68,7 +70,12 @@ Keys and certificates (no vnetd needed; none writes anything when given -h or --
   sign NETKEY network N host H public-key K claim-key C addr PREFIX[,..] [days D | not-after S]
                           a host certificate (a year unless told)
   revoke NETKEY network N host H [cert ID]
-                          a revocation, as KEY VALUE for `etcdctl put`";
+                          a revocation, as KEY VALUE for `etcdctl put`
+A secured cluster in three commands a network and two a host (docs/QUICKSTART.md):
+  network init DIR network NAME etcd IP    the network key, etcd's CA, certificate and config in DIR
+  network setup DIR                        etcd's users and roles (etcd running); prints the join token
+  join TOKEN host NAME [dir DIR] [wait S]  on a host: its key (made here), a request, then vnetd@NAME once approved
+  network approve DIR HOST [key FP]        signs the host's certificate and makes its etcd user";
 
 /// A word that asks for help (`-h`, `--help`, `help`) among a key
 /// command's words: the usage is printed and nothing is written.
@@ -238,7 +245,7 @@ fn keys(words: &[String]) -> Option<ExitCode> {
             .map(|_| text)
             .map_err(|e| format!("reading stdin: {e}"))
     };
-    const KEY_COMMANDS: [&str; 5] = ["genkey", "pubkey", "netkey", "sign", "revoke"];
+    const KEY_COMMANDS: [&str; 7] = ["genkey", "pubkey", "netkey", "sign", "revoke", "network", "join"];
     if w.first().is_some_and(|c| KEY_COMMANDS.contains(c)) && asks_help(&w) {
         out(&format!("{SUBCOMMANDS}\n"));
         return Some(ExitCode::SUCCESS);
@@ -254,9 +261,14 @@ fn keys(words: &[String]) -> Option<ExitCode> {
         ["netkey", file] => netkey(file),
         ["sign", file, rest @ ..] => sign(file, rest),
         ["revoke", file, rest @ ..] => revoke(file, rest),
+        ["network", "init", dir, rest @ ..] => onboard::init(dir, rest),
+        ["network", "setup", dir] => onboard::setup(dir),
+        ["network", "approve", dir, host, rest @ ..] => onboard::approve(dir, host, rest),
+        ["join", token, rest @ ..] => onboard::join(token, rest),
         [first, ..] if KEY_COMMANDS.contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
              public-key KEY claim-key KEY addr PREFIX[,PREFIX...] [days N | not-after SECONDS] | \
-             revoke NETKEYFILE network NAME host NAME [cert ID]"
+             revoke NETKEYFILE network NAME host NAME [cert ID] | network init DIR network NAME etcd IP | \
+             network setup DIR | network approve DIR HOST [key FINGERPRINT] | join TOKEN host NAME [dir DIR] [wait SECS]"
             .to_string()),
         _ => return None,
     };
