@@ -154,7 +154,8 @@ pub fn relocate(m: &Move) -> Result<String, String> {
         let saved = persist(&mut c, ep)?;
         match &old {
             Some(o) => {
-                let _ = writeln!(report, "{ep}: interface {o} deleted, {mac} routed over link {link}; {saved}");
+                let _ =
+                    writeln!(report, "{ep}: interface {o} deleted, {mac} routed over link {link}; {saved}");
             }
             None => {
                 let _ = writeln!(report, "{ep}: {mac} routed over link {link}; {saved}");

@@ -526,7 +526,11 @@ mod tests {
             let id = state.iface_by_name(name).unwrap().id;
             state.routes.values().filter(|r| r.to == Port::Interface(id)).count()
         };
-        assert_eq!((to(&state, "v7"), to(&state, "v8")), (2, 0), "only network 7's interface is the cluster's");
+        assert_eq!(
+            (to(&state, "v7"), to(&state, "v8")),
+            (2, 0),
+            "only network 7's interface is the cluster's"
+        );
         // b claims the MAC for network 8, even as a migration: refused.
         s.put(&mac_key("n", mac(1)), claim("b", 8, 5), None);
         sync(&mut m, &s, &mut state);

@@ -460,7 +460,9 @@ impl Member {
             Some(id) => self.revoked_certs.len() >= MAX_REVOKED && !self.revoked_certs.contains(id.as_str()),
         };
         if full {
-            return Err(RecordError::Revocation(TrustError::CertBody(format!("more than {MAX_REVOKED} held"))));
+            return Err(RecordError::Revocation(TrustError::CertBody(format!(
+                "more than {MAX_REVOKED} held"
+            ))));
         }
         match &r.cert {
             None => self.revoked_hosts.insert(r.host.as_str().into()),
@@ -480,7 +482,11 @@ impl Member {
     }
 
     /// Checks a host record's every field against the policy.
-    fn check_host(&self, name: &str, value: &[u8]) -> Result<(Peer, Option<u64>, Option<String>), RecordError> {
+    fn check_host(
+        &self,
+        name: &str,
+        value: &[u8],
+    ) -> Result<(Peer, Option<u64>, Option<String>), RecordError> {
         let r: HostRecord = serde_json::from_slice(value).map_err(|e| RecordError::Json(e.to_string()))?;
         if !usable(r.addr) {
             return Err(RecordError::Addr(r.addr));

@@ -193,8 +193,7 @@ impl NetworkPublic {
     /// Checks a revocation (a revoked key's value) and decodes it.
     pub fn verify_revocation(&self, text: &str) -> Result<Revocation, TrustError> {
         let body = open(&self.0, REVOKE_TAG, text)?;
-        let r: Revocation =
-            serde_json::from_slice(&body).map_err(|e| TrustError::CertBody(e.to_string()))?;
+        let r: Revocation = serde_json::from_slice(&body).map_err(|e| TrustError::CertBody(e.to_string()))?;
         r.check()?;
         Ok(r)
     }

@@ -443,7 +443,11 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
     s.put(&mac_key(NET, victim), claim_of(9, victim, 3000, &claims[9]), None);
     for o in &mut obs {
         sync(o, &s);
-        assert_eq!(o.route_of(victim), Some(name(3).as_str()).filter(|n| *n != o.me()), "taken by being newer");
+        assert_eq!(
+            o.route_of(victim),
+            Some(name(3).as_str()).filter(|n| *n != o.me()),
+            "taken by being newer"
+        );
         assert_eq!(o.conflicts().collect::<Vec<_>>(), [(victim, name(3).as_str(), name(9).as_str())]);
     }
     // A migration (a higher epoch, signed by the new host) applies; the
@@ -464,11 +468,14 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
     for o in &mut obs {
         sync(o, &s);
         assert_eq!(o.route_of(victim), Some(name(9).as_str()).filter(|n| *n != o.me()), "taken back");
-        assert!(o.quarantined().any(|(k, e)| k.ends_with(&victim.to_string()) && e.to_string().contains("conflict")));
+        assert!(o
+            .quarantined()
+            .any(|(k, e)| k.ends_with(&victim.to_string()) && e.to_string().contains("conflict")));
     }
     // A claim of another vnet network is refused, whoever signs it.
     let other_net = {
-        let mut r = MacRecord { host: name(4), iface: "vm0".into(), at_ms: 5000, network: 8, ..Default::default() };
+        let mut r =
+            MacRecord { host: name(4), iface: "vm0".into(), at_ms: 5000, network: 8, ..Default::default() };
         r.sig = Some(claims[4].sign(NET, mac(4, 0), &r));
         r.to_json()
     };
@@ -476,7 +483,9 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
     for o in &mut obs {
         sync(o, &s);
         assert_eq!(o.route_of(mac(4, 0)), Some(name(4).as_str()).filter(|n| *n != o.me()));
-        assert!(o.quarantined().any(|(k, e)| k.ends_with(&mac(4, 0).to_string()) && e.to_string().contains("network 8")));
+        assert!(o
+            .quarantined()
+            .any(|(k, e)| k.ends_with(&mac(4, 0).to_string()) && e.to_string().contains("network 8")));
     }
     // The genuine records back: quarantine empties of them, links return.
     for h in [5, 6, 7] {
@@ -565,7 +574,9 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
     for o in obs.iter_mut().filter(others) {
         sync(o, &s);
         assert!(!o.links().any(|(n, _)| n == thirteen), "a revoked host came back");
-        assert!(o.quarantined().any(|(k, e)| k.ends_with(&format!("/hosts/{thirteen}")) && e.to_string().contains("revoked")));
+        assert!(o
+            .quarantined()
+            .any(|(k, e)| k.ends_with(&format!("/hosts/{thirteen}")) && e.to_string().contains("revoked")));
     }
     // One certificate revoked: host 14 goes; with a new certificate, it is back.
     let old = signed_until(14, &addr(14), Some(300_000));
@@ -590,6 +601,9 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
     s.put(&host_key(NET, &fourteen), signed_until(14, &addr(14), Some(300_001)).to_json(), None);
     for o in obs.iter_mut().filter(others) {
         sync(o, &s);
-        assert!(o.links().any(|(n, _)| n == fourteen), "a new certificate of a host whose old one was revoked");
+        assert!(
+            o.links().any(|(n, _)| n == fourteen),
+            "a new certificate of a host whose old one was revoked"
+        );
     }
 }

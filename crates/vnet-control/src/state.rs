@@ -273,7 +273,8 @@ impl State {
             if has {
                 continue;
             }
-            let declared = cmds.iter().find(|c| matches!(&c.item, Command::Link { name: Some(n), .. } if *n == l.name));
+            let declared =
+                cmds.iter().find(|c| matches!(&c.item, Command::Link { name: Some(n), .. } if *n == l.name));
             let pos = declared.or(cmds.last()).map_or_else(crate::Pos::default, |c| c.pos);
             return Err(Error::new(
                 pos,

@@ -2476,7 +2476,10 @@ fn a_tap_is_known_for_one_in_a_namespace_entered_without_its_sysfs() {
     // The kernel's own answer (SIOCETHTOOL's driver) is the namespace's.
     let lab = lab(Spec { vms_per_host: 0, ..Spec::default() });
     let ns = lab.hosts[0].ns.clone();
-    let (tap, veth) = (format!("{}t", lab.prefix.chars().take(8).collect::<String>()), format!("{}v", lab.prefix.chars().take(8).collect::<String>()));
+    let (tap, veth) = (
+        format!("{}t", lab.prefix.chars().take(8).collect::<String>()),
+        format!("{}v", lab.prefix.chars().take(8).collect::<String>()),
+    );
     for c in [
         vec!["ip", "tuntap", "add", "dev", tap.as_str(), "mode", "tap"],
         vec!["ip", "link", "add", veth.as_str(), "type", "veth", "peer", "name", "vpeer0"],
@@ -2570,14 +2573,20 @@ fn a_restarted_peer_at_a_new_address_links_as_fast_under_2000_junk_datagrams_a_s
         n(&after, "stranger_initiations_limited") - n(&before, "stranger_initiations_limited"),
     );
     assert_eq!(l["endpoint"], "10.77.0.13:9000", "{l}");
-    assert!(n(&after, "stranger_initiations_bad_mac") > n(&before, "stranger_initiations_bad_mac"), "{after}");
+    assert!(
+        n(&after, "stranger_initiations_bad_mac") > n(&before, "stranger_initiations_bad_mac"),
+        "{after}"
+    );
     // Issue 45: `show links` as text says the security, cipher and path too.
     let text = lab.control(0, "show links").unwrap().body;
     let header = text.lines().next().unwrap_or_default().to_string();
     assert!(header.contains("security") && header.contains("cipher") && header.contains("path"), "{text}");
     let row = text.lines().find(|r| r.contains(" h1 ")).unwrap_or_default();
     let cipher = l["cipher"].as_str().unwrap().to_string();
-    assert!(row.contains("encrypt") && row.contains(&cipher) && row.contains(l["path"].as_str().unwrap()), "{text}");
+    assert!(
+        row.contains("encrypt") && row.contains(&cipher) && row.contains(l["path"].as_str().unwrap()),
+        "{text}"
+    );
     // As fast as without the flood, give or take the noise of a restart.
     assert!(
         flooded <= quiet * 2 + Duration::from_millis(500),
@@ -3643,9 +3652,15 @@ fn a_mac_defined_again_on_another_host_moves_nothing_in_another_network_and_is_a
     });
     eprintln!("conflict shown on the claiming host {took:?} after its interface was declared");
     let text = lab.control(1, "show cluster").unwrap().body;
-    assert!(text.contains(&format!("conflict {}: held by h0, claimed by h1 (interface dup0 here", a.mac)), "{text}");
+    assert!(
+        text.contains(&format!("conflict {}: held by h0, claimed by h1 (interface dup0 here", a.mac)),
+        "{text}"
+    );
     let m = lab.control(1, "show metrics").unwrap().body;
-    assert!(m.contains("vnet_cluster_mac_conflicts 1\n") && m.contains("vnet_cluster_mac_conflicts_total 1\n"), "{m}");
+    assert!(
+        m.contains("vnet_cluster_mac_conflicts 1\n") && m.contains("vnet_cluster_mac_conflicts_total 1\n"),
+        "{m}"
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert!(routed_to_h0(&lab), "a second claim in the same network moved the VM");
     assert!(route_to(&lab, 1, &a.mac).as_deref() != Some("interface dup0"));
@@ -3653,7 +3668,8 @@ fn a_mac_defined_again_on_another_host_moves_nothing_in_another_network_and_is_a
     // `activate` on host 1 says it is a migration: then, and only then, it moves.
     ok(lab.control(1, "activate dup0").unwrap());
     wait_until(2.0, "every host routes the MAC to host 1", || {
-        route_to(&lab, 2, &a.mac).as_deref() == Some("link h1") && route_to(&lab, 0, &a.mac).as_deref() == Some("link h1")
+        route_to(&lab, 2, &a.mac).as_deref() == Some("link h1")
+            && route_to(&lab, 0, &a.mac).as_deref() == Some("link h1")
     });
     wait_until(2.0, "the conflict is settled", || {
         lab.cluster_status(1).unwrap()["conflicts"].as_array().is_some_and(Vec::is_empty)
@@ -3671,25 +3687,70 @@ fn each_wrong_etcd_credential_keeps_vnetd_from_ready_and_says_what_to_fix() {
     let d = lab.dir.clone();
     let f = |n: &str| d.join(n).display().to_string();
     std::fs::write(d.join("wrong.etcd-pw"), "not the password\n").unwrap();
-    std::fs::set_permissions(d.join("wrong.etcd-pw"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(d.join("wrong.etcd-pw"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap();
     // Another CA, and a client certificate it signed (etcd does not know it).
     let openssl = |args: &[&str]| {
         let out = std::process::Command::new("openssl").args(args).output().unwrap();
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     };
-    openssl(&["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
-        "-subj", "/CN=other CA", "-keyout", &f("other-ca.key"), "-out", &f("other-ca.pem")]);
-    openssl(&["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=vnet-h1",
-        "-keyout", &f("other.key"), "-out", &f("other.csr")]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=other CA",
+        "-keyout",
+        &f("other-ca.key"),
+        "-out",
+        &f("other-ca.pem"),
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-subj",
+        "/CN=vnet-h1",
+        "-keyout",
+        &f("other.key"),
+        "-out",
+        &f("other.csr"),
+    ]);
     std::fs::write(d.join("client.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").unwrap();
-    openssl(&["x509", "-req", "-in", &f("other.csr"), "-CA", &f("other-ca.pem"), "-CAkey", &f("other-ca.key"),
-        "-CAcreateserial", "-days", "1", "-extfile", &f("client.ext"), "-out", &f("other.pem")]);
-    std::fs::set_permissions(d.join("other.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &f("other.csr"),
+        "-CA",
+        &f("other-ca.pem"),
+        "-CAkey",
+        &f("other-ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &f("client.ext"),
+        "-out",
+        &f("other.pem"),
+    ]);
+    std::fs::set_permissions(d.join("other.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .unwrap();
     // A user etcd knows, with no role.
     let pw = vnetd::keys::genkey().unwrap();
     vnetd::keys::write_secret(&d.join("nobody.etcd-pw"), &pw).unwrap();
     lab.etcdctl(&["user", "add", "vnet-nobody", &format!("--new-user-password={pw}")]).unwrap();
-    let cases: Vec<(&str, Vec<(&'static str, Option<String>)>, &str)> = vec![
+    type Overrides = Vec<(&'static str, Option<String>)>;
+    let cases: Vec<(&str, Overrides, &str)> = vec![
         ("password", vec![("etcd-password-file", Some(f("wrong.etcd-pw")))], "password"),
         ("CA", vec![("etcd-ca", Some(f("other-ca.pem")))], "etcd-ca"),
         (
@@ -3699,10 +3760,17 @@ fn each_wrong_etcd_credential_keeps_vnetd_from_ready_and_says_what_to_fix() {
         ),
         (
             "permission",
-            vec![("etcd-user", Some("vnet-nobody".into())), ("etcd-password-file", Some(f("nobody.etcd-pw")))],
+            vec![
+                ("etcd-user", Some("vnet-nobody".into())),
+                ("etcd-password-file", Some(f("nobody.etcd-pw"))),
+            ],
             "grant",
         ),
-        ("client certificate, none given", vec![("etcd-cert", None), ("etcd-key", None)], "requires a client certificate"),
+        (
+            "client certificate, none given",
+            vec![("etcd-cert", None), ("etcd-key", None)],
+            "requires a client certificate",
+        ),
     ];
     for (what, overrides, says) in cases {
         lab.cluster_overrides = overrides.into_iter().map(|(k, v)| (1, k, v)).collect();
@@ -4047,7 +4115,10 @@ fn a_moved_vm_stays_moved_across_restarts(cluster: bool) {
                 && to(2).as_deref() == Some("link h1")
                 && to(1).is_some_and(|t| t.starts_with("interface "))
         });
-        eprintln!("moved VM, {} mode: routed to its new host {took:?} after host {h} restarted", if cluster { "cluster" } else { "static" });
+        eprintln!(
+            "moved VM, {} mode: routed to its new host {took:?} after host {h} restarted",
+            if cluster { "cluster" } else { "static" }
+        );
         assert_ping(&lab, &c, moved.ip, 56);
         if cluster {
             let s = lab.cluster_status(1).unwrap();
@@ -6042,7 +6113,8 @@ fn raw_and_vxlan_links_hand_the_vm_tcp_segments_merged_into_gso_frames() {
 fn quickstart_blocks() -> Vec<(String, String)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/QUICKSTART.md");
     let text = std::fs::read_to_string(path).unwrap();
-    let (mut out, mut cur): (Vec<(String, String)>, Option<(String, String)>) = (Vec::new(), None);
+    type Block = (String, String);
+    let (mut out, mut cur): (Vec<Block>, Option<Block>) = (Vec::new(), None);
     for line in text.lines() {
         match cur.as_mut() {
             Some(_) if line.trim_start().starts_with("```") => out.extend(cur.take()),
@@ -6102,7 +6174,8 @@ fn quickstart_machine(lab: &mut Lab, ns: &str, admin: bool) -> Machine {
         "mount -t tmpfs -o mode=0750 vnet /etc/vnet && mount -t tmpfs -o mode=0700 vnet /var/lib/vnet \
          && mount -t tmpfs -o mode=0755 vnet /run/vnet{root} && touch /run/vnet/.ready && exec sleep 3600"
     );
-    let pid = lab.spawn(ns, &["unshare", "--mount", "--propagation", "private", "sh", "-c", &script]).unwrap();
+    let pid =
+        lab.spawn(ns, &["unshare", "--mount", "--propagation", "private", "sh", "-c", &script]).unwrap();
     let m = Machine { pid };
     wait_until(5.0, "the machine's mount namespace is up", || {
         quickstart_run(&m, &[], "test -e /run/vnet/.ready").status.success()
@@ -6136,7 +6209,9 @@ fn lab_bin_dir() -> (String, String) {
 /// background; it returns once the control socket answers (the unit is
 /// Type=notify). No systemd runs in the lab (PID 1 is not systemd here).
 fn write_systemctl_shim() -> std::path::PathBuf {
-    let unit = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/vnetd@.service")).unwrap();
+    let unit =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/vnetd@.service"))
+            .unwrap();
     let exec = unit.lines().find_map(|l| l.strip_prefix("ExecStart=")).unwrap().to_string();
     let vnetd = vnet_lab::bin("vnetd").unwrap();
     let exec = exec.replace("/usr/sbin/vnetd", &vnetd.display().to_string());
@@ -6171,17 +6246,27 @@ fn quickstart_commands_run_verbatim_and_the_vms_ping() {
     // Issue 45: docs/QUICKSTART.md's blocks, verbatim: an admin machine
     // (lab host 0, 10.77.0.1) makes the network in three commands; hosts
     // 1-3 join in two each (join, approve); their VMs ping; then host 4.
-    let mut lab = lab(Spec { hosts: 5, vms_per_host: 1, veth_hosts: (0..5).collect(), no_vnetd: true, ..Spec::default() });
+    let mut lab = lab(Spec {
+        hosts: 5,
+        vms_per_host: 1,
+        veth_hosts: (0..5).collect(),
+        no_vnetd: true,
+        ..Spec::default()
+    });
     assert_eq!(lab.hosts[0].underlay_ip.to_string(), "10.77.0.1", "the page's admin address");
     let blocks = quickstart_blocks();
-    let block = |on: &str| -> Vec<String> { blocks.iter().filter(|(o, _)| o == on).map(|(_, b)| b.clone()).collect() };
+    let block = |on: &str| -> Vec<String> {
+        blocks.iter().filter(|(o, _)| o == on).map(|(_, b)| b.clone()).collect()
+    };
     let (network, host, approve, vm) = (block("admin"), block("host"), block("approve"), block("vm"));
     assert_eq!((network.len(), host.len(), approve.len(), vm.len()), (1, 1, 1, 1), "{blocks:?}");
-    let count = |b: &str| b.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')).count();
+    let count =
+        |b: &str| b.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')).count();
     let (per_network, per_host) = (count(&network[0]), count(&host[0]) + count(&approve[0]));
     eprintln!("quickstart: {per_network} commands for the network, {per_host} per host, 0 files by hand");
     assert!(per_network <= 3 && per_host <= 2, "{per_network} per network, {per_host} per host");
-    let mut guard = QuickstartGuard { namespaces: lab.hosts.iter().map(|h| h.ns.clone()).collect(), made: Vec::new() };
+    let mut guard =
+        QuickstartGuard { namespaces: lab.hosts.iter().map(|h| h.ns.clone()).collect(), made: Vec::new() };
     for d in ["/etc/vnet", "/var/lib/vnet", "/run/vnet"] {
         let p = std::path::PathBuf::from(d);
         if !p.exists() {
@@ -6191,9 +6276,15 @@ fn quickstart_commands_run_verbatim_and_the_vms_ping() {
     }
     write_systemctl_shim();
     let nss: Vec<String> = lab.hosts.iter().map(|h| h.ns.clone()).collect();
-    let machines: Vec<Machine> = nss.iter().enumerate().map(|(h, ns)| quickstart_machine(&mut lab, ns, h == 0)).collect();
+    let machines: Vec<Machine> =
+        nss.iter().enumerate().map(|(h, ns)| quickstart_machine(&mut lab, ns, h == 0)).collect();
     let ok = |what: &str, o: std::process::Output| -> String {
-        assert!(o.status.success(), "{what}: {}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{what}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stdout).to_string()
     };
     let said = ok("the network's block", quickstart_run(&machines[0], &[], &network[0]));
@@ -6229,13 +6320,19 @@ fn quickstart_commands_run_verbatim_and_the_vms_ping() {
     let check = block("check")[0].clone();
     let status = ok("show cluster", quickstart_run(&machines[1], &[], &check));
     assert!(status.contains("store up") && status.contains("hosts 3: h1 h2 h3"), "{status}");
-    wait_until(5.0, "h1's VM pings h2's and h3's", || ping_pairs(&[(vms[0].clone(), vms[1].ip), (vms[0].clone(), vms[2].ip)]).is_empty());
+    wait_until(5.0, "h1's VM pings h2's and h3's", || {
+        ping_pairs(&[(vms[0].clone(), vms[1].ip), (vms[0].clone(), vms[2].ip)]).is_empty()
+    });
     // The fourth host: the same two commands; nothing changes on the others.
     join_host(4);
     wait_until(5.0, "h4's VM pings h1's, h2's and h3's", || {
-        ping_pairs(&[(vms[3].clone(), vms[0].ip), (vms[3].clone(), vms[1].ip), (vms[3].clone(), vms[2].ip)]).is_empty()
+        ping_pairs(&[(vms[3].clone(), vms[0].ip), (vms[3].clone(), vms[1].ip), (vms[3].clone(), vms[2].ip)])
+            .is_empty()
     });
-    let links = ok("show links", quickstart_run(&machines[4], &[], "vnetctl --control unix:/run/vnet/lab.sock --json show links"));
+    let links = ok(
+        "show links",
+        quickstart_run(&machines[4], &[], "vnetctl --control unix:/run/vnet/lab.sock --json show links"),
+    );
     let v: serde_json::Value = serde_json::from_str(&links).unwrap();
     let all = v["links"].as_array().unwrap();
     assert_eq!(all.len(), 3, "{links}");

@@ -176,12 +176,20 @@ pub fn init(dir: &str, words: &[&str]) -> Result<String, String> {
         .or_else(|_| etcd.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, ETCD_PORT)))
         .map_err(|_| format!("etcd `{etcd}`: expected an IP address, with a port or not"))?;
     let dir = Path::new(dir);
-    if dir.exists() && std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?.next().is_some() {
-        return Err(format!("{}: not empty (a network is made once; `setup` and `approve` use it)", dir.display()));
+    if dir.exists() && std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?.next().is_some()
+    {
+        return Err(format!(
+            "{}: not empty (a network is made once; `setup` and `approve` use it)",
+            dir.display()
+        ));
     }
     {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     let f = |n: &str| dir.join(n);
     // The network key: it signs every host's certificate.
@@ -300,7 +308,9 @@ pub fn setup(dir: &str) -> Result<String, String> {
         ca,
         net_pub: read(&dir.join("net.pub"))?.trim().to_string(),
         user: join_user(&n.network),
-        password: vnet_client::keys::read_secret(&join_pw_file, "the join password", 4096)?.trim().to_string(),
+        password: vnet_client::keys::read_secret(&join_pw_file, "the join password", 4096)?
+            .trim()
+            .to_string(),
     };
     let token = format!("{TOKEN_PREFIX}{}", b64().encode(serde_json::to_vec(&t).map_err(|e| e.to_string())?));
     Ok(token)
@@ -311,7 +321,8 @@ pub fn setup(dir: &str) -> Result<String, String> {
 fn own_address(url: &str) -> Result<IpAddr, String> {
     let hostport = url.strip_prefix("https://").unwrap_or(url);
     let target: SocketAddr = hostport.parse().map_err(|_| format!("etcd `{url}`: not ADDRESS:PORT"))?;
-    let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().map_err(|_| "bind")?;
+    let bind: SocketAddr =
+        if target.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse().map_err(|_| "bind")?;
     let s = std::net::UdpSocket::bind(bind).map_err(|e| e.to_string())?;
     s.connect(target).map_err(|e| format!("no route to etcd at {target}: {e}"))?;
     Ok(s.local_addr().map_err(|e| e.to_string())?.ip())
@@ -331,14 +342,20 @@ pub fn join(token: &str, words: &[&str]) -> Result<String, String> {
     if !vnet_cluster::layout::valid_name(&host) {
         return Err(format!("host `{host}`: 1 to 63 of A-Za-z0-9._-"));
     }
-    let raw = token.strip_prefix(TOKEN_PREFIX).ok_or("not a join token (`vnetctl network setup` prints one)")?;
+    let raw =
+        token.strip_prefix(TOKEN_PREFIX).ok_or("not a join token (`vnetctl network setup` prints one)")?;
     let t: Token = serde_json::from_slice(&b64().decode(raw.trim()).map_err(|_| "the token is not base64")?)
         .map_err(|e| format!("the token: {e}"))?;
-    let net_pub = NetworkPublic::from_base64(&t.net_pub).map_err(|e| format!("the token's network key: {e}"))?;
+    let net_pub =
+        NetworkPublic::from_base64(&t.net_pub).map_err(|e| format!("the token's network key: {e}"))?;
     let dir = PathBuf::from(dir);
     {
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().recursive(true).mode(0o750).create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     let f = |ext: &str| dir.join(format!("{}{ext}", t.network));
     // The host key: made here, kept here.
@@ -372,9 +389,12 @@ pub fn join(token: &str, words: &[&str]) -> Result<String, String> {
     let cert = rt.block_on(async {
         let at = t.etcd.as_str();
         let e = |what: &'static str| move |e: etcd_client::Error| format!("etcd at {at}: {what}: {e}");
-        let mut c = connect(&t.etcd, &t.ca, Some((&t.user, &t.password))).await.map_err(e("the join user"))?;
+        let mut c =
+            connect(&t.etcd, &t.ca, Some((&t.user, &t.password))).await.map_err(e("the join user"))?;
         let key = format!("/vnet-join/{}/{host}", t.network);
-        c.put(key, serde_json::to_vec(&req).map_err(|e| e.to_string())?, None).await.map_err(e("file the request"))?;
+        c.put(key, serde_json::to_vec(&req).map_err(|e| e.to_string())?, None)
+            .await
+            .map_err(e("file the request"))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
         loop {
             if let Ok(mut c) = connect(&t.etcd, &t.ca, Some((&user, &password))).await {
@@ -386,7 +406,9 @@ pub fn join(token: &str, words: &[&str]) -> Result<String, String> {
                 }
             }
             if tokio::time::Instant::now() > deadline {
-                return Err(format!("not approved within {wait} s: vnetctl network approve DIR {host} on the admin host"));
+                return Err(format!(
+                    "not approved within {wait} s: vnetctl network approve DIR {host} on the admin host"
+                ));
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -431,7 +453,8 @@ pub fn approve(dir: &str, host: &str, words: &[&str]) -> Result<String, String> 
     let (n, ca, root_pw) = load(dir)?;
     let pinned = pairs(words, &["key"])?.first().map(|(_, v)| v.to_string());
     let nk_text = vnet_client::keys::read_secret(&dir.join("net.key"), "the network key", 1024)?;
-    let nk = NetworkKey::from_base64(&nk_text).map_err(|e| format!("{}: {e}", dir.join("net.key").display()))?;
+    let nk =
+        NetworkKey::from_base64(&nk_text).map_err(|e| format!("{}: {e}", dir.join("net.key").display()))?;
     if !vnet_cluster::layout::valid_name(host) {
         return Err(format!("host `{host}`: 1 to 63 of A-Za-z0-9._-"));
     }
@@ -470,17 +493,24 @@ pub fn approve(dir: &str, host: &str, words: &[&str]) -> Result<String, String> 
         let cert = nk.sign(&body).map_err(|e| format!("host {host}'s request: {e}"))?;
         let user = host_user(&n.network, host);
         if c.user_add(user.as_str(), req.password.as_str(), None).await.is_err() {
-            c.user_change_password(user.as_str(), req.password.as_str()).await.map_err(e("set the host's password"))?;
+            c.user_change_password(user.as_str(), req.password.as_str())
+                .await
+                .map_err(e("set the host's password"))?;
         }
         c.user_grant_role(user.as_str(), role(&n.network)).await.map_err(e("grant the network's role"))?;
         let own = user.clone();
         c.role_add(own.as_str()).await.ok();
         let cert_key = format!("/vnet-certs/{}/{host}", n.network);
-        c.role_grant_permission(own.as_str(), Permission::read(cert_key.as_str())).await.map_err(e("grant its certificate"))?;
+        c.role_grant_permission(own.as_str(), Permission::read(cert_key.as_str()))
+            .await
+            .map_err(e("grant its certificate"))?;
         c.user_grant_role(user.as_str(), own.as_str()).await.map_err(e("grant its own role"))?;
         c.put(cert_key.as_str(), cert, None).await.map_err(e("write the certificate"))?;
         c.delete(key.as_str(), None).await.map_err(e("delete the request"))?;
-        Ok(format!("approved host {host} at {} (key fingerprint {print}); its certificate runs {CERT_DAYS} days", req.addr))
+        Ok(format!(
+            "approved host {host} at {} (key fingerprint {print}); its certificate runs {CERT_DAYS} days",
+            req.addr
+        ))
     })
 }
 
@@ -504,7 +534,13 @@ mod tests {
         let said = init(&ds, &["network", "lab", "etcd", "10.9.0.1"]).unwrap();
         assert!(said.contains("etcd --config-file"), "{said}");
         let mode = |n: &str| std::fs::metadata(d.join(n)).unwrap().permissions().mode() & 0o777;
-        for (n, m) in [("net.key", 0o600), ("ca.key", 0o600), ("etcd.key", 0o600), ("root.pw", 0o600), ("net.pub", 0o644)] {
+        for (n, m) in [
+            ("net.key", 0o600),
+            ("ca.key", 0o600),
+            ("etcd.key", 0o600),
+            ("root.pw", 0o600),
+            ("net.pub", 0o644),
+        ] {
             assert_eq!(mode(n), m, "{n}");
         }
         let yml = std::fs::read_to_string(d.join("etcd.yml")).unwrap();

@@ -473,7 +473,8 @@ impl SessionError {
     fn permanent(&self, store: &Store, network: &str) -> Option<String> {
         let SessionError::Etcd { source, .. } = self else { return None };
         let a = &store.auth;
-        let file = |f: &Option<std::path::PathBuf>| f.as_ref().map_or("(none)".into(), |p| p.display().to_string());
+        let file =
+            |f: &Option<std::path::PathBuf>| f.as_ref().map_or("(none)".into(), |p| p.display().to_string());
         let user = a.user.clone().unwrap_or_else(|| "(the client certificate's common name)".into());
         if let etcd_client::Error::GRpcStatus(st) = source {
             match st.code() {
@@ -500,7 +501,11 @@ impl SessionError {
         // error; their words are rustls'.
         let text = format!("{source:?} {}", self.said());
         let has = |w: &str| text.contains(w);
-        if has("UnknownIssuer") || has("invalid peer certificate") || has("BadSignature") || has("NotValidForName") {
+        if has("UnknownIssuer")
+            || has("invalid peer certificate")
+            || has("BadSignature")
+            || has("NotValidForName")
+        {
             return Some(format!(
                 "etcd's server certificate is not one the CA in etcd-ca {} signed (or does not name the \
                  address vnetd dials): give the CA that signed etcd's --cert-file",
@@ -514,7 +519,11 @@ impl SessionError {
                     .to_string(),
             );
         }
-        if has("BadCertificate") || has("UnknownCA") || has("bad certificate") || has("unknown certificate authority") {
+        if has("BadCertificate")
+            || has("UnknownCA")
+            || has("bad certificate")
+            || has("unknown certificate authority")
+        {
             return Some(format!(
                 "etcd refused this host's client certificate (etcd-cert {}): give one signed by the CA etcd \
                  trusts (its --trusted-ca-file)",
@@ -558,7 +567,10 @@ async fn refused_client_certificate(store: &Store) -> Option<String> {
         _ => b.with_no_client_auth(),
     };
     let name = ServerName::try_from(host).ok()?;
-    let tcp = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(hostport)).await.ok()?.ok()?;
+    let tcp = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(hostport))
+        .await
+        .ok()?
+        .ok()?;
     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg));
     let said = match tokio::time::timeout(Duration::from_secs(2), connector.connect(name, tcp)).await.ok()? {
         Err(e) => e.to_string(),
@@ -571,7 +583,8 @@ async fn refused_client_certificate(store: &Store) -> Option<String> {
             }
         }
     };
-    let file = |f: &Option<std::path::PathBuf>| f.as_ref().map_or("(none)".into(), |p| p.display().to_string());
+    let file =
+        |f: &Option<std::path::PathBuf>| f.as_ref().map_or("(none)".into(), |p| p.display().to_string());
     if said.contains("CertificateRequired") || (said.contains("BadCertificate") && a.cert.is_none()) {
         return Some(
             "etcd requires a client certificate (its --client-cert-auth) and this host gives none: add \
@@ -1141,8 +1154,7 @@ impl Host {
         s.hosts.sort();
         s.expiries = self.member.expiries().map(|(h, t)| (h.to_string(), t)).collect();
         s.cert_ids = self.member.cert_ids().map(|(h, id)| (h.to_string(), id.to_string())).collect();
-        s.conflicts =
-            self.member.conflicts().map(|(m, h, c)| (m, h.to_string(), c.to_string())).collect();
+        s.conflicts = self.member.conflicts().map(|(m, h, c)| (m, h.to_string(), c.to_string())).collect();
         s.revoked = self.member.revoked();
         s.macs = self.member.macs();
         s.routes = self.member.routes();

@@ -468,7 +468,10 @@ fn listener_name(ep: &Endpoint) -> Option<String> {
 
 /// The TCP listener of `addr`: the previous vnetd's, handed over under
 /// `name`, else bound anew.
-async fn tcp_listener(name: Option<&str>, addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+async fn tcp_listener(
+    name: Option<&str>,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<tokio::net::TcpListener> {
     match name.and_then(crate::handover::take_control) {
         Some(fd) => {
             let l = std::net::TcpListener::from(fd);
@@ -547,7 +550,7 @@ pub async fn serve(
             }
             drain(&slots).await;
             let fd: std::os::fd::OwnedFd = l.into_std()?.into();
-            return Ok(name.map(|n| (n, fd)));
+            Ok(name.map(|n| (n, fd)))
         }
         Endpoint::Tcp(addr) => {
             check_tcp_endpoint(*addr)?;

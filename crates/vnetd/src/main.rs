@@ -244,15 +244,14 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
     let mut claim_key = None;
     // The host key: `--key`, or the config's `cluster` line's `key` (not both).
     let line_key = match &args.config {
-        Some(path) => std::fs::read_to_string(path)
-            .ok()
-            .and_then(|t| vnet_control::parse(&t).ok())
-            .and_then(|cmds| {
+        Some(path) => {
+            std::fs::read_to_string(path).ok().and_then(|t| vnet_control::parse(&t).ok()).and_then(|cmds| {
                 cmds.into_iter().find_map(|c| match c.item {
                     vnet_control::Command::Cluster(l) => l.key.map(std::path::PathBuf::from),
                     _ => None,
                 })
-            }),
+            })
+        }
         None => None,
     };
     let (key, flag) = match (&args.key, &line_key) {

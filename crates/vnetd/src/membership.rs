@@ -227,7 +227,8 @@ impl Status {
             s.push_str(&format!("revoked: {} hosts, {} certificates\n", self.revoked.0, self.revoked.1));
         }
         for (mac, holder, claimant, iface) in self.conflicts() {
-            let iface = iface.map(|i| format!(" (interface {i} here: not claimed, not routed)")).unwrap_or_default();
+            let iface =
+                iface.map(|i| format!(" (interface {i} here: not claimed, not routed)")).unwrap_or_default();
             s.push_str(&format!("conflict {mac}: held by {holder}, claimed by {claimant}{iface}\n"));
         }
         match &self.last {
