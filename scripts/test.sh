@@ -65,7 +65,7 @@ by_hand=(an_upgrade_from_the_previous_package)
 # and garbage collection, what the cluster accepts from etcd, the saved
 # configuration): once, on the user path pass. (The kernel pass keeps the
 # cluster tests that move traffic: its maps follow the same table.)
-user_only=(rekeying_ encrypted_links_ a_handshake_initiation_replayed tcp_link_ tls_ a_tls_control a_secured_link_follows a_restarted_peer_at_a_new a_tap_is_known_for quickstart_commands hosts_behind_nats_
+user_only=(rekeying_ encrypted_links_ a_handshake_initiation_replayed tcp_link_ tls_ a_tls_control a_secured_link_follows a_restarted_peer_at_a_new a_tap_is_known_for quickstart_commands a_cluster_across_nats hosts_behind_nats_
     ten_thousand_slow a_thousand_control an_unprivileged_client a_state_dir_or_ca_others cni_malformed cni_unknown_version
     cni_missing_netns cni_vnetd_not_running every_baseline_ bridged_baseline_ adaptive_dispatch_polls_under_load
     workers_run_on many_streams_are_read an_encrypted_links_65000 secured_links_agree

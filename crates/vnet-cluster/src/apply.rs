@@ -43,6 +43,15 @@ pub struct LinkOptions {
     pub protect: Protect,
     /// A secured link's AEAD (`cipher`).
     pub cipher: Cipher,
+    /// `nat`: every secured link may cross NAT (it sends from the listening
+    /// socket and follows its peer's authenticated address and port).
+    pub nat: bool,
+    /// `relay auto`: secured links go through a host whose record says it
+    /// relays ([`LinkOptions::relay`], chosen by the cluster task) while
+    /// their peer cannot be reached directly.
+    pub relay_auto: bool,
+    /// The relay's key as chosen now (not a word of the options).
+    pub relay: Option<PeerKey>,
 }
 
 impl Default for LinkOptions {
@@ -53,6 +62,9 @@ impl Default for LinkOptions {
             mtu: vnet_control::parse::DEFAULT_LINK_MTU,
             protect: Protect::AsKeyed,
             cipher: Cipher::Auto,
+            nat: false,
+            relay_auto: false,
+            relay: None,
         }
     }
 }
@@ -63,6 +75,24 @@ impl LinkOptions {
     /// which each host's record gives). Errors point into `words`.
     pub fn parse(words: &str) -> Result<LinkOptions, vnet_control::Error> {
         const HEAD: &str = "link probe udp 127.0.0.1:9 ";
+        // `relay auto`: the relay comes from the records, not the words.
+        let relay_auto =
+            words.split_whitespace().collect::<Vec<_>>().windows(2).any(|w| w == ["relay", "auto"]);
+        let stripped;
+        let words = if relay_auto {
+            stripped = words.replacen("relay auto", "", 1);
+            stripped.as_str()
+        } else {
+            words
+        };
+        if words.split_whitespace().any(|x| x == "relay") {
+            let column = words.find("relay").map_or(1, |i| i as u32 + 1);
+            return Err(vnet_control::Error::new(
+                vnet_control::Pos { line: 1, column },
+                "`relay auto` (a relay from the records: a host that runs vnetd --relay)",
+                "`relay` with a key",
+            ));
+        }
         let said = |w: &str| words.split_whitespace().any(|x| x == w);
         let at = |e: vnet_control::Error| {
             let column = e.pos.column.saturating_sub(HEAD.len() as u32).max(1);
@@ -77,14 +107,14 @@ impl LinkOptions {
             ));
         }
         // A `security` word needs a key to parse; a placeholder stands in.
-        let key = if (said("security") && !said("none")) || said("cipher") {
+        let key = if (said("security") && !said("none")) || said("cipher") || said("nat") {
             format!(" peer-key {}", PeerKey([0; 32]))
         } else {
             String::new()
         };
         let cmds = vnet_control::parse(&format!("{HEAD}{words}{key}")).map_err(at)?;
         let Some(Command::Link {
-            transport: Transport::Udp { format, network, security, cipher, .. },
+            transport: Transport::Udp { format, network, security, cipher, nat, .. },
             mtu,
             ..
         }) = cmds.into_iter().next().map(|c| c.item)
@@ -98,7 +128,20 @@ impl LinkOptions {
             Security::None => Protect::AsKeyed,
         };
         let format = if said("format") { format } else { Format::Vnet };
-        Ok(LinkOptions { format, network, mtu, protect, cipher })
+        if (nat || relay_auto) && !said("security") {
+            // `nat` and relays are secured links' (the peer is known by its key).
+            return Ok(LinkOptions {
+                format,
+                network,
+                mtu,
+                protect: Protect::Encrypt,
+                cipher,
+                nat,
+                relay_auto,
+                relay: None,
+            });
+        }
+        Ok(LinkOptions { format, network, mtu, protect, cipher, nat, relay_auto, relay: None })
     }
 
     /// Whether every peer must have a key.
@@ -121,8 +164,9 @@ impl LinkOptions {
             network: self.network,
             security,
             cipher: if security == Security::None { Cipher::Auto } else { self.cipher },
-            nat: false,
-            relay: None,
+            nat: self.nat && security != Security::None,
+            // Never through the peer itself.
+            relay: self.relay.filter(|r| security != Security::None && Some(*r) != peer.key),
         })
     }
 }
@@ -556,8 +600,29 @@ mod tests {
         assert_eq!((e.pos.line, e.pos.column), (1, 10));
         let e = LinkOptions::parse("mtu 1").unwrap_err();
         assert_eq!(e.pos.column, 5, "{e}");
+        // Issue 45: cluster links across NATs.
+        let o = LinkOptions::parse("nat relay auto mtu 1400").unwrap();
+        assert!(o.nat && o.relay_auto && o.require_key() && o.mtu == 1400, "{o:?}");
+        let e = LinkOptions::parse(&format!("nat relay {}", PeerKey([3; 32]))).unwrap_err();
+        assert!(e.to_string().contains("relay auto"), "{e}");
+        let (k, r) = (PeerKey([1; 32]), PeerKey([2; 32]));
+        let peer = |key| Peer {
+            addr: "10.0.0.2:9000".parse().unwrap(),
+            key: Some(key),
+            claim_key: None,
+            relay: false,
+        };
+        let with = LinkOptions { relay: Some(r), ..o };
+        assert!(
+            matches!(with.transport(&peer(k)), Some(Transport::Udp { nat: true, relay: Some(x), .. }) if x == r)
+        );
+        assert!(
+            matches!(with.transport(&peer(r)), Some(Transport::Udp { relay: None, .. })),
+            "never through the peer itself"
+        );
         // A keyless host gets no link where every link is secured.
-        let keyless = Peer { addr: "10.0.0.2:9000".parse().unwrap(), key: None, claim_key: None };
+        let keyless =
+            Peer { addr: "10.0.0.2:9000".parse().unwrap(), key: None, claim_key: None, relay: false };
         assert_eq!(LinkOptions::parse("security auth").unwrap().transport(&keyless), None);
     }
 
@@ -575,6 +640,7 @@ mod tests {
             kinds: vec![],
             public_key: Some(evil),
             cert: None,
+            relay: false,
         };
         s.put(&host_key("n", "b"), v.to_json(), None);
         let mut out = Vec::new();

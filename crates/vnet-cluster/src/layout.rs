@@ -92,6 +92,11 @@ pub struct HostRecord {
     /// Its certificate, signed by the network key ([`crate::trust`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert: Option<String>,
+    /// It relays between its secured peers (`vnetd --relay`): links with
+    /// `relay auto` between hosts behind NATs go through it while they
+    /// cannot reach each other directly.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub relay: bool,
 }
 
 /// Who has a VM MAC: a host's claim.
@@ -155,7 +160,7 @@ pub(crate) mod fixtures {
     /// A plain host record at 10.0.0.I:9000.
     pub fn host(i: u8) -> Vec<u8> {
         let addr = format!("10.0.0.{i}:9000").parse().unwrap();
-        HostRecord { addr, kinds: vec![], public_key: None, cert: None }.to_json()
+        HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }.to_json()
     }
 
     /// An unsigned claim of a MAC for host `h`'s `vm0`.

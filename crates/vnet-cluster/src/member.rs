@@ -40,6 +40,8 @@ pub struct Peer {
     pub key: Option<PeerKey>,
     /// Its claim key, from its certificate, where the network has a key.
     pub claim_key: Option<[u8; 32]>,
+    /// It relays between its secured peers (its record's `relay`).
+    pub relay: bool,
 }
 
 /// What must change on this host.
@@ -539,7 +541,7 @@ impl Member {
                 _ => {}
             }
         }
-        Ok((Peer { addr: r.addr, key, claim_key }, not_after, id))
+        Ok((Peer { addr: r.addr, key, claim_key, relay: r.relay }, not_after, id))
     }
 
     fn put_host_record(
@@ -898,7 +900,7 @@ mod tests {
 
     fn keyed(i: u8, key: &str) -> Vec<u8> {
         let addr = format!("10.0.0.{i}:9000").parse().unwrap();
-        HostRecord { addr, kinds: vec![], public_key: Some(key.into()), cert: None }.to_json()
+        HostRecord { addr, kinds: vec![], public_key: Some(key.into()), cert: None, relay: false }.to_json()
     }
 
     #[test]

@@ -87,6 +87,10 @@ impl Lab {
 
     /// Where the lab's etcd listens.
     pub fn etcd_ip(&self) -> IpAddr {
+        // A NAT lab's etcd is on the internet segment, which every NAT reaches.
+        if self.spec.nat {
+            return std::net::Ipv4Addr::new(203, 0, 113, 250).into();
+        }
         etcd_ip(self.spec.ipv6_underlay)
     }
 
@@ -160,11 +164,15 @@ impl Lab {
                 host: format!("h{h}"),
                 public_key: public.to_string(),
                 claim_key: vnetd::keys::claim_pubkey(&private).map_err(Error::Other)?,
-                addrs: vec![format!(
-                    "{}/{}",
-                    host.underlay_ip,
-                    if host.underlay_ip.is_ipv4() { 32 } else { 128 }
-                )],
+                addrs: {
+                    let bits = if host.underlay_ip.is_ipv4() { 32 } else { 128 };
+                    let mut a = vec![format!("{}/{bits}", host.underlay_ip)];
+                    // Behind a NAT: the address its peers see it at too.
+                    if self.spec.nat && h != 2 {
+                        a.push(format!("{}/32", crate::spec::public_ip(h)));
+                    }
+                    a
+                },
                 // A day: every cluster test runs with an expiring certificate.
                 not_after: Some(
                     std::time::SystemTime::now()
@@ -188,6 +196,11 @@ impl Lab {
             ("host", format!("h{h}")),
             ("cluster-ttl", c.ttl_s.max(3).to_string()),
         ];
+        if self.spec.nat {
+            // Links across NATs, relayed by host 2 where no direct path opens:
+            // no per-peer line (issue 45).
+            s.push(("cluster-link-options", "nat relay auto".to_string()));
+        }
         if c.secured() {
             let f = |n: String| self.dir.join(n).display().to_string();
             s.extend([
@@ -225,17 +238,22 @@ impl Lab {
         if !self.spec.cluster.as_ref().is_some_and(|c| c.in_config) {
             return None;
         }
-        let mut words = Vec::new();
+        let (mut words, mut link) = (Vec::new(), None);
         for (k, v) in self.cluster_settings(h) {
             match k {
                 "cluster" => words.push(v),
                 "cluster-ttl" => words.extend(["ttl".to_string(), v]),
+                "cluster-link-options" => link = Some(v),
                 _ => words.extend([k.to_string(), v]),
             }
         }
         // The host key too: a secured cluster with nothing on vnetd's command line.
         if let Some((file, _)) = &self.hosts[h].key {
             words.extend(["key".to_string(), file.display().to_string()]);
+        }
+        // `link` takes the rest of the line: last.
+        if let Some(l) = link {
+            words.extend(["link".to_string(), l]);
         }
         Some(format!("cluster {}\n", words.join(" ")))
     }

@@ -4147,6 +4147,132 @@ fn a_moved_vm_stays_moved_across_a_restart_of_either_host_cluster_mode() {
     a_moved_vm_stays_moved_across_restarts(true);
 }
 
+/// Issue 45: cluster mode across NATs. Hosts 0 (a port-forwarding NAT),
+/// 1 and 3 (symmetric NATs) and host 2 (public, `vnetd --relay`) form a
+/// cluster from etcd alone with `--cluster-link-options "nat relay auto"`:
+/// no per-peer line. A host behind a NAT advertises the address its peers
+/// see it at (its certificate names it), links punch through where a NAT
+/// lets them and go through host 2 where none does; `conntrack -F` on two
+/// NATs at once costs under 2 s.
+#[test]
+#[ignore = "needs root, network namespaces and etcd: run with --ignored"]
+fn a_cluster_across_nats_links_every_host_with_no_per_peer_configuration() {
+    let spec = Spec {
+        hosts: 4,
+        nat: true,
+        cluster: Some(vnet_lab::Cluster { ttl_s: 5, late: vec![], open: false, in_config: false }),
+        ..Spec::default()
+    };
+    let lab = lab(spec);
+    let vms: Vec<Vm> = (0..4).map(|h| lab.vm(h, 0).clone()).collect();
+    let took = wait_until(20.0, "every host sees the four and routes the other three VMs", || {
+        (0..4).all(|h| {
+            let c = lab.cluster_status(h).unwrap();
+            c["hosts"].as_array().map_or(0, Vec::len) == 4 && c["routes"] == 3
+        })
+    });
+    eprintln!("NAT cluster: converged {took:?} after the hosts started");
+    let pairs: Vec<(Vm, Ipv4Addr)> = (0..4)
+        .flat_map(|a| (0..4).filter(move |&b| b != a).map(move |b| (a, b)))
+        .map(|(a, b)| (vms[a].clone(), vms[b].ip))
+        .collect();
+    let took = wait_until(30.0, "every VM pings every other", || ping_pairs(&pairs).is_empty());
+    eprintln!("NAT cluster: every pair of VMs pings {took:?} later");
+    // Host 0's record says where its peers see it: its NAT's address.
+    // (Peers reflect it with their keepalives: within seconds.)
+    let rec = |lab: &Lab| {
+        lab.etcdctl(&["get", "--print-value-only", &format!("/vnet/{}/hosts/h0", lab.prefix)]).unwrap()
+    };
+    let took = wait_until(20.0, "host 0's record says its NAT's address", || {
+        rec(&lab).contains("\"addr\":\"203.0.113.1:9000\"")
+    });
+    eprintln!("NAT cluster: host 0 advertised its NAT's address {took:?} later");
+    // Hosts 1 and 3 are behind symmetric NATs: their records keep their own
+    // addresses (what a peer sees changes with each destination).
+    let rec1 =
+        lab.etcdctl(&["get", "--print-value-only", &format!("/vnet/{}/hosts/h1", lab.prefix)]).unwrap();
+    assert!(rec1.contains("\"addr\":\"10.77.1.1:9000\""), "{rec1}");
+    // The links remade to host 0's advertised address: every pair talks
+    // again, hosts 1 and 3 (two symmetric NATs) through host 2.
+    let t0 = std::time::Instant::now();
+    loop {
+        let bad = ping_pairs(&pairs);
+        if bad.is_empty() {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let paths: Vec<String> = (0..4)
+                .flat_map(|h| {
+                    json(&lab, h, "links")["links"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(move |l| {
+                            format!(
+                                "h{h}->{}: {} {} remote {} established {} relayed_tx {}",
+                                l["name"],
+                                l["path"],
+                                l["endpoint"],
+                                l["remote"],
+                                l["established"],
+                                l["relayed_tx"]
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            panic!(
+                "pairs that do not ping 30 s after the records changed: {bad:?}\n{}\nh2's log:\n{}",
+                paths.join("\n"),
+                lab.log(2)
+            );
+        }
+    }
+    eprintln!("NAT cluster: every pair pings again {:?} later", t0.elapsed());
+    wait_until(20.0, "hosts 1 and 3 go through the relay", || {
+        link_named(&lab, 1, "h3")["path"] == "relayed" && link_named(&lab, 3, "h1")["path"] == "relayed"
+    });
+    let paths: Vec<String> = (0..4)
+        .flat_map(|h| {
+            json(&lab, h, "links")["links"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |l| format!("h{h}->{}: {} {}", l["name"], l["path"], l["endpoint"]))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    eprintln!("NAT cluster: paths:\n  {}", paths.join("\n  "));
+    assert_eq!(link_named(&lab, 1, "h3")["path"], "relayed", "two symmetric NATs: {paths:?}");
+    assert_ne!(
+        link_named(&lab, 0, "h1")["path"],
+        "relayed",
+        "a port-forwarding NAT and a symmetric one punch: {paths:?}"
+    );
+    for h in 0..4 {
+        for l in json(&lab, h, "links")["links"].as_array().unwrap() {
+            assert!(l["security"] == "encrypt" && l["established"] == true, "host {h}: {l}");
+        }
+    }
+    // Both NATs forget every mapping at once, under a 10 ms ping from
+    // host 0's VM to host 1's.
+    let (r0, r1) = (format!("{}-r0", lab.prefix), format!("{}-r1", lab.prefix));
+    let (out, _) = {
+        let (a, b) = (vms[0].clone(), vms[1].clone());
+        let ip = b.ip.to_string();
+        let ping = in_background(&a.ns, &["ping", "-n", "-i", "0.01", "-c", "600", "-W", "1", &ip]);
+        std::thread::sleep(Duration::from_secs(2));
+        for r in [&r0, &r1] {
+            let o = lab.ns_output(r, &["conntrack", "-F"]).unwrap();
+            assert!(o.status.success(), "conntrack -F: {o:?}");
+        }
+        (String::from_utf8_lossy(&ping.join().unwrap().stdout).to_string(), ())
+    };
+    let (r, gap) = ping_gap("NAT cluster: conntrack flushed on both NATs", &out, 600);
+    eprintln!("NAT cluster: after the flush: {r:?}, longest gap {} ms", gap * 10);
+    assert!(gap <= 200, "traffic stopped for {} ms after both NATs were flushed", gap * 10);
+}
+
 /// Issue 31: a cluster whose etcd and hosts are on an IPv6-only underlay:
 /// the hosts' records carry IPv6 addresses, they converge, their VMs talk,
 /// and a relocation under a 10 ms ping loses under 100 ms, on either path.

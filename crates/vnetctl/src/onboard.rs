@@ -417,6 +417,23 @@ pub fn join(token: &str, words: &[&str]) -> Result<String, String> {
     if c.host != host || c.network != t.network || c.public_key.to_string() != public_key {
         return Err("the certificate etcd gave is not this host's (another name, network or key)".into());
     }
+    let conf_file = install(&t, &dir, &host, addr, &cert)?;
+    let unit = format!("vnetd@{}", t.network);
+    let started = std::process::Command::new("systemctl").args(["enable", "--now", &unit]).status();
+    let how = match started {
+        Ok(s) if s.success() => format!("{unit} started"),
+        Ok(s) => return Err(format!("systemctl enable --now {unit}: {s}")),
+        Err(_) => format!("no systemctl here: start it with vnetd --config {}", conf_file.display()),
+    };
+    Ok(format!("host {host} joined network {}: {} written; {how}", t.network, conf_file.display()))
+}
+
+/// Writes the host's certificate, the network's public key, etcd's CA and
+/// `NET.conf` (its `listen` line and a `cluster` line naming them all,
+/// with the host key) into `dir`; returns the config's path.
+fn install(t: &Token, dir: &Path, host: &str, addr: IpAddr, cert: &str) -> Result<PathBuf, String> {
+    let f = |ext: &str| dir.join(format!("{}{ext}", t.network));
+    let user = host_user(&t.network, host);
     write(&f(".cert"), &format!("{cert}\n"), 0o644)?;
     write(&f(".pub"), &format!("{}\n", t.net_pub), 0o644)?;
     write(&f("-etcd-ca.pem"), &t.ca, 0o644)?;
@@ -437,14 +454,7 @@ pub fn join(token: &str, words: &[&str]) -> Result<String, String> {
     );
     let conf_file = f(".conf");
     write(&conf_file, &conf, 0o640)?;
-    let unit = format!("vnetd@{}", t.network);
-    let started = std::process::Command::new("systemctl").args(["enable", "--now", &unit]).status();
-    let how = match started {
-        Ok(s) if s.success() => format!("{unit} started"),
-        Ok(s) => return Err(format!("systemctl enable --now {unit}: {s}")),
-        Err(_) => format!("no systemctl here: start it with vnetd --config {}", conf_file.display()),
-    };
-    Ok(format!("host {host} joined network {}: {} written; {how}", t.network, conf_file.display()))
+    Ok(conf_file)
 }
 
 /// `network approve DIR HOST [key FINGERPRINT]`.

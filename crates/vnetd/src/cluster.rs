@@ -77,6 +77,9 @@ pub struct Config {
     pub cert: Option<String>,
     /// This host's claim key (from its `--key`): signs its MAC claims.
     pub claim_key: Option<Arc<ClaimKey>>,
+    /// This host relays between its secured peers (`vnetd --relay`): its
+    /// record says so, for the others' `relay auto`.
+    pub relay: bool,
 }
 
 /// `etcd:URL[,URL...]` to the URLs (an `http://` is assumed where a URL
@@ -326,6 +329,8 @@ pub async fn run(
         published: BTreeMap::new(),
         unclaimed: BTreeMap::new(),
         unclaimed_rev: 0,
+        reflected: None,
+        relay_key: None,
         lease: None,
         retry: None,
         logged: None,
@@ -623,6 +628,13 @@ struct Host {
     unclaimed: BTreeMap<MacAddr, (String, String)>,
     /// The view's revision when `unclaimed` was last made.
     unclaimed_rev: u64,
+    /// `nat` links: this host's public address as its peers see it (behind
+    /// a NAT), with its listening port; advertised in its record instead of
+    /// the listening address, where its certificate allows it.
+    reflected: Option<SocketAddr>,
+    /// `relay auto`: the relay its links go through now (a host whose record
+    /// says it relays); when it changes, the whole view is planned again.
+    relay_key: Option<vnet_control::PeerKey>,
     /// The lease of the last session, reused if still alive.
     lease: Option<i64>,
     /// The last transaction was refused: the next one brings the whole view.
@@ -720,6 +732,9 @@ impl Host {
                     if expire_every.elapsed() >= Duration::from_secs(1) {
                         expire_every = Instant::now();
                         self.expire_certificates();
+                    }
+                    if self.reflect() {
+                        self.put_host(&mut c, lease).await?;
                     }
                     let generation = lock(&self.daemon).generation();
                     let unsettled = !self.unclaimed.is_empty() && self.member.revision() != self.unclaimed_rev;
@@ -896,6 +911,48 @@ impl Host {
         Ok(rev)
     }
 
+    /// `nat` links: whether this host's public address, as a peer reflects
+    /// it (a relay's reflection first: a public host sees the NAT's address
+    /// as it is), is news to advertise; its certificate must allow it, and
+    /// the NAT must keep the listening port.
+    fn reflect(&mut self) -> bool {
+        if !self.cfg.link_options.nat || self.cfg.advertise.is_some() {
+            return false;
+        }
+        let (seen, listen) = {
+            let d = lock(&self.daemon);
+            (d.reflections(), d.state().listen)
+        };
+        let relays: Vec<&str> = self.member.links().filter(|(_, p)| p.relay).map(|(n, _)| n).collect();
+        let pick = seen.iter().find(|(n, _)| relays.contains(&n.as_str())).or(seen.first());
+        // Only a NAT that keeps the port (one that forwards it, or
+        // preserves it) gives an address others can send to first; behind
+        // one that picks a port per destination (symmetric), the record
+        // keeps the host's own address: its peers learn its mapping from
+        // its own datagrams, and two such hosts go through a relay.
+        let Some(seen) = pick.map(|(_, a)| *a).filter(|a| a.port() == listen.port()) else { return false };
+        let ip = vnet_control::canonical(seen.ip());
+        let addr = SocketAddr::new(ip, listen.port());
+        if self.reflected == Some(addr) || (ip == listen.ip() && self.reflected.is_none()) {
+            return false;
+        }
+        let allowed = match (&self.cfg.network_key, &self.cfg.cert) {
+            (Some(nk), Some(cert)) => nk.verify(cert).is_ok_and(|c| c.allows(ip)),
+            _ => true,
+        };
+        if !allowed {
+            if self.reflected.is_none() {
+                tracing::warn!(%ip, "cluster: peers see this host at {ip} (behind a NAT), which its certificate does not name: \
+                    its record keeps its own address (sign its certificate with addr {ip}/32 too)");
+                self.reflected = Some(SocketAddr::new(listen.ip(), listen.port()));
+            }
+            return false;
+        }
+        tracing::info!(%addr, "cluster: peers see this host at {addr} (behind a NAT): its record says so");
+        self.reflected = Some(addr);
+        true
+    }
+
     /// The MAC whose claim by this host `e` (already applied) changed or
     /// deleted while the view still gives it to this host: another
     /// writer's doing (a forged claim in a signed network, a deletion),
@@ -919,12 +976,16 @@ impl Host {
     async fn put_host(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
         let record = {
             let d = lock(&self.daemon);
-            let addr = advertised(self.cfg.advertise, d.state().listen).map_err(SessionError::NoAddress)?;
+            let addr = match self.reflected {
+                Some(a) => a,
+                None => advertised(self.cfg.advertise, d.state().listen).map_err(SessionError::NoAddress)?,
+            };
             HostRecord {
                 addr,
                 kinds: vec!["udp".into()],
                 public_key: d.public_key(),
                 cert: self.cfg.cert.clone(),
+                relay: self.cfg.relay,
             }
         };
         let (key, value) = (host_key(&self.cfg.network, &self.cfg.host), record.to_json());
@@ -1086,9 +1147,21 @@ impl Host {
     /// one transaction.
     fn converge(&mut self, changes: &[Change], events: u64, t0: Instant) {
         let mut all = Vec::new();
+        // `relay auto`: the first host by name whose record says it relays
+        // (none when this host is one: its links are its own way through).
+        let relay = match self.cfg.link_options.relay_auto && !self.cfg.relay {
+            true => self.member.links().filter(|(_, p)| p.relay).find_map(|(_, p)| p.key),
+            false => None,
+        };
+        let relay_changed = relay != self.relay_key;
+        if relay_changed {
+            tracing::info!(relay = ?relay.map(|k| k.to_string()), "cluster: links behind NATs now go through this relay");
+            self.relay_key = relay;
+        }
         // After a refused transaction, or while a host is refused (what
-        // stood in its way may have gone), the whole view.
-        let changes = if self.retry.is_some() || !self.refused.is_empty() {
+        // stood in its way may have gone), or when the relay changed, the
+        // whole view.
+        let changes = if self.retry.is_some() || !self.refused.is_empty() || relay_changed {
             self.member.full(&mut all);
             &all[..]
         } else {
@@ -1097,7 +1170,8 @@ impl Host {
         let mut d = lock(&self.daemon);
         let mut s = lock(&self.status);
         let ours = s.links.clone();
-        let planned = plan(d.state(), changes, &self.cfg.link_options, &|h| ours.contains(h));
+        let opts = vnet_cluster::apply::LinkOptions { relay, ..self.cfg.link_options };
+        let planned = plan(d.state(), changes, &opts, &|h| ours.contains(h));
         let mut cmds = planned.cmds;
         cmds.extend(local(d.state(), &self.member));
         s.counters.events += events;

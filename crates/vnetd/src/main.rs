@@ -368,39 +368,13 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
             control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)))
                 .with_access(access);
         let control = args.control.to_string();
-        match cluster {
-            Some(cfg) => {
-                let (tx, rx) = vnetd::ipam::channel();
-                limits = limits.with_ipam(tx);
-                tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status.clone(), Some(rx)));
-                // Ready once the store answered, or is out of reach (the
-                // data path runs on and the task retries); never while it
-                // refuses this host for good (a password, a CA, a client
-                // certificate, a permission): `show cluster` says why.
-                tokio::spawn(async move {
-                    use vnetd::membership::Health;
-                    // A refusal can first look like an outage (a client
-                    // certificate refused after the handshake closes the
-                    // connection): an outage makes vnetd ready only after
-                    // it lasted this long.
-                    const OUTAGE: std::time::Duration = std::time::Duration::from_secs(3);
-                    let t0 = std::time::Instant::now();
-                    loop {
-                        let h = status.lock().unwrap_or_else(|p| p.into_inner()).health;
-                        if h == Health::Up || (h == Health::Down && t0.elapsed() >= OUTAGE) {
-                            break;
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    }
-                    tracing::info!(%control, "vnetd ready");
-                    vnetd::handover::notify("READY=1\nSTATUS=ready");
-                });
-            }
-            None => {
-                tracing::info!(%control, "vnetd ready");
-                vnetd::handover::notify("READY=1\nSTATUS=ready");
-            }
+        let cluster_status = cluster.as_ref().map(|_| status.clone());
+        if let Some(cfg) = cluster {
+            let (tx, rx) = vnetd::ipam::channel();
+            limits = limits.with_ipam(tx);
+            tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status, Some(rx)));
         }
+        tokio::spawn(say_ready(control, cluster_status));
         control::serve(&args.control, daemon.clone(), limits, control_tls, shutdown).await
     });
     let handing_over = hand_over.load(std::sync::atomic::Ordering::Relaxed);
@@ -457,6 +431,31 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Says vnetd is ready (the log, and systemd's `READY=1`): at once in
+/// static mode; in cluster mode once the store answered, or is out of reach
+/// (the data path runs on and the task retries), and never while it refuses
+/// this host for good (a password, a CA, a client certificate, a
+/// permission): `show cluster` says why.
+async fn say_ready(control: String, cluster: Option<vnetd::membership::Shared>) {
+    use vnetd::membership::Health;
+    if let Some(status) = cluster {
+        // A refusal can first look like an outage (a client certificate
+        // refused after the handshake closes the connection): an outage
+        // makes vnetd ready only after it lasted this long.
+        const OUTAGE: std::time::Duration = std::time::Duration::from_secs(3);
+        let t0 = std::time::Instant::now();
+        loop {
+            let h = status.lock().unwrap_or_else(|p| p.into_inner()).health;
+            if h == Health::Up || (h == Health::Down && t0.elapsed() >= OUTAGE) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    tracing::info!(%control, "vnetd ready");
+    vnetd::handover::notify("READY=1\nSTATUS=ready");
 }
 
 /// The daemon's background tasks: the links' timers, devices noticed gone,
@@ -609,7 +608,7 @@ fn cluster_config(
         (None, None) => return Ok(None),
     };
     let from_line = args.cluster.is_none();
-    cluster_settings(settings, daemon, claim_key).map(Some).map_err(|e| {
+    cluster_settings(settings, daemon, claim_key, args.relay).map(Some).map_err(|e| {
         if from_line {
             format!("the config's `cluster` line: {e}")
         } else {
@@ -622,6 +621,7 @@ fn cluster_settings(
     args: ClusterSettings,
     daemon: &Daemon,
     claim_key: Option<Arc<vnet_cluster::trust::ClaimKey>>,
+    relay_flag: bool,
 ) -> Result<vnetd::cluster::Config, String> {
     let (store, warning) = vnetd::cluster::Store::load(&args.store, &args.auth)?;
     if let Some(w) = warning {
@@ -662,5 +662,6 @@ fn cluster_settings(
         network_key,
         cert,
         claim_key,
+        relay: relay_flag,
     })
 }

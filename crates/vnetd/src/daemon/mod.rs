@@ -707,6 +707,18 @@ impl Daemon {
         }
     }
 
+    /// Where this host's peers see it (each `nat` link's reflection: behind
+    /// a NAT, its public mapping), by link name.
+    pub fn reflections(&self) -> Vec<(String, std::net::SocketAddr)> {
+        self.links
+            .iter()
+            .filter_map(|(id, l)| {
+                let seen = *l.seen_as.load().as_deref()?;
+                Some((self.state.links.get(id)?.name.clone(), seen))
+            })
+            .collect()
+    }
+
     /// Whether interface `id` was activated from standby and its MAC not
     /// claimed since ([`Daemon::claimed`]).
     pub fn moved_in(&self, id: u32) -> bool {
