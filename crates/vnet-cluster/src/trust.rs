@@ -15,11 +15,14 @@
 //!
 //! A MAC record is signed by the claiming host's claim key (an Ed25519 key
 //! derived from its X25519 private key, so a host has one secret, not two)
-//! over the network, the MAC, the host, the interface and the claim's time;
-//! a host takes a claim only if the claimant's certificate names that claim
-//! key, and only if it is newer than the claim it holds for that MAC (a
-//! replayed old claim cannot pull a VM back). What a writer to etcd can
-//! still do is deny service: delete records, or let leases lapse.
+//! over the network, the MAC, the host, the interface, the claim's time,
+//! the interface's vnet network and the MAC's epoch; a host takes a claim
+//! only if the claimant's certificate names that claim key, and only if it
+//! is no older than the claim it holds for that MAC (a replayed old claim
+//! cannot pull a VM back); which claim moves a MAC is the epoch's rule
+//! ([`crate::member`]). A [`Revocation`], signed by the network key,
+//! withdraws a host's certificates. What a writer to etcd can still do is
+//! deny service: delete records, or let leases lapse.
 //!
 //! Encodings: keys and signatures in standard base64; a certificate is
 //! `BASE64(body JSON) "." BASE64(signature)`, the signature over a domain

@@ -17,11 +17,14 @@
 //!    distinct error is logged once;
 //! 4. every [`LOCAL_POLL`], the daemon's state is checked for interfaces
 //!    declared or deleted since (a relocated VM's new interface): a new
-//!    one's MAC is claimed at once (and announced with a RARP when it was
-//!    another host's: the VM moved here), a deleted one's released if the
-//!    key is still this host's. A `standby` interface (a live migration's
+//!    one's MAC is claimed at once, a deleted one's released if the key is
+//!    still this host's. A `standby` interface (a live migration's
 //!    destination) is claimed only once its VM arrived and it became
-//!    active.
+//!    active, at the epoch above the held one (a migration: announced with
+//!    a RARP); a MAC another live host holds is otherwise not claimed (a
+//!    conflict, shown, tried again as the view changes);
+//! 5. with `nat` link options, the address its peers reflect (behind a NAT
+//!    that keeps the port) goes into its record.
 //!
 //! Any failure of the session (etcd unreachable, the watch closed, the
 //! lease lost) leaves the data path as it is; the task says so in
