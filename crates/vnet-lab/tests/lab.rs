@@ -2494,6 +2494,10 @@ fn a_tap_is_known_for_one_in_a_namespace_entered_without_its_sysfs() {
     .unwrap();
     assert!(!sysfs, "this thread sees the namespace's sysfs: the case is not reproduced");
     assert_eq!((t.as_str(), v.as_str()), ("tun", "veth"));
+    let (tap_peer, veth_peer) =
+        vnetd::sys::in_netns(&path, || Ok((vnetd::kernel::is_veth(&tap), vnetd::kernel::is_veth(&veth))))
+            .unwrap();
+    assert_eq!((tap_peer, veth_peer), (false, true), "only a veth's frames go into its peer");
 }
 
 /// Junk from strangers, `rate` a second for `secs` seconds, to `dst` port
@@ -6073,7 +6077,14 @@ fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::pat
 /// (memfd), the `vhostuser` interface vnetd serves, and, for QEMU 7.2 under
 /// TCG, the device's MSI-X vectors off (`qemu:override`, libvirt 8.2+):
 /// without it QEMU crashed on the guest's first interrupt (3 of 3).
-fn libvirt_vhost_domain(lab: &Lab, name: &str, mac: &str, ip: &str, sock: &std::path::Path, console: &std::path::Path) -> String {
+fn libvirt_vhost_domain(
+    lab: &Lab,
+    name: &str,
+    mac: &str,
+    ip: &str,
+    sock: &std::path::Path,
+    console: &std::path::Path,
+) -> String {
     let (kernel, initrd) = vnet_lab::guest_files().unwrap();
     format!(
         "<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>
@@ -6136,19 +6147,28 @@ fn libvirt_a_vhost_user_domain_as_the_docs_print_it_boots_pings_and_leaves_quiet
     let sock = lab.dir.join("vu-guest.sock");
     lv.define(&dom, &libvirt_vhost_domain(&lab, &dom, mac, ip, &sock, &console)).unwrap();
     lv.start_domain(&dom).unwrap_or_else(|e| panic!("{e}\n{}", lv.log()));
-    let i = json(&lab, 1, "interfaces")["interfaces"].as_array().unwrap().iter().find(|i| i["mac"] == mac).cloned();
+    let i = json(&lab, 1, "interfaces")["interfaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["mac"] == mac)
+        .cloned();
     assert_eq!(i.as_ref().map(|i| i["kind"].clone()), Some("vhost-user".into()), "{i:?}");
     wait_until(180.0, "the guest's console says it is ready", || {
         std::fs::read_to_string(&console).unwrap_or_default().contains("VNET-GUEST-READY")
     });
-    let warm = (0..30).any(|_| lab.ns_output(&a.ns, &["ping", "-c", "1", "-W", "1", ip]).unwrap().status.success());
+    let warm =
+        (0..30).any(|_| lab.ns_output(&a.ns, &["ping", "-c", "1", "-W", "1", ip]).unwrap().status.success());
     assert!(warm, "VM A got no reply from the vhost-user guest\n{}", lv.log());
     lv.virsh(&["destroy", &dom]).unwrap();
     wait_until(5.0, "the guest's interface gone from host 1", || {
         !json(&lab, 1, "interfaces")["interfaces"].as_array().unwrap().iter().any(|i| i["mac"] == mac)
     });
     let log = lv.log();
-    assert!(!log.contains("no <target dev>") && !log.contains("vnet-libvirt-hook:"), "the hook said something at destroy:\n{log}");
+    assert!(
+        !log.contains("no <target dev>") && !log.contains("vnet-libvirt-hook:"),
+        "the hook said something at destroy:\n{log}"
+    );
 }
 
 #[test]

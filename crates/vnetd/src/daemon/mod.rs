@@ -601,7 +601,7 @@ impl Daemon {
         Ok(Some(KernelIface {
             dev: def.dev.clone(),
             ifindex,
-            peer: !kernel::is_tap(&def.dev),
+            peer: kernel::is_veth(&def.dev),
             handoff: tap_index,
         }))
     }

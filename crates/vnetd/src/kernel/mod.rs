@@ -114,11 +114,15 @@ pub(crate) fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -
     move |source| KernelError::Io { what, source }
 }
 
-/// Whether `dev` is a TAP (frames for it leave by it) rather than a veth
-/// (frames for it go into its peer).
-pub fn is_tap(dev: &str) -> bool {
-    // The kernel's answer in vnetd's own namespace (issue 45: sysfs read
-    // under `nsenter --net` was another namespace's, a TAP was taken for a
-    // veth, and every frame to its VM was dropped).
-    crate::sys::driver(dev).is_ok_and(|d| d == "tun")
+/// Whether frames for `dev` go into its peer (`bpf_redirect_peer`): a
+/// veth, and only a veth; anything else (a TAP, a macvlan) has them sent
+/// out of it (`bpf_redirect`). The kernel's answer in vnetd's own
+/// namespace (issue 45: sysfs read under `nsenter --net` was another
+/// namespace's, a TAP was taken for a veth, and every frame to its VM was
+/// dropped). The positive test matters: `bpf_redirect_peer` cannot say it
+/// failed (the helper only records the target; the device's lack of a
+/// peer is found after the program returned, in `skb_do_redirect`, which
+/// drops the frame), so a device is never sent there on a guess.
+pub fn is_veth(dev: &str) -> bool {
+    crate::sys::driver(dev).is_ok_and(|d| d == "veth")
 }
