@@ -884,14 +884,16 @@ route any 52:54:00:00:00:01 -> interface vm0
     #[test]
     fn a_relay_key_must_be_another_secured_links_peer() {
         // Issue 45: `relay KEY` naming no peer was taken silently.
-        let (k1, kr) = (crate::PeerKey([1; 32]), crate::PeerKey([2; 32]));
-        let relayed = format!("link far udp 10.0.0.2 peer-key {k1} nat relay {kr}");
-        let e = load(&format!("listen udp 10.0.0.1:9000\n{relayed}\n")).unwrap_err();
+        // Config text as a person writes it (what the parser reads): keys
+        // of 32 bytes of 1 and of 2.
+        const RELAYED: &str = "link far udp 10.0.0.2 peer-key AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE= \
+                               nat relay AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+        const RELAY: &str = "link r udp 10.0.0.3 peer-key AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+        let e = load(&["listen udp 10.0.0.1:9000", RELAYED].join("\n")).unwrap_err();
         assert_eq!(e.pos.line, 2, "{e}");
         assert!(e.found.contains("no other link has"), "{e}");
         // The relay's link after it, in the same transaction: taken.
-        let relay = format!("link r udp 10.0.0.3 peer-key {kr}");
-        let s = load(&format!("{relayed}\n{relay}\n")).unwrap();
+        let s = load(&[RELAYED, RELAY].join("\n")).unwrap();
         // Deleting the relay's link alone leaves the relayed link stranded: refused.
         assert!(s.apply_all(&parse("delete link r").unwrap()).is_err());
         assert!(s.apply_all(&parse("delete link far\ndelete link r").unwrap()).is_ok());

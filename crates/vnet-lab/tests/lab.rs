@@ -2419,15 +2419,10 @@ fn a_secured_link_follows_its_peer_to_a_new_address_and_never_on_a_forgery() {
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     let (ns0, dev0) = (lab.hosts[0].ns.clone(), lab.hosts[0].underlay_dev.clone());
-    let (ns1, dev1) = (lab.hosts[1].ns.clone(), lab.hosts[1].underlay_dev.clone());
+    let ns1 = lab.hosts[1].ns.clone();
     let (old, new, third) = ("10.77.0.2", "10.77.0.12", "10.77.0.99");
     const PINGS: u32 = 600;
-    let (out, _) = under_traffic_for(&mut lab, 10, PINGS, 6, |lab| {
-        let (o, n) = (format!("{old}/24"), format!("{new}/24"));
-        for c in [["ip", "addr", "del", &o, "dev", &dev1], ["ip", "addr", "add", &n, "dev", &dev1]] {
-            assert!(lab.ns_exec(&ns1, &c).unwrap().status.success(), "{c:?}");
-        }
-    });
+    let (out, _) = under_traffic_for(&mut lab, 10, PINGS, 6, |lab| readdress(lab, 1, old, new));
     let (_, gap) = ping_gap("roaming", &out, PINGS);
     assert!(gap <= 200, "traffic stopped for {} ms after the move", gap * 10);
     let l = link_json(&lab, 0);
@@ -2524,16 +2519,21 @@ while time.time() < start + secs:
 print(n)
 "#;
 
+/// Host `h`'s underlay address `from` becomes `to` (a /24 each).
+fn readdress(lab: &Lab, h: usize, from: &str, to: &str) {
+    let (ns, dev) = (&lab.hosts[h].ns, &lab.hosts[h].underlay_dev);
+    let (o, n) = (format!("{from}/24"), format!("{to}/24"));
+    for c in [["ip", "addr", "del", &o, "dev", dev], ["ip", "addr", "add", &n, "dev", dev]] {
+        assert!(lab.ns_exec(ns, &c).unwrap().status.success(), "{c:?}");
+    }
+}
+
 /// Host 1 stops, takes underlay address `to` (from `from`) and starts
 /// again; returns how long until VM B pings VM A again.
 fn restart_at(lab: &mut Lab, from: &str, to: &str) -> Duration {
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-    let (ns1, dev1) = (lab.hosts[1].ns.clone(), lab.hosts[1].underlay_dev.clone());
     lab.stop_vnetd(1).unwrap();
-    let (o, n) = (format!("{from}/24"), format!("{to}/24"));
-    for c in [["ip", "addr", "del", &o, "dev", &dev1], ["ip", "addr", "add", &n, "dev", &dev1]] {
-        assert!(lab.ns_exec(&ns1, &c).unwrap().status.success(), "{c:?}");
-    }
+    readdress(lab, 1, from, to);
     let t0 = std::time::Instant::now();
     lab.start_vnetd(1).unwrap();
     let deadline = t0 + Duration::from_secs(30);
@@ -6134,9 +6134,9 @@ fn libvirt_a_vhost_user_domain_as_the_docs_print_it_boots_pings_and_leaves_quiet
     // under TCG (3 of 3) unless the domain set `vectors=0`, which the docs
     // did not say; and every `virsh destroy` logged a hook error at
     // `release` ("no <target dev>").
+    // scripts/test.sh prepares libvirtd: its absence is a failure, not a pass.
     if let Some(why) = vnet_lab::Libvirt::unavailable() {
-        eprintln!("SKIPPED: libvirtd cannot run the lab's guests here: {why}");
-        return;
+        panic!("libvirtd cannot run the lab's guests here: {why}");
     }
     let lab = lab(cluster_spec(2, 1, vec![]));
     wait_converged(&lab, 2, 1);
@@ -6174,10 +6174,9 @@ fn libvirt_a_vhost_user_domain_as_the_docs_print_it_boots_pings_and_leaves_quiet
 #[test]
 #[ignore = "needs root, network namespaces, libvirtd and qemu-system-x86: run with --ignored"]
 fn libvirt_a_domain_joins_the_overlay_on_start_leaves_on_destroy_and_starts_again() {
+    // scripts/test.sh prepares libvirtd: its absence is a failure, not a pass.
     if let Some(why) = vnet_lab::Libvirt::unavailable() {
-        // Only where libvirtd cannot run: scripts/test.sh prepares it.
-        eprintln!("SKIPPED: libvirtd cannot run the lab's guests here: {why}");
-        return;
+        panic!("libvirtd cannot run the lab's guests here: {why}");
     }
     let mut lab = lab(cluster_spec(2, 0, vec![]));
     wait_converged(&lab, 2, 0);
