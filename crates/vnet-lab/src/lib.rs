@@ -372,6 +372,12 @@ impl Lab {
         c.request(line).map_err(io("talking to vnetd"))
     }
 
+    /// Sends one typed request to host `h`'s vnetd (`vnet_control::request`).
+    pub fn send(&self, h: usize, r: &vnet_control::request::Request) -> Result<Reply> {
+        let mut c = Client::connect(&self.hosts[h].endpoint()).map_err(io("connecting to vnetd"))?;
+        c.send(r).map_err(io("talking to vnetd"))
+    }
+
     /// Runs `vnetctl` against host `h` with `args`, returning its output.
     pub fn vnetctl(&self, h: usize, args: &[&str]) -> Result<Output> {
         Command::new(bin("vnetctl")?)

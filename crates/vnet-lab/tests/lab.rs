@@ -2414,10 +2414,7 @@ fn assert_ipv6_only(lab: &Lab, h: usize) {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn a_secured_link_follows_its_peer_to_a_new_address_and_never_on_a_forgery() {
-    // Host 1 (the one that moves) listens on every address.
-    let mut lab = lab(Spec { links: Links::Encrypt, listen_any: vec![1], ..Spec::default() });
-    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-    assert_ping(&lab, &a, b.ip, 56);
+    let (mut lab, a, b) = roaming_lab();
     let (ns0, dev0) = (lab.hosts[0].ns.clone(), lab.hosts[0].underlay_dev.clone());
     let ns1 = lab.hosts[1].ns.clone();
     let (old, new, third) = ("10.77.0.2", "10.77.0.12", "10.77.0.99");
@@ -2519,6 +2516,15 @@ while time.time() < start + secs:
 print(n)
 "#;
 
+/// Two hosts with a secured link, host 1 (the one that moves) listening on
+/// every address, and their VMs A and B, which ping.
+fn roaming_lab() -> (Lab, Vm, Vm) {
+    let lab = lab(Spec { links: Links::Encrypt, listen_any: vec![1], ..Spec::default() });
+    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+    assert_ping(&lab, &a, b.ip, 56);
+    (lab, a, b)
+}
+
 /// Host `h`'s underlay address `from` becomes `to` (a /24 each).
 fn readdress(lab: &Lab, h: usize, from: &str, to: &str) {
     let (ns, dev) = (&lab.hosts[h].ns, &lab.hosts[h].underlay_dev);
@@ -2554,9 +2560,7 @@ fn a_restarted_peer_at_a_new_address_links_as_fast_under_2000_junk_datagrams_a_s
     // part of each second only, and the peer's retries got through within
     // the second; at 2000 a second, with the budget spent before the first
     // MAC (the old order), it took 16.4 s against 1.08 s without the flood.
-    let mut lab = lab(Spec { links: Links::Encrypt, listen_any: vec![1], ..Spec::default() });
-    let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-    assert_ping(&lab, &a, b.ip, 56);
+    let (mut lab, _, _) = roaming_lab();
     let quiet = restart_at(&mut lab, "10.77.0.2", "10.77.0.12");
     let script = lab.dir.join("strangers.py");
     std::fs::write(&script, STRANGERS).unwrap();
@@ -3641,14 +3645,23 @@ fn a_mac_defined_again_on_another_host_moves_nothing_in_another_network_and_is_a
             && route_to(lab, 0, &a.mac).is_some_and(|t| t.starts_with("interface "))
     };
     let ok = |r: vnet_lab::Reply| r.result.unwrap_or_else(|e| panic!("{e}"));
-    ok(lab.control(1, &format!("interface dup8 tap dupt8 mac {} network 8", a.mac)).unwrap());
+    // A TAP interface on host 1 with A's MAC, in `network`: a typed request.
+    let declare = |name: &str, network: u32| {
+        use vnet_control::request::{Dev, DevName, Interface, Name, Request};
+        let mut i =
+            Interface::new(Name::new(name).unwrap(), Dev::Tap(DevName::new(&format!("{name}t")).unwrap()));
+        i.mac = Some(a.mac.parse().unwrap());
+        i.network = network;
+        Request::declare(i).unwrap()
+    };
+    ok(lab.send(1, &declare("dup8", 8)).unwrap());
     // What a claim takes to travel (the claim is put within 20 ms, each
     // watch has it within milliseconds): 500 ms is ten times that.
     std::thread::sleep(Duration::from_millis(500));
     assert!(routed_to_h0(&lab), "a network-8 interface moved network 0's VM");
     assert_ping(&lab, &c, a.ip, 56);
     // The same network: a conflict, shown on host 1, and nothing moves.
-    ok(lab.control(1, &format!("interface dup0 tap dupt0 mac {}", a.mac)).unwrap());
+    ok(lab.send(1, &declare("dup0", 0)).unwrap());
     let took = wait_until(2.0, "host 1 shows the conflict", || {
         lab.cluster_status(1).unwrap()["conflicts"].as_array().is_some_and(|cs| {
             cs.iter().any(|x| x["mac"] == a.mac.as_str() && x["holder"] == "h0" && x["interface"] == "dup0")
