@@ -36,11 +36,13 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
     for (v, vm) in host.vms.iter().enumerate() {
         let (kind, dev, netns, queues, dp) = match (&vm.host_dev, &vm.vhost) {
             (_, Some(sock)) => {
-                (IfaceKind::VhostUser, sock.display().to_string(), None, s.qemu_queues.max(1), Datapath::Auto)
+                // Always the user path's; said so when the spec names a path.
+                let dp = if datapath == Datapath::Auto { Datapath::Auto } else { Datapath::User };
+                (IfaceKind::VhostUser, sock.display().to_string(), None, s.qemu_queues.max(1), dp)
             }
             (Some(hd), None) => (IfaceKind::Netdev, hd.clone(), None, 1, datapath),
             (None, None) => {
-                (IfaceKind::Tap, vm.dev.clone(), Some(vm.ns.clone()), s.tap_queues.max(1), Datapath::Auto)
+                (IfaceKind::Tap, vm.dev.clone(), Some(vm.ns.clone()), s.tap_queues.max(1), datapath)
             }
         };
         cmds.push(Command::Interface {

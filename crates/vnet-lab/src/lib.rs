@@ -378,6 +378,34 @@ impl Lab {
         c.send(r).map_err(io("talking to vnetd"))
     }
 
+    /// Every running vnetd's interfaces, each on the data path the spec
+    /// puts it on ([`Spec::datapath_of`]), said as `datapaths (pass P): h0
+    /// vm0 tap user, ...` (P: the spec's path, `auto` where vnetd chooses).
+    /// An interface on another path is an error that names it and its
+    /// `datapath_reason`.
+    pub fn check_datapaths(&self) -> Result<String> {
+        let pass = self.spec.datapath.as_deref().unwrap_or("auto");
+        let mut said = Vec::new();
+        for h in (0..self.hosts.len()).filter(|&h| self.hosts[h].vnetd.is_some()) {
+            let r = self.control(h, "show interfaces json")?;
+            let v: serde_json::Value = serde_json::from_str(&r.body)
+                .map_err(|e| Error::Other(format!("host {h}'s show interfaces json: {e}")))?;
+            for i in v["interfaces"].as_array().into_iter().flatten() {
+                let (name, kind) = (i["name"].as_str().unwrap_or("?"), i["kind"].as_str().unwrap_or("?"));
+                let on = i["datapath"].as_str().unwrap_or("?");
+                if let Some(want) = self.spec.datapath_of(kind).filter(|w| *w != on) {
+                    return Err(Error::Other(format!(
+                        "host {h}'s interface {name} ({kind}) is on the {on} path, not the {want} path \
+                         of this pass: {}",
+                        i["datapath_reason"]
+                    )));
+                }
+                said.push(format!("h{h} {name} {kind} {on}"));
+            }
+        }
+        Ok(format!("datapaths (pass {pass}): {}", said.join(", ")))
+    }
+
     /// Runs `vnetctl` against host `h` with `args`, returning its output.
     pub fn vnetctl(&self, h: usize, args: &[&str]) -> Result<Output> {
         Command::new(bin("vnetctl")?)

@@ -43,10 +43,13 @@ pub struct Spec {
     /// vnetd dispatch mode for interfaces and the link socket
     /// (`notify`, `poll`, `adaptive`; vnetd's default when `None`).
     pub dispatch: Option<String>,
-    /// vnetd `datapath` for every interface (`user`, `kernel`, `auto`).
-    /// When set, every VM is a container on a veth (the kernel path serves
-    /// netdevs). Default: the `VNET_LAB_DATAPATH` environment variable, so
-    /// the whole integration suite can run on the kernel path.
+    /// vnetd `datapath` for every interface (`user`, `kernel`, `auto`;
+    /// `None` is `auto`: vnetd chooses). `kernel` makes every VM a container
+    /// on a veth (the kernel path serves netdevs); `user` keeps the spec's
+    /// TAPs (which vnetd reads) and puts its veths (`veth_hosts`) and QEMU
+    /// TAPs on packet sockets. Default: the `VNET_LAB_DATAPATH` environment
+    /// variable, so the whole integration suite runs on one path a pass
+    /// ([`Spec::datapath_of`] is the path an interface must then be on).
     pub datapath: Option<String>,
     /// Hosts whose first VM is a QEMU guest (TCG, Debian's kernel and a
     /// busybox initramfs from `lab/build-guest.sh`) on a TAP in the host
@@ -260,6 +263,18 @@ impl Spec {
     /// and a vnet lab's `vteps`) rather than a vnetd or nothing.
     pub fn kernel_vtep(&self, h: usize) -> bool {
         self.overlay == Overlay::Vxlan || (self.overlay == Overlay::Vnet && self.vteps.contains(&h))
+    }
+
+    /// The data path an interface of kind `kind` (`tap`, `netdev`,
+    /// `vhost-user`) must be on in this spec: `None` where vnetd chooses
+    /// (`auto`). A vhost-user interface's rings are always vnetd's.
+    pub fn datapath_of(&self, kind: &str) -> Option<&'static str> {
+        match (self.datapath.as_deref(), kind) {
+            (None | Some("auto"), _) => None,
+            (_, "vhost-user") | (Some("user"), _) => Some("user"),
+            (Some("kernel"), _) => Some("kernel"),
+            _ => None,
+        }
     }
 
     /// Whether host `h` runs a vnetd.

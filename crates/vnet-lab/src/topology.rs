@@ -289,7 +289,7 @@ impl Lab {
         let veth = s.veth_hosts.contains(&h)
             || s.kernel_vtep(h)
             || matches!(s.overlay, Overlay::Routed | Overlay::Bridged | Overlay::Tinc | Overlay::WireGuard)
-            || (s.overlay == Overlay::Vnet && s.datapath.is_some());
+            || (s.overlay == Overlay::Vnet && s.datapath.as_deref() == Some("kernel"));
         let dev = if veth { "eth0" } else { "vt0" };
         let vm = Vm {
             ns: ns.clone(),

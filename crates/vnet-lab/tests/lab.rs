@@ -13,7 +13,17 @@ fn lab(spec: Spec) -> Lab {
     assert!(vnet_lab::available(), "the lab needs root, /dev/net/tun and `ip netns`");
     // Ctrl-C (or SIGTERM from a CI timeout) removes every lab of this run.
     vnet_lab::install_signal_cleanup();
-    Lab::up(spec).unwrap_or_else(|e| panic!("lab: {e}"))
+    let lab = Lab::up(spec).unwrap_or_else(|e| panic!("lab: {e}"));
+    // Each lab says the path its interfaces are on, and fails when one is
+    // not on the pass's (VNET_LAB_DATAPATH, or the path the test names).
+    println!("{}", lab.check_datapaths().unwrap_or_else(|e| panic!("{e}")));
+    lab
+}
+
+/// A spec's `datapath` for a test about the user path (its TAPs, workers,
+/// merging, secured links): on it whatever the pass.
+fn user() -> Option<String> {
+    Some("user".into())
 }
 
 /// Pings until one reply (ARP, a restarting daemon), then asserts `n` of `n`.
@@ -359,7 +369,7 @@ fn every_baseline_carries_four_vms_per_host() {
     // The bench's many-flows case: VM k on host 0 reaches VM k on host 1
     // (and the others) on each no-overlay and VXLAN baseline.
     for overlay in [vnet_lab::Overlay::Routed, vnet_lab::Overlay::Bridged, vnet_lab::Overlay::Vxlan] {
-        let lab = lab(Spec { overlay, vms_per_host: 4, datapath: None, vm_mtu: 1400, ..Spec::default() });
+        let lab = lab(Spec { overlay, vms_per_host: 4, datapath: user(), vm_mtu: 1400, ..Spec::default() });
         for v in 0..4 {
             let (a, b) = (lab.vm(0, v).clone(), lab.vm(1, (v + 1) % 4).clone());
             assert_ping(&lab, &a, b.ip, 1000);
@@ -371,7 +381,7 @@ fn every_baseline_carries_four_vms_per_host() {
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn bridged_baseline_lab_puts_the_vms_on_the_underlays_segment() {
     let lab =
-        lab(Spec { overlay: vnet_lab::Overlay::Bridged, datapath: None, vm_mtu: 1500, ..Spec::default() });
+        lab(Spec { overlay: vnet_lab::Overlay::Bridged, datapath: user(), vm_mtu: 1500, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 1472);
     // One L2 segment, nothing routed: VM A knows VM B's own MAC, the hosts
@@ -393,7 +403,7 @@ fn bridged_baseline_lab_puts_the_vms_on_the_underlays_segment() {
 fn adaptive_dispatch_polls_under_load_and_sleeps_when_idle() {
     // The user path's dispatch: VMs on TAPs vnetd holds, whatever the pass.
     let mut lab =
-        lab(Spec { dispatch: Some("adaptive".into()), datapath: None, vm_mtu: 1500, ..Spec::default() });
+        lab(Spec { dispatch: Some("adaptive".into()), datapath: user(), vm_mtu: 1500, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     let iface = |lab: &Lab| json(lab, 0, "interfaces")["interfaces"][0].clone();
@@ -432,7 +442,7 @@ fn adaptive_dispatch_polls_through_a_ping_pong_but_not_between_sparse_pings() {
     // is the dispatch module's unit tests); a ping every 20 ms is never
     // caught by polling (and hardly looked for).
     let lab =
-        lab(Spec { dispatch: Some("adaptive".into()), datapath: None, vm_mtu: 1500, ..Spec::default() });
+        lab(Spec { dispatch: Some("adaptive".into()), datapath: user(), vm_mtu: 1500, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     let polls = |lab: &Lab| {
@@ -478,7 +488,7 @@ fn workers_run_on_the_cpu_given_and_links_receive_in_batches() {
     let allowed: Vec<usize> = vnetd::sys::allowed_cpus().unwrap();
     let cpu = *allowed.last().unwrap();
     let mut lab = lab(Spec {
-        datapath: None,
+        datapath: user(),
         vm_mtu: 1500,
         vnetd_args: vec!["--worker-cpus".into(), cpu.to_string()],
         ..Spec::default()
@@ -505,7 +515,7 @@ fn workers_run_on_the_cpu_given_and_links_receive_in_batches() {
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn many_streams_are_read_by_every_socket_of_the_link_group_and_every_tap_queue() {
     let mut lab = lab(Spec {
-        datapath: None,
+        datapath: user(),
         vm_mtu: 65000,
         tap_queues: 2,
         vnetd_args: vec!["--link-readers".into(), "2".into()],
@@ -526,9 +536,10 @@ fn many_streams_are_read_by_every_socket_of_the_link_group_and_every_tap_queue()
     let out =
         lab.ns_output(&a.ns, &["iperf3", "-c", &b.ip.to_string(), "-t", "2", "-P", "32", "--json"]).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let bps = r["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0);
-    assert!(bps > 1e8, "{bps} bit/s");
+    // Carried, at any rate (a rate is the bench's: a test beside this one
+    // can halve it).
+    let (_, received) = vnet_lab::iperf3_bytes(&String::from_utf8_lossy(&out.stdout));
+    assert!(received >= 1 << 20, "the 32 streams carried {received} bytes");
     let g = json(&lab, 1, "stats")["global"].clone();
     let read: Vec<u64> =
         g["link_reader_messages"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
@@ -543,16 +554,19 @@ fn many_streams_are_read_by_every_socket_of_the_link_group_and_every_tap_queue()
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn an_encrypted_links_65000_byte_frames_reach_the_vm_from_the_receive_buffers_not_reassembled() {
-    let mut lab = lab(Spec { datapath: None, vm_mtu: 65000, links: Links::Encrypt, ..Spec::default() });
+    let mut lab = lab(Spec { datapath: user(), vm_mtu: 65000, links: Links::Encrypt, ..Spec::default() });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
     lab.wait_listening(&b.ns, 5201).unwrap();
-    let out = lab.ns_output(&a.ns, &["iperf3", "-c", &b.ip.to_string(), "-t", "2"]).unwrap();
+    // 128 MiB, not 2 s: a count of frames that a neighbour slowing the
+    // transfer cannot shrink (about 2060 frames of 65000 bytes).
+    let out = lab.ns_output(&a.ns, &["iperf3", "-c", &b.ip.to_string(), "-n", "128M"]).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // Each 65014-byte frame is 46 sealed datagrams, two GSO sends and two
     // GRO batches: taken together from one `recvmmsg` (or one more read
-    // after it), opened in place and written to the VM from both.
+    // after it), opened in place and written to the VM from both; at least
+    // half of them so.
     let g = json(&lab, 1, "stats")["global"].clone();
     let (pairs, reasm) = (g["rx_whole_pairs"].as_u64().unwrap(), g["reasm_completed"].as_u64().unwrap());
     assert!(pairs > 1000 && pairs > 2 * reasm, "{pairs} frames whole from two batches, {reasm} reassembled");
@@ -730,20 +744,18 @@ fn kernel_path_carries_unicast_and_follows_route_changes() {
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn the_kernel_route_tables_take_their_size_from_the_flag_and_report_it() {
+    // The kernel path's own test: on it whatever the pass (kernel_only in
+    // scripts/test.sh). A kernel path that does not load fails it.
     let lab = lab(Spec {
-        veth_hosts: vec![0, 1],
+        datapath: Some("kernel".into()),
+        vm_mtu: 1438,
         vnetd_args: vec!["--kernel-routes".into(), "2048".into()],
         ..Spec::default()
     });
     let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, b.ip, 56);
     let g = json(&lab, 0, "stats")["global"].clone();
-    let status = g["kernel_path"].as_str().unwrap_or("").to_string();
-    if let Some(why) = status.strip_prefix("off: ") {
-        eprintln!("the kernel path cannot load here ({why}): nothing to size");
-        return;
-    }
-    assert_eq!(status, "loaded", "the veths asked for the kernel path: {g}");
+    assert_eq!(g["kernel_path"], "loaded", "the veths asked for the kernel path: {g}");
     assert_eq!(g["kernel_route_capacity"], 2048, "{g}");
     assert!(g["kernel_route_entries"].as_u64().unwrap() > 0, "{g}");
 }
@@ -827,8 +839,7 @@ fn a_network_of_100000_macs_over_1000_links_is_all_in_the_kernel_and_a_move_reac
     // back, it carries them again.
     let (id, to) = id_of(&b.mac);
     lab.apply(0, &format!("delete route {id}\nroute any {} -> link big1\n", b.mac)).unwrap();
-    let out = lab.ns_output(&a.ns, &["ping", "-c", "3", "-i", "0.2", "-W", "1", &b.ip.to_string()]).unwrap();
-    assert!(!out.status.success(), "B answered through a link to nowhere");
+    assert_no_ping(&lab, &a, b.ip);
     let routes = json(&lab, 0, "routes");
     let id = routes["routes"].as_array().unwrap().iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["id"]
         .clone();
@@ -2052,6 +2063,7 @@ fn ten_hand_overs_under_a_10ms_ping_and_a_tcp_stream() {
     let d = Spec::default();
     let mut lab = lab(Spec {
         datapath: Some(d.datapath.clone().unwrap_or_else(|| "user".into())),
+        veth_hosts: vec![0, 1],
         vnetd_args: vec!["--link-readers".into(), "2".into()],
         ..d
     });
@@ -2071,10 +2083,12 @@ fn ten_hand_overs_under_a_10ms_ping_and_a_tcp_stream() {
         assert_eq!(m.empty, 0, "the stream stalled 100 ms or more: {:?}", m.intervals);
     } else {
         // The user path's sockets and TAP queues were handed over: what
-        // arrived meanwhile waited in them. Under 50 ms a hand-over.
+        // arrived meanwhile waited in them. Measured: 0 lost in every run;
+        // without the sockets' hand-over (a vnetd that opens its own), 4.
+        // At most 2: a reply on the wire while a ring changes hands, twice.
         assert!(log.contains("sockets and devices handed to the next vnetd"), "no fd hand-over:\n{log}");
         assert!(log.contains("hand-over: took"), "the next vnetd took nothing:\n{log}");
-        assert!(m.lost < 50, "{} pings (10 ms apart) lost over 10 hand-overs", m.lost);
+        assert!(m.lost <= 2, "{} pings (10 ms apart) lost over 10 hand-overs", m.lost);
     }
     // After the last one: nothing of the hand-overs is left pinned.
     let left = std::fs::read_dir(lab.dir.join("bpf/h0/v1")).map_or(0, |d| d.count());
@@ -2259,7 +2273,10 @@ fn relocation(spec: Spec) {
     let lost = r.sent - r.received;
     eprintln!("relocation: {lost} of {} pings lost (20 ms apart)", r.sent);
     assert_eq!(r.sent, 250, "ping output not understood:\n{ping}");
-    assert!(lost <= 10, "{lost} pings lost: {r:?}");
+    // Measured: 2 lost (40 ms) on either path, IPv4 or IPv6. At most 5
+    // (100 ms): the move's own gap twice over and one more; the old bound
+    // (10, 200 ms) let a move that waited for an ARP retry pass.
+    assert!(lost <= 5, "{lost} pings lost: {r:?}");
     // B now lives on host 2, and host 0 routes it there.
     let moved = lab.vm(2, 1).clone();
     assert_eq!(moved.mac, b.mac);
@@ -2710,7 +2727,10 @@ fn hosts_behind_nats_talk_directly_or_through_a_relay_that_sees_only_ciphertext(
     assert_eq!(p.received, 100, "{p:?}");
     let bytes = assert_stream(&mut lab, &a, &e, 2);
     eprintln!("NAT: direct path: ping {p:?}; TCP {:.2} Gbit/s", bytes as f64 * 8.0 / 2e9);
-    // The symmetric NAT forgets every mapping mid-transfer.
+    // The symmetric NAT forgets every mapping mid-transfer: host 1's next
+    // datagrams leave from a new random port (`--random-fully`; the same
+    // one again is a chance of 1 in 28000), which host 0's link follows.
+    let before = link_named(&lab, 0, "h1")["endpoint"].clone();
     let r1 = format!("{}-r1", lab.prefix);
     let (out, _) = under_traffic_for(&mut lab, 10, 400, 4, |lab| {
         let o = lab.ns_output(&r1, &["conntrack", "-F"]).unwrap();
@@ -2719,7 +2739,9 @@ fn hosts_behind_nats_talk_directly_or_through_a_relay_that_sees_only_ciphertext(
     let (_, gap) = ping_gap("NAT: conntrack flushed on the symmetric NAT", &out, 400);
     assert!(gap <= 300, "traffic stopped for {} ms after the flush", gap * 10);
     let after = link_named(&lab, 0, "h1");
-    eprintln!("NAT: host 0 now sends to {}", after["endpoint"]);
+    eprintln!("NAT: host 0 sent to {before}, now to {}", after["endpoint"]);
+    assert_ne!(after["endpoint"], before, "host 0's link did not follow host 1's new port: {after}");
+    assert_eq!(after["path"], "punched", "{after}");
     // Two symmetric NATs: through the relay.
     let (c, d) = (lab.vm(1, 0).clone(), lab.vm(3, 0).clone());
     wait_until(15.0, "hosts 1 and 3 have a session through the relay", || {
@@ -2896,14 +2918,16 @@ fn vnetd_and_a_linux_kernel_vtep_talk_both_ways_over_ipv6() {
 }
 
 /// On the kernel pass, host `h`'s eBPF programs encapsulated and
-/// decapsulated the bulk of the traffic (VXLAN included), not the user path.
+/// decapsulated the bulk of the traffic (VXLAN included), not the user
+/// path; on the user pass, they carried nothing.
 fn assert_kernel_carried(lab: &Lab, h: usize) {
-    if lab.spec.datapath.as_deref() != Some("kernel") {
-        return;
-    }
     let g = json(lab, h, "stats")["global"].clone();
     let (encap, decap) = (g["kernel_encap"].as_u64().unwrap_or(0), g["kernel_decap"].as_u64().unwrap_or(0));
-    assert!(encap > 1000 && decap > 1000, "the kernel path carried {encap} out, {decap} in: {g}");
+    if lab.spec.datapath.as_deref() == Some("kernel") {
+        assert!(encap > 1000 && decap > 1000, "the kernel path carried {encap} out, {decap} in: {g}");
+    } else {
+        assert_eq!((encap, decap), (0, 0), "the kernel path carried frames on the user pass: {g}");
+    }
 }
 
 /// Pings every 100 ms until a reply; returns how long that took.
@@ -3113,15 +3137,19 @@ fn the_traffic_matrix_has_each_flows_pair_within_5_percent_of_what_iperf3_sent()
         let ratio = got as f64 / f.sent.max(1) as f64;
         eprintln!("matrix: h{from} -> h{to} at {rate}: iperf3 sent {} bytes, host {from} counted {got} ({ratio:.4})", f.sent);
         assert!(f.sent > 1_000_000, "the flow moved {} bytes", f.sent);
+        // Measured 1.002 on both paths: the frames' headers (66 bytes) on
+        // GSO frames of up to 64 KiB, and the warm-up pings. 1.01 leaves
+        // 4x that; a flow counted twice, or its ACKs counted in its pair,
+        // is far out of it (the ACKs are another pair, B -> A).
         assert!(
-            (0.999..1.05).contains(&ratio),
+            (0.999..1.01).contains(&ratio),
             "h{from} -> h{to}: {got} bytes counted for {} sent\n{}",
             f.sent,
             ms[from]
         );
         // The receiving host counted it too (it forwarded those frames).
         let there = vnet_lab::matrix::pair_bytes(&ms[to], &f.from.mac, &f.to.mac) as f64 / f.sent as f64;
-        assert!((0.999..1.05).contains(&there), "h{to} counted {there:.4} of the flow");
+        assert!((0.999..1.01).contains(&there), "h{to} counted {there:.4} of the flow");
     }
     if lab.spec.datapath.as_deref() == Some("kernel") {
         // The programs, not the user path, carried (and counted) the flows.
@@ -3147,7 +3175,9 @@ fn the_traffic_matrix_has_each_flows_pair_within_5_percent_of_what_iperf3_sent()
 
 /// Opens argv[3] connections to argv[1]:argv[2] and holds them for argv[4]
 /// seconds; every other one sends a lone TLS record byte (a handshake that
-/// never goes on). Writes how many connected to argv[5].
+/// never goes on). Writes how many connected to argv[5]: a socket whose
+/// handshake completed (no pending error, a peer name), and for the even
+/// ones whose byte was taken.
 const SLOW_CONNECTIONS: &str = r#"
 import resource, socket, sys, time
 host, port, n, hold, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
@@ -3162,8 +3192,11 @@ time.sleep(1)
 ok = 0
 for i, s in enumerate(socks):
     try:
-        if i % 2 == 0:
-            s.send(b'\x16')
+        if s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+            continue
+        s.getpeername()
+        if i % 2 == 0 and s.send(b'\x16') != 1:
+            continue
         ok += 1
     except OSError:
         pass
@@ -3574,6 +3607,13 @@ fn a_forged_claim_or_host_record_without_the_network_keys_signature_redirects_no
     // signature lifted from C's record (it covers another MAC).
     let c_claim = lab.etcdctl(&["get", "--print-value-only", &format!("{macs}/{}", c.mac)]).unwrap();
     let mut lifted: serde_json::Value = serde_json::from_str(c_claim.trim()).unwrap();
+    // A pings B every 10 ms while the forgeries land: none may cost a ping.
+    const PINGS: u32 = 300;
+    let ping = in_background(
+        &a.ns,
+        &["ping", "-n", "-i", "0.01", "-c", &PINGS.to_string(), "-W", "1", &b.ip.to_string()],
+    );
+    std::thread::sleep(Duration::from_millis(300));
     lab.etcd_put(&format!("{macs}/{}", b.mac), Some(r#"{"host":"h0","iface":"vm0"}"#)).unwrap();
     lifted["at_ms"] = serde_json::json!(lifted["at_ms"].as_u64().unwrap() + 60_000);
     lab.etcd_put(&format!("{macs}/{}", b.mac), Some(&lifted.to_string())).unwrap();
@@ -3597,7 +3637,7 @@ fn a_forged_claim_or_host_record_without_the_network_keys_signature_redirects_no
     wait_until(5.0, "every host counts the four forgeries", || {
         (0..3).all(|h| {
             let n = lab.cluster_status(h).unwrap()["counters"]["bad_records"].as_u64().unwrap();
-            n >= before[h].as_u64().unwrap() + 3
+            n >= before[h].as_u64().unwrap() + 4
         })
     });
     // Host 1 put its record back; nobody's link to it moved; B's MAC is
@@ -3612,6 +3652,9 @@ fn a_forged_claim_or_host_record_without_the_network_keys_signature_redirects_no
     }
     let local = json(&lab, 1, "routes").to_string();
     assert!(local.contains(&b.mac), "host 1 withdrew its own VM's route: {local}");
+    let out = String::from_utf8_lossy(&ping.join().unwrap().stdout).to_string();
+    let r = vnet_lab::PingResult::parse(&out);
+    assert_eq!((r.sent, r.received), (PINGS, PINGS), "pings while the forgeries landed:\n{out}");
     assert_ping(&lab, &a, b.ip, 56);
     assert_ping(&lab, &c, b.ip, 56);
     // Host 1 put its claim back over the forged ones; deleted, it comes
@@ -4096,7 +4139,9 @@ fn cluster_relocation_under_a_10ms_ping_and_a_tcp_stream_loses_under_100ms() {
     });
     let moved = lab.vm(2, v).clone();
     let (r, _) = ping_gap("cluster relocation", &out, PINGS);
-    assert!(r.sent - r.received < 10, "{} pings lost (100 ms is 10): {r:?}", r.sent - r.received);
+    // Measured: 3 lost (30 ms) on the user path. At most 6, as for the
+    // IPv6 cluster: twice the claim's trip through etcd's watch.
+    assert!(r.sent - r.received <= 6, "{} pings lost (10 ms apart): {r:?}", r.sent - r.received);
     // The old host gave the MAC up, the new one announced it.
     assert_eq!(route_to(&lab, 1, &b.mac).as_deref(), Some("link h2"));
     assert_eq!(lab.cluster_status(2).unwrap()["counters"]["announces"], 1);
@@ -4314,7 +4359,10 @@ fn a_cluster_on_an_ipv6_only_underlay_converges_and_relocates_a_vm_under_100ms()
         });
     });
     let (r, _) = ping_gap("IPv6 cluster relocation", &out, PINGS);
-    assert!(r.sent - r.received < 10, "{} pings lost (100 ms is 10): {r:?}", r.sent - r.received);
+    // Measured: 4 lost (40 ms: the new host's claim reaching the others
+    // through etcd's watch). At most 6: half as much again; the old bound
+    // (under 10) let a relocation that waited for one more round pass.
+    assert!(r.sent - r.received <= 6, "{} pings lost (10 ms apart): {r:?}", r.sent - r.received);
     assert_ping(&lab, &a, lab.vm(2, v).ip, 56);
 }
 
@@ -4396,12 +4444,12 @@ fn live_migration_under_ping_and_stream(cluster: bool) {
         .cloned()
         .unwrap();
     assert_eq!(i["state"], "active", "{i}");
-    // Active, it is the kernel path's like any netdev (when the path loads here).
-    if json(&lab, 2, "stats")["global"]["kernel_path"] == "loaded"
-        && lab.spec.datapath.as_deref() != Some("user")
-    {
-        assert_eq!(i["datapath"], "kernel", "{i}");
+    // Active, it is on the pass's path like any netdev (the kernel path's
+    // on the kernel pass).
+    if let Some(want) = lab.spec.datapath_of("netdev") {
+        assert_eq!(i["datapath"], want, "{i}");
     }
+    println!("{}", lab.check_datapaths().unwrap());
     assert!(
         json(&lab, 1, "interfaces")["interfaces"].as_array().unwrap().is_empty(),
         "the source kept an interface"
@@ -6327,16 +6375,15 @@ fn secured_links_agree_on_a_cipher_and_a_named_one_the_peer_refuses_gets_no_sess
 #[test]
 #[ignore = "needs root and network namespaces: run with --ignored"]
 fn raw_and_vxlan_links_hand_the_vm_tcp_segments_merged_into_gso_frames() {
+    // The user path's merging: on it whatever the pass (user_only).
     for (links, format) in [(Links::Udp, Format::Raw), (Links::Vxlan, Format::Vnet)] {
-        let mut lab = lab(Spec { links, format, vm_mtu: MIXED_VM_MTU, ..Spec::default() });
+        let mut lab = lab(Spec { links, format, vm_mtu: MIXED_VM_MTU, datapath: user(), ..Spec::default() });
         let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
         assert_ping(&lab, &a, b.ip, MIXED_VM_MTU - 28);
         let bytes = assert_stream(&mut lab, &a, &b, 2);
         assert_stream(&mut lab, &b, &a, 1);
         let l = link_json(&lab, 1);
-        if l["datapath"] == "kernel" {
-            continue; // the eBPF program carried it: nothing reached the user path to merge
-        }
+        assert_ne!(l["datapath"], "kernel", "{l}");
         let g = &json(&lab, 1, "stats")["global"];
         let (frames, segs) = (g["rx_gro_frames"].as_u64().unwrap(), g["rx_gro_segments"].as_u64().unwrap());
         // Most of the stream's bytes came as merged frames of several segments.

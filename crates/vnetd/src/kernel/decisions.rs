@@ -541,20 +541,30 @@ mod tests {
         let served = Served { ifaces: &ifaces, links: &kl, slots: &slots };
         let t0 = std::time::Instant::now();
         let mut d = Decisions::compile(&plane, &served, 131_072);
-        let took = t0.elapsed();
+        let compile = t0.elapsed();
         assert_eq!((d.dests.len(), d.pairs.len(), d.overflow), (100_002, 0, 0));
-        // Debug builds are ~20x slower than release.
-        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
         // MAC 7 moves from link 7 to link 8: one entry changes.
         routes[7 + 3] = Route::new(7 + 3, MacSpec::Any, MacSpec::Addr(big(7)), Port::Link(8), any);
         let moved = Plane::new(RouteTable::new(2, routes), vec![iface(0, a), iface(1, c)], links);
-        let t0 = std::time::Instant::now();
         let (writes, pairs_too) = d.changed(&moved, &served, &[big(7)].into(), 131_072);
-        let took = t0.elapsed();
         assert!(!pairs_too);
         assert_eq!(writes.len(), 1);
         assert_eq!(writes[0].1.map(|v| (v.action, v.target)), Some((ACT_LINK, 8)));
-        assert!(took < std::time::Duration::from_millis(5), "{took:?}");
+        // A move costs its entry, not the table: the fastest of five looks
+        // at the moved MAC under 1 % of compiling all 100002 (measured in a
+        // debug build: 71 us against 258 ms, 0.03 %). The fastest of five,
+        // and a ratio of two times taken in one process, so a neighbour on
+        // the machine cannot push it out (an absolute bound could).
+        let change = (0..5)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                let _ = d.changed(&moved, &served, &[big(7)].into(), 131_072);
+                t0.elapsed()
+            })
+            .min()
+            .unwrap_or_default();
+        eprintln!("a move: {change:?}; compiling all: {compile:?}");
+        assert!(change * 100 < compile, "a move took {change:?}, compiling all {compile:?}");
         // The same as compiling it all again.
         let again = Decisions::compile(&moved, &served, 131_072);
         assert_eq!(again.dests, d.dests);
