@@ -7,6 +7,12 @@ VNET_APT_PACKAGES="iproute2 iputils-ping iperf3 procps kmod ethtool clang libbpf
 
 die() { echo "$(basename "$0"): $*" >&2; exit 1; }
 
+# How many tests a libtest output file says passed (summed over its
+# `test result:` lines; 0 when none ran).
+passed() {
+    grep -Eo '^test result: [A-Za-z]+\. [0-9]+ passed' "$1" | awk '{s += $4} END {print s + 0}'
+}
+
 need_root() {
     [ "$(id -u)" = 0 ] || die "run as root (network namespaces and TAP devices need it), e.g. sudo $0"
 }

@@ -32,9 +32,12 @@ export VNET_UPGRADE_FROM="$from" VNET_UPGRADE_TO="$to" VNET_LAB_TAG="u$$"
 failed=0
 for path in user kernel; do
     echo "== $path path"
-    VNET_LAB_DATAPATH=$path cargo test -q -p vnet-lab --test lab -- --ignored --nocapture \
-        an_upgrade_from_the_previous_package >"/tmp/vnet-upgrade-$path.log" 2>&1 || failed=1
-    grep -E "upgrade |hand-over x|^test |test result|panicked" -A1 "/tmp/vnet-upgrade-$path.log" | grep -v "^--" || true
+    log="/tmp/vnet-upgrade-$path.log"
+    VNET_LAB_DATAPATH=$path cargo test -p vnet-lab --test lab -- --ignored --nocapture \
+        an_upgrade_from_the_previous_package >"$log" 2>&1 || failed=1
+    grep -E "upgrade |hand-over x|^test |test result|panicked" -A1 "$log" | grep -v "^--" || true
+    # The filter must have run the test: a renamed test passes as 0 run.
+    [ "$(passed "$log")" = 1 ] || { echo "the upgrade test did not run on the $path path"; failed=1; }
 done
 [ "$failed" = 0 ] || die "the upgrade test failed (logs: /tmp/vnet-upgrade-{user,kernel}.log)"
 echo "upgrade test passed"
