@@ -28,7 +28,7 @@ for f in usr/sbin/vnetd usr/bin/vnetctl lib/systemd/system/vnetd@.service usr/sh
     usr/share/bash-completion/completions/vnetctl usr/share/doc/vnet/examples/example.conf \
     usr/lib/cni/vnet-cni usr/share/doc/vnet/examples/cni/podman-vnet.conflist \
     usr/share/doc/vnet/examples/cni/10-vnet.conflist usr/lib/vnet/vnet-libvirt-hook \
-    etc/libvirt/hooks/qemu.d/vnet; do
+    usr/lib/vnet/vnetd-stop etc/libvirt/hooks/qemu.d/vnet; do
     grep -q " \./$f\$" <<<"$contents" || die "$deb lacks $f"
 done
 tmp=$(mktemp -d)
@@ -47,7 +47,8 @@ DPKG_ROOT="$tmp/root" sh "$tmp/DEBIAN/postinst" configure ||
 [ "$(stat -c %a "$tmp/root/var/lib/vnet")" = 700 ] || die "the postinst did not make /var/lib/vnet 0700"
 # systemd-analyze checks the unit against the package's own files.
 if command -v systemd-analyze >/dev/null; then
-    sed "s|/usr/sbin/vnetd|$tmp/usr/sbin/vnetd|" packaging/vnetd@.service >"$tmp/vnetd@test.service"
+    sed -e "s|/usr/sbin/vnetd|$tmp/usr/sbin/vnetd|" -e "s|/usr/lib/vnet/|$tmp/usr/lib/vnet/|" \
+        packaging/vnetd@.service >"$tmp/vnetd@test.service"
     systemd-analyze verify --man=no "$tmp/vnetd@test.service" >"$tmp/verify.log" 2>&1 || true
     if grep -q . "$tmp/verify.log"; then
         cat "$tmp/verify.log" >&2
