@@ -27,6 +27,7 @@ mod config;
 mod etcd;
 mod guest;
 mod libvirt;
+mod machine;
 pub mod matrix;
 mod measure;
 mod migrate;
@@ -43,6 +44,7 @@ pub use config::config_for;
 use guest::Guest;
 pub use guest::{console_line, guest_files};
 pub use libvirt::Libvirt;
+pub use machine::Machine;
 pub use measure::{iperf3_bytes, PingResult};
 pub use migrate::Migration;
 pub use process::{bin, install_signal_cleanup, run, run_group};
@@ -225,18 +227,24 @@ impl Lab {
             .map_err(io(format!("running {}", args.join(" "))))
     }
 
-    /// Starts vnetd on host `h` with its config and waits for its control
-    /// socket to answer.
-    pub fn start_vnetd(&mut self, h: usize) -> Result<()> {
-        // A bpffs of the lab's own for hand-overs' pins, mounted before the
-        // first vnetd (each runs in a mount namespace of `ip netns exec`'s,
-        // which sees mounts made before it, not necessarily after).
+    /// A bpffs of the lab's own for hand-overs' pins (`DIR/bpf`), mounted
+    /// before the first vnetd (each runs in a mount namespace of `ip netns
+    /// exec`'s, which sees mounts made before it, not necessarily after);
+    /// unmounted with the lab.
+    pub fn bpffs(&mut self) -> Result<PathBuf> {
+        let bpf = self.dir.join("bpf");
         if !self.bpffs {
-            let bpf = self.dir.join("bpf");
             std::fs::create_dir_all(&bpf).map_err(io("the lab's bpffs directory"))?;
             run(&["mount", "-t", "bpf", "bpf", bpf.to_str().unwrap_or_default()])?;
             self.bpffs = true;
         }
+        Ok(bpf)
+    }
+
+    /// Starts vnetd on host `h` with its config and waits for its control
+    /// socket to answer.
+    pub fn start_vnetd(&mut self, h: usize) -> Result<()> {
+        self.bpffs()?;
         let vnetd = match &self.spec.vnetd {
             Some(path) => path.clone(),
             None => bin("vnetd")?,
