@@ -63,19 +63,15 @@ prepare() {
 # libvirt for the lab's libvirt test, without libvirt-daemon-system (whose
 # service and default network would start in the root namespace): the
 # daemon and QEMU driver only; the lab runs libvirtd itself, in a lab
-# namespace. libvirtd will not start without the `libvirt-qemu` user the
-# -system package makes; a qemu.conf (written only where there is none)
-# runs QEMU as root (the lab's sockets and files are root's) with its
-# output to files (no virtlogd).
+# namespace, with its own /etc/libvirt (qemu.conf, hooks), /run/libvirt and
+# /var/lib/libvirt (a mount namespace of its own): this machine's libvirt
+# configuration is neither read nor written. libvirtd will not start
+# without the `libvirt-qemu` user the -system package makes.
 prepare_libvirt() {
     ensure_apt libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86
     getent group libvirt-qemu >/dev/null || groupadd --system libvirt-qemu
     id libvirt-qemu >/dev/null 2>&1 ||
         useradd --system --no-create-home --shell /usr/sbin/nologin -g libvirt-qemu libvirt-qemu
-    [ -e /etc/libvirt/qemu.conf ] || printf '%s\n' \
-        '# Written by vnet'"'"'s scripts/test.sh for its libvirt lab test: QEMU as root' \
-        '# (the lab'"'"'s sockets and files are root'"'"'s), its output to files (no virtlogd).' \
-        'user = "root"' 'group = "root"' 'stdio_handler = "file"' >/etc/libvirt/qemu.conf
 }
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1

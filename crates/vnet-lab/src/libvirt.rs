@@ -4,13 +4,16 @@
 //! libvirtd runs privileged (QEMU under it creates TAPs) with its control
 //! sockets in the lab's directory, entered into the host's namespace with
 //! `nsenter --net` (so the TAPs it makes are the lab host's, and it keeps
-//! the real `/sys` with the cgroup hierarchy QEMU is put in). Its hook
-//! directory is libvirt's fixed `/etc/libvirt/hooks/qemu.d/`: the hook is
-//! linked there as `vnet-lab-PREFIX` for the lab's life. The machine
-//! needs `scripts/test.sh`'s preparation: the packages, a `libvirt-qemu`
-//! user (libvirtd will not start without it) and a `qemu.conf` with
-//! `stdio_handler = "file"` (no virtlogd) and QEMU as root (the lab's
-//! sockets and files are root's); [`Libvirt::unavailable`] says what is
+//! the real `/sys` with the cgroup hierarchy QEMU is put in), in a mount
+//! namespace of its own where `/etc/libvirt`, `/run/libvirt` and
+//! `/var/lib/libvirt` are directories of the lab's: its `qemu.conf` (QEMU
+//! as root, for the lab's sockets and files are root's; its output to
+//! files, no virtlogd), its hook directory (`hooks/qemu.d/`, where libvirt
+//! looks, with the hook under test and no other: not the installed
+//! package's), its domains and state. Nothing of this machine's libvirt
+//! configuration is read or written. The machine needs the packages and a
+//! `libvirt-qemu` user (libvirtd will not start without it), which
+//! `scripts/test.sh` installs; [`Libvirt::unavailable`] says what is
 //! missing.
 
 use super::*;
@@ -18,30 +21,34 @@ use super::*;
 pub struct Libvirt {
     dir: PathBuf,
     child: Option<Child>,
-    hook: PathBuf,
     domains: Vec<String>,
 }
 
-const QEMU_CONF: &str = "/etc/libvirt/qemu.conf";
+/// The lab's `qemu.conf`.
+const QEMU_CONF: &str = "# vnet-lab: QEMU as root (the lab's sockets and files are root's), its\n\
+                         # output to files (no virtlogd).\n\
+                         user = \"root\"\ngroup = \"root\"\nstdio_handler = \"file\"\n";
+
+/// Run by `sh -c` in libvirtd's new mount namespace with the lab's
+/// directory for it and libvirtd's command line: binds the lab's
+/// directories over libvirt's and runs libvirtd.
+const PRIVATE: &str = "set -e; d=$1; shift; \
+                       for p in etc:/etc/libvirt run:/run/libvirt lib:/var/lib/libvirt; do \
+                       mkdir -p \"${p#*:}\"; mount --bind \"$d/${p%%:*}\" \"${p#*:}\"; done; exec \"$@\"";
 
 impl Libvirt {
     /// Why libvirtd cannot run the lab's guests here, if it cannot.
     pub fn unavailable() -> Option<String> {
-        for b in ["/usr/sbin/libvirtd", "/usr/bin/virsh", "/usr/bin/nsenter", "/usr/bin/qemu-system-x86_64"] {
+        for b in [
+            "/usr/sbin/libvirtd",
+            "/usr/bin/virsh",
+            "/usr/bin/nsenter",
+            "/usr/bin/unshare",
+            "/usr/bin/qemu-system-x86_64",
+        ] {
             if !Path::new(b).exists() {
                 return Some(format!("{b} is missing (scripts/test.sh installs it)"));
             }
-        }
-        let conf = std::fs::read_to_string(QEMU_CONF).unwrap_or_default();
-        let has = |k: &str, v: &str| {
-            conf.lines().any(|l| {
-                l.split_once('=').is_some_and(|(a, b)| a.trim() == k && b.trim() == format!("\"{v}\""))
-            })
-        };
-        if !(has("user", "root") && has("group", "root") && has("stdio_handler", "file")) {
-            return Some(format!(
-                "{QEMU_CONF} does not set user and group \"root\" and stdio_handler \"file\" (scripts/test.sh writes it where there is none)"
-            ));
         }
         None
     }
@@ -52,16 +59,16 @@ impl Libvirt {
             return Err(Error::Other(why));
         }
         let dir = lab.dir.join(format!("libvirt-h{h}"));
-        std::fs::create_dir_all(dir.join("sock")).map_err(io("making libvirtd's directory"))?;
+        for d in ["sock", "etc/hooks/qemu.d", "run", "lib"] {
+            std::fs::create_dir_all(dir.join(d)).map_err(io("making libvirtd's directories"))?;
+        }
+        std::fs::write(dir.join("etc/qemu.conf"), QEMU_CONF).map_err(io("writing qemu.conf"))?;
         let conf = format!(
             "unix_sock_dir = \"{0}/sock\"\nauth_unix_rw = \"none\"\nlog_outputs = \"3:file:{0}/libvirtd.log\"\n",
             dir.display()
         );
         std::fs::write(dir.join("libvirtd.conf"), conf).map_err(io("writing libvirtd.conf"))?;
-        let hooks = Path::new("/etc/libvirt/hooks/qemu.d");
-        std::fs::create_dir_all(hooks).map_err(io("making libvirt's hook directory"))?;
-        let hook = hooks.join(format!("vnet-lab-{}", lab.prefix));
-        let _ = std::fs::remove_file(&hook);
+        let hook = dir.join("etc/hooks/qemu.d/vnet");
         // The host's hook configuration: this host's vnetd and the lab's data path
         // (a domain's XML chooses neither).
         let hook_conf = dir.join("libvirt-hook.conf");
@@ -76,10 +83,12 @@ impl Libvirt {
         std::fs::write(&hook, script).map_err(io("installing the hook"))?;
         std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .map_err(io("installing the hook"))?;
-        let mut me = Libvirt { dir, child: None, hook, domains: Vec::new() };
+        let mut me = Libvirt { dir, child: None, domains: Vec::new() };
         let log = std::fs::File::create(me.dir.join("libvirtd.out")).map_err(io("libvirtd's output"))?;
         let child = Command::new("nsenter")
             .arg(format!("--net=/run/netns/{}", lab.hosts[h].ns))
+            .args(["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE, "sh"])
+            .arg(&me.dir)
             .args(["libvirtd", "-f"])
             .arg(me.dir.join("libvirtd.conf"))
             .arg("-p")
@@ -139,7 +148,7 @@ impl Libvirt {
     /// on a signal, should libvirtd not be there to stop it).
     pub fn start_domain(&self, name: &str) -> Result<()> {
         self.virsh(&["start", name])?;
-        if let Ok(p) = std::fs::read_to_string(format!("/run/libvirt/qemu/{name}.pid")) {
+        if let Ok(p) = std::fs::read_to_string(self.dir.join(format!("run/qemu/{name}.pid"))) {
             if let Ok(pid) = p.trim().parse() {
                 registry().1.push(pid);
             }
@@ -157,6 +166,5 @@ impl Drop for Libvirt {
         if let Some(c) = self.child.take() {
             stop_child(c);
         }
-        let _ = std::fs::remove_file(&self.hook);
     }
 }
