@@ -38,7 +38,10 @@ FLOODS = ["a_flood_of_", "a_vms_broadcast_storm"]
 # the kernel's maps.
 TIMING = ["adaptive_dispatch_polls_through", "ten_hand_overs_under", "a_network_of_100000_macs",
           "systemd_runs_the_package"]
-ALONE = QEMU + FLOODS + TIMING
+# Tests that install the package: after it is built (test.sh builds it
+# in the background during the user pass).
+PACKAGE = ["the_installed_package_runs_the_demo", "systemd_runs_the_package"]
+ALONE = QEMU + FLOODS + TIMING + PACKAGE
 # Needs two packages, one of a previous revision: scripts/upgrade-test.sh
 # runs it (two release builds), not test.sh.
 BY_HAND = ["an_upgrade_from_the_previous_package"]
@@ -77,7 +80,7 @@ def main() -> int:
     if not names:
         print("lab-plan: the lab lists no test", file=sys.stderr)
         return 1
-    groups = {"QEMU": QEMU, "QEMU_ON_BOTH": QEMU_ON_BOTH, "FLOODS": FLOODS, "TIMING": TIMING,
+    groups = {"QEMU": QEMU, "QEMU_ON_BOTH": QEMU_ON_BOTH, "FLOODS": FLOODS, "TIMING": TIMING, "PACKAGE": PACKAGE,
               "BY_HAND": BY_HAND, "USER_ONLY": USER_ONLY, "KERNEL_ONLY": KERNEL_ONLY}
     bad = [f"{g}: `{p}`" for g, ps in groups.items() for p in ps if not any(p in n for n in names)]
     if bad:

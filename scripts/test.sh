@@ -47,8 +47,21 @@ step "fuzz: decoders and parser, 20000 cases each (the test build: overflow chec
 # them on would, without a second release build of everything (2-3 minutes).
 tests 600 env PROPTEST_CASES=20000 cargo test -p vnet-wire -p vnet-control -- never_panic
 tests 300 env PROPTEST_CASES=2000 cargo test -p vnetd -- any_line_gets_one_closing_reply
-step "Debian package: build and check (file list, unit, man pages, completions)"
-timeout 1200 bash scripts/package.sh
+# The Debian package (a release build, its checks: file list, unit, man
+# pages, completions) and the systemd test's Debian machine
+# (lab/build-rootfs.sh) are made in the background at idle priority while
+# the user pass runs (whose tests wait on pings, etcd and timers more than
+# they compute); the steps after it wait for both, and the tests that
+# install the package run there.
+step "Debian package and the systemd test's machine: started in the background"
+work=$(mktemp -d "${TMPDIR:-/tmp}/vnet-test.XXXXXX")
+timeout 2400 nice -n 19 bash scripts/package.sh >"$work/package.log" 2>&1 &
+package=$!
+timeout 1200 nice -n 19 lab/build-rootfs.sh >"$work/rootfs.log" 2>&1 &
+rootfs=$!
+# On any exit: the background builds stopped (timeout passes the signal
+# on), the plan and logs removed.
+trap 'kill "$package" "$rootfs" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 # The namespace tests, in four steps: each pass (a data path: every vnetd
 # interface on it, which the lab checks for every lab it makes) with two
 # tests at a time, then its tests that run alone (QEMU guests, floods,
@@ -56,8 +69,7 @@ timeout 1200 bash scripts/package.sh
 # test runs where, by exact name, and fails when one of its patterns
 # matches no test.
 cargo build --workspace --bins
-plan=$(mktemp -d "${TMPDIR:-/tmp}/vnet-plan.XXXXXX")
-trap 'rm -rf "$plan"' EXIT
+plan="$work/plan"
 cargo test -p vnet-lab --test lab -- --ignored --list 2>/dev/null | python3 scripts/lab-plan.py "$plan"
 lab() {  # lab PATH STEP THREADS LIMIT
   mapfile -t names <"$plan/$2"
@@ -66,6 +78,10 @@ lab() {  # lab PATH STEP THREADS LIMIT
 }
 step "namespace integration tests (root), user path"
 lab user user 2 1500
+step "Debian package and the systemd test's machine: waiting for them"
+wait "$package" || { cat "$work/package.log"; die "the package's build or checks failed"; }
+tail -2 "$work/package.log"
+wait "$rootfs" || { cat "$work/rootfs.log"; die "lab/build-rootfs.sh failed"; }
 step "user path: QEMU guests (TCG) on TAP and vhost-user, the floods and the timing bounds, one at a time"
 lab user user-alone 1 900
 step "namespace integration tests (root), kernel (eBPF) path"
