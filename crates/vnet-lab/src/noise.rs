@@ -376,6 +376,15 @@ pub fn compare(old: &Value, new: &Value) -> Comparison {
             m.inside, m.of, m.agree, m.of, r.inside, r.of, r.agree, r.of
         );
     }
+    verdicts(&mut c, changes);
+    c
+}
+
+/// Each vnet case's verdict from its headline cells' changes (the log of
+/// the new ratio over the old, signed so that + is better; whether beyond
+/// the first run's repeats on the worse side; whether a rate), and their
+/// table.
+fn verdicts(c: &mut Comparison, changes: std::collections::BTreeMap<String, Vec<(f64, bool, bool)>>) {
     for (case, v) in changes {
         let ch: Vec<f64> = v.iter().map(|x| x.0).collect();
         let change_pct = (median(&ch).unwrap_or(0.0).exp() - 1.0) * 100.0;
@@ -411,7 +420,6 @@ pub fn compare(old: &Value, new: &Value) -> Comparison {
             v.case, v.cells, v.change_pct, v.worse_than_range, v.worst_pct
         );
     }
-    c
 }
 
 #[cfg(test)]
