@@ -30,7 +30,7 @@ for c in "${crates[@]}"; do
     # A mutant that makes a test loop is stopped at 3x the tests' own time
     # (and 60 s at least); it counts as caught-by-timeout, listed apart.
     cargo mutants -p "$c" ${shard:+--shard "$shard"} --output "$out" \
-        --timeout-multiplier 3 --minimum-test-timeout 60 --no-shuffle -- --quiet || true
+        --timeout-multiplier 3 --minimum-test-timeout 60 --no-shuffle || true
     m="$out/mutants.out"
     [ -f "$m/outcomes.json" ] || die "cargo mutants wrote no outcomes for $c (see $m)"
     echo "$c${shard:+ shard $shard}: $(wc -l <"$m/caught.txt") caught, $(wc -l <"$m/missed.txt") missed, $(wc -l <"$m/timeout.txt") timed out, $(wc -l <"$m/unviable.txt") unviable"
