@@ -458,6 +458,49 @@ mod tests {
         out.into_iter().map(|(p, _)| p).collect()
     }
 
+    /// A patched table keeps its edges and networks, takes the generation
+    /// it is given, shares its base while it carries at most
+    /// max([`PATCHES`], n/16) changes, and is built whole (nothing carried,
+    /// the removed routes gone) at one change more. The proptest below
+    /// rarely passes the bound; this pins it (mutation testing found the
+    /// bound and the kept fields unchecked).
+    #[test]
+    fn a_patched_table_keeps_its_shape_and_is_built_whole_past_its_bound() {
+        let n = 2000u32; // bound: max(64, 2000 / 16) = 125 changes
+        let bound = PATCHES.max(n as usize / 16);
+        let route = |id: u32| {
+            let m = MacAddr([0x52, 0x54, 0, 1, (id >> 8) as u8, id as u8]);
+            Route::new(id, Any, Addr(m), I0, SourceFilter::Any)
+        };
+        let t = RouteTable::new(1, (0..n).map(route).collect()).with_edge_links([1]).with_networks([(I1, 7)]);
+        assert!(!t.mesh(L1) && t.mesh(L0));
+        // Removals and additions alternate, up to the bound exactly.
+        let mut p = t.patched(2, &[], vec![]);
+        for k in 0..bound as u32 {
+            p = if k % 2 == 0 {
+                p.patched(3 + k as u64, &[k], vec![])
+            } else {
+                p.patched(3 + k as u64, &[], vec![route(n + k)])
+            };
+        }
+        assert_eq!(p.generation(), 2 + bound as u64);
+        assert!(!p.mesh(L1) && p.mesh(L0), "edges kept");
+        assert_eq!((p.network(I1), p.network(I0)), (7, 0), "networks kept");
+        assert!(Arc::ptr_eq(&p.base, &t.base), "{bound} changes share the base");
+        assert_eq!(p.removed.len() + p.added.routes.len(), bound);
+        // One more: built whole, and still the same routes.
+        let q = p.patched(1000, &[1], vec![]);
+        assert!(!Arc::ptr_eq(&q.base, &t.base), "{} changes are built whole", bound + 1);
+        assert!(q.removed.is_empty() && q.added.routes.is_empty());
+        assert_eq!((q.generation(), q.network(I1)), (1000, 7));
+        assert!(!q.mesh(L1));
+        // 63 removed (the even k), 62 added (the odd k), then route 1.
+        assert_eq!(q.len(), n as usize - 63 + 62 - 1);
+        assert!(q.route_by_id(0).is_none() && q.route_by_id(1).is_none());
+        assert!(q.route_by_id(3).is_some() && q.route_by_id(n + 1).is_some());
+        assert_eq!(q.routes().count(), q.base.routes.len());
+    }
+
     #[test]
     fn networks_never_see_each_others_frames_even_with_the_same_macs() {
         use SourceFilter::Any as F;
