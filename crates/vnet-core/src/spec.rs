@@ -76,6 +76,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_spec_names_its_address_and_prints_as_the_config_writes_it() {
+        let a = MacAddr([2, 0, 0, 0, 0, 1]);
+        assert_eq!(MacSpec::Addr(a).addr(), Some(a));
+        for s in [MacSpec::Any, MacSpec::Not(a), MacSpec::None] {
+            assert_eq!(s.addr(), None, "{s}");
+        }
+        let shown: Vec<String> = [MacSpec::Addr(a), MacSpec::Any, MacSpec::Not(a), MacSpec::None]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(shown, ["02:00:00:00:00:01", "any", "not-02:00:00:00:00:01", "none"]);
+    }
+
+    #[test]
     fn every_cell_of_the_table() {
         use Class::*;
         let cells = [

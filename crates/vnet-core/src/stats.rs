@@ -49,3 +49,19 @@ impl Counters {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_add_frames_batches_and_drops_and_a_batch_of_none_counts_nothing() {
+        let c = Counters::default();
+        c.add(100);
+        c.add(60);
+        c.add_many(3, 900);
+        c.add_many(0, 500);
+        c.drop_one();
+        assert_eq!(c.snapshot(), Snapshot { packets: 5, bytes: 1060, drops: 1 });
+    }
+}

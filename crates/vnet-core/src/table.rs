@@ -458,6 +458,37 @@ mod tests {
         out.into_iter().map(|(p, _)| p).collect()
     }
 
+    /// A route by its place, the destinations and emptiness, in a table
+    /// patched from another (places of the base, removed, and added).
+    #[test]
+    fn places_destinations_and_emptiness_of_a_patched_table() {
+        use SourceFilter::Any as F;
+        let t = table(&[
+            (Any, Addr(mac(1)), I0, F),
+            (Any, Addr(mac(2)), L0, F),
+            (Any, Addr(MacAddr::BROADCAST), L0, F),
+        ]);
+        let added = vec![Route::new(9, Any, Addr(mac(3)), I1, F), Route::new(10, Any, Addr(mac(2)), L1, F)];
+        let p = t.patched(2, &[0], added);
+        let id = |i: u32| p.route(i).map(|r| r.id);
+        assert_eq!(
+            (id(0), id(1), id(2), id(3), id(4), id(5)),
+            (Option::None, Some(1), Some(2), Some(9), Some(10), Option::None)
+        );
+        let mut d = p.destinations();
+        d.sort();
+        // Each unicast destination once (2 is in the base and added; 1's
+        // route was removed: the doc's "possibly"), never the broadcast.
+        assert_eq!(d, [mac(1), mac(2), mac(3)]);
+        assert!(!p.is_empty() && RouteTable::new(3, vec![]).is_empty());
+        assert!(t.patched(4, &[0, 1, 2], vec![]).is_empty());
+    }
+
+    #[test]
+    fn ports_print_as_logs_name_them() {
+        assert_eq!((I1.to_string(), L0.to_string()), ("interface#1".into(), "link#0".into()));
+    }
+
     /// A patched table keeps its edges and networks, takes the generation
     /// it is given, shares its base while it carries at most
     /// max([`PATCHES`], n/16) changes, and is built whole (nothing carried,
