@@ -1,0 +1,177 @@
+//! Twins of the C structs the eBPF fast path keeps in its maps
+//! (`bpf/vnet.bpf.c`): same fields, same order, no padding; and whether a
+//! path is on a bpffs, where they can be pinned.
+
+/// `struct route_key`: ingress port (ifindex, or `PORT_LINK | link id`),
+/// destination and source MAC.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct RouteKey {
+    pub port: u32,
+    pub dst: [u8; 6],
+    pub src: [u8; 6],
+}
+
+/// `struct route_val`: the decision, the counter slots of the ingress
+/// port and the target, and for `ACT_LINK` the link itself.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RouteVal {
+    pub action: u32,
+    pub target: u32,
+    pub in_slot: u32,
+    pub out_slot: u32,
+    pub link: LinkVal,
+}
+
+/// `struct dest_key`: a destination entry's network and MAC.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct DestKey {
+    pub net: u32,
+    pub dst: [u8; 6],
+    pub pad: u16,
+}
+
+/// `struct port_val`: an ingress port's counter slot, network, and the
+/// source MAC it is locked to (`locked` 1) if any.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortVal {
+    pub slot: u32,
+    pub net: u32,
+    pub lock: [u8; 6],
+    pub locked: u8,
+    pub pad: u8,
+}
+
+/// `struct peer_val`: a peer's link id, counter slot and link.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerVal {
+    pub id: u32,
+    pub slot: u32,
+    pub link: LinkVal,
+}
+
+/// `struct link_val`: underlay addresses as 16 bytes (IPv6, or IPv4
+/// mapped, `::ffff:a.b.c.d`), the port in network byte order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LinkVal {
+    pub remote_ip: [u8; 16],
+    pub local_ip: [u8; 16],
+    /// The next hop towards `remote_ip` on `ifindex`: the route's
+    /// gateway, or `remote_ip` itself when it is on-link.
+    pub nexthop: [u8; 16],
+    pub remote_port: u16,
+    pub format: u8,
+    /// 1: the underlay is IPv6.
+    pub v6: u8,
+    pub network: u32,
+    pub ifindex: u32,
+    pub mtu: u32,
+}
+
+/// `struct addr_key`: a peer's underlay address, as in [`LinkVal`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct AddrKey {
+    pub a: [u8; 16],
+}
+
+/// `struct cfg`; ports in network byte order (`vxlan_port` 0: none).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cfg {
+    pub active: u32,
+    pub port: u16,
+    pub vxlan_port: u16,
+}
+
+/// `struct vxlan_key`: a VXLAN peer's address (as in [`AddrKey`]) and VNI.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct VxlanKey {
+    pub addr: [u8; 16],
+    pub vni: u32,
+}
+
+/// `struct port_stats`: one port's frames and bytes moved by the kernel.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortStats {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+}
+
+/// `struct pair_key`: a (source, destination) MAC pair of the matrix.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PairKey {
+    pub src: [u8; 6],
+    pub dst: [u8; 6],
+}
+
+/// `struct pair_val`: a pair's frames and bytes on one CPU.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PairVal {
+    pub frames: u64,
+    pub bytes: u64,
+}
+
+// SAFETY: each type is `repr(C)`, made only of integers and byte arrays,
+// laid out without padding (sizes checked below), so
+// every byte pattern is a valid value and none is uninitialised: what
+// `aya::Pod` requires to copy them to and from the kernel's maps.
+unsafe impl aya::Pod for RouteKey {}
+// SAFETY: as above.
+unsafe impl aya::Pod for RouteVal {}
+// SAFETY: as above.
+unsafe impl aya::Pod for LinkVal {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PeerVal {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Cfg {}
+// SAFETY: as above (four u64, 32 bytes).
+unsafe impl aya::Pod for PortStats {}
+// SAFETY: as above (16 bytes and a u32: 20 bytes).
+unsafe impl aya::Pod for VxlanKey {}
+// SAFETY: as above (16 bytes).
+unsafe impl aya::Pod for AddrKey {}
+// SAFETY: as above (twelve bytes).
+unsafe impl aya::Pod for PairKey {}
+// SAFETY: as above (two u64, 16 bytes).
+unsafe impl aya::Pod for PairVal {}
+// SAFETY: as above (u32, six bytes, u16: 12 bytes).
+unsafe impl aya::Pod for DestKey {}
+// SAFETY: as above (two u32, eight bytes: 16 bytes).
+unsafe impl aya::Pod for PortVal {}
+
+const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
+const _: () = assert!(std::mem::size_of::<RouteVal>() == 80);
+const _: () = assert!(std::mem::size_of::<PeerVal>() == 72);
+const _: () = assert!(std::mem::size_of::<LinkVal>() == 64);
+const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
+const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
+const _: () = assert!(std::mem::size_of::<VxlanKey>() == 20);
+const _: () = assert!(std::mem::size_of::<AddrKey>() == 16);
+const _: () = assert!(std::mem::size_of::<PairKey>() == 12);
+const _: () = assert!(std::mem::size_of::<PairVal>() == 16);
+const _: () = assert!(std::mem::size_of::<DestKey>() == 12);
+const _: () = assert!(std::mem::size_of::<PortVal>() == 16);
+
+/// Whether `path` is on a bpffs (`statfs`'s type `BPF_FS_MAGIC`), where
+/// BPF objects can be pinned.
+pub fn is_bpffs(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else { return false };
+    // SAFETY: `statfs` is plain data; all-zero is a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a valid `statfs` to fill.
+    let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_type as u64 == 0xcafe_4a11
+}
