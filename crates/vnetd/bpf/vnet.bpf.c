@@ -43,96 +43,15 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "vnet.h"
+
 #ifndef BPF_F_ADJ_ROOM_DECAP_L3_IPV4
 #define BPF_F_ADJ_ROOM_DECAP_L3_IPV4 (1ULL << 7)
 #define BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
 #endif
 
-#define PORT_LINK 0x80000000u /* route_key.port: link id | PORT_LINK */
-#define ACT_IFACE 1      /* a veth: into its peer (bpf_redirect_peer) */
-#define ACT_LINK 2
-#define ACT_IFACE_XMIT 3 /* a TAP or other netdev: out of it (bpf_redirect) */
-#define FMT_RAW 0
-#define FMT_VNET 1
-#define FMT_VXLAN 2
-#define VNET_HDR_LEN 20
-#define VXLAN_HDR_LEN 8
-#define VXLAN_FLAG_I 0x08
-#define VNET_WHOLE 0x04
 #define OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr)) /* 28 */
 #define OUTER6_LEN (sizeof(struct ipv6hdr) + sizeof(struct udphdr)) /* 48 */
-#define MAX_ROUTES 262144 /* the daemon sizes the route maps at load (--kernel-routes) */
-#define GSO_LIMIT 65536 /* GSO_LEGACY_MAX_SIZE: larger GSO frames are segmented */
-
-/* Shared with crates/vnetd/src/kernel.rs (repr(C) twins). */
-struct route_key {
-	__u32 port;   /* ingress: interface ifindex, or PORT_LINK | link id */
-	__u8 dst[6];
-	__u8 src[6];
-};
-
-/* Underlay addresses are 16 bytes: IPv6, or IPv4 as ::ffff:a.b.c.d (the
- * IPv4 address in the last 4 bytes). */
-struct link_val {
-	__u8 remote_ip[16];
-	__u8 local_ip[16];
-	__u8 nexthop[16];  /* the route's gateway, or remote_ip */
-	__u16 remote_port; /* network order */
-	__u8 format;       /* FMT_RAW, FMT_VNET, FMT_VXLAN */
-	__u8 v6;           /* 1: the underlay is IPv6 */
-	__u32 network;     /* vnet network id, or VXLAN VNI */
-	__u32 ifindex;     /* underlay device */
-	__u32 mtu;         /* underlay MTU */
-};
-
-/* A decision carries everything the programs need after the one hash
- * lookup that finds it: the counter slots of both ports and, for a link,
- * the link itself (one lookup per frame, not four). */
-struct route_val {
-	__u32 action;   /* ACT_IFACE*: target = ifindex; ACT_LINK: target = link id */
-	__u32 target;
-	__u32 in_slot;  /* port_stats slot of the ingress port */
-	__u32 out_slot; /* ... and of the target */
-	struct link_val link; /* ACT_LINK: the link */
-};
-
-/* A peer's link, found by the datagram's source: its id, counter slot and
- * the link itself. */
-struct peer_val {
-	__u32 id;
-	__u32 slot;
-	struct link_val link;
-};
-
-struct cfg {
-	__u32 active;      /* which routes table is live: 0 or 1 */
-	__u16 port;        /* vnetd's UDP port, network order */
-	__u16 vxlan_port;  /* vnetd's VXLAN port, network order (0: none) */
-};
-
-/* A peer's underlay address (16 bytes, as in link_val). */
-struct addr_key {
-	__u8 a[16];
-};
-
-/* A VXLAN peer: its address and VNI. */
-struct vxlan_key {
-	__u8 addr[16];
-	__u32 vni;
-};
-
-enum {
-	S_VM_SEEN,    /* frames examined from local interfaces */
-	S_LOCAL,      /* interface -> interface */
-	S_ENCAP,      /* interface -> link */
-	S_ENCAP_BYTES,
-	S_WIRE_SEEN,  /* datagrams to vnetd's port examined on the underlay */
-	S_DECAP,      /* link -> interface */
-	S_DECAP_BYTES,
-	S_TO_USER,    /* left to vnetd's user path */
-	S_ERRORS,     /* a helper failed: frame dropped */
-	S_MAX,
-};
 
 /* Two route tables: the daemon fills the inactive one, then flips
  * cfg.active. Entries are allocated as written, not preallocated. */
@@ -148,23 +67,7 @@ enum {
 ROUTE_TABLE(routes_0);
 ROUTE_TABLE(routes_1);
 
-/* Destination entries: for a destination whose route does not depend on
- * the source (every route that can match it says `any` source and no
- * `from`; a cluster's routes all do), one entry per (network, MAC) whatever
- * the source, so 100000 MACs take 100000 entries, not their square. The
- * programs check for themselves what the daemon could not fold into it:
- * the ingress port's network and port security (`ports`), no reflection.
- * The daemon updates entries one by one (each update is atomic for
- * readers: a frame sees the old decision or the new); only the entries a
- * change touches are written. Looked up first; `routes_*` holds the
- * source-dependent rest. Allocated as entries come (no preallocation), so
- * a big `max_entries` costs nothing until used. */
-struct dest_key {
-	__u32 net;
-	__u8 dst[6];
-	__u16 pad;
-};
-
+/* Destination entries (struct dest_key in vnet.h says what they are). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_ROUTES);
@@ -173,18 +76,7 @@ struct {
 	__type(value, struct route_val);
 } dests SEC(".maps");
 
-/* An ingress port the destination entries serve (an interface by ifindex,
- * a link as PORT_LINK | id): its network, its counter slot, and the one
- * source MAC it may send from when it is locked to one. A port that is not
- * here (a standby interface) gets no destination entry. */
-struct port_val {
-	__u32 slot;
-	__u32 net;
-	__u8 lock[6];
-	__u8 locked;
-	__u8 pad;
-};
-
+/* The ingress ports the destination entries serve (struct port_val). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -239,17 +131,6 @@ static __always_inline __u32 format_len(__u8 format)
 	return 0;
 }
 
-/* Per-port counters, merged by the daemon into `show`: an array indexed by
- * the slot the daemon gives each port it serves (slot 0 is no port's), so
- * counting is no hash lookup; the programs only add to them. */
-struct port_stats {
-	__u64 rx_packets;
-	__u64 rx_bytes;
-	__u64 tx_packets;
-	__u64 tx_bytes;
-};
-
-#define PORT_SLOTS 4096
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, PORT_SLOTS);
@@ -285,21 +166,6 @@ static __always_inline void port_count(__u32 slot, int tx, __u64 bytes)
 	}
 }
 
-/* Who talks to whom (`show matrix`): frames and bytes per (source,
- * destination) MAC pair the programs forwarded, per CPU. The least
- * recently used pairs make room for new ones (their counts go with them),
- * so the map holds at most MATRIX_PAIRS whatever the guests send. */
-struct pair_key {
-	__u8 src[6];
-	__u8 dst[6];
-};
-
-struct pair_val {
-	__u64 frames;
-	__u64 bytes;
-};
-
-#define MATRIX_PAIRS 4096
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
 	__uint(max_entries, MATRIX_PAIRS);

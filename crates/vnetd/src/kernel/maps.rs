@@ -1,5 +1,5 @@
 //! The layouts the eBPF program shares with vnetd: the object, the
-//! constants of `bpf/vnet.bpf.c`'s maps and actions, and what a link is to
+//! constants of `bpf/vnet.h`'s maps and actions, and what a link is to
 //! the program ([`link_val`]: its addresses, format and underlay device, or
 //! why it stays on the user path). The structs themselves (`RouteKey`,
 //! `LinkVal`, ...) are `#[repr(C)]` in `sys::bpf`, beside the other
@@ -13,22 +13,41 @@ use vnet_control::{canonical, LinkDef, LinkFormat, Security, Transport};
 
 pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/vnet.bpf.o"));
 
-pub(crate) const PORT_LINK: u32 = 0x8000_0000;
-pub(crate) const ACT_IFACE_PEER: u32 = 1;
-pub(crate) const ACT_LINK: u32 = 2;
-pub(crate) const ACT_IFACE_XMIT: u32 = 3;
-pub(crate) const FMT_VNET: u8 = 1;
-pub(crate) const FMT_VXLAN: u8 = 2;
+/// `bpf/vnet.h`'s constants, read from it by the build (build.rs): the
+/// one source of each.
+pub(crate) mod shared {
+    // Not every constant is one vnetd uses: GSO_LIMIT and FMT_RAW are the
+    // programs' own; the wire's are vnet-wire's (checked below).
+    #![allow(dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/vnet_h.rs"));
+}
+
+// The programs' wire constants are vnet-wire's.
+const _: () = assert!(
+    shared::VNET_HDR_LEN as usize == vnet_wire::vnet::HEADER_LEN
+        && shared::VNET_WHOLE == vnet_wire::vnet::Flags::WHOLE as u32
+        && shared::VXLAN_HDR_LEN as usize == vnet_wire::vxlan::HEADER_LEN
+        && shared::VXLAN_FLAG_I == vnet_wire::vxlan::FLAG_I as u32,
+    "bpf/vnet.h's wire constants differ from vnet-wire's"
+);
+
+pub(crate) const PORT_LINK: u32 = shared::PORT_LINK;
+pub(crate) const ACT_IFACE_PEER: u32 = shared::ACT_IFACE;
+pub(crate) const ACT_LINK: u32 = shared::ACT_LINK;
+pub(crate) const ACT_IFACE_XMIT: u32 = shared::ACT_IFACE_XMIT;
+pub(crate) const FMT_VNET: u8 = shared::FMT_VNET as u8;
+pub(crate) const FMT_VXLAN: u8 = shared::FMT_VXLAN as u8;
+const _: () = assert!(shared::FMT_VNET <= 0xff && shared::FMT_VXLAN <= 0xff, "link_val.format is a byte");
 /// Route entries per map (the maps' `max_entries`; `--kernel-routes`).
-pub const MAX_ROUTES: usize = 262_144;
+pub const MAX_ROUTES: usize = shared::MAX_ROUTES as usize;
 /// The traffic matrix's pairs (`MATRIX_PAIRS`, an LRU map).
-pub const MATRIX_PAIRS: usize = 4096;
+pub const MATRIX_PAIRS: usize = shared::MATRIX_PAIRS as usize;
 /// `PORT_SLOTS`: counter slots for the ports the kernel path serves (slot 0
 /// is no port's: a port past the last shares it, uncounted).
-pub(crate) const PORT_SLOTS: u32 = 4096;
+pub(crate) const PORT_SLOTS: u32 = shared::PORT_SLOTS;
 
 /// The programs' counters, in the order of the C enum.
-pub const STAT_NAMES: [&str; 9] = [
+pub const STAT_NAMES: [&str; shared::S_MAX as usize] = [
     "kernel_vm_frames",
     "kernel_local",
     "kernel_encap",

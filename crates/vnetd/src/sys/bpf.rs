@@ -1,5 +1,6 @@
 //! Twins of the C structs the eBPF fast path keeps in its maps
-//! (`bpf/vnet.bpf.c`): same fields, same order, no padding; and whether a
+//! (`bpf/vnet.h`): same fields, same order, no padding, checked against the
+//! compiled object by the build (build.rs); and whether a
 //! path is on a bpffs, where they can be pinned.
 
 /// `struct route_key`: ingress port (ifindex, or `PORT_LINK | link id`),
@@ -151,18 +152,9 @@ unsafe impl aya::Pod for DestKey {}
 // SAFETY: as above (two u32, eight bytes: 16 bytes).
 unsafe impl aya::Pod for PortVal {}
 
-const _: () = assert!(std::mem::size_of::<RouteKey>() == 16);
-const _: () = assert!(std::mem::size_of::<RouteVal>() == 80);
-const _: () = assert!(std::mem::size_of::<PeerVal>() == 72);
-const _: () = assert!(std::mem::size_of::<LinkVal>() == 64);
-const _: () = assert!(std::mem::size_of::<Cfg>() == 8);
-const _: () = assert!(std::mem::size_of::<PortStats>() == 32);
-const _: () = assert!(std::mem::size_of::<VxlanKey>() == 20);
-const _: () = assert!(std::mem::size_of::<AddrKey>() == 16);
-const _: () = assert!(std::mem::size_of::<PairKey>() == 12);
-const _: () = assert!(std::mem::size_of::<PairVal>() == 16);
-const _: () = assert!(std::mem::size_of::<DestKey>() == 12);
-const _: () = assert!(std::mem::size_of::<PortVal>() == 16);
+// Each struct's size and every field's offset and size, as the compiled
+// object's BTF gives the C struct (`bpf/vnet.h`): checked at compile time.
+include!(concat!(env!("OUT_DIR"), "/bpf_layouts.rs"));
 
 /// Whether `path` is on a bpffs (`statfs`'s type `BPF_FS_MAGIC`), where
 /// BPF objects can be pinned.
