@@ -553,3 +553,73 @@ impl Command {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::State;
+
+    #[test]
+    fn a_peer_key_is_exactly_32_bytes_of_padded_base64_and_debug_shows_it() {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let k = PeerKey::from_base64(&b64.encode([7u8; 32])).unwrap();
+        assert_eq!(k.0, [7u8; 32]);
+        assert_eq!(format!("{k:?}"), format!("PeerKey({})", b64.encode([7u8; 32])));
+        // 44 characters that decode to 33 bytes, and 31 bytes: refused.
+        let thirty_three = b64.encode([7u8; 33]);
+        assert_eq!(thirty_three.len(), 44);
+        assert_eq!(PeerKey::from_base64(&thirty_three), None);
+        assert_eq!(PeerKey::from_base64(&b64.encode([7u8; 31])), None);
+    }
+
+    #[test]
+    fn an_interface_name_reads_and_prints_as_given() {
+        let n = IfName::new("vnet0").unwrap();
+        assert_eq!(
+            (n.as_str(), n.to_string(), format!("{n:?}")),
+            ("vnet0", "vnet0".into(), "\"vnet0\"".into())
+        );
+    }
+
+    #[test]
+    fn each_link_kind_names_its_word_and_its_peer() {
+        let s = State::default()
+            .apply_all(
+                &crate::parse(
+                    "link u udp 10.0.0.2\nlink x vxlan 10.0.0.4 vni 42\nlink t tcp 192.0.2.9:9443\nlink l direct eth1\n",
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        let got: Vec<(&str, String)> =
+            s.links.values().map(|l| (l.transport.word(), l.transport.peer())).collect();
+        assert_eq!(
+            got,
+            [
+                ("udp", "10.0.0.2".to_string()),
+                ("vxlan", "10.0.0.4".into()),
+                ("tcp", "192.0.2.9".into()),
+                ("direct", "eth1".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn only_declarations_are_changes() {
+        let c = |line: &str| crate::parse(line).unwrap().remove(0).item;
+        for line in [
+            "interface vm0 tap vt0",
+            "link a udp 10.0.0.2",
+            "route any any -> interface vm0",
+            "delete route 3",
+        ] {
+            assert!(c(line).is_change(), "{line}");
+        }
+        for line in
+            ["show routes", "save", "reload", "begin", "commit", "abort", "announce 52:54:00:00:00:01"]
+        {
+            assert!(!c(line).is_change(), "{line}");
+        }
+    }
+}

@@ -205,6 +205,15 @@ mod tests {
         let bcast = s.routes.values().find(|r| r.dst == MacSpec::Addr(MacAddr::BROADCAST)).unwrap().id;
         s.apply(&crate::parse(&format!("delete route {bcast}")).unwrap()[0]).unwrap();
         assert_eq!(run(&mut s, "attach c1 netdev vc1 mac 52:54:00:00:00:07"), 1);
+        let c1 = Port::Interface(s.iface_by_name("c1").unwrap().id);
+        let dsts = |s: &State| {
+            let mut d: Vec<MacSpec> = s.routes.values().filter(|r| r.to == c1).map(|r| r.dst).collect();
+            d.sort_by_key(|d| d.to_string());
+            d
+        };
+        // The one put back is the broadcast route, not the MAC's again.
+        let mac = MacSpec::Addr("52:54:00:00:00:07".parse().unwrap());
+        assert_eq!(dsts(&s), [mac, MacSpec::Addr(MacAddr::BROADCAST)]);
         assert_eq!(run(&mut s, "attach c2 netdev vc2"), 1, "only the interface");
     }
 
@@ -243,6 +252,7 @@ mod tests {
         assert_eq!(to(&s, Port::Interface(g.id)), 2);
         let link = Port::Link(s.link_by_name("a").unwrap().id);
         assert_eq!(to(&s, link), 1, "only the operator's default route is left on the link");
+        assert!(s.routes.values().any(|r| r.to == link && r.dst == MacSpec::Any), "the default route stays");
         assert_eq!(run(&mut s, "activate g"), 0, "active already");
         assert_eq!(
             run(&mut s, &format!("attach g netdev q0 mac {m} standby")),

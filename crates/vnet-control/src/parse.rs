@@ -886,6 +886,55 @@ mod tests {
         MacAddr([0x52, 0x54, 0, 0, 0, n])
     }
 
+    /// What mutation testing found no test of: each command word's own
+    /// command, the options' edges, the references that advance.
+    #[test]
+    fn every_word_makes_its_own_command_and_each_bound_is_where_it_says() {
+        for (line, want) in [
+            ("save", Command::Save),
+            ("reload", Command::Reload),
+            ("begin", Command::Begin),
+            ("commit", Command::Commit),
+            ("abort", Command::Abort),
+            ("show matrix json", Command::Show { what: ShowWhat::Matrix, json: true }),
+        ] {
+            assert_eq!(one(line), want, "{line}");
+        }
+        // An interface by MAC with `from` after it; a link deleted by id.
+        let Command::Route { to: Target::Interface(to), from, .. } =
+            one("route any any -> interface 52:54:00:00:00:01 from link b")
+        else {
+            panic!("not a route")
+        };
+        assert_eq!(to.by, IfaceRef::Mac(m(1)));
+        assert!(matches!(&from, From::Link(Ref { by: LinkRef::Name(n), .. }) if n == "b"), "{from:?}");
+        let Command::Route { from, .. } = one("route any any -> link b from any") else { panic!() };
+        assert_eq!(from, From::Any);
+        assert!(matches!(one("delete link 7"), Command::DeleteLink(Ref { by: LinkRef::Id(7), .. })));
+        assert!(parse("delete link 7 8").is_err(), "one id");
+        // Subnets: a prefix of at most 128 on an address.
+        assert!(parse("ipam add 10.88.0.0/128 o").is_ok());
+        assert!(parse("ipam add 10.88.0.0/129 o").is_err());
+        assert!(parse("ipam add x/24 o").is_err());
+        // A vhost-user socket path of at most 107 bytes, absolute.
+        let path = |n: usize| format!("/{}", "p".repeat(n - 1));
+        assert!(parse(&format!("interface g vhost-user {}", path(107))).is_ok());
+        assert!(parse(&format!("interface g vhost-user {}", path(108))).is_err());
+        assert!(parse("interface g vhost-user relative.sock").is_err());
+        // A device name of at most 15.
+        assert!(parse(&format!("interface g tap {}", "d".repeat(15))).is_ok());
+        assert!(parse(&format!("interface g tap {}", "d".repeat(16))).is_err());
+        // `cluster ... key FILE`.
+        let Command::Cluster(c) = one("cluster etcd:x network a key /etc/vnet/host.key") else { panic!() };
+        assert_eq!(c.key.as_deref(), Some("/etc/vnet/host.key"));
+        // A plain udp link speaks Palacios's raw format; a secured one vnet.
+        let Command::Link { transport: Transport::Udp { format, .. }, .. } = one("link a udp 10.0.0.2")
+        else {
+            panic!()
+        };
+        assert_eq!(format, Format::Raw);
+    }
+
     #[test]
     fn cluster_lines_parse_print_back_and_say_what_they_miss() {
         let line = "cluster etcd:https://10.0.0.1:2379,https://10.0.0.2:2379 network prod host h1 \

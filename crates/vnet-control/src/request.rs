@@ -560,6 +560,43 @@ mod tests {
         parse_line(line, 1, &mut Section::None).unwrap().unwrap().item
     }
 
+    /// The bounds of `Interface::check` and `Subnet`, each at its edge
+    /// (mutation testing found them unchecked).
+    #[test]
+    fn an_interfaces_options_and_a_subnet_are_refused_just_past_their_bounds() {
+        let tap = || Interface::new(Name::new("vm0").unwrap(), Dev::Tap(DevName::new("vt0").unwrap()));
+        let with = |f: &dyn Fn(&mut Interface)| {
+            let mut i = tap();
+            f(&mut i);
+            i.check()
+        };
+        assert!(with(&|i| i.mtu = Some(68)).is_ok() && with(&|i| i.mtu = Some(65535)).is_ok());
+        assert!(with(&|i| i.mtu = Some(67)).is_err() && with(&|i| i.mtu = Some(65536)).is_err());
+        assert!(with(&|i| i.broadcast_limit = 10_000_000).is_ok());
+        assert!(with(&|i| i.broadcast_limit = 10_000_001).is_err());
+        let vhost = |f: &dyn Fn(&mut Interface)| {
+            let mut i = Interface::new(
+                Name::new("g").unwrap(),
+                Dev::VhostUser(SocketPath::new("/run/g.sock").unwrap()),
+            );
+            f(&mut i);
+            i.check()
+        };
+        assert!(vhost(&|_| {}).is_ok());
+        assert!(vhost(&|i| i.mtu = Some(9000)).is_err(), "a vhost-user interface has no MTU of its own");
+        assert!(vhost(&|i| i.netns = Some(Name::new("ns").unwrap())).is_err(), "nor a namespace");
+        for (text, ok) in [
+            ("10.0.0.0/24", true),
+            ("10.0.0.0/024", true),
+            ("10.0.0.0/", false),
+            ("10.0.0.0/0024", false),
+            ("10.0.0.0/+24", false),
+            ("10.0.0.0/33", false),
+        ] {
+            assert_eq!(text.parse::<Subnet>().is_ok(), ok, "{text}");
+        }
+    }
+
     #[test]
     fn values_that_would_end_a_line_start_a_word_or_a_comment_are_refused() {
         for bad in [

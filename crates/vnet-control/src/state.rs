@@ -789,6 +789,110 @@ route any 52:54:00:00:00:01 -> interface vm0
         assert_eq!(lines(&back.to_config()), lines(&cur.to_config()));
     }
 
+    /// A config of a small vocabulary: the listen line, interfaces vm0-2,
+    /// links h1-3 (each maybe declared otherwise), routes between them
+    /// (repeats included).
+    fn config() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let iface = (any::<bool>(), any::<bool>());
+        let link = (any::<bool>(), any::<bool>());
+        let route = (0usize..3, 0usize..4, 0usize..6);
+        (
+            any::<bool>(),
+            proptest::collection::vec(iface, 3),
+            proptest::collection::vec(link, 3),
+            proptest::collection::vec(route, 0..8),
+        )
+            .prop_map(|(port, ifaces, links, routes)| {
+                let mut t = format!("listen udp 127.0.0.1:{}\n", if port { 9000 } else { 9001 });
+                let mut ports = Vec::new();
+                for (n, &(on, mtu)) in ifaces.iter().enumerate() {
+                    if on {
+                        let mtu = if mtu { " mtu 9000" } else { "" };
+                        t += &format!("interface vm{n} tap vt{n} mac 52:54:00:00:00:0{n}{mtu}\n");
+                        ports.push(format!("interface vm{n}"));
+                    }
+                }
+                for (n, &(on, vnet)) in links.iter().enumerate() {
+                    if on {
+                        let f = if vnet { " format vnet" } else { "" };
+                        t += &format!("link h{n} udp 10.0.0.{}{f}\n", n + 2);
+                        ports.push(format!("link h{n}"));
+                    }
+                }
+                for (src, dst, to) in routes {
+                    if ports.is_empty() {
+                        break;
+                    }
+                    let src = ["any", "52:54:00:00:00:09", "not-52:54:00:00:00:01"][src];
+                    let dst = ["any", "ff:ff:ff:ff:ff:ff", "52:54:00:00:00:01", "52:54:00:00:00:02"][dst];
+                    t += &format!("route {src} {dst} -> {}\n", ports[to % ports.len()]);
+                }
+                t
+            })
+    }
+
+    proptest::proptest! {
+        /// `diff` takes any state to any other: the result reads as the
+        /// target, nothing differs after, and between two states that
+        /// differ only in routes it deletes and adds exactly the routes
+        /// that differ (as many of each line as differ).
+        #[test]
+        fn a_diff_takes_any_state_to_any_other_and_only_what_differs(a in config(), b in config()) {
+            let (sa, sb) = (load(&a).unwrap(), load(&b).unwrap());
+            let (next, t) = via_diff(&sa, &sb, &|_| false);
+            proptest::prop_assert_eq!(lines(&next.to_config()), lines(&sb.to_config()), "{}", t);
+            proptest::prop_assert_eq!(next.diff(&sb, &|_| false), "");
+            // Same interfaces, links and listen line; b's routes.
+            let body = |c: &str| c.lines().filter(|l| !l.starts_with("route ")).collect::<Vec<_>>().join("\n");
+            let routes = |c: &str| c.lines().filter(|l| l.starts_with("route ")).map(str::to_string).collect::<Vec<_>>();
+            // b's routes to the ports a has.
+            let declared = |r: &String| {
+                r.split_once("-> ").is_some_and(|(_, to)| body(&a).lines().any(|l| l.starts_with(&format!("{to} "))))
+            };
+            let b_routes: Vec<String> = routes(&b).into_iter().filter(declared).collect();
+            let b2 = format!("{}\n{}\n", body(&a), b_routes.join("\n"));
+            let sb2 = load(&b2).unwrap();
+            let (_, t) = via_diff(&sa, &sb2, &|_| false);
+            let mut left = b_routes;
+            let mut deleted = 0;
+            for r in routes(&a) {
+                match left.iter().position(|l| *l == r) {
+                    Some(i) => { left.remove(i); }
+                    None => deleted += 1,
+                }
+            }
+            proptest::prop_assert_eq!(t.lines().filter(|l| l.starts_with("delete route ")).count(), deleted, "{}", t);
+            proptest::prop_assert_eq!(t.lines().filter(|l| l.starts_with("route ")).count(), left.len(), "{}", t);
+            proptest::prop_assert_eq!(t.lines().count(), deleted + left.len(), "{}", t);
+        }
+    }
+
+    #[test]
+    fn a_states_small_answers_are_its_own() {
+        let s = load("interface vm0 tap vt0 mac 52:54:00:00:00:01 network 7\nlink a udp 10.0.0.2 format vnet network 3\nlink x vxlan 10.0.0.4 vni 42\nroute any any -> link a\n").unwrap();
+        let (vm0, a, x) =
+            (s.iface_by_name("vm0").unwrap(), s.link_by_name("a").unwrap(), s.link_by_name("x").unwrap());
+        assert_eq!(
+            vm0.to_line(),
+            "interface vm0 tap vt0 mac 52:54:00:00:00:01 mode adaptive queues 1 network 7"
+        );
+        assert_eq!((a.network(), x.network()), (3, 0));
+        assert_eq!((s.port_network(Port::Interface(vm0.id)), s.port_network(Port::Link(a.id))), (7, 3));
+        assert_eq!(s.port_network(Port::Link(x.id)), 0);
+        assert_eq!(s.next_route_id(), 1);
+        let s = s
+            .apply_all(&parse("route any ff:ff:ff:ff:ff:ff -> interface vm0\ndelete route 0").unwrap())
+            .unwrap();
+        assert_eq!(s.next_route_id(), 2, "ids only grow");
+        // A device is in use in its own namespace only; a MAC in its own network only.
+        let t = |extra: &str| s.apply_all(&parse(extra).unwrap());
+        assert!(t("interface vm1 tap vt0").is_err());
+        assert!(t("interface vm1 tap vt0 netns other").is_ok());
+        assert!(t("interface vm1 tap vt1 mac 52:54:00:00:00:01 network 7").is_err());
+        assert!(t("interface vm1 tap vt1 mac 52:54:00:00:00:01").is_ok());
+    }
+
     #[test]
     fn builds_state() {
         let s = load(BASE).unwrap();
@@ -891,6 +995,10 @@ route any 52:54:00:00:00:01 -> interface vm0
         const RELAY: &str = "link r udp 10.0.0.3 peer-key AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
         let e = load(&["listen udp 10.0.0.1:9000", RELAYED].join("\n")).unwrap_err();
         assert_eq!(e.pos.line, 2, "{e}");
+        assert!(e.found.contains("no other link has"), "{e}");
+        // Another link, secured with another key, is not the relay either.
+        let other = "link o udp 10.0.0.4 peer-key AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM=";
+        let e = load(&[RELAYED, other].join("\n")).unwrap_err();
         assert!(e.found.contains("no other link has"), "{e}");
         // The relay's link after it, in the same transaction: taken.
         let s = load(&[RELAYED, RELAY].join("\n")).unwrap();
