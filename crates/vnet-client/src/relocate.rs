@@ -49,6 +49,48 @@ use vnet_control::request::{Interface, Name, Request, To};
 use vnet_control::ShowWhat;
 use vnet_wire::MacAddr;
 
+/// Why a move stopped, and on which host: each host changed before it
+/// keeps its change (the report of the hosts done is lost with the error,
+/// which names the one that failed).
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    #[error("the interface declaration: {0}")]
+    Syntax(#[from] vnet_control::Error),
+    #[error("an interface declaration: NAME KIND DEV [options]")]
+    NoDeclaration,
+    #[error("the interface declaration: {0}")]
+    Declaration(#[from] vnet_control::request::Invalid),
+    #[error("cannot reach vnetd at {ep}: {source}")]
+    Unreachable { ep: Endpoint, source: std::io::Error },
+    #[error("{ep}: {source}")]
+    Io { ep: Endpoint, source: std::io::Error },
+    /// A request the host answered with an error (its words).
+    #[error("{ep}: {what}: {reply}")]
+    Refused { ep: Endpoint, what: String, reply: String },
+    #[error("{ep}: the transaction was refused ({reply}):\n{requests}")]
+    Transaction { ep: Endpoint, reply: String, requests: String },
+    #[error("{ep}: show {word}: {source}")]
+    BadShow { ep: Endpoint, word: &'static str, source: serde_json::Error },
+    /// A name the host reported that is no name: never sent on.
+    #[error("{ep}: its {what}: {source}")]
+    Reported { ep: Endpoint, what: &'static str, source: vnet_control::request::Invalid },
+    #[error("{ep}: no link to the new host ({ip})")]
+    NoLink { ep: Endpoint, ip: IpAddr },
+    #[error("{ep}: no `listen udp ADDR` in its config")]
+    NoListen { ep: Endpoint },
+    #[error("{ep}: it listens on {addr}: name its underlay address with `via IP`")]
+    Unspecified { ep: Endpoint, addr: SocketAddr },
+    #[error("{ep}: interface {name} went away while waiting for its VM")]
+    Gone { ep: Endpoint, name: String },
+    #[error("{ep}: interface {name} still waits for its VM after {wait:?}")]
+    NotArrived { ep: Endpoint, name: String, wait: std::time::Duration },
+    #[error(
+        "{ep}: still routes {mac} to its interface {old} after {after:?}: the new host's claim did not reach it \
+         (see `show cluster` on both: a conflict, another cluster network or vnet network, or the store unreachable)"
+    )]
+    ClaimNotSeen { ep: Endpoint, mac: String, old: String, after: std::time::Duration },
+}
+
 /// What to move where.
 #[derive(Debug, Clone)]
 pub struct Move {
@@ -73,24 +115,22 @@ const ARRIVAL_POLL: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// The declaration `decl` (`NAME KIND DEV [options]`), typed, with `mac`
 /// when it names none.
-fn declaration(decl: &str, mac: vnet_wire::MacAddr) -> Result<Interface, String> {
+fn declaration(decl: &str, mac: vnet_wire::MacAddr) -> Result<Interface, MoveError> {
     let line = format!("interface {}", decl.trim());
-    let parsed = vnet_control::parse_line(&line, 1, &mut vnet_control::Section::None)
-        .map_err(|e| format!("the interface declaration: {e}"))?
-        .ok_or("an interface declaration: NAME KIND DEV [options]")?;
-    let mut i =
-        Interface::from_command(&parsed.item).map_err(|e| format!("the interface declaration: {e}"))?;
+    let parsed = vnet_control::parse_line(&line, 1, &mut vnet_control::Section::None)?
+        .ok_or(MoveError::NoDeclaration)?;
+    let mut i = Interface::from_command(&parsed.item)?;
     i.mac.get_or_insert(mac);
     Ok(i)
 }
 
 /// A name another host reported, checked before it is sent anywhere.
-fn reported(ep: &Endpoint, what: &str, name: &str) -> Result<Name, String> {
-    Name::new(name).map_err(|e| format!("{ep}: its {what}: {e}"))
+fn reported(ep: &Endpoint, what: &'static str, name: &str) -> Result<Name, MoveError> {
+    Name::new(name).map_err(|source| MoveError::Reported { ep: ep.clone(), what, source })
 }
 
 /// Carries out `m`; returns what was done, one line per host.
-pub fn relocate(m: &Move) -> Result<String, String> {
+pub fn relocate(m: &Move) -> Result<String, MoveError> {
     let mac = m.mac.to_string();
     let decl = declaration(&m.decl, m.mac)?;
     let name = decl.name.as_str().to_string();
@@ -104,7 +144,7 @@ pub fn relocate(m: &Move) -> Result<String, String> {
     }
     let to_ip = match m.to_ip {
         Some(ip) => ip,
-        None => listen_ip(&mut to).map_err(|e| format!("{}: {e}", m.to))?,
+        None => listen_ip(&mut to, &m.to)?,
     };
     let mut report = String::new();
 
@@ -117,7 +157,7 @@ pub fn relocate(m: &Move) -> Result<String, String> {
         delete_routes(&now, |r| r["dst"] == mac.as_str() && (have.is_none() || r["to"] != own.as_str()));
     let iface = decl.name.clone();
     if have.is_none() {
-        t.push(Request::declare(decl).map_err(|e| format!("the interface declaration: {e}"))?);
+        t.push(Request::declare(decl)?);
     }
     for dst in [m.mac, vnet_wire::MacAddr::BROADCAST] {
         if !routed(&dst.to_string()) {
@@ -140,7 +180,7 @@ pub fn relocate(m: &Move) -> Result<String, String> {
                 l["remote"].as_str().and_then(|r| r.parse::<SocketAddr>().ok()).map(|a| a.ip()) == Some(to_ip)
             })
             .and_then(|l| l["name"].as_str().map(str::to_string))
-            .ok_or_else(|| format!("{ep}: no link to the new host ({to_ip})"))?;
+            .ok_or_else(|| MoveError::NoLink { ep: ep.clone(), ip: to_ip })?;
         let link = reported(ep, "link to the new host", &link)?;
         let old_to = old.as_ref().map(|o| format!("interface {o}"));
         let mut t = delete_routes(&routes(&mut c, ep)?, |r| {
@@ -163,8 +203,8 @@ pub fn relocate(m: &Move) -> Result<String, String> {
         }
     }
 
-    let r = to.send(&Request::Announce(m.mac)).map_err(|e| format!("{}: {e}", m.to))?;
-    r.result.map_err(|e| format!("{}: announce: {e}", m.to))?;
+    let r = send(&mut to, &m.to, &Request::Announce(m.mac))?;
+    r.result.map_err(|reply| refused(&m.to, "announce".into(), reply))?;
     let _ = write!(report, "{}: {}", m.to, r.body);
     Ok(report)
 }
@@ -178,17 +218,22 @@ fn in_cluster(c: &mut Client) -> bool {
 /// How long the old host may take to see the new host's claim.
 const CLAIM_SEEN: std::time::Duration = std::time::Duration::from_secs(5);
 
-fn relocate_in_cluster(m: &Move, to: &mut Client, mut decl: Interface, have: bool) -> Result<String, String> {
+fn relocate_in_cluster(
+    m: &Move,
+    to: &mut Client,
+    mut decl: Interface,
+    have: bool,
+) -> Result<String, MoveError> {
     let mac = m.mac.to_string();
     let name = decl.name.clone();
     let mut report = String::new();
     if !have {
         decl.standby = true;
-        let d = Request::declare(decl).map_err(|e| format!("the interface declaration: {e}"))?;
+        let d = Request::declare(decl)?;
         apply(to, &m.to, &[d])?;
     }
-    let r = to.send(&Request::Activate(name.clone())).map_err(|e| format!("{}: {e}", m.to))?;
-    r.result.map_err(|e| format!("{}: activate {name}: {e}", m.to))?;
+    let r = send(to, &m.to, &Request::Activate(name.clone()))?;
+    r.result.map_err(|reply| refused(&m.to, format!("activate {name}"), reply))?;
     let saved = persist(to, &m.to)?;
     let _ = writeln!(
         report,
@@ -207,11 +252,7 @@ fn relocate_in_cluster(m: &Move, to: &mut Client, mut decl: Interface, have: boo
                 break;
             }
             if std::time::Instant::now() > deadline {
-                return Err(format!(
-                    "{ep}: still routes {mac} to its interface {old} after {CLAIM_SEEN:?}: the new host's claim did \
-                     not reach it (see `show cluster` on both: a conflict, another cluster network or vnet network, \
-                     or the store unreachable)"
-                ));
+                return Err(MoveError::ClaimNotSeen { ep: ep.clone(), mac, old, after: CLAIM_SEEN });
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
@@ -226,42 +267,60 @@ fn relocate_in_cluster(m: &Move, to: &mut Client, mut decl: Interface, have: boo
 /// move outlives a restart of the host (it would declare the interface, or
 /// route the MAC, as before the move). A host started without a config
 /// file has nothing to save to: said, not an error.
-fn persist(c: &mut Client, ep: &Endpoint) -> Result<&'static str, String> {
-    let r = c.send(&Request::Save).map_err(|e| format!("{ep}: save: {e}"))?;
+fn persist(c: &mut Client, ep: &Endpoint) -> Result<&'static str, MoveError> {
+    let r = send(c, ep, &Request::Save)?;
     match r.result {
         Ok(()) => Ok("saved to its configuration file"),
         Err(e) if e.contains("without --config") => Ok("not saved: it runs without a configuration file"),
-        Err(e) => Err(format!("{ep}: save: {e}")),
+        Err(reply) => Err(refused(ep, "save".into(), reply)),
     }
 }
 
-fn connect(ep: &Endpoint) -> Result<Client, String> {
-    Client::connect(ep).map_err(|e| format!("cannot reach vnetd at {ep}: {e}"))
+fn connect(ep: &Endpoint) -> Result<Client, MoveError> {
+    Client::connect(ep).map_err(|source| MoveError::Unreachable { ep: ep.clone(), source })
 }
 
-fn show(c: &mut Client, ep: &Endpoint, what: ShowWhat) -> Result<Vec<Value>, String> {
+/// One request to the host at `ep`; its reply, whatever it says.
+fn send(c: &mut Client, ep: &Endpoint, r: &Request) -> Result<crate::client::Reply, MoveError> {
+    c.send(r).map_err(|source| MoveError::Io { ep: ep.clone(), source })
+}
+
+fn refused(ep: &Endpoint, what: String, reply: String) -> MoveError {
+    MoveError::Refused { ep: ep.clone(), what, reply }
+}
+
+fn show(c: &mut Client, ep: &Endpoint, what: ShowWhat) -> Result<Vec<Value>, MoveError> {
     let word = vnet_control::request::show_word(what);
-    let r = c.send(&Request::Show { what, json: true }).map_err(|e| format!("{ep}: {e}"))?;
-    r.result.map_err(|e| format!("{ep}: show {word}: {e}"))?;
-    let v: Value = serde_json::from_str(&r.body).map_err(|e| format!("{ep}: show {word}: {e}"))?;
+    let r = send(c, ep, &Request::Show { what, json: true })?;
+    r.result.map_err(|reply| refused(ep, format!("show {word}"), reply))?;
+    let v: Value = serde_json::from_str(&r.body).map_err(|source| MoveError::BadShow {
+        ep: ep.clone(),
+        word,
+        source,
+    })?;
     Ok(v[word].as_array().cloned().unwrap_or_default())
 }
 
 /// The host's interface `name` (its `show interfaces` row), if it has one.
-fn iface_named(c: &mut Client, ep: &Endpoint, name: &str) -> Result<Option<Value>, String> {
+fn iface_named(c: &mut Client, ep: &Endpoint, name: &str) -> Result<Option<Value>, MoveError> {
     Ok(show(c, ep, ShowWhat::Interfaces)?.into_iter().find(|i| i["name"] == name))
 }
 
 /// Waits until the host's interface `name` is active (its VM arrived).
-fn wait_active(c: &mut Client, ep: &Endpoint, name: &str, wait: std::time::Duration) -> Result<(), String> {
+fn wait_active(
+    c: &mut Client,
+    ep: &Endpoint,
+    name: &str,
+    wait: std::time::Duration,
+) -> Result<(), MoveError> {
     let deadline = std::time::Instant::now() + wait;
     loop {
         let state = iface_named(c, ep, name)?.map(|i| i["state"].as_str().unwrap_or("active").to_string());
         match state.as_deref() {
             Some("active") => return Ok(()),
-            None => return Err(format!("{ep}: interface {name} went away while waiting for its VM")),
+            None => return Err(MoveError::Gone { ep: ep.clone(), name: name.into() }),
             Some(_) if std::time::Instant::now() > deadline => {
-                return Err(format!("{ep}: interface {name} still waits for its VM after {wait:?}"))
+                return Err(MoveError::NotArrived { ep: ep.clone(), name: name.into(), wait })
             }
             Some(_) => std::thread::sleep(ARRIVAL_POLL),
         }
@@ -269,14 +328,14 @@ fn wait_active(c: &mut Client, ep: &Endpoint, name: &str, wait: std::time::Durat
 }
 
 /// The name of the host's interface with MAC `mac`, if it has one.
-fn iface_with_mac(c: &mut Client, ep: &Endpoint, mac: &str) -> Result<Option<String>, String> {
+fn iface_with_mac(c: &mut Client, ep: &Endpoint, mac: &str) -> Result<Option<String>, MoveError> {
     Ok(show(c, ep, ShowWhat::Interfaces)?
         .iter()
         .find(|i| i["mac"] == mac)
         .and_then(|i| i["name"].as_str().map(str::to_string)))
 }
 
-fn routes(c: &mut Client, ep: &Endpoint) -> Result<Vec<Value>, String> {
+fn routes(c: &mut Client, ep: &Endpoint) -> Result<Vec<Value>, MoveError> {
     show(c, ep, ShowWhat::Routes)
 }
 
@@ -290,27 +349,27 @@ fn delete_routes(routes: &[Value], pick: impl Fn(&Value) -> bool) -> Vec<Request
         .collect()
 }
 
-fn apply(c: &mut Client, ep: &Endpoint, t: &[Request]) -> Result<(), String> {
-    let text = || t.iter().map(|r| format!("{r}\n")).collect::<String>();
+fn apply(c: &mut Client, ep: &Endpoint, t: &[Request]) -> Result<(), MoveError> {
+    let requests = || t.iter().map(|r| format!("{r}\n")).collect::<String>();
     match c.transact(t) {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("{ep}: the transaction was refused ({e}):\n{}", text())),
-        Err(e) => Err(format!("{ep}: {e}")),
+        Ok(Err(reply)) => Err(MoveError::Transaction { ep: ep.clone(), reply, requests: requests() }),
+        Err(source) => Err(MoveError::Io { ep: ep.clone(), source }),
     }
 }
 
 /// The address in the host's `listen` line.
-fn listen_ip(c: &mut Client) -> Result<IpAddr, String> {
-    let r = c.send(&Request::Show { what: ShowWhat::Config, json: false }).map_err(|e| e.to_string())?;
+fn listen_ip(c: &mut Client, ep: &Endpoint) -> Result<IpAddr, MoveError> {
+    let r = send(c, ep, &Request::Show { what: ShowWhat::Config, json: false })?;
     let addr = r
         .body
         .lines()
         .find_map(|l| l.strip_prefix("listen udp "))
         .and_then(|l| l.split_whitespace().next())
         .and_then(|a| a.parse::<SocketAddr>().ok())
-        .ok_or("no `listen udp ADDR` in its config")?;
+        .ok_or_else(|| MoveError::NoListen { ep: ep.clone() })?;
     if addr.ip().is_unspecified() {
-        return Err(format!("it listens on {addr}: name its underlay address with `via IP`"));
+        return Err(MoveError::Unspecified { ep: ep.clone(), addr });
     }
     Ok(addr.ip())
 }
@@ -340,7 +399,7 @@ mod tests {
             "interface vm1 netdev vt1 mac 52:54:00:00:00:07 datapath user"
         );
         assert!(declaration("vm1 netdev vt1 # mac 02:00:00:00:00:01", mac).is_ok(), "a comment is no option");
-        assert!(declaration("vm1 bridge x", mac).unwrap_err().contains("interface kind"));
+        assert!(declaration("vm1 bridge x", mac).unwrap_err().to_string().contains("interface kind"));
         let ep: Endpoint = "unix:/x".parse().unwrap();
         assert!(reported(&ep, "link", "h1\nlink evil udp 192.0.2.9:9000").is_err());
         assert!(reported(&ep, "link", "h1").is_ok());

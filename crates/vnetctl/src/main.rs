@@ -110,7 +110,9 @@ fn main() -> ExitCode {
             out(&format!("{SUBCOMMANDS}\n"));
             return ExitCode::SUCCESS;
         }
-        return match parse_move(&args.words[1..]).and_then(|m| vnet_client::relocate::relocate(&m)) {
+        return match parse_move(&args.words[1..])
+            .and_then(|m| vnet_client::relocate::relocate(&m).map_err(|e| e.to_string()))
+        {
             Ok(report) => {
                 out(&report);
                 ExitCode::SUCCESS
