@@ -626,6 +626,49 @@ mod tests {
         assert_eq!(LinkOptions::parse("security auth").unwrap().transport(&keyless), None);
     }
 
+    /// Edges of the options mutation testing found unchecked: where a
+    /// keyed `relay` is pointed at, `relay` alone is no `relay auto`,
+    /// `nat` under an explicit `security`, and what a plain link to a
+    /// keyless or a keyed peer carries.
+    #[test]
+    fn link_options_at_their_edges() {
+        let e = LinkOptions::parse(&format!("mtu 1400 relay {}", PeerKey([3; 32]))).unwrap_err();
+        assert_eq!(e.pos.column, 10, "{e}");
+        let o = LinkOptions::parse("network 7 mtu 1400").unwrap();
+        assert_eq!(
+            (o.relay_auto, o.nat, o.protect),
+            (false, false, Protect::AsKeyed),
+            "no `relay auto` said"
+        );
+        // `nat` with `security auth` keeps auth (only a bare `nat` means encrypt).
+        let o = LinkOptions::parse("nat security auth").unwrap();
+        assert_eq!((o.protect, o.nat), (Protect::Auth, true));
+        let o = LinkOptions::parse("nat").unwrap();
+        assert_eq!((o.protect, o.nat, o.relay_auto), (Protect::Encrypt, true, false));
+        assert!(!LinkOptions::parse("").unwrap().require_key());
+        assert!(!LinkOptions::parse("security none").unwrap().require_key());
+        let keyless =
+            Peer { addr: "10.0.0.2:9000".parse().unwrap(), key: None, claim_key: None, relay: false };
+        let keyed = Peer { key: Some(PeerKey([1; 32])), ..keyless.clone() };
+        // A plain link keeps its format and the automatic cipher, and no NAT.
+        let plain = LinkOptions {
+            format: Format::Raw,
+            cipher: Cipher::Aes256Gcm,
+            nat: true,
+            ..LinkOptions::default()
+        };
+        let Some(Transport::Udp { format, cipher, nat, security, .. }) = plain.transport(&keyless) else {
+            panic!()
+        };
+        assert_eq!((format, cipher, nat, security), (Format::Raw, Cipher::Auto, false, Security::None));
+        // A keyed peer: secured, `vnet`, the cipher and NAT as asked.
+        let Some(Transport::Udp { format, cipher, nat, security, .. }) = plain.transport(&keyed) else {
+            panic!()
+        };
+        assert_eq!((format, cipher, nat), (Format::Vnet, Cipher::Aes256Gcm, true));
+        assert!(matches!(security, Security::Encrypt(_)));
+    }
+
     #[test]
     fn nothing_a_record_says_becomes_a_command_of_its_own() {
         // The cluster's commands are values: a record's fields reach the
