@@ -76,21 +76,30 @@ fn addr(v: u128, width: u32) -> IpAddr {
     }
 }
 
+/// Why a pool was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    #[error("subnet `{0}`: expected ADDR/LEN, e.g. 10.88.0.0/24")]
+    Subnet(String),
+    #[error("subnet `{subnet}`: a prefix of {min} to {max} bits")]
+    Prefix { subnet: String, min: u32, max: u32 },
+    #[error("range: expected two addresses of {0}, the first not after the last")]
+    Range(String),
+}
+
 impl Pool {
     /// `subnet` (`ADDR/LEN`) with `range` (first, last) inside it, or the
     /// whole subnet less its network address and, for IPv4 shorter than
     /// /31, its broadcast address.
-    pub fn new(subnet: &str, range: Option<(IpAddr, IpAddr)>) -> Result<Pool, String> {
-        let bad = || format!("subnet `{subnet}`: expected ADDR/LEN, e.g. 10.88.0.0/24");
+    pub fn new(subnet: &str, range: Option<(IpAddr, IpAddr)>) -> Result<Pool, PoolError> {
+        let bad = || PoolError::Subnet(subnet.to_string());
         let (a, l) = subnet.split_once('/').ok_or_else(bad)?;
         let a: IpAddr = a.parse().map_err(|_| bad())?;
         let len: u8 = l.parse().map_err(|_| bad())?;
         let (v, width) = bits(a);
         if u32::from(len) > width || u32::from(len) < width.saturating_sub(24) {
-            return Err(format!(
-                "subnet `{subnet}`: a prefix of {} to {width} bits",
-                width.saturating_sub(24)
-            ));
+            let (subnet, min, max) = (subnet.to_string(), width.saturating_sub(24), width);
+            return Err(PoolError::Prefix { subnet, min, max });
         }
         let host_bits = width - u32::from(len);
         let mask = if host_bits == 128 { u128::MAX } else { (1u128 << host_bits) - 1 };
@@ -102,9 +111,7 @@ impl Pool {
                 let (f, fw) = bits(f);
                 let (l, lw) = bits(l);
                 if fw != width || lw != width || f < lo || l > hi || f > l {
-                    return Err(format!(
-                        "range: expected two addresses of {subnet}, the first not after the last"
-                    ));
+                    return Err(PoolError::Range(subnet.to_string()));
                 }
                 (f, l)
             }

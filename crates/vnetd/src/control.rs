@@ -325,7 +325,7 @@ async fn ipam(to: Option<&crate::ipam::Sender>, op: vnet_control::IpamOp) -> (St
         return (String::new(), "end error ipam: too many requests waiting; try again".into());
     }
     match tokio::time::timeout(IPAM_TIMEOUT, answer).await {
-        Ok(Ok(Ok(body))) => (body, "end ok".into()),
+        Ok(Ok(Ok(reply))) => (reply.body(), "end ok".into()),
         Ok(Ok(Err(e))) => (String::new(), format!("end error ipam: {e}")),
         Ok(Err(_)) => (String::new(), "end error ipam: the cluster session dropped the request".into()),
         Err(_) => (String::new(), format!("end error ipam: etcd did not answer within {IPAM_TIMEOUT:?}")),

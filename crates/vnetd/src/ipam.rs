@@ -20,12 +20,44 @@ use tokio::sync::{mpsc, oneshot};
 use vnet_cluster::ipam::{key, pool_prefix, prefix, Allocation, Pool};
 use vnet_control::IpamOp;
 
-/// One control client's request, answered with the reply's body or an
-/// error message.
+/// One control client's request, and where its answer goes.
 #[derive(Debug)]
 pub struct Request {
     pub op: IpamOp,
-    pub reply: oneshot::Sender<Result<String, String>>,
+    pub reply: oneshot::Sender<Result<Reply, IpamError>>,
+}
+
+/// What a request did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `add`: the owner's address, with the pool's prefix length.
+    Allocated { addr: IpAddr, prefix_len: u8 },
+    /// `del`: how many addresses the owner held here and released.
+    Released(usize),
+}
+
+impl Reply {
+    /// The reply's body on the control endpoint (`ADDR/LEN`, or
+    /// `released N`), one line.
+    pub fn body(&self) -> String {
+        match self {
+            Reply::Allocated { addr, prefix_len } => format!("{addr}/{prefix_len}\n"),
+            Reply::Released(n) => format!("released {n}\n"),
+        }
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IpamError {
+    #[error(transparent)]
+    Pool(#[from] vnet_cluster::ipam::PoolError),
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    #[error("no address left in {subnet}/{len} from {first} to {last} ({taken} allocated)")]
+    Full { subnet: IpAddr, len: u8, first: IpAddr, last: IpAddr, taken: usize },
+    #[error("no address taken after {0} tries (others allocating at once)")]
+    Contended(usize),
 }
 
 pub type Sender = mpsc::Sender<Request>;
@@ -47,13 +79,14 @@ pub(crate) async fn serve(
     host: &str,
     lease: i64,
     op: &IpamOp,
-) -> Result<String, String> {
+) -> Result<Reply, IpamError> {
     match op {
         IpamOp::Add { subnet, owner, range } => {
             let pool = Pool::new(subnet, *range)?;
-            add(c, network, host, lease, &pool, owner).await.map(|a| format!("{a}/{}\n", pool.len))
+            let addr = add(c, network, host, lease, &pool, owner).await?;
+            Ok(Reply::Allocated { addr, prefix_len: pool.len })
         }
-        IpamOp::Del { owner } => del(c, network, host, owner).await.map(|n| format!("released {n}\n")),
+        IpamOp::Del { owner } => del(c, network, host, owner).await.map(Reply::Released),
     }
 }
 
@@ -64,10 +97,9 @@ async fn add(
     lease: i64,
     pool: &Pool,
     owner: &str,
-) -> Result<IpAddr, String> {
-    let e = |e: etcd_client::Error| format!("etcd: {e}");
+) -> Result<IpAddr, IpamError> {
     let base = pool_prefix(network, pool);
-    let listed = c.get(base.as_str(), Some(GetOptions::new().with_prefix())).await.map_err(e)?;
+    let listed = c.get(base.as_str(), Some(GetOptions::new().with_prefix())).await?;
     let mut taken = HashSet::new();
     for kv in listed.kvs() {
         let Some(a) = kv.key_str().ok().and_then(|k| k.strip_prefix(&base)).and_then(|a| a.parse().ok())
@@ -84,25 +116,19 @@ async fn add(
     loop {
         let cands = pool.candidates(owner, &taken, 4);
         if cands.is_empty() {
-            return Err(format!(
-                "no address left in {}/{} from {} to {} ({} allocated)",
-                pool.subnet,
-                pool.len,
-                pool.first,
-                pool.last,
-                taken.len()
-            ));
+            let (subnet, len, first, last) = (pool.subnet, pool.len, pool.first, pool.last);
+            return Err(IpamError::Full { subnet, len, first, last, taken: taken.len() });
         }
         for a in cands {
             if tried == TRIES {
-                return Err(format!("no address taken after {TRIES} tries (others allocating at once)"));
+                return Err(IpamError::Contended(TRIES));
             }
             tried += 1;
             let k = key(network, pool, a);
             let txn = Txn::new()
                 .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
                 .and_then([TxnOp::put(k, value.clone(), Some(PutOptions::new().with_lease(lease)))]);
-            if c.txn(txn).await.map_err(e)?.succeeded() {
+            if c.txn(txn).await?.succeeded() {
                 return Ok(a);
             }
             taken.insert(a);
@@ -110,9 +136,8 @@ async fn add(
     }
 }
 
-async fn del(c: &mut Client, network: &str, host: &str, owner: &str) -> Result<usize, String> {
-    let e = |e: etcd_client::Error| format!("etcd: {e}");
-    let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await.map_err(e)?;
+async fn del(c: &mut Client, network: &str, host: &str, owner: &str) -> Result<usize, IpamError> {
+    let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await?;
     let mut n = 0;
     for kv in listed.kvs() {
         if Allocation::from_json(kv.value()).is_none_or(|v| v.owner != owner || v.host != host) {
@@ -121,7 +146,7 @@ async fn del(c: &mut Client, network: &str, host: &str, owner: &str) -> Result<u
         let txn = Txn::new()
             .when([Compare::value(kv.key(), CompareOp::Equal, kv.value())])
             .and_then([TxnOp::delete(kv.key(), None)]);
-        if c.txn(txn).await.map_err(e)?.succeeded() {
+        if c.txn(txn).await?.succeeded() {
             n += 1;
         }
     }
