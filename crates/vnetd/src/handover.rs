@@ -187,11 +187,30 @@ fn unescape(name: &str) -> String {
     name.replace("%3A", ":").replace("%25", "%")
 }
 
+/// Why descriptors were not handed over.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverError {
+    #[error("{}: {source}", path.display())]
+    Listen { path: std::path::PathBuf, source: std::io::Error },
+    #[error("systemd's store refused {name}: {source}")]
+    Store { name: String, source: std::io::Error },
+    #[error("no vnetd took them within {} s", .0.as_secs())]
+    NotTaken(Duration),
+    #[error("the hand-over socket: {0}")]
+    Accept(std::io::Error),
+    #[error("sending {name}: {source}")]
+    Send { name: String, source: std::io::Error },
+}
+
 /// Hands `offered` to the next vnetd: into systemd's store when vnetd runs
 /// under systemd, else on the hand-over socket of `state_dir` until one
 /// takes them (at most `wait`; zero: none are handed). Returns how many
 /// were handed.
-pub fn offer(state_dir: &Path, offered: Vec<(String, OwnedFd)>, wait: Duration) -> Result<usize, String> {
+pub fn offer(
+    state_dir: &Path,
+    offered: Vec<(String, OwnedFd)>,
+    wait: Duration,
+) -> Result<usize, HandoverError> {
     if offered.is_empty() {
         return Ok(0);
     }
@@ -204,30 +223,31 @@ pub fn offer(state_dir: &Path, offered: Vec<(String, OwnedFd)>, wait: Duration) 
     let path = socket_path(state_dir);
     let _ = std::fs::create_dir_all(state_dir);
     let _ = std::fs::remove_file(&path);
-    let l = fds::listen(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let l = fds::listen(&path).map_err(|source| HandoverError::Listen { path: path.clone(), source })?;
     let served = serve(&l, &offered, wait);
     let _ = std::fs::remove_file(&path);
     served
 }
 
 /// Puts `offered` into systemd's file descriptor store, each with its name.
-fn store(n: &Notify, offered: &[(String, OwnedFd)]) -> Result<usize, String> {
+fn store(n: &Notify, offered: &[(String, OwnedFd)]) -> Result<usize, HandoverError> {
     for (name, fd) in offered {
         let msg = format!("FDSTORE=1\nFDNAME={}", escape(name));
-        n.send(&msg, Some(fd.as_fd())).map_err(|e| format!("systemd's store refused {name}: {e}"))?;
+        n.send(&msg, Some(fd.as_fd()))
+            .map_err(|source| HandoverError::Store { name: name.clone(), source })?;
     }
     Ok(offered.len())
 }
 
 /// Serves `offered` to the first process of our user that connects to
 /// `l` within `wait`.
-fn serve(l: &OwnedFd, offered: &[(String, OwnedFd)], wait: Duration) -> Result<usize, String> {
+fn serve(l: &OwnedFd, offered: &[(String, OwnedFd)], wait: Duration) -> Result<usize, HandoverError> {
     let deadline = Instant::now() + wait;
     let uid = crate::sys::euid();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("no vnetd took them within {} s", wait.as_secs()));
+            return Err(HandoverError::NotTaken(wait));
         }
         let c = match fds::accept(l, left, uid) {
             Ok(Some(c)) => c,
@@ -236,11 +256,11 @@ fn serve(l: &OwnedFd, offered: &[(String, OwnedFd)], wait: Duration) -> Result<u
                 tracing::warn!("hand-over: {e}: refused");
                 continue;
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(HandoverError::Accept(e)),
         };
         for (name, fd) in offered {
             fds::send(&c, None, name.as_bytes(), Some(fd.as_fd()))
-                .map_err(|e| format!("sending {name}: {e}"))?;
+                .map_err(|source| HandoverError::Send { name: name.clone(), source })?;
         }
         // The end: an empty message.
         let _ = fds::send(&c, None, &[], None);
@@ -283,7 +303,7 @@ mod tests {
         }
         let (n, from) = receive(&dir).unwrap();
         assert_eq!((n, from), (2, "the previous vnetd"));
-        assert_eq!(old.join().unwrap(), Ok(2));
+        assert_eq!(old.join().unwrap().unwrap(), 2);
         assert!(!socket_path(&dir).exists(), "the socket goes with the hand-over");
         // The same pipe, both ends: written through one, read from the other.
         let w = take("tap ns0 vt0 q0 hdr").unwrap();
@@ -310,7 +330,7 @@ mod tests {
         let systemd = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
         let n = Notify { sock: fds::datagram().unwrap(), path: path.as_os_str().as_encoded_bytes().to_vec() };
         let (r, w) = pipe();
-        assert_eq!(store(&n, &[("udp 10.0.0.1:9000".into(), w)]), Ok(1));
+        assert_eq!(store(&n, &[("udp 10.0.0.1:9000".into(), w)]).unwrap(), 1);
         let got = OwnedFd::from(systemd);
         let mut buf = [0u8; 300];
         let (len, fd) = fds::recv(&got, &mut buf).unwrap();

@@ -296,7 +296,7 @@ impl Daemon {
     /// The hand-over (SIGUSR2): pins the kernel path's links so that it
     /// keeps forwarding after this process exits, until the next vnetd
     /// takes them over. Returns how many were pinned.
-    pub fn hand_over(&mut self) -> Result<usize, String> {
+    pub fn hand_over(&mut self) -> Result<usize, kernel::KernelError> {
         match self.kernel.as_mut() {
             Some(k) => k.pin_all(),
             None => Ok(0),

@@ -196,9 +196,9 @@ impl KernelPath {
     /// The hand-over: pins every link this process holds (their programs
     /// keep forwarding with these maps after it exits) and lets go of them.
     /// Returns how many were pinned.
-    pub fn pin_all(&mut self) -> Result<usize, String> {
+    pub fn pin_all(&mut self) -> Result<usize, KernelError> {
         let Some(pins) = self.pins.clone() else {
-            return Err("no bpffs directory for pins (--bpf-dir)".into());
+            return Err(KernelError::NoPins);
         };
         let mut n = 0;
         let vms: Vec<(String, Option<SchedClassifierLinkId>)> =
@@ -210,12 +210,12 @@ impl KernelPath {
                 let name = pins::name(wire, &dev);
                 let fd = match id {
                     Some(id) => {
+                        let what = format!("the link on {dev}");
                         let l = self
-                            .classifier(program_name(wire))
-                            .map_err(|e| e.to_string())?
+                            .classifier(program_name(wire))?
                             .take_link(id)
-                            .map_err(|e| e.to_string())?;
-                        FdLink::try_from(l).map_err(|e| e.to_string())?
+                            .map_err(program_error(what.clone()))?;
+                        FdLink::try_from(l).map_err(|source| KernelError::Link { what, source })?
                     }
                     None => match self.pending.remove(&(wire, dev)) {
                         Some(fd) => fd,

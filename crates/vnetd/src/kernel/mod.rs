@@ -92,6 +92,22 @@ pub enum KernelError {
     /// The kernel path failed to load earlier (why, as it was said then).
     #[error("{0}")]
     Unavailable(String),
+    #[error("no bpffs directory for pins (--bpf-dir)")]
+    NoPins,
+    #[error("{} is not on a bpffs (mount one: mount -t bpf bpf {})", .0.display(), .0.parent().unwrap_or(.0).display())]
+    NotBpffs(std::path::PathBuf),
+    #[error("{}: {source}", path.display())]
+    Pin {
+        path: std::path::PathBuf,
+        #[source]
+        source: aya::pin::PinError,
+    },
+    #[error("{what}: {source}")]
+    Link {
+        what: String,
+        #[source]
+        source: aya::programs::links::LinkError,
+    },
 }
 
 /// Why the kernel path cannot serve something.

@@ -18,6 +18,7 @@
 //! binary whose use of the pins changes bumps the layout, ignoring and
 //! removing pins of another one.
 
+use super::{io_error, KernelError};
 use aya::programs::links::{FdLink, PinnedLink};
 use std::path::{Path, PathBuf};
 
@@ -51,18 +52,14 @@ impl Pins {
     }
 
     /// Pins `link` as `name`.
-    pub fn pin(&self, name: &str, link: FdLink) -> Result<(), String> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| format!("{}: {e}", self.dir.display()))?;
+    pub fn pin(&self, name: &str, link: FdLink) -> Result<(), KernelError> {
+        std::fs::create_dir_all(&self.dir).map_err(io_error(self.dir.display().to_string()))?;
         if !crate::sys::is_bpffs(&self.dir) {
-            return Err(format!(
-                "{} is not on a bpffs (mount one: mount -t bpf bpf {})",
-                self.dir.display(),
-                self.dir.parent().unwrap_or(&self.dir).display()
-            ));
+            return Err(KernelError::NotBpffs(self.dir.clone()));
         }
         let path = self.dir.join(name);
         let _ = std::fs::remove_file(&path);
-        link.pin(&path).map(drop).map_err(|e| format!("{}: {e}", path.display()))
+        link.pin(&path).map(drop).map_err(|source| KernelError::Pin { path, source })
     }
 
     /// Removes every pin left (programs nothing adopted leave their
