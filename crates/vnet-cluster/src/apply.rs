@@ -630,6 +630,36 @@ mod tests {
     /// keyed `relay` is pointed at, `relay` alone is no `relay auto`,
     /// `nat` under an explicit `security`, and what a plain link to a
     /// keyless or a keyed peer carries.
+    /// `Member::full` restated to a state that holds it already changes
+    /// nothing; with another MTU in the options, every cluster link is made
+    /// again with it, and nothing else changes.
+    #[test]
+    fn the_full_view_changes_nothing_held_and_remakes_links_of_another_mtu() {
+        let base = "listen udp 127.0.0.1:0\ninterface vm tap t mac 52:54:00:00:00:01\n";
+        let mut state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
+        let mut s = MemStore::new();
+        let mut m = Member::new("n", "a");
+        for (i, h) in ["a", "b", "c"].iter().enumerate() {
+            s.put(&host_key("n", h), host(i as u8 + 1), None);
+            s.put(&mac_key("n", mac(i as u8 + 1)), vm(h), None);
+        }
+        step(&mut m, &s, &mut state);
+        let mut full = Vec::new();
+        m.full(&mut full);
+        assert_eq!(
+            full.iter().filter(|c| matches!(c, Change::Link { .. })).count(),
+            2,
+            "b and c, not a: {full:?}"
+        );
+        assert_eq!(full.iter().filter(|c| matches!(c, Change::Route { .. })).count(), 3, "{full:?}");
+        assert!(transaction(&state, &full, &LinkOptions::default()).is_empty());
+        let big = LinkOptions { mtu: 9000, ..LinkOptions::default() };
+        let t = transaction(&state, &full, &big);
+        let next = state.apply_all(&t).unwrap();
+        assert!(next.links.values().all(|l| l.mtu == 9000), "{t:?}");
+        assert_eq!(routed(&next), routed(&state), "the same routes, over the links made again");
+    }
+
     #[test]
     fn link_options_at_their_edges() {
         let e = LinkOptions::parse(&format!("mtu 1400 relay {}", PeerKey([3; 32]))).unwrap_err();

@@ -198,6 +198,24 @@ mod tests {
         assert_eq!(fresh.iter().collect::<HashSet<_>>().len(), 6);
     }
 
+    /// An owner's first candidate is the FNV-1a hash of its name modulo
+    /// the pool's size, from the first address (FNV-1a("a") is
+    /// 0xaf63dc4c8601ec8c: 72 modulo 254), and the next ones follow and
+    /// wrap; each address's key names the pool.
+    #[test]
+    fn an_owner_starts_where_its_hash_says_and_keys_name_the_pool() {
+        let p = Pool::new("10.88.0.0/24", None).unwrap();
+        let c = p.candidates("a", &HashSet::new(), 2);
+        assert_eq!(c, [ip("10.88.0.73"), ip("10.88.0.74")]);
+        let taken: HashSet<IpAddr> = [ip("10.88.0.73")].into();
+        assert_eq!(p.candidates("a", &taken, 1), [ip("10.88.0.74")]);
+        let tail = Pool::new("10.88.0.0/24", Some((ip("10.88.0.70"), ip("10.88.0.74")))).unwrap();
+        // The hash modulo 5 is 1: .71 to .74, then .70.
+        let all = [ip("10.88.0.71"), ip("10.88.0.72"), ip("10.88.0.73"), ip("10.88.0.74"), ip("10.88.0.70")];
+        assert_eq!(tail.candidates("a", &HashSet::new(), 5), all);
+        assert_eq!(key("n", &p, ip("10.88.0.73")), "/vnet/n/ipam/10.88.0.0_24/10.88.0.73");
+    }
+
     #[test]
     fn values_are_checked() {
         let a = Allocation { host: "h1".into(), owner: "n/c/eth0".into() };

@@ -179,6 +179,19 @@ pub(crate) mod fixtures {
 mod tests {
     use super::*;
 
+    /// A claim's zero fields are left out of its JSON: what hosts of
+    /// before the field wrote, and read, stays the same bytes.
+    #[test]
+    fn a_claims_zero_fields_are_not_written() {
+        let r = MacRecord { host: "h1".into(), iface: "vm0".into(), ..Default::default() };
+        assert_eq!(String::from_utf8(r.to_json()).unwrap(), r#"{"host":"h1","iface":"vm0"}"#);
+        let r = MacRecord { at_ms: 5, network: 7, epoch: 2, ..r };
+        assert_eq!(
+            String::from_utf8(r.to_json()).unwrap(),
+            r#"{"host":"h1","iface":"vm0","at_ms":5,"network":7,"epoch":2}"#
+        );
+    }
+
     #[test]
     fn keys_round_trip_and_strangers_are_ignored() {
         let p = prefix("lab");

@@ -183,7 +183,7 @@ pub struct Member {
     /// writer to the store without the network key cannot take one back).
     revoked_hosts: rustc_hash::FxHashSet<Box<str>>,
     revoked_certs: rustc_hash::FxHashSet<Box<str>>,
-    /// Signed networks: each linked host's certificate id.
+    /// Signed networks: each live host's certificate id (this one's too).
     cert_ids: FxHashMap<u32, String>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
     quarantine: BTreeMap<String, RecordError>,
@@ -307,7 +307,7 @@ impl Member {
         self.not_after.iter().map(|(&h, &t)| (&*self.names[h as usize], t))
     }
 
-    /// Signed networks: each linked host's certificate id.
+    /// Signed networks: each live host's certificate id (this one's too).
     pub fn cert_ids(&self) -> impl Iterator<Item = (&str, &str)> {
         self.cert_ids.iter().map(|(&h, id)| (&*self.names[h as usize], id.as_str()))
     }
@@ -831,6 +831,84 @@ mod tests {
             m.apply(e, &mut out);
         }
         out
+    }
+
+    /// A signed network's hosts as a view reports them: each linked host's
+    /// certificate id and expiry; a certificate that expires drops its host
+    /// (counted, quarantined); a revocation of one certificate drops the host
+    /// holding it, one of a host drops it whatever its certificate, and
+    /// each is counted.
+    #[test]
+    fn a_signed_view_reports_certificates_and_drops_expired_and_revoked_hosts() {
+        use crate::layout::{revoked_cert_key, revoked_host_key, HostRecord};
+        use crate::trust::{cert_id, CertBody, ClaimKey, NetworkKey, Revocation};
+        let nk = NetworkKey::generate().unwrap();
+        let key = |h: u8| vnet_control::PeerKey([h; 32]);
+        let cert = |h: u8, not_after: Option<u64>| {
+            let body = CertBody {
+                network: "n".into(),
+                host: format!("h{h}"),
+                public_key: key(h).to_string(),
+                claim_key: ClaimKey::derive(&[h; 32]).unwrap().public_base64(),
+                addrs: vec![format!("10.0.0.{h}")],
+                not_after,
+            };
+            nk.sign(&body).unwrap()
+        };
+        let record = |h: u8, cert: &str| {
+            HostRecord {
+                addr: format!("10.0.0.{h}:9000").parse().unwrap(),
+                kinds: vec![],
+                public_key: Some(key(h).to_string()),
+                cert: Some(cert.to_string()),
+                relay: false,
+            }
+            .to_json()
+        };
+        let policy = Policy { network_key: Some(nk.public()), have_key: true, ..Policy::default() };
+        let mut m = Member::with_policy("n", "h1", policy);
+        let mut s = MemStore::new();
+        let certs: Vec<String> =
+            [(1, None), (2, Some(2_000)), (3, None), (4, None)].iter().map(|&(h, t)| cert(h, t)).collect();
+        for (i, c) in certs.iter().enumerate() {
+            s.put(&host_key("n", &format!("h{}", i + 1)), record(i as u8 + 1, c), None);
+        }
+        m.expire(1_000, &mut Vec::new());
+        sync(&mut m, &s);
+        assert_eq!(m.links().count(), 3);
+        assert!(m.live("h2") && m.live("h1") && !m.live("h9"));
+        let mut ids: Vec<(String, String)> = m.cert_ids().map(|(h, i)| (h.into(), i.into())).collect();
+        ids.sort();
+        let want: Vec<(String, String)> =
+            (1..=4).map(|h| (format!("h{h}"), cert_id(&certs[h - 1]))).collect();
+        assert_eq!(ids, want, "every live host's certificate, this one's too");
+        assert_eq!(m.expiries().collect::<Vec<_>>(), [("h2", 2_000)]);
+        // h2's certificate expires.
+        let bad = m.stats.bad_records;
+        let mut out = Vec::new();
+        m.expire(2_001, &mut out);
+        assert_eq!(out, vec![Change::Link { host: "h2".into(), peer: None }]);
+        assert!(!m.live("h2") && m.expiries().next().is_none());
+        assert_eq!(m.stats.bad_records, bad + 1);
+        assert!(m.quarantined().any(|(k, _)| k == host_key("n", "h2")));
+        // h3's certificate revoked (by its id), then h4 whatever its certificate.
+        let at = 1;
+        let r3 = Revocation { network: "n".into(), host: "h3".into(), cert: Some(cert_id(&certs[2])), at };
+        s.put(&revoked_cert_key("n", &cert_id(&certs[2])), nk.revoke(&r3).unwrap().into_bytes(), None);
+        let r4 = Revocation { network: "n".into(), host: "h4".into(), cert: None, at };
+        s.put(&revoked_host_key("n", "h4"), nk.revoke(&r4).unwrap().into_bytes(), None);
+        let out = sync(&mut m, &s);
+        assert_eq!(out.iter().filter(|c| matches!(c, Change::Link { peer: None, .. })).count(), 2, "{out:?}");
+        assert_eq!(m.revoked(), (1, 1));
+        assert!(!m.live("h3") && !m.live("h4") && m.links().count() == 0);
+        assert_eq!(m.stats.bad_records, bad + 3, "the expiry and the two revoked hosts");
+        // A revocation of a certificate h1 does not hold leaves h1 alone
+        // (it is this host: nothing to drop, nothing counted).
+        let other = Revocation { network: "n".into(), host: "h1".into(), cert: Some("0".repeat(32)), at };
+        s.put(&revoked_cert_key("n", &"0".repeat(32)), nk.revoke(&other).unwrap().into_bytes(), None);
+        sync(&mut m, &s);
+        assert_eq!((m.revoked(), m.stats.bad_records), ((1, 2), bad + 3));
+        assert!(m.live("h1"));
     }
 
     #[test]
