@@ -28,8 +28,6 @@ pub const QUARANTINE_SHOWN: usize = 256;
 const MAX_DUPLICATES: usize = 256;
 /// Conflicts (two hosts claiming one MAC) held for `show cluster`.
 pub const CONFLICTS_SHOWN: usize = 256;
-/// Revocations held (hosts and certificates, each).
-const MAX_REVOKED: usize = 65_536;
 
 /// A host as the view takes it: its record, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +67,9 @@ pub struct Policy {
     /// The most hosts (names ever seen) and MACs the view holds.
     pub max_hosts: usize,
     pub max_macs: usize,
+    /// The most revocations held, of hosts and of certificates each (a
+    /// revocation beyond is refused, not held).
+    pub max_revoked: usize,
 }
 
 impl Default for Policy {
@@ -80,6 +81,7 @@ impl Default for Policy {
             tenant: 0,
             max_hosts: 65_536,
             max_macs: 4 << 20,
+            max_revoked: 65_536,
         }
     }
 }
@@ -457,14 +459,13 @@ impl Member {
         if r.network != self.network || r.key() != key {
             return Err(RecordError::RevocationKey);
         }
+        let max = self.policy.max_revoked;
         let full = match &r.cert {
-            None => self.revoked_hosts.len() >= MAX_REVOKED && !self.revoked_hosts.contains(r.host.as_str()),
-            Some(id) => self.revoked_certs.len() >= MAX_REVOKED && !self.revoked_certs.contains(id.as_str()),
+            None => self.revoked_hosts.len() >= max && !self.revoked_hosts.contains(r.host.as_str()),
+            Some(id) => self.revoked_certs.len() >= max && !self.revoked_certs.contains(id.as_str()),
         };
         if full {
-            return Err(RecordError::Revocation(TrustError::CertBody(format!(
-                "more than {MAX_REVOKED} held"
-            ))));
+            return Err(RecordError::Revocation(TrustError::CertBody(format!("more than {max} held"))));
         }
         match &r.cert {
             None => self.revoked_hosts.insert(r.host.as_str().into()),
@@ -909,6 +910,49 @@ mod tests {
         sync(&mut m, &s);
         assert_eq!((m.revoked(), m.stats.bad_records), ((1, 2), bad + 3));
         assert!(m.live("h1"));
+        // Held revocations are bounded: at one of each, another host's
+        // revocation is refused (counted), the one held again is no news.
+        let policy =
+            Policy { network_key: Some(nk.public()), have_key: true, max_revoked: 1, ..Policy::default() };
+        let mut small = Member::with_policy("n", "h1", policy);
+        let mut s = MemStore::new();
+        s.put(&revoked_host_key("n", "h4"), nk.revoke(&r4).unwrap().into_bytes(), None);
+        let r5 = Revocation { network: "n".into(), host: "h5".into(), cert: None, at };
+        s.put(&revoked_host_key("n", "h5"), nk.revoke(&r5).unwrap().into_bytes(), None);
+        s.put(&revoked_host_key("n", "h4"), nk.revoke(&r4).unwrap().into_bytes(), None);
+        sync(&mut small, &s);
+        assert_eq!((small.revoked(), small.stats.bad_records), ((1, 0), 1), "h5 refused, h4 again taken");
+        // A revocation under another key than its own is refused.
+        s.put(&revoked_host_key("n", "h6"), nk.revoke(&r5).unwrap().into_bytes(), None);
+        sync(&mut small, &s);
+        assert_eq!(small.stats.bad_records, 2);
+    }
+
+    /// A record's kinds: at most 8, each 1-16 lowercase letters.
+    #[test]
+    fn a_records_kinds_are_bounded_words() {
+        use crate::layout::HostRecord;
+        let with = |kinds: Vec<String>| {
+            let mut m = Member::new("n", "a");
+            let mut s = MemStore::new();
+            let r = HostRecord {
+                addr: "10.0.0.2:9000".parse().unwrap(),
+                kinds,
+                public_key: None,
+                cert: None,
+                relay: false,
+            };
+            s.put(&host_key("n", "b"), r.to_json(), None);
+            sync(&mut m, &s);
+            m.live("b")
+        };
+        let k = |n: usize, w: &str| vec![w.to_string(); n];
+        assert!(with(k(8, "vxlan")) && with(k(1, &"x".repeat(16))));
+        assert!(!with(k(9, "vxlan")), "9 kinds");
+        assert!(!with(k(1, &"x".repeat(17))), "a kind of 17");
+        assert!(!with(k(1, "")), "an empty kind");
+        assert!(!with(k(1, "Vxlan")), "upper case");
+        assert!(!with(vec!["vxlan".into(), "tcp9".into()]), "a digit");
     }
 
     #[test]
