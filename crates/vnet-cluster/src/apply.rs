@@ -675,6 +675,12 @@ mod tests {
         assert_eq!((o.protect, o.nat), (Protect::Auth, true));
         let o = LinkOptions::parse("nat").unwrap();
         assert_eq!((o.protect, o.nat, o.relay_auto), (Protect::Encrypt, true, false));
+        let o = LinkOptions::parse("relay auto").unwrap();
+        assert_eq!(
+            (o.protect, o.nat, o.relay_auto),
+            (Protect::Encrypt, false, true),
+            "a relay is a secured link's"
+        );
         assert!(!LinkOptions::parse("").unwrap().require_key());
         assert!(!LinkOptions::parse("security none").unwrap().require_key());
         let keyless =

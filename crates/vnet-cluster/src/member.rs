@@ -928,6 +928,103 @@ mod tests {
         assert_eq!(small.stats.bad_records, 2);
     }
 
+    /// Signed claims: one that comes before its host's record waits and is
+    /// taken with the record; an older claim is a replay, one of the same
+    /// time by another host too; a migration (a higher epoch, a newer
+    /// claim) moves the MAC; another host at the same epoch is a conflict;
+    /// a deleted claim takes the route away.
+    #[test]
+    fn signed_claims_wait_for_their_host_refuse_replays_and_move_only_by_migration() {
+        use crate::layout::{HostRecord, MacRecord};
+        use crate::trust::{CertBody, ClaimKey, NetworkKey};
+        let nk = NetworkKey::generate().unwrap();
+        let ck = |h: u8| ClaimKey::derive(&[h; 32]).unwrap();
+        let record = |h: u8| {
+            let key = vnet_control::PeerKey([h; 32]).to_string();
+            let body = CertBody {
+                network: "n".into(),
+                host: format!("h{h}"),
+                public_key: key.clone(),
+                claim_key: ck(h).public_base64(),
+                addrs: vec![format!("10.0.0.{h}")],
+                not_after: None,
+            };
+            let cert = Some(nk.sign(&body).unwrap());
+            let addr = format!("10.0.0.{h}:9000").parse().unwrap();
+            HostRecord { addr, kinds: vec![], public_key: Some(key), cert, relay: false }.to_json()
+        };
+        let claim = |h: u8, at_ms: u64, epoch: u64| {
+            let mut r =
+                MacRecord { host: format!("h{h}"), iface: "vm0".into(), at_ms, epoch, ..Default::default() };
+            r.sig = Some(ck(h).sign("n", mac(9), &r));
+            r.to_json()
+        };
+        let policy = Policy { network_key: Some(nk.public()), have_key: true, ..Policy::default() };
+        let mut m = Member::with_policy("n", "h1", policy);
+        let mut s = MemStore::new();
+        s.put(&host_key("n", "h1"), record(1), None);
+        s.put(&host_key("n", "h2"), record(2), None);
+        // h3's claim before h3's record: held, not routed, until the record.
+        s.put(&mac_key("n", mac(9)), claim(3, 1000, 0), None);
+        sync(&mut m, &s);
+        assert_eq!(m.route_of(mac(9)), None);
+        s.put(&host_key("n", "h3"), record(3), None);
+        sync(&mut m, &s);
+        assert_eq!(m.route_of(mac(9)), Some("h3"), "taken with h3's record");
+        let bad = m.stats.bad_records;
+        // Replays: an older claim; the same time, by h2 at a higher epoch.
+        s.put(&mac_key("n", mac(9)), claim(3, 900, 0), None);
+        s.put(&mac_key("n", mac(9)), claim(2, 1000, 1), None);
+        sync(&mut m, &s);
+        assert_eq!((m.route_of(mac(9)), m.stats.bad_records), (Some("h3"), bad + 2));
+        // h3 again at its own time: no news, no refusal.
+        s.put(&mac_key("n", mac(9)), claim(3, 1000, 0), None);
+        sync(&mut m, &s);
+        assert_eq!(m.stats.bad_records, bad + 2);
+        // A migration to h2: a newer claim at a higher epoch.
+        s.put(&mac_key("n", mac(9)), claim(2, 2000, 1), None);
+        sync(&mut m, &s);
+        assert_eq!((m.route_of(mac(9)), m.epoch(mac(9))), (Some("h2"), 1));
+        // h3 at the same epoch, later: a conflict, nothing moves.
+        s.put(&mac_key("n", mac(9)), claim(3, 3000, 1), None);
+        sync(&mut m, &s);
+        assert_eq!(m.route_of(mac(9)), Some("h2"));
+        assert_eq!(m.conflicts().collect::<Vec<_>>(), [(mac(9), "h2", "h3")]);
+        // The claim deleted: no route.
+        s.delete_if(&mac_key("n", mac(9)), None);
+        let out = sync(&mut m, &s);
+        assert_eq!(out, vec![Change::Route { mac: mac(9), host: None }]);
+        assert_eq!(m.route_of(mac(9)), None);
+    }
+
+    /// A host at an address another host holds waits, parked (counted,
+    /// not linked), and is linked when the holder frees the address; a
+    /// host that moves to a free address frees its old one.
+    #[test]
+    fn a_host_at_a_held_address_waits_for_it() {
+        let at = |ip: u8| {
+            let addr = format!("10.0.0.{ip}:9000").parse().unwrap();
+            crate::layout::HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }
+                .to_json()
+        };
+        let mut m = Member::new("n", "a");
+        let mut s = MemStore::new();
+        s.put(&host_key("n", "b"), at(2), None);
+        s.put(&host_key("n", "c"), at(2), None);
+        sync(&mut m, &s);
+        assert!(m.live("b") && !m.live("c"));
+        assert_eq!(m.stats.bad_records, 1);
+        // b moves to .3: .2 is c's now.
+        s.put(&host_key("n", "b"), at(3), None);
+        let out = sync(&mut m, &s);
+        assert!(m.live("b") && m.live("c"), "{out:?}");
+        assert_eq!(m.links().count(), 2);
+        // b goes: its address is free, nobody waits for it.
+        s.delete_if(&host_key("n", "b"), None);
+        sync(&mut m, &s);
+        assert!(!m.live("b") && m.live("c"));
+    }
+
     /// A record's kinds: at most 8, each 1-16 lowercase letters.
     #[test]
     fn a_records_kinds_are_bounded_words() {

@@ -405,6 +405,35 @@ mod tests {
         }
     }
 
+    /// Edges mutation testing found unchecked: the expiry instant, the
+    /// certificate's names and its count of prefixes, the longest text
+    /// opened, and how keys and prefixes print.
+    #[test]
+    fn certificates_at_their_edges_and_keys_as_they_print() {
+        let nk = NetworkKey::generate().unwrap();
+        let claim = ClaimKey::derive(&[1; 32]).unwrap();
+        let expiring = CertBody { not_after: Some(100), ..body("h1", &claim) };
+        let c = nk.public().verify(&nk.sign(&expiring).unwrap()).unwrap();
+        assert!(!c.expired(100) && c.expired(101), "valid through its last second");
+        // Refused when signed, or when checked (both check the body).
+        let refused = |b: CertBody| nk.sign(&b).map_or(true, |c| nk.public().verify(&c).is_err());
+        assert!(
+            refused(CertBody { host: "bad host".into(), ..body("h1", &claim) }),
+            "a host that is no name"
+        );
+        assert!(refused(CertBody { network: "bad net".into(), ..body("h1", &claim) }));
+        let addrs = |n: usize| CertBody { addrs: vec!["10.0.0.1".into(); n], ..body("h1", &claim) };
+        assert!(!refused(addrs(MAX_CERT_ADDRS)) && refused(addrs(MAX_CERT_ADDRS + 1)) && refused(addrs(0)));
+        // One byte past the longest: refused for its length (not its signature).
+        let long = format!("{}.{}", "A".repeat(2048), "A".repeat(MAX_CERT_LEN - 2048));
+        assert_eq!(long.len(), MAX_CERT_LEN + 1);
+        assert!(matches!(open(&nk.public().0, CERT_TAG, &long), Err(TrustError::CertForm)));
+        // How they print.
+        assert_eq!(NetworkPublic::from_base64(&nk.public().to_string()).unwrap(), nk.public());
+        assert_eq!(format!("{claim:?}"), format!("ClaimKey({})", claim.public_base64()));
+        assert_eq!("10.0.0.0/24".parse::<Prefix>().unwrap().to_string(), "10.0.0.0/24");
+    }
+
     #[test]
     fn a_signed_certificate_verifies_and_any_change_breaks_it() {
         let nk = NetworkKey::generate().unwrap();
