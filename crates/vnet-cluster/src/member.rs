@@ -1025,6 +1025,27 @@ mod tests {
         assert!(!m.live("b") && m.live("c"));
     }
 
+    /// A relist of a store a host left: that host's link goes, with its
+    /// routes; the hosts that stayed change nothing.
+    #[test]
+    fn a_relist_drops_only_the_hosts_gone() {
+        let mut s = MemStore::new();
+        let mut m = Member::new("n", "a");
+        for (i, h) in ["b", "c"].iter().enumerate() {
+            s.put(&host_key("n", h), host(i as u8 + 2), None);
+            s.put(&mac_key("n", mac(i as u32 + 2)), vm(h), None);
+        }
+        sync(&mut m, &s);
+        s.delete_if(&host_key("n", "c"), None);
+        let (kvs, rev) = s.range(m.prefix());
+        let mut out = Vec::new();
+        m.relist(&kvs, rev, &mut out);
+        assert_eq!(
+            out,
+            vec![Change::Route { mac: mac(3), host: None }, Change::Link { host: "c".into(), peer: None }]
+        );
+    }
+
     /// A record's kinds: at most 8, each 1-16 lowercase letters.
     #[test]
     fn a_records_kinds_are_bounded_words() {

@@ -194,6 +194,7 @@ mod tests {
         assert_eq!(s.delete_if("/b/1", Some(b"other")), None);
         assert_eq!(s.delete_if("/b/1", Some(b"z")), Some(5));
         s.compact(4);
+        assert_eq!(s.log.len(), 1, "the history up to 4 is gone (bounded memory)");
         assert_eq!(s.watch("/", 3).err(), Some(Compacted { first: 5 }));
         assert_eq!(s.watch("/", 5).unwrap().count(), 1);
     }
