@@ -401,12 +401,16 @@ mod tests {
             .collect()
     }
 
+    /// Host `a`'s state (its VM's interface), an empty store, and its view.
+    fn host_a() -> (State, MemStore, Member) {
+        let base = "listen udp 127.0.0.1:0\ninterface vm tap t mac 52:54:00:00:00:01\n";
+        let state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
+        (state, MemStore::new(), Member::new("n", "a"))
+    }
+
     #[test]
     fn the_state_follows_the_store_through_joins_moves_and_deaths() {
-        let base = "listen udp 127.0.0.1:0\ninterface vm tap t mac 52:54:00:00:00:01\n";
-        let mut state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
-        let mut s = MemStore::new();
-        let mut m = Member::new("n", "a");
+        let (mut state, mut s, mut m) = host_a();
         let leases: Vec<u64> = (0..3).map(|_| s.grant(10, 0)).collect();
         for (i, h) in ["a", "b", "c"].iter().enumerate() {
             s.put(&host_key("n", h), host(i as u8 + 1), Some(leases[i]));
@@ -491,10 +495,7 @@ mod tests {
 
     #[test]
     fn a_local_interface_is_routed_while_its_mac_is_ours_and_yields_when_another_host_claims_it() {
-        let base = "listen udp 127.0.0.1:0\ninterface vm tap t mac 52:54:00:00:00:01\n";
-        let mut state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
-        let mut s = MemStore::new();
-        let mut m = Member::new("n", "a");
+        let (mut state, mut s, mut m) = host_a();
         let la = s.grant(10, 0);
         let lb = s.grant(10, 0);
         s.put(&host_key("n", "a"), host(1), Some(la));
@@ -626,19 +627,12 @@ mod tests {
         assert_eq!(LinkOptions::parse("security auth").unwrap().transport(&keyless), None);
     }
 
-    /// Edges of the options mutation testing found unchecked: where a
-    /// keyed `relay` is pointed at, `relay` alone is no `relay auto`,
-    /// `nat` under an explicit `security`, and what a plain link to a
-    /// keyless or a keyed peer carries.
     /// `Member::full` restated to a state that holds it already changes
     /// nothing; with another MTU in the options, every cluster link is made
     /// again with it, and nothing else changes.
     #[test]
     fn the_full_view_changes_nothing_held_and_remakes_links_of_another_mtu() {
-        let base = "listen udp 127.0.0.1:0\ninterface vm tap t mac 52:54:00:00:00:01\n";
-        let mut state = State::default().apply_all(&vnet_control::parse(base).unwrap()).unwrap();
-        let mut s = MemStore::new();
-        let mut m = Member::new("n", "a");
+        let (mut state, mut s, mut m) = host_a();
         for (i, h) in ["a", "b", "c"].iter().enumerate() {
             s.put(&host_key("n", h), host(i as u8 + 1), None);
             s.put(&mac_key("n", mac(i as u8 + 1)), vm(h), None);
@@ -660,6 +654,10 @@ mod tests {
         assert_eq!(routed(&next), routed(&state), "the same routes, over the links made again");
     }
 
+    /// Edges of the options mutation testing found unchecked: where a
+    /// keyed `relay` is pointed at, `relay` alone is no `relay auto`,
+    /// `nat` under an explicit `security`, and what a plain link to a
+    /// keyless or a keyed peer carries.
     #[test]
     fn link_options_at_their_edges() {
         let e = LinkOptions::parse(&format!("mtu 1400 relay {}", PeerKey([3; 32]))).unwrap_err();
