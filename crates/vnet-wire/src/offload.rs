@@ -467,6 +467,90 @@ mod tests {
         assert_eq!(infer(&f[..40], 1448), None);
     }
 
+    /// A TCP/IPv6 frame with `payload` bytes and its checksum seeded.
+    fn tcp6_partial(payload: usize) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 40 + 20 + payload];
+        f[12..14].copy_from_slice(&[0x86, 0xdd]);
+        f[14] = 0x60;
+        f[18..20].copy_from_slice(&((20 + payload) as u16).to_be_bytes());
+        f[20] = 6;
+        f[21] = 64;
+        f[22..38].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f[38..54].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f[66] = 5 << 4;
+        for (i, b) in f[74..].iter_mut().enumerate() {
+            *b = (i * 7) as u8;
+        }
+        let seed = fold(sum16(&f[22..54], 6 + (20 + payload) as u64));
+        f[70..72].copy_from_slice(&seed.to_be_bytes());
+        f
+    }
+
+    /// The edges of `infer` mutation testing found unchecked: IPv6's
+    /// pseudo-header, a payload of exactly one segment, headers and no
+    /// payload, a frame cut inside its TCP header, and a seed of 0xffff
+    /// stored as 0 (the other zero of one's complement).
+    #[test]
+    fn infers_at_its_edges() {
+        let f = tcp6_partial(4000);
+        let h = infer(&f, 1440).unwrap();
+        assert_eq!((h.flags, h.csum_start, h.csum_offset), (F_NEEDS_CSUM, 54, 16));
+        assert_eq!((h.gso_type, h.gso_size, h.hdr_len), (GSO_TCPV6, 1440, 74));
+        // One segment exactly: a checksum to finish, no GSO.
+        let mut one = tcp4(1448, 0x18);
+        partial(&mut one);
+        assert_eq!(infer(&one, 1448).map(|h| (h.flags, h.gso_type)), Some((F_NEEDS_CSUM, 0)));
+        // Headers only.
+        let mut empty = tcp4(0, 0x10);
+        partial(&mut empty);
+        assert_eq!(infer(&empty, 1448).map(|h| h.flags), Some(F_NEEDS_CSUM));
+        // Cut inside the TCP header (its data offset readable).
+        assert_eq!(infer(&one[..50], 1448), None);
+        // A seed of 0xffff stored as 0: partial. Another seed stored as 0:
+        // corrupted. (The destination's last bytes pick the seed.)
+        let mut z = tcp4(100, 0x18);
+        let seed = |f: &[u8]| fold(sum16(&f[26..34], 6 + (f.len() - 34) as u64));
+        let k = (0..=u16::MAX).find(|&k| {
+            z[32..34].copy_from_slice(&k.to_be_bytes());
+            seed(&z) == 0xffff
+        });
+        z[32..34].copy_from_slice(&k.unwrap().to_be_bytes());
+        z[50..52].fill(0);
+        assert_eq!(infer(&z, 1448).map(|h| h.flags), Some(F_NEEDS_CSUM), "0 for a seed of 0xffff");
+        z[33] ^= 1;
+        assert_ne!(seed(&z), 0xffff);
+        assert_eq!(infer(&z, 1448), None, "0 for another seed");
+    }
+
+    /// `segment_headers` refuses GSO headers that do not fit the frame, at
+    /// each bound, and takes a frame of headers only; `seg_len` is the
+    /// longest segment's.
+    #[test]
+    fn segments_at_their_edges() {
+        let gso = VirtioNetHdr {
+            gso_type: GSO_TCPV4,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+            flags: F_NEEDS_CSUM,
+            hdr_len: 54,
+        };
+        let mut heads = vec![0u8; 64 * 54];
+        let f = tcp4(0, 0x10);
+        let s = segment_headers(&f, &gso, &mut heads).unwrap();
+        assert_eq!((s.count(), s.seg_len()), (1, 54), "headers only: one segment");
+        assert_eq!(segment_headers(&f[..44], &gso, &mut heads).err(), Some(OffloadError::BadHeaders));
+        // A data offset of 32 (options) on a frame cut at 58.
+        let mut o = tcp4(4, 0x10);
+        o[46] = 8 << 4;
+        assert_eq!(segment_headers(&o, &gso, &mut heads).err(), Some(OffloadError::BadHeaders));
+        let big = tcp4(4000, 0x10);
+        let s = segment_headers(&big, &gso, &mut heads).unwrap();
+        assert_eq!((s.count(), s.seg_len()), (3, 54 + 1448));
+        let small = tcp4(100, 0x10);
+        assert_eq!(segment_headers(&small, &gso, &mut heads).unwrap().seg_len(), 54 + 100);
+    }
+
     #[test]
     fn completes_checksum() {
         let mut f = tcp4(333, 0x18);
