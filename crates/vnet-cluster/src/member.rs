@@ -1046,6 +1046,24 @@ mod tests {
         );
     }
 
+    /// Every event is counted; the quarantine shows at most
+    /// [`QUARANTINE_SHOWN`] keys and counts the rest; a view watches its own
+    /// network's prefix only.
+    #[test]
+    fn events_are_counted_the_quarantine_is_bounded_and_the_prefix_is_the_networks() {
+        let mut s = MemStore::new();
+        let mut m = Member::new("n", "a");
+        let n = QUARANTINE_SHOWN + 10;
+        for i in 0..n {
+            s.put(&host_key("n", &format!("h{i}")), b"junk".to_vec(), None);
+        }
+        s.put(&host_key("other", "x"), host(9), None);
+        sync(&mut m, &s);
+        assert_eq!(m.prefix(), "/vnet/n/");
+        assert_eq!((m.stats.events, m.stats.bad_records, m.stats.unknown_keys), (n as u64, n as u64, 0));
+        assert_eq!(m.quarantined().count(), QUARANTINE_SHOWN);
+    }
+
     /// A record's kinds: at most 8, each 1-16 lowercase letters.
     #[test]
     fn a_records_kinds_are_bounded_words() {
