@@ -317,6 +317,13 @@ mod tests {
     }
 
     #[test]
+    fn rejected_counts_each_refusal() {
+        let s =
+            Stats { too_large: 1, inconsistent: 2, too_fragmented: 4, conflicting: 8, ..Stats::default() };
+        assert_eq!(s.rejected(), 15);
+    }
+
+    #[test]
     fn in_order() {
         let f = frame(3000);
         let mut r = small();
