@@ -323,6 +323,18 @@ mod tests {
         assert_eq!(s.rejected(), 15);
     }
 
+    /// A frame of exactly the largest size is taken; one byte more is too
+    /// large.
+    #[test]
+    fn the_largest_frame_is_taken_and_one_byte_more_refused() {
+        let mut r = Reassembler::new(Config { slots: 4, max_frame: 3000, timeout_ns: 1000, per_source: 4 });
+        let f = frame(3000);
+        assert_eq!(feed(&mut r, 1, &f, &[(0, 1500), (1500, 1500)]), Some(f));
+        let g = frame(3001);
+        assert_eq!(feed(&mut r, 2, &g, &[(0, 1500), (1500, 1501)]), None);
+        assert_eq!(r.stats().too_large, 2);
+    }
+
     #[test]
     fn in_order() {
         let f = frame(3000);
