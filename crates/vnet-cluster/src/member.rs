@@ -841,33 +841,12 @@ mod tests {
     /// each is counted.
     #[test]
     fn a_signed_view_reports_certificates_and_drops_expired_and_revoked_hosts() {
-        use crate::layout::{revoked_cert_key, revoked_host_key, HostRecord};
-        use crate::trust::{cert_id, CertBody, ClaimKey, NetworkKey, Revocation};
+        use crate::layout::{revoked_cert_key, revoked_host_key};
+        use crate::trust::{cert_id, NetworkKey, Revocation};
         let nk = NetworkKey::generate().unwrap();
-        let key = |h: u8| vnet_control::PeerKey([h; 32]);
-        let cert = |h: u8, not_after: Option<u64>| {
-            let body = CertBody {
-                network: "n".into(),
-                host: format!("h{h}"),
-                public_key: key(h).to_string(),
-                claim_key: ClaimKey::derive(&[h; 32]).unwrap().public_base64(),
-                addrs: vec![format!("10.0.0.{h}")],
-                not_after,
-            };
-            nk.sign(&body).unwrap()
-        };
-        let record = |h: u8, cert: &str| {
-            HostRecord {
-                addr: format!("10.0.0.{h}:9000").parse().unwrap(),
-                kinds: vec![],
-                public_key: Some(key(h).to_string()),
-                cert: Some(cert.to_string()),
-                relay: false,
-            }
-            .to_json()
-        };
-        let policy = Policy { network_key: Some(nk.public()), have_key: true, ..Policy::default() };
-        let mut m = Member::with_policy("n", "h1", policy);
+        let cert = |h: u8, not_after: Option<u64>| signed_cert(&nk, h, h, not_after);
+        let record = |h: u8, cert: &str| signed_record(h, h, cert);
+        let mut m = signed_view(&nk, "h1");
         let mut s = MemStore::new();
         let certs: Vec<String> =
             [(1, None), (2, Some(2_000)), (3, None), (4, None)].iter().map(|&(h, t)| cert(h, t)).collect();
@@ -935,32 +914,18 @@ mod tests {
     /// a deleted claim takes the route away.
     #[test]
     fn signed_claims_wait_for_their_host_refuse_replays_and_move_only_by_migration() {
-        use crate::layout::{HostRecord, MacRecord};
-        use crate::trust::{CertBody, ClaimKey, NetworkKey};
+        use crate::layout::MacRecord;
+        use crate::trust::{ClaimKey, NetworkKey};
         let nk = NetworkKey::generate().unwrap();
         let ck = |h: u8| ClaimKey::derive(&[h; 32]).unwrap();
-        let record = |h: u8| {
-            let key = vnet_control::PeerKey([h; 32]).to_string();
-            let body = CertBody {
-                network: "n".into(),
-                host: format!("h{h}"),
-                public_key: key.clone(),
-                claim_key: ck(h).public_base64(),
-                addrs: vec![format!("10.0.0.{h}")],
-                not_after: None,
-            };
-            let cert = Some(nk.sign(&body).unwrap());
-            let addr = format!("10.0.0.{h}:9000").parse().unwrap();
-            HostRecord { addr, kinds: vec![], public_key: Some(key), cert, relay: false }.to_json()
-        };
+        let record = |h: u8| signed_record(h, h, &signed_cert(&nk, h, h, None));
         let claim = |h: u8, at_ms: u64, epoch: u64| {
             let mut r =
                 MacRecord { host: format!("h{h}"), iface: "vm0".into(), at_ms, epoch, ..Default::default() };
             r.sig = Some(ck(h).sign("n", mac(9), &r));
             r.to_json()
         };
-        let policy = Policy { network_key: Some(nk.public()), have_key: true, ..Policy::default() };
-        let mut m = Member::with_policy("n", "h1", policy);
+        let mut m = signed_view(&nk, "h1");
         let mut s = MemStore::new();
         s.put(&host_key("n", "h1"), record(1), None);
         s.put(&host_key("n", "h2"), record(2), None);
@@ -1064,6 +1029,71 @@ mod tests {
         assert_eq!(m.quarantined().count(), QUARANTINE_SHOWN);
     }
 
+    /// What a view holds for records it cannot take yet is bounded: hosts
+    /// parked at a held address, claims waiting for their host's record,
+    /// epochs (kept only for MACs that migrated).
+    #[test]
+    fn what_waits_is_bounded_and_epochs_are_kept_only_for_migrations() {
+        let at2 = || {
+            let addr = "10.0.0.2:9000".parse().unwrap();
+            crate::layout::HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }
+                .to_json()
+        };
+        let mut m = Member::new("n", "a");
+        let mut s = MemStore::new();
+        for i in 0..MAX_DUPLICATES + 5 {
+            s.put(&host_key("n", &format!("h{i}")), at2(), None);
+        }
+        sync(&mut m, &s);
+        assert_eq!(m.duplicates.len(), MAX_DUPLICATES);
+        // Epochs: none for a first claim, one for a migration.
+        s.put(&mac_key("n", mac(1)), vm("h0"), None);
+        sync(&mut m, &s);
+        assert!(m.epochs.is_empty());
+        s.put(&mac_key("n", mac(1)), crate::layout::fixtures::moved("h0", 1), None);
+        sync(&mut m, &s);
+        assert_eq!(m.epoch(mac(1)), 1);
+        // Signed: claims waiting for a record, at most max_macs of them.
+        let nk = crate::trust::NetworkKey::generate().unwrap();
+        let policy =
+            Policy { network_key: Some(nk.public()), have_key: true, max_macs: 2, ..Policy::default() };
+        let mut m = Member::with_policy("n", "a", policy);
+        let mut s = MemStore::new();
+        for i in 0..4 {
+            s.put(&mac_key("n", mac(i)), vm("h9"), None);
+        }
+        sync(&mut m, &s);
+        assert_eq!(m.unverified.len(), 2);
+        assert_eq!(m.stats.bad_records, 4);
+    }
+
+    /// A host parked at a held address whose certificate expires while it
+    /// waits is dropped when the address frees (counted, quarantined); one
+    /// whose certificate is still valid at that second is taken.
+    #[test]
+    fn a_parked_host_whose_certificate_expired_is_not_taken() {
+        let nk = crate::trust::NetworkKey::generate().unwrap();
+        for (now, taken) in [(2_001, false), (2_000, true)] {
+            let mut m = signed_view(&nk, "h1");
+            let mut s = MemStore::new();
+            s.put(&host_key("n", "h2"), signed_record(2, 2, &signed_cert(&nk, 2, 2, None)), None);
+            s.put(&host_key("n", "h3"), signed_record(3, 2, &signed_cert(&nk, 3, 2, Some(2_000))), None);
+            m.expire(1_000, &mut Vec::new());
+            sync(&mut m, &s);
+            assert!(m.live("h2") && !m.live("h3"), "h3 parked");
+            m.expire(now, &mut Vec::new());
+            let bad = m.stats.bad_records;
+            s.delete_if(&host_key("n", "h2"), None);
+            let out = sync(&mut m, &s);
+            assert_eq!(m.live("h3"), taken, "at {now}: {out:?}");
+            assert_eq!(m.stats.bad_records, bad + u64::from(!taken), "at {now}");
+            let held = m
+                .quarantined()
+                .any(|(k, e)| k == host_key("n", "h3") && matches!(e, RecordError::CertExpired(2_000)));
+            assert_eq!(held, !taken);
+        }
+    }
+
     /// A record's kinds: at most 8, each 1-16 lowercase letters.
     #[test]
     fn a_records_kinds_are_bounded_words() {
@@ -1089,6 +1119,42 @@ mod tests {
         assert!(!with(k(1, "")), "an empty kind");
         assert!(!with(k(1, "Vxlan")), "upper case");
         assert!(!with(vec!["vxlan".into(), "tcp9".into()]), "a digit");
+    }
+
+    /// Host `h{h}`'s certificate in network `n` (static key `[h; 32]`,
+    /// claim key from `[h; 32]`, address 10.0.0.`ip`), expiring at
+    /// `not_after`.
+    fn signed_cert(nk: &crate::trust::NetworkKey, h: u8, ip: u8, not_after: Option<u64>) -> String {
+        let body = crate::trust::CertBody {
+            network: "n".into(),
+            host: format!("h{h}"),
+            public_key: vnet_control::PeerKey([h; 32]).to_string(),
+            claim_key: crate::trust::ClaimKey::derive(&[h; 32]).unwrap().public_base64(),
+            addrs: vec![format!("10.0.0.{ip}")],
+            not_after,
+        };
+        nk.sign(&body).unwrap()
+    }
+
+    /// Host `h{h}`'s record at 10.0.0.`ip`:9000 with certificate `cert`.
+    fn signed_record(h: u8, ip: u8, cert: &str) -> Vec<u8> {
+        crate::layout::HostRecord {
+            addr: format!("10.0.0.{ip}:9000").parse().unwrap(),
+            kinds: vec![],
+            public_key: Some(vnet_control::PeerKey([h; 32]).to_string()),
+            cert: Some(cert.to_string()),
+            relay: false,
+        }
+        .to_json()
+    }
+
+    /// A view of network `n` signed by `nk`, as host `me`.
+    fn signed_view(nk: &crate::trust::NetworkKey, me: &str) -> Member {
+        Member::with_policy(
+            "n",
+            me,
+            Policy { network_key: Some(nk.public()), have_key: true, ..Policy::default() },
+        )
     }
 
     #[test]
