@@ -130,6 +130,37 @@ impl VirtioNetHdr {
 mod tests {
     use super::*;
 
+    /// `validate` at its edges (mutation testing): both known flags, a
+    /// checksum field that ends exactly at the frame's end, starting right
+    /// after the Ethernet header, a header as long as the frame; and what
+    /// needs finishing.
+    #[test]
+    fn validate_and_needs_finishing_at_their_edges() {
+        let csum = |start, offset| VirtioNetHdr {
+            flags: F_NEEDS_CSUM,
+            csum_start: start,
+            csum_offset: offset,
+            ..VirtioNetHdr::NONE
+        };
+        let both = VirtioNetHdr {
+            flags: F_NEEDS_CSUM | F_DATA_VALID,
+            csum_start: 34,
+            csum_offset: 16,
+            ..VirtioNetHdr::NONE
+        };
+        assert_eq!(both.validate(100), Ok(()));
+        assert_eq!(csum(34, 16).validate(52), Ok(()), "the field's last byte is the frame's");
+        assert!(csum(34, 16).validate(51).is_err());
+        assert_eq!(csum(14, 16).validate(100), Ok(()));
+        assert!(csum(13, 16).validate(100).is_err());
+        let hdr = |hdr_len| VirtioNetHdr { hdr_len, ..VirtioNetHdr::NONE };
+        assert_eq!(hdr(100).validate(100), Ok(()));
+        assert!(hdr(101).validate(100).is_err());
+        assert!(csum(34, 16).needs_finishing() && !VirtioNetHdr::NONE.needs_finishing());
+        let gso = VirtioNetHdr { gso_type: GSO_TCPV4, gso_size: 1448, ..VirtioNetHdr::NONE };
+        assert!(gso.needs_finishing());
+    }
+
     #[test]
     fn roundtrip_fixed_bytes() {
         let b = [0x01, 0x01, 0x42, 0x00, 0xa8, 0x05, 0x22, 0x00, 0x10, 0x00];

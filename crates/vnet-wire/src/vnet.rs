@@ -284,6 +284,78 @@ mod tests {
         0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x52, 0x54, 0x00, 0x00, 0x00, 0x01, 0x88, 0xb5,
     ];
 
+    /// What the kernel path and the MTU rules are built on.
+    #[test]
+    fn the_formats_sizes() {
+        assert_eq!((IPV4_ENCAP_OVERHEAD, IPV6_ENCAP_OVERHEAD, MAX_FRAME_LEN), (62, 82, 65_549));
+    }
+
+    /// Each flag is a control flag or not, a probe's or a relay's.
+    #[test]
+    fn each_flag_says_what_it_is() {
+        for (bit, control, probe, relay) in [
+            (Flags::AUTH, false, false, false),
+            (Flags::VNET_HDR, false, false, false),
+            (Flags::WHOLE, false, false, false),
+            (Flags::PROBE, true, true, false),
+            (Flags::PROBE_ACK, true, true, false),
+            (Flags::RELAY_TO, true, false, true),
+            (Flags::RELAY_FROM, true, false, true),
+            (Flags::ENDPOINT, true, false, false),
+        ] {
+            let f = Flags(bit);
+            assert_eq!((f.is_control(), f.is_probe(), f.is_relay()), (control, probe, relay), "{bit:#04x}");
+        }
+    }
+
+    /// `new_checked` and `parse_header` at their edges: the shortest
+    /// header, a fragment that ends where its frame does, the largest
+    /// frame, each field read from its own bytes.
+    #[test]
+    fn headers_at_their_edges() {
+        let dgram = |flags: u8, frame_len: u32, offset: u32, payload: usize| {
+            let mut v = vec![0u8; HEADER_LEN + payload];
+            let r = VnetRepr {
+                flags: Flags(flags),
+                network: 0x0102_0304,
+                frame_id: 0x0506_0708,
+                frame_len,
+                offset,
+            };
+            r.emit(&mut v).unwrap();
+            v
+        };
+        // The last fragment of a frame, ending at its end.
+        assert!(VnetPacket::new_checked(&dgram(0, 100, 60, 40)[..]).is_ok());
+        assert!(VnetPacket::new_checked(&dgram(0, 100, 61, 40)[..]).is_err());
+        assert!(VnetPacket::new_checked(&dgram(0, 100, 0, 0)[..]).is_err(), "no bytes");
+        // The largest frame, and one byte more.
+        assert!(VnetPacket::new_checked(&dgram(0, MAX_FRAME_LEN, 0, 10)[..]).is_ok());
+        assert!(VnetPacket::new_checked(&dgram(0, MAX_FRAME_LEN + 1, 0, 10)[..]).is_err());
+        let whole = dgram(Flags::WHOLE, 0, 0, MAX_FRAME_LEN as usize);
+        assert!(VnetPacket::new_checked(&whole[..]).is_ok());
+        let whole = dgram(Flags::WHOLE, 0, 0, MAX_FRAME_LEN as usize + 1);
+        assert!(VnetPacket::new_checked(&whole[..]).is_err());
+        // A header of options, exactly as long as the datagram's start.
+        let mut v = dgram(0, 4, 0, 8);
+        v[3] = 24;
+        assert_eq!(VnetPacket::new_checked(&v[..]).unwrap().payload().len(), 4);
+        v[3] = 16;
+        assert!(VnetPacket::new_checked(&v[..]).is_err(), "shorter than the fixed header");
+        assert!(parse_header(&v).is_err());
+        v[3] = 22;
+        assert!(parse_header(&v).is_err(), "not a multiple of 4");
+        // parse_header: 20 bytes are enough, each field its own.
+        let h = dgram(0, 0x090a_0b0c, 0x0d0e_0f10, 0);
+        let (r, hl) = parse_header(&h).unwrap();
+        assert_eq!(hl, HEADER_LEN);
+        assert_eq!(
+            (r.network, r.frame_id, r.frame_len, r.offset),
+            (0x0102_0304, 0x0506_0708, 0x090a_0b0c, 0x0d0e_0f10)
+        );
+        assert!(parse_header(&h[..19]).is_err());
+    }
+
     #[test]
     fn whole_flag_datagram_is_one_frame() {
         let p = VnetPacket::new_checked(&VECTOR_KERNEL[..]).unwrap();
