@@ -124,6 +124,12 @@ pub fn source_port(flow_hash: u64, range: (u16, u16)) -> u16 {
 mod tests {
     use super::*;
 
+    /// The figures every VXLAN guide quotes (50 and 70) and the VNI's 24 bits.
+    #[test]
+    fn the_formats_sizes() {
+        assert_eq!((IPV4_OVERHEAD, IPV6_OVERHEAD, MAX_VNI), (50, 70, 0xff_ffff));
+    }
+
     /// Test vector V1 of docs/wire.md: VNI 42 in front of a 14-byte frame.
     const VECTOR: [u8; 22] = [
         0x08, 0x00, 0x00, 0x00, // flags I, reserved
