@@ -172,6 +172,10 @@ mod tests {
         }
         assert!(seen.len() > 5000, "{} ports", seen.len());
         assert_eq!(source_port(7, (4789, 4789)), 4789);
+        // The fold is the one documented: h ^ h >> 32 ^ h >> 17, modulo the
+        // span, whose both ends are reachable.
+        assert_eq!(source_port(0x1234_5678_9abc_def0, (49152, 65535)), 50646);
+        assert_eq!((source_port(0, (10, 11)), source_port(1, (10, 11))), (10, 11));
         assert_eq!(source_port(7, (5000, 4000)), 5000);
     }
 }
