@@ -863,9 +863,11 @@ mod tests {
             (1..=4).map(|h| (format!("h{h}"), cert_id(&certs[h - 1]))).collect();
         assert_eq!(ids, want, "every live host's certificate, this one's too");
         assert_eq!(m.expiries().collect::<Vec<_>>(), [("h2", 2_000)]);
-        // h2's certificate expires.
+        // h2's certificate is valid through its last second, then expires.
         let bad = m.stats.bad_records;
         let mut out = Vec::new();
+        m.expire(2_000, &mut out);
+        assert!(out.is_empty() && m.live("h2"));
         m.expire(2_001, &mut out);
         assert_eq!(out, vec![Change::Link { host: "h2".into(), peer: None }]);
         assert!(!m.live("h2") && m.expiries().next().is_none());
