@@ -1048,6 +1048,24 @@ mod tests {
         }
         sync(&mut m, &s);
         assert_eq!(m.duplicates.len(), MAX_DUPLICATES);
+        // Conflicts shown: at most CONFLICTS_SHOWN (h1 and h2 live, at .1 and .3).
+        let at = |ip: u8| {
+            let addr = format!("10.0.0.{ip}:9000").parse().unwrap();
+            crate::layout::HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }
+                .to_json()
+        };
+        s.put(&host_key("n", "h1"), at(1), None);
+        s.put(&host_key("n", "h2"), at(3), None);
+        let n = CONFLICTS_SHOWN as u32 + 5;
+        for i in 100..100 + n {
+            s.put(&mac_key("n", mac(i)), vm("h1"), None);
+        }
+        sync(&mut m, &s);
+        for i in 100..100 + n {
+            s.put(&mac_key("n", mac(i)), vm("h2"), None);
+        }
+        sync(&mut m, &s);
+        assert_eq!(m.conflicts().count(), CONFLICTS_SHOWN);
         // Epochs: none for a first claim, one for a migration.
         s.put(&mac_key("n", mac(1)), vm("h0"), None);
         sync(&mut m, &s);
