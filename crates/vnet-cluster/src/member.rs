@@ -896,17 +896,29 @@ mod tests {
         let policy =
             Policy { network_key: Some(nk.public()), have_key: true, max_revoked: 1, ..Policy::default() };
         let mut small = Member::with_policy("n", "h1", policy);
-        let mut s = MemStore::new();
-        s.put(&revoked_host_key("n", "h4"), nk.revoke(&r4).unwrap().into_bytes(), None);
+        let mut st = MemStore::new();
+        st.put(&revoked_host_key("n", "h4"), nk.revoke(&r4).unwrap().into_bytes(), None);
         let r5 = Revocation { network: "n".into(), host: "h5".into(), cert: None, at };
-        s.put(&revoked_host_key("n", "h5"), nk.revoke(&r5).unwrap().into_bytes(), None);
-        s.put(&revoked_host_key("n", "h4"), nk.revoke(&r4).unwrap().into_bytes(), None);
-        sync(&mut small, &s);
+        st.put(&revoked_host_key("n", "h5"), nk.revoke(&r5).unwrap().into_bytes(), None);
+        st.put(&revoked_host_key("n", "h4"), nk.revoke(&r4).unwrap().into_bytes(), None);
+        sync(&mut small, &st);
         assert_eq!((small.revoked(), small.stats.bad_records), ((1, 0), 1), "h5 refused, h4 again taken");
-        // A revocation under another key than its own is refused.
+        // At the bound of certificates too: the one held again is taken,
+        // another refused.
+        let rc = |id: &str| Revocation { network: "n".into(), host: "h7".into(), cert: Some(id.into()), at };
+        let (x, y) = ("1".repeat(32), "2".repeat(32));
+        st.put(&revoked_cert_key("n", &x), nk.revoke(&rc(&x)).unwrap().into_bytes(), None);
+        st.put(&revoked_cert_key("n", &x), nk.revoke(&rc(&x)).unwrap().into_bytes(), None);
+        sync(&mut small, &st);
+        assert_eq!((small.revoked(), small.stats.bad_records), ((1, 1), 1));
+        st.put(&revoked_cert_key("n", &y), nk.revoke(&rc(&y)).unwrap().into_bytes(), None);
+        sync(&mut small, &st);
+        assert_eq!((small.revoked(), small.stats.bad_records), ((1, 1), 2));
+        // A revocation under another key than its own is refused (room for it).
+        let (before, held) = (m.stats.bad_records, m.revoked());
         s.put(&revoked_host_key("n", "h6"), nk.revoke(&r5).unwrap().into_bytes(), None);
-        sync(&mut small, &s);
-        assert_eq!(small.stats.bad_records, 2);
+        sync(&mut m, &s);
+        assert_eq!((m.stats.bad_records, m.revoked()), (before + 1, held));
     }
 
     /// Signed claims: one that comes before its host's record waits and is
@@ -1112,6 +1124,52 @@ mod tests {
                 .any(|(k, e)| k == host_key("n", "h3") && matches!(e, RecordError::CertExpired(2_000)));
             assert_eq!(held, !taken);
         }
+    }
+
+    /// A claim deleted leaves its host's other MACs routed to it, and the
+    /// host's going takes exactly those; a host that never had a link
+    /// going changes nothing; a revocation of a host with no record
+    /// drops nobody, even while another host is parked.
+    #[test]
+    fn deletions_take_away_exactly_what_they_name() {
+        let at = |ip: u8| {
+            let addr = format!("10.0.0.{ip}:9000").parse().unwrap();
+            crate::layout::HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }
+                .to_json()
+        };
+        let mut m = Member::new("n", "a");
+        let mut s = MemStore::new();
+        s.put(&host_key("n", "b"), at(2), None);
+        s.put(&host_key("n", "c"), at(2), None);
+        s.put(&mac_key("n", mac(1)), vm("b"), None);
+        s.put(&mac_key("n", mac(2)), vm("b"), None);
+        sync(&mut m, &s);
+        s.delete_if(&mac_key("n", mac(1)), None);
+        assert_eq!(sync(&mut m, &s), vec![Change::Route { mac: mac(1), host: None }]);
+        // c, parked at b's address, goes: it never had a link.
+        s.delete_if(&host_key("n", "c"), None);
+        assert_eq!(sync(&mut m, &s), vec![]);
+        s.delete_if(&host_key("n", "b"), None);
+        assert_eq!(
+            sync(&mut m, &s),
+            vec![Change::Route { mac: mac(2), host: None }, Change::Link { host: "b".into(), peer: None }]
+        );
+        // Signed: h4 known and gone, h3 parked; h4's revocation drops nobody.
+        let nk = crate::trust::NetworkKey::generate().unwrap();
+        let mut m = signed_view(&nk, "h1");
+        let mut s = MemStore::new();
+        s.put(&host_key("n", "h2"), signed_record(2, 2, &signed_cert(&nk, 2, 2, None)), None);
+        s.put(&host_key("n", "h3"), signed_record(3, 2, &signed_cert(&nk, 3, 2, None)), None);
+        s.put(&host_key("n", "h4"), signed_record(4, 4, &signed_cert(&nk, 4, 4, None)), None);
+        sync(&mut m, &s);
+        s.delete_if(&host_key("n", "h4"), None);
+        sync(&mut m, &s);
+        let bad = m.stats.bad_records;
+        let r = crate::trust::Revocation { network: "n".into(), host: "h4".into(), cert: None, at: 1 };
+        s.put(&crate::layout::revoked_host_key("n", "h4"), nk.revoke(&r).unwrap().into_bytes(), None);
+        assert_eq!(sync(&mut m, &s), vec![]);
+        assert_eq!((m.stats.bad_records, m.revoked()), (bad, (1, 0)));
+        assert!(m.live("h2") && !m.live("h3"));
     }
 
     /// A record's kinds: at most 8, each 1-16 lowercase letters.
