@@ -6,7 +6,7 @@
 # scripts/test.sh (hours on this machine); sharded so that a run fits an
 # hour here:
 #   ./scripts/mutants.sh                      every crate, every mutant
-#   ./scripts/mutants.sh vnet-wire 2/8        shard 2 of 8 of one crate
+#   ./scripts/mutants.sh vnet-wire 2/8        shard 2 of 8 of one crate (0/8 the first)
 #   ./scripts/mutants.sh --list vnet-core     the mutants only, no build
 # Results per crate and shard under results/mutants/CRATE[-K-of-N]/
 # (outcomes.json; caught.txt, missed.txt, timeout.txt, unviable.txt);

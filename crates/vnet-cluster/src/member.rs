@@ -608,13 +608,14 @@ impl Member {
                         }
                     }
                 }
-                None if was => {
+                // The record goes: there was one (`old != peer`), so the
+                // host (not this one) was routed.
+                None => {
                     for &m in &self.by_host[h as usize] {
                         out.push(self.route(m, None));
                     }
                     out.push(Change::Link { host: name.clone(), peer: None });
                 }
-                None => {}
             }
         }
         if self.records[h as usize].is_some() {
@@ -1085,6 +1086,17 @@ mod tests {
         s.put(&mac_key("n", mac(1)), crate::layout::fixtures::moved("h0", 1), None);
         sync(&mut m, &s);
         assert_eq!(m.epoch(mac(1)), 1);
+        // Epochs held are bounded by max_macs (they outlive the claims).
+        let mut m = Member::with_policy("n", "a", Policy { max_macs: 2, ..Policy::default() });
+        let mut s = MemStore::new();
+        s.put(&host_key("n", "b"), host(2), None);
+        for i in 1..=3 {
+            s.put(&mac_key("n", mac(i)), crate::layout::fixtures::moved("b", 1), None);
+            sync(&mut m, &s);
+            s.delete_if(&mac_key("n", mac(i)), None);
+            sync(&mut m, &s);
+        }
+        assert_eq!((m.epoch(mac(1)), m.epoch(mac(2)), m.epoch(mac(3))), (1, 1, 0));
         // Signed: claims waiting for a record, at most max_macs of them.
         let nk = crate::trust::NetworkKey::generate().unwrap();
         let policy =
