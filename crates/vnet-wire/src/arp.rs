@@ -213,5 +213,15 @@ mod tests {
         assert!(ArpPacket::new_checked(&b[..]).is_err());
         assert!(ArpPacket::new_checked(&body[..27]).is_err());
         assert_eq!(Operation::from(9), Operation::Unknown(9));
+        // Each of the four type fields alone refuses it.
+        for (i, v) in [(0, 1), (3, 6), (5, 4), (2, 9)] {
+            let mut b = body;
+            b[i] ^= v;
+            assert!(ArpPacket::new_checked(&b[..]).is_err(), "byte {i}");
+        }
+        assert_eq!(p.sender_ip(), [10, 0, 0, 1]);
+        // ARP and RARP only.
+        assert!(is_arp(EtherType::Arp) && is_arp(EtherType::Unknown(ETHERTYPE_RARP)));
+        assert!(!is_arp(EtherType::Ipv4) && !is_arp(EtherType::Unknown(0x88b5)));
     }
 }

@@ -199,6 +199,23 @@ mod tests {
         assert_eq!(out.len(), 1 << 18);
     }
 
+    /// The permutation is the documented Feistel network, to the bit (a
+    /// known answer: another round function would still be a bijection).
+    #[test]
+    fn the_permutation_gives_its_known_answers() {
+        let key = [0x0123_4567, 0x89ab_cdef, 0xdead_beef, 0x0bad_f00d];
+        assert_eq!((permute(0, &key), permute(0x1234_5678, &key)), (0x6334_5136, 0x1356_f578));
+    }
+
+    #[test]
+    fn the_largest_frame_splits_and_one_byte_more_is_refused() {
+        let mut out = vec![0u8; 2 * MAX_FRAME_LEN as usize];
+        let f = vec![7u8; MAX_FRAME_LEN as usize];
+        assert!(split(base(), &f, 1472, &mut out).is_ok());
+        let g = vec![7u8; MAX_FRAME_LEN as usize + 1];
+        assert_eq!(split(base(), &g, 1472, &mut out), Err(FragError::TooLarge(g.len())));
+    }
+
     #[test]
     fn errors() {
         let mut out = [0u8; 10];
