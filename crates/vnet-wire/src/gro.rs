@@ -210,7 +210,62 @@ mod tests {
         f[50..52].copy_from_slice(&c.to_be_bytes());
     }
 
-    /// The frame a run makes, written out: the head and the payloads.
+    /// `segment` at its edges (mutation testing): each refusal alone, a
+    /// partial checksum taken, a corrupted one not, a seed of 0xffff
+    /// stored as 0 taken, another seed stored as 0 not; the head's size.
+    #[test]
+    fn segments_are_taken_or_refused_at_their_edges() {
+        assert_eq!(HEAD_MAX, 10 + 14 + 20 + 60);
+        let s = segments(100, ACK)[0].clone();
+        assert!(segment(&s).is_some());
+        let with = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut g = s.clone();
+            f(&mut g);
+            segment(&g).is_some()
+        };
+        assert!(!with(&|g| g[20] |= 0x20), "a fragment (more fragments)");
+        assert!(
+            !with(&|g| {
+                g[17] ^= 1;
+                checksums(g)
+            }),
+            "a total length that is not the frame's"
+        );
+        assert!(
+            !with(&|g| {
+                g[46] = 4 << 4;
+                checksums(g)
+            }),
+            "a data offset under 20"
+        );
+        let mut t = segments(20, ACK)[0].clone();
+        t[46] = 15 << 4;
+        checksums(&mut t);
+        assert!(segment(&t).is_none(), "a data offset past the frame");
+        // Partial: the pseudo-header's sum stored, as a sender leaves it.
+        let seed = |g: &[u8]| fold(sum16(&g[26..34], 6 + (g.len() - 34) as u64));
+        let store = |g: &mut Vec<u8>, v: u16| g[50..52].copy_from_slice(&v.to_be_bytes());
+        assert!(with(&|g| store(g, seed(g))), "partial");
+        assert!(!with(&|g| store(g, seed(g) ^ 0x0100)), "corrupted");
+        // The seed's other zero: pick the destination so that it is 0xffff.
+        let mut z = s.clone();
+        let k = (0..=u16::MAX)
+            .find(|&k| {
+                z[32..34].copy_from_slice(&k.to_be_bytes());
+                seed(&z) == 0xffff
+            })
+            .unwrap();
+        z[32..34].copy_from_slice(&k.to_be_bytes());
+        checksums(&mut z);
+        store(&mut z, 0);
+        assert!(segment(&z).is_some(), "0 for a seed of 0xffff");
+        z[33] ^= 1;
+        checksums(&mut z);
+        store(&mut z, 0);
+        assert!(segment(&z).is_none(), "0 for another seed");
+    }
+
+    /// The frame a run makes, written out: the head and the payloads.    /// The frame a run makes, written out: the head and the payloads.
     fn merged(head: &[u8], run: Run, frames: &[Vec<u8>]) -> Vec<u8> {
         let mut v = head[virtio::LEN..run.head_len].to_vec();
         for f in &frames[..run.frames] {
