@@ -210,6 +210,20 @@ mod tests {
         f[50..52].copy_from_slice(&c.to_be_bytes());
     }
 
+    /// Sequence numbers are read whole: a run whose numbers carry into
+    /// every byte (0x00ffff00 + 1400 = 0x01000478) is still one run.
+    #[test]
+    fn a_run_across_a_carry_in_every_byte_of_the_sequence_is_one() {
+        let (mut f, vh) = super_frame(4200, ACK);
+        f[38..42].copy_from_slice(&0x00ff_ff00u32.to_be_bytes());
+        let mut out = vec![0u8; 4 * 65_536];
+        let mut ranges = Vec::new();
+        segment_tcp(&f, &vh, &mut out, &mut ranges).unwrap();
+        let segs: Vec<Vec<u8>> = ranges.into_iter().map(|r| out[r].to_vec()).collect();
+        let mut head = [0u8; HEAD_MAX];
+        assert_eq!(coalesce(segs.iter().map(|s| &s[..]), &mut head).frames, 3);
+    }
+
     /// `segment` at its edges (mutation testing): each refusal alone, a
     /// partial checksum taken, a corrupted one not, a seed of 0xffff
     /// stored as 0 taken, another seed stored as 0 not; the head's size.
