@@ -173,6 +173,32 @@ mod tests {
         assert_eq!(FlowKey::of(&o).ports, &[0x9c, 0x40, 0x14, 0x51]);
     }
 
+    /// The headers' views at their edges (mutation testing).
+    #[test]
+    fn ip_views_check_their_bounds_and_read_their_fields() {
+        let f = tcp4();
+        let l3 = &f[14..];
+        assert!(Ipv4Packet::new_checked(&l3[..20]).is_ok());
+        assert!(Ipv4Packet::new_checked(&l3[..19]).is_err());
+        let p = Ipv4Packet::new_checked(l3).unwrap();
+        assert_eq!((p.addresses(), p.payload()), (&[10, 0, 0, 1, 10, 0, 0, 2][..], &l3[20..]));
+        let mut o = l3.to_vec();
+        o[0] = 0x46; // 24 bytes of header
+        assert!(Ipv4Packet::new_checked(&o[..23]).is_err() && Ipv4Packet::new_checked(&o[..24]).is_ok());
+        o[0] = 0x65;
+        assert_eq!(Ipv4Packet::new_checked(&o[..]).unwrap_err(), Error::Version(6));
+        let mut v6 = vec![0u8; 44];
+        v6[0] = 0x60;
+        v6[8..40].copy_from_slice(&[7; 32]);
+        v6[40..44].copy_from_slice(&[1, 2, 3, 4]);
+        assert!(Ipv6Packet::new_checked(&v6[..40]).is_ok() && Ipv6Packet::new_checked(&v6[..39]).is_err());
+        let p = Ipv6Packet::new_checked(&v6[..]).unwrap();
+        assert_eq!((p.addresses(), p.payload()), (&[7; 32][..], &[1, 2, 3, 4][..]));
+        v6[0] = 0x40;
+        assert_eq!(Ipv6Packet::new_checked(&v6[..]).unwrap_err(), Error::Version(4));
+        assert_eq!(FlowKey::of(&f).ethernet, &f[..14]);
+    }
+
     #[test]
     fn odd_frames_key_on_what_they_have() {
         let f = tcp4();

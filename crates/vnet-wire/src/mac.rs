@@ -105,7 +105,20 @@ mod tests {
     }
 
     #[test]
+    fn from_bytes_octets_and_debug() {
+        assert_eq!(MacAddr::from_bytes(&[1, 2, 3, 4, 5]), None);
+        let m = MacAddr::from_bytes(&[1, 2, 3, 4, 5, 6, 7]).unwrap();
+        assert_eq!(m.octets(), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(format!("{m:?}"), "01:02:03:04:05:06");
+        // A part of three digits, alone: refused (not only with another fault).
+        assert!("52:54:00:0a:bc:0ff".parse::<MacAddr>().is_err());
+    }
+
+    #[test]
     fn classes() {
+        assert!(MacAddr::BROADCAST.is_broadcast() && !MacAddr([0x01, 0, 0x5e, 0, 0, 1]).is_broadcast());
+        assert!(!MacAddr([0x03, 0, 0, 0, 0, 1]).is_local_unicast(), "a local group address");
+        assert!(!MacAddr([0x00, 0x1b, 0x21, 0, 0, 1]).is_local_unicast(), "a global address");
         assert!(MacAddr::BROADCAST.is_group());
         assert!(MacAddr([0x01, 0, 0x5e, 0, 0, 1]).is_group());
         assert!(!MacAddr([0x52, 0, 0, 0, 0, 1]).is_group());
