@@ -210,6 +210,38 @@ mod tests {
         f[50..52].copy_from_slice(&c.to_be_bytes());
     }
 
+    /// One segment of the test flow: `len` payload bytes at `seq`, checksums complete.
+    fn one(seq: u32, len: usize) -> Vec<u8> {
+        let (mut f, mut vh) = super_frame(len, ACK);
+        f[38..42].copy_from_slice(&seq.to_be_bytes());
+        vh.gso_size = len as u16;
+        let mut out = vec![0u8; 2 * 65_536];
+        let mut ranges = Vec::new();
+        segment_tcp(&f, &vh, &mut out, &mut ranges).unwrap();
+        out[ranges[0].clone()].to_vec()
+    }
+
+    /// A run ends at a segment shorter than the first (it must be the
+    /// last) or longer; it takes segments up to exactly 64 KB of IP packet.
+    #[test]
+    fn a_run_ends_where_its_rules_say() {
+        let frames = |v: &[Vec<u8>]| coalesce(v.iter().map(|s| &s[..]), &mut [0u8; HEAD_MAX]).frames;
+        assert_eq!(frames(&[one(1000, 1400), one(2400, 1400)]), 2);
+        assert_eq!(frames(&[one(1000, 1400), one(2400, 1000), one(3400, 1400)]), 2, "after a short one");
+        assert_eq!(frames(&[one(1000, 1000), one(2000, 1400)]), 1, "a longer one");
+        // Small segments (a frame of under 443 bytes read whole).
+        let small: Vec<Vec<u8>> = (0..4).map(|i| one(1000 + 100 * i, 100)).collect();
+        assert_eq!(frames(&small), 4);
+        // 46 x 1400 + 1095 = 65495 bytes: with 40 of headers, 65535, the
+        // largest IP packet: all 47 in one run.
+        let (f, vh) = super_frame(46 * 1400 + 1095, ACK);
+        let mut out = vec![0u8; 4 * 65_536];
+        let mut ranges = Vec::new();
+        segment_tcp(&f, &vh, &mut out, &mut ranges).unwrap();
+        let segs: Vec<Vec<u8>> = ranges.into_iter().map(|r| out[r].to_vec()).collect();
+        assert_eq!((segs.len(), frames(&segs)), (47, 47));
+    }
+
     /// Sequence numbers are read whole: a run whose numbers carry into
     /// every byte (0x00ffff00 + 1400 = 0x01000478) is still one run.
     #[test]
