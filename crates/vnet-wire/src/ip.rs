@@ -187,7 +187,7 @@ mod tests {
         assert!(Ipv4Packet::new_checked(&o[..23]).is_err() && Ipv4Packet::new_checked(&o[..24]).is_ok());
         o[0] = 0x65;
         assert_eq!(Ipv4Packet::new_checked(&o[..]).unwrap_err(), Error::Version(6));
-        let mut v6 = vec![0u8; 44];
+        let mut v6 = [0u8; 44];
         v6[0] = 0x60;
         v6[8..40].copy_from_slice(&[7; 32]);
         v6[40..44].copy_from_slice(&[1, 2, 3, 4]);
