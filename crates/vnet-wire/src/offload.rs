@@ -147,7 +147,8 @@ pub fn complete_checksum(frame: &mut [u8], hdr: &VirtioNetHdr) -> Result<(), Off
     }
     let start = hdr.csum_start as usize;
     let field = start + hdr.csum_offset as usize;
-    if field + 2 > frame.len() || start > frame.len() {
+    // (`field` is not before `start`: a start past the frame fails here too.)
+    if field + 2 > frame.len() {
         return Err(OffloadError::BadChecksumOffsets);
     }
     let c = !fold(sum16(&frame[start..], 0));
@@ -559,6 +560,11 @@ mod tests {
         assert!(valid_tcp4(&f));
         let bad = VirtioNetHdr { csum_start: 400, ..h };
         assert_eq!(complete_checksum(&mut f, &bad), Err(OffloadError::BadChecksumOffsets));
+        // The field's last byte may be the frame's last.
+        let end = VirtioNetHdr { csum_start: 34, csum_offset: (f.len() - 36) as u16, ..h };
+        assert_eq!(complete_checksum(&mut f, &end), Ok(()));
+        let past = VirtioNetHdr { csum_offset: (f.len() - 35) as u16, ..end };
+        assert_eq!(complete_checksum(&mut f, &past), Err(OffloadError::BadChecksumOffsets));
     }
 
     #[test]
