@@ -507,6 +507,20 @@ mod tests {
         assert_eq!(infer(&empty, 1448).map(|h| h.flags), Some(F_NEEDS_CSUM));
         // Cut inside the TCP header (its data offset readable).
         assert_eq!(infer(&one[..50], 1448), None);
+        // UDP: a partial checksum at offset 6, never GSO.
+        let mut u = tcp4(100, 0x18);
+        u[23] = 17;
+        let seed = fold(sum16(&u[26..34], 17 + 120));
+        u[40..42].copy_from_slice(&seed.to_be_bytes());
+        let h = infer(&u, 8).unwrap();
+        assert_eq!((h.flags, h.csum_start, h.csum_offset, h.gso_type), (F_NEEDS_CSUM, 34, 6, 0));
+        // An IPv4 header under 20 bytes, a fragment: nothing.
+        let mut short = one.clone();
+        short[14] = 0x44;
+        assert_eq!(infer(&short, 1448), None);
+        let mut frag = one.clone();
+        frag[20] |= 0x20;
+        assert_eq!(infer(&frag, 1448), None);
         // A seed of 0xffff stored as 0: partial. Another seed stored as 0:
         // corrupted. (The destination's last bytes pick the seed.)
         let mut z = tcp4(100, 0x18);
@@ -560,6 +574,10 @@ mod tests {
         assert!(valid_tcp4(&f));
         let bad = VirtioNetHdr { csum_start: 400, ..h };
         assert_eq!(complete_checksum(&mut f, &bad), Err(OffloadError::BadChecksumOffsets));
+        // Without NEEDS_CSUM: nothing to do, nothing changed.
+        let before = f.clone();
+        assert_eq!(complete_checksum(&mut f, &VirtioNetHdr::NONE), Ok(()));
+        assert_eq!(f, before);
         // The field's last byte may be the frame's last.
         let end = VirtioNetHdr { csum_start: 34, csum_offset: (f.len() - 36) as u16, ..h };
         assert_eq!(complete_checksum(&mut f, &end), Ok(()));
