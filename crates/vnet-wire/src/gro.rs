@@ -108,7 +108,7 @@ pub fn coalesce<'a>(frames: impl IntoIterator<Item = &'a [u8]>, head: &mut [u8; 
     let mut it = frames.into_iter();
     let Some(first) = it.next().and_then(segment) else { return one };
     let (f0, mss, hdrs) = (first.f, first.payload, L4 + first.doff);
-    let (mut n, mut total, mut last_flags) = (1, mss, f0[L4 + 13]);
+    let (mut n, mut total) = (1, mss);
     let mut prev = first;
     for f in it {
         let Some(s) = segment(f) else { break };
@@ -118,7 +118,6 @@ pub fn coalesce<'a>(frames: impl IntoIterator<Item = &'a [u8]>, head: &mut [u8; 
             break;
         }
         total += s.payload;
-        last_flags = s.f[L4 + 13];
         n += 1;
         prev = s;
     }
@@ -144,7 +143,7 @@ pub fn coalesce<'a>(frames: impl IntoIterator<Item = &'a [u8]>, head: &mut [u8; 
     h[24..26].copy_from_slice(&c.to_be_bytes());
     // TCP: the last segment's PSH; the checksum field the pseudo-header sum
     // (a partial checksum, as a stack leaves it for the device).
-    h[L4 + 13] = last_flags;
+    h[L4 + 13] = prev.f[L4 + 13];
     let seed = fold(sum16(&h[26..34], 6 + (hdrs - L4 + total) as u64));
     h[L4 + 16..L4 + 18].copy_from_slice(&seed.to_be_bytes());
     Run { frames: n, head_len: virtio::LEN + hdrs, payload_at: hdrs }
@@ -240,6 +239,24 @@ mod tests {
         segment_tcp(&f, &vh, &mut out, &mut ranges).unwrap();
         let segs: Vec<Vec<u8>> = ranges.into_iter().map(|r| out[r].to_vec()).collect();
         assert_eq!((segs.len(), frames(&segs)), (47, 47));
+    }
+
+    /// A pure ACK after data is never merged into it (it would vanish, a
+    /// window update with it); a run stops one byte short of an IP packet
+    /// larger than 65535 bytes.
+    #[test]
+    fn a_pure_ack_and_the_byte_past_64k_end_a_run() {
+        let frames = |v: &[Vec<u8>]| coalesce(v.iter().map(|s| &s[..]), &mut [0u8; HEAD_MAX]).frames;
+        let mut ack = one(2400, 1);
+        ack.truncate(54);
+        ack[16..18].copy_from_slice(&40u16.to_be_bytes());
+        checksums(&mut ack);
+        assert!(segment(&ack).is_none(), "no payload, no segment to merge");
+        assert_eq!(frames(&[one(1000, 1400), ack]), 1);
+        // 46 x 1400 + 1096: 40 + 65496 = 65536 bytes of IP: the last waits.
+        let mut run: Vec<Vec<u8>> = (0..46).map(|i| one(1000 + 1400 * i, 1400)).collect();
+        run.push(one(1000 + 1400 * 46, 1096));
+        assert_eq!(frames(&run), 46);
     }
 
     /// Sequence numbers are read whole: a run whose numbers carry into
