@@ -514,6 +514,15 @@ mod tests {
         u[40..42].copy_from_slice(&seed.to_be_bytes());
         let h = infer(&u, 8).unwrap();
         assert_eq!((h.flags, h.csum_start, h.csum_offset, h.gso_type), (F_NEEDS_CSUM, 34, 6, 0));
+        // An IPv4 header with options (24 bytes): TCP starts after them.
+        let mut opt = tcp4(100, 0x18);
+        opt[14] = 0x46;
+        opt.splice(34..34, [1, 1, 1, 0]);
+        opt[16..18].copy_from_slice(&(24 + 20 + 100u16).to_be_bytes());
+        let seed = fold(sum16(&opt[26..34], 6 + 120));
+        opt[54..56].copy_from_slice(&seed.to_be_bytes());
+        let h = infer(&opt, 1448).unwrap();
+        assert_eq!((h.flags, h.csum_start, h.csum_offset), (F_NEEDS_CSUM, 38, 16));
         // An IPv4 header under 20 bytes, a fragment: nothing.
         let mut short = one.clone();
         short[14] = 0x44;
