@@ -564,6 +564,12 @@ mod tests {
         let s = segment_headers(&f, &gso, &mut heads).unwrap();
         assert_eq!((s.count(), s.seg_len()), (1, 54), "headers only: one segment");
         assert_eq!(segment_headers(&f[..44], &gso, &mut heads).err(), Some(OffloadError::BadHeaders));
+        // TCP said to start inside the IP header.
+        let inside = VirtioNetHdr { csum_start: 30, ..gso };
+        assert_eq!(
+            segment_headers(&tcp4(100, 0x10), &inside, &mut heads).err(),
+            Some(OffloadError::BadHeaders)
+        );
         // A data offset of 32 (options) on a frame cut at 58.
         let mut o = tcp4(4, 0x10);
         o[46] = 8 << 4;
