@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(feed(&mut r, 1, &f, &[(0, 1500), (1500, 1500)]), Some(f));
         let g = frame(3001);
         assert_eq!(feed(&mut r, 2, &g, &[(0, 1500), (1500, 1501)]), None);
-        assert_eq!(r.stats().too_large, 2);
+        assert_eq!((r.stats().too_large, r.stats().fragments, r.stats().completed), (2, 4, 1));
     }
 
     #[test]
