@@ -345,6 +345,18 @@ mod tests {
         assert!(parse_header(&v).is_err());
         v[3] = 22;
         assert!(parse_header(&v).is_err(), "not a multiple of 4");
+        assert!(VnetPacket::new_checked(&v[..]).is_err(), "not a multiple of 4");
+        // A probe's answer is a header alone: 20 bytes, or 24 with options.
+        let ack = dgram(Flags::PROBE_ACK, 1500, 0, 0);
+        assert!(VnetPacket::new_checked(&ack[..]).is_ok());
+        let mut ack24 = dgram(Flags::PROBE_ACK, 1500, 0, 4);
+        ack24[3] = 24;
+        assert!(VnetPacket::new_checked(&ack24[..]).is_ok());
+        ack24[3] = 16;
+        assert!(
+            VnetPacket::new_checked(&ack24[..]).is_err(),
+            "a header under 20 bytes, even a control one's"
+        );
         // parse_header: 20 bytes are enough, each field its own.
         let h = dgram(0, 0x090a_0b0c, 0x0d0e_0f10, 0);
         let (r, hl) = parse_header(&h).unwrap();
