@@ -982,20 +982,15 @@ mod tests {
     /// host that moves to a free address frees its old one.
     #[test]
     fn a_host_at_a_held_address_waits_for_it() {
-        let at = |ip: u8| {
-            let addr = format!("10.0.0.{ip}:9000").parse().unwrap();
-            crate::layout::HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }
-                .to_json()
-        };
         let mut m = Member::new("n", "a");
         let mut s = MemStore::new();
-        s.put(&host_key("n", "b"), at(2), None);
-        s.put(&host_key("n", "c"), at(2), None);
+        s.put(&host_key("n", "b"), host(2), None);
+        s.put(&host_key("n", "c"), host(2), None);
         sync(&mut m, &s);
         assert!(m.live("b") && !m.live("c"));
         assert_eq!(m.stats.bad_records, 1);
         // b moves to .3: .2 is c's now.
-        s.put(&host_key("n", "b"), at(3), None);
+        s.put(&host_key("n", "b"), host(3), None);
         let out = sync(&mut m, &s);
         assert!(m.live("b") && m.live("c"), "{out:?}");
         assert_eq!(m.links().count(), 2);
@@ -1049,26 +1044,16 @@ mod tests {
     /// epochs (kept only for MACs that migrated).
     #[test]
     fn what_waits_is_bounded_and_epochs_are_kept_only_for_migrations() {
-        let at2 = || {
-            let addr = "10.0.0.2:9000".parse().unwrap();
-            crate::layout::HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }
-                .to_json()
-        };
         let mut m = Member::new("n", "a");
         let mut s = MemStore::new();
         for i in 0..MAX_DUPLICATES + 5 {
-            s.put(&host_key("n", &format!("h{i}")), at2(), None);
+            s.put(&host_key("n", &format!("h{i}")), host(2), None);
         }
         sync(&mut m, &s);
         assert_eq!(m.duplicates.len(), MAX_DUPLICATES);
         // Conflicts shown: at most CONFLICTS_SHOWN (h1 and h2 live, at .1 and .3).
-        let at = |ip: u8| {
-            let addr = format!("10.0.0.{ip}:9000").parse().unwrap();
-            crate::layout::HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }
-                .to_json()
-        };
-        s.put(&host_key("n", "h1"), at(1), None);
-        s.put(&host_key("n", "h2"), at(3), None);
+        s.put(&host_key("n", "h1"), host(1), None);
+        s.put(&host_key("n", "h2"), host(3), None);
         let n = CONFLICTS_SHOWN as u32 + 5;
         for i in 100..100 + n {
             s.put(&mac_key("n", mac(i)), vm("h1"), None);
@@ -1144,15 +1129,10 @@ mod tests {
     /// drops nobody, even while another host is parked.
     #[test]
     fn deletions_take_away_exactly_what_they_name() {
-        let at = |ip: u8| {
-            let addr = format!("10.0.0.{ip}:9000").parse().unwrap();
-            crate::layout::HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }
-                .to_json()
-        };
         let mut m = Member::new("n", "a");
         let mut s = MemStore::new();
-        s.put(&host_key("n", "b"), at(2), None);
-        s.put(&host_key("n", "c"), at(2), None);
+        s.put(&host_key("n", "b"), host(2), None);
+        s.put(&host_key("n", "c"), host(2), None);
         s.put(&mac_key("n", mac(1)), vm("b"), None);
         s.put(&mac_key("n", mac(2)), vm("b"), None);
         sync(&mut m, &s);
