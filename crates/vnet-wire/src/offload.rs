@@ -468,8 +468,9 @@ mod tests {
         assert_eq!(infer(&f[..40], 1448), None);
     }
 
-    /// A TCP/IPv6 frame with `payload` bytes and its checksum seeded.
-    fn tcp6_partial(payload: usize) -> Vec<u8> {
+    /// A TCP/IPv6 frame (fd00::1 to fd00::2) of `payload` bytes, its TCP
+    /// sequence number `seq` and flags `flags`, its checksum field 0.
+    fn tcp6(payload: usize, seq: u32, flags: u8) -> Vec<u8> {
         let mut f = vec![0u8; 14 + 40 + 20 + payload];
         f[12..14].copy_from_slice(&[0x86, 0xdd]);
         f[14] = 0x60;
@@ -478,10 +479,18 @@ mod tests {
         f[21] = 64;
         f[22..38].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
         f[38..54].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f[58..62].copy_from_slice(&seq.to_be_bytes());
         f[66] = 5 << 4;
+        f[67] = flags;
         for (i, b) in f[74..].iter_mut().enumerate() {
-            *b = (i * 7) as u8;
+            *b = i as u8;
         }
+        f
+    }
+
+    /// [`tcp6`] with its checksum seeded, as a stack leaves it.
+    fn tcp6_partial(payload: usize) -> Vec<u8> {
+        let mut f = tcp6(payload, 0, 0x10);
         let seed = fold(sum16(&f[22..54], 6 + (20 + payload) as u64));
         f[70..72].copy_from_slice(&seed.to_be_bytes());
         f
@@ -628,21 +637,7 @@ mod tests {
     #[test]
     fn segments_tcp6() {
         // Ethernet, IPv6 (40), TCP (20), 3000 bytes: two segments of 1440.
-        let payload = 3000;
-        let mut f = vec![0u8; 14 + 40 + 20 + payload];
-        f[12..14].copy_from_slice(&[0x86, 0xdd]);
-        f[14] = 0x60;
-        f[18..20].copy_from_slice(&((20 + payload) as u16).to_be_bytes());
-        f[20] = 6;
-        f[21] = 64;
-        f[22..38].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-        f[38..54].copy_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-        f[58..62].copy_from_slice(&7u32.to_be_bytes());
-        f[66] = 5 << 4;
-        f[67] = 0x19; // PSH|ACK|FIN
-        for (i, b) in f[74..].iter_mut().enumerate() {
-            *b = i as u8;
-        }
+        let f = tcp6(3000, 7, 0x19); // PSH|ACK|FIN
         let h = VirtioNetHdr {
             flags: F_NEEDS_CSUM,
             gso_type: GSO_TCPV6,
