@@ -574,11 +574,15 @@ mod tests {
         assert_eq!((s.count(), s.seg_len()), (1, 54), "headers only: one segment");
         assert_eq!(segment_headers(&f[..44], &gso, &mut heads).err(), Some(OffloadError::BadHeaders));
         // TCP said to start inside the IP header.
+        // (Byte 42, where its data offset would be, says 20.)
         let inside = VirtioNetHdr { csum_start: 30, ..gso };
-        assert_eq!(
-            segment_headers(&tcp4(100, 0x10), &inside, &mut heads).err(),
-            Some(OffloadError::BadHeaders)
-        );
+        let mut t = tcp4(100, 0x10);
+        t[42] = 5 << 4;
+        assert_eq!(segment_headers(&t, &inside, &mut heads).err(), Some(OffloadError::BadHeaders));
+        // A data offset under 20 bytes.
+        let mut d = tcp4(100, 0x10);
+        d[46] = 4 << 4;
+        assert_eq!(segment_headers(&d, &gso, &mut heads).err(), Some(OffloadError::BadHeaders));
         // A data offset of 32 (options) on a frame cut at 58.
         let mut o = tcp4(4, 0x10);
         o[46] = 8 << 4;
