@@ -444,8 +444,11 @@ mod tests {
                 let r = VnetRepr::parse(&p);
                 // A `WHOLE` datagram's offset and frame length are written
                 // as 0 and mean nothing (the `reasm` fuzz target found the
-                // same mistake in its harness); the rest lie in their frame.
-                if !r.is_whole(p.payload().len()) {
+                // same mistake in its harness), and a control datagram
+                // carries no frame (a relayed one, with 20 zero bytes after
+                // its header, found by this test in CI); the rest lie in
+                // their frame.
+                if !r.flags.is_control() && !r.is_whole(p.payload().len()) {
                     proptest::prop_assert!(r.offset as usize + p.payload().len() <= r.frame_len as usize);
                 }
             }
