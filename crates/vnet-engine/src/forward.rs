@@ -8,7 +8,8 @@
 //! Nothing here allocates or locks: the cache, decision list, scratch and
 //! segment buffer belong to the worker and are sized at start.
 
-use crate::plane::{Global, Iface, Plane};
+use crate::global::Global;
+use crate::plane::{Iface, Plane};
 use crate::port::{Payload, Scratch};
 use crate::BUF;
 use crate::GSO_MAX_SEGS;

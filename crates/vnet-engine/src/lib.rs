@@ -33,6 +33,7 @@ pub mod codec;
 pub mod dispatch;
 pub mod flow;
 pub mod forward;
+pub mod global;
 pub mod link;
 pub mod matrix;
 pub mod plane;
@@ -45,9 +46,10 @@ pub mod sim;
 
 pub use dispatch::{DispatchStats, Dispatcher, CONTENDED};
 pub use forward::Forwarder;
-pub use link::{DatagramTx, Link};
-pub use plane::{Global, Iface, Plane};
-pub use port::{Payload, Port};
+pub use global::Global;
+pub use link::Link;
+pub use plane::{Iface, Plane};
+pub use port::{DatagramTx, Payload, Port};
 pub use rx::{Receiver, Via};
 pub use secure::{Identity, SecureLink};
 

@@ -1,34 +1,22 @@
 //! A link as the engine sees it: its definition, counters, and the I/O that
 //! carries its datagrams ([`DatagramTx`], implemented by the daemon's link
 //! modules and by the simulator's wire). How a frame becomes datagrams is
-//! the kind's codec ([`crate::codec`]); [`Link::send`] picks it with an
-//! exhaustive `match` on the transport.
+//! the kind's codec ([`crate::codec`]), which sends through the context
+//! the link builds ([`codec::Tx`]); [`Link::send`] picks it with an
+//! exhaustive `match` on the transport, and what the link asks of its kind
+//! (overhead, offloads, keepalives) is one lookup ([`Link::facts`]).
 
-use crate::codec;
-use crate::port::{Payload, Port, Scratch};
+use crate::codec::{self, Facts, Keepalive, Tx};
+use crate::global::Global;
+use crate::port::{DatagramTx, Payload, Port, Scratch};
 use crate::secure::{self, SecureLink};
 use std::io::IoSlice;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use vnet_control::{LinkDef, LinkFormat, Security, Transport};
+use vnet_control::{LinkDef, LinkFormat, Transport};
 use vnet_core::Counters;
 use vnet_wire::frag::FrameIds;
-
-/// Carries a link's datagrams to its peer.
-pub trait DatagramTx: Send + Sync {
-    /// Sends the datagrams laid out in `iov`: one datagram when `seg` is at
-    /// least their total length, else datagrams of `seg` bytes each (the
-    /// last may be shorter), as one GSO send where the transport can. `flow`
-    /// is the inner flow's hash (it picks the outer source port).
-    fn send(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool;
-
-    /// Sends to `to` from now on (a roaming peer); false where the
-    /// transport cannot (a stream, a LAN).
-    fn retarget(&self, _to: std::net::SocketAddr) -> bool {
-        false
-    }
-}
 
 /// A link.
 pub struct Link {
@@ -168,7 +156,8 @@ impl Link {
             alive: Alive::default(),
             roamed: arc_swap::ArcSwapOption::empty(),
             roams: AtomicU64::new(0),
-            pmtu: matches!(def.transport, Transport::Udp { format: LinkFormat::Vnet, .. })
+            pmtu: codec::facts(&def.transport)
+                .probes
                 .then(|| crate::pmtu::Pmtu::new(def.mtu, random_seed() as u32)),
             def,
             relay_via: arc_swap::ArcSwapOption::empty(),
@@ -180,6 +169,31 @@ impl Link {
             seen_as: arc_swap::ArcSwapOption::empty(),
             reflected_ns: AtomicU64::new(0),
         }
+    }
+
+    /// What the link's kind is: its overhead, offloads, keepalives.
+    pub fn facts(&self) -> Facts {
+        codec::facts(&self.def.transport)
+    }
+
+    /// A `vnet` (or `raw`) link's network id; `None` for other kinds.
+    fn network(&self) -> Option<u32> {
+        match self.def.transport {
+            Transport::Udp { network, .. } => Some(network),
+            _ => None,
+        }
+    }
+
+    /// Calls `f` with what the link's codec sends through.
+    fn with_tx<R>(&self, f: impl FnOnce(&Tx<'_>) -> R) -> R {
+        f(&Tx {
+            out: &Outbound(self),
+            direct: &*self.io,
+            max_datagram: self.max_datagram(),
+            outer_len: self.outer_len(),
+            frame_ids: &self.frame_ids,
+            secure: self.secure.as_ref(),
+        })
     }
 
     /// The link to this link's relay, if it names one that exists.
@@ -201,11 +215,26 @@ impl Link {
     /// Sends datagrams to the peer through relay link `r`.
     pub fn through(&self, r: &Link, iov: &[IoSlice<'_>], seg: usize) -> bool {
         let Some(key) = self.secure.as_ref().map(|s| s.peer()) else { return false };
-        let ok = crate::relay::send_through(r, vnet_wire::vnet::Flags::RELAY_TO, &key, iov, seg);
+        let ok = r.wrapped(vnet_wire::vnet::Flags::RELAY_TO, &key, iov, seg);
         if ok {
             self.relayed_tx.fetch_add(1, Relaxed);
         }
         ok
+    }
+
+    /// Sends datagrams `iov` (`seg` bytes each) through this link, to or
+    /// from a relay: each wrapped in a `vnet` datagram flagged `flag`
+    /// naming `key` ([`crate::relay::send_through`]).
+    pub fn wrapped(&self, flag: u8, key: &[u8; crate::relay::KEY], iov: &[IoSlice<'_>], seg: usize) -> bool {
+        let Some(network) = self.network() else { return false };
+        self.with_tx(|t| crate::relay::send_through(t, network, flag, key, iov, seg))
+    }
+
+    /// Sends a path MTU probe of IP size `size` (`ack`: the answer to the
+    /// peer's probe `id`) ([`codec::vnet::send_probe`]).
+    pub fn send_probe(&self, id: u32, size: u32, ack: bool) -> bool {
+        let Some(network) = self.network() else { return false };
+        self.with_tx(|t| codec::vnet::send_probe(t, network, id, size, ack))
     }
 
     /// Decides whether the link relays: it has a relay, and its peer was
@@ -246,10 +275,7 @@ impl Link {
     /// returns the datagram's length: `plain` on a plain link, `None` on a
     /// secured link without a session.
     pub(crate) fn seal(&self, buf: &mut [u8], plain: usize) -> Option<usize> {
-        match &self.secure {
-            None => Some(plain),
-            Some(sec) => sec.sealer().and_then(|s| s.seal(sec.mode(), buf, plain)),
-        }
+        codec::seal(self.secure.as_ref(), buf, plain)
     }
 
     /// A datagram from `from` authenticated as the peer's: when `from`'s
@@ -258,7 +284,7 @@ impl Link {
     /// port, whatever port it sent from). Only a secured link roams, and
     /// only after its peer's datagram opened (never on an unauthenticated
     /// one: the caller's rule).
-    pub fn authenticated_from(&self, from: std::net::SocketAddr, g: &crate::plane::Global) {
+    pub fn authenticated_from(&self, from: std::net::SocketAddr, g: &Global) {
         let Some(now) = self.endpoint() else { return };
         // Through NAT the port is the mapping's: followed too.
         let to = if self.nat() { from } else { std::net::SocketAddr::new(from.ip(), now.port()) };
@@ -317,14 +343,16 @@ impl Link {
         let due = now_ns.saturating_sub(self.reflected_ns.load(Relaxed)) >= REFLECT_NS;
         if self.nat() && due && relay.is_none() && self.secure.as_ref().is_some_and(|s| s.established()) {
             self.reflected_ns.store(now_ns, Relaxed);
-            codec::vnet::send_endpoint(self);
+            if let (Some(e), Some(network)) = (self.endpoint(), self.network()) {
+                self.with_tx(|t| codec::vnet::send_endpoint(t, network, e));
+            }
         }
         // Path MTU probes, once a secured link can seal them (not through a relay).
         let probing = relay.is_none() && self.secure.as_ref().is_none_or(|s| s.established());
         if let Some(p) = self.pmtu.as_ref().filter(|_| probing) {
             let heard = self.alive.age_ns(now_ns).is_some_and(|a| a < DEAD_NS);
             p.tick(now_ns, heard, |id, size| {
-                codec::vnet::send_probe(self, id, size, false);
+                self.send_probe(id, size, false);
             });
         }
         if self.sends_keepalives() {
@@ -349,12 +377,10 @@ impl Link {
         })
     }
 
-    /// Whether this link sends keepalives: a `vnet` link over UDP, whose
-    /// peer is a vnetd (a `raw` link's may be a Palacios host and a VXLAN
-    /// link's a kernel VTEP, which would count an empty datagram as an
-    /// error; a TCP link's stream has heartbeats of its own).
+    /// Whether this link sends keepalives (its kind's [`Keepalive`]: a
+    /// `vnet` link over UDP, whose peer is a vnetd).
     pub fn sends_keepalives(&self) -> bool {
-        matches!(self.def.transport, Transport::Udp { format: LinkFormat::Vnet, .. })
+        self.facts().keepalive == Keepalive::Datagrams
     }
 
     /// An empty datagram, sealed on a secured link (once it has a session:
@@ -372,7 +398,7 @@ impl Link {
 
     /// Whether the peer is alive, as far as this link can tell at `now_ns`.
     pub fn liveness(&self, now_ns: u64) -> Liveness {
-        let keeps = self.sends_keepalives() || matches!(self.def.transport, Transport::Tcp { .. });
+        let keeps = self.facts().keepalive != Keepalive::None;
         match self.alive.age_ns(now_ns) {
             Some(age) if age < DEAD_NS => Liveness::Up,
             _ if keeps => Liveness::Down,
@@ -398,7 +424,7 @@ impl Link {
             o => (self.mtu() as usize).saturating_sub(o),
         };
         // Through a relay, what fits inside the relay link's datagrams.
-        match self.relay_link().filter(|_| self.relaying.load(Relaxed)) {
+        match self.relaying.load(Relaxed).then(|| self.relay_link()).flatten() {
             Some(r) => own.min(r.max_datagram().saturating_sub(crate::relay::OVERHEAD)),
             None => own,
         }
@@ -407,17 +433,39 @@ impl Link {
     /// The largest frame (Ethernet header included) the link carries
     /// without fragmenting it, given its kind's encapsulation.
     pub fn max_whole_frame(&self) -> usize {
-        self.max_datagram().saturating_sub(match self.def.transport {
-            Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::OVERHEAD,
-            Transport::Udp { format: LinkFormat::Vnet, security: Security::None, .. } => {
-                codec::vnet::OVERHEAD
-            }
-            Transport::Udp { format: LinkFormat::Vnet, .. } => codec::vnet::OVERHEAD + secure::OVERHEAD,
-            Transport::Vxlan { .. } => codec::vxlan::OVERHEAD,
-            // A stream carries any frame whole, whatever the underlay MTU.
-            Transport::Tcp { .. } => return crate::MAX_FRAME,
-            Transport::Direct { .. } => codec::direct::OVERHEAD,
-        })
+        let f = self.facts();
+        if f.any_size {
+            return crate::MAX_FRAME;
+        }
+        self.max_datagram().saturating_sub(f.overhead)
+    }
+
+    /// A frame of `len` bytes did not fit a link whose kind cannot
+    /// fragment (VXLAN): counted, and logged once.
+    fn too_big(&self, len: usize) -> bool {
+        self.too_big.fetch_add(1, Relaxed);
+        if !self.too_big_logged.swap(true, Relaxed) {
+            tracing::warn!(
+                link = %self.def.name,
+                frame = len,
+                largest = self.max_whole_frame(),
+                "a {len}-byte frame does not fit this VXLAN link (underlay MTU {}): VTEPs do not fragment, \
+                 so such frames are dropped; give the VM an MTU of at most {} (logged once)",
+                self.def.mtu,
+                self.max_whole_frame().saturating_sub(14),
+            );
+        }
+        false
+    }
+}
+
+/// The link's way out for its codec: directly, or through its relay while
+/// it relays ([`Link::out`]).
+struct Outbound<'a>(&'a Link);
+
+impl DatagramTx for Outbound<'_> {
+    fn send(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool {
+        self.0.out(iov, seg, flow)
     }
 }
 
@@ -430,16 +478,7 @@ fn random_seed() -> u64 {
 
 impl Port for Link {
     fn takes_offloads(&self) -> bool {
-        match self.def.transport {
-            // A `vnet` datagram or stream record carries the offload header
-            // to the peer's VM.
-            // A `direct` link's packet socket takes them too.
-            Transport::Udp { format: LinkFormat::Vnet, .. }
-            | Transport::Tcp { .. }
-            | Transport::Direct { .. } => true,
-            // A Palacios host and a VTEP take finished Ethernet frames.
-            Transport::Udp { format: LinkFormat::Raw, .. } | Transport::Vxlan { .. } => false,
-        }
+        self.facts().offloads
     }
 
     fn send(&self, scratch: &mut Scratch, payload: Payload<'_>) -> bool {
@@ -447,14 +486,16 @@ impl Port for Link {
         // that send from a pool of ports need it (a `raw` link sends from
         // the listening socket, a stream and a LAN have no such port).
         let flow = || crate::flow::flow_hash(payload.frame_start());
-        match self.def.transport {
-            Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::send(self, payload, 0),
+        self.with_tx(|tx| match self.def.transport {
+            Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::send(tx, payload, 0),
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
-                codec::vnet::send(self, scratch, payload, network, flow())
+                codec::vnet::send(tx, scratch, payload, network, flow())
             }
-            Transport::Vxlan { vni, .. } => codec::vxlan::send(self, payload, vni, flow()),
-            Transport::Tcp { .. } => codec::stream::send(self, payload, 0),
-            Transport::Direct { .. } => codec::direct::send(self, payload, 0),
-        }
+            Transport::Vxlan { vni, .. } => {
+                codec::vxlan::send(tx, payload, vni, flow()).unwrap_or_else(|e| self.too_big(e.0))
+            }
+            Transport::Tcp { .. } => codec::stream::send(tx, payload, 0),
+            Transport::Direct { .. } => codec::direct::send(tx, payload, 0),
+        })
     }
 }

@@ -2,7 +2,9 @@
 //! netdevs, vhost-user rings and links in the daemon, recording ports in
 //! the simulator. Transmit is a call with the frame as slices, so a port
 //! writes straight from the buffer the frame was read into (an iovec per
-//! piece), whatever it is.
+//! piece), whatever it is. Below the ports, [`DatagramTx`] is the one
+//! trait a link's datagrams leave by (the daemon's link sockets, the
+//! simulator's wire).
 
 use std::io::IoSlice;
 use std::ops::Range;
@@ -81,6 +83,21 @@ pub trait Port: Send + Sync {
     fn end_burst(&self) {}
 }
 
+/// Carries a link's datagrams to its peer.
+pub trait DatagramTx: Send + Sync {
+    /// Sends the datagrams laid out in `iov`: one datagram when `seg` is at
+    /// least their total length, else datagrams of `seg` bytes each (the
+    /// last may be shorter), as one GSO send where the transport can. `flow`
+    /// is the inner flow's hash (it picks the outer source port).
+    fn send(&self, iov: &[IoSlice<'_>], seg: usize, flow: u64) -> bool;
+
+    /// Sends to `to` from now on (a roaming peer); false where the
+    /// transport cannot (a stream, a LAN).
+    fn retarget(&self, _to: std::net::SocketAddr) -> bool {
+        false
+    }
+}
+
 /// Per-worker scratch space ports may use while sending: allocated once.
 pub struct Scratch {
     /// `vnet` headers of the datagrams of one frame.
@@ -155,7 +172,7 @@ impl Port for Nowhere {
     }
 }
 
-impl crate::DatagramTx for Nowhere {
+impl DatagramTx for Nowhere {
     fn send(&self, _: &[IoSlice<'_>], _: usize, _: u64) -> bool {
         false
     }

@@ -24,15 +24,14 @@
 //!
 //! The wrapping is written into a buffer per thread (allocated once, as
 //! large as the largest datagram seen), not allocated per datagram.
+//!
+//! This is the sending half (the wrapping); a relayed datagram's arrival is
+//! `crate::rx::relay`.
 
-use crate::link::Link;
-use crate::plane::{Global, Plane};
+use crate::codec::Tx;
 use crate::secure;
 use std::cell::RefCell;
 use std::io::IoSlice;
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
-use vnet_control::Transport;
 use vnet_wire::vnet::{Flags, VnetRepr, HEADER_LEN};
 
 /// The key that names a link's peer in a relayed datagram.
@@ -47,11 +46,18 @@ thread_local! {
 
 /// Sends the datagrams in `iov` (`seg` bytes each, the last may be
 /// shorter; one if `seg` covers them all) to `key`'s host through `via`,
-/// the link to the relay (or, from the relay, to the destination), each
-/// in a `vnet` datagram flagged `flag` naming `key`, sealed with `via`'s
-/// session.
-pub fn send_through(via: &Link, flag: u8, key: &[u8; KEY], iov: &[IoSlice<'_>], seg: usize) -> bool {
-    let (Some(sec), Transport::Udp { network, .. }) = (&via.secure, via.def.transport) else { return false };
+/// the link to the relay (or, from the relay, to the destination; its
+/// network `network`), each in a `vnet` datagram flagged `flag` naming
+/// `key`, sealed with `via`'s session.
+pub fn send_through(
+    via: &Tx<'_>,
+    network: u32,
+    flag: u8,
+    key: &[u8; KEY],
+    iov: &[IoSlice<'_>],
+    seg: usize,
+) -> bool {
+    let Some(sec) = via.secure else { return false };
     let Some(session) = sec.sealer() else { return false };
     let total: usize = iov.iter().map(|s| s.len()).sum();
     let seg = seg.max(1).min(total.max(1));
@@ -79,53 +85,10 @@ pub fn send_through(via: &Link, flag: u8, key: &[u8; KEY], iov: &[IoSlice<'_>], 
             out[p + HEADER_LEN..p + HEADER_LEN + KEY].copy_from_slice(key);
             out[p + HEADER_LEN + KEY..p + plain].copy_from_slice(d);
             match session.seal(sec.mode(), out, plain) {
-                Some(n) => ok &= via.io.send(&[IoSlice::new(&out[..n])], n, 0),
+                Some(n) => ok &= via.direct.send(&[IoSlice::new(&out[..n])], n, 0),
                 None => return false,
             }
         }
         ok
     })
-}
-
-/// A datagram that came in on `link` flagged `RELAY_TO` or `RELAY_FROM`
-/// (`payload`: the key, then the inner datagram). Returns the link the
-/// inner datagram is for when this host is its destination (the caller
-/// opens it as relayed); passes it on when this host is the relay.
-pub fn arrived<'p>(
-    plane: &'p Plane,
-    g: &Global,
-    link: &Arc<Link>,
-    flags: Flags,
-    payload: &[u8],
-) -> Option<&'p Arc<Link>> {
-    let refuse = || {
-        g.relay_refused.fetch_add(1, Relaxed);
-        None
-    };
-    if payload.len() <= KEY {
-        return refuse();
-    }
-    let (key, inner) = payload.split_at(KEY);
-    let by_key = || plane.links.values().find(|l| l.secure.as_ref().is_some_and(|s| s.peer()[..] == *key));
-    if flags.0 & Flags::RELAY_TO != 0 {
-        // We are the relay: on to the destination, naming the origin.
-        let (Some(dest), Some(origin)) = (by_key(), link.secure.as_ref().map(|s| s.peer())) else {
-            return refuse();
-        };
-        if !g.relay.load(Relaxed) || Arc::ptr_eq(dest, link) {
-            return refuse();
-        }
-        if send_through(dest, Flags::RELAY_FROM, &origin, &[IoSlice::new(inner)], inner.len()) {
-            g.relayed.fetch_add(1, Relaxed);
-        }
-        return None;
-    }
-    // We are the destination: only from the relay the origin's link names.
-    let origin = by_key()?;
-    let via = origin.relay_link();
-    if !via.is_some_and(|v| Arc::ptr_eq(&v, link)) {
-        return refuse();
-    }
-    origin.relayed_rx.fetch_add(1, Relaxed);
-    Some(origin)
 }

@@ -15,8 +15,9 @@
 //! here is on the daemon's data path; it allocates freely.
 
 use crate::codec::stream::{Deframer, Record};
-use crate::link::{DatagramTx, Link};
+use crate::link::Link;
 use crate::plane::{route_table, Iface, Plane};
+use crate::port::DatagramTx;
 use crate::port::{Payload, Port, Scratch};
 use crate::rx::{self, Receiver, Via};
 use crate::secure::{self, Identity, Timers};
@@ -438,8 +439,8 @@ impl Net {
                     };
                     let rx = if via == Via::Udp { &mut host.rx_udp } else { &mut host.rx_vxlan };
                     let mut second = after.as_mut().map(|f| (&mut f.bytes[..], f.gso));
-                    let took =
-                        rx.receive(&mut host.fw, &plane, next.from, &mut bytes, next.gso, &mut second, now);
+                    let cx = &mut rx::Cx { fw: &mut host.fw, plane: &plane, now_ns: now };
+                    let took = rx.receive(cx, next.from, &mut bytes, next.gso, &mut second);
                     rx.report(&host.global);
                     if let Some(f) = after.filter(|_| took < 2) {
                         self.wire.lock().unwrap_or_else(|e| e.into_inner()).queue.push(f);
@@ -477,7 +478,12 @@ impl Net {
         let plane = host.plane.clone();
         let Some(l) = host.link(link).cloned() else { return };
         let mut buf = frame.to_vec();
-        rx::lan_frame(&mut host.fw, &plane, &l, VirtioNetHdr::NONE, &mut buf);
+        rx::deliver::frame(
+            &mut rx::Cx { fw: &mut host.fw, plane: &plane, now_ns: 0 },
+            &l,
+            VirtioNetHdr::NONE,
+            &mut buf,
+        );
         host.fw.report();
     }
 
@@ -568,9 +574,12 @@ impl Host {
             rest = &rest[n..];
             loop {
                 match d.next_record() {
-                    Ok(Some(Record::Frame { with_vh, payload })) => {
-                        rx::stream_record(&mut self.fw, plane, link, with_vh, payload)
-                    }
+                    Ok(Some(Record::Frame { with_vh, payload })) => rx::stream_record(
+                        &mut rx::Cx { fw: &mut self.fw, plane, now_ns: 0 },
+                        link,
+                        with_vh,
+                        payload,
+                    ),
                     Ok(Some(Record::Heartbeat)) => {}
                     Ok(None) => break,
                     Err(_) => {

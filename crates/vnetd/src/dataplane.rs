@@ -26,6 +26,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vnet_control::Mode;
 use vnet_core::Port;
+use vnet_engine::rx::Cx;
 use vnet_engine::{DispatchStats, Forwarder, Receiver, Via};
 use vnet_wire::reasm;
 use vnet_wire::virtio::{self, VirtioNetHdr};
@@ -164,7 +165,7 @@ pub fn link_source(
             g.link_recv_calls.fetch_add(1, Relaxed);
             g.link_recv_messages.fetch_add(got as u64, Relaxed);
             read.fetch_add(got as u64, Relaxed);
-            let now = shared.now_ns();
+            let cx = &mut Cx { fw: &mut fw, plane: &plane, now_ns: shared.now_ns() };
             let mut i = 0;
             while i < got {
                 let ((buf, from, gso), next) = batch.message_and_next(i, got);
@@ -180,11 +181,11 @@ pub fn link_source(
                 let (took, extra) = match next {
                     Some(m) => {
                         let mut m = (m.1 == Some(from)).then_some((m.0, m.2 as usize));
-                        (rx.receive(&mut fw, &plane, from, buf, gso as usize, &mut m, now), false)
+                        (rx.receive(cx, from, buf, gso as usize, &mut m), false)
                     }
                     None => {
                         let mut more = ReadMore { one: &mut spare, sock: &sock, from, read: None };
-                        let took = rx.receive(&mut fw, &plane, from, buf, gso as usize, &mut more, now);
+                        let took = rx.receive(cx, from, buf, gso as usize, &mut more);
                         (took, more.read == Some(true))
                     }
                 };
@@ -199,7 +200,7 @@ pub fn link_source(
                 if extra && took < 2 {
                     match spare.message(0) {
                         (buf, Some(from), gso) => {
-                            rx.receive(&mut fw, &plane, from, buf, gso as usize, &mut None, now);
+                            rx.receive(cx, from, buf, gso as usize, &mut None);
                         }
                         (_, None, _) => {
                             g.malformed.fetch_add(1, Relaxed);

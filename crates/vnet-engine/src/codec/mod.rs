@@ -1,7 +1,13 @@
 //! One module per link kind: how a frame becomes datagrams (encapsulation),
-//! how datagrams become frames again (decapsulation), and what the kind
-//! adds to a frame (overhead). The I/O is not here: a link's datagrams go
-//! to its [`crate::DatagramTx`].
+//! how a datagram's frame is found again where the kind is that simple
+//! (decapsulation; a `vnet` datagram's way in is `crate::rx::vnet`), and
+//! the kind's facts ([`Facts`]: its overhead, whether offloads cross it,
+//! how its peer is known to be alive), stated once in the kind's module.
+//!
+//! A codec knows nothing of the link above it: it sends through the small
+//! context the link builds for each send ([`Tx`]: the datagram senders,
+//! the sizes, the session). The I/O is not here either: a link's
+//! datagrams go to its [`DatagramTx`].
 
 pub mod direct;
 pub mod raw;
@@ -9,11 +15,89 @@ pub mod stream;
 pub mod vnet;
 pub mod vxlan;
 
-use crate::link::Link;
+use crate::port::DatagramTx;
+use crate::secure::SecureLink;
 use crate::{GSO_MAX_BYTES, GSO_MAX_SEGS};
 use std::io::IoSlice;
 use std::ops::Range;
+use vnet_control::{LinkFormat, Security, Transport};
+use vnet_wire::frag::FrameIds;
 use vnet_wire::offload::Segmented;
+
+/// What a codec sends through, built by the link for one send.
+pub struct Tx<'a> {
+    /// Where the link's datagrams go: to the peer, or through its relay
+    /// while the link relays.
+    pub out: &'a dyn DatagramTx,
+    /// Straight to the peer's address, never through a relay.
+    pub direct: &'a dyn DatagramTx,
+    /// The largest UDP payload that crosses the underlay unfragmented now.
+    pub max_datagram: usize,
+    /// The outer IP and UDP headers' length (0: a LAN has none).
+    pub outer_len: usize,
+    /// Ids of the frames the link fragments.
+    pub frame_ids: &'a FrameIds,
+    /// The link's sessions, on a secured link.
+    pub secure: Option<&'a SecureLink>,
+}
+
+impl Tx<'_> {
+    /// [`seal`] with the link's session.
+    pub fn seal(&self, buf: &mut [u8], plain: usize) -> Option<usize> {
+        seal(self.secure, buf, plain)
+    }
+}
+
+/// Seals the `plain` bytes laid out after the secured header in `buf` (at
+/// 0 on a plain link) with `secure`'s session, and returns the datagram's
+/// length: `plain` on a plain link, `None` on a secured link without a
+/// session.
+pub fn seal(secure: Option<&SecureLink>, buf: &mut [u8], plain: usize) -> Option<usize> {
+    match secure {
+        None => Some(plain),
+        Some(sec) => sec.sealer().and_then(|s| s.seal(sec.mode(), buf, plain)),
+    }
+}
+
+/// How a link's peer is known to be alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keepalive {
+    /// The link sends an empty datagram when idle, and its peer (a vnetd)
+    /// does the same.
+    Datagrams,
+    /// The stream has heartbeats of its own.
+    Stream,
+    /// The peer sends none (a Palacios host, a kernel VTEP, a LAN): quiet
+    /// is not down.
+    None,
+}
+
+/// A link kind's facts, each stated in the kind's module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    /// Bytes the kind adds to each datagram inside the UDP payload.
+    pub overhead: usize,
+    /// Whether a frame's offload header crosses the link (else the engine
+    /// gives it finished frames only).
+    pub offloads: bool,
+    /// Whether any frame goes whole, whatever the underlay MTU (a stream).
+    pub any_size: bool,
+    /// Whether the link searches its path MTU with probes (its peer answers).
+    pub probes: bool,
+    pub keepalive: Keepalive,
+}
+
+/// The facts of the kind `transport` names: one lookup.
+pub fn facts(transport: &Transport) -> Facts {
+    match *transport {
+        Transport::Udp { format: LinkFormat::Raw, .. } => raw::FACTS,
+        Transport::Udp { format: LinkFormat::Vnet, security: Security::None, .. } => vnet::FACTS,
+        Transport::Udp { format: LinkFormat::Vnet, .. } => vnet::SECURED,
+        Transport::Vxlan { .. } => vxlan::FACTS,
+        Transport::Tcp { .. } => stream::FACTS,
+        Transport::Direct { .. } => direct::FACTS,
+    }
+}
 
 /// Calls `f` with `head` in front of `parts` as one list of slices (on the
 /// stack); false if the frame has more pieces than that list holds.
@@ -43,7 +127,7 @@ pub(crate) fn gso_batches(n: usize, seg: usize) -> impl Iterator<Item = Range<us
 /// `prefix` (an encapsulation header, possibly empty) in front, its
 /// headers and its payload as they lie: equal-sized datagrams in batches of
 /// one GSO send each.
-pub(crate) fn send_segments(link: &Link, segs: Segmented<'_>, prefix: &[u8], flow: u64) -> bool {
+pub(crate) fn send_segments(to: &dyn DatagramTx, segs: Segmented<'_>, prefix: &[u8], flow: u64) -> bool {
     let seg = prefix.len() + segs.seg_len().max(1);
     let mut iov = [IoSlice::new(&[]); 3 * GSO_MAX_SEGS];
     let n = segs.count();
@@ -59,6 +143,6 @@ pub(crate) fn send_segments(link: &Link, segs: Segmented<'_>, prefix: &[u8], flo
             iov[k + 1] = IoSlice::new(p);
             k += 2;
         }
-        link.io.send(&iov[..k], seg, flow)
+        to.send(&iov[..k], seg, flow)
     })
 }

@@ -11,7 +11,7 @@
 //! allocated once. A record that breaks the format ends the stream: there
 //! is no way to find the next record boundary after it.
 
-use crate::link::Link;
+use super::{Facts, Keepalive, Tx};
 use crate::port::Payload;
 use vnet_wire::virtio;
 use vnet_wire::vnet::{self, Flags, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
@@ -20,6 +20,11 @@ use vnet_wire::vnet::{self, Flags, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
 pub const OVERHEAD: usize = HEADER_LEN;
 /// The largest record payload: a largest frame and its offload header.
 pub const MAX_PAYLOAD: usize = MAX_FRAME_LEN as usize + virtio::LEN;
+
+/// A record carries the offload header and any frame whole; an idle
+/// stream sends heartbeats.
+pub const FACTS: Facts =
+    Facts { overhead: OVERHEAD, offloads: true, any_size: true, probes: false, keepalive: Keepalive::Stream };
 
 /// The record header of a payload of `len` bytes.
 pub fn header(len: usize, with_vh: bool) -> [u8; HEADER_LEN] {
@@ -43,13 +48,13 @@ pub fn heartbeat() -> [u8; HEADER_LEN] {
 
 /// Sends each frame as one record (one `send` of the header and the
 /// frame's slices).
-pub fn send(link: &Link, payload: Payload<'_>, flow: u64) -> bool {
+pub fn send(tx: &Tx<'_>, payload: Payload<'_>, flow: u64) -> bool {
     payload.each_frame(|parts, hdr| {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if len > MAX_PAYLOAD {
             return false;
         }
-        super::with_head(&header(len, hdr), parts, |iov| link.io.send(iov, usize::MAX, flow))
+        super::with_head(&header(len, hdr), parts, |iov| tx.direct.send(iov, usize::MAX, flow))
     })
 }
 

@@ -1,55 +1,46 @@
 //! `vxlan`: RFC 7348, as the Linux kernel and Open vSwitch speak it
 //! (`vnet_wire::vxlan` has the header and what Linux accepts). One finished
 //! frame per datagram with an 8-byte header; VTEPs must not fragment, so a
-//! frame larger than the underlay allows is dropped, counted in `too_big`,
-//! and logged once per link (the fix is the VM's MTU: the underlay's less 50
-//! bytes over IPv4, 70 over IPv6).
+//! frame larger than the underlay allows is not sent ([`TooBig`]: the link
+//! counts it in `too_big` and logs it once; the fix is the VM's MTU: the
+//! underlay's less 50 bytes over IPv4, 70 over IPv6).
 
-use crate::link::Link;
+use super::{Facts, Keepalive, Tx};
 use crate::port::Payload;
-use std::sync::atomic::Ordering::Relaxed;
 use vnet_wire::vxlan::{VxlanPacket, VxlanRepr, HEADER_LEN};
 
 /// Bytes the format adds inside the UDP payload.
 pub const OVERHEAD: usize = HEADER_LEN;
 
+/// Finished frames only; a kernel VTEP sends no keepalives.
+pub const FACTS: Facts =
+    Facts { overhead: OVERHEAD, offloads: false, any_size: false, probes: false, keepalive: Keepalive::None };
+
+/// A frame (or segment) of this many bytes does not fit the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooBig(pub usize);
+
 /// Sends one finished frame, or the segments of one, each as a datagram.
-pub fn send(link: &Link, payload: Payload<'_>, vni: u32, flow: u64) -> bool {
+pub fn send(tx: &Tx<'_>, payload: Payload<'_>, vni: u32, flow: u64) -> Result<bool, TooBig> {
     let hdr = VxlanRepr { vni }.header();
-    let max = link.max_datagram();
+    let max = tx.max_datagram;
     match payload {
         Payload::Frame { parts, hdr: false } => {
             let len: usize = parts.iter().map(|p| p.len()).sum();
             if HEADER_LEN + len > max {
-                return too_big(link, len);
+                return Err(TooBig(len));
             }
-            super::with_head(&hdr, parts, |iov| link.io.send(iov, usize::MAX, flow))
+            Ok(super::with_head(&hdr, parts, |iov| tx.direct.send(iov, usize::MAX, flow)))
         }
-        Payload::Frame { hdr: true, .. } => false,
+        Payload::Frame { hdr: true, .. } => Ok(false),
         Payload::Segments(segs) => {
             let seg = segs.seg_len();
             if HEADER_LEN + seg > max {
-                return too_big(link, seg);
+                return Err(TooBig(seg));
             }
-            super::send_segments(link, segs, &hdr, flow)
+            Ok(super::send_segments(tx.direct, segs, &hdr, flow))
         }
     }
-}
-
-fn too_big(link: &Link, len: usize) -> bool {
-    link.too_big.fetch_add(1, Relaxed);
-    if !link.too_big_logged.swap(true, Relaxed) {
-        tracing::warn!(
-            link = %link.def.name,
-            frame = len,
-            largest = link.max_whole_frame(),
-            "a {len}-byte frame does not fit this VXLAN link (underlay MTU {}): VTEPs do not fragment, \
-             so such frames are dropped; give the VM an MTU of at most {} (logged once)",
-            link.def.mtu,
-            link.max_whole_frame().saturating_sub(14),
-        );
-    }
-    false
 }
 
 /// The VNI and the inner frame of a datagram, or `None` for one Linux would

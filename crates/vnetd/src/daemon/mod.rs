@@ -875,7 +875,7 @@ impl Daemon {
     }
 
     /// `show stats`' global part: the daemon-wide counters
-    /// (`vnet_engine::plane::Global`, named where they are defined) and the
+    /// (`vnet_engine::global::Global`, named where they are defined) and the
     /// link worker's dispatch (`link_`-prefixed).
     fn global_user_json(&self) -> Value {
         let g = &self.shared.global;

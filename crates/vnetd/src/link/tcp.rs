@@ -480,10 +480,11 @@ impl TcpLink {
             let now = self.shared.now_ns();
             link.alive.heard(now);
             self.inbound_heard_ns.store(now, Relaxed);
+            let cx = &mut vnet_engine::rx::Cx { fw: &mut fw, plane: &plane, now_ns: now };
             loop {
                 match d.next_record() {
                     Ok(Some(Record::Frame { with_vh, payload })) => {
-                        vnet_engine::rx::stream_record(&mut fw, &plane, link, with_vh, payload)
+                        vnet_engine::rx::stream_record(cx, link, with_vh, payload)
                     }
                     Ok(Some(Record::Heartbeat)) => {}
                     Ok(None) => break,

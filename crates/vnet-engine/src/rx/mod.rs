@@ -12,13 +12,24 @@
 //! links that carry a frame per datagram (`raw`, VXLAN), consecutive TCP
 //! segments of one flow in such a buffer are merged into one TCP GSO
 //! frame (`vnet_wire::gro`) and written once, their payloads where they
-//! lie. What a `vnet` datagram goes through once attributed is
-//! `codec::vnet::Rx`, beside the format's send side.
+//! lie.
+//!
+//! The way in runs one way through this module's files: here (the socket's
+//! buffer, attribution, the one-frame kinds), then [`batch`] (a `vnet`
+//! GRO batch that is one whole frame), [`vnet`] (a `vnet` datagram alone),
+//! [`relay`] (a relayed one's arrival), and [`deliver`] (the frame to the
+//! forwarder).
+
+pub mod batch;
+pub mod deliver;
+pub mod relay;
+pub mod vnet;
+
+pub use deliver::{stream_record, Arrival, Cx};
 
 use crate::codec;
-use crate::forward::Forwarder;
 use crate::link::Link;
-use crate::plane::{Global, Plane};
+use crate::plane::Plane;
 use crate::GSO_MAX_SEGS;
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -55,79 +66,71 @@ impl NextBuf for Option<(&mut [u8], usize)> {
 pub struct Receiver {
     via: Via,
     /// The `vnet` links' receive side (reassembly, handshake answers).
-    vnet: codec::vnet::Rx,
+    vnet: vnet::Rx,
 }
 
 impl Receiver {
     pub fn new(via: Via, cfg: reasm::Config) -> Self {
-        Receiver { via, vnet: codec::vnet::Rx::new(cfg) }
+        Receiver { via, vnet: vnet::Rx::new(cfg) }
     }
 
     /// Takes one receive buffer from `from`: one datagram, or (`gso` not 0)
     /// datagrams of `gso` bytes, the last may be shorter, coalesced by GRO.
-    /// `now_ns` is the caller's clock, for reassembly timeouts. `next`
-    /// gives the next receive buffer from the same sender, if there is
-    /// one, when it is wanted: a `vnet` frame this buffer begins and that
-    /// one ends (a frame of more datagrams than one GSO send takes arrives
-    /// as two GRO batches) goes on from both, with no reassembly copy.
-    /// Returns how many buffers it took: 2, or 1 (this one; the caller
-    /// passes what `next` gave on again).
-    #[allow(clippy::too_many_arguments)]
+    /// `next` gives the next receive buffer from the same sender, if there
+    /// is one, when it is wanted: a `vnet` frame this buffer begins and
+    /// that one ends (a frame of more datagrams than one GSO send takes
+    /// arrives as two GRO batches) goes on from both, with no reassembly
+    /// copy. Returns how many buffers it took: 2, or 1 (this one; the
+    /// caller passes what `next` gave on again).
     pub fn receive(
         &mut self,
-        fw: &mut Forwarder,
-        plane: &Plane,
+        cx: &mut Cx<'_>,
         from: SocketAddr,
         buf: &mut [u8],
         gso: usize,
         next: &mut dyn NextBuf,
-        now_ns: u64,
     ) -> usize {
         let via = self.via;
         let from = SocketAddr::new(canonical(from.ip()), from.port());
         let len = buf.len();
         if gso > 0 && via == Via::Udp {
-            let took = self.vnet.whole_frames(fw, plane, from, buf, gso, next, now_ns);
+            let took = self.vnet.whole_frames(cx, from, buf, gso, next);
             if took > 0 {
                 return took;
             }
         }
         if gso > 0 && len > gso {
-            if let Some((link, at)) = frame_link(plane, via, from, &buf[..gso]) {
-                self.coalesced(fw, plane, &link, at, from, buf, gso, now_ns);
+            if let Some((link, at)) = frame_link(cx.plane, via, from, &buf[..gso]) {
+                self.coalesced(cx, &link, (at, from), buf, gso);
                 return 1;
             }
         }
         if len == 0 {
             // A keepalive (or a stranger's empty datagram).
-            self.datagram(fw, plane, via, from, buf, now_ns);
+            self.datagram(cx, from, buf);
             return 1;
         }
         let seg = if gso > 0 { gso } else { len.max(1) };
         let mut off = 0;
         while off < len {
             let end = (off + seg).min(len);
-            self.datagram(fw, plane, via, from, &mut buf[off..end], now_ns);
+            self.datagram(cx, from, &mut buf[off..end]);
             off = end;
         }
         1
     }
 
-    /// A GRO batch of datagrams of `gso` bytes on `link`, a link with a
-    /// frame per datagram at offset `at`: runs of one TCP flow's
-    /// consecutive segments go to their destination as one TCP GSO frame
-    /// each (if it takes offloads); every other datagram alone.
-    #[allow(clippy::too_many_arguments)]
+    /// A GRO batch of datagrams of `gso` bytes from `from` on `link`, a
+    /// link with a frame per datagram at offset `at`: runs of one TCP
+    /// flow's consecutive segments go to their destination as one TCP GSO
+    /// frame each (if it takes offloads); every other datagram alone.
     fn coalesced(
         &mut self,
-        fw: &mut Forwarder,
-        plane: &Plane,
+        cx: &mut Cx<'_>,
         link: &Link,
-        at: usize,
-        from: SocketAddr,
+        (at, from): (usize, SocketAddr),
         buf: &mut [u8],
         gso: usize,
-        now_ns: u64,
     ) {
         let port = PortId::Link(link.def.id);
         let n = buf.len().div_ceil(gso);
@@ -147,10 +150,10 @@ impl Receiver {
                     total += p.len();
                     iov[j + 1] = IoSlice::new(p);
                 }
-                if fw.forward_parts(plane, port, &iov[..=run.frames], total) {
+                if cx.fw.forward_parts(cx.plane, port, &iov[..=run.frames], total) {
                     link.rx.add(total - virtio::LEN);
-                    link.alive.heard(now_ns);
-                    let g = fw.global();
+                    link.alive.heard(cx.now_ns);
+                    let g = cx.fw.global();
                     g.rx_gro_frames.fetch_add(1, Relaxed);
                     g.rx_gro_segments.fetch_add(run.frames as u64, Relaxed);
                     i += run.frames;
@@ -158,27 +161,19 @@ impl Receiver {
                 }
             }
             let r = chunk(i);
-            self.datagram(fw, plane, self.via, from, &mut buf[r], now_ns);
+            self.datagram(cx, from, &mut buf[r]);
             i += 1;
         }
     }
 
     /// One datagram.
-    fn datagram(
-        &mut self,
-        fw: &mut Forwarder,
-        plane: &Plane,
-        via: Via,
-        from: SocketAddr,
-        data: &mut [u8],
-        now_ns: u64,
-    ) {
-        let g = fw.global().clone();
-        let (link, frame_at) = match via {
-            Via::Udp => (plane.link_for(RxKey::Udp(from.ip())), 0),
+    fn datagram(&mut self, cx: &mut Cx<'_>, from: SocketAddr, data: &mut [u8]) {
+        let g = cx.fw.global().clone();
+        let (link, frame_at) = match self.via {
+            Via::Udp => (cx.plane.link_for(RxKey::Udp(from.ip())), 0),
             Via::Vxlan => match codec::vxlan::decapsulate(data) {
                 Some((vni, _)) => {
-                    (plane.link_for(RxKey::Vxlan(from.ip(), vni)), vnet_wire::vxlan::HEADER_LEN)
+                    (cx.plane.link_for(RxKey::Vxlan(from.ip(), vni)), vnet_wire::vxlan::HEADER_LEN)
                 }
                 None => {
                     g.malformed.fetch_add(1, Relaxed);
@@ -188,15 +183,16 @@ impl Receiver {
         };
         // A secured link's peer may have moved (roaming): a candidate by the
         // session its datagram names, moved only once the datagram opens.
-        let link = link
-            .or_else(|| (via == Via::Udp).then(|| plane.roaming_link(&g, from.ip(), data, now_ns)).flatten());
+        let link = link.or_else(|| {
+            (self.via == Via::Udp).then(|| cx.plane.roaming_link(&g, from.ip(), data, cx.now_ns)).flatten()
+        });
         let Some(link) = link else {
             g.unknown_source.fetch_add(1, Relaxed);
             return;
         };
         // A secured link hears its peer only in what authenticates.
         if link.secure.is_none() {
-            link.alive.heard(now_ns);
+            link.alive.heard(cx.now_ns);
             if data.is_empty() {
                 link.alive.keepalives_received.fetch_add(1, Relaxed);
                 return;
@@ -205,9 +201,7 @@ impl Receiver {
         let port = PortId::Link(link.def.id);
         match link.def.transport {
             Transport::Udp { format: LinkFormat::Raw, .. } => {
-                let frame = codec::raw::decapsulate(data);
-                link.rx.add(frame.len());
-                fw.forward(plane, port, VirtioNetHdr::NONE, frame);
+                deliver::frame(cx, link, VirtioNetHdr::NONE, codec::raw::decapsulate(data));
             }
             Transport::Vxlan { .. } => {
                 let frame = &mut data[frame_at..];
@@ -218,10 +212,10 @@ impl Receiver {
                 // frame larger than the link carries whole is a TCP
                 // super-frame, cut at the largest segment that would fit.
                 let mss = link.max_whole_frame().saturating_sub(14 + 40).max(536) as u16;
-                fw.forward_inferred(plane, port, mss, frame);
+                cx.fw.forward_inferred(cx.plane, port, mss, frame);
             }
             Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
-                self.vnet.datagram(fw, plane, link, network, from, data, now_ns, false)
+                self.vnet.datagram(cx, link, network, Arrival { from, relayed: false }, data)
             }
             // A stream's records and a LAN's frames never arrive as datagrams.
             Transport::Tcp { .. } | Transport::Direct { .. } => {
@@ -236,7 +230,7 @@ impl Receiver {
     }
 
     /// Adds the reassembly counts since the last report to the host's.
-    pub fn report(&mut self, g: &Global) {
+    pub fn report(&mut self, g: &crate::Global) {
         self.vnet.report(g);
     }
 
@@ -267,18 +261,4 @@ fn frame_link(
             Some((link.clone(), vnet_wire::vxlan::HEADER_LEN))
         }
     }
-}
-
-/// Delivers a frame taken off a `direct` link's device, with its offload header.
-pub fn lan_frame(fw: &mut Forwarder, plane: &Plane, link: &Link, vh: VirtioNetHdr, frame: &mut [u8]) {
-    link.rx.add(frame.len());
-    fw.forward(plane, PortId::Link(link.def.id), vh, frame);
-}
-
-/// Delivers a record taken off link `link`'s stream (`codec::stream`): a
-/// frame payload that begins with its `virtio_net_hdr` when `with_vh`.
-pub fn stream_record(fw: &mut Forwarder, plane: &Plane, link: &Link, with_vh: bool, payload: &mut [u8]) {
-    let len = payload.len() - if with_vh { virtio::LEN.min(payload.len()) } else { 0 };
-    link.rx.add(len);
-    codec::vnet::deliver(fw, plane, PortId::Link(link.def.id), with_vh, payload);
 }
