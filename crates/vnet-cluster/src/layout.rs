@@ -73,7 +73,7 @@ pub fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<Key<'a>> {
             return valid_name(h).then_some(Key::RevokedHost(h));
         }
         let id = r.strip_prefix("certs/")?;
-        return crate::trust::valid_cert_id(id).then_some(Key::RevokedCert(id));
+        return valid_cert_id(id).then_some(Key::RevokedCert(id));
     }
     rest.strip_prefix("macs/")?.parse().ok().map(Key::Mac)
 }
@@ -153,6 +153,11 @@ impl MacRecord {
 }
 
 /// Records the unit tests of this crate share.
+/// Whether `id` can be a certificate's id (32 lowercase hex digits).
+pub fn valid_cert_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 #[cfg(test)]
 pub(crate) mod fixtures {
     use super::*;

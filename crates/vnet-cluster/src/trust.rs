@@ -36,6 +36,7 @@ use std::net::IpAddr;
 use vnet_control::PeerKey;
 use vnet_wire::MacAddr;
 
+pub use crate::layout::valid_cert_id;
 use crate::layout::MacRecord;
 
 const CERT_TAG: &[u8] = b"vnet host certificate v1\0";
@@ -328,11 +329,6 @@ pub fn verify_claim(claim_key: &[u8; 32], network: &str, mac: MacAddr, r: &MacRe
 pub fn cert_id(cert: &str) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, cert.as_bytes());
     d.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether `id` can be a certificate's id (32 lowercase hex digits).
-pub fn valid_cert_id(id: &str) -> bool {
-    id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// What a revocation says (its JSON body): every certificate of `host`,

@@ -2,7 +2,7 @@
 //! environment (but its own `CNI_COMMAND`) and the same configuration on
 //! stdin, as the specification's "Delegated plugins" section says.
 
-use crate::spec::{Code, Error, Outcome, Result};
+use crate::result::{Code, Error, Outcome, Result};
 use serde_json::Value;
 use std::io::Write;
 use std::path::PathBuf;
@@ -95,7 +95,7 @@ struct VnetIpam {
     #[serde(default)]
     gateway: Option<std::net::IpAddr>,
     #[serde(default)]
-    routes: Vec<crate::spec::RouteConfig>,
+    routes: Vec<crate::result::RouteConfig>,
     #[serde(default)]
     dns: Option<Value>,
 }
@@ -150,7 +150,7 @@ pub fn vnet_add(c: &mut vnet_client::client::Client, ipam: &Value, owner: Owner)
     let address = r.body.trim().to_string();
     Ok(Outcome {
         interfaces: Vec::new(),
-        ips: vec![crate::spec::IpConfig {
+        ips: vec![crate::result::IpConfig {
             address,
             gateway: cfg.gateway.map(|g| g.to_string()),
             interface: None,

@@ -14,6 +14,7 @@
 mod ipam;
 mod plugin;
 mod record;
+mod result;
 mod spec;
 mod veth;
 

@@ -3,27 +3,34 @@
 //! passed in; they leave through [`Port`]s, a small trait that TAPs,
 //! netdevs, vhost-user rings, link sockets and the simulator's recording
 //! ports all implement. The engine knows none of them, so it can be unit
-//! tested, fuzzed and run as many hosts in one process (`tests/sim.rs`).
+//! tested, fuzzed and run as many hosts in one process ([`sim`], and
+//! `tests/netsim.rs`).
 //!
 //! Written by hand rather than taken from a library because it is the
 //! product: Palacios routing semantics over offload-carrying frames, and
 //! vnet's link formats, with no allocation and no lock per frame.
 //!
+//! Its modules in layers, each using only those before it (no import
+//! cycle; `scripts/shape.py` checks):
+//!
+//! - [`secure`]: authenticated and encrypted links (Noise IK sessions,
+//!   AEAD per datagram, replay window, rekeying); [`dispatch`] (the
+//!   adaptive notify/poll decision, VNET/P's modes), [`flow`] (the inner
+//!   flow hash), [`matrix`], [`pmtu`].
+//! - [`port`]: the port trait and the payload it is given; the datagram
+//!   sender trait. [`global`]: the daemon-wide counters.
+//! - [`codec`]: one module per link kind, each with its encapsulation and
+//!   its facts (overhead, offloads, keepalives), sending through a small
+//!   context the link builds; [`relay`]: wrapping for a relay.
+//! - [`link::Link`]: a link; it dispatches to its kind's codec with an
+//!   exhaustive `match`, so a new kind is a variant and a module.
 //! - [`plane`]: the immutable snapshot a worker reads (route table, ports,
-//!   links) and the daemon-wide counters.
-//! - [`port`]: the port trait and the payload it is given.
+//!   links).
 //! - [`forward`]: the per-worker [`Forwarder`]: route, then deliver to
 //!   offload-capable ports from the untouched frame and to plain ports from
 //!   a frame finished once in software.
-//! - [`codec`]: one module per link kind, each with its encapsulation,
-//!   decapsulation and overhead; [`link::Link`] dispatches on the kind with
-//!   an exhaustive `match`, so a new kind is a variant and a module.
 //! - [`rx`]: datagrams from links to frames (attribution, checks,
-//!   reassembly).
-//! - [`secure`]: authenticated and encrypted links (Noise IK sessions,
-//!   AEAD per datagram, replay window, rekeying).
-//! - [`dispatch`]: the adaptive notify/poll decision (VNET/P's modes).
-//! - [`flow`]: the inner flow hash.
+//!   opening, reassembly), one direction through its files.
 //! - [`sim`]: many hosts in one process on a virtual clock and a faulty wire.
 //!
 //! Dependencies run one way: `vnet-wire` (views) and `vnet-core` (routing)

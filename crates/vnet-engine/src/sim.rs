@@ -523,7 +523,8 @@ impl Host {
         let kept = |d: &vnet_control::LinkDef| self.plane.links.get(&d.id).filter(|l| l.def == *d).cloned();
         let mut secured = BTreeMap::new();
         for d in next.links.values().filter(|d| kept(d).is_none()) {
-            let sec = secure::for_link(d, Some(&self.identity), timers).map_err(ConfigError)?;
+            let sec =
+                secure::for_link(d, Some(&self.identity), timers).map_err(|e| ConfigError(e.to_string()))?;
             secured.insert(d.id, sec.map(|s| s.listed_in(self.global.sessions.clone(), d.id)));
         }
         let links = next

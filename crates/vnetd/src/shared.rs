@@ -23,6 +23,13 @@ pub struct Shared {
     pub activated: Arc<tokio::sync::Notify>,
 }
 
+/// The wall clock, in nanoseconds since the Unix epoch: what secured
+/// links date their handshake initiations by (they must grow across
+/// restarts; the engine is given this clock rather than reading one).
+pub fn wall_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
 impl Shared {
     pub fn new() -> Arc<Self> {
         let arrivals = Arc::new(tokio::sync::Notify::new());

@@ -14,6 +14,7 @@ use super::Daemon;
 use crate::iface::{self, Attached};
 use crate::kernel::{self, KernelIface};
 use crate::link::{self, Sockets};
+use crate::shared::wall_ns;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -341,11 +342,15 @@ impl Daemon {
                     l.clone()
                 }
                 None => {
-                    let sec = vnet_engine::secure::for_link(d, self.identity.as_ref(), self.timers)
-                        .map_err(|e| {
-                            Error::new(link_pos, format!("a link vnetd can secure ({})", d.name), e)
-                        })?
-                        .map(|s| s.listed_in(self.shared.global.sessions.clone(), d.id));
+                    let sec = vnet_engine::secure::for_link(
+                        d,
+                        self.identity.as_ref(),
+                        self.timers.dated_by(wall_ns),
+                    )
+                    .map_err(|e| {
+                        Error::new(link_pos, format!("a link vnetd can secure ({})", d.name), e.to_string())
+                    })?
+                    .map(|s| s.listed_in(self.shared.global.sessions.clone(), d.id));
                     let o = link::open(d, &sock.sockets, &self.shared).map_err(|e| {
                         Error::new(link_pos, format!("a link vnetd can send on ({})", d.name), e.to_string())
                     })?;

@@ -60,6 +60,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use vnet_control::Cipher;
 
+mod cipher;
+mod handshake;
+mod session;
+
+pub use cipher::{cpu_has_fast_aes, Aead, CipherPolicy, Mode};
+pub use session::Session;
+
 /// The first byte of every secured datagram (a `vnet` v1 reader drops it).
 pub const VERSION: u8 = 2;
 const T_INIT: u8 = 1;
@@ -111,148 +118,6 @@ const WORDS: usize = 32;
 /// Counters this far below the highest seen are refused as too old.
 const WINDOW: u64 = ((WORDS - 1) * 64) as u64;
 
-/// What a link's datagrams get.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// A tag over the clear datagram.
-    Auth,
-    /// Sealed: encrypted and tagged.
-    Encrypt,
-}
-
-impl Mode {
-    fn byte(self) -> u8 {
-        match self {
-            Mode::Auth => 1,
-            Mode::Encrypt => 2,
-        }
-    }
-}
-
-/// A session's AEAD: its id is byte 3 of every secured datagram, and it
-/// names the Noise protocol (`Noise_IK_25519_<cipher>_BLAKE2s`) whose
-/// handshake made the session, so the transcript binds it.
-///
-/// Both come from `aws-lc-rs` (AWS-LC's assembly, constant-time where it
-/// accelerates; rustls's default provider). Its AES-256-GCM has AVX-512
-/// VAES/VPCLMULQDQ code: on this project's bench machine it seals 1420-byte
-/// datagrams 1.3x and 8948-byte ones 1.5x as fast as `ring`'s AVX2 code
-/// (`docs/SECURITY.md`, "Ciphers"). `ring` keeps the handshake's MACs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Aead {
-    ChaCha20Poly1305,
-    Aes256Gcm,
-}
-
-impl Aead {
-    fn id(self) -> u8 {
-        match self {
-            Aead::ChaCha20Poly1305 => 0,
-            Aead::Aes256Gcm => 1,
-        }
-    }
-
-    fn from_id(b: u8) -> Option<Aead> {
-        match b {
-            0 => Some(Aead::ChaCha20Poly1305),
-            1 => Some(Aead::Aes256Gcm),
-            _ => None,
-        }
-    }
-
-    fn noise(self) -> &'static str {
-        match self {
-            Aead::ChaCha20Poly1305 => "Noise_IK_25519_ChaChaPoly_BLAKE2s",
-            Aead::Aes256Gcm => "Noise_IK_25519_AESGCM_BLAKE2s",
-        }
-    }
-
-    fn algorithm(self) -> &'static aead::Algorithm {
-        match self {
-            Aead::ChaCha20Poly1305 => &aead::CHACHA20_POLY1305,
-            Aead::Aes256Gcm => &aead::AES_256_GCM,
-        }
-    }
-
-    /// The `cipher` word that names it.
-    pub fn word(self) -> &'static str {
-        match self {
-            Aead::ChaCha20Poly1305 => Cipher::ChaCha20Poly1305.word(),
-            Aead::Aes256Gcm => Cipher::Aes256Gcm.word(),
-        }
-    }
-}
-
-/// Whether this CPU runs AES-256-GCM in hardware (AES rounds and carry-less
-/// multiplication): then it is several times cheaper per byte than
-/// ChaCha20-Poly1305 (`docs/SECURITY.md`, "Ciphers"); without them, AES in
-/// software is slower, and not constant-time in every library.
-pub fn cpu_has_fast_aes() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("aes") && std::arch::is_x86_feature_detected!("pclmulqdq")
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        std::arch::is_aarch64_feature_detected!("aes") && std::arch::is_aarch64_feature_detected!("pmull")
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        false
-    }
-}
-
-/// What a link accepts and offers: its `cipher` option and this CPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CipherPolicy {
-    pub cipher: Cipher,
-    /// This host prefers AES-256-GCM (its CPU does it fast).
-    pub fast_aes: bool,
-}
-
-impl CipherPolicy {
-    /// The policy of a link with option `cipher` on this CPU.
-    pub fn local(cipher: Cipher) -> Self {
-        CipherPolicy { cipher, fast_aes: cpu_has_fast_aes() }
-    }
-
-    /// Whether a session may use `a`.
-    fn allows(self, a: Aead) -> bool {
-        match self.cipher {
-            Cipher::Auto => true,
-            Cipher::Aes256Gcm => a == Aead::Aes256Gcm,
-            Cipher::ChaCha20Poly1305 => a == Aead::ChaCha20Poly1305,
-        }
-    }
-
-    /// Whether this end says it prefers AES-256-GCM.
-    fn prefers_aes(self) -> bool {
-        match self.cipher {
-            Cipher::Auto => self.fast_aes,
-            Cipher::Aes256Gcm => true,
-            Cipher::ChaCha20Poly1305 => false,
-        }
-    }
-
-    /// The AEAD to use with a peer that prefers AES or not (`None`: not
-    /// known yet, taken as yes): a named cipher, else AES-256-GCM when both
-    /// ends prefer it.
-    fn choose(self, peer_aes: Option<bool>) -> Aead {
-        match self.cipher {
-            Cipher::Aes256Gcm => Aead::Aes256Gcm,
-            Cipher::ChaCha20Poly1305 => Aead::ChaCha20Poly1305,
-            Cipher::Auto if self.fast_aes && peer_aes != Some(false) => Aead::Aes256Gcm,
-            Cipher::Auto => Aead::ChaCha20Poly1305,
-        }
-    }
-
-    /// The cipher byte of an initiation offering `a`.
-    fn offer(self, a: Aead) -> u8 {
-        let pinned = if self.cipher == Cipher::Auto { 0 } else { PINNED };
-        a.id() | NEGOTIATES | pinned | if self.prefers_aes() { PREFERS_AES } else { 0 }
-    }
-}
-
 /// When sessions are renewed and given up.
 #[derive(Debug, Clone, Copy)]
 pub struct Timers {
@@ -266,6 +131,12 @@ pub struct Timers {
     pub retry_ns: u64,
     /// Initiations answered per second per link (and the burst).
     pub handshakes_per_sec: u32,
+    /// The clock an initiation is dated by, and a peer's date checked
+    /// against: the wall clock (nanoseconds since the Unix epoch) as the
+    /// caller reads it, so that dates grow across restarts, as WireGuard's
+    /// TAI64N does (vnetd gives `SystemTime`). `None`: the engine clock
+    /// plus one (the simulator's, whose hosts share one clock).
+    pub wall_clock: Option<fn() -> u64>,
 }
 
 impl Default for Timers {
@@ -283,7 +154,18 @@ impl Timers {
             reject_after_ns: rekey_after_ns + rekey_after_ns / 2,
             retry_ns: 1_000_000_000,
             handshakes_per_sec: 20,
+            wall_clock: None,
         }
+    }
+
+    /// These timers, with initiations dated by `wall_clock`.
+    pub fn dated_by(self, wall_clock: fn() -> u64) -> Self {
+        Timers { wall_clock: Some(wall_clock), ..self }
+    }
+
+    /// The date of an initiation sent, or checked, at engine time `now_ns`.
+    fn date(&self, now_ns: u64) -> u64 {
+        self.wall_clock.map_or(now_ns.saturating_add(1), |f| f())
     }
 }
 
@@ -385,167 +267,10 @@ pub struct SecureStats {
 /// (clocks differ; NTP keeps them within far less).
 pub const MAX_CLOCK_AHEAD_NS: u64 = 10 * 60 * 1_000_000_000;
 
-/// The replay window: the highest counter seen and a ring of bitmaps.
-#[derive(Debug)]
-struct Replay {
-    any: bool,
-    top: u64,
-    bits: [u64; WORDS],
-}
-
-impl Replay {
-    fn new() -> Self {
-        Replay { any: false, top: 0, bits: [0; WORDS] }
-    }
-
-    /// Accepts counter `n` once; false for a repeat or one too old.
-    fn accept(&mut self, n: u64) -> bool {
-        if n >= REJECT_AFTER_MESSAGES || (self.any && n < self.top && self.top - n > WINDOW) {
-            return false;
-        }
-        let block = n >> 6;
-        if !self.any {
-            self.any = true;
-            self.top = n;
-        } else if n > self.top {
-            let top_block = self.top >> 6;
-            let clear = (block - top_block).min(WORDS as u64);
-            for i in 1..=clear {
-                self.bits[((top_block + i) % WORDS as u64) as usize] = 0;
-            }
-            self.top = n;
-        }
-        let w = &mut self.bits[(block % WORDS as u64) as usize];
-        let bit = 1u64 << (n & 63);
-        if *w & bit != 0 {
-            return false;
-        }
-        *w |= bit;
-        true
-    }
-}
-
-/// One set of session keys.
-pub struct Session {
-    /// Our index: the peer puts it in the datagrams it sends us.
-    local: u32,
-    /// The peer's index: we put it in ours.
-    remote: u32,
-    send: LessSafeKey,
-    recv: LessSafeKey,
-    sent: AtomicU64,
-    replay: Mutex<Replay>,
-    born_ns: u64,
-    initiator: bool,
-    aead: Aead,
-}
-
-impl std::fmt::Debug for Session {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("local", &self.local).field("remote", &self.remote).finish()
-    }
-}
-
-fn nonce(counter: u64) -> Nonce {
-    let mut n = [0u8; 12];
-    n[4..].copy_from_slice(&counter.to_le_bytes());
-    Nonce::assume_unique_for_key(n)
-}
-
-fn aead_key(a: Aead, k: &[u8; 32]) -> Option<LessSafeKey> {
-    UnboundKey::new(a.algorithm(), k).ok().map(LessSafeKey::new)
-}
-
-impl Session {
-    fn new(
-        local: u32,
-        remote: u32,
-        (send, recv): (&[u8; 32], &[u8; 32]),
-        aead: Aead,
-        now_ns: u64,
-        initiator: bool,
-    ) -> Option<Self> {
-        Some(Session {
-            local,
-            remote,
-            send: aead_key(aead, send)?,
-            recv: aead_key(aead, recv)?,
-            sent: AtomicU64::new(0),
-            replay: Mutex::new(Replay::new()),
-            born_ns: now_ns,
-            initiator,
-            aead,
-        })
-    }
-
-    /// A session with the given keys and indices, as an initiator
-    /// (benchmarks and known-answer tests: sessions come from handshakes).
-    pub fn with_keys(aead: Aead, local: u32, remote: u32, send: &[u8; 32], recv: &[u8; 32]) -> Option<Self> {
-        Session::new(local, remote, (send, recv), aead, 0, true)
-    }
-
-    /// The AEAD the session seals with.
-    pub fn aead(&self) -> Aead {
-        self.aead
-    }
-
-    /// Seals the datagram of `len` bytes at `buf[DATA_HEADER..]` in place,
-    /// writing the header before it and the tag after it. Returns the
-    /// secured datagram's length, or `None` when the session is used up or
-    /// `buf` too short.
-    pub fn seal(&self, mode: Mode, buf: &mut [u8], len: usize) -> Option<usize> {
-        let total = DATA_HEADER + len + TAG;
-        if buf.len() < total {
-            return None;
-        }
-        let ctr = self.sent.fetch_add(1, Relaxed);
-        if ctr >= REJECT_AFTER_MESSAGES {
-            return None;
-        }
-        buf[..4].copy_from_slice(&preamble(T_DATA, mode, self.aead.id()));
-        buf[4..8].copy_from_slice(&self.remote.to_le_bytes());
-        buf[8..16].copy_from_slice(&ctr.to_le_bytes());
-        let tag = match mode {
-            Mode::Encrypt => {
-                let (hdr, rest) = buf.split_at_mut(DATA_HEADER);
-                self.send
-                    .seal_in_place_separate_tag(nonce(ctr), Aad::from(&hdr[..]), &mut rest[..len])
-                    .ok()?
-            }
-            Mode::Auth => {
-                let aad = &buf[..DATA_HEADER + len];
-                self.send.seal_in_place_separate_tag(nonce(ctr), Aad::from(aad), &mut []).ok()?
-            }
-        };
-        buf[DATA_HEADER + len..total].copy_from_slice(tag.as_ref());
-        Some(total)
-    }
-
-    /// Verifies (and for `encrypt` decrypts) a data datagram in place.
-    /// Returns the counter when it verified. The replay window is the
-    /// link's ([`SecureLink::open`]), not checked here.
-    pub fn open(&self, mode: Mode, data: &mut [u8]) -> Option<u64> {
-        let len = data.len().checked_sub(OVERHEAD)?;
-        let ctr = u64::from_le_bytes(data[8..16].try_into().ok()?);
-        match mode {
-            Mode::Encrypt => {
-                let (hdr, rest) = data.split_at_mut(DATA_HEADER);
-                self.recv.open_in_place(nonce(ctr), Aad::from(&hdr[..]), rest).ok()?;
-            }
-            Mode::Auth => {
-                let mut tag = [0u8; TAG];
-                tag.copy_from_slice(&data[DATA_HEADER + len..]);
-                let aad = &data[..DATA_HEADER + len];
-                self.recv.open_in_place(nonce(ctr), Aad::from(aad), &mut tag).ok()?;
-            }
-        }
-        Some(ctr)
-    }
-
-    fn expired(&self, now_ns: u64, t: &Timers) -> bool {
-        now_ns.saturating_sub(self.born_ns) >= t.reject_after_ns
-    }
-}
+/// A secured link on a host without a key pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this vnetd has no key pair: start it with `--key FILE` (see `vnetctl genkey`)")]
+pub struct NoKeyPair;
 
 /// The security link `def` asks for, with `identity` as this host's key
 /// pair: `None` for an unsecured link, an error when a secured link needs
@@ -554,7 +279,7 @@ pub fn for_link(
     def: &vnet_control::LinkDef,
     identity: Option<&Arc<Identity>>,
     timers: Timers,
-) -> Result<Option<SecureLink>, String> {
+) -> Result<Option<SecureLink>, NoKeyPair> {
     use vnet_control::{Security, Transport};
     let Transport::Udp { security, .. } = def.transport else { return Ok(None) };
     let (mode, peer) = match security {
@@ -563,8 +288,7 @@ pub fn for_link(
         Security::Encrypt(k) => (Mode::Encrypt, k),
     };
     let Transport::Udp { cipher, .. } = def.transport else { return Ok(None) };
-    let id =
-        identity.ok_or("this vnetd has no key pair: start it with `--key FILE` (see `vnetctl genkey`)")?;
+    let id = identity.ok_or(NoKeyPair)?;
     Ok(Some(SecureLink::new(mode, id.clone(), peer.0, timers).with_policy(CipherPolicy::local(cipher))))
 }
 
@@ -765,12 +489,6 @@ fn addr_bytes(a: SocketAddr) -> [u8; 18] {
     b[..16].copy_from_slice(&ip.octets());
     b[16..].copy_from_slice(&a.port().to_be_bytes());
     b
-}
-
-/// Wall-clock nanoseconds: an initiation's timestamp must grow across
-/// restarts of the initiator, as WireGuard's TAI64N does.
-fn wall_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The first four bytes of every secured datagram: version, type, mode,
@@ -987,39 +705,6 @@ impl SecureLink {
         self.initiate(st, now_ns, out)
     }
 
-    fn initiate(&self, st: &mut State, now_ns: u64, out: &mut [u8]) -> Option<usize> {
-        if out.len() < INIT_LEN {
-            return None;
-        }
-        let aead = self.policy.choose(st.peer_aes);
-        let offer = self.policy.offer(aead);
-        let mut hs = self.handshake(self.mode, true, offer)?;
-        let local = self.new_index(st);
-        out[..4].copy_from_slice(&preamble(T_INIT, self.mode, offer));
-        out[4..8].copy_from_slice(&local.to_le_bytes());
-        let n = hs.write_message(&wall_ns().to_be_bytes(), &mut out[8..INIT_MAC1]).ok()?;
-        if n != INIT_NOISE {
-            return None;
-        }
-        let mac1 = hmac::sign(&self.mac_to_peer, &out[..INIT_MAC1]);
-        out[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac1.as_ref());
-        // The second MAC: keyed by the peer's cookie while it is fresh, else zeros.
-        let cookie = st.cookie.filter(|c| now_ns.saturating_sub(c.1) < COOKIE_LIFE_NS - self.timers.retry_ns);
-        match cookie {
-            Some((c, _)) => {
-                let mac2 = hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &c), &out[..INIT_MAC1 + MAC]);
-                out[INIT_MAC1 + MAC..INIT_LEN].copy_from_slice(mac2.as_ref());
-            }
-            None => out[INIT_MAC1 + MAC..INIT_LEN].fill(0),
-        }
-        let mut m = [0u8; MAC];
-        m.copy_from_slice(mac1.as_ref());
-        st.pending = Some(Pending { hs, local, sent_ns: now_ns, mac1: m, aead });
-        st.renegotiate = false;
-        self.stats.handshakes_sent.fetch_add(1, Relaxed);
-        Some(INIT_LEN)
-    }
-
     /// Takes a datagram from `from` (an address of the peer's IP): a data
     /// datagram is verified in place, a handshake message answered into
     /// `reply` (to go to the link's remote address).
@@ -1151,264 +836,11 @@ impl SecureLink {
         }
         n
     }
-
-    /// Verifies a handshake message's MAC (the [`MAC`] bytes at `at`, over what is before).
-    fn mac_ok(&self, msg: &[u8], at: usize) -> bool {
-        hmac::verify(&self.mac_to_us, &msg[..at], &msg[at..at + MAC]).is_ok()
-    }
-
-    /// The cookie of address `from`: the first bytes of an HMAC under a
-    /// secret renewed every [`COOKIE_LIFE_NS`].
-    fn cookie_of(&self, st: &mut State, now_ns: u64, from: SocketAddr) -> [u8; COOKIE] {
-        if st.secret.as_ref().is_some_and(|(_, born)| now_ns.saturating_sub(*born) >= COOKIE_LIFE_NS) {
-            st.secret = None;
-        }
-        let (key, _) =
-            st.secret.get_or_insert_with(|| (hmac::Key::new(hmac::HMAC_SHA256, &random::<32>()), now_ns));
-        let tag = hmac::sign(key, &addr_bytes(from));
-        let mut c = [0u8; COOKIE];
-        c.copy_from_slice(&tag.as_ref()[..COOKIE]);
-        c
-    }
-
-    /// A reply giving `cookie` to the sender of initiation `init`, into `reply`.
-    fn cookie_reply(&self, cookie: &[u8; COOKIE], init: &[u8], reply: &mut [u8]) -> Opened {
-        if reply.len() < COOKIE_LEN {
-            return Opened::Nothing;
-        }
-        let nonce: [u8; COOKIE_NONCE] = random();
-        reply[..4].copy_from_slice(&preamble(T_COOKIE, self.mode, 0));
-        reply[4..8].copy_from_slice(&init[4..8]);
-        reply[8..20].copy_from_slice(&nonce);
-        let (sealed, tag) = reply[20..COOKIE_LEN].split_at_mut(COOKIE);
-        sealed.copy_from_slice(cookie);
-        let aad = Aad::from(&init[INIT_MAC1..INIT_MAC1 + MAC]);
-        let Ok(t) =
-            self.cookie_ours.seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), aad, sealed)
-        else {
-            return Opened::Nothing;
-        };
-        tag.copy_from_slice(t.as_ref());
-        self.stats.cookies_sent.fetch_add(1, Relaxed);
-        Opened::Reply(COOKIE_LEN)
-    }
-
-    /// The initiator: a cookie reply to our pending initiation. Kept, and
-    /// the initiation is sent again at the next tick, with the cookie.
-    fn take_cookie(&self, now_ns: u64, data: &[u8]) -> Opened {
-        let s = &self.stats;
-        let mut st = self.lock();
-        let Some(p) =
-            st.pending.as_mut().filter(|p| data.len() == COOKIE_LEN && index_at(data, 4) == p.local)
-        else {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        };
-        let mut sealed = [0u8; COOKIE + TAG];
-        sealed.copy_from_slice(&data[20..COOKIE_LEN]);
-        let mut nonce = [0u8; COOKIE_NONCE];
-        nonce.copy_from_slice(&data[8..20]);
-        let aad = Aad::from(&p.mac1[..]);
-        let Ok(plain) =
-            self.cookie_theirs.open_in_place(Nonce::assume_unique_for_key(nonce), aad, &mut sealed)
-        else {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        };
-        let mut c = [0u8; COOKIE];
-        c.copy_from_slice(plain);
-        // Retry at once with it.
-        p.sent_ns = now_ns.saturating_sub(self.timers.retry_ns);
-        st.cookie = Some((c, now_ns));
-        s.cookies_received.fetch_add(1, Relaxed);
-        Opened::Nothing
-    }
-
-    /// The responder: an initiation from the peer's IP at `from` (as the
-    /// receive path gives it: canonical, so a cookie names one address).
-    fn answer(
-        &self,
-        now_ns: u64,
-        from: SocketAddr,
-        at_endpoint: bool,
-        data: &[u8],
-        reply: &mut [u8],
-    ) -> Opened {
-        let s = &self.stats;
-        if data.len() != INIT_LEN || !self.mac_ok(data, INIT_MAC1) || reply.len() < RESP_LEN {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        let Some(aead) = offered(data[3]) else {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        };
-        // Another cipher than the link's is refused, never answered with
-        // ours: the initiator's offer is what its transcript binds.
-        if !self.policy.allows(aead) {
-            s.cipher_refused.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        let mut st = self.lock();
-        // The rate limit: a token per answered initiation, from the
-        // budget of initiations with a valid cookie MAC if this one has it.
-        let per_sec = u64::from(self.timers.handshakes_per_sec.max(1));
-        let elapsed = now_ns.saturating_sub(st.filled_ns);
-        st.budget.refill(elapsed, per_sec);
-        st.cookied.refill(elapsed, per_sec);
-        st.filled_ns = now_ns;
-        let cookie = self.cookie_of(&mut st, now_ns, from);
-        let key = hmac::Key::new(hmac::HMAC_SHA256, &cookie);
-        let cookied = hmac::verify(&key, &data[..INIT_MAC1 + MAC], &data[INIT_MAC1 + MAC..]).is_ok();
-        if st.budget.tokens < per_sec * Bucket::ONE / 2 {
-            st.loaded_until_ns = now_ns.saturating_add(LOAD_HOLD_NS);
-        }
-        let under_load = now_ns < st.loaded_until_ns;
-        let admitted = if cookied {
-            st.cookied.take()
-        } else if under_load {
-            return self.cookie_reply(&cookie, data, reply);
-        } else {
-            st.budget.take()
-        };
-        if !admitted {
-            s.rate_limited.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        let Some(mut hs) = self.handshake(self.mode, false, data[3]) else {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        };
-        let mut payload = [0u8; 32];
-        let ok = hs.read_message(&data[8..INIT_MAC1], &mut payload).ok() == Some(8)
-            && hs.get_remote_static() == Some(&self.peer[..]);
-        if !ok {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        let ts = u64::from_be_bytes(payload[..8].try_into().unwrap_or_default());
-        if ts > wall_ns().saturating_add(MAX_CLOCK_AHEAD_NS) {
-            s.future_timestamps.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        if ts <= st.last_init {
-            s.replays.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        st.last_init = ts;
-        let negotiates = data[3] & NEGOTIATES != 0;
-        st.peer_aes = Some(negotiates && data[3] & PREFERS_AES != 0);
-        // Both ends initiated at once (both started, or both rekey): the
-        // one with the larger public key keeps its own handshake and lets
-        // this one go; the other answers and abandons its own. One session.
-        // Decided only now, on an initiation that is the peer's and new:
-        // a replayed or forged one never makes us drop our own.
-        let crossed =
-            st.pending.as_ref().is_some_and(|p| now_ns.saturating_sub(p.sent_ns) < self.timers.retry_ns);
-        // Ours is kept only if the peer can take it: a peer whose link
-        // names another cipher than ours offers would refuse it.
-        if crossed {
-            let refused = data[3] & PINNED != 0 && st.pending.as_ref().is_some_and(|p| p.aead != aead);
-            if at_endpoint && self.identity.public > self.peer && !refused {
-                return Opened::Nothing;
-            }
-            st.pending = None;
-        }
-        let theirs = index_at(data, 4);
-        let local = self.new_index(&mut st);
-        reply[..4].copy_from_slice(&preamble(T_RESP, self.mode, aead.id()));
-        reply[4..8].copy_from_slice(&local.to_le_bytes());
-        reply[8..12].copy_from_slice(&theirs.to_le_bytes());
-        // Our preference, sealed in the response: to a negotiating initiator.
-        let ours = [if self.policy.prefers_aes() { PREFERS_AES } else { 0 }];
-        let (payload, len) = if negotiates { (&ours[..], RESP_LEN) } else { (&[][..], PLAIN_RESP_LEN) };
-        let noise = len - 12 - MAC;
-        if hs.write_message(payload, &mut reply[12..12 + noise]).ok() != Some(noise) {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        let mac = hmac::sign(&self.mac_to_peer, &reply[..12 + noise]);
-        reply[12 + noise..len].copy_from_slice(mac.as_ref());
-        // Initiator to responder first.
-        let (i2r, r2i) = hs.dangerously_get_raw_split();
-        let Some(session) = Session::new(local, theirs, (&r2i, &i2r), aead, now_ns, false) else {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        };
-        // Not sent on until the initiator's first datagram arrives on it
-        // (WireGuard's rule): whoever replays an initiation gets a
-        // session nobody confirms, which changes nothing.
-        st.next = Some(Arc::new(session));
-        s.handshakes_answered.fetch_add(1, Relaxed);
-        s.sessions.fetch_add(1, Relaxed);
-        Opened::Reply(len)
-    }
-
-    /// A Noise IK handshake with this host's key, for an initiation of
-    /// `mode` with cipher byte `cipher` (the protocol name is its AEAD's;
-    /// the prologue has the mode and the byte): as initiator (to the
-    /// peer's key), or as responder.
-    fn handshake(&self, mode: Mode, initiator: bool, cipher: u8) -> Option<snow::HandshakeState> {
-        let (p, n) = prologue(mode, cipher);
-        let b = snow::Builder::new(offered(cipher)?.noise().parse().ok()?)
-            .local_private_key(&self.identity.private)
-            .ok()?
-            .prologue(&p[..n])
-            .ok()?;
-        if initiator {
-            b.remote_public_key(&self.peer).ok()?.build_initiator().ok()
-        } else {
-            b.build_responder().ok()
-        }
-    }
-
-    /// The initiator: the response to our initiation. Answers with a
-    /// keepalive on the new session, so the responder may use it too.
-    fn complete(&self, now_ns: u64, data: &[u8], reply: &mut [u8]) -> Opened {
-        let s = &self.stats;
-        if data.len() != RESP_LEN || !self.mac_ok(data, RESP_LEN - MAC) {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        let mut st = self.lock();
-        let ours = index_at(data, 8);
-        if st.pending.as_ref().is_none_or(|p| p.local != ours) {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        let Some(mut p) = st.pending.take() else { return Opened::Nothing };
-        let mut payload = [0u8; 16];
-        if data[3] != p.aead.id()
-            || p.hs.read_message(&data[12..12 + RESP_NOISE], &mut payload).ok() != Some(1)
-        {
-            s.bad_handshakes.fetch_add(1, Relaxed);
-            return Opened::Nothing;
-        }
-        // What the responder prefers, authenticated: if both ends would
-        // rather use the other AEAD (an `auto` link's first guess), a new
-        // handshake at the next tick makes the session they prefer.
-        let peer_aes = payload[0] & PREFERS_AES != 0;
-        st.peer_aes = Some(peer_aes);
-        st.renegotiate = self.policy.choose(Some(peer_aes)) != p.aead;
-        let theirs = index_at(data, 4);
-        let (i2r, r2i) = p.hs.dangerously_get_raw_split();
-        let Some(session) = Session::new(p.local, theirs, (&i2r, &r2i), p.aead, now_ns, true) else {
-            return Opened::Nothing;
-        };
-        let session = Arc::new(session);
-        st.previous = st.current.replace(session.clone());
-        self.tx.store(Some(session.clone()));
-        s.sessions.fetch_add(1, Relaxed);
-        drop(st);
-        match session.seal(self.mode, reply, 0) {
-            Some(n) => Opened::Reply(n),
-            None => Opened::Nothing,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::session::Replay;
     use super::*;
 
     const SEC: u64 = 1_000_000_000;
@@ -1620,7 +1052,7 @@ mod tests {
         let mut init = [0u8; INIT_LEN];
         init[..4].copy_from_slice(&preamble(T_INIT, Mode::Encrypt, 0));
         init[4..8].copy_from_slice(&7u32.to_le_bytes());
-        hs.write_message(&wall_ns().to_be_bytes(), &mut init[8..INIT_MAC1]).unwrap();
+        hs.write_message(&1u64.to_be_bytes(), &mut init[8..INIT_MAC1]).unwrap();
         let mac = hmac::sign(&mac_key(&b.identity.public()), &init[..INIT_MAC1]);
         init[INIT_MAC1..INIT_MAC1 + MAC].copy_from_slice(mac.as_ref());
         let mut resp = [0u8; 256];
@@ -1652,11 +1084,11 @@ mod tests {
             init
         };
         let mut resp = [0u8; 256];
-        let mut ahead = init_at(wall_ns() + MAX_CLOCK_AHEAD_NS + 60 * SEC);
+        let mut ahead = init_at(1 + MAX_CLOCK_AHEAD_NS + 60 * SEC);
         assert_eq!(b.open(0, b.peer_addr(), &mut ahead, &mut resp), Opened::Nothing);
         assert_eq!((b.stats.future_timestamps.load(Relaxed), b.last_init()), (1, 0), "refused, not adopted");
         // The peer's next initiation, dated now, is answered.
-        let mut now = init_at(wall_ns());
+        let mut now = init_at(1);
         assert!(matches!(b.open(0, b.peer_addr(), &mut now, &mut resp), Opened::Reply(_)));
     }
 
