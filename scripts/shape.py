@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""The tree's shape, checked (issue 28): no function outside tests longer
-than MAX lines, and no import cycle between vnetd's modules.
+"""The tree's shape, checked (issues 28 and 47): no function outside tests
+longer than MAX lines, no source file longer than MAX_FILE lines outside
+its tests, and no import cycle between the top-level modules of any crate.
 
 Usage: scripts/shape.py [--top N]   (exit 1 on a violation)
 
 Functions are found by their `fn` line and the matching close brace (string
 and char literals and comments skipped); `#[cfg(test)]` modules and
 `tests/`, `benches/` and `fuzz/` are not counted. A module's imports are
-its `crate::NAME` paths (NAME a top-level module of vnetd)."""
+its `crate::NAME` paths and `crate::{NAME, ...}` groups (NAME a top-level
+module of its crate), outside its tests."""
 import os, re, sys
 
-MAX = 120
+MAX = 100
+MAX_FILE = 1000
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -58,18 +61,29 @@ def block_end(s, open_at):
     return len(s) - 1
 
 
-def functions(path):
+def without_tests(path):
+    """The file, stripped, with its #[cfg(test)] modules blanked."""
     s = strip(open(path, encoding="utf-8").read())
-    # Blank #[cfg(test)] modules.
-    for m in list(re.finditer(r"#\[cfg\(test\)\]\s*(pub\s+)?mod\s+\w+\s*\{", s)):
+    for m in list(re.finditer(r"#\[cfg\(test\)\]\s*(pub\s+)?mod\s+\w+\s*\{", s))[::-1]:
         e = block_end(s, m.end() - 1)
         s = s[:m.start()] + re.sub(r"[^\n]", " ", s[m.start():e + 1]) + s[e + 1:]
+    return s
+
+
+def functions(path):
+    s = without_tests(path)
     for m in re.finditer(r"\bfn\s+(\w+)[^;{]*\{", s):
         # A signature holds no `{` but a where clause's; skip fn pointers in types.
         e = block_end(s, m.end() - 1)
         first = s.count("\n", 0, m.start()) + 1
         last = s.count("\n", 0, e) + 1
         yield m.group(1), first, last - first + 1
+
+
+def code_lines(path):
+    """Lines of `path` outside its tests (the blank tail of a test module
+    at the end not counted)."""
+    return len(without_tests(path).rstrip().split("\n"))
 
 
 def sources():
@@ -85,23 +99,28 @@ def sources():
                 yield os.path.relpath(p, ROOT)
 
 
-def cycles():
-    base = os.path.join(ROOT, "crates", "vnetd", "src")
-    mods = {os.path.splitext(f)[0] for f in os.listdir(base) if f.endswith(".rs")} | \
-        {d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d))}
-    mods -= {"lib", "main"}
+def cycles(crate):
+    base = os.path.join(ROOT, "crates", crate, "src")
+    if not os.path.isdir(base):
+        return []
+    files = {}
+    for d, _, fs in os.walk(base):
+        for f in fs:
+            if f.endswith(".rs"):
+                rel = os.path.relpath(os.path.join(d, f), base)
+                top = rel.split(os.sep)[0]
+                top = top[:-3] if top.endswith(".rs") else top
+                if top not in ("lib", "main") and not rel.startswith("bin" + os.sep):
+                    files.setdefault(top, []).append(os.path.join(d, f))
+    mods = set(files)
     deps = {m: set() for m in mods}
-    for m in mods:
-        files = []
-        if os.path.isdir(os.path.join(base, m)):
-            for d, _, fs in os.walk(os.path.join(base, m)):
-                files += [os.path.join(d, f) for f in fs if f.endswith(".rs")]
-        else:
-            files = [os.path.join(base, m + ".rs")]
-        for f in files:
-            for n in re.findall(r"\bcrate::(\w+)", strip(open(f, encoding="utf-8").read())):
-                if n in mods and n != m:
-                    deps[m].add(n)
+    for m, fs in files.items():
+        for f in fs:
+            s = without_tests(f)
+            names = re.findall(r"\bcrate::(\w+)", s)
+            for group in re.findall(r"\bcrate::\{([^}]*)\}", s):
+                names += re.findall(r"\b(\w+)\b", group)
+            deps[m] |= {n for n in names if n in mods and n != m}
     found, state = [], {}
 
     def visit(m, stack):
@@ -121,18 +140,26 @@ def cycles():
 
 def main():
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 10
-    fns = [(n, p, first, length) for p in sources() for n, first, length in functions(os.path.join(ROOT, p))]
+    paths = list(sources())
+    fns = [(n, p, first, length) for p in paths for n, first, length in functions(os.path.join(ROOT, p))]
     fns.sort(key=lambda f: -f[3])
     print(f"largest {top} functions outside tests:")
     for n, p, first, length in fns[:top]:
         print(f"  {length:4} lines  {p}:{first}  {n}")
+    files = sorted(((code_lines(os.path.join(ROOT, p)), p) for p in paths), reverse=True)
+    print(f"largest {top} files outside tests:")
+    for n, p in files[:top]:
+        print(f"  {n:5} lines  {p}")
     long = [f for f in fns if f[3] > MAX]
-    cyc = cycles()
-    for c in cyc:
-        print("import cycle in vnetd: " + " -> ".join(c))
+    big = [f for f in files if f[0] > MAX_FILE]
+    cyc = [(c, cy) for c in sorted(os.listdir(os.path.join(ROOT, "crates"))) for cy in cycles(c)]
+    for c, cy in cyc:
+        print(f"import cycle in {c}: " + " -> ".join(cy))
     for n, p, first, length in long:
         print(f"{p}:{first}: fn {n} is {length} lines, more than {MAX}")
-    sys.exit(1 if long or cyc else 0)
+    for n, p in big:
+        print(f"{p}: {n} lines outside tests, more than {MAX_FILE}")
+    sys.exit(1 if long or cyc or big else 0)
 
 
 main()

@@ -278,28 +278,7 @@ pub fn plan(state: &State, changes: &[Change], opts: &LinkOptions, owned: &dyn F
             }
         }
     }
-    // A new link must be told apart from every link that stays, and from
-    // the other new ones.
-    let key =
-        |t: &Transport| vnet_control::LinkDef { id: 0, name: String::new(), transport: *t, mtu: 0 }.rx_key();
-    let mut keys: FxHashMap<vnet_control::RxKey, &str> = state
-        .links
-        .values()
-        .filter(|l| !remade.contains(l.name.as_str()))
-        .map(|l| (l.rx_key(), l.name.as_str()))
-        .collect();
-    add_links.retain(|(host, t)| match keys.get(&key(t)) {
-        Some(other) => {
-            let why = format!("host `{host}`'s address {} is reached by link `{other}` already", t.peer());
-            refused.push((host.to_string(), why));
-            blocked.insert(host);
-            false
-        }
-        None => {
-            keys.insert(key(t), host);
-            true
-        }
-    });
+    keep_distinct(state, &remade, &mut add_links, (&mut refused, &mut blocked));
     let made = |h: &str| !blocked.contains(h) && links.get(h).map_or(names.contains(h), Option::is_some);
     // Routes: whatever routed the MAC to a link goes; the new one comes.
     let mut add_routes = Vec::new();
@@ -327,6 +306,37 @@ pub fn plan(state: &State, changes: &[Change], opts: &LinkOptions, owned: &dyn F
     }
     t.extend(add_routes);
     Planned { cmds: t, refused }
+}
+
+/// Keeps the new links `add` a receiver can tell apart from every link
+/// of `state` that stays (not `remade`) and from each other; refuses the
+/// rest, their hosts `blocked`.
+fn keep_distinct<'a>(
+    state: &'a State,
+    remade: &BTreeSet<&str>,
+    add: &mut Vec<(&'a str, Transport)>,
+    (refused, blocked): (&mut Vec<(String, String)>, &mut BTreeSet<&'a str>),
+) {
+    let key =
+        |t: &Transport| vnet_control::LinkDef { id: 0, name: String::new(), transport: *t, mtu: 0 }.rx_key();
+    let mut keys: FxHashMap<vnet_control::RxKey, &str> = state
+        .links
+        .values()
+        .filter(|l| !remade.contains(l.name.as_str()))
+        .map(|l| (l.rx_key(), l.name.as_str()))
+        .collect();
+    add.retain(|(host, t)| match keys.get(&key(t)) {
+        Some(other) => {
+            let why = format!("host `{host}`'s address {} is reached by link `{other}` already", t.peer());
+            refused.push((host.to_string(), why));
+            blocked.insert(host);
+            false
+        }
+        None => {
+            keys.insert(key(t), host);
+            true
+        }
+    });
 }
 
 /// The routes of this host's own interfaces: a local interface of the

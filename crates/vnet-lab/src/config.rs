@@ -33,34 +33,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
     if (0..hosts.len()).any(|k| k != h && vxlan_to(k)) {
         cmds.push(Command::ListenVxlan(SocketAddr::new(host.underlay_ip, vnet_wire::vxlan::IANA_PORT)));
     }
-    for (v, vm) in host.vms.iter().enumerate() {
-        let (kind, dev, netns, queues, dp) = match (&vm.host_dev, &vm.vhost) {
-            (_, Some(sock)) => {
-                // Always the user path's; said so when the spec names a path.
-                let dp = if datapath == Datapath::Auto { Datapath::Auto } else { Datapath::User };
-                (IfaceKind::VhostUser, sock.display().to_string(), None, s.qemu_queues.max(1), dp)
-            }
-            (Some(hd), None) => (IfaceKind::Netdev, hd.clone(), None, 1, datapath),
-            (None, None) => {
-                (IfaceKind::Tap, vm.dev.clone(), Some(vm.ns.clone()), s.tap_queues.max(1), datapath)
-            }
-        };
-        cmds.push(Command::Interface {
-            name: format!("vm{v}"),
-            kind,
-            dev,
-            mac: Some(mac(&vm.mac)?),
-            mtu: None,
-            netns,
-            mode: mode.unwrap_or_default(),
-            queues,
-            offload: true,
-            datapath: dp,
-            broadcast_limit: vnet_control::DEFAULT_BROADCAST_LIMIT,
-            network: 0,
-            standby: false,
-        });
-    }
+    cmds.extend(interfaces(s, host, mode, datapath)?);
     let mut palacios_text = String::new();
     // Cluster mode: the interfaces are all; etcd brings links and routes.
     let others = if s.cluster.is_some() { &[][..] } else { hosts };
@@ -124,6 +97,41 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
         .apply_all(&located)
         .map_err(|e| Error::Other(format!("the lab's config for host {h} is not valid: {e}")))?;
     Ok(format!("# vnet-lab host {h}\n{}{palacios_text}", state.to_config()))
+}
+
+/// The interfaces of `host`'s VMs: a vhost-user socket, a netdev or a TAP.
+fn interfaces(s: &Spec, host: &Host, mode: Option<Mode>, datapath: Datapath) -> Result<Vec<Command>> {
+    let mac = |m: &str| m.parse::<MacAddr>().map_err(|_| Error::Other(format!("a lab MAC `{m}`")));
+    let mut cmds = Vec::new();
+    for (v, vm) in host.vms.iter().enumerate() {
+        let (kind, dev, netns, queues, dp) = match (&vm.host_dev, &vm.vhost) {
+            (_, Some(sock)) => {
+                // Always the user path's; said so when the spec names a path.
+                let dp = if datapath == Datapath::Auto { Datapath::Auto } else { Datapath::User };
+                (IfaceKind::VhostUser, sock.display().to_string(), None, s.qemu_queues.max(1), dp)
+            }
+            (Some(hd), None) => (IfaceKind::Netdev, hd.clone(), None, 1, datapath),
+            (None, None) => {
+                (IfaceKind::Tap, vm.dev.clone(), Some(vm.ns.clone()), s.tap_queues.max(1), datapath)
+            }
+        };
+        cmds.push(Command::Interface {
+            name: format!("vm{v}"),
+            kind,
+            dev,
+            mac: Some(mac(&vm.mac)?),
+            mtu: None,
+            netns,
+            mode: mode.unwrap_or_default(),
+            queues,
+            offload: true,
+            datapath: dp,
+            broadcast_limit: vnet_control::DEFAULT_BROADCAST_LIMIT,
+            network: 0,
+            standby: false,
+        });
+    }
+    Ok(cmds)
 }
 
 /// The lab's dispatch mode (none: vnetd's default) and interfaces' datapath.

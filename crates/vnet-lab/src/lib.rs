@@ -35,6 +35,7 @@ pub mod noise;
 mod peers;
 pub mod pki;
 mod process;
+pub mod report;
 mod spec;
 mod topology;
 pub mod vhost_load;

@@ -192,72 +192,89 @@ struct Txn {
     first_error: Option<vnet_control::Error>,
 }
 
+/// Answers one line inside transaction `t`: the reply, and whether the
+/// transaction ends with it (`commit`, `abort`).
+fn txn_line(
+    daemon: &Mutex<Daemon>,
+    t: &mut Txn,
+    section: &mut Section,
+    line: &str,
+) -> ((String, String), bool) {
+    let ok = || "end ok".to_string();
+    let err = |e: &dyn std::fmt::Display| format!("end error {e}");
+    t.lines = t.lines.saturating_add(1);
+    if t.lines as usize > MAX_TXN_LINES {
+        // Only `commit` and `abort` still mean something: the rest is
+        // refused, and so will the commit be.
+        let end = line.trim();
+        if end == "commit" || end == "abort" {
+            return match end {
+                "commit" => (
+                    (
+                        String::new(),
+                        format!("end error transaction longer than {MAX_TXN_LINES} lines: nothing applied"),
+                    ),
+                    true,
+                ),
+                _ => ((String::new(), ok()), true),
+            };
+        }
+        return ((String::new(), format!("end error transaction longer than {MAX_TXN_LINES} lines")), false);
+    }
+    let parsed = parse_line(line, t.lines, section);
+    let ends = matches!(&parsed, Ok(Some(c)) if matches!(c.item, Command::Commit | Command::Abort));
+    let reply = match parsed {
+        Ok(None) => (String::new(), ok()),
+        Ok(Some(c)) => match c.item {
+            Command::Commit => {
+                let (cmds, first_error) = (std::mem::take(&mut t.cmds), t.first_error.take());
+                if let Some(e) = first_error {
+                    return ((String::new(), err(&e)), ends);
+                }
+                match lock(daemon).apply(&cmds) {
+                    Ok(()) => (String::new(), ok()),
+                    Err(e) => (String::new(), err(&e)),
+                }
+            }
+            Command::Abort => (String::new(), ok()),
+            ref item if item.is_change() => {
+                if t.first_error.is_none() {
+                    if let Err(e) = t.preview.apply(&c) {
+                        t.first_error = Some(e.clone());
+                        return ((String::new(), err(&e)), ends);
+                    }
+                }
+                t.cmds.push(c);
+                (String::new(), ok())
+            }
+            _ => {
+                let e = vnet_control::Error::new(
+                    c.pos,
+                    "a declaration, `commit` or `abort` inside a transaction",
+                    "a query",
+                );
+                t.first_error.get_or_insert(e.clone());
+                (String::new(), err(&e))
+            }
+        },
+        Err(e) => {
+            t.first_error.get_or_insert(e.clone());
+            (String::new(), err(&e))
+        }
+    };
+    (reply, ends)
+}
+
 /// Answers one line. Returns the reply body and the closing line.
 fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, String) {
     let ok = || "end ok".to_string();
     let err = |e: &dyn std::fmt::Display| format!("end error {e}");
     if let Some(t) = s.txn.as_mut() {
-        t.lines = t.lines.saturating_add(1);
-        if t.lines as usize > MAX_TXN_LINES {
-            // Only `commit` and `abort` still mean something: the rest is
-            // refused, and so will the commit be.
-            let end = line.trim();
-            if end == "commit" || end == "abort" {
-                s.txn = None;
-                return match end {
-                    "commit" => (
-                        String::new(),
-                        format!("end error transaction longer than {MAX_TXN_LINES} lines: nothing applied"),
-                    ),
-                    _ => (String::new(), ok()),
-                };
-            }
-            return (String::new(), format!("end error transaction longer than {MAX_TXN_LINES} lines"));
+        let (reply, ends) = txn_line(daemon, t, &mut s.section, line);
+        if ends {
+            s.txn = None;
         }
-        let parsed = parse_line(line, t.lines, &mut s.section);
-        return match parsed {
-            Ok(None) => (String::new(), ok()),
-            Ok(Some(c)) => match c.item {
-                Command::Commit => {
-                    let (cmds, first_error) = (std::mem::take(&mut t.cmds), t.first_error.take());
-                    s.txn = None;
-                    if let Some(e) = first_error {
-                        return (String::new(), err(&e));
-                    }
-                    match lock(daemon).apply(&cmds) {
-                        Ok(()) => (String::new(), ok()),
-                        Err(e) => (String::new(), err(&e)),
-                    }
-                }
-                Command::Abort => {
-                    s.txn = None;
-                    (String::new(), ok())
-                }
-                ref item if item.is_change() => {
-                    if t.first_error.is_none() {
-                        if let Err(e) = t.preview.apply(&c) {
-                            t.first_error = Some(e.clone());
-                            return (String::new(), err(&e));
-                        }
-                    }
-                    t.cmds.push(c);
-                    (String::new(), ok())
-                }
-                _ => {
-                    let e = vnet_control::Error::new(
-                        c.pos,
-                        "a declaration, `commit` or `abort` inside a transaction",
-                        "a query",
-                    );
-                    t.first_error.get_or_insert(e.clone());
-                    (String::new(), err(&e))
-                }
-            },
-            Err(e) => {
-                t.first_error.get_or_insert(e.clone());
-                (String::new(), err(&e))
-            }
-        };
+        return reply;
     }
     match parse_line(line, 1, &mut s.section) {
         Ok(None) => (String::new(), ok()),

@@ -377,7 +377,19 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
         tokio::spawn(say_ready(control, cluster_status));
         control::serve(&args.control, daemon.clone(), limits, control_tls, shutdown).await
     });
-    let handing_over = hand_over.load(std::sync::atomic::Ordering::Relaxed);
+    finish(args, &daemon, served, hand_over.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// After the control endpoint stopped: the daemon shut down, and on a
+/// hand-over (`handing_over`) its kernel path pinned and its sockets and
+/// devices (the control listener of `served` among them) offered to the
+/// next vnetd; the exit status.
+fn finish(
+    args: &Args,
+    daemon: &Mutex<Daemon>,
+    served: std::io::Result<Option<(String, std::os::fd::OwnedFd)>>,
+    handing_over: bool,
+) -> std::process::ExitCode {
     let mut d = daemon.lock().unwrap_or_else(|p| p.into_inner());
     let mut handed = Vec::new();
     if handing_over {

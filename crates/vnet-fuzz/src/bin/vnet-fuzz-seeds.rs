@@ -62,7 +62,48 @@ fn vh_bytes(h: &VirtioNetHdr) -> Vec<u8> {
 fn write_all(root: &Path) -> Result<usize, String> {
     let io = |e: std::io::Error| e.to_string();
     let mut n = 0;
-    // wire: for each peer kind, the datagrams of a ping-like exchange.
+    n += wire_seeds(root)?;
+    // control: the configs this repository ships and writes.
+    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    put(root, "control", "wire-host", vnet_fuzz::wire_config().as_bytes()).map_err(io)?;
+    let example = std::fs::read(here.join("packaging/example.conf")).map_err(io)?;
+    put(root, "control", "example", &example).map_err(io)?;
+    let palacios = "add 10.0.0.2 9000 udp\nadd any ff:ff:ff:ff:ff:ff edge 10.0.0.2 any\n[routes]\ndel 0\n";
+    put(root, "control", "palacios", palacios.as_bytes()).map_err(io)?;
+    let misc = "listen tcp 10.0.0.1:9000\ntls cert a.pem key a.key ca ca.pem\nlink t tcp 10.0.0.2:9000 tls\n\
+                link l direct eth1\ninterface v vhost-user /run/v.sock queues 4 mode adaptive\n\
+                route not 52:54:00:00:00:01 any -> link t from interface v\ndelete route 0\nshow stats json\n";
+    put(root, "control", "misc", misc.as_bytes()).map_err(io)?;
+    n += 4;
+    // offload: a TCP frame with and without a GSO header, a partial checksum.
+    let gso =
+        VirtioNetHdr { flags: 1, gso_type: 1, hdr_len: 54, gso_size: 1448, csum_start: 34, csum_offset: 16 };
+    let csum = VirtioNetHdr { gso_type: 0, gso_size: 0, ..gso };
+    for (name, h, len) in [("gso", gso, 6000), ("csum", csum, 500), ("plain", VirtioNetHdr::default(), 1400)]
+    {
+        let mut d = vh_bytes(&h);
+        d.extend_from_slice(&tcp4(len));
+        put(root, "offload", name, &d).map_err(io)?;
+        n += 1;
+    }
+    // stream: records back to back, one cut into a heartbeat.
+    let mut s = vec![3u8];
+    for len in [60usize, 1514, 0] {
+        s.extend_from_slice(&vnet_engine::codec::stream::header(len, false));
+        s.extend(std::iter::repeat_n(0xab, len));
+    }
+    s.extend_from_slice(&vnet_engine::codec::stream::heartbeat());
+    put(root, "stream", "records", &s).map_err(io)?;
+    n += 1;
+    vhost_seeds(root, &gso)?;
+    Ok(n + 3)
+}
+
+/// wire (and reasm): for each peer kind, the datagrams of a ping-like
+/// exchange in the simulator, captured. Returns how many seeds.
+fn wire_seeds(root: &Path) -> Result<usize, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let mut n = 0;
     let peers: [(&str, u8, String); 4] = [
         ("raw", 0, "link a udp 10.0.0.1 format raw".to_string()),
         ("vnet", 1, "link a udp 10.0.0.1 format vnet mtu 1500".to_string()),
@@ -131,40 +172,7 @@ fn write_all(root: &Path) -> Result<usize, String> {
         put(root, "wire", &format!("captured-{kind}"), &input).map_err(io)?;
         n += 1;
     }
-    // control: the configs this repository ships and writes.
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    put(root, "control", "wire-host", vnet_fuzz::wire_config().as_bytes()).map_err(io)?;
-    let example = std::fs::read(here.join("packaging/example.conf")).map_err(io)?;
-    put(root, "control", "example", &example).map_err(io)?;
-    let palacios = "add 10.0.0.2 9000 udp\nadd any ff:ff:ff:ff:ff:ff edge 10.0.0.2 any\n[routes]\ndel 0\n";
-    put(root, "control", "palacios", palacios.as_bytes()).map_err(io)?;
-    let misc = "listen tcp 10.0.0.1:9000\ntls cert a.pem key a.key ca ca.pem\nlink t tcp 10.0.0.2:9000 tls\n\
-                link l direct eth1\ninterface v vhost-user /run/v.sock queues 4 mode adaptive\n\
-                route not 52:54:00:00:00:01 any -> link t from interface v\ndelete route 0\nshow stats json\n";
-    put(root, "control", "misc", misc.as_bytes()).map_err(io)?;
-    n += 4;
-    // offload: a TCP frame with and without a GSO header, a partial checksum.
-    let gso =
-        VirtioNetHdr { flags: 1, gso_type: 1, hdr_len: 54, gso_size: 1448, csum_start: 34, csum_offset: 16 };
-    let csum = VirtioNetHdr { gso_type: 0, gso_size: 0, ..gso };
-    for (name, h, len) in [("gso", gso, 6000), ("csum", csum, 500), ("plain", VirtioNetHdr::default(), 1400)]
-    {
-        let mut d = vh_bytes(&h);
-        d.extend_from_slice(&tcp4(len));
-        put(root, "offload", name, &d).map_err(io)?;
-        n += 1;
-    }
-    // stream: records back to back, one cut into a heartbeat.
-    let mut s = vec![3u8];
-    for len in [60usize, 1514, 0] {
-        s.extend_from_slice(&vnet_engine::codec::stream::header(len, false));
-        s.extend(std::iter::repeat_n(0xab, len));
-    }
-    s.extend_from_slice(&vnet_engine::codec::stream::heartbeat());
-    put(root, "stream", "records", &s).map_err(io)?;
-    n += 1;
-    vhost_seeds(root, &gso)?;
-    Ok(n + 3)
+    Ok(n)
 }
 
 /// vhost: a guest's ring as a driver leaves it: TX chains of a guest
