@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The tree's shape, checked (issues 28 and 47): no function outside tests
 longer than MAX lines, no source file longer than MAX_FILE lines outside
-its tests, and no import cycle between the top-level modules of any crate.
+its tests, no import cycle between the top-level modules of any crate, and
+every exhaustive `match` on a link kind in one of the places
+docs/ARCHITECTURE.md lists under "Adding a link kind" (at most MAX_PLACES).
 
 Usage: scripts/shape.py [--top N]   (exit 1 on a violation)
 
@@ -14,6 +16,7 @@ import os, re, sys
 
 MAX = 100
 MAX_FILE = 1000
+MAX_PLACES = 5
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -138,6 +141,30 @@ def cycles(crate):
     return found
 
 
+def kind_places():
+    """Problems with where link kinds live: a file outside tests that names
+    every `Transport` variant (an exhaustive match: where a new kind must
+    go) outside the places ARCHITECTURE.md lists, or more than MAX_PLACES
+    places listed."""
+    t = strip(open(os.path.join(ROOT, "crates/vnet-control/src/transport.rs"), encoding="utf-8").read())
+    m = re.search(r"pub enum Transport \{(.*?)\n\}", t, re.S)
+    variants = re.findall(r"^ {4}(\w+)\b", m.group(1), re.M) if m else []
+    doc = open(os.path.join(ROOT, "docs/ARCHITECTURE.md"), encoding="utf-8").read()
+    section = doc.split("## Adding a link kind", 1)[-1].split("\n## ", 1)[0]
+    places = re.findall(r"^\d+\. `([^`]+)`", section, re.M)
+    out = []
+    if not variants:
+        out.append("no `pub enum Transport` in crates/vnet-control/src/transport.rs")
+    if not places or len(places) > MAX_PLACES:
+        out.append(f"docs/ARCHITECTURE.md lists {len(places)} places for a link kind (1 to {MAX_PLACES})")
+    for p in sources():
+        s = without_tests(os.path.join(ROOT, p))
+        if variants and all(re.search(r"\bTransport::%s\b" % v, s) for v in variants):
+            if not any(p == pl or (pl.endswith("/") and p.startswith(pl)) for pl in places):
+                out.append(f"{p}: a match on every link kind outside the places docs/ARCHITECTURE.md lists")
+    return out, places
+
+
 def main():
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 10
     paths = list(sources())
@@ -159,7 +186,11 @@ def main():
         print(f"{p}:{first}: fn {n} is {length} lines, more than {MAX}")
     for n, p in big:
         print(f"{p}: {n} lines outside tests, more than {MAX_FILE}")
-    sys.exit(1 if long or cyc or big else 0)
+    kinds, places = kind_places()
+    print(f"a link kind's places ({len(places)}): " + ", ".join(places))
+    for k in kinds:
+        print(k)
+    sys.exit(1 if long or cyc or big or kinds else 0)
 
 
 main()

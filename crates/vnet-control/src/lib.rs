@@ -31,17 +31,21 @@
 
 pub mod ast;
 pub mod attach;
+mod cursor;
 pub mod lex;
 pub mod parse;
 pub mod request;
 pub mod state;
+pub mod transport;
 
 pub use ast::{
     Cipher, ClusterLine, Command, Datapath, IfName, IpamOp, Located, Mode, PeerKey, Security, ShowWhat,
     TlsFiles, Transport,
 };
-pub use parse::{parse, parse_line, Section, DEFAULT_BROADCAST_LIMIT, DEFAULT_PORT};
-pub use state::{canonical, IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, RxKey, State};
+pub use parse::{parse, parse_line, Section, DEFAULT_BROADCAST_LIMIT};
+pub use state::{IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, State};
+pub use transport::DEFAULT_PORT;
+pub use transport::{canonical, RxKey, Via};
 
 use core::fmt;
 

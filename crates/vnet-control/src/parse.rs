@@ -2,13 +2,14 @@
 
 use crate::ast::IpamOp;
 use crate::ast::{
-    Cipher, Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, PeerKey, Ref,
-    Security, ShowWhat, Target, TlsFiles, Transport,
+    Cipher, Command, Datapath, Format, From, IfaceKind, IfaceRef, LinkRef, Located, Mode, Ref, Security,
+    ShowWhat, Target, TlsFiles, Transport,
 };
-use crate::lex::{found, words, Token};
+use crate::cursor::Parser;
+use crate::lex::{found, words};
+use crate::transport::check_remote;
 use crate::{Error, Pos, Result};
 use std::net::{IpAddr, SocketAddr};
-use vnet_core::MacSpec;
 use vnet_wire::MacAddr;
 
 /// Broadcast and multicast frames a second an interface's VM may send
@@ -17,10 +18,7 @@ use vnet_wire::MacAddr;
 /// forwarding loop sends hundreds of thousands a second).
 pub const DEFAULT_BROADCAST_LIMIT: u32 = 1000;
 
-/// The UDP port of Palacios VNET/P links, and vnet's default.
-pub const DEFAULT_PORT: u16 = 9000;
-/// The underlay MTU a link assumes unless told.
-pub const DEFAULT_LINK_MTU: u32 = 1500;
+pub use crate::transport::{DEFAULT_LINK_MTU, DEFAULT_PORT};
 
 /// Which Palacios `/proc/vnet` file bare `del N` lines refer to: set by a
 /// `[routes]` or `[links]` header line.
@@ -61,155 +59,16 @@ pub fn parse_line(line: &str, line_no: u32, section: &mut Section) -> Result<Opt
         }
         _ => {}
     }
-    let mut p =
-        Parser { toks: &toks, at: 0, eol: Pos { line: line_no, column: line.chars().count() as u32 + 1 } };
+    let mut p = Parser::new(&toks, Pos { line: line_no, column: line.chars().count() as u32 + 1 });
     let cmd = p.command(*section)?;
     p.end()?;
     Ok(Some(Located { pos: first.pos, item: cmd }))
-}
-
-/// A link's remote must be one host that can answer: a unicast address and
-/// a port other than 0 (`255.255.255.255:9000` or `IP:0` would be accepted
-/// by a socket and lead nowhere, or everywhere).
-fn check_remote(pos: Pos, remote: SocketAddr) -> Result<()> {
-    let ip = remote.ip();
-    let bad = match ip {
-        IpAddr::V4(a) => a.is_unspecified() || a.is_broadcast() || a.is_multicast(),
-        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
-    };
-    if bad {
-        return Err(Error::new(pos, "a unicast address for the link's peer", format!("`{ip}`")));
-    }
-    if remote.port() == 0 {
-        return Err(Error::new(pos, "a port from 1 to 65535", "port 0"));
-    }
-    Ok(())
-}
-
-struct Parser<'t, 'a> {
-    toks: &'t [Token<'a>],
-    at: usize,
-    eol: Pos,
 }
 
 const COMMANDS: &str =
     "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
-    fn peek(&self) -> Option<&Token<'a>> {
-        self.toks.get(self.at)
-    }
-
-    fn pos(&self) -> Pos {
-        self.peek().map_or(self.eol, |t| t.pos)
-    }
-
-    fn err<T>(&self, expected: &str) -> Result<T> {
-        Err(Error::new(self.pos(), expected, found(self.peek())))
-    }
-
-    fn next(&mut self, expected: &str) -> Result<Token<'a>> {
-        match self.peek() {
-            Some(t) => {
-                let t = *t;
-                self.at += 1;
-                Ok(t)
-            }
-            None => self.err(expected),
-        }
-    }
-
-    /// Takes the next word if it is one of `kws`.
-    fn keyword(&mut self, kws: &[&'static str], expected: &str) -> Result<&'static str> {
-        match self.peek().and_then(|t| kws.iter().find(|k| **k == t.text)) {
-            Some(k) => {
-                self.at += 1;
-                Ok(k)
-            }
-            None => self.err(expected),
-        }
-    }
-
-    fn eat(&mut self, kw: &str) -> bool {
-        if self.peek().is_some_and(|t| t.text == kw) {
-            self.at += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn end(&self) -> Result<()> {
-        match self.peek() {
-            None => Ok(()),
-            Some(_) => self.err("end of line"),
-        }
-    }
-
-    fn parsed<T: std::str::FromStr>(&mut self, expected: &str) -> Result<T> {
-        let pos = self.pos();
-        let t = self.next(expected)?;
-        t.text.parse().map_err(|_| Error::new(pos, expected, found(Some(&t))))
-    }
-
-    fn number(&mut self, expected: &str, range: std::ops::RangeInclusive<u32>) -> Result<u32> {
-        let pos = self.pos();
-        let t = self.next(expected)?;
-        match t.text.parse::<u32>() {
-            Ok(n) if range.contains(&n) => Ok(n),
-            _ => Err(Error::new(pos, expected, found(Some(&t)))),
-        }
-    }
-
-    fn name(&mut self, what: &str) -> Result<String> {
-        let expected = format!("{what} (a letter, then letters, digits, `_`, `-` or `.`)");
-        let pos = self.pos();
-        let t = self.next(&expected)?;
-        let ok = t.text.len() <= 64
-            && t.text.starts_with(|c: char| c.is_ascii_alphabetic())
-            && t.text.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-            && !matches!(t.text, "any" | "none" | "from" | "link" | "interface");
-        if ok {
-            Ok(t.text.to_string())
-        } else {
-            Err(Error::new(pos, expected, found(Some(&t))))
-        }
-    }
-
-    fn mac(&mut self, expected: &str) -> Result<MacAddr> {
-        self.parsed(expected)
-    }
-
-    fn mac_spec(&mut self, which: &str) -> Result<MacSpec> {
-        let expected = format!("{which} MAC: an address, `any`, `none` or `not-ADDRESS`");
-        let pos = self.pos();
-        let t = self.next(&expected)?;
-        let spec = match t.text {
-            "any" => Some(MacSpec::Any),
-            "none" => Some(MacSpec::None),
-            s => match s.strip_prefix("not-") {
-                Some(a) => a.parse().ok().map(MacSpec::Not),
-                None => s.parse().ok().map(MacSpec::Addr),
-            },
-        };
-        spec.ok_or_else(|| Error::new(pos, expected, found(Some(&t))))
-    }
-
-    /// `IP[:PORT]` or `[IPv6]:PORT`, port defaulting to 9000.
-    /// `IP` or `IP:PORT` (`[IPv6]:PORT`); `IP` alone takes `default_port`.
-    fn endpoint(&mut self, default_port: u16) -> Result<SocketAddr> {
-        let expected = "an address like 10.0.0.2 or 10.0.0.2:9000";
-        let pos = self.pos();
-        let t = self.next(expected)?;
-        if let Ok(sa) = t.text.parse::<SocketAddr>() {
-            return Ok(sa);
-        }
-        match t.text.parse::<IpAddr>() {
-            Ok(ip) => Ok(SocketAddr::new(ip, default_port)),
-            Err(_) => Err(Error::new(pos, expected, found(Some(&t)))),
-        }
-    }
-
     fn link_ref(&mut self) -> Result<Ref<LinkRef>> {
         let pos = self.pos();
         if let Some(ip) = self.peek().and_then(|t| t.text.parse::<IpAddr>().ok()) {
@@ -579,106 +438,8 @@ impl<'a> Parser<'_, 'a> {
 
     fn link(&mut self) -> Result<Command> {
         let name = self.name("a link name")?;
-        let kind = self
-            .keyword(&["udp", "vxlan", "tcp", "direct"], "a link kind: `udp`, `vxlan`, `tcp` or `direct`")?;
-        if kind == "direct" {
-            let pos = self.pos();
-            let t = self.next("a device name (1-15 characters)")?;
-            let Some(dev) = crate::ast::IfName::new(t.text) else {
-                return Err(Error::new(pos, "a device name (1-15 characters)", found(Some(&t))));
-            };
-            let mtu = if self.eat("mtu") {
-                self.number("the LAN's MTU (576-65535)", 576..=65535)?
-            } else {
-                DEFAULT_LINK_MTU
-            };
-            return Ok(Command::Link { name: Some(name), transport: Transport::Direct { dev }, mtu });
-        }
-        // `vxlan IP` means IANA's port, `udp IP` vnet's (and Palacios').
-        let default_port = if kind == "vxlan" { vnet_wire::vxlan::IANA_PORT } else { DEFAULT_PORT };
-        let (remote_pos, remote) = (self.pos(), self.endpoint(default_port)?);
-        let (mut format, mut network, mut mtu, mut vni, mut tls) = (None, None, None, None, None);
-        let mut peer_key: Option<(Pos, PeerKey)> = None;
-        let mut security: Option<(Pos, &str)> = None;
-        let mut nat: Option<Pos> = None;
-        let mut relay: Option<(Pos, PeerKey)> = None;
-        let mut cipher: Option<(Pos, Cipher)> = None;
-        let (opts, expected): (&[&str], _) = match kind {
-            "udp" => (
-                &["format", "network", "mtu", "peer-key", "security", "cipher", "nat", "relay"],
-                "an option: `format`, `network`, `mtu`, `peer-key`, `security`, `cipher`, `nat` or `relay`",
-            ),
-            "tcp" => (&["tls", "mtu"], "an option: `tls` or `mtu`"),
-            _ => (&["vni", "mtu"], "an option: `vni` or `mtu`"),
-        };
-        while self.peek().is_some() {
-            let opt_pos = self.pos();
-            let o = self.keyword(opts, expected)?;
-            let dup = match o {
-                "format" => {
-                    let f = match self.keyword(&["raw", "vnet"], "a format: `raw` or `vnet`")? {
-                        "raw" => Format::Raw,
-                        _ => Format::Vnet,
-                    };
-                    format.replace(f).is_some()
-                }
-                "network" => {
-                    network.replace(self.number("a network id (0-4294967295)", 0..=u32::MAX)?).is_some()
-                }
-                "tls" => tls.replace(true).is_some(),
-                "nat" => nat.replace(opt_pos).is_some(),
-                "cipher" => {
-                    let w = self.keyword(&Cipher::WORDS, "`auto`, `aes-256-gcm` or `chacha20-poly1305`")?;
-                    cipher.replace((opt_pos, Cipher::from_word(w).unwrap_or_default())).is_some()
-                }
-                "relay" => {
-                    relay.replace(self.key("the relay's public key (44 characters of base64)")?).is_some()
-                }
-                "peer-key" => {
-                    peer_key.replace(self.key("a peer's public key (44 characters of base64)")?).is_some()
-                }
-                "security" => {
-                    let pos = self.pos();
-                    let w = self.keyword(&["none", "auth", "encrypt"], "`none`, `auth` or `encrypt`")?;
-                    security.replace((pos, w)).is_some()
-                }
-                "vni" => vni
-                    .replace(
-                        self.number(
-                            "a VXLAN network identifier (0-16777215)",
-                            0..=vnet_wire::vxlan::MAX_VNI,
-                        )?,
-                    )
-                    .is_some(),
-                _ => mtu.replace(self.number("an underlay MTU (576-65535)", 576..=65535)?).is_some(),
-            };
-            if dup {
-                return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
-            }
-        }
-        check_remote(remote_pos, remote)?;
-        let transport = match kind {
-            "udp" => {
-                let o = UdpOptions { format, network, security, peer_key, cipher, nat, relay };
-                udp_transport(remote, remote_pos, o)?
-            }
-            "tcp" => Transport::Tcp { remote, tls: tls.unwrap_or(false) },
-            _ => match vni {
-                Some(vni) => Transport::Vxlan { remote, vni },
-                None => return self.err("`vni N` (a VXLAN link names its network identifier)"),
-            },
-        };
-        Ok(Command::Link { name: Some(name), transport, mtu: mtu.unwrap_or(DEFAULT_LINK_MTU) })
-    }
-
-    /// A public key in base64 (`what` it is), and where it was.
-    fn key(&mut self, what: &str) -> Result<(Pos, PeerKey)> {
-        let pos = self.pos();
-        let t = self.next(what)?;
-        match PeerKey::from_base64(t.text) {
-            Some(k) => Ok((pos, k)),
-            None => Err(Error::new(pos, what, found(Some(&t)))),
-        }
+        let (transport, mtu) = self.transport()?;
+        Ok(Command::Link { name: Some(name), transport, mtu })
     }
 
     /// `tls cert FILE key FILE ca FILE`, in any order, each once.
@@ -799,80 +560,11 @@ impl<'a> Parser<'_, 'a> {
     }
 }
 
-/// A `udp` link's options as parsed, for [`udp_transport`].
-struct UdpOptions<'a> {
-    format: Option<Format>,
-    network: Option<u32>,
-    security: Option<(Pos, &'a str)>,
-    peer_key: Option<(Pos, PeerKey)>,
-    cipher: Option<(Pos, Cipher)>,
-    nat: Option<Pos>,
-    relay: Option<(Pos, PeerKey)>,
-}
-
-/// A `udp` link's transport from its options: the security its key and
-/// `security` word say, the format (a secured link speaks `vnet`), and
-/// `nat` and `relay` only with a key.
-fn udp_transport(remote: SocketAddr, remote_pos: Pos, o: UdpOptions<'_>) -> Result<Transport> {
-    let UdpOptions { format, network, security, peer_key, cipher, nat, relay } = o;
-    let security = match (security, peer_key) {
-        (None | Some((_, "none")), None) => Security::None,
-        (Some((pos, "none")), Some(_)) => {
-            return Err(Error::new(pos, "`auth` or `encrypt` for a link with a `peer-key`", "`none`"))
-        }
-        (Some((_, "auth")), Some((_, k))) => Security::Auth(k),
-        // A peer key alone means the strongest.
-        (_, Some((_, k))) => Security::Encrypt(k),
-        (Some((pos, _)), None) => {
-            return Err(Error::new(
-                pos,
-                "`peer-key KEY` before `security` (whose key signs the peer's datagrams)",
-                "no peer key",
-            ))
-        }
-    };
-    // A secured link speaks `vnet` unless told otherwise (and raw cannot be).
-    let format = match format {
-        Some(f) => f,
-        None if security != Security::None => Format::Vnet,
-        None => Format::default(),
-    };
-    if format == Format::Raw && security != Security::None {
-        return Err(Error::new(
-            remote_pos,
-            "format `vnet` for a link with a `peer-key` (the Palacios format has no room for a tag)",
-            "format `raw`",
-        ));
-    }
-    if let (Some((pos, _)), Security::None) = (relay, security) {
-        return Err(Error::new(
-            pos,
-            "`peer-key KEY` for a relayed link (the relay carries only what is sealed end to end)",
-            "`relay` on a link without a peer key",
-        ));
-    }
-    if let (Some(pos), Security::None) = (nat, security) {
-        return Err(Error::new(
-            pos,
-            "`peer-key KEY` for a `nat` link (it follows its peer only to where datagrams authenticate)",
-            "`nat` on a link without a peer key",
-        ));
-    }
-    if let (Some((pos, _)), Security::None) = (cipher, security) {
-        return Err(Error::new(
-            pos,
-            "`peer-key KEY` for a link with a `cipher` (only a secured link seals)",
-            "`cipher` on a link without a peer key",
-        ));
-    }
-    let (nat, relay) = (nat.is_some(), relay.map(|(_, k)| k));
-    let cipher = cipher.map_or(Cipher::Auto, |(_, c)| c);
-    Ok(Transport::Udp { remote, format, network: network.unwrap_or(0), security, cipher, nat, relay })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ast::PeerKey;
+    use vnet_core::MacSpec;
 
     fn one(s: &str) -> Command {
         parse(s).unwrap().remove(0).item

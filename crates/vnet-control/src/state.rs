@@ -5,10 +5,9 @@
 //! module only checks and records. [`State::apply_all`] is the atomic form:
 //! it works on a copy and returns it only if every command succeeded.
 
-use crate::ast::{
-    Cipher, Command, Datapath, Format, From, IfaceRef, LinkRef, Located, Ref, Target, TlsFiles, Transport,
-};
-use crate::parse::DEFAULT_PORT;
+use crate::ast::{Command, Datapath, From, IfaceRef, LinkRef, Located, Ref, Target, TlsFiles, Transport};
+use crate::transport::DEFAULT_PORT;
+pub use crate::transport::{canonical, RxKey, Via};
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -116,70 +115,15 @@ impl LinkDef {
         self.transport.remote()
     }
 
-    /// Which of a host's receiving sockets the peer's datagrams arrive on,
-    /// and what tells two links to one peer apart there: a peer has one
-    /// `udp` link, and one `vxlan` link per VNI.
+    /// Which receiving socket the peer is heard on, and how the link is
+    /// told apart there ([`Transport::rx_key`]).
     pub fn rx_key(&self) -> RxKey {
-        match self.transport {
-            Transport::Udp { remote, .. } => RxKey::Udp(canonical(remote.ip())),
-            Transport::Vxlan { remote, vni } => RxKey::Vxlan(canonical(remote.ip()), vni),
-            Transport::Tcp { remote, .. } => RxKey::Tcp(canonical(remote.ip())),
-            Transport::Direct { dev } => RxKey::Direct(dev),
-        }
+        self.transport.rx_key()
     }
 
     /// The line that declares it.
     pub fn to_line(&self) -> String {
-        match self.transport {
-            Transport::Udp { remote, format, network, security, cipher, nat, relay } => {
-                let f = match format {
-                    Format::Raw => "raw",
-                    Format::Vnet => "vnet",
-                };
-                let sec = match security.peer_key() {
-                    Some(k) => format!(" peer-key {k} security {}", security.word()),
-                    None => String::new(),
-                };
-                let cipher = match cipher {
-                    Cipher::Auto => String::new(),
-                    c => format!(" cipher {}", c.word()),
-                };
-                let nat = if nat { " nat" } else { "" };
-                let relay = relay.map_or_else(String::new, |k| format!(" relay {k}"));
-                format!(
-                    "link {} udp {remote} format {f} network {network}{sec}{cipher}{nat}{relay} mtu {}",
-                    self.name, self.mtu
-                )
-            }
-            Transport::Vxlan { remote, vni } => {
-                format!("link {} vxlan {remote} vni {vni} mtu {}", self.name, self.mtu)
-            }
-            Transport::Tcp { remote, tls } => {
-                let t = if tls { " tls" } else { "" };
-                format!("link {} tcp {remote}{t} mtu {}", self.name, self.mtu)
-            }
-            Transport::Direct { dev } => format!("link {} direct {dev} mtu {}", self.name, self.mtu),
-        }
-    }
-}
-
-/// What attributes an arriving datagram to a link: the socket it came in on
-/// and its source address (and, for VXLAN, its VNI).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum RxKey {
-    Udp(IpAddr),
-    Vxlan(IpAddr, u32),
-    Tcp(IpAddr),
-    /// A `direct` link's frames come from its own packet socket.
-    Direct(crate::ast::IfName),
-}
-
-/// An IPv4-mapped IPv6 address as its IPv4 form (what a dual-stack socket
-/// reports), anything else as it is.
-pub fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
+        format!("link {} {} mtu {}", self.name, self.transport.words(), self.mtu)
     }
 }
 

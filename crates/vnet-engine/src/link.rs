@@ -14,7 +14,7 @@ use std::io::IoSlice;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
-use vnet_control::{LinkDef, LinkFormat, Transport};
+use vnet_control::{LinkDef, Transport};
 use vnet_core::Counters;
 use vnet_wire::frag::FrameIds;
 
@@ -486,16 +486,7 @@ impl Port for Link {
         // that send from a pool of ports need it (a `raw` link sends from
         // the listening socket, a stream and a LAN have no such port).
         let flow = || crate::flow::flow_hash(payload.frame_start());
-        self.with_tx(|tx| match self.def.transport {
-            Transport::Udp { format: LinkFormat::Raw, .. } => codec::raw::send(tx, payload, 0),
-            Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
-                codec::vnet::send(tx, scratch, payload, network, flow())
-            }
-            Transport::Vxlan { vni, .. } => {
-                codec::vxlan::send(tx, payload, vni, flow()).unwrap_or_else(|e| self.too_big(e.0))
-            }
-            Transport::Tcp { .. } => codec::stream::send(tx, payload, 0),
-            Transport::Direct { .. } => codec::direct::send(tx, payload, 0),
-        })
+        self.with_tx(|tx| codec::send(&self.def.transport, tx, scratch, payload, flow))
+            .unwrap_or_else(|e| self.too_big(e.0))
     }
 }

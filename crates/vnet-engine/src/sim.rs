@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use vnet_control::{Located, State, Transport, DEFAULT_PORT};
+use vnet_control::{Located, RxKey, State, DEFAULT_PORT};
 use vnet_core::Port as PortId;
 use vnet_wire::virtio::VirtioNetHdr;
 
@@ -533,11 +533,11 @@ impl Host {
             .map(|d| match kept(d) {
                 Some(l) => l,
                 None => {
-                    let arrival = match d.transport {
-                        Transport::Udp { .. } => Arrival::Datagram(Via::Udp),
-                        Transport::Vxlan { .. } => Arrival::Datagram(Via::Vxlan),
-                        Transport::Tcp { .. } => Arrival::Stream,
-                        Transport::Direct { .. } => {
+                    // Where the peer hears the link: a socket, a stream, or the LAN.
+                    let arrival = match d.rx_key() {
+                        RxKey::Addr(Via::Tcp, ..) => Arrival::Stream,
+                        RxKey::Addr(via, ..) => Arrival::Datagram(via),
+                        RxKey::Device(_) => {
                             // The LAN: a recorder of what vnetd puts on it.
                             let lan = self
                                 .lans
@@ -564,7 +564,7 @@ impl Host {
 
     /// Bytes of a `tcp` link's stream from `from`: records out, frames forwarded.
     fn stream(&mut self, plane: &Plane, from: IpAddr, bytes: &[u8]) {
-        let Some(link) = plane.link_for(vnet_control::RxKey::Tcp(from)) else {
+        let Some(link) = plane.link_for(RxKey::Addr(Via::Tcp, from, 0)) else {
             self.global.unknown_source.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return;
         };

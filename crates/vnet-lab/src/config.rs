@@ -6,7 +6,7 @@
 
 use super::*;
 use vnet_control::ast::{From, IfaceKind, LinkRef, Ref, Target};
-use vnet_control::{Command, Datapath, Located, Mode, Security, State, TlsFiles};
+use vnet_control::{Command, Datapath, Located, Mode, State, TlsFiles};
 use vnet_core::MacSpec;
 use vnet_wire::MacAddr;
 
@@ -48,7 +48,7 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
             }
             continue;
         }
-        let mut transport = link_transport(s, other, k, vxlan_to(k));
+        let mut transport = s.links.transport(s, other, k, vxlan_to(k));
         // Between two hosts behind NATs: through host 2 while no direct path works.
         if let Transport::Udp { relay, nat: true, .. } = &mut transport {
             if h != 2 && k != 2 {
@@ -152,38 +152,6 @@ fn modes(s: &Spec) -> Result<(Option<Mode>, Datapath)> {
         Some(d) => return Err(Error::Other(format!("datapath `{d}`: expected user, kernel or auto"))),
     };
     Ok((mode, datapath))
-}
-
-/// What host `h`'s link to host `k` (`other`) is: VXLAN when `vxlan`, TCP
-/// or TLS, else UDP in the spec's format and security (a Palacios host's
-/// raw format).
-fn link_transport(s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
-    let ip = if s.nat { public_ip(k) } else { other.underlay_ip };
-    if vxlan {
-        Transport::Vxlan { remote: SocketAddr::new(ip, vnet_wire::vxlan::IANA_PORT), vni: VNI }
-    } else if matches!(s.links, Links::Tcp | Links::Tls) {
-        Transport::Tcp { remote: SocketAddr::new(ip, 9000), tls: s.links == Links::Tls }
-    } else {
-        // A link to a Palacios host speaks its (raw) format.
-        let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };
-        let key = other.key.as_ref().map(|(_, k)| *k);
-        let security = match (s.links, key) {
-            (Links::Auth, Some(k)) => Security::Auth(k),
-            (Links::Encrypt, Some(k)) => Security::Encrypt(k),
-            _ => Security::None,
-        };
-        let format = if security == Security::None { format } else { Format::Vnet };
-        let nat = s.nat && security != Security::None;
-        Transport::Udp {
-            remote: SocketAddr::new(ip, 9000),
-            format: format.into(),
-            network: 0,
-            security,
-            cipher: if security == Security::None { Default::default() } else { s.cipher },
-            nat,
-            relay: None,
-        }
-    }
 }
 
 #[cfg(test)]

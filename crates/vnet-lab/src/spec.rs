@@ -2,22 +2,10 @@
 //! addresses every host and VM gets.
 
 use super::*;
+use vnet_control::Security;
 
-/// Which link format the lab's vnetds use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Raw,
-    Vnet,
-}
-
-impl From<Format> for vnet_control::LinkFormat {
-    fn from(f: Format) -> Self {
-        match f {
-            Format::Raw => vnet_control::LinkFormat::Raw,
-            Format::Vnet => vnet_control::LinkFormat::Vnet,
-        }
-    }
-}
+/// Which link format the lab's vnetds use: the control language's.
+pub use vnet_control::LinkFormat as Format;
 
 /// What to build.
 #[derive(Debug, Clone)]
@@ -182,6 +170,40 @@ pub enum Links {
     Auth,
     /// The same with `security encrypt`.
     Encrypt,
+}
+
+impl Links {
+    /// What host `h`'s link to host `k` (`other`) is: VXLAN when `vxlan`, TCP
+    /// or TLS, else UDP in the spec's format and security (a Palacios host's
+    /// raw format).
+    pub(crate) fn transport(self, s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
+        let ip = if s.nat { public_ip(k) } else { other.underlay_ip };
+        if vxlan {
+            Transport::Vxlan { remote: SocketAddr::new(ip, vnet_wire::vxlan::IANA_PORT), vni: VNI }
+        } else if matches!(self, Links::Tcp | Links::Tls) {
+            Transport::Tcp { remote: SocketAddr::new(ip, 9000), tls: self == Links::Tls }
+        } else {
+            // A link to a Palacios host speaks its (raw) format.
+            let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };
+            let key = other.key.as_ref().map(|(_, k)| *k);
+            let security = match (self, key) {
+                (Links::Auth, Some(k)) => Security::Auth(k),
+                (Links::Encrypt, Some(k)) => Security::Encrypt(k),
+                _ => Security::None,
+            };
+            let format = if security == Security::None { format } else { Format::Vnet };
+            let nat = s.nat && security != Security::None;
+            Transport::Udp {
+                remote: SocketAddr::new(ip, 9000),
+                format,
+                network: 0,
+                security,
+                cipher: if security == Security::None { Default::default() } else { s.cipher },
+                nat,
+                relay: None,
+            }
+        }
+    }
 }
 
 /// The VXLAN network identifier of the lab's VXLAN links and devices.

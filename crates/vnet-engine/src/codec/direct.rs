@@ -4,7 +4,7 @@
 //! out as they are (the kernel segments for a device that cannot) and the
 //! LAN's TCP super-frames come in whole.
 
-use super::{Facts, Keepalive, Tx};
+use super::{Facts, Inbound, Keepalive, Tx};
 use crate::port::Payload;
 use vnet_wire::virtio::VirtioNetHdr;
 
@@ -12,8 +12,14 @@ use vnet_wire::virtio::VirtioNetHdr;
 pub const OVERHEAD: usize = 0;
 
 /// Offloaded frames go out as they are; a LAN's hosts send no keepalives.
-pub const FACTS: Facts =
-    Facts { overhead: OVERHEAD, offloads: true, any_size: false, probes: false, keepalive: Keepalive::None };
+pub const FACTS: Facts = Facts {
+    overhead: OVERHEAD,
+    offloads: true,
+    any_size: false,
+    probes: false,
+    keepalive: Keepalive::None,
+    inbound: Inbound::Device,
+};
 
 /// Hands each frame to the device with its offload header (an empty one
 /// for a plain frame).

@@ -2,7 +2,10 @@
 //! how a datagram's frame is found again where the kind is that simple
 //! (decapsulation; a `vnet` datagram's way in is `crate::rx::vnet`), and
 //! the kind's facts ([`Facts`]: its overhead, whether offloads cross it,
-//! how its peer is known to be alive), stated once in the kind's module.
+//! how its peer is known to be alive, which way in its datagrams take),
+//! stated once in the kind's module. The engine's every `match` on a kind
+//! is here, one row per kind ([`facts`], [`send`], and [`arrival`] per
+//! receiving socket): the rest of the engine asks these.
 //!
 //! A codec knows nothing of the link above it: it sends through the small
 //! context the link builds for each send ([`Tx`]: the datagram senders,
@@ -16,11 +19,13 @@ pub mod vnet;
 pub mod vxlan;
 
 use crate::port::DatagramTx;
+use crate::port::{Payload, Scratch};
 use crate::secure::SecureLink;
 use crate::{GSO_MAX_BYTES, GSO_MAX_SEGS};
 use std::io::IoSlice;
+use std::net::IpAddr;
 use std::ops::Range;
-use vnet_control::{LinkFormat, Security, Transport};
+use vnet_control::{LinkFormat, RxKey, Security, Transport, Via};
 use vnet_wire::frag::FrameIds;
 use vnet_wire::offload::Segmented;
 
@@ -85,6 +90,25 @@ pub struct Facts {
     /// Whether the link searches its path MTU with probes (its peer answers).
     pub probes: bool,
     pub keepalive: Keepalive,
+    /// What the way in does with what arrives for the link.
+    pub inbound: Inbound,
+}
+
+/// The ways in the receive side has (`crate::rx`), one per what a kind's
+/// peer sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inbound {
+    /// A finished frame per datagram, after the kind's header.
+    Frame,
+    /// A frame per datagram that may be a TCP super-frame a VTEP left
+    /// unsegmented (its offload inferred).
+    Inferred,
+    /// `vnet` datagrams: opened, checked, reassembled (`crate::rx::vnet`).
+    Vnet,
+    /// Records on a stream, never datagrams (`crate::rx::stream_record`).
+    Stream,
+    /// Frames on a device of the link's own, never datagrams.
+    Device,
 }
 
 /// The facts of the kind `transport` names: one lookup.
@@ -96,6 +120,38 @@ pub fn facts(transport: &Transport) -> Facts {
         Transport::Vxlan { .. } => vxlan::FACTS,
         Transport::Tcp { .. } => stream::FACTS,
         Transport::Direct { .. } => direct::FACTS,
+    }
+}
+
+/// Sends `payload` as `transport`'s datagrams through `tx` (`flow`: the
+/// inner flow's hash, for the kinds that send from a pool of ports).
+pub fn send(
+    transport: &Transport,
+    tx: &Tx<'_>,
+    scratch: &mut Scratch,
+    payload: Payload<'_>,
+    flow: impl FnOnce() -> u64,
+) -> Result<bool, vxlan::TooBig> {
+    Ok(match *transport {
+        Transport::Udp { format: LinkFormat::Raw, .. } => raw::send(tx, payload, 0),
+        Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
+            vnet::send(tx, scratch, payload, network, flow())
+        }
+        Transport::Vxlan { vni, .. } => return vxlan::send(tx, payload, vni, flow()),
+        Transport::Tcp { .. } => stream::send(tx, payload, 0),
+        Transport::Direct { .. } => direct::send(tx, payload, 0),
+    })
+}
+
+/// The key of the link a datagram that came in on socket `via` from `ip`
+/// belongs to, and where its frame starts; `None` for one that socket's
+/// kind refuses (a VXLAN header Linux would drop).
+pub fn arrival(via: Via, ip: IpAddr, data: &[u8]) -> Option<(RxKey, usize)> {
+    match via {
+        Via::Udp => Some((RxKey::Addr(Via::Udp, ip, 0), 0)),
+        Via::Vxlan => vxlan::arrival(ip, data),
+        // A stream's records never arrive as datagrams.
+        Via::Tcp => None,
     }
 }
 

@@ -3,7 +3,7 @@
 //! way to say a frame still needs its checksum or segmentation, so only
 //! finished frames go out this way.
 
-use super::{Facts, Keepalive, Tx};
+use super::{Facts, Inbound, Keepalive, Tx};
 use crate::port::Payload;
 
 /// Bytes the format adds to a frame inside the UDP payload.
@@ -11,8 +11,14 @@ pub const OVERHEAD: usize = 0;
 
 /// Finished frames only; the peer may be a Palacios host, which sends no
 /// keepalives and would count an empty datagram as an error.
-pub const FACTS: Facts =
-    Facts { overhead: OVERHEAD, offloads: false, any_size: false, probes: false, keepalive: Keepalive::None };
+pub const FACTS: Facts = Facts {
+    overhead: OVERHEAD,
+    offloads: false,
+    any_size: false,
+    probes: false,
+    keepalive: Keepalive::None,
+    inbound: Inbound::Frame,
+};
 
 /// Sends one finished frame as one datagram, or a super-frame's segments
 /// as GSO batches.

@@ -11,7 +11,7 @@
 //! allocated once. A record that breaks the format ends the stream: there
 //! is no way to find the next record boundary after it.
 
-use super::{Facts, Keepalive, Tx};
+use super::{Facts, Inbound, Keepalive, Tx};
 use crate::port::Payload;
 use vnet_wire::virtio;
 use vnet_wire::vnet::{self, Flags, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
@@ -23,8 +23,14 @@ pub const MAX_PAYLOAD: usize = MAX_FRAME_LEN as usize + virtio::LEN;
 
 /// A record carries the offload header and any frame whole; an idle
 /// stream sends heartbeats.
-pub const FACTS: Facts =
-    Facts { overhead: OVERHEAD, offloads: true, any_size: true, probes: false, keepalive: Keepalive::Stream };
+pub const FACTS: Facts = Facts {
+    overhead: OVERHEAD,
+    offloads: true,
+    any_size: true,
+    probes: false,
+    keepalive: Keepalive::Stream,
+    inbound: Inbound::Stream,
+};
 
 /// The record header of a payload of `len` bytes.
 pub fn header(len: usize, with_vh: bool) -> [u8; HEADER_LEN] {

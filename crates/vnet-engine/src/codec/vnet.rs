@@ -7,7 +7,7 @@
 //! to the link's I/O in GSO batches. The way back in (opening,
 //! reassembly, delivery) is `crate::rx::vnet`.
 
-use super::{gso_batches, Facts, Keepalive, Tx};
+use super::{gso_batches, Facts, Inbound, Keepalive, Tx};
 use crate::port::{copy_in, slices_in, Payload, Scratch};
 use crate::secure;
 use crate::{GSO_MAX_SEGS, MAX_SEGS};
@@ -28,6 +28,7 @@ pub const FACTS: Facts = Facts {
     any_size: false,
     probes: true,
     keepalive: Keepalive::Datagrams,
+    inbound: Inbound::Vnet,
 };
 /// A secured `vnet` link's: each datagram sealed too.
 pub const SECURED: Facts = Facts { overhead: OVERHEAD + secure::OVERHEAD, ..FACTS };

@@ -5,7 +5,7 @@
 //! counts it in `too_big` and logs it once; the fix is the VM's MTU: the
 //! underlay's less 50 bytes over IPv4, 70 over IPv6).
 
-use super::{Facts, Keepalive, Tx};
+use super::{Facts, Inbound, Keepalive, Tx};
 use crate::port::Payload;
 use vnet_wire::vxlan::{VxlanPacket, VxlanRepr, HEADER_LEN};
 
@@ -13,8 +13,14 @@ use vnet_wire::vxlan::{VxlanPacket, VxlanRepr, HEADER_LEN};
 pub const OVERHEAD: usize = HEADER_LEN;
 
 /// Finished frames only; a kernel VTEP sends no keepalives.
-pub const FACTS: Facts =
-    Facts { overhead: OVERHEAD, offloads: false, any_size: false, probes: false, keepalive: Keepalive::None };
+pub const FACTS: Facts = Facts {
+    overhead: OVERHEAD,
+    offloads: false,
+    any_size: false,
+    probes: false,
+    keepalive: Keepalive::None,
+    inbound: Inbound::Inferred,
+};
 
 /// A frame (or segment) of this many bytes does not fit the link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +47,13 @@ pub fn send(tx: &Tx<'_>, payload: Payload<'_>, vni: u32, flow: u64) -> Result<bo
             Ok(super::send_segments(tx.direct, segs, &hdr, flow))
         }
     }
+}
+
+/// The key of a datagram from `ip` on the VXLAN socket (its VNI names the
+/// link) and where its frame starts; `None` for one Linux would drop.
+pub fn arrival(ip: std::net::IpAddr, datagram: &[u8]) -> Option<(vnet_control::RxKey, usize)> {
+    let vni = VxlanPacket::new_checked(datagram).ok()?.vni();
+    Some((vnet_control::RxKey::Addr(vnet_control::Via::Vxlan, ip, vni), HEADER_LEN))
 }
 
 /// The VNI and the inner frame of a datagram, or `None` for one Linux would

@@ -9,6 +9,7 @@
 use super::deliver::{self, Arrival, Cx};
 use super::vnet::Rx;
 use super::NextBuf;
+use crate::codec::Inbound;
 use crate::link::Link;
 use crate::GSO_MAX_SEGS;
 use std::io::IoSlice;
@@ -16,7 +17,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use vnet_control::{LinkFormat, RxKey, Transport};
+use vnet_control::{RxKey, Via};
 use vnet_core::Port as PortId;
 use vnet_wire::virtio;
 use vnet_wire::vnet::{Flags, VnetPacket, VnetRepr};
@@ -45,10 +46,11 @@ impl Rx {
         seg: usize,
         next: &mut dyn NextBuf,
     ) -> usize {
-        let Some(link) = cx.plane.link_for(RxKey::Udp(from.ip())) else { return 0 };
-        let Transport::Udp { format: LinkFormat::Vnet, network, .. } = link.def.transport else {
+        let Some(link) = cx.plane.link_for(RxKey::Addr(Via::Udp, from.ip(), 0)) else { return 0 };
+        if link.facts().inbound != Inbound::Vnet {
             return 0;
-        };
+        }
+        let network = link.def.network();
         let n = first.len().div_ceil(seg);
         if !(2..=GSO_MAX_SEGS).contains(&n) {
             return 0;

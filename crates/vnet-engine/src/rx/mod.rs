@@ -28,25 +28,20 @@ pub mod vnet;
 pub use deliver::{stream_record, Arrival, Cx};
 
 use crate::codec;
+use crate::codec::Inbound;
 use crate::link::Link;
 use crate::plane::Plane;
 use crate::GSO_MAX_SEGS;
 use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
-use vnet_control::{canonical, LinkFormat, RxKey, Transport};
+use vnet_control::canonical;
 use vnet_core::Port as PortId;
 use vnet_wire::virtio::{self, VirtioNetHdr};
 use vnet_wire::{gro, reasm};
 
-/// The receiving socket a datagram came in on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
-    /// The `listen udp` socket: `raw` and `vnet` links.
-    Udp,
-    /// The `listen vxlan` socket.
-    Vxlan,
-}
+/// The receiving socket a datagram came in on (the `listen` kinds).
+pub use vnet_control::Via;
 
 /// The receive buffer after the one being taken, from the same sender,
 /// asked for only when the receiver wants it (the first begins a `vnet`
@@ -169,21 +164,13 @@ impl Receiver {
     /// One datagram.
     fn datagram(&mut self, cx: &mut Cx<'_>, from: SocketAddr, data: &mut [u8]) {
         let g = cx.fw.global().clone();
-        let (link, frame_at) = match self.via {
-            Via::Udp => (cx.plane.link_for(RxKey::Udp(from.ip())), 0),
-            Via::Vxlan => match codec::vxlan::decapsulate(data) {
-                Some((vni, _)) => {
-                    (cx.plane.link_for(RxKey::Vxlan(from.ip(), vni)), vnet_wire::vxlan::HEADER_LEN)
-                }
-                None => {
-                    g.malformed.fetch_add(1, Relaxed);
-                    return;
-                }
-            },
+        let Some((key, frame_at)) = codec::arrival(self.via, from.ip(), data) else {
+            g.malformed.fetch_add(1, Relaxed);
+            return;
         };
         // A secured link's peer may have moved (roaming): a candidate by the
         // session its datagram names, moved only once the datagram opens.
-        let link = link.or_else(|| {
+        let link = cx.plane.link_for(key).or_else(|| {
             (self.via == Via::Udp).then(|| cx.plane.roaming_link(&g, from.ip(), data, cx.now_ns)).flatten()
         });
         let Some(link) = link else {
@@ -199,11 +186,9 @@ impl Receiver {
             }
         }
         let port = PortId::Link(link.def.id);
-        match link.def.transport {
-            Transport::Udp { format: LinkFormat::Raw, .. } => {
-                deliver::frame(cx, link, VirtioNetHdr::NONE, codec::raw::decapsulate(data));
-            }
-            Transport::Vxlan { .. } => {
+        match link.facts().inbound {
+            Inbound::Frame => deliver::frame(cx, link, VirtioNetHdr::NONE, &mut data[frame_at..]),
+            Inbound::Inferred => {
                 let frame = &mut data[frame_at..];
                 link.rx.add(frame.len());
                 // A Linux VTEP over a veth may leave the inner checksum to
@@ -214,11 +199,12 @@ impl Receiver {
                 let mss = link.max_whole_frame().saturating_sub(14 + 40).max(536) as u16;
                 cx.fw.forward_inferred(cx.plane, port, mss, frame);
             }
-            Transport::Udp { format: LinkFormat::Vnet, network, .. } => {
+            Inbound::Vnet => {
+                let network = link.def.network();
                 self.vnet.datagram(cx, link, network, Arrival { from, relayed: false }, data)
             }
             // A stream's records and a LAN's frames never arrive as datagrams.
-            Transport::Tcp { .. } | Transport::Direct { .. } => {
+            Inbound::Stream | Inbound::Device => {
                 g.unknown_source.fetch_add(1, Relaxed);
             }
         }
@@ -249,16 +235,7 @@ fn frame_link(
     from: SocketAddr,
     first: &[u8],
 ) -> Option<(std::sync::Arc<Link>, usize)> {
-    match via {
-        Via::Udp => {
-            let link = plane.link_for(RxKey::Udp(from.ip()))?;
-            matches!(link.def.transport, Transport::Udp { format: LinkFormat::Raw, .. })
-                .then(|| (link.clone(), 0))
-        }
-        Via::Vxlan => {
-            let vni = vnet_wire::vxlan::VxlanPacket::new_checked(first).ok()?.vni();
-            let link = plane.link_for(RxKey::Vxlan(from.ip(), vni))?;
-            Some((link.clone(), vnet_wire::vxlan::HEADER_LEN))
-        }
-    }
+    let (key, at) = codec::arrival(via, from.ip(), first)?;
+    let link = plane.link_for(key)?;
+    matches!(link.facts().inbound, Inbound::Frame | Inbound::Inferred).then(|| (link.clone(), at))
 }

@@ -13,7 +13,6 @@ use crate::sys::bpf::PortStats;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::sync::atomic::Ordering::Relaxed;
-use vnet_control::Transport;
 use vnet_core::stats::Snapshot;
 use vnet_core::Port;
 use vnet_engine::dispatch::DispatchStats;
@@ -238,15 +237,7 @@ impl Daemon {
             .values()
             .map(|l| {
                 let d = &l.def;
-                let (format, network) = match d.transport {
-                    Transport::Udp { format: vnet_control::LinkFormat::Raw, network, .. } => ("raw", network),
-                    Transport::Udp { format: vnet_control::LinkFormat::Vnet, network, .. } => {
-                        ("vnet", network)
-                    }
-                    Transport::Vxlan { vni, .. } => ("vxlan", vni),
-                    Transport::Tcp { tls, .. } => (if tls { "tls" } else { "stream" }, 0),
-                    Transport::Direct { .. } => ("ethernet", 0),
-                };
+                let (format, network) = d.transport.encapsulation();
                 let (a, state) = (&l.alive, l.liveness(now));
                 let mut io = Map::new();
                 if let Some(link_io) = self.link_io.get(&d.id) {

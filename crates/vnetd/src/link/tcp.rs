@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use vnet_control::{canonical, RxKey};
+use vnet_control::{canonical, RxKey, Via};
 use vnet_engine::codec::stream::{self, Deframer, Record};
 use vnet_engine::DatagramTx;
 
@@ -632,8 +632,8 @@ impl Acceptor {
         let m = links
             .into_iter()
             .filter_map(|(k, l)| match k {
-                RxKey::Tcp(ip) => Some((ip, l)),
-                RxKey::Udp(_) | RxKey::Vxlan(..) | RxKey::Direct(_) => None,
+                RxKey::Addr(Via::Tcp, ip, _) => Some((ip, l)),
+                _ => None,
             })
             .collect();
         *self.links.lock().unwrap_or_else(|p| p.into_inner()) = m;
