@@ -16,7 +16,7 @@ static TLS: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>> = std::syn
 
 /// Loads the certificate, key and CA this process presents to and checks
 /// `tls:` control endpoints with.
-pub fn set_tls(files: &vnet_control::TlsFiles) -> Result<(), String> {
+pub fn set_tls(files: &vnet_control::TlsFiles) -> Result<(), crate::tls::TlsError> {
     let t = crate::tls::Tls::load(files)?;
     let _ = TLS.set(t.client_config());
     Ok(())
@@ -26,7 +26,7 @@ pub fn set_tls(files: &vnet_control::TlsFiles) -> Result<(), String> {
 static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Reads the token this process presents to `tcp:` control endpoints.
-pub fn set_token(path: &std::path::Path) -> Result<(), String> {
+pub fn set_token(path: &std::path::Path) -> Result<(), crate::endpoint::TokenError> {
     let t = crate::endpoint::load_token_file(path)?;
     let _ = TOKEN.set(t);
     Ok(())
@@ -37,12 +37,18 @@ pub struct Client {
     r: BufReader<Box<dyn Stream>>,
 }
 
+/// What vnetd said when it refused a line or a transaction: the text of
+/// its `end error` line (a position and what was expected, `docs/control.md`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
 /// The answer to one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     pub body: String,
-    /// `Err(message)` for `end error message`.
-    pub result: Result<(), String>,
+    /// `Err` for `end error MESSAGE`.
+    pub result: Result<(), Refused>,
 }
 
 impl Client {
@@ -130,9 +136,9 @@ impl Client {
             if let Some(rest) = l.strip_prefix("end ") {
                 let rest = rest.trim_end();
                 let result = match rest.strip_prefix("error ") {
-                    Some(m) => Err(m.to_string()),
+                    Some(m) => Err(Refused(m.to_string())),
                     None if rest == "ok" => Ok(()),
-                    None => Err(format!("unexpected reply `{rest}`")),
+                    None => Err(Refused(format!("unexpected reply `{rest}`"))),
                 };
                 return Ok(Reply { body, result });
             }
@@ -142,14 +148,14 @@ impl Client {
 
     /// Sends `reqs` as one transaction (`begin`, each, `commit`): all of
     /// them apply or none. On error returns the first error message.
-    pub fn transact(&mut self, reqs: &[vnet_control::request::Request]) -> io::Result<Result<(), String>> {
+    pub fn transact(&mut self, reqs: &[vnet_control::request::Request]) -> io::Result<Result<(), Refused>> {
         use vnet_control::request::Request;
         self.send(&Request::Begin)?.result.map_err(io::Error::other)?;
         let mut first = None;
         for r in reqs {
             let a = self.send(r)?;
             if let (Err(e), None) = (a.result, &first) {
-                first = Some(format!("`{r}`: {e}"));
+                first = Some(Refused(format!("`{r}`: {e}")));
             }
         }
         let c = self.send(&Request::Commit)?;
@@ -161,7 +167,7 @@ impl Client {
 
     /// Applies `text` (a config file's content) as one transaction. On error
     /// returns the first error message (positions are `text`'s lines).
-    pub fn apply(&mut self, text: &str) -> io::Result<Result<(), String>> {
+    pub fn apply(&mut self, text: &str) -> io::Result<Result<(), Refused>> {
         self.request("begin")?.result.map_err(io::Error::other)?;
         let mut first = None;
         for line in text.lines() {

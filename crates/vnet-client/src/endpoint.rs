@@ -17,18 +17,31 @@ pub enum Endpoint {
     Tls(SocketAddr),
 }
 
+/// An endpoint that is not one: what was expected, and the text found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("expected tls:ADDR:PORT, found `{0}`")]
+    Tls(String),
+    #[error("expected a path after `unix:`")]
+    NoPath,
+    #[error("expected tcp:ADDR:PORT or tcp:PORT, found `{0}`")]
+    Tcp(String),
+    #[error("expected unix:PATH, tcp:ADDR:PORT or tls:ADDR:PORT, found `{0}`")]
+    Unknown(String),
+}
+
 impl std::str::FromStr for Endpoint {
-    type Err = String;
+    type Err = EndpointError;
 
     /// `unix:PATH`, `tcp:ADDR:PORT`, `tcp:PORT` (on 127.0.0.1), or
     /// `tls:ADDR:PORT`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, EndpointError> {
         if let Some(a) = s.strip_prefix("tls:") {
-            return a.parse().map(Endpoint::Tls).map_err(|_| format!("expected tls:ADDR:PORT, found `{s}`"));
+            return a.parse().map(Endpoint::Tls).map_err(|_| EndpointError::Tls(s.into()));
         }
         if let Some(p) = s.strip_prefix("unix:") {
             if p.is_empty() {
-                return Err("expected a path after `unix:`".into());
+                return Err(EndpointError::NoPath);
             }
             return Ok(Endpoint::Unix(p.into()));
         }
@@ -36,12 +49,9 @@ impl std::str::FromStr for Endpoint {
             if let Ok(port) = a.parse::<u16>() {
                 return Ok(Endpoint::Tcp(SocketAddr::from(([127, 0, 0, 1], port))));
             }
-            return a
-                .parse()
-                .map(Endpoint::Tcp)
-                .map_err(|_| format!("expected tcp:ADDR:PORT or tcp:PORT, found `{s}`"));
+            return a.parse().map(Endpoint::Tcp).map_err(|_| EndpointError::Tcp(s.into()));
         }
-        Err(format!("expected unix:PATH, tcp:ADDR:PORT or tls:ADDR:PORT, found `{s}`"))
+        Err(EndpointError::Unknown(s.into()))
     }
 }
 
@@ -58,12 +68,24 @@ impl std::fmt::Display for Endpoint {
 /// The default control endpoint.
 pub const DEFAULT_ENDPOINT: &str = "unix:/run/vnetd.sock";
 
+/// A token file refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error(transparent)]
+    File(#[from] crate::keys::FileError),
+    #[error("{path}:1:1: expected a token of {TOKEN_HEX} hex digits")]
+    NotAToken { path: String },
+    /// No random bytes to make a new token with.
+    #[error("{path}: no randomness")]
+    NoRandomness { path: String },
+}
+
 /// Reads an existing token file, refusing one others may read.
-pub fn load_token_file(path: &std::path::Path) -> Result<String, String> {
+pub fn load_token_file(path: &std::path::Path) -> Result<String, TokenError> {
     let text = crate::keys::read_secret(path, "the token", 1024)?;
     let t = text.trim();
     if t.len() != TOKEN_HEX || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{}:1:1: expected a token of {TOKEN_HEX} hex digits", path.display()));
+        return Err(TokenError::NotAToken { path: path.display().to_string() });
     }
     Ok(t.to_string())
 }

@@ -40,7 +40,7 @@
 //! checked as names before they are sent back to anyone, and the
 //! declaration typed after `interface` is parsed and typed like any value.
 
-use crate::client::Client;
+use crate::client::{Client, Refused};
 use crate::endpoint::Endpoint;
 use serde_json::Value;
 use std::fmt::Write as _;
@@ -65,10 +65,10 @@ pub enum MoveError {
     #[error("{ep}: {source}")]
     Io { ep: Endpoint, source: std::io::Error },
     /// A request the host answered with an error (its words).
-    #[error("{ep}: {what}: {reply}")]
-    Refused { ep: Endpoint, what: String, reply: String },
+    #[error("{ep}: `{request}`: {reply}")]
+    Refused { ep: Endpoint, request: Box<Request>, reply: Refused },
     #[error("{ep}: the transaction was refused ({reply}):\n{requests}")]
-    Transaction { ep: Endpoint, reply: String, requests: String },
+    Transaction { ep: Endpoint, reply: Refused, requests: String },
     #[error("{ep}: show {word}: {source}")]
     BadShow { ep: Endpoint, word: &'static str, source: serde_json::Error },
     /// A name the host reported that is no name: never sent on.
@@ -203,8 +203,7 @@ pub fn relocate(m: &Move) -> Result<String, MoveError> {
         }
     }
 
-    let r = send(&mut to, &m.to, &Request::Announce(m.mac))?;
-    r.result.map_err(|reply| refused(&m.to, "announce".into(), reply))?;
+    let r = ask(&mut to, &m.to, Request::Announce(m.mac))?;
     let _ = write!(report, "{}: {}", m.to, r.body);
     Ok(report)
 }
@@ -232,8 +231,7 @@ fn relocate_in_cluster(
         let d = Request::declare(decl)?;
         apply(to, &m.to, &[d])?;
     }
-    let r = send(to, &m.to, &Request::Activate(name.clone()))?;
-    r.result.map_err(|reply| refused(&m.to, format!("activate {name}"), reply))?;
+    ask(to, &m.to, Request::Activate(name.clone()))?;
     let saved = persist(to, &m.to)?;
     let _ = writeln!(
         report,
@@ -271,8 +269,8 @@ fn persist(c: &mut Client, ep: &Endpoint) -> Result<&'static str, MoveError> {
     let r = send(c, ep, &Request::Save)?;
     match r.result {
         Ok(()) => Ok("saved to its configuration file"),
-        Err(e) if e.contains("without --config") => Ok("not saved: it runs without a configuration file"),
-        Err(reply) => Err(refused(ep, "save".into(), reply)),
+        Err(e) if e.0.contains("without --config") => Ok("not saved: it runs without a configuration file"),
+        Err(reply) => Err(refused(ep, Request::Save, reply)),
     }
 }
 
@@ -285,14 +283,23 @@ fn send(c: &mut Client, ep: &Endpoint, r: &Request) -> Result<crate::client::Rep
     c.send(r).map_err(|source| MoveError::Io { ep: ep.clone(), source })
 }
 
-fn refused(ep: &Endpoint, what: String, reply: String) -> MoveError {
-    MoveError::Refused { ep: ep.clone(), what, reply }
+fn refused(ep: &Endpoint, request: Request, reply: Refused) -> MoveError {
+    MoveError::Refused { ep: ep.clone(), request: Box::new(request), reply }
+}
+
+/// One request to the host at `ep` that must be accepted: its reply, or
+/// the refusal with the request it refused.
+fn ask(c: &mut Client, ep: &Endpoint, r: Request) -> Result<crate::client::Reply, MoveError> {
+    let reply = send(c, ep, &r)?;
+    match reply.result {
+        Ok(()) => Ok(reply),
+        Err(e) => Err(refused(ep, r, e)),
+    }
 }
 
 fn show(c: &mut Client, ep: &Endpoint, what: ShowWhat) -> Result<Vec<Value>, MoveError> {
     let word = vnet_control::request::show_word(what);
-    let r = send(c, ep, &Request::Show { what, json: true })?;
-    r.result.map_err(|reply| refused(ep, format!("show {word}"), reply))?;
+    let r = ask(c, ep, Request::Show { what, json: true })?;
     let v: Value = serde_json::from_str(&r.body).map_err(|source| MoveError::BadShow {
         ep: ep.clone(),
         word,

@@ -138,9 +138,9 @@ pub fn vnet_add(c: &mut vnet_client::client::Client, ipam: &Value, owner: Owner)
     let req = Request::IpamAdd { subnet: cfg.subnet, owner, range };
     let r = c.send(&req).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
     r.result.map_err(|e| {
-        let code = if e.contains("no address left") {
+        let code = if e.0.contains("no address left") {
             Code::Exhausted
-        } else if e.contains("needs cluster mode") || e.contains("expected") {
+        } else if e.0.contains("needs cluster mode") || e.0.contains("expected") {
             Code::InvalidConfig
         } else {
             Code::TryAgainLater

@@ -89,10 +89,9 @@ fn vhost_mac(name: &str) -> String {
 }
 
 fn vnetd(conf: &NetConf) -> Result<Client> {
-    let ep: Endpoint = conf
-        .control
-        .parse()
-        .map_err(|e: String| Error::with(Code::InvalidConfig, format!("control `{}`", conf.control), e))?;
+    let ep: Endpoint = conf.control.parse().map_err(|e: vnet_client::endpoint::EndpointError| {
+        Error::with(Code::InvalidConfig, format!("control `{}`", conf.control), e)
+    })?;
     Client::connect(&ep)
         .map_err(|e| Error::with(Code::TryAgainLater, format!("vnetd is not answering at {ep}"), e))
 }

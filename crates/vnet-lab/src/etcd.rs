@@ -127,7 +127,7 @@ impl Lab {
         }
         let role = format!("vnet-{}", self.prefix);
         let prefix = format!("/vnet/{}/", self.prefix);
-        let root_pw = vnetd::keys::genkey().map_err(Error::Other)?;
+        let root_pw = vnetd::keys::genkey().map_err(|e| Error::Other(e.to_string()))?;
         self.etcdctl(&["user", "add", "root", &format!("--new-user-password={root_pw}")])?;
         self.etcdctl(&["role", "add", &role])?;
         self.etcdctl(&["role", "grant-permission", &role, "--prefix=true", "readwrite", &prefix])?;
@@ -152,18 +152,20 @@ impl Lab {
         ca.host(&self.dir, "root", self.etcd_ip())?;
         let nk = NetworkKey::generate().map_err(|e| Error::Other(e.to_string()))?;
         std::fs::write(self.dir.join("net.pub"), nk.public().to_string()).map_err(io("writing net.pub"))?;
-        vnetd::keys::write_secret(&self.dir.join("net.key"), &nk.secret()).map_err(Error::Other)?;
+        vnetd::keys::write_secret(&self.dir.join("net.key"), &nk.secret())
+            .map_err(|e| Error::Other(e.to_string()))?;
         for (h, host) in hosts.iter().enumerate() {
             ca.host(&self.dir, &format!("etcd-h{h}"), host.underlay_ip)?;
-            let pw = vnetd::keys::genkey().map_err(Error::Other)?;
-            vnetd::keys::write_secret(&self.dir.join(format!("h{h}.etcd-pw")), &pw).map_err(Error::Other)?;
+            let pw = vnetd::keys::genkey().map_err(|e| Error::Other(e.to_string()))?;
+            vnetd::keys::write_secret(&self.dir.join(format!("h{h}.etcd-pw")), &pw)
+                .map_err(|e| Error::Other(e.to_string()))?;
             let (file, public) = host.key.as_ref().ok_or_else(|| Error::Other("a host key".into()))?;
             let private = std::fs::read_to_string(file).map_err(io("reading a host key"))?;
             let body = CertBody {
                 network: self.prefix.clone(),
                 host: format!("h{h}"),
                 public_key: public.to_string(),
-                claim_key: vnetd::keys::claim_pubkey(&private).map_err(Error::Other)?,
+                claim_key: vnetd::keys::claim_pubkey(&private).map_err(|e| Error::Other(e.to_string()))?,
                 addrs: {
                     let bits = if host.underlay_ip.is_ipv4() { 32 } else { 128 };
                     let mut a = vec![format!("{}/{bits}", host.underlay_ip)];

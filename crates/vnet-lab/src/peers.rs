@@ -91,7 +91,7 @@ impl Lab {
         let key = |k: usize| dir.join(format!("wg-h{k}.key"));
         let public = |k: usize| -> Result<String> {
             let private = std::fs::read_to_string(key(k)).map_err(io("reading a WireGuard key"))?;
-            vnetd::keys::pubkey(private.trim()).map_err(Error::Other)
+            vnetd::keys::pubkey(private.trim()).map_err(|e| Error::Other(e.to_string()))
         };
         self.spawn(
             &ns,
@@ -132,7 +132,7 @@ impl Lab {
     /// Every host's WireGuard private key (X25519 in base64, as vnet's).
     pub(crate) fn wireguard_keys(&self, hosts: &[Host]) -> Result<()> {
         for h in 0..hosts.len() {
-            let private = vnetd::keys::genkey().map_err(Error::Other)?;
+            let private = vnetd::keys::genkey().map_err(|e| Error::Other(e.to_string()))?;
             let path = self.dir.join(format!("wg-h{h}.key"));
             std::fs::write(&path, format!("{private}\n")).map_err(io("writing a WireGuard key"))?;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))

@@ -465,8 +465,8 @@ fn veth_pair(a: &str, a_ns: &str, b: &str, b_ns: &str) -> Result<()> {
 fn write_key(path: &std::path::Path) -> Result<(std::path::PathBuf, vnet_control::PeerKey)> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let private = vnetd::keys::genkey().map_err(Error::Other)?;
-    let public = vnetd::keys::pubkey(&private).map_err(Error::Other)?;
+    let private = vnetd::keys::genkey().map_err(|e| Error::Other(e.to_string()))?;
+    let public = vnetd::keys::pubkey(&private).map_err(|e| Error::Other(e.to_string()))?;
     let public =
         vnet_control::PeerKey::from_base64(&public).ok_or_else(|| Error::Other("a public key".into()))?;
     let mut f = std::fs::OpenOptions::new()

@@ -4590,7 +4590,7 @@ fn saved_runtime_changes_survive_a_restart_and_sighup_applies_only_the_files_dif
     std::fs::write(&conf, "interface vm0 tap\n").unwrap();
     let r = lab.control(0, "reload").unwrap();
     let e = r.result.expect_err("a broken file is refused");
-    assert!(e.contains(&format!("{}:1:", conf.display())), "{e}");
+    assert!(e.0.contains(&format!("{}:1:", conf.display())), "{e}");
     vnet_lab::run(&["kill", "-HUP", &pid.to_string()]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert!(lab.vnetd_alive(0));
@@ -6032,7 +6032,7 @@ fn a_state_dir_or_ca_others_may_write_and_a_hand_over_served_by_another_user_are
     assert!(r.result.is_err(), "{r:?}");
     let log = std::fs::read_to_string(&lab.hosts[0].log).unwrap_or_default();
     assert!(
-        log.contains("lets others change the CA") || r.result.as_ref().unwrap_err().contains("chmod go-w"),
+        log.contains("lets others change the CA") || r.result.as_ref().unwrap_err().0.contains("chmod go-w"),
         "{log}"
     );
 }

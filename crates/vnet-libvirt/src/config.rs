@@ -114,7 +114,9 @@ impl Config {
             let used = match key {
                 "control" => {
                     let (v, col) = arg(1, "an endpoint (unix:PATH or tcp:ADDR:PORT)")?;
-                    c.control = v.parse().map_err(|e: String| err(col, "an endpoint", &e))?;
+                    c.control = v.parse().map_err(|e: vnet_client::endpoint::EndpointError| {
+                        err(col, "an endpoint", &e.to_string())
+                    })?;
                     c.control_text = v.to_string();
                     2
                 }

@@ -253,13 +253,13 @@ fn keys(words: &[String]) -> Option<ExitCode> {
         return Some(ExitCode::SUCCESS);
     }
     let out = match w.as_slice() {
-        ["genkey"] => vnet_client::keys::genkey(),
-        ["genkey", file] => vnet_client::keys::genkey().and_then(|k| {
-            vnet_client::keys::write_secret(std::path::Path::new(file), &k)?;
-            vnet_client::keys::pubkey(&k)
+        ["genkey"] => vnet_client::keys::genkey().map_err(|e| e.to_string()),
+        ["genkey", file] => vnet_client::keys::genkey().map_err(|e| e.to_string()).and_then(|k| {
+            vnet_client::keys::write_secret(std::path::Path::new(file), &k).map_err(|e| e.to_string())?;
+            vnet_client::keys::pubkey(&k).map_err(|e| e.to_string())
         }),
-        ["pubkey"] => stdin().and_then(|k| vnet_client::keys::pubkey(&k)),
-        ["pubkey", "claim"] => stdin().and_then(|k| vnet_client::keys::claim_pubkey(&k)),
+        ["pubkey"] => stdin().and_then(|k| vnet_client::keys::pubkey(&k).map_err(|e| e.to_string())),
+        ["pubkey", "claim"] => stdin().and_then(|k| vnet_client::keys::claim_pubkey(&k).map_err(|e| e.to_string())),
         ["netkey", file] => netkey(file),
         ["sign", file, rest @ ..] => sign(file, rest),
         ["revoke", file, rest @ ..] => revoke(file, rest),
@@ -283,11 +283,12 @@ fn netkey(file: &str) -> Result<String, String> {
     use vnet_cluster::trust::NetworkKey;
     let path = std::path::Path::new(file);
     let key = if path.exists() {
-        let text = vnet_client::keys::read_secret(path, "the network key", 1024)?;
+        let text =
+            vnet_client::keys::read_secret(path, "the network key", 1024).map_err(|e| e.to_string())?;
         NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?
     } else {
         let k = NetworkKey::generate().map_err(|e| e.to_string())?;
-        vnet_client::keys::write_secret(path, &k.secret())?;
+        vnet_client::keys::write_secret(path, &k.secret()).map_err(|e| e.to_string())?;
         k
     };
     Ok(key.public().to_string())
@@ -296,7 +297,8 @@ fn netkey(file: &str) -> Result<String, String> {
 /// `sign NETKEYFILE network N host H public-key K claim-key C addr P[,P]`.
 fn sign(file: &str, words: &[&str]) -> Result<String, String> {
     use vnet_cluster::trust::{CertBody, NetworkKey};
-    let text = vnet_client::keys::read_secret(std::path::Path::new(file), "the network key", 1024)?;
+    let text = vnet_client::keys::read_secret(std::path::Path::new(file), "the network key", 1024)
+        .map_err(|e| e.to_string())?;
     let key = NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?;
     let mut body = CertBody {
         network: String::new(),
@@ -348,7 +350,8 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
 /// watch brings it). Without `cert`, every certificate of the host.
 fn revoke(file: &str, words: &[&str]) -> Result<String, String> {
     use vnet_cluster::trust::{NetworkKey, Revocation};
-    let text = vnet_client::keys::read_secret(std::path::Path::new(file), "the network key", 1024)?;
+    let text = vnet_client::keys::read_secret(std::path::Path::new(file), "the network key", 1024)
+        .map_err(|e| e.to_string())?;
     let key = NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?;
     let mut r = Revocation { network: String::new(), host: String::new(), cert: None, at: unix_now()? };
     for pair in words.chunks(2) {

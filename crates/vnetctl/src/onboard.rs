@@ -215,7 +215,7 @@ pub fn init(dir: &str, words: &[&str]) -> Result<String, String> {
     write(&f("ca.key"), &issuer.key().serialize_pem(), 0o600)?;
     write(&f("etcd.pem"), &server.pem(), 0o644)?;
     write(&f("etcd.key"), &key.serialize_pem(), 0o600)?;
-    let root_pw = vnet_client::keys::genkey()?;
+    let root_pw = vnet_client::keys::genkey().map_err(|e| e.to_string())?;
     write(&f("root.pw"), &format!("{root_pw}\n"), 0o600)?;
     let url = format!("https://{addr}");
     let peer = "http://127.0.0.1:2380";
@@ -244,7 +244,8 @@ fn load(dir: &Path) -> Result<(Network, String, String), String> {
     let n: Network = serde_json::from_str(&read(&dir.join("network.json"))?)
         .map_err(|e| format!("{}: {e}", dir.join("network.json").display()))?;
     let ca = read(&dir.join("ca.pem"))?;
-    let root_pw = vnet_client::keys::read_secret(&dir.join("root.pw"), "the root password", 4096)?;
+    let root_pw = vnet_client::keys::read_secret(&dir.join("root.pw"), "the root password", 4096)
+        .map_err(|e| e.to_string())?;
     Ok((n, ca, root_pw.trim().to_string()))
 }
 
@@ -296,7 +297,7 @@ pub fn setup(dir: &str) -> Result<String, String> {
         c.role_grant_permission(join_role.as_str(), Permission::write(requests).with_prefix())
             .await
             .map_err(e("grant the join requests"))?;
-        let join_pw = vnet_client::keys::genkey()?;
+        let join_pw = vnet_client::keys::genkey().map_err(|e| e.to_string())?;
         c.user_add(join.as_str(), join_pw.as_str(), None).await.map_err(e("user add join"))?;
         c.user_grant_role(join.as_str(), join_role.as_str()).await.map_err(e("grant join"))?;
         c.auth_enable().await.map_err(e("auth enable"))?;
@@ -308,7 +309,8 @@ pub fn setup(dir: &str) -> Result<String, String> {
         ca,
         net_pub: read(&dir.join("net.pub"))?.trim().to_string(),
         user: join_user(&n.network),
-        password: vnet_client::keys::read_secret(&join_pw_file, "the join password", 4096)?
+        password: vnet_client::keys::read_secret(&join_pw_file, "the join password", 4096)
+            .map_err(|e| e.to_string())?
             .trim()
             .to_string(),
     };
@@ -361,20 +363,23 @@ pub fn join(token: &str, words: &[&str]) -> Result<String, String> {
     // The host key: made here, kept here.
     let key_file = f(".key");
     let private = if key_file.exists() {
-        vnet_client::keys::read_secret(&key_file, "the host key", 1024)?
+        vnet_client::keys::read_secret(&key_file, "the host key", 1024).map_err(|e| e.to_string())?
     } else {
-        let k = vnet_client::keys::genkey()?;
-        vnet_client::keys::write_secret(&key_file, &k)?;
+        let k = vnet_client::keys::genkey().map_err(|e| e.to_string())?;
+        vnet_client::keys::write_secret(&key_file, &k).map_err(|e| e.to_string())?;
         k
     };
-    let public_key = vnet_client::keys::pubkey(&private)?;
-    let claim_key = vnet_client::keys::claim_pubkey(&private)?;
+    let public_key = vnet_client::keys::pubkey(&private).map_err(|e| e.to_string())?;
+    let claim_key = vnet_client::keys::claim_pubkey(&private).map_err(|e| e.to_string())?;
     let addr = own_address(&t.etcd)?;
     let pw_file = f(".etcd-pw");
     let password = if pw_file.exists() {
-        vnet_client::keys::read_secret(&pw_file, "the etcd password", 4096)?.trim().to_string()
+        vnet_client::keys::read_secret(&pw_file, "the etcd password", 4096)
+            .map_err(|e| e.to_string())?
+            .trim()
+            .to_string()
     } else {
-        let p = vnet_client::keys::genkey()?;
+        let p = vnet_client::keys::genkey().map_err(|e| e.to_string())?;
         write(&pw_file, &format!("{p}\n"), 0o600)?;
         p
     };
@@ -462,7 +467,8 @@ pub fn approve(dir: &str, host: &str, words: &[&str]) -> Result<String, String> 
     let dir = Path::new(dir);
     let (n, ca, root_pw) = load(dir)?;
     let pinned = pairs(words, &["key"])?.first().map(|(_, v)| v.to_string());
-    let nk_text = vnet_client::keys::read_secret(&dir.join("net.key"), "the network key", 1024)?;
+    let nk_text = vnet_client::keys::read_secret(&dir.join("net.key"), "the network key", 1024)
+        .map_err(|e| e.to_string())?;
     let nk =
         NetworkKey::from_base64(&nk_text).map_err(|e| format!("{}: {e}", dir.join("net.key").display()))?;
     if !vnet_cluster::layout::valid_name(host) {

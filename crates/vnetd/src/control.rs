@@ -89,7 +89,7 @@ pub struct Access {
     pub client_name: Option<String>,
 }
 
-pub use vnet_client::endpoint::{load_token_file, TOKEN_HEX};
+pub use vnet_client::endpoint::{load_token_file, TokenError, TOKEN_HEX};
 
 impl Access {
     /// Whether a unix-socket peer with these credentials may connect.
@@ -109,12 +109,13 @@ impl Access {
 /// The token of a `tcp:` endpoint from `path`, made there (mode 0600, 32
 /// random bytes in hex) when the file does not exist; a file others may
 /// read, or that is not a token, is refused.
-pub fn load_token(path: &std::path::Path) -> Result<Arc<str>, String> {
-    let shown = path.display();
+pub fn load_token(path: &std::path::Path) -> Result<Arc<str>, TokenError> {
     if !path.exists() {
         use ring::rand::SecureRandom;
         let mut raw = [0u8; TOKEN_HEX / 2];
-        ring::rand::SystemRandom::new().fill(&mut raw).map_err(|_| format!("{shown}: no randomness"))?;
+        ring::rand::SystemRandom::new()
+            .fill(&mut raw)
+            .map_err(|_| TokenError::NoRandomness { path: path.display().to_string() })?;
         let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
         crate::keys::write_secret(path, &hex)?;
     }
@@ -763,16 +764,31 @@ fn spawn_tls_conn(
     });
 }
 
+/// Why a TLS client's certificate is not the one `--control-client-name` asks for.
+#[derive(Debug, thiserror::Error)]
+enum ClientNameError {
+    #[error("no client certificate")]
+    NoCertificate,
+    #[error("`{name}`: {source}")]
+    BadName { name: String, source: rustls::pki_types::InvalidDnsNameError },
+    #[error("the client certificate is not `{name}`'s")]
+    NotNamed { name: String },
+}
+
 /// Whether the TLS client's certificate holds the DNS name `name` (any
 /// certificate of the CA where no name is configured).
-fn client_named<S>(s: &tokio_rustls::server::TlsStream<S>, name: Option<&str>) -> Result<(), String> {
+fn client_named<S>(
+    s: &tokio_rustls::server::TlsStream<S>,
+    name: Option<&str>,
+) -> Result<(), ClientNameError> {
     let Some(name) = name else { return Ok(()) };
     let certs = s.get_ref().1.peer_certificates().unwrap_or_default();
-    let cert = certs.first().ok_or("no client certificate")?;
-    let server_name = rustls::pki_types::ServerName::try_from(name).map_err(|e| format!("`{name}`: {e}"))?;
+    let cert = certs.first().ok_or(ClientNameError::NoCertificate)?;
+    let server_name = rustls::pki_types::ServerName::try_from(name)
+        .map_err(|source| ClientNameError::BadName { name: name.to_string(), source })?;
     webpki::EndEntityCert::try_from(cert)
         .and_then(|c| c.verify_is_valid_for_subject_name(&server_name))
-        .map_err(|_| format!("the client certificate is not `{name}`'s"))
+        .map_err(|_| ClientNameError::NotNamed { name: name.to_string() })
 }
 
 /// Answers `why` and closes, without serving.
@@ -822,12 +838,17 @@ fn spawn_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     }
 }
 
+/// A metrics address that is not one (the text found).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected PORT or ADDR:PORT, found `{0}`")]
+pub struct NotAnAddress(pub String);
+
 /// The metrics address: `PORT` (on 127.0.0.1) or `ADDR:PORT`.
-pub fn metrics_addr(s: &str) -> Result<SocketAddr, String> {
+pub fn metrics_addr(s: &str) -> Result<SocketAddr, NotAnAddress> {
     if let Ok(port) = s.parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    s.parse().map_err(|_| format!("expected PORT or ADDR:PORT, found `{s}`"))
+    s.parse().map_err(|_| NotAnAddress(s.to_string()))
 }
 
 /// Most bytes of an HTTP request the metrics endpoint reads.
@@ -1309,7 +1330,8 @@ mod tests {
                 None,
                 async {},
             ))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.to_string().contains("--control-tls"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1384,7 +1406,7 @@ mod tests {
         });
         // A token file others may read is refused.
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(load_token(&file).unwrap_err().contains("chmod 600"));
+        assert!(load_token(&file).unwrap_err().to_string().contains("chmod 600"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -635,17 +635,17 @@ fn cluster_settings(
     claim_key: Option<Arc<vnet_cluster::trust::ClaimKey>>,
     relay_flag: bool,
 ) -> Result<vnetd::cluster::Config, String> {
-    let (store, warning) = vnetd::cluster::Store::load(&args.store, &args.auth)?;
+    let (store, warning) = vnetd::cluster::Store::load(&args.store, &args.auth).map_err(|e| e.to_string())?;
     if let Some(w) = warning {
         tracing::warn!("{w}");
     }
     let network = args.network.clone().unwrap_or_default();
-    vnetd::cluster::check_name("--network", &network)?;
+    vnetd::cluster::check_name("--network", &network).map_err(|e| e.to_string())?;
     let host = match &args.host {
         Some(h) => h.clone(),
         None => std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string(),
     };
-    vnetd::cluster::check_name("--host", &host)?;
+    vnetd::cluster::check_name("--host", &host).map_err(|e| e.to_string())?;
     let addr = vnetd::cluster::advertised(args.advertise, daemon.state().listen)
         .map_err(|e| format!("--cluster: {e}"))?;
     let mut link_options = vnet_cluster::apply::LinkOptions::parse(&args.link_options)
@@ -657,7 +657,8 @@ fn cluster_settings(
         None => (None, None),
         Some(k) => {
             let (nk, cert) =
-                vnetd::cluster::load_trust(k, args.host_cert.as_deref(), &network, &host, addr, daemon)?;
+                vnetd::cluster::load_trust(k, args.host_cert.as_deref(), &network, &host, addr, daemon)
+                    .map_err(|e| e.to_string())?;
             if !link_options.require_key() {
                 link_options.protect = vnet_cluster::apply::Protect::Encrypt;
             }

@@ -13,12 +13,21 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+/// A group that could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error("/etc/group: {0}")]
+    Read(#[source] io::Error),
+    #[error("no group `{0}` in /etc/group")]
+    Unknown(String),
+}
+
 /// A group's id, from a number or a name in `/etc/group`.
-pub fn group_id(group: &str) -> Result<u32, String> {
+pub fn group_id(group: &str) -> Result<u32, GroupError> {
     if let Ok(id) = group.parse() {
         return Ok(id);
     }
-    let text = std::fs::read_to_string("/etc/group").map_err(|e| format!("/etc/group: {e}"))?;
+    let text = std::fs::read_to_string("/etc/group").map_err(GroupError::Read)?;
     text.lines()
         .filter_map(|l| {
             let mut f = l.split(':');
@@ -26,7 +35,7 @@ pub fn group_id(group: &str) -> Result<u32, String> {
         })
         .find(|(name, _)| *name == group)
         .and_then(|(_, id)| id.parse().ok())
-        .ok_or_else(|| format!("no group `{group}` in /etc/group"))
+        .ok_or_else(|| GroupError::Unknown(group.to_string()))
 }
 
 /// Makes `path` free for a new listening socket, or says why it may not be.
@@ -109,11 +118,11 @@ mod tests {
 
         let file = d.0.join("file");
         std::fs::write(&file, b"keep me").unwrap();
-        let e = claim_socket_path(&file).unwrap_err();
+        let e = claim_socket_path(&file).unwrap_err().to_string();
         assert!(e.to_string().contains("a regular file"), "{e}");
         assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
 
-        let e = claim_socket_path(&d.0).unwrap_err();
+        let e = claim_socket_path(&d.0).unwrap_err().to_string();
         assert!(e.to_string().contains("a directory"), "{e}");
 
         let link = d.0.join("link");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use vnet_cluster::apply::LinkOptions;
 use vnet_cluster::layout::valid_name;
-use vnet_cluster::trust::{ClaimKey, NetworkPublic};
+use vnet_cluster::trust::{ClaimKey, NetworkPublic, TrustError};
 
 /// What cluster mode needs to know.
 #[derive(Debug, Clone)]
@@ -39,10 +39,70 @@ pub struct Config {
     pub relay: bool,
 }
 
+/// Why `--cluster`'s URLs are not a store's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointsError {
+    #[error("expected etcd:URL[,URL...], found `{0}`")]
+    NotEtcd(String),
+    #[error("expected at least one URL after `etcd:`, found `{0}`")]
+    NoUrl(String),
+    #[error("`{0}`: expected an http:// or https:// URL")]
+    Scheme(String),
+    #[error("all URLs https:// or all http://, not both")]
+    Mixed,
+}
+
+/// Why cluster mode's settings were refused at the start (each names the
+/// flag, the file and the fix; vnetd exits with 2).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--cluster: {0}")]
+    Cluster(#[source] EndpointsError),
+    #[error("--cluster https://: give --etcd-ca FILE, the CA of etcd's certificate")]
+    NoCa,
+    /// A secret or trusted file refused (`flag` names it).
+    #[error("{flag} {source}")]
+    File { flag: &'static str, source: crate::keys::FileError },
+    #[error("{flag} {path}: {source}")]
+    Read { flag: &'static str, path: String, source: std::io::Error },
+    /// Two flags given one without the other.
+    #[error("{0} go together")]
+    Pair(&'static str),
+    #[error("--etcd-ca, --etcd-cert and --etcd-key need https:// URLs in --cluster")]
+    TlsOverHttp,
+    #[error("--etcd-user over http:// would send its password in clear: use https:// URLs")]
+    PasswordInClear,
+    #[error("--etcd-password-file {0}:1:1: expected a password")]
+    NoPassword(String),
+    #[error(
+        "other hosts must know where to send: this host listens on {0}; \
+         give --advertise ADDR:PORT or a `listen udp ADDR:PORT` line"
+    )]
+    NoAddress(SocketAddr),
+    #[error("--network-key: {0}")]
+    NetworkKey(#[source] TrustError),
+    #[error("--network-key needs this host's certificate (--host-cert FILE, from `vnetctl sign`)")]
+    NoHostCert,
+    #[error("--network-key: links are secured, so this host needs --key FILE")]
+    NoKey,
+    #[error("--host-cert {path}: {source}")]
+    HostCert { path: String, source: TrustError },
+    #[error("--host-cert {path}: it is host `{host}` of network `{network}`, not `{want_host}` of `{want_network}`")]
+    OtherHost { path: String, host: String, network: String, want_host: String, want_network: String },
+    #[error("--host-cert {0}: it names another public key than --key's")]
+    OtherKey(String),
+    #[error("--host-cert {path}: it does not allow the advertised address {ip}")]
+    Address { path: String, ip: std::net::IpAddr },
+    #[error("--host-cert {path}: it expired {ago} s ago; sign a new one")]
+    Expired { path: String, ago: u64 },
+    #[error("{what} `{name}`: expected 1 to 63 letters, digits, `-`, `_` or `.`")]
+    Name { what: &'static str, name: String },
+}
+
 /// `etcd:URL[,URL...]` to the URLs (an `http://` is assumed where a URL
 /// names no scheme); all of them `http://` or all `https://`.
-pub fn parse_endpoints(s: &str) -> Result<Vec<String>, String> {
-    let rest = s.strip_prefix("etcd:").ok_or_else(|| format!("expected etcd:URL[,URL...], found `{s}`"))?;
+pub fn parse_endpoints(s: &str) -> Result<Vec<String>, EndpointsError> {
+    let rest = s.strip_prefix("etcd:").ok_or_else(|| EndpointsError::NotEtcd(s.into()))?;
     let urls: Vec<String> = rest
         .split(',')
         .map(str::trim)
@@ -50,13 +110,13 @@ pub fn parse_endpoints(s: &str) -> Result<Vec<String>, String> {
         .map(|u| if u.contains("://") { u.to_string() } else { format!("http://{u}") })
         .collect();
     if urls.is_empty() {
-        return Err(format!("expected at least one URL after `etcd:`, found `{s}`"));
+        return Err(EndpointsError::NoUrl(s.into()));
     }
     if let Some(bad) = urls.iter().find(|u| !u.starts_with("http://") && !u.starts_with("https://")) {
-        return Err(format!("`{bad}`: expected an http:// or https:// URL"));
+        return Err(EndpointsError::Scheme(bad.clone()));
     }
     if urls.iter().any(|u| u.starts_with("https://")) && urls.iter().any(|u| u.starts_with("http://")) {
-        return Err("all URLs https:// or all http://, not both".into());
+        return Err(EndpointsError::Mixed);
     }
     Ok(urls)
 }
@@ -101,39 +161,37 @@ impl Store {
     /// Checks `--cluster` and `--etcd-*` together and reads their files.
     /// Also returns a warning to log when the store is reached in clear
     /// over a network.
-    pub fn load(spec: &str, auth: &StoreAuth) -> Result<(Store, Option<String>), String> {
-        let endpoints = parse_endpoints(spec).map_err(|e| format!("--cluster: {e}"))?;
+    pub fn load(spec: &str, auth: &StoreAuth) -> Result<(Store, Option<String>), ConfigError> {
+        let endpoints = parse_endpoints(spec).map_err(ConfigError::Cluster)?;
         let tls = endpoints[0].starts_with("https://");
         let loopback = endpoints.iter().all(|u| on_loopback(u));
         let mut warning = None;
         let tls = if tls {
-            let ca = auth
-                .ca
-                .as_ref()
-                .ok_or("--cluster https://: give --etcd-ca FILE, the CA of etcd's certificate")?;
-            let pem =
-                crate::keys::read_trusted(ca, "etcd's CA", 1 << 20).map_err(|e| format!("--etcd-ca {e}"))?;
+            let ca = auth.ca.as_ref().ok_or(ConfigError::NoCa)?;
+            let pem = crate::keys::read_trusted(ca, "etcd's CA", 1 << 20).map_err(file("--etcd-ca"))?;
             let mut opts =
                 etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(pem));
             match (&auth.cert, &auth.key) {
                 (Some(c), Some(k)) => {
-                    let cert = std::fs::read(c).map_err(|e| format!("--etcd-cert {}: {e}", c.display()))?;
+                    let cert = std::fs::read(c).map_err(|source| ConfigError::Read {
+                        flag: "--etcd-cert",
+                        path: c.display().to_string(),
+                        source,
+                    })?;
                     let key = crate::keys::read_secret(k, "the private key", 64 * 1024)
-                        .map_err(|e| format!("--etcd-key {e}"))?;
+                        .map_err(file("--etcd-key"))?;
                     opts = opts.identity(etcd_client::Identity::from_pem(cert, key));
                 }
                 (None, None) => {}
-                _ => return Err("--etcd-cert and --etcd-key go together".into()),
+                _ => return Err(ConfigError::Pair("--etcd-cert and --etcd-key")),
             }
             Some(opts)
         } else {
             if auth.ca.is_some() || auth.cert.is_some() || auth.key.is_some() {
-                return Err("--etcd-ca, --etcd-cert and --etcd-key need https:// URLs in --cluster".into());
+                return Err(ConfigError::TlsOverHttp);
             }
             if auth.user.is_some() && !loopback {
-                return Err(
-                    "--etcd-user over http:// would send its password in clear: use https:// URLs".into()
-                );
+                return Err(ConfigError::PasswordInClear);
             }
             if !loopback {
                 warning = Some(format!(
@@ -147,15 +205,15 @@ impl Store {
         let user = match (&auth.user, &auth.password_file) {
             (Some(u), Some(f)) => {
                 let pw = crate::keys::read_secret(f, "the password", 4096)
-                    .map_err(|e| format!("--etcd-password-file {e}"))?;
+                    .map_err(file("--etcd-password-file"))?;
                 let pw = pw.trim_end_matches(['\r', '\n']);
                 if pw.is_empty() {
-                    return Err(format!("--etcd-password-file {}:1:1: expected a password", f.display()));
+                    return Err(ConfigError::NoPassword(f.display().to_string()));
                 }
                 Some((u.clone(), pw.to_string()))
             }
             (None, None) => None,
-            _ => return Err("--etcd-user and --etcd-password-file go together".into()),
+            _ => return Err(ConfigError::Pair("--etcd-user and --etcd-password-file")),
         };
         Ok((Store { endpoints, tls, user, auth: auth.clone() }, warning))
     }
@@ -187,14 +245,11 @@ fn on_loopback(url: &str) -> bool {
 
 /// The address other hosts' links send to: `advertise`, else the host's
 /// `listen udp` address when it names one.
-pub fn advertised(advertise: Option<SocketAddr>, listen: SocketAddr) -> Result<SocketAddr, String> {
+pub fn advertised(advertise: Option<SocketAddr>, listen: SocketAddr) -> Result<SocketAddr, ConfigError> {
     match advertise {
         Some(a) => Ok(a),
         None if !listen.ip().is_unspecified() && listen.port() != 0 => Ok(listen),
-        None => Err(format!(
-            "other hosts must know where to send: this host listens on {listen}; \
-             give --advertise ADDR:PORT or a `listen udp ADDR:PORT` line"
-        )),
+        None => Err(ConfigError::NoAddress(listen)),
     }
 }
 
@@ -208,38 +263,42 @@ pub fn load_trust(
     host: &str,
     addr: SocketAddr,
     daemon: &Daemon,
-) -> Result<(NetworkPublic, String), String> {
+) -> Result<(NetworkPublic, String), ConfigError> {
     let text = if std::path::Path::new(key).is_file() {
         let bytes = crate::keys::read_trusted(std::path::Path::new(key), "the network's public key", 4096)
-            .map_err(|e| format!("--network-key {e}"))?;
+            .map_err(file("--network-key"))?;
         String::from_utf8_lossy(&bytes).into_owned()
     } else {
         key.to_string()
     };
-    let nk = NetworkPublic::from_base64(&text).map_err(|e| format!("--network-key: {e}"))?;
-    let path =
-        cert.ok_or("--network-key needs this host's certificate (--host-cert FILE, from `vnetctl sign`)")?;
-    let shown = path.display();
-    let cert =
-        std::fs::read_to_string(path).map_err(|e| format!("--host-cert {shown}: {e}"))?.trim().to_string();
-    let c = nk.verify(&cert).map_err(|e| format!("--host-cert {shown}: {e}"))?;
-    let own = daemon.public_key().ok_or("--network-key: links are secured, so this host needs --key FILE")?;
+    let nk = NetworkPublic::from_base64(&text).map_err(ConfigError::NetworkKey)?;
+    let path = cert.ok_or(ConfigError::NoHostCert)?;
+    let shown = path.display().to_string();
+    let cert = std::fs::read_to_string(path)
+        .map_err(|source| ConfigError::Read { flag: "--host-cert", path: shown.clone(), source })?
+        .trim()
+        .to_string();
+    let c = nk.verify(&cert).map_err(|source| ConfigError::HostCert { path: shown.clone(), source })?;
+    let own = daemon.public_key().ok_or(ConfigError::NoKey)?;
     if c.network != network || c.host != host {
-        return Err(format!(
-            "--host-cert {shown}: it is host `{}` of network `{}`, not `{host}` of `{network}`",
-            c.host, c.network
-        ));
+        return Err(ConfigError::OtherHost {
+            path: shown,
+            host: c.host,
+            network: c.network,
+            want_host: host.into(),
+            want_network: network.into(),
+        });
     }
     if c.public_key.to_string() != own {
-        return Err(format!("--host-cert {shown}: it names another public key than --key's"));
+        return Err(ConfigError::OtherKey(shown));
     }
     if !c.allows(addr.ip()) {
-        return Err(format!("--host-cert {shown}: it does not allow the advertised address {}", addr.ip()));
+        return Err(ConfigError::Address { path: shown, ip: addr.ip() });
     }
     let now_s = membership::now_ms() / 1000;
     if let Some(t) = c.not_after {
         if c.expired(now_s) {
-            return Err(format!("--host-cert {shown}: it expired {} s ago; sign a new one", now_s - t));
+            return Err(ConfigError::Expired { path: shown, ago: now_s - t });
         }
         if t - now_s < 7 * 86400 {
             tracing::warn!("--host-cert {shown}: it expires in {} h; sign a new one", (t - now_s) / 3600);
@@ -249,12 +308,17 @@ pub fn load_trust(
 }
 
 /// Checks a network or host name (the store's key segments).
-pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+pub fn check_name(what: &'static str, name: &str) -> Result<(), ConfigError> {
     if valid_name(name) {
         Ok(())
     } else {
-        Err(format!("{what} `{name}`: expected 1 to 63 letters, digits, `-`, `_` or `.`"))
+        Err(ConfigError::Name { what, name: name.into() })
     }
+}
+
+/// A file `flag` names, refused.
+fn file(flag: &'static str) -> impl FnOnce(crate::keys::FileError) -> ConfigError {
+    move |source| ConfigError::File { flag, source }
 }
 
 #[cfg(test)]
@@ -283,16 +347,16 @@ mod tests {
         assert!(warn.is_none() && s.tls.is_none() && s.user.is_none());
         let (_, warn) = Store::load("etcd:10.0.0.1:2379", &none).unwrap();
         assert!(warn.unwrap().contains("plain http"));
-        let e = Store::load("etcd:https://10.0.0.1:2379", &none).unwrap_err();
+        let e = Store::load("etcd:https://10.0.0.1:2379", &none).unwrap_err().to_string();
         assert!(e.contains("--etcd-ca"), "{e}");
         let user =
             StoreAuth { user: Some("u".into()), password_file: Some("/nonexistent".into()), ..none.clone() };
-        let e = Store::load("etcd:10.0.0.1:2379", &user).unwrap_err();
+        let e = Store::load("etcd:10.0.0.1:2379", &user).unwrap_err().to_string();
         assert!(e.contains("in clear"), "{e}");
         let ca = StoreAuth { ca: Some("/nonexistent".into()), ..none.clone() };
-        assert!(Store::load("etcd:10.0.0.1:2379", &ca).unwrap_err().contains("https://"));
+        assert!(Store::load("etcd:10.0.0.1:2379", &ca).unwrap_err().to_string().contains("https://"));
         let half = StoreAuth { user: Some("u".into()), ..none };
-        assert!(Store::load("etcd:[::1]:2379", &half).unwrap_err().contains("go together"));
+        assert!(Store::load("etcd:[::1]:2379", &half).unwrap_err().to_string().contains("go together"));
         assert!(
             on_loopback("http://localhost:2379")
                 && on_loopback("http://[::1]:1")

@@ -38,7 +38,10 @@
 mod config;
 mod error;
 
-pub use config::{advertised, check_name, load_trust, parse_endpoints, Config, Store, StoreAuth};
+pub use config::{
+    advertised, check_name, load_trust, parse_endpoints, Config, ConfigError, EndpointsError, Store,
+    StoreAuth,
+};
 use error::{etcd, refused_client_certificate, SessionError};
 
 use crate::daemon::Daemon;
@@ -541,7 +544,8 @@ impl Host {
             let d = lock(&self.daemon);
             let addr = match self.reflected {
                 Some(a) => a,
-                None => advertised(self.cfg.advertise, d.state().listen).map_err(SessionError::NoAddress)?,
+                None => advertised(self.cfg.advertise, d.state().listen)
+                    .map_err(|e| SessionError::NoAddress(e.to_string()))?,
             };
             HostRecord {
                 addr,
