@@ -361,28 +361,16 @@ pub fn join(token: &str, words: &[&str]) -> Result<String, String> {
     }
     let f = |ext: &str| dir.join(format!("{}{ext}", t.network));
     // The host key: made here, kept here.
-    let key_file = f(".key");
-    let private = if key_file.exists() {
-        vnet_client::keys::read_secret(&key_file, "the host key", 1024).map_err(|e| e.to_string())?
-    } else {
-        let k = vnet_client::keys::genkey().map_err(|e| e.to_string())?;
-        vnet_client::keys::write_secret(&key_file, &k).map_err(|e| e.to_string())?;
-        k
-    };
+    let private = kept_or_new(&f(".key"), "the host key", 1024, |p, k| {
+        vnet_client::keys::write_secret(p, k).map_err(|e| e.to_string())
+    })?;
     let public_key = vnet_client::keys::pubkey(&private).map_err(|e| e.to_string())?;
     let claim_key = vnet_client::keys::claim_pubkey(&private).map_err(|e| e.to_string())?;
     let addr = own_address(&t.etcd)?;
-    let pw_file = f(".etcd-pw");
-    let password = if pw_file.exists() {
-        vnet_client::keys::read_secret(&pw_file, "the etcd password", 4096)
-            .map_err(|e| e.to_string())?
+    let password =
+        kept_or_new(&f(".etcd-pw"), "the etcd password", 4096, |p, k| write(p, &format!("{k}\n"), 0o600))?
             .trim()
-            .to_string()
-    } else {
-        let p = vnet_client::keys::genkey().map_err(|e| e.to_string())?;
-        write(&pw_file, &format!("{p}\n"), 0o600)?;
-        p
-    };
+            .to_string();
     let req = Request { public_key: public_key.clone(), claim_key, addr, password: password.clone() };
     let user = host_user(&t.network, &host);
     eprintln!(
@@ -431,6 +419,22 @@ pub fn join(token: &str, words: &[&str]) -> Result<String, String> {
         Err(_) => format!("no systemctl here: start it with vnetd --config {}", conf_file.display()),
     };
     Ok(format!("host {host} joined network {}: {} written; {how}", t.network, conf_file.display()))
+}
+
+/// The secret in `file` (`what` it is, at most `max` bytes), or a new
+/// random one, written there by `save`.
+fn kept_or_new(
+    file: &Path,
+    what: &str,
+    max: u64,
+    save: impl FnOnce(&Path, &str) -> Result<(), String>,
+) -> Result<String, String> {
+    if file.exists() {
+        return vnet_client::keys::read_secret(file, what, max).map_err(|e| e.to_string());
+    }
+    let k = vnet_client::keys::genkey().map_err(|e| e.to_string())?;
+    save(file, &k)?;
+    Ok(k)
 }
 
 /// Writes the host's certificate, the network's public key, etcd's CA and
