@@ -1,0 +1,22 @@
+//! Namespace integration tests: real vnetds, TAPs and UDP in a lab.
+//!
+//! They need root (network namespaces, TAP devices), so they are `#[ignore]`d
+//! and the project's test command runs them with `--ignored`. Each builds
+//! its own lab with per-run names; the lab's `Drop` removes it even when an
+//! assertion fails.
+//!
+//! The tests are in rooms by area, and in each room in a module per pass
+//! (`both`, `user`, `kernel`, and `*_alone` for those that run one at a
+//! time): a test's full name says where it runs (`security::user::...`),
+//! and `scripts/lab-plan.py` reads the steps from those names alone.
+
+mod harness;
+
+mod basics;
+mod cluster;
+mod integration;
+mod links;
+mod multisite;
+mod operations;
+mod qemu;
+mod security;
