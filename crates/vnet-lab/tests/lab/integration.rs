@@ -1052,8 +1052,19 @@ mod user {
         }
         let vms: Vec<Vm> = (1..=4).map(|h| lab.vm(h, 0).clone()).collect();
         let check = block("check")[0].clone();
-        let status = ok("show cluster", quickstart_run(&machines[1], &[], &check));
+        // `vnetctl join` returns once its vnetd runs: the others see its
+        // record as soon as it is put, within the bound (5 s).
+        let t0 = std::time::Instant::now();
+        let status = loop {
+            let s = ok("show cluster", quickstart_run(&machines[1], &[], &check));
+            let seen = s.contains("store up") && s.contains("hosts 3: h1 h2 h3");
+            if seen || t0.elapsed() > Duration::from_secs(5) {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         assert!(status.contains("store up") && status.contains("hosts 3: h1 h2 h3"), "{status}");
+        eprintln!("quickstart: h1 saw h3's record {:?} after h3 joined", t0.elapsed());
         wait_until(5.0, "h1's VM pings h2's and h3's", || {
             ping_pairs(&[(vms[0].clone(), vms[1].ip), (vms[0].clone(), vms[2].ip)]).is_empty()
         });
