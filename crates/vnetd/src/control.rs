@@ -907,7 +907,7 @@ mod tests {
 
     #[test]
     fn metrics_are_served_over_http_in_the_prometheus_format() {
-        let d = Mutex::new(Daemon::new());
+        let d = Mutex::new(Daemon::default());
         let mut s = session();
         for l in ["listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
             assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
@@ -995,7 +995,7 @@ mod tests {
     fn link_and_route_rows_are_their_views_field_for_field() {
         // `show links json`, the text table and the metrics are one view
         // (daemon/views.rs): its fields, named once, are these.
-        let d = Mutex::new(Daemon::new());
+        let d = Mutex::new(Daemon::default());
         let mut s = session();
         for l in ["listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
             assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
@@ -1039,7 +1039,7 @@ mod tests {
 
     #[test]
     fn open_transactions_are_bounded_and_their_line_count_saturates() {
-        let d = Mutex::new(Daemon::new());
+        let d = Mutex::new(Daemon::default());
         let limits = Limits::default();
         let mut open: Vec<Session> = (0..MAX_OPEN_TXNS).map(|_| Session::new(limits.clone())).collect();
         for s in open.iter_mut() {
@@ -1067,7 +1067,7 @@ mod tests {
 
     #[test]
     fn an_announcement_goes_only_on_the_links_of_its_macs_network() {
-        let d = Mutex::new(Daemon::new());
+        let d = Mutex::new(Daemon::default());
         let mut s = session();
         for l in [
             "listen udp 127.0.0.1:0",
@@ -1093,7 +1093,7 @@ mod tests {
         let token: Arc<str> = "0123456789abcdef".repeat(4).into();
         let access = Access { token: Some(token.clone()), ..Access::default() };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let daemon = Arc::new(Mutex::new(Daemon::new()));
+        let daemon = Arc::new(Mutex::new(Daemon::default()));
         rt.block_on(async {
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             let limits = Limits::new(IDLE_TIMEOUT).with_access(access);
@@ -1153,7 +1153,7 @@ mod tests {
         let path = dir.join("c.sock");
         let ep = Endpoint::Unix(path.clone());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let daemon = Arc::new(Mutex::new(Daemon::new()));
+        let daemon = Arc::new(Mutex::new(Daemon::default()));
         let idle = Duration::from_millis(700);
         rt.block_on(async {
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -1196,7 +1196,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vnetd-ctl-paths-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let d = Mutex::new(Daemon::new());
+        let d = Mutex::new(Daemon::default());
         let mut s = session();
         // Loopback, any port: no privileges, nothing on the host's addresses.
         assert_eq!(handle_line(&d, &mut s, "listen udp 127.0.0.1:0").1, "end ok");
@@ -1297,7 +1297,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let daemon = Arc::new(Mutex::new(Daemon::new()));
+            let daemon = Arc::new(Mutex::new(Daemon::default()));
             let cfg = Some(Arc::new(server));
             let server = tokio::spawn(async move {
                 let ep = Endpoint::Tls(addr);
@@ -1325,7 +1325,7 @@ mod tests {
         let e = rt
             .block_on(serve(
                 &Endpoint::Tls(addr),
-                Arc::new(Mutex::new(Daemon::new())),
+                Arc::new(Mutex::new(Daemon::default())),
                 Limits::default(),
                 None,
                 async {},
@@ -1370,7 +1370,7 @@ mod tests {
             String::from_utf8_lossy(&out).into_owned()
         };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let daemon = Arc::new(Mutex::new(Daemon::new()));
+        let daemon = Arc::new(Mutex::new(Daemon::default()));
         // Without a token, a tcp: endpoint does not start.
         let e = rt.block_on(serve(&Endpoint::Tcp(addr), daemon.clone(), Limits::default(), None, async {}));
         assert!(e.unwrap_err().to_string().contains("--control-token"));
@@ -1429,7 +1429,7 @@ mod tests {
 
     #[test]
     fn transaction_is_all_or_nothing() {
-        let d = Mutex::new(Daemon::new());
+        let d = Mutex::new(Daemon::default());
         let mut s = session();
         // Use a loopback listen address with port 0 so no privileges are needed.
         for l in ["begin", "listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
@@ -1471,7 +1471,7 @@ mod tests {
             ],
             0..40,
         )) {
-            let d = Mutex::new(Daemon::new());
+            let d = Mutex::new(Daemon::default());
             let mut s = session();
             for l in &lines {
                 let (body, end) = handle_line(&d, &mut s, l);

@@ -10,6 +10,7 @@
 //! - [`link`]: link transports (`udp`) and the host's link sockets.
 //! - [`kernel`]: the eBPF fast path.
 //! - [`paths`]: which socket paths and devices config may claim.
+//! - [`settings`]: how vnetd runs (one struct, its flags), given to [`Daemon::new`].
 //! - [`cluster`]: cluster mode, the etcd watch that programs this host;
 //!   [`membership`]: what it reports; [`ipam`]: addresses it allocates.
 //! - [`handshakes`]: secured links' handshake timestamps, kept across restarts.
@@ -30,11 +31,13 @@ pub mod kernel;
 pub mod link;
 pub mod membership;
 pub mod paths;
+pub mod settings;
 pub mod shared;
 pub mod sys;
 pub mod workers;
 
 pub use control::Endpoint;
 pub use daemon::Daemon;
+pub use settings::Settings;
 /// The client side, in its own crate (`vnetctl` links it without the daemon).
 pub use vnet_client::{client, docs, keys, relocate};

@@ -42,41 +42,6 @@ struct Args {
     /// ADDR:PORT, e.g. 9108 or 10.0.0.1:9108.
     #[arg(long, value_parser = control::metrics_addr, value_name = "[ADDR:]PORT")]
     metrics: Option<std::net::SocketAddr>,
-    /// Run the data-path workers on these CPUs: worker k (queue k of every
-    /// interface; worker 0 also receives the links) on the k-th CPU of the
-    /// list, wrapping around, e.g. `--worker-cpus 1` or `--worker-cpus 0,1`.
-    #[arg(long, value_delimiter = ',')]
-    worker_cpus: Vec<usize>,
-    /// Sockets on each link listening port (`listen`, `listen vxlan`): a
-    /// `SO_REUSEPORT` group among which the kernel spreads peers' flows, each
-    /// socket read by its own worker. 0: one per CPU of `--worker-cpus`, or
-    /// one per two CPUs this process may run on (at least 1, at most 8).
-    #[arg(long, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=8))]
-    link_readers: u16,
-    /// This host's private key (`vnetctl genkey FILE` makes it, mode 0600), for
-    /// links with `peer-key` (authenticated or encrypted).
-    #[arg(long, value_name = "FILE")]
-    key: Option<std::path::PathBuf>,
-    /// Where vnetd keeps what must outlive a restart: each peer's last
-    /// handshake timestamp (file `handshakes`), so an initiation replayed
-    /// after a restart is refused, and the interfaces `attach` made (file
-    /// `attached`: CNI containers, libvirt VMs), attached again at the
-    /// start. Made 0700 if missing; one per vnetd.
-    #[arg(long, default_value = "/var/lib/vnet", value_name = "DIR")]
-    state_dir: std::path::PathBuf,
-    /// Entries the kernel path's route maps hold: its destination map (one
-    /// entry per MAC routed whatever the source, per network) and each of
-    /// its two (port, destination, source) tables. Decisions past it take
-    /// the user path, counted as kernel_route_overflow. Kernel memory is
-    /// taken as entries are written (about 100 bytes each), not up front.
-    #[arg(long, default_value_t = 262_144, value_name = "N", value_parser = clap::value_parser!(u32).range(1024..=16_777_216))]
-    kernel_routes: u32,
-    /// A bpffs directory where a hand-over (SIGUSR2: an upgrade, a restart
-    /// that must not cut the VMs) pins the kernel path's programs so they
-    /// keep forwarding until the next vnetd takes them over; one per vnetd.
-    /// Default: /sys/fs/bpf/vnet/ and the --state-dir's last name.
-    #[arg(long, value_name = "DIR")]
-    bpf_dir: Option<std::path::PathBuf>,
     /// A hand-over outside systemd: how long this vnetd waits for the next
     /// one to take the user path's sockets and devices from
     /// STATE-DIR/handover (a supervisor starts the next vnetd once that
@@ -84,20 +49,6 @@ struct Args {
     /// $NOTIFY_SOCKET) they go to its file descriptor store instead.
     #[arg(long, default_value_t = 5, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=60))]
     hand_over_wait: u64,
-    /// Secured links start a new session after this many seconds.
-    #[arg(long, default_value_t = 120, value_name = "SECS")]
-    rekey_after: u64,
-    /// Relay between this host's secured peers: a link that names this
-    /// host's key with `relay` sends through it while its peer is not
-    /// reachable directly (both behind symmetric NATs). What passes is
-    /// sealed end to end; this host cannot read or forge it
-    /// (`docs/MULTISITE.md`).
-    #[arg(long)]
-    relay: bool,
-    /// Read netdev and `direct` devices frame by frame instead of through
-    /// a shared receive ring (as where the kernel refuses a ring).
-    #[arg(long)]
-    no_rx_ring: bool,
     /// Cluster mode: program links and routes from etcd (`docs/CLUSTER.md`),
     /// e.g. etcd:https://10.0.0.1:2379,https://10.0.0.2:2379 (with
     /// --etcd-ca; plain http:// is for loopback). Or a `cluster` line in
@@ -153,6 +104,9 @@ struct Args {
     /// in its record for the others to check.
     #[arg(long, value_name = "FILE", requires = "network_key")]
     host_cert: Option<std::path::PathBuf>,
+    /// How vnetd runs: its CPUs, sockets, key, state and kernel maps.
+    #[command(flatten)]
+    daemon: vnetd::Settings,
     /// Log filter, e.g. info or vnetd=debug.
     #[arg(long, default_value = "info", env = "VNETD_LOG")]
     log: String,
@@ -231,17 +185,6 @@ fn control_tls(args: &Args) -> Result<Option<(Arc<Tls>, vnet_control::TlsFiles)>
 /// The daemon the flags and the config file declare (the host key, the
 /// workers' CPUs, the config's transaction), and the host's claim key.
 fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::ClaimKey>>), String> {
-    // What the state directory holds (the hand-over socket, the attached
-    // interfaces, the handshakes' timestamps) is taken as vnetd's own: a
-    // directory others may write is refused.
-    if let Ok(meta) = std::fs::metadata(&args.state_dir) {
-        vnetd::keys::check_trusted(&meta, &args.state_dir.display().to_string(), "the state directory")
-            .map_err(|e| format!("--state-dir {e}"))?;
-    }
-    let mut daemon = Daemon::new();
-    vnetd::iface::netdev::NO_RX_RING.store(args.no_rx_ring, std::sync::atomic::Ordering::Relaxed);
-    daemon.set_rekey_after(std::time::Duration::from_secs(args.rekey_after.max(1)));
-    let mut claim_key = None;
     // The host key: `--key`, or the config's `cluster` line's `key` (not both).
     let line_key = match &args.config {
         Some(path) => {
@@ -254,48 +197,18 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
         }
         None => None,
     };
-    let (key, flag) = match (&args.key, &line_key) {
+    let mut settings = args.daemon.clone();
+    match (&settings.key, line_key) {
         (Some(_), Some(_)) => {
-            return Err("--key and the config's `cluster` line's `key`: give one".to_string());
+            return Err("--key and the config's `cluster` line's `key`: give one".to_string())
         }
-        (Some(k), None) => (Some(k.clone()), "--key"),
-        (None, k) => (k.clone(), "the config's `cluster` line: key"),
-    };
-    if let Some(path) = &key {
-        let id = vnetd::keys::read_key_file(path).map_err(|e| format!("{flag} {e}"))?;
-        claim_key = vnet_cluster::trust::ClaimKey::derive(&id.private()).map(Arc::new);
-        daemon.set_identity(id);
-        if let Some(e) = daemon.set_state_dir(&args.state_dir) {
-            tracing::warn!("--state-dir {e}");
-        }
+        (None, Some(k)) => (settings.key, settings.key_from_config) = (Some(k), true),
+        _ => {}
     }
-    if !args.worker_cpus.is_empty() {
-        let allowed = vnetd::sys::allowed_cpus().unwrap_or_default();
-        if let Some(bad) = args.worker_cpus.iter().find(|c| !allowed.contains(c)) {
-            let list: Vec<String> = allowed.iter().map(|c| c.to_string()).collect();
-            return Err(format!(
-                "--worker-cpus: cpu {bad} is not one this process may run on (allowed: {})",
-                list.join(",")
-            ));
-        }
-        daemon.set_worker_cpus(args.worker_cpus.clone());
-    }
-    let mut cpus = args.worker_cpus.clone();
-    cpus.sort_unstable();
-    cpus.dedup();
-    daemon.set_link_readers(match (args.link_readers, cpus.len()) {
-        (0, 0) => vnetd::link::udp::readers_wanted(),
-        (0, n) => n,
-        (n, _) => n as usize,
-    });
-    let bpf_dir = args.bpf_dir.clone().unwrap_or_else(|| {
-        let name = args.state_dir.file_name().map_or("vnet".into(), |n| n.to_string_lossy().into_owned());
-        std::path::Path::new("/sys/fs/bpf/vnet").join(name)
-    });
-    daemon.set_bpf_dir(bpf_dir);
-    daemon.set_kernel_routes(args.kernel_routes as usize);
+    let mut daemon = Daemon::new(&settings).map_err(|e| e.to_string())?;
+    let claim_key = daemon.claim_key();
     // A hand-over's sockets and devices, before anything opens its own.
-    match vnetd::handover::receive(&args.state_dir) {
+    match vnetd::handover::receive(&args.daemon.state_dir) {
         Ok((0, _)) => {}
         Ok((n, from)) => tracing::info!("hand-over: took {n} sockets and devices from {from}"),
         Err(e) => {
@@ -310,7 +223,7 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
         daemon.set_config_path(std::path::absolute(path).unwrap_or_else(|_| path.clone()));
     }
     // What `attach` made before a restart (CNI plugins, libvirt's hook).
-    for said in daemon.restore_attached(&args.state_dir) {
+    for said in daemon.restore_attached(&args.daemon.state_dir) {
         tracing::warn!("--state-dir {said}");
     }
     if let Some(said) = daemon.drop_unadopted_pins() {
@@ -356,13 +269,6 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
                 _ = usr2.recv() => hand_over.store(true, std::sync::atomic::Ordering::Relaxed),
             }
         };
-        daemon
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .shared()
-            .global
-            .relay
-            .store(args.relay, std::sync::atomic::Ordering::Relaxed);
         spawn_background(&daemon, args.metrics);
         let mut limits =
             control::Limits::new(std::time::Duration::from_secs(args.control_idle_timeout.max(1)))
@@ -420,7 +326,7 @@ fn finish(
         // vnetd reads them waits in their queues.
         let n = handed.len();
         let wait = std::time::Duration::from_secs(args.hand_over_wait);
-        match vnetd::handover::offer(&args.state_dir, handed, wait) {
+        match vnetd::handover::offer(&args.daemon.state_dir, handed, wait) {
             Ok(k) => tracing::info!(
                 "hand-over: {k} of the user path's sockets and devices handed to the next vnetd"
             ),
@@ -620,7 +526,7 @@ fn cluster_config(
         (None, None) => return Ok(None),
     };
     let from_line = args.cluster.is_none();
-    cluster_settings(settings, daemon, claim_key, args.relay).map(Some).map_err(|e| {
+    cluster_settings(settings, daemon, claim_key, args.daemon.relay).map(Some).map_err(|e| {
         if from_line {
             format!("the config's `cluster` line: {e}")
         } else {

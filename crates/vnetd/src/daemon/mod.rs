@@ -17,6 +17,7 @@ use crate::iface::{self, Attached};
 use crate::kernel::{self, KernelError, KernelIface, KernelPath};
 use crate::link::{self, Sockets};
 use crate::membership;
+use crate::settings::{Settings, SettingsError};
 use crate::shared::Shared;
 use crate::sys;
 use crate::workers::{self, WorkerHandle};
@@ -173,13 +174,9 @@ impl FileError {
 }
 
 impl Default for Daemon {
+    /// A daemon with no key and one link reader, that has read nothing (a
+    /// test's, a library user's).
     fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Daemon {
-    pub fn new() -> Self {
         Daemon {
             state: State::default(),
             shared: Shared::new(),
@@ -214,6 +211,40 @@ impl Daemon {
             kernel_routes: kernel::MAX_ROUTES,
         }
     }
+}
+
+impl Daemon {
+    /// A daemon that runs as `settings` say: its host key read (and, with
+    /// one, the handshakes' timestamps of its state directory), its
+    /// workers' CPUs checked, its link readers, pin directory and kernel
+    /// maps sized, relaying or not. It declares nothing yet.
+    pub fn new(settings: &Settings) -> Result<Self, SettingsError> {
+        settings.check_state_dir()?;
+        let mut d = Daemon::default();
+        crate::iface::netdev::NO_RX_RING.store(settings.no_rx_ring, std::sync::atomic::Ordering::Relaxed);
+        d.timers = Timers::with_rekey(settings.rekey_after.max(1).saturating_mul(1_000_000_000));
+        if let Some(path) = &settings.key {
+            let id = crate::keys::read_key_file(path)
+                .map_err(|source| SettingsError::Key { flag: settings.key_flag(), source })?;
+            d.identity = Some(Arc::new(id));
+            let (stamps, warn) = crate::handshakes::Stamps::open(&settings.state_dir);
+            d.stamps = stamps;
+            if let Some(e) = warn {
+                tracing::warn!("--state-dir {e}");
+            }
+        }
+        d.worker_cpus = settings.checked_cpus()?.to_vec();
+        d.link_readers = settings.readers().clamp(1, link::udp::MAX_READERS);
+        d.bpf_dir = Some(settings.pin_dir());
+        d.kernel_routes = settings.kernel_routes as usize;
+        d.shared.global.relay.store(settings.relay, std::sync::atomic::Ordering::Relaxed);
+        Ok(d)
+    }
+
+    /// This host's claim key (cluster mode's MAC claims), from its key pair.
+    pub fn claim_key(&self) -> Option<Arc<vnet_cluster::trust::ClaimKey>> {
+        self.identity.as_ref().and_then(|i| vnet_cluster::trust::ClaimKey::derive(&i.private())).map(Arc::new)
+    }
 
     pub fn state(&self) -> &State {
         &self.state
@@ -222,19 +253,6 @@ impl Daemon {
     /// What the control plane's timer task needs.
     pub fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
-    }
-
-    /// Gives this host its key pair (before links with `security` are declared).
-    pub fn set_identity(&mut self, identity: Identity) {
-        self.identity = Some(Arc::new(identity));
-    }
-
-    /// Keeps the secured links' handshake timestamps in `dir` (see
-    /// [`crate::handshakes`]); what went wrong, for the log.
-    pub fn set_state_dir(&mut self, dir: &std::path::Path) -> Option<String> {
-        let (stamps, warn) = crate::handshakes::Stamps::open(dir);
-        self.stamps = stamps;
-        warn
     }
 
     /// Notes the secured links' handshake timestamps and writes them when
@@ -268,17 +286,6 @@ impl Daemon {
     /// The config file `save` writes and `reload` (and `SIGHUP`) reads.
     pub fn set_config_path(&mut self, path: std::path::PathBuf) {
         self.config_path = Some(path);
-    }
-
-    /// Sizes the kernel path's route tables (before it loads).
-    pub fn set_kernel_routes(&mut self, entries: usize) {
-        self.kernel_routes = entries;
-    }
-
-    /// Where a hand-over pins the kernel path's links, and where this
-    /// vnetd looks for its predecessor's (`kernel::pins`).
-    pub fn set_bpf_dir(&mut self, dir: std::path::PathBuf) {
-        self.bpf_dir = Some(dir);
     }
 
     /// After the start (config and attachments applied): the predecessor's
@@ -428,11 +435,6 @@ impl Daemon {
         Ok(format!("{renewed}reloaded {shown}: {} lines applied as one transaction\n", t.lines().count()))
     }
 
-    /// Secured links declared from now on rekey every `rekey_after`.
-    pub fn set_rekey_after(&mut self, rekey_after: std::time::Duration) {
-        self.timers = Timers::with_rekey(rekey_after.as_nanos() as u64);
-    }
-
     /// Applies `cmds` as one transaction: all of them, or none.
     pub fn apply(&mut self, cmds: &[Located<Command>]) -> Result<(), Error> {
         self.apply_reopening(cmds, false)
@@ -488,19 +490,6 @@ impl Daemon {
         match kp.sync(&plane, &self.kernel_ifaces, self.state.listen, vxlan, None) {
             Ok(skipped) => self.link_reasons = skipped.into_iter().collect(),
             Err(e) => tracing::warn!("the kernel path's links keep their old MTU: {e}"),
-        }
-    }
-
-    /// How many sockets each link listening port bound from now on gets
-    /// (1 until told: a test's daemon, a library user).
-    pub fn set_link_readers(&mut self, n: usize) {
-        self.link_readers = n.clamp(1, link::udp::MAX_READERS);
-    }
-
-    pub fn set_worker_cpus(&mut self, cpus: Vec<usize>) {
-        self.worker_cpus = cpus;
-        if !self.workers.is_empty() {
-            self.respawn();
         }
     }
 
