@@ -66,24 +66,6 @@ pub struct Settings {
     pub key_from_config: bool,
 }
 
-impl Default for Settings {
-    /// The flags' defaults: what a test's or a library user's daemon runs with.
-    fn default() -> Self {
-        Settings {
-            worker_cpus: Vec::new(),
-            link_readers: 0,
-            key: None,
-            state_dir: PathBuf::from("/var/lib/vnet"),
-            kernel_routes: 262_144,
-            bpf_dir: None,
-            rekey_after: 120,
-            relay: false,
-            no_rx_ring: false,
-            key_from_config: false,
-        }
-    }
-}
-
 /// Settings vnetd cannot start with (it exits with 2).
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
