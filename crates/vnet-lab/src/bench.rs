@@ -329,8 +329,8 @@ fn steal_pct(a: (u64, u64, u64), b: (u64, u64, u64)) -> f64 {
 fn steady<T>(
     what: &str,
     log: &mut StealLog,
-    mut f: impl FnMut() -> Result<T, String>,
-) -> Result<(T, f64), String> {
+    mut f: impl FnMut() -> crate::Result<T>,
+) -> crate::Result<(T, f64)> {
     let mut best: Option<(T, f64)> = None;
     for attempt in 1..=STEAL_TRIES {
         if !wait_idle() {
@@ -404,7 +404,7 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
                         eprintln!("FAILED: {e}");
                         failures.push(json!({
                             "case": case.name(), "mtu": cond.mtu, "shaped": cond.shaped,
-                            "repeat": rep + 1, "error": e,
+                            "repeat": rep + 1, "error": e.to_string(),
                         }));
                     }
                 }
@@ -559,18 +559,17 @@ fn spec_for(case: Case, cond: &Condition, vms: usize, vnetd_args: &[String]) -> 
 }
 
 /// Waits until `a` reaches `b` (ARP, routes, the overlay's learning).
-fn reach(lab: &Lab, a: &End, b: &End) -> Result<(), String> {
+fn reach(lab: &Lab, a: &End, b: &End) -> crate::Result<()> {
     for _ in 0..20 {
-        let o =
-            lab.ns_output(&a.ns, &["ping", "-n", "-c", "1", "-W", "1", &b.ip]).map_err(|e| e.to_string())?;
+        let o = lab.ns_output(&a.ns, &["ping", "-n", "-c", "1", "-W", "1", &b.ip])?;
         if o.status.success() {
             return Ok(());
         }
     }
-    Err(format!("{} does not reach {}", a.ip, b.ip))
+    Err(format!("{} does not reach {}", a.ip, b.ip).into())
 }
 
-fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
+fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> crate::Result<Vec<Sample>> {
     let mut lab = Lab::up(spec_for(case, cond, 1, &opts.vnetd_args)).map_err(|e| format!("lab: {e}"))?;
     let (a, b) = if case == Case::Native {
         (
@@ -644,7 +643,7 @@ const MANY_STREAMS: usize = 2;
 /// to VM k on host 1 with `MANY_STREAMS` TCP streams each, all at once
 /// (native: as many iperf3 pairs between the hosts): the aggregate
 /// Gbit/s, and the machine's CPU time per GB moved.
-fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result<Vec<Sample>, String> {
+fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> crate::Result<Vec<Sample>> {
     let mut lab = Lab::up(spec_for(case, cond, MANY_VMS, &opts.vnetd_args))
         .map_err(|e| format!("lab ({MANY_VMS} VMs per host): {e}"))?;
     let end = |h: usize, v: usize| {
@@ -665,8 +664,8 @@ fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result
     let streams = MANY_STREAMS.to_string();
     let ((gbps, bytes, cpu_s), st) = steady("many", log, || {
         for (_, b, port) in &pairs {
-            lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip, "-p", port]).map_err(|e| e.to_string())?;
-            lab.wait_listening(&b.ns, port.parse().unwrap_or(5201)).map_err(|e| e.to_string())?;
+            lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip, "-p", port])?;
+            lab.wait_listening(&b.ns, port.parse().unwrap_or(5201))?;
         }
         let t0 = cpu_ticks();
         let mut clients = Vec::new();
@@ -684,12 +683,12 @@ fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> Result
             let o = c.wait_with_output().map_err(|e| format!("iperf3: {e}"))?;
             match iperf_received(&o.stdout) {
                 Ok((b, n)) => (bps, bytes) = (bps + b, bytes + n),
-                Err(e) => errs.push(e),
+                Err(e) => errs.push(e.to_string()),
             }
         }
         let t1 = cpu_ticks();
         if !errs.is_empty() || bytes <= 0.0 {
-            return Err(format!("iperf3, {MANY_VMS} pairs at once: {}", errs.join("; ")));
+            return Err(format!("iperf3, {MANY_VMS} pairs at once: {}", errs.join("; ")).into());
         }
         Ok((bps / 1e9, bytes, busy_seconds(t0, t1)))
     })?;
@@ -707,7 +706,7 @@ fn tcp1(
     secs: u32,
     log: &mut StealLog,
     out: &mut Vec<Sample>,
-) -> Result<(), String> {
+) -> crate::Result<()> {
     let ((gbps, bytes, cpu_s), st) = steady("tcp1", log, || {
         let t0 = cpu_ticks();
         let (gbps, bytes) = iperf(lab, a, b, secs, &[])?;
@@ -722,26 +721,26 @@ fn tcp1(
 }
 
 /// iperf3 from `a` to `b`: (Gbit/s received, bytes received).
-fn iperf(lab: &mut Lab, a: &End, b: &End, secs: u32, extra: &[&str]) -> Result<(f64, f64), String> {
-    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip]).map_err(|e| e.to_string())?;
-    lab.wait_listening(&b.ns, 5201).map_err(|e| e.to_string())?;
+fn iperf(lab: &mut Lab, a: &End, b: &End, secs: u32, extra: &[&str]) -> crate::Result<(f64, f64)> {
+    lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip])?;
+    lab.wait_listening(&b.ns, 5201)?;
     let s = secs.to_string();
     let mut args = vec!["iperf3", "-c", b.ip.as_str(), "-t", &s, "-J"];
     args.extend_from_slice(extra);
-    let o = lab.ns_output(&a.ns, &args).map_err(|e| e.to_string())?;
+    let o = lab.ns_output(&a.ns, &args)?;
     let (bps, bytes) = iperf_received(&o.stdout).map_err(|e| format!("iperf3 {extra:?}: {e}"))?;
     if bps <= 0.0 {
-        return Err(format!("iperf3 {extra:?} moved nothing"));
+        return Err(format!("iperf3 {extra:?} moved nothing").into());
     }
     Ok((bps / 1e9, bytes))
 }
 
 /// What an iperf3 client's JSON report (`-J`) says the receiver got: (bits
 /// per second, bytes), or the error it reports.
-fn iperf_received(json: &[u8]) -> Result<(f64, f64), String> {
+fn iperf_received(json: &[u8]) -> crate::Result<(f64, f64)> {
     let v: Value = serde_json::from_slice(json).map_err(|x| x.to_string())?;
     if let Some(err) = v.get("error") {
-        return Err(err.to_string());
+        return Err(err.to_string().into());
     }
     let r = &v["end"]["sum_received"];
     Ok((r["bits_per_second"].as_f64().unwrap_or(0.0), r["bytes"].as_f64().unwrap_or(0.0)))
@@ -759,17 +758,17 @@ const PING_LOSS_MAX_PCT: f64 = 2.0;
 
 /// `count` pings 10 ms apart: (avg, mdev) in microseconds, and the loss in
 /// percent.
-fn ping_rtt(lab: &Lab, a: &End, b: &End, size: u32, count: u32) -> Result<(f64, f64, f64), String> {
+fn ping_rtt(lab: &Lab, a: &End, b: &End, size: u32, count: u32) -> crate::Result<(f64, f64, f64)> {
     let (s, c) = (size.to_string(), count.to_string());
-    let o = lab
-        .ns_output(&a.ns, &["ping", "-n", "-q", "-c", &c, "-i", "0.01", "-s", &s, &b.ip])
-        .map_err(|e| e.to_string())?;
+    let o = lab.ns_output(&a.ns, &["ping", "-n", "-q", "-c", &c, "-i", "0.01", "-s", &s, &b.ip])?;
     let text = String::from_utf8_lossy(&o.stdout);
     let loss = crate::PingResult::parse(&text);
     let loss =
         if loss.sent == 0 { 100.0 } else { (loss.sent - loss.received) as f64 * 100.0 / loss.sent as f64 };
     if loss > PING_LOSS_MAX_PCT {
-        return Err(format!("ping -s {size}: {loss:.1} % lost (at most {PING_LOSS_MAX_PCT} % makes an RTT)"));
+        return Err(
+            format!("ping -s {size}: {loss:.1} % lost (at most {PING_LOSS_MAX_PCT} % makes an RTT)").into()
+        );
     }
     let line = text.lines().find(|l| l.starts_with("rtt")).ok_or(format!("ping -s {size}: no replies"))?;
     let (avg, mdev) = parse_rtt(line).ok_or_else(|| format!("ping -s {size}: cannot read `{line}`"))?;
@@ -795,15 +794,15 @@ fn parse_rtt(line: &str) -> Option<(f64, f64)> {
 }
 
 /// sockperf ping-pong (full round trip), median in microseconds.
-fn sockperf(lab: &mut Lab, a: &End, b: &End, proto: &str, secs: u32) -> Result<f64, String> {
+fn sockperf(lab: &mut Lab, a: &End, b: &End, proto: &str, secs: u32) -> crate::Result<f64> {
     let port = "11111";
     let mut srv = vec!["sockperf", "sr", "-i", b.ip.as_str(), "-p", port];
     if !proto.is_empty() {
         srv.push(proto);
     }
-    lab.spawn(&b.ns, &srv).map_err(|e| e.to_string())?;
+    lab.spawn(&b.ns, &srv)?;
     if !proto.is_empty() {
-        lab.wait_listening(&b.ns, 11111).map_err(|e| e.to_string())?;
+        lab.wait_listening(&b.ns, 11111)?;
     } else {
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -812,7 +811,7 @@ fn sockperf(lab: &mut Lab, a: &End, b: &End, proto: &str, secs: u32) -> Result<f
     if !proto.is_empty() {
         cli.push(proto);
     }
-    let o = lab.ns_output(&a.ns, &cli).map_err(|e| e.to_string())?;
+    let o = lab.ns_output(&a.ns, &cli)?;
     let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
     text.lines()
         .find(|l| l.contains("percentile 50.000"))
@@ -820,6 +819,7 @@ fn sockperf(lab: &mut Lab, a: &End, b: &End, proto: &str, secs: u32) -> Result<f
         .and_then(|x| x.trim().parse().ok())
         .ok_or_else(|| {
             format!("sockperf {proto}: no median in output: {}", text.chars().take(400).collect::<String>())
+                .into()
         })
 }
 
@@ -832,7 +832,7 @@ fn mpi(
     subnet: &str,
     opts: &Opts,
     yield_idle: bool,
-) -> Result<Vec<Sample>, String> {
+) -> crate::Result<Vec<Sample>> {
     let hosts = format!("{},{}", a.ip, b.ip);
     let max = if yield_idle { "1".to_string() } else { opts.mpi_max.to_string() };
     let scale = opts.mpi_scale.to_string();
@@ -875,7 +875,8 @@ fn mpi(
             "mpirun failed ({}): {}",
             o.status,
             String::from_utf8_lossy(&o.stderr).chars().take(600).collect::<String>()
-        ));
+        )
+        .into());
     }
     out.push(sample("mpi_bw_peak_mbs", "MB/s", peak));
     Ok(out)

@@ -555,8 +555,8 @@ fn vhost_load(secs: f64, placed: bool) -> vnet_lab::Result<()> {
     if let (Some(f), Some(w)) = (front, worker) {
         println!("placed: front ends on CPU {f}, vnetd's workers on CPU {w}\n");
     }
-    let vhost = vnet_lab::vhost_load::measure(&lab, &lens, secs, front).map_err(e)?;
-    let tap = vnet_lab::vhost_load::measure_tap(&lab, &lens, secs, front).map_err(e)?;
+    let vhost = vnet_lab::vhost_load::measure(&lab, &lens, secs, front)?;
+    let tap = vnet_lab::vhost_load::measure_tap(&lab, &lens, secs, front)?;
     println!("| frame | vhost-user frames/s | ns a frame | Gbit/s | TAP frames/s | ns a frame | Gbit/s | vhost-user / TAP |");
     println!("|---|---|---|---|---|---|---|---|");
     for (v, t) in vhost.iter().zip(&tap) {

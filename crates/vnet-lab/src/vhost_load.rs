@@ -56,14 +56,14 @@ pub struct Front {
 }
 
 /// An error's text after what was being done.
-fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> String + '_ {
-    move |e| format!("{what}: {e}")
+fn err<E: std::fmt::Display>(what: &str) -> impl Fn(E) -> crate::Error + '_ {
+    move |e| format!("{what}: {e}").into()
 }
 
 /// Queue `q`'s rings (descriptor table, avail and used ring), looked up
 /// once, as a guest driver holds them: the load generator should cost the
 /// machine no more than a good driver does.
-fn rings(mem: &GuestMemoryMmap, q: usize) -> Result<VolatileSlice<'_>, String> {
+fn rings(mem: &GuestMemoryMmap, q: usize) -> crate::Result<VolatileSlice<'_>> {
     mem.get_slice(GuestAddress(ring_base(q as u64)), RINGS).map_err(err("the rings"))
 }
 
@@ -79,7 +79,7 @@ static FILES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0
 impl Front {
     /// Connects to vnetd's socket `sock`, shares `MEM` bytes of a file in
     /// `dir` (tmpfs) with it and sets up both queues.
-    pub fn connect(sock: &Path, dir: &Path) -> Result<Front, String> {
+    pub fn connect(sock: &Path, dir: &Path) -> crate::Result<Front> {
         let n = FILES.fetch_add(1, Ordering::Relaxed);
         let path = dir.join(format!("vhost-load-{}-{n}", std::process::id()));
         let file = File::options()
@@ -101,7 +101,7 @@ impl Front {
         let proto = VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
         let want = VIRTIO_F_VERSION_1 | VIRTIO_NET_F_MRG_RXBUF | proto;
         if offered & want != want {
-            return Err(format!("vnetd offers features {offered:#x}, not {want:#x}"));
+            return Err(format!("vnetd offers features {offered:#x}, not {want:#x}").into());
         }
         f.set_features(want).map_err(err("set_features"))?;
         let mut f = f;
@@ -276,11 +276,10 @@ impl Rate {
 }
 
 /// Puts the calling thread on `cpu`, if one is given.
-fn place(cpu: Option<usize>) -> Result<(), String> {
+fn place(cpu: Option<usize>) -> crate::Result<()> {
     match cpu {
-        Some(c) => {
-            vnetd::sys::pin_current_thread(c).map_err(|e| format!("placing a front end on CPU {c}: {e}"))
-        }
+        Some(c) => vnetd::sys::pin_current_thread(c)
+            .map_err(|e| format!("placing a front end on CPU {c}: {e}").into()),
         None => Ok(()),
     }
 }
@@ -288,7 +287,7 @@ fn place(cpu: Option<usize>) -> Result<(), String> {
 /// Two vhost-user interfaces on host 0 of a lab, `g0` routed to `g1`; a
 /// front end sends frames of each length in `lens` on `g0` for `secs`
 /// while another receives on `g1`; both on CPU `cpu` if one is given.
-pub fn measure(lab: &crate::Lab, lens: &[usize], secs: f64, cpu: Option<usize>) -> Result<Vec<Rate>, String> {
+pub fn measure(lab: &crate::Lab, lens: &[usize], secs: f64, cpu: Option<usize>) -> crate::Result<Vec<Rate>> {
     let (s0, s1) = (lab.dir.join("g0.sock"), lab.dir.join("g1.sock"));
     let (m0, m1) = ([0x52, 0x54, 0, 0x77, 0, 1], [0x52, 0x54, 0, 0x77, 0, 2]);
     let mac = |m: [u8; 6]| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
@@ -300,7 +299,7 @@ pub fn measure(lab: &crate::Lab, lens: &[usize], secs: f64, cpu: Option<usize>) 
         mac(m1),
         mac(m1)
     );
-    lab.apply(0, &cfg).map_err(|e| e.to_string())?;
+    lab.apply(0, &cfg)?;
     let dir = Path::new("/dev/shm");
     let mut out = Vec::new();
     for &len in lens {
@@ -345,7 +344,7 @@ pub fn measure_tap(
     lens: &[usize],
     secs: f64,
     cpu: Option<usize>,
-) -> Result<Vec<Rate>, String> {
+) -> crate::Result<Vec<Rate>> {
     use std::io::{Read, Write};
     let (m0, m1) = ([0x52, 0x54, 0, 0x77, 1, 1], [0x52, 0x54, 0, 0x77, 1, 2]);
     let mac = |m: [u8; 6]| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
@@ -356,7 +355,7 @@ pub fn measure_tap(
         mac(m1),
         mac(m1)
     );
-    lab.apply(0, &cfg).map_err(|e| e.to_string())?;
+    lab.apply(0, &cfg)?;
     let ns = vnetd::sys::netns_path(&lab.hosts[0].ns);
     let open = |dev: &'static str| {
         vnetd::sys::in_netns(&ns, move || vnetd::sys::open_packet(dev)).map_err(|e| format!("{dev}: {e}"))
@@ -378,7 +377,7 @@ pub fn measure_tap(
                     Err(_) => std::thread::yield_now(),
                 }
             }
-            Ok::<_, String>((frames, bytes))
+            Ok::<_, crate::Error>((frames, bytes))
         });
         std::thread::sleep(Duration::from_millis(200));
         let sender = std::thread::spawn(move || {
@@ -396,7 +395,7 @@ pub fn measure_tap(
                     _ => std::thread::yield_now(),
                 }
             }
-            Ok::<_, String>(sent)
+            Ok::<_, crate::Error>(sent)
         });
         let sent = sender.join().map_err(|_| "the sender panicked".to_string())??;
         let (frames, bytes) = receiver.join().map_err(|_| "the receiver panicked".to_string())??;
