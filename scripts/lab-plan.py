@@ -9,7 +9,7 @@ Where a test runs is declared next to it: the lab's tests are in rooms by
 area (`crates/vnet-lab/tests/lab/*.rs`), and in each room in a module per
 pass, so a test's full name is ROOM::PASS::NAME. The pass module says:
 
-  both          the user pass and the kernel pass, two tests at a time
+  both          the user pass and the kernel pass, three tests at a time
   both_alone    both passes, one at a time (QEMU guests, floods, timing
                 bounds a neighbour could break; each test says why)
   user          the user pass only (secured, TCP and TLS links; the user

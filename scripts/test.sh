@@ -42,11 +42,14 @@ step "shape: no function over 100 lines or file over 1000 outside tests, no impo
 step "unit and property tests"
 tests 1200 cargo test --workspace
 step "fuzz: decoders and parser, 20000 cases each (the test build: overflow checks and debug assertions on)"
-# `never_panic` matches every never_panics* and *_never_panic property. The
-# test build (already made above) checks overflows as a release build with
-# them on would, without a second release build of everything (2-3 minutes).
-tests 600 env PROPTEST_CASES=20000 cargo test -p vnet-wire -p vnet-control -- never_panic
-tests 300 env PROPTEST_CASES=2000 cargo test -p vnetd -- any_line_gets_one_closing_reply
+# `never_panic` matches every never_panics* and *_never_panic property (in
+# vnet-wire and vnet-control). The test build (already made above) checks
+# overflows as a release build with them on would, without a second release
+# build of everything (2-3 minutes). `--workspace` with a name filter, not
+# `-p` (`--lib`: they are unit tests): a subset of the packages unifies other features and builds most of
+# the tree again (90 s here).
+tests 600 env PROPTEST_CASES=20000 cargo test --workspace --lib -- never_panic
+tests 300 env PROPTEST_CASES=2000 cargo test --workspace --lib -- any_line_gets_one_closing_reply
 # The Debian package (a release build, its checks: file list, unit, man
 # pages, completions) and the systemd test's Debian machine
 # (lab/build-rootfs.sh) are made in the background at idle priority while
@@ -64,12 +67,16 @@ rootfs=$!
 # (set -e holds in a trap: a kill of a build that ended must not fail the run.)
 trap 'kill "$package" "$rootfs" 2>/dev/null || true; wait || true; rm -rf "$work"' EXIT
 # The namespace tests, in four steps: each pass (a data path: every vnetd
-# interface on it, which the lab checks for every lab it makes) with two
-# tests at a time, then its tests that run alone (QEMU guests, floods,
+# interface on it, which the lab checks for every lab it makes) with three
+# tests at a time (they wait on pings, timers and etcd more than they
+# compute: the user pass's 85 tests hold labs for 970 s and take 340 s at
+# three, 510 s at two), then its tests that run alone (QEMU guests, floods,
 # timing bounds a neighbour could break). scripts/lab-plan.py says which
 # test runs where, by exact name, and fails when one of its patterns
 # matches no test.
-cargo build --workspace --bins
+# `--tests`: the binaries with the features the test build unified (the
+# dependencies already built); `--bins` alone builds most of them again.
+cargo build --workspace --bins --tests
 plan="$work/plan"
 cargo test -p vnet-lab --test lab -- --ignored --list 2>/dev/null | python3 scripts/lab-plan.py "$plan"
 lab() {  # lab PATH STEP THREADS LIMIT
@@ -78,7 +85,7 @@ lab() {  # lab PATH STEP THREADS LIMIT
     --show-output --test-threads="$3" "${names[@]}"
 }
 step "namespace integration tests (root), user path"
-lab user user 2 1500
+lab user user 3 1500
 step "Debian package and the systemd test's machine: waiting for them"
 wait "$package" || { cat "$work/package.log"; die "the package's build or checks failed"; }
 tail -2 "$work/package.log"
@@ -86,7 +93,7 @@ wait "$rootfs" || { cat "$work/rootfs.log"; die "lab/build-rootfs.sh failed"; }
 step "user path: QEMU guests (TCG) on TAP and vhost-user, the floods and the timing bounds, one at a time"
 lab user user-alone 1 900
 step "namespace integration tests (root), kernel (eBPF) path"
-lab kernel kernel 2 1200
+lab kernel kernel 3 1200
 step "kernel path: the floods, the timing bounds and a QEMU guest's migration, one at a time"
 lab kernel kernel-alone 1 600
 left=$(ip netns list | grep -c "^vl$VNET_LAB_TAG-" || true)

@@ -154,6 +154,9 @@ pub struct Lab {
     /// left out (`None`), by (host, setting as its flag without `--`): a
     /// wrong password file, another CA.
     pub cluster_overrides: Vec<(usize, &'static str, Option<String>)>,
+    /// When the lab was made: its drop says how long it lived, so that a
+    /// test run's output shows where its time goes.
+    born: std::time::Instant,
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -196,6 +199,7 @@ impl Lab {
             switch: None,
             etcd: None,
             cluster_overrides: Vec::new(),
+            born: std::time::Instant::now(),
         };
         lab.build()?;
         if lab.spec.cluster.is_some() {
@@ -513,6 +517,12 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        println!(
+            "lab {}: {} hosts, lived {:.1} s",
+            self.prefix,
+            self.hosts.len(),
+            self.born.elapsed().as_secs_f64()
+        );
         for h in 0..self.hosts.len() {
             let _ = self.stop_vnetd(h);
         }
