@@ -57,7 +57,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use vnet_control::Transport;
@@ -160,6 +160,16 @@ pub struct Lab {
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Whether a lab says how long it lived when dropped (the tests' output:
+/// where a run's time goes); the `vnet-lab` program turns it off.
+static SAY_LIFETIME: AtomicBool = AtomicBool::new(true);
+
+/// Labs made from now on are dropped without saying how long they lived
+/// (the bench and the demo print tables of their own).
+pub fn quiet_lifetimes() {
+    SAY_LIFETIME.store(false, Ordering::Relaxed);
+}
 
 /// `VNET_LAB_TAG` (1-16 of `a-z0-9`), when set, goes into every name after
 /// `vl` and before a `-`: a test run tags its labs so it can tell its own
@@ -517,12 +527,10 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        println!(
-            "lab {}: {} hosts, lived {:.1} s",
-            self.prefix,
-            self.hosts.len(),
-            self.born.elapsed().as_secs_f64()
-        );
+        if SAY_LIFETIME.load(Ordering::Relaxed) {
+            let (n, lived) = (self.hosts.len(), self.born.elapsed().as_secs_f64());
+            println!("lab {}: {n} hosts, lived {lived:.1} s", self.prefix);
+        }
         for h in 0..self.hosts.len() {
             let _ = self.stop_vnetd(h);
         }

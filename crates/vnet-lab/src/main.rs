@@ -221,6 +221,7 @@ fn fmt(f: Fmt) -> Format {
 
 fn main() -> ExitCode {
     install_signal_cleanup();
+    vnet_lab::quiet_lifetimes();
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
         Cmd::Matrix { out, datapath, seconds } => matrix(&out, &datapath, seconds),
