@@ -53,9 +53,11 @@ tests 300 env PROPTEST_CASES=2000 cargo test --workspace --lib -- any_line_gets_
 # The Debian package (a release build, its checks: file list, unit, man
 # pages, completions) and the systemd test's Debian machine
 # (lab/build-rootfs.sh) are made in the background at idle priority while
-# the user pass runs (whose tests wait on pings, etcd and timers more than
-# they compute); the steps after it wait for both, and the tests that
-# install the package run there.
+# the user pass and the kernel pass run (whose tests wait on pings, etcd
+# and timers more than they compute); the steps after them, the tests that
+# run alone (among them those that install the package), wait for both.
+# (Behind the user pass alone, the build was not done at its end at three
+# tests a time: the run waited 190 s for it.)
 step "Debian package and the systemd test's machine: started in the background"
 work=$(mktemp -d "${TMPDIR:-/tmp}/vnet-test.XXXXXX")
 timeout 2400 nice -n 19 bash scripts/package.sh >"$work/package.log" 2>&1 &
@@ -70,8 +72,8 @@ trap 'kill "$package" "$rootfs" 2>/dev/null || true; wait || true; rm -rf "$work
 # interface on it, which the lab checks for every lab it makes) with three
 # tests at a time (they wait on pings, timers and etcd more than they
 # compute: the user pass's 85 tests hold labs for 970 s and take 340 s at
-# three, 510 s at two), then its tests that run alone (QEMU guests, floods,
-# timing bounds a neighbour could break). scripts/lab-plan.py says which
+# three, 510 s at two), then each pass's tests that run alone (QEMU
+# guests, floods, timing bounds a neighbour could break). scripts/lab-plan.py says which
 # test runs where, by exact name, and fails when one of its patterns
 # matches no test.
 # `--tests`: the binaries with the features the test build unified (the
@@ -86,14 +88,14 @@ lab() {  # lab PATH STEP THREADS LIMIT
 }
 step "namespace integration tests (root), user path"
 lab user user 3 1500
+step "namespace integration tests (root), kernel (eBPF) path"
+lab kernel kernel 3 1200
 step "Debian package and the systemd test's machine: waiting for them"
 wait "$package" || { cat "$work/package.log"; die "the package's build or checks failed"; }
 tail -2 "$work/package.log"
 wait "$rootfs" || { cat "$work/rootfs.log"; die "lab/build-rootfs.sh failed"; }
 step "user path: QEMU guests (TCG) on TAP and vhost-user, the floods and the timing bounds, one at a time"
 lab user user-alone 1 900
-step "namespace integration tests (root), kernel (eBPF) path"
-lab kernel kernel 3 1200
 step "kernel path: the floods, the timing bounds and a QEMU guest's migration, one at a time"
 lab kernel kernel-alone 1 600
 left=$(ip netns list | grep -c "^vl$VNET_LAB_TAG-" || true)
