@@ -346,22 +346,27 @@ fn tcp_super_frame(src: usize, dst: usize, payload: usize, mss: u16) -> (VirtioN
 #[test]
 fn an_offloaded_super_frame_crosses_vnet_and_tcp_whole_and_raw_and_vxlan_as_segments() {
     let mut net = mesh(5, 1500);
-    // From host 0: to every other host, each over its kind of link.
-    for j in 1..5 {
-        let (vh, f) = tcp_super_frame(0, j, 20_000, 1400);
-        net.send_with(0, "vm", vh, &f);
-        net.run(100_000);
-        let got = net.take(j, "vm");
-        if kind(0, j).contains("vnet") || kind(0, j).starts_with("tcp") {
-            assert_eq!(got.len(), 1, "{}: one frame", kind(0, j));
-            assert_eq!(got[0].vh, Some(vh), "{}: the offload header crosses", kind(0, j));
-            assert_eq!(got[0].frame, f);
-        } else {
-            assert_eq!(got.len(), 20_000usize.div_ceil(1400), "{}: segments", kind(0, j));
-            let payload: Vec<u8> = got.iter().flat_map(|d| d.frame[54..].iter().copied()).collect();
-            assert_eq!(payload, f[54..], "{}: the segments carry the stream", kind(0, j));
-            let plain = |d: &Delivered| d.vh.is_none_or(|h| h == VirtioNetHdr::NONE);
-            assert!(got.iter().all(|d| d.frame.len() <= 1400 + 54 && plain(d)));
+    // From host 0: to every other host, each over its kind of link; a
+    // typical super-frame, and the largest one cut small (123 segments:
+    // full GSO batches of 64, each with an encapsulation header on VXLAN).
+    for (len, mss) in [(20_000, 1400), (65_535 - 40, 536)] {
+        for j in 1..5 {
+            let (vh, f) = tcp_super_frame(0, j, len, mss);
+            net.send_with(0, "vm", vh, &f);
+            net.run(100_000);
+            let got = net.take(j, "vm");
+            let k = kind(0, j);
+            if k.contains("vnet") || k.starts_with("tcp") {
+                assert_eq!(got.len(), 1, "{k}: one frame");
+                assert_eq!(got[0].vh, Some(vh), "{k}: the offload header crosses");
+                assert_eq!(got[0].frame, f);
+            } else {
+                assert_eq!(got.len(), len.div_ceil(usize::from(mss)), "{k}: segments of {len}");
+                let payload: Vec<u8> = got.iter().flat_map(|d| d.frame[54..].iter().copied()).collect();
+                assert_eq!(payload, f[54..], "{k}: the segments carry the stream");
+                let plain = |d: &Delivered| d.vh.is_none_or(|h| h == VirtioNetHdr::NONE);
+                assert!(got.iter().all(|d| d.frame.len() <= usize::from(mss) + 54 && plain(d)));
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 //! (`UDP_SEGMENT`) takes, so the same buffer can go out in one `sendmsg`
 //! or, without GSO, one `sendto` per segment.
 
-use crate::vnet::{VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
+use crate::vnet::{max_carried, VnetRepr, HEADER_LEN};
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// The frame ids one sender gives its frames: a counter put through a keyed
@@ -112,7 +112,7 @@ pub fn split(
     max_datagram: usize,
     out: &mut [u8],
 ) -> Result<Segments, FragError> {
-    if frame.is_empty() || frame.len() > MAX_FRAME_LEN as usize {
+    if frame.is_empty() || frame.len() > max_carried(base.flags) as usize {
         return Err(FragError::TooLarge(frame.len()));
     }
     if max_datagram <= HEADER_LEN {
@@ -138,7 +138,7 @@ pub fn split(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vnet::{Flags, VnetPacket};
+    use crate::vnet::{Flags, VnetPacket, MAX_CARRIED_LEN, MAX_FRAME_LEN};
 
     fn base() -> VnetRepr {
         VnetRepr { flags: Flags(0), network: 3, frame_id: 77, frame_len: 0, offset: 0 }
@@ -214,6 +214,12 @@ mod tests {
         assert!(split(base(), &f, 1472, &mut out).is_ok());
         let g = vec![7u8; MAX_FRAME_LEN as usize + 1];
         assert_eq!(split(base(), &g, 1472, &mut out), Err(FragError::TooLarge(g.len())));
+        // With a virtio_net_hdr in front: a largest frame and its header.
+        let vh = VnetRepr { flags: Flags(Flags::VNET_HDR), ..base() };
+        let f = vec![7u8; MAX_CARRIED_LEN as usize];
+        assert!(split(vh, &f, 1472, &mut out).is_ok());
+        let g = vec![7u8; MAX_CARRIED_LEN as usize + 1];
+        assert_eq!(split(vh, &g, 1472, &mut out), Err(FragError::TooLarge(g.len())));
     }
 
     #[test]

@@ -45,7 +45,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             slots: 64,
-            max_frame: crate::vnet::MAX_FRAME_LEN as usize,
+            max_frame: crate::vnet::MAX_CARRIED_LEN as usize,
             timeout_ns: 1_000_000_000,
             per_source: 32,
         }

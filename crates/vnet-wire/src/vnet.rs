@@ -53,6 +53,20 @@ pub const VERSION: u8 = 1;
 /// The largest frame the format carries: a 65535-byte MTU plus the
 /// Ethernet header.
 pub const MAX_FRAME_LEN: u32 = 65_535 + 14;
+/// The largest frame length a datagram may say: a largest frame with the
+/// `virtio_net_hdr` in front of it ([`Flags::VNET_HDR`]), what a reassembly
+/// slot must hold.
+pub const MAX_CARRIED_LEN: u32 = MAX_FRAME_LEN + crate::virtio::LEN as u32;
+
+/// The largest frame length a datagram with `flags` may say: a largest
+/// frame, and the `virtio_net_hdr` where the flags say one is in front.
+pub const fn max_carried(flags: Flags) -> u32 {
+    if flags.0 & Flags::VNET_HDR != 0 {
+        MAX_CARRIED_LEN
+    } else {
+        MAX_FRAME_LEN
+    }
+}
 
 /// Header flags. Bits not named here must be zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,7 +75,9 @@ pub struct Flags(pub u8);
 impl Flags {
     /// An authentication tag follows the payload (reserved; not yet sent).
     pub const AUTH: u8 = 0x01;
-    /// The payload begins with a `virtio_net_hdr` (reserved; not yet sent).
+    /// The payload begins with a `virtio_net_hdr` (an offloaded frame: a
+    /// GSO super-frame or a partial checksum, whole across the link); the
+    /// frame length counts it.
     pub const VNET_HDR: u8 = 0x02;
     /// The datagram carries one whole frame that ends where the datagram
     /// ends; frame id, frame length and offset are written as 0 and ignored.
@@ -139,13 +155,13 @@ impl<T: AsRef<[u8]>> VnetPacket<T> {
             return Ok(p);
         }
         if p.flags().0 & Flags::WHOLE != 0 {
-            if n == 0 || n > MAX_FRAME_LEN as u64 {
+            if n == 0 || n > max_carried(p.flags()) as u64 {
                 return Err(Error::Malformed("frame length"));
             }
             return Ok(p);
         }
         let (flen, off) = (p.frame_len() as u64, p.offset() as u64);
-        if flen == 0 || flen > MAX_FRAME_LEN as u64 {
+        if flen == 0 || flen > max_carried(p.flags()) as u64 {
             return Err(Error::Malformed("frame length"));
         }
         if n == 0 || off + n > flen {
@@ -335,6 +351,16 @@ mod tests {
         let whole = dgram(Flags::WHOLE, 0, 0, MAX_FRAME_LEN as usize);
         assert!(VnetPacket::new_checked(&whole[..]).is_ok());
         let whole = dgram(Flags::WHOLE, 0, 0, MAX_FRAME_LEN as usize + 1);
+        assert!(VnetPacket::new_checked(&whole[..]).is_err());
+        // With a virtio_net_hdr in front, the largest frame and its header,
+        // and one byte more (a largest GSO super-frame with its header).
+        let vh = Flags::VNET_HDR;
+        assert_eq!(MAX_CARRIED_LEN, MAX_FRAME_LEN + 10);
+        assert!(VnetPacket::new_checked(&dgram(vh, MAX_CARRIED_LEN, 0, 10)[..]).is_ok());
+        assert!(VnetPacket::new_checked(&dgram(vh, MAX_CARRIED_LEN + 1, 0, 10)[..]).is_err());
+        let whole = dgram(Flags::WHOLE | vh, 0, 0, MAX_CARRIED_LEN as usize);
+        assert!(VnetPacket::new_checked(&whole[..]).is_ok());
+        let whole = dgram(Flags::WHOLE | vh, 0, 0, MAX_CARRIED_LEN as usize + 1);
         assert!(VnetPacket::new_checked(&whole[..]).is_err());
         // A header of options, exactly as long as the datagram's start.
         let mut v = dgram(0, 4, 0, 8);

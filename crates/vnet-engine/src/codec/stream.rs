@@ -13,13 +13,12 @@
 
 use super::{Facts, Inbound, Keepalive, Tx};
 use crate::port::Payload;
-use vnet_wire::virtio;
-use vnet_wire::vnet::{self, Flags, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
+use vnet_wire::vnet::{self, Flags, VnetRepr, HEADER_LEN};
 
 /// Bytes the format adds to a frame on the stream.
 pub const OVERHEAD: usize = HEADER_LEN;
 /// The largest record payload: a largest frame and its offload header.
-pub const MAX_PAYLOAD: usize = MAX_FRAME_LEN as usize + virtio::LEN;
+pub const MAX_PAYLOAD: usize = vnet::MAX_CARRIED_LEN as usize;
 
 /// A record carries the offload header and any frame whole; an idle
 /// stream sends heartbeats.

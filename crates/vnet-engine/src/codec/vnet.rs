@@ -15,7 +15,7 @@ use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use vnet_wire::frag;
 use vnet_wire::virtio;
-use vnet_wire::vnet::{Flags, VnetRepr, HEADER_LEN, MAX_FRAME_LEN};
+use vnet_wire::vnet::{self, Flags, VnetRepr, HEADER_LEN};
 
 /// Bytes the format adds to each datagram.
 pub const OVERHEAD: usize = HEADER_LEN;
@@ -57,7 +57,7 @@ fn send_frame(
         return send_sealed(tx, scratch, parts, skip..skip + total, (flags, network), flow);
     }
     let dgram = tx.max_datagram;
-    if total > MAX_FRAME_LEN as usize + virtio::LEN || dgram <= HEADER_LEN {
+    if total > vnet::max_carried(flags) as usize || dgram <= HEADER_LEN {
         return false;
     }
     let n = frag::count(total, dgram);
@@ -108,7 +108,7 @@ fn send_sealed(
     let total = frame.len();
     // The plain `vnet` datagram each secured one carries.
     let dgram = tx.max_datagram.saturating_sub(secure::OVERHEAD);
-    if total > MAX_FRAME_LEN as usize + virtio::LEN || dgram <= HEADER_LEN {
+    if total > vnet::max_carried(flags) as usize || dgram <= HEADER_LEN {
         return false;
     }
     let n = frag::count(total, dgram);
