@@ -192,6 +192,58 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_mode_is_said_as_its_word_in_show_and_in_json() {
+        let s = DispatchStats::default();
+        assert_eq!(s.mode_word(), "notify");
+        assert_eq!(serde_json::to_value(&s).unwrap()["dispatch"], "notify");
+        s.polling.store(1, Relaxed);
+        assert_eq!(s.mode_word(), "poll");
+        assert_eq!(serde_json::to_value(&s).unwrap()["dispatch"], "poll");
+    }
+
+    #[test]
+    fn polling_ends_exactly_at_its_idle_time_counted_from_the_last_frame_not_the_last_look() {
+        let t0 = Instant::now();
+        let mut d = Dispatcher::new(Mode::Poll, t0);
+        d.record(1, t0);
+        assert!(d.keep_polling(t0 + POLL_IDLE - Duration::from_nanos(1)));
+        assert!(!d.keep_polling(t0 + POLL_IDLE), "idle for exactly POLL_IDLE: sleep");
+        // A look that found nothing is no frame.
+        d.record(0, t0 + Duration::from_millis(15));
+        assert!(!d.keep_polling(t0 + POLL_IDLE));
+    }
+
+    #[test]
+    fn a_hold_ends_exactly_when_it_says_and_halves_only_when_polling_after_it_catches_a_frame() {
+        let (ms, us) = (Duration::from_millis, Duration::from_micros);
+        let t0 = Instant::now();
+        let mut d = Dispatcher::new(Mode::Adaptive, t0);
+        d.contended(t0);
+        d.contended(t0);
+        let held = t0 + 2 * HOLD_MIN;
+        assert_eq!((d.hold_until, d.hold), (held, 4 * HOLD_MIN), "10 then 20 ms held, 40 ms next");
+        // Frames 50 us apart while held: a window opens, the hold stays.
+        d.record(1, t0 + ms(1));
+        d.record(1, t0 + ms(1) + us(50));
+        d.record(1, t0 + ms(1) + us(100));
+        assert_eq!((d.window, d.hold), (us(100), 4 * HOLD_MIN));
+        // After the hold, a frame within the window (halved by the long gap
+        // to 50 us; 30 us): polling paid off.
+        d.record(1, held + us(10));
+        d.record(1, held + us(40));
+        assert_eq!(d.hold, 2 * HOLD_MIN);
+        // Polling at 20000 frames/s, then held again: no look until the
+        // hold's end, and at its end exactly the idle rule decides.
+        let t1 = t0 + ms(40);
+        assert!(d.record(200, t1) && d.polling());
+        d.contended(t1);
+        d.record(300, t1 + 2 * HOLD_MIN - us(100)); // 15000/s: still polling
+        assert!(d.polling());
+        assert!(!d.keep_polling(t1 + 2 * HOLD_MIN - Duration::from_nanos(1)), "held");
+        assert!(d.keep_polling(t1 + 2 * HOLD_MIN), "the hold is over, a frame 100 us ago");
+    }
+
+    #[test]
     fn adaptive_switches_with_hysteresis() {
         let t0 = Instant::now();
         let mut d = Dispatcher::new(Mode::Adaptive, t0);

@@ -323,3 +323,58 @@ pub fn count(c: &Counters, ok: bool, len: usize) {
         c.drop_one();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::Port;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A port that may batch, and counts the bursts it was told ended.
+    struct Bursts {
+        batches: bool,
+        ended: AtomicUsize,
+    }
+
+    impl Port for Bursts {
+        fn takes_offloads(&self) -> bool {
+            false
+        }
+        fn send(&self, _: &mut Scratch, _: Payload<'_>) -> bool {
+            true
+        }
+        fn batches(&self) -> bool {
+            self.batches
+        }
+        fn end_burst(&self) {
+            self.ended.fetch_add(1, Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_batching_port_is_kept_once_for_the_batchs_end_and_past_the_list_ends_its_burst_at_once() {
+        let port = |batches| {
+            let p = Arc::new(Bursts { batches, ended: AtomicUsize::new(0) });
+            (Arc::new(Iface::new(1, "i", None, p.clone())), p)
+        };
+        let mut touched = Vec::new();
+        let (plain, plain_port) = port(false);
+        touch(&mut touched, &plain);
+        assert!(touched.is_empty(), "a port that does not batch is not kept");
+        let ports: Vec<_> = (0..=TOUCHED).map(|_| port(true)).collect();
+        for (ifc, _) in &ports {
+            touch(&mut touched, ifc);
+            touch(&mut touched, ifc);
+        }
+        assert_eq!(touched.len(), TOUCHED, "each once, up to the list's size");
+        assert!(ports[..TOUCHED]
+            .iter()
+            .all(|(i, p)| p.ended.load(Relaxed) == 0 && touched.iter().any(|t| Arc::ptr_eq(t, i))));
+        assert_eq!(
+            ports[TOUCHED].1.ended.load(Relaxed),
+            2,
+            "past the list: its burst ends at once, each time"
+        );
+        assert_eq!(plain_port.ended.load(Relaxed), 0);
+    }
+}

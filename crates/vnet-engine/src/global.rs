@@ -130,3 +130,36 @@ impl Global {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strangers_initiations_are_read_fifty_a_second_counted_by_the_second_they_arrive_in() {
+        let g = Global::default();
+        let (s5, s6) = (5_500_000_000, 6_000_000_000);
+        assert!((0..STRANGER_INITS_PER_SEC).all(|_| g.stranger_initiation(s5)));
+        assert!(!g.stranger_initiation(s5 + 400_000_000), "the 51st within second 5");
+        assert!(g.stranger_initiation(s6), "second 6: a new count");
+        assert_eq!(g.stranger_initiations.load(Relaxed), STRANGER_INITS_PER_SEC + 1);
+        assert_eq!(g.stranger_initiations_limited.load(Relaxed), 1);
+        // A second far on (its number wider than 20 bits) keeps its own count.
+        let late = 3_000_000 * 1_000_000_000;
+        assert!((0..STRANGER_INITS_PER_SEC).all(|_| g.stranger_initiation(late)));
+        assert!(!g.stranger_initiation(late));
+    }
+
+    #[test]
+    fn a_roamed_link_is_remembered_at_its_newest_address_only_and_others_stay() {
+        let g = Global::default();
+        let ip = |d: u8| std::net::IpAddr::from([10, 0, 0, d]);
+        g.remember_roam(ip(1), 1);
+        g.remember_roam(ip(2), 2);
+        g.remember_roam(ip(3), 1);
+        let m = g.roamed.load();
+        let mut have: Vec<_> = m.iter().map(|(a, l)| (*a, *l)).collect();
+        have.sort();
+        assert_eq!(have, [(ip(2), 2), (ip(3), 1)]);
+    }
+}

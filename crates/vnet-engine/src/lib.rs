@@ -64,6 +64,10 @@ pub use secure::{Identity, SecureLink};
 pub const MAX_FRAME: usize = vnet_wire::vnet::MAX_FRAME_LEN as usize;
 /// A frame buffer: a `virtio_net_hdr` and a largest frame, with slack.
 pub const BUF: usize = vnet_wire::virtio::LEN + MAX_FRAME + 256;
+// vnetd reads a header and a largest frame into one (every queue and worker
+// holds one): room for both, and no more than a page beyond.
+const _: () =
+    assert!(BUF >= vnet_wire::virtio::LEN + MAX_FRAME && BUF <= vnet_wire::virtio::LEN + MAX_FRAME + 4096);
 /// Most datagrams in one GSO send, and most payload bytes in one send.
 pub const GSO_MAX_SEGS: usize = 64;
 pub const GSO_MAX_BYTES: usize = 65_000;

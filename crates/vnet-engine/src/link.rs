@@ -490,3 +490,14 @@ impl Port for Link {
             .unwrap_or_else(|e| self.too_big(e.0))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_is_said_as_its_word() {
+        let words = [Liveness::Up, Liveness::Down, Liveness::Quiet].map(Liveness::word);
+        assert_eq!(words, ["up", "down", "quiet"]);
+    }
+}

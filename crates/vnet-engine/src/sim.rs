@@ -402,6 +402,21 @@ impl Net {
         host.fw.report();
     }
 
+    /// VM `vm` of host `h` hands `[virtio_net_hdr] frame` in pieces, as a
+    /// vhost-user guest's buffers lie ([`Forwarder::forward_parts`]): true
+    /// when it went out as it lies, false when it was left to `forward`
+    /// (which the daemon then calls; this does not).
+    pub fn send_parts(&mut self, h: usize, vm: &str, parts: &[&[u8]]) -> bool {
+        let host = &mut self.hosts[h];
+        let Some(id) = host.state.iface_by_name(vm).map(|d| d.id) else { return false };
+        let iov: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        let total = parts.iter().map(|p| p.len()).sum();
+        let plane = host.plane.clone();
+        let done = host.fw.forward_parts(&plane, PortId::Interface(id), &iov, total);
+        host.fw.report();
+        done
+    }
+
     /// VM `vm` of host `h` sends a plain frame.
     pub fn send(&mut self, h: usize, vm: &str, frame: &[u8]) {
         self.send_with(h, vm, VirtioNetHdr::NONE, frame)

@@ -371,6 +371,120 @@ fn an_offloaded_super_frame_crosses_vnet_and_tcp_whole_and_raw_and_vxlan_as_segm
     }
 }
 
+/// Host 0: VM `a` (takes offloads), VM `b` (`offload off`), a `vnet` link
+/// to host 1 with VM `c`; broadcasts go to `b`.
+fn parts_net() -> Net {
+    let (a, b, c) = (mac(0), mac(1), mac(2));
+    let mut net = Net::new(7);
+    let h0 = format!(
+        "interface a tap ta mac {a}\ninterface b tap tb mac {b} offload off\n\
+         link h1 udp 10.0.0.2 format vnet\nroute any {a} -> interface a\n\
+         route any {b} -> interface b\nroute any {c} -> link h1\n\
+         route any ff:ff:ff:ff:ff:ff -> interface b\n"
+    );
+    net.add_host("10.0.0.1", &h0).unwrap();
+    let h1 = format!(
+        "interface c tap tc mac {c}\nlink h0 udp 10.0.0.1 format vnet\nroute any {c} -> interface c\n"
+    );
+    net.add_host("10.0.0.2", &h1).unwrap();
+    net
+}
+
+#[test]
+fn a_guests_frame_in_pieces_goes_out_as_it_lies_only_where_every_destination_takes_it() {
+    let mut net = parts_net();
+    // A super-frame from a to c (over the link, which takes offloads), in
+    // three pieces: header and Ethernet head, then the rest in two.
+    let (vh, f) = tcp_super_frame(0, 2, 3000, 1400);
+    let head = [&vh.emit()[..], &f[..100]].concat();
+    assert!(net.send_parts(0, "a", &[&head, &f[100..2000], &f[2000..]]));
+    net.run(1000);
+    let got = net.take(1, "c");
+    assert_eq!(got.len(), 1, "one frame, whole");
+    assert_eq!((got[0].vh, &got[0].frame), (Some(vh), &f));
+    let counted: u64 = net.hosts[0].global.matrix.pairs().iter().map(|p| p.bytes).sum();
+    assert_eq!(counted, f.len() as u64, "the traffic matrix counts the frame, not its header");
+    // A finished frame (no header to act on) to b, which takes no offloads:
+    // it goes as it lies, without the header.
+    let (_, plain) = tcp_super_frame(0, 1, 1000, 1400);
+    let none = [&VirtioNetHdr::NONE.emit()[..], &plain[..60]].concat();
+    assert!(net.send_parts(0, "a", &[&none, &plain[60..]]));
+    let got = net.take(0, "b");
+    assert_eq!((got.len(), got[0].vh.is_none_or(|h| h == VirtioNetHdr::NONE)), (1, true));
+    assert_eq!(got[0].frame, plain);
+    // Left to `forward` (false, nothing delivered): a super-frame to b (it
+    // must be finished first), a broadcast (its limit is counted there), a
+    // frame from a MAC that is not a's, an offload header the frame
+    // contradicts, an unknown destination, more pieces than a GSO batch.
+    let (vh_b, to_b) = tcp_super_frame(0, 1, 3000, 1400);
+    let mut bcast = plain.clone();
+    bcast[..6].fill(0xff);
+    let mut spoofed = f.clone();
+    spoofed[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+    let mut unknown = f.clone();
+    unknown[..6].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+    let lying = VirtioNetHdr { hdr_len: u16::MAX, ..vh };
+    let refused: [(&str, VirtioNetHdr, &[u8]); 5] = [
+        ("a super-frame to a port without offloads", vh_b, &to_b),
+        ("a broadcast", VirtioNetHdr::NONE, &bcast),
+        ("another source MAC", vh, &spoofed),
+        ("a header the frame contradicts", lying, &f),
+        ("no route", vh, &unknown),
+    ];
+    for (what, h, frame) in refused {
+        let head = [&h.emit()[..], frame].concat();
+        assert!(!net.send_parts(0, "a", &[&head]), "{what}: left to forward");
+    }
+    // Pieces: a batch's worth (GSO_MAX_SEGS + 2) goes out, one more does not.
+    let most = vnet_engine::GSO_MAX_SEGS + 2;
+    let cut = |n: usize| -> Vec<&[u8]> {
+        let step = (f.len() - 100).div_ceil(n - 1);
+        std::iter::once(&head[..]).chain(f[100..].chunks(step)).collect()
+    };
+    assert_eq!(cut(most).len(), most);
+    assert!(!net.send_parts(0, "a", &cut(most + 1)), "more pieces than a batch: left to forward");
+    net.run(1000);
+    assert!(net.take(0, "b").is_empty() && net.take(1, "c").is_empty() && net.take(0, "a").is_empty());
+    assert!(net.send_parts(0, "a", &cut(most)));
+    net.run(1000);
+    assert_eq!(net.take(1, "c").iter().map(|d| &d.frame).collect::<Vec<_>>(), [&f]);
+}
+
+#[test]
+fn the_route_caches_hits_and_misses_reach_the_hosts_totals_once_each() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut net = mesh(2, 1500);
+    for k in 1..=3u64 {
+        net.send(0, "vm", &frame(0, Some(1), k as u32, 100));
+        let g = &net.hosts[0].global;
+        let counts = (g.route_cache_misses.load(Relaxed), g.route_cache_hits.load(Relaxed));
+        assert_eq!(counts, (1, k - 1), "after frame {k}: one miss, then hits");
+    }
+}
+
+#[test]
+fn a_frame_to_an_offloading_and_a_plain_port_reaches_the_first_untouched_and_the_second_finished() {
+    // VM x sends to a MAC routed to both a (takes offloads) and b (not).
+    let (x, m) = (mac(0), mac(5));
+    let mut net = Net::new(9);
+    let cfg = format!(
+        "interface x tap tx mac {x}\ninterface a tap ta mac {}\ninterface b tap tb mac {} offload off\n\
+         route any {m} -> interface a\nroute any {m} -> interface b\n",
+        mac(1),
+        mac(2)
+    );
+    net.add_host("10.0.0.1", &cfg).unwrap();
+    let (vh, f) = tcp_super_frame(0, 5, 1000, 1400);
+    let vh = VirtioNetHdr { gso_type: 0, gso_size: 0, ..vh }; // one segment, checksum left to do
+    net.send_with(0, "x", vh, &f);
+    let a = net.take(0, "a");
+    assert_eq!((a.len(), a[0].vh, &a[0].frame), (1, Some(vh), &f), "a: as the VM left it");
+    let b = net.take(0, "b");
+    assert_eq!(b.len(), 1);
+    assert_ne!(b[0].frame[50..52], f[50..52], "b: the checksum is done");
+    assert_eq!((&b[0].frame[..50], &b[0].frame[52..]), (&f[..50], &f[52..]), "b: nothing else changed");
+}
+
 #[test]
 fn a_vm_relocated_to_another_host_is_reached_there_from_every_host() {
     let mut net = mesh(HOSTS, 1500);
