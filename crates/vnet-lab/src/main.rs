@@ -17,36 +17,6 @@ enum Fmt {
     Vnet,
 }
 
-/// The link vnetds use (`vnet-lab up --links`).
-#[derive(Clone, Copy, ValueEnum)]
-enum LinkKind {
-    Udp,
-    Vxlan,
-    Tcp,
-    Tls,
-    /// `udp` links with `security auth` (a key pair per host).
-    Auth,
-    /// `udp` links with `security encrypt`.
-    Encrypt,
-}
-
-/// What joins the lab's VMs (`vnet-lab up --overlay`).
-#[derive(Clone, Copy, ValueEnum)]
-enum Join {
-    /// vnetd on every host.
-    Vnet,
-    /// The kernel's VXLAN and a bridge per host.
-    Vxlan,
-    /// No overlay: VMs on veths, IP routing in the hosts.
-    Routed,
-    /// No overlay: VMs on veths bridged with the underlay (one L2 segment).
-    Bridged,
-    /// tinc 1.0 in switch mode per host.
-    Tinc,
-    /// wireguard-go per host, routing the VMs' subnets.
-    Wireguard,
-}
-
 /// `vnet-lab bench`'s options.
 #[derive(clap::Args)]
 struct BenchArgs {
@@ -175,10 +145,10 @@ enum Cmd {
         guest_args: Vec<String>,
         /// What joins the VMs: vnet, or a baseline to compare with.
         #[arg(long, value_enum, default_value = "vnet")]
-        overlay: Join,
+        overlay: Overlay,
         /// The links between vnetds: udp (in `--format`), vxlan, tcp or tls.
         #[arg(long, value_enum, default_value = "udp")]
-        links: LinkKind,
+        links: Links,
         /// Secured links' cipher: auto, aes-256-gcm or chacha20-poly1305.
         #[arg(long, default_value = "auto", value_parser = |s: &str| vnet_control::Cipher::from_word(s).ok_or("auto, aes-256-gcm or chacha20-poly1305"))]
         cipher: vnet_control::Cipher,
@@ -262,22 +232,8 @@ fn main() -> ExitCode {
                 qemu_hosts: qemu,
                 qemu_vhost: vhost_user,
                 guest_args,
-                overlay: match overlay {
-                    Join::Vnet => Overlay::Vnet,
-                    Join::Vxlan => Overlay::Vxlan,
-                    Join::Routed => Overlay::Routed,
-                    Join::Bridged => Overlay::Bridged,
-                    Join::Tinc => Overlay::Tinc,
-                    Join::Wireguard => Overlay::WireGuard,
-                },
-                links: match links {
-                    LinkKind::Udp => Links::Udp,
-                    LinkKind::Vxlan => Links::Vxlan,
-                    LinkKind::Tcp => Links::Tcp,
-                    LinkKind::Tls => Links::Tls,
-                    LinkKind::Auth => Links::Auth,
-                    LinkKind::Encrypt => Links::Encrypt,
-                },
+                overlay,
+                links,
                 cipher,
                 vteps,
                 lan_host,

@@ -152,8 +152,9 @@ pub const ETCD_PORT: u16 = 2379;
 pub const LAN_MAC: &str = "52:54:00:88:fa:01";
 pub const LAN_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 250, 1);
 
-/// The kind of link the lab's vnetds reach each other over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The kind of link the lab's vnetds reach each other over (`vnet-lab up
+/// --links`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Links {
     /// `udp` links in the spec's `format`.
     #[default]
@@ -209,14 +210,15 @@ impl Links {
 /// The VXLAN network identifier of the lab's VXLAN links and devices.
 pub const VNI: u32 = 42;
 
-/// What joins the lab's VMs across hosts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What joins the lab's VMs across hosts (`vnet-lab up --overlay`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Overlay {
     /// A vnetd per host; VMs on TAPs (or veths, see `veth_hosts`).
     Vnet,
     /// A Linux bridge and a kernel vxlan device per host; VMs on veths.
     Vxlan,
     /// No overlay and no vnetd: the hosts alone (the native baseline).
+    #[value(skip)]
     None,
     /// No overlay: VMs on veths, each host an IP router between its VMs'
     /// /24 and the underlay (one VM per host). What a VM's extra veth hop
@@ -232,6 +234,7 @@ pub enum Overlay {
     Tinc,
     /// wireguard-go per host, as `Routed` but each host routes the other
     /// hosts' VM /24s into its WireGuard device: an L3 reference.
+    #[value(name = "wireguard")]
     WireGuard,
 }
 
