@@ -156,7 +156,7 @@ pub struct Lab {
     pub cluster_overrides: Vec<(usize, &'static str, Option<String>)>,
     /// When the lab was made: its drop says how long it lived, so that a
     /// test run's output shows where its time goes.
-    born: std::time::Instant,
+    born: Instant,
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -209,7 +209,7 @@ impl Lab {
             switch: None,
             etcd: None,
             cluster_overrides: Vec::new(),
-            born: std::time::Instant::now(),
+            born: Instant::now(),
         };
         lab.build()?;
         if lab.spec.cluster.is_some() {
