@@ -495,6 +495,92 @@ impl Port for Link {
 mod tests {
     use super::*;
 
+    /// A link defined by `text` (one `link` line) whose I/O goes nowhere.
+    fn link(text: &str) -> Link {
+        use crate::port::Nowhere;
+        let cmds = vnet_control::parse(text).unwrap();
+        let state = vnet_control::State::default().apply_all(&cmds).unwrap();
+        let def = state.links.values().next().unwrap().clone();
+        Link::new(def, Arc::new(Nowhere))
+    }
+
+    #[test]
+    fn a_peer_heard_at_a_time_is_that_old_to_the_nanosecond() {
+        let a = Alive::default();
+        assert_eq!(a.age_ns(5), None, "never heard");
+        a.heard(5_000_000);
+        assert_eq!(a.age_ns(5_000_000), Some(0));
+        assert_eq!(a.age_ns(7_000_001), Some(2_000_001));
+        assert_eq!(a.age_ns(4_000_000), Some(0), "a clock before it: no age, never a wrap");
+    }
+
+    #[test]
+    fn a_link_knows_its_network_its_nat_and_where_it_sends() {
+        let plain = link("link p udp 10.0.0.2 format vnet network 7");
+        let key = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=";
+        let nat = link(&format!("link n udp 10.0.0.2:4000 format vnet network 9 peer-key {key} nat"));
+        let vx = link("link v vxlan 10.0.0.2 vni 5");
+        let tcp = link("link t tcp 10.0.0.2:9000");
+        assert_eq!(
+            [plain.network(), nat.network(), vx.network(), tcp.network()],
+            [Some(7), Some(9), None, None]
+        );
+        assert_eq!([plain.nat(), nat.nat(), vx.nat()], [false, true, false]);
+        let at = |a: &str| a.parse::<std::net::SocketAddr>().unwrap();
+        // Without NAT the peer sends from any port of its address; through
+        // NAT, from the one mapping the link sends to.
+        assert!(plain.sends_to(at("10.0.0.2:1")) && plain.sends_to(at("10.0.0.2:4789")));
+        assert!(!plain.sends_to(at("10.0.0.3:4789")));
+        assert!(nat.sends_to(at("10.0.0.2:4000")));
+        assert!(!nat.sends_to(at("10.0.0.2:4001")) && !nat.sends_to(at("10.0.0.3:4000")));
+        assert!(format!("{plain:?}").contains("name: \"p\""), "{plain:?}");
+    }
+
+    #[test]
+    fn what_a_datagram_may_hold_is_the_mtu_less_the_outer_headers_of_its_family() {
+        let v4 = link("link a udp 10.0.0.2 format vnet mtu 1500");
+        let v6 = link("link b udp fd00::2 format vnet mtu 1500");
+        let lan = link("link c direct eth9 mtu 1500");
+        assert_eq!([v4.outer_len(), v6.outer_len(), lan.outer_len()], [28, 48, 0]);
+        // A LAN carries the frame itself: the MTU and its Ethernet header.
+        assert_eq!([v4.max_datagram(), v6.max_datagram(), lan.max_datagram()], [1472, 1452, 1514]);
+    }
+
+    #[test]
+    fn each_link_numbers_its_fragmented_frames_from_its_own_random_start() {
+        let (a, b) = (link("link a udp 10.0.0.2 format vnet"), link("link a udp 10.0.0.2 format vnet"));
+        assert_ne!(a.frame_ids.next(), b.frame_ids.next());
+    }
+
+    #[test]
+    fn a_peer_is_up_until_exactly_the_dead_time_after_it_was_last_heard() {
+        let l = link("link p udp 10.0.0.2 format vnet");
+        let t = 7_000_000_000;
+        l.alive.heard(t);
+        assert_eq!(l.liveness(t + DEAD_NS - 1), Liveness::Up);
+        assert_eq!(l.liveness(t + DEAD_NS), Liveness::Down);
+    }
+
+    #[test]
+    fn unanswered_probes_blame_the_peer_only_when_it_was_heard_within_the_dead_time() {
+        use crate::pmtu::Phase;
+        // Ticks every 100 ms from 10 s: probes at 10.0, 10.3 and 10.6 s,
+        // none answered; the third miss is decided at 10.9 s. A peer heard
+        // then does not answer probes (the link's MTU is kept); one not
+        // heard may be gone (the base is tried again later).
+        let decided = 10_900_000_000;
+        for (heard, want) in [(decided - DEAD_NS + 1, Phase::Unanswered), (decided - DEAD_NS, Phase::Base)] {
+            let l = link("link p udp 10.0.0.2 format vnet mtu 1500");
+            l.alive.heard(heard);
+            for k in 100..=109 {
+                l.tick(k * 100_000_000);
+            }
+            let p = l.pmtu.as_ref().unwrap();
+            assert_eq!(p.phase(), want, "heard {} ns before", decided - heard);
+            assert_eq!(p.probes_sent.load(Relaxed), 6, "the base and the MTU in use, three times");
+        }
+    }
+
     #[test]
     fn liveness_is_said_as_its_word() {
         let words = [Liveness::Up, Liveness::Down, Liveness::Quiet].map(Liveness::word);

@@ -109,9 +109,8 @@ impl Matrix {
     pub fn count(&self, src: MacAddr, dst: MacAddr, len: usize) {
         let (s, d) = (mac_u64(src), mac_u64(dst));
         let h = self.hash(s, d);
-        let start = h as usize % SLOTS;
         for i in 0..PROBES {
-            let slot = &self.slots[(start + i) % SLOTS];
+            let slot = &self.slots[(h as usize).wrapping_add(i) % SLOTS];
             let mut k = slot.key.load(Relaxed);
             if k == 0 {
                 match slot.key.compare_exchange(0, h, Relaxed, Relaxed) {
@@ -243,6 +242,7 @@ mod tests {
             m.sweep();
             assert_eq!(m.pairs().len(), 2, "sweep {s}: nothing idle long enough yet");
         }
+        assert_eq!(m.evicted(), 0);
         m.count(mac(1), mac(2), 100);
         m.sweep();
         let p = m.pairs();
@@ -261,16 +261,58 @@ mod tests {
             m.sweep();
         }
         assert!(m.pairs().is_empty(), "{}", m.pairs().len());
+        assert!(m.evicted() > 1 + SLOTS as u64 / 2, "{}", m.evicted());
         m.count(mac(100), mac(2), 1);
         assert_eq!(m.pairs().len(), 1, "a freed slot is claimed again");
     }
 
     #[test]
-    fn the_hash_is_keyed_per_table() {
+    fn the_hash_is_keyed_per_table_and_odd() {
         let (a, b) = (Matrix::default(), Matrix::default());
         let (s, d) = (mac_u64(mac(1)), mac_u64(mac(2)));
         assert_ne!(a.hash(s, d), b.hash(s, d), "two tables, two keys");
         assert_eq!(a.hash(s, d), a.hash(s, d));
+        // Odd: never an empty slot's key (0) or a freeing one's.
+        assert!((0..200).all(|i| a.hash(s, i) & 1 == 1));
+        assert_eq!(format!("{a:?}"), "Matrix { pairs: 0 }");
+        a.count(mac(1), mac(2), 1);
+        assert_eq!(format!("{a:?}"), "Matrix { pairs: 1 }");
+    }
+
+    #[test]
+    fn a_slot_claimed_but_not_yet_written_is_no_pair_and_a_zero_mac_is_one() {
+        let m = Matrix::default();
+        let zero = MacAddr([0; 6]);
+        m.count(zero, mac(2), 10);
+        m.count(mac(1), zero, 20);
+        // A worker between claiming a slot and writing it: its key set,
+        // then the MACs, then the counts.
+        let claimed = |k: usize, macs: bool, frames: u64| {
+            let s = &m.slots[k];
+            s.key.store(0x1001, Relaxed);
+            if macs {
+                s.src.store(mac_u64(mac(7)), Relaxed);
+                s.dst.store(mac_u64(mac(8)), Relaxed);
+            }
+            s.frames.store(frames, Relaxed);
+        };
+        let free = (0..SLOTS).filter(|&k| m.slots[k].key.load(Relaxed) == 0);
+        let free: Vec<usize> = free.take(2).collect();
+        claimed(free[0], false, 0);
+        claimed(free[1], true, 0);
+        let mut p = m.pairs();
+        p.sort_by_key(|p| p.bytes);
+        let want = vec![
+            Pair { src: zero, dst: mac(2), frames: 1, bytes: 10 },
+            Pair { src: mac(1), dst: zero, frames: 1, bytes: 20 },
+        ];
+        assert_eq!(p, want);
+        // Counted, MACs not yet written: not listed either.
+        claimed(free[1], false, 0);
+        m.slots[free[1]].src.store(0, Relaxed);
+        m.slots[free[1]].dst.store(0, Relaxed);
+        m.slots[free[1]].frames.store(1, Relaxed);
+        assert_eq!(m.pairs().len(), 2);
     }
 
     #[test]

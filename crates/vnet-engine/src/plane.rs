@@ -307,5 +307,6 @@ mod tests {
         assert_eq!((i.standby(), woken.load(Relaxed)), (ARRIVED, 2), "after a failed activation, again");
         i.set_standby(false);
         assert_eq!(i.standby(), ACTIVE);
+        assert_eq!(format!("{i:?}"), r#"Iface { id: 1, name: "g" }"#);
     }
 }

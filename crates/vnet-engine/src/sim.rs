@@ -145,6 +145,11 @@ pub struct Wire {
     pub duplicated: u64,
     /// When set, every datagram put on the wire is also kept here (a capture).
     pub capture: Option<Vec<Vec<u8>>>,
+    /// Pairs of hosts whose datagrams to each other are all lost (NATs
+    /// that let neither through), whatever else the wire carries.
+    cut: Vec<(IpAddr, IpAddr)>,
+    /// Datagrams lost to a cut.
+    pub cut_lost: u64,
 }
 
 impl Wire {
@@ -180,7 +185,9 @@ impl Wire {
             return;
         }
         let too_big = self.faults.max_datagram > 0 && bytes.len() > self.faults.max_datagram;
-        if too_big || self.chance(self.faults.loss) {
+        let cut = self.cut.iter().any(|&(a, b)| (a, b) == (from.ip(), to) || (b, a) == (from.ip(), to));
+        self.cut_lost += u64::from(cut);
+        if too_big || cut || self.chance(self.faults.loss) {
             self.lost += 1;
             return;
         }
@@ -305,6 +312,8 @@ impl Net {
             lost: 0,
             duplicated: 0,
             capture: None,
+            cut: Vec::new(),
+            cut_lost: 0,
         };
         Net { wire: Arc::new(Mutex::new(wire)), hosts: Vec::new(), timers: Timers::default() }
     }
@@ -325,6 +334,16 @@ impl Net {
 
     pub fn set_faults(&self, f: Faults) {
         self.wire().faults = f;
+    }
+
+    /// Cuts the path between hosts `a` and `b` (both ways; `false`: mends it).
+    pub fn cut(&self, a: &str, b: &str, cut: bool) {
+        let (Ok(a), Ok(b)) = (a.parse(), b.parse()) else { return };
+        let mut w = self.wire();
+        w.cut.retain(|&p| p != (a, b) && p != (b, a));
+        if cut {
+            w.cut.push((a, b));
+        }
     }
 
     /// Starts keeping a copy of every datagram put on the wire.

@@ -290,12 +290,46 @@ fn vxlan_drops_and_counts_frames_the_underlay_cannot_carry_whole() {
     // A 1464-byte frame fits; one more byte does not.
     let fits = frame(a, Some(b), 1, 1464 - 14);
     let big = frame(a, Some(b), 2, 1464 - 14 + 1);
-    net.send(a, "vm", &fits);
-    net.send(a, "vm", &big);
+    let log = Log::default();
+    tracing::subscriber::with_default(log.subscriber(), || {
+        net.send(a, "vm", &fits);
+        for _ in 0..3 {
+            net.send(a, "vm", &big);
+        }
+    });
     net.run(1000);
     assert_eq!(frames(&net.take(b, "vm")), vec![fits.as_slice()]);
-    assert_eq!(link.too_big.load(std::sync::atomic::Ordering::Relaxed), 1);
-    assert_eq!(link.tx.snapshot().drops, 1);
+    assert_eq!(link.too_big.load(std::sync::atomic::Ordering::Relaxed), 3);
+    assert_eq!(link.tx.snapshot().drops, 3);
+    // Said once, the first time (with what to do about it), counted each time.
+    let said = log.text();
+    assert_eq!(said.matches("does not fit this VXLAN link").count(), 1, "{said}");
+    assert!(said.contains("give the VM an MTU of at most 1450"), "{said}");
+}
+
+/// What the engine logs, kept for a test to read.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Log {
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync {
+        let log = self.clone();
+        tracing_subscriber::fmt().with_ansi(false).with_writer(move || log.clone()).finish()
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Log {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A TCP/IPv4 super-frame of `payload` bytes with a partial checksum and a
@@ -844,8 +878,10 @@ fn probes_find_a_1280_byte_path_under_a_1500_byte_link_and_frames_of_every_size_
 fn a_peer_with_another_key_gets_no_session_and_delivers_nothing() {
     // Host 1 expects host 5's key from host 0's address.
     let mut net = secure_pair("encrypt", 120, 5);
-    net.advance(3 * SEC);
-    net.run(1000);
+    idle(&mut net, 3_000);
+    // Without a session a link sends no keepalive (its handshakes are what
+    // the peer hears): nothing was sealed without one.
+    assert_eq!([load(&sec(&net, 0).no_session), load(&sec(&net, 1).no_session)], [0, 0]);
     net.send(0, "vm", &frame(0, Some(1), 1, 64));
     net.send(1, "vm", &frame(1, Some(0), 2, 64));
     net.run(1000);
@@ -891,7 +927,8 @@ fn idle_vnet_links_keep_alive_go_down_when_the_wire_does_and_come_back_alone() {
     for opts in ["", "secured"] {
         let mut net = if opts.is_empty() { vnet_pair(31) } else { secure_pair("encrypt", 120, 0) };
         let what = if opts.is_empty() { "plain" } else { "secured" };
-        // No traffic at all: each side hears the other's keepalives.
+        // No traffic at all: each side hears the other's keepalives, and
+        // only those (no other empty datagram).
         idle(&mut net, 5_000);
         for h in 0..2 {
             assert_eq!(liveness(&net, h), Up, "{what}: host {h}");
@@ -899,6 +936,14 @@ fn idle_vnet_links_keep_alive_go_down_when_the_wire_does_and_come_back_alone() {
             assert!(load(&a.keepalives_sent) >= 3 && load(&a.keepalives_received) >= 3, "{what}: {a:?}");
             assert!(a.age_ns(net.now_ns()).unwrap() <= 1_100_000_000, "{what}: {a:?}");
         }
+        // Received: the keepalives sent, and on a secured link the one its
+        // handshake's initiator answers the response with.
+        let count = |h: usize, f: fn(&vnet_engine::link::Alive) -> &std::sync::atomic::AtomicU64| {
+            load(f(&net.hosts[h].link("p").unwrap().alive))
+        };
+        let sent = count(0, |a| &a.keepalives_sent) + count(1, |a| &a.keepalives_sent);
+        let received = count(0, |a| &a.keepalives_received) + count(1, |a| &a.keepalives_received);
+        assert_eq!(received, sent + u64::from(what == "secured"), "{what}");
         // A one-way stream: the sender sends no keepalives (its frames
         // are what the peer hears), the receiver keeps sending them.
         let before = load(&net.hosts[0].link("p").unwrap().alive.keepalives_sent);
@@ -925,6 +970,13 @@ fn idle_vnet_links_keep_alive_go_down_when_the_wire_does_and_come_back_alone() {
         net.send(0, "vm", &frame(0, Some(1), 99, 200));
         net.run(100);
         assert_eq!(net.take(1, "vm").len(), 41, "{what}: frames after the outage");
+        // The sending stops: a keepalive each second again, counted from
+        // the first tick that saw nothing new sent (the 100 ms tick after
+        // the last frame): at 1.1, 2.1, 3.1 and 4.1 s of these 5.
+        let before = load(&net.hosts[0].link("p").unwrap().alive.keepalives_sent);
+        idle(&mut net, 5_000);
+        let after = load(&net.hosts[0].link("p").unwrap().alive.keepalives_sent);
+        assert_eq!(after - before, 4, "{what}");
     }
 }
 
@@ -1071,4 +1123,164 @@ fn a_flood_of_junk_initiations_does_not_spend_the_budget_a_roaming_peer_needs() 
     assert_eq!(load(&g.stranger_initiations_bad_mac), 200);
     let l = net.hosts[1].link("p").unwrap();
     assert_eq!(l.endpoint().map(|e| e.to_string()).as_deref(), Some("10.0.0.66:9000"));
+}
+
+/// Hosts 0 and 1 (a VM each) whose secured link `p` names host 2 as its
+/// relay, and host 2 the relay (`--relay`): every link secured, the
+/// direct path between 0 and 1 cut from the start.
+fn relayed_trio() -> Net {
+    let mut net = Net::new(77);
+    let key = |h: usize| Net::public_key(&ip(h));
+    for (me, peer) in [(0, 1), (1, 0)] {
+        let cfg = format!(
+            "interface vm tap t mac {}\n\
+             link r udp {} format vnet mtu 1500 peer-key {} security encrypt\n\
+             link p udp {} format vnet mtu 1500 peer-key {} security encrypt relay {}\n\
+             route any {} -> link p\nroute any {} -> interface vm\n",
+            mac(me),
+            ip(2),
+            key(2),
+            ip(peer),
+            key(peer),
+            key(2),
+            mac(peer),
+            mac(me)
+        );
+        net.add_host(&ip(me), &cfg).unwrap();
+    }
+    let relay = format!(
+        "link a udp {} format vnet mtu 1500 peer-key {} security encrypt\n\
+         link b udp {} format vnet mtu 1500 peer-key {} security encrypt\n",
+        ip(0),
+        key(0),
+        ip(1),
+        key(1)
+    );
+    net.add_host(&ip(2), &relay).unwrap();
+    net.hosts[2].global.relay.store(true, std::sync::atomic::Ordering::Relaxed);
+    net.cut(&ip(0), &ip(1), true);
+    net
+}
+
+fn relay_counts(net: &Net) -> [u64; 4] {
+    let p = |h: usize| net.hosts[h].link("p").unwrap().clone();
+    [
+        load(&p(0).relayed_tx),
+        load(&p(1).relayed_rx),
+        load(&net.hosts[2].global.relayed),
+        load(&net.hosts[2].global.relay_refused),
+    ]
+}
+
+#[test]
+fn a_link_whose_peer_is_not_heard_directly_goes_through_its_relay_and_back_direct_when_it_is() {
+    let mut net = relayed_trio();
+    // Nothing direct for 3.5 s: each end relays (its handshake went both
+    // ways, the relayed one answered), and frames of every size cross,
+    // the largest fragmented to what fits inside the relay's datagrams.
+    idle(&mut net, 4_000);
+    for h in 0..2 {
+        let p = net.hosts[h].link("p").unwrap();
+        assert!(p.relaying.load(std::sync::atomic::Ordering::Relaxed), "host {h} does not relay");
+        assert!(p.secure.as_ref().unwrap().established(), "host {h}: no session through the relay");
+        assert_eq!(p.relay_link().map(|r| r.def.name.clone()).as_deref(), Some("r"), "host {h}");
+        let own = 1500 - 28;
+        assert_eq!(
+            p.max_datagram(),
+            own - vnet_engine::relay::OVERHEAD,
+            "host {h}: what fits inside the relay's"
+        );
+        assert_eq!(net.hosts[h].link("r").unwrap().max_datagram(), own, "host {h}: the relay link's own");
+    }
+    // While relaying, each end tries the direct path once a second (a
+    // sealed empty datagram, lost to the cut); nothing else goes direct.
+    let cut_lost = |net: &Net| net.wire.lock().unwrap().cut_lost;
+    let before = cut_lost(&net);
+    idle(&mut net, 3_000);
+    assert_eq!(cut_lost(&net) - before, 6, "direct tries in 3 s from 2 ends");
+    // Heard directly a moment ago: direct until exactly the dead time.
+    let p = net.hosts[0].link("p").unwrap().clone();
+    let (t, relaying) = (net.now_ns(), || p.relaying.load(std::sync::atomic::Ordering::Relaxed));
+    p.heard_direct.store(t + 1, std::sync::atomic::Ordering::Relaxed);
+    p.tick(t + vnet_engine::link::DEAD_NS - 1);
+    assert!(!relaying(), "heard directly within the dead time");
+    p.tick(t + vnet_engine::link::DEAD_NS);
+    assert!(relaying(), "not heard directly for the dead time");
+    let before = relay_counts(&net);
+    let sent: Vec<Vec<u8>> =
+        [60, 1400, 1500, 4000].iter().enumerate().map(|(t, &n)| frame(0, Some(1), t as u32, n)).collect();
+    for f in &sent {
+        net.send(0, "vm", f);
+    }
+    net.run(1000);
+    let got = net.take(1, "vm");
+    assert_eq!(frames(&got), sent.iter().map(|f| f.as_slice()).collect::<Vec<_>>(), "through the relay");
+    let after = relay_counts(&net);
+    let moved: Vec<u64> = (0..4).map(|i| after[i] - before[i]).collect();
+    // A datagram through the relay carries 1472 - 84 - 32 - 20 = 1336
+    // bytes of frame: the frames of 74, 1414, 1514 and 4014 bytes are 1, 2,
+    // 2 and 4 datagrams (9), in one send each (4), each relayed once.
+    assert_eq!(moved, [4, 9, 9, 0], "sends through, datagrams received through, relayed, refused");
+    // The direct path opens: within a keepalive both ends hear each
+    // other directly and stop relaying; frames go direct.
+    net.cut(&ip(0), &ip(1), false);
+    idle(&mut net, 1_200);
+    for h in 0..2 {
+        let p = net.hosts[h].link("p").unwrap();
+        assert!(!p.relaying.load(std::sync::atomic::Ordering::Relaxed), "host {h} still relays");
+        assert_eq!(p.max_datagram(), 1500 - 28, "host {h}: direct again");
+    }
+    let before = relay_counts(&net);
+    net.send(0, "vm", &sent[3]);
+    net.run(1000);
+    assert_eq!(frames(&net.take(1, "vm")), vec![sent[3].as_slice()], "directly");
+    assert_eq!(relay_counts(&net), before, "nothing went through the relay");
+}
+
+#[test]
+fn a_relay_passes_on_only_for_its_own_peers_and_only_when_it_relays() {
+    let mut net = relayed_trio();
+    net.hosts[2].global.relay.store(false, std::sync::atomic::Ordering::Relaxed);
+    idle(&mut net, 4_000);
+    // Not a relay (no `--relay`): what is sent through it is refused.
+    let refused = relay_counts(&net)[3];
+    assert!(refused > 0, "the handshakes through a host that is no relay were refused");
+    for h in 0..2 {
+        let p = net.hosts[h].link("p").unwrap();
+        assert!(!p.secure.as_ref().unwrap().established(), "host {h} has a session no path carried");
+    }
+    net.send(0, "vm", &frame(0, Some(1), 1, 100));
+    net.run(1000);
+    assert!(net.take(1, "vm").is_empty());
+    assert_eq!(relay_counts(&net)[2], 0, "relayed by a host that is no relay");
+}
+
+/// The `ENDPOINT` datagrams (where the sender sees its peer) among `wire`,
+/// of an `auth` link (whose `vnet` header is readable: after the secured
+/// header of version 2, type 4 (data), 16 bytes, the header's version,
+/// then its flags; docs/wire.md).
+fn endpoint_datagrams(wire: &[Vec<u8>]) -> usize {
+    let data = |d: &&Vec<u8>| d.len() > 32 && d[0] == 2 && d[1] == 4 && d[16] == vnet_wire::vnet::VERSION;
+    wire.iter().filter(data).filter(|d| d[17] & Flags::ENDPOINT != 0).count()
+}
+
+#[test]
+fn a_nat_link_tells_its_peer_where_it_sees_it_every_ten_seconds_and_another_never() {
+    for nat in [true, false] {
+        let mut net = Net::new(3);
+        add_pair(&mut net, |me| {
+            let key = Net::public_key(&ip(1 - me));
+            format!("peer-key {key} security auth{}", if nat { " nat" } else { "" })
+        });
+        net.start_capture();
+        // From the first tick at 10 s after the session, then each 10 s:
+        // at 10 and 20 s of these 25, from each end.
+        idle(&mut net, 25_000);
+        let told = endpoint_datagrams(&net.captured());
+        assert_eq!(told, if nat { 4 } else { 0 }, "nat {nat}");
+        for h in 0..2 {
+            let seen = net.hosts[h].link("p").unwrap().seen_as.load().as_deref().map(|a| a.ip().to_string());
+            assert_eq!(seen, nat.then(|| ip(h)), "nat {nat}: where host {h}'s peer sees it");
+        }
+    }
 }
