@@ -309,4 +309,52 @@ mod tests {
         assert_eq!(i.standby(), ACTIVE);
         assert_eq!(format!("{i:?}"), r#"Iface { id: 1, name: "g" }"#);
     }
+
+    #[test]
+    fn a_plane_wakes_the_control_plane_when_a_standby_interfaces_vm_first_sends() {
+        let vm = MacAddr([0x52, 0x54, 0, 0, 0, 7]);
+        let i = Arc::new(Iface::new(1, "g", Some(vm), Arc::new(Nowhere)));
+        i.set_standby(true);
+        let woken = Arc::new(AtomicU32::new(0));
+        let w = woken.clone();
+        let wake: Wake = Arc::new(move || {
+            w.fetch_add(1, Relaxed);
+        });
+        let plane = Plane::new(RouteTable::default(), vec![i], Vec::new()).waking(Some(wake));
+        let mut fw = crate::forward::Forwarder::new(Arc::default());
+        let mut frame = [0u8; 60];
+        frame[..6].fill(0xff);
+        frame[6..12].copy_from_slice(&vm.0);
+        let vh = vnet_wire::virtio::VirtioNetHdr::NONE;
+        fw.forward(&plane, vnet_core::Port::Interface(1), vh, &mut frame);
+        assert_eq!(woken.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_patched_table_is_the_new_states_table_with_the_counters_of_the_routes_that_stay() {
+        let cmds = |t: &str| vnet_control::parse(t).unwrap();
+        let a = State::default()
+            .apply_all(&cmds(
+                "interface vm tap t mac 52:54:00:00:00:01\n\
+                 route any 52:54:00:00:00:02 -> interface vm\n\
+                 route any 52:54:00:00:00:03 -> interface vm\n",
+            ))
+            .unwrap();
+        let old = route_table(&a, 1, &RouteTable::default());
+        let ids: Vec<u32> = a.routes.keys().copied().collect();
+        old.route_by_id(ids[1]).unwrap().counters.add(100);
+        let change = format!("delete route {}\nroute any 52:54:00:00:00:04 -> interface vm\n", ids[0]);
+        let b = a.apply_all(&cmds(&change)).unwrap();
+        let added = b.routes.values().filter(|r| !a.routes.contains_key(&r.id));
+        let patched = patched_table(&old, 2, &[ids[0]], added);
+        let dump = |t: &RouteTable| {
+            let mut v: Vec<_> =
+                t.routes().map(|r| (r.id, r.dst.to_string(), r.counters.snapshot().bytes)).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(dump(&patched), dump(&route_table(&b, 2, &old)));
+        assert_eq!((patched.generation(), patched.len()), (2, 2));
+        assert_eq!(patched.route_by_id(ids[1]).unwrap().counters.snapshot().bytes, 100, "kept");
+    }
 }

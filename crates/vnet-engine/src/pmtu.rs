@@ -86,7 +86,8 @@ impl Phase {
 #[derive(Debug)]
 struct State {
     phase: Phase,
-    /// Largest size acknowledged; smallest size lost (`max + 1`: none).
+    /// Largest size acknowledged; smallest size lost (`max + 1`: none, as
+    /// always in the base and unanswered phases).
     low: u32,
     high: u32,
     /// The round in flight: (id, size) of each probe not yet answered.
@@ -207,12 +208,12 @@ impl Pmtu {
         }
         let top = high.min(self.max);
         let k = ((top.saturating_sub(low)) / STEP).min((PARALLEL - n) as u32);
+        // Each size strictly between `low` and `top`, and all distinct: with
+        // k >= 1, `top - low >= STEP * k`, so sizes are at least
+        // `STEP * k / (k + 1) >= 4` apart before rounding down to 4.
         for i in 1..=k {
-            let s = (low + (top - low) * i / (k + 1)) & !3;
-            if s > low && s < top && !sizes[..n].contains(&s) {
-                sizes[n] = s;
-                n += 1;
-            }
+            sizes[n] = (low + (top - low) * i / (k + 1)) & !3;
+            n += 1;
         }
         n
     }
@@ -224,7 +225,8 @@ impl Pmtu {
         let Some(lost) = lost else { return };
         match st.phase {
             Phase::Search => {
-                st.high = st.high.min(lost.max(st.low + 1));
+                // Above `low`: an answer drops every probe at or below its size.
+                st.high = st.high.min(lost);
                 if self.current() >= st.high {
                     // The size in use does not pass: the largest that does.
                     self.current.store(st.low, Relaxed);
@@ -264,13 +266,11 @@ impl Pmtu {
         self.probes_acked.fetch_add(1, Relaxed);
         st.misses = 0;
         st.low = st.low.max(size);
-        if st.low > self.current() {
-            self.current.store(st.low, Relaxed);
-        }
+        self.current.fetch_max(st.low, Relaxed);
         match st.phase {
             Phase::Base | Phase::Unanswered => {
+                // (`high` is `max + 1` in these phases: nothing is known to fail.)
                 st.phase = if st.low < self.max { Phase::Search } else { Phase::Done };
-                st.high = self.max + 1;
                 st.raise_ns = now_ns + RAISE_NS;
                 st.next_ns = if st.phase == Phase::Done { now_ns + CONFIRM_NS } else { now_ns };
             }
@@ -355,6 +355,97 @@ mod tests {
         }
         assert!(p.current() <= 1300 && 1300 - p.current() <= STEP, "{}", p.current());
         assert_eq!(p.phase(), Phase::Done);
+    }
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// Ticks `p` every 100 ms from `from` to `to` (ns), answering each
+    /// probe at once when `answer(size)`; returns each round: its time
+    /// and sizes.
+    fn drive(p: &Pmtu, from: u64, to: u64, mut answer: impl FnMut(u32) -> bool) -> Vec<(u64, Vec<u32>)> {
+        let mut rounds = Vec::new();
+        for now in (from..to).step_by(100_000_000) {
+            let mut due = Vec::new();
+            p.tick(now, true, |id, size| due.push((id, size)));
+            if !due.is_empty() {
+                rounds.push((now, due.iter().map(|d| d.1).collect()));
+            }
+            for (id, size) in due {
+                if answer(size) {
+                    p.acked(id, now);
+                }
+            }
+        }
+        rounds
+    }
+
+    #[test]
+    fn phases_are_said_as_their_words() {
+        let words = [Phase::Base, Phase::Search, Phase::Done, Phase::Unanswered].map(Phase::word);
+        assert_eq!(words, ["base", "searching", "done", "unanswered"]);
+    }
+
+    #[test]
+    fn a_round_is_over_at_exactly_the_probe_timeout() {
+        let p = Pmtu::new(1500, 1);
+        p.tick(0, true, |_, _| {});
+        assert_eq!(p.probes_sent.load(Relaxed), 2, "the base and the MTU in use");
+        p.tick(PROBE_TIMEOUT_NS - 1, true, |_, _| {});
+        assert_eq!(p.probes_sent.load(Relaxed), 2, "still out");
+        p.tick(PROBE_TIMEOUT_NS, true, |_, _| {});
+        assert_eq!(p.probes_sent.load(Relaxed), 4, "lost, and the next round out");
+    }
+
+    #[test]
+    fn a_link_at_the_base_mtu_probes_it_once_a_round_and_is_done_when_it_passes() {
+        let p = Pmtu::new(BASE, 1);
+        let rounds = drive(&p, 0, 100_000_000, |_| true);
+        assert_eq!(rounds, vec![(0, vec![BASE])]);
+        assert_eq!((p.current(), p.phase()), (BASE, Phase::Done));
+    }
+
+    #[test]
+    fn a_found_path_is_confirmed_every_confirm_time_and_searched_upwards_every_raise_time() {
+        // A path of 1400 under a 1500 link: done below 1500, so searched
+        // upwards again (with a 1500 probe) each RAISE_NS; confirmed at
+        // its size each CONFIRM_NS between.
+        let p = Pmtu::new(1500, 3);
+        let rounds = drive(&p, 0, 2 * RAISE_NS + 60 * SEC, |s| s <= 1400);
+        let raises: Vec<u64> =
+            rounds.iter().filter(|(t, s)| *t > 0 && s.contains(&1500)).map(|r| r.0).collect();
+        assert_eq!(raises.len(), 2, "{raises:?}");
+        assert!((RAISE_NS..RAISE_NS + CONFIRM_NS).contains(&raises[0]), "{raises:?}");
+        assert!((RAISE_NS..RAISE_NS + CONFIRM_NS).contains(&(raises[1] - raises[0])), "{raises:?}");
+        let found = p.current();
+        assert!(found <= 1400 && 1400 - found <= STEP, "{found}");
+        let confirms: Vec<u64> = rounds.iter().filter(|(_, s)| *s == [found]).map(|r| r.0).collect();
+        assert!(confirms.len() >= 38, "{}", confirms.len());
+        assert!(confirms.windows(2).all(|w| w[1] - w[0] >= CONFIRM_NS), "{confirms:?}");
+        // A path that carries the whole MTU is never searched again.
+        let p = Pmtu::new(1500, 3);
+        let rounds = drive(&p, 0, 2 * RAISE_NS, |_| true);
+        assert!(rounds[1..].iter().all(|(_, s)| *s == [1500]), "{:?}", &rounds[..3]);
+        assert!(rounds[1..].windows(2).all(|w| w[1].0 - w[0].0 == CONFIRM_NS), "never a search between");
+        // The base round at 0, done at 0.1 s, then one each CONFIRM_NS (39 before the end).
+        assert_eq!(rounds.len() as u64, 2 * RAISE_NS / CONFIRM_NS, "a confirmation each CONFIRM_NS");
+    }
+
+    #[test]
+    fn search_rounds_spread_their_probes_evenly_below_what_failed() {
+        let p = Pmtu::new(1500, 1);
+        let spread = |low: u32, high: u32| {
+            let st = State { low, high, ..*p.lock() };
+            let mut sizes = [0u32; PARALLEL];
+            let n = p.spread(&st, &mut sizes);
+            sizes[..n].to_vec()
+        };
+        // Nothing known to fail: the MTU, and seven between.
+        assert_eq!(spread(1280, 1501), [1500, 1304, 1332, 1360, 1388, 1416, 1444, 1472]);
+        // 40 bytes to search: five sizes (one a STEP), the MTU first.
+        assert_eq!(spread(1460, 1501), [1500, 1464, 1472, 1480, 1484, 1492]);
+        // The MTU failed: below it only.
+        assert_eq!(spread(1460, 1500), [1464, 1472, 1480, 1484, 1492]);
+        assert_eq!(spread(1496, 1500), Vec::<u32>::new(), "less than a STEP left");
     }
 
     #[test]

@@ -177,3 +177,57 @@ impl DatagramTx for Nowhere {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frames_start_is_found_past_its_header_however_the_pieces_lie() {
+        let h = vnet_wire::virtio::LEN;
+        let bytes: Vec<u8> = (0..40).collect();
+        let start = |cuts: &[usize], hdr: bool| {
+            let mut at = 0;
+            let mut parts = Vec::new();
+            for &c in cuts.iter().chain([&bytes.len()]) {
+                parts.push(IoSlice::new(&bytes[at..c]));
+                at = c;
+            }
+            Payload::Frame { parts: &parts, hdr }.frame_start().to_vec()
+        };
+        assert_eq!(start(&[], false), bytes, "plain, whole");
+        assert_eq!(start(&[], true), &bytes[h..], "header and frame in one piece");
+        assert_eq!(start(&[h], true), &bytes[h..], "the header a piece of its own");
+        assert_eq!(start(&[4, h + 6], true), &bytes[h..h + 6], "the header in two pieces");
+        assert_eq!(start(&[4, 7], true), &bytes[h..], "in three");
+        assert_eq!(start(&[h - 2, h], true), &bytes[h..], "a piece ends where the frame starts");
+        let short = [IoSlice::new(&bytes[..h])];
+        assert!(Payload::Frame { parts: &short, hdr: true }.frame_start().is_empty(), "a header alone");
+    }
+
+    #[test]
+    fn a_range_of_pieces_is_copied_only_into_a_place_exactly_its_size() {
+        let bytes: Vec<u8> = (0..20).collect();
+        let parts = [IoSlice::new(&bytes[..7]), IoSlice::new(&bytes[7..])];
+        let mut dst = [0u8; 6];
+        assert!(copy_in(&parts, 4..10, &mut dst));
+        assert_eq!(dst, [4, 5, 6, 7, 8, 9]);
+        assert!(!copy_in(&parts, 4..8, &mut dst), "a place larger than the range");
+        assert!(!copy_in(&parts, 4..12, &mut dst), "smaller");
+        let mut long = [0u8; 10];
+        assert!(!copy_in(&parts, 15..25, &mut long), "parts that end before the range");
+        let mut out = [IoSlice::new(&[]); 2];
+        let mut k = 0;
+        assert!(slices_in(&parts, 5..9, &mut out, &mut k));
+        assert_eq!((k, &*out[0], &*out[1]), (2, &bytes[5..7], &bytes[7..9]));
+        assert!(!slices_in(&parts, 0..3, &mut out, &mut k), "no room left");
+    }
+
+    #[test]
+    fn nowhere_takes_nothing() {
+        let frame = [IoSlice::new(&[0u8; 60])];
+        assert!(!Port::takes_offloads(&Nowhere));
+        assert!(!Port::send(&Nowhere, &mut Scratch::default(), Payload::Frame { parts: &frame, hdr: false }));
+        assert!(!DatagramTx::send(&Nowhere, &frame, 60, 0));
+    }
+}
