@@ -337,24 +337,27 @@ mod tests {
     #[test]
     fn a_path_that_shrinks_is_found_by_the_confirmation_and_searched_again() {
         let p = Pmtu::new(1500, 1);
-        let mut now = 0;
-        let mut path = 1500;
-        for step in 0..5000u64 {
-            if step == 100 {
-                assert_eq!((p.current(), p.phase()), (1500, Phase::Done));
-                path = 1300;
-            }
-            let mut due = Vec::new();
-            p.tick(now, true, |id, size| due.push((id, size)));
-            for (id, size) in due {
-                if size <= path {
-                    p.acked(id, now);
-                }
-            }
-            now += 100_000_000;
-        }
+        drive(&p, 0, 10 * SEC, |s| s <= 1500);
+        assert_eq!((p.current(), p.phase()), (1500, Phase::Done));
+        let rounds = drive(&p, 10 * SEC, 500 * SEC, |s| s <= 1300);
         assert!(p.current() <= 1300 && 1300 - p.current() <= STEP, "{}", p.current());
         assert_eq!(p.phase(), Phase::Done);
+        // Searched from nothing known: its first round tries the MTU again.
+        let search = rounds.iter().find(|(_, s)| s.len() > 2).unwrap();
+        assert_eq!(search.1[0], 1500, "{rounds:?}");
+    }
+
+    #[test]
+    fn a_peer_not_heard_is_probed_at_the_base_again_each_idle_time() {
+        let p = Pmtu::new(1500, 1);
+        let mut rounds = Vec::new();
+        for now in (0..5 * SEC).step_by(100_000_000) {
+            p.tick(now, false, |_, _| rounds.push(now / 100_000_000));
+        }
+        // Three rounds, 300 ms apart; the third missed, a second's pause.
+        let want = [0, 0, 3, 3, 6, 6, 19, 19, 22, 22, 25, 25, 38, 38, 41, 41, 44, 44];
+        assert_eq!(rounds, want);
+        assert_eq!(p.phase(), Phase::Base);
     }
 
     const SEC: u64 = 1_000_000_000;
