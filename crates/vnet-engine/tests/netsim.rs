@@ -683,8 +683,12 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
 
 #[test]
 fn secured_links_deliver_only_what_the_peer_sealed() {
+    let plain = vnet_pair(1);
+    assert_eq!(plain.hosts[0].link("p").unwrap().max_whole_frame(), 1500 - 28 - 20, "plain");
     for mode in ["auth", "encrypt"] {
         let mut net = secure_pair(mode, 120, 0);
+        // What a datagram holds of a frame: less the secured header and tag.
+        assert_eq!(net.hosts[0].link("p").unwrap().max_whole_frame(), 1500 - 28 - 20 - 32, "{mode}");
         net.start_capture();
         // 3000 bytes over a 1500-byte underlay: two secured fragments.
         let f = frame(0, Some(1), 7, 3000);

@@ -966,6 +966,17 @@ mod tests {
     }
 
     #[test]
+    fn initiations_are_dated_by_the_wall_clock_given_else_by_the_engine_clock() {
+        fn wall() -> u64 {
+            1_700_000_000_000_000_000
+        }
+        assert_eq!(Timers::default().date(5), 6);
+        assert_eq!(Timers::default().dated_by(wall).date(5), wall());
+        let t = Timers::with_rekey(10 * SEC).dated_by(wall);
+        assert_eq!((t.rekey_after_ns, t.reject_after_ns), (10 * SEC, 15 * SEC), "the rest kept");
+    }
+
+    #[test]
     fn the_cipher_is_aes_only_where_both_ends_want_it_and_a_named_one_is_kept() {
         use Aead::{Aes256Gcm as Aes, ChaCha20Poly1305 as ChaCha};
         use Cipher::{Aes256Gcm, Auto, ChaCha20Poly1305};
