@@ -402,8 +402,9 @@ mod tests {
     #[test]
     fn a_link_at_the_base_mtu_probes_it_once_a_round_and_is_done_when_it_passes() {
         let p = Pmtu::new(BASE, 1);
-        let rounds = drive(&p, 0, 100_000_000, |_| true);
-        assert_eq!(rounds, vec![(0, vec![BASE])]);
+        let rounds = drive(&p, 0, 2 * CONFIRM_NS + 1, |_| true);
+        // Done at once: confirmed each CONFIRM_NS from then.
+        assert_eq!(rounds, vec![(0, vec![BASE]), (CONFIRM_NS, vec![BASE]), (2 * CONFIRM_NS, vec![BASE])]);
         assert_eq!((p.current(), p.phase()), (BASE, Phase::Done));
     }
 

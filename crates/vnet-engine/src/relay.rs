@@ -92,3 +92,56 @@ pub fn send_through(
         ok
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::DatagramTx;
+    use crate::secure::tests::{handshake, opened, pair};
+    use std::sync::Mutex;
+    use vnet_wire::frag::FrameIds;
+
+    /// Keeps what is sent (or refuses it).
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<Vec<u8>>>, bool);
+
+    impl DatagramTx for Kept {
+        fn send(&self, iov: &[IoSlice<'_>], _: usize, _: u64) -> bool {
+            self.0.lock().unwrap().push(iov.iter().flat_map(|s| s.iter().copied()).collect());
+            !self.1
+        }
+    }
+
+    #[test]
+    fn datagrams_in_pieces_are_each_wrapped_whole_naming_the_key_and_a_refused_send_is_said() {
+        let (a, b) = pair(secure::Mode::Encrypt);
+        handshake(&a, &b, 1);
+        let ids = FrameIds::new(1);
+        let kept = Kept::default();
+        let tx = Tx {
+            out: &kept,
+            direct: &kept,
+            max_datagram: 1472,
+            outer_len: 28,
+            frame_ids: &ids,
+            secure: Some(&a),
+        };
+        let key = [7u8; KEY];
+        let data: Vec<u8> = (0..100).collect();
+        // Two datagrams of 50 bytes, laid out in pieces that cut across them.
+        let iov = [IoSlice::new(&data[..30]), IoSlice::new(&data[30..80]), IoSlice::new(&data[80..])];
+        assert!(send_through(&tx, 5, Flags::RELAY_TO, &key, &iov, 50));
+        let sent = std::mem::take(&mut *kept.0.lock().unwrap());
+        assert_eq!(sent.len(), 2);
+        for (i, d) in sent.into_iter().enumerate() {
+            let plain = opened(&b, d).expect("sealed with the session");
+            let p = vnet_wire::vnet::VnetPacket::new_checked(&plain[..]).unwrap();
+            assert_eq!((p.flags().0, p.network(), p.header_len()), (Flags::RELAY_TO, 5, HEADER_LEN));
+            assert_eq!(plain[HEADER_LEN..HEADER_LEN + KEY], key);
+            assert_eq!(plain[HEADER_LEN + KEY..], data[i * 50..(i + 1) * 50], "datagram {i}");
+        }
+        let refusing = Kept(Mutex::default(), true);
+        let tx = Tx { out: &refusing, direct: &refusing, ..tx };
+        assert!(!send_through(&tx, 5, Flags::RELAY_TO, &key, &iov, 50));
+    }
+}

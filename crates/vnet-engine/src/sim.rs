@@ -103,6 +103,9 @@ pub struct Faults {
     /// batch), and a host is handed the next buffer from the same sender
     /// with it, as from one `recvmmsg`.
     pub gro: bool,
+    /// Every send is refused (as a socket that returns ENOBUFS): nothing
+    /// goes on the wire and the sender is told so.
+    pub refuse: bool,
 }
 
 /// A datagram in flight.
@@ -226,6 +229,9 @@ impl DatagramTx for WireTx {
         let bytes: Vec<u8> = iov.iter().flat_map(|p| p.iter().copied()).collect();
         let to = *self.to.lock().unwrap_or_else(|e| e.into_inner());
         let mut w = self.wire.lock().unwrap_or_else(|e| e.into_inner());
+        if w.faults.refuse {
+            return false;
+        }
         if bytes.is_empty() {
             w.put(self.from, to, self.arrival, Vec::new()); // a keepalive
         }

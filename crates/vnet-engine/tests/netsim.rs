@@ -1225,6 +1225,11 @@ fn a_link_whose_peer_is_not_heard_directly_goes_through_its_relay_and_back_direc
     // bytes of frame: the frames of 74, 1414, 1514 and 4014 bytes are 1, 2,
     // 2 and 4 datagrams (9), in one send each (4), each relayed once.
     assert_eq!(moved, [4, 9, 9, 0], "sends through, datagrams received through, relayed, refused");
+    // A send the socket refuses is not counted as sent through.
+    net.set_faults(Faults { refuse: true, ..Faults::default() });
+    net.send(0, "vm", &sent[0]);
+    net.set_faults(Faults::default());
+    assert_eq!(relay_counts(&net), after, "a refused send");
     // The direct path opens: within a keepalive both ends hear each
     // other directly and stop relaying; frames go direct.
     net.cut(&ip(0), &ip(1), false);
@@ -1287,4 +1292,31 @@ fn a_nat_link_tells_its_peer_where_it_sees_it_every_ten_seconds_and_another_neve
             assert_eq!(seen, nat.then(|| ip(h)), "nat {nat}: where host {h}'s peer sees it");
         }
     }
+}
+
+#[test]
+fn a_gro_batch_of_one_flows_segments_on_a_raw_link_reaches_the_vm_as_one_super_frame() {
+    let mut net = Net::new(8);
+    for (me, peer) in [(0, 1), (1, 0)] {
+        let cfg = format!(
+            "interface vm tap t mac {}\nlink p udp {} format raw mtu 1500\n\
+             route any {} -> link p\nroute any {} -> interface vm\n",
+            mac(me),
+            ip(peer),
+            mac(peer),
+            mac(me)
+        );
+        net.add_host(&ip(me), &cfg).unwrap();
+    }
+    net.set_faults(Faults { gro: true, ..Faults::default() });
+    let (vh, f) = tcp_super_frame(0, 1, 14_000, 1448);
+    net.send_with(0, "vm", vh, &f);
+    net.run(1000);
+    let got = net.take(1, "vm");
+    let g = &net.hosts[1].global;
+    let gro = [load(&g.rx_gro_frames), load(&g.rx_gro_segments)];
+    // 14000 bytes in segments of 1448: ten datagrams, one batch, one frame.
+    assert_eq!((got.len(), gro), (1, [1, 10]), "{got:?}");
+    assert_eq!(got[0].vh.map(|v| (v.gso_type, v.gso_size)), Some((GSO_TCPV4, 1448)));
+    assert_eq!(&got[0].frame[54..], &f[54..], "the payload, whole and in order");
 }

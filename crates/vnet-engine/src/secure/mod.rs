@@ -839,13 +839,13 @@ impl SecureLink {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::session::Replay;
     use super::*;
 
     const SEC: u64 = 1_000_000_000;
 
-    fn pair(mode: Mode) -> (SecureLink, SecureLink) {
+    pub(crate) fn pair(mode: Mode) -> (SecureLink, SecureLink) {
         let (a, b) = (Arc::new(Identity::generate().unwrap()), Arc::new(Identity::generate().unwrap()));
         let la = SecureLink::new(mode, a.clone(), b.public(), Timers::with_rekey(10 * SEC));
         let lb = SecureLink::new(mode, b, a.public(), Timers::with_rekey(10 * SEC));
@@ -868,7 +868,7 @@ mod tests {
     }
 
     /// Runs a handshake from `a` to `b` at `now`.
-    fn handshake(a: &SecureLink, b: &SecureLink, now: u64) {
+    pub(crate) fn handshake(a: &SecureLink, b: &SecureLink, now: u64) {
         let mut init = [0u8; 256];
         let n = a.tick(now, &mut init).expect("an initiation is due");
         let mut resp = [0u8; 256];
@@ -895,7 +895,7 @@ mod tests {
         buf
     }
 
-    fn opened(to: &SecureLink, mut d: Vec<u8>) -> Option<Vec<u8>> {
+    pub(crate) fn opened(to: &SecureLink, mut d: Vec<u8>) -> Option<Vec<u8>> {
         let mut r = [0u8; 256];
         match to.open(0, to.peer_addr(), &mut d, &mut r) {
             Opened::Data(range) => Some(d[range].to_vec()),
