@@ -532,6 +532,11 @@ impl Net {
         self.hosts[h].lans.get(link).map(|r| r.take()).unwrap_or_default()
     }
 
+    /// Frames host `h` is reassembling now (of `vnet` links' fragments).
+    pub fn reassembling(&self, h: usize) -> usize {
+        self.hosts[h].rx_udp.in_progress()
+    }
+
     /// What VM `vm` of host `h` received since the last call.
     pub fn take(&self, h: usize, vm: &str) -> Vec<Delivered> {
         self.hosts[h].vms.get(vm).map(|r| r.take()).unwrap_or_default()

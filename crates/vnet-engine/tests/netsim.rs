@@ -270,7 +270,10 @@ fn fragments_lost_on_the_wire_lose_their_frame_never_corrupt_one() {
     );
     // The incomplete ones are evicted (the pool's 64 slots fill with them)
     // or time out, and are counted either way; nothing is held after.
+    let held = net.reassembling(1);
+    assert!((1..=64).contains(&held), "{held} incomplete frames held");
     net.advance(10_000_000_000);
+    assert_eq!(net.reassembling(1), 0);
     let g = &net.hosts[1].global;
     let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed) as usize;
     let (timed_out, evicted) = (load(&g.reasm_timed_out), load(&g.reasm_evicted));

@@ -1136,6 +1136,22 @@ pub(crate) mod tests {
         assert!(!r.accept(5000 - WINDOW + 1));
         assert!(r.accept(4999));
         assert!(!r.accept(REJECT_AFTER_MESSAGES));
+        // In numbers: WireGuard's window (2048 bits, less the word being
+        // filled) and limit (2^64 - 2^13 messages).
+        let mut r = Replay::new();
+        assert!(r.accept(10_000));
+        assert!(!r.accept(10_000 - 1985) && r.accept(10_000 - 1984));
+        assert!(r.accept(u64::MAX - 8193) && !r.accept(u64::MAX - 8192));
+    }
+
+    #[test]
+    fn key_errors_say_what_failed_and_an_identity_shows_only_its_public_half() {
+        assert_eq!(KeyError::Random.to_string(), "the system's random source failed");
+        assert_eq!(KeyError::Noise("bad".into()).to_string(), "Noise: bad");
+        let id = Identity::from_private([9; 32]).unwrap();
+        let shown = format!("{id:?}");
+        assert!(shown.starts_with("Identity { public: [") && shown.ends_with(", .. }"), "{shown}");
+        assert!(!shown.contains(&format!("{:?}", [9u8; 32])), "the private half is not shown");
     }
 
     #[test]
