@@ -1152,6 +1152,7 @@ pub(crate) mod tests {
         let shown = format!("{id:?}");
         assert!(shown.starts_with("Identity { public: [") && shown.ends_with(", .. }"), "{shown}");
         assert!(!shown.contains(&format!("{:?}", [9u8; 32])), "the private half is not shown");
+        assert_eq!(id.private(), [9; 32], "but kept, for the key file");
     }
 
     #[test]
