@@ -1120,6 +1120,7 @@ pub(crate) mod tests {
             assert_eq!(list.link_of(ours), Some(7), "round {round}: the answer's index is listed");
         }
         assert_eq!(list.len(), Sessions::PER_LINK, "a link lists its last few indices only");
+        assert!(!list.is_empty());
         drop(b);
         assert!(list.is_empty(), "a link's indices go with it");
     }
@@ -1142,6 +1143,26 @@ pub(crate) mod tests {
         assert!(r.accept(10_000));
         assert!(!r.accept(10_000 - 1985) && r.accept(10_000 - 1984));
         assert!(r.accept(u64::MAX - 8193) && !r.accept(u64::MAX - 8192));
+    }
+
+    #[test]
+    fn an_initiation_is_to_the_host_whose_public_key_made_its_mac_only() {
+        let (a, b) = pair(Mode::Encrypt);
+        let (c, _) = pair(Mode::Encrypt);
+        let mut init = [0u8; 256];
+        let n = a.tick(1, &mut init).expect("an initiation is due");
+        assert!(b.initiation_to_us(&init[..n]), "to b");
+        assert!(!c.initiation_to_us(&init[..n]), "not to c");
+        assert_eq!(format!("{a:?}"), "SecureLink { mode: Encrypt, .. }");
+    }
+
+    #[test]
+    fn a_cipher_byte_with_a_bit_unknown_offers_nothing() {
+        let aes = Aead::Aes256Gcm.id();
+        assert_eq!(offered(0), Some(Aead::ChaCha20Poly1305), "an earlier vnetd's");
+        assert_eq!(offered(NEGOTIATES | PINNED | aes), Some(Aead::Aes256Gcm));
+        assert_eq!(offered(NEGOTIATES | 0x80 | aes), None, "an unknown bit");
+        assert_eq!(offered(aes), None, "a cipher named without negotiating");
     }
 
     #[test]
