@@ -846,9 +846,13 @@ pub(crate) mod tests {
     const SEC: u64 = 1_000_000_000;
 
     pub(crate) fn pair(mode: Mode) -> (SecureLink, SecureLink) {
+        pair_timed(mode, Timers::with_rekey(10 * SEC))
+    }
+
+    fn pair_timed(mode: Mode, t: Timers) -> (SecureLink, SecureLink) {
         let (a, b) = (Arc::new(Identity::generate().unwrap()), Arc::new(Identity::generate().unwrap()));
-        let la = SecureLink::new(mode, a.clone(), b.public(), Timers::with_rekey(10 * SEC));
-        let lb = SecureLink::new(mode, b, a.public(), Timers::with_rekey(10 * SEC));
+        let la = SecureLink::new(mode, a.clone(), b.public(), t);
+        let lb = SecureLink::new(mode, b, a.public(), t);
         (la, lb)
     }
 
@@ -1154,6 +1158,80 @@ pub(crate) mod tests {
         assert!(b.initiation_to_us(&init[..n]), "to b");
         assert!(!c.initiation_to_us(&init[..n]), "not to c");
         assert_eq!(format!("{a:?}"), "SecureLink { mode: Encrypt, .. }");
+    }
+
+    #[test]
+    fn handshake_messages_and_data_are_told_apart_by_length_version_and_type() {
+        let mut init = [0u8; INIT_LEN];
+        init[..2].copy_from_slice(&[VERSION, T_INIT]);
+        assert!(is_initiation(&init));
+        assert!(!is_initiation(&init[..INIT_LEN - 1]), "a byte short");
+        let other = |i: usize, v: u8| {
+            let mut d = init;
+            d[i] = v;
+            d
+        };
+        assert!(!is_initiation(&other(0, 1)) && !is_initiation(&other(1, T_RESP)));
+        assert!(is_response(&[VERSION, T_RESP]) && !is_response(&[VERSION, T_INIT]));
+        assert!(!is_response(&[VERSION]) && !is_response(&[]));
+        let mut data = [0u8; OVERHEAD];
+        data[..8].copy_from_slice(&[VERSION, T_DATA, 2, 0, 7, 1, 0, 0]);
+        assert_eq!(data_index(&data), Some(0x107));
+        assert_eq!(data_index(&data[..OVERHEAD - 1]), None, "a byte short");
+        data[0] = 1;
+        assert_eq!(data_index(&data), None, "another version");
+        data[..2].copy_from_slice(&[VERSION, T_INIT]);
+        assert_eq!(data_index(&data), None, "another type");
+    }
+
+    #[test]
+    fn a_datagram_too_short_for_a_header_is_unauthenticated_and_one_just_long_enough_is_read() {
+        let (a, _) = pair(Mode::Encrypt);
+        let mut r = [0u8; 256];
+        assert_eq!(a.open(0, a.peer_addr(), &mut [VERSION, T_DATA], &mut r), Opened::Nothing);
+        let mut eight = [VERSION, T_INIT, Mode::Encrypt.byte(), 0, 0, 0, 0, 0];
+        assert_eq!(a.open(0, a.peer_addr(), &mut eight, &mut r), Opened::Nothing);
+        let st = &a.stats;
+        assert_eq!((st.unauthenticated.load(Relaxed), st.bad_handshakes.load(Relaxed)), (1, 1));
+    }
+
+    #[test]
+    fn an_auth_mode_initiation_from_anywhere_names_its_initiator() {
+        for mode in [Mode::Auth, Mode::Encrypt] {
+            let (a, b) = pair(mode);
+            let mut init = [0u8; 256];
+            let n = a.tick(1, &mut init).expect("an initiation is due");
+            assert_eq!(b.initiator_of(&init[..n]), Some(a.identity.public()), "{mode:?}");
+        }
+    }
+
+    #[test]
+    fn a_session_is_renewed_after_its_messages_or_by_the_responder_a_few_retries_after_the_initiator() {
+        let t = Timers { rekey_after_messages: 3, ..Timers::with_rekey(100 * SEC) };
+        let (a, b) = pair_timed(Mode::Encrypt, t);
+        handshake(&a, &b, 0);
+        let mut out = [0u8; 256];
+        // Sent: the keepalive that completed the handshake, and one.
+        sealed(&a, b"x");
+        assert_eq!(a.tick(SEC, &mut out), None, "two sent");
+        sealed(&a, b"x");
+        assert!(a.tick(SEC, &mut out).is_some(), "three sent: renewed");
+        // The responder renews 5 retries after the initiator would.
+        assert_eq!(b.tick(105 * SEC - 1, &mut out), None);
+        assert!(b.tick(105 * SEC, &mut out).is_some());
+    }
+
+    #[test]
+    fn an_answered_initiation_waits_a_retry_for_its_first_datagram_before_its_responder_initiates() {
+        let (a, b) = pair(Mode::Encrypt);
+        let mut init = [0u8; 256];
+        let n = a.tick(0, &mut init).expect("an initiation is due");
+        let mut resp = [0u8; 256];
+        assert!(matches!(b.open(0, b.peer_addr(), &mut init[..n], &mut resp), Opened::Reply(_)));
+        let mut out = [0u8; 256];
+        let retry = b.timers.retry_ns;
+        assert_eq!(b.tick(retry - 1, &mut out), None, "the initiator's first datagram may come");
+        assert!(b.tick(retry, &mut out).is_some(), "it did not: b initiates");
     }
 
     #[test]
