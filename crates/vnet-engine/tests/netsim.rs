@@ -1298,28 +1298,37 @@ fn a_nat_link_tells_its_peer_where_it_sees_it_every_ten_seconds_and_another_neve
 }
 
 #[test]
-fn a_gro_batch_of_one_flows_segments_on_a_raw_link_reaches_the_vm_as_one_super_frame() {
-    let mut net = Net::new(8);
-    for (me, peer) in [(0, 1), (1, 0)] {
-        let cfg = format!(
-            "interface vm tap t mac {}\nlink p udp {} format raw mtu 1500\n\
-             route any {} -> link p\nroute any {} -> interface vm\n",
-            mac(me),
-            ip(peer),
-            mac(peer),
-            mac(me)
-        );
-        net.add_host(&ip(me), &cfg).unwrap();
+fn a_gro_batch_of_one_flows_segments_on_a_raw_or_vxlan_link_reaches_the_vm_as_one_super_frame() {
+    for kind in ["udp {ip} format raw", "vxlan {ip} vni 42"] {
+        // 13960 bytes in segments of 1396 (ten, each a frame VXLAN carries
+        // at MTU 1500); 6400 in 64 of 100, as many as one send and one
+        // GSO frame take.
+        for (payload, mss, segs) in [(13_960, 1396, 10), (6400, 100, 64)] {
+            let mut net = Net::new(8);
+            for (me, peer) in [(0, 1), (1, 0)] {
+                let cfg = format!(
+                    "interface vm tap t mac {}\nlink p {} mtu 1500\n\
+                     route any {} -> link p\nroute any {} -> interface vm\n",
+                    mac(me),
+                    kind.replace("{ip}", &ip(peer)),
+                    mac(peer),
+                    mac(me)
+                );
+                net.add_host(&ip(me), &cfg).unwrap();
+            }
+            net.set_faults(Faults { gro: true, ..Faults::default() });
+            let (vh, f) = tcp_super_frame(0, 1, payload, mss);
+            net.send_with(0, "vm", vh, &f);
+            net.run(1000);
+            let got = net.take(1, "vm");
+            let g = &net.hosts[1].global;
+            let gro = [load(&g.rx_gro_frames), load(&g.rx_gro_segments)];
+            let what = format!("{kind}, {segs} segments");
+            assert_eq!((got.len(), gro), (1, [1, segs]), "{what}: {got:?}");
+            assert_eq!(got[0].vh.map(|v| (v.gso_type, v.gso_size)), Some((GSO_TCPV4, mss)), "{what}");
+            assert_eq!(&got[0].frame[54..], &f[54..], "{what}: the payload, whole and in order");
+            let rx = net.hosts[1].link("p").unwrap().rx.snapshot();
+            assert_eq!((rx.packets, rx.bytes), (1, f.len() as u64), "{what}: one frame received");
+        }
     }
-    net.set_faults(Faults { gro: true, ..Faults::default() });
-    let (vh, f) = tcp_super_frame(0, 1, 14_000, 1448);
-    net.send_with(0, "vm", vh, &f);
-    net.run(1000);
-    let got = net.take(1, "vm");
-    let g = &net.hosts[1].global;
-    let gro = [load(&g.rx_gro_frames), load(&g.rx_gro_segments)];
-    // 14000 bytes in segments of 1448: ten datagrams, one batch, one frame.
-    assert_eq!((got.len(), gro), (1, [1, 10]), "{got:?}");
-    assert_eq!(got[0].vh.map(|v| (v.gso_type, v.gso_size)), Some((GSO_TCPV4, 1448)));
-    assert_eq!(&got[0].frame[54..], &f[54..], "the payload, whole and in order");
 }
