@@ -1320,6 +1320,44 @@ pub(crate) mod tests {
         // A handshake message first: nothing taken.
         let (p, _) = pair(Mode::Encrypt);
         assert_eq!(b.open_run(&mut initiation(&p, 0), seg, &mut out), 0);
+        assert_eq!(b.open_run(&mut batch, 0, &mut out), 0, "no size: nothing");
+        // A datagram of the session but not data ends the run: another
+        // version, type or mode, or too short for a data datagram.
+        for (at, v) in [(0, 1), (1, T_INIT), (2, Mode::Auth.byte())] {
+            let mut odd = sealed(&a, &msg(8));
+            odd[at] = v;
+            let mut batch: Vec<u8> =
+                [&sealed(&a, &msg(7)), &odd].iter().flat_map(|d| d.iter().copied()).collect();
+            assert_eq!(b.open_run(&mut batch, seg, &mut out), 1, "byte {at} as {v}");
+        }
+        let short = sealed(&a, &msg(7))[..OVERHEAD - 1].to_vec();
+        let mut batch: Vec<u8> =
+            [&sealed(&a, &msg(7)), &short].iter().flat_map(|d| d.iter().copied()).collect();
+        assert_eq!(b.open_run(&mut batch, seg, &mut out), 1, "a short one");
+    }
+
+    #[test]
+    fn a_new_session_becomes_current_on_its_first_datagram_that_opens_never_on_a_forged_one() {
+        let (a, b) = pair(Mode::Encrypt);
+        let mut init = [0u8; 256];
+        let n = a.tick(0, &mut init).expect("an initiation is due");
+        let mut resp = [0u8; 256];
+        let Opened::Reply(m) = b.open(0, b.peer_addr(), &mut init[..n], &mut resp) else {
+            panic!("not answered")
+        };
+        let mut ka = [0u8; 256];
+        let Opened::Reply(k) = a.open(0, a.peer_addr(), &mut resp[..m], &mut ka) else {
+            panic!("not completed")
+        };
+        let mut forged = sealed(&a, b"x");
+        forged[20] ^= 1;
+        let mut out = [const { None }; 4];
+        let seg = forged.len();
+        assert_eq!(b.open_run(&mut forged, seg, &mut out), 1);
+        assert!(out[0].is_none() && !b.established(), "a forgery promotes nothing");
+        let mut real = ka[..k].to_vec();
+        assert_eq!(b.open_run(&mut real, k, &mut out), 1);
+        assert!(out[0].is_some() && b.established(), "the initiator's first datagram does");
     }
 
     #[test]
