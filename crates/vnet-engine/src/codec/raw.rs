@@ -30,8 +30,3 @@ pub fn send(tx: &Tx<'_>, payload: Payload<'_>, flow: u64) -> bool {
         Payload::Segments(segs) => super::send_segments(tx.direct, segs, &[], flow),
     }
 }
-
-/// The frame a datagram carries: all of it.
-pub fn decapsulate(datagram: &mut [u8]) -> &mut [u8] {
-    datagram
-}

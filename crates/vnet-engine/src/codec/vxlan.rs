@@ -55,10 +55,3 @@ pub fn arrival(ip: std::net::IpAddr, datagram: &[u8]) -> Option<(vnet_control::R
     let vni = VxlanPacket::new_checked(datagram).ok()?.vni();
     Some((vnet_control::RxKey::Addr(vnet_control::Via::Vxlan, ip, vni), HEADER_LEN))
 }
-
-/// The VNI and the inner frame of a datagram, or `None` for one Linux would
-/// drop too (flags other than I, reserved bits set, too short).
-pub fn decapsulate(datagram: &mut [u8]) -> Option<(u32, &mut [u8])> {
-    let vni = VxlanPacket::new_checked(&*datagram).ok()?.vni();
-    Some((vni, &mut datagram[HEADER_LEN..]))
-}
