@@ -176,6 +176,17 @@ mod tests {
     ];
 
     #[test]
+    fn a_broken_stream_says_why() {
+        let e = StreamError::Record { offset: 3, len: 9 };
+        assert_eq!(
+            e.to_string(),
+            format!("bad record: offset 3, length 9 (at most {MAX_PAYLOAD}, offset 0)")
+        );
+        let e = StreamError::Header(vnet_wire::Error::Version(7));
+        assert_eq!(e.to_string(), format!("bad record header: {}", vnet_wire::Error::Version(7)));
+    }
+
+    #[test]
     fn vector_and_byte_by_byte_delivery() {
         assert_eq!(header(14, false), S1[..20]);
         let mut d = Deframer::default();
