@@ -176,6 +176,31 @@ mod tests {
     ];
 
     #[test]
+    fn a_stream_longer_than_the_buffer_flows_through_it() {
+        // Five records of 60000 bytes (more than twice the buffer) pushed
+        // in pieces, each record taken as it completes.
+        let mut d = Deframer::default();
+        let mut stream = Vec::new();
+        for r in 0..5u8 {
+            stream.extend_from_slice(&header(60_000, false));
+            stream.extend(std::iter::repeat_n(r, 60_000));
+        }
+        let mut got = Vec::new();
+        for piece in stream.chunks(7000) {
+            let mut rest = piece;
+            while !rest.is_empty() {
+                let n = d.push(rest);
+                assert!(n > 0, "no room after {} records", got.len());
+                rest = &rest[n..];
+                while let Some(Record::Frame { payload, .. }) = d.next_record().unwrap() {
+                    got.push((payload.len(), payload[0]));
+                }
+            }
+        }
+        assert_eq!(got, (0..5u8).map(|r| (60_000, r)).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn a_broken_stream_says_why() {
         let e = StreamError::Record { offset: 3, len: 9 };
         assert_eq!(
