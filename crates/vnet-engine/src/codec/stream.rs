@@ -201,6 +201,23 @@ mod tests {
     }
 
     #[test]
+    fn a_record_header_may_carry_options_up_to_64_bytes() {
+        let record = |hl: u8| {
+            let mut r = S1[..20].to_vec();
+            r[3] = hl;
+            r.resize(usize::from(hl), 0);
+            r.extend_from_slice(&S1[20..]);
+            r
+        };
+        let mut d = Deframer::default();
+        d.push(&record(64));
+        assert!(matches!(d.next_record(), Ok(Some(Record::Frame { payload, .. })) if *payload == S1[20..]));
+        let mut d = Deframer::default();
+        d.push(&record(68));
+        assert_eq!(d.next_record().err(), Some(StreamError::Record { offset: 0, len: 14 }));
+    }
+
+    #[test]
     fn a_broken_stream_says_why() {
         let e = StreamError::Record { offset: 3, len: 9 };
         assert_eq!(

@@ -799,8 +799,9 @@ impl SecureLink {
         let s = &self.stats;
         let mode = self.mode.byte();
         let is_data = |d: &[u8]| d.len() >= OVERHEAD && d[0] == VERSION && d[1] == T_DATA && d[2] == mode;
+        // (With `seg` 0 the first is empty, and no data datagram.)
         let first = &data[..seg.min(data.len())];
-        if seg == 0 || !is_data(first) {
+        if !is_data(first) {
             return 0;
         }
         let index = index_at(first, 4);
@@ -1321,6 +1322,7 @@ pub(crate) mod tests {
         let (p, _) = pair(Mode::Encrypt);
         assert_eq!(b.open_run(&mut initiation(&p, 0), seg, &mut out), 0);
         assert_eq!(b.open_run(&mut batch, 0, &mut out), 0, "no size: nothing");
+        assert_eq!(b.open_run(&mut [VERSION, T_DATA, 2, 0], 4, &mut out), 0, "too short to be data");
         // A datagram of the session but not data ends the run: another
         // version, type or mode, or too short for a data datagram.
         for (at, v) in [(0, 1), (1, T_INIT), (2, Mode::Auth.byte())] {
