@@ -1233,6 +1233,11 @@ pub(crate) mod tests {
         let retry = b.timers.retry_ns;
         assert_eq!(b.tick(retry - 1, &mut out), None, "the initiator's first datagram may come");
         assert!(b.tick(retry, &mut out).is_some(), "it did not: b initiates");
+        // And an unanswered initiation is sent again a retry after it was.
+        let (c, _) = pair(Mode::Encrypt);
+        assert!(c.tick(0, &mut out).is_some());
+        assert_eq!(c.tick(retry - 1, &mut out), None, "its answer may come");
+        assert!(c.tick(retry, &mut out).is_some(), "again");
     }
 
     #[test]
