@@ -60,8 +60,9 @@ fn send_frame(
     if total > vnet::max_carried(flags) as usize || dgram <= HEADER_LEN {
         return false;
     }
+    // At most MAX_SEGS datagrams: the scratch's headers.
     let n = frag::count(total, dgram);
-    if n > MAX_SEGS || n > scratch.vnet_hdrs.len() {
+    if n > scratch.vnet_hdrs.len() {
         return false;
     }
     let base = VnetRepr { flags, network, frame_id: tx.frame_ids.next(), frame_len: total as u32, offset: 0 };
@@ -200,4 +201,78 @@ fn header_is_none(parts: &[IoSlice<'_>]) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::port::DatagramTx;
+    use crate::secure::tests::{handshake, pair};
+    use crate::secure::SecureLink;
+    use std::sync::Mutex;
+    use vnet_wire::frag::FrameIds;
+
+    /// Keeps the datagrams sent.
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<Vec<u8>>>);
+
+    impl DatagramTx for Kept {
+        fn send(&self, iov: &[IoSlice<'_>], seg: usize, _: u64) -> bool {
+            let all: Vec<u8> = iov.iter().flat_map(|s| s.iter().copied()).collect();
+            self.0.lock().unwrap().extend(all.chunks(seg.max(1)).map(<[u8]>::to_vec));
+            true
+        }
+    }
+
+    /// Sends a `len`-byte frame over a link whose datagrams hold
+    /// `max_datagram` bytes (secured by `sec`); returns whether it went,
+    /// and in how many datagrams.
+    fn send_len(
+        len: usize,
+        max_datagram: usize,
+        sec: Option<&SecureLink>,
+        scratch: &mut Scratch,
+    ) -> (bool, usize) {
+        let kept = Kept::default();
+        let ids = FrameIds::new(1);
+        let tx = Tx { out: &kept, direct: &kept, max_datagram, outer_len: 28, frame_ids: &ids, secure: sec };
+        let frame = vec![0x5a; len];
+        let parts = [IoSlice::new(&frame)];
+        let ok = send(&tx, scratch, Payload::Frame { parts: &parts, hdr: false }, 0, 0);
+        let n = kept.0.lock().unwrap().len();
+        (ok, n)
+    }
+
+    #[test]
+    fn a_frame_goes_in_at_most_max_segs_datagrams_and_up_to_the_largest_carried() {
+        let (a, b) = pair(secure::Mode::Encrypt);
+        handshake(&a, &b, 1);
+        for sec in [None, Some(&a)] {
+            let over = if sec.is_some() { secure::OVERHEAD } else { 0 };
+            let s = &mut Scratch::default();
+            // Datagrams of 400 bytes of frame.
+            let dgram = over + HEADER_LEN + 400;
+            assert_eq!(send_len(400 * MAX_SEGS, dgram, sec, s), (true, MAX_SEGS), "secured {}", over > 0);
+            assert_eq!(send_len(400 * MAX_SEGS + 1, dgram, sec, s), (false, 0), "secured {}", over > 0);
+            // The largest frame a `vnet` datagram says it carries, and one more.
+            let max = vnet::max_carried(Flags(0)) as usize;
+            assert!(send_len(max, 1472, sec, s).0);
+            assert_eq!(send_len(max + 1, 1472, sec, s), (false, 0));
+            // A datagram with room for its header only carries nothing.
+            assert_eq!(send_len(14, over + HEADER_LEN, sec, s), (false, 0));
+            assert_eq!(send_len(14, over + HEADER_LEN + 1, sec, s), (true, 14));
+        }
+    }
+
+    #[test]
+    fn a_secured_frame_is_sealed_only_into_scratch_that_holds_it_all() {
+        let (a, b) = pair(secure::Mode::Encrypt);
+        handshake(&a, &b, 1);
+        // 3000 bytes at 1472: three datagrams, each 52 bytes more than its share.
+        let need = 3 * (secure::OVERHEAD + HEADER_LEN) + 3000;
+        let mut s = Scratch { sealed: vec![0; need], ..Scratch::default() };
+        assert_eq!(send_len(3000, 1472, Some(&a), &mut s), (true, 3));
+        let mut s = Scratch { sealed: vec![0; need - 1], ..Scratch::default() };
+        assert_eq!(send_len(3000, 1472, Some(&a), &mut s), (false, 0));
+    }
 }
