@@ -1300,10 +1300,10 @@ fn a_nat_link_tells_its_peer_where_it_sees_it_every_ten_seconds_and_another_neve
 #[test]
 fn a_gro_batch_of_one_flows_segments_on_a_raw_or_vxlan_link_reaches_the_vm_as_one_super_frame() {
     for kind in ["udp {ip} format raw", "vxlan {ip} vni 42"] {
-        // 13960 bytes in segments of 1396 (ten, each a frame VXLAN carries
-        // at MTU 1500); 6400 in 64 of 100, as many as one send and one
-        // GSO frame take.
-        for (payload, mss, segs) in [(13_960, 1396, 10), (6400, 100, 64)] {
+        // 14100 bytes in segments of 1410 (ten frames of 1464 bytes, as
+        // large as VXLAN carries at MTU 1500: 1464 + 8 = 1472); 6400 in
+        // 64 of 100, as many as one send and one GSO frame take.
+        for (payload, mss, segs) in [(14_100, 1410, 10), (6400, 100, 64)] {
             let mut net = Net::new(8);
             for (me, peer) in [(0, 1), (1, 0)] {
                 let cfg = format!(

@@ -264,6 +264,63 @@ mod tests {
         }
     }
 
+    /// What `f` sends on a link of `max_datagram` (secured by `sec`).
+    fn sent(sec: Option<&SecureLink>, f: impl FnOnce(&Tx<'_>) -> bool) -> Vec<Vec<u8>> {
+        let kept = Kept::default();
+        let ids = FrameIds::new(1);
+        let tx =
+            Tx { out: &kept, direct: &kept, max_datagram: 1472, outer_len: 28, frame_ids: &ids, secure: sec };
+        assert!(f(&tx));
+        kept.0.into_inner().unwrap()
+    }
+
+    #[test]
+    fn probes_are_as_large_as_the_ip_size_they_test_and_answers_a_header_alone() {
+        let (a, b) = pair(secure::Mode::Encrypt);
+        handshake(&a, &b, 1);
+        for sec in [None, Some(&a)] {
+            let over = if sec.is_some() { secure::OVERHEAD } else { 0 };
+            let probe = sent(sec, |t| send_probe(t, 3, 9, 1400, false));
+            assert_eq!(probe.iter().map(Vec::len).collect::<Vec<_>>(), [1400 - 28], "secured {}", over > 0);
+            let ack = sent(sec, |t| send_probe(t, 3, 9, 1400, true));
+            assert_eq!(ack[0].len(), over + HEADER_LEN);
+        }
+    }
+
+    #[test]
+    fn an_endpoint_is_said_as_an_ipv6_address_and_port_after_the_header() {
+        let e: SocketAddr = "10.1.2.3:4789".parse().unwrap();
+        let d = sent(None, |t| send_endpoint(t, 3, e)).remove(0);
+        let p = vnet::VnetPacket::new_checked(&d[..]).unwrap();
+        assert_eq!((p.flags().0, p.network()), (Flags::ENDPOINT, 3));
+        let mut ip = [0u8; 16];
+        ip.copy_from_slice(&p.payload()[..16]);
+        assert_eq!(std::net::Ipv6Addr::from(ip).to_ipv4_mapped(), Some([10, 1, 2, 3].into()));
+        assert_eq!(p.payload()[16..], 4789u16.to_be_bytes());
+    }
+
+    #[test]
+    fn an_all_zero_offload_header_is_left_out_however_its_pieces_lie() {
+        let frame = [0x5au8; 60];
+        let send_as = |pieces: &[&[u8]]| {
+            let parts: Vec<IoSlice<'_>> = pieces.iter().map(|p| IoSlice::new(p)).collect();
+            let d = sent(None, |t| {
+                send(t, &mut Scratch::default(), Payload::Frame { parts: &parts, hdr: true }, 0, 0)
+            });
+            let p = vnet::VnetPacket::new_checked(&d[0][..]).unwrap();
+            (p.flags().0 & Flags::VNET_HDR != 0, p.payload().len())
+        };
+        let zero = [0u8; virtio::LEN];
+        let mut some = zero;
+        some[7] = 1;
+        assert_eq!(send_as(&[&zero, &frame]), (false, 60), "none: left out");
+        assert_eq!(send_as(&[&zero[..4], &zero[4..], &frame]), (false, 60), "none, in two pieces");
+        assert_eq!(send_as(&[&some, &frame]), (true, 70), "one: carried");
+        assert_eq!(send_as(&[&some[..4], &some[4..], &frame]), (true, 70), "one, in two pieces");
+        let whole: Vec<u8> = zero.iter().chain(&frame).copied().collect();
+        assert_eq!(send_as(&[&whole]), (false, 60), "with its frame in one piece");
+    }
+
     #[test]
     fn a_secured_frame_is_sealed_only_into_scratch_that_holds_it_all() {
         let (a, b) = pair(secure::Mode::Encrypt);
