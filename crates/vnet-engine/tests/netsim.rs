@@ -1065,9 +1065,16 @@ fn with_gro_a_frame_of_one_or_two_gso_sends_goes_to_the_vm_without_reassembly() 
         // 64000 bytes are 45 datagrams (46 secured), more than one send takes.
         for (payload, two) in [(20_000, 0), (64_000, 1)] {
             let before = whole_counts(&net, 1);
+            let rx = |net: &Net| net.hosts[1].link("p").unwrap().rx.snapshot().bytes;
+            let rx_before = rx(&net);
             let (vh, f) = tcp_super_frame(0, 1, payload, 1400);
             net.send_with(0, "vm", vh, &f);
             net.run(1000);
+            assert_eq!(
+                rx(&net) - rx_before,
+                f.len() as u64,
+                "the link counts the frame, not its offload header"
+            );
             let got = net.take(1, "vm");
             assert_eq!(got.len(), 1, "secured {secured}, {payload} bytes");
             assert_eq!((got[0].vh, &got[0].frame), (Some(vh), &f), "secured {secured}, {payload} bytes");

@@ -234,3 +234,60 @@ impl<'a> Run<'a> {
         self.first.is_some_and(|f| f.frame_len as usize == self.len) && self.len > virtio::LEN
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vnet_wire::vnet::HEADER_LEN;
+
+    /// `vnet` datagrams laid out one after another, each `(repr, payload
+    /// length)`; returns the bytes and each datagram's range.
+    fn datagrams(ds: &[(VnetRepr, usize)]) -> (Vec<u8>, Vec<(usize, usize)>) {
+        let (mut data, mut ranges) = (Vec::new(), Vec::new());
+        for &(r, len) in ds {
+            let at = data.len();
+            data.resize(at + HEADER_LEN, 0);
+            r.emit(&mut data[at..]).unwrap();
+            data.extend(std::iter::repeat_n(0x5a, len));
+            ranges.push((at, data.len()));
+        }
+        (data, ranges)
+    }
+
+    const H: VnetRepr =
+        VnetRepr { flags: Flags(Flags::VNET_HDR), network: 5, frame_id: 9, frame_len: 300, offset: 0 };
+
+    fn extends(ds: &[(VnetRepr, usize)]) -> bool {
+        let (data, ranges) = datagrams(ds);
+        Run::new().extend(&data, &ranges, 5)
+    }
+
+    #[test]
+    fn a_run_is_one_frames_datagrams_in_order_from_its_first() {
+        let second = VnetRepr { offset: 100, ..H };
+        assert!(extends(&[(H, 100), (second, 200)]));
+        // The first: at offset 0, with an offload header only, in the link's network.
+        assert!(!extends(&[(VnetRepr { network: 6, ..H }, 100)]), "another network");
+        assert!(!extends(&[(VnetRepr { flags: Flags(0), ..H }, 100)]), "no offload header");
+        assert!(!extends(&[(VnetRepr { offset: 100, ..H }, 100)]), "not the frame's start");
+        // The rest: the same frame, flags, and the next offset.
+        assert!(!extends(&[(H, 100), (VnetRepr { frame_id: 8, ..second }, 200)]), "another frame");
+        assert!(!extends(&[(H, 100), (VnetRepr { frame_len: 400, ..second }, 200)]), "another length");
+        let other_flags = VnetRepr { flags: Flags(Flags::VNET_HDR | Flags::AUTH), ..second };
+        assert!(!extends(&[(H, 100), (other_flags, 200)]), "other flags");
+        assert!(!extends(&[(H, 100), (VnetRepr { offset: 96, ..second }, 200)]), "not next");
+    }
+
+    #[test]
+    fn a_run_is_complete_with_its_frames_last_byte_and_more_than_an_offload_header() {
+        let (data, ranges) = datagrams(&[(H, 100), (VnetRepr { offset: 100, ..H }, 200)]);
+        let mut run = Run::new();
+        assert!(run.extend(&data, &ranges[..1], 5) && !run.complete(), "100 of 300 bytes");
+        assert!(run.extend(&data, &ranges[1..], 5) && run.complete());
+        assert_eq!((run.n, run.len), (2, 300));
+        let header_only = VnetRepr { frame_len: virtio::LEN as u32, ..H };
+        let (data, ranges) = datagrams(&[(header_only, virtio::LEN)]);
+        let mut run = Run::new();
+        assert!(run.extend(&data, &ranges, 5) && !run.complete(), "an offload header and no frame");
+    }
+}
