@@ -242,6 +242,26 @@ fn large_frames_cross_vnet_links_reordered_and_duplicated_exactly_once() {
     assert_eq!(seen.len(), want.len(), "{} frames delivered of {}", seen.len(), want.len());
     assert_eq!(seen, want);
     assert!(net.wire.lock().unwrap().duplicated > 0, "the wire duplicated nothing");
+    assert_eq!(load(&net.hosts[1].global.reasm_completed), 300, "each frame reassembled once");
+}
+
+#[test]
+fn frames_never_completed_are_evicted_past_the_pools_slots_and_counted_once() {
+    let mut net = vnet_pair(2);
+    // 100 first fragments of 3000-byte frames, the rest never comes (a
+    // plain link: anyone at the peer's address can send them).
+    for id in 0..100u32 {
+        let r = VnetRepr { flags: Flags(0), network: 0, frame_id: id, frame_len: 3000, offset: 0 };
+        let mut d = vec![0u8; vnet_wire::vnet::HEADER_LEN + 1400];
+        r.emit(&mut d).unwrap();
+        net.inject(&ip(0), &ip(1), d);
+        net.run(10);
+    }
+    assert_eq!(net.reassembling(1), 32, "the slots one link may hold");
+    assert_eq!(load(&net.hosts[1].global.reasm_evicted), 68, "its oldest made room");
+    net.advance(10_000_000_000);
+    let g = &net.hosts[1].global;
+    assert_eq!([load(&g.reasm_evicted), load(&g.reasm_timed_out), load(&g.reasm_completed)], [68, 32, 0]);
 }
 
 #[test]
@@ -389,11 +409,15 @@ fn an_offloaded_super_frame_crosses_vnet_and_tcp_whole_and_raw_and_vxlan_as_segm
     for (len, mss) in [(20_000, 1400), (65_535 - 40, 536)] {
         for j in 1..5 {
             let (vh, f) = tcp_super_frame(0, j, len, mss);
+            let rx = |net: &Net| net.hosts[j].link("h0").unwrap().rx.snapshot().bytes;
+            let rx_before = rx(&net);
             net.send_with(0, "vm", vh, &f);
             net.run(100_000);
             let got = net.take(j, "vm");
             let k = kind(0, j);
             if k.contains("vnet") || k.starts_with("tcp") {
+                let counted = rx(&net) - rx_before;
+                assert_eq!(counted, f.len() as u64, "{k}: the link counts the frame, not its offload header");
                 assert_eq!(got.len(), 1, "{k}: one frame");
                 assert_eq!(got[0].vh, Some(vh), "{k}: the offload header crosses");
                 assert_eq!(got[0].frame, f);
@@ -719,6 +743,7 @@ fn secured_links_deliver_only_what_the_peer_sealed() {
         net.run(1000);
         assert!(net.take(1, "vm").is_empty(), "{mode}: a tampered datagram was delivered");
         assert_eq!(load(&sec(&net, 1).auth_failures), 3, "{mode}");
+        assert_eq!(load(&net.hosts[1].global.roams_refused), 0, "{mode}: from the peer's own address");
         // A plain `vnet` datagram from the peer's address (a spoofer's).
         let small = frame(0, Some(1), 8, 100);
         let mut out = vec![0u8; 200];
@@ -1338,4 +1363,45 @@ fn a_gro_batch_of_one_flows_segments_on_a_raw_or_vxlan_link_reaches_the_vm_as_on
             assert_eq!((rx.packets, rx.bytes), (1, f.len() as u64), "{what}: one frame received");
         }
     }
+}
+
+#[test]
+fn an_endpoint_said_on_a_plain_link_is_not_taken() {
+    let mut net = vnet_pair(4);
+    let r = VnetRepr { flags: Flags(Flags::ENDPOINT), network: 0, frame_id: 0, frame_len: 0, offset: 0 };
+    let mut d = vec![0u8; vnet_wire::vnet::HEADER_LEN + 18];
+    r.emit(&mut d).unwrap();
+    d[vnet_wire::vnet::HEADER_LEN + 10..vnet_wire::vnet::HEADER_LEN + 16]
+        .copy_from_slice(&[0xff, 0xff, 6, 6, 6, 6]);
+    net.inject(&ip(0), &ip(1), d);
+    net.run(10);
+    assert!(net.hosts[1].link("p").unwrap().seen_as.load().is_none(), "anyone could have said it");
+}
+
+#[test]
+fn a_whole_frame_without_an_offload_header_gets_one_inferred_at_the_links_segment_size() {
+    let mut net = vnet_pair(6);
+    // A 3000-byte TCP frame sent whole without its header (as the kernel
+    // path sends what GRO merged), and the same with its header.
+    let (vh, f) = tcp_super_frame(0, 1, 3000, 1400);
+    let whole = |with_vh: bool| {
+        let flags = Flags::WHOLE | if with_vh { Flags::VNET_HDR } else { 0 };
+        let mut payload = if with_vh { vh.emit().to_vec() } else { Vec::new() };
+        payload.extend_from_slice(&f);
+        let r = VnetRepr { flags: Flags(flags), network: 0, frame_id: 0, frame_len: 0, offset: 0 };
+        let mut d = vec![0u8; vnet_wire::vnet::HEADER_LEN];
+        r.emit(&mut d).unwrap();
+        d.extend_from_slice(&payload);
+        d
+    };
+    net.inject(&ip(0), &ip(1), whole(false));
+    net.run(10);
+    let got = net.take(1, "vm");
+    let mss = (1500 - vnet_wire::vnet::IPV4_ENCAP_OVERHEAD - 40) as u16;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].vh.map(|v| (v.gso_type, v.gso_size)), Some((GSO_TCPV4, mss)), "inferred");
+    net.inject(&ip(0), &ip(1), whole(true));
+    net.run(10);
+    let got = net.take(1, "vm");
+    assert_eq!((got.len(), got[0].vh), (1, Some(vh)), "as sent");
 }

@@ -70,10 +70,15 @@ pub(super) fn payload(cx: &mut Cx<'_>, port: PortId, with_vh: bool, bytes: &mut 
     }
 }
 
+/// The bytes of the frame in a payload of `len` bytes that begins with a
+/// `virtio_net_hdr` when `with_vh`: what a link counts as received.
+pub(super) fn frame_len(with_vh: bool, len: usize) -> usize {
+    len - if with_vh { virtio::LEN.min(len) } else { 0 }
+}
+
 /// Delivers a record taken off link `link`'s stream (`codec::stream`): a
 /// frame payload that begins with its `virtio_net_hdr` when `with_vh`.
 pub fn stream_record(cx: &mut Cx<'_>, link: &Link, with_vh: bool, bytes: &mut [u8]) {
-    let len = bytes.len() - if with_vh { virtio::LEN.min(bytes.len()) } else { 0 };
-    link.rx.add(len);
+    link.rx.add(frame_len(with_vh, bytes.len()));
     payload(cx, PortId::Link(link.def.id), with_vh, bytes);
 }

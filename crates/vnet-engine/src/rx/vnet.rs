@@ -135,7 +135,7 @@ impl Rx {
         }
         let with_vh = repr.flags.0 & Flags::VNET_HDR != 0;
         if repr.is_whole(plen) {
-            link.rx.add(plen);
+            link.rx.add(deliver::frame_len(with_vh, plen));
             if repr.flags.0 & Flags::WHOLE != 0 && !with_vh {
                 // The segment size the sender's VM used, as well as it can be
                 // told: the link MTU less the largest encapsulation and TCP/IP headers.
@@ -151,7 +151,7 @@ impl Rx {
         if let reasm::Outcome::Complete(frame) =
             self.reasm.push(cx.now_ns, u64::from(link.def.id), &repr, &data[hl..])
         {
-            link.rx.add(frame.len());
+            link.rx.add(deliver::frame_len(with_vh, frame.len()));
             deliver::payload(cx, port, with_vh, frame);
         }
     }

@@ -1241,6 +1241,76 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_replayed_counter_is_refused_after_a_newer_one_of_its_block() {
+        let mut r = Replay::new();
+        let n = 20 * 64 + 1;
+        assert!(r.accept(n) && r.accept(n + 1));
+        assert!(!r.accept(n), "seen in the same block");
+        assert!(r.accept(40 * 64) && !r.accept(n + 1), "and after a later block");
+    }
+
+    #[test]
+    fn a_session_expires_at_exactly_the_reject_time_and_keys_make_one_that_opens_its_peers() {
+        let t = Timers::with_rekey(10 * SEC);
+        let tx = Session::with_keys(Aead::Aes256Gcm, 1, 2, &[7; 32], &[9; 32]).unwrap();
+        let rx = Session::with_keys(Aead::Aes256Gcm, 2, 1, &[9; 32], &[7; 32]).unwrap();
+        assert!(!tx.expired(t.reject_after_ns - 1, &t) && tx.expired(t.reject_after_ns, &t));
+        assert_eq!(format!("{tx:?}"), "Session { local: 1, remote: 2 }");
+        let mut d = vec![0u8; OVERHEAD + 5];
+        d[DATA_HEADER..DATA_HEADER + 5].copy_from_slice(b"hello");
+        let n = tx.seal(Mode::Encrypt, &mut d, 5).unwrap();
+        assert!(rx.open(Mode::Encrypt, &mut d[..n]).is_some());
+        assert_eq!(&d[DATA_HEADER..DATA_HEADER + 5], b"hello");
+        assert_eq!(Aead::Aes256Gcm.word(), Cipher::Aes256Gcm.word());
+        assert_eq!(Aead::ChaCha20Poly1305.word(), Cipher::ChaCha20Poly1305.word());
+    }
+
+    #[test]
+    fn a_cookie_keys_initiations_until_a_retry_before_it_expires() {
+        let (a, _) = pair(Mode::Encrypt);
+        let t0 = 5 * SEC;
+        a.lock().cookie = Some(([3; COOKIE], t0));
+        let mac2 = |now: u64| {
+            a.lock().pending = None;
+            let mut out = [0u8; 256];
+            let n = a.tick(now, &mut out).expect("an initiation is due");
+            out[INIT_MAC1 + MAC..n].iter().any(|&b| b != 0)
+        };
+        let fresh = COOKIE_LIFE_NS - a.timers.retry_ns;
+        assert!(mac2(t0 + fresh - 1), "keyed");
+        assert!(!mac2(t0 + fresh), "stale: zeros");
+    }
+
+    #[test]
+    fn a_cookie_reply_too_short_for_our_pending_initiation_is_a_bad_handshake() {
+        let (a, _) = pair(Mode::Encrypt);
+        let mut init = [0u8; 256];
+        a.tick(0, &mut init).expect("an initiation is due");
+        let mut short = [VERSION, T_COOKIE, Mode::Encrypt.byte(), 0, init[4], init[5], init[6], init[7]];
+        let mut r = [0u8; 256];
+        assert_eq!(a.open(1, a.peer_addr(), &mut short, &mut r), Opened::Nothing);
+        assert_eq!(a.stats.bad_handshakes.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn an_initiation_dated_the_most_ahead_of_our_clock_allowed_is_answered() {
+        fn theirs() -> u64 {
+            1_000 * SEC + MAX_CLOCK_AHEAD_NS
+        }
+        fn ours() -> u64 {
+            1_000 * SEC
+        }
+        let (a, b) = pair(Mode::Encrypt);
+        let a = SecureLink::new(Mode::Encrypt, a.identity.clone(), a.peer, a.timers.dated_by(theirs));
+        let b = SecureLink::new(Mode::Encrypt, b.identity.clone(), b.peer, b.timers.dated_by(ours));
+        let mut init = [0u8; 256];
+        let n = a.tick(0, &mut init).expect("an initiation is due");
+        let mut resp = [0u8; 256];
+        assert!(matches!(b.open(0, b.peer_addr(), &mut init[..n], &mut resp), Opened::Reply(_)));
+        assert_eq!(b.stats.future_timestamps.load(Relaxed), 0);
+    }
+
+    #[test]
     fn a_cipher_byte_with_a_bit_unknown_offers_nothing() {
         let aes = Aead::Aes256Gcm.id();
         assert_eq!(offered(0), Some(Aead::ChaCha20Poly1305), "an earlier vnetd's");
