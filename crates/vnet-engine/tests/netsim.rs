@@ -1164,6 +1164,30 @@ fn a_flood_of_junk_initiations_does_not_spend_the_budget_a_roaming_peer_needs() 
     assert_eq!(l.endpoint().map(|e| e.to_string()).as_deref(), Some("10.0.0.66:9000"));
 }
 
+#[test]
+fn an_initiation_answered_only_with_a_cookie_does_not_move_the_link() {
+    let mut net = secure_pair("encrypt", 2, 0);
+    let all = rekey_initiations(&mut net);
+    let to_1 = |d: &Vec<u8>| net.hosts[1].link("p").unwrap().secure.as_ref().unwrap().initiation_to_us(d);
+    let inits: Vec<Vec<u8>> = all.into_iter().filter(to_1).collect();
+    assert!(inits.len() >= 2, "{} initiations of host 0", inits.len());
+    // Host 1 under load: its handshake budget spent by initiations from
+    // the peer's own address (replays, each still costing a token).
+    for _ in 0..40 {
+        net.inject(&ip(0), &ip(1), inits[0].clone());
+    }
+    net.run(1000);
+    let cookies = load(&sec(&net, 1).cookies_sent);
+    // A genuine initiation, new, from elsewhere: without the cookie's MAC
+    // it gets a cookie, not a session, and proves nothing of where the
+    // peer is.
+    net.inject("10.0.0.66", &ip(1), inits[inits.len() - 1].clone());
+    net.run(1000);
+    assert!(load(&sec(&net, 1).cookies_sent) > cookies, "answered with a cookie");
+    let l = net.hosts[1].link("p").unwrap();
+    assert_eq!(l.endpoint().map(|e| e.ip().to_string()), Some(ip(0)), "the link stayed");
+}
+
 /// Hosts 0 and 1 (a VM each) whose secured link `p` names host 2 as its
 /// relay, and host 2 the relay (`--relay`): every link secured, the
 /// direct path between 0 and 1 cut from the start.

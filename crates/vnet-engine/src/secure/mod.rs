@@ -1311,6 +1311,70 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_response_whose_noise_does_not_read_makes_no_session_even_with_a_good_mac() {
+        let (a, b) = pair(Mode::Encrypt);
+        let mut init = [0u8; 256];
+        let n = a.tick(0, &mut init).expect("an initiation is due");
+        let mut resp = [0u8; 256];
+        let Opened::Reply(m) = b.open(0, b.peer_addr(), &mut init[..n], &mut resp) else {
+            panic!("not answered")
+        };
+        // A byte of its Noise message changed, and the MAC made again (the
+        // MAC's key is public: anyone who knows `a`'s key can).
+        resp[20] ^= 1;
+        let mac = hmac::sign(&b.mac_to_peer, &resp[..m - MAC]);
+        resp[m - MAC..m].copy_from_slice(mac.as_ref());
+        let mut r = [0u8; 256];
+        assert_eq!(a.open(0, a.peer_addr(), &mut resp[..m], &mut r), Opened::Nothing);
+        assert!(!a.established() && a.stats.bad_handshakes.load(Relaxed) == 1);
+    }
+
+    #[test]
+    fn a_responder_initiates_later_with_the_cipher_its_initiator_preferred() {
+        // `a` would rather not use AES; `b` would.
+        let (a, b) = pair_with((Cipher::Auto, false), (Cipher::Auto, true));
+        handshake(&a, &b, 0);
+        let mut out = [0u8; 256];
+        let n = b.initiate(&mut b.lock(), SEC, &mut out).unwrap();
+        assert_eq!(out[3] & AEAD_BITS, Aead::ChaCha20Poly1305.id(), "{:x}", out[3]);
+        assert!(n > 0 && out[3] & PREFERS_AES != 0, "b still says what it prefers");
+    }
+
+    /// A pair whose first link has the larger public key.
+    fn ordered(a: (Cipher, bool), b: (Cipher, bool)) -> (SecureLink, SecureLink) {
+        loop {
+            let (x, y) = pair_with(a, b);
+            if x.identity.public > y.identity.public {
+                return (x, y);
+            }
+        }
+    }
+
+    #[test]
+    fn crossed_initiations_keep_the_larger_keys_own_only_within_a_retry_and_if_the_peer_can_take_it() {
+        let auto = (Cipher::Auto, true);
+        let mut out = [0u8; 256];
+        let mut r = [0u8; 256];
+        // Within a retry of its own: the larger key keeps its own.
+        let (hi, lo) = ordered(auto, auto);
+        hi.tick(0, &mut out).unwrap();
+        let n = lo.tick(0, &mut out).unwrap();
+        let retry = hi.timers.retry_ns;
+        assert_eq!(hi.open(retry - 1, hi.peer_addr(), &mut out.clone()[..n], &mut r), Opened::Nothing);
+        // A retry after its own, it was lost: the peer's is answered.
+        let (hi, lo) = ordered(auto, auto);
+        hi.tick(0, &mut out).unwrap();
+        let n = lo.tick(0, &mut out).unwrap();
+        assert!(matches!(hi.open(retry, hi.peer_addr(), &mut out[..n], &mut r), Opened::Reply(_)));
+        // A peer whose link names another cipher than ours offers could not
+        // take ours: its initiation is answered.
+        let (hi, lo) = ordered(auto, (Cipher::ChaCha20Poly1305, true));
+        hi.tick(0, &mut out).unwrap();
+        let n = lo.tick(0, &mut out).unwrap();
+        assert!(matches!(hi.open(1, hi.peer_addr(), &mut out[..n], &mut r), Opened::Reply(_)));
+    }
+
+    #[test]
     fn a_cipher_byte_with_a_bit_unknown_offers_nothing() {
         let aes = Aead::Aes256Gcm.id();
         assert_eq!(offered(0), Some(Aead::ChaCha20Poly1305), "an earlier vnetd's");
