@@ -1360,7 +1360,7 @@ pub(crate) mod tests {
         hi.tick(0, &mut out).unwrap();
         let n = lo.tick(0, &mut out).unwrap();
         let retry = hi.timers.retry_ns;
-        assert_eq!(hi.open(retry - 1, hi.peer_addr(), &mut out.clone()[..n], &mut r), Opened::Nothing);
+        assert_eq!(hi.open(retry - 1, hi.peer_addr(), &mut out[..n], &mut r), Opened::Nothing);
         // A retry after its own, it was lost: the peer's is answered.
         let (hi, lo) = ordered(auto, auto);
         hi.tick(0, &mut out).unwrap();
