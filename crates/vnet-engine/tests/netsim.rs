@@ -1358,14 +1358,19 @@ fn a_gro_batch_of_one_flows_segments_on_a_raw_or_vxlan_link_reaches_the_vm_as_on
     for kind in ["udp {ip} format raw", "vxlan {ip} vni 42"] {
         // 14100 bytes in segments of 1410 (ten frames of 1464 bytes, as
         // large as VXLAN carries at MTU 1500: 1464 + 8 = 1472); 6400 in
-        // 64 of 100, as many as one send and one GSO frame take.
-        for (payload, mss, segs) in [(14_100, 1410, 10), (6400, 100, 64)] {
+        // 64 of 100, as many as one send and one GSO frame take. To a VM
+        // that takes offloads (one frame), and to one that does not (each
+        // segment alone).
+        for ((payload, mss, segs), offloads) in
+            [(14_100, 1410, 10), (6400, 100, 64)].into_iter().flat_map(|c| [(c, true), (c, false)])
+        {
             let mut net = Net::new(8);
             for (me, peer) in [(0, 1), (1, 0)] {
                 let cfg = format!(
-                    "interface vm tap t mac {}\nlink p {} mtu 1500\n\
+                    "interface vm tap t mac {}{}\nlink p {} mtu 1500\n\
                      route any {} -> link p\nroute any {} -> interface vm\n",
                     mac(me),
+                    if offloads { "" } else { " offload off" },
                     kind.replace("{ip}", &ip(peer)),
                     mac(peer),
                     mac(me)
@@ -1379,11 +1384,20 @@ fn a_gro_batch_of_one_flows_segments_on_a_raw_or_vxlan_link_reaches_the_vm_as_on
             let got = net.take(1, "vm");
             let g = &net.hosts[1].global;
             let gro = [load(&g.rx_gro_frames), load(&g.rx_gro_segments)];
-            let what = format!("{kind}, {segs} segments");
-            assert_eq!((got.len(), gro), (1, [1, segs]), "{what}: {got:?}");
+            let what = format!("{kind}, {segs} segments, offloads {offloads}");
+            let link = net.hosts[1].link("p").unwrap();
+            // Every datagram of the batch taken once: no empty one past its end.
+            assert_eq!((load(&link.alive.keepalives_received), load(&g.malformed)), (0, 0), "{what}");
+            let rx = link.rx.snapshot();
+            if !offloads {
+                assert_eq!((got.len(), gro, rx.packets), (segs, [0, 0], segs as u64), "{what}");
+                let payload: Vec<u8> = got.iter().flat_map(|d| d.frame[54..].iter().copied()).collect();
+                assert_eq!(payload, f[54..], "{what}: the segments carry the stream");
+                continue;
+            }
+            assert_eq!((got.len(), gro), (1, [1, segs as u64]), "{what}: {got:?}");
             assert_eq!(got[0].vh.map(|v| (v.gso_type, v.gso_size)), Some((GSO_TCPV4, mss)), "{what}");
             assert_eq!(&got[0].frame[54..], &f[54..], "{what}: the payload, whole and in order");
-            let rx = net.hosts[1].link("p").unwrap().rx.snapshot();
             assert_eq!((rx.packets, rx.bytes), (1, f.len() as u64), "{what}: one frame received");
         }
     }
