@@ -329,7 +329,9 @@ mod tests {
         let need = 3 * (secure::OVERHEAD + HEADER_LEN) + 3000;
         let mut s = Scratch { sealed: vec![0; need], ..Scratch::default() };
         assert_eq!(send_len(3000, 1472, Some(&a), &mut s), (true, 3));
-        let mut s = Scratch { sealed: vec![0; need - 1], ..Scratch::default() };
-        assert_eq!(send_len(3000, 1472, Some(&a), &mut s), (false, 0));
+        for short in [1, secure::TAG + HEADER_LEN] {
+            let mut s = Scratch { sealed: vec![0; need - short], ..Scratch::default() };
+            assert_eq!(send_len(3000, 1472, Some(&a), &mut s), (false, 0), "{short} bytes short");
+        }
     }
 }
