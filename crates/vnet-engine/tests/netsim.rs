@@ -1442,4 +1442,14 @@ fn a_whole_frame_without_an_offload_header_gets_one_inferred_at_the_links_segmen
     net.run(10);
     let got = net.take(1, "vm");
     assert_eq!((got.len(), got[0].vh), (1, Some(vh)), "as sent");
+    // Not flagged whole (one datagram that is all of its frame): as it is.
+    let r = VnetRepr { flags: Flags(0), network: 0, frame_id: 1, frame_len: f.len() as u32, offset: 0 };
+    let mut plain = vec![0u8; vnet_wire::vnet::HEADER_LEN];
+    r.emit(&mut plain).unwrap();
+    plain.extend_from_slice(&f);
+    net.inject(&ip(0), &ip(1), plain);
+    net.run(10);
+    let got = net.take(1, "vm");
+    assert_eq!(got.len(), 1);
+    assert!(got[0].vh.is_none_or(|h| h == VirtioNetHdr::NONE), "nothing inferred: {:?}", got[0].vh);
 }
