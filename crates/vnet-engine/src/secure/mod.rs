@@ -1282,6 +1282,16 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_cookie_reply_is_written_only_where_it_fits() {
+        let (a, b) = pair(Mode::Encrypt);
+        let mut init = [0u8; 256];
+        let n = a.tick(0, &mut init).expect("an initiation is due");
+        let cookie = [4u8; COOKIE];
+        assert_eq!(b.cookie_reply(&cookie, &init[..n], &mut [0; COOKIE_LEN]), Opened::Reply(COOKIE_LEN));
+        assert_eq!(b.cookie_reply(&cookie, &init[..n], &mut [0; COOKIE_LEN - 1]), Opened::Nothing);
+    }
+
+    #[test]
     fn a_cookie_reply_too_short_for_our_pending_initiation_is_a_bad_handshake() {
         let (a, _) = pair(Mode::Encrypt);
         let mut init = [0u8; 256];
