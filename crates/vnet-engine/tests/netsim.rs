@@ -259,9 +259,20 @@ fn frames_never_completed_are_evicted_past_the_pools_slots_and_counted_once() {
     }
     assert_eq!(net.reassembling(1), 32, "the slots one link may hold");
     assert_eq!(load(&net.hosts[1].global.reasm_evicted), 68, "its oldest made room");
+    // A fragment of frame 99 that says another length: refused, counted
+    // once, and the frame given up (31 left to time out).
+    let r = VnetRepr { flags: Flags(0), network: 0, frame_id: 99, frame_len: 4000, offset: 1400 };
+    let mut d = vec![0u8; vnet_wire::vnet::HEADER_LEN + 1400];
+    r.emit(&mut d).unwrap();
+    net.inject(&ip(0), &ip(1), d);
+    net.run(10);
+    assert_eq!(load(&net.hosts[1].global.reasm_rejected), 1);
+    // Timed out, and reported once however often the counts are reported.
     net.advance(10_000_000_000);
+    net.advance(1_000_000);
     let g = &net.hosts[1].global;
-    assert_eq!([load(&g.reasm_evicted), load(&g.reasm_timed_out), load(&g.reasm_completed)], [68, 32, 0]);
+    let counts = [&g.reasm_evicted, &g.reasm_timed_out, &g.reasm_completed, &g.reasm_rejected].map(load);
+    assert_eq!(counts, [68, 31, 0, 1]);
 }
 
 #[test]

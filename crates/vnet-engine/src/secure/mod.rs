@@ -1331,12 +1331,23 @@ pub(crate) mod tests {
         };
         // A byte of its Noise message changed, and the MAC made again (the
         // MAC's key is public: anyone who knows `a`'s key can).
+        let mac = hmac::sign(&b.mac_to_peer, &resp[..m - MAC]);
+        assert_eq!(resp[m - MAC..m], *mac.as_ref(), "the MAC made as b makes it");
+        // First, the genuine response with a wrong MAC: refused before its
+        // Noise is read (the MAC is what spares that work).
+        let mut bad_mac = resp;
+        bad_mac[m - 1] ^= 1;
+        let mut r = [0u8; 256];
+        assert_eq!(a.open(0, a.peer_addr(), &mut bad_mac[..m], &mut r), Opened::Nothing);
+        assert!(!a.established() && a.stats.bad_handshakes.load(Relaxed) == 1, "a wrong MAC");
         resp[20] ^= 1;
         let mac = hmac::sign(&b.mac_to_peer, &resp[..m - MAC]);
         resp[m - MAC..m].copy_from_slice(mac.as_ref());
-        let mut r = [0u8; 256];
         assert_eq!(a.open(0, a.peer_addr(), &mut resp[..m], &mut r), Opened::Nothing);
-        assert!(!a.established() && a.stats.bad_handshakes.load(Relaxed) == 1);
+        assert!(
+            !a.established() && a.stats.bad_handshakes.load(Relaxed) == 2,
+            "a Noise message that does not read"
+        );
     }
 
     #[test]
@@ -1376,6 +1387,12 @@ pub(crate) mod tests {
         hi.tick(0, &mut out).unwrap();
         let n = lo.tick(0, &mut out).unwrap();
         assert!(matches!(hi.open(retry, hi.peer_addr(), &mut out[..n], &mut r), Opened::Reply(_)));
+        // Another cipher, not pinned: the peer takes ours, ours is kept.
+        let (hi, lo) = ordered(auto, (Cipher::Auto, false));
+        hi.tick(0, &mut out).unwrap();
+        let n = lo.tick(0, &mut out).unwrap();
+        assert_ne!(out[3] & AEAD_BITS, Aead::Aes256Gcm.id(), "lo offers ChaCha20-Poly1305");
+        assert_eq!(hi.open(1, hi.peer_addr(), &mut out[..n], &mut r), Opened::Nothing);
         // A peer whose link names another cipher than ours offers could not
         // take ours: its initiation is answered.
         let (hi, lo) = ordered(auto, (Cipher::ChaCha20Poly1305, true));
