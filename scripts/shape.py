@@ -67,7 +67,7 @@ def block_end(s, open_at):
 def without_tests(path):
     """The file, stripped, with its #[cfg(test)] modules blanked."""
     s = strip(open(path, encoding="utf-8").read())
-    for m in list(re.finditer(r"#\[cfg\(test\)\]\s*(pub\s+)?mod\s+\w+\s*\{", s))[::-1]:
+    for m in list(re.finditer(r"#\[cfg\(test\)\]\s*(pub(\(\w+\))?\s+)?mod\s+\w+\s*\{", s))[::-1]:
         e = block_end(s, m.end() - 1)
         s = s[:m.start()] + re.sub(r"[^\n]", " ", s[m.start():e + 1]) + s[e + 1:]
     return s

@@ -146,3 +146,15 @@ impl CipherPolicy {
         a.id() | NEGOTIATES | pinned | if self.prefers_aes() { PREFERS_AES } else { 0 }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// What std detects of this CPU: both instructions, or no fast AES.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn fast_aes_is_aes_rounds_and_carry_less_multiplication_both() {
+        let both =
+            std::arch::is_x86_feature_detected!("aes") && std::arch::is_x86_feature_detected!("pclmulqdq");
+        assert_eq!(super::cpu_has_fast_aes(), both);
+    }
+}
