@@ -224,31 +224,47 @@ mod tests {
         }
     }
 
-    /// Sends a `len`-byte frame over a link whose datagrams hold
-    /// `max_datagram` bytes (secured by `sec`); returns whether it went,
-    /// and in how many datagrams.
+    /// What `f` sends on a link whose datagrams hold `max_datagram`
+    /// bytes (secured by `sec`), and whether it said it sent.
+    fn sent_at(
+        max_datagram: usize,
+        sec: Option<&SecureLink>,
+        f: impl FnOnce(&Tx<'_>) -> bool,
+    ) -> (bool, Vec<Vec<u8>>) {
+        let kept = Kept::default();
+        let ids = FrameIds::new(1);
+        let tx = Tx { out: &kept, direct: &kept, max_datagram, outer_len: 28, frame_ids: &ids, secure: sec };
+        let ok = f(&tx);
+        (ok, kept.0.into_inner().unwrap())
+    }
+
+    /// Sends a `len`-byte frame: whether it went, and in how many datagrams.
     fn send_len(
         len: usize,
         max_datagram: usize,
         sec: Option<&SecureLink>,
         scratch: &mut Scratch,
     ) -> (bool, usize) {
-        let kept = Kept::default();
-        let ids = FrameIds::new(1);
-        let tx = Tx { out: &kept, direct: &kept, max_datagram, outer_len: 28, frame_ids: &ids, secure: sec };
         let frame = vec![0x5a; len];
         let parts = [IoSlice::new(&frame)];
-        let ok = send(&tx, scratch, Payload::Frame { parts: &parts, hdr: false }, 0, 0);
-        let n = kept.0.lock().unwrap().len();
-        (ok, n)
+        let (ok, d) = sent_at(max_datagram, sec, |t| {
+            send(t, scratch, Payload::Frame { parts: &parts, hdr: false }, 0, 0)
+        });
+        (ok, d.len())
+    }
+
+    /// Calls `f` with no security and with a session (and what each adds
+    /// to a datagram).
+    fn plain_and_secured(f: impl Fn(Option<&SecureLink>, usize)) {
+        let (a, b) = pair(secure::Mode::Encrypt);
+        handshake(&a, &b, 1);
+        f(None, 0);
+        f(Some(&a), secure::OVERHEAD);
     }
 
     #[test]
     fn a_frame_goes_in_at_most_max_segs_datagrams_and_up_to_the_largest_carried() {
-        let (a, b) = pair(secure::Mode::Encrypt);
-        handshake(&a, &b, 1);
-        for sec in [None, Some(&a)] {
-            let over = if sec.is_some() { secure::OVERHEAD } else { 0 };
+        plain_and_secured(|sec, over| {
             let s = &mut Scratch::default();
             // Datagrams of 400 bytes of frame.
             let dgram = over + HEADER_LEN + 400;
@@ -261,30 +277,24 @@ mod tests {
             // A datagram with room for its header only carries nothing.
             assert_eq!(send_len(14, over + HEADER_LEN, sec, s), (false, 0));
             assert_eq!(send_len(14, over + HEADER_LEN + 1, sec, s), (true, 14));
-        }
+        });
     }
 
-    /// What `f` sends on a link of `max_datagram` (secured by `sec`).
+    /// What `f` sends on a link of 1472-byte datagrams (secured by `sec`).
     fn sent(sec: Option<&SecureLink>, f: impl FnOnce(&Tx<'_>) -> bool) -> Vec<Vec<u8>> {
-        let kept = Kept::default();
-        let ids = FrameIds::new(1);
-        let tx =
-            Tx { out: &kept, direct: &kept, max_datagram: 1472, outer_len: 28, frame_ids: &ids, secure: sec };
-        assert!(f(&tx));
-        kept.0.into_inner().unwrap()
+        let (ok, d) = sent_at(1472, sec, f);
+        assert!(ok);
+        d
     }
 
     #[test]
     fn probes_are_as_large_as_the_ip_size_they_test_and_answers_a_header_alone() {
-        let (a, b) = pair(secure::Mode::Encrypt);
-        handshake(&a, &b, 1);
-        for sec in [None, Some(&a)] {
-            let over = if sec.is_some() { secure::OVERHEAD } else { 0 };
+        plain_and_secured(|sec, over| {
             let probe = sent(sec, |t| send_probe(t, 3, 9, 1400, false));
             assert_eq!(probe.iter().map(Vec::len).collect::<Vec<_>>(), [1400 - 28], "secured {}", over > 0);
             let ack = sent(sec, |t| send_probe(t, 3, 9, 1400, true));
             assert_eq!(ack[0].len(), over + HEADER_LEN);
-        }
+        });
     }
 
     #[test]

@@ -1323,19 +1323,15 @@ pub(crate) mod tests {
     #[test]
     fn a_response_whose_noise_does_not_read_makes_no_session_even_with_a_good_mac() {
         let (a, b) = pair(Mode::Encrypt);
-        let mut init = [0u8; 256];
-        let n = a.tick(0, &mut init).expect("an initiation is due");
-        let mut resp = [0u8; 256];
-        let Opened::Reply(m) = b.open(0, b.peer_addr(), &mut init[..n], &mut resp) else {
-            panic!("not answered")
-        };
+        let mut resp = response(&a, &b);
+        let m = resp.len();
         // A byte of its Noise message changed, and the MAC made again (the
         // MAC's key is public: anyone who knows `a`'s key can).
         let mac = hmac::sign(&b.mac_to_peer, &resp[..m - MAC]);
         assert_eq!(resp[m - MAC..m], *mac.as_ref(), "the MAC made as b makes it");
         // First, the genuine response with a wrong MAC: refused before its
         // Noise is read (the MAC is what spares that work).
-        let mut bad_mac = resp;
+        let mut bad_mac = resp.clone();
         bad_mac[m - 1] ^= 1;
         let mut r = [0u8; 256];
         assert_eq!(a.open(0, a.peer_addr(), &mut bad_mac[..m], &mut r), Opened::Nothing);
@@ -1507,16 +1503,9 @@ pub(crate) mod tests {
     #[test]
     fn a_new_session_becomes_current_on_its_first_datagram_that_opens_never_on_a_forged_one() {
         let (a, b) = pair(Mode::Encrypt);
-        let mut init = [0u8; 256];
-        let n = a.tick(0, &mut init).expect("an initiation is due");
-        let mut resp = [0u8; 256];
-        let Opened::Reply(m) = b.open(0, b.peer_addr(), &mut init[..n], &mut resp) else {
-            panic!("not answered")
-        };
+        let mut resp = response(&a, &b);
         let mut ka = [0u8; 256];
-        let Opened::Reply(k) = a.open(0, a.peer_addr(), &mut resp[..m], &mut ka) else {
-            panic!("not completed")
-        };
+        let Opened::Reply(k) = a.open(0, a.peer_addr(), &mut resp, &mut ka) else { panic!("not completed") };
         let mut forged = sealed(&a, b"x");
         forged[20] ^= 1;
         let mut out = [const { None }; 4];
@@ -1740,6 +1729,15 @@ pub(crate) mod tests {
         let mut init = [0u8; 256];
         let n = a.tick(now, &mut init).expect("an initiation is due");
         init[..n].to_vec()
+    }
+
+    /// `b`'s response to `a`'s initiation at 0.
+    fn response(a: &SecureLink, b: &SecureLink) -> Vec<u8> {
+        let mut resp = [0u8; 256];
+        let Opened::Reply(m) = b.open(0, b.peer_addr(), &mut initiation(a, 0), &mut resp) else {
+            panic!("not answered")
+        };
+        resp[..m].to_vec()
     }
 
     #[test]
