@@ -343,8 +343,13 @@ mod tests {
         let old = route_table(&a, 1, &RouteTable::default());
         let ids: Vec<u32> = a.routes.keys().copied().collect();
         old.route_by_id(ids[1]).unwrap().counters.add(100);
-        let change = format!("delete route {}\nroute any 52:54:00:00:00:04 -> interface vm\n", ids[0]);
-        let b = a.apply_all(&cmds(&change)).unwrap();
+        // The first route deleted (a typed command: its id is the state's),
+        // and one added.
+        let mut change = cmds("route any 52:54:00:00:00:04 -> interface vm\n");
+        let pos = vnet_control::Pos::default();
+        let delete = vnet_control::Command::DeleteRoute(vnet_control::ast::Ref { pos, by: ids[0] });
+        change.insert(0, vnet_control::Located { pos, item: delete });
+        let b = a.apply_all(&change).unwrap();
         let added = b.routes.values().filter(|r| !a.routes.contains_key(&r.id));
         let patched = patched_table(&old, 2, &[ids[0]], added);
         let dump = |t: &RouteTable| {
