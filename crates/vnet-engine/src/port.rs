@@ -179,8 +179,27 @@ impl DatagramTx for Nowhere {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// A link's datagrams kept as sent, one by one (or each send refused).
+    #[derive(Default)]
+    pub(crate) struct Kept {
+        pub sent: Mutex<Vec<Vec<u8>>>,
+        pub refuse: bool,
+    }
+
+    impl DatagramTx for Kept {
+        fn send(&self, iov: &[IoSlice<'_>], seg: usize, _: u64) -> bool {
+            let all: Vec<u8> = iov.iter().flat_map(|s| s.iter().copied()).collect();
+            self.sent
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(all.chunks(seg.max(1)).map(<[u8]>::to_vec));
+            !self.refuse
+        }
+    }
 
     #[test]
     fn a_frames_start_is_found_past_its_header_however_the_pieces_lie() {

@@ -96,21 +96,9 @@ pub fn send_through(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::DatagramTx;
+    use crate::port::tests::Kept;
     use crate::secure::tests::{handshake, opened, pair};
-    use std::sync::Mutex;
     use vnet_wire::frag::FrameIds;
-
-    /// Keeps what is sent (or refuses it).
-    #[derive(Default)]
-    struct Kept(Mutex<Vec<Vec<u8>>>, bool);
-
-    impl DatagramTx for Kept {
-        fn send(&self, iov: &[IoSlice<'_>], _: usize, _: u64) -> bool {
-            self.0.lock().unwrap().push(iov.iter().flat_map(|s| s.iter().copied()).collect());
-            !self.1
-        }
-    }
 
     #[test]
     fn datagrams_in_pieces_are_each_wrapped_whole_naming_the_key_and_a_refused_send_is_said() {
@@ -131,7 +119,7 @@ mod tests {
         // Two datagrams of 50 bytes, laid out in pieces that cut across them.
         let iov = [IoSlice::new(&data[..30]), IoSlice::new(&data[30..80]), IoSlice::new(&data[80..])];
         assert!(send_through(&tx, 5, Flags::RELAY_TO, &key, &iov, 50));
-        let sent = std::mem::take(&mut *kept.0.lock().unwrap());
+        let sent = std::mem::take(&mut *kept.sent.lock().unwrap());
         assert_eq!(sent.len(), 2);
         for (i, d) in sent.into_iter().enumerate() {
             let plain = opened(&b, d).expect("sealed with the session");
@@ -140,7 +128,7 @@ mod tests {
             assert_eq!(plain[HEADER_LEN..HEADER_LEN + KEY], key);
             assert_eq!(plain[HEADER_LEN + KEY..], data[i * 50..(i + 1) * 50], "datagram {i}");
         }
-        let refusing = Kept(Mutex::default(), true);
+        let refusing = Kept { refuse: true, ..Kept::default() };
         let tx = Tx { out: &refusing, direct: &refusing, ..tx };
         assert!(!send_through(&tx, 5, Flags::RELAY_TO, &key, &iov, 50));
     }

@@ -206,23 +206,10 @@ fn header_is_none(parts: &[IoSlice<'_>]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::port::DatagramTx;
+    use crate::port::tests::Kept;
     use crate::secure::tests::{handshake, pair};
     use crate::secure::SecureLink;
-    use std::sync::Mutex;
     use vnet_wire::frag::FrameIds;
-
-    /// Keeps the datagrams sent.
-    #[derive(Default)]
-    struct Kept(Mutex<Vec<Vec<u8>>>);
-
-    impl DatagramTx for Kept {
-        fn send(&self, iov: &[IoSlice<'_>], seg: usize, _: u64) -> bool {
-            let all: Vec<u8> = iov.iter().flat_map(|s| s.iter().copied()).collect();
-            self.0.lock().unwrap().extend(all.chunks(seg.max(1)).map(<[u8]>::to_vec));
-            true
-        }
-    }
 
     /// What `f` sends on a link whose datagrams hold `max_datagram`
     /// bytes (secured by `sec`), and whether it said it sent.
@@ -235,7 +222,7 @@ mod tests {
         let ids = FrameIds::new(1);
         let tx = Tx { out: &kept, direct: &kept, max_datagram, outer_len: 28, frame_ids: &ids, secure: sec };
         let ok = f(&tx);
-        (ok, kept.0.into_inner().unwrap())
+        (ok, kept.sent.into_inner().unwrap())
     }
 
     /// Sends a `len`-byte frame: whether it went, and in how many datagrams.
