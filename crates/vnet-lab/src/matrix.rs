@@ -13,7 +13,10 @@ use std::collections::BTreeMap;
 pub struct Flow {
     pub from: Vm,
     pub to: Vm,
+    /// iperf3's bytes written by the sender, and read by the receiver
+    /// (less by what was still in flight when the test ended).
     pub sent: u64,
+    pub received: u64,
 }
 
 impl Lab {
@@ -25,8 +28,8 @@ impl Lab {
         for &(f, t, rate) in pairs {
             let (from, to) = (self.vm(f, 0).clone(), self.vm(t, 0).clone());
             let (_, text) = self.iperf3(&from, &to, seconds, &["-b", rate])?;
-            let (sent, _) = iperf3_bytes(&text);
-            flows.push(Flow { from, to, sent });
+            let (sent, received) = iperf3_bytes(&text);
+            flows.push(Flow { from, to, sent, received });
         }
         Ok(flows)
     }

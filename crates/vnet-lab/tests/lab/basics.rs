@@ -422,10 +422,10 @@ mod both {
 
     /// The traffic matrix (issue 30): three hosts, three iperf3 flows of known
     /// size between their VMs (one after the other); on each sender's host,
-    /// `show matrix` has the flow's pair with its bytes within 1 % of what
-    /// iperf3 sent (the frames' headers on top: a little more, never less),
-    /// the largest flow is the top pair, and the metrics carry it. Both data
-    /// paths (test.sh runs it on each).
+    /// `show matrix` has the flow's pair with at least the bytes iperf3's
+    /// receiver read and within 1 % of what its sender wrote (the frames'
+    /// headers on top), the largest flow is the top pair, and the metrics
+    /// carry it. Both data paths (test.sh runs it on each).
     #[test]
     #[ignore = "needs root and network namespaces: run with --ignored"]
     fn the_traffic_matrix_has_each_flows_pair_within_1_percent_of_what_iperf3_sent() {
@@ -439,28 +439,37 @@ mod both {
         let flows = lab.matrix_flows(&plan, 3).unwrap();
         let ms = lab.matrices().unwrap();
         for (f, (from, to, rate)) in flows.iter().zip(plan) {
-            let got = vnet_lab::matrix::pair_bytes(&ms[from], &f.from.mac, &f.to.mac);
-            let ratio = got as f64 / f.sent.max(1) as f64;
-            eprintln!("matrix: h{from} -> h{to} at {rate}: iperf3 sent {} bytes, host {from} counted {got} ({ratio:.4})", f.sent);
-            assert!(f.sent > 1_000_000, "the flow moved {} bytes", f.sent);
-            // Measured 1.002 on both paths: the frames' headers (66 bytes) on
-            // GSO frames of up to 64 KiB, and the warm-up pings. 1.01 leaves
-            // 4x that; a flow counted twice, or its ACKs counted in its pair,
-            // is far out of it (the ACKs are another pair, B -> A).
-            assert!(
-                (0.999..1.01).contains(&ratio),
-                "h{from} -> h{to}: {got} bytes counted for {} sent\n{}",
-                f.sent,
-                ms[from]
-            );
-            // The receiving host counted it too (it forwarded those frames).
-            let there = vnet_lab::matrix::pair_bytes(&ms[to], &f.from.mac, &f.to.mac) as f64 / f.sent as f64;
-            assert!((0.999..1.01).contains(&there), "h{to} counted {there:.4} of the flow");
+            assert!(f.received > 1_000_000, "the flow moved {} bytes", f.received);
+            // Every byte the receiver read passed both hosts in the flow's
+            // frames, so neither counted less. The sender may write more
+            // than arrives (what was in flight when iperf3 ended: 0.33 % of
+            // a 300 Mbit/s flow once), and retransmissions pass twice.
+            // Measured 1.002 of the bytes sent on both paths: the frames'
+            // headers (66 bytes) on GSO frames of up to 64 KiB, and the
+            // warm-up pings. 1.01 leaves 4x that; a flow counted twice, or
+            // its ACKs counted in its pair, is far out of it (the ACKs are
+            // another pair, B -> A).
+            for (h, side) in [(from, "sender's"), (to, "receiver's")] {
+                let got = vnet_lab::matrix::pair_bytes(&ms[h], &f.from.mac, &f.to.mac);
+                eprintln!(
+                    "matrix: h{from} -> h{to} at {rate}: iperf3 sent {} bytes, received {}; the {side} host counted {got} ({:.4} of sent)",
+                    f.sent,
+                    f.received,
+                    got as f64 / f.sent as f64
+                );
+                assert!(
+                    got >= f.received && (got as f64) < f.sent as f64 * 1.01,
+                    "h{from} -> h{to}: the {side} host h{h} counted {got} bytes for {} sent, {} received\n{}",
+                    f.sent,
+                    f.received,
+                    ms[h]
+                );
+            }
         }
         if lab.spec.datapath.as_deref() == Some("kernel") {
             // The programs, not the user path, carried (and counted) the flows.
             let g = json(&lab, 0, "stats")["global"].clone();
-            assert!(g["kernel_encap_bytes"].as_u64().unwrap_or(0) > flows[0].sent, "{g}");
+            assert!(g["kernel_encap_bytes"].as_u64().unwrap_or(0) > flows[0].received, "{g}");
         }
         let top = &ms[0]["pairs"][0];
         assert_eq!(
