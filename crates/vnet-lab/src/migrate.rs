@@ -1,24 +1,26 @@
-//! Live migration of a lab guest (QEMU, TCG, on a TAP) from one host to
-//! another, as libvirt drives it: the destination's QEMU started with
+//! Live migration of a lab guest (QEMU, TCG, on a TAP or on a vhost-user
+//! socket vnetd serves) from one host to another, as libvirt drives it: the destination's QEMU started with
 //! `-incoming`, the migration stream over the lab's underlay, the source
 //! stopped once it completes; and what vnet needs around it:
 //!
-//! 1. before: the destination attaches the guest's TAP `standby` (what the
-//!    libvirt hook does at `migrate`): nothing is routed to it and, in
-//!    cluster mode, its MAC is not claimed while the guest still runs on
-//!    the source;
+//! 1. before: the destination attaches the guest's TAP, or serves a
+//!    vhost-user socket for it, `standby` (what the libvirt hook does at
+//!    `migrate`): nothing is routed to it and, in cluster mode, its MAC is
+//!    not claimed while the guest still runs on the source;
 //! 2. at the switch-over the guest's first frame on the destination (the
-//!    announcement QEMU makes it send) activates the interface there: routed,
-//!    claimed in cluster mode (every host reroutes from its watch), announced;
+//!    announcement QEMU sends for a TAP, the guest itself for vhost-user,
+//!    told by QEMU: `VIRTIO_NET_F_GUEST_ANNOUNCE`) activates the interface
+//!    there: routed, claimed in cluster mode (every host reroutes from its
+//!    watch), announced;
 //! 3. static mode has no store to tell the other hosts: a `vnetctl move
 //!    ... wait` started with the migration waits for the activation and
 //!    reroutes them;
 //! 4. after: the source's interface is detached (libvirt's `release` hook).
 //!
 //! QEMU is driven over QMP (a line of JSON per message) on a socket in the
-//! lab's directory. A vhost-user guest is not migrated: QEMU needs the
-//! back end to log the pages it writes (`VHOST_F_LOG_ALL`), which vnetd's
-//! does not.
+//! lab's directory. For a vhost-user guest the source's vnetd logs the
+//! guest pages it writes while QEMU copies them (`VHOST_F_LOG_ALL`,
+//! `vnet_virtio::log`); what it logged is read before the source goes.
 
 use super::*;
 use std::io::{BufRead, BufReader, Write};
@@ -39,6 +41,9 @@ pub struct Migration {
     pub mover: Option<String>,
     /// The source's last `query-migrate` answer.
     pub query: String,
+    /// A vhost-user guest: the writes the source's vnetd marked in QEMU's
+    /// dirty log during the migration.
+    pub logged_writes: Option<u64>,
 }
 
 /// A QMP connection: commands and their answers; events are kept with
@@ -156,22 +161,12 @@ impl Lab {
             .ok_or_else(|| Error::Other(format!("host {from} has no QEMU guest")))?;
         let v = self.hosts[from].vms.iter().position(|vm| vm.console.is_some()).unwrap_or(0);
         let vm = self.hosts[from].vms[v].clone();
-        if vm.vhost.is_some() {
-            return Err(Error::Other(
-                "a vhost-user guest cannot migrate: vnetd does not log dirty pages".into(),
-            ));
-        }
         let src = self.guests[i].clone();
         let (to_ns, to_ip) = (self.hosts[to].ns.clone(), self.hosts[to].underlay_ip);
-        // 1. The destination's TAP, attached standby.
-        self.guest_tap(&to_ns)?;
-        let name = "vmig";
-        let dp = self.spec.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
-        let decl = format!("{name} netdev q0 mac {}{dp}", vm.mac);
-        let r = self.control(to, &format!("attach {decl} standby"))?;
-        r.result.map_err(|e| Error::Other(format!("host {to}: attach standby: {e}")))?;
-        // The destination's QEMU: the same machine, waiting for the stream.
         let mut args = src.args.clone();
+        // 1. The destination's TAP or socket, attached standby.
+        let (decl, vhost) = self.standby_at(to, &vm, &mut args)?;
+        // The destination's QEMU: the same machine, waiting for the stream.
         let console = self.dir.join(format!("guest-h{to}-in.log"));
         let qmp = self.dir.join(format!("qmp-h{to}-in.sock"));
         set_arg(&mut args, "-serial", format!("file:{}", console.display()));
@@ -200,10 +195,22 @@ impl Lab {
         // 2. The migration; the switch-over activates the interface.
         sq.execute("migrate-set-parameters", serde_json::json!({ "max-bandwidth": 1u64 << 30 }))?;
         sq.execute("migrate", serde_json::json!({ "uri": format!("tcp:{to_ip}:{port}") }))?;
-        let done = sq.poll("query-migrate", Duration::from_secs(300), |q| match q["status"].as_str() {
-            Some("completed") => Ok(true),
-            Some("failed" | "cancelled") => Err(Error::Other(format!("the migration failed: {q}"))),
-            _ => Ok(false),
+        // A vhost-user guest: what the source's vnetd logged, read while it
+        // migrates (in static mode the mover detaches the source's
+        // interface once the guest arrived).
+        let old = format!("vm{v}");
+        let logged = std::cell::Cell::new(None);
+        let done = sq.poll("query-migrate", Duration::from_secs(300), |q| {
+            if vm.vhost.is_some() {
+                if let Ok(n) = self.logged_writes(from, &old) {
+                    logged.set(Some(n));
+                }
+            }
+            match q["status"].as_str() {
+                Some("completed") => Ok(true),
+                Some("failed" | "cancelled") => Err(Error::Other(format!("the migration failed: {q}"))),
+                _ => Ok(false),
+            }
         })?;
         // The source completes when it has sent the last pages; the
         // destination runs once it has loaded them.
@@ -217,6 +224,7 @@ impl Lab {
                 .last("STOP")
                 .zip(dst.last("RESUME"))
                 .map(|(stop, resume)| resume.saturating_sub(stop)),
+            logged_writes: logged.get(),
         };
         if let Some(t) = mover {
             let out = t
@@ -234,14 +242,53 @@ impl Lab {
         if let Some(p) = src.pid {
             self.kill_child(p);
         }
-        let old = format!("vm{v}");
         let r = self.control(from, &format!("detach {old}"))?;
         r.result.map_err(|e| Error::Other(format!("host {from}: detach {old}: {e}")))?;
         self.guests[i] =
             Guest { host: to, ns: to_ns.clone(), args, console: console.clone(), pid: Some(pid) };
-        let moved = Vm { ns: to_ns, console: Some(console), ..vm };
+        let moved = Vm { ns: to_ns, console: Some(console), vhost: vhost.or(vm.vhost), ..vm };
         self.hosts[from].vms.remove(v);
         self.hosts[to].vms.push(moved);
         Ok(m)
+    }
+
+    /// Step 1 of a migration to host `to`: the guest's TAP, or a vhost-user
+    /// socket vnetd serves (`args`, the destination QEMU's, then name it),
+    /// attached `standby` as `vmig`. Returns the interface's declaration
+    /// and the socket.
+    fn standby_at(&mut self, to: usize, vm: &Vm, args: &mut [String]) -> Result<(String, Option<PathBuf>)> {
+        let name = "vmig";
+        let dp = self.spec.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
+        let vhost = vm.vhost.as_ref().map(|_| self.dir.join(format!("vhost-h{to}-in.sock")));
+        let decl = match &vhost {
+            Some(sock) => {
+                // vhost-user is the user path's, whatever the pass.
+                let q = self.spec.qemu_queues.max(1);
+                let chardev = format!("socket,id=chr0,path={},reconnect=1", sock.display());
+                set_arg(args, "-chardev", chardev);
+                format!("{name} vhost-user {} mac {} queues {q} datapath user", sock.display(), vm.mac)
+            }
+            None => {
+                self.guest_tap(&self.hosts[to].ns)?;
+                format!("{name} netdev q0 mac {}{dp}", vm.mac)
+            }
+        };
+        let r = self.control(to, &format!("attach {decl} standby"))?;
+        r.result.map_err(|e| Error::Other(format!("host {to}: attach standby: {e}")))?;
+        Ok((decl, vhost))
+    }
+
+    /// The writes host `h`'s vnetd marked in QEMU's dirty log for its
+    /// vhost-user interface `name` (`show interfaces`).
+    fn logged_writes(&self, h: usize, name: &str) -> Result<u64> {
+        let r = self.control(h, "show interfaces json")?;
+        r.result.map_err(|e| Error::Other(format!("host {h}: show interfaces: {e}")))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&r.body).map_err(|e| Error::Other(format!("show interfaces json: {e}")))?;
+        v["interfaces"]
+            .as_array()
+            .and_then(|a| a.iter().find(|i| i["name"] == name))
+            .and_then(|i| i["vhost_logged_writes"].as_u64())
+            .ok_or_else(|| Error::Other(format!("host {h}: no vhost_logged_writes for {name}: {v}")))
     }
 }

@@ -15,13 +15,15 @@
 //! (the caller counts it), and a frame for the guest that does not fit the
 //! buffers it posted is not placed and leaves the ring as it was.
 
+pub mod log;
 pub mod ring;
 
+pub use log::{DirtyLog, Memory};
 pub use ring::{Chain, RingError, Rings};
 use std::io::IoSlice;
 pub use virtio_queue::desc::split::Descriptor;
 pub use virtio_queue::{Queue, QueueOwnedT, QueueT};
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, VolatileMemory, VolatileSlice};
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryBackend, VolatileMemory};
 use vnet_wire::virtio;
 
 /// Most RX buffers one frame may spread over (64 KB in 4 KB pages and more).
@@ -156,7 +158,7 @@ pub fn scatter(r: &mut Rings<'_>, parts: &[IoSlice<'_>], hdr_len: usize, mrg: bo
     let mut used = [(0u16, 0u32); MAX_RX_BUFFERS];
     let mut n = 0;
     // The first buffer (where `num_buffers` goes), looked up once.
-    let mut first: Option<(GuestAddress, Option<VolatileSlice<'_>>)> = None;
+    let mut first: Option<(GuestAddress, Option<ring::Slice<'_>>)> = None;
     let mut failed = false;
     while !src.done() {
         let head = if n < MAX_RX_BUFFERS && (n == 0 || mrg) { r.pop() } else { None };
@@ -255,7 +257,7 @@ impl<'a> Stream<'a> {
         mem: &M,
         addr: GuestAddress,
         room: usize,
-        slice: Option<VolatileSlice<'_>>,
+        slice: Option<ring::Slice<'_>>,
     ) -> Option<usize> {
         if let Some(buf) = slice {
             return self.fill(room, |w, b| {
@@ -302,8 +304,9 @@ impl<'a> Stream<'a> {
 /// and the buffers, laid out as a driver would, and the device's
 /// [`Queue`] over it.
 pub mod fake {
+    use crate::Memory;
     use virtio_queue::{Queue, QueueT};
-    use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+    use vm_memory::{Bytes, GuestAddress};
 
     /// Guest memory size.
     pub const MEM: usize = 0x1_0000;
@@ -332,7 +335,7 @@ pub mod fake {
 
     /// A guest and the device's view of one of its queues.
     pub struct Guest {
-        pub mem: GuestMemoryMmap,
+        pub mem: Memory,
         pub queue: Queue,
         /// Descriptors and chains the driver has posted.
         next_desc: u16,
@@ -346,7 +349,7 @@ pub mod fake {
             let size = 1u16 << (15 - size.clamp(1, MAX_SIZE).leading_zeros() as u16);
             // An anonymous mapping of 64 KB cannot fail but on a machine out
             // of memory; the tests and the fuzzer have nothing else to do then.
-            let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).expect("64 KB of guest memory");
+            let mem = Memory::from_ranges(&[(GuestAddress(0), MEM)]).expect("64 KB of guest memory");
             let mut queue = Queue::new(MAX_SIZE).expect("a queue of the layout's size");
             queue.set_size(size);
             queue.set_desc_table_address(Some(DESC as u32), Some(0));
@@ -435,8 +438,8 @@ mod tests {
     use super::fake::*;
     use super::*;
 
-    fn mem() -> vm_memory::GuestMemoryMmap {
-        vm_memory::GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 1 << 16)]).unwrap()
+    fn mem() -> crate::Memory {
+        crate::Memory::from_ranges(&[(GuestAddress(0), 1 << 16)]).unwrap()
     }
 
     #[test]

@@ -21,10 +21,15 @@
 //! where its bytes would pass 4 GiB; every read and write is bounds
 //! checked by `vm-memory`'s volatile slices.
 
+use crate::log::{DirtyLog, Memory};
 use std::sync::atomic::{fence, Ordering};
 use virtio_queue::desc::split::Descriptor;
 use virtio_queue::{Queue, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileMemory, VolatileSlice};
+use vm_memory::bitmap::RefSlice;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, VolatileMemory};
+
+/// A slice of guest memory whose writes are logged while QEMU asks.
+pub(crate) type Slice<'m> = vm_memory::VolatileSlice<'m, RefSlice<'m, DirtyLog>>;
 
 /// Bytes of a descriptor.
 const DESC: usize = 16;
@@ -44,10 +49,10 @@ pub enum RingError {
 
 /// A queue's three areas for one batch, and where the device is in them.
 pub struct Rings<'m> {
-    mem: &'m GuestMemoryMmap,
-    desc: VolatileSlice<'m>,
-    avail: VolatileSlice<'m>,
-    used: VolatileSlice<'m>,
+    mem: &'m Memory,
+    desc: Slice<'m>,
+    avail: Slice<'m>,
+    used: Slice<'m>,
     size: u16,
     event_idx: bool,
     next_avail: u16,
@@ -60,7 +65,7 @@ pub struct Rings<'m> {
 
 impl<'m> Rings<'m> {
     /// The rings of `q` in `mem`, at the queue's position.
-    pub fn open(q: &Queue, mem: &'m GuestMemoryMmap) -> Result<Rings<'m>, RingError> {
+    pub fn open(q: &Queue, mem: &'m Memory) -> Result<Rings<'m>, RingError> {
         let size = q.size();
         if !q.ready() || size == 0 || !size.is_power_of_two() {
             return Err(RingError::NotReady);
@@ -188,7 +193,7 @@ impl<'m> Rings<'m> {
     }
 
     /// The guest memory the rings are in.
-    pub fn memory(&self) -> &'m GuestMemoryMmap {
+    pub fn memory(&self) -> &'m Memory {
         self.mem
     }
 }
@@ -202,8 +207,8 @@ const F_INDIRECT: u16 = 4;
 /// The descriptors of one chain, in order, following an indirect table
 /// where the chain points to one.
 pub struct Chain<'m> {
-    mem: &'m GuestMemoryMmap,
-    table: VolatileSlice<'m>,
+    mem: &'m Memory,
+    table: Slice<'m>,
     len: u16,
     next: u16,
     /// Descriptors the chain may still have: a loop ends.

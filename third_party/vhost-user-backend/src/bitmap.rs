@@ -172,7 +172,8 @@ impl AtomicBitmapMmap {
     // Sets the memory range as dirty. The `offset` is relative to the memory region,
     // so an offset of `0` references the start of the memory region. Any attempt to
     // access beyond the end of the bitmap are simply ignored.
-    fn mark_dirty(&self, offset: usize, len: usize) {
+    // vnet patch: public, for a bitmap of vnet's own (vnet-virtio's DirtyLog).
+    pub fn mark_dirty(&self, offset: usize, len: usize) {
         if len == 0 {
             return;
         }
@@ -193,7 +194,8 @@ impl AtomicBitmapMmap {
     // Check whether the specified offset is marked as dirty. The `offset` is relative
     // to the memory region, so a `0` offset references the start of the memory region.
     // Any attempt to access beyond the end of the bitmap are simply ignored.
-    fn dirty_at(&self, offset: usize) -> bool {
+    // vnet patch: public, as mark_dirty.
+    pub fn dirty_at(&self, offset: usize) -> bool {
         let page = page_number(offset);
         if page >= self.number_of_pages {
             return false; // ignore out of bound access
@@ -229,7 +231,8 @@ impl MmapLogReg {
     // Note: The specification does not define whether the offset must be page-aligned or not.
     // But, since we are receiving the offset from the frontend to be used to call mmap,
     // we assume it is properly aligned (currently, qemu always send a 0 offset).
-    pub(crate) fn from_file(fd: BorrowedFd, offset: u64, len: u64) -> io::Result<Self> {
+    // vnet patch: public, so a log can be mapped outside a handler (tests).
+    pub fn from_file(fd: BorrowedFd, offset: u64, len: u64) -> io::Result<Self> {
         let offset: isize = offset.io_try_into()?;
         let len: usize = len.io_try_into()?;
 

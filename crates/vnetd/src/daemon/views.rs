@@ -204,6 +204,11 @@ pub struct VhostView<'a> {
     /// Per queue pair: frames placed in its RX ring, chains taken from its TX ring.
     pub pair_rx_frames: Vec<u64>,
     pub pair_tx_frames: Vec<u64>,
+    /// 1 while QEMU has vnetd log the guest pages it writes (a live
+    /// migration), and the writes logged since the guest's memory was
+    /// last mapped.
+    pub vhost_logging: u64,
+    pub vhost_logged_writes: u64,
 }
 
 impl Daemon {
@@ -334,10 +339,13 @@ impl Daemon {
                         let per_pair = |c: &[std::sync::atomic::AtomicU64]| {
                             c.iter().take(d.pairs).map(|n| n.load(Relaxed)).collect()
                         };
+                        let (logging, logged) = d.dirty_log();
                         VhostView {
                             rings: &d.stats,
                             pair_rx_frames: per_pair(&d.stats.pair_rx),
                             pair_tx_frames: per_pair(&d.stats.pair_tx),
+                            vhost_logging: u64::from(logging),
+                            vhost_logged_writes: logged,
                         }
                     }),
                 }

@@ -53,7 +53,7 @@ use vhost_user_backend::{ShutdownHandle, VhostUserBackend, VhostUserDaemon, Vrin
 use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_net::*;
 use virtio_bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
 use vmm_sys_util::timerfd::TimerFd;
@@ -65,7 +65,7 @@ use vnet_engine::BUF;
 use vnet_engine::{DispatchStats, Dispatcher, Forwarder};
 use vnet_wire::virtio::{self, VirtioNetHdr};
 
-type Mem = GuestMemoryAtomic<GuestMemoryMmap>;
+type Mem = GuestMemoryAtomic<vnet_virtio::Memory>;
 type Ring = VringRwLock<Mem>;
 
 /// Ring size vnetd accepts (QEMU's default is 256).
@@ -96,9 +96,16 @@ fn offered_features(pairs: usize) -> u64 {
         VIRTIO_NET_F_GUEST_TSO6,
         VIRTIO_NET_F_GUEST_ECN,
         VIRTIO_NET_F_MRG_RXBUF,
+        // After a live migration the guest announces itself (a gratuitous
+        // ARP, an unsolicited NA) when QEMU tells it to: its first frame
+        // on the destination, which activates the interface there.
+        VIRTIO_NET_F_GUEST_ANNOUNCE,
     ];
-    // QEMU starts a vhost-user NIC only with the protocol features.
-    let mut f = bits.iter().fold(0u64, |f, b| f | 1 << b) | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
+    // QEMU starts a vhost-user NIC only with the protocol features, and
+    // migrates it only if the back end logs the pages it writes.
+    let mut f = bits.iter().fold(0u64, |f, b| f | 1 << b)
+        | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+        | VhostUserVirtioFeatures::LOG_ALL.bits();
     if pairs > 1 {
         f |= 1 << VIRTIO_NET_F_MQ | 1 << VIRTIO_NET_F_CTRL_VQ;
     }
@@ -345,6 +352,17 @@ impl VhostDev {
         }
     }
 
+    /// Whether the connected front end has the guest's pages logged (a
+    /// live migration is under way), and the writes marked in its log
+    /// since the guest's memory was last mapped.
+    pub fn dirty_log(&self) -> (bool, u64) {
+        let guard = self.conn.load();
+        let Some(conn) = guard.as_ref() else { return (false, 0) };
+        let mem = conn.mem.memory();
+        let on = vnet_virtio::log::logs(&mem).any(vnet_virtio::DirtyLog::logging);
+        (on, vnet_virtio::log::marked(&mem))
+    }
+
     /// Stops serving: drops the connection, ends the listener thread and
     /// removes the socket.
     pub fn stop(&self) {
@@ -507,7 +525,7 @@ fn tick_event(pairs: usize) -> u16 {
 }
 
 impl VhostUserBackend for NetBackend {
-    type Bitmap = ();
+    type Bitmap = vnet_virtio::DirtyLog;
     type Vring = Ring;
 
     fn num_queues(&self) -> usize {
@@ -525,10 +543,16 @@ impl VhostUserBackend for NetBackend {
     fn acked_features(&self, features: u64) {
         self.conn.acked.store(features, Relaxed);
         self.dev.stats.features.store(features, Relaxed);
+        // Logging ends when QEMU clears LOG_ALL (the migration ended or
+        // failed); it began with the log QEMU set (`DirtyLog::replace`).
+        if features & VhostUserVirtioFeatures::LOG_ALL.bits() == 0 {
+            vnet_virtio::log::stop_logging(&self.conn.mem.memory());
+        }
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
-        let mut p = VhostUserProtocolFeatures::REPLY_ACK;
+        // LOG_SHMFD: the dirty log is memory QEMU shares (SET_LOG_BASE).
+        let mut p = VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::LOG_SHMFD;
         if self.dev.pairs > 1 {
             p |= VhostUserProtocolFeatures::MQ;
         }
@@ -714,7 +738,7 @@ impl NetBackend {
         &self,
         plane: &vnet_engine::Plane,
         port: Port,
-        mem: &GuestMemoryMmap,
+        mem: &vnet_virtio::Memory,
         hdr_len: usize,
         sp: vnet_virtio::Split,
         w: &mut PairWorker,
@@ -824,7 +848,7 @@ fn serve_one(
     mode: Mode,
     dispatch: &Arc<DispatchStats>,
 ) -> Result<(), ServeError> {
-    let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
+    let mem = GuestMemoryAtomic::new(vnet_virtio::Memory::new());
     let conn = Arc::new(Conn {
         mem: mem.clone(),
         rx: (0..dev.pairs).map(|_| std::sync::OnceLock::new()).collect(),
