@@ -136,7 +136,9 @@ impl Lab {
         let g = self.guests[i].clone();
         let _ = std::fs::remove_file(&g.console);
         let args: Vec<&str> = g.args.iter().map(String::as_str).collect();
-        let pid = self.spawn(&g.ns, &args)?;
+        // QEMU's own complaints (a vhost-user back end it gave up on, a
+        // migration it refused) beside the console.
+        let pid = self.spawn_logged(&g.ns, &args, &g.console.with_extension("qemu"))?;
         self.guests[i].pid = Some(pid);
         Ok(())
     }

@@ -25,6 +25,17 @@ impl Lab {
         Ok(PingResult::parse(&String::from_utf8_lossy(&out.stdout)))
     }
 
+    /// Starts a long-running process in `ns` with its output appended to
+    /// `log`; it is killed when the lab goes.
+    pub fn spawn_logged(&mut self, ns: &str, args: &[&str], log: &Path) -> Result<u32> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns]).args(args);
+        let child = crate::process::spawn_logged(cmd, log, args.first().copied().unwrap_or("a process"))?;
+        let id = child.id();
+        self.children.push(child);
+        Ok(id)
+    }
+
     /// Starts a long-running process in `ns`; it is killed when the lab goes.
     pub fn spawn(&mut self, ns: &str, args: &[&str]) -> Result<u32> {
         let child = Command::new("ip")

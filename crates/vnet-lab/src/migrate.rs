@@ -175,23 +175,14 @@ impl Lab {
         args.extend(["-incoming".to_string(), format!("tcp:{to_ip}:{port}")]);
         let _ = std::fs::remove_file(&console);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let pid = self.spawn(&to_ns, &argv)?;
+        let pid = self.spawn_logged(&to_ns, &argv, &console.with_extension("qemu"))?;
         let mut dst = Qmp::connect(&qmp, Duration::from_secs(30))?;
         self.wait_listening(&to_ns, port)?;
         let src_qmp =
             qmp_path(&src.args).ok_or_else(|| Error::Other("the guest has no QMP socket".into()))?;
         let mut sq = Qmp::connect(&src_qmp, Duration::from_secs(5))?;
         // 3. Static mode: the mover waits for the arrival.
-        let mover = if self.spec.cluster.is_none() {
-            let ep = |h: &Host| format!("unix:{}", h.control.display());
-            let hosts: Vec<String> = self.hosts.iter().map(ep).collect();
-            let mut cmd = Command::new(bin("vnetctl")?);
-            cmd.args(["move", &vm.mac, "to", &ep(&self.hosts[to]), "hosts", &hosts.join(","), "wait", "300"]);
-            cmd.arg("interface").args(decl.split_whitespace());
-            Some(std::thread::spawn(move || cmd.stdin(Stdio::null()).output()))
-        } else {
-            None
-        };
+        let mover = if self.spec.cluster.is_none() { Some(self.mover(to, &vm, &decl)?) } else { None };
         // 2. The migration; the switch-over activates the interface.
         sq.execute("migrate-set-parameters", serde_json::json!({ "max-bandwidth": 1u64 << 30 }))?;
         sq.execute("migrate", serde_json::json!({ "uri": format!("tcp:{to_ip}:{port}") }))?;
@@ -234,7 +225,10 @@ impl Lab {
             let said =
                 String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
             if !out.status.success() {
-                return Err(Error::Other(format!("vnetctl move: {said}")));
+                return Err(Error::Other(format!(
+                    "vnetctl move: {said}\n{}",
+                    self.migration_report(to, &src, &console)
+                )));
             }
             m.mover = Some(said);
         }
@@ -276,6 +270,36 @@ impl Lab {
         let r = self.control(to, &format!("attach {decl} standby"))?;
         r.result.map_err(|e| Error::Other(format!("host {to}: attach standby: {e}")))?;
         Ok((decl, vhost))
+    }
+
+    /// Static mode's `vnetctl move ... wait`, started: it waits for the
+    /// guest's arrival on host `to` (interface `decl`), then reroutes the
+    /// other hosts.
+    fn mover(
+        &self,
+        to: usize,
+        vm: &Vm,
+        decl: &str,
+    ) -> Result<std::thread::JoinHandle<std::io::Result<Output>>> {
+        let ep = |h: &Host| format!("unix:{}", h.control.display());
+        let hosts: Vec<String> = self.hosts.iter().map(ep).collect();
+        let mut cmd = Command::new(bin("vnetctl")?);
+        cmd.args(["move", &vm.mac, "to", &ep(&self.hosts[to]), "hosts", &hosts.join(","), "wait", "300"]);
+        cmd.arg("interface").args(decl.split_whitespace());
+        Ok(std::thread::spawn(move || cmd.stdin(Stdio::null()).output()))
+    }
+
+    /// What a failed migration leaves to read: the destination's
+    /// interfaces, both QEMUs' output and the destination guest's console.
+    fn migration_report(&self, to: usize, src: &Guest, console: &Path) -> String {
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| format!("({e})"));
+        let ifaces = self.control(to, "show interfaces json").map(|r| r.body).unwrap_or_default();
+        format!(
+            "host {to}'s interfaces: {ifaces}\nthe source QEMU said: {}\nthe destination QEMU said: {}\nthe destination console: {}",
+            read(&src.console.with_extension("qemu")),
+            read(&console.with_extension("qemu")),
+            read(console)
+        )
     }
 
     /// The writes host `h`'s vnetd marked in QEMU's dirty log for its

@@ -480,7 +480,17 @@ where
             let used_ring = self
                 .vmm_va_to_gpa(used)
                 .map_err(|e| VhostUserError::ReqHandlerError(io::Error::other(e)))?;
-            vring
+            // vnet patch: the addresses set, the used index read and the next used index
+            // set under one lock of the ring, not three. A front end sends SET_VRING_ADDR
+            // again to a running ring to turn dirty logging on or off (VHOST_VRING_F_LOG,
+            // at a live migration's start and end). With three locks, a batch the back end
+            // completed in between (used entries added, the index published) was forgotten:
+            // its next used entries went over those and the used index went back, and the
+            // guest took completions for buffers it had already been given back (a guest
+            // kernel's crash after a migration under load, about 1 run in 6). Under one
+            // lock the index read is the one the back end published last.
+            let mut state = vring.get_mut();
+            state
                 .set_queue_info(desc_table, avail_ring, used_ring)
                 .map_err(|_| VhostUserError::InvalidParam)?;
 
@@ -494,10 +504,10 @@ where
             // Note: I'm not sure why QEMU's vhost-user library sets the 'user' index here,
             // _probably_ to make sure that the VQ is already configured. A better solution would
             // be to receive the 'used' index in SET_VRING_BASE, as is done when using packed VQs.
-            let idx = vring
-                .queue_used_idx()
+            let mem = self.atomic_mem.memory();
+            let idx = virtio_queue::QueueT::used_idx(state.get_queue(), &*mem, std::sync::atomic::Ordering::Acquire)
                 .map_err(|_| VhostUserError::BackendInternalError)?;
-            vring.set_queue_next_used(idx);
+            virtio_queue::QueueT::set_next_used(state.get_queue_mut(), idx.0);
 
             Ok(())
         } else {

@@ -260,8 +260,10 @@ fn live_migration_under_ping_and_stream(cluster: bool, vhost: bool) {
     let said = String::from_utf8_lossy(&sender.stdout).to_string();
     assert!(
         sender.status.success(),
-        "the TCP stream broke: {said} {}",
-        String::from_utf8_lossy(&sender.stderr)
+        "the TCP stream broke: {said} {}\nhost 2's interfaces: {}\nthe guest's console: {}",
+        String::from_utf8_lossy(&sender.stderr),
+        json(&lab, 2, "interfaces"),
+        std::fs::read_to_string(moved.console.as_deref().unwrap()).unwrap_or_default()
     );
     let line = console_line(&moved, "VNET-MD5 ", 60);
     assert_eq!(line, format!("VNET-MD5 {want} {}", MB << 20), "the destination guest's console: {line}");
