@@ -135,7 +135,7 @@ fn interfaces(s: &Spec, host: &Host, mode: Option<Mode>, datapath: Datapath) -> 
 }
 
 /// The lab's dispatch mode (none: vnetd's default) and interfaces' datapath.
-fn modes(s: &Spec) -> Result<(Option<Mode>, Datapath)> {
+pub(crate) fn modes(s: &Spec) -> Result<(Option<Mode>, Datapath)> {
     let mode = match s.dispatch.as_deref() {
         None => None,
         Some("notify") => Some(Mode::Notify),

@@ -25,6 +25,8 @@
 use super::*;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use vnet_control::request::{Dev, DevName, Interface, Name, Request, SocketPath};
+use vnet_control::Datapath;
 
 /// What a migration took.
 #[derive(Debug, Clone, Default)]
@@ -165,7 +167,7 @@ impl Lab {
         let (to_ns, to_ip) = (self.hosts[to].ns.clone(), self.hosts[to].underlay_ip);
         let mut args = src.args.clone();
         // 1. The destination's TAP or socket, attached standby.
-        let (decl, vhost) = self.standby_at(to, &vm, &mut args)?;
+        let (iface, vhost) = self.standby_at(to, &vm, &mut args)?;
         // The destination's QEMU: the same machine, waiting for the stream.
         let console = self.dir.join(format!("guest-h{to}-in.log"));
         let qmp = self.dir.join(format!("qmp-h{to}-in.sock"));
@@ -182,7 +184,7 @@ impl Lab {
             qmp_path(&src.args).ok_or_else(|| Error::Other("the guest has no QMP socket".into()))?;
         let mut sq = Qmp::connect(&src_qmp, Duration::from_secs(5))?;
         // 3. Static mode: the mover waits for the arrival.
-        let mover = if self.spec.cluster.is_none() { Some(self.mover(to, &vm, &decl)?) } else { None };
+        let mover = if self.spec.cluster.is_none() { Some(self.mover(to, &vm, &iface)?) } else { None };
         // 2. The migration; the switch-over activates the interface.
         sq.execute("migrate-set-parameters", serde_json::json!({ "max-bandwidth": 1u64 << 30 }))?;
         sq.execute("migrate", serde_json::json!({ "uri": format!("tcp:{to_ip}:{port}") }))?;
@@ -236,7 +238,8 @@ impl Lab {
         if let Some(p) = src.pid {
             self.kill_child(p);
         }
-        let r = self.control(from, &format!("detach {old}"))?;
+        let detach = Name::new(&old).map(Request::Detach).map_err(|e| Error::Other(format!("{old}: {e}")))?;
+        let r = self.send(from, &detach)?;
         r.result.map_err(|e| Error::Other(format!("host {from}: detach {old}: {e}")))?;
         self.guests[i] =
             Guest { host: to, ns: to_ns.clone(), args, console: console.clone(), pid: Some(pid) };
@@ -248,44 +251,57 @@ impl Lab {
 
     /// Step 1 of a migration to host `to`: the guest's TAP, or a vhost-user
     /// socket vnetd serves (`args`, the destination QEMU's, then name it),
-    /// attached `standby` as `vmig`. Returns the interface's declaration
-    /// and the socket.
-    fn standby_at(&mut self, to: usize, vm: &Vm, args: &mut [String]) -> Result<(String, Option<PathBuf>)> {
-        let name = "vmig";
-        let dp = self.spec.datapath.as_ref().map_or(String::new(), |d| format!(" datapath {d}"));
+    /// attached `standby` as `vmig`. Returns the interface as declared
+    /// (not standby) and the socket.
+    fn standby_at(
+        &mut self,
+        to: usize,
+        vm: &Vm,
+        args: &mut [String],
+    ) -> Result<(Interface, Option<PathBuf>)> {
+        let typed = |e: vnet_control::request::Invalid| Error::Other(format!("the migrating interface: {e}"));
+        let name = Name::new("vmig").map_err(typed)?;
         let vhost = vm.vhost.as_ref().map(|_| self.dir.join(format!("vhost-h{to}-in.sock")));
-        let decl = match &vhost {
+        let mut i = match &vhost {
             Some(sock) => {
-                // vhost-user is the user path's, whatever the pass.
-                let q = self.spec.qemu_queues.max(1);
                 let chardev = format!("socket,id=chr0,path={},reconnect=1", sock.display());
                 set_arg(args, "-chardev", chardev);
-                format!("{name} vhost-user {} mac {} queues {q} datapath user", sock.display(), vm.mac)
+                let path = SocketPath::new(&sock.display().to_string()).map_err(typed)?;
+                let mut i = Interface::new(name, Dev::VhostUser(path));
+                i.queues = self.spec.qemu_queues.max(1);
+                // vhost-user is the user path's, whatever the pass.
+                i.datapath = Datapath::User;
+                i
             }
             None => {
                 self.guest_tap(&self.hosts[to].ns)?;
-                format!("{name} netdev q0 mac {}{dp}", vm.mac)
+                let mut i = Interface::new(name, Dev::Netdev(DevName::new("q0").map_err(typed)?));
+                i.datapath = crate::config::modes(&self.spec)?.1;
+                i
             }
         };
-        let r = self.control(to, &format!("attach {decl} standby"))?;
+        i.mac = Some(vm.mac.parse().map_err(|_| Error::Other(format!("a lab MAC `{}`", vm.mac)))?);
+        let attach = Request::attach(Interface { standby: true, ..i.clone() }).map_err(typed)?;
+        let r = self.send(to, &attach)?;
         r.result.map_err(|e| Error::Other(format!("host {to}: attach standby: {e}")))?;
-        Ok((decl, vhost))
+        Ok((i, vhost))
     }
 
     /// Static mode's `vnetctl move ... wait`, started: it waits for the
-    /// guest's arrival on host `to` (interface `decl`), then reroutes the
+    /// guest's arrival on host `to` (as interface `i`), then reroutes the
     /// other hosts.
     fn mover(
         &self,
         to: usize,
         vm: &Vm,
-        decl: &str,
+        i: &Interface,
     ) -> Result<std::thread::JoinHandle<std::io::Result<Output>>> {
         let ep = |h: &Host| format!("unix:{}", h.control.display());
         let hosts: Vec<String> = self.hosts.iter().map(ep).collect();
         let mut cmd = Command::new(bin("vnetctl")?);
         cmd.args(["move", &vm.mac, "to", &ep(&self.hosts[to]), "hosts", &hosts.join(","), "wait", "300"]);
-        cmd.arg("interface").args(decl.split_whitespace());
+        // The declaration's words, as the typed request writes them.
+        cmd.args(Request::Declare(i.clone()).line().split_whitespace());
         Ok(std::thread::spawn(move || cmd.stdin(Stdio::null()).output()))
     }
 

@@ -459,10 +459,23 @@ pub fn tcp_md5_ns(lab: &Lab, from: &str, to: &str, to_ip: &str, mb: u32) -> (Str
 // ---- Cluster mode: a real etcd (Debian's etcd-server) in the lab ----
 
 /// Waits up to `secs` for `ok`; returns how long it took, or panics with `what`.
-pub fn wait_until(secs: f64, what: &str, mut ok: impl FnMut() -> bool) -> Duration {
+pub fn wait_until(secs: f64, what: &str, ok: impl FnMut() -> bool) -> Duration {
+    wait_until_or(secs, what, ok, String::new)
+}
+
+/// [`wait_until`], and on a timeout the panic also says what `report`
+/// reads then (the state of the hosts involved).
+pub fn wait_until_or(
+    secs: f64,
+    what: &str,
+    mut ok: impl FnMut() -> bool,
+    report: impl FnOnce() -> String,
+) -> Duration {
     let t0 = std::time::Instant::now();
     while !ok() {
-        assert!(t0.elapsed().as_secs_f64() < secs, "not within {secs} s: {what}");
+        if t0.elapsed().as_secs_f64() >= secs {
+            panic!("not within {secs} s: {what}\n{}", report());
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     t0.elapsed()
