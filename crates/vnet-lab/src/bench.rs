@@ -368,6 +368,67 @@ fn stolen(mut v: Vec<Sample>, st: f64) -> Vec<Sample> {
     v
 }
 
+/// Writes `results.json` and `results.md` of what `rows` hold; a run cut
+/// short (`complete` false: conditions still to come) says so in its
+/// document and in the Markdown's title.
+fn write(
+    opts: &Opts,
+    rows: &BTreeMap<Key, Row>,
+    failures: &[Value],
+    steal: &StealLog,
+    complete: bool,
+) -> crate::Result<()> {
+    let results: Vec<Value> = rows
+        .iter()
+        .map(|((case, mtu, shaped, metric), r)| {
+            json!({
+                "case": case, "mtu": mtu, "shaped": shaped, "metric": metric, "unit": r.unit,
+                "samples": r.samples, "sample_repeats": r.repeats, "sample_steal_pct": r.steal,
+                "median": median(&r.samples),
+            })
+        })
+        .collect();
+    let mut doc = json!({
+        "date": now_utc(),
+        "machine": machine(),
+        "kernel": sh(&["uname", "-r"]),
+        "command": opts.command,
+        // New namespaces inherit the machine's default; all cases alike.
+        "congestion_control": std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .unwrap_or_default().trim(),
+        "repeats": opts.repeats,
+        // false while conditions are still to come (a run cut short keeps
+        // what it measured).
+        "complete": complete,
+        "seconds": opts.seconds,
+        "steal_pct_median": median(&steal.kept),
+        "steal_pct_max": steal.kept.iter().copied().fold(0.0, f64::max),
+        "steal_limit_pct": STEAL_MAX_PCT,
+        "steal_remeasured": steal.remeasured,
+        "idle_wait_gave_up": steal.idle_gave_up,
+        "notes": [
+            "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
+            "routed: no overlay at all; VMs on veths (as for vxlan and vnet-kernel) and plain IP routing in each host: what VMs behind veths cost without any overlay (a reference, not a strict bound: the kernel path skips the hosts' IP routing).",
+            "bridged: no overlay and no routing; VMs on veths whose host ends share a Linux bridge with the underlay device (one L2 segment): what a VM's virtual NIC costs with nothing else in the way. Overlay cases are also given as a ratio to the better of routed and bridged (the `vs best baseline` column of each cell, `b`).",
+            "Endpoint MTU: native, routed and bridged = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
+            "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
+            "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
+            "tinc: tinc 1.0 in switch mode with its default crypto, its TAP and the VMs' veths in a bridge per host; wireguard-go: WireGuard in user space, each host routing the other's VM /24 into it (L3, as routed). Both Debian's packages, endpoint MTU = underlay - 80: what users would run instead of a secured vnet link.",
+            "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
+            "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
+            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Each measurement is taken again (up to 3 tries, the least stolen kept, while measuring again has added under 10 % to the run's time) when the hypervisor stole more than the steal limit of the machine's CPU time during it (`sample_steal_pct` per sample): on this VM throughput falls almost in proportion to steal, which comes and goes over minutes. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it, or at least to agree with it (the two runs' intervals overlap); `vnet-lab compare` counts both.",
+        ],
+        "failures": failures,
+        "results": results,
+    });
+    crate::noise::annotate(&mut doc);
+    let json_path = opts.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&doc).unwrap_or_default())
+        .map_err(crate::io("writing results.json"))?;
+    std::fs::write(opts.out.join("results.md"), markdown(&doc)).map_err(crate::io("writing results.md"))?;
+    Ok(())
+}
+
 /// Runs the whole matrix and writes the results. Returns the output directory.
 pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
     std::fs::create_dir_all(&opts.out).map_err(crate::io("creating the results directory"))?;
@@ -410,52 +471,10 @@ pub fn run(opts: &Opts) -> crate::Result<PathBuf> {
                 }
             }
         }
+        // What is measured so far, should the run be cut short.
+        let last = Some(cond) == opts.conditions.last();
+        write(opts, &rows, &failures, &steal, last)?;
     }
-    let results: Vec<Value> = rows
-        .iter()
-        .map(|((case, mtu, shaped, metric), r)| {
-            json!({
-                "case": case, "mtu": mtu, "shaped": shaped, "metric": metric, "unit": r.unit,
-                "samples": r.samples, "sample_repeats": r.repeats, "sample_steal_pct": r.steal,
-                "median": median(&r.samples),
-            })
-        })
-        .collect();
-    let mut doc = json!({
-        "date": now_utc(),
-        "machine": machine(),
-        "kernel": sh(&["uname", "-r"]),
-        "command": opts.command,
-        // New namespaces inherit the machine's default; all cases alike.
-        "congestion_control": std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
-            .unwrap_or_default().trim(),
-        "repeats": opts.repeats,
-        "seconds": opts.seconds,
-        "steal_pct_median": median(&steal.kept),
-        "steal_pct_max": steal.kept.iter().copied().fold(0.0, f64::max),
-        "steal_limit_pct": STEAL_MAX_PCT,
-        "steal_remeasured": steal.remeasured,
-        "idle_wait_gave_up": steal.idle_gave_up,
-        "notes": [
-            "Sender, receiver and overlay share the machine's cores: every case competes for the same CPUs.",
-            "routed: no overlay at all; VMs on veths (as for vxlan and vnet-kernel) and plain IP routing in each host: what VMs behind veths cost without any overlay (a reference, not a strict bound: the kernel path skips the hosts' IP routing).",
-            "bridged: no overlay and no routing; VMs on veths whose host ends share a Linux bridge with the underlay device (one L2 segment): what a VM's virtual NIC costs with nothing else in the way. Overlay cases are also given as a ratio to the better of routed and bridged (the `vs best baseline` column of each cell, `b`).",
-            "Endpoint MTU: native, routed and bridged = underlay; vxlan = underlay - 50; vnet raw = underlay - 42; vnet vnet = 65000 (vnet splits frames itself).",
-            "vnet-user-*: vnetd's user-space path in its default adaptive dispatch; vnet-userpoll-*: the same with every worker in poll mode (spins up to 20 ms after the last frame).",
-            "vnet-kernel-*: vnetd's in-kernel eBPF fast path (TC programs; VMs are containers on veths, like the vxlan case); endpoint MTU = underlay - 62 for vnet (- 42 for raw), since the kernel path does not fragment.",
-            "tinc: tinc 1.0 in switch mode with its default crypto, its TAP and the VMs' veths in a bridge per host; wireguard-go: WireGuard in user space, each host routing the other's VM /24 into it (L3, as routed). Both Debian's packages, endpoint MTU = underlay - 80: what users would run instead of a secured vnet link.",
-            "UDP goodput uses the largest datagram that fits the endpoint MTU (MTU - 28).",
-            "Ratios are to native in the same run; latency ratios above 1 and throughput ratios below 1 are worse than native.",
-            "Repeats are interleaved (repeat 1 of every case, then repeat 2, ...), each on a freshly built lab. Each measurement is taken again (up to 3 tries, the least stolen kept, while measuring again has added under 10 % to the run's time) when the hypervisor stole more than the steal limit of the machine's CPU time during it (`sample_steal_pct` per sample): on this VM throughput falls almost in proportion to steal, which comes and goes over minutes. Ratios are formed per repeat. Noise (±) is the largest distance of one repeat from its case's median, pooled over the cases of a row; a rerun's medians are expected within it, or at least to agree with it (the two runs' intervals overlap); `vnet-lab compare` counts both.",
-        ],
-        "failures": failures,
-        "results": results,
-    });
-    crate::noise::annotate(&mut doc);
-    let json_path = opts.out.join("results.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&doc).unwrap_or_default())
-        .map_err(crate::io("writing results.json"))?;
-    std::fs::write(opts.out.join("results.md"), markdown(&doc)).map_err(crate::io("writing results.md"))?;
     Ok(opts.out.clone())
 }
 

@@ -28,6 +28,12 @@ fn cell(r: &Value, native: Option<f64>, repeats: usize) -> String {
 /// The Markdown report: per condition, a table of medians with ratios to native.
 pub fn markdown(doc: &Value) -> String {
     let mut md = String::new();
+    if doc["complete"] == false {
+        let _ = writeln!(
+            md,
+            "**Incomplete: the run was cut short; the conditions below are what it measured.**\n"
+        );
+    }
     let _ = writeln!(md, "Date: {}  ", doc["date"].as_str().unwrap_or(""));
     let _ = writeln!(md, "Machine: {}  ", doc["machine"].as_str().unwrap_or(""));
     let _ = writeln!(md, "Kernel: {}  ", doc["kernel"].as_str().unwrap_or(""));
