@@ -18,6 +18,7 @@ pub mod keys;
 pub mod relocate;
 pub mod sys;
 pub mod tls;
+pub mod utc;
 
 pub use client::Client;
 pub use endpoint::{Endpoint, DEFAULT_ENDPOINT};

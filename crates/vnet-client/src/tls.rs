@@ -188,33 +188,7 @@ fn valid_now(cert: &CertificateDer<'_>, path: &str) -> Result<(), TlsError> {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` of a Unix time (the civil calendar from days,
-/// after Howard Hinnant's `civil_from_days`).
+/// `YYYY-MM-DDTHH:MM:SSZ` of a certificate's time.
 fn utc(t: UnixTime) -> String {
-    let secs = t.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(UnixTime::since_unix_epoch(std::time::Duration::ZERO)), "1970-01-01T00:00:00Z");
-        let t = UnixTime::since_unix_epoch(std::time::Duration::from_secs(1_795_651_200 + 3_661));
-        assert_eq!(utc(t), "2026-11-26T01:01:01Z");
-        let leap = UnixTime::since_unix_epoch(std::time::Duration::from_secs(951_782_400));
-        assert_eq!(utc(leap), "2000-02-29T00:00:00Z");
-    }
+    crate::utc::seconds(t.as_secs())
 }

@@ -14,7 +14,16 @@
 //! datapath kernel                   # for TAP interfaces (default: auto)
 //! network 0                         # for every domain not named below
 //! domain web1 network 7             # domain `web1` joins network 7
+//! log /var/log/vnet/libvirt-hook.log # what each call did (default: syslog)
+//! incoming /run/vnet/libvirt-incoming # marks of incoming domains (the default)
 //! ```
+//!
+//! The hook says what it did at each step (`migrate`, `prepare`,
+//! `started`, `release`, ...) of a domain of vnet's: one line per request
+//! it sent and its outcome, to the system log (`/dev/log`, where journald
+//! or a syslog daemon reads; ident `vnet-libvirt-hook`), to a file
+//! (`log PATH`, appended, each line stamped with UTC time), or nowhere
+//! (`log none`).
 //!
 //! A missing file is the defaults. Every error names the file, the line,
 //! the column and what was expected.
@@ -25,6 +34,10 @@ use vnet_control::Datapath;
 
 /// Where the hook reads its configuration unless `--config FILE` is given.
 pub const DEFAULT_PATH: &str = "/etc/vnet/libvirt-hook.conf";
+
+/// Where incoming domains are marked (one empty file per domain name)
+/// unless `incoming DIR` says otherwise.
+pub const INCOMING_DIR: &str = "/run/vnet/libvirt-incoming";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -37,6 +50,21 @@ pub struct Config {
     pub network: u32,
     /// Domains by name, and their networks.
     pub domains: BTreeMap<String, u32>,
+    /// Where the hook says what it did.
+    pub log: Log,
+    /// Where incoming domains are marked.
+    pub incoming: std::path::PathBuf,
+}
+
+/// Where the hook says what it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Log {
+    /// The system log (`/dev/log`), the default.
+    Syslog,
+    /// Appended to this file.
+    File(std::path::PathBuf),
+    /// Nowhere.
+    Nowhere,
 }
 
 impl Default for Config {
@@ -48,6 +76,8 @@ impl Default for Config {
             datapath: Datapath::Auto,
             network: 0,
             domains: BTreeMap::new(),
+            log: Log::Syslog,
+            incoming: INCOMING_DIR.into(),
         }
     }
 }
@@ -144,8 +174,31 @@ impl Config {
                     c.domains.insert(name.to_string(), n);
                     4
                 }
+                "log" => {
+                    const WHERE: &str = "`syslog`, `none` or an absolute path";
+                    let (v, col) = arg(1, WHERE)?;
+                    c.log = match v {
+                        "syslog" => Log::Syslog,
+                        "none" => Log::Nowhere,
+                        p if p.starts_with('/') => Log::File(p.into()),
+                        _ => return Err(err(col, WHERE, v)),
+                    };
+                    2
+                }
+                "incoming" => {
+                    let (v, col) = arg(1, "an absolute path")?;
+                    if !v.starts_with('/') {
+                        return Err(err(col, "an absolute path", v));
+                    }
+                    c.incoming = v.into();
+                    2
+                }
                 other => {
-                    return Err(err(1, "`control`, `datapath`, `network` or `domain`", other));
+                    return Err(err(
+                        1,
+                        "`control`, `datapath`, `network`, `domain`, `log` or `incoming`",
+                        other,
+                    ));
                 }
             };
             if let Some((w, col)) = word(used) {
@@ -170,6 +223,13 @@ mod tests {
         assert_eq!(c.control_text, "unix:/run/vnet/lan.sock");
         assert_eq!(c.datapath, Datapath::Kernel);
         assert_eq!((c.network_of("web1"), c.network_of("db")), (7, 3));
+        assert_eq!(c.log, Log::Syslog);
+        let l = |t: &str| Config::parse("h", t.as_bytes()).map(|c| c.log);
+        assert_eq!(l("log /var/log/h.log"), Ok(Log::File("/var/log/h.log".into())));
+        assert_eq!(l("log none"), Ok(Log::Nowhere));
+        assert_eq!(Config::parse("h", b"incoming /x/in").unwrap().incoming, std::path::Path::new("/x/in"));
+        assert!(Config::parse("h", b"incoming x").is_err());
+        assert!(l("log relative.log").unwrap_err().to_string().starts_with("h:1:5: expected `syslog`"));
         assert_eq!(Config::parse("h", b"").unwrap(), Config::default());
     }
 

@@ -20,11 +20,18 @@
 //! - `reconnect` (libvirtd restarted with the domain running): both;
 //! - `stopped` and `release`: `detach` them all.
 //! - `migrate` (the destination of a live migration, before `prepare`):
-//!   the domain is marked incoming (a file in [`INCOMING_DIR`]), so that
+//!   the domain is marked incoming (a file in `config::INCOMING_DIR`, or
+//!   the configuration's `incoming` directory), so that
 //!   its `prepare` and `started` attach its interfaces `standby`: vnetd
 //!   routes and claims them only when the VM's first frame arrives there
 //!   (QEMU's announcement after the switch-over), not while the VM still
 //!   runs on the source. The mark goes at `stopped`/`release`.
+//!
+//! Each step of a domain of vnet's is logged (`config::Log`: the system
+//! log by default): the step, and each request sent with its outcome, or
+//! that the step had nothing to do; so a live migration shows `migrate`,
+//! `prepare` and `started` on the destination and `stopped` and `release`
+//! on the source.
 //!
 //! Every other operation and every other domain is left alone (exit 0,
 //! nothing printed: libvirt then keeps the XML as it is). `attach` and
@@ -34,6 +41,7 @@
 
 mod config;
 mod domain;
+mod log;
 
 use config::Config;
 use domain::{Kind, Plan};
@@ -55,9 +63,6 @@ enum Action {
     Incoming,
     Nothing,
 }
-
-/// Where incoming domains are marked (one empty file per domain name).
-pub const INCOMING_DIR: &str = "/run/vnet/libvirt-incoming";
 
 fn action(op: &str) -> Action {
     match op {
@@ -129,7 +134,11 @@ fn mark(dir: &Path, domain: &str) -> Result<std::path::PathBuf, String> {
     Ok(dir.join(domain))
 }
 
-fn run(args: &[String], xml: &str, dir: &Path, conf: &Config) -> Result<(), String> {
+/// Does what `args` (libvirt's) ask for the domain `xml` describes; what
+/// it did, a line per request (none for a domain not vnet's or an
+/// operation vnet has no part in).
+fn run(args: &[String], xml: &str, conf: &Config) -> Result<Vec<String>, String> {
+    let dir = conf.incoming.as_path();
     let (Some(domain), Some(op)) = (args.get(1), args.get(2)) else {
         return Err(
             "usage: vnet-libvirt-hook DOMAIN OPERATION SUB-OPERATION EXTRA (domain XML on stdin)".into()
@@ -137,15 +146,19 @@ fn run(args: &[String], xml: &str, dir: &Path, conf: &Config) -> Result<(), Stri
     };
     let act = action(op);
     if act == Action::Nothing {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let read = if act == Action::Detach { domain::names } else { domain::plan };
-    let Some(plan) = read(xml).map_err(|e| format!("{domain}: {e}"))? else { return Ok(()) };
+    let Some(plan) = read(xml).map_err(|e| format!("{domain}: {e}"))? else { return Ok(Vec::new()) };
     let marked = mark(dir, domain)?;
     match act {
         Action::Incoming => {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            return std::fs::write(&marked, b"").map_err(|e| format!("{}: {e}", marked.display()));
+            std::fs::write(&marked, b"").map_err(|e| format!("{}: {e}", marked.display()))?;
+            return Ok(vec![
+                "incoming (a live migration's destination): its interfaces attach standby, active at the guest's first frame"
+                    .into(),
+            ]);
         }
         Action::Detach => {
             let _ = std::fs::remove_file(&marked);
@@ -155,20 +168,25 @@ fn run(args: &[String], xml: &str, dir: &Path, conf: &Config) -> Result<(), Stri
     let (datapath, network) = granted(conf, &plan, domain)?;
     let reqs = requests(&plan, datapath, network, act, marked.exists());
     if reqs.is_empty() {
-        return Ok(());
+        let what = if act == Action::Detach { "detach" } else { "attach at this step" };
+        return Ok(vec![format!("no interface of its to {what}")]);
     }
     let ep = &conf.control;
     let mut c = match Client::connect(ep) {
         Ok(c) => c,
         // A stopped domain's interfaces go with a stopped vnetd anyway.
-        Err(_) if act == Action::Detach => return Ok(()),
+        Err(e) if act == Action::Detach => {
+            return Ok(vec![format!("vnetd at {ep} not reachable ({e}): nothing to detach")])
+        }
         Err(e) => return Err(format!("{domain}: vnetd at {ep}: {e}")),
     };
+    let mut did = Vec::with_capacity(reqs.len());
     for r in reqs {
         let a = c.send(&r).map_err(|e| format!("{domain}: vnetd at {ep}: {e}"))?;
         a.result.map_err(|e| format!("{domain}: `{r}`: {e}"))?;
+        did.push(format!("`{r}`: ok"));
     }
-    Ok(())
+    Ok(did)
 }
 
 fn main() -> ExitCode {
@@ -195,9 +213,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match run(&args, &xml, Path::new(INCOMING_DIR), &conf) {
-        Ok(()) => ExitCode::SUCCESS,
+    // The step, as libvirt named it, for the log.
+    let step: Vec<&str> = args.iter().skip(1).take(4).map(String::as_str).collect();
+    let step = step.join(" ").escape_debug().to_string();
+    match run(&args, &xml, &conf) {
+        Ok(did) => {
+            for d in did {
+                log::write(&conf.log, log::Level::Info, &format!("{step}: {d}"));
+            }
+            ExitCode::SUCCESS
+        }
         Err(e) => {
+            log::write(&conf.log, log::Level::Error, &format!("{step}: {e}"));
             eprintln!("vnet-libvirt-hook: {e}");
             ExitCode::FAILURE
         }
@@ -279,17 +306,28 @@ mod tests {
     #[test]
     fn an_incoming_domain_is_marked_until_it_stops_and_other_domains_never() {
         let dir = std::env::temp_dir().join(format!("vnet-hook-test-{}", std::process::id()));
-        let conf = Config::parse("h", b"control unix:/nonexistent/v.sock\n").unwrap();
+        let mut conf = Config::parse("h", b"control unix:/nonexistent/v.sock\n").unwrap();
+        conf.incoming = dir.clone();
         let xml = r#"<domain><name>m</name><metadata><vnet:attach xmlns:vnet="urn:vnet:libvirt:1"/></metadata></domain>"#;
         let args = |op: &str| -> Vec<String> {
             ["hook", "m", op, "begin", "-"].iter().map(|s| s.to_string()).collect()
         };
-        assert_eq!(run(&args("migrate"), xml, &dir, &conf), Ok(()));
+        let did = run(&args("migrate"), xml, &conf).unwrap();
+        assert!(did.len() == 1 && did[0].starts_with("incoming"), "{did:?}");
         assert!(dir.join("m").exists());
-        // A stopped domain's interfaces go with a stopped vnetd: no error, and the mark goes.
-        assert_eq!(run(&args("release"), xml, &dir, &conf), Ok(()));
+        // A domain without interfaces has nothing to detach, and its mark goes.
+        let did = run(&args("release"), xml, &conf).unwrap();
+        assert_eq!(did, vec!["no interface of its to detach".to_string()]);
+        // One with an interface, and vnetd stopped: its interfaces went with it; no error.
+        let with = xml.replace(
+            "</metadata>",
+            "</metadata><devices><interface type='ethernet'><mac address='52:54:00:00:00:01'/>\
+             <target dev='vt-m'/></interface></devices>",
+        );
+        let did = run(&args("release"), &with, &conf).unwrap();
+        assert!(did.len() == 1 && did[0].contains("nothing to detach"), "{did:?}");
         assert!(!dir.join("m").exists());
-        assert_eq!(run(&args("migrate"), "<domain><name>m</name></domain>", &dir, &conf), Ok(()));
+        assert_eq!(run(&args("migrate"), "<domain><name>m</name></domain>", &conf), Ok(vec![]));
         assert!(!dir.join("m").exists(), "not vnet's domain: not marked");
         assert!(mark(&dir, "../x").is_err() && mark(&dir, "").is_err());
         let _ = std::fs::remove_dir_all(&dir);
@@ -299,12 +337,11 @@ mod tests {
     fn other_domains_and_operations_need_no_vnetd() {
         let args: Vec<String> =
             ["hook", "d", "prepare", "begin", "-"].iter().map(|s| s.to_string()).collect();
-        let dir = Path::new("/nonexistent-vnet-hook-dir");
-        let conf = Config::default();
-        assert_eq!(run(&args, "<domain><name>d</name></domain>", dir, &conf), Ok(()));
+        let conf = Config { incoming: "/nonexistent-vnet-hook-dir".into(), ..Config::default() };
+        assert_eq!(run(&args, "<domain><name>d</name></domain>", &conf), Ok(vec![]));
         let other: Vec<String> =
             ["hook", "d", "restore", "begin", "-"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(run(&other, "not even xml", dir, &conf), Ok(()));
-        assert!(run(&args[..1], "", dir, &conf).is_err());
+        assert_eq!(run(&other, "not even xml", &conf), Ok(vec![]));
+        assert!(run(&args[..1], "", &conf).is_err());
     }
 }
