@@ -44,7 +44,7 @@ pub use cni::{cni_path, CniRun, Podman};
 pub use config::config_for;
 use guest::Guest;
 pub use guest::{console_line, guest_files};
-pub use libvirt::Libvirt;
+pub use libvirt::{Events, Libvirt, LibvirtPki};
 pub use machine::Machine;
 pub use measure::{iperf3_bytes, PingResult};
 pub use migrate::Migration;

@@ -725,3 +725,94 @@ pub fn lab_bin_dir() -> (String, String) {
     let vnetd = vnet_lab::bin("vnetd").unwrap();
     (shim.display().to_string(), vnetd.parent().unwrap().display().to_string())
 }
+
+/// What a migration's test sends: a Python TCP sender at a fixed rate
+/// (`RATE` bytes a second) from a file, printing the bytes sent and the
+/// longest a send blocked (ms).
+pub const PACED_SENDER: &str = r#"
+import socket, sys, time
+ip, path, rate = sys.argv[1], sys.argv[2], float(sys.argv[3])
+data = open(path, 'rb').read()
+s = socket.create_connection((ip, 5001), timeout=60)
+t0, sent, stall = time.time(), 0, 0.0
+for i in range(0, len(data), 65536):
+    b = time.time()
+    s.sendall(data[i:i + 65536])
+    stall = max(stall, time.time() - b)
+    sent += len(data[i:i + 65536])
+    ahead = sent / rate - (time.time() - t0)
+    if ahead > 0:
+        time.sleep(ahead)
+s.close()
+print(sent, round(stall * 1000))
+"#;
+
+/// A live migration's load on the guest at `ip`: VM `from` pings it every
+/// 20 ms (500 pings, 10 s) and streams 8 MB of known bytes to its port
+/// 5001 at 1 MB/s ([`PACED_SENDER`]); the guest prints their md5 on its
+/// console when the stream ends. Started 3 s before [`MigrationLoad::start`] returns.
+pub struct MigrationLoad {
+    want: String,
+    ping: std::thread::JoinHandle<std::process::Output>,
+    sender: std::thread::JoinHandle<std::process::Output>,
+}
+
+impl MigrationLoad {
+    const MB: usize = 8;
+    const PINGS: u32 = 500;
+
+    pub fn start(lab: &Lab, from: &Vm, ip: Ipv4Addr) -> MigrationLoad {
+        let data = lab.dir.join("payload");
+        let bytes: Vec<u8> =
+            (0..(Self::MB << 20) as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        std::fs::write(&data, &bytes).unwrap();
+        let sum = lab.ns_output(&from.ns, &["md5sum", data.to_str().unwrap()]).unwrap();
+        let want = String::from_utf8_lossy(&sum.stdout).split_whitespace().next().unwrap_or("").to_string();
+        let ip = ip.to_string();
+        let pings = Self::PINGS.to_string();
+        let ping = in_background(&from.ns, &["ping", "-n", "-i", "0.02", "-c", &pings, "-W", "1", &ip]);
+        let rate = (1u32 << 20).to_string();
+        let sender =
+            in_background(&from.ns, &["python3", "-c", PACED_SENDER, &ip, data.to_str().unwrap(), &rate]);
+        std::thread::sleep(Duration::from_secs(3));
+        MigrationLoad { want, ping, sender }
+    }
+
+    /// Checks that the load came through the migration (`mode` names it
+    /// in the output): the stream whole (its md5 on the guest's
+    /// `console`, now the destination's), and the pings lost x 20 ms under
+    /// the guest's pause (`paused_ms`) + 100 ms. `context` says what to
+    /// show when the stream broke.
+    pub fn check(self, console: &std::path::Path, paused_ms: u64, mode: &str, context: impl Fn() -> String) {
+        let sender = self.sender.join().unwrap();
+        let said = String::from_utf8_lossy(&sender.stdout).to_string();
+        assert!(
+            sender.status.success(),
+            "the TCP stream broke: {said} {}\n{}\nthe guest's console: {}",
+            String::from_utf8_lossy(&sender.stderr),
+            context(),
+            std::fs::read_to_string(console).unwrap_or_default()
+        );
+        let line = vnet_lab::console_line(console, "VNET-MD5 ", Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let want = format!("VNET-MD5 {} {}", self.want, Self::MB << 20);
+        assert_eq!(line, want, "the destination guest's console: {line}");
+        let out = self.ping.join().unwrap();
+        let out = String::from_utf8_lossy(&out.stdout).to_string();
+        let r = vnet_lab::PingResult::parse(&out);
+        assert_eq!(r.sent, Self::PINGS, "ping output not understood:\n{out}");
+        let (lost, gap) = (r.sent - r.received, longest_gap(&out, r.sent));
+        eprintln!(
+            "live migration ({mode}): {lost} of {} pings lost (20 ms apart, ~{} ms), longest gap {gap}; \
+             the stream (sent bytes, longest blocked send in ms): {}",
+            Self::PINGS,
+            lost * 20,
+            said.trim()
+        );
+        assert!(
+            u64::from(lost) * 20 < paused_ms + 100,
+            "{lost} pings lost ({} ms) against the guest's pause of {paused_ms} ms + 100",
+            lost * 20
+        );
+    }
+}

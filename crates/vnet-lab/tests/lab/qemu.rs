@@ -136,27 +136,6 @@ fn two_guests_talk_and_survive_a_qemu_restart(vhost: bool) {
     }
 }
 
-/// What a migration's test sends: a Python TCP sender at a fixed rate
-/// (`RATE` bytes a second) from a file, printing the bytes sent and the
-/// longest a send blocked (ms).
-const PACED_SENDER: &str = r#"
-import socket, sys, time
-ip, path, rate = sys.argv[1], sys.argv[2], float(sys.argv[3])
-data = open(path, 'rb').read()
-s = socket.create_connection((ip, 5001), timeout=60)
-t0, sent, stall = time.time(), 0, 0.0
-for i in range(0, len(data), 65536):
-    b = time.time()
-    s.sendall(data[i:i + 65536])
-    stall = max(stall, time.time() - b)
-    sent += len(data[i:i + 65536])
-    ahead = sent / rate - (time.time() - t0)
-    if ahead > 0:
-        time.sleep(ahead)
-s.close()
-print(sent, round(stall * 1000))
-"#;
-
 /// Live migration (issues 29 and 48): host 1's QEMU guest (TCG, 512 MB, on
 /// a TAP or on vhost-user) moves to host 2 while a namespace VM on host 0
 /// pings it every 20 ms and streams 8 MB to it over TCP at 1 MB/s. The
@@ -182,19 +161,7 @@ fn live_migration_under_ping_and_stream(cluster: bool, vhost: bool) {
     }
     let (a, g) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
     assert_ping(&lab, &a, g.ip, 56);
-    const MB: usize = 8;
-    let data = lab.dir.join("payload");
-    let bytes: Vec<u8> =
-        (0..(MB << 20) as u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    std::fs::write(&data, &bytes).unwrap();
-    let sum = lab.ns_output(&a.ns, &["md5sum", data.to_str().unwrap()]).unwrap();
-    let want = String::from_utf8_lossy(&sum.stdout).split_whitespace().next().unwrap_or("").to_string();
-    const PINGS: u32 = 500;
-    let ip = g.ip.to_string();
-    let ping = in_background(&a.ns, &["ping", "-n", "-i", "0.02", "-c", &PINGS.to_string(), "-W", "1", &ip]);
-    let rate = (1u32 << 20).to_string();
-    let sender = in_background(&a.ns, &["python3", "-c", PACED_SENDER, &ip, data.to_str().unwrap(), &rate]);
-    std::thread::sleep(Duration::from_secs(3));
+    let load = MigrationLoad::start(&lab, &a, g.ip);
     let m = lab.migrate_guest(1, 2).unwrap_or_else(|e| panic!("migration: {e}"));
     let moved = lab.vm(2, lab.hosts_vms(2) - 1).clone();
     let mode = match (cluster, vhost) {
@@ -257,33 +224,9 @@ fn live_migration_under_ping_and_stream(cluster: bool, vhost: bool) {
         json(&lab, 1, "interfaces")["interfaces"].as_array().unwrap().is_empty(),
         "the source kept an interface"
     );
-    let sender = sender.join().unwrap();
-    let said = String::from_utf8_lossy(&sender.stdout).to_string();
-    assert!(
-        sender.status.success(),
-        "the TCP stream broke: {said} {}\nhost 2's interfaces: {}\nthe guest's console: {}",
-        String::from_utf8_lossy(&sender.stderr),
-        json(&lab, 2, "interfaces"),
-        std::fs::read_to_string(moved.console.as_deref().unwrap()).unwrap_or_default()
-    );
-    let line = console_line(&moved, "VNET-MD5 ", 60);
-    assert_eq!(line, format!("VNET-MD5 {want} {}", MB << 20), "the destination guest's console: {line}");
-    let out = ping.join().unwrap();
-    let out = String::from_utf8_lossy(&out.stdout).to_string();
-    let r = vnet_lab::PingResult::parse(&out);
-    assert_eq!(r.sent, PINGS, "ping output not understood:\n{out}");
-    let (lost, gap) = (r.sent - r.received, longest_gap(&out, r.sent));
-    eprintln!(
-        "live migration ({mode}): {lost} of {PINGS} pings lost (20 ms apart, ~{} ms), longest gap {gap}; \
-         the stream (sent bytes, longest blocked send in ms): {}",
-        lost * 20,
-        said.trim()
-    );
-    assert!(
-        u64::from(lost) * 20 < paused_ms + 100,
-        "{lost} pings lost ({} ms) against the guest's pause of {paused_ms} ms + 100",
-        lost * 20
-    );
+    load.check(moved.console.as_deref().unwrap(), paused_ms, mode, || {
+        format!("host 2's interfaces: {}", json(&lab, 2, "interfaces"))
+    });
     if cluster {
         // Its own VM's MAC, and the guest's once it arrived.
         assert_eq!(lab.cluster_status(2).unwrap()["counters"]["macs_claimed"], 2);
