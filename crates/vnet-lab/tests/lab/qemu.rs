@@ -304,9 +304,13 @@ mod user_alone {
                 .ns_output(&b.ns, &["ping", "-q", "-f", "-l", "64", "-c", "20000", "-s", "16", &ip])
                 .unwrap();
             assert!(out.status.success(), "{out:?}");
+            // A flood under TCG may lose a few frames (the guest's ring is
+            // full): the counters must cover every reply ping saw.
+            let seen = u64::from(vnet_lab::PingResult::parse(&String::from_utf8_lossy(&out.stdout)).received);
+            assert!(seen >= 19_000, "{mode}: {seen} of 20000 flood pings answered: {out:?}");
             let i = json(&lab, 0, "interfaces")["interfaces"][0].clone();
             let n = |k: &str| i[k].as_u64().unwrap();
-            assert!(n("rx_packets") >= 20_000 && n("tx_packets") >= 20_000, "{mode}: {i}");
+            assert!(n("rx_packets") >= seen && n("tx_packets") >= seen, "{mode}: {seen} replies: {i}");
             assert!(n("early_signals") > 0 && n("signals_suppressed") > 0, "{mode}: {i}");
             match mode {
                 "notify" => {
