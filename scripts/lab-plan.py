@@ -17,7 +17,7 @@ pass, so a test's full name is ROOM::PASS::NAME. The pass module says:
   user_alone    the user pass only, one at a time
   kernel        the kernel pass only (the kernel path's own maps)
   kernel_alone  the kernel pass only, one at a time
-  by_hand       no step: scripts/upgrade-test.sh runs it
+  by_hand       no step: scripts/upgrade-test.sh or scripts/k8s-test.sh runs it
 
 A pass is a data path: every vnetd interface of the user pass is on the
 user path (VNET_LAB_DATAPATH=user), of the kernel pass on the kernel path;

@@ -26,6 +26,7 @@ mod cni;
 mod config;
 mod etcd;
 mod guest;
+pub mod k8s;
 mod libvirt;
 mod machine;
 pub mod matrix;
@@ -231,6 +232,12 @@ impl Lab {
             lab.wait_guest(i)?;
         }
         Ok(lab)
+    }
+
+    /// The switch namespace, when the hosts are on one (a cluster lab's
+    /// etcd runs there).
+    pub fn switch_ns(&self) -> Option<&str> {
+        self.switch.as_deref()
     }
 
     /// Runs `args` inside namespace `ns`; fails if it exits non-zero.

@@ -56,6 +56,36 @@ impl Ca {
         Ok(p.signed_by(&key, &self.issuer).map_err(err)?.pem())
     }
 
+    /// Writes a certificate for `cn` (in organizations `orgs`, for the
+    /// names and addresses `sans`) and its key into `dir` as `STEM.pem`,
+    /// `STEM.key` (mode 0600), and the CA as `ca.pem`: the Kubernetes
+    /// lab's users, components and servers.
+    pub fn issue(
+        &self,
+        dir: &Path,
+        stem: &str,
+        cn: &str,
+        orgs: &[&str],
+        sans: &[String],
+    ) -> Result<HostFiles> {
+        let key = KeyPair::generate().map_err(err)?;
+        let mut p = CertificateParams::new(sans.to_vec()).map_err(err)?;
+        p.distinguished_name.push(DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name.push(DnType::OrganizationName, *o);
+        }
+        p.extended_key_usages =
+            vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = p.signed_by(&key, &self.issuer).map_err(err)?;
+        let files = HostFiles {
+            cert: dir.join(format!("{stem}.pem")),
+            key: dir.join(format!("{stem}.key")),
+            ca: dir.join("ca.pem"),
+        };
+        write_files(&files, &cert.pem(), &key.serialize_pem(), &self.pem)?;
+        Ok(files)
+    }
+
     /// Writes the CA certificate and a certificate and key for `ip` into
     /// `dir` as `NAME-ca.pem`, `NAME.pem`, `NAME.key` (key mode 0600).
     pub fn host(&self, dir: &Path, name: &str, ip: impl Into<IpAddr>) -> Result<HostFiles> {
@@ -70,15 +100,20 @@ impl Ca {
             key: dir.join(format!("{name}.key")),
             ca: dir.join(format!("{name}-ca.pem")),
         };
-        let write = |path: &Path, text: &str| {
-            std::fs::write(path, text).map_err(|e| Error::Other(format!("{}: {e}", path.display())))
-        };
-        write(&files.cert, &cert.pem())?;
-        write(&files.key, &key.serialize_pem())?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| Error::Other(format!("{}: {e}", files.key.display())))?;
-        write(&files.ca, &self.pem)?;
+        write_files(&files, &cert.pem(), &key.serialize_pem(), &self.pem)?;
         Ok(files)
     }
+}
+
+/// Writes a certificate, its key (mode 0600) and its CA.
+fn write_files(files: &HostFiles, cert: &str, key: &str, ca: &str) -> Result<()> {
+    let write = |path: &Path, text: &str| {
+        std::fs::write(path, text).map_err(|e| Error::Other(format!("{}: {e}", path.display())))
+    };
+    write(&files.cert, cert)?;
+    write(&files.key, key)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&files.key, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::Other(format!("{}: {e}", files.key.display())))?;
+    write(&files.ca, ca)
 }

@@ -10,6 +10,18 @@ pub(crate) static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 /// The labs' temporary directories, removed on a signal too.
 pub(crate) static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
+/// What else a signal must undo before the processes are killed (the
+/// Kubernetes lab's containers, which no registered process is the parent
+/// of), registered by the module that made it.
+pub(crate) static CLEANUPS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
+
+pub(crate) fn on_signal(f: fn()) {
+    let mut c = CLEANUPS.lock().unwrap_or_else(|p| p.into_inner());
+    if !c.contains(&f) {
+        c.push(f);
+    }
+}
+
 pub(crate) fn dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     DIRS.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -51,6 +63,9 @@ pub fn run_group(mut cmd: Command) -> Result<Output> {
 /// exits with status 130. Call once, early, in a binary that builds labs.
 pub fn install_signal_cleanup() {
     let _ = ctrlc::set_handler(|| {
+        for f in std::mem::take(&mut *CLEANUPS.lock().unwrap_or_else(|p| p.into_inner())) {
+            f();
+        }
         let (nss, pids) = std::mem::take(&mut *registry());
         for g in std::mem::take(&mut *groups()) {
             kill_group(g);

@@ -1,0 +1,196 @@
+//! Container images for the Kubernetes lab, made without a registry or an
+//! image builder: a directory becomes one layer (`tar`, with fixed owner
+//! and times so the same files give the same digest), and the layer, an
+//! image configuration and a manifest become an OCI image layout archive
+//! (`oci-layout`, `index.json`, `blobs/sha256/`) that `ctr images import`
+//! takes, named by the index's `io.containerd.image.name` annotation.
+//!
+//! Three images: vnet's (vnetd, vnetctl, vnet-cni with the shared
+//! libraries they load, and Debian's static busybox for the init
+//! container's `sh` and `cp`), a test image (the same busybox), and the
+//! pause image (a static `pause` built here from C with gcc: the sandbox's
+//! first process, which waits for a signal and reaps what it inherits).
+
+use crate::{io, Error, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// An image to build: its name (`localhost/NAME:TAG`), its root directory
+/// and the configuration's entrypoint.
+pub struct ImageSpec<'a> {
+    pub name: &'a str,
+    pub root: &'a Path,
+    pub entrypoint: &'a [&'a str],
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(io("writing an image file"))
+}
+
+/// Writes `spec`'s image as an OCI archive at `out` and returns `out`.
+pub fn build(spec: &ImageSpec, work: &Path, out: &Path) -> Result<PathBuf> {
+    let layout = work.join("layout");
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).map_err(io("making an image layout"))?;
+    let layer = work.join("layer.tar");
+    let st = Command::new("tar")
+        .args(["--sort=name", "--owner=0", "--group=0", "--numeric-owner", "--mtime=@0", "-C"])
+        .arg(spec.root)
+        .arg("-cf")
+        .arg(&layer)
+        .arg(".")
+        .status()
+        .map_err(io("running tar"))?;
+    if !st.success() {
+        return Err(Error::Other(format!("tar of {} failed: {st}", spec.root.display())));
+    }
+    let layer_bytes = std::fs::read(&layer).map_err(io("reading a layer"))?;
+    let layer_digest = sha256_hex(&layer_bytes);
+    std::fs::rename(&layer, blobs.join(&layer_digest)).map_err(io("placing a layer"))?;
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {
+            "Entrypoint": spec.entrypoint,
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        },
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
+    })
+    .to_string();
+    let config_digest = sha256_hex(config.as_bytes());
+    write(&blobs.join(&config_digest), config.as_bytes())?;
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": format!("sha256:{config_digest}"),
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": format!("sha256:{layer_digest}"),
+            "size": layer_bytes.len(),
+        }],
+    })
+    .to_string();
+    let manifest_digest = sha256_hex(manifest.as_bytes());
+    write(&blobs.join(&manifest_digest), manifest.as_bytes())?;
+    let tag = spec.name.rsplit_once(':').map_or("latest", |(_, t)| t);
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": format!("sha256:{manifest_digest}"),
+            "size": manifest.len(),
+            "annotations": {
+                "io.containerd.image.name": spec.name,
+                "org.opencontainers.image.ref.name": tag,
+            },
+        }],
+    })
+    .to_string();
+    write(&layout.join("index.json"), index.as_bytes())?;
+    write(&layout.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    let st = Command::new("tar")
+        .args(["--sort=name", "--owner=0", "--group=0", "--numeric-owner", "--mtime=@0", "-C"])
+        .arg(&layout)
+        .arg("-cf")
+        .arg(out)
+        .arg(".")
+        .status()
+        .map_err(io("running tar"))?;
+    if !st.success() {
+        return Err(Error::Other(format!("tar of the image layout failed: {st}")));
+    }
+    std::fs::remove_dir_all(&layout).map_err(io("removing an image layout"))?;
+    Ok(out.to_path_buf())
+}
+
+/// Copies `bin` into `root` at `to` (a path inside the image) with every
+/// shared library `ldd` says it loads, at the same paths.
+pub fn add_binary(root: &Path, bin: &Path, to: &str) -> Result<()> {
+    copy_into(root, bin, to)?;
+    let out = Command::new("ldd").arg(bin).output().map_err(io("running ldd"))?;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+        // "/lib64/ld-linux-x86-64.so.2 (0x...)"
+        let path = line.split("=>").last().and_then(|s| s.split_whitespace().next()).unwrap_or("");
+        if path.starts_with('/') {
+            copy_into(root, Path::new(path), path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies the file `from` to `root`/`to`, following symbolic links.
+pub fn copy_into(root: &Path, from: &Path, to: &str) -> Result<()> {
+    let dest = root.join(to.trim_start_matches('/'));
+    if let Some(d) = dest.parent() {
+        std::fs::create_dir_all(d).map_err(io("making an image directory"))?;
+    }
+    std::fs::copy(from, &dest).map_err(|e| Error::Other(format!("copying {}: {e}", from.display())))?;
+    Ok(())
+}
+
+/// Debian's static busybox at `root`/bin/busybox with the applets the
+/// lab's pods and the manifest's scripts use linked to it.
+pub fn add_busybox(root: &Path) -> Result<()> {
+    let busybox = Path::new("/bin/busybox");
+    if !busybox.is_file() {
+        return Err(Error::Other("/bin/busybox not found: install Debian's busybox-static".into()));
+    }
+    copy_into(root, busybox, "/bin/busybox")?;
+    for applet in [
+        "sh", "cp", "mv", "rm", "ls", "cat", "mkdir", "sleep", "ping", "nc", "md5sum", "dd", "head", "ip",
+        "hostname", "kill", "test", "echo", "wc", "grep", "sed", "chmod", "true", "date", "seq", "wget",
+    ] {
+        let link = root.join("bin").join(applet);
+        if !link.exists() {
+            std::os::unix::fs::symlink("busybox", &link).map_err(io("linking a busybox applet"))?;
+        }
+    }
+    for d in ["tmp", "etc", "proc", "sys", "dev", "run", "var/lib"] {
+        std::fs::create_dir_all(root.join(d)).map_err(io("making an image directory"))?;
+    }
+    Ok(())
+}
+
+/// The pause program, in C (as Kubernetes' own is): exits on SIGINT or
+/// SIGTERM, reaps children, otherwise sleeps.
+pub const PAUSE_C: &str = r#"#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static void quit(int s) { (void)s; _exit(0); }
+static void reap(int s) { (void)s; while (waitpid(-1, 0, WNOHANG) > 0) {} }
+int main(void) {
+    struct sigaction q = {0}, r = {0};
+    q.sa_handler = quit;
+    r.sa_handler = reap;
+    r.sa_flags = SA_NOCLDSTOP;
+    if (sigaction(SIGINT, &q, 0) || sigaction(SIGTERM, &q, 0) || sigaction(SIGCHLD, &r, 0)) return 1;
+    for (;;) pause();
+}
+"#;
+
+/// Builds the static pause program into `root`/pause with gcc.
+pub fn add_pause(root: &Path, work: &Path) -> Result<()> {
+    let src = work.join("pause.c");
+    write(&src, PAUSE_C.as_bytes())?;
+    let st = Command::new("gcc")
+        .args(["-static", "-Os", "-s", "-o"])
+        .arg(root.join("pause"))
+        .arg(&src)
+        .status()
+        .map_err(io("running gcc"))?;
+    if !st.success() {
+        return Err(Error::Other(format!("gcc of pause.c failed: {st}")));
+    }
+    Ok(())
+}

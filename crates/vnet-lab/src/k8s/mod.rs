@@ -1,0 +1,808 @@
+//! The Kubernetes lab: a control plane and three nodes on the lab's
+//! underlay, run from the programs `scripts/k8s-build.sh` builds
+//! (Kubernetes and containerd from the Go module proxy; runc is Debian's),
+//! with no registry: images are made here ([`image`]) and imported into
+//! each node's containerd.
+//!
+//! - **Control plane**, in the switch namespace beside the lab's etcd:
+//!   kube-apiserver on the lab's etcd over TLS (with the client
+//!   certificate of etcd's `root`, a user the lab's etcd knows), on
+//!   `https://ETCD_IP:6443`; kube-controller-manager and kube-scheduler.
+//!   Certificates from a CA of the lab's own ([`crate::pki`]): the
+//!   apiserver's, `kubernetes-admin` in `system:masters` (what `kubectl`
+//!   runs as), the controller manager's, the scheduler's and each node's
+//!   (`system:node:NAME` in `system:nodes`, for the Node authorizer).
+//! - **A node** per lab host: a holder process entered into the host's
+//!   network namespace with a mount and a UTS namespace of its own (host
+//!   name: the node's name), where the directories a node's programs and
+//!   the manifest's hostPath volumes use are the node's own directories of
+//!   the lab (`/etc/cni/net.d`, `/opt/cni/bin`, `/run/vnet`,
+//!   `/var/lib/vnet`, `/var/lib/kubelet`, `/var/lib/cni`, `/var/log/pods`,
+//!   `/var/log/containers`, `/run/netns`, `/run/containerd`) and
+//!   `/sys/fs/bpf` a bpffs of its own. Its containerd (own root, state and
+//!   socket) and kubelet (own cgroup root, `/NAME`, cgroupfs driver) run
+//!   there (`nsenter -t HOLDER`), so three nodes share one machine as
+//!   three machines would not notice.
+//!
+//! Dropping a [`Kube`] stops the kubelets, removes every pod sandbox
+//! through its containerd (`crictl rmp -fa`: CNI `DEL` for each, and the
+//! shims exit), stops the containerds and the control plane, kills the
+//! containers and shims still recorded in the nodes' state (pids of the
+//! lab's own containerds), ends the holders (their mounts go with them)
+//! and removes the nodes' cgroups. A Ctrl-C does the same from the lab's
+//! signal cleanup, without asking containerd.
+
+pub mod image;
+
+use crate::process::{on_signal, registry, stop_child};
+use crate::{io, pki, Error, Lab, Result};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The service network (the apiserver's `kubernetes` service takes its
+/// first address).
+const SERVICE_CIDR: &str = "10.96.0.0/16";
+const SERVICE_IP: &str = "10.96.0.1";
+
+/// The node directories bound over the machine's (lab directory name,
+/// path on the node).
+const NODE_DIRS: [(&str, &str); 10] = [
+    ("cni-conf", "/etc/cni/net.d"),
+    ("cni-bin", "/opt/cni/bin"),
+    ("run-vnet", "/run/vnet"),
+    ("lib-vnet", "/var/lib/vnet"),
+    ("kubelet", "/var/lib/kubelet"),
+    ("lib-cni", "/var/lib/cni"),
+    ("log-pods", "/var/log/pods"),
+    ("log-containers", "/var/log/containers"),
+    ("netns", "/run/netns"),
+    ("run-containerd", "/run/containerd"),
+];
+
+/// The holder's script: `$1` the node's directory, `$2` its name.
+const HOLDER: &str = "set -e; d=$1; hostname \"$2\"; shift 2; \
+                      for p in $NODE_DIRS; do mkdir -p \"$d/${p%%:*}\" \"${p#*:}\"; \
+                      mount --bind \"$d/${p%%:*}\" \"${p#*:}\"; done; \
+                      mount -t bpf bpf /sys/fs/bpf; echo ready > \"$d/holder.ready\"; \
+                      exec sleep 2147483647";
+
+/// Where `scripts/k8s-build.sh` puts the programs.
+pub fn bin_dir() -> PathBuf {
+    std::env::var_os("VNET_K8S_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/k8s/bin"))
+}
+
+/// What the Kubernetes lab needs and this machine lacks, if anything.
+pub fn unavailable() -> Option<String> {
+    let bin = bin_dir();
+    for p in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kubelet",
+        "kubectl",
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "crictl",
+    ] {
+        if !bin.join(p).is_file() {
+            return Some(format!("{} missing: run scripts/k8s-build.sh", bin.join(p).display()));
+        }
+    }
+    for p in [
+        "/usr/sbin/runc",
+        "/bin/busybox",
+        "/usr/bin/nsenter",
+        "/usr/bin/unshare",
+        "/usr/bin/gcc",
+        "/usr/lib/cni/loopback",
+    ] {
+        if !Path::new(p).exists() {
+            return Some(format!(
+                "{p} missing: install runc, busybox-static, util-linux, gcc, containernetworking-plugins"
+            ));
+        }
+    }
+    None
+}
+
+/// One node: a lab host's namespace with a containerd and a kubelet.
+pub struct Node {
+    pub name: String,
+    pub ip: IpAddr,
+    pub dir: PathBuf,
+    holder: Child,
+    containerd: Option<Child>,
+    kubelet: Option<Child>,
+}
+
+impl Node {
+    /// containerd's socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    /// A command entered into the node's namespaces (network, mount, UTS).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg("-t").arg(self.holder.id().to_string()).args(["-n", "-m", "-u", "--"]).arg(program);
+        c
+    }
+}
+
+/// The control plane and nodes of a Kubernetes lab on a [`Lab`].
+pub struct Kube {
+    pub dir: PathBuf,
+    pub bin: PathBuf,
+    pub nodes: Vec<Node>,
+    /// The switch namespace, where the control plane runs.
+    sw: String,
+    pub api: String,
+    control: Vec<Child>,
+}
+
+fn spawn_logged(mut cmd: Command, log: &Path) -> Result<Child> {
+    let f = std::fs::File::create(log).map_err(io("a log file"))?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(f.try_clone().map_err(io("a log file"))?)
+        .stderr(f)
+        .spawn()
+        .map_err(io(format!("starting {cmd:?}")))?;
+    registry().1.push(child.id());
+    Ok(child)
+}
+
+/// A kubeconfig for `user`'s certificate files.
+fn kubeconfig(api: &str, user: &pki::HostFiles) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n    server: {api}\n    \
+         certificate-authority: {}\nusers:\n- name: u\n  user:\n    client-certificate: {}\n    \
+         client-key: {}\ncontexts:\n- name: lab\n  context: {{cluster: lab, user: u}}\ncurrent-context: lab\n",
+        user.ca.display(),
+        user.cert.display(),
+        user.key.display()
+    )
+}
+
+impl Kube {
+    /// Starts the control plane on `lab`'s etcd (a secured cluster lab)
+    /// and a node on each of its hosts, with the lab's images imported,
+    /// and waits until every node is registered.
+    pub fn start(lab: &Lab) -> Result<Kube> {
+        if let Some(why) = unavailable() {
+            return Err(Error::Other(why));
+        }
+        let sw =
+            lab.switch_ns().ok_or_else(|| Error::Other("the Kubernetes lab needs a cluster lab".into()))?;
+        let dir = lab.dir.join("k8s");
+        std::fs::create_dir_all(&dir).map_err(io("making the k8s directory"))?;
+        let api_ip = lab.etcd_ip();
+        let mut kube = Kube {
+            api: format!("https://{api_ip}:6443"),
+            dir,
+            bin: bin_dir(),
+            nodes: Vec::new(),
+            sw: sw.to_string(),
+            control: Vec::new(),
+        };
+        kube.start_control_plane(lab, api_ip)?;
+        for h in 0..lab.hosts.len() {
+            let node = kube.start_node(lab, h)?;
+            kube.nodes.push(node);
+        }
+        kube.import_images()?;
+        kube.wait_nodes_registered(Duration::from_secs(90))?;
+        Ok(kube)
+    }
+
+    fn start_control_plane(&mut self, lab: &Lab, api_ip: IpAddr) -> Result<()> {
+        let ca = pki::Ca::new(&format!("{} kubernetes CA", lab.prefix))?;
+        let d = &self.dir;
+        let sans: Vec<String> = [
+            api_ip.to_string(),
+            SERVICE_IP.into(),
+            "kubernetes".into(),
+            "kubernetes.default".into(),
+            "kubernetes.default.svc".into(),
+            "kubernetes.default.svc.cluster.local".into(),
+        ]
+        .into();
+        let server = ca.issue(d, "apiserver", "kube-apiserver", &[], &sans)?;
+        let admin = ca.issue(d, "admin", "kubernetes-admin", &["system:masters"], &[])?;
+        let kcm = ca.issue(d, "kcm", "system:kube-controller-manager", &[], &[])?;
+        let sched = ca.issue(d, "scheduler", "system:kube-scheduler", &[], &[])?;
+        // The service accounts' signing key: any key pair's private half.
+        let sa = ca.issue(d, "sa", "service-accounts", &[], &[])?;
+        for (name, user) in [("admin", &admin), ("kcm", &kcm), ("scheduler", &sched)] {
+            std::fs::write(d.join(format!("{name}.conf")), kubeconfig(&self.api, user))
+                .map_err(io("writing a kubeconfig"))?;
+        }
+        let f = |n: &str| lab.dir.join(n).display().to_string();
+        let mut cmd = self.in_switch("kube-apiserver");
+        cmd.args([
+            format!("--etcd-servers={}", lab.etcd_url()),
+            format!("--etcd-cafile={}", f("etcd-ca.pem")),
+            format!("--etcd-certfile={}", f("root.pem")),
+            format!("--etcd-keyfile={}", f("root.key")),
+            format!("--bind-address={api_ip}"),
+            format!("--advertise-address={api_ip}"),
+            "--secure-port=6443".into(),
+            format!("--tls-cert-file={}", server.cert.display()),
+            format!("--tls-private-key-file={}", server.key.display()),
+            format!("--client-ca-file={}", server.ca.display()),
+            "--service-account-issuer=https://kubernetes.default.svc".into(),
+            format!("--service-account-key-file={}", sa.cert.display()),
+            format!("--service-account-signing-key-file={}", sa.key.display()),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            "--authorization-mode=Node,RBAC".into(),
+            "--allow-privileged=true".into(),
+            "--kubelet-preferred-address-types=InternalIP".into(),
+            format!("--kubelet-client-certificate={}", admin.cert.display()),
+            format!("--kubelet-client-key={}", admin.key.display()),
+        ]);
+        self.control.push(spawn_logged(cmd, &d.join("kube-apiserver.log"))?);
+        let t0 = Instant::now();
+        while self.kubectl(&["get", "--raw=/readyz"]).is_err() {
+            let exited = self.control.last_mut().and_then(|c| c.try_wait().ok().flatten());
+            if t0.elapsed() > Duration::from_secs(90) || exited.is_some() {
+                return Err(Error::Other(format!(
+                    "kube-apiserver not ready within 90 s: {}",
+                    tail(&d.join("kube-apiserver.log"))
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let mut cmd = self.in_switch("kube-controller-manager");
+        cmd.args([
+            format!("--kubeconfig={}", d.join("kcm.conf").display()),
+            format!("--authentication-kubeconfig={}", d.join("kcm.conf").display()),
+            format!("--authorization-kubeconfig={}", d.join("kcm.conf").display()),
+            "--use-service-account-credentials=true".into(),
+            format!("--service-account-private-key-file={}", sa.key.display()),
+            format!("--root-ca-file={}", server.ca.display()),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+        ]);
+        self.control.push(spawn_logged(cmd, &d.join("kube-controller-manager.log"))?);
+        let mut cmd = self.in_switch("kube-scheduler");
+        cmd.args([
+            format!("--kubeconfig={}", d.join("scheduler.conf").display()),
+            format!("--authentication-kubeconfig={}", d.join("scheduler.conf").display()),
+            format!("--authorization-kubeconfig={}", d.join("scheduler.conf").display()),
+            "--leader-elect=false".into(),
+            "--bind-address=127.0.0.1".into(),
+        ]);
+        self.control.push(spawn_logged(cmd, &d.join("kube-scheduler.log"))?);
+        // The nodes' certificates, from the same CA.
+        for (h, host) in lab.hosts.iter().enumerate() {
+            let name = node_name(lab, h);
+            let nd = d.join(format!("h{h}"));
+            std::fs::create_dir_all(&nd).map_err(io("making a node directory"))?;
+            let client =
+                ca.issue(&nd, "kubelet-client", &format!("system:node:{name}"), &["system:nodes"], &[])?;
+            ca.issue(&nd, "kubelet-server", &name, &[], &[host.underlay_ip.to_string(), name.clone()])?;
+            std::fs::write(nd.join("kubelet.conf"), kubeconfig(&self.api, &client))
+                .map_err(io("writing a kubeconfig"))?;
+        }
+        Ok(())
+    }
+
+    /// A program of the build, run in the switch namespace.
+    fn in_switch(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", self.sw)).arg(self.bin.join(program));
+        c
+    }
+
+    /// `kubectl` as the cluster's administrator; fails unless it exits 0.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let out = self.kubectl_output(args)?;
+        if !out.status.success() {
+            return Err(Error::Command {
+                cmd: format!("kubectl {}", args.join(" ")),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `kubectl` as the administrator, whatever its status.
+    pub fn kubectl_output(&self, args: &[&str]) -> Result<Output> {
+        self.in_switch("kubectl")
+            .arg(format!("--kubeconfig={}", self.dir.join("admin.conf").display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io("running kubectl"))
+    }
+
+    /// `kubectl ... -o json`, parsed.
+    pub fn get_json(&self, args: &[&str]) -> Result<serde_json::Value> {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        let text = self.kubectl(&a)?;
+        serde_json::from_str(&text).map_err(|e| Error::Other(format!("kubectl {}: {e}", args.join(" "))))
+    }
+
+    fn start_node(&self, lab: &Lab, h: usize) -> Result<Node> {
+        let host = &lab.hosts[h];
+        let name = node_name(lab, h);
+        let dir = self.dir.join(format!("h{h}"));
+        let dirs: Vec<String> = NODE_DIRS.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", host.ns))
+            .args(["unshare", "--mount", "--uts", "--propagation", "private", "sh", "-c", HOLDER, "sh"])
+            .arg(&dir)
+            .arg(&name)
+            .env("NODE_DIRS", dirs.join(" "));
+        let holder = spawn_logged(cmd, &dir.join("holder.log"))?;
+        nodes().push((dir.clone(), name.clone()));
+        on_signal(cleanup_interrupted);
+        let mut node = Node { name, ip: host.underlay_ip, dir, holder, containerd: None, kubelet: None };
+        let t0 = Instant::now();
+        while !node.dir.join("holder.ready").exists() {
+            if t0.elapsed() > Duration::from_secs(10) {
+                return Err(Error::Other(format!(
+                    "node {h}'s namespaces: {}",
+                    tail(&node.dir.join("holder.log"))
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.start_containerd(&mut node)?;
+        self.start_kubelet(&mut node)?;
+        Ok(node)
+    }
+
+    /// Starts (again) `node`'s containerd and waits until it answers.
+    pub fn start_containerd(&self, node: &mut Node) -> Result<()> {
+        let conf = node.dir.join("containerd.toml");
+        let mut runc = PathBuf::from("/usr/sbin/runc");
+        if std::env::var_os("VNET_K8S_RUNC_DEBUG").is_some() {
+            // runc's debug log of every call, in the node's directory.
+            runc = node.dir.join("runc-debug");
+            let script = format!(
+                "#!/bin/bash\na=()\nwhile [ $# -gt 0 ]; do if [ \"$1\" = --log ]; then a+=(--log {}/runc.log); shift 2; \
+                 else a+=(\"$1\"); shift; fi; done\nexec /usr/sbin/runc --debug \"${{a[@]}}\"\n",
+                node.dir.display()
+            );
+            std::fs::write(&runc, script).map_err(io("writing runc-debug"))?;
+            std::fs::set_permissions(&runc, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .map_err(io("writing runc-debug"))?;
+        }
+        std::fs::write(&conf, containerd_toml(&node.dir, &runc)).map_err(io("writing containerd.toml"))?;
+        let mut cmd = node.command(self.bin.join("containerd"));
+        cmd.arg("--config").arg(&conf).env("PATH", path_with(&self.bin));
+        node.containerd = Some(spawn_logged(cmd, &node.dir.join("containerd.log"))?);
+        let t0 = Instant::now();
+        loop {
+            let out = self.crictl(node, &["info"])?;
+            if out.status.success() {
+                return Ok(());
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err(Error::Other(format!(
+                    "{}'s containerd did not answer: {}",
+                    node.name,
+                    tail(&node.dir.join("containerd.log"))
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Stops `node`'s containerd (SIGTERM, as a service manager would).
+    pub fn stop_containerd(&self, node: &mut Node) {
+        if let Some(c) = node.containerd.take() {
+            stop_child(c);
+        }
+    }
+
+    /// Starts (again) `node`'s kubelet.
+    pub fn start_kubelet(&self, node: &mut Node) -> Result<()> {
+        make_cgroups(&node.name)?;
+        let conf = node.dir.join("kubelet.yaml");
+        std::fs::write(&conf, kubelet_yaml(node)).map_err(io("writing kubelet.yaml"))?;
+        let mut cmd = node.command(self.bin.join("kubelet"));
+        cmd.arg(format!("--config={}", conf.display()))
+            .arg(format!("--kubeconfig={}", node.dir.join("kubelet.conf").display()))
+            .arg(format!("--hostname-override={}", node.name))
+            .arg(format!("--node-ip={}", node.ip))
+            .env("PATH", path_with(&self.bin));
+        node.kubelet = Some(spawn_logged(cmd, &node.dir.join("kubelet.log"))?);
+        Ok(())
+    }
+
+    /// Stops `node`'s kubelet (SIGTERM); its pods keep running.
+    pub fn stop_kubelet(&self, node: &mut Node) {
+        if let Some(c) = node.kubelet.take() {
+            stop_child(c);
+        }
+    }
+
+    /// `crictl` against `node`'s containerd, in the node's namespaces.
+    pub fn crictl(&self, node: &Node, args: &[&str]) -> Result<Output> {
+        node.command(self.bin.join("crictl"))
+            .arg(format!("--runtime-endpoint=unix://{}", node.socket().display()))
+            .arg(format!("--image-endpoint=unix://{}", node.socket().display()))
+            .args(["--timeout", "20s"])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io("running crictl"))
+    }
+
+    /// Builds the lab's images (vnet's at `vnet_tag`) and imports them into
+    /// every node's containerd.
+    pub fn import_images(&self) -> Result<()> {
+        self.import_vnet_image(VNET_TAG)?;
+        let work = self.dir.join("images");
+        let root = work.join("busybox-root");
+        std::fs::create_dir_all(&root).map_err(io("making an image root"))?;
+        image::add_busybox(&root)?;
+        let bb = image::build(
+            &image::ImageSpec { name: BUSYBOX_IMAGE, root: &root, entrypoint: &["/bin/sh"] },
+            &work,
+            &work.join("busybox.tar"),
+        )?;
+        let root = work.join("pause-root");
+        std::fs::create_dir_all(&root).map_err(io("making an image root"))?;
+        image::add_pause(&root, &work)?;
+        let pause = image::build(
+            &image::ImageSpec { name: PAUSE_IMAGE, root: &root, entrypoint: &["/pause"] },
+            &work,
+            &work.join("pause.tar"),
+        )?;
+        self.import(&bb)?;
+        self.import(&pause)
+    }
+
+    /// Builds vnet's image `localhost/vnet:TAG` from this build's binaries
+    /// and imports it into every node.
+    pub fn import_vnet_image(&self, tag: &str) -> Result<()> {
+        let work = self.dir.join("images");
+        let root = work.join(format!("vnet-root-{tag}"));
+        std::fs::create_dir_all(&root).map_err(io("making an image root"))?;
+        image::add_busybox(&root)?;
+        for b in ["vnetd", "vnetctl"] {
+            image::add_binary(&root, &crate::bin(b)?, &format!("/usr/bin/{b}"))?;
+        }
+        image::add_binary(&root, &crate::bin("vnet-cni")?, "/usr/lib/cni/vnet-cni")?;
+        let name = format!("localhost/vnet:{tag}");
+        let tar = image::build(
+            &image::ImageSpec { name: &name, root: &root, entrypoint: &["/usr/bin/vnetd"] },
+            &work,
+            &work.join(format!("vnet-{tag}.tar")),
+        )?;
+        self.import(&tar)
+    }
+
+    fn import(&self, tar: &Path) -> Result<()> {
+        for node in &self.nodes {
+            let out = Command::new(self.bin.join("ctr"))
+                .arg("--address")
+                .arg(node.socket())
+                .args(["-n", "k8s.io", "images", "import"])
+                .arg(tar)
+                .output()
+                .map_err(io("running ctr"))?;
+            if !out.status.success() {
+                return Err(Error::Other(format!(
+                    "ctr images import {} on {}: {}",
+                    tar.display(),
+                    node.name,
+                    String::from_utf8_lossy(&out.stderr)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_nodes_registered(&mut self, within: Duration) -> Result<()> {
+        let t0 = Instant::now();
+        loop {
+            let exited = self
+                .nodes
+                .iter_mut()
+                .any(|n| n.kubelet.as_mut().is_some_and(|k| !matches!(k.try_wait(), Ok(None))));
+            let n = self.get_json(&["get", "nodes"]).map(|v| v["items"].as_array().map_or(0, Vec::len));
+            if n.as_ref().is_ok_and(|&n| n == self.nodes.len()) {
+                return Ok(());
+            }
+            if t0.elapsed() > within || exited {
+                let logs: Vec<String> = self.nodes.iter().map(|n| tail(&n.dir.join("kubelet.log"))).collect();
+                return Err(Error::Other(format!("nodes not registered within {within:?}: {n:?}; {logs:?}")));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The nodes' `Ready` condition, by name: "True", "False" or "Unknown".
+    pub fn node_ready(&self) -> Result<Vec<(String, String)>> {
+        let v = self.get_json(&["get", "nodes"])?;
+        Ok(v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                let ready = n["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|c| c["type"] == "Ready")
+                    .and_then(|c| c["status"].as_str())
+                    .unwrap_or("Unknown");
+                (n["metadata"]["name"].as_str().unwrap_or("").to_string(), ready.to_string())
+            })
+            .collect())
+    }
+}
+
+/// vnet's image tag: the version, as the manifest names it.
+pub const VNET_TAG: &str = env!("CARGO_PKG_VERSION");
+/// The test image and the sandbox image.
+pub const BUSYBOX_IMAGE: &str = "localhost/busybox:lab";
+pub const PAUSE_IMAGE: &str = "localhost/pause:lab";
+
+/// Lab host `h`'s node name.
+pub fn node_name(lab: &Lab, h: usize) -> String {
+    format!("{}-h{h}", lab.prefix)
+}
+
+fn path_with(bin: &Path) -> String {
+    format!("{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", bin.display())
+}
+
+/// The last lines of a log file.
+pub fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+/// A node's containerd configuration: its own root, state and sockets,
+/// CNI from the node's standard directories (and Debian's
+/// containernetworking-plugins, `/usr/lib/cni`, for the `loopback` plugin
+/// containerd's CRI runs in every pod, as a node's package would), runc (Debian's) with cgroupfs,
+/// and the lab's pause image as the sandbox image. OOM scores no lower
+/// than containerd's own: this machine withholds CAP_SYS_RESOURCE, so a
+/// sandbox's -998 is refused (runc's "failed to update oom_score_adj").
+fn containerd_toml(dir: &Path, runc: &Path) -> String {
+    let d = dir.display();
+    let runc = runc.display();
+    format!(
+        r#"version = 3
+root = "{d}/containerd/root"
+state = "{d}/containerd/state"
+
+[grpc]
+  address = "{d}/containerd.sock"
+
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["/opt/cni/bin", "/usr/lib/cni"]
+  conf_dir = "/etc/cni/net.d"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+  BinaryName = "{runc}"
+  SystemdCgroup = false
+"#
+    )
+}
+
+/// A node's kubelet configuration: the containerd socket, cgroupfs under
+/// a cgroup root of the node's own (three kubelets on one machine),
+/// cgroup v1 allowed (this machine's hierarchy), the API's CA for clients
+/// and any authenticated client authorized (the apiserver's
+/// `kubectl exec`), a serving certificate of the lab's CA.
+fn kubelet_yaml(node: &Node) -> String {
+    let d = node.dir.display();
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: "{ip}"
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: "127.0.0.1"
+healthzPort: 10248
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: false}}
+  x509: {{clientCAFile: "{d}/ca.pem"}}
+authorization: {{mode: AlwaysAllow}}
+tlsCertFile: "{d}/kubelet-server.pem"
+tlsPrivateKeyFile: "{d}/kubelet-server.key"
+containerRuntimeEndpoint: "unix://{d}/containerd.sock"
+cgroupDriver: cgroupfs
+cgroupRoot: "/{name}"
+cgroupsPerQOS: true
+failCgroupV1: false
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+evictionHard: {{"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"}}
+maxPods: 110
+oomScoreAdj: 0
+"#,
+        ip = node.ip,
+        name = node.name
+    )
+}
+
+impl Drop for Kube {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(c) = node.kubelet.take() {
+                stop_child(c);
+            }
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].containerd.is_some() {
+                let _ = self.crictl(&self.nodes[i], &["rmp", "-fa"]);
+            }
+        }
+        for node in &mut self.nodes {
+            if let Some(c) = node.containerd.take() {
+                stop_child(c);
+            }
+            kill_recorded(&node.dir.join("containerd/state"));
+            kill_shims(&node.socket());
+            let _ = node.holder.kill();
+            let _ = node.holder.wait();
+            remove_cgroups(&node.name);
+            nodes().retain(|(d, _)| *d != node.dir);
+        }
+        for c in self.control.drain(..).rev() {
+            stop_child(c);
+        }
+    }
+}
+
+/// The nodes of running Kubernetes labs (directory, cgroup name), for the
+/// signal cleanup: a Ctrl-C skips [`Kube`]'s drop.
+static NODES: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+
+fn nodes() -> std::sync::MutexGuard<'static, Vec<(PathBuf, String)>> {
+    NODES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// On a signal: every container and shim the labs' containerds started
+/// (by the pids they recorded) killed, and the nodes' cgroups removed.
+fn cleanup_interrupted() {
+    for (dir, name) in std::mem::take(&mut *nodes()) {
+        kill_recorded(&dir.join("containerd/state"));
+        kill_shims(&dir.join("containerd.sock"));
+        remove_cgroups(&name);
+    }
+}
+
+/// Kills the shims serving the containerd at `socket` (their command
+/// line names it: `-address SOCKET`), whatever containerd still records.
+fn kill_shims(socket: &Path) {
+    let want = format!("-address\0{}\0", socket.display());
+    let Ok(procs) = std::fs::read_dir("/proc") else { return };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&cmdline);
+        if text.contains("containerd-shim") && text.contains(&want) {
+            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).stderr(Stdio::null()).status();
+        }
+    }
+}
+
+/// Kills the containers and shims a node's containerd recorded (`init.pid`
+/// and `shim.pid` under its state directory): processes of the lab's own
+/// containerd.
+fn kill_recorded(state: &Path) {
+    let mut stack = vec![state.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n == "shim.pid" || n == "init.pid") {
+                if let Some(pid) = std::fs::read_to_string(&p).ok().and_then(|t| t.trim().parse::<i32>().ok())
+                {
+                    let _ =
+                        Command::new("kill").arg("-KILL").arg(pid.to_string()).stderr(Stdio::null()).status();
+                }
+            }
+        }
+    }
+}
+
+/// Makes the cgroup `/NAME` in every v1 hierarchy (the kubelet's
+/// `cgroupRoot` must exist), its cpuset with the root's CPUs and nodes.
+fn make_cgroups(name: &str) -> Result<()> {
+    let ctrls = std::fs::read_dir("/sys/fs/cgroup").map_err(io("reading /sys/fs/cgroup"))?;
+    for c in ctrls.flatten() {
+        let root = c.path();
+        if !root.join("cgroup.procs").exists() || root.join("cgroup.controllers").exists() {
+            continue; // not a v1 hierarchy
+        }
+        let d = root.join(name);
+        std::fs::create_dir_all(&d).map_err(io(format!("making {}", d.display())))?;
+        for f in ["cpuset.cpus", "cpuset.mems"] {
+            if let Ok(v) = std::fs::read_to_string(root.join(f)) {
+                std::fs::write(d.join(f), v.trim()).map_err(io(format!("writing {f}")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the cgroup tree `/NAME` of every v1 controller, leaves first.
+fn remove_cgroups(name: &str) {
+    let Ok(ctrls) = std::fs::read_dir("/sys/fs/cgroup") else { return };
+    for c in ctrls.flatten() {
+        let root = c.path().join(name);
+        if !root.is_dir() {
+            continue;
+        }
+        let mut dirs = vec![root.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            if let Ok(es) = std::fs::read_dir(&dirs[i]) {
+                dirs.extend(es.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+            }
+            i += 1;
+        }
+        // Processes killed a moment ago may still be leaving them.
+        for _ in 0..20 {
+            for d in dirs.iter().rev() {
+                let _ = std::fs::remove_dir(d);
+            }
+            if !root.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The manifest names the image the lab builds: this version's.
+    #[test]
+    fn the_manifest_runs_this_versions_image() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/vnet.yaml"),
+        )
+        .unwrap();
+        let images: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
+        assert_eq!(images.len(), 2, "the init container's and vnetd's: {images:?}");
+        assert!(images.iter().all(|i| *i == format!("localhost/vnet:{VNET_TAG}")), "{images:?}");
+    }
+
+    #[test]
+    fn a_kubeconfig_names_the_users_files() {
+        let f = pki::HostFiles { cert: "/d/a.pem".into(), key: "/d/a.key".into(), ca: "/d/ca.pem".into() };
+        let k = kubeconfig("https://10.77.0.250:6443", &f);
+        for want in
+            ["server: https://10.77.0.250:6443", "certificate-authority: /d/ca.pem", "client-key: /d/a.key"]
+        {
+            assert!(k.contains(want), "{k}");
+        }
+    }
+}

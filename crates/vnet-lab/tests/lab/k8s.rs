@@ -1,0 +1,269 @@
+//! Kubernetes (issue 49): vnet installed as Kubernetes users install a
+//! network (`kubectl apply -f packaging/kubernetes/vnet.yaml`) on the
+//! lab's Kubernetes: kube-apiserver on the lab's etcd, three nodes each
+//! with its own containerd and kubelet (`vnet_lab::k8s`). Run by
+//! `scripts/k8s-test.sh` (it builds Kubernetes and containerd first), not
+//! by the README's test command.
+
+use super::harness::*;
+use std::time::Instant;
+use vnet_lab::k8s::{Kube, BUSYBOX_IMAGE};
+
+/// The manifest, as the repository has it.
+fn manifest() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/kubernetes/vnet.yaml").to_string()
+}
+
+/// A secured cluster lab of three hosts with no vnetd of the lab's (the
+/// DaemonSet runs them), and Kubernetes on it.
+fn kube_lab() -> (Lab, Kube) {
+    let lab = lab(Spec {
+        hosts: 3,
+        vms_per_host: 0,
+        cluster: Some(vnet_lab::Cluster::default()),
+        no_vnetd: true,
+        ..Spec::default()
+    });
+    let t0 = Instant::now();
+    let kube = Kube::start(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));
+    eprintln!("k8s: control plane and 3 nodes registered in {:.1?}", t0.elapsed());
+    (lab, kube)
+}
+
+/// The Secret the manifest reads: etcd's address, the network, a user of
+/// the network's role and its client certificate (host 0's of the lab).
+fn create_etcd_secret(lab: &Lab, kube: &Kube) {
+    let f = |n: &str| lab.dir.join(n).display().to_string();
+    kube.kubectl(&[
+        "-n",
+        "kube-system",
+        "create",
+        "secret",
+        "generic",
+        "vnet-etcd",
+        &format!("--from-literal=endpoints={}", lab.etcd_url()),
+        &format!("--from-literal=network={}", lab.prefix),
+        "--from-literal=user=vnet-h0",
+        &format!("--from-file=password={}", f("h0.etcd-pw")),
+        &format!("--from-file=ca.pem={}", f("etcd-ca.pem")),
+        &format!("--from-file=cert.pem={}", f("etcd-h0.pem")),
+        &format!("--from-file=key.pem={}", f("etcd-h0.key")),
+    ])
+    .unwrap();
+}
+
+/// Waits until every node is `Ready`; returns how long it took.
+fn wait_ready(kube: &Kube, within: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let ready = kube.node_ready().unwrap();
+        if ready.len() == kube.nodes.len() && ready.iter().all(|(_, r)| r == "True") {
+            return t0.elapsed();
+        }
+        if t0.elapsed() > within {
+            let pods = kube.kubectl(&["-n", "kube-system", "get", "pods", "-o", "wide"]).unwrap_or_default();
+            let logs: Vec<String> =
+                kube.nodes.iter().map(|n| vnet_lab::k8s::tail(&n.dir.join("kubelet.log"))).collect();
+            if std::env::var_os("VNET_K8S_HOLD").is_some() {
+                eprintln!("holding the lab at {} for 600 s", kube.dir.display());
+                std::thread::sleep(Duration::from_secs(600));
+            }
+            panic!("nodes not Ready within {within:?}: {ready:?}\n{pods}\n{}", logs.join("\n---\n"));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// A pod of the test Deployment: name, node, address.
+#[derive(Debug, Clone)]
+struct Pod {
+    name: String,
+    node: String,
+    ip: String,
+}
+
+/// The Deployment `pods` (busybox, spread over the nodes) at `replicas`.
+fn deploy(kube: &Kube, replicas: u32) {
+    let yaml = format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: pods, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: pods}}}}
+  template:
+    metadata: {{labels: {{app: pods}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      topologySpreadConstraints:
+        - {{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
+            labelSelector: {{matchLabels: {{app: pods}}}}}}
+      containers:
+        - name: c
+          image: {BUSYBOX_IMAGE}
+          imagePullPolicy: IfNotPresent
+          command: ["sleep", "1000000"]
+"#
+    );
+    let path = kube.dir.join("pods.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    kube.kubectl(&["apply", "-f", path.to_str().unwrap()]).unwrap();
+}
+
+/// The Deployment's pods that run, with an address.
+fn running_pods(kube: &Kube) -> Vec<Pod> {
+    let v = kube.get_json(&["get", "pods", "-l", "app=pods"]).unwrap();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|p| {
+            Some(Pod {
+                name: p["metadata"]["name"].as_str()?.to_string(),
+                node: p["spec"]["nodeName"].as_str()?.to_string(),
+                ip: p["status"]["podIP"].as_str()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Waits until exactly `n` pods run (and no other is left); returns them.
+fn wait_pods(kube: &Kube, n: usize, within: Duration) -> Vec<Pod> {
+    let t0 = Instant::now();
+    loop {
+        let pods = running_pods(kube);
+        let all = kube.get_json(&["get", "pods", "-l", "app=pods"]).unwrap()["items"]
+            .as_array()
+            .map_or(0, Vec::len);
+        if pods.len() == n && all == n {
+            return pods;
+        }
+        if t0.elapsed() > within {
+            let wide = kube.kubectl(&["get", "pods", "-o", "wide"]).unwrap_or_default();
+            let events = kube.kubectl(&["get", "events", "-A"]).unwrap_or_default();
+            panic!("{} of {n} pods running ({all} in all) after {within:?}:\n{wide}\n{events}", pods.len());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `kubectl exec POD -- sh -c SCRIPT`.
+fn exec(kube: &Kube, pod: &str, script: &str) -> std::process::Output {
+    kube.kubectl_output(&["exec", pod, "--", "sh", "-c", script]).unwrap()
+}
+
+/// vnetd's interfaces on `node` (its control socket in the node's `/run/vnet`).
+fn node_interfaces(kube: &Kube, node: usize) -> serde_json::Value {
+    let out = kube.nodes[node]
+        .command(vnet_lab::bin("vnetctl").unwrap())
+        .args(["--control", "unix:/run/vnet/vnet.sock", "--json", "show", "interfaces"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+mod by_hand {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn kubectl_apply_runs_vnet_on_three_nodes_and_thirty_pods_talk_across_them() {
+        let (lab, kube) = kube_lab();
+        let before = kube.node_ready().unwrap();
+        assert!(before.iter().all(|(_, r)| r != "True"), "Ready before any network: {before:?}");
+        create_etcd_secret(&lab, &kube);
+        kube.kubectl(&["apply", "-f", &manifest()]).unwrap();
+        let took = wait_ready(&kube, Duration::from_secs(60));
+        eprintln!("k8s: every node Ready {took:.1?} after kubectl apply");
+
+        let t0 = Instant::now();
+        deploy(&kube, 30);
+        let pods = wait_pods(&kube, 30, Duration::from_secs(240));
+        eprintln!("k8s: 30 pods running {:.1?} after the Deployment", t0.elapsed());
+        let mut ips: Vec<&str> = pods.iter().map(|p| p.ip.as_str()).collect();
+        ips.sort();
+        ips.dedup();
+        assert_eq!(ips.len(), 30, "every pod its own address: {pods:?}");
+        assert!(
+            pods.iter().all(|p| p.ip.starts_with("10.244.")),
+            "addresses from the vnet IPAM's subnet: {pods:?}"
+        );
+        let nodes: std::collections::BTreeSet<&str> = pods.iter().map(|p| p.node.as_str()).collect();
+        assert_eq!(nodes.len(), 3, "spread over the three nodes: {pods:?}");
+
+        // Each pod pings a pod on each other node.
+        let t0 = Instant::now();
+        for p in &pods {
+            let others: Vec<&Pod> = nodes
+                .iter()
+                .filter(|&&n| n != p.node)
+                .map(|&n| pods.iter().find(|q| q.node == n).unwrap())
+                .collect();
+            let script: Vec<String> = others.iter().map(|q| format!("ping -c 1 -W 3 {}", q.ip)).collect();
+            let out = exec(&kube, &p.name, &script.join(" && "));
+            if !out.status.success() {
+                let pod = kube.kubectl(&["describe", "pod", &p.name]).unwrap_or_default();
+                panic!("{} on {} -> {:?}: {out:?}\n{pod}", p.name, p.node, others);
+            }
+        }
+        eprintln!("k8s: 30 pods each pinged a pod on each other node ({:.1?})", t0.elapsed());
+
+        // 64 MB between pods on two nodes, its md5 checked. The receiver's
+        // nc hands the connection to `cat` (-e): busybox nc ends a
+        // connection when its own stdin ends, which kubectl exec's does at once.
+        let a = &pods[0];
+        let b = pods.iter().find(|q| q.node != a.node).unwrap();
+        let recv_name = b.name.clone();
+        let receiver = {
+            let out = kube.kubectl_output(&["exec", &recv_name, "--", "rm", "-f", "/tmp/f"]).unwrap();
+            assert!(out.status.success(), "{out:?}");
+            std::thread::scope(|s| {
+                let h = s.spawn(|| {
+                    exec(
+                        &kube,
+                        &recv_name,
+                        "nc -l -p 5000 -e sh -c 'cat > /tmp/f' && md5sum /tmp/f && wc -c < /tmp/f",
+                    )
+                });
+                std::thread::sleep(Duration::from_secs(2));
+                let t0 = Instant::now();
+                let sent = exec(
+                    &kube,
+                    &a.name,
+                    &format!(
+                        "dd if=/dev/urandom of=/tmp/f bs=1M count=64 2>/dev/null && md5sum /tmp/f && \
+                         nc {} 5000 < /tmp/f",
+                        b.ip
+                    ),
+                );
+                assert!(sent.status.success(), "{sent:?}");
+                let got = h.join().unwrap();
+                eprintln!("k8s: 64 MB {} -> {} in {:.1?}", a.node, b.node, t0.elapsed());
+                (sent, got)
+            })
+        };
+        let sum = |o: &std::process::Output| {
+            String::from_utf8_lossy(&o.stdout).split_whitespace().next().unwrap_or("").to_string()
+        };
+        assert!(receiver.1.status.success(), "{:?}", receiver.1);
+        assert_eq!(sum(&receiver.0), sum(&receiver.1), "64 MB arrived whole: {receiver:?}");
+        assert_eq!(sum(&receiver.0).len(), 32);
+
+        // Which pods' veths the kernel path took.
+        for n in 0..kube.nodes.len() {
+            let v = node_interfaces(&kube, n);
+            let list: Vec<String> = v["interfaces"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|i| {
+                    format!("{} {}", i["name"].as_str().unwrap_or("?"), i["datapath"].as_str().unwrap_or("?"))
+                })
+                .collect();
+            eprintln!("k8s: {}: {}", kube.nodes[n].name, list.join(", "));
+            assert!(!list.is_empty() && list.iter().all(|l| l.ends_with(" kernel")), "{v}");
+        }
+    }
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes lab's programs from the Go module proxy, once, into
+# target/k8s/bin (a clean clone builds them again; the Go build cache makes
+# a second build on the same machine quick):
+#   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
+#                  Kubernetes, pinned by scripts/k8s/go.mod
+#   containerd containerd-shim-runc-v2 ctr
+#                  containerd 2 (its CRI plugin calls CNI STATUS, which
+#                  Debian's containerd 1.6 does not)
+#   crictl         sigs.k8s.io/cri-tools
+# runc is Debian's. Usage: scripts/k8s-build.sh [--print-dir]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+source scripts/lib.sh
+
+K8S_VERSION=v1.35.4
+CONTAINERD_VERSION=v2.2.9
+CRICTL_VERSION=v1.37.0
+OUT="$PWD/target/k8s/bin"
+[ "${1:-}" = --print-dir ] && { echo "$OUT"; exit 0; }
+
+command -v go >/dev/null || PATH="$PATH:/usr/local/go/bin"
+command -v go >/dev/null || die "go not found: install Go 1.25 or newer"
+# The machine's own Go, never a toolchain download.
+export GOTOOLCHAIN=local
+mkdir -p "$OUT"
+
+# Builds only what is missing or was built at another version.
+stamp="$OUT/.versions"
+want="kubernetes $K8S_VERSION containerd $CONTAINERD_VERSION crictl $CRICTL_VERSION"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "k8s-build: $want already in $OUT"
+    exit 0
+fi
+rm -f "$stamp"
+
+started=$(date +%s)
+ver=${K8S_VERSION#v}
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=${ver%%.*}"
+    ldflags+=" -X $pkg.gitMinor=$(echo "$ver" | cut -d. -f2) -X $pkg.gitTreeState=clean"
+done
+echo "k8s-build: Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl) into $OUT"
+(cd scripts/k8s && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$OUT/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
+
+echo "k8s-build: containerd $CONTAINERD_VERSION (containerd, containerd-shim-runc-v2, ctr)"
+for cmd in containerd containerd-shim-runc-v2 ctr; do
+    CGO_ENABLED=0 GOBIN="$OUT" go install -trimpath -tags no_btrfs,no_devmapper,no_zfs \
+        -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+        "github.com/containerd/containerd/v2/cmd/$cmd@$CONTAINERD_VERSION"
+done
+
+echo "k8s-build: crictl $CRICTL_VERSION"
+CGO_ENABLED=0 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+
+echo "$want" >"$stamp"
+echo "k8s-build: done in $(($(date +%s) - started)) s"
