@@ -314,12 +314,37 @@ impl Kube {
 
     /// `kubectl` as the administrator, whatever its status.
     pub fn kubectl_output(&self, args: &[&str]) -> Result<Output> {
-        self.in_switch("kubectl")
-            .arg(format!("--kubeconfig={}", self.dir.join("admin.conf").display()))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(io("running kubectl"))
+        self.kubectl_command(args).stdin(Stdio::null()).output().map_err(io("running kubectl"))
+    }
+
+    /// The `kubectl` command as the administrator, to run as the caller likes.
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        let mut c = self.in_switch("kubectl");
+        c.arg(format!("--kubeconfig={}", self.dir.join("admin.conf").display())).args(args);
+        c
+    }
+
+    /// Restarts node `n`'s containerd (SIGTERM, then started again): its
+    /// containers keep running, as under a service manager's restart.
+    pub fn restart_containerd(&mut self, n: usize) -> Result<()> {
+        let mut nodes = std::mem::take(&mut self.nodes);
+        if let Some(c) = nodes[n].containerd.take() {
+            stop_child(c);
+        }
+        let r = self.start_containerd(&mut nodes[n]);
+        self.nodes = nodes;
+        r
+    }
+
+    /// Restarts node `n`'s kubelet (SIGTERM, then started again).
+    pub fn restart_kubelet(&mut self, n: usize) -> Result<()> {
+        let mut nodes = std::mem::take(&mut self.nodes);
+        if let Some(c) = nodes[n].kubelet.take() {
+            stop_child(c);
+        }
+        let r = self.start_kubelet(&mut nodes[n]);
+        self.nodes = nodes;
+        r
     }
 
     /// `kubectl ... -o json`, parsed.
@@ -361,7 +386,7 @@ impl Kube {
     }
 
     /// Starts (again) `node`'s containerd and waits until it answers.
-    pub fn start_containerd(&self, node: &mut Node) -> Result<()> {
+    fn start_containerd(&self, node: &mut Node) -> Result<()> {
         let conf = node.dir.join("containerd.toml");
         let mut runc = PathBuf::from("/usr/sbin/runc");
         if std::env::var_os("VNET_K8S_RUNC_DEBUG").is_some() {
@@ -397,15 +422,8 @@ impl Kube {
         }
     }
 
-    /// Stops `node`'s containerd (SIGTERM, as a service manager would).
-    pub fn stop_containerd(&self, node: &mut Node) {
-        if let Some(c) = node.containerd.take() {
-            stop_child(c);
-        }
-    }
-
     /// Starts (again) `node`'s kubelet.
-    pub fn start_kubelet(&self, node: &mut Node) -> Result<()> {
+    fn start_kubelet(&self, node: &mut Node) -> Result<()> {
         make_cgroups(&node.name)?;
         let conf = node.dir.join("kubelet.yaml");
         std::fs::write(&conf, kubelet_yaml(node)).map_err(io("writing kubelet.yaml"))?;
@@ -417,13 +435,6 @@ impl Kube {
             .env("PATH", path_with(&self.bin));
         node.kubelet = Some(spawn_logged(cmd, &node.dir.join("kubelet.log"))?);
         Ok(())
-    }
-
-    /// Stops `node`'s kubelet (SIGTERM); its pods keep running.
-    pub fn stop_kubelet(&self, node: &mut Node) {
-        if let Some(c) = node.kubelet.take() {
-            stop_child(c);
-        }
     }
 
     /// `crictl` against `node`'s containerd, in the node's namespaces.

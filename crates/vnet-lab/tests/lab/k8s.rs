@@ -52,6 +52,76 @@ fn create_etcd_secret(lab: &Lab, kube: &Kube) {
     .unwrap();
 }
 
+/// The Secret, then `kubectl apply -f` the manifest; waits until every
+/// node is `Ready` (60 s at most) and returns how long that took.
+fn apply_vnet(lab: &Lab, kube: &Kube) -> Duration {
+    create_etcd_secret(lab, kube);
+    kube.kubectl(&["apply", "-f", &manifest()]).unwrap();
+    wait_ready(kube, Duration::from_secs(60))
+}
+
+/// Keys under the network's `what/` prefix in etcd (`ipam`, `macs`).
+fn etcd_keys(lab: &Lab, what: &str) -> Vec<String> {
+    let out =
+        lab.etcdctl(&["get", "--prefix", "--keys-only", &format!("/vnet/{}/{what}/", lab.prefix)]).unwrap();
+    out.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
+}
+
+/// What vnet left on `node`: its veths (`vc...`) in the node's namespace,
+/// vnetd's interfaces, and vnet-cni's attachment records.
+fn node_leftovers(kube: &Kube, node: usize) -> Vec<String> {
+    let n = &kube.nodes[node];
+    let links = n.command("ip").args(["-o", "link", "show"]).output().unwrap();
+    let mut left: Vec<String> = String::from_utf8_lossy(&links.stdout)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .filter(|name| name.starts_with("vc"))
+        .map(|name| format!("link {name}"))
+        .collect();
+    let v = node_interfaces(kube, node);
+    left.extend(v["interfaces"].as_array().into_iter().flatten().map(|i| format!("interface {}", i["name"])));
+    let mut stack = vec![n.dir.join("lib-vnet/cni")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                left.push(format!("record {}", e.path().display()));
+            }
+        }
+    }
+    left
+}
+
+/// Each pod pings a pod on each other node (one `kubectl exec` per pod).
+fn each_pings_each_node(kube: &Kube, pods: &[Pod]) {
+    let nodes: std::collections::BTreeSet<&str> = pods.iter().map(|p| p.node.as_str()).collect();
+    for p in pods {
+        let others: Vec<&Pod> = nodes
+            .iter()
+            .filter(|&&n| n != p.node)
+            .map(|&n| pods.iter().find(|q| q.node == n).unwrap())
+            .collect();
+        let script: Vec<String> = others.iter().map(|q| format!("ping -c 1 -W 3 {}", q.ip)).collect();
+        let out = exec(kube, &p.name, &script.join(" && "));
+        if !out.status.success() {
+            let pod = kube.kubectl(&["describe", "pod", &p.name]).unwrap_or_default();
+            panic!("{} on {} -> {:?}: {out:?}\n{pod}", p.name, p.node, others);
+        }
+    }
+}
+
+/// Pings every 10 ms from pod `from` to `to`, `n` pings, in the background.
+fn ping_10ms(kube: &Kube, from: &Pod, to: &Pod, n: u32) -> std::process::Child {
+    let script = format!("ping -q -i 0.01 -W 1 -c {n} {}", to.ip);
+    kube.kubectl_command(&["exec", &from.name, "--", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Waits until every node is `Ready`; returns how long it took.
 fn wait_ready(kube: &Kube, within: Duration) -> Duration {
     let t0 = Instant::now();
@@ -173,9 +243,7 @@ mod by_hand {
         let (lab, kube) = kube_lab();
         let before = kube.node_ready().unwrap();
         assert!(before.iter().all(|(_, r)| r != "True"), "Ready before any network: {before:?}");
-        create_etcd_secret(&lab, &kube);
-        kube.kubectl(&["apply", "-f", &manifest()]).unwrap();
-        let took = wait_ready(&kube, Duration::from_secs(60));
+        let took = apply_vnet(&lab, &kube);
         eprintln!("k8s: every node Ready {took:.1?} after kubectl apply");
 
         let t0 = Instant::now();
@@ -195,19 +263,7 @@ mod by_hand {
 
         // Each pod pings a pod on each other node.
         let t0 = Instant::now();
-        for p in &pods {
-            let others: Vec<&Pod> = nodes
-                .iter()
-                .filter(|&&n| n != p.node)
-                .map(|&n| pods.iter().find(|q| q.node == n).unwrap())
-                .collect();
-            let script: Vec<String> = others.iter().map(|q| format!("ping -c 1 -W 3 {}", q.ip)).collect();
-            let out = exec(&kube, &p.name, &script.join(" && "));
-            if !out.status.success() {
-                let pod = kube.kubectl(&["describe", "pod", &p.name]).unwrap_or_default();
-                panic!("{} on {} -> {:?}: {out:?}\n{pod}", p.name, p.node, others);
-            }
-        }
+        each_pings_each_node(&kube, &pods);
         eprintln!("k8s: 30 pods each pinged a pod on each other node ({:.1?})", t0.elapsed());
 
         // 64 MB between pods on two nodes, its md5 checked. The receiver's
@@ -265,5 +321,83 @@ mod by_hand {
             eprintln!("k8s: {}: {}", kube.nodes[n].name, list.join(", "));
             assert!(!list.is_empty() && list.iter().all(|l| l.ends_with(" kernel")), "{v}");
         }
+    }
+
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn scaling_to_zero_frees_everything_and_restarting_containerd_or_kubelet_cuts_no_pod() {
+        let (lab, kube) = kube_lab();
+        apply_vnet(&lab, &kube);
+        deploy(&kube, 30);
+        wait_pods(&kube, 30, Duration::from_secs(240));
+        assert_eq!(
+            (etcd_keys(&lab, "ipam").len(), etcd_keys(&lab, "macs").len()),
+            (30, 30),
+            "an address and a claim a pod"
+        );
+
+        // Scale to 0: every address, claim, interface, veth and record goes.
+        let t0 = Instant::now();
+        kube.kubectl(&["scale", "deployment/pods", "--replicas=0"]).unwrap();
+        wait_pods(&kube, 0, Duration::from_secs(120));
+        let clean = |kube: &Kube| {
+            let mut left: Vec<String> = etcd_keys(&lab, "ipam");
+            left.extend(etcd_keys(&lab, "macs"));
+            for n in 0..kube.nodes.len() {
+                left.extend(
+                    node_leftovers(kube, n).into_iter().map(|l| format!("{}: {l}", kube.nodes[n].name)),
+                );
+            }
+            left
+        };
+        let mut left = clean(&kube);
+        while !left.is_empty() && t0.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(500));
+            left = clean(&kube);
+        }
+        assert_eq!(left, Vec::<String>::new(), "left after scaling to 0");
+        eprintln!("k8s: scaled to 0, nothing left in etcd or on the nodes after {:.1?}", t0.elapsed());
+
+        // And back to 30.
+        let t0 = Instant::now();
+        kube.kubectl(&["scale", "deployment/pods", "--replicas=30"]).unwrap();
+        let pods = wait_pods(&kube, 30, Duration::from_secs(240));
+        each_pings_each_node(&kube, &pods);
+        eprintln!("k8s: back to 30 pods, each pinging each other node, in {:.1?}", t0.elapsed());
+
+        // containerd of node 0, then kubelet of node 1, restarted under a
+        // 10 ms ping into a pod of that node (from another node's pod).
+        let names: Vec<String> = kube.nodes.iter().map(|n| n.name.clone()).collect();
+        let on = |n: usize| pods.iter().find(|p| p.node == names[n]).unwrap().clone();
+        let mut kube = kube;
+        for (n, what) in [(0usize, "containerd"), (1, "kubelet")] {
+            let (to, from) = (on(n), on((n + 1) % 3));
+            let ping = ping_10ms(&kube, &from, &to, 1000);
+            std::thread::sleep(Duration::from_secs(2));
+            let t0 = Instant::now();
+            if what == "containerd" {
+                kube.restart_containerd(n).unwrap();
+            } else {
+                kube.restart_kubelet(n).unwrap();
+            }
+            let took = t0.elapsed();
+            let out = ping.wait_with_output().unwrap();
+            let r = vnet_lab::PingResult::parse(&String::from_utf8_lossy(&out.stdout));
+            eprintln!(
+                "k8s: {what} of {} restarted in {took:.1?} under a 10 ms ping into {}: {r:?}",
+                kube.nodes[n].name, to.name
+            );
+            assert_eq!((r.sent, r.received), (1000, 1000), "{what} restart: {out:?}");
+        }
+        // The pods are the same, with the same addresses, and still talk.
+        std::thread::sleep(Duration::from_secs(10));
+        let after = wait_pods(&kube, 30, Duration::from_secs(60));
+        let key = |p: &[Pod]| {
+            let mut v: Vec<(String, String)> = p.iter().map(|p| (p.name.clone(), p.ip.clone())).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(key(&after), key(&pods), "the pods and their addresses after the restarts");
+        each_pings_each_node(&kube, &after);
     }
 }
