@@ -186,17 +186,19 @@ fn control_tls(args: &Args) -> Result<Option<(Arc<Tls>, vnet_control::TlsFiles)>
 /// workers' CPUs, the config's transaction), and the host's claim key.
 fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::ClaimKey>>), String> {
     // The host key: `--key`, or the config's `cluster` line's `key` (not both).
-    let line_key = match &args.config {
+    let line = match &args.config {
         Some(path) => {
             std::fs::read_to_string(path).ok().and_then(|t| vnet_control::parse(&t).ok()).and_then(|cmds| {
                 cmds.into_iter().find_map(|c| match c.item {
-                    vnet_control::Command::Cluster(l) => l.key.map(std::path::PathBuf::from),
+                    vnet_control::Command::Cluster(l) => Some(l.key.map(std::path::PathBuf::from)),
                     _ => None,
                 })
             })
         }
         None => None,
     };
+    let in_cluster = args.cluster.is_some() || line.is_some();
+    let line_key = line.flatten();
     let mut settings = args.daemon.clone();
     match (&settings.key, line_key) {
         (Some(_), Some(_)) => {
@@ -207,6 +209,10 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
     }
     let mut daemon = Daemon::new(&settings).map_err(|e| e.to_string())?;
     let claim_key = daemon.claim_key();
+    if in_cluster {
+        // A predecessor's pins forward until the store's routes are in.
+        daemon.hold_pins();
+    }
     // A hand-over's sockets and devices, before anything opens its own.
     match vnetd::handover::receive(&args.daemon.state_dir) {
         Ok((0, _)) => {}
@@ -226,8 +232,12 @@ fn daemon_from(args: &Args) -> Result<(Daemon, Option<Arc<vnet_cluster::trust::C
     for said in daemon.restore_attached(&args.daemon.state_dir) {
         tracing::warn!("--state-dir {said}");
     }
-    if let Some(said) = daemon.drop_unadopted_pins() {
-        tracing::info!("{said}");
+    // (Held pins: the cluster's first convergence takes them over, then
+    // drops the rest.)
+    if !daemon.pins_held() {
+        if let Some(said) = daemon.drop_unadopted_pins() {
+            tracing::info!("{said}");
+        }
     }
     let unused = vnetd::handover::close_unused();
     if !unused.is_empty() {

@@ -791,6 +791,13 @@ impl Host {
                 took_us: t0.elapsed().as_micros() as u64,
             });
         }
+        // A hand-over's pinned programs forwarded with the predecessor's
+        // maps until this vnetd's held the other hosts' routes: now they do.
+        if self.retry.is_none() {
+            if let Some(said) = d.release_pins() {
+                tracing::info!("{said} (after the cluster's first convergence)");
+            }
+        }
         s.hosts = self.member.hosts().map(str::to_string).collect();
         s.hosts.sort();
         s.expiries = self.member.expiries().map(|(h, t)| (h.to_string(), t)).collect();

@@ -131,6 +131,8 @@ pub struct Daemon {
     attached: attached::Attachments,
     /// The bpffs directory of the hand-over's pins (`--bpf-dir`).
     bpf_dir: Option<std::path::PathBuf>,
+    /// [`Daemon::hold_pins`] asked before the kernel path was loaded.
+    hold_pins: bool,
     /// Entries each of the kernel path's route tables holds (`--kernel-routes`).
     kernel_routes: usize,
     /// Interfaces activated from standby (their VM arrived, or `activate`)
@@ -208,6 +210,7 @@ impl Default for Daemon {
             moved_in: Default::default(),
             attached: Default::default(),
             bpf_dir: None,
+            hold_pins: false,
             kernel_routes: kernel::MAX_ROUTES,
         }
     }
@@ -286,6 +289,38 @@ impl Daemon {
     /// The config file `save` writes and `reload` (and `SIGHUP`) reads.
     pub fn set_config_path(&mut self, path: std::path::PathBuf) {
         self.config_path = Some(path);
+    }
+
+    /// Cluster mode: a predecessor's pinned programs keep forwarding with
+    /// its maps until [`Daemon::release_pins`] (the cluster's first
+    /// convergence), not only until this vnetd's first sync: its routes to
+    /// the other hosts come from the store, after the start.
+    pub fn hold_pins(&mut self) {
+        self.hold_pins = true;
+        if let Some(k) = self.kernel.as_mut() {
+            k.hold_adoption = true;
+        }
+    }
+
+    /// Ends [`Daemon::hold_pins`]: the held links take this vnetd's
+    /// programs and the rest of the predecessor's pins are removed.
+    /// Returns what to log, once.
+    pub fn release_pins(&mut self) -> Option<String> {
+        if !std::mem::take(&mut self.hold_pins) {
+            return None;
+        }
+        let Some(k) = self.kernel.as_mut() else {
+            return self.drop_unadopted_pins();
+        };
+        if let Err(e) = k.release_adoption() {
+            tracing::warn!("hand-over: the previous vnetd's links could not all be taken over: {e}");
+        }
+        self.drop_unadopted_pins()
+    }
+
+    /// Whether a predecessor's pins wait for [`Daemon::release_pins`].
+    pub fn pins_held(&self) -> bool {
+        self.hold_pins
     }
 
     /// After the start (config and attachments applied): the predecessor's
@@ -563,8 +598,9 @@ impl Daemon {
         }
         if self.kernel.is_none() {
             match KernelPath::load(self.bpf_dir.as_deref().map(kernel::pins::Pins::new), self.kernel_routes) {
-                Ok(k) => {
+                Ok(mut k) => {
                     tracing::info!("eBPF fast path loaded");
+                    k.hold_adoption = self.hold_pins;
                     self.kernel = Some(k);
                 }
                 Err(r) => {

@@ -52,6 +52,10 @@ pub struct KernelPath {
     /// its program: the program is replaced at the end of the next sync,
     /// when the maps hold the decisions.
     pending: BTreeMap<(bool, String), FdLink>,
+    /// Cluster mode: the pending links wait for the cluster's first
+    /// convergence too (until then the maps lack the other hosts' routes,
+    /// which the predecessor's still hold).
+    pub hold_adoption: bool,
     /// Links adopted from a predecessor.
     pub adopted: usize,
     /// Entries the destination map and each (port, destination, source)
@@ -108,6 +112,7 @@ impl KernelPath {
             wire_attached: BTreeMap::new(),
             pins,
             pending: BTreeMap::new(),
+            hold_adoption: false,
             adopted: 0,
             capacity,
             held: Decisions::default(),
@@ -168,6 +173,9 @@ impl KernelPath {
     /// predecessor's program runs until then), or, where that fails (the
     /// device went and came back), attaches it anew.
     fn adopt_pending(&mut self) -> Result<(), Reason> {
+        if self.hold_adoption {
+            return Ok(());
+        }
         for ((wire, dev), fd) in std::mem::take(&mut self.pending) {
             let prog = program_name(wire);
             let adopted = SchedClassifierLink::try_from(fd).map_err(|e| e.to_string()).and_then(|l| {
@@ -191,6 +199,13 @@ impl KernelPath {
             }
         }
         Ok(())
+    }
+
+    /// Ends [`KernelPath::hold_adoption`]: the pending links take this
+    /// process's program now (the last sync wrote its decisions).
+    pub fn release_adoption(&mut self) -> Result<(), Reason> {
+        self.hold_adoption = false;
+        self.adopt_pending()
     }
 
     /// The hand-over: pins every link this process holds (their programs
