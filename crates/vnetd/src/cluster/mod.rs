@@ -471,6 +471,14 @@ impl Host {
         self.member.relist(&kvs, rev, &mut changes);
         lock(&self.status).counters.relists += 1;
         self.converge(&changes, kvs.len() as u64, t0);
+        // A hand-over's pinned programs forwarded with the predecessor's
+        // maps until this vnetd's held the store's view (the other hosts'
+        // links and routes, listed just now): now they do.
+        if self.retry.is_none() {
+            if let Some(said) = lock(&self.daemon).release_pins() {
+                tracing::info!("{said} (after the store's view was applied)");
+            }
+        }
         Ok(rev)
     }
 
@@ -790,13 +798,6 @@ impl Host {
                 lines: cmds.len(),
                 took_us: t0.elapsed().as_micros() as u64,
             });
-        }
-        // A hand-over's pinned programs forwarded with the predecessor's
-        // maps until this vnetd's held the other hosts' routes: now they do.
-        if self.retry.is_none() {
-            if let Some(said) = d.release_pins() {
-                tracing::info!("{said} (after the cluster's first convergence)");
-            }
         }
         s.hosts = self.member.hosts().map(str::to_string).collect();
         s.hosts.sort();

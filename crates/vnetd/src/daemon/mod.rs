@@ -9,6 +9,7 @@
 
 mod attached;
 mod matrix;
+mod pins;
 mod txn;
 mod views;
 
@@ -289,60 +290,6 @@ impl Daemon {
     /// The config file `save` writes and `reload` (and `SIGHUP`) reads.
     pub fn set_config_path(&mut self, path: std::path::PathBuf) {
         self.config_path = Some(path);
-    }
-
-    /// Cluster mode: a predecessor's pinned programs keep forwarding with
-    /// its maps until [`Daemon::release_pins`] (the cluster's first
-    /// convergence), not only until this vnetd's first sync: its routes to
-    /// the other hosts come from the store, after the start.
-    pub fn hold_pins(&mut self) {
-        self.hold_pins = true;
-        if let Some(k) = self.kernel.as_mut() {
-            k.hold_adoption = true;
-        }
-    }
-
-    /// Ends [`Daemon::hold_pins`]: the held links take this vnetd's
-    /// programs and the rest of the predecessor's pins are removed.
-    /// Returns what to log, once.
-    pub fn release_pins(&mut self) -> Option<String> {
-        if !std::mem::take(&mut self.hold_pins) {
-            return None;
-        }
-        let Some(k) = self.kernel.as_mut() else {
-            return self.drop_unadopted_pins();
-        };
-        if let Err(e) = k.release_adoption() {
-            tracing::warn!("hand-over: the previous vnetd's links could not all be taken over: {e}");
-        }
-        self.drop_unadopted_pins()
-    }
-
-    /// Whether a predecessor's pins wait for [`Daemon::release_pins`].
-    pub fn pins_held(&self) -> bool {
-        self.hold_pins
-    }
-
-    /// After the start (config and attachments applied): the predecessor's
-    /// pinned links nothing took over are removed, so its program leaves
-    /// the devices this vnetd does not serve. Returns what to log.
-    pub fn drop_unadopted_pins(&self) -> Option<String> {
-        let dir = self.bpf_dir.as_ref()?;
-        let adopted = self.kernel.as_ref().map_or(0, |k| k.adopted);
-        let left = kernel::pins::Pins::new(dir).clear();
-        (adopted + left > 0).then(|| {
-            format!("hand-over: took over {adopted} of the previous vnetd's kernel-path links, removed {left} no longer served")
-        })
-    }
-
-    /// The hand-over (SIGUSR2): pins the kernel path's links so that it
-    /// keeps forwarding after this process exits, until the next vnetd
-    /// takes them over. Returns how many were pinned.
-    pub fn hand_over(&mut self) -> Result<usize, kernel::KernelError> {
-        match self.kernel.as_mut() {
-            Some(k) => k.pin_all(),
-            None => Ok(0),
-        }
     }
 
     /// The user path's part of a hand-over: stops the workers (so that no

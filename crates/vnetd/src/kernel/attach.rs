@@ -52,9 +52,9 @@ pub struct KernelPath {
     /// its program: the program is replaced at the end of the next sync,
     /// when the maps hold the decisions.
     pending: BTreeMap<(bool, String), FdLink>,
-    /// Cluster mode: the pending links wait for the cluster's first
-    /// convergence too (until then the maps lack the other hosts' routes,
-    /// which the predecessor's still hold).
+    /// Cluster mode: the pending links wait for the store's view too
+    /// (until it is applied the maps lack the other hosts' links and
+    /// routes, which the predecessor's still hold).
     pub hold_adoption: bool,
     /// Links adopted from a predecessor.
     pub adopted: usize,
