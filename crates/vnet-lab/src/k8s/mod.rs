@@ -34,7 +34,7 @@
 
 pub mod image;
 
-use crate::process::{on_signal, registry, stop_child};
+use crate::process::{on_signal, spawn_logged, stop_child};
 use crate::{io, pki, Error, Lab, Result};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -145,18 +145,6 @@ pub struct Kube {
     control: Vec<Child>,
 }
 
-fn spawn_logged(mut cmd: Command, log: &Path) -> Result<Child> {
-    let f = std::fs::File::create(log).map_err(io("a log file"))?;
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(f.try_clone().map_err(io("a log file"))?)
-        .stderr(f)
-        .spawn()
-        .map_err(io(format!("starting {cmd:?}")))?;
-    registry().1.push(child.id());
-    Ok(child)
-}
-
 /// A kubeconfig for `user`'s certificate files.
 fn kubeconfig(api: &str, user: &pki::HostFiles) -> String {
     format!(
@@ -245,7 +233,7 @@ impl Kube {
             format!("--kubelet-client-certificate={}", admin.cert.display()),
             format!("--kubelet-client-key={}", admin.key.display()),
         ]);
-        self.control.push(spawn_logged(cmd, &d.join("kube-apiserver.log"))?);
+        self.control.push(spawn_logged(cmd, &d.join("kube-apiserver.log"), "kube-apiserver")?);
         let t0 = Instant::now();
         while self.kubectl(&["get", "--raw=/readyz"]).is_err() {
             let exited = self.control.last_mut().and_then(|c| c.try_wait().ok().flatten());
@@ -268,7 +256,11 @@ impl Kube {
             "--leader-elect=false".into(),
             "--bind-address=127.0.0.1".into(),
         ]);
-        self.control.push(spawn_logged(cmd, &d.join("kube-controller-manager.log"))?);
+        self.control.push(spawn_logged(
+            cmd,
+            &d.join("kube-controller-manager.log"),
+            "kube-controller-manager",
+        )?);
         let mut cmd = self.in_switch("kube-scheduler");
         cmd.args([
             format!("--kubeconfig={}", d.join("scheduler.conf").display()),
@@ -277,7 +269,7 @@ impl Kube {
             "--leader-elect=false".into(),
             "--bind-address=127.0.0.1".into(),
         ]);
-        self.control.push(spawn_logged(cmd, &d.join("kube-scheduler.log"))?);
+        self.control.push(spawn_logged(cmd, &d.join("kube-scheduler.log"), "kube-scheduler")?);
         // The nodes' certificates, from the same CA.
         for (h, host) in lab.hosts.iter().enumerate() {
             let name = node_name(lab, h);
@@ -327,22 +319,25 @@ impl Kube {
     /// Restarts node `n`'s containerd (SIGTERM, then started again): its
     /// containers keep running, as under a service manager's restart.
     pub fn restart_containerd(&mut self, n: usize) -> Result<()> {
-        let mut nodes = std::mem::take(&mut self.nodes);
-        if let Some(c) = nodes[n].containerd.take() {
-            stop_child(c);
-        }
-        let r = self.start_containerd(&mut nodes[n]);
-        self.nodes = nodes;
-        r
+        self.restart(n, |node| &mut node.containerd, Kube::start_containerd)
     }
 
     /// Restarts node `n`'s kubelet (SIGTERM, then started again).
     pub fn restart_kubelet(&mut self, n: usize) -> Result<()> {
+        self.restart(n, |node| &mut node.kubelet, Kube::start_kubelet)
+    }
+
+    fn restart(
+        &mut self,
+        n: usize,
+        which: fn(&mut Node) -> &mut Option<Child>,
+        start: fn(&Kube, &mut Node) -> Result<()>,
+    ) -> Result<()> {
         let mut nodes = std::mem::take(&mut self.nodes);
-        if let Some(c) = nodes[n].kubelet.take() {
+        if let Some(c) = which(&mut nodes[n]).take() {
             stop_child(c);
         }
-        let r = self.start_kubelet(&mut nodes[n]);
+        let r = start(self, &mut nodes[n]);
         self.nodes = nodes;
         r
     }
@@ -366,7 +361,7 @@ impl Kube {
             .arg(&dir)
             .arg(&name)
             .env("NODE_DIRS", dirs.join(" "));
-        let holder = spawn_logged(cmd, &dir.join("holder.log"))?;
+        let holder = spawn_logged(cmd, &dir.join("holder.log"), "holder")?;
         nodes().push((dir.clone(), name.clone()));
         on_signal(cleanup_interrupted);
         let mut node = Node { name, ip: host.underlay_ip, dir, holder, containerd: None, kubelet: None };
@@ -404,7 +399,7 @@ impl Kube {
         std::fs::write(&conf, containerd_toml(&node.dir, &runc)).map_err(io("writing containerd.toml"))?;
         let mut cmd = node.command(self.bin.join("containerd"));
         cmd.arg("--config").arg(&conf).env("PATH", path_with(&self.bin));
-        node.containerd = Some(spawn_logged(cmd, &node.dir.join("containerd.log"))?);
+        node.containerd = Some(spawn_logged(cmd, &node.dir.join("containerd.log"), "containerd")?);
         let t0 = Instant::now();
         loop {
             let out = self.crictl(node, &["info"])?;
@@ -433,7 +428,7 @@ impl Kube {
             .arg(format!("--hostname-override={}", node.name))
             .arg(format!("--node-ip={}", node.ip))
             .env("PATH", path_with(&self.bin));
-        node.kubelet = Some(spawn_logged(cmd, &node.dir.join("kubelet.log"))?);
+        node.kubelet = Some(spawn_logged(cmd, &node.dir.join("kubelet.log"), "kubelet")?);
         Ok(())
     }
 

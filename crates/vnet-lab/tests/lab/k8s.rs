@@ -158,6 +158,13 @@ struct Pod {
     ip: String,
 }
 
+/// The pods' names and addresses, sorted.
+fn addresses(pods: &[Pod]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = pods.iter().map(|p| (p.name.clone(), p.ip.clone())).collect();
+    v.sort();
+    v
+}
+
 /// The Deployment `pods` (busybox, spread over the nodes) at `replicas`.
 fn deploy(kube: &Kube, replicas: u32) {
     let yaml = format!(
@@ -426,12 +433,7 @@ mod by_hand {
         // The pods are the same, with the same addresses, and still talk.
         std::thread::sleep(Duration::from_secs(10));
         let after = wait_pods(&kube, 30, Duration::from_secs(60));
-        let key = |p: &[Pod]| {
-            let mut v: Vec<(String, String)> = p.iter().map(|p| (p.name.clone(), p.ip.clone())).collect();
-            v.sort();
-            v
-        };
-        assert_eq!(key(&after), key(&pods), "the pods and their addresses after the restarts");
+        assert_eq!(addresses(&after), addresses(&pods), "the pods and their addresses after the restarts");
         each_pings_each_node(&kube, &after);
     }
 
@@ -487,12 +489,7 @@ mod by_hand {
         }
         assert_eq!((r.sent, r.received), (6000, 6000), "{out:?}");
         let now = wait_pods(&kube, 6, Duration::from_secs(30));
-        let key = |p: &[Pod]| {
-            let mut v: Vec<(String, String)> = p.iter().map(|p| (p.name.clone(), p.ip.clone())).collect();
-            v.sort();
-            v
-        };
-        assert_eq!(key(&now), key(&pods), "the pods keep their addresses");
+        assert_eq!(addresses(&now), addresses(&pods), "the pods keep their addresses");
         each_pings_each_node(&kube, &now);
         for n in 0..kube.nodes.len() {
             let v = node_interfaces(&kube, n);
