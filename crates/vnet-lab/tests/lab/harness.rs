@@ -111,16 +111,31 @@ pub fn secret_pings_captured(
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let pcap = lab.dir.join(format!("secret{n}.pcap"));
-    let pcap_s = pcap.to_str().unwrap().to_string();
-    lab.spawn(ns, &["timeout", "4", "tcpdump", "-i", dev, "-U", "-s", "0", "-w", &pcap_s, filter]).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    capture(lab, ns, dev, filter, &pcap);
     let pattern = "766e65747365637265742121"; // "vnetsecret!!"
     let out = lab
         .ns_exec(&vm.ns, &["ping", "-c", "5", "-i", "0.2", "-s", "400", "-p", pattern, &to.to_string()])
         .unwrap();
     assert!(out.status.success(), "{out:?}");
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(1));
     (std::fs::read(&pcap).unwrap(), pcap)
+}
+
+/// Starts tcpdump on `dev` in `ns` writing `filter`'s packets to `pcap`
+/// (each as it comes, `-U`; for 30 s at most) and returns once it
+/// captures: tcpdump opens its file after the capture is active. (A fixed
+/// wait was too short on a loaded machine: a capture that started late
+/// held no packet.)
+pub fn capture(lab: &mut Lab, ns: &str, dev: &str, filter: &str, pcap: &std::path::Path) {
+    let _ = std::fs::remove_file(pcap);
+    let p = pcap.to_str().unwrap();
+    lab.spawn(ns, &["timeout", "30", "tcpdump", "-i", dev, "-U", "-s", "0", "-w", p, filter]).unwrap();
+    let t0 = std::time::Instant::now();
+    while !pcap.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "tcpdump did not start capturing within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
 }
 
 /// Floods vnetd's port for argv[4] seconds at argv[5] datagrams a second

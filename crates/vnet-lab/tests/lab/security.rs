@@ -677,13 +677,11 @@ mod user {
         let pcap = lab.dir.join("inits.pcap");
         let pcap_s = pcap.to_str().unwrap().to_string();
         let filter = format!("udp and src host {ip0} and udp[8:2] = 0x0201");
-        lab.spawn(&ns1, &["timeout", "5", "tcpdump", "-i", &dev1, "-U", "-s", "0", "-w", &pcap_s, &filter])
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
+        capture(&mut lab, &ns1, &dev1, &filter, &pcap);
         lab.stop_vnetd(0).unwrap();
         lab.start_vnetd(0).unwrap();
         assert_ping(&lab, &a, b.ip, 56);
-        std::thread::sleep(Duration::from_secs(4));
+        std::thread::sleep(Duration::from_secs(1));
         let wire = std::fs::read(&pcap).unwrap();
         assert!(wire.len() > 24 + 16 + 176, "no initiation captured: {} bytes", wire.len());
         // Host 1 restarts while the captured initiation is replayed at it from
@@ -890,11 +888,9 @@ mod user {
         let pcap = lab.dir.join("roam.pcap");
         let pcap_s = pcap.to_str().unwrap().to_string();
         let filter = format!("udp and dst port 9000 and src host {new}");
-        lab.spawn(&ns0, &["timeout", "3", "tcpdump", "-i", &dev0, "-U", "-s", "0", "-w", &pcap_s, &filter])
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(1000));
+        capture(&mut lab, &ns0, &dev0, &filter, &pcap);
         lab.ping(&b, a.ip, 5, 200).unwrap();
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(Duration::from_secs(1));
         let replay = lab.dir.join("replay.py");
         std::fs::write(&replay, REPLAY).unwrap();
         let before = link_json(&lab, 0);
