@@ -318,6 +318,8 @@ fn finish(
             ),
         }
         handed = d.hand_over_fds();
+    } else if let Some(m) = d.remove_pins() {
+        tracing::info!("{m}");
     }
     d.shutdown();
     drop(d);

@@ -533,9 +533,11 @@ mod both_alone {
             assert!(log.contains("hand-over: took"), "the next vnetd took nothing:\n{log}");
             assert!(m.lost <= 2, "{} pings (10 ms apart) lost over 10 hand-overs", m.lost);
         }
-        // After the last one: nothing of the hand-overs is left pinned.
+        // After the last one: nothing of the hand-overs is left in the
+        // bpffs, not a pin, not the directories the pins were made in.
         let left = std::fs::read_dir(lab.dir.join("bpf/h0/v1")).map_or(0, |d| d.count());
         assert_eq!(left, 0, "pins left after the last take-over");
+        assert!(!lab.dir.join("bpf/h0").exists(), "the pins' directory left after the last take-over");
         let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
         assert_ping(&lab, &a, b.ip, 56);
     }

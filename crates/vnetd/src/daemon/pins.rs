@@ -50,6 +50,17 @@ impl Daemon {
         })
     }
 
+    /// A stop (SIGTERM, not a hand-over): whatever a predecessor pinned
+    /// and this vnetd has not taken over (pins still held in cluster mode
+    /// if the store's view never came) is removed with the rest, so
+    /// nothing of vnet's keeps forwarding. Returns what to log.
+    pub fn remove_pins(&mut self) -> Option<String> {
+        self.hold_pins = false;
+        let dir = self.bpf_dir.as_ref()?;
+        let n = kernel::pins::Pins::new(dir).clear();
+        (n > 0).then(|| format!("stop: removed {n} pinned kernel-path links a previous vnetd left"))
+    }
+
     /// The hand-over (SIGUSR2): pins the kernel path's links so that it
     /// keeps forwarding after this process exits, until the next vnetd
     /// takes them over. Returns how many were pinned.

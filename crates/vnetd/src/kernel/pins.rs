@@ -63,7 +63,11 @@ impl Pins {
     }
 
     /// Removes every pin left (programs nothing adopted leave their
-    /// devices), and pins of other layouts; returns how many.
+    /// devices), and pins of other layouts; returns how many. The
+    /// directories [`Pins::pin`] made go too: each empty one on the bpffs
+    /// up from the pins (`/sys/fs/bpf/vnet/NAME`, then `/sys/fs/bpf/vnet`
+    /// if no other vnetd's is there), never the bpffs itself (a mount
+    /// point) nor a directory off it.
     pub fn clear(&self) -> usize {
         let base = self.dir.parent().unwrap_or(&self.dir);
         let mut n = 0;
@@ -75,6 +79,13 @@ impl Pins {
                 }
                 let _ = std::fs::remove_dir(&p);
             }
+        }
+        let mut dir = Some(base);
+        while let Some(d) = dir.filter(|d| crate::sys::is_bpffs(d)) {
+            if std::fs::remove_dir(d).is_err() {
+                break; // not empty, or the mount point
+            }
+            dir = d.parent();
         }
         n
     }
