@@ -23,6 +23,7 @@
 //!     wait 600 interface vm2 netdev c2
 //! ```
 
+mod kube;
 mod onboard;
 
 use clap::Parser;
@@ -75,7 +76,9 @@ A secured cluster in three commands a network and two a host (docs/QUICKSTART.md
   network init DIR network NAME etcd IP    the network key, etcd's CA, certificate and config in DIR
   network setup DIR                        etcd's users and roles (etcd running); prints the join token
   join TOKEN host NAME [dir DIR] [wait S]  on a host: its key (made here), a request, then vnetd@NAME once approved
-  network approve DIR HOST [key FP]        signs the host's certificate and makes its etcd user";
+  network approve DIR HOST [key FP]        signs the host's certificate and makes its etcd user
+Kubernetes (in a pod, as its service account):
+  kube daemonset NAMESPACE/NAME  present, deleting or absent (vnet's DaemonSet's preStop hook)";
 
 /// A word that asks for help (`-h`, `--help`, `help`) among a key
 /// command's words: the usage is printed and nothing is written.
@@ -104,6 +107,14 @@ fn main() -> ExitCode {
     // Keys are made here, without a vnetd.
     if let Some(done) = keys(&args.words) {
         return done;
+    }
+    if args.words.first().is_some_and(|w| w == "kube") {
+        let words: Vec<&str> = args.words.iter().map(String::as_str).collect();
+        if asks_help(&words) {
+            out(&format!("{SUBCOMMANDS}\n"));
+            return ExitCode::SUCCESS;
+        }
+        return kube::run(&words[1..]);
     }
     if args.words.first().is_some_and(|w| w == "move") {
         if asks_help(&args.words.iter().map(String::as_str).collect::<Vec<_>>()) {
