@@ -2,8 +2,8 @@
 # Builds the Kubernetes lab's programs from the Go module proxy, once, into
 # target/k8s/bin (a clean clone builds them again; the Go build cache makes
 # a second build on the same machine quick):
-#   kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl
-#                  Kubernetes, pinned by scripts/k8s/go.mod
+#   kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
+#   kubectl        Kubernetes, pinned by scripts/k8s/go.mod
 #   containerd containerd-shim-runc-v2 ctr
 #                  containerd 2 (its CRI plugin calls CNI STATUS, which
 #                  Debian's containerd 1.6 does not)
@@ -28,7 +28,7 @@ mkdir -p "$OUT"
 
 # Builds only what is missing or was built at another version.
 stamp="$OUT/.versions"
-want="kubernetes $K8S_VERSION containerd $CONTAINERD_VERSION crictl $CRICTL_VERSION"
+want="kubernetes $K8S_VERSION (with kube-proxy) containerd $CONTAINERD_VERSION crictl $CRICTL_VERSION"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "k8s-build: $want already in $OUT"
     exit 0
@@ -42,10 +42,11 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=${ver%%.*}"
     ldflags+=" -X $pkg.gitMinor=$(echo "$ver" | cut -d. -f2) -X $pkg.gitTreeState=clean"
 done
-echo "k8s-build: Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl) into $OUT"
+echo "k8s-build: Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl) into $OUT"
 (cd scripts/k8s && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$OUT/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+    k8s.io/kubernetes/cmd/kubectl)
 
 echo "k8s-build: containerd $CONTAINERD_VERSION (containerd, containerd-shim-runc-v2, ctr)"
 for cmd in containerd containerd-shim-runc-v2 ctr; do

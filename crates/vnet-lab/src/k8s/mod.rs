@@ -83,6 +83,7 @@ pub fn unavailable() -> Option<String> {
         "kube-controller-manager",
         "kube-scheduler",
         "kubelet",
+        "kube-proxy",
         "kubectl",
         "containerd",
         "containerd-shim-runc-v2",
@@ -95,6 +96,7 @@ pub fn unavailable() -> Option<String> {
     }
     for p in [
         "/usr/sbin/runc",
+        "/usr/sbin/iptables",
         "/bin/busybox",
         "/usr/bin/nsenter",
         "/usr/bin/unshare",
@@ -103,7 +105,7 @@ pub fn unavailable() -> Option<String> {
     ] {
         if !Path::new(p).exists() {
             return Some(format!(
-                "{p} missing: install runc, busybox-static, util-linux, gcc, containernetworking-plugins"
+                "{p} missing: install runc, iptables, busybox-static, util-linux, gcc, containernetworking-plugins"
             ));
         }
     }
@@ -118,6 +120,7 @@ pub struct Node {
     holder: Child,
     containerd: Option<Child>,
     kubelet: Option<Child>,
+    proxy: Option<Child>,
 }
 
 impl Node {
@@ -142,6 +145,7 @@ pub struct Kube {
     /// The switch namespace, where the control plane runs.
     sw: String,
     pub api: String,
+    api_ip: IpAddr,
     control: Vec<Child>,
 }
 
@@ -172,6 +176,7 @@ impl Kube {
         let api_ip = lab.etcd_ip();
         let mut kube = Kube {
             api: format!("https://{api_ip}:6443"),
+            api_ip,
             dir,
             bin: bin_dir(),
             nodes: Vec::new(),
@@ -204,9 +209,11 @@ impl Kube {
         let admin = ca.issue(d, "admin", "kubernetes-admin", &["system:masters"], &[])?;
         let kcm = ca.issue(d, "kcm", "system:kube-controller-manager", &[], &[])?;
         let sched = ca.issue(d, "scheduler", "system:kube-scheduler", &[], &[])?;
+        let proxy = ca.issue(d, "kube-proxy", "system:kube-proxy", &[], &[])?;
         // The service accounts' signing key: any key pair's private half.
         let sa = ca.issue(d, "sa", "service-accounts", &[], &[])?;
-        for (name, user) in [("admin", &admin), ("kcm", &kcm), ("scheduler", &sched)] {
+        for (name, user) in [("admin", &admin), ("kcm", &kcm), ("scheduler", &sched), ("kube-proxy", &proxy)]
+        {
             std::fs::write(d.join(format!("{name}.conf")), kubeconfig(&self.api, user))
                 .map_err(io("writing a kubeconfig"))?;
         }
@@ -364,7 +371,8 @@ impl Kube {
         let holder = spawn_logged(cmd, &dir.join("holder.log"), "holder")?;
         nodes().push((dir.clone(), name.clone()));
         on_signal(cleanup_interrupted);
-        let mut node = Node { name, ip: host.underlay_ip, dir, holder, containerd: None, kubelet: None };
+        let mut node =
+            Node { name, ip: host.underlay_ip, dir, holder, containerd: None, kubelet: None, proxy: None };
         let t0 = Instant::now();
         while !node.dir.join("holder.ready").exists() {
             if t0.elapsed() > Duration::from_secs(10) {
@@ -377,6 +385,7 @@ impl Kube {
         }
         self.start_containerd(&mut node)?;
         self.start_kubelet(&mut node)?;
+        self.start_proxy(&mut node)?;
         Ok(node)
     }
 
@@ -430,6 +439,78 @@ impl Kube {
             .env("PATH", path_with(&self.bin));
         node.kubelet = Some(spawn_logged(cmd, &node.dir.join("kubelet.log"), "kubelet")?);
         Ok(())
+    }
+
+    /// Starts `node`'s kube-proxy (iptables, in the node's network
+    /// namespace), so that Services answer there as on any node: the
+    /// `kubernetes` Service (KUBERNETES_SERVICE_HOST in every pod) reaches
+    /// the apiserver. The node's route to the service network goes to the
+    /// switch (a node's default route would carry it); kube-proxy's DNAT
+    /// rewrites it before it leaves.
+    fn start_proxy(&self, node: &mut Node) -> Result<()> {
+        let via = self.api_ip.to_string();
+        let out = node
+            .command("ip")
+            .args(["route", "replace", SERVICE_CIDR, "via", &via])
+            .output()
+            .map_err(io("running ip route"))?;
+        if !out.status.success() {
+            return Err(Error::Other(format!(
+                "{}: ip route replace {SERVICE_CIDR} via {via}: {}",
+                node.name,
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let mut cmd = node.command(self.bin.join("kube-proxy"));
+        cmd.arg(format!("--kubeconfig={}", self.dir.join("kube-proxy.conf").display()))
+            .arg(format!("--hostname-override={}", node.name))
+            .args(["--proxy-mode=iptables", "--conntrack-max-per-core=0"])
+            .args(["--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256"])
+            .env("PATH", path_with(&self.bin));
+        node.proxy = Some(spawn_logged(cmd, &node.dir.join("kube-proxy.log"), "kube-proxy")?);
+        Ok(())
+    }
+
+    /// What node `n` has that vnet could leave, one line each: its network
+    /// devices, clsact qdiscs, the files and directories of its bpffs, the
+    /// files of its CNI directories, and the eBPF programs of vnet's
+    /// (`vnet_*`) loaded in the kernel (machine-wide: a TC program of the
+    /// node's is among them, attached as tcx or by tc). Compared before
+    /// vnet is applied and after it is deleted.
+    pub fn footprint(&self, n: usize) -> Result<Vec<String>> {
+        let node = &self.nodes[n];
+        let run = |program: &str, args: &[&str]| -> Result<String> {
+            let out = node.command(program).args(args).output().map_err(io(format!("running {program}")))?;
+            if !out.status.success() {
+                return Err(Error::Other(format!("{}: {program} {args:?}: {out:?}", node.name)));
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        let mut v = Vec::new();
+        for l in run("ip", &["-o", "link", "show"])?.lines() {
+            if let Some(name) = l.split(": ").nth(1) {
+                v.push(format!("link {}", name.split('@').next().unwrap_or(name)));
+            }
+        }
+        v.extend(
+            run("tc", &["qdisc", "show"])?
+                .lines()
+                .filter(|l| l.contains("clsact"))
+                .map(|l| format!("qdisc {l}")),
+        );
+        v.extend(run("find", &["/sys/fs/bpf", "-mindepth", "1"])?.lines().map(|l| format!("bpffs {l}")));
+        for d in ["cni-conf", "cni-bin"] {
+            for e in std::fs::read_dir(node.dir.join(d)).map_err(io(format!("reading {d}")))?.flatten() {
+                v.push(format!("{d} {}", e.file_name().to_string_lossy()));
+            }
+        }
+        for p in aya::programs::loaded_programs().flatten() {
+            if let Some(name) = p.name_as_str().filter(|n| n.starts_with("vnet_")) {
+                v.push(format!("program {name} (id {})", p.id()));
+            }
+        }
+        v.sort();
+        Ok(v)
     }
 
     /// `crictl` against `node`'s containerd, in the node's namespaces.
@@ -655,7 +736,7 @@ oomScoreAdj: 0
 impl Drop for Kube {
     fn drop(&mut self) {
         for node in &mut self.nodes {
-            if let Some(c) = node.kubelet.take() {
+            for c in [node.proxy.take(), node.kubelet.take()].into_iter().flatten() {
                 stop_child(c);
             }
         }
