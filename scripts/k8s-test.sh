@@ -10,7 +10,7 @@
 #   sudo ./scripts/k8s-test.sh [TEST-NAME-FILTER]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-prepare runc busybox-static containernetworking-plugins util-linux gcc libc6-dev
+prepare runc iptables busybox-static containernetworking-plugins util-linux gcc libc6-dev
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 bash scripts/k8s-build.sh
@@ -23,6 +23,7 @@ cargo test -p vnet-lab --test lab -- --ignored --nocapture --test-threads 1 "k8s
     >"$log" 2>&1 || status=1
 grep -E "^k8s: |^test |test result|panicked" -A1 "$log" | grep -v "^--" || true
 n=$(passed "$log")
+[ "$status" -eq 0 ] || { echo "k8s-test: FAILED, $n passed, $(($(date +%s) - started)) s (log: $log)"; exit 1; }
 # The filter must have run a test: a renamed test passes as 0 run.
 [ "$n" -gt 0 ] || { echo "k8s-test: no test ran (log: $log)"; exit 1; }
 echo "k8s-test: $n passed, status $status, $(($(date +%s) - started)) s (log: $log)"

@@ -439,15 +439,20 @@ mod by_hand {
 
     #[test]
     #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
-    fn a_rolling_update_of_the_daemonset_loses_no_ping_on_the_kernel_path_and_keeps_every_address() {
+    fn a_rolling_update_loses_no_ping_and_keeps_every_address_and_kubectl_delete_leaves_the_nodes_as_they_were(
+    ) {
         let (lab, kube) = kube_lab();
+        let footprints = |kube: &Kube| -> Vec<Vec<String>> {
+            (0..kube.nodes.len()).map(|n| kube.footprint(n).unwrap()).collect()
+        };
+        let before = footprints(&kube);
         apply_vnet(&lab, &kube);
         deploy(&kube, 6);
         let pods = wait_pods(&kube, 6, Duration::from_secs(120));
         let from = pods[0].clone();
         let to = pods.iter().find(|p| p.node != from.node).unwrap().clone();
         kube.import_vnet_image("next").unwrap();
-        let before = kube.get_json(&["-n", "kube-system", "get", "pods", "-l", "app=vnet"]).unwrap();
+        let vnet_pods = kube.get_json(&["-n", "kube-system", "get", "pods", "-l", "app=vnet"]).unwrap();
         let uids = |v: &serde_json::Value| -> Vec<String> {
             v["items"].as_array().into_iter().flatten().map(|p| p["metadata"]["uid"].to_string()).collect()
         };
@@ -469,7 +474,7 @@ mod by_hand {
             .unwrap();
         let rolled = t0.elapsed();
         let after = kube.get_json(&["-n", "kube-system", "get", "pods", "-l", "app=vnet"]).unwrap();
-        let (b, a) = (uids(&before), uids(&after));
+        let (b, a) = (uids(&vnet_pods), uids(&after));
         assert!(a.len() == 3 && a.iter().all(|u| !b.contains(u)), "every vnet pod replaced: {b:?} -> {a:?}");
         let images: Vec<&str> = after["items"]
             .as_array()
@@ -501,5 +506,46 @@ mod by_hand {
                 .collect();
             assert!(on.len() == 2 && on.iter().all(|d| *d == "kernel"), "{}: {v}", kube.nodes[n].name);
         }
+
+        // `kubectl delete -f`, after the pods on vnet (a network goes
+        // last): each vnet pod's preStop finds its DaemonSet gone, so vnetd
+        // stops without handing over and the hook removes the CNI files.
+        // Every node is then as it was before `kubectl apply`.
+        kube.kubectl(&["delete", "deployment/pods"]).unwrap();
+        wait_pods(&kube, 0, Duration::from_secs(120));
+        let t0 = Instant::now();
+        kube.kubectl(&["delete", "-f", &manifest()]).unwrap();
+        let vnet_left = |kube: &Kube| {
+            let v = kube.get_json(&["-n", "kube-system", "get", "pods", "-l", "app=vnet"]).unwrap();
+            v["items"].as_array().map_or(0, Vec::len)
+        };
+        while vnet_left(&kube) > 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(90),
+                "vnet pods still there 90 s after kubectl delete -f"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let gone = t0.elapsed();
+        let mut now = footprints(&kube);
+        while now != before && t0.elapsed() < gone + Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(500));
+            now = footprints(&kube);
+        }
+        for (n, (b, a)) in before.iter().zip(&now).enumerate() {
+            let added: Vec<&String> = a.iter().filter(|l| !b.contains(l)).collect();
+            let removed: Vec<&String> = b.iter().filter(|l| !a.contains(l)).collect();
+            assert!(
+                added.is_empty() && removed.is_empty(),
+                "{} after kubectl delete -f: left {added:?}, lost {removed:?}",
+                kube.nodes[n].name
+            );
+        }
+        eprintln!(
+            "k8s: kubectl delete -f: vnet pods gone in {gone:.1?}; every node as before kubectl apply \
+             {:.1?} after it (node 0: {})",
+            t0.elapsed(),
+            now[0].join(", ")
+        );
     }
 }
