@@ -269,6 +269,11 @@ pub enum Command {
         to: Target,
         from: From,
     },
+    /// `neigh IP MAC [network N]`: address resolution for IP answered at
+    /// the edge ([`crate::neigh`]).
+    Neigh(crate::neigh::Neigh),
+    /// `delete neigh IP [network N]`.
+    DeleteNeigh(Ref<(std::net::IpAddr, u32)>),
     DeleteRoute(Ref<u32>),
     DeleteLink(Ref<LinkRef>),
     DeleteInterface(Ref<String>),

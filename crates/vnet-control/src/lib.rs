@@ -16,6 +16,7 @@
 //! route any ff:ff:ff:ff:ff:ff -> link hostb
 //! route any 52:54:00:00:00:02 -> link hostb
 //! route any 52:54:00:00:00:01 -> interface vm0 from link hostb
+//! neigh 10.0.0.2 52:54:00:00:00:02                # ARP for 10.0.0.2 answered here
 //! add 10.0.0.3 9000 udp                          # Palacios link line
 //! add any 52:54:00:00:00:03 edge 10.0.0.3 any     # Palacios route line
 //! [routes]
@@ -33,6 +34,7 @@ pub mod ast;
 pub mod attach;
 mod cursor;
 pub mod lex;
+pub mod neigh;
 pub mod parse;
 pub mod request;
 pub mod state;

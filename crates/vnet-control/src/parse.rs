@@ -66,7 +66,7 @@ pub fn parse_line(line: &str, line_no: u32, section: &mut Section) -> Result<Opt
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `neigh`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn link_ref(&mut self) -> Result<Ref<LinkRef>> {
@@ -97,6 +97,7 @@ impl<'a> Parser<'_, 'a> {
                 "interface",
                 "link",
                 "route",
+                "neigh",
                 "delete",
                 "listen",
                 "tls",
@@ -121,6 +122,14 @@ impl<'a> Parser<'_, 'a> {
             "interface" => self.interface(),
             "link" => self.link(),
             "route" => self.route(),
+            "neigh" => {
+                let pos = self.pos();
+                let ip = crate::neigh::check_ip(pos, self.parsed("an IP address")?)?;
+                let pos = self.pos();
+                let mac = crate::neigh::check_mac(pos, self.mac("a MAC address")?)?;
+                let network = self.neigh_network()?;
+                Ok(Command::Neigh(crate::neigh::Neigh { ip, mac, network }))
+            }
             "listen" => match self.keyword(&["udp", "vxlan", "tcp"], "`udp`, `vxlan` or `tcp`")? {
                 "udp" => {
                     let addr: SocketAddr =
@@ -238,7 +247,14 @@ impl<'a> Parser<'_, 'a> {
                 )),
             };
         }
-        match self.keyword(&["route", "link", "interface"], "`route`, `link` or `interface`")? {
+        match self
+            .keyword(&["route", "link", "interface", "neigh"], "`route`, `link`, `interface` or `neigh`")?
+        {
+            "neigh" => {
+                let pos = self.pos();
+                let ip = self.parsed("an IP address")?;
+                Ok(Command::DeleteNeigh(Ref { pos, by: (ip, self.neigh_network()?) }))
+            }
             "route" => {
                 let pos = self.pos();
                 let n = self.number("a route id", 0..=u32::MAX)?;
@@ -258,6 +274,15 @@ impl<'a> Parser<'_, 'a> {
                 Ok(Command::DeleteInterface(Ref { pos, by: name }))
             }
         }
+    }
+
+    /// A `neigh` line's `[network N]`.
+    fn neigh_network(&mut self) -> Result<u32> {
+        if self.peek().is_none() {
+            return Ok(0);
+        }
+        self.keyword(&["network"], "`network` or the end of the line")?;
+        self.number("a network id", 0..=u32::MAX)
     }
 
     /// `ipam add SUBNET OWNER [range FIRST LAST]` or `ipam del OWNER`.

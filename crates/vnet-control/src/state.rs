@@ -157,6 +157,8 @@ pub struct State {
     pub interfaces: BTreeMap<u32, InterfaceDef>,
     pub links: BTreeMap<u32, LinkDef>,
     pub routes: imbl::OrdMap<u32, RouteDef>,
+    /// Addresses whose resolution is answered at the edge (`neigh`).
+    pub neighbors: crate::neigh::Neighbors,
     next_interface: u32,
     next_link: u32,
     next_route: u32,
@@ -174,6 +176,7 @@ impl Default for State {
             interfaces: BTreeMap::new(),
             links: BTreeMap::new(),
             routes: imbl::OrdMap::new(),
+            neighbors: Default::default(),
             next_interface: 0,
             next_link: 0,
             next_route: 0,
@@ -253,6 +256,8 @@ impl State {
             Command::Tls(files) => self.tls = Some(files.clone()),
             Command::Cluster(c) => self.cluster = Some((**c).clone()),
             Command::Route { src, dst, to, from } => self.add_route(pos, *src, *dst, to, from)?,
+            Command::Neigh(n) => self.neighbors.add(pos, n)?,
+            Command::DeleteNeigh(r) => self.neighbors.remove(r.pos, r.by.0, r.by.1)?,
             Command::DeleteRoute(r) => {
                 if self.routes.remove(&r.by).is_none() {
                     return Err(Error::new(r.pos, "the id of an existing route", format!("`{}`", r.by)));
@@ -498,6 +503,9 @@ impl State {
         for r in self.routes.values().filter(|r| !self.uses_link(r, skip)) {
             let _ = writeln!(s, "{}", self.route_line(r));
         }
+        for n in self.neighbors.lines() {
+            let _ = writeln!(s, "{n}");
+        }
         s
     }
 
@@ -612,6 +620,7 @@ impl State {
                 }
             }
         }
+        t.push_str(&self.neighbors.diff(&to.neighbors));
         t
     }
 

@@ -88,20 +88,23 @@ impl Forwarder {
     /// Routes one frame that arrived on `ingress` and delivers it. `vh` is
     /// its offload header (`NONE` for a plain frame).
     pub fn forward(&mut self, plane: &Plane, ingress: PortId, vh: VirtioNetHdr, frame: &mut [u8]) {
-        let g = &self.global;
-        let Ok(eth) = EthernetFrame::new_checked(&*frame) else {
-            g.malformed.fetch_add(1, Relaxed);
+        let Ok((src, dst)) = EthernetFrame::new_checked(&*frame).map(|e| (e.src(), e.dst())) else {
+            self.global.malformed.fetch_add(1, Relaxed);
             return;
         };
-        if !admissible(g, plane, ingress, &vh, eth.src(), eth.dst(), frame.len()) {
+        if !admissible(&self.global, plane, ingress, &vh, src, dst, frame.len()) {
             return;
         }
-        self.cache.lookup(&plane.table, ingress, eth.src(), eth.dst(), &mut self.decisions);
+        if dst.is_group() && self.answer_at_edge(plane, ingress, frame) {
+            return;
+        }
+        let g = &self.global;
+        self.cache.lookup(&plane.table, ingress, src, dst, &mut self.decisions);
         if self.decisions.is_empty() {
             g.no_route.fetch_add(1, Relaxed);
             return;
         }
-        g.matrix.count(eth.src(), eth.dst(), frame.len());
+        g.matrix.count(src, dst, frame.len());
         let len = frame.len();
         let mut finished = None;
         // Offload-capable destinations first, from the untouched frame; then
@@ -137,6 +140,43 @@ impl Forwarder {
                 sent(&mut self.touched, plane, (tx, iface, ri), ok, len);
             }
         }
+    }
+
+    /// A VM's ARP request or neighbour solicitation for an address of the
+    /// `neigh` table of its network: answered in place and sent back to it
+    /// (true); nothing leaves the host. One the table cannot answer is
+    /// counted as flooded and routed as any broadcast (false).
+    fn answer_at_edge(&mut self, plane: &Plane, ingress: PortId, frame: &mut [u8]) -> bool {
+        let PortId::Interface(id) = ingress else { return false };
+        let Some(q) = vnet_wire::neigh::question(frame) else { return false };
+        let g = &self.global;
+        let Some(iface) = plane.ifaces.get(&id) else { return false };
+        let ip = match q {
+            vnet_wire::neigh::Question::Arp(a) => std::net::IpAddr::V4(a),
+            vnet_wire::neigh::Question::Nd(a) => std::net::IpAddr::V6(a),
+        };
+        let asker = EthernetFrame::new_checked(&*frame).map(|e| e.src()).ok();
+        // The owner asking for its own address (a check of its own) is left to the network.
+        let Some(&owner) = plane.neighbors.get(&(iface.network, ip)).filter(|&&m| Some(m) != asker) else {
+            g.neigh_flooded.fetch_add(1, Relaxed);
+            return false;
+        };
+        if !vnet_wire::neigh::answer(frame, owner) {
+            return false;
+        }
+        g.neigh_answered.fetch_add(1, Relaxed);
+        let ok = if iface.port.takes_offloads() {
+            let h = VirtioNetHdr::NONE.emit();
+            let parts = [IoSlice::new(&h), IoSlice::new(frame)];
+            iface.port.send(&mut self.scratch, Payload::Frame { parts: &parts, hdr: true })
+        } else {
+            iface.port.send(&mut self.scratch, Payload::Frame { parts: &[IoSlice::new(frame)], hdr: false })
+        };
+        count(&iface.tx, ok, frame.len());
+        if ok {
+            touch(&mut self.touched, iface);
+        }
+        true
     }
 
     /// Makes `frame` plain for destinations without offloads.

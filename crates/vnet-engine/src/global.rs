@@ -91,6 +91,12 @@ pub struct Global {
     pub bad_offload_hdr: AtomicU64,
     /// Frames from a VM with another source MAC than its interface's `mac`.
     pub spoofed_source_mac: AtomicU64,
+    /// ARP requests and neighbour solicitations from VMs answered by this
+    /// host (`neigh`): none of them left it.
+    pub neigh_answered: AtomicU64,
+    /// Those it could not answer (no `neigh` for the address in the VM's
+    /// network), sent on as broadcasts.
+    pub neigh_flooded: AtomicU64,
     /// Interfaces or links where the kernel refused an offload.
     pub offload_refused: AtomicU64,
     pub gso_fallbacks: AtomicU64,

@@ -23,6 +23,8 @@ pub struct Iface {
     /// Port security: the only source MAC accepted from the VM (the `mac`
     /// option, when given); frames with another are dropped and counted.
     pub source_lock: Option<MacAddr>,
+    /// The network (tenant) it belongs to: the `neigh` answers it gets.
+    pub network: u32,
     /// Frames from the VM.
     pub rx: Counters,
     /// Frames to the VM.
@@ -65,6 +67,7 @@ impl Iface {
             name: name.into(),
             mac,
             source_lock: None,
+            network: 0,
             rx: Counters::default(),
             tx: Counters::default(),
             port,
@@ -129,6 +132,12 @@ impl Iface {
     }
 
     /// Accepts frames from the VM only with source MAC `mac` (if given).
+    /// In `network` (its `neigh` answers).
+    pub fn in_network(mut self, network: u32) -> Self {
+        self.network = network;
+        self
+    }
+
     pub fn locked_to(mut self, mac: Option<MacAddr>) -> Self {
         self.source_lock = mac;
         self
@@ -153,6 +162,17 @@ pub struct Plane {
     pub links_by_rx: FxHashMap<RxKey, u32>,
     /// Called when a standby interface's VM arrives ([`Iface::note_arrival`]).
     pub wake: Option<Wake>,
+    /// Address resolution answered at the edge: the MAC of an address in
+    /// a network (`neigh` lines).
+    pub neighbors: Neighbors,
+}
+
+/// The `neigh` table, by (network, address).
+pub type Neighbors = Arc<FxHashMap<(u32, std::net::IpAddr), MacAddr>>;
+
+/// The engine's `neigh` table from a state's.
+pub fn neighbors(state: &State) -> Neighbors {
+    Arc::new(state.neighbors.0.iter().map(|(k, v)| (*k, *v)).collect())
 }
 
 impl Plane {
@@ -187,7 +207,14 @@ impl Plane {
             links: links.into_iter().map(|l| (l.def.id, l)).collect(),
             links_by_rx,
             wake: None,
+            neighbors: Neighbors::default(),
         }
+    }
+
+    /// With `neighbors` answered at the edge.
+    pub fn answering(mut self, neighbors: Neighbors) -> Self {
+        self.neighbors = neighbors;
+        self
     }
 
     /// With `wake` called when a standby interface's VM arrives.

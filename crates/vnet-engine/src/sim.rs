@@ -558,6 +558,7 @@ impl Host {
                 Arc::new(
                     Iface::new(d.id, d.name.clone(), d.mac, rec)
                         .locked_to(d.mac)
+                        .in_network(d.network)
                         .broadcast_limit(d.broadcast_limit),
                 )
             }));
@@ -602,7 +603,7 @@ impl Host {
         self.lans.retain(|n, _| next.link_by_name(n).is_some());
         self.generation += 1;
         let table = route_table(&next, self.generation, &self.plane.table);
-        self.plane = Arc::new(Plane::new(table, ifaces, links));
+        self.plane = Arc::new(Plane::new(table, ifaces, links).answering(crate::plane::neighbors(&next)));
         self.state = next;
         Ok(())
     }

@@ -2,7 +2,7 @@
 
 use crate::{Error, MacAddr, Result};
 
-mod field {
+pub(crate) mod field {
     use core::ops::Range;
     pub const DST: Range<usize> = 0..6;
     pub const SRC: Range<usize> = 6..12;

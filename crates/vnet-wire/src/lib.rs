@@ -21,6 +21,7 @@
 //! - [`vxlan`]: the VXLAN header (RFC 7348), as Linux and Open vSwitch speak it.
 //! - [`ip`]: what the data path reads of IPv4/IPv6/TCP/UDP (the flow key).
 //! - [`arp`]: ARP and RARP bodies, and the RARP announcement of a moved VM.
+//! - [`neigh`]: ARP requests and neighbour solicitations answered in place.
 
 pub mod arp;
 pub mod ethernet;
@@ -28,6 +29,7 @@ pub mod frag;
 pub mod gro;
 pub mod ip;
 pub mod mac;
+pub mod neigh;
 pub mod offload;
 pub mod reasm;
 pub mod virtio;

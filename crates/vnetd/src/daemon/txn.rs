@@ -470,7 +470,8 @@ impl Daemon {
                 ifaces.values().map(|a| a.iface.clone()).collect(),
                 a.links.links.values().cloned().collect(),
             )
-            .waking(Some(self.shared.wake.clone())),
+            .waking(Some(self.shared.wake.clone()))
+            .answering(vnet_engine::plane::neighbors(next)),
         );
         let mut kernel_ifaces = self.kernel_ifaces.clone();
         let reopened = |id: &u32| a.ifaces.opened.0.iter().any(|p| p.def.id == *id);

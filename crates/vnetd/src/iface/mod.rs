@@ -153,6 +153,7 @@ pub fn open(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io
     let iface = Arc::new(
         Iface::new(def.id, def.name.clone(), mac, dev.port())
             .locked_to(def.mac)
+            .in_network(def.network)
             .broadcast_limit(def.broadcast_limit),
     );
     let ifindex = match def.kind {
