@@ -14,6 +14,7 @@ mod harness;
 
 mod basics;
 mod cluster;
+mod edge;
 mod integration;
 mod k8s;
 mod links;

@@ -1,0 +1,60 @@
+//! At the edge (issue 50): what a host answers for its VMs instead of
+//! flooding the overlay. ARP is answered by the asker's own host for the
+//! addresses of its `neigh` lines, on either data path (the kernel path
+//! hands broadcasts to the user path, which answers).
+
+use super::harness::*;
+
+/// ARP requests from `mac` in `pcap` (tcpdump -e prints the source MAC
+/// after the time stamp).
+fn arp_requests_from(pcap: &std::path::Path, mac: &str) -> Vec<String> {
+    let out = std::process::Command::new("tcpdump")
+        .args(["-n", "-e", "-r", pcap.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let mac = mac.to_lowercase();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("Request") && l.split_whitespace().nth(1) == Some(mac.as_str()))
+        .map(str::to_string)
+        .collect()
+}
+
+mod both {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn a_vms_arp_for_a_neigh_address_is_answered_by_its_own_host_and_never_reaches_the_owner() {
+        let mut lab = lab(Spec::default());
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        lab.apply(0, &format!("neigh {} {}\n", b.ip, b.mac)).unwrap();
+        for vm in [&a, &b] {
+            lab.ns_exec(&vm.ns, &["ip", "neigh", "flush", "all"]).unwrap();
+        }
+        // B's side sees every ARP request that crosses the overlay.
+        let pcap = lab.dir.join("arp.pcap");
+        capture(&mut lab, &b.ns, &b.dev, "arp", &pcap);
+        assert_ping(&lab, &a, b.ip, 56);
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let neigh = lab.ns_exec(&a.ns, &["ip", "neigh", "show", &b.ip.to_string()]).unwrap();
+        assert!(String::from_utf8_lossy(&neigh.stdout).contains(&b.mac), "A resolved B: {neigh:?}");
+        let g = json(&lab, 0, "stats")["global"].clone();
+        assert!(g["neigh_answered"].as_u64().unwrap() >= 1, "host 0 answered: {g}");
+        assert_eq!(g["neigh_flooded"], 0, "{g}");
+        let crossed = arp_requests_from(&pcap, &a.mac);
+        assert!(crossed.is_empty(), "A's ARP requests reached B: {crossed:?}");
+
+        // Without the line, A's next question crosses the overlay (the
+        // capture sees what it should).
+        lab.apply(0, &format!("delete neigh {}\n", b.ip)).unwrap();
+        lab.ns_exec(&a.ns, &["ip", "neigh", "flush", "all"]).unwrap();
+        let pcap = lab.dir.join("arp2.pcap");
+        capture(&mut lab, &b.ns, &b.dev, "arp", &pcap);
+        assert_ping(&lab, &a, b.ip, 56);
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        assert!(!arp_requests_from(&pcap, &a.mac).is_empty(), "A's ARP request did not reach B");
+        let g = json(&lab, 0, "stats")["global"].clone();
+        assert!(g["neigh_flooded"].as_u64().unwrap() >= 1, "{g}");
+    }
+}
