@@ -57,4 +57,27 @@ mod both {
         let g = json(&lab, 0, "stats")["global"].clone();
         assert!(g["neigh_flooded"].as_u64().unwrap() >= 1, "{g}");
     }
+
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn the_answer_follows_the_owner_when_it_moves_to_another_host() {
+        // The answer names the MAC, which a VM keeps wherever it runs: a
+        // move changes where frames to the MAC go, not what ARP says.
+        let mut lab = lab(Spec { hosts: 3, veth_hosts: vec![0, 1, 2], ..Spec::default() });
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        lab.apply(0, &format!("neigh {} {}\n", b.ip, b.mac)).unwrap();
+        assert_ping(&lab, &a, b.ip, 56);
+        let v = lab.relocate(1, 0, 2).unwrap();
+        let b = lab.vm(2, v).clone();
+        lab.ns_exec(&a.ns, &["ip", "neigh", "flush", "all"]).unwrap();
+        let answered = |lab: &Lab| json(lab, 0, "stats")["global"]["neigh_answered"].as_u64().unwrap();
+        let before = answered(&lab);
+        let pcap = lab.dir.join("arp-moved.pcap");
+        capture(&mut lab, &b.ns, &b.dev, "arp", &pcap);
+        assert_ping(&lab, &a, b.ip, 56);
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        assert!(answered(&lab) > before, "host 0 answered after the move");
+        let crossed = arp_requests_from(&pcap, &a.mac);
+        assert!(crossed.is_empty(), "A's ARP requests reached B on host 2: {crossed:?}");
+    }
 }
