@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! /vnet/<network>/hosts/<host>   {"addr":"10.0.0.2:9000","kinds":["udp"],"public_key":"...","cert":"..."}
-//! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0","at_ms":1764000000000,"network":7,"epoch":2,"sig":"..."}
+//! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0","at_ms":1764000000000,"network":7,"epoch":2,"addrs":["10.244.0.5"],"sig":"..."}
 //! /vnet/<network>/revoked/hosts/<host>  BASE64(revocation).BASE64(signature)
 //! /vnet/<network>/revoked/certs/<id>    BASE64(revocation).BASE64(signature)
 //! ```
@@ -119,10 +119,18 @@ pub struct MacRecord {
     /// being newer. Two hosts claiming at one epoch are a conflict.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub epoch: u64,
+    /// The VM's addresses (the claimant's `neigh` lines for this MAC):
+    /// every host answers ARP and neighbour solicitations for them at the
+    /// edge. At most [`MAX_ADDRS`], each unicast.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addrs: Vec<std::net::IpAddr>,
     /// The claimant's signature ([`crate::trust::ClaimKey::sign`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sig: Option<String>,
 }
+
+/// The most addresses a claim names.
+pub const MAX_ADDRS: usize = 16;
 
 fn is_zero(v: &u64) -> bool {
     *v == 0

@@ -121,6 +121,8 @@ pub enum RecordError {
     TooManyMacs(usize),
     #[error("`host` or `iface` is not a name of 1 to 63 of A-Za-z0-9._-")]
     ClaimNames,
+    #[error("`addrs`: more than {0} addresses, or one that is not unicast")]
+    ClaimAddrs(usize),
     #[error("host `{0}` has no valid record to check the claim against")]
     ClaimHost(String),
     #[error("the claim is not signed by host `{0}`'s claim key")]
@@ -175,6 +177,8 @@ pub struct Member {
     claimed_at: FxHashMap<MacAddr, (u64, u64)>,
     /// Signed networks: claims by hosts not (validly) known yet.
     unverified: FxHashMap<MacAddr, MacRecord>,
+    /// The addresses each claimed MAC's claim names (none: not kept).
+    addrs: FxHashMap<MacAddr, Box<[IpAddr]>>,
     /// Each MAC's epoch (its migration count), kept after its claim goes.
     epochs: FxHashMap<MacAddr, u64>,
     /// Claims of a held MAC by another host at no higher epoch, by MAC:
@@ -222,6 +226,7 @@ impl Member {
             claimed_at: FxHashMap::default(),
             unverified: FxHashMap::default(),
             epochs: FxHashMap::default(),
+            addrs: FxHashMap::default(),
             conflicts: BTreeMap::new(),
             revoked_hosts: Default::default(),
             revoked_certs: Default::default(),
@@ -356,6 +361,20 @@ impl Member {
     /// Routes held (MACs of other live hosts).
     pub fn routes(&self) -> usize {
         self.macs.values().filter(|&&h| self.routed(h)).count()
+    }
+
+    /// The addresses live hosts' claims name, with their MAC, by (vnet
+    /// network, address): what every host answers ARP and neighbour
+    /// solicitations for (a MAC that moved is answered for as before: the
+    /// claim names the MAC, wherever it is).
+    pub fn neighbors(&self) -> BTreeMap<(u32, IpAddr), MacAddr> {
+        let live = |mac: &MacAddr| self.macs.get(mac).is_some_and(|&h| self.records[h as usize].is_some());
+        let tenant = self.policy.tenant;
+        self.addrs
+            .iter()
+            .filter(|(m, _)| live(m))
+            .flat_map(|(m, a)| a.iter().map(move |ip| ((tenant, *ip), *m)))
+            .collect()
     }
 
     /// MACs known, routed or not.
@@ -670,6 +689,10 @@ impl Member {
         if r.network != self.policy.tenant {
             return Err(RecordError::ClaimNetwork { network: r.network, carried: self.policy.tenant });
         }
+        let unicast = |a: &IpAddr| !(a.is_unspecified() || a.is_multicast() || *a == IpAddr::from([255; 4]));
+        if r.addrs.len() > crate::layout::MAX_ADDRS || !r.addrs.iter().all(unicast) {
+            return Err(RecordError::ClaimAddrs(crate::layout::MAX_ADDRS));
+        }
         let mut stamp = None;
         if self.policy.network_key.is_some() {
             let claim_key =
@@ -713,6 +736,11 @@ impl Member {
             self.epochs.insert(mac, r.epoch);
         }
         self.conflicts.remove(&mac);
+        if r.addrs.is_empty() {
+            self.addrs.remove(&mac);
+        } else {
+            self.addrs.insert(mac, r.addrs.into_boxed_slice());
+        }
         self.put_mac(mac, h, out);
         Ok(())
     }
@@ -754,6 +782,7 @@ impl Member {
     }
 
     fn delete_mac(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
+        self.addrs.remove(&mac);
         let Some(o) = self.macs.remove(&mac) else { return };
         let list = &mut self.by_host[o as usize];
         if let Some(i) = list.iter().position(|&m| m == mac) {
@@ -833,6 +862,58 @@ mod tests {
             m.apply(e, &mut out);
         }
         out
+    }
+
+    /// The addresses a claim names are every host's `neigh` answers while
+    /// its host lives; a claim naming too many, or one that is not
+    /// unicast, is quarantined; a migration's claim names the addresses
+    /// anew; a deleted claim takes its addresses with it.
+    #[test]
+    fn a_claims_addresses_are_answered_for_while_its_host_lives() {
+        use crate::layout::{fixtures, MacRecord, MAX_ADDRS};
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let claim = |h: &str, epoch: u64, addrs: &[&str]| {
+            let addrs = addrs.iter().map(|a| ip(a)).collect();
+            MacRecord { host: h.into(), iface: "vm0".into(), epoch, addrs, ..Default::default() }.to_json()
+        };
+        let mut m = Member::new("n", "h1");
+        let mut s = MemStore::new();
+        for h in [2u8, 3] {
+            s.put(&host_key("n", &format!("h{h}")), fixtures::host(h), None);
+        }
+        s.put(&mac_key("n", mac(2)), claim("h2", 0, &["10.244.0.2", "fd00::2"]), None);
+        sync(&mut m, &s);
+        let want = |pairs: &[(&str, u32)]| -> BTreeMap<(u32, IpAddr), MacAddr> {
+            pairs.iter().map(|(a, i)| ((0, ip(a)), mac(*i))).collect()
+        };
+        assert_eq!(m.neighbors(), want(&[("10.244.0.2", 2), ("fd00::2", 2)]));
+        // Refused: too many, a multicast one, the broadcast.
+        let many: Vec<String> = (0..=MAX_ADDRS).map(|i| format!("10.244.1.{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        for (i, bad) in [&many[..], &["224.0.0.1"], &["255.255.255.255"]].iter().enumerate() {
+            let k = mac_key("n", mac(10 + i as u32));
+            s.put(&k, claim("h3", 0, bad), None);
+            sync(&mut m, &s);
+            assert!(
+                m.quarantined().any(|(q, e)| *q == k && matches!(e, RecordError::ClaimAddrs(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(m.neighbors().len(), 2);
+        // The MAC migrates to h3 with one address: the answer names it.
+        s.put(&mac_key("n", mac(2)), claim("h3", 1, &["10.244.0.2"]), None);
+        sync(&mut m, &s);
+        assert_eq!(m.neighbors(), want(&[("10.244.0.2", 2)]));
+        // h3 goes: its claims are not answered for.
+        s.delete_if(&host_key("n", "h3"), None);
+        sync(&mut m, &s);
+        assert!(m.neighbors().is_empty());
+        s.put(&host_key("n", "h3"), fixtures::host(3), None);
+        sync(&mut m, &s);
+        assert_eq!(m.neighbors().len(), 1);
+        s.delete_if(&mac_key("n", mac(2)), None);
+        sync(&mut m, &s);
+        assert!(m.neighbors().is_empty(), "the claim went with its addresses");
     }
 
     /// A signed network's hosts as a view reports them: each linked host's

@@ -271,9 +271,9 @@ impl NetworkKey {
 /// What a MAC claim's signature covers: every field of the record but
 /// the signature, the cluster network's name and the MAC. A claim of
 /// network 0 at epoch 0 is signed as version 1 signed it (hosts of that
-/// version verify it).
+/// version verify it); the addresses, when it names any, follow the rest.
 fn claim_bytes(network: &str, mac: MacAddr, r: &MacRecord) -> Vec<u8> {
-    let MacRecord { host, iface, at_ms, network: net, epoch, sig: _ } = r;
+    let MacRecord { host, iface, at_ms, network: net, epoch, addrs, sig: _ } = r;
     let mut b = if (*net, *epoch) == (0, 0) {
         CLAIM_TAG.to_vec()
     } else {
@@ -282,6 +282,9 @@ fn claim_bytes(network: &str, mac: MacAddr, r: &MacRecord) -> Vec<u8> {
         b
     };
     b.extend_from_slice(format!("{network}\0{mac}\0{host}\0{iface}\0{at_ms}").as_bytes());
+    for a in addrs {
+        b.extend_from_slice(format!("\0{a}").as_bytes());
+    }
     b
 }
 
@@ -463,9 +466,19 @@ mod tests {
         let k = ClaimKey::derive(&[2; 32]).unwrap();
         assert_eq!(k.public(), ClaimKey::derive(&[2; 32]).unwrap().public(), "derived, not random");
         let mac: MacAddr = "52:54:00:00:00:01".parse().unwrap();
-        for (network, epoch) in [(0, 0), (7, 0), (0, 3)] {
-            let mut r =
-                MacRecord { host: "h1".into(), iface: "vm0".into(), at_ms: 5, network, epoch, sig: None };
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        for (network, epoch, addrs) in
+            [(0, 0, vec![]), (7, 0, vec![]), (0, 3, vec![]), (0, 0, vec![ip("10.0.0.5")])]
+        {
+            let mut r = MacRecord {
+                host: "h1".into(),
+                iface: "vm0".into(),
+                at_ms: 5,
+                network,
+                epoch,
+                addrs: addrs.clone(),
+                sig: None,
+            };
             r.sig = Some(k.sign("lab", mac, &r));
             assert!(verify_claim(&k.public(), "lab", mac, &r));
             assert!(!verify_claim(&k.public(), "lab2", mac, &r));
@@ -474,6 +487,8 @@ mod tests {
                 MacRecord { at_ms: 6, ..r.clone() },
                 MacRecord { network: network + 1, ..r.clone() },
                 MacRecord { epoch: epoch + 1, ..r.clone() },
+                MacRecord { addrs: vec![ip("10.0.0.6")], ..r.clone() },
+                MacRecord { addrs: [addrs.clone(), vec![ip("fd00::5")]].concat(), ..r.clone() },
                 MacRecord { sig: Some("!!".into()), ..r.clone() },
                 MacRecord { sig: None, ..r.clone() },
             ];

@@ -161,6 +161,14 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
             veth::configure(&ns, ifname, &out.ips, &out.routes)?;
         }
         request(&mut c, &attach_request(conf, &rec)?)?;
+        // (Recorded first: a failed ADD's undo withdraws what was declared.)
+        rec.result = Some(out.clone());
+        // Its addresses, which vnetd answers ARP and neighbour
+        // solicitations for at the edge (and, in cluster mode, every host).
+        for ip in addresses(&out) {
+            let neigh = Request::neigh(ip, rec.mac.parse().map_err(|_| invalid_mac(&rec.mac))?, conf.network);
+            request(&mut c, &neigh.map_err(invalid)?)?;
+        }
         let sandbox = rec.socket.is_none().then(|| netns.to_string());
         out.interfaces = vec![Interface {
             name: ifname.into(),
@@ -207,6 +215,15 @@ fn socket_path(dir: &str, name: &str) -> String {
     format!("{}/{name}.sock", dir.trim_end_matches('/'))
 }
 
+/// The addresses of a result's `ips` (CIDR notation; others skipped).
+fn addresses(out: &Outcome) -> Vec<std::net::IpAddr> {
+    out.ips.iter().filter_map(|i| i.address.split('/').next()?.parse().ok()).collect()
+}
+
+fn invalid_mac(mac: &str) -> Error {
+    Error::new(Code::InvalidConfig, format!("MAC `{}`", mac.escape_debug()))
+}
+
 /// The `attach` request for an attachment, of typed values.
 fn attach_request(conf: &NetConf, r: &Record) -> Result<Request> {
     let name = Name::new(&r.name).map_err(invalid)?;
@@ -215,11 +232,7 @@ fn attach_request(conf: &NetConf, r: &Record) -> Result<Request> {
         None => (Dev::Netdev(DevName::new(&r.name).map_err(invalid)?), spec::datapath(&conf.datapath)?),
     };
     let mut i = request::Interface::new(name, dev);
-    i.mac = Some(
-        r.mac
-            .parse()
-            .map_err(|_| Error::new(Code::InvalidConfig, format!("MAC `{}`", r.mac.escape_debug())))?,
-    );
+    i.mac = Some(r.mac.parse().map_err(|_| invalid_mac(&r.mac))?);
     i.datapath = datapath;
     i.network = conf.network;
     Request::attach(i).map_err(invalid)
@@ -235,6 +248,11 @@ fn undo(conf: &NetConf, env: &Env, r: &Record, stdin: &[u8]) -> Result<()> {
     // restarted vnetd has no `attach`ed interfaces; an address stays until
     // the host's lease ends).
     if let Ok(mut c) = vnetd(conf) {
+        // Its addresses are no longer answered for (one never declared, as
+        // after a failed ADD, is no error).
+        for ip in r.result.iter().flat_map(addresses) {
+            let _ = request(&mut c, &Request::DeleteNeigh { ip, network: conf.network });
+        }
         let detach = Name::new(&r.name).map(Request::Detach).map_err(invalid);
         if let Err(e) = detach.and_then(|d| request(&mut c, &d)) {
             first.get_or_insert(e);

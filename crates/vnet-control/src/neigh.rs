@@ -54,9 +54,12 @@ pub fn check_mac(pos: Pos, mac: MacAddr) -> Result<MacAddr> {
     Ok(mac)
 }
 
+/// Neighbours by (network, address).
+pub type Table = BTreeMap<(u32, IpAddr), MacAddr>;
+
 /// The declared neighbours, by (network, address).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Neighbors(pub BTreeMap<(u32, IpAddr), MacAddr>);
+pub struct Neighbors(pub Table);
 
 impl Neighbors {
     /// `neigh`: declares (or redeclares) one. A multicast, broadcast or

@@ -418,6 +418,13 @@ pub enum Request {
     IpamDel(Owner),
     /// `announce MAC`.
     Announce(MacAddr),
+    /// `neigh IP MAC [network N]` ([`Request::neigh`]: checked).
+    Neigh(crate::neigh::Neigh),
+    /// `delete neigh IP [network N]`.
+    DeleteNeigh {
+        ip: IpAddr,
+        network: u32,
+    },
     /// `show WHAT [json]`.
     Show {
         what: ShowWhat,
@@ -434,6 +441,15 @@ impl Request {
     pub fn attach(i: Interface) -> Result<Request, Invalid> {
         i.check()?;
         Ok(Request::Attach(i))
+    }
+
+    /// `neigh IP MAC [network N]`: a unicast address and MAC, or refused.
+    pub fn neigh(ip: IpAddr, mac: MacAddr, network: u32) -> Result<Request, Invalid> {
+        let pos = crate::Pos::default();
+        crate::neigh::check_ip(pos, ip)
+            .map_err(|_| invalid("address", &ip.to_string(), "a unicast IP address"))?;
+        crate::neigh::check_mac(pos, mac).map_err(|_| invalid("mac", &mac.to_string(), "a unicast MAC"))?;
+        Ok(Request::Neigh(crate::neigh::Neigh { ip, mac, network }))
     }
 
     /// A declaration of `i`, checked.
@@ -485,6 +501,11 @@ impl Request {
                 }
             }
             Request::Announce(m) => Command::Announce(*m),
+            Request::Neigh(n) => Command::Neigh(*n),
+            Request::DeleteNeigh { ip, network } => Command::DeleteNeigh(crate::ast::Ref {
+                pos: crate::Pos { line: 1, column: 14 },
+                by: (*ip, *network),
+            }),
             Request::Show { what, json } => Command::Show { what: *what, json: *json },
             Request::Begin => Command::Begin,
             Request::Commit => Command::Commit,
@@ -535,6 +556,9 @@ impl fmt::Display for Request {
             }
             Request::IpamDel(o) => write!(f, "ipam del {o}"),
             Request::Announce(m) => write!(f, "announce {m}"),
+            Request::Neigh(n) => f.write_str(&n.to_line()),
+            Request::DeleteNeigh { ip, network: 0 } => write!(f, "delete neigh {ip}"),
+            Request::DeleteNeigh { ip, network } => write!(f, "delete neigh {ip} network {network}"),
             Request::Show { what, json } => {
                 write!(f, "show {}{}", show_word(*what), if *json { " json" } else { "" })
             }
@@ -691,7 +715,7 @@ mod tests {
         what: ShowWhat,
     ) -> Option<Request> {
         let name = || Name::new(a).ok();
-        Some(match k % 11 {
+        Some(match k % 13 {
             0 | 1 => {
                 let dev = match flags % 3 {
                     0 => Dev::Tap(DevName::new(b).ok()?),
@@ -710,7 +734,7 @@ mod tests {
                 i.broadcast_limit = if flags & 2 != 0 { n % 20_000_000 } else { n % 10_000_001 };
                 i.network = n;
                 i.standby = flags & 64 != 0;
-                if k % 11 == 0 {
+                if k % 13 == 0 {
                     Request::attach(i).ok()?
                 } else {
                     Request::declare(i).ok()?
@@ -728,6 +752,8 @@ mod tests {
             }
             7 => Request::IpamDel(Owner::new(b).ok()?),
             8 => Request::Announce(MacAddr(mac)),
+            10 => Request::neigh(IpAddr::from(ip), MacAddr(mac), n % 3).ok()?,
+            11 => Request::DeleteNeigh { ip: IpAddr::from(ip), network: n % 3 },
             9 => {
                 let to = if flags & 1 != 0 { To::Link(name()?) } else { To::Interface(name()?) };
                 Request::RouteMac { dst: MacAddr(mac), to }

@@ -310,10 +310,21 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
                 Err(e) => (String::new(), err(&e)),
             },
             Command::Attach(_) | Command::Detach(_) | Command::Activate(_) => attach_line(daemon, &c),
-            _ => match lock(daemon).apply(std::slice::from_ref(&c)) {
-                Ok(()) => (String::new(), ok()),
-                Err(e) => (String::new(), err(&e)),
-            },
+            _ => {
+                let mut d = lock(daemon);
+                match d.apply(std::slice::from_ref(&c)) {
+                    Ok(()) => {
+                        // An attached interface's addresses are kept with it.
+                        if matches!(c.item, Command::Neigh(_) | Command::DeleteNeigh(_)) {
+                            if let Some(e) = d.save_attached() {
+                                tracing::warn!("--state-dir {e}");
+                            }
+                        }
+                        (String::new(), ok())
+                    }
+                    Err(e) => (String::new(), err(&e)),
+                }
+            }
         },
         Err(e) => (String::new(), err(&e)),
     }

@@ -107,6 +107,8 @@ pub struct Status {
     pub macs: usize,
     pub routes: usize,
     pub owned: usize,
+    /// Addresses the claims name, answered for at the edge (`neigh`).
+    pub neighbors: usize,
     pub last: Option<Convergence>,
     pub counters: Counters,
     /// Records not taken, by key, with why (the first few hundred; the
@@ -167,6 +169,7 @@ impl Status {
             "macs": self.macs,
             "routes": self.routes,
             "owned": self.owned,
+            "neighbors": self.neighbors,
             "quarantined": self.quarantined.iter().map(|(k, why)| json!({"key": k, "why": why})).collect::<Vec<_>>(),
             "last_convergence": self.last.as_ref().map(|l| json!({
                 "at_ms": l.at_ms,
@@ -208,7 +211,7 @@ impl Status {
             s.push_str(&format!("last error: {e}\n"));
         }
         s.push_str(&format!(
-            "revision {} lease {} ttl {} s\nhosts {}: {}\nmacs {} routed {} owned {}\n",
+            "revision {} lease {} ttl {} s\nhosts {}: {}\nmacs {} routed {} owned {} addresses {}\n",
             self.revision,
             self.lease.map_or("none".to_string(), |l| format!("{l:x}")),
             self.ttl_s,
@@ -216,7 +219,8 @@ impl Status {
             self.hosts.join(" "),
             self.macs,
             self.routes,
-            self.owned
+            self.owned,
+            self.neighbors
         ));
         if !self.expiries.is_empty() {
             let each: Vec<String> =
@@ -289,6 +293,7 @@ impl Status {
         gauge("hosts", self.hosts.len() as u64);
         gauge("macs", self.macs as u64);
         gauge("routes", self.routes as u64);
+        gauge("neighbors", self.neighbors as u64);
         gauge("owned_macs", self.owned as u64);
         gauge("quarantined_records", self.quarantined.len() as u64);
         let soon = self.expiries.values().filter(|&&t| days_left(t) < EXPIRING_DAYS).count();

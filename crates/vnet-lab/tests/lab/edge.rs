@@ -80,4 +80,32 @@ mod both {
         let crossed = arp_requests_from(&pcap, &a.mac);
         assert!(crossed.is_empty(), "A's ARP requests reached B on host 2: {crossed:?}");
     }
+
+    /// Cluster mode: a host names its VM's address (`neigh`, as vnet-cni
+    /// does for a pod's) and its claim carries it: every host answers for
+    /// it; withdrawn, no host does.
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn every_host_answers_for_the_addresses_a_claim_names_in_cluster_mode() {
+        let mut lab = lab(cluster_spec(3, 1, vec![]));
+        wait_converged(&lab, 3, 2);
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        lab.apply(1, &format!("neigh {} {}\n", b.ip, b.mac)).unwrap();
+        let held = |lab: &Lab, h: usize| lab.cluster_status(h).unwrap()["neighbors"].as_u64().unwrap();
+        let took =
+            wait_until(10.0, "hosts 0 and 2 hold B's address", || held(&lab, 0) == 1 && held(&lab, 2) == 1);
+        eprintln!("edge: B's address reached the other hosts {took:?} after its neigh line");
+        lab.ns_exec(&a.ns, &["ip", "neigh", "flush", "all"]).unwrap();
+        let pcap = lab.dir.join("arp-cluster.pcap");
+        capture(&mut lab, &b.ns, &b.dev, "arp", &pcap);
+        assert_ping(&lab, &a, b.ip, 56);
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let g = json(&lab, 0, "stats")["global"].clone();
+        assert!(g["neigh_answered"].as_u64().unwrap() >= 1, "host 0 answered: {g}");
+        let crossed = arp_requests_from(&pcap, &a.mac);
+        assert!(crossed.is_empty(), "A's ARP requests reached B: {crossed:?}");
+        // Withdrawn on host 1: no host answers for it any more.
+        lab.apply(1, &format!("delete neigh {}\n", b.ip)).unwrap();
+        wait_until(10.0, "hosts 0 and 2 dropped B's address", || held(&lab, 0) == 0 && held(&lab, 2) == 0);
+    }
 }

@@ -607,6 +607,10 @@ mod both {
         assert_eq!((p.sent, p.received), (5, 5), "{p:?}");
         let (sent, got) = tcp_md5_ns(&lab, &c0.0, &c1.0, &c1.2, 64);
         assert!(sent.len() == 32 && sent == got, "64 MB by TCP: sent md5 {sent}, received {got}");
+        // Each container's address is in its claim: both hosts answer ARP
+        // for both (issue 50).
+        let held = |lab: &Lab, h: usize| lab.cluster_status(h).unwrap()["neighbors"].as_u64().unwrap();
+        wait_until(5.0, "both hosts hold both addresses", || held(&lab, 0) == 2 && held(&lab, 1) == 2);
         // CHECK holds, then fails once the declaration (h0) or the veth (h1)
         // is removed behind the plugin's back.
         for (h, c) in made.iter().enumerate() {
@@ -642,6 +646,11 @@ mod both {
             });
         }
         assert_eq!(ipam_keys(&lab), Vec::<String>::new(), "addresses left in etcd");
+        for h in 0..2 {
+            let conf = lab.control(h, "show config").unwrap().body;
+            assert!(!conf.contains("\nneigh "), "host {h}'s neigh lines left: {conf}");
+        }
+        wait_until(5.0, "no address held", || held(&lab, 0) == 0 && held(&lab, 1) == 0);
     }
 
     /// A vnetd restart (issue 29's gap, issue 30's restarts): the interfaces
@@ -692,6 +701,13 @@ mod both {
         );
         assert!(lab.log(0).contains("dropped"), "no word of the gone container:\n{}", lab.log(0));
         assert!(ping(&lab, &made[1].0, &made[0].2), "b -> a after the restart\n{}", lab.log(0));
+        // Its address came back with it (the gone one's did not).
+        let conf = lab.control(0, "show config").unwrap().body;
+        let neigh: Vec<&str> = conf.lines().filter(|l| l.starts_with("neigh ")).collect();
+        assert_eq!(
+            neigh,
+            [format!("neigh {} {}", made[0].2, made[0].4["interfaces"][0]["mac"].as_str().unwrap())]
+        );
         let a = &made[0];
         let r =
             lab.cni(0, "CHECK", &a.1, Some(&format!("/run/netns/{}", a.0)), &with_prev(&a.3, &a.4)).unwrap();

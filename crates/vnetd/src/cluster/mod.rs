@@ -165,6 +165,8 @@ struct Published {
     iface: u32,
     name: String,
     value: Vec<u8>,
+    /// The addresses the claim names (the `neigh` lines for the MAC).
+    addrs: Vec<std::net::IpAddr>,
     /// The store's revision of this host's last put of it: a watch event
     /// after it with another value is another writer's.
     rev: u64,
@@ -591,7 +593,8 @@ impl Host {
         epoch: u64,
         fresh: bool,
     ) -> Result<Option<Event>, SessionError> {
-        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface, epoch));
+        let addrs = addrs_in(lock(&self.daemon).state(), self.member.tenant(), mac);
+        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface, epoch, &addrs));
         let put = PutOptions::new().with_lease(lease);
         let rev = if fresh {
             let txn = Txn::new()
@@ -612,20 +615,22 @@ impl Host {
         if let Some(p) = self.published.get_mut(&mac) {
             p.value = value.clone();
             p.rev = rev;
+            p.addrs = addrs;
         }
         Ok(Some(Event::Put { key, value, rev }))
     }
 
     /// The value of a MAC's key naming this host and interface `iface`:
-    /// the cluster's vnet network, `epoch`, stamped with the time and, with
-    /// a claim key, signed.
-    fn mac_value(&self, mac: MacAddr, iface: &str, epoch: u64) -> Vec<u8> {
+    /// the cluster's vnet network, `epoch`, the VM's addresses `addrs`,
+    /// stamped with the time and, with a claim key, signed.
+    fn mac_value(&self, mac: MacAddr, iface: &str, epoch: u64, addrs: &[std::net::IpAddr]) -> Vec<u8> {
         let mut r = MacRecord {
             host: self.cfg.host.clone(),
             iface: iface.to_string(),
             at_ms: membership::now_ms(),
             network: self.member.tenant(),
             epoch,
+            addrs: addrs.to_vec(),
             sig: None,
         };
         r.sig = self.cfg.claim_key.as_ref().map(|k| k.sign(&self.cfg.network, mac, &r));
@@ -641,11 +646,17 @@ impl Host {
     /// may release it), never taken for being newer.
     async fn publish(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
         let tenant = self.member.tenant();
-        let now: BTreeMap<MacAddr, (u32, String, bool)> = {
+        type Now = (u32, String, bool, Vec<std::net::IpAddr>);
+        let now: BTreeMap<MacAddr, Now> = {
             let d = lock(&self.daemon);
             // A standby interface's MAC is claimed when its VM arrives.
             let active = d.state().interfaces.values().filter(|i| !i.standby && i.network == tenant);
-            active.filter_map(|i| Some((i.mac?, (i.id, i.name.clone(), d.moved_in(i.id))))).collect()
+            active
+                .filter_map(|i| {
+                    let mac = i.mac?;
+                    Some((mac, (i.id, i.name.clone(), d.moved_in(i.id), addrs_in(d.state(), tenant, mac))))
+                })
+                .collect()
         };
         let gone: Vec<MacAddr> = self
             .published
@@ -666,10 +677,13 @@ impl Host {
         }
         let mut unclaimed = BTreeMap::new();
         let me = self.cfg.host.clone();
-        for (mac, (id, name, migration)) in now {
-            if self.published.get(&mac).is_some_and(|p| p.iface == id) {
-                continue;
-            }
+        for (mac, (id, name, migration, addrs)) in now {
+            // Claimed already; put again when its addresses changed.
+            let again = match self.published.get(&mac) {
+                Some(p) if p.iface == id && p.addrs == addrs => continue,
+                Some(p) => p.iface == id,
+                None => false,
+            };
             let owner = self.member.owner(mac).map(str::to_string);
             let held_elsewhere = owner.as_deref().is_some_and(|o| o != me && self.member.live(o));
             if held_elsewhere && !migration {
@@ -695,7 +709,10 @@ impl Host {
                 Event::Put { value, .. } => value.clone(),
                 Event::Delete { .. } => Vec::new(),
             };
-            self.published.insert(mac, Published { iface: id, name, value, rev: put.rev() });
+            self.published.insert(mac, Published { iface: id, name, value, addrs, rev: put.rev() });
+            if again {
+                continue;
+            }
             lock(&self.daemon).claimed(id);
             lock(&self.status).counters.macs_claimed += 1;
             // The host takes its own claim at once rather than when the
@@ -807,7 +824,23 @@ impl Host {
         s.revoked = self.member.revoked();
         s.macs = self.member.macs();
         s.routes = self.member.routes();
+        // The addresses the claims name: every VM of the network answered
+        // for at the edge.
+        let neighbors = self.member.neighbors();
+        s.neighbors = neighbors.len();
+        if neighbors != *d.cluster_neighbors() {
+            if let Err(e) = d.set_cluster_neighbors(neighbors) {
+                tracing::warn!("cluster: the claims' addresses could not be answered for: {e}");
+            }
+        }
     }
+}
+
+/// The addresses `state` declares for `mac` in vnet network `tenant`
+/// (its `neigh` lines), at most what a claim names.
+fn addrs_in(state: &vnet_control::State, tenant: u32, mac: MacAddr) -> Vec<std::net::IpAddr> {
+    let mine = state.neighbors.0.iter().filter(|((n, _), m)| *n == tenant && **m == mac);
+    mine.map(|((_, ip), _)| *ip).take(vnet_cluster::layout::MAX_ADDRS).collect()
 }
 
 /// Keeps `links` (the links the cluster made) as `cmds`, applied, leave them.

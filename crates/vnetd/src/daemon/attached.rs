@@ -9,7 +9,10 @@
 //! after each change; at the start, after the config file, each line is
 //! attached again, as its plugin would. A line whose device is gone (its
 //! container was deleted while vnetd was down: a `DEL` with no vnetd is no
-//! error) is dropped and logged, never a failed start.
+//! error) is dropped and logged, never a failed start. The `neigh` lines of
+//! the attached interfaces' MACs (a CNI plugin's addresses, answered at the
+//! edge) follow them in the file and are applied after them, those of an
+//! interface not attached again dropped.
 
 use super::{write_atomically, Daemon};
 use std::collections::BTreeSet;
@@ -42,10 +45,15 @@ impl Daemon {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return said,
             Err(e) => return vec![format!("{}: {e}; no attachment restored", path.display())],
         };
+        let mut neighbors = Vec::new();
         for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let at = format!("{}:{}", path.display(), n + 1);
             let cmd = match vnet_control::parse_line(line, n as u32 + 1, &mut Default::default()) {
                 Ok(Some(Located { item: decl @ Command::Interface { .. }, pos })) => (decl, pos),
+                Ok(Some(neigh @ Located { item: Command::Neigh(_), .. })) => {
+                    neighbors.push((at, neigh));
+                    continue;
+                }
                 Ok(_) => {
                     said.push(format!("{at}: not an interface line; dropped"));
                     continue;
@@ -66,6 +74,14 @@ impl Daemon {
                 Err(e) => said.push(format!("{at}: attaching {name} again failed ({e}); dropped")),
             }
         }
+        for (at, neigh) in neighbors {
+            let Command::Neigh(n) = &neigh.item else { continue };
+            if !self.attached_macs().contains(&(n.network, n.mac)) {
+                said.push(format!("{at}: {} is no attached interface's; dropped", n.mac));
+            } else if let Err(e) = self.apply(std::slice::from_ref(&neigh)) {
+                said.push(format!("{at}: {e}; dropped"));
+            }
+        }
         if let Some(e) = self.save_attached() {
             said.push(e);
         }
@@ -83,19 +99,31 @@ impl Daemon {
         self.save_attached()
     }
 
+    /// The attached interfaces' (network, MAC)s.
+    fn attached_macs(&self) -> BTreeSet<(u32, vnet_wire::MacAddr)> {
+        let ifaces = self.attached.names.iter().filter_map(|n| self.state.iface_by_name(n));
+        ifaces.filter_map(|i| Some((i.network, i.mac?))).collect()
+    }
+
     /// Writes the file: the attached interfaces as they run now (one a
     /// `delete interface` took away is forgotten).
     pub fn save_attached(&mut self) -> Option<String> {
         let path = self.attached.path.clone()?;
         let state = &self.state;
         self.attached.names.retain(|n| state.iface_by_name(n).is_some());
-        let text: String = self
+        let mut text: String = self
             .attached
             .names
             .iter()
             .filter_map(|n| state.iface_by_name(n))
             .map(|i| i.to_line() + "\n")
             .collect();
+        let macs = self.attached_macs();
+        for (&(network, ip), &mac) in &state.neighbors.0 {
+            if macs.contains(&(network, mac)) {
+                text += &(vnet_control::neigh::Neigh { ip, mac, network }.to_line() + "\n");
+            }
+        }
         write_atomically(&path, text.as_bytes()).err().map(|e| format!("{}: {e}", path.display()))
     }
 }

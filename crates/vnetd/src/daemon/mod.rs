@@ -9,6 +9,7 @@
 
 mod attached;
 mod matrix;
+mod neigh;
 mod pins;
 mod txn;
 mod views;
@@ -84,6 +85,9 @@ pub struct Daemon {
     /// How long the last transaction that succeeded took, and whether it
     /// only added and deleted routes (`show stats`).
     last_transaction: (std::time::Duration, bool),
+    /// Cluster mode: the addresses other hosts' claims name (`neigh`
+    /// answers beside the state's own lines).
+    cluster_neighbors: vnet_control::neigh::Table,
     /// Interfaces whose device is gone (by id: since when, engine clock),
     /// and how often each was reattached.
     gone: BTreeMap<u32, u64>,
@@ -185,6 +189,7 @@ impl Default for Daemon {
             shared: Shared::new(),
             generation: 0,
             last_transaction: (std::time::Duration::ZERO, false),
+            cluster_neighbors: Default::default(),
             gone: BTreeMap::new(),
             reattached: BTreeMap::new(),
             ifaces: BTreeMap::new(),

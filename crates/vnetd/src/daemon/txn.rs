@@ -471,7 +471,7 @@ impl Daemon {
                 a.links.links.values().cloned().collect(),
             )
             .waking(Some(self.shared.wake.clone()))
-            .answering(vnet_engine::plane::neighbors(next)),
+            .answering(self.neighbors_of(next)),
         );
         let mut kernel_ifaces = self.kernel_ifaces.clone();
         let reopened = |id: &u32| a.ifaces.opened.0.iter().any(|p| p.def.id == *id);
