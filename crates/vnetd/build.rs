@@ -33,6 +33,8 @@ const SHARED: &[(&str, &str)] = &[
     ("port_stats", "PortStats"),
     ("pair_key", "PairKey"),
     ("pair_val", "PairVal"),
+    ("neigh_key", "NeighKey"),
+    ("neigh_val", "NeighVal"),
 ];
 
 fn main() {

@@ -10,6 +10,10 @@
  *                   (bpf_redirect_peer) or is encapsulated for a link
  *                   (bpf_skb_adjust_room with tunnel GSO, so 64 KB GSO frames
  *                   stay whole) and sent to the underlay (bpf_redirect_neigh).
+ *                   An ARP request for an address of `neigh4` (the
+ *                   daemon's `neigh` table) is answered in place: turned
+ *                   into the owner's reply and sent back out of the
+ *                   interface it came in by.
  *   vnet_from_wire  TC ingress of the underlay device. A datagram to vnetd's
  *                   port from a configured peer, carrying one whole frame
  *                   (`raw`, or `vnet` with flag WHOLE), or to vnetd's VXLAN
@@ -106,6 +110,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cfg);
 } config SEC(".maps");
+
+/* ARP answered at the edge: (network, IPv4 address) -> MAC. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, NEIGH_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct neigh_key);
+	__type(value, struct neigh_val);
+} neigh4 SEC(".maps");
 
 /* An interface's hand-off TAP (by ifindex): where its frames for vnetd go. */
 struct {
@@ -484,6 +497,60 @@ static __always_inline int to_user(struct __sk_buff *skb)
 	return bpf_redirect(*tap, 0);
 }
 
+/* An ARP request from a local interface for an address of `neigh4` in the
+ * interface's network, as vnetd's engine answers it (vnet_wire::neigh):
+ * rewritten into the owner's reply and sent back out of the interface.
+ * Left to vnetd (-1): anything else, a probe (sender 0.0.0.0), a
+ * gratuitous request, the owner asking about its own address, a source
+ * the port is not locked to. */
+static __always_inline int answer_arp(struct __sk_buff *skb)
+{
+	__u8 *d = head(skb, ETH_HLEN + 28);
+	if (!d || skb->vlan_present)
+		return -1;
+	struct ethhdr *e = (struct ethhdr *)d;
+	if (e->h_proto != bpf_htons(ETH_P_ARP) || !(e->h_dest[0] & 1))
+		return -1;
+	__u8 *a = d + ETH_HLEN;
+	if (a[0] != 0 || a[1] != 1 || a[2] != 8 || a[3] != 0 || a[4] != 6 || a[5] != 4 || a[6] != 0 ||
+	    a[7] != 1)
+		return -1;
+	__u32 spa, tpa;
+	__builtin_memcpy(&spa, a + 14, 4);
+	__builtin_memcpy(&tpa, a + 24, 4);
+	if (spa == 0 || spa == tpa)
+		return -1;
+	__u32 port = skb->ifindex;
+	struct port_val *pv = bpf_map_lookup_elem(&ports, &port);
+	if (!pv || (pv->locked && !same_mac(pv->lock, e->h_source)))
+		return -1;
+	struct neigh_key k = {.net = pv->net};
+	__builtin_memcpy(k.ip, &tpa, 4);
+	struct neigh_val *n = bpf_map_lookup_elem(&neigh4, &k);
+	if (!n || same_mac(n->mac, e->h_source))
+		return -1;
+	__u8 r[ETH_HLEN + 28];
+	__builtin_memcpy(r, e->h_source, 6);      /* to the asker */
+	__builtin_memcpy(r + 6, n->mac, 6);       /* from the owner */
+	r[12] = 0x08;
+	r[13] = 0x06;
+	__builtin_memcpy(r + 14, a, 6);           /* Ethernet, IPv4, 6, 4 */
+	r[20] = 0;
+	r[21] = 2;                                /* a reply */
+	__builtin_memcpy(r + 22, n->mac, 6);      /* the owner's MAC ... */
+	__builtin_memcpy(r + 28, &tpa, 4);        /* ... has the address asked */
+	__builtin_memcpy(r + 32, e->h_source, 6); /* to the asker */
+	__builtin_memcpy(r + 38, &spa, 4);
+	if (bpf_skb_store_bytes(skb, 0, r, sizeof(r), 0) < 0) {
+		count(S_ERRORS, 1);
+		return TC_ACT_SHOT;
+	}
+	count(S_NEIGH, 1);
+	port_count(pv->slot, 0, skb->len);
+	port_count(pv->slot, 1, skb->len);
+	return bpf_redirect(port, 0);
+}
+
 SEC("classifier")
 int vnet_from_vm(struct __sk_buff *skb)
 {
@@ -491,6 +558,9 @@ int vnet_from_vm(struct __sk_buff *skb)
 	if (!c)
 		return to_user(skb);
 	count(S_VM_SEEN, 1);
+	int answered = answer_arp(skb);
+	if (answered >= 0)
+		return answered;
 	struct ethhdr eth;
 	struct link_val *l = NULL;
 	__u32 in_slot = 0;

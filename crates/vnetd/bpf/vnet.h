@@ -93,6 +93,7 @@ enum {
 	S_DECAP_BYTES,
 	S_TO_USER,    /* left to vnetd's user path */
 	S_ERRORS,     /* a helper failed: frame dropped */
+	S_NEIGH,      /* ARP requests answered in place (`neigh`) */
 	S_MAX,
 };
 
@@ -152,5 +153,19 @@ struct pair_val {
 };
 
 #define MATRIX_PAIRS 4096
+
+/* Addresses whose ARP requests are answered at the edge (`neigh`): an
+ * IPv4 address in a vnet network, and its MAC. */
+struct neigh_key {
+	__u32 net;
+	__u8 ip[4];
+};
+
+struct neigh_val {
+	__u8 mac[6];
+	__u16 pad;
+};
+
+#define NEIGH_ENTRIES 65536
 
 #endif /* VNET_H */

@@ -10,8 +10,8 @@ use super::pins::{self, Pins};
 use super::underlay::Underlay;
 use super::{io_error, map_error, program_error, KernelError, KernelIface, Reason};
 use crate::sys::bpf::{
-    AddrKey, Cfg, DestKey, LinkVal, PairKey, PairVal, PeerVal, PortStats, PortVal, RouteKey, RouteVal,
-    VxlanKey,
+    AddrKey, Cfg, DestKey, LinkVal, NeighKey, NeighVal, PairKey, PairVal, PeerVal, PortStats, PortVal,
+    RouteKey, RouteVal, VxlanKey,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::links::FdLink;
@@ -86,6 +86,9 @@ pub struct KernelPath {
     pub last_sync: Duration,
     pub last_sync_incremental: bool,
     cfg: Cfg,
+    /// The `neigh` table last written to `neigh4` (its IPv4 entries), and
+    /// the plane's table it came from (not compiled again while the same).
+    neigh: (Option<vnet_engine::plane::Neighbors>, BTreeMap<NeighKey, NeighVal>),
 }
 
 impl KernelPath {
@@ -127,6 +130,7 @@ impl KernelPath {
             last_sync: Duration::ZERO,
             last_sync_incremental: false,
             cfg: Cfg { active: u32::MAX, port: 0, vxlan_port: 0 },
+            neigh: (None, BTreeMap::new()),
         })
     }
 
@@ -332,6 +336,7 @@ impl KernelPath {
                 self.sync_all(plane, ifaces, plane_links, (listen, listen_vxlan))?
             }
         };
+        self.write_neighbors(&plane.neighbors)?;
         self.note_overflow();
         self.last_sync = t0.elapsed();
         Ok(skipped)
@@ -421,6 +426,28 @@ impl KernelPath {
         }
         self.held = next;
         self.known = true;
+        Ok(())
+    }
+
+    /// `neigh4`: the plane's `neigh` table's IPv4 entries (the programs
+    /// answer ARP for them in place; as many as the map takes, the rest
+    /// answered by the user path).
+    fn write_neighbors(&mut self, table: &vnet_engine::plane::Neighbors) -> Result<(), Reason> {
+        if self.neigh.0.as_ref().is_some_and(|t| std::sync::Arc::ptr_eq(t, table)) {
+            return Ok(());
+        }
+        let next: BTreeMap<NeighKey, NeighVal> = table
+            .iter()
+            .filter_map(|((net, ip), mac)| match ip {
+                std::net::IpAddr::V4(a) => {
+                    Some((NeighKey { net: *net, ip: a.octets() }, NeighVal { mac: mac.0, pad: 0 }))
+                }
+                std::net::IpAddr::V6(_) => None,
+            })
+            .take(super::maps::NEIGH_ENTRIES)
+            .collect();
+        write_diff(&mut self.ebpf, "neigh4", &mut self.neigh.1, next)?;
+        self.neigh.0 = Some(table.clone());
         Ok(())
     }
 

@@ -40,6 +40,8 @@ pub(crate) const FMT_VXLAN: u8 = shared::FMT_VXLAN as u8;
 const _: () = assert!(shared::FMT_VNET <= 0xff && shared::FMT_VXLAN <= 0xff, "link_val.format is a byte");
 /// Route entries per map (the maps' `max_entries`; `--kernel-routes`).
 pub const MAX_ROUTES: usize = shared::MAX_ROUTES as usize;
+/// The `neigh` entries the programs answer ARP for (`NEIGH_ENTRIES`).
+pub const NEIGH_ENTRIES: usize = shared::NEIGH_ENTRIES as usize;
 /// The traffic matrix's pairs (`MATRIX_PAIRS`, an LRU map).
 pub const MATRIX_PAIRS: usize = shared::MATRIX_PAIRS as usize;
 /// `PORT_SLOTS`: counter slots for the ports the kernel path serves (slot 0
@@ -57,6 +59,7 @@ pub const STAT_NAMES: [&str; shared::S_MAX as usize] = [
     "kernel_decap_bytes",
     "kernel_to_user",
     "kernel_errors",
+    "kernel_neigh_answered",
 ];
 
 /// What the kernel needs to send on a link, and the underlay device; or

@@ -46,6 +46,22 @@ pub struct PortVal {
     pub pad: u8,
 }
 
+/// `struct neigh_key`: an IPv4 address in a vnet network (`neigh`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct NeighKey {
+    pub net: u32,
+    pub ip: [u8; 4],
+}
+
+/// `struct neigh_val`: the MAC ARP requests for it are answered with.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NeighVal {
+    pub mac: [u8; 6],
+    pub pad: u16,
+}
+
 /// `struct peer_val`: a peer's link id, counter slot and link.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -151,6 +167,10 @@ unsafe impl aya::Pod for PairVal {}
 unsafe impl aya::Pod for DestKey {}
 // SAFETY: as above (two u32, eight bytes: 16 bytes).
 unsafe impl aya::Pod for PortVal {}
+// SAFETY: as above (u32, four bytes: 8 bytes).
+unsafe impl aya::Pod for NeighKey {}
+// SAFETY: as above (six bytes, u16: 8 bytes).
+unsafe impl aya::Pod for NeighVal {}
 
 // Each struct's size and every field's offset and size, as the compiled
 // object's BTF gives the C struct (`bpf/vnet.h`): checked at compile time.
