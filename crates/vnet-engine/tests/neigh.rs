@@ -139,3 +139,66 @@ fn the_answer_follows_the_table() {
     assert!(net.take(0, "vm").is_empty());
     assert_eq!(net.take(1, "vm").len(), 1);
 }
+
+/// Issue 50's scale figure, in the simulator: one host of a 1000-host
+/// network of 100 VMs each (its 999 links and broadcast routes, its 100
+/// VMs; by symmetry every host sends what it sends), each VM resolving 10
+/// new addresses of other hosts' VMs a minute (ARP entries Linux forgot:
+/// `gc_stale_time` 60 s). Broadcast datagrams the host sends in that
+/// minute without `neigh` lines and with the network's 100000 addresses
+/// (what cluster mode's claims give every host). Printed with
+/// `cargo test -p vnet-engine --test neigh -- --nocapture a_thousand`.
+#[test]
+fn a_thousand_hosts_of_a_hundred_vms_send_no_broadcast_for_arp_with_the_networks_addresses() {
+    const HOSTS: u32 = 1000;
+    const VMS: u32 = 100;
+    const PER_VM_PER_MINUTE: u32 = 10;
+    let vm_mac = |h: u32, v: u32| [0x52, 0x54, (h >> 8) as u8, h as u8, 0, v as u8];
+    let vm_ip = |h: u32, v: u32| [10, (h >> 8) as u8, h as u8, v as u8 + 1];
+    let mut base = String::new();
+    for v in 0..VMS {
+        base += &format!("interface vm{v} tap t{v} mac {}\n", hex(vm_mac(0, v)));
+    }
+    for h in 1..HOSTS {
+        base += &format!("link l{h} udp 10.200.{}.{} format vnet\n", h >> 8, h & 0xff);
+        base += &format!("route any ff:ff:ff:ff:ff:ff -> link l{h}\n");
+    }
+    let mut neigh = String::new();
+    for h in 0..HOSTS {
+        for v in 0..VMS {
+            let ip = vm_ip(h, v);
+            neigh += &format!("neigh {}.{}.{}.{} {}\n", ip[0], ip[1], ip[2], ip[3], hex(vm_mac(h, v)));
+        }
+    }
+    let mut sent = Vec::new();
+    for with in [false, true] {
+        let mut net = Net::new(1);
+        let cfg = if with { format!("{base}{neigh}") } else { base.clone() };
+        net.add_host("10.200.0.0", &cfg).unwrap();
+        // The wire takes nothing: each send is counted, none is queued
+        // (a million datagrams need not be held to be counted).
+        net.set_faults(vnet_engine::sim::Faults { refuse: true, ..Default::default() });
+        let mut k = 0u32;
+        for v in 0..VMS {
+            for _ in 0..PER_VM_PER_MINUTE {
+                k += 1;
+                let (h, w) = (1 + k * 7919 % (HOSTS - 1), k * 31 % VMS);
+                net.send(0, &format!("vm{v}"), &arp(vm_mac(0, v), vm_ip(0, v), vm_ip(h, w)));
+            }
+        }
+        let links = net.hosts[0].plane.links.values();
+        let datagrams: u64 = links.map(|l| l.tx.packets.load(Relaxed) + l.tx.drops.load(Relaxed)).sum();
+        let g = &net.hosts[0].global;
+        let (answered, flooded) = (g.neigh_answered.load(Relaxed), g.neigh_flooded.load(Relaxed));
+        eprintln!(
+            "{HOSTS} hosts x {VMS} VMs, {PER_VM_PER_MINUTE} ARP resolutions a VM a minute, neigh {}: \
+             {datagrams} broadcast datagrams a host a minute ({answered} answered at the edge, {flooded} flooded)",
+            if with { "on (100000 addresses)" } else { "off" }
+        );
+        sent.push(datagrams);
+    }
+    let questions = u64::from(VMS * PER_VM_PER_MINUTE);
+    assert_eq!(sent[0], questions * u64::from(HOSTS - 1), "without: each question to every other host");
+    assert_eq!(sent[1], 0, "with: none leaves the host");
+    assert!(sent[0] >= 100 * sent[1].max(1));
+}
