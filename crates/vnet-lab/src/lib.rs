@@ -37,6 +37,7 @@ mod peers;
 pub mod pki;
 mod process;
 pub mod report;
+pub mod scale;
 mod spec;
 mod topology;
 pub mod vhost_load;
@@ -216,6 +217,7 @@ impl Lab {
         if lab.spec.cluster.is_some() {
             lab.start_etcd()?;
         }
+        lab.pin_underlay_neighbors()?;
         let late = lab.spec.cluster.as_ref().map_or(vec![], |c| c.late.clone());
         for h in 0..lab.hosts.len() {
             if lab.spec.runs_vnetd(h) && !late.contains(&h) {

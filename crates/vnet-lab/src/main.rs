@@ -63,6 +63,19 @@ struct BenchArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// A secured cluster of real vnetds on one etcd (the last host joins
+    /// late) and what it costs: cold start, a join, a move, memory and CPU
+    /// at rest, etcd's keys and writes, ARP flooded with and without the
+    /// VMs' addresses in their claims (docs/CLUSTER.md).
+    Scale {
+        #[arg(long, default_value_t = 100)]
+        hosts: usize,
+        #[arg(long, default_value_t = 2)]
+        vms: usize,
+        /// Seconds at rest over which CPU and etcd's writes are counted.
+        #[arg(long, default_value_t = 30)]
+        rest: u64,
+    },
     /// Three hosts, known iperf3 flows between their VMs, each host's
     /// `show matrix`, and the network's traffic matrix as an SVG heat map.
     Matrix {
@@ -195,6 +208,15 @@ fn main() -> ExitCode {
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
         Cmd::Matrix { out, datapath, seconds } => matrix(&out, &datapath, seconds),
+        Cmd::Scale { hosts, vms, rest } => {
+            let t0 = std::time::Instant::now();
+            vnet_lab::scale::run(&vnet_lab::scale::Opts { hosts, vms, rest_s: rest }).map(|lines| {
+                for l in lines {
+                    println!("{l}");
+                }
+                println!("vnet-lab scale: {:.0} s", t0.elapsed().as_secs_f64());
+            })
+        }
         Cmd::Up {
             hosts,
             vms,

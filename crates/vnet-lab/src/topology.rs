@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// Switched underlays of more hosts than this get permanent neighbour
+/// entries ([`Lab::pin_underlay_neighbors`]).
+const PINNED_ABOVE: usize = 16;
+
 impl Lab {
     /// Makes a namespace that goes with the lab (removed on every exit path).
     pub fn add_ns(&mut self, name: String) -> Result<String> {
@@ -97,6 +101,56 @@ impl Lab {
 
     /// The underlay: a veth pair for two hosts, else a bridge in a switch
     /// namespace; the hosts' addresses (on a bridge when bridged) and shaping.
+    /// A big switched IPv4 underlay (more than [`PINNED_ABOVE`] hosts):
+    /// each host's and the switch's neighbours (every other host, the
+    /// switch's addresses: etcd's) as permanent entries. The kernel's ARP
+    /// table is one for all namespaces (`gc_thresh3`: 1024 entries here,
+    /// the root namespace's setting, not the lab's to change), and a mesh
+    /// of 100 hosts resolves about 10000 addresses: past 1024, resolutions
+    /// fail ("neighbor table overflow", sends ENOBUFS). Permanent entries
+    /// are not counted against it.
+    pub(crate) fn pin_underlay_neighbors(&self) -> Result<()> {
+        let Some(sw) = self.switch.clone() else { return Ok(()) };
+        if self.hosts.len() <= PINNED_ABOVE
+            || self.spec.ipv6_underlay
+            || self.spec.nat
+            || self.spec.site_mtu.is_some()
+        {
+            return Ok(());
+        }
+        let mac = |ns: &str, dev: &str| -> Result<String> {
+            let out = self.ns_exec(ns, &["cat", &format!("/sys/class/net/{dev}/address")])?;
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        };
+        let mut peers: Vec<(String, String)> = Vec::new();
+        for h in &self.hosts {
+            peers.push((h.underlay_ip.to_string(), mac(&h.ns, &h.underlay_dev)?));
+        }
+        let sw_mac = mac(&sw, "br0")?;
+        let out = self.ns_exec(&sw, &["ip", "-4", "-o", "addr", "show", "dev", "br0"])?;
+        let sw_ips: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| Some(l.split_whitespace().nth(3)?.split('/').next()?.to_string()))
+            .collect();
+        let batch = |ns: &str, dev: &str, entries: &[(String, String)]| -> Result<()> {
+            let text: String = entries
+                .iter()
+                .map(|(ip, mac)| format!("neigh replace {ip} lladdr {mac} dev {dev} nud permanent\n"))
+                .collect();
+            let file = self.dir.join(format!("neigh-{ns}.batch"));
+            std::fs::write(&file, text).map_err(io("writing a neighbour batch"))?;
+            let f = file.to_string_lossy().to_string();
+            self.ns_exec(ns, &["ip", "-batch", &f]).map(drop)
+        };
+        for h in &self.hosts {
+            let mut entries: Vec<(String, String)> =
+                peers.iter().filter(|(ip, _)| *ip != h.underlay_ip.to_string()).cloned().collect();
+            entries.extend(sw_ips.iter().map(|ip| (ip.clone(), sw_mac.clone())));
+            batch(&h.ns, &h.underlay_dev, &entries)?;
+        }
+        batch(&sw, "br0", &peers)
+    }
+
     fn underlay(&mut self, hosts: &[Host]) -> Result<()> {
         let s = self.spec.clone();
         let p = self.prefix.clone();
