@@ -278,6 +278,13 @@ impl Lab {
             .map_err(|e| Error::Other(format!("host {h}: show cluster json: {e}: {}", r.body)))?;
         Ok(v["cluster"].clone())
     }
+
+    /// Where host `h` routes `mac` (`link NAME`, `interface NAME`), if it does.
+    pub fn route_to(&self, h: usize, mac: &str) -> Option<String> {
+        let v: serde_json::Value =
+            serde_json::from_str(&self.control(h, "show routes json").ok()?.body).ok()?;
+        v["routes"].as_array()?.iter().find(|r| r["dst"] == mac)?["to"].as_str().map(str::to_string)
+    }
 }
 
 /// The path of `prog` on `PATH`.

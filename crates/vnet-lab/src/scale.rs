@@ -58,12 +58,6 @@ fn cpu_rss(pid: u32) -> (u64, u64) {
     (ticks, rss)
 }
 
-/// Where host `h` routes `mac` (`link NAME`, `interface NAME`).
-fn route_to(lab: &Lab, h: usize, mac: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(&lab.control(h, "show routes json").ok()?.body).ok()?;
-    v["routes"].as_array()?.iter().find(|r| r["dst"] == mac)?["to"].as_str().map(str::to_string)
-}
-
 fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v.get(v.len() / 2).copied().unwrap_or(0)
@@ -116,7 +110,7 @@ pub fn run(o: &Opts) -> Result<Report> {
     lab.relocate(0, 0, 1)?;
     let moved = t.elapsed();
     let seen = until(Duration::from_secs(60), || {
-        (2..o.hosts).all(|h| route_to(&lab, h, &mac).as_deref() == Some("link h1"))
+        (2..o.hosts).all(|h| lab.route_to(h, &mac).as_deref() == Some("link h1"))
     });
     r.push(format!(
         "a move (vnetctl move, host 0 to host 1): {:.2} s; every other host routes the MAC to host 1 {}",

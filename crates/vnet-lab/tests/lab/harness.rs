@@ -504,8 +504,7 @@ pub fn link_names(lab: &Lab, h: usize) -> Vec<String> {
 
 /// Where host `h` routes `mac` (`link NAME` or `interface NAME`), if anywhere.
 pub fn route_to(lab: &Lab, h: usize, mac: &str) -> Option<String> {
-    let v = json(lab, h, "routes");
-    v["routes"].as_array()?.iter().find(|r| r["dst"] == mac)?["to"].as_str().map(str::to_string)
+    lab.route_to(h, mac)
 }
 
 /// Pings every (from, to) pair at once, 3 each; returns the pairs that
