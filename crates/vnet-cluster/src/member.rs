@@ -179,6 +179,8 @@ pub struct Member {
     unverified: FxHashMap<MacAddr, MacRecord>,
     /// The addresses each claimed MAC's claim names (none: not kept).
     addrs: FxHashMap<MacAddr, Box<[IpAddr]>>,
+    /// Counts changes of `addrs` ([`Member::addrs_version`]).
+    addrs_version: u64,
     /// Each MAC's epoch (its migration count), kept after its claim goes.
     epochs: FxHashMap<MacAddr, u64>,
     /// Claims of a held MAC by another host at no higher epoch, by MAC:
@@ -227,6 +229,7 @@ impl Member {
             unverified: FxHashMap::default(),
             epochs: FxHashMap::default(),
             addrs: FxHashMap::default(),
+            addrs_version: 0,
             conflicts: BTreeMap::new(),
             revoked_hosts: Default::default(),
             revoked_certs: Default::default(),
@@ -375,6 +378,13 @@ impl Member {
             .filter(|(m, _)| live(m))
             .flat_map(|(m, a)| a.iter().map(move |ip| ((tenant, *ip), *m)))
             .collect()
+    }
+
+    /// Counts the changes of the claims' addresses: with the hosts' comings
+    /// and goings (each a [`Change::Link`]), what changes
+    /// [`Member::neighbors`] (a caller recomputes it only then).
+    pub fn addrs_version(&self) -> u64 {
+        self.addrs_version
     }
 
     /// MACs known, routed or not.
@@ -736,10 +746,13 @@ impl Member {
             self.epochs.insert(mac, r.epoch);
         }
         self.conflicts.remove(&mac);
-        if r.addrs.is_empty() {
-            self.addrs.remove(&mac);
-        } else {
-            self.addrs.insert(mac, r.addrs.into_boxed_slice());
+        let addrs = (!r.addrs.is_empty()).then(|| r.addrs.into_boxed_slice());
+        if self.addrs.get(&mac) != addrs.as_ref() {
+            self.addrs_version += 1;
+            match addrs {
+                Some(a) => self.addrs.insert(mac, a),
+                None => self.addrs.remove(&mac),
+            };
         }
         self.put_mac(mac, h, out);
         Ok(())
@@ -782,7 +795,9 @@ impl Member {
     }
 
     fn delete_mac(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
-        self.addrs.remove(&mac);
+        if self.addrs.remove(&mac).is_some() {
+            self.addrs_version += 1;
+        }
         let Some(o) = self.macs.remove(&mac) else { return };
         let list = &mut self.by_host[o as usize];
         if let Some(i) = list.iter().position(|&m| m == mac) {
@@ -810,6 +825,8 @@ impl Member {
             next.apply(&Event::Put { key: k.clone(), value: v.clone(), rev }, &mut ignored);
         }
         next.revision = rev;
+        // The addresses were derived anew: a version past the old one.
+        next.addrs_version = self.addrs_version + 1;
         // Links: gone, new or changed.
         let old_links: FxHashMap<&str, &Peer> = self.links().collect();
         let new_links: FxHashMap<&str, &Peer> = next.links().collect();

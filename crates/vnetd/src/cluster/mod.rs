@@ -102,6 +102,7 @@ pub async fn run(
         refused: BTreeMap::new(),
         seen: u64::MAX,
         own: Vec::new(),
+        neighbors_version: 0,
     };
     let mut backoff = Duration::from_millis(100);
     let mut said = None;
@@ -214,6 +215,8 @@ struct Host {
     /// The host record this host last put: another writer's change to it
     /// (or its deletion) is undone at once.
     own: Vec<u8>,
+    /// The member's addresses version the daemon's `neigh` answers follow.
+    neighbors_version: u64,
 }
 
 impl Host {
@@ -824,10 +827,23 @@ impl Host {
         s.revoked = self.member.revoked();
         s.macs = self.member.macs();
         s.routes = self.member.routes();
-        // The addresses the claims name: every VM of the network answered
-        // for at the edge.
+        drop((d, s));
+        self.follow_neighbors(changes);
+    }
+
+    /// The addresses the claims name: every VM of the network answered for
+    /// at the edge. Derived again only when a claim's addresses or a host's
+    /// liveness changed (`changes` has a link's; a move changes neither).
+    fn follow_neighbors(&mut self, changes: &[Change]) {
+        let version = self.member.addrs_version();
+        let hosts_changed = changes.iter().any(|c| matches!(c, vnet_cluster::member::Change::Link { .. }));
+        if version == self.neighbors_version && !hosts_changed {
+            return;
+        }
+        self.neighbors_version = version;
         let neighbors = self.member.neighbors();
-        s.neighbors = neighbors.len();
+        lock(&self.status).neighbors = neighbors.len();
+        let mut d = lock(&self.daemon);
         if neighbors != *d.cluster_neighbors() {
             if let Err(e) = d.set_cluster_neighbors(neighbors) {
                 tracing::warn!("cluster: the claims' addresses could not be answered for: {e}");

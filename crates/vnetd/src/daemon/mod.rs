@@ -88,6 +88,10 @@ pub struct Daemon {
     /// Cluster mode: the addresses other hosts' claims name (`neigh`
     /// answers beside the state's own lines).
     cluster_neighbors: vnet_control::neigh::Table,
+    /// The engine's table last built, for the state's lines and the
+    /// cluster's table of that generation ([`Daemon::set_cluster_neighbors`]).
+    neighbors_built: Option<(vnet_control::neigh::Neighbors, u64, vnet_engine::plane::Neighbors)>,
+    cluster_neighbors_gen: u64,
     /// Interfaces whose device is gone (by id: since when, engine clock),
     /// and how often each was reattached.
     gone: BTreeMap<u32, u64>,
@@ -190,6 +194,8 @@ impl Default for Daemon {
             generation: 0,
             last_transaction: (std::time::Duration::ZERO, false),
             cluster_neighbors: Default::default(),
+            neighbors_built: None,
+            cluster_neighbors_gen: 0,
             gone: BTreeMap::new(),
             reattached: BTreeMap::new(),
             ifaces: BTreeMap::new(),

@@ -13,14 +13,25 @@ impl Daemon {
     /// on; the plane is published again with them.
     pub fn set_cluster_neighbors(&mut self, table: vnet_control::neigh::Table) -> Result<(), Error> {
         self.cluster_neighbors = table;
+        self.cluster_neighbors_gen += 1;
         self.apply(&[])
     }
 
     /// What the engine answers for under `state`: its lines, and the
-    /// cluster's addresses where no line of its own names them.
-    pub(super) fn neighbors_of(&self, state: &State) -> vnet_engine::plane::Neighbors {
+    /// cluster's addresses where no line of its own names them. Built
+    /// again only when either changed (a route change, a move, keeps the
+    /// table: the kernel path then writes nothing of it either).
+    pub(super) fn neighbors_of(&mut self, state: &State) -> vnet_engine::plane::Neighbors {
+        let gen = self.cluster_neighbors_gen;
+        if let Some((lines, g, built)) = &self.neighbors_built {
+            if *g == gen && *lines == state.neighbors {
+                return built.clone();
+            }
+        }
         let mut t: vnet_control::neigh::Table = self.cluster_neighbors.clone();
         t.extend(state.neighbors.0.iter().map(|(k, v)| (*k, *v)));
-        Arc::new(t.into_iter().collect())
+        let built: vnet_engine::plane::Neighbors = Arc::new(t.into_iter().collect());
+        self.neighbors_built = Some((state.neighbors.clone(), gen, built.clone()));
+        built
     }
 }

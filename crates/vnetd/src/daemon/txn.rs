@@ -464,6 +464,7 @@ impl Daemon {
             _ => vnet_engine::plane::route_table(next, self.generation, &running.table),
         };
         follow_standby(&ifaces, next);
+        let neighbors = self.neighbors_of(next);
         let plane = Arc::new(
             Plane::new(
                 table,
@@ -471,7 +472,7 @@ impl Daemon {
                 a.links.links.values().cloned().collect(),
             )
             .waking(Some(self.shared.wake.clone()))
-            .answering(self.neighbors_of(next)),
+            .answering(neighbors),
         );
         let mut kernel_ifaces = self.kernel_ifaces.clone();
         let reopened = |id: &u32| a.ifaces.opened.0.iter().any(|p| p.def.id == *id);
