@@ -505,8 +505,13 @@ static __always_inline int to_user(struct __sk_buff *skb)
  * the port is not locked to. */
 static __always_inline int answer_arp(struct __sk_buff *skb)
 {
+	/* Only a broadcast ARP frame is looked at past its Ethernet header
+	 * (and pulled for it): every other frame costs two compares here. */
+	if (skb->protocol != bpf_htons(ETH_P_ARP) || skb->vlan_present ||
+	    (skb->pkt_type != PACKET_BROADCAST && skb->pkt_type != PACKET_MULTICAST))
+		return -1;
 	__u8 *d = head(skb, ETH_HLEN + 28);
-	if (!d || skb->vlan_present)
+	if (!d)
 		return -1;
 	struct ethhdr *e = (struct ethhdr *)d;
 	if (e->h_proto != bpf_htons(ETH_P_ARP) || !(e->h_dest[0] & 1))
