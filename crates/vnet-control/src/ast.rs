@@ -208,6 +208,9 @@ pub enum ShowWhat {
     /// The daemon-wide counters alone (`stats` less its per-port and
     /// per-route rows: what a script polls at 100000 routes).
     Global,
+    /// Each network's policy: its rules in order, with the packets each
+    /// decided and dropped, and its flows.
+    Policy,
 }
 
 /// One parsed command.
@@ -274,6 +277,24 @@ pub enum Command {
     Neigh(crate::neigh::Neigh),
     /// `delete neigh IP [network N]`.
     DeleteNeigh(Ref<(std::net::IpAddr, u32)>),
+    /// `policy default allow|deny [network N]` ([`crate::policy`]).
+    Policy {
+        network: u32,
+        verb: crate::policy::Verb,
+    },
+    /// `delete policy [network N]`.
+    DeletePolicy(Ref<u32>),
+    /// `rule NAME allow|deny [...]` ([`crate::policy`]).
+    Rule(Box<crate::policy::RuleDef>),
+    /// `delete rule NAME`.
+    DeleteRule(Ref<String>),
+    /// `group NAME MAC`: MAC is in group NAME (rules' `group` selectors).
+    Group {
+        name: String,
+        mac: MacAddr,
+    },
+    /// `delete group NAME MAC`.
+    DeleteGroup(Ref<(String, MacAddr)>),
     DeleteRoute(Ref<u32>),
     DeleteLink(Ref<LinkRef>),
     DeleteInterface(Ref<String>),

@@ -36,6 +36,7 @@ mod cursor;
 pub mod lex;
 pub mod neigh;
 pub mod parse;
+pub mod policy;
 pub mod request;
 pub mod state;
 pub mod transport;

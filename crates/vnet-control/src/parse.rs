@@ -66,7 +66,7 @@ pub fn parse_line(line: &str, line_no: u32, section: &mut Section) -> Result<Opt
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `neigh`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `neigh`, `policy`, `rule`, `group`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn link_ref(&mut self) -> Result<Ref<LinkRef>> {
@@ -98,6 +98,9 @@ impl<'a> Parser<'_, 'a> {
                 "link",
                 "route",
                 "neigh",
+                "policy",
+                "rule",
+                "group",
                 "delete",
                 "listen",
                 "tls",
@@ -127,9 +130,10 @@ impl<'a> Parser<'_, 'a> {
                 let ip = crate::neigh::check_ip(pos, self.parsed("an IP address")?)?;
                 let pos = self.pos();
                 let mac = crate::neigh::check_mac(pos, self.mac("a MAC address")?)?;
-                let network = self.neigh_network()?;
+                let network = self.trailing_network()?;
                 Ok(Command::Neigh(crate::neigh::Neigh { ip, mac, network }))
             }
+            "policy" | "rule" | "group" => self.policy_line(kw),
             "listen" => match self.keyword(&["udp", "vxlan", "tcp"], "`udp`, `vxlan` or `tcp`")? {
                 "udp" => {
                     let addr: SocketAddr =
@@ -146,24 +150,7 @@ impl<'a> Parser<'_, 'a> {
             },
             "tls" => self.tls(),
             "cluster" => self.cluster(),
-            "show" => {
-                let what = match self.keyword(
-                    &["routes", "links", "interfaces", "stats", "global", "config", "metrics", "cluster", "matrix"],
-                    "`routes`, `links`, `interfaces`, `stats`, `global`, `config`, `metrics`, `cluster` or `matrix`",
-                )? {
-                    "matrix" => ShowWhat::Matrix,
-                    "global" => ShowWhat::Global,
-                    "routes" => ShowWhat::Routes,
-                    "links" => ShowWhat::Links,
-                    "interfaces" => ShowWhat::Interfaces,
-                    "config" => ShowWhat::Config,
-                    "metrics" => ShowWhat::Metrics,
-                    "cluster" => ShowWhat::Cluster,
-                    _ => ShowWhat::Stats,
-                };
-                let json = self.eat("json") || self.eat("--json");
-                Ok(Command::Show { what, json })
-            }
+            "show" => self.show(),
             "announce" => Ok(Command::Announce(self.mac("a MAC address to announce")?)),
             "save" => Ok(Command::Save),
             "reload" => Ok(Command::Reload),
@@ -175,6 +162,38 @@ impl<'a> Parser<'_, 'a> {
             "commit" => Ok(Command::Commit),
             _ => Ok(Command::Abort),
         }
+    }
+
+    /// `show WHAT [json]` after its keyword.
+    fn show(&mut self) -> Result<Command> {
+        let what = match self.keyword(
+            &[
+                "routes",
+                "links",
+                "interfaces",
+                "stats",
+                "global",
+                "config",
+                "metrics",
+                "cluster",
+                "matrix",
+                "policy",
+            ],
+            "`routes`, `links`, `interfaces`, `stats`, `global`, `config`, `metrics`, `cluster`, `matrix` or `policy`",
+        )? {
+            "policy" => ShowWhat::Policy,
+            "matrix" => ShowWhat::Matrix,
+            "global" => ShowWhat::Global,
+            "routes" => ShowWhat::Routes,
+            "links" => ShowWhat::Links,
+            "interfaces" => ShowWhat::Interfaces,
+            "config" => ShowWhat::Config,
+            "metrics" => ShowWhat::Metrics,
+            "cluster" => ShowWhat::Cluster,
+            _ => ShowWhat::Stats,
+        };
+        let json = self.eat("json") || self.eat("--json");
+        Ok(Command::Show { what, json })
     }
 
     /// Palacios `add`: a link if the first word is an IP, else a route.
@@ -247,13 +266,23 @@ impl<'a> Parser<'_, 'a> {
                 )),
             };
         }
-        match self
-            .keyword(&["route", "link", "interface", "neigh"], "`route`, `link`, `interface` or `neigh`")?
-        {
+        let kinds = ["route", "link", "interface", "neigh", "policy", "rule", "group"];
+        let kind_at = self.pos();
+        match self.keyword(&kinds, "`route`, `link`, `interface`, `neigh`, `policy`, `rule` or `group`")? {
+            "policy" => Ok(Command::DeletePolicy(Ref { pos: kind_at, by: self.trailing_network()? })),
+            "rule" => {
+                let pos = self.pos();
+                Ok(Command::DeleteRule(Ref { pos, by: self.name("a rule name")? }))
+            }
+            "group" => {
+                let pos = self.pos();
+                let name = self.name("a group name")?;
+                Ok(Command::DeleteGroup(Ref { pos, by: (name, self.mac("a MAC address")?) }))
+            }
             "neigh" => {
                 let pos = self.pos();
                 let ip = self.parsed("an IP address")?;
-                Ok(Command::DeleteNeigh(Ref { pos, by: (ip, self.neigh_network()?) }))
+                Ok(Command::DeleteNeigh(Ref { pos, by: (ip, self.trailing_network()?) }))
             }
             "route" => {
                 let pos = self.pos();
@@ -274,15 +303,6 @@ impl<'a> Parser<'_, 'a> {
                 Ok(Command::DeleteInterface(Ref { pos, by: name }))
             }
         }
-    }
-
-    /// A `neigh` line's `[network N]`.
-    fn neigh_network(&mut self) -> Result<u32> {
-        if self.peek().is_none() {
-            return Ok(0);
-        }
-        self.keyword(&["network"], "`network` or the end of the line")?;
-        self.number("a network id", 0..=u32::MAX)
     }
 
     /// `ipam add SUBNET OWNER [range FIRST LAST]` or `ipam del OWNER`.

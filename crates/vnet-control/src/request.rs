@@ -425,6 +425,21 @@ pub enum Request {
         ip: IpAddr,
         network: u32,
     },
+    /// `rule NAME ...` ([`Request::rule`]: checked).
+    Rule(Box<crate::policy::RuleDef>),
+    /// `delete rule NAME`.
+    DeleteRule(Name),
+    /// `policy default allow|deny [network N]`.
+    Policy {
+        network: u32,
+        verb: crate::policy::Verb,
+    },
+    /// `delete policy [network N]`.
+    DeletePolicy(u32),
+    /// `group NAME MAC`.
+    Group(Name, MacAddr),
+    /// `delete group NAME MAC`.
+    DeleteGroup(Name, MacAddr),
     /// `show WHAT [json]`.
     Show {
         what: ShowWhat,
@@ -450,6 +465,25 @@ impl Request {
             .map_err(|_| invalid("address", &ip.to_string(), "a unicast IP address"))?;
         crate::neigh::check_mac(pos, mac).map_err(|_| invalid("mac", &mac.to_string(), "a unicast MAC"))?;
         Ok(Request::Neigh(crate::neigh::Neigh { ip, mac, network }))
+    }
+
+    /// A `rule` line of `r`, checked as the parser checks it (its name a
+    /// [`Name`], ports only for TCP and UDP, a prefix without host bits).
+    pub fn rule(r: crate::policy::RuleDef) -> Result<Request, Invalid> {
+        Name::new(&r.name)?;
+        for s in [&r.from, &r.to] {
+            if let crate::policy::Sel::Group(g) = s {
+                Name::new(g)?;
+            }
+        }
+        r.check(crate::Pos::default()).map_err(|_| {
+            invalid(
+                "rule",
+                &r.to_line(),
+                "ports only with proto tcp or udp, low to high; prefixes without host bits",
+            )
+        })?;
+        Ok(Request::Rule(Box::new(r)))
     }
 
     /// A declaration of `i`, checked.
@@ -506,6 +540,20 @@ impl Request {
                 pos: crate::Pos { line: 1, column: 14 },
                 by: (*ip, *network),
             }),
+            Request::Rule(r) => Command::Rule(r.clone()),
+            Request::DeleteRule(n) => Command::DeleteRule(crate::ast::Ref {
+                pos: crate::Pos { line: 1, column: 13 },
+                by: n.to_string(),
+            }),
+            Request::Policy { network, verb } => Command::Policy { network: *network, verb: *verb },
+            Request::DeletePolicy(n) => {
+                Command::DeletePolicy(crate::ast::Ref { pos: crate::Pos { line: 1, column: 8 }, by: *n })
+            }
+            Request::Group(n, mac) => Command::Group { name: n.to_string(), mac: *mac },
+            Request::DeleteGroup(n, mac) => Command::DeleteGroup(crate::ast::Ref {
+                pos: crate::Pos { line: 1, column: 14 },
+                by: (n.to_string(), *mac),
+            }),
             Request::Show { what, json } => Command::Show { what: *what, json: *json },
             Request::Begin => Command::Begin,
             Request::Commit => Command::Commit,
@@ -525,6 +573,7 @@ pub fn show_word(what: ShowWhat) -> &'static str {
         ShowWhat::Config => "config",
         ShowWhat::Metrics => "metrics",
         ShowWhat::Matrix => "matrix",
+        ShowWhat::Policy => "policy",
         ShowWhat::Cluster => "cluster",
         ShowWhat::Global => "global",
     }
@@ -559,6 +608,13 @@ impl fmt::Display for Request {
             Request::Neigh(n) => f.write_str(&n.to_line()),
             Request::DeleteNeigh { ip, network: 0 } => write!(f, "delete neigh {ip}"),
             Request::DeleteNeigh { ip, network } => write!(f, "delete neigh {ip} network {network}"),
+            Request::Rule(r) => f.write_str(&r.to_line()),
+            Request::DeleteRule(n) => write!(f, "delete rule {n}"),
+            Request::Policy { network, verb } => f.write_str(&crate::policy::default_line(*network, *verb)),
+            Request::DeletePolicy(0) => f.write_str("delete policy"),
+            Request::DeletePolicy(n) => write!(f, "delete policy network {n}"),
+            Request::Group(n, mac) => write!(f, "group {n} {mac}"),
+            Request::DeleteGroup(n, mac) => write!(f, "delete group {n} {mac}"),
             Request::Show { what, json } => {
                 write!(f, "show {}{}", show_word(*what), if *json { " json" } else { "" })
             }
@@ -697,6 +753,7 @@ mod tests {
             ShowWhat::Matrix,
             ShowWhat::Cluster,
             ShowWhat::Global,
+            ShowWhat::Policy,
         ])
     }
 
@@ -715,7 +772,7 @@ mod tests {
         what: ShowWhat,
     ) -> Option<Request> {
         let name = || Name::new(a).ok();
-        Some(match k % 13 {
+        Some(match k % 19 {
             0 | 1 => {
                 let dev = match flags % 3 {
                     0 => Dev::Tap(DevName::new(b).ok()?),
@@ -754,6 +811,32 @@ mod tests {
             8 => Request::Announce(MacAddr(mac)),
             10 => Request::neigh(IpAddr::from(ip), MacAddr(mac), n % 3).ok()?,
             11 => Request::DeleteNeigh { ip: IpAddr::from(ip), network: n % 3 },
+            12 => {
+                use crate::policy::{RuleDef, Sel, Verb};
+                let sel = |k: u8| match k % 4 {
+                    0 => Some(Sel::Any),
+                    1 => Some(Sel::Mac(MacAddr(mac))),
+                    2 => Some(Sel::Group(b.to_string())),
+                    _ => Some(Sel::Net(IpAddr::from(ip), (small % 40) as u8)),
+                };
+                let r = RuleDef {
+                    name: a.to_string(),
+                    verb: if flags & 1 != 0 { Verb::Allow } else { Verb::Deny },
+                    network: n % 3,
+                    priority: small,
+                    from: sel(flags >> 1)?,
+                    to: sel(flags >> 3)?,
+                    ether: (flags & 32 != 0).then_some((small % 65536) as u16),
+                    proto: (flags & 64 != 0).then_some(mac[0]),
+                    ports: (flags & 128 != 0).then_some((mac[1].into(), (small % 65536) as u16)),
+                };
+                Request::rule(r).ok()?
+            }
+            13 => Request::DeleteRule(name()?),
+            14 => Request::Policy { network: n % 3, verb: crate::policy::Verb::Deny },
+            15 => Request::Group(name()?, MacAddr(mac)),
+            16 => Request::DeleteGroup(name()?, MacAddr(mac)),
+            17 => Request::DeletePolicy(n % 2),
             9 => {
                 let to = if flags & 1 != 0 { To::Link(name()?) } else { To::Interface(name()?) };
                 Request::RouteMac { dst: MacAddr(mac), to }

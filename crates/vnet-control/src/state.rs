@@ -159,6 +159,8 @@ pub struct State {
     pub routes: imbl::OrdMap<u32, RouteDef>,
     /// Addresses whose resolution is answered at the edge (`neigh`).
     pub neighbors: crate::neigh::Neighbors,
+    /// Who may talk to whom inside each network (`policy`, `rule`, `group`).
+    pub policies: crate::policy::Policies,
     next_interface: u32,
     next_link: u32,
     next_route: u32,
@@ -177,6 +179,7 @@ impl Default for State {
             links: BTreeMap::new(),
             routes: imbl::OrdMap::new(),
             neighbors: Default::default(),
+            policies: Default::default(),
             next_interface: 0,
             next_link: 0,
             next_route: 0,
@@ -258,6 +261,12 @@ impl State {
             Command::Route { src, dst, to, from } => self.add_route(pos, *src, *dst, to, from)?,
             Command::Neigh(n) => self.neighbors.add(pos, n)?,
             Command::DeleteNeigh(r) => self.neighbors.remove(r.pos, r.by.0, r.by.1)?,
+            Command::Policy { network, verb } => self.policies.set_default(*network, *verb),
+            Command::DeletePolicy(r) => self.policies.remove_default(r.pos, r.by)?,
+            Command::Rule(r) => self.policies.add_rule(pos, r)?,
+            Command::DeleteRule(r) => self.policies.remove_rule(r.pos, &r.by)?,
+            Command::Group { name, mac } => self.policies.add_member(name, *mac),
+            Command::DeleteGroup(r) => self.policies.remove_member(r.pos, &r.by.0, r.by.1)?,
             Command::DeleteRoute(r) => {
                 if self.routes.remove(&r.by).is_none() {
                     return Err(Error::new(r.pos, "the id of an existing route", format!("`{}`", r.by)));
@@ -506,6 +515,9 @@ impl State {
         for n in self.neighbors.lines() {
             let _ = writeln!(s, "{n}");
         }
+        for p in self.policies.lines() {
+            let _ = writeln!(s, "{p}");
+        }
         s
     }
 
@@ -621,6 +633,7 @@ impl State {
             }
         }
         t.push_str(&self.neighbors.diff(&to.neighbors));
+        t.push_str(&self.policies.diff(&to.policies));
         t
     }
 

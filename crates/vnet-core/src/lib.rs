@@ -33,6 +33,7 @@
 //! decisions go out.
 
 pub mod cache;
+pub mod policy;
 pub mod spec;
 pub mod stats;
 pub mod table;

@@ -95,6 +95,12 @@ impl Forwarder {
         if !admissible(&self.global, plane, ingress, &vh, src, dst, frame.len()) {
             return;
         }
+        // The policy before anything answers or sends (an ARP answered at
+        // the edge is an ARP the rules allowed).
+        if !plane.policy.is_empty() && !plane.policy.decide(plane.network_of(ingress), frame).allow {
+            self.global.policy_denied.fetch_add(1, Relaxed);
+            return;
+        }
         if dst.is_group() && self.answer_at_edge(plane, ingress, frame) {
             return;
         }
@@ -223,7 +229,9 @@ impl Forwarder {
         let len = total - virtio::LEN;
         // (A VM's broadcasts go there too: its limit is counted once, there.)
         let from_vm = !ingress.is_link();
+        // A governed network's frames meet its policy in `forward`.
         if vh.validate(len).is_err()
+            || plane.policy.governs(plane.network_of(ingress))
             || from_vm && (eth.dst().is_group() || !source_allowed(plane, ingress, eth.src()))
         {
             return false;

@@ -20,6 +20,8 @@ pub struct Global {
     pub matrix: crate::matrix::Matrix,
     /// Frames no route matched.
     pub no_route: AtomicU64,
+    /// Frames a network's policy denied (per rule: `show policy`).
+    pub policy_denied: AtomicU64,
     /// Datagrams from an address (or VNI) that is not a configured link.
     pub unknown_source: AtomicU64,
     /// Whether this vnetd relays between its secured peers (`--relay`),

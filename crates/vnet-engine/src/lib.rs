@@ -24,6 +24,7 @@
 //!   context the link builds; [`relay`]: wrapping for a relay.
 //! - [`link::Link`]: a link; it dispatches to its kind's codec with an
 //!   exhaustive `match`, so a new kind is a variant and a module.
+//! - [`policy`]: the policy set built from the state's `rule` lines.
 //! - [`plane`]: the immutable snapshot a worker reads (route table, ports,
 //!   links).
 //! - [`forward`]: the per-worker [`Forwarder`]: route, then deliver to
@@ -45,6 +46,7 @@ pub mod link;
 pub mod matrix;
 pub mod plane;
 pub mod pmtu;
+pub mod policy;
 pub mod port;
 pub mod relay;
 pub mod rx;

@@ -165,6 +165,8 @@ pub struct Plane {
     /// Address resolution answered at the edge: the MAC of an address in
     /// a network (`neigh` lines).
     pub neighbors: Neighbors,
+    /// Who may talk to whom in each network ([`crate::policy`]).
+    pub policy: Arc<vnet_core::policy::PolicySet>,
 }
 
 /// The `neigh` table, by (network, address).
@@ -180,6 +182,7 @@ impl Plane {
     /// interfaces' broadcast limits, and the links' timers; `changed` hears
     /// of each link whose peer went down or came back.
     pub fn tick(&self, now_ns: u64, mut changed: impl FnMut(&Link, crate::link::Liveness)) {
+        self.policy.flows.tick(now_ns);
         for i in self.ifaces.values() {
             i.group_sent.store(0, Relaxed);
         }
@@ -208,6 +211,21 @@ impl Plane {
             links_by_rx,
             wake: None,
             neighbors: Neighbors::default(),
+            policy: Arc::default(),
+        }
+    }
+
+    /// With `policy` enforced.
+    pub fn governed(mut self, policy: Arc<vnet_core::policy::PolicySet>) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The network of the port a frame came in by (0 for one not here).
+    pub fn network_of(&self, port: vnet_core::Port) -> u32 {
+        match port {
+            vnet_core::Port::Interface(id) => self.ifaces.get(&id).map_or(0, |i| i.network),
+            vnet_core::Port::Link(id) => self.links.get(&id).map_or(0, |l| l.def.network()),
         }
     }
 

@@ -22,8 +22,10 @@
 //! - [`ip`]: what the data path reads of IPv4/IPv6/TCP/UDP (the flow key).
 //! - [`arp`]: ARP and RARP bodies, and the RARP announcement of a moved VM.
 //! - [`neigh`]: ARP requests and neighbour solicitations answered in place.
+//! - [`classify`]: what a policy rule can see of a frame, or why not.
 
 pub mod arp;
+pub mod classify;
 pub mod ethernet;
 pub mod frag;
 pub mod gro;

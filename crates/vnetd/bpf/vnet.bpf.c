@@ -120,6 +120,15 @@ struct {
 	__type(value, struct neigh_val);
 } neigh4 SEC(".maps");
 
+/* The networks with a policy (`rule`, `policy`): their frames are left to
+ * vnetd's engine, which enforces it (docs/POLICY.md). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} governed SEC(".maps");
+
 /* An interface's hand-off TAP (by ifindex): where its frames for vnetd go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -563,6 +572,14 @@ int vnet_from_vm(struct __sk_buff *skb)
 	if (!c)
 		return to_user(skb);
 	count(S_VM_SEEN, 1);
+	{
+		__u32 dev = skb->ifindex;
+		struct port_val *gp = bpf_map_lookup_elem(&ports, &dev);
+		if (gp && bpf_map_lookup_elem(&governed, &gp->net)) {
+			count(S_POLICY, 1);
+			return to_user(skb);
+		}
+	}
 	int answered = answer_arp(skb);
 	if (answered >= 0)
 		return answered;
@@ -761,6 +778,14 @@ int vnet_from_wire(struct __sk_buff *skb)
 	 * way to vnetd's socket). */
 	if (!same_addr(w.daddr.a, l->local_ip) || skb->ingress_ifindex != l->ifindex)
 		goto user;
+	{
+		/* The engine's network of a link: a `vnet` link's id, 0 for VXLAN. */
+		__u32 gnet = vxlan ? 0 : l->network;
+		if (bpf_map_lookup_elem(&governed, &gnet)) {
+			count(S_POLICY, 1);
+			goto user;
+		}
+	}
 	if (l->format == FMT_VNET) {
 		__u32 net;
 		__builtin_memcpy(&net, &x[4], 4);

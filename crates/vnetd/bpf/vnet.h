@@ -94,6 +94,7 @@ enum {
 	S_TO_USER,    /* left to vnetd's user path */
 	S_ERRORS,     /* a helper failed: frame dropped */
 	S_NEIGH,      /* ARP requests answered in place (`neigh`) */
+	S_POLICY,     /* frames of a network with a policy, left to vnetd */
 	S_MAX,
 };
 

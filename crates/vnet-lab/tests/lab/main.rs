@@ -20,5 +20,6 @@ mod k8s;
 mod links;
 mod multisite;
 mod operations;
+mod policy;
 mod qemu;
 mod security;

@@ -11,6 +11,7 @@ mod attached;
 mod matrix;
 mod neigh;
 mod pins;
+mod policy;
 mod txn;
 mod views;
 
@@ -92,6 +93,8 @@ pub struct Daemon {
     /// cluster's table of that generation ([`Daemon::set_cluster_neighbors`]).
     neighbors_built: Option<(vnet_control::neigh::Neighbors, u64, vnet_engine::plane::Neighbors)>,
     cluster_neighbors_gen: u64,
+    /// The policy set last built, and the lines it was built from.
+    policy_built: Option<(vnet_control::policy::Policies, Arc<vnet_core::policy::PolicySet>)>,
     /// Interfaces whose device is gone (by id: since when, engine clock),
     /// and how often each was reattached.
     gone: BTreeMap<u32, u64>,
@@ -196,6 +199,7 @@ impl Default for Daemon {
             cluster_neighbors: Default::default(),
             neighbors_built: None,
             cluster_neighbors_gen: 0,
+            policy_built: None,
             gone: BTreeMap::new(),
             reattached: BTreeMap::new(),
             ifaces: BTreeMap::new(),
@@ -619,6 +623,9 @@ impl Daemon {
         if what == ShowWhat::Matrix {
             return self.show_matrix(as_json);
         }
+        if what == ShowWhat::Policy {
+            return if as_json { self.policy_json().to_string() } else { self.policy_text() };
+        }
         if what == ShowWhat::Cluster {
             let status = self.cluster.as_ref().map(|c| c.lock().unwrap_or_else(|p| p.into_inner()).clone());
             return match (status, as_json) {
@@ -810,6 +817,7 @@ impl Daemon {
             }
         }
         self.matrix_metrics(&mut out);
+        self.policy_metrics(&mut out);
         if let Some(c) = &self.cluster {
             c.lock().unwrap_or_else(|p| p.into_inner()).metrics(&mut out);
         }

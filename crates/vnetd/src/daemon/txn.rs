@@ -465,6 +465,7 @@ impl Daemon {
         };
         follow_standby(&ifaces, next);
         let neighbors = self.neighbors_of(next);
+        let policy = self.policy_of(next);
         let plane = Arc::new(
             Plane::new(
                 table,
@@ -472,7 +473,8 @@ impl Daemon {
                 a.links.links.values().cloned().collect(),
             )
             .waking(Some(self.shared.wake.clone()))
-            .answering(neighbors),
+            .answering(neighbors)
+            .governed(policy),
         );
         let mut kernel_ifaces = self.kernel_ifaces.clone();
         let reopened = |id: &u32| a.ifaces.opened.0.iter().any(|p| p.def.id == *id);

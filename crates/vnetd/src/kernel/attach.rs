@@ -89,6 +89,8 @@ pub struct KernelPath {
     /// The `neigh` table last written to `neigh4` (its IPv4 entries), and
     /// the plane's table it came from (not compiled again while the same).
     neigh: (Option<vnet_engine::plane::Neighbors>, BTreeMap<NeighKey, NeighVal>),
+    /// The networks last written to `governed`.
+    governed: BTreeMap<u32, u8>,
 }
 
 impl KernelPath {
@@ -131,6 +133,7 @@ impl KernelPath {
             last_sync_incremental: false,
             cfg: Cfg { active: u32::MAX, port: 0, vxlan_port: 0 },
             neigh: (None, BTreeMap::new()),
+            governed: BTreeMap::new(),
         })
     }
 
@@ -337,6 +340,7 @@ impl KernelPath {
             }
         };
         self.write_neighbors(&plane.neighbors)?;
+        self.write_governed(&plane.policy)?;
         self.note_overflow();
         self.last_sync = t0.elapsed();
         Ok(skipped)
@@ -449,6 +453,19 @@ impl KernelPath {
         write_diff(&mut self.ebpf, "neigh4", &mut self.neigh.1, next)?;
         self.neigh.0 = Some(table.clone());
         Ok(())
+    }
+
+    /// `governed`: the networks with a policy, whose frames the programs
+    /// leave to the engine.
+    fn write_governed(&mut self, policy: &vnet_core::policy::PolicySet) -> Result<(), Reason> {
+        let next: BTreeMap<u32, u8> = policy.nets.keys().map(|n| (*n, 1)).collect();
+        if next == self.governed {
+            return Ok(());
+        }
+        let mut held = std::mem::take(&mut self.governed);
+        let r = write_diff(&mut self.ebpf, "governed", &mut held, next);
+        self.governed = held;
+        r
     }
 
     /// Writes destination entries (`None`: removes it), each on its own:

@@ -1,0 +1,320 @@
+//! Who may talk to whom inside a network: ordered rules with a default,
+//! stateful for TCP, UDP and ICMP (sans-IO: frames and the clock come in,
+//! verdicts go out).
+//!
+//! A network's rules are tried in order ([`NetPolicy::rules`], sorted by
+//! the control plane: priority, then name); the first that matches
+//! decides, and none matching leaves the network's default. A rule
+//! matches on the frame's source and destination ([`Selector`]: a MAC,
+//! a group of MACs, an IP prefix, anything), its EtherType, IP protocol
+//! and destination ports. The source and destination are the frame's
+//! own: its source MAC (which port security ties to its interface) and
+//! destination MAC, their groups, and its IP (or ARP) addresses.
+//!
+//! State ([`flows`]): a flow a rule allowed is remembered, so its further
+//! packets pass without the rules, its replies pass (the reversed key),
+//! so do the ICMP errors about it and its later fragments. The rules are
+//! what any other packet meets. A change of the rules is a new
+//! generation, and every flow is judged afresh.
+//!
+//! What [`vnet_wire::classify`] cannot read to the end (a third VLAN tag, a
+//! ninth IPv6 extension header, a header cut short, a tiny first
+//! fragment) is dropped in a network with a policy, and a later fragment
+//! whose first was not allowed is dropped: nothing reaches a VM by hiding
+//! what it is.
+
+pub mod flows;
+
+use crate::stats::Counters;
+pub use flows::{FlowKey, Flows};
+use rustc_hash::FxHashMap;
+use std::net::IpAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use vnet_wire::classify::{classify, Facts, Frag, Icmp, Ip, L3};
+use vnet_wire::MacAddr;
+
+pub const PROTO_TCP: u8 = 6;
+pub const PROTO_UDP: u8 = 17;
+
+/// What a rule or a default does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Allow,
+    Deny,
+}
+
+/// One end of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selector {
+    Any,
+    /// Matches no frame.
+    Nothing,
+    Mac(MacAddr),
+    /// A group, by its bit in [`PolicySet::groups`]' masks.
+    Group(u8),
+    /// An IPv4 or IPv6 prefix (ARP's addresses are IPv4's).
+    Net(IpAddr, u8),
+}
+
+/// Whether `ip` is in `net/len`.
+pub fn in_prefix(ip: IpAddr, net: IpAddr, len: u8) -> bool {
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len.min(32))) };
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len.min(128))) };
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}
+
+/// A compiled rule.
+#[derive(Debug)]
+pub struct Rule {
+    pub name: String,
+    pub action: Action,
+    pub from: Selector,
+    pub to: Selector,
+    /// EtherType (under any VLAN tags).
+    pub ether: Option<u16>,
+    /// IP protocol: matches IPv4 and IPv6 packets only.
+    pub proto: Option<u8>,
+    /// Destination ports, inclusive: TCP and UDP packets only.
+    pub ports: Option<(u16, u16)>,
+    /// Packets it decided (denied ones also as `drops`).
+    pub counters: Arc<Counters>,
+}
+
+/// One network's policy.
+#[derive(Debug)]
+pub struct NetPolicy {
+    pub default: Action,
+    pub rules: Vec<Rule>,
+    /// Packets the default decided (denied ones also as `drops`).
+    pub default_counters: Arc<Counters>,
+    /// Packets passed by state: further packets of an allowed flow,
+    /// replies, related ICMP errors, later fragments.
+    pub stateful: Arc<Counters>,
+    /// Packets dropped as unreadable, and later fragments of no allowed first.
+    pub unclassifiable: Arc<AtomicU64>,
+    pub orphan_fragments: Arc<AtomicU64>,
+}
+
+/// Why a verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// The network has no policy.
+    NoPolicy,
+    /// The rule at this index.
+    Rule(usize),
+    Default,
+    /// A further packet of an allowed flow.
+    Established,
+    /// A reply of an allowed flow.
+    Reply,
+    /// An ICMP error about an allowed flow.
+    Related,
+    /// A later fragment of an allowed packet.
+    Fragment,
+    /// Unreadable ([`vnet_wire::classify::Unclassifiable`]).
+    Unclassifiable,
+    /// A later fragment whose first was not allowed.
+    OrphanFragment,
+}
+
+/// A decision: allowed or not, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub allow: bool,
+    pub why: Why,
+}
+
+/// Every network's policy, as one snapshot.
+#[derive(Debug, Default)]
+pub struct PolicySet {
+    /// Changes with the rules (and the groups): flows start afresh.
+    pub generation: u64,
+    pub nets: FxHashMap<u32, NetPolicy>,
+    /// Each MAC's groups, one bit each.
+    pub groups: FxHashMap<MacAddr, u64>,
+    pub flows: Arc<Flows>,
+}
+
+impl Rule {
+    /// Whether the rule matches a frame with facts `f` (whose ends' groups
+    /// are `groups`: source's, destination's).
+    pub fn matches(&self, f: &Facts, groups: (u64, u64)) -> bool {
+        let (src_ip, dst_ip) = match f.l3 {
+            L3::Arp { sender, target } => (Some(IpAddr::V4(sender)), Some(IpAddr::V4(target))),
+            L3::Ip(ip) => (Some(ip.src), Some(ip.dst)),
+            L3::Other => (None, None),
+        };
+        let end = |s: Selector, mac: MacAddr, g: u64, ip: Option<IpAddr>| match s {
+            Selector::Any => true,
+            Selector::Nothing => false,
+            Selector::Mac(m) => m == mac,
+            Selector::Group(bit) => g & 1u64.checked_shl(u32::from(bit)).unwrap_or(0) != 0,
+            Selector::Net(n, len) => ip.is_some_and(|ip| in_prefix(ip, n, len)),
+        };
+        if !end(self.from, f.src, groups.0, src_ip) || !end(self.to, f.dst, groups.1, dst_ip) {
+            return false;
+        }
+        if self.ether.is_some_and(|e| e != f.ether) {
+            return false;
+        }
+        let ip = match f.l3 {
+            L3::Ip(ip) => Some(ip),
+            _ => None,
+        };
+        if let Some(p) = self.proto {
+            if ip.is_none_or(|ip| ip.proto != p) {
+                return false;
+            }
+        }
+        match self.ports {
+            None => true,
+            Some((lo, hi)) => ip
+                .is_some_and(|ip| matches!(ip.proto, PROTO_TCP | PROTO_UDP) && (lo..=hi).contains(&ip.dport)),
+        }
+    }
+}
+
+/// The flow key of an IP packet: ICMP echo keys on its identifier, the
+/// request's as its source port and the reply's as its destination port,
+/// so a reply's key is its request's reversed.
+pub fn flow_key(generation: u64, network: u32, ip: &Ip) -> FlowKey {
+    let (sport, dport) = match ip.icmp {
+        Icmp::Echo { request: true, id } => (id, 0),
+        Icmp::Echo { request: false, id } => (0, id),
+        _ => (ip.sport, ip.dport),
+    };
+    FlowKey {
+        generation,
+        network,
+        src: ip.src,
+        dst: ip.dst,
+        proto: ip.proto,
+        sport,
+        dport,
+        id: 0,
+        fragment: false,
+    }
+}
+
+fn fragment_key(generation: u64, network: u32, ip: &Ip, id: u32) -> FlowKey {
+    FlowKey {
+        generation,
+        network,
+        src: ip.src,
+        dst: ip.dst,
+        proto: ip.proto,
+        sport: 0,
+        dport: 0,
+        id,
+        fragment: true,
+    }
+}
+
+impl PolicySet {
+    /// Whether any network has a policy.
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+
+    /// Whether frames of `network` meet a policy.
+    pub fn governs(&self, network: u32) -> bool {
+        self.nets.contains_key(&network)
+    }
+
+    /// The verdict on `frame` in `network`, counted. Allowed flows are
+    /// remembered in [`PolicySet::flows`].
+    pub fn decide(&self, network: u32, frame: &[u8]) -> Verdict {
+        let Some(net) = self.nets.get(&network) else { return Verdict { allow: true, why: Why::NoPolicy } };
+        let f = match classify(frame) {
+            Ok(f) => f,
+            Err(_) => {
+                net.unclassifiable.fetch_add(1, Relaxed);
+                return Verdict { allow: false, why: Why::Unclassifiable };
+            }
+        };
+        let len = frame.len();
+        if let L3::Ip(ip) = f.l3 {
+            if let Some(v) = self.by_state(network, net, &ip, len) {
+                return v;
+            }
+        }
+        let groups = (self.groups_of(f.src), self.groups_of(f.dst));
+        let (allow, why, counters) = match net.rules.iter().position(|r| r.matches(&f, groups)) {
+            Some(i) => (net.rules[i].action == Action::Allow, Why::Rule(i), &net.rules[i].counters),
+            None => (net.default == Action::Allow, Why::Default, &net.default_counters),
+        };
+        counters.add(len);
+        if !allow {
+            counters.drop_one();
+            return Verdict { allow, why };
+        }
+        if let L3::Ip(ip) = f.l3 {
+            self.remember(network, &ip);
+        }
+        Verdict { allow, why }
+    }
+
+    fn groups_of(&self, mac: MacAddr) -> u64 {
+        self.groups.get(&mac).copied().unwrap_or(0)
+    }
+
+    /// A verdict from the flows (None: the rules decide).
+    fn by_state(&self, network: u32, net: &NetPolicy, ip: &Ip, len: usize) -> Option<Verdict> {
+        let g = self.generation;
+        let flows = &self.flows;
+        let why = if let Frag::Later { id } = ip.frag {
+            if !flows.hit(&fragment_key(g, network, ip, id)) {
+                net.orphan_fragments.fetch_add(1, Relaxed);
+                return Some(Verdict { allow: false, why: Why::OrphanFragment });
+            }
+            Why::Fragment
+        } else if let Icmp::Error { src, dst, proto, sport, dport } = ip.icmp {
+            let about =
+                FlowKey { generation: g, network, src, dst, proto, sport, dport, id: 0, fragment: false };
+            if !flows.hit(&about) && !flows.hit(&about.reversed()) {
+                return None;
+            }
+            Why::Related
+        } else {
+            let k = flow_key(g, network, ip);
+            if flows.hit(&k) {
+                Why::Established
+            } else if flows.hit(&k.reversed()) {
+                Why::Reply
+            } else {
+                return None;
+            }
+        };
+        if let Frag::First { id } = ip.frag {
+            flows.insert(&fragment_key(g, network, ip, id));
+        }
+        net.stateful.add(len);
+        Some(Verdict { allow: true, why })
+    }
+
+    /// Remembers an allowed packet's flow (and its later fragments).
+    fn remember(&self, network: u32, ip: &Ip) {
+        let g = self.generation;
+        if let Frag::First { id } = ip.frag {
+            self.flows.insert(&fragment_key(g, network, ip, id));
+        }
+        // An ICMP error opens no flow of its own; everything else does.
+        if !matches!(ip.icmp, Icmp::Error { .. }) {
+            self.flows.insert(&flow_key(g, network, ip));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,218 @@
+//! The flows a policy allowed: a fixed array every worker shares, with no
+//! lock and no allocation per frame.
+//!
+//! A flow is kept as a 64-bit fingerprint, its key hashed with SipHash
+//! under a key drawn at start (so a peer cannot make two flows collide on
+//! purpose: a false "known flow" needs a 64-bit collision under a secret
+//! key), and the second it was last seen. A key's slot is one of
+//! [`WAYS`] consecutive slots; a new flow takes a free or expired one, or
+//! else the least recently seen (counted as evicted: its next packet is
+//! judged by the rules again, and a reply of it is a new flow).
+//!
+//! Two workers writing one slot at once may lose one of the two flows the
+//! same way; a fingerprint and its time are written as two stores, so a
+//! reader may see a new fingerprint with the old time for an instant (a
+//! flow one eviction early, never one that was not allowed: a slot is
+//! cleared before it is reused, and a fingerprint is never partly written).
+
+use std::hash::{BuildHasher, Hash};
+use std::net::IpAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// Slots a key may be in.
+pub const WAYS: usize = 8;
+/// Seconds an idle flow is kept: TCP, and everything else.
+pub const TCP_IDLE_S: u32 = 600;
+pub const IDLE_S: u32 = 120;
+
+/// What identifies a flow, or a fragmented packet's later fragments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// The policy's generation: a change of the rules starts every flow
+    /// afresh (the old keys are never found again, and age out).
+    pub generation: u64,
+    pub network: u32,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub proto: u8,
+    pub sport: u16,
+    pub dport: u16,
+    /// A fragmented packet's identification (with `fragment`), else 0.
+    pub id: u32,
+    pub fragment: bool,
+}
+
+impl FlowKey {
+    /// The other direction's key.
+    pub fn reversed(self) -> FlowKey {
+        FlowKey { src: self.dst, dst: self.src, sport: self.dport, dport: self.sport, ..self }
+    }
+
+    fn idle_s(&self) -> u32 {
+        if self.proto == crate::policy::PROTO_TCP && !self.fragment {
+            TCP_IDLE_S
+        } else {
+            IDLE_S
+        }
+    }
+}
+
+/// The table.
+pub struct Flows {
+    hasher: std::collections::hash_map::RandomState,
+    fingerprints: Box<[AtomicU64]>,
+    /// The second each slot was last seen, plus one (0: free).
+    seen: Box<[AtomicU32]>,
+    /// The clock, in seconds, that [`Flows::tick`] sets.
+    now_s: AtomicU32,
+    /// Flows overwritten while still fresh (the table was full there).
+    pub evicted: AtomicU64,
+}
+
+impl std::fmt::Debug for Flows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flows").field("slots", &self.fingerprints.len()).finish()
+    }
+}
+
+impl Default for Flows {
+    fn default() -> Self {
+        Flows::new(1 << 16)
+    }
+}
+
+impl Flows {
+    /// A table of `slots` slots (rounded up to a power of two, at least [`WAYS`]).
+    pub fn new(slots: usize) -> Self {
+        let n = slots.max(WAYS).next_power_of_two();
+        Flows {
+            hasher: std::collections::hash_map::RandomState::new(),
+            fingerprints: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            seen: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            now_s: AtomicU32::new(0),
+            evicted: AtomicU64::new(0),
+        }
+    }
+
+    /// The clock: the time now, in nanoseconds of any monotonic clock.
+    pub fn tick(&self, now_ns: u64) {
+        self.now_s.store((now_ns / 1_000_000_000) as u32, Relaxed);
+    }
+
+    pub fn slots(&self) -> usize {
+        self.fingerprints.len()
+    }
+
+    /// Fresh flows in the table (a count over every slot: for `show`).
+    pub fn live(&self) -> usize {
+        let now = self.now_s.load(Relaxed);
+        (0..self.slots()).filter(|&i| self.fresh(i, now, IDLE_S.max(TCP_IDLE_S))).count()
+    }
+
+    fn place(&self, k: &FlowKey) -> (usize, u64) {
+        let h = self.hasher.hash_one(k);
+        let first = (h as usize) & (self.slots() - 1) & !(WAYS - 1);
+        (first, h | 1)
+    }
+
+    fn fresh(&self, i: usize, now: u32, idle: u32) -> bool {
+        let seen = self.seen[i].load(Relaxed);
+        seen != 0 && now.wrapping_sub(seen - 1) <= idle
+    }
+
+    /// Whether `k` is a known flow (and if so, seen now).
+    pub fn hit(&self, k: &FlowKey) -> bool {
+        let (first, fp) = self.place(k);
+        let now = self.now_s.load(Relaxed);
+        for i in first..first + WAYS {
+            if self.fingerprints[i].load(Relaxed) == fp && self.fresh(i, now, k.idle_s()) {
+                self.seen[i].store(now + 1, Relaxed);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Records `k` as allowed.
+    pub fn insert(&self, k: &FlowKey) {
+        let (first, fp) = self.place(k);
+        let now = self.now_s.load(Relaxed);
+        let mut victim = first;
+        let mut oldest = u32::MAX;
+        for i in first..first + WAYS {
+            let f = self.fingerprints[i].load(Relaxed);
+            if f == fp {
+                self.seen[i].store(now + 1, Relaxed);
+                return;
+            }
+            let seen = self.seen[i].load(Relaxed);
+            // Free, or idle past the longest idle time: free.
+            let age = if seen == 0 || !self.fresh(i, now, TCP_IDLE_S) { 0 } else { seen };
+            if age < oldest {
+                (victim, oldest) = (i, age);
+            }
+        }
+        if oldest != 0 {
+            self.evicted.fetch_add(1, Relaxed);
+        }
+        self.seen[victim].store(0, Relaxed);
+        self.fingerprints[victim].store(fp, Relaxed);
+        self.seen[victim].store(now + 1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(sport: u16) -> FlowKey {
+        FlowKey {
+            generation: 1,
+            network: 0,
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            proto: 17,
+            sport,
+            dport: 53,
+            id: 0,
+            fragment: false,
+        }
+    }
+
+    #[test]
+    fn a_flow_is_found_after_insertion_in_its_direction_until_it_idles_out() {
+        let f = Flows::new(64);
+        f.tick(5_000_000_000);
+        assert!(!f.hit(&key(1)));
+        f.insert(&key(1));
+        assert!(f.hit(&key(1)) && !f.hit(&key(1).reversed()) && !f.hit(&key(2)));
+        assert!(!f.hit(&FlowKey { generation: 2, ..key(1) }), "a new generation knows no flow");
+        f.tick((5 + u64::from(IDLE_S)) * 1_000_000_000);
+        assert!(f.hit(&key(1)), "idle exactly its time: kept, and seen again now");
+        f.tick((6 + 2 * u64::from(IDLE_S)) * 1_000_000_000);
+        assert!(!f.hit(&key(1)), "idle past its time: gone");
+        let tcp = FlowKey { proto: 6, ..key(1) };
+        f.insert(&tcp);
+        f.tick((6 + 2 * u64::from(IDLE_S) + u64::from(TCP_IDLE_S)) * 1_000_000_000);
+        assert!(f.hit(&tcp), "TCP idles longer");
+        assert_eq!(f.live(), 1);
+    }
+
+    #[test]
+    fn a_full_table_evicts_the_least_recently_seen_and_counts_it() {
+        let f = Flows::new(8); // one bucket: every key shares it
+        for s in 0..8u16 {
+            f.tick(u64::from(s) * 1_000_000_000);
+            f.insert(&key(s));
+        }
+        assert_eq!(f.evicted.load(Relaxed), 0);
+        f.tick(9_000_000_000);
+        assert!(f.hit(&key(0)), "seen again now: the most recent");
+        f.insert(&key(100));
+        assert_eq!(f.evicted.load(Relaxed), 1);
+        assert!(!f.hit(&key(1)), "the least recently seen went");
+        assert!(f.hit(&key(0)) && f.hit(&key(100)) && f.hit(&key(7)));
+        assert_eq!(format!("{f:?}"), "Flows { slots: 8 }");
+    }
+}

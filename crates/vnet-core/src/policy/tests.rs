@@ -1,0 +1,366 @@
+use super::*;
+use proptest::prelude::*;
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+
+const NET: u32 = 7;
+
+fn mac(n: u8) -> MacAddr {
+    MacAddr([0x52, 0x54, 0, 0, 0, n])
+}
+
+/// A packet as the tests describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pkt {
+    src: u8,
+    dst: u8,
+    /// 0: TCP, 1: UDP, 2: ICMP echo request, 3: echo reply, 4: ARP, 5: other EtherType.
+    kind: u8,
+    sport: u16,
+    dport: u16,
+    /// 0: whole, 1: first fragment, 2: later fragment (IPv4 id 77).
+    frag: u8,
+    vlan: bool,
+}
+
+fn ip_of(n: u8) -> [u8; 4] {
+    [10, 0, 0, n]
+}
+
+/// The frame of `p` (host n has MAC ..:n and address 10.0.0.n).
+fn frame(p: &Pkt) -> Vec<u8> {
+    let mut f = [mac(p.dst).0, mac(p.src).0].concat();
+    if p.vlan {
+        f.extend_from_slice(&[0x81, 0, 0, 5]);
+    }
+    let l4 = |proto: u8| -> Vec<u8> {
+        match proto {
+            6 => {
+                let mut t = vec![0u8; 20];
+                t[..2].copy_from_slice(&p.sport.to_be_bytes());
+                t[2..4].copy_from_slice(&p.dport.to_be_bytes());
+                t
+            }
+            17 => [p.sport.to_be_bytes(), p.dport.to_be_bytes(), [0, 8], [0, 0]].concat(),
+            _ => [[if p.kind == 2 { 8 } else { 0 }, 0, 0, 0], [(p.sport >> 8) as u8, p.sport as u8, 0, 1]]
+                .concat(),
+        }
+    };
+    match p.kind {
+        0..=3 => {
+            let proto = [6u8, 17, 1, 1][usize::from(p.kind)];
+            let body = if p.frag == 2 { vec![0xee; 16] } else { l4(proto) };
+            let flags: u16 = match p.frag {
+                1 => 0x2000,
+                2 => 0x0004,
+                _ => 0,
+            };
+            f.extend_from_slice(&[0x08, 0x00, 0x45, 0]);
+            f.extend_from_slice(&((20 + body.len()) as u16).to_be_bytes());
+            f.extend_from_slice(&[0, 77]);
+            f.extend_from_slice(&flags.to_be_bytes());
+            f.extend_from_slice(&[64, proto, 0, 0]);
+            f.extend_from_slice(&ip_of(p.src));
+            f.extend_from_slice(&ip_of(p.dst));
+            f.extend_from_slice(&body);
+        }
+        4 => {
+            f.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+            f.extend_from_slice(&mac(p.src).0);
+            f.extend_from_slice(&ip_of(p.src));
+            f.extend_from_slice(&[0; 6]);
+            f.extend_from_slice(&ip_of(p.dst));
+        }
+        _ => {
+            f.extend_from_slice(&[0x88, 0xb5]);
+            f.extend_from_slice(&[0; 46]);
+        }
+    }
+    f
+}
+
+/// A rule as the tests describe it (the reference reads this, not [`Rule`]).
+#[derive(Debug, Clone)]
+struct R {
+    allow: bool,
+    /// 0: any, 1: mac n, 2: group n (hosts whose number has bit n), 3: prefix 10.0.0.n/len.
+    from: (u8, u8, u8),
+    to: (u8, u8, u8),
+    ether: Option<u16>,
+    proto: Option<u8>,
+    ports: Option<(u16, u16)>,
+}
+
+fn selector(s: (u8, u8, u8)) -> Selector {
+    match s.0 {
+        0 => Selector::Any,
+        1 => Selector::Mac(mac(s.1)),
+        2 => Selector::Group(s.1),
+        _ => Selector::Net(IpAddr::V4(Ipv4Addr::from(ip_of(s.1))), s.2),
+    }
+}
+
+fn set(rules: &[R], default: Action) -> PolicySet {
+    let rules = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Rule {
+            name: format!("r{i}"),
+            action: if r.allow { Action::Allow } else { Action::Deny },
+            from: selector(r.from),
+            to: selector(r.to),
+            ether: r.ether,
+            proto: r.proto,
+            ports: r.ports,
+            counters: Arc::default(),
+        })
+        .collect();
+    let net = NetPolicy {
+        default,
+        rules,
+        default_counters: Arc::default(),
+        stateful: Arc::default(),
+        unclassifiable: Arc::default(),
+        orphan_fragments: Arc::default(),
+    };
+    // Host n is in group b when bit b of n is set.
+    let groups = (0..16u8).map(|n| (mac(n), u64::from(n))).collect();
+    PolicySet {
+        generation: 1,
+        nets: [(NET, net)].into_iter().collect(),
+        groups,
+        flows: Arc::new(Flows::new(4096)),
+    }
+}
+
+/// The plain reference: first rule that matches by the description, with
+/// flows kept in a set.
+struct Reference {
+    rules: Vec<R>,
+    default: bool,
+    flows: HashSet<(u8, u8, u8, u16, u16)>,
+    frags: HashSet<(u8, u8, u8)>,
+}
+
+impl Reference {
+    fn end_matches(s: (u8, u8, u8), host: u8, has_ip: bool) -> bool {
+        match s.0 {
+            0 => true,
+            1 => s.1 == host,
+            2 => host >> s.1 & 1 == 1,
+            _ => {
+                // Plain arithmetic on the last octet (the first three are equal).
+                has_ip && (s.2 <= 24 || (host >> (32 - s.2.min(32))) == (s.1 >> (32 - s.2.min(32))))
+            }
+        }
+    }
+
+    fn decide(&mut self, p: &Pkt) -> bool {
+        let ip = p.kind <= 3;
+        let proto = [6u8, 17, 1, 1, 0, 0][usize::from(p.kind)];
+        let (sport, dport) = match p.kind {
+            2 => (p.sport, 0),
+            3 => (0, p.sport),
+            _ if p.frag == 2 => (0, 0),
+            _ => (p.sport, p.dport),
+        };
+        if ip && p.frag == 2 {
+            return self.frags.contains(&(p.src, p.dst, proto));
+        }
+        let key = (p.src, p.dst, proto, sport, dport);
+        if ip && (self.flows.contains(&key) || self.flows.contains(&(p.dst, p.src, proto, dport, sport))) {
+            if p.frag == 1 {
+                self.frags.insert((p.src, p.dst, proto));
+            }
+            return true;
+        }
+        let ether = match p.kind {
+            0..=3 => 0x0800,
+            4 => 0x0806,
+            _ => 0x88b5,
+        };
+        let hit = self.rules.iter().find(|r| {
+            Self::end_matches(r.from, p.src, p.kind <= 4)
+                && Self::end_matches(r.to, p.dst, p.kind <= 4)
+                && r.ether.is_none_or(|e| e == ether)
+                && r.proto.is_none_or(|x| ip && x == proto)
+                && r.ports.is_none_or(|(lo, hi)| p.kind <= 1 && lo <= p.dport && p.dport <= hi)
+        });
+        let allow = hit.map_or(self.default, |r| r.allow);
+        if allow && ip {
+            self.flows.insert(key);
+            if p.frag == 1 {
+                self.frags.insert((p.src, p.dst, proto));
+            }
+        }
+        allow
+    }
+}
+
+fn pkt(src: u8, dst: u8, kind: u8, sport: u16, dport: u16) -> Pkt {
+    Pkt { src, dst, kind, sport, dport, frag: 0, vlan: false }
+}
+
+#[test]
+fn the_web_tier_reaches_the_database_on_5432_and_nothing_else_does() {
+    // Group 1: hosts 2, 3 (web); group 2: host 4 (database).
+    let rules = [
+        R {
+            allow: true,
+            from: (2, 1, 0),
+            to: (1, 4, 0),
+            ether: None,
+            proto: Some(6),
+            ports: Some((5432, 5432)),
+        },
+        R { allow: true, from: (0, 0, 0), to: (0, 0, 0), ether: Some(0x0806), proto: None, ports: None },
+    ];
+    let p = set(&rules, Action::Deny);
+    let d = |x: &Pkt| p.decide(NET, &frame(x));
+    assert_eq!(d(&pkt(2, 4, 0, 40000, 5432)).why, Why::Rule(0));
+    assert_eq!(d(&pkt(4, 2, 0, 5432, 40000)).why, Why::Reply, "the database answers");
+    assert_eq!(d(&pkt(2, 4, 0, 40000, 5432)).why, Why::Established);
+    assert_eq!(d(&pkt(4, 2, 0, 5433, 40000)), Verdict { allow: false, why: Why::Default }, "not a reply");
+    assert!(!d(&pkt(2, 4, 0, 40000, 22)).allow, "another port");
+    assert!(!d(&pkt(1, 4, 0, 40000, 5432)).allow, "host 1 is not in the web group");
+    assert!(!d(&pkt(2, 4, 1, 40000, 5432)).allow, "UDP is not TCP");
+    assert!(d(&pkt(1, 4, 4, 0, 0)).allow, "ARP by its rule");
+    assert!(!d(&pkt(1, 4, 5, 0, 0)).allow, "other EtherTypes: the default");
+    assert!(p.decide(8, &frame(&pkt(1, 4, 5, 0, 0))).allow, "another network has no policy");
+    let net = &p.nets[&NET];
+    assert_eq!(net.rules[0].counters.snapshot().packets, 1);
+    assert_eq!((net.rules[1].counters.snapshot().packets, net.rules[1].counters.snapshot().drops), (1, 0));
+    assert_eq!(net.default_counters.snapshot().packets, 5);
+    assert_eq!(net.default_counters.snapshot().drops, 5);
+    assert_eq!(net.stateful.snapshot().packets, 2);
+}
+
+#[test]
+fn icmp_echo_replies_and_errors_about_an_allowed_flow_pass() {
+    let rules = [R { allow: true, from: (1, 1, 0), to: (0, 0, 0), ether: None, proto: None, ports: None }];
+    let p = set(&rules, Action::Deny);
+    let d = |x: &Pkt| p.decide(NET, &frame(x));
+    assert_eq!(d(&pkt(1, 2, 2, 9, 0)).why, Why::Rule(0), "an echo request");
+    assert_eq!(d(&pkt(2, 1, 3, 9, 0)).why, Why::Reply, "its reply");
+    assert!(!d(&pkt(2, 1, 3, 10, 0)).allow, "a reply to no request");
+    assert!(!d(&pkt(2, 1, 2, 9, 0)).allow, "a request the other way");
+    // Host 2's port unreachable about host 1's UDP datagram 1:5000 -> 2:53.
+    assert!(d(&pkt(1, 2, 1, 5000, 53)).allow);
+    let mut err = frame(&pkt(2, 1, 2, 0, 0));
+    let quoted = &frame(&pkt(1, 2, 1, 5000, 53))[14..];
+    err.truncate(14 + 20);
+    err.extend_from_slice(&[3, 3, 0, 0, 0, 0, 0, 0]);
+    err.extend_from_slice(quoted);
+    let total = (err.len() - 14) as u16;
+    err[16..18].copy_from_slice(&total.to_be_bytes());
+    assert_eq!(p.decide(NET, &err).why, Why::Related);
+    // The same error about a flow never allowed: the rules (host 2 may not).
+    let mut stray = err.clone();
+    stray[14 + 28 + 20 + 2..14 + 28 + 20 + 4].copy_from_slice(&54u16.to_be_bytes());
+    assert_eq!(p.decide(NET, &stray), Verdict { allow: false, why: Why::Default });
+}
+
+#[test]
+fn fragments_follow_their_first_and_unreadable_frames_are_dropped() {
+    let rules = [R {
+        allow: true,
+        from: (0, 0, 0),
+        to: (0, 0, 0),
+        ether: None,
+        proto: Some(17),
+        ports: Some((53, 53)),
+    }];
+    let p = set(&rules, Action::Deny);
+    let d = |x: &Pkt| p.decide(NET, &frame(x));
+    let later = Pkt { frag: 2, ..pkt(1, 2, 1, 0, 0) };
+    assert_eq!(d(&later), Verdict { allow: false, why: Why::OrphanFragment }, "before its first");
+    assert!(!d(&Pkt { frag: 1, ..pkt(1, 2, 1, 5, 22) }).allow, "a first fragment to another port");
+    assert!(!d(&later).allow, "its later fragments too");
+    assert_eq!(d(&Pkt { frag: 1, ..pkt(1, 2, 1, 5, 53) }).why, Why::Rule(0));
+    assert_eq!(d(&later).why, Why::Fragment);
+    // VLAN-tagged: looked through, the same rules.
+    assert!(!d(&Pkt { vlan: true, ..pkt(3, 2, 1, 5, 22) }).allow);
+    assert!(d(&Pkt { vlan: true, ..pkt(3, 2, 1, 5, 53) }).allow);
+    // Three tags: unreadable, dropped.
+    let mut f = frame(&pkt(3, 2, 1, 5, 53));
+    for _ in 0..3 {
+        f.splice(12..12, [0x81, 0, 0, 5]);
+    }
+    assert_eq!(p.decide(NET, &f), Verdict { allow: false, why: Why::Unclassifiable });
+    assert_eq!(p.nets[&NET].unclassifiable.load(Relaxed), 1);
+    assert_eq!(p.nets[&NET].orphan_fragments.load(Relaxed), 2);
+}
+
+#[test]
+fn arp_for_another_address_meets_the_rule_of_that_address() {
+    let rules =
+        [R { allow: true, from: (0, 0, 0), to: (3, 4, 32), ether: Some(0x0806), proto: None, ports: None }];
+    let p = set(&rules, Action::Deny);
+    assert!(p.decide(NET, &frame(&pkt(1, 4, 4, 0, 0))).allow);
+    assert!(!p.decide(NET, &frame(&pkt(1, 5, 4, 0, 0))).allow, "ARP for 10.0.0.5");
+}
+
+#[test]
+fn prefixes_match_by_their_length_and_family() {
+    let n: IpAddr = "10.1.0.0".parse().unwrap();
+    assert!(in_prefix("10.1.255.3".parse().unwrap(), n, 16));
+    assert!(!in_prefix("10.2.0.3".parse().unwrap(), n, 16));
+    assert!(in_prefix("192.0.2.1".parse().unwrap(), n, 0));
+    assert!(in_prefix("10.1.0.0".parse().unwrap(), n, 32));
+    assert!(!in_prefix("10.1.0.1".parse().unwrap(), n, 32));
+    assert!(!in_prefix("fd00::1".parse().unwrap(), n, 0), "another family");
+    let six: IpAddr = "fd00:1::".parse().unwrap();
+    assert!(in_prefix("fd00:1::9".parse().unwrap(), six, 32));
+    assert!(!in_prefix("fd00:2::9".parse().unwrap(), six, 32));
+    assert!(in_prefix("fd00:2::9".parse().unwrap(), six, 0));
+    assert!(in_prefix("fd00:1::".parse().unwrap(), six, 128));
+}
+
+fn arb_sel() -> impl Strategy<Value = (u8, u8, u8)> {
+    prop_oneof![
+        Just((0u8, 0u8, 0u8)),
+        (1..6u8).prop_map(|n| (1, n, 0)),
+        (0..3u8).prop_map(|b| (2, b, 0)),
+        (1..6u8, 29..=32u8).prop_map(|(n, l)| (3, n, l)),
+    ]
+}
+
+fn arb_rule() -> impl Strategy<Value = R> {
+    (
+        any::<bool>(),
+        arb_sel(),
+        arb_sel(),
+        prop::option::weighted(0.2, prop_oneof![Just(0x0800u16), Just(0x0806), Just(0x88b5)]),
+        prop::option::weighted(0.4, prop_oneof![Just(6u8), Just(17), Just(1)]),
+        prop::option::weighted(0.3, (0..4u16).prop_map(|p| (p, p + 1))),
+    )
+        .prop_map(|(allow, from, to, ether, proto, ports)| R { allow, from, to, ether, proto, ports })
+}
+
+fn arb_pkt() -> impl Strategy<Value = Pkt> {
+    (1..6u8, 1..6u8, 0..6u8, 0..4u16, 0..4u16, 0..3u8, any::<bool>()).prop_map(
+        |(src, dst, kind, sport, dport, frag, vlan)| {
+            let frag = if kind <= 1 { frag } else { 0 };
+            Pkt { src, dst, kind, sport, dport, frag, vlan }
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    /// The engine's policy and the plain reference agree on every packet of
+    /// a random sequence under random rules, state included.
+    #[test]
+    fn the_policy_and_a_plain_reference_agree(
+        rules in prop::collection::vec(arb_rule(), 0..8),
+        default in any::<bool>(),
+        pkts in prop::collection::vec(arb_pkt(), 1..40),
+    ) {
+        let p = set(&rules, if default { Action::Allow } else { Action::Deny });
+        let mut r = Reference { rules: rules.clone(), default, flows: HashSet::new(), frags: HashSet::new() };
+        for x in &pkts {
+            let v = p.decide(NET, &frame(x));
+            prop_assert_eq!(v.allow, r.decide(x), "{:?} -> {:?}", x, v);
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! Policy (issue 50, `docs/POLICY.md`): a rule set on both hosts, a matrix
+//! of flows each allowed or denied as the rules say (replies of allowed
+//! ones passing), the rules' counters exact, and the ways around a rule
+//! (VLAN tags, fragments, IPv6 extension headers, ARP for another address,
+//! other EtherTypes) denied. Run on each pass: the kernel path leaves a
+//! governed network's frames to the engine, so both decide alike.
+
+use super::harness::*;
+
+/// `serve SECS PORT...`: a TCP and a UDP echo server on each port (both
+/// families). `try tcp|udp HOST PORT`: prints `ok` when the echo came
+/// back within a second. `raw DEV HEX...`: sends each frame. `catch DEV
+/// SECS OUT`: writes each `PLCY-` marker of a frame DEV receives.
+const PROBE: &str = r#"
+import select, socket, sys, time
+mode = sys.argv[1]
+if mode == 'serve':
+    socks = []
+    for p in sys.argv[3:]:
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            s = socket.socket(socket.AF_INET6, kind)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(('::', int(p)))
+            if kind == socket.SOCK_STREAM:
+                s.listen(16)
+            socks.append(s)
+    end = time.time() + float(sys.argv[2])
+    while time.time() < end:
+        for s in select.select(socks, [], [], 0.2)[0]:
+            if s.type == socket.SOCK_STREAM:
+                c, _ = s.accept(); c.settimeout(1)
+                try:
+                    c.sendall(c.recv(100))
+                except OSError:
+                    pass
+                c.close()
+            else:
+                d, a = s.recvfrom(2000); s.sendto(d, a)
+elif mode == 'try':
+    kind, host, port = sys.argv[2], sys.argv[3], int(sys.argv[4])
+    fam = socket.AF_INET6 if ':' in host else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_STREAM if kind == 'tcp' else socket.SOCK_DGRAM)
+    s.settimeout(0.8)
+    try:
+        if kind == 'tcp':
+            s.connect((host, port)); s.sendall(b'policy'); ok = s.recv(100) == b'policy'
+        else:
+            s.sendto(b'policy', (host, port)); ok = s.recvfrom(100)[0] == b'policy'
+    except OSError:
+        ok = False
+    print('ok' if ok else 'no')
+elif mode == 'raw':
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind((sys.argv[2], 0))
+    for h in sys.argv[3:]:
+        s.send(bytes.fromhex(h)); time.sleep(0.05)
+elif mode == 'catch':
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); s.bind((sys.argv[2], 0))
+    s.settimeout(0.2); end = time.time() + float(sys.argv[3]); out = open(sys.argv[4], 'w')
+    while time.time() < end:
+        try:
+            f = s.recv(70000)
+        except socket.timeout:
+            continue
+        i = f.find(b'PLCY-')
+        if i >= 0:
+            out.write(f[i:i + 24].split(b'.')[0].decode(errors='replace') + '\n'); out.flush()
+"#;
+
+fn mac_bytes(m: &str) -> Vec<u8> {
+    m.split(':').map(|b| u8::from_str_radix(b, 16).unwrap()).collect()
+}
+
+/// An Ethernet header from `src` to `dst` (with a VLAN tag if `vlan`).
+fn eth(src: &Vm, dst: &Vm, vlan: bool, ether: u16) -> Vec<u8> {
+    let mut f = [mac_bytes(&dst.mac), mac_bytes(&src.mac)].concat();
+    if vlan {
+        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+    }
+    f.extend_from_slice(&ether.to_be_bytes());
+    f
+}
+
+/// UDP from `sport` to `dport` carrying `PLCY-<mark>.`, padded.
+fn udp(sport: u16, dport: u16, mark: &str) -> Vec<u8> {
+    let data = format!("PLCY-{mark}.").into_bytes();
+    let mut u =
+        [sport.to_be_bytes(), dport.to_be_bytes(), ((8 + data.len()) as u16).to_be_bytes(), [0, 0]].concat();
+    u.extend_from_slice(&data);
+    u.resize(u.len().max(40), 0);
+    u
+}
+
+/// An IPv4 header (protocol UDP) from `a` to `b`: id, fragment field, payload.
+fn ipv4(a: &Vm, b: &Vm, id: u16, frag: u16, payload: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x45, 0];
+    h.extend_from_slice(&((20 + payload.len()) as u16).to_be_bytes());
+    h.extend_from_slice(&id.to_be_bytes());
+    h.extend_from_slice(&frag.to_be_bytes());
+    h.extend_from_slice(&[64, 17, 0, 0]);
+    h.extend_from_slice(&a.ip.octets());
+    h.extend_from_slice(&b.ip.octets());
+    h.extend_from_slice(payload);
+    h
+}
+
+fn v6_of(vm: &Vm) -> std::net::Ipv6Addr {
+    let o = vm.ip.octets();
+    format!("fd00:50::{}:{}", o[2], o[3]).parse().unwrap()
+}
+
+/// IPv6 from `a` to `b`: a hop-by-hop header, then UDP.
+fn ipv6_ext(a: &Vm, b: &Vm, l4: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&((8 + l4.len()) as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 64]); // next: hop-by-hop
+    h.extend_from_slice(&v6_of(a).octets());
+    h.extend_from_slice(&v6_of(b).octets());
+    h.extend_from_slice(&[17, 0, 1, 4, 0, 0, 0, 0]); // then UDP; PadN
+    h.extend_from_slice(l4);
+    h
+}
+
+/// An ARP request from `a` for `target`, with a marker after its body.
+fn arp(a: &Vm, target: Ipv4Addr, mark: &str) -> Vec<u8> {
+    let mut f = [vec![0xff; 6], mac_bytes(&a.mac), vec![0x08, 0x06]].concat();
+    f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&mac_bytes(&a.mac));
+    f.extend_from_slice(&a.ip.octets());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target.octets());
+    f.extend_from_slice(format!("PLCY-{mark}.").as_bytes());
+    f
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Whether `try KIND HOST PORT` from `vm` came back.
+fn reaches(lab: &Lab, probe: &str, vm: &Vm, kind: &str, host: &str, port: u16) -> bool {
+    let out = lab.ns_exec(&vm.ns, &["python3", probe, "try", kind, host, &port.to_string()]).unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(said == "ok" || said == "no", "the probe said {said:?}: {out:?}");
+    said == "ok"
+}
+
+/// Each rule's packets and drops on host `h`, by name.
+fn rule_counts(lab: &Lab, h: usize) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let p = json(lab, h, "policy");
+    p["policy"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                (r["packets"].as_u64().unwrap(), r["drops"].as_u64().unwrap()),
+            )
+        })
+        .collect()
+}
+
+mod both {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn a_policy_allows_what_its_rules_say_denies_the_rest_and_nothing_slips_past_it() {
+        let mut lab = lab(Spec { vms_per_host: 2, ..Spec::default() });
+        let (web, other, db) = (lab.vm(0, 0).clone(), lab.vm(0, 1).clone(), lab.vm(1, 0).clone());
+        for vm in [&web, &other, &db] {
+            let a = format!("{}/64", v6_of(vm));
+            // The lab's VMs have IPv6 off: on for this one.
+            for k in ["all", vm.dev.as_str()] {
+                let key = format!("net.ipv6.conf.{k}.disable_ipv6=0");
+                lab.ns_exec(&vm.ns, &["sysctl", "-q", "-w", &key]).unwrap();
+            }
+            lab.ns_exec(&vm.ns, &["ip", "-6", "addr", "add", &a, "dev", &vm.dev, "nodad"]).unwrap();
+        }
+        // Static neighbour entries for IPv6 (the rules leave out neighbour discovery).
+        for (at, to) in [(&web, &db), (&other, &db), (&db, &web), (&db, &other)] {
+            let ip = v6_of(to).to_string();
+            let args =
+                ["ip", "-6", "neigh", "replace", &ip, "lladdr", &to.mac, "dev", &at.dev, "nud", "permanent"];
+            lab.ns_exec(&at.ns, &args).unwrap();
+        }
+        assert_ping(&lab, &web, db.ip, 56);
+        let rules = format!(
+            "policy default deny\ngroup web {}\ngroup db {}\n\
+             rule arp-db allow ether arp to net {}/32\nrule arp-web allow ether arp to net {}/32\n\
+             rule arp-other allow ether arp to net {}/32\n\
+             rule no-ssh deny priority 10 to group db proto tcp port 22\n\
+             rule web-db allow from group web to group db proto tcp port 5201-5202\n\
+             rule web-db-udp allow from group web to group db proto udp port 7777\n\
+             rule ping allow from group web to group db proto icmp\n\
+             rule ping6 allow from group web to group db proto icmpv6\n\
+             rule mark allow from group web ether 0x88b6\n",
+            web.mac, db.mac, db.ip, web.ip, other.ip
+        );
+        for h in 0..2 {
+            lab.apply(h, &rules).unwrap();
+        }
+        let probe = lab.dir.join("probe.py");
+        std::fs::write(&probe, PROBE).unwrap();
+        let probe = probe.to_str().unwrap().to_string();
+        for vm in [&web, &db] {
+            lab.spawn(&vm.ns, &["python3", &probe, "serve", "60", "22", "5201", "5202", "7777", "7778"])
+                .unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        let (db4, web4, db6) = (db.ip.to_string(), web.ip.to_string(), v6_of(&db).to_string());
+        // The matrix: (from, kind, to, port, allowed).
+        let matrix: [(&Vm, &str, &str, u16, bool); 10] = [
+            (&web, "tcp", &db4, 5201, true),
+            (&web, "tcp", &db4, 5202, true),
+            (&web, "tcp", &db4, 22, false),
+            (&web, "tcp", &db4, 7778, false),
+            (&db, "tcp", &web4, 5201, false),
+            (&other, "tcp", &db4, 5201, false),
+            (&web, "udp", &db4, 7777, true),
+            (&web, "udp", &db4, 7778, false),
+            (&web, "tcp", &db6, 5201, true),
+            (&other, "udp", &db6, 7777, false),
+        ];
+        for (from, kind, to, port, allowed) in matrix {
+            let got = reaches(&lab, &probe, from, kind, to, port);
+            println!("policy: {} -> {to} {kind} {port}: {}", from.ip, if got { "allowed" } else { "denied" });
+            assert_eq!(got, allowed, "{} -> {to} {kind} {port}", from.ip);
+        }
+        assert_eq!(lab.ping(&web, db.ip, 3, 56).unwrap().received, 3, "web pings db, and the replies pass");
+        assert_no_ping(&lab, &db, web.ip);
+        assert_no_ping(&lab, &other, db.ip);
+        let ping6 = |vm: &Vm| {
+            let out = lab.ns_output(&vm.ns, &["ping", "-6", "-n", "-c", "2", "-W", "1", &db6]).unwrap();
+            String::from_utf8_lossy(&out.stdout).to_string()
+        };
+        let six = ping6(&web);
+        assert!(six.contains("2 packets transmitted, 2 received"), "ping6 web -> db: {six}");
+        let six = ping6(&other);
+        assert!(six.contains("2 packets transmitted, 0 received"), "ping6 other -> db: {six}");
+
+        // Around the rules: raw frames from web, caught on db's NIC.
+        let caught = lab.dir.join("caught.txt");
+        lab.spawn(&db.ns, &["python3", &probe, "catch", &db.dev, "6", caught.to_str().unwrap()]).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let e4 = |vlan| eth(&web, &db, vlan, 0x0800);
+        let frames = [
+            [e4(true), ipv4(&web, &db, 1, 0, &udp(5001, 7778, "vlan-deny"))].concat(),
+            [e4(true), ipv4(&web, &db, 2, 0, &udp(5001, 7777, "vlan-ok"))].concat(),
+            [e4(false), ipv4(&web, &db, 3, 0x0008, &udp(0, 0, "frag-orphan"))].concat(),
+            [e4(false), ipv4(&web, &db, 4, 0x2000, &udp(5002, 7778, "frag-deny-1"))].concat(),
+            [e4(false), ipv4(&web, &db, 4, 0x0008, &udp(0, 0, "frag-deny-2"))].concat(),
+            [e4(false), ipv4(&web, &db, 5, 0x2000, &udp(5003, 7777, "frag-ok-1"))].concat(),
+            [e4(false), ipv4(&web, &db, 5, 0x0008, &udp(0, 0, "frag-ok-2"))].concat(),
+            [eth(&web, &db, false, 0x86dd), ipv6_ext(&web, &db, &udp(5004, 7778, "v6ext-deny"))].concat(),
+            [eth(&web, &db, false, 0x86dd), ipv6_ext(&web, &db, &udp(5004, 7777, "v6ext-ok"))].concat(),
+            arp(
+                &web,
+                Ipv4Addr::new(db.ip.octets()[0], db.ip.octets()[1], db.ip.octets()[2], 250),
+                "arp-other",
+            ),
+            arp(&web, db.ip, "arp-ok"),
+            [eth(&web, &db, false, 0x88b5), b"PLCY-ether-deny.".to_vec(), vec![0; 40]].concat(),
+            [eth(&web, &db, false, 0x88b6), b"PLCY-ether-ok.".to_vec(), vec![0; 40]].concat(),
+        ];
+        let mut args = vec!["python3".to_string(), probe.clone(), "raw".into(), web.dev.clone()];
+        args.extend(frames.iter().map(|f| hex(f)));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let sent = lab.ns_exec(&web.ns, &args).unwrap();
+        assert!(sent.status.success(), "{sent:?}");
+        std::thread::sleep(Duration::from_secs(6));
+        let got = std::fs::read_to_string(&caught).unwrap_or_default();
+        let got: std::collections::BTreeSet<&str> =
+            got.lines().map(|l| l.trim_start_matches("PLCY-")).collect();
+        println!("policy: db caught {got:?}");
+        let want = ["vlan-ok", "frag-ok-1", "frag-ok-2", "v6ext-ok", "arp-ok", "ether-ok"];
+        assert_eq!(got, want.into_iter().collect(), "what reached db around the rules");
+
+        // The rules' counters, exact: each allowed flow's first packet on
+        // each host (the rest pass by state), each denied packet on its own.
+        let h0 = rule_counts(&lab, 0);
+        let h1 = rule_counts(&lab, 1);
+        println!("policy: host 0 rules {h0:?}\npolicy: host 1 rules {h1:?}");
+        // TCP: 5201, 5202 and the IPv6 5201; UDP: the probe, vlan-ok,
+        // frag-ok, v6ext-ok; ICMP: one echo flow a protocol.
+        for (h, c) in [(0, &h0), (1, &h1)] {
+            assert_eq!(c["web-db"], (3, 0), "host {h}");
+            assert_eq!(c["web-db-udp"], (4, 0), "host {h}");
+            assert_eq!(c["ping"], (1, 0), "host {h}");
+            assert_eq!(c["ping6"], (1, 0), "host {h}");
+            assert_eq!(c["mark"], (1, 0), "host {h}");
+        }
+        let (p, d) = h0["no-ssh"];
+        assert!(
+            p >= 1 && p == d && h1["no-ssh"] == (0, 0),
+            "web's SSH dropped at its own host: {h0:?} {h1:?}"
+        );
+        let net = &json(&lab, 0, "policy")["policy"][0];
+        println!("policy: host 0 network {net}");
+        assert!(net["unclassifiable"] == 0 && net["orphan_fragments"].as_u64().unwrap() >= 2, "{net}");
+        let g = json(&lab, 0, "stats")["global"].clone();
+        assert!(g["policy_denied"].as_u64().unwrap() >= 10, "{g}");
+        if lab.spec.datapath.as_deref() == Some("kernel") {
+            assert!(
+                g["kernel_policy_to_user"].as_u64().unwrap() > 0,
+                "the kernel path left the network to vnetd: {g}"
+            );
+        }
+        let text = lab.vnetctl(0, &["show", "policy"]).unwrap();
+        let text = String::from_utf8_lossy(&text.stdout).to_string();
+        assert!(text.contains("network 0 (default deny)") && text.contains("web-db-udp"), "{text}");
+        let metrics = lab.vnetctl(0, &["show", "metrics"]).unwrap();
+        let metrics = String::from_utf8_lossy(&metrics.stdout).to_string();
+        assert!(metrics.contains("vnet_policy_packets{network=\"0\",rule=\"web-db\"} 3"), "{metrics}");
+
+        // The policy withdrawn: everything flows again.
+        let lift = "delete policy\n".to_string()
+            + &["arp-db", "arp-web", "arp-other", "no-ssh", "web-db", "web-db-udp", "ping", "ping6", "mark"]
+                .iter()
+                .map(|r| format!("delete rule {r}\n"))
+                .collect::<String>();
+        for h in 0..2 {
+            lab.apply(h, &lift).unwrap();
+        }
+        assert!(reaches(&lab, &probe, &db, "tcp", &web4, 5201), "without a policy, db reaches web");
+        assert_ping(&lab, &other, db.ip, 56);
+    }
+}
