@@ -106,6 +106,31 @@ pub struct NetPolicy {
     pub orphan_fragments: Arc<AtomicU64>,
 }
 
+impl NetPolicy {
+    /// A network's policy with every counter at zero.
+    pub fn new(default: Action, rules: Vec<Rule>) -> Self {
+        NetPolicy {
+            default,
+            rules,
+            default_counters: Arc::default(),
+            stateful: Arc::default(),
+            unclassifiable: Arc::default(),
+            orphan_fragments: Arc::default(),
+        }
+    }
+
+    /// The same, counting on in `old`'s network-wide counters.
+    pub fn counting_as(self, old: &NetPolicy) -> Self {
+        NetPolicy {
+            default_counters: old.default_counters.clone(),
+            stateful: old.stateful.clone(),
+            unclassifiable: old.unclassifiable.clone(),
+            orphan_fragments: old.orphan_fragments.clone(),
+            ..self
+        }
+    }
+}
+
 /// Why a verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
@@ -208,17 +233,7 @@ pub fn flow_key(generation: u64, network: u32, ip: &Ip) -> FlowKey {
 }
 
 fn fragment_key(generation: u64, network: u32, ip: &Ip, id: u32) -> FlowKey {
-    FlowKey {
-        generation,
-        network,
-        src: ip.src,
-        dst: ip.dst,
-        proto: ip.proto,
-        sport: 0,
-        dport: 0,
-        id,
-        fragment: true,
-    }
+    FlowKey { sport: 0, dport: 0, id, fragment: true, ..flow_key(generation, network, ip) }
 }
 
 impl PolicySet {

@@ -68,23 +68,10 @@ pub fn build(
                 })
                 .collect();
             let default = action(p.defaults.get(&n).copied().unwrap_or(Verb::Allow));
+            let net = NetPolicy::new(default, rules);
             let net = match old.nets.get(&n) {
-                Some(o) => NetPolicy {
-                    default,
-                    rules,
-                    default_counters: o.default_counters.clone(),
-                    stateful: o.stateful.clone(),
-                    unclassifiable: o.unclassifiable.clone(),
-                    orphan_fragments: o.orphan_fragments.clone(),
-                },
-                None => NetPolicy {
-                    default,
-                    rules,
-                    default_counters: Arc::default(),
-                    stateful: Arc::default(),
-                    unclassifiable: Arc::default(),
-                    orphan_fragments: Arc::default(),
-                },
+                Some(o) => net.counting_as(o),
+                None => net,
             };
             (n, net)
         })

@@ -115,14 +115,7 @@ fn set(rules: &[R], default: Action) -> PolicySet {
             counters: Arc::default(),
         })
         .collect();
-    let net = NetPolicy {
-        default,
-        rules,
-        default_counters: Arc::default(),
-        stateful: Arc::default(),
-        unclassifiable: Arc::default(),
-        orphan_fragments: Arc::default(),
-    };
+    let net = NetPolicy::new(default, rules);
     // Host n is in group b when bit b of n is set.
     let groups = (0..16u8).map(|n| (mac(n), u64::from(n))).collect();
     PolicySet {
