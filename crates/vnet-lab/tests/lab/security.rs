@@ -154,8 +154,16 @@ fn forge_and_catch(lab: &mut Lab, vm: &Vm, from: &str, script: &str, args: &[&st
     );
     std::fs::write(&forge, script).unwrap();
     std::fs::write(&catch, CATCH).unwrap();
+    let _ = std::fs::remove_file(&caught);
     lab.spawn(&vm.ns, &["python3", catch.to_str().unwrap(), "3", caught.to_str().unwrap()]).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // The catcher opens its file once its socket is bound: send only then
+    // (a fixed 500 ms was too short for python under a CI run's load,
+    // and the good datagrams found no socket).
+    let t0 = std::time::Instant::now();
+    while !caught.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the catcher did not bind within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut cmd = vec!["python3", forge.to_str().unwrap()];
     cmd.extend_from_slice(args);
     let sent = lab.ns_exec(from, &cmd).unwrap();
