@@ -101,13 +101,7 @@ impl Prefix {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
         };
-        let (a, b, bits) = match (self.addr, ip) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a) as u128, u32::from(b) as u128, 32),
-            (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), 128),
-            _ => return false,
-        };
-        let shift = bits - u32::from(self.len);
-        shift >= bits || (a >> shift) == (b >> shift)
+        vnet_core::policy::in_prefix(ip, self.addr, self.len)
     }
 }
 

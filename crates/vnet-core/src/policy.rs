@@ -33,10 +33,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vnet_wire::classify::{classify, Facts, Frag, Icmp, Ip, L3};
+use vnet_wire::ip::{PROTO_TCP, PROTO_UDP};
 use vnet_wire::MacAddr;
-
-pub const PROTO_TCP: u8 = 6;
-pub const PROTO_UDP: u8 = 17;
 
 /// What a rule or a default does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -50,7 +50,7 @@ impl FlowKey {
     }
 
     fn idle_s(&self) -> u32 {
-        if self.proto == crate::policy::PROTO_TCP && !self.fragment {
+        if self.proto == vnet_wire::ip::PROTO_TCP && !self.fragment {
             TCP_IDLE_S
         } else {
             IDLE_S

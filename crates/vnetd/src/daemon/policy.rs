@@ -89,23 +89,14 @@ impl Daemon {
                 n["unclassifiable"],
                 n["orphan_fragments"]
             ));
-            out.push_str(&format!("  {:<24} {:>6} {:>12} {:>12}\n", "rule", "action", "packets", "drops"));
-            for r in n["rules"].as_array().into_iter().flatten() {
-                out.push_str(&format!(
-                    "  {:<24} {:>6} {:>12} {:>12}\n",
-                    r["name"].as_str().unwrap_or("?"),
-                    r["action"].as_str().unwrap_or("?"),
-                    r["packets"],
-                    r["drops"]
-                ));
-            }
-            out.push_str(&format!(
-                "  {:<24} {:>6} {:>12} {:>12}\n",
-                "(default)",
-                n["default"].as_str().unwrap_or("?"),
-                n["default_packets"],
-                n["default_drops"]
-            ));
+            let mut rows = n["rules"].as_array().cloned().unwrap_or_default();
+            rows.push(json!({
+                "name": "(default)",
+                "action": n["default"],
+                "packets": n["default_packets"],
+                "drops": n["default_drops"],
+            }));
+            out.push_str(&super::table(&["name", "action", "packets", "drops"], &rows));
         }
         out.push_str(&format!(
             "flows: {} of {} slots ({} evicted)\n",
