@@ -35,6 +35,10 @@ const SHARED: &[(&str, &str)] = &[
     ("pair_val", "PairVal"),
     ("neigh_key", "NeighKey"),
     ("neigh_val", "NeighVal"),
+    ("gov_val", "GovVal"),
+    ("gov_stats", "GovStats"),
+    ("flow_key", "KernelFlowKey"),
+    ("flow_val", "FlowVal"),
 ];
 
 fn main() {

@@ -6,6 +6,7 @@
 //! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0","at_ms":1764000000000,"network":7,"epoch":2,"addrs":["10.244.0.5"],"sig":"..."}
 //! /vnet/<network>/revoked/hosts/<host>  BASE64(revocation).BASE64(signature)
 //! /vnet/<network>/revoked/certs/<id>    BASE64(revocation).BASE64(signature)
+//! /vnet/<network>/policy                BASE64(policy).BASE64(signature)
 //! ```
 //!
 //! Values are JSON, read into these plain records and then checked field by
@@ -44,6 +45,11 @@ pub fn revoked_cert_key(network: &str, id: &str) -> String {
     format!("/vnet/{network}/revoked/certs/{id}")
 }
 
+/// The key of the network's signed policy ([`crate::trust::PolicyBody`]).
+pub fn policy_key(network: &str) -> String {
+    format!("/vnet/{network}/policy")
+}
+
 /// Whether `name` may name a network or a host: 1 to 63 of `A-Za-z0-9._-`.
 pub fn valid_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
@@ -59,12 +65,17 @@ pub enum Key<'a> {
     RevokedHost(&'a str),
     /// A revocation of one certificate, by its id.
     RevokedCert(&'a str),
+    /// The network's signed policy.
+    Policy,
 }
 
 /// Parses `key`, which starts with `prefix` (else `None`, as for any key
 /// this version does not know).
 pub fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<Key<'a>> {
     let rest = key.strip_prefix(prefix)?;
+    if rest == "policy" {
+        return Some(Key::Policy);
+    }
     if let Some(h) = rest.strip_prefix("hosts/") {
         return valid_name(h).then_some(Key::Host(h));
     }
@@ -214,6 +225,8 @@ mod tests {
         assert_eq!(parse_key(&p, &revoked_host_key("lab", "h1")), Some(Key::RevokedHost("h1")));
         let id = "0123456789abcdef0123456789abcdef";
         assert_eq!(parse_key(&p, &revoked_cert_key("lab", id)), Some(Key::RevokedCert(id)));
+        assert_eq!(parse_key(&p, &policy_key("lab")), Some(Key::Policy));
+        assert_eq!(parse_key(&p, "/vnet/lab/policy/x"), None);
         for k in [
             "/vnet/lab/hosts/",
             "/vnet/lab/hosts/a/b",

@@ -139,6 +139,10 @@ pub enum RecordError {
     Revocation(TrustError),
     #[error("the revocation is not the one its key names")]
     RevocationKey,
+    #[error("`policy`: {0}")]
+    Policy(TrustError),
+    #[error("`policy`: serial {serial} is not higher than the one held ({held})")]
+    StalePolicy { serial: u64, held: u64 },
 }
 
 /// What a member counted.
@@ -191,6 +195,11 @@ pub struct Member {
     /// writer to the store without the network key cannot take one back).
     revoked_hosts: rustc_hash::FxHashSet<Box<str>>,
     revoked_certs: rustc_hash::FxHashSet<Box<str>>,
+    /// Signed networks: the policy taken (its serial and lines, and what
+    /// they declare), kept when its key is deleted (only a higher serial,
+    /// signed, changes it), and a count of its changes.
+    net_policy: Option<(u64, String, std::sync::Arc<vnet_control::policy::Policies>)>,
+    policy_version: u64,
     /// Signed networks: each live host's certificate id (this one's too).
     cert_ids: FxHashMap<u32, String>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
@@ -233,6 +242,8 @@ impl Member {
             conflicts: BTreeMap::new(),
             revoked_hosts: Default::default(),
             revoked_certs: Default::default(),
+            net_policy: None,
+            policy_version: 0,
             cert_ids: FxHashMap::default(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
@@ -427,6 +438,10 @@ impl Member {
             // A revocation stays while the process runs: deleting its key
             // (which needs no network key) takes nothing back.
             (Key::RevokedHost(_) | Key::RevokedCert(_), Event::Delete { .. }) => Ok(()),
+            (Key::Policy, Event::Put { value, .. }) => self.put_policy(value),
+            // So does a policy: its key deleted withdraws nothing (a policy
+            // with no lines, signed, does).
+            (Key::Policy, Event::Delete { .. }) => Ok(()),
         };
         match taken {
             Ok(()) => {
@@ -472,6 +487,46 @@ impl Member {
         self.not_after.remove(&h);
         self.cert_ids.remove(&h);
         self.set_host(h, None, out);
+    }
+
+    /// Takes the network's policy, signed by the network key, for this
+    /// network, with a serial higher than the one held (the same one again,
+    /// as a relist brings it, is no change).
+    fn put_policy(&mut self, value: &[u8]) -> Result<(), RecordError> {
+        let Some(nk) = self.policy.network_key else {
+            return Err(RecordError::Policy(TrustError::Policy(
+                "this network has no network key to check a policy with".into(),
+            )));
+        };
+        let text = std::str::from_utf8(value).map_err(|_| RecordError::Policy(TrustError::CertForm))?;
+        let (body, declared) = nk.verify_policy(text.trim()).map_err(RecordError::Policy)?;
+        if body.network != self.network {
+            return Err(RecordError::Policy(TrustError::Policy(format!(
+                "signed for network `{}`, not `{}`",
+                body.network, self.network
+            ))));
+        }
+        match &self.net_policy {
+            Some((held, lines, _)) if *held == body.serial && *lines == body.lines => return Ok(()),
+            Some((held, ..)) if *held >= body.serial => {
+                return Err(RecordError::StalePolicy { serial: body.serial, held: *held })
+            }
+            _ => {}
+        }
+        self.net_policy = Some((body.serial, body.lines, std::sync::Arc::new(declared)));
+        self.policy_version += 1;
+        Ok(())
+    }
+
+    /// The network's signed policy as taken: its serial and what it
+    /// declares; and a count of its changes (a caller builds again only
+    /// then).
+    pub fn signed_policy(&self) -> Option<(u64, &std::sync::Arc<vnet_control::policy::Policies>)> {
+        self.net_policy.as_ref().map(|(s, _, p)| (*s, p))
+    }
+
+    pub fn policy_version(&self) -> u64 {
+        self.policy_version
     }
 
     /// Takes a revocation signed by the network key: the host it names
@@ -1018,6 +1073,67 @@ mod tests {
         s.put(&revoked_host_key("n", "h6"), nk.revoke(&r5).unwrap().into_bytes(), None);
         sync(&mut m, &s);
         assert_eq!((m.stats.bad_records, m.revoked()), (before + 1, held));
+    }
+
+    /// The network's policy: taken only signed by the network key, for this
+    /// network, with lines that are policy, rule and group lines, and a
+    /// serial higher than the one held; the same one again (a relist) is no
+    /// change; deleting its key withdraws nothing; an unsigned network
+    /// takes none.
+    #[test]
+    fn a_signed_policy_is_taken_by_serial_and_only_from_the_network_key() {
+        use crate::layout::policy_key;
+        use crate::trust::{NetworkKey, PolicyBody};
+        let nk = NetworkKey::generate().unwrap();
+        let body = |serial: u64, lines: &str| PolicyBody { network: "n".into(), serial, lines: lines.into() };
+        let signed = |b: &PolicyBody| nk.sign_policy(b).unwrap().into_bytes();
+        let mut m = signed_view(&nk, "h1");
+        let mut s = MemStore::new();
+        let k = policy_key("n");
+        s.put(&k, signed(&body(5, "policy default deny\nrule web allow proto tcp port 80\n")), None);
+        sync(&mut m, &s);
+        let (serial, p) = m.signed_policy().unwrap();
+        assert_eq!((serial, p.rules.len(), m.policy_version()), (5, 1, 1));
+        // Again, as a relist brings it: no change.
+        s.put(&k, signed(&body(5, "policy default deny\nrule web allow proto tcp port 80\n")), None);
+        sync(&mut m, &s);
+        assert_eq!((m.policy_version(), m.stats.bad_records), (1, 0));
+        let refused = |m: &mut Member, s: &mut MemStore, value: Vec<u8>| {
+            let bad = m.stats.bad_records;
+            s.put(&k, value, None);
+            sync(m, s);
+            assert_eq!(
+                (m.stats.bad_records, m.policy_version()),
+                (bad + 1, 1),
+                "{:?}",
+                m.quarantined().last()
+            );
+        };
+        // Older, or the same serial with other lines: a replay.
+        refused(&mut m, &mut s, signed(&body(4, "")));
+        refused(&mut m, &mut s, signed(&body(5, "")));
+        // Another key's, another network's, tampered, or not a policy.
+        let other = NetworkKey::generate().unwrap();
+        refused(&mut m, &mut s, other.sign_policy(&body(9, "")).unwrap().into_bytes());
+        let elsewhere = PolicyBody { network: "m".into(), ..body(9, "") };
+        refused(&mut m, &mut s, nk.sign_policy(&elsewhere).unwrap().into_bytes());
+        let mut t = signed(&body(9, "rule a allow\n"));
+        t[3] ^= 1;
+        refused(&mut m, &mut s, t);
+        refused(&mut m, &mut s, b"policy default allow".to_vec());
+        // Deleted: still enforced.
+        s.delete_if(&k, None);
+        sync(&mut m, &s);
+        assert_eq!(m.signed_policy().unwrap().0, 5);
+        // Withdrawn by a higher serial with no lines.
+        s.put(&k, signed(&body(6, "")), None);
+        sync(&mut m, &s);
+        let (serial, p) = m.signed_policy().unwrap();
+        assert_eq!((serial, p.networks().len(), m.policy_version()), (6, 0, 2));
+        // A network without a key takes no policy.
+        let mut plain = Member::new("n", "h1");
+        sync(&mut plain, &s);
+        assert!(plain.signed_policy().is_none() && plain.stats.bad_records >= 1);
     }
 
     /// Signed claims: one that comes before its host's record waits and is

@@ -44,9 +44,12 @@ const CLAIM_TAG: &[u8] = b"vnet mac claim v1\0";
 const CLAIM_TAG_V2: &[u8] = b"vnet mac claim v2\0";
 const REVOKE_TAG: &[u8] = b"vnet revocation v1\0";
 const CLAIM_KEY_TAG: &[u8] = b"vnet claim key v1\0";
+const POLICY_TAG: &[u8] = b"vnet policy v1\0";
 /// A certificate's longest text, and the most addresses it may name.
 pub const MAX_CERT_LEN: usize = 4096;
 pub const MAX_CERT_ADDRS: usize = 16;
+/// A signed policy's longest text (4096 rules of a network fit).
+pub const MAX_POLICY_LEN: usize = 1 << 20;
 
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
@@ -65,6 +68,9 @@ pub enum TrustError {
     Key,
     #[error("expected an address prefix ADDR[/LEN], found `{0}`")]
     Prefix(String),
+    /// A signed policy that does not open, or whose lines do not check.
+    #[error("the policy: {0}")]
+    Policy(String),
 }
 
 /// An address prefix a certificate allows (`10.0.0.0/24`, `fd00::1`).
@@ -188,6 +194,24 @@ impl NetworkPublic {
         HostCert::from_body(body)
     }
 
+    /// Checks a signed policy (the policy key's value) and decodes it,
+    /// with the policies its lines declare.
+    pub fn verify_policy(
+        &self,
+        text: &str,
+    ) -> Result<(PolicyBody, vnet_control::policy::Policies), TrustError> {
+        if text.len() > MAX_POLICY_LEN {
+            return Err(TrustError::Policy(format!("longer than {MAX_POLICY_LEN} bytes")));
+        }
+        let body = open_sized(&self.0, POLICY_TAG, text, MAX_POLICY_LEN).map_err(|e| match e {
+            TrustError::CertSignature => TrustError::Policy("its signature is not the network key's".into()),
+            _ => TrustError::Policy("expected BASE64(body).BASE64(signature)".into()),
+        })?;
+        let b: PolicyBody = serde_json::from_slice(&body).map_err(|e| TrustError::Policy(e.to_string()))?;
+        let p = b.policies()?;
+        Ok((b, p))
+    }
+
     /// Checks a revocation (a revoked key's value) and decodes it.
     pub fn verify_revocation(&self, text: &str) -> Result<Revocation, TrustError> {
         let body = open(&self.0, REVOKE_TAG, text)?;
@@ -252,6 +276,18 @@ impl NetworkKey {
         HostCert::from_body(body.clone())?;
         let json = serde_json::to_vec(body).map_err(|e| TrustError::CertBody(e.to_string()))?;
         Ok(seal(&self.pair, CERT_TAG, &json))
+    }
+
+    /// Signs a policy (its lines checked first: what is signed is what
+    /// hosts accept).
+    pub fn sign_policy(&self, body: &PolicyBody) -> Result<String, TrustError> {
+        body.policies()?;
+        let json = serde_json::to_vec(body).map_err(|e| TrustError::Policy(e.to_string()))?;
+        let text = seal(&self.pair, POLICY_TAG, &json);
+        if text.len() > MAX_POLICY_LEN {
+            return Err(TrustError::Policy(format!("longer than {MAX_POLICY_LEN} bytes signed")));
+        }
+        Ok(text)
     }
 
     /// Signs a revocation (checked first), for its key ([`Revocation::key`]).
@@ -362,10 +398,54 @@ impl Revocation {
     }
 }
 
+/// What a signed policy says (its JSON body): the whole policy of cluster
+/// network `network`, as lines of vnetd's language (`policy`, `rule` and
+/// `group` lines, nothing else), and its serial. A host takes a policy
+/// whose serial is higher than the one it holds, and only such: an older
+/// policy replayed is refused. Withdrawn by a policy with no lines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyBody {
+    pub network: String,
+    pub serial: u64,
+    pub lines: String,
+}
+
+impl PolicyBody {
+    /// The policies its lines declare; or the first line that is not a
+    /// `policy`, `rule` or `group` line, or does not parse or check (its
+    /// line and column, what was expected).
+    pub fn policies(&self) -> Result<vnet_control::policy::Policies, TrustError> {
+        use vnet_control::Command;
+        if !crate::layout::valid_name(&self.network) {
+            return Err(TrustError::Policy("network must be a name of 1 to 63 of A-Za-z0-9._-".into()));
+        }
+        let cmds = vnet_control::parse(&self.lines).map_err(|e| TrustError::Policy(e.to_string()))?;
+        if let Some(c) = cmds
+            .iter()
+            .find(|c| !matches!(c.item, Command::Policy { .. } | Command::Rule(_) | Command::Group { .. }))
+        {
+            return Err(TrustError::Policy(format!(
+                "line {}, column {}: expected a `policy`, `rule` or `group` line (a signed policy declares \
+                 nothing else)",
+                c.pos.line, c.pos.column
+            )));
+        }
+        let state =
+            vnet_control::State::default().apply_all(&cmds).map_err(|e| TrustError::Policy(e.to_string()))?;
+        Ok(state.policies)
+    }
+}
+
 /// `BASE64(body) "." BASE64(signature of tag + body)`, at most
 /// [`MAX_CERT_LEN`] bytes, opened: the body, once the signature checks.
 fn open(public: &[u8; 32], tag: &[u8], text: &str) -> Result<Vec<u8>, TrustError> {
-    if text.len() > MAX_CERT_LEN {
+    open_sized(public, tag, text, MAX_CERT_LEN)
+}
+
+/// [`open`] for a text of at most `max` bytes.
+fn open_sized(public: &[u8; 32], tag: &[u8], text: &str, max: usize) -> Result<Vec<u8>, TrustError> {
+    if text.len() > max {
         return Err(TrustError::CertForm);
     }
     let (body, sig) = text.split_once('.').ok_or(TrustError::CertForm)?;
@@ -526,5 +606,26 @@ mod tests {
         for bad in ["10.0.0.0/33", "x", "10.0.0.0/", "::/129"] {
             assert!(bad.parse::<Prefix>().is_err(), "{bad}");
         }
+    }
+
+    /// A policy is signed only if its lines are policy, rule and group
+    /// lines that check; a host reads back exactly what was signed.
+    #[test]
+    fn a_policy_is_signed_only_with_lines_that_declare_a_policy() {
+        let nk = NetworkKey::generate().unwrap();
+        let body = |lines: &str| PolicyBody { network: "lab".into(), serial: 1, lines: lines.into() };
+        let ok = body("policy default deny\ngroup db 52:54:00:00:00:04\nrule db allow to group db proto tcp port 5432\n");
+        let (b, p) = nk.public().verify_policy(&nk.sign_policy(&ok).unwrap()).unwrap();
+        assert_eq!((b, p.rules.len(), p.groups.len()), (ok, 1, 1));
+        let err = |lines: &str| nk.sign_policy(&body(lines)).unwrap_err().to_string();
+        assert!(
+            err("rule a allow\nlink x udp 10.0.0.1:9000\n").contains("line 2, column 1"),
+            "{}",
+            err("link x udp 10.0.0.1:9000")
+        );
+        assert!(err("rule a allow port 80\n").contains("the policy"), "a port without tcp or udp");
+        let bad_net = PolicyBody { network: "no net".into(), ..body("") };
+        assert!(nk.sign_policy(&bad_net).is_err());
+        assert!(nk.public().verify_policy(&"A".repeat(MAX_POLICY_LEN + 1)).is_err());
     }
 }

@@ -56,6 +56,7 @@ fn set(rules: usize) -> PolicySet {
         nets: [(0, net)].into_iter().collect(),
         groups: Default::default(),
         flows: Arc::new(Flows::default()),
+        mirror: None,
     }
 }
 

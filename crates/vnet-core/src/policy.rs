@@ -158,6 +158,25 @@ pub struct Verdict {
     pub why: Why,
 }
 
+/// A second table of allowed flows kept beside [`Flows`] by a data path
+/// that forwards a flow's further packets and replies itself, without
+/// the engine (vnetd's kernel path: its eBPF `flows` map). The engine
+/// judges every new flow and offers the mirror each flow it allows
+/// (again every [`flows::OFFER_S`] seconds while the engine still sees
+/// it); the mirror passes nothing it was not offered. The engine asks the
+/// mirror before it judges a packet it knows no flow for: a flow the
+/// mirror carried alone for longer than the engine's idle time is still
+/// the flow it was. So a flow is known while either table saw it within
+/// its idle time, whichever path its packets took.
+pub trait FlowMirror: Send + Sync + std::fmt::Debug {
+    /// Whether `k` or its reply (`k` reversed) is a flow the mirror saw
+    /// within its idle time.
+    fn fresh(&self, k: &FlowKey) -> bool;
+    /// Flow `k` was allowed (or seen) now: the mirror may pass its further
+    /// packets and its replies. It may not keep it (full, or failing).
+    fn offer(&self, k: &FlowKey);
+}
+
 /// Every network's policy, as one snapshot.
 #[derive(Debug, Default)]
 pub struct PolicySet {
@@ -167,6 +186,8 @@ pub struct PolicySet {
     /// Each MAC's groups, one bit each.
     pub groups: FxHashMap<MacAddr, u64>,
     pub flows: Arc<Flows>,
+    /// Where the flows are also kept, if anywhere ([`FlowMirror`]).
+    pub mirror: Option<Arc<dyn FlowMirror>>,
 }
 
 impl Rule {
@@ -295,19 +316,24 @@ impl PolicySet {
         } else if let Icmp::Error { src, dst, proto, sport, dport } = ip.icmp {
             let about =
                 FlowKey { generation: g, network, src, dst, proto, sport, dport, id: 0, fragment: false };
-            if !flows.hit(&about) && !flows.hit(&about.reversed()) {
+            if !flows.hit(&about) && !flows.hit(&about.reversed()) && !self.mirrored(&about) {
                 return None;
             }
             Why::Related
         } else {
             let k = flow_key(g, network, ip);
-            if flows.hit(&k) {
-                Why::Established
-            } else if flows.hit(&k.reversed()) {
-                Why::Reply
+            let (why, slot, known) = if let Some(s) = flows.hit_slot(&k) {
+                (Why::Established, s, k)
+            } else if let Some(s) = flows.hit_slot(&k.reversed()) {
+                (Why::Reply, s, k.reversed())
+            } else if self.mirrored(&k) {
+                // A flow the mirror carried alone: known here again.
+                (Why::Established, flows.insert(&k), k)
             } else {
                 return None;
-            }
+            };
+            self.offer(slot, &known);
+            why
         };
         if let Frag::First { id } = ip.frag {
             flows.insert(&fragment_key(g, network, ip, id));
@@ -324,7 +350,23 @@ impl PolicySet {
         }
         // An ICMP error opens no flow of its own; everything else does.
         if !matches!(ip.icmp, Icmp::Error { .. }) {
-            self.flows.insert(&flow_key(g, network, ip));
+            let k = flow_key(g, network, ip);
+            let slot = self.flows.insert(&k);
+            self.offer(slot, &k);
+        }
+    }
+
+    /// Whether the mirror knows `k` (or its reply).
+    fn mirrored(&self, k: &FlowKey) -> bool {
+        self.mirror.as_ref().is_some_and(|m| m.fresh(k))
+    }
+
+    /// Offers the mirror flow `k` (in `slot`) when it is due.
+    fn offer(&self, slot: usize, k: &FlowKey) {
+        if let Some(m) = &self.mirror {
+            if self.flows.due(slot) {
+                m.offer(k);
+            }
         }
     }
 }

@@ -76,7 +76,7 @@ pub fn build(
             (n, net)
         })
         .collect();
-    PolicySet { generation, nets, groups, flows: old.flows.clone() }
+    PolicySet { generation, nets, groups, flows: old.flows.clone(), mirror: old.mirror.clone() }
 }
 
 #[cfg(test)]

@@ -125,6 +125,44 @@ pub enum Case {
     VnetUserPoll(Wire),
     /// vnetd's in-kernel eBPF fast path (`datapath kernel`; VMs on veths).
     VnetKernel(Wire),
+    /// The user path with a policy of [`POLICY_RULES`] rules in force, every
+    /// new flow allowed by the last ([`policy_requests`]).
+    VnetUserRules(Wire),
+    /// The kernel path with the same policy.
+    VnetKernelRules(Wire),
+}
+
+/// The rules of the `*-rules100` cases.
+pub const POLICY_RULES: usize = 100;
+
+/// The policy of the `*-rules100` cases: deny by default, 99 rules that the
+/// bench's traffic never matches (prefixes and ports of no VM, tried in
+/// order) and a last one allowing everything: each new flow is judged
+/// against all 100.
+pub fn policy_requests() -> crate::Result<Vec<vnet_control::request::Request>> {
+    use vnet_control::policy::{RuleDef, Sel, Verb};
+    let mut out = vec![vnet_control::request::Request::Policy { network: 0, verb: Verb::Deny }];
+    let rule = |i: usize, verb, from, proto, ports| RuleDef {
+        name: format!("r{i:03}"),
+        verb,
+        network: 0,
+        priority: 100,
+        from,
+        to: Sel::Any,
+        ether: None,
+        proto,
+        ports,
+    };
+    for i in 0..POLICY_RULES - 1 {
+        let net = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 201, i as u8, 0));
+        let verb = if i % 2 == 0 { Verb::Allow } else { Verb::Deny };
+        let port = 1000 + i as u16;
+        let r = rule(i, verb, Sel::Net(net, 24), Some(6), Some((port, port)));
+        out.push(vnet_control::request::Request::rule(r).map_err(|e| e.to_string())?);
+    }
+    let last = rule(POLICY_RULES - 1, Verb::Allow, Sel::Any, None, None);
+    out.push(vnet_control::request::Request::rule(last).map_err(|e| e.to_string())?);
+    Ok(out)
 }
 
 impl Case {
@@ -139,6 +177,17 @@ impl Case {
             Case::VnetUser(w) => format!("vnet-user-{}", w.word()),
             Case::VnetUserPoll(w) => format!("vnet-userpoll-{}", w.word()),
             Case::VnetKernel(w) => format!("vnet-kernel-{}", w.word()),
+            Case::VnetUserRules(w) => format!("vnet-user-{}-rules{POLICY_RULES}", w.word()),
+            Case::VnetKernelRules(w) => format!("vnet-kernel-{}-rules{POLICY_RULES}", w.word()),
+        }
+    }
+
+    /// The same case without a policy.
+    fn unruled(self) -> Case {
+        match self {
+            Case::VnetUserRules(w) => Case::VnetUser(w),
+            Case::VnetKernelRules(w) => Case::VnetKernel(w),
+            c => c,
         }
     }
 
@@ -162,6 +211,7 @@ impl Case {
             Case::VnetKernel(Wire::Vnet),
             Case::VnetKernel(Wire::Vxlan),
             Case::VnetKernel(Wire::VnetEncrypt),
+            Case::VnetKernelRules(Wire::Vnet),
         ]
     }
 
@@ -172,12 +222,14 @@ impl Case {
         v.push(Case::VnetUser(Wire::Vnet6));
         v.push(Case::VnetKernel(Wire::Vnet6));
         v.push(Case::VnetUser(Wire::VnetChaCha));
+        v.push(Case::VnetUserRules(Wire::Vnet));
         v
     }
 
     /// The endpoints' MTU over an underlay of `mtu`.
     fn endpoint_mtu(self, mtu: u32) -> u32 {
         match self {
+            Case::VnetUserRules(_) | Case::VnetKernelRules(_) => self.unruled().endpoint_mtu(mtu),
             Case::Native | Case::Routed | Case::Bridged => mtu,
             // Room for what each adds (WireGuard's 60 bytes over IPv4 and
             // its padding; tinc's sequence number, MAC, cipher padding and
@@ -544,6 +596,7 @@ struct End {
 
 /// The lab a case is measured on, with `vms` VMs per host (native: none).
 fn spec_for(case: Case, cond: &Condition, vms: usize, vnetd_args: &[String]) -> Spec {
+    let case = case.unruled();
     let no_vnet = (Links::Udp, Format::Raw);
     let (overlay, (links, format), dispatch, datapath) = match case {
         Case::Native => (Overlay::None, no_vnet, None, None),
@@ -555,6 +608,7 @@ fn spec_for(case: Case, cond: &Condition, vms: usize, vnetd_args: &[String]) -> 
         Case::VnetUser(w) => (Overlay::Vnet, w.lab(), None, None),
         Case::VnetUserPoll(w) => (Overlay::Vnet, w.lab(), Some("poll".to_string()), None),
         Case::VnetKernel(w) => (Overlay::Vnet, w.lab(), None, Some("kernel".to_string())),
+        Case::VnetUserRules(_) | Case::VnetKernelRules(_) => unreachable!("unruled above"),
     };
     Spec {
         hosts: 2,
@@ -577,6 +631,19 @@ fn spec_for(case: Case, cond: &Condition, vms: usize, vnetd_args: &[String]) -> 
     }
 }
 
+/// A lab for `case`: up, and with the `*-rules100` cases' policy on every
+/// host.
+fn lab_for(case: Case, cond: &Condition, vms: usize, opts: &Opts) -> crate::Result<Lab> {
+    let lab = Lab::up(spec_for(case, cond, vms, &opts.vnetd_args)).map_err(|e| format!("lab: {e}"))?;
+    if case != case.unruled() {
+        let text: String = policy_requests()?.iter().map(|r| format!("{r}\n")).collect();
+        for h in 0..lab.hosts.len() {
+            lab.apply(h, &text).map_err(|e| format!("the policy: {e}"))?;
+        }
+    }
+    Ok(lab)
+}
+
 /// Waits until `a` reaches `b` (ARP, routes, the overlay's learning).
 fn reach(lab: &Lab, a: &End, b: &End) -> crate::Result<()> {
     for _ in 0..20 {
@@ -589,7 +656,7 @@ fn reach(lab: &Lab, a: &End, b: &End) -> crate::Result<()> {
 }
 
 fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> crate::Result<Vec<Sample>> {
-    let mut lab = Lab::up(spec_for(case, cond, 1, &opts.vnetd_args)).map_err(|e| format!("lab: {e}"))?;
+    let mut lab = lab_for(case, cond, 1, opts)?;
     let (a, b) = if case == Case::Native {
         (
             End { ns: lab.hosts[0].ns.clone(), ip: lab.hosts[0].underlay_ip.to_string() },
@@ -663,8 +730,8 @@ const MANY_STREAMS: usize = 2;
 /// (native: as many iperf3 pairs between the hosts): the aggregate
 /// Gbit/s, and the machine's CPU time per GB moved.
 fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> crate::Result<Vec<Sample>> {
-    let mut lab = Lab::up(spec_for(case, cond, MANY_VMS, &opts.vnetd_args))
-        .map_err(|e| format!("lab ({MANY_VMS} VMs per host): {e}"))?;
+    let mut lab =
+        lab_for(case, cond, MANY_VMS, opts).map_err(|e| format!("lab ({MANY_VMS} VMs per host): {e}"))?;
     let end = |h: usize, v: usize| {
         if case == Case::Native {
             End { ns: lab.hosts[h].ns.clone(), ip: lab.hosts[h].underlay_ip.to_string() }

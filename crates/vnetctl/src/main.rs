@@ -13,6 +13,8 @@
 //!                                # a host certificate, for vnetd --host-cert
 //! etcdctl put $(vnetctl revoke net.key network lab host h3)
 //!                                # every certificate of h3 withdrawn (`cert ID`: one)
+//! etcdctl put $(vnetctl policy net.key network lab rules.conf)
+//!                                # the network's policy, signed (every host enforces it)
 //! # relocate a VM: the new host attaches it, every host reroutes its MAC,
 //! # the old host drops its interface, the new host announces the MAC
 //! vnetctl move 52:54:00:00:00:02 to unix:/run/c.sock hosts unix:/run/a.sock,unix:/run/b.sock \
@@ -72,6 +74,9 @@ Keys and certificates (no vnetd needed; none writes anything when given -h or --
                           a host certificate (a year unless told)
   revoke NETKEY network N host H [cert ID]
                           a revocation, as KEY VALUE for `etcdctl put`
+  policy NETKEY network N FILE [serial S]
+                          FILE's policy, rule and group lines signed for the network, as KEY VALUE
+                          for `etcdctl put` (serial: the time unless told; hosts take only higher ones)
 A secured cluster in three commands a network and two a host (docs/QUICKSTART.md):
   network init DIR network NAME etcd IP    the network key, etcd's CA, certificate and config in DIR
   network setup DIR                        etcd's users and roles (etcd running); prints the join token
@@ -258,7 +263,8 @@ fn keys(words: &[String]) -> Option<ExitCode> {
             .map(|_| text)
             .map_err(|e| format!("reading stdin: {e}"))
     };
-    const KEY_COMMANDS: [&str; 7] = ["genkey", "pubkey", "netkey", "sign", "revoke", "network", "join"];
+    const KEY_COMMANDS: [&str; 8] =
+        ["genkey", "pubkey", "netkey", "sign", "revoke", "policy", "network", "join"];
     if w.first().is_some_and(|c| KEY_COMMANDS.contains(c)) && asks_help(&w) {
         out(&format!("{SUBCOMMANDS}\n"));
         return Some(ExitCode::SUCCESS);
@@ -274,13 +280,15 @@ fn keys(words: &[String]) -> Option<ExitCode> {
         ["netkey", file] => netkey(file),
         ["sign", file, rest @ ..] => sign(file, rest),
         ["revoke", file, rest @ ..] => revoke(file, rest),
+        ["policy", file, rest @ ..] => policy(file, rest),
         ["network", "init", dir, rest @ ..] => onboard::init(dir, rest),
         ["network", "setup", dir] => onboard::setup(dir),
         ["network", "approve", dir, host, rest @ ..] => onboard::approve(dir, host, rest),
         ["join", token, rest @ ..] => onboard::join(token, rest),
         [first, ..] if KEY_COMMANDS.contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
              public-key KEY claim-key KEY addr PREFIX[,PREFIX...] [days N | not-after SECONDS] | \
-             revoke NETKEYFILE network NAME host NAME [cert ID] | network init DIR network NAME etcd IP | \
+             revoke NETKEYFILE network NAME host NAME [cert ID] | policy NETKEYFILE network NAME FILE [serial N] | \
+             network init DIR network NAME etcd IP | \
              network setup DIR | network approve DIR HOST [key FINGERPRINT] | join TOKEN host NAME [dir DIR] [wait SECS]"
             .to_string()),
         _ => return None,
@@ -376,6 +384,48 @@ fn revoke(file: &str, words: &[&str]) -> Result<String, String> {
     }
     let value = key.revoke(&r).map_err(|e| e.to_string())?;
     Ok(format!("{} {value}", r.key()))
+}
+
+/// `policy NETKEYFILE network N FILE [serial S]`: FILE's `policy`, `rule`
+/// and `group` lines signed by the network key, printed as the store's key
+/// and value (`etcdctl put $(vnetctl policy ...)`; every host of the
+/// network enforces it as the watch brings it). The serial is the time
+/// (seconds since the epoch) unless told: a host takes only a policy whose
+/// serial is higher than the one it holds.
+fn policy(file: &str, words: &[&str]) -> Result<String, String> {
+    use vnet_cluster::trust::{NetworkKey, PolicyBody};
+    let text = vnet_client::keys::read_secret(std::path::Path::new(file), "the network key", 1024)
+        .map_err(|e| e.to_string())?;
+    let key = NetworkKey::from_base64(&text).map_err(|e| format!("{file}:1:1: {e}"))?;
+    let (mut network, mut serial, mut lines) = (None, None, None);
+    let mut rest = words;
+    while let [k, more @ ..] = rest {
+        match (*k, more) {
+            ("network", [v, tail @ ..]) => (network, rest) = (Some(v.to_string()), tail),
+            ("serial", [v, tail @ ..]) => {
+                let n: u64 = v.parse().map_err(|_| format!("serial: expected a number, found `{v}`"))?;
+                (serial, rest) = (Some(n), tail);
+            }
+            ("network" | "serial", []) => return Err(format!("`{k}` needs a value")),
+            (path, tail) if lines.is_none() => {
+                let t = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+                (lines, rest) = (Some((path.to_string(), t)), tail);
+            }
+            (other, _) => return Err(format!("expected network, serial or one FILE, found `{other}`")),
+        }
+    }
+    let network = network.ok_or("expected `network NAME`")?;
+    let (path, lines) = lines.ok_or("expected the FILE of policy, rule and group lines")?;
+    let body = PolicyBody {
+        network,
+        serial: match serial {
+            Some(s) => s,
+            None => unix_now()?,
+        },
+        lines,
+    };
+    let value = key.sign_policy(&body).map_err(|e| format!("{path}: {e}"))?;
+    Ok(format!("{} {value}", vnet_cluster::layout::policy_key(&body.network)))
 }
 
 /// A host certificate's lifetime unless `days` or `not-after` says

@@ -120,14 +120,38 @@ struct {
 	__type(value, struct neigh_val);
 } neigh4 SEC(".maps");
 
-/* The networks with a policy (`rule`, `policy`): their frames are left to
- * vnetd's engine, which enforces it (docs/POLICY.md). */
+/* The networks with a policy (`rule`, `policy`; docs/POLICY.md). A frame
+ * of one passes here only as a further packet or a reply of a flow
+ * vnetd's engine allowed (`flows`); everything else of it (a new flow,
+ * fragments, ICMP errors, ARP, other EtherTypes) is left to the engine,
+ * which judges it by the rules and writes the flows it allows into
+ * `flows`. So the rules have one implementation, and both paths one
+ * meaning. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, GOV_SLOTS);
 	__type(key, __u32);
-	__type(value, __u8);
+	__type(value, struct gov_val);
 } governed SEC(".maps");
+
+/* The flows the engine allowed. One LRU map for all CPUs, not one per
+ * CPU: a flow's two directions and vnetd's reads must find one entry (its
+ * `last`, rewritten at most once a second, is what CPUs share). Full, it
+ * drops its least recently used flow, whose next packet goes to the
+ * engine, which knows it or judges it again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, FLOW_ENTRIES);
+	__type(key, struct flow_key);
+	__type(value, struct flow_val);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GOV_SLOTS);
+	__type(key, __u32);
+	__type(value, struct gov_stats);
+} gov_stats SEC(".maps");
 
 /* An interface's hand-off TAP (by ifindex): where its frames for vnetd go. */
 struct {
@@ -494,6 +518,110 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l, stru
 	return write_headers(skb, l, &udp, hash, outer, inner);
 }
 
+/* Whether `k` (or its reply, `k` reversed) is a flow the engine allowed,
+ * seen within its idle time; seen now if so. */
+static __always_inline int flow_fresh(struct flow_key *k, __u64 now)
+{
+	__u64 idle = (k->proto == IPPROTO_TCP ? FLOW_TCP_IDLE_S : FLOW_IDLE_S) * 1000000000ULL;
+	struct flow_val *v = bpf_map_lookup_elem(&flows, k);
+	if (!v) {
+		struct flow_key r = *k;
+		__builtin_memcpy(r.src, k->dst, 16);
+		__builtin_memcpy(r.dst, k->src, 16);
+		r.sport = k->dport;
+		r.dport = k->sport;
+		v = bpf_map_lookup_elem(&flows, &r);
+		if (!v)
+			return 0;
+	}
+	__u64 last = v->last;
+	if (now - last > idle)
+		return 0;
+	if (now - last > 1000000000ULL)
+		v->last = now;
+	return 1;
+}
+
+/* Whether the IP packet at `l3` (in a frame of `len` bytes from `l3`, with
+ * EtherType `proto`) of governed network `net` is a further packet or a
+ * reply of a flow the engine allowed. Only what the engine reads the same
+ * way and passes by the same flow is looked at (vnet_wire::classify,
+ * vnet_core::policy::flow_key): IPv4 without options and unfragmented,
+ * IPv6 without extension headers; TCP, UDP, ICMP echo; the transport
+ * header long enough to be read (16 bytes of TCP, 8 of UDP or ICMP,
+ * inside the IP length). Anything else is the engine's (0). */
+static __always_inline int flow_known(struct __sk_buff *skb, __u32 l3, __u32 len, __u16 proto,
+				      __u32 net, __u32 gen)
+{
+	struct flow_key k = {.net = net, .gen = gen};
+	__u32 hl, plen;
+	int v6 = 0;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+		if (bpf_skb_load_bytes(skb, l3, &ip, sizeof(ip)) < 0)
+			return 0;
+		if (ip.version != 4 || ip.ihl != 5 || (ip.frag_off & bpf_htons(0x3fff)))
+			return 0;
+		k.src[10] = k.src[11] = k.dst[10] = k.dst[11] = 0xff;
+		__builtin_memcpy(&k.src[12], &ip.saddr, 4);
+		__builtin_memcpy(&k.dst[12], &ip.daddr, 4);
+		k.proto = ip.protocol;
+		hl = sizeof(ip);
+		plen = bpf_ntohs(ip.tot_len);
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip;
+		if (bpf_skb_load_bytes(skb, l3, &ip, sizeof(ip)) < 0)
+			return 0;
+		if (ip.version != 6)
+			return 0;
+		__builtin_memcpy(k.src, &ip.saddr, 16);
+		__builtin_memcpy(k.dst, &ip.daddr, 16);
+		k.proto = ip.nexthdr;
+		hl = sizeof(ip);
+		plen = bpf_ntohs(ip.payload_len) + sizeof(ip);
+		v6 = 1;
+	} else {
+		return 0;
+	}
+	/* The packet ends at its IP length or the frame's end, the nearer. */
+	if (plen > len)
+		plen = len;
+	__u32 need = k.proto == IPPROTO_TCP ? 16 : 8;
+	if (plen < hl + need)
+		return 0;
+	__u8 h[8];
+	if (bpf_skb_load_bytes(skb, l3 + hl, h, sizeof(h)) < 0)
+		return 0;
+	if (k.proto == IPPROTO_TCP || k.proto == IPPROTO_UDP) {
+		__builtin_memcpy(&k.sport, h, 2);
+		__builtin_memcpy(&k.dport, h + 2, 2);
+	} else if (k.proto == (v6 ? IPPROTO_ICMPV6 : IPPROTO_ICMP)) {
+		__u8 request = v6 ? 128 : 8, reply = v6 ? 129 : 0;
+		if (h[0] == request)
+			__builtin_memcpy(&k.sport, h + 4, 2);
+		else if (h[0] == reply)
+			__builtin_memcpy(&k.dport, h + 4, 2);
+		else
+			return 0; /* errors (related to a flow) and the rest */
+	} else {
+		return 0;
+	}
+	return flow_fresh(&k, bpf_ktime_get_ns());
+}
+
+/* A frame forwarded by a known flow, counted for its network. */
+static __always_inline void gov_count(__u32 slot, __u64 bytes)
+{
+	if (!slot)
+		return;
+	count(S_POLICY_FLOW, 1);
+	struct gov_stats *g = bpf_map_lookup_elem(&gov_stats, &slot);
+	if (g) {
+		g->packets++;
+		g->bytes += bytes;
+	}
+}
+
 /* A frame from an interface that is vnetd's: out of the interface's
  * hand-off TAP, which vnetd reads (or on up the stack, without one). */
 static __always_inline int to_user(struct __sk_buff *skb)
@@ -572,12 +700,24 @@ int vnet_from_vm(struct __sk_buff *skb)
 	if (!c)
 		return to_user(skb);
 	count(S_VM_SEEN, 1);
-	{
+	/* With a policy in some network: the port's network's, before
+	 * anything else (an ARP answer too); a port the maps do not serve is
+	 * vnetd's to judge. */
+	__u32 gslot = 0;
+	if (c->policy) {
 		__u32 dev = skb->ifindex;
 		struct port_val *gp = bpf_map_lookup_elem(&ports, &dev);
-		if (gp && bpf_map_lookup_elem(&governed, &gp->net)) {
-			count(S_POLICY, 1);
+		if (!gp)
 			return to_user(skb);
+		struct gov_val *g = bpf_map_lookup_elem(&governed, &gp->net);
+		if (g) {
+			__u16 proto;
+			if (skb->vlan_present || bpf_skb_load_bytes(skb, 12, &proto, 2) < 0 ||
+			    !flow_known(skb, ETH_HLEN, skb->len - ETH_HLEN, proto, gp->net, g->gen)) {
+				count(S_POLICY, 1);
+				return to_user(skb);
+			}
+			gslot = g->slot;
 		}
 	}
 	int answered = answer_arp(skb);
@@ -595,6 +735,7 @@ int vnet_from_vm(struct __sk_buff *skb)
 		port_count(in_slot, 0, len);
 		port_count(r->out_slot, 1, len);
 		pair_count(&eth, len);
+		gov_count(gslot, len);
 		if (r->action == ACT_IFACE_XMIT)
 			return bpf_redirect(r->target, 0);
 		bpf_skb_change_type(skb, PACKET_HOST);
@@ -612,6 +753,7 @@ int vnet_from_vm(struct __sk_buff *skb)
 	port_count(in_slot, 0, len);
 	port_count(out_slot, 1, len);
 	pair_count(&eth, len);
+	gov_count(gslot, len);
 	/* The daemon resolved the route to the peer when it wrote the link:
 	 * with its next hop given, the kernel skips the route lookup and only
 	 * finds (or resolves) the neighbour. */
@@ -778,13 +920,17 @@ int vnet_from_wire(struct __sk_buff *skb)
 	 * way to vnetd's socket). */
 	if (!same_addr(w.daddr.a, l->local_ip) || skb->ingress_ifindex != l->ifindex)
 		goto user;
-	{
-		/* The engine's network of a link: a `vnet` link's id, 0 for VXLAN. */
-		__u32 gnet = vxlan ? 0 : l->network;
-		if (bpf_map_lookup_elem(&governed, &gnet)) {
+	/* The engine's network of a link: a `vnet` link's id, 0 for VXLAN. */
+	__u32 gnet = vxlan ? 0 : l->network, gslot = 0;
+	struct gov_val *g = c->policy ? bpf_map_lookup_elem(&governed, &gnet) : NULL;
+	if (g) {
+		__u32 l3 = inner_off + ETH_HLEN;
+		if (skb->len <= l3 ||
+		    !flow_known(skb, l3, skb->len - l3, inner.h_proto, gnet, g->gen)) {
 			count(S_POLICY, 1);
 			goto user;
 		}
+		gslot = g->slot;
 	}
 	if (l->format == FMT_VNET) {
 		__u32 net;
@@ -844,6 +990,7 @@ int vnet_from_wire(struct __sk_buff *skb)
 	port_count(link_slot, 0, skb->len);
 	port_count(out_slot, 1, skb->len);
 	pair_count(&inner, skb->len);
+	gov_count(gslot, skb->len);
 	if (action == ACT_IFACE_XMIT)
 		return bpf_redirect(target, 0);
 	bpf_skb_change_type(skb, PACKET_HOST);

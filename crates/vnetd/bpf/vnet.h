@@ -70,6 +70,7 @@ struct cfg {
 	__u32 active;      /* which routes table is live: 0 or 1 */
 	__u16 port;        /* vnetd's UDP port, network order */
 	__u16 vxlan_port;  /* vnetd's VXLAN port, network order (0: none) */
+	__u32 policy;      /* 1: some network has a policy (`governed`) */
 };
 
 /* A peer's underlay address (16 bytes, as in link_val). */
@@ -95,6 +96,7 @@ enum {
 	S_ERRORS,     /* a helper failed: frame dropped */
 	S_NEIGH,      /* ARP requests answered in place (`neigh`) */
 	S_POLICY,     /* frames of a network with a policy, left to vnetd */
+	S_POLICY_FLOW, /* ... forwarded here as a flow vnetd's engine allowed */
 	S_MAX,
 };
 
@@ -168,5 +170,47 @@ struct neigh_val {
 };
 
 #define NEIGH_ENTRIES 65536
+
+/* A network with a policy (`governed`): the policy's generation (the low
+ * 32 bits of vnet_core's) and the network's slot in `gov_stats`. */
+struct gov_val {
+	__u32 gen;
+	__u32 slot;
+};
+
+#define GOV_SLOTS 4096
+
+/* Frames the programs forwarded by a known flow, per governed network's
+ * slot and per CPU (added to `show policy`'s "passed by state"). */
+struct gov_stats {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* A flow vnetd's engine allowed (vnet_core::policy::FlowKey, as vnetd
+ * writes it into `flows`): the network, the policy's generation, the
+ * addresses (16 bytes, IPv4 mapped), the protocol and the ports as on the
+ * wire (network order; an ICMP echo's identifier as the request's source
+ * port, the reply's destination port). */
+struct flow_key {
+	__u32 net;
+	__u32 gen;
+	__u8 src[16];
+	__u8 dst[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* When the flow was last seen (CLOCK_MONOTONIC ns; written by the
+ * programs at most once a second, so a flow's CPUs share the line). */
+struct flow_val {
+	__u64 last;
+};
+
+#define FLOW_ENTRIES 65536
+#define FLOW_TCP_IDLE_S 600 /* vnet_core::policy::flows::TCP_IDLE_S */
+#define FLOW_IDLE_S 120     /* ... IDLE_S */
 
 #endif /* VNET_H */

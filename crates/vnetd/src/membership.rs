@@ -109,6 +109,8 @@ pub struct Status {
     pub owned: usize,
     /// Addresses the claims name, answered for at the edge (`neigh`).
     pub neighbors: usize,
+    /// The serial of the network's signed policy enforced, if any.
+    pub policy_serial: Option<u64>,
     pub last: Option<Convergence>,
     pub counters: Counters,
     /// Records not taken, by key, with why (the first few hundred; the
@@ -170,6 +172,7 @@ impl Status {
             "routes": self.routes,
             "owned": self.owned,
             "neighbors": self.neighbors,
+            "policy_serial": self.policy_serial,
             "quarantined": self.quarantined.iter().map(|(k, why)| json!({"key": k, "why": why})).collect::<Vec<_>>(),
             "last_convergence": self.last.as_ref().map(|l| json!({
                 "at_ms": l.at_ms,
@@ -229,6 +232,9 @@ impl Status {
         }
         if self.revoked != (0, 0) {
             s.push_str(&format!("revoked: {} hosts, {} certificates\n", self.revoked.0, self.revoked.1));
+        }
+        if let Some(serial) = self.policy_serial {
+            s.push_str(&format!("policy: signed, serial {serial}\n"));
         }
         for (mac, holder, claimant, iface) in self.conflicts() {
             let iface =

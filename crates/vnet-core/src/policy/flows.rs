@@ -25,6 +25,8 @@ pub const WAYS: usize = 8;
 /// Seconds an idle flow is kept: TCP, and everything else.
 pub const TCP_IDLE_S: u32 = 600;
 pub const IDLE_S: u32 = 120;
+/// Seconds between two offers of one flow to a mirror ([`Flows::due`]).
+pub const OFFER_S: u32 = 10;
 
 /// What identifies a flow, or a fragmented packet's later fragments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,6 +66,9 @@ pub struct Flows {
     fingerprints: Box<[AtomicU64]>,
     /// The second each slot was last seen, plus one (0: free).
     seen: Box<[AtomicU32]>,
+    /// The second each slot's flow was last offered to a mirror, plus one
+    /// (0: not yet).
+    offered: Box<[AtomicU32]>,
     /// The clock, in seconds, that [`Flows::tick`] sets.
     now_s: AtomicU32,
     /// Flows overwritten while still fresh (the table was full there).
@@ -90,6 +95,7 @@ impl Flows {
             hasher: std::collections::hash_map::RandomState::new(),
             fingerprints: (0..n).map(|_| AtomicU64::new(0)).collect(),
             seen: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            offered: (0..n).map(|_| AtomicU32::new(0)).collect(),
             now_s: AtomicU32::new(0),
             evicted: AtomicU64::new(0),
         }
@@ -123,19 +129,37 @@ impl Flows {
 
     /// Whether `k` is a known flow (and if so, seen now).
     pub fn hit(&self, k: &FlowKey) -> bool {
+        self.hit_slot(k).is_some()
+    }
+
+    /// The slot of `k` if it is a known flow (seen now).
+    pub fn hit_slot(&self, k: &FlowKey) -> Option<usize> {
         let (first, fp) = self.place(k);
         let now = self.now_s.load(Relaxed);
         for i in first..first + WAYS {
             if self.fingerprints[i].load(Relaxed) == fp && self.fresh(i, now, k.idle_s()) {
                 self.seen[i].store(now + 1, Relaxed);
-                return true;
+                return Some(i);
             }
         }
-        false
+        None
     }
 
-    /// Records `k` as allowed.
-    pub fn insert(&self, k: &FlowKey) {
+    /// Whether the flow in `slot` is due to be offered to a mirror: never
+    /// offered, or last [`OFFER_S`] seconds ago or more (a mirror that
+    /// lost it gets it again). One caller at a time gets `true`.
+    pub fn due(&self, slot: usize) -> bool {
+        let Some(o) = self.offered.get(slot) else { return false };
+        let now = self.now_s.load(Relaxed);
+        let last = o.load(Relaxed);
+        if last != 0 && now.wrapping_sub(last - 1) < OFFER_S {
+            return false;
+        }
+        o.compare_exchange(last, now + 1, Relaxed, Relaxed).is_ok()
+    }
+
+    /// Records `k` as allowed: its slot.
+    pub fn insert(&self, k: &FlowKey) -> usize {
         let (first, fp) = self.place(k);
         let now = self.now_s.load(Relaxed);
         let mut victim = first;
@@ -144,7 +168,7 @@ impl Flows {
             let f = self.fingerprints[i].load(Relaxed);
             if f == fp {
                 self.seen[i].store(now + 1, Relaxed);
-                return;
+                return i;
             }
             let seen = self.seen[i].load(Relaxed);
             // Free, or idle past the longest idle time: free.
@@ -157,8 +181,10 @@ impl Flows {
             self.evicted.fetch_add(1, Relaxed);
         }
         self.seen[victim].store(0, Relaxed);
+        self.offered[victim].store(0, Relaxed);
         self.fingerprints[victim].store(fp, Relaxed);
         self.seen[victim].store(now + 1, Relaxed);
+        victim
     }
 }
 
@@ -197,6 +223,21 @@ mod tests {
         f.tick((6 + 2 * u64::from(IDLE_S) + u64::from(TCP_IDLE_S)) * 1_000_000_000);
         assert!(f.hit(&tcp), "TCP idles longer");
         assert_eq!(f.live(), 1);
+    }
+
+    #[test]
+    fn a_flow_is_due_to_its_mirror_when_new_and_again_after_its_interval() {
+        let f = Flows::new(64);
+        f.tick(1_000_000_000);
+        let s = f.insert(&key(1));
+        assert!(f.due(s) && !f.due(s), "once, to one caller");
+        f.tick((1 + u64::from(OFFER_S) - 1) * 1_000_000_000);
+        assert!(!f.due(s), "not before its interval");
+        f.tick((1 + u64::from(OFFER_S)) * 1_000_000_000);
+        assert!(f.due(s), "again after it");
+        assert_eq!(f.insert(&key(1)), s, "the same flow keeps its slot");
+        assert!(!f.due(s), "and its offer");
+        assert!(!f.due(usize::MAX), "no such slot");
     }
 
     #[test]

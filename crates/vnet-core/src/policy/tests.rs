@@ -123,6 +123,7 @@ fn set(rules: &[R], default: Action) -> PolicySet {
         nets: [(NET, net)].into_iter().collect(),
         groups,
         flows: Arc::new(Flows::new(4096)),
+        mirror: None,
     }
 }
 
@@ -354,6 +355,114 @@ proptest! {
         for x in &pkts {
             let v = p.decide(NET, &frame(x));
             prop_assert_eq!(v.allow, r.decide(x), "{:?} -> {:?}", x, v);
+        }
+    }
+}
+
+/// A mirror as the kernel path keeps one: the flows offered, and which of
+/// them it saw lately (here: every flow offered, until `forget`).
+#[derive(Debug, Default)]
+struct Kernel {
+    offered: std::sync::Mutex<Vec<FlowKey>>,
+    fresh: std::sync::Mutex<HashSet<FlowKey>>,
+}
+
+impl FlowMirror for Kernel {
+    fn fresh(&self, k: &FlowKey) -> bool {
+        let f = self.fresh.lock().unwrap();
+        f.contains(k) || f.contains(&k.reversed())
+    }
+
+    fn offer(&self, k: &FlowKey) {
+        self.offered.lock().unwrap().push(*k);
+        self.fresh.lock().unwrap().insert(*k);
+    }
+}
+
+impl Kernel {
+    /// What the eBPF program does with `p`: `Some(true)` when it passes it
+    /// by a flow it holds, `None` when it leaves it to the engine (only
+    /// whole, untagged IPv4 TCP, UDP and echo packets are looked up).
+    fn takes(&self, generation: u64, p: &Pkt) -> Option<bool> {
+        if p.vlan || p.frag != 0 || p.kind > 3 {
+            return None;
+        }
+        let f = vnet_wire::classify::classify(&frame(p)).ok()?;
+        let L3::Ip(ip) = f.l3 else { return None };
+        self.fresh(&flow_key(generation, NET, &ip)).then_some(true)
+    }
+}
+
+fn mirrored(rules: &[R], default: Action) -> (PolicySet, Arc<Kernel>) {
+    let k = Arc::new(Kernel::default());
+    let m: Arc<dyn FlowMirror> = k.clone();
+    (PolicySet { mirror: Some(m), ..set(rules, default) }, k)
+}
+
+#[test]
+fn a_flow_the_mirror_carried_alone_is_still_known_when_the_engines_entry_idled_out() {
+    // Host 2 may reach host 4 on TCP 5432; nothing else is allowed.
+    let rule = R {
+        allow: true,
+        from: (1, 2, 0),
+        to: (1, 4, 0),
+        ether: None,
+        proto: Some(6),
+        ports: Some((5432, 5432)),
+    };
+    let (p, k) = mirrored(&[rule], Action::Deny);
+    p.flows.tick(1_000_000_000);
+    assert!(p.decide(NET, &frame(&pkt(2, 4, 0, 40000, 5432))).allow);
+    let want = flow_key(
+        1,
+        NET,
+        &match classify(&frame(&pkt(2, 4, 0, 40000, 5432))).unwrap().l3 {
+            L3::Ip(ip) => ip,
+            _ => unreachable!(),
+        },
+    );
+    assert_eq!(*k.offered.lock().unwrap(), [want], "the allowed flow offered, once");
+    let reply = frame(&pkt(4, 2, 0, 5432, 40000));
+    assert_eq!(p.decide(NET, &reply).why, Why::Reply);
+    assert_eq!(k.offered.lock().unwrap().len(), 1, "not offered again within its interval");
+    // The kernel carried the flow for an hour; the engine saw none of it.
+    p.flows.tick(3_601_000_000_000);
+    assert_eq!(p.decide(NET, &reply), Verdict { allow: true, why: Why::Established }, "known by the mirror");
+    assert_eq!(k.offered.lock().unwrap().len(), 2, "and offered again");
+    // Idle on both: the reply is judged by the rules.
+    k.fresh.lock().unwrap().clear();
+    p.flows.tick(7_201_000_000_000);
+    assert_eq!(p.decide(NET, &reply), Verdict { allow: false, why: Why::Default });
+    // An ICMP error about a flow only the mirror knows is related to it.
+    k.fresh.lock().unwrap().insert(want);
+    let mut err = frame(&pkt(4, 2, 2, 0, 0));
+    let quote = frame(&pkt(2, 4, 0, 40000, 5432));
+    err[34] = 3; // destination unreachable
+    err.truncate(42);
+    err.extend_from_slice(&quote[14..14 + 28]);
+    let total = (err.len() - 14) as u16;
+    err[16..18].copy_from_slice(&total.to_be_bytes());
+    assert_eq!(p.decide(NET, &err).why, Why::Related);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    /// With a mirror that passes what it holds (the kernel path) taking
+    /// some packets first and the engine the rest, the two together decide
+    /// as the plain reference does.
+    #[test]
+    fn the_engine_and_its_mirror_together_agree_with_the_reference(
+        rules in prop::collection::vec(arb_rule(), 0..8),
+        default in any::<bool>(),
+        pkts in prop::collection::vec((arb_pkt(), any::<bool>()), 1..40),
+    ) {
+        let (p, k) = mirrored(&rules, if default { Action::Allow } else { Action::Deny });
+        let mut r = Reference { rules: rules.clone(), default, flows: HashSet::new(), frags: HashSet::new() };
+        for (x, kernel_first) in &pkts {
+            let by_kernel = if *kernel_first { k.takes(p.generation, x) } else { None };
+            let allow = by_kernel.unwrap_or_else(|| p.decide(NET, &frame(x)).allow);
+            // The reference's flows must see each packet too.
+            prop_assert_eq!(allow, r.decide(x), "{:?} (kernel: {:?})", x, by_kernel);
         }
     }
 }

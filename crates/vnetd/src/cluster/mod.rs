@@ -103,6 +103,7 @@ pub async fn run(
         seen: u64::MAX,
         own: Vec::new(),
         neighbors_version: 0,
+        policy_version: 0,
     };
     let mut backoff = Duration::from_millis(100);
     let mut said = None;
@@ -217,6 +218,8 @@ struct Host {
     own: Vec<u8>,
     /// The member's addresses version the daemon's `neigh` answers follow.
     neighbors_version: u64,
+    /// The member's signed policy version the daemon enforces.
+    policy_version: u64,
 }
 
 impl Host {
@@ -829,6 +832,25 @@ impl Host {
         s.routes = self.member.routes();
         drop((d, s));
         self.follow_neighbors(changes);
+        self.follow_policy();
+    }
+
+    /// The network's signed policy, enforced as the member takes it (a
+    /// higher serial, signed by the network key).
+    fn follow_policy(&mut self) {
+        let version = self.member.policy_version();
+        if version == self.policy_version {
+            return;
+        }
+        self.policy_version = version;
+        let signed = self.member.signed_policy().map(|(serial, p)| (serial, p.clone()));
+        lock(&self.status).policy_serial = signed.as_ref().map(|(serial, _)| *serial);
+        if let Some((serial, _)) = &signed {
+            tracing::info!(serial, "cluster: the network's signed policy taken");
+        }
+        if let Err(e) = lock(&self.daemon).set_cluster_policy(signed) {
+            tracing::warn!("cluster: the network's signed policy could not be applied: {e}");
+        }
     }
 
     /// The addresses the claims name: every VM of the network answered for

@@ -93,8 +93,13 @@ pub struct Daemon {
     /// cluster's table of that generation ([`Daemon::set_cluster_neighbors`]).
     neighbors_built: Option<(vnet_control::neigh::Neighbors, u64, vnet_engine::plane::Neighbors)>,
     cluster_neighbors_gen: u64,
-    /// The policy set last built, and the lines it was built from.
+    /// The policy set last built, and the declarations it was built from
+    /// (the state's and the cluster's signed policy, merged).
     policy_built: Option<(vnet_control::policy::Policies, Arc<vnet_core::policy::PolicySet>)>,
+    /// Cluster mode: the network's signed policy (its serial, what it
+    /// declares), enforced with the state's own lines
+    /// ([`Daemon::set_cluster_policy`]).
+    cluster_policy: Option<(u64, Arc<vnet_control::policy::Policies>)>,
     /// Interfaces whose device is gone (by id: since when, engine clock),
     /// and how often each was reattached.
     gone: BTreeMap<u32, u64>,
@@ -200,6 +205,7 @@ impl Default for Daemon {
             neighbors_built: None,
             cluster_neighbors_gen: 0,
             policy_built: None,
+            cluster_policy: None,
             gone: BTreeMap::new(),
             reattached: BTreeMap::new(),
             ifaces: BTreeMap::new(),

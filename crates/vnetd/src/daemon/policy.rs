@@ -10,18 +10,35 @@ use vnet_core::policy::PolicySet;
 impl Daemon {
     /// The set the engine enforces under `state`: built again, as a new
     /// generation, only when its lines changed.
+    /// With the kernel path loaded, the set's flows are mirrored in its
+    /// `flows` map (kernel::flows): built again once when it loads.
     pub(super) fn policy_of(&mut self, state: &State) -> Arc<PolicySet> {
+        let mirror = self.kernel.as_ref().map(|k| k.flow_mirror() as Arc<dyn vnet_core::policy::FlowMirror>);
+        let declared = match &self.cluster_policy {
+            Some((_, signed)) => merged(&state.policies, signed),
+            None => state.policies.clone(),
+        };
         if let Some((lines, built)) = &self.policy_built {
-            if *lines == state.policies {
+            if *lines == declared && built.mirror.is_some() == mirror.is_some() {
                 return built.clone();
             }
         }
         let old = self.shared.plane.load().policy.clone();
         let generation = old.generation + 1;
         let none = std::collections::BTreeMap::new();
-        let built = Arc::new(vnet_engine::policy::build(&state.policies, &none, generation, &old));
-        self.policy_built = Some((state.policies.clone(), built.clone()));
+        let set = vnet_engine::policy::build(&declared, &none, generation, &old);
+        let built = Arc::new(PolicySet { mirror, ..set });
+        self.policy_built = Some((declared, built.clone()));
         built
+    }
+
+    /// Cluster mode: the network's signed policy changed (`None`: none).
+    pub fn set_cluster_policy(
+        &mut self,
+        signed: Option<(u64, Arc<vnet_control::policy::Policies>)>,
+    ) -> Result<(), Error> {
+        self.cluster_policy = signed;
+        self.apply(&[])
     }
 
     /// `show policy`: each governed network, its rules in the order they
@@ -29,6 +46,8 @@ impl Daemon {
     pub(super) fn policy_json(&self) -> Value {
         let plane = self.shared.plane.load();
         let p = &plane.policy;
+        // What the kernel path forwarded by known flows.
+        let kernel = self.kernel.as_ref().map(|k| k.policy_counts()).unwrap_or_default();
         let mut nets: Vec<(&u32, &vnet_core::policy::NetPolicy)> = p.nets.iter().collect();
         nets.sort_by_key(|(n, _)| **n);
         let nets: Vec<Value> = nets
@@ -51,13 +70,16 @@ impl Daemon {
                     .collect();
                 let d = net.default_counters.snapshot();
                 let s = net.stateful.snapshot();
+                let (kp, kb) = kernel.get(n).copied().unwrap_or_default();
                 json!({
                     "network": n,
                     "default": net.default,
                     "rules": rules,
                     "default_packets": d.packets,
                     "default_drops": d.drops,
-                    "stateful_packets": s.packets,
+                    "stateful_packets": s.packets + kp,
+                    "stateful_bytes": s.bytes + kb,
+                    "kernel_flow_packets": kp,
                     "unclassifiable": net.unclassifiable.load(Relaxed),
                     "orphan_fragments": net.orphan_fragments.load(Relaxed),
                 })
@@ -65,10 +87,15 @@ impl Daemon {
             .collect();
         json!({
             "policy": nets,
+            "signed_serial": self.cluster_policy.as_ref().map(|(serial, _)| serial),
             "generation": p.generation,
             "flows": p.flows.live(),
             "flow_slots": p.flows.slots(),
             "flows_evicted": p.flows.evicted.load(Relaxed),
+            "kernel_flows_written": p.mirror.as_ref().and(self.kernel.as_ref()).map(|k| {
+                let m = k.flow_mirror();
+                json!({"written": m.offered.load(Relaxed), "refused": m.failed.load(Relaxed)})
+            }),
         })
     }
 
@@ -123,5 +150,43 @@ impl Daemon {
                 ));
             }
         }
+    }
+}
+
+/// The state's own policy with the cluster's signed one over it: the
+/// signed policy's defaults and rules win over namesakes of the state's,
+/// and groups are the union of both.
+fn merged(
+    local: &vnet_control::policy::Policies,
+    signed: &vnet_control::policy::Policies,
+) -> vnet_control::policy::Policies {
+    let mut p = local.clone();
+    p.defaults.extend(signed.defaults.iter().map(|(n, v)| (*n, *v)));
+    p.rules.extend(signed.rules.iter().map(|(k, r)| (k.clone(), r.clone())));
+    for (g, macs) in &signed.groups {
+        p.groups.entry(g.clone()).or_default().extend(macs.iter().copied());
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merged;
+
+    fn policies(text: &str) -> vnet_control::policy::Policies {
+        vnet_control::State::default().apply_all(&vnet_control::parse(text).unwrap()).unwrap().policies
+    }
+
+    #[test]
+    fn the_signed_policy_wins_over_namesakes_and_groups_are_joined() {
+        let local = policies(
+            "policy default allow\ngroup web 52:54:00:00:00:01\nrule a allow proto tcp\nrule b deny proto udp\n",
+        );
+        let signed = policies("policy default deny\ngroup web 52:54:00:00:00:02\nrule a deny proto tcp\n");
+        let m = merged(&local, &signed);
+        assert_eq!(m.defaults[&0], vnet_control::policy::Verb::Deny);
+        assert_eq!(m.rules["a"].verb, vnet_control::policy::Verb::Deny, "the signed rule a");
+        assert!(m.rules.contains_key("b"), "the local rule b stays");
+        assert_eq!(m.groups["web"].len(), 2);
     }
 }

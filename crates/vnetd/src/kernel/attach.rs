@@ -90,7 +90,9 @@ pub struct KernelPath {
     /// the plane's table it came from (not compiled again while the same).
     neigh: (Option<vnet_engine::plane::Neighbors>, BTreeMap<NeighKey, NeighVal>),
     /// The networks last written to `governed`.
-    governed: BTreeMap<u32, u8>,
+    governed: super::flows::Governed,
+    /// The `flows` map, as the engine's mirror (`PolicySet::mirror`).
+    flows: std::sync::Arc<super::flows::KernelFlows>,
 }
 
 impl KernelPath {
@@ -111,6 +113,7 @@ impl KernelPath {
             let p: &mut SchedClassifier = program(&mut ebpf, name)?;
             p.load().map_err(program_error(format!("the kernel refused {name}")))?;
         }
+        let flows = std::sync::Arc::new(super::flows::KernelFlows::open(&ebpf)?);
         Ok(KernelPath {
             ebpf,
             vm_attached: BTreeMap::new(),
@@ -131,9 +134,10 @@ impl KernelPath {
             overflow: 0,
             last_sync: Duration::ZERO,
             last_sync_incremental: false,
-            cfg: Cfg { active: u32::MAX, port: 0, vxlan_port: 0 },
+            cfg: Cfg { active: u32::MAX, port: 0, vxlan_port: 0, policy: 0 },
             neigh: (None, BTreeMap::new()),
-            governed: BTreeMap::new(),
+            governed: Default::default(),
+            flows,
         })
     }
 
@@ -340,7 +344,9 @@ impl KernelPath {
             }
         };
         self.write_neighbors(&plane.neighbors)?;
-        self.write_governed(&plane.policy)?;
+        self.governed.write(&mut self.ebpf, &plane.policy)?;
+        // `cfg.policy` once the networks are in `governed`.
+        self.write_cfg(listen, listen_vxlan)?;
         self.note_overflow();
         self.last_sync = t0.elapsed();
         Ok(skipped)
@@ -455,17 +461,14 @@ impl KernelPath {
         Ok(())
     }
 
-    /// `governed`: the networks with a policy, whose frames the programs
-    /// leave to the engine.
-    fn write_governed(&mut self, policy: &vnet_core::policy::PolicySet) -> Result<(), Reason> {
-        let next: BTreeMap<u32, u8> = policy.nets.keys().map(|n| (*n, 1)).collect();
-        if next == self.governed {
-            return Ok(());
-        }
-        let mut held = std::mem::take(&mut self.governed);
-        let r = write_diff(&mut self.ebpf, "governed", &mut held, next);
-        self.governed = held;
-        r
+    /// The `flows` map as the engine's mirror of its allowed flows.
+    pub fn flow_mirror(&self) -> std::sync::Arc<super::flows::KernelFlows> {
+        self.flows.clone()
+    }
+
+    /// What the programs forwarded by known flows, per governed network.
+    pub fn policy_counts(&self) -> BTreeMap<u32, (u64, u64)> {
+        self.governed.counts(&self.ebpf)
     }
 
     /// Writes destination entries (`None`: removes it), each on its own:
@@ -492,6 +495,7 @@ impl KernelPath {
             active: self.active,
             port: listen.port().to_be(),
             vxlan_port: listen_vxlan.map_or(0, |a| a.port().to_be()),
+            policy: self.governed.any().into(),
         };
         if next != self.cfg {
             let mut cfg: Array<&mut MapData, Cfg> = map(&mut self.ebpf, "config")?;
@@ -705,7 +709,7 @@ fn program_name(wire: bool) -> &'static str {
 /// Makes hash map `name` hold `next` where it holds `held` (what was
 /// written before): writes what differs, removes what is gone. `held` is
 /// kept true to the map even when a write fails halfway.
-fn write_diff<K: aya::Pod + Ord, V: aya::Pod + PartialEq>(
+pub(super) fn write_diff<K: aya::Pod + Ord, V: aya::Pod + PartialEq>(
     ebpf: &mut Ebpf,
     name: &str,
     held: &mut BTreeMap<K, V>,
@@ -743,7 +747,7 @@ where
 }
 
 /// Map `name` of the object, as its type `T`.
-fn map<'a, T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
+pub(super) fn map<'a, T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>>(
     ebpf: &'a mut Ebpf,
     name: &str,
 ) -> Result<T, Reason> {

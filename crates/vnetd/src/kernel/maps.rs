@@ -61,6 +61,7 @@ pub const STAT_NAMES: [&str; shared::S_MAX as usize] = [
     "kernel_errors",
     "kernel_neigh_answered",
     "kernel_policy_to_user",
+    "kernel_policy_flows",
 ];
 
 /// What the kernel needs to send on a link, and the underlay device; or

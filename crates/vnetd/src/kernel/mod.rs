@@ -29,12 +29,14 @@
 
 mod attach;
 pub mod decisions;
+pub mod flows;
 pub mod maps;
 pub mod pins;
 pub mod underlay;
 
 pub use attach::KernelPath;
 pub use decisions::{Decisions, Served};
+pub use flows::KernelFlows;
 pub use maps::{MATRIX_PAIRS, MAX_ROUTES, STAT_NAMES};
 pub use underlay::{route_to, Hop};
 

@@ -104,6 +104,7 @@ pub struct Cfg {
     pub active: u32,
     pub port: u16,
     pub vxlan_port: u16,
+    pub policy: u32,
 }
 
 /// `struct vxlan_key`: a VXLAN peer's address (as in [`AddrKey`]) and VNI.
@@ -140,6 +141,45 @@ pub struct PairVal {
     pub bytes: u64,
 }
 
+/// `struct gov_val`: a governed network's policy generation (low 32 bits)
+/// and its counter slot.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GovVal {
+    pub gen: u32,
+    pub slot: u32,
+}
+
+/// `struct gov_stats`: frames forwarded by known flows, one slot, one CPU.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GovStats {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// `struct flow_key`: a flow the engine allowed, as the programs find it
+/// (addresses 16 bytes, IPv4 mapped; ports in network order).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelFlowKey {
+    pub net: u32,
+    pub gen: u32,
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct flow_val`: when the flow was last seen (CLOCK_MONOTONIC ns).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlowVal {
+    pub last: u64,
+}
+
 // SAFETY: each type is `repr(C)`, made only of integers and byte arrays,
 // laid out without padding (sizes checked below), so
 // every byte pattern is a valid value and none is uninitialised: what
@@ -171,6 +211,14 @@ unsafe impl aya::Pod for PortVal {}
 unsafe impl aya::Pod for NeighKey {}
 // SAFETY: as above (six bytes, u16: 8 bytes).
 unsafe impl aya::Pod for NeighVal {}
+// SAFETY: as above (two u32: 8 bytes).
+unsafe impl aya::Pod for GovVal {}
+// SAFETY: as above (two u64: 16 bytes).
+unsafe impl aya::Pod for GovStats {}
+// SAFETY: as above (two u32, 32 bytes, two u16, four bytes: 48 bytes).
+unsafe impl aya::Pod for KernelFlowKey {}
+// SAFETY: as above (a u64).
+unsafe impl aya::Pod for FlowVal {}
 
 // Each struct's size and every field's offset and size, as the compiled
 // object's BTF gives the C struct (`bpf/vnet.h`): checked at compile time.
@@ -186,4 +234,14 @@ pub fn is_bpffs(path: &std::path::Path) -> bool {
     // SAFETY: `c` is a NUL-terminated path and `st` a valid `statfs` to fill.
     let r = unsafe { libc::statfs(c.as_ptr(), &mut st) };
     r == 0 && st.f_type as u64 == 0xcafe_4a11
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of the programs'
+/// `bpf_ktime_get_ns` (a flow's `last`).
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: `timespec` is plain data; all-zero is a valid value.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `ts` is a valid `timespec` to fill; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }

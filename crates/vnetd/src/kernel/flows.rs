@@ -1,0 +1,207 @@
+//! A policy on the kernel path: which networks have one (`governed`, with
+//! the policy's generation and a counter slot each) and the flows the
+//! engine allowed (`flows`, the engine's [`FlowMirror`]).
+//!
+//! The rules are evaluated in one place, the engine
+//! ([`vnet_core::policy::PolicySet::decide`]). The programs pass a frame of
+//! a governed network only as a further packet or a reply of a flow the
+//! engine offered to [`KernelFlows`]; everything else of that network goes
+//! to the engine, which judges it and offers what it allows. The engine
+//! asks [`KernelFlows::fresh`] before it judges a packet it knows no flow
+//! for, so a flow the kernel carried alone past the engine's idle time is
+//! still known. One meaning on both paths; the kernel path's speed for
+//! every packet of an allowed flow but its first (docs/POLICY.md).
+
+use super::{KernelError, Reason};
+use crate::sys::bpf::{monotonic_ns, FlowVal, GovStats, GovVal, KernelFlowKey};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, PerCpuValues};
+use aya::Ebpf;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use vnet_core::policy::flows::{IDLE_S, TCP_IDLE_S};
+use vnet_core::policy::{FlowKey, FlowMirror, PolicySet};
+use vnet_wire::classify::{PROTO_ICMP, PROTO_ICMPV6};
+use vnet_wire::ip::{PROTO_TCP, PROTO_UDP};
+
+// The programs' idle times are the engine's.
+const _: () = assert!(
+    super::maps::shared::FLOW_TCP_IDLE_S == TCP_IDLE_S && super::maps::shared::FLOW_IDLE_S == IDLE_S,
+    "bpf/vnet.h's flow idle times differ from vnet_core's"
+);
+
+/// Counter slots for governed networks (slot 0 is none's).
+const GOV_SLOTS: u32 = super::maps::shared::GOV_SLOTS;
+
+/// The engine's flow as the programs key it, if they ever look it up: a
+/// whole packet's flow (not a fragment's), of TCP, UDP or ICMP echo.
+fn kernel_key(k: &FlowKey) -> Option<KernelFlowKey> {
+    if k.fragment || !matches!(k.proto, PROTO_TCP | PROTO_UDP | PROTO_ICMP | PROTO_ICMPV6) {
+        return None;
+    }
+    Some(KernelFlowKey {
+        net: k.network,
+        gen: k.generation as u32,
+        src: addr16(k.src),
+        dst: addr16(k.dst),
+        sport: k.sport.to_be(),
+        dport: k.dport.to_be(),
+        proto: k.proto,
+        pad: [0; 3],
+    })
+}
+
+fn addr16(ip: IpAddr) -> [u8; 16] {
+    super::maps::addr16(ip)
+}
+
+fn reversed(k: &KernelFlowKey) -> KernelFlowKey {
+    KernelFlowKey { src: k.dst, dst: k.src, sport: k.dport, dport: k.sport, ..*k }
+}
+
+/// The programs' `flows` map, as the engine's mirror.
+pub struct KernelFlows {
+    map: Mutex<BpfHashMap<MapData, KernelFlowKey, FlowVal>>,
+    /// Flows written, and writes the kernel refused.
+    pub offered: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+impl std::fmt::Debug for KernelFlows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelFlows").field("offered", &self.offered).finish()
+    }
+}
+
+impl KernelFlows {
+    /// The object's `flows` map, through a descriptor of its own (the
+    /// engine's workers write it while the daemon holds the object).
+    pub fn open(ebpf: &Ebpf) -> Result<Self, Reason> {
+        let no = || KernelError::NoMap("flows".into());
+        let Some(Map::LruHashMap(data)) = ebpf.map("flows") else { return Err(no()) };
+        let fd = data.fd().as_fd().try_clone_to_owned().map_err(|e| super::io_error("the flows map")(e))?;
+        let data = MapData::from_fd(fd).map_err(super::map_error("flows"))?;
+        let map = BpfHashMap::try_from(Map::LruHashMap(data)).map_err(super::map_error("flows"))?;
+        Ok(KernelFlows { map: Mutex::new(map), offered: AtomicU64::new(0), failed: AtomicU64::new(0) })
+    }
+}
+
+use std::os::fd::AsFd as _;
+
+impl FlowMirror for KernelFlows {
+    fn fresh(&self, k: &FlowKey) -> bool {
+        let Some(key) = kernel_key(k) else { return false };
+        let idle = u64::from(if k.proto == PROTO_TCP { TCP_IDLE_S } else { IDLE_S }) * 1_000_000_000;
+        let now = monotonic_ns();
+        let Ok(m) = self.map.lock() else { return false };
+        [key, reversed(&key)].iter().any(|x| m.get(x, 0).is_ok_and(|v| now.saturating_sub(v.last) <= idle))
+    }
+
+    fn offer(&self, k: &FlowKey) {
+        let Some(key) = kernel_key(k) else { return };
+        let Ok(mut m) = self.map.lock() else { return };
+        match m.insert(key, FlowVal { last: monotonic_ns() }, 0) {
+            Ok(()) => self.offered.fetch_add(1, Relaxed),
+            Err(_) => self.failed.fetch_add(1, Relaxed),
+        };
+    }
+}
+
+/// The governed networks as last written: each one's generation and slot.
+#[derive(Debug, Default)]
+pub struct Governed {
+    held: BTreeMap<u32, GovVal>,
+}
+
+impl Governed {
+    /// Whether some network has a policy (`cfg.policy`).
+    pub fn any(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Writes `governed` for `policy`: each network keeps its slot (its
+    /// counters go on), a new one takes a free slot with its counters
+    /// zeroed, and every entry carries the policy's generation.
+    pub fn write(&mut self, ebpf: &mut Ebpf, policy: &PolicySet) -> Result<(), Reason> {
+        let gen = policy.generation as u32;
+        let mut used: std::collections::BTreeSet<u32> =
+            self.held.iter().filter(|(n, _)| policy.nets.contains_key(n)).map(|(_, v)| v.slot).collect();
+        let mut next = BTreeMap::new();
+        let mut fresh_slots = Vec::new();
+        let mut nets: Vec<u32> = policy.nets.keys().copied().collect();
+        nets.sort_unstable();
+        for n in nets {
+            let slot = match self.held.get(&n) {
+                Some(v) => v.slot,
+                None => {
+                    // Past the slots, a network is governed but uncounted (slot 0).
+                    let s = (1..GOV_SLOTS).find(|s| !used.contains(s)).unwrap_or(0);
+                    used.insert(s);
+                    fresh_slots.push(s);
+                    s
+                }
+            };
+            next.insert(n, GovVal { gen, slot });
+        }
+        if next == self.held {
+            return Ok(());
+        }
+        if !fresh_slots.is_empty() {
+            let mut stats: PerCpuArray<&mut MapData, GovStats> = super::attach::map(ebpf, "gov_stats")?;
+            let cpus = aya::util::nr_cpus().map_err(|(_, e)| super::io_error("the CPU count")(e))?;
+            for s in fresh_slots.into_iter().filter(|s| *s != 0) {
+                let zero = PerCpuValues::try_from(vec![GovStats::default(); cpus])
+                    .map_err(|e| super::io_error("gov_stats")(e))?;
+                stats.set(s, zero, 0).map_err(super::map_error("gov_stats"))?;
+            }
+        }
+        super::attach::write_diff(ebpf, "governed", &mut self.held, next)
+    }
+
+    /// What the programs forwarded by known flows, per governed network:
+    /// (packets, bytes), summed over the CPUs.
+    pub fn counts(&self, ebpf: &Ebpf) -> BTreeMap<u32, (u64, u64)> {
+        let Some(m) = ebpf.map("gov_stats") else { return BTreeMap::new() };
+        let Ok(stats) = PerCpuArray::<&MapData, GovStats>::try_from(m) else { return BTreeMap::new() };
+        self.held
+            .iter()
+            .filter(|(_, v)| v.slot != 0)
+            .map(|(n, v)| {
+                let sum = stats
+                    .get(&v.slot, 0)
+                    .map_or((0, 0), |per| per.iter().fold((0, 0), |(p, b), s| (p + s.packets, b + s.bytes)));
+                (*n, sum)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_programs_key_is_the_engines_flow_with_ports_on_the_wire_and_ipv4_mapped() {
+        let k = FlowKey {
+            generation: (7 << 32) | 3,
+            network: 9,
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "fd00::2".parse().unwrap(),
+            proto: PROTO_TCP,
+            sport: 0x1234,
+            dport: 5432,
+            id: 0,
+            fragment: false,
+        };
+        let kk = kernel_key(&k).unwrap();
+        assert_eq!((kk.net, kk.gen, kk.proto), (9, 3, PROTO_TCP), "the generation's low 32 bits");
+        assert_eq!(kk.src[10..], [0xff, 0xff, 10, 0, 0, 1]);
+        assert_eq!(kk.dst[..2], [0xfd, 0]);
+        assert_eq!(kk.sport.to_ne_bytes(), [0x12, 0x34], "as on the wire");
+        let r = reversed(&kk);
+        assert_eq!((r.src, r.dport), (kk.dst, kk.sport));
+        assert!(kernel_key(&FlowKey { fragment: true, ..k }).is_none(), "fragments are the engine's");
+        assert!(kernel_key(&FlowKey { proto: 47, ..k }).is_none(), "so is GRE");
+    }
+}
