@@ -35,6 +35,7 @@ const SHARED: &[(&str, &str)] = &[
     ("pair_val", "PairVal"),
     ("neigh_key", "NeighKey"),
     ("neigh_val", "NeighVal"),
+    ("neigh6_key", "Neigh6Key"),
     ("gov_val", "GovVal"),
     ("gov_stats", "GovStats"),
     ("flow_key", "KernelFlowKey"),

@@ -622,6 +622,7 @@ mod tests {
             key: Some(key),
             claim_key: None,
             relay: false,
+            groups: Box::default(),
         };
         let with = LinkOptions { relay: Some(r), ..o };
         assert!(
@@ -632,8 +633,13 @@ mod tests {
             "never through the peer itself"
         );
         // A keyless host gets no link where every link is secured.
-        let keyless =
-            Peer { addr: "10.0.0.2:9000".parse().unwrap(), key: None, claim_key: None, relay: false };
+        let keyless = Peer {
+            addr: "10.0.0.2:9000".parse().unwrap(),
+            key: None,
+            claim_key: None,
+            relay: false,
+            groups: Box::default(),
+        };
         assert_eq!(LinkOptions::parse("security auth").unwrap().transport(&keyless), None);
     }
 
@@ -691,8 +697,13 @@ mod tests {
         );
         assert!(!LinkOptions::parse("").unwrap().require_key());
         assert!(!LinkOptions::parse("security none").unwrap().require_key());
-        let keyless =
-            Peer { addr: "10.0.0.2:9000".parse().unwrap(), key: None, claim_key: None, relay: false };
+        let keyless = Peer {
+            addr: "10.0.0.2:9000".parse().unwrap(),
+            key: None,
+            claim_key: None,
+            relay: false,
+            groups: Box::default(),
+        };
         let keyed = Peer { key: Some(PeerKey([1; 32])), ..keyless.clone() };
         // A plain link keeps its format and the automatic cipher, and no NAT.
         let plain = LinkOptions {

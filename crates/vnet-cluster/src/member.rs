@@ -40,6 +40,9 @@ pub struct Peer {
     pub claim_key: Option<[u8; 32]>,
     /// It relays between its secured peers (its record's `relay`).
     pub relay: bool,
+    /// The groups its certificate names: every VM MAC it holds is in
+    /// them, for the network's policy ([`Member::mac_groups`]).
+    pub groups: Box<[String]>,
 }
 
 /// What must change on this host.
@@ -529,6 +532,19 @@ impl Member {
         self.policy_version
     }
 
+    /// Signed networks: the groups of each MAC whose holder's certificate
+    /// names some (this host's own MACs too), for the network's policy.
+    pub fn mac_groups(&self) -> BTreeMap<MacAddr, Vec<String>> {
+        let groups = |h: u32| self.records.get(h as usize).and_then(Option::as_ref).map(|p| &p.groups);
+        if !self.records.iter().flatten().any(|p| !p.groups.is_empty()) {
+            return BTreeMap::new();
+        }
+        self.macs
+            .iter()
+            .filter_map(|(m, &h)| groups(h).filter(|g| !g.is_empty()).map(|g| (*m, g.to_vec())))
+            .collect()
+    }
+
     /// Takes a revocation signed by the network key: the host it names
     /// (with any certificate, or with the one it names) is dropped now,
     /// and such records are refused from then on.
@@ -592,6 +608,7 @@ impl Member {
         let mut claim_key = None;
         let mut not_after = None;
         let mut id = None;
+        let mut groups = Box::default();
         if let Some(nk) = &self.policy.network_key {
             let text = r.cert.as_deref().ok_or(RecordError::Unsigned)?;
             let cert = nk.verify(text)?;
@@ -617,6 +634,7 @@ impl Member {
             not_after = cert.not_after;
             claim_key = Some(cert.claim_key);
             id = Some(cid);
+            groups = cert.groups.into_boxed_slice();
         }
         if name != self.me {
             let required = self.policy.require_key || self.policy.network_key.is_some();
@@ -626,7 +644,7 @@ impl Member {
                 _ => {}
             }
         }
-        Ok((Peer { addr: r.addr, key, claim_key, relay: r.relay }, not_after, id))
+        Ok((Peer { addr: r.addr, key, claim_key, relay: r.relay, groups }, not_after, id))
     }
 
     fn put_host_record(
@@ -1136,6 +1154,64 @@ mod tests {
         assert!(plain.signed_policy().is_none() && plain.stats.bad_records >= 1);
     }
 
+    /// A certificate's groups are the groups of every MAC its host holds
+    /// (this host's too), follow a MAC that moves, and go with the host.
+    #[test]
+    fn a_certificates_groups_are_the_groups_of_the_macs_its_host_holds() {
+        use crate::layout::MacRecord;
+        use crate::trust::{CertBody, ClaimKey, NetworkKey};
+        use base64::Engine as _;
+        let nk = NetworkKey::generate().unwrap();
+        let cert = |h: u8, groups: &[&str]| {
+            let body = CertBody {
+                network: "n".into(),
+                host: format!("h{h}"),
+                public_key: vnet_control::PeerKey([h; 32]).to_string(),
+                claim_key: ClaimKey::derive(&[h; 32]).unwrap().public_base64(),
+                addrs: vec![format!("10.0.0.{h}")],
+                groups: groups.iter().map(|g| g.to_string()).collect(),
+                not_after: None,
+            };
+            nk.sign(&body).unwrap()
+        };
+        let claim = |h: u8, m: MacAddr, at_ms: u64, epoch: u64| {
+            let mut r =
+                MacRecord { host: format!("h{h}"), iface: "vm0".into(), at_ms, epoch, ..Default::default() };
+            r.sig = Some(ClaimKey::derive(&[h; 32]).unwrap().sign("n", m, &r));
+            r.to_json()
+        };
+        let mut m = signed_view(&nk, "h1");
+        let mut s = MemStore::new();
+        s.put(&host_key("n", "h1"), signed_record(1, 1, &cert(1, &["web"])), None);
+        s.put(&host_key("n", "h2"), signed_record(2, 2, &cert(2, &["db", "backup"])), None);
+        s.put(&host_key("n", "h3"), signed_record(3, 3, &cert(3, &[])), None);
+        for (h, i) in [(1, 1), (2, 2), (3, 3)] {
+            s.put(&mac_key("n", mac(i)), claim(h, mac(i), 1000, 0), None);
+        }
+        sync(&mut m, &s);
+        let g = m.mac_groups();
+        assert_eq!(g.get(&mac(1)), Some(&vec!["web".to_string()]), "this host's own VM");
+        assert_eq!(g.get(&mac(2)), Some(&vec!["db".to_string(), "backup".to_string()]));
+        assert!(!g.contains_key(&mac(3)), "a certificate with no groups");
+        // mac 2 migrates to h3: no group any more.
+        s.put(&mac_key("n", mac(2)), claim(3, mac(2), 2000, 1), None);
+        sync(&mut m, &s);
+        assert!(!m.mac_groups().contains_key(&mac(2)));
+        // A certificate naming a group that is no name is refused when signed.
+        let mut bad: CertBody = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(cert(4, &[]).split('.').next().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        bad.groups = vec!["no name".into()];
+        assert!(nk.sign(&bad).is_err());
+        // h1 goes (its record deleted): its MACs lose their groups.
+        s.delete_if(&host_key("n", "h1"), None);
+        sync(&mut m, &s);
+        assert!(m.mac_groups().is_empty(), "{:?}", m.mac_groups());
+    }
+
     /// Signed claims: one that comes before its host's record waits and is
     /// taken with the record; an older claim is a replay, one of the same
     /// time by another host too; a migration (a higher epoch, a newer
@@ -1415,6 +1491,7 @@ mod tests {
             public_key: vnet_control::PeerKey([h; 32]).to_string(),
             claim_key: crate::trust::ClaimKey::derive(&[h; 32]).unwrap().public_base64(),
             addrs: vec![format!("10.0.0.{ip}")],
+            groups: Vec::new(),
             not_after,
         };
         nk.sign(&body).unwrap()

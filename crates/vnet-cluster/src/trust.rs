@@ -48,6 +48,8 @@ const POLICY_TAG: &[u8] = b"vnet policy v1\0";
 /// A certificate's longest text, and the most addresses it may name.
 pub const MAX_CERT_LEN: usize = 4096;
 pub const MAX_CERT_ADDRS: usize = 16;
+/// The most groups a certificate may name.
+pub const MAX_CERT_GROUPS: usize = 16;
 /// A signed policy's longest text (4096 rules of a network fit).
 pub const MAX_POLICY_LEN: usize = 1 << 20;
 
@@ -128,6 +130,10 @@ pub struct CertBody {
     /// certificates made before expiry existed verify as they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_after: Option<u64>,
+    /// The policy groups the host's VMs are in (`rule ... from group G`),
+    /// as Nebula's certificates name groups. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 /// A certificate, checked: the body's fields decoded.
@@ -140,6 +146,7 @@ pub struct HostCert {
     pub addrs: Vec<Prefix>,
     /// Seconds since the Unix epoch after which it is refused.
     pub not_after: Option<u64>,
+    pub groups: Vec<String>,
 }
 
 impl HostCert {
@@ -166,6 +173,9 @@ impl HostCert {
             return Err(body("addrs must name 1 to 16 prefixes"));
         }
         let addrs = b.addrs.iter().map(|a| a.parse()).collect::<Result<Vec<Prefix>, _>>()?;
+        if b.groups.len() > MAX_CERT_GROUPS || !b.groups.iter().all(|g| crate::layout::valid_name(g)) {
+            return Err(body("groups must be at most 16 names of 1 to 63 of A-Za-z0-9._-"));
+        }
         Ok(HostCert {
             network: b.network,
             host: b.host,
@@ -173,6 +183,7 @@ impl HostCert {
             claim_key,
             addrs,
             not_after: b.not_after,
+            groups: b.groups,
         })
     }
 }
@@ -474,6 +485,7 @@ mod tests {
             public_key: PeerKey([7; 32]).to_string(),
             claim_key: claim.public_base64(),
             addrs: vec!["10.0.0.0/24".into(), "fd00::2".into()],
+            groups: Vec::new(),
             not_after: None,
         }
     }

@@ -367,6 +367,7 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
             public_key: static_key(h).to_string(),
             claim_key: claim(h).public_base64(),
             addrs: vec![at.split(':').next().unwrap().to_string()],
+            groups: Vec::new(),
             not_after,
         };
         let cert = nk.sign(&body).unwrap();

@@ -176,6 +176,7 @@ impl Lab {
                     a
                 },
                 // A day: every cluster test runs with an expiring certificate.
+                groups: Vec::new(),
                 not_after: Some(
                     std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)

@@ -70,8 +70,8 @@ Keys and certificates (no vnetd needed; none writes anything when given -h or --
   genkey [FILE]           a host's private key (FILE made 0600), prints its public key
   pubkey [claim] < KEY    the public key (or the claim key) of a private key
   netkey FILE             a network key (0600, made unless FILE exists); prints its public key
-  sign NETKEY network N host H public-key K claim-key C addr PREFIX[,..] [days D | not-after S]
-                          a host certificate (a year unless told)
+  sign NETKEY network N host H public-key K claim-key C addr PREFIX[,..] [groups G[,..]] [days D | not-after S]
+                          a host certificate (a year unless told; its VMs in the policy's groups G)
   revoke NETKEY network N host H [cert ID]
                           a revocation, as KEY VALUE for `etcdctl put`
   policy NETKEY network N FILE [serial S]
@@ -325,6 +325,7 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
         public_key: String::new(),
         claim_key: String::new(),
         addrs: Vec::new(),
+        groups: Vec::new(),
         not_after: None,
     };
     for pair in words.chunks(2) {
@@ -335,6 +336,7 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
             "public-key" => body.public_key = v.to_string(),
             "claim-key" => body.claim_key = v.to_string(),
             "addr" => body.addrs.extend(v.split(',').map(str::to_string)),
+            "groups" => body.groups.extend(v.split(',').map(str::to_string)),
             "days" => {
                 let days: u64 =
                     v.parse().map_err(|_| format!("days: expected a number of days, found `{v}`"))?;
@@ -348,7 +350,7 @@ fn sign(file: &str, words: &[&str]) -> Result<String, String> {
             }
             other => {
                 return Err(format!(
-                    "expected network, host, public-key, claim-key, addr, days or not-after, found `{other}`"
+                    "expected network, host, public-key, claim-key, addr, groups, days or not-after, found `{other}`"
                 ))
             }
         }

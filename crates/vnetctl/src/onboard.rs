@@ -508,6 +508,7 @@ pub fn approve(dir: &str, host: &str, words: &[&str]) -> Result<String, String> 
             public_key: req.public_key.clone(),
             claim_key: req.claim_key.clone(),
             addrs: vec![prefix],
+            groups: Vec::new(),
             not_after: Some(not_after),
         };
         let cert = nk.sign(&body).map_err(|e| format!("host {host}'s request: {e}"))?;

@@ -171,6 +171,13 @@ struct neigh_val {
 
 #define NEIGH_ENTRIES 65536
 
+/* Neighbour solicitations answered at the edge: an IPv6 address in a vnet
+ * network (its MAC is a neigh_val). */
+struct neigh6_key {
+	__u32 net;
+	__u8 ip[16];
+};
+
 /* A network with a policy (`governed`): the policy's generation (the low
  * 32 bits of vnet_core's) and the network's slot in `gov_stats`. */
 struct gov_val {

@@ -833,6 +833,21 @@ impl Host {
         drop((d, s));
         self.follow_neighbors(changes);
         self.follow_policy();
+        self.follow_groups(changes);
+    }
+
+    /// The groups MACs are in by their holders' certificates, derived
+    /// again when a batch changed something (a host, a claim) and some
+    /// certificate names groups (or did).
+    fn follow_groups(&mut self, changes: &[Change]) {
+        if changes.is_empty() {
+            return;
+        }
+        let groups = self.member.mac_groups();
+        let mut d = lock(&self.daemon);
+        if let Err(e) = d.set_cluster_groups(groups) {
+            tracing::warn!("cluster: the certificates' groups could not be applied: {e}");
+        }
     }
 
     /// The network's signed policy, enforced as the member takes it (a

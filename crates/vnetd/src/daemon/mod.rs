@@ -95,7 +95,11 @@ pub struct Daemon {
     cluster_neighbors_gen: u64,
     /// The policy set last built, and the declarations it was built from
     /// (the state's and the cluster's signed policy, merged).
-    policy_built: Option<(vnet_control::policy::Policies, Arc<vnet_core::policy::PolicySet>)>,
+    /// ... and the generation of the cluster's groups it was built with.
+    policy_built: Option<(vnet_control::policy::Policies, u64, Arc<vnet_core::policy::PolicySet>)>,
+    /// Cluster mode: the groups each MAC is in by its holder's
+    /// certificate, and a count of their changes.
+    cluster_groups: (BTreeMap<vnet_wire::MacAddr, Vec<String>>, u64),
     /// Cluster mode: the network's signed policy (its serial, what it
     /// declares), enforced with the state's own lines
     /// ([`Daemon::set_cluster_policy`]).
@@ -206,6 +210,7 @@ impl Default for Daemon {
             cluster_neighbors_gen: 0,
             policy_built: None,
             cluster_policy: None,
+            cluster_groups: Default::default(),
             gone: BTreeMap::new(),
             reattached: BTreeMap::new(),
             ifaces: BTreeMap::new(),

@@ -18,18 +18,30 @@ impl Daemon {
             Some((_, signed)) => merged(&state.policies, signed),
             None => state.policies.clone(),
         };
-        if let Some((lines, built)) = &self.policy_built {
-            if *lines == declared && built.mirror.is_some() == mirror.is_some() {
+        let groups_gen = self.cluster_groups.1;
+        if let Some((lines, g, built)) = &self.policy_built {
+            if *lines == declared && *g == groups_gen && built.mirror.is_some() == mirror.is_some() {
                 return built.clone();
             }
         }
         let old = self.shared.plane.load().policy.clone();
         let generation = old.generation + 1;
-        let none = std::collections::BTreeMap::new();
-        let set = vnet_engine::policy::build(&declared, &none, generation, &old);
+        let set = vnet_engine::policy::build(&declared, &self.cluster_groups.0, generation, &old);
         let built = Arc::new(PolicySet { mirror, ..set });
-        self.policy_built = Some((declared, built.clone()));
+        self.policy_built = Some((declared, groups_gen, built.clone()));
         built
+    }
+
+    /// Cluster mode: the groups each MAC is in by its holder's certificate.
+    pub fn set_cluster_groups(
+        &mut self,
+        groups: BTreeMap<vnet_wire::MacAddr, Vec<String>>,
+    ) -> Result<(), Error> {
+        if groups == self.cluster_groups.0 {
+            return Ok(());
+        }
+        self.cluster_groups = (groups, self.cluster_groups.1 + 1);
+        self.apply(&[])
     }
 
     /// Cluster mode: the network's signed policy changed (`None`: none).

@@ -10,8 +10,8 @@ use super::pins::{self, Pins};
 use super::underlay::Underlay;
 use super::{io_error, map_error, program_error, KernelError, KernelIface, Reason};
 use crate::sys::bpf::{
-    AddrKey, Cfg, DestKey, LinkVal, NeighKey, NeighVal, PairKey, PairVal, PeerVal, PortStats, PortVal,
-    RouteKey, RouteVal, VxlanKey,
+    AddrKey, Cfg, DestKey, LinkVal, Neigh6Key, NeighKey, NeighVal, PairKey, PairVal, PeerVal, PortStats,
+    PortVal, RouteKey, RouteVal, VxlanKey,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::links::FdLink;
@@ -86,9 +86,10 @@ pub struct KernelPath {
     pub last_sync: Duration,
     pub last_sync_incremental: bool,
     cfg: Cfg,
-    /// The `neigh` table last written to `neigh4` (its IPv4 entries), and
+    /// The `neigh` table last written to `neigh4` and `neigh6`, and
     /// the plane's table it came from (not compiled again while the same).
-    neigh: (Option<vnet_engine::plane::Neighbors>, BTreeMap<NeighKey, NeighVal>),
+    neigh:
+        (Option<vnet_engine::plane::Neighbors>, BTreeMap<NeighKey, NeighVal>, BTreeMap<Neigh6Key, NeighVal>),
     /// The networks last written to `governed`.
     governed: super::flows::Governed,
     /// The `flows` map, as the engine's mirror (`PolicySet::mirror`).
@@ -135,7 +136,7 @@ impl KernelPath {
             last_sync: Duration::ZERO,
             last_sync_incremental: false,
             cfg: Cfg { active: u32::MAX, port: 0, vxlan_port: 0, policy: 0 },
-            neigh: (None, BTreeMap::new()),
+            neigh: (None, BTreeMap::new(), BTreeMap::new()),
             governed: Default::default(),
             flows,
         })
@@ -439,24 +440,30 @@ impl KernelPath {
         Ok(())
     }
 
-    /// `neigh4`: the plane's `neigh` table's IPv4 entries (the programs
-    /// answer ARP for them in place; as many as the map takes, the rest
-    /// answered by the user path).
+    /// `neigh4` and `neigh6`: the plane's `neigh` table (the programs
+    /// answer ARP requests and neighbour solicitations for them in place;
+    /// as many of each family as a map takes, the rest answered by the
+    /// user path).
     fn write_neighbors(&mut self, table: &vnet_engine::plane::Neighbors) -> Result<(), Reason> {
         if self.neigh.0.as_ref().is_some_and(|t| std::sync::Arc::ptr_eq(t, table)) {
             return Ok(());
         }
-        let next: BTreeMap<NeighKey, NeighVal> = table
-            .iter()
-            .filter_map(|((net, ip), mac)| match ip {
-                std::net::IpAddr::V4(a) => {
-                    Some((NeighKey { net: *net, ip: a.octets() }, NeighVal { mac: mac.0, pad: 0 }))
+        let mut v4: BTreeMap<NeighKey, NeighVal> = BTreeMap::new();
+        let mut v6: BTreeMap<Neigh6Key, NeighVal> = BTreeMap::new();
+        for ((net, ip), mac) in table.iter() {
+            let val = NeighVal { mac: mac.0, pad: 0 };
+            match ip {
+                std::net::IpAddr::V4(a) if v4.len() < super::maps::NEIGH_ENTRIES => {
+                    v4.insert(NeighKey { net: *net, ip: a.octets() }, val);
                 }
-                std::net::IpAddr::V6(_) => None,
-            })
-            .take(super::maps::NEIGH_ENTRIES)
-            .collect();
-        write_diff(&mut self.ebpf, "neigh4", &mut self.neigh.1, next)?;
+                std::net::IpAddr::V6(a) if v6.len() < super::maps::NEIGH_ENTRIES => {
+                    v6.insert(Neigh6Key { net: *net, ip: a.octets() }, val);
+                }
+                _ => {}
+            }
+        }
+        write_diff(&mut self.ebpf, "neigh4", &mut self.neigh.1, v4)?;
+        write_diff(&mut self.ebpf, "neigh6", &mut self.neigh.2, v6)?;
         self.neigh.0 = Some(table.clone());
         Ok(())
     }

@@ -40,7 +40,7 @@ fn kernel_key(k: &FlowKey) -> Option<KernelFlowKey> {
     if k.fragment || !matches!(k.proto, PROTO_TCP | PROTO_UDP | PROTO_ICMP | PROTO_ICMPV6) {
         return None;
     }
-    Some(KernelFlowKey {
+    Some(canonical(KernelFlowKey {
         net: k.network,
         gen: k.generation as u32,
         src: addr16(k.src),
@@ -49,15 +49,28 @@ fn kernel_key(k: &FlowKey) -> Option<KernelFlowKey> {
         dport: k.dport.to_be(),
         proto: k.proto,
         pad: [0; 3],
-    })
+    }))
 }
 
 fn addr16(ip: IpAddr) -> [u8; 16] {
     super::maps::addr16(ip)
 }
 
-fn reversed(k: &KernelFlowKey) -> KernelFlowKey {
-    KernelFlowKey { src: k.dst, dst: k.src, sport: k.dport, dport: k.sport, ..*k }
+/// `k` with its lower end first (address, then port, compared as the
+/// programs compare them: native 64-bit words, then the port as stored):
+/// both directions of a flow are one entry, found with one lookup.
+fn canonical(k: KernelFlowKey) -> KernelFlowKey {
+    let words = |a: &[u8; 16]| {
+        let w = |i: usize| {
+            u64::from_ne_bytes([a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], a[i + 6], a[i + 7]])
+        };
+        (w(0), w(8))
+    };
+    if (words(&k.src), k.sport) > (words(&k.dst), k.dport) {
+        KernelFlowKey { src: k.dst, dst: k.src, sport: k.dport, dport: k.sport, ..k }
+    } else {
+        k
+    }
 }
 
 /// The programs' `flows` map, as the engine's mirror.
@@ -95,7 +108,7 @@ impl FlowMirror for KernelFlows {
         let idle = u64::from(if k.proto == PROTO_TCP { TCP_IDLE_S } else { IDLE_S }) * 1_000_000_000;
         let now = monotonic_ns();
         let Ok(m) = self.map.lock() else { return false };
-        [key, reversed(&key)].iter().any(|x| m.get(x, 0).is_ok_and(|v| now.saturating_sub(v.last) <= idle))
+        m.get(&key, 0).is_ok_and(|v| now.saturating_sub(v.last) <= idle)
     }
 
     fn offer(&self, k: &FlowKey) {
@@ -196,11 +209,18 @@ mod tests {
         };
         let kk = kernel_key(&k).unwrap();
         assert_eq!((kk.net, kk.gen, kk.proto), (9, 3, PROTO_TCP), "the generation's low 32 bits");
-        assert_eq!(kk.src[10..], [0xff, 0xff, 10, 0, 0, 1]);
-        assert_eq!(kk.dst[..2], [0xfd, 0]);
-        assert_eq!(kk.sport.to_ne_bytes(), [0x12, 0x34], "as on the wire");
-        let r = reversed(&kk);
-        assert_eq!((r.src, r.dport), (kk.dst, kk.sport));
+        // Whichever end comes first, both directions are one key.
+        let reply = FlowKey { src: k.dst, dst: k.src, sport: k.dport, dport: k.sport, ..k };
+        assert_eq!(kernel_key(&reply).unwrap(), kk, "a flow's two directions are one entry");
+        let v4_first = kk.src[0] == 0;
+        let (v4, v6, port) = if v4_first { (kk.src, kk.dst, kk.sport) } else { (kk.dst, kk.src, kk.dport) };
+        assert_eq!(v4[10..], [0xff, 0xff, 10, 0, 0, 1]);
+        assert_eq!(v6[..2], [0xfd, 0]);
+        assert_eq!(port.to_ne_bytes(), [0x12, 0x34], "as on the wire");
+        // Between equal addresses, the port decides.
+        let same = FlowKey { dst: k.src, ..k };
+        let swapped = FlowKey { sport: k.dport, dport: k.sport, ..same };
+        assert_eq!(kernel_key(&same).unwrap(), kernel_key(&swapped).unwrap());
         assert!(kernel_key(&FlowKey { fragment: true, ..k }).is_none(), "fragments are the engine's");
         assert!(kernel_key(&FlowKey { proto: 47, ..k }).is_none(), "so is GRE");
     }

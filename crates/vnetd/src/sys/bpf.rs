@@ -54,6 +54,14 @@ pub struct NeighKey {
     pub ip: [u8; 4],
 }
 
+/// `struct neigh6_key`: an IPv6 address in a vnet network (`neigh`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Neigh6Key {
+    pub net: u32,
+    pub ip: [u8; 16],
+}
+
 /// `struct neigh_val`: the MAC ARP requests for it are answered with.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -211,6 +219,8 @@ unsafe impl aya::Pod for PortVal {}
 unsafe impl aya::Pod for NeighKey {}
 // SAFETY: as above (six bytes, u16: 8 bytes).
 unsafe impl aya::Pod for NeighVal {}
+// SAFETY: as above (u32, 16 bytes: 20 bytes).
+unsafe impl aya::Pod for Neigh6Key {}
 // SAFETY: as above (two u32: 8 bytes).
 unsafe impl aya::Pod for GovVal {}
 // SAFETY: as above (two u64: 16 bytes).
