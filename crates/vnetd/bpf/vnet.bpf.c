@@ -275,9 +275,10 @@ static __always_inline int same_mac(const __u8 *a, const __u8 *b)
  * (port, destination, source) entry; the ingress port's counter slot in
  * `in_slot`. NULL: the frame is vnetd's. */
 static __always_inline struct route_val *lookup(struct cfg *c, __u32 port, __u8 *dst, __u8 *src,
-						__u32 *in_slot)
+						__u32 *in_slot, struct port_val *known)
 {
-	struct port_val *pv = bpf_map_lookup_elem(&ports, &port);
+	/* The port's entry, unless the caller looked it up already. */
+	struct port_val *pv = known ? known : bpf_map_lookup_elem(&ports, &port);
 	if (pv && (!pv->locked || same_mac(pv->lock, src))) {
 		struct dest_key dk = {.net = pv->net};
 		__builtin_memcpy(dk.dst, dst, 6);
@@ -355,7 +356,8 @@ static __always_inline void *head(struct __sk_buff *skb, __u32 need)
  * the frame is vnetd's; its Ethernet header in `eth` (the inner header, if
  * the frame is encapsulated). */
 static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, struct cfg *c,
-						    struct ethhdr *eth, struct link_val **lk, __u32 *in_slot)
+						    struct ethhdr *eth, struct link_val **lk, __u32 *in_slot,
+						    struct port_val *pv)
 {
 	struct ethhdr *e = head(skb, ETH_HLEN);
 	if (!e)
@@ -367,7 +369,7 @@ static __always_inline struct route_val *vm_decision(struct __sk_buff *skb, stru
 		return NULL;
 	if (eth->h_dest[0] & 1 || !fast_proto(eth->h_proto))
 		return NULL;
-	struct route_val *r = lookup(c, skb->ifindex, eth->h_dest, eth->h_source, in_slot);
+	struct route_val *r = lookup(c, skb->ifindex, eth->h_dest, eth->h_source, in_slot, pv);
 	if (!r)
 		return NULL;
 	if (r->action == ACT_LINK) {
@@ -811,16 +813,18 @@ int vnet_from_vm(struct __sk_buff *skb)
 	 * anything else (an ARP answer too); a port the maps do not serve is
 	 * vnetd's to judge. */
 	__u32 gslot = 0;
+	struct port_val *gp = NULL;
 	if (c->policy) {
 		__u32 dev = skb->ifindex;
-		struct port_val *gp = bpf_map_lookup_elem(&ports, &dev);
+		gp = bpf_map_lookup_elem(&ports, &dev);
 		if (!gp)
 			return to_user(skb);
 		struct gov_val *g = bpf_map_lookup_elem(&governed, &gp->net);
 		if (g) {
-			__u16 proto;
-			if (skb->vlan_present || bpf_skb_load_bytes(skb, 12, &proto, 2) < 0 ||
-			    !flow_known(skb, ETH_HLEN, skb->len - ETH_HLEN, proto, gp->net, g->gen)) {
+			/* skb->protocol: the frame's EtherType (a tag in the frame
+			 * leaves it 0x8100, which is no flow's). */
+			if (skb->vlan_present ||
+			    !flow_known(skb, ETH_HLEN, skb->len - ETH_HLEN, skb->protocol, gp->net, g->gen)) {
 				count(S_POLICY, 1);
 				return to_user(skb);
 			}
@@ -833,7 +837,7 @@ int vnet_from_vm(struct __sk_buff *skb)
 	struct ethhdr eth;
 	struct link_val *l = NULL;
 	__u32 in_slot = 0;
-	struct route_val *r = vm_decision(skb, c, &eth, &l, &in_slot);
+	struct route_val *r = vm_decision(skb, c, &eth, &l, &in_slot, gp);
 	if (!r)
 		return to_user(skb);
 	__u32 len = skb->len;
@@ -1075,7 +1079,7 @@ int vnet_from_wire(struct __sk_buff *skb)
 			goto user;
 	}
 	__u32 in_slot = 0;
-	struct route_val *r = lookup(c, PORT_LINK | lid, inner.h_dest, inner.h_source, &in_slot);
+	struct route_val *r = lookup(c, PORT_LINK | lid, inner.h_dest, inner.h_source, &in_slot, NULL);
 	if (!r || (r->action != ACT_IFACE && r->action != ACT_IFACE_XMIT))
 		goto user;
 	__u32 action = r->action, target = r->target, out_slot = r->out_slot;
