@@ -377,6 +377,17 @@ pub fn local(state: &State, member: &crate::Member) -> Vec<Located<Command>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host at 10.0.0.2:9000 with no key.
+    fn keyless_peer() -> Peer {
+        Peer {
+            addr: "10.0.0.2:9000".parse().unwrap(),
+            key: None,
+            claim_key: None,
+            relay: false,
+            groups: Box::default(),
+        }
+    }
     use crate::layout::fixtures::{host, moved, vm};
     use crate::layout::{host_key, mac_key, HostRecord};
     use crate::{MemStore, Member};
@@ -633,13 +644,7 @@ mod tests {
             "never through the peer itself"
         );
         // A keyless host gets no link where every link is secured.
-        let keyless = Peer {
-            addr: "10.0.0.2:9000".parse().unwrap(),
-            key: None,
-            claim_key: None,
-            relay: false,
-            groups: Box::default(),
-        };
+        let keyless = keyless_peer();
         assert_eq!(LinkOptions::parse("security auth").unwrap().transport(&keyless), None);
     }
 
@@ -697,13 +702,7 @@ mod tests {
         );
         assert!(!LinkOptions::parse("").unwrap().require_key());
         assert!(!LinkOptions::parse("security none").unwrap().require_key());
-        let keyless = Peer {
-            addr: "10.0.0.2:9000".parse().unwrap(),
-            key: None,
-            claim_key: None,
-            relay: false,
-            groups: Box::default(),
-        };
+        let keyless = keyless_peer();
         let keyed = Peer { key: Some(PeerKey([1; 32])), ..keyless.clone() };
         // A plain link keeps its format and the automatic cipher, and no NAT.
         let plain = LinkOptions {

@@ -6,9 +6,9 @@
 
 use super::harness::*;
 
-/// ARP requests from `mac` in `pcap` (tcpdump -e prints the source MAC
-/// after the time stamp).
-fn arp_requests_from(pcap: &std::path::Path, mac: &str) -> Vec<String> {
+/// The lines of `pcap` (tcpdump -e: the source MAC after the time stamp)
+/// of frames from `mac` that contain `what`.
+fn captured_from(pcap: &std::path::Path, mac: &str, what: &str) -> Vec<String> {
     let out = std::process::Command::new("tcpdump")
         .args(["-n", "-e", "-r", pcap.to_str().unwrap()])
         .output()
@@ -16,23 +16,19 @@ fn arp_requests_from(pcap: &std::path::Path, mac: &str) -> Vec<String> {
     let mac = mac.to_lowercase();
     String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter(|l| l.contains("Request") && l.split_whitespace().nth(1) == Some(mac.as_str()))
+        .filter(|l| l.contains(what) && l.split_whitespace().nth(1) == Some(mac.as_str()))
         .map(str::to_string)
         .collect()
 }
 
+/// ARP requests from `mac` in `pcap`.
+fn arp_requests_from(pcap: &std::path::Path, mac: &str) -> Vec<String> {
+    captured_from(pcap, mac, "Request")
+}
+
 /// Neighbour solicitations from `mac` in `pcap`.
 fn solicitations_from(pcap: &std::path::Path, mac: &str) -> Vec<String> {
-    let out = std::process::Command::new("tcpdump")
-        .args(["-n", "-e", "-r", pcap.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let mac = mac.to_lowercase();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("neighbor solicitation") && l.split_whitespace().nth(1) == Some(mac.as_str()))
-        .map(str::to_string)
-        .collect()
+    captured_from(pcap, mac, "neighbor solicitation")
 }
 
 /// The ARP requests host `h` answered: by the engine (`neigh_answered`)
