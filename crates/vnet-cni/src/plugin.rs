@@ -235,6 +235,8 @@ fn attach_request(conf: &NetConf, r: &Record) -> Result<Request> {
     i.mac = Some(r.mac.parse().map_err(|_| invalid_mac(&r.mac))?);
     i.datapath = datapath;
     i.network = conf.network;
+    i.groups =
+        conf.groups.iter().map(|g| Name::new(g)).collect::<std::result::Result<_, _>>().map_err(invalid)?;
     Request::attach(i).map_err(invalid)
 }
 
@@ -393,6 +395,19 @@ mod tests {
         assert_ne!(names("net", "abc", "eth1").0, a);
         assert_ne!(names("net2", "abc", "eth0").0, a);
         assert_eq!(names("net", "abc", "eth0").0, a);
+    }
+
+    #[test]
+    fn the_networks_groups_go_with_each_attachment_as_typed_words() {
+        let conf = br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni","groups":["web","tier-1"]}"#;
+        let (conf, _) = spec::parse_conf(conf).unwrap();
+        let r = Record { name: "vc0123456789".into(), mac: "52:54:00:00:00:07".into(), ..Record::default() };
+        let line = attach_request(&conf, &r).unwrap().line();
+        assert!(line.ends_with("group web group tier-1"), "{line}");
+        let bad = br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni","groups":["web\nlink x udp 1.2.3.4:9"]}"#;
+        let e = spec::parse_conf(bad).unwrap_err();
+        assert_eq!(e.code, 7, "{e}");
+        assert!(!e.to_string().contains('\n'), "quoted escaped: {e}");
     }
 
     #[test]

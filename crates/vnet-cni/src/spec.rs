@@ -73,6 +73,10 @@ pub struct NetConf {
     /// The vnet network (tenant) id of the interface.
     #[serde(default)]
     pub network: u32,
+    /// The policy groups every interface of this network is in
+    /// (`attach ... group G`; `docs/POLICY.md`).
+    #[serde(default)]
+    pub groups: Vec<String>,
     /// Serve a vhost-user socket in this directory instead of making a
     /// veth pair; the result's interface carries its `socketPath`.
     #[serde(default)]
@@ -126,6 +130,12 @@ pub fn parse_conf(stdin: &[u8]) -> Result<(NetConf, Value)> {
         return Err(Error::new(Code::InvalidConfig, "`type` is empty: expected the plugin's name"));
     }
     datapath(&conf.datapath)?;
+    if let Some(g) = conf.groups.iter().find(|g| vnet_control::request::Name::new(g).is_err()) {
+        return Err(Error::new(
+            Code::InvalidConfig,
+            format!("group `{}`: expected a name of letters, digits, `_`, `-` or `.`", g.escape_debug()),
+        ));
+    }
     if let Some(m) = conf.mtu {
         if !(68..=65535).contains(&m) {
             return Err(Error::new(Code::InvalidConfig, format!("mtu {m}: expected 68 to 65535")));

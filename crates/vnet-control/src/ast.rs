@@ -244,6 +244,9 @@ pub enum Command {
         /// first frame after the migration, QEMU's announcement), or until
         /// `activate NAME` (`docs/INTEGRATION.md`, live migration).
         standby: bool,
+        /// `group G` (repeatable): the policy groups its MAC is in
+        /// (`docs/POLICY.md`).
+        groups: Vec<String>,
     },
     /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`,
     /// `link NAME vxlan ADDR[:PORT] vni N [mtu N]`, or the Palacios

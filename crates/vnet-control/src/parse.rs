@@ -382,6 +382,7 @@ impl<'a> Parser<'_, 'a> {
         let (mut mac, mut mtu, mut netns, mut mode, mut queues, mut offload, mut datapath) =
             (None, None, None, None, None, None, None);
         let (mut broadcast_limit, mut network, mut standby) = (None, None, false);
+        let mut groups: Vec<String> = Vec::new();
         while self.peek().is_some() {
             let opt_pos = self.pos();
             let o = self.keyword(
@@ -396,11 +397,26 @@ impl<'a> Parser<'_, 'a> {
                     "broadcast-limit",
                     "network",
                     "standby",
+                    "group",
                 ],
-                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath`, `broadcast-limit`, `network` or `standby`",
+                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath`, `broadcast-limit`, `network`, `standby` or `group`",
             )?;
             let dup = match o {
                 "standby" => std::mem::replace(&mut standby, true),
+                "group" => {
+                    // Repeatable: one group a word, each once, at most MAX_IFACE_GROUPS.
+                    let g = self.name("a group name")?;
+                    if groups.len() == MAX_IFACE_GROUPS {
+                        return Err(Error::new(
+                            opt_pos,
+                            format!("at most {MAX_IFACE_GROUPS} groups"),
+                            "one more",
+                        ));
+                    }
+                    let again = groups.contains(&g);
+                    groups.push(g);
+                    again
+                }
                 "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
                 "mtu" => mtu.replace(self.number("an MTU (68-65535)", 68..=65535)?).is_some(),
                 "mode" => mode.replace(self.mode()?).is_some(),
@@ -438,16 +454,7 @@ impl<'a> Parser<'_, 'a> {
                 ));
             }
         }
-        if mac.is_some_and(|m: MacAddr| m.is_group()) {
-            return Err(Error::new(pos, "a unicast MAC for the interface", "a group address"));
-        }
-        if standby && mac.is_none() {
-            return Err(Error::new(
-                pos,
-                "a `mac` with `standby` (the VM's first frame from that MAC makes it active)",
-                "`standby` without `mac`",
-            ));
-        }
+        check_interface(pos, mac, standby, &groups)?;
         Ok(Command::Interface {
             name,
             kind,
@@ -462,6 +469,7 @@ impl<'a> Parser<'_, 'a> {
             broadcast_limit: broadcast_limit.unwrap_or(DEFAULT_BROADCAST_LIMIT),
             network: network.unwrap_or(0),
             standby,
+            groups,
         })
     }
 
@@ -603,6 +611,32 @@ impl<'a> Parser<'_, 'a> {
         };
         Ok(Command::Route { src, dst, to, from })
     }
+}
+
+/// The most policy groups an interface may be in (`group G`, repeated).
+pub const MAX_IFACE_GROUPS: usize = 16;
+
+/// What an interface's options must hold together: a unicast MAC; a MAC
+/// with `standby`; a MAC with `group` (a group holds MACs).
+fn check_interface(pos: Pos, mac: Option<MacAddr>, standby: bool, groups: &[String]) -> Result<()> {
+    if mac.is_some_and(|m: MacAddr| m.is_group()) {
+        return Err(Error::new(pos, "a unicast MAC for the interface", "a group address"));
+    }
+    if standby && mac.is_none() {
+        return Err(Error::new(
+            pos,
+            "a `mac` with `standby` (the VM's first frame from that MAC makes it active)",
+            "`standby` without `mac`",
+        ));
+    }
+    if !groups.is_empty() && mac.is_none() {
+        return Err(Error::new(
+            pos,
+            "a `mac` with `group` (a policy's groups hold MACs)",
+            "`group` without `mac`",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -776,6 +810,7 @@ mod tests {
                 broadcast_limit: DEFAULT_BROADCAST_LIMIT,
                 network: 0,
                 standby: false,
+                groups: Vec::new(),
             }
         );
         assert!(matches!(one("interface vm1 tap vt1 network 8"), Command::Interface { network: 8, .. }));
@@ -795,6 +830,7 @@ mod tests {
                 broadcast_limit: DEFAULT_BROADCAST_LIMIT,
                 network: 7,
                 standby: false,
+                groups: Vec::new(),
             }
         );
         assert_eq!(

@@ -225,6 +225,8 @@ pub struct Interface {
     pub broadcast_limit: u32,
     pub network: u32,
     pub standby: bool,
+    /// The policy groups its MAC is in (`group G`).
+    pub groups: Vec<Name>,
 }
 
 impl Interface {
@@ -243,6 +245,7 @@ impl Interface {
             broadcast_limit: crate::DEFAULT_BROADCAST_LIMIT,
             network: 0,
             standby: false,
+            groups: Vec::new(),
         }
     }
 
@@ -273,6 +276,7 @@ impl Interface {
             broadcast_limit: d.broadcast_limit,
             network: d.network,
             standby: d.standby,
+            groups: d.groups.iter().map(|g| Name::new(g)).collect::<Result<_, _>>()?,
         };
         i.check()?;
         Ok(i)
@@ -297,6 +301,13 @@ impl Interface {
         }
         if self.standby && self.mac.is_none() {
             return Err(invalid("standby", n, "a `mac` with `standby`"));
+        }
+        if !self.groups.is_empty() && self.mac.is_none() {
+            return Err(invalid("group", n, "a `mac` with `group`"));
+        }
+        let distinct: std::collections::BTreeSet<&str> = self.groups.iter().map(Name::as_str).collect();
+        if self.groups.len() > crate::parse::MAX_IFACE_GROUPS || distinct.len() != self.groups.len() {
+            return Err(invalid("group", n, "at most 16 groups, each once"));
         }
         if let Dev::VhostUser(_) = self.dev {
             if self.mtu.is_some() || self.netns.is_some() {
@@ -349,6 +360,9 @@ impl Interface {
         if self.network != 0 {
             write!(f, " network {}", self.network)?;
         }
+        for g in &self.groups {
+            write!(f, " group {g}")?;
+        }
         if self.standby {
             f.write_str(" standby")?;
         }
@@ -376,6 +390,7 @@ impl Interface {
             broadcast_limit: self.broadcast_limit,
             network: self.network,
             standby: self.standby,
+            groups: self.groups.iter().map(Name::to_string).collect(),
         }
     }
 }
@@ -714,6 +729,16 @@ mod tests {
         let r = Request::attach(i.clone()).unwrap();
         assert_eq!(r.line(), "attach c1 netdev vc1 mac 52:54:00:00:00:07 datapath kernel network 7");
         assert_eq!(parsed(&r.line()), r.command());
+        let mut g = i.clone();
+        g.groups = vec![Name::new("web").unwrap(), Name::new("tier-1").unwrap()];
+        let r = Request::attach(g.clone()).unwrap();
+        assert!(r.line().ends_with("network 7 group web group tier-1"), "{}", r.line());
+        assert_eq!(parsed(&r.line()), r.command());
+        g.groups.push(Name::new("web").unwrap());
+        assert!(Request::attach(g).is_err(), "a group twice");
+        let mut no_mac = i.clone();
+        (no_mac.mac, no_mac.groups) = (None, vec![Name::new("web").unwrap()]);
+        assert!(Request::attach(no_mac).is_err(), "a group holds MACs");
         let sub: Subnet = "10.88.0.0/24".parse().unwrap();
         let r = Request::IpamAdd { subnet: sub, owner: Owner::new("n/c/eth0").unwrap(), range: None };
         assert_eq!(r.line(), "ipam add 10.88.0.0/24 n/c/eth0");
@@ -791,6 +816,10 @@ mod tests {
                 i.broadcast_limit = if flags & 2 != 0 { n % 20_000_000 } else { n % 10_000_001 };
                 i.network = n;
                 i.standby = flags & 64 != 0;
+                // Sometimes in groups (a group's name from the name's own text).
+                if n % 5 == 0 {
+                    i.groups = vec![name()?];
+                }
                 if k % 13 == 0 {
                     Request::attach(i).ok()?
                 } else {

@@ -41,6 +41,8 @@ pub struct InterfaceDef {
     /// Waiting for its VM to arrive (a live migration's destination):
     /// not routed to, not claimed, until the VM's first frame.
     pub standby: bool,
+    /// The policy groups its MAC is in (`group G`).
+    pub groups: Vec<String>,
 }
 
 impl InterfaceDef {
@@ -60,6 +62,7 @@ impl InterfaceDef {
             broadcast_limit,
             network,
             standby,
+            groups,
         } = decl
         else {
             return None;
@@ -79,6 +82,7 @@ impl InterfaceDef {
             broadcast_limit: *broadcast_limit,
             network: *network,
             standby: *standby,
+            groups: groups.clone(),
         })
     }
 }
@@ -681,6 +685,10 @@ fn iface_line(i: &InterfaceDef) -> String {
     }
     if i.network != 0 {
         let _ = write!(s, " network {}", i.network);
+    }
+    for g in &i.groups {
+        s.push_str(" group ");
+        s.push_str(g);
     }
     if i.standby {
         s.push_str(" standby");

@@ -129,6 +129,7 @@ fn interfaces(s: &Spec, host: &Host, mode: Option<Mode>, datapath: Datapath) -> 
             broadcast_limit: vnet_control::DEFAULT_BROADCAST_LIMIT,
             network: 0,
             standby: false,
+            groups: Vec::new(),
         });
     }
     Ok(cmds)

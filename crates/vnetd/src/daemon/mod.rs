@@ -95,8 +95,9 @@ pub struct Daemon {
     cluster_neighbors_gen: u64,
     /// The policy set last built, and the declarations it was built from
     /// (the state's and the cluster's signed policy, merged).
-    /// ... and the generation of the cluster's groups it was built with.
-    policy_built: Option<(vnet_control::policy::Policies, u64, Arc<vnet_core::policy::PolicySet>)>,
+    /// ... the generation of the cluster's groups and the interfaces'
+    /// groups (`group G` on an interface) it was built with.
+    policy_built: Option<policy::PolicyBuilt>,
     /// Cluster mode: the groups each MAC is in by its holder's
     /// certificate, and a count of their changes.
     cluster_groups: (BTreeMap<vnet_wire::MacAddr, Vec<String>>, u64),

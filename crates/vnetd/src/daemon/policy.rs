@@ -19,16 +19,26 @@ impl Daemon {
             None => state.policies.clone(),
         };
         let groups_gen = self.cluster_groups.1;
-        if let Some((lines, g, built)) = &self.policy_built {
-            if *lines == declared && *g == groups_gen && built.mirror.is_some() == mirror.is_some() {
+        let local = interface_groups(state);
+        if let Some((lines, g, l, built)) = &self.policy_built {
+            if *lines == declared
+                && *g == groups_gen
+                && *l == local
+                && built.mirror.is_some() == mirror.is_some()
+            {
                 return built.clone();
             }
         }
         let old = self.shared.plane.load().policy.clone();
         let generation = old.generation + 1;
-        let set = vnet_engine::policy::build(&declared, &self.cluster_groups.0, generation, &old);
+        // The cluster's (certificates') groups, and the interfaces' own.
+        let mut extra = self.cluster_groups.0.clone();
+        for (mac, gs) in &local {
+            extra.entry(*mac).or_default().extend(gs.iter().cloned());
+        }
+        let set = vnet_engine::policy::build(&declared, &extra, generation, &old);
         let built = Arc::new(PolicySet { mirror, ..set });
-        self.policy_built = Some((declared, groups_gen, built.clone()));
+        self.policy_built = Some((declared, groups_gen, local, built.clone()));
         built
     }
 
@@ -165,6 +175,22 @@ impl Daemon {
     }
 }
 
+/// What a policy set was built from (`Daemon::policy_built`): the
+/// declarations, the cluster's groups' generation, the interfaces' groups.
+pub(super) type PolicyBuilt =
+    (vnet_control::policy::Policies, u64, BTreeMap<vnet_wire::MacAddr, Vec<String>>, Arc<PolicySet>);
+
+/// The groups the state's interfaces put their MACs in (`group G`).
+fn interface_groups(state: &State) -> BTreeMap<vnet_wire::MacAddr, Vec<String>> {
+    let mut out: BTreeMap<vnet_wire::MacAddr, Vec<String>> = BTreeMap::new();
+    for i in state.interfaces.values().filter(|i| !i.groups.is_empty()) {
+        if let Some(m) = i.mac {
+            out.entry(m).or_default().extend(i.groups.iter().cloned());
+        }
+    }
+    out
+}
+
 /// The state's own policy with the cluster's signed one over it: the
 /// signed policy's defaults and rules win over namesakes of the state's,
 /// and groups are the union of both.
@@ -187,6 +213,26 @@ mod tests {
 
     fn policies(text: &str) -> vnet_control::policy::Policies {
         vnet_control::State::default().apply_all(&vnet_control::parse(text).unwrap()).unwrap().policies
+    }
+
+    #[test]
+    fn an_interfaces_groups_hold_its_mac() {
+        let text = "interface a tap ta mac 52:54:00:00:00:01 group web group blue\n\
+                    interface b tap tb mac 52:54:00:00:00:02\n";
+        let state = vnet_control::State::default().apply_all(&vnet_control::parse(text).unwrap()).unwrap();
+        let g = super::interface_groups(&state);
+        let a: vnet_wire::MacAddr = "52:54:00:00:00:01".parse().unwrap();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[&a], ["web", "blue"]);
+        assert!(
+            state.to_config().contains("mac 52:54:00:00:00:01 mode adaptive queues 1 group web group blue"),
+            "{}",
+            state.to_config()
+        );
+        let refused = |t: &str| vnet_control::parse(t).unwrap_err().to_string();
+        assert!(refused("interface c tap tc group web").contains("`group` without `mac`"));
+        assert!(refused("interface c tap tc mac 52:54:00:00:00:03 group web group web")
+            .contains("a second `group`"));
     }
 
     #[test]
