@@ -404,7 +404,8 @@ mod tests {
         let r = Record { name: "vc0123456789".into(), mac: "52:54:00:00:00:07".into(), ..Record::default() };
         let line = attach_request(&conf, &r).unwrap().line();
         assert!(line.ends_with("group web group tier-1"), "{line}");
-        let bad = br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni","groups":["web\nlink x udp 1.2.3.4:9"]}"#;
+        let bad =
+            br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni","groups":["web\nlink x udp 1.2.3.4:9"]}"#;
         let e = spec::parse_conf(bad).unwrap_err();
         assert_eq!(e.code, 7, "{e}");
         assert!(!e.to_string().contains('\n'), "quoted escaped: {e}");
