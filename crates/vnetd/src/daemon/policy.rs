@@ -9,19 +9,22 @@ use vnet_core::policy::PolicySet;
 
 impl Daemon {
     /// The set the engine enforces under `state`: built again, as a new
-    /// generation, only when its lines changed.
-    /// With the kernel path loaded, the set's flows are mirrored in its
-    /// `flows` map (kernel::flows): built again once when it loads.
+    /// generation, only when what it is built from changed (the lines, the
+    /// cluster's signed policy and groups, the interfaces' groups). With
+    /// the kernel path loaded, the set's flows are mirrored in its `flows`
+    /// map (kernel::flows): built again once when it loads.
     pub(super) fn policy_of(&mut self, state: &State) -> Arc<PolicySet> {
         let mirror = self.kernel.as_ref().map(|k| k.flow_mirror() as Arc<dyn vnet_core::policy::FlowMirror>);
+        // The state's own lines, with the signed policy over them if any
+        // (copied only then, and when built).
         let declared = match &self.cluster_policy {
-            Some((_, signed)) => merged(&state.policies, signed),
-            None => state.policies.clone(),
+            Some((_, signed)) => std::borrow::Cow::Owned(merged(&state.policies, signed)),
+            None => std::borrow::Cow::Borrowed(&state.policies),
         };
         let groups_gen = self.cluster_groups.1;
         let local = interface_groups(state);
         if let Some((lines, g, l, built)) = &self.policy_built {
-            if *lines == declared
+            if *lines == *declared
                 && *g == groups_gen
                 && *l == local
                 && built.mirror.is_some() == mirror.is_some()
@@ -38,7 +41,7 @@ impl Daemon {
         }
         let set = vnet_engine::policy::build(&declared, &extra, generation, &old);
         let built = Arc::new(PolicySet { mirror, ..set });
-        self.policy_built = Some((declared, groups_gen, local, built.clone()));
+        self.policy_built = Some((declared.into_owned(), groups_gen, local, built.clone()));
         built
     }
 
