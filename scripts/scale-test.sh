@@ -5,11 +5,13 @@
 # writes, ARP flooded with and without the VMs' addresses in their claims.
 # Fails when a step does not happen in time or a known address is flooded.
 # Not in the README's test command (minutes of 100 vnetds on 2 cores).
-#   sudo ./scripts/scale-test.sh [HOSTS [VMS]]
+#   sudo ./scripts/scale-test.sh [HOSTS [VMS [--plain-links]]]
+# (--plain-links: links with `security none`, on the kernel path, so a
+# move's time is the time to every host's kernel maps.)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prepare
 cd "$(dirname "$0")/.."
 cargo build --release --workspace --bins -q
 export VNET_LAB_TAG="s$$"
-./target/release/vnet-lab scale --hosts "${1:-100}" --vms "${2:-2}" --rest 30
+./target/release/vnet-lab scale --hosts "${1:-100}" --vms "${2:-2}" --rest 30 "${@:3}"

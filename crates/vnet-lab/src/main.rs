@@ -75,6 +75,10 @@ enum Cmd {
         /// Seconds at rest over which CPU and etcd's writes are counted.
         #[arg(long, default_value_t = 30)]
         rest: u64,
+        /// Plain links (`security none`): the kernel path carries them, so
+        /// a move's figure is the time to every host's kernel maps.
+        #[arg(long)]
+        plain_links: bool,
     },
     /// Three hosts, known iperf3 flows between their VMs, each host's
     /// `show matrix`, and the network's traffic matrix as an SVG heat map.
@@ -208,9 +212,10 @@ fn main() -> ExitCode {
     let r = match Args::parse().cmd {
         Cmd::Demo { format, seconds, datapath } => demo(fmt(format), seconds, &datapath),
         Cmd::Matrix { out, datapath, seconds } => matrix(&out, &datapath, seconds),
-        Cmd::Scale { hosts, vms, rest } => {
+        Cmd::Scale { hosts, vms, rest, plain_links } => {
             let t0 = std::time::Instant::now();
-            vnet_lab::scale::run(&vnet_lab::scale::Opts { hosts, vms, rest_s: rest }).map(|lines| {
+            let o = vnet_lab::scale::Opts { hosts, vms, rest_s: rest, plain_links };
+            vnet_lab::scale::run(&o).map(|lines| {
                 for l in lines {
                     println!("{l}");
                 }
