@@ -6,8 +6,10 @@
 # Fails when a step does not happen in time or a known address is flooded.
 # Not in the README's test command (minutes of 100 vnetds on 2 cores).
 #   sudo ./scripts/scale-test.sh [HOSTS [VMS [--plain-links]]]
-# (--plain-links: links with `security none`, on the kernel path, so a
-# move's time is the time to every host's kernel maps.)
+# (--plain-links: an open cluster, etcd over http, no keys, unsigned
+# records: plain links, on the kernel path, so a move's time is the time
+# to every host's kernel maps. A signed network encrypts every link, and
+# encrypted links are the user path's.)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prepare

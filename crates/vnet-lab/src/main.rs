@@ -75,8 +75,9 @@ enum Cmd {
         /// Seconds at rest over which CPU and etcd's writes are counted.
         #[arg(long, default_value_t = 30)]
         rest: u64,
-        /// Plain links (`security none`): the kernel path carries them, so
-        /// a move's figure is the time to every host's kernel maps.
+        /// An open cluster (etcd over http, no keys, unsigned records):
+        /// plain links, which the kernel path carries, so a move's figure
+        /// is the time to every host's kernel maps.
         #[arg(long)]
         plain_links: bool,
     },
