@@ -390,8 +390,20 @@ fn virsh_migrate_live(vhost: bool) {
         "host 0 routes the guest to host 2",
         || route_to(&lab, 0, mac).as_deref() == Some("link h2"),
         || {
+            // The destination guest's console: a guest that stopped or
+            // crashed after resuming says so there.
+            let tail: String = std::fs::read_to_string(&moved_console)
+                .unwrap_or_default()
+                .lines()
+                .rev()
+                .take(40)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
             format!(
-                "host 0 routes it to {:?}\nhost 2: {}",
+                "host 0 routes it to {:?}\nhost 2: {}\nthe guest's console on host 2 (its last lines):\n{tail}",
                 route_to(&lab, 0, mac),
                 json(&lab, 2, "interfaces")
             )
