@@ -12,12 +12,13 @@
 //! still known. One meaning on both paths; the kernel path's speed for
 //! every packet of an allowed flow but its first (docs/POLICY.md).
 
+use super::maps::addr16;
 use super::{KernelError, Reason};
 use crate::sys::bpf::{monotonic_ns, FlowVal, GovStats, GovVal, KernelFlowKey};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, PerCpuValues};
 use aya::Ebpf;
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::os::fd::AsFd as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use vnet_core::policy::flows::{IDLE_S, TCP_IDLE_S};
@@ -50,10 +51,6 @@ fn kernel_key(k: &FlowKey) -> Option<KernelFlowKey> {
         proto: k.proto,
         pad: [0; 3],
     }))
-}
-
-fn addr16(ip: IpAddr) -> [u8; 16] {
-    super::maps::addr16(ip)
 }
 
 /// `k` with its lower end first (address, then port, compared as the
@@ -99,8 +96,6 @@ impl KernelFlows {
         Ok(KernelFlows { map: Mutex::new(map), offered: AtomicU64::new(0), failed: AtomicU64::new(0) })
     }
 }
-
-use std::os::fd::AsFd as _;
 
 impl FlowMirror for KernelFlows {
     fn fresh(&self, k: &FlowKey) -> bool {
