@@ -335,12 +335,31 @@ pub enum Command {
     /// an address of the network's subnet held across hosts (cluster
     /// mode; `docs/INTEGRATION.md`). Control endpoint only.
     Ipam(IpamOp),
+    /// `pod-labels NAMESPACE/NAME` (a [`crate::request::PodRef`], checked):
+    /// the labels of a Kubernetes pod, which vnetd asks the API for as its
+    /// pod's service account. Control endpoint only.
+    PodLabels(String),
     /// Starts a transaction on the control socket.
     Begin,
     /// Applies the transaction.
     Commit,
     /// Discards the transaction.
     Abort,
+}
+
+/// What a `pod-labels` pod must be ([`is_pod_ref`]).
+pub const POD_EXPECTED: &str = "NAMESPACE/NAME, each 1-253 of a-z0-9.- (alphanumeric at both ends)";
+
+/// True for a Kubernetes pod as `NAMESPACE/NAME`, each a Kubernetes object
+/// name (an RFC 1123 subdomain).
+pub fn is_pod_ref(s: &str) -> bool {
+    let name = |v: &str| {
+        (1..=253).contains(&v.len())
+            && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+            && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+    };
+    s.split_once('/').is_some_and(|(ns, pod)| name(ns) && name(pod))
 }
 
 /// What `ipam` asks.
@@ -367,6 +386,7 @@ impl Command {
                 | Command::Detach(_)
                 | Command::Activate(_)
                 | Command::Ipam(_)
+                | Command::PodLabels(_)
                 | Command::Begin
                 | Command::Commit
                 | Command::Abort

@@ -66,7 +66,7 @@ pub fn parse_line(line: &str, line_no: u32, section: &mut Section) -> Result<Opt
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `neigh`, `policy`, `rule`, `group`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `neigh`, `policy`, `rule`, `group`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `pod-labels`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn link_ref(&mut self) -> Result<Ref<LinkRef>> {
@@ -113,6 +113,7 @@ impl<'a> Parser<'_, 'a> {
                 "detach",
                 "activate",
                 "ipam",
+                "pod-labels",
                 "begin",
                 "commit",
                 "abort",
@@ -158,6 +159,15 @@ impl<'a> Parser<'_, 'a> {
             "detach" => Ok(Command::Detach(self.name("an interface name")?)),
             "activate" => Ok(Command::Activate(self.name("an interface name")?)),
             "ipam" => self.ipam(),
+            "pod-labels" => {
+                let pos = self.pos();
+                let t = self.next("a pod as NAMESPACE/NAME")?;
+                if crate::ast::is_pod_ref(t.text) {
+                    Ok(Command::PodLabels(t.text.to_string()))
+                } else {
+                    Err(Error::new(pos, crate::ast::POD_EXPECTED, found(Some(&t))))
+                }
+            }
             "begin" => Ok(Command::Begin),
             "commit" => Ok(Command::Commit),
             _ => Ok(Command::Abort),

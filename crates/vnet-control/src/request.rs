@@ -140,6 +140,29 @@ impl SocketPath {
 }
 
 text_type!(
+    /// A Kubernetes pod as `NAMESPACE/NAME`, each a Kubernetes name (an
+    /// RFC 1123 subdomain: 1-253 of `a-z0-9.-`, alphanumeric at both ends).
+    PodRef
+);
+
+impl PodRef {
+    pub const EXPECTED: &'static str = crate::ast::POD_EXPECTED;
+
+    pub fn new(s: &str) -> Result<PodRef, Invalid> {
+        if crate::ast::is_pod_ref(s) {
+            Ok(PodRef(s.to_string()))
+        } else {
+            Err(invalid("pod", s, PodRef::EXPECTED))
+        }
+    }
+
+    /// The namespace and the pod's name.
+    pub fn parts(&self) -> (&str, &str) {
+        self.0.split_once('/').unwrap_or(("", ""))
+    }
+}
+
+text_type!(
     /// Who holds an IPAM address (a CNI network, container and interface):
     /// 1-300 of `A-Za-z0-9._-/`.
     Owner
@@ -431,6 +454,9 @@ pub enum Request {
     },
     /// `ipam del OWNER`.
     IpamDel(Owner),
+    /// `pod-labels NAMESPACE/NAME`: the pod's labels, which vnetd asks the
+    /// Kubernetes API for as its pod's service account.
+    PodLabels(PodRef),
     /// `announce MAC`.
     Announce(MacAddr),
     /// `neigh IP MAC [network N]` ([`Request::neigh`]: checked).
@@ -532,6 +558,7 @@ impl Request {
                 range: *range,
             }),
             Request::IpamDel(o) => Command::Ipam(IpamOp::Del { owner: o.to_string() }),
+            Request::PodLabels(p) => Command::PodLabels(p.to_string()),
             Request::RouteMac { dst, to } => {
                 use crate::ast::{From, IfaceRef, LinkRef, Ref, Target};
                 // The name's column: after `route any MAC -> interface ` or `... link `.
@@ -619,6 +646,7 @@ impl fmt::Display for Request {
                 }
             }
             Request::IpamDel(o) => write!(f, "ipam del {o}"),
+            Request::PodLabels(p) => write!(f, "pod-labels {p}"),
             Request::Announce(m) => write!(f, "announce {m}"),
             Request::Neigh(n) => f.write_str(&n.to_line()),
             Request::DeleteNeigh { ip, network: 0 } => write!(f, "delete neigh {ip}"),
@@ -716,6 +744,12 @@ mod tests {
             assert!(bad.parse::<Subnet>().is_err(), "{bad:?}");
         }
         assert!(Owner::new("net/c1/eth0 range").is_err() && Owner::new("").is_err());
+        for bad in
+            ["web", "default/", "/web", "default/web/x", "default/../nodes", "Default/web", "a/web\nshow"]
+        {
+            assert!(PodRef::new(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(PodRef::new("shop/web-0.a").unwrap().parts(), ("shop", "web-0.a"));
         let e = SocketPath::new("/tmp/x\nlink evil").unwrap_err().to_string();
         assert!(e.contains("\\n") && !e.contains('\n'), "the refusal quotes the value escaped: {e}");
     }
@@ -797,7 +831,7 @@ mod tests {
         what: ShowWhat,
     ) -> Option<Request> {
         let name = || Name::new(a).ok();
-        Some(match k % 19 {
+        Some(match k % 20 {
             0 | 1 => {
                 let dev = match flags % 3 {
                     0 => Dev::Tap(DevName::new(b).ok()?),
@@ -866,6 +900,7 @@ mod tests {
             15 => Request::Group(name()?, MacAddr(mac)),
             16 => Request::DeleteGroup(name()?, MacAddr(mac)),
             17 => Request::DeletePolicy(n % 2),
+            18 => Request::PodLabels(PodRef::new(&format!("{a}/{b}")).ok()?),
             9 => {
                 let to = if flags & 1 != 0 { To::Link(name()?) } else { To::Interface(name()?) };
                 Request::RouteMac { dst: MacAddr(mac), to }

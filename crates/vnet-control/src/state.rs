@@ -299,6 +299,7 @@ impl State {
             | Command::Attach(_)
             | Command::Detach(_)
             | Command::Ipam(_)
+            | Command::PodLabels(_)
             | Command::Begin
             | Command::Commit
             | Command::Abort => {

@@ -330,13 +330,23 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
     }
 }
 
-/// An `ipam` line's request (its errors are `handle_line`'s to report).
-fn ipam_request(line: &str) -> Option<vnet_control::IpamOp> {
-    if !line.trim_start().starts_with("ipam") {
+/// A request answered away from the daemon's lock, by waiting on
+/// something else (etcd, the Kubernetes API).
+enum Waits {
+    Ipam(vnet_control::IpamOp),
+    PodLabels(String),
+}
+
+/// An `ipam` or `pod-labels` line's request (its errors are
+/// `handle_line`'s to report).
+fn waiting_request(line: &str) -> Option<Waits> {
+    let first = line.split_whitespace().next()?;
+    if first != "ipam" && first != "pod-labels" {
         return None;
     }
     match parse_line(line, 1, &mut Section::None) {
-        Ok(Some(Located { item: Command::Ipam(op), .. })) => Some(op),
+        Ok(Some(Located { item: Command::Ipam(op), .. })) => Some(Waits::Ipam(op)),
+        Ok(Some(Located { item: Command::PodLabels(pod), .. })) => Some(Waits::PodLabels(pod)),
         _ => None,
     }
 }
@@ -466,8 +476,9 @@ async fn serve_session<S: AsyncRead + AsyncWrite + Unpin>(
             }
             Ok(line) => {
                 let line = line.trim_end_matches(['\n', '\r']);
-                let (body, end) = match ipam_request(line) {
-                    Some(op) => ipam(s.limits.ipam.as_ref(), op).await,
+                let (body, end) = match waiting_request(line) {
+                    Some(Waits::Ipam(op)) => ipam(s.limits.ipam.as_ref(), op).await,
+                    Some(Waits::PodLabels(pod)) => crate::kube::pod_labels(&pod).await,
                     None => handle_line(&daemon, &mut s, line),
                 };
                 let mut out = body;

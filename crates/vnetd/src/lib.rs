@@ -28,6 +28,7 @@ pub mod handshakes;
 pub mod iface;
 pub mod ipam;
 pub mod kernel;
+pub mod kube;
 pub mod link;
 pub mod membership;
 pub mod paths;
