@@ -135,6 +135,12 @@ pub struct MacRecord {
     /// edge. At most [`MAX_ADDRS`], each unicast.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub addrs: Vec<std::net::IpAddr>,
+    /// The policy groups the claimant's interface puts the VM in (`attach
+    /// ... group G`, a pod's labels through vnet-cni): every host's policy
+    /// counts the MAC in them while the claim holds. At most
+    /// [`MAX_GROUPS`], each a name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
     /// The claimant's signature ([`crate::trust::ClaimKey::sign`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sig: Option<String>,
@@ -142,6 +148,8 @@ pub struct MacRecord {
 
 /// The most addresses a claim names.
 pub const MAX_ADDRS: usize = 16;
+/// The most groups a claim names (as an interface may have).
+pub const MAX_GROUPS: usize = 16;
 
 fn is_zero(v: &u64) -> bool {
     *v == 0

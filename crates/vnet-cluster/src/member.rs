@@ -126,6 +126,8 @@ pub enum RecordError {
     ClaimNames,
     #[error("`addrs`: more than {0} addresses, or one that is not unicast")]
     ClaimAddrs(usize),
+    #[error("`groups`: more than {0} groups, or one that is not a name")]
+    ClaimGroups(usize),
     #[error("host `{0}` has no valid record to check the claim against")]
     ClaimHost(String),
     #[error("the claim is not signed by host `{0}`'s claim key")]
@@ -186,6 +188,8 @@ pub struct Member {
     unverified: FxHashMap<MacAddr, MacRecord>,
     /// The addresses each claimed MAC's claim names (none: not kept).
     addrs: FxHashMap<MacAddr, Box<[IpAddr]>>,
+    /// The groups each claimed MAC's claim names (none: not kept).
+    claim_groups: FxHashMap<MacAddr, Box<[String]>>,
     /// Counts changes of `addrs` ([`Member::addrs_version`]).
     addrs_version: u64,
     /// Each MAC's epoch (its migration count), kept after its claim goes.
@@ -241,6 +245,7 @@ impl Member {
             unverified: FxHashMap::default(),
             epochs: FxHashMap::default(),
             addrs: FxHashMap::default(),
+            claim_groups: FxHashMap::default(),
             addrs_version: 0,
             conflicts: BTreeMap::new(),
             revoked_hosts: Default::default(),
@@ -532,17 +537,29 @@ impl Member {
         self.policy_version
     }
 
-    /// Signed networks: the groups of each MAC whose holder's certificate
-    /// names some (this host's own MACs too), for the network's policy.
+    /// The groups of each claimed MAC, for the network's policy: those its
+    /// holder's certificate names (signed networks) and those its claim
+    /// names (the claimant's interface's), each once. This host's own
+    /// MACs too.
     pub fn mac_groups(&self) -> BTreeMap<MacAddr, Vec<String>> {
         let groups = |h: u32| self.records.get(h as usize).and_then(Option::as_ref).map(|p| &p.groups);
-        if !self.records.iter().flatten().any(|p| !p.groups.is_empty()) {
+        let certs = self.records.iter().flatten().any(|p| !p.groups.is_empty());
+        if !certs && self.claim_groups.is_empty() {
             return BTreeMap::new();
         }
-        self.macs
-            .iter()
-            .filter_map(|(m, &h)| groups(h).filter(|g| !g.is_empty()).map(|g| (*m, g.to_vec())))
-            .collect()
+        let mut out = BTreeMap::new();
+        for (m, &h) in &self.macs {
+            let mut gs: Vec<String> = groups(h).map(|g| g.to_vec()).unwrap_or_default();
+            for g in self.claim_groups.get(m).into_iter().flatten() {
+                if !gs.contains(g) {
+                    gs.push(g.clone());
+                }
+            }
+            if !gs.is_empty() {
+                out.insert(*m, gs);
+            }
+        }
+        out
     }
 
     /// Takes a revocation signed by the network key: the host it names
@@ -776,6 +793,10 @@ impl Member {
         if r.addrs.len() > crate::layout::MAX_ADDRS || !r.addrs.iter().all(unicast) {
             return Err(RecordError::ClaimAddrs(crate::layout::MAX_ADDRS));
         }
+        let name = |g: &String| vnet_control::request::Name::new(g).is_ok();
+        if r.groups.len() > crate::layout::MAX_GROUPS || !r.groups.iter().all(name) {
+            return Err(RecordError::ClaimGroups(crate::layout::MAX_GROUPS));
+        }
         let mut stamp = None;
         if self.policy.network_key.is_some() {
             let claim_key =
@@ -819,6 +840,11 @@ impl Member {
             self.epochs.insert(mac, r.epoch);
         }
         self.conflicts.remove(&mac);
+        if r.groups.is_empty() {
+            self.claim_groups.remove(&mac);
+        } else {
+            self.claim_groups.insert(mac, r.groups.into_boxed_slice());
+        }
         let addrs = (!r.addrs.is_empty()).then(|| r.addrs.into_boxed_slice());
         if self.addrs.get(&mac) != addrs.as_ref() {
             self.addrs_version += 1;
@@ -868,6 +894,7 @@ impl Member {
     }
 
     fn delete_mac(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
+        self.claim_groups.remove(&mac);
         if self.addrs.remove(&mac).is_some() {
             self.addrs_version += 1;
         }
@@ -1004,6 +1031,42 @@ mod tests {
         s.delete_if(&mac_key("n", mac(2)), None);
         sync(&mut m, &s);
         assert!(m.neighbors().is_empty(), "the claim went with its addresses");
+    }
+
+    /// The groups a claim names are the MAC's groups for every host's
+    /// policy, with its holder certificate's; a claim naming too many, or
+    /// one that is not a name, is quarantined; a deleted claim takes them.
+    #[test]
+    fn a_claims_groups_are_its_macs_groups_for_every_host() {
+        use crate::layout::{fixtures, MacRecord, MAX_GROUPS};
+        let claim = |h: &str, groups: &[&str]| {
+            let groups = groups.iter().map(|g| g.to_string()).collect();
+            MacRecord { host: h.into(), iface: "vm0".into(), groups, ..Default::default() }.to_json()
+        };
+        let mut m = Member::new("n", "h1");
+        let mut s = MemStore::new();
+        s.put(&host_key("n", "h2"), fixtures::host(2), None);
+        s.put(&mac_key("n", mac(2)), claim("h2", &["web", "front"]), None);
+        s.put(&mac_key("n", mac(3)), claim("h2", &[]), None);
+        sync(&mut m, &s);
+        let want: BTreeMap<MacAddr, Vec<String>> =
+            [(mac(2), vec!["web".to_string(), "front".to_string()])].into();
+        assert_eq!(m.mac_groups(), want);
+        let many: Vec<String> = (0..=MAX_GROUPS).map(|i| format!("g{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        for (i, bad) in [&many[..], &["1st"], &["web\nlink x"]].iter().enumerate() {
+            let k = mac_key("n", mac(10 + i as u32));
+            s.put(&k, claim("h2", bad), None);
+            sync(&mut m, &s);
+            assert!(
+                m.quarantined().any(|(q, e)| *q == k && matches!(e, RecordError::ClaimGroups(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(m.mac_groups(), want);
+        s.delete_if(&mac_key("n", mac(2)), None);
+        sync(&mut m, &s);
+        assert!(m.mac_groups().is_empty());
     }
 
     /// A signed network's hosts as a view reports them: each linked host's

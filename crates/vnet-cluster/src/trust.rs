@@ -314,7 +314,7 @@ impl NetworkKey {
 /// network 0 at epoch 0 is signed as version 1 signed it (hosts of that
 /// version verify it); the addresses, when it names any, follow the rest.
 fn claim_bytes(network: &str, mac: MacAddr, r: &MacRecord) -> Vec<u8> {
-    let MacRecord { host, iface, at_ms, network: net, epoch, addrs, sig: _ } = r;
+    let MacRecord { host, iface, at_ms, network: net, epoch, addrs, groups, sig: _ } = r;
     let mut b = if (*net, *epoch) == (0, 0) {
         CLAIM_TAG.to_vec()
     } else {
@@ -325,6 +325,14 @@ fn claim_bytes(network: &str, mac: MacAddr, r: &MacRecord) -> Vec<u8> {
     b.extend_from_slice(format!("{network}\0{mac}\0{host}\0{iface}\0{at_ms}").as_bytes());
     for a in addrs {
         b.extend_from_slice(format!("\0{a}").as_bytes());
+    }
+    // (A word no address is, so the groups cannot pass for addresses; none:
+    // the bytes claims signed before groups were.)
+    if !groups.is_empty() {
+        b.extend_from_slice(b"\0groups");
+        for g in groups {
+            b.extend_from_slice(format!("\0{g}").as_bytes());
+        }
     }
     b
 }
@@ -563,6 +571,7 @@ mod tests {
                 network,
                 epoch,
                 addrs: addrs.clone(),
+                groups: if epoch == 3 { vec!["web".into()] } else { vec![] },
                 sig: None,
             };
             r.sig = Some(k.sign("lab", mac, &r));
@@ -575,6 +584,8 @@ mod tests {
                 MacRecord { epoch: epoch + 1, ..r.clone() },
                 MacRecord { addrs: vec![ip("10.0.0.6")], ..r.clone() },
                 MacRecord { addrs: [addrs.clone(), vec![ip("fd00::5")]].concat(), ..r.clone() },
+                MacRecord { groups: vec!["db".into()], ..r.clone() },
+                MacRecord { groups: [r.groups.clone(), vec!["db".into()]].concat(), ..r.clone() },
                 MacRecord { sig: Some("!!".into()), ..r.clone() },
                 MacRecord { sig: None, ..r.clone() },
             ];

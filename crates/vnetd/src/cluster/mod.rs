@@ -167,8 +167,9 @@ struct Published {
     iface: u32,
     name: String,
     value: Vec<u8>,
-    /// The addresses the claim names (the `neigh` lines for the MAC).
-    addrs: Vec<std::net::IpAddr>,
+    /// The addresses and groups the claim names (the `neigh` lines for
+    /// the MAC, its interface's groups).
+    facts: Facts,
     /// The store's revision of this host's last put of it: a watch event
     /// after it with another value is another writer's.
     rev: u64,
@@ -599,8 +600,8 @@ impl Host {
         epoch: u64,
         fresh: bool,
     ) -> Result<Option<Event>, SessionError> {
-        let addrs = addrs_in(lock(&self.daemon).state(), self.member.tenant(), mac);
-        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface, epoch, &addrs));
+        let facts = facts_of(lock(&self.daemon).state(), self.member.tenant(), mac);
+        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface, epoch, &facts));
         let put = PutOptions::new().with_lease(lease);
         let rev = if fresh {
             let txn = Txn::new()
@@ -621,22 +622,23 @@ impl Host {
         if let Some(p) = self.published.get_mut(&mac) {
             p.value = value.clone();
             p.rev = rev;
-            p.addrs = addrs;
+            p.facts = facts;
         }
         Ok(Some(Event::Put { key, value, rev }))
     }
 
     /// The value of a MAC's key naming this host and interface `iface`:
-    /// the cluster's vnet network, `epoch`, the VM's addresses `addrs`,
+    /// the cluster's vnet network, `epoch`, the VM's addresses and groups,
     /// stamped with the time and, with a claim key, signed.
-    fn mac_value(&self, mac: MacAddr, iface: &str, epoch: u64, addrs: &[std::net::IpAddr]) -> Vec<u8> {
+    fn mac_value(&self, mac: MacAddr, iface: &str, epoch: u64, facts: &Facts) -> Vec<u8> {
         let mut r = MacRecord {
             host: self.cfg.host.clone(),
             iface: iface.to_string(),
             at_ms: membership::now_ms(),
             network: self.member.tenant(),
             epoch,
-            addrs: addrs.to_vec(),
+            addrs: facts.0.clone(),
+            groups: facts.1.clone(),
             sig: None,
         };
         r.sig = self.cfg.claim_key.as_ref().map(|k| k.sign(&self.cfg.network, mac, &r));
@@ -652,7 +654,7 @@ impl Host {
     /// may release it), never taken for being newer.
     async fn publish(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
         let tenant = self.member.tenant();
-        type Now = (u32, String, bool, Vec<std::net::IpAddr>);
+        type Now = (u32, String, bool, Facts);
         let now: BTreeMap<MacAddr, Now> = {
             let d = lock(&self.daemon);
             // A standby interface's MAC is claimed when its VM arrives.
@@ -660,7 +662,7 @@ impl Host {
             active
                 .filter_map(|i| {
                     let mac = i.mac?;
-                    Some((mac, (i.id, i.name.clone(), d.moved_in(i.id), addrs_in(d.state(), tenant, mac))))
+                    Some((mac, (i.id, i.name.clone(), d.moved_in(i.id), facts_of(d.state(), tenant, mac))))
                 })
                 .collect()
         };
@@ -683,10 +685,10 @@ impl Host {
         }
         let mut unclaimed = BTreeMap::new();
         let me = self.cfg.host.clone();
-        for (mac, (id, name, migration, addrs)) in now {
-            // Claimed already; put again when its addresses changed.
+        for (mac, (id, name, migration, facts)) in now {
+            // Claimed already; put again when its addresses or groups changed.
             let again = match self.published.get(&mac) {
-                Some(p) if p.iface == id && p.addrs == addrs => continue,
+                Some(p) if p.iface == id && p.facts == facts => continue,
                 Some(p) => p.iface == id,
                 None => false,
             };
@@ -715,7 +717,7 @@ impl Host {
                 Event::Put { value, .. } => value.clone(),
                 Event::Delete { .. } => Vec::new(),
             };
-            self.published.insert(mac, Published { iface: id, name, value, addrs, rev: put.rev() });
+            self.published.insert(mac, Published { iface: id, name, value, facts, rev: put.rev() });
             if again {
                 continue;
             }
@@ -889,11 +891,18 @@ impl Host {
     }
 }
 
-/// The addresses `state` declares for `mac` in vnet network `tenant`
-/// (its `neigh` lines), at most what a claim names.
-fn addrs_in(state: &vnet_control::State, tenant: u32, mac: MacAddr) -> Vec<std::net::IpAddr> {
+/// What a claim says of its VM: its addresses and its groups.
+type Facts = (Vec<std::net::IpAddr>, Vec<String>);
+
+/// The addresses `state` declares for `mac` in vnet network `tenant` (its
+/// `neigh` lines) and the groups of the interface holding it, at most
+/// what a claim names.
+fn facts_of(state: &vnet_control::State, tenant: u32, mac: MacAddr) -> Facts {
     let mine = state.neighbors.0.iter().filter(|((n, _), m)| *n == tenant && **m == mac);
-    mine.map(|((_, ip), _)| *ip).take(vnet_cluster::layout::MAX_ADDRS).collect()
+    let addrs = mine.map(|((_, ip), _)| *ip).take(vnet_cluster::layout::MAX_ADDRS).collect();
+    let iface = state.interfaces.values().find(|i| i.mac == Some(mac) && i.network == tenant);
+    let groups = iface.map(|i| i.groups.iter().take(vnet_cluster::layout::MAX_GROUPS).cloned().collect());
+    (addrs, groups.unwrap_or_default())
 }
 
 /// Keeps `links` (the links the cluster made) as `cmds`, applied, leave them.

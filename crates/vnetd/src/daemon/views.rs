@@ -163,6 +163,9 @@ pub struct IfaceView<'a> {
     /// The namespace its device was moved to, or `-`.
     pub netns: &'a str,
     pub mac: String,
+    /// The policy groups its MAC is in by its declaration (`group G`; a
+    /// pod's labels through vnet-cni).
+    pub groups: &'a [String],
     /// `tap`, `netdev`, `vhost-user`.
     pub kind: &'static str,
     /// Whether frames carry offloads (a `virtio_net_hdr` the device honours).
@@ -312,6 +315,7 @@ impl Daemon {
                     dev: &def.dev,
                     netns: def.netns.as_deref().unwrap_or("-"),
                     mac: i.mac.map_or("-".to_string(), |m| m.to_string()),
+                    groups: &def.groups,
                     kind: def.kind.word(),
                     offload: vhost.map_or_else(|| p.dev.vnet_hdr(), |d| d.takes_offloads()),
                     queues: vhost.map_or_else(|| p.dev.queues(), |d| d.pairs),
