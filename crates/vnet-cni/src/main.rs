@@ -12,6 +12,7 @@
 //! containerd files.
 
 mod ipam;
+mod labels;
 mod plugin;
 mod record;
 mod result;

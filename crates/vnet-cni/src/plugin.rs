@@ -3,7 +3,7 @@
 
 use crate::record::{self, Record};
 use crate::spec::{self, Code, Command, Error, Interface, NetConf, Outcome, Result};
-use crate::{ipam, veth};
+use crate::{ipam, labels, veth};
 use serde_json::Value;
 use std::fs::File;
 use vnet_client::client::Client;
@@ -18,6 +18,8 @@ pub struct Env {
     pub netns: Option<String>,
     pub ifname: Option<String>,
     pub path: String,
+    /// `CNI_ARGS`: `KEY=VALUE;...` (Kubernetes runtimes name the pod there).
+    pub args: Option<String>,
 }
 
 impl Env {
@@ -28,6 +30,7 @@ impl Env {
             netns: var("CNI_NETNS"),
             ifname: var("CNI_IFNAME"),
             path: var("CNI_PATH").unwrap_or_default(),
+            args: var("CNI_ARGS"),
         }
     }
 
@@ -136,6 +139,13 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
     })?;
     let ipam_kind = conf.ipam.as_ref().map(ipam::kind).transpose()?;
     let mut c = vnetd(conf)?;
+    // The pod's groups from its labels, before anything is made.
+    let labelled = if conf.group_labels.is_empty() {
+        Vec::new()
+    } else {
+        let pod = labels::request(labels::pod_of(env.args.as_deref())?);
+        labels::groups(&request(&mut c, &pod)?, &conf.group_labels)?
+    };
     // A second ADD for the same attachment starts from nothing.
     if let Some(old) = record::load(&conf.state_dir, &conf.name, id, ifname)? {
         undo(conf, env, &old, stdin)?;
@@ -160,7 +170,7 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
         if rec.socket.is_none() && !out.ips.is_empty() {
             veth::configure(&ns, ifname, &out.ips, &out.routes)?;
         }
-        request(&mut c, &attach_request(conf, &rec)?)?;
+        request(&mut c, &attach_request(conf, &rec, &labelled)?)?;
         // (Recorded first: a failed ADD's undo withdraws what was declared.)
         rec.result = Some(out.clone());
         // Its addresses, which vnetd answers ARP and neighbour
@@ -225,7 +235,7 @@ fn invalid_mac(mac: &str) -> Error {
 }
 
 /// The `attach` request for an attachment, of typed values.
-fn attach_request(conf: &NetConf, r: &Record) -> Result<Request> {
+fn attach_request(conf: &NetConf, r: &Record, labelled: &[Name]) -> Result<Request> {
     let name = Name::new(&r.name).map_err(invalid)?;
     let (dev, datapath) = match &r.socket {
         Some(s) => (Dev::VhostUser(SocketPath::new(s).map_err(invalid)?), Datapath::Auto),
@@ -237,6 +247,11 @@ fn attach_request(conf: &NetConf, r: &Record) -> Result<Request> {
     i.network = conf.network;
     i.groups =
         conf.groups.iter().map(|g| Name::new(g)).collect::<std::result::Result<_, _>>().map_err(invalid)?;
+    for g in labelled {
+        if !i.groups.contains(g) {
+            i.groups.push(g.clone());
+        }
+    }
     Request::attach(i).map_err(invalid)
 }
 
@@ -402,7 +417,7 @@ mod tests {
         let conf = br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni","groups":["web","tier-1"]}"#;
         let (conf, _) = spec::parse_conf(conf).unwrap();
         let r = Record { name: "vc0123456789".into(), mac: "52:54:00:00:00:07".into(), ..Record::default() };
-        let line = attach_request(&conf, &r).unwrap().line();
+        let line = attach_request(&conf, &r, &[]).unwrap().line();
         assert!(line.ends_with("group web group tier-1"), "{line}");
         let bad =
             br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni","groups":["web\nlink x udp 1.2.3.4:9"]}"#;
@@ -436,7 +451,7 @@ mod tests {
             container_id: Some("c1".into()),
             ifname: Some("eth0".into()),
             netns: Some("/proc/self/ns/net".into()),
-            path: String::new(),
+            ..Env::default()
         };
         let e = run(Command::Add, &env, conf.as_bytes()).unwrap_err();
         assert_eq!(e.code, 11, "{e}");

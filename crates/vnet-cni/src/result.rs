@@ -31,6 +31,9 @@ pub enum Code {
     Exhausted = 101,
     /// vnetd refused a change.
     Refused = 102,
+    /// A pod label the network takes groups from (`groupLabels`) has a
+    /// value that is not a group name.
+    LabelNotGroup = 103,
 }
 
 /// An error as the specification's error JSON carries it.

@@ -77,6 +77,11 @@ pub struct NetConf {
     /// (`attach ... group G`; `docs/POLICY.md`).
     #[serde(default)]
     pub groups: Vec<String>,
+    /// Kubernetes label keys whose values on the pod are further groups of
+    /// its interface (`app` with `app: web`: group `web`), looked up at
+    /// `ADD` through vnetd (`crate::labels`).
+    #[serde(default)]
+    pub group_labels: Vec<String>,
     /// Serve a vhost-user socket in this directory instead of making a
     /// veth pair; the result's interface carries its `socketPath`.
     #[serde(default)]
@@ -134,6 +139,22 @@ pub fn parse_conf(stdin: &[u8]) -> Result<(NetConf, Value)> {
         return Err(Error::new(
             Code::InvalidConfig,
             format!("group `{}`: expected a name of letters, digits, `_`, `-` or `.`", g.escape_debug()),
+        ));
+    }
+    if let Some(k) = conf.group_labels.iter().find(|k| !crate::labels::is_label_key(k)) {
+        return Err(Error::new(
+            Code::InvalidConfig,
+            format!("groupLabels `{}`: expected a Kubernetes label key ([PREFIX/]NAME)", k.escape_debug()),
+        ));
+    }
+    if conf.group_labels.len() > crate::labels::MAX_KEYS {
+        return Err(Error::new(
+            Code::InvalidConfig,
+            format!(
+                "groupLabels: {} keys, expected at most {}",
+                conf.group_labels.len(),
+                crate::labels::MAX_KEYS
+            ),
         ));
     }
     if let Some(m) = conf.mtu {
