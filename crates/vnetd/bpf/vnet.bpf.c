@@ -559,7 +559,10 @@ static __always_inline void canonical(struct flow_key *k)
 }
 
 /* Whether `k` (either direction) is a flow the engine allowed, seen within
- * its idle time; seen now if so. */
+ * its idle time; seen now if so. `now` is the coarse monotonic clock (a
+ * tick behind the one vnetd writes `last` with, at most: a `last` ahead of
+ * it is fresh), which costs a load where the precise one reads the TSC:
+ * idle times are minutes, `last` is rewritten once a second. */
 static __always_inline int flow_fresh(struct flow_key *k, __u64 now)
 {
 	__u64 idle = (k->proto == IPPROTO_TCP ? FLOW_TCP_IDLE_S : FLOW_IDLE_S) * 1000000000ULL;
@@ -568,6 +571,8 @@ static __always_inline int flow_fresh(struct flow_key *k, __u64 now)
 	if (!v)
 		return 0;
 	__u64 last = v->last;
+	if (now <= last)
+		return 1;
 	if (now - last > idle)
 		return 0;
 	if (now - last > 1000000000ULL)
@@ -639,7 +644,7 @@ static __always_inline int flow_known(struct __sk_buff *skb, __u32 l3, __u32 len
 	} else {
 		return 0;
 	}
-	return flow_fresh(&k, bpf_ktime_get_ns());
+	return flow_fresh(&k, bpf_ktime_get_coarse_ns());
 }
 
 /* A frame forwarded by a known flow, counted for its network. */
