@@ -194,6 +194,8 @@ fn hook(conf: &std::path::Path, domain: &str, op: &str, xml: &str) -> (bool, Str
 
 /// A libvirt domain (TCG) on a TAP libvirt makes, with vnet's metadata:
 /// joined by the hook, no vnetd line written for it. `ip` with its prefix.
+/// (512 MiB: libvirt rounds memory up to whole MiB, so these guests cannot
+/// step around QEMU 7.2's TCG migration bug as `vnet_lab::GUEST_MEM` does.)
 fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::path::Path) -> String {
     let (kernel, initrd) = vnet_lab::guest_files().unwrap();
     format!(
