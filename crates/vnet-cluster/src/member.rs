@@ -190,6 +190,8 @@ pub struct Member {
     addrs: FxHashMap<MacAddr, Box<[IpAddr]>>,
     /// The groups each claimed MAC's claim names (none: not kept).
     claim_groups: FxHashMap<MacAddr, Box<[String]>>,
+    /// Counts changes of `claim_groups` ([`Member::groups_version`]).
+    groups_version: u64,
     /// Counts changes of `addrs` ([`Member::addrs_version`]).
     addrs_version: u64,
     /// Each MAC's epoch (its migration count), kept after its claim goes.
@@ -246,6 +248,7 @@ impl Member {
             epochs: FxHashMap::default(),
             addrs: FxHashMap::default(),
             claim_groups: FxHashMap::default(),
+            groups_version: 0,
             addrs_version: 0,
             conflicts: BTreeMap::new(),
             revoked_hosts: Default::default(),
@@ -404,6 +407,13 @@ impl Member {
     /// [`Member::neighbors`] (a caller recomputes it only then).
     pub fn addrs_version(&self) -> u64 {
         self.addrs_version
+    }
+
+    /// Counts the changes of the claims' groups: with any other change of
+    /// a batch, what changes [`Member::mac_groups`] (a claim whose holder
+    /// stays and only its groups change moves no route).
+    pub fn groups_version(&self) -> u64 {
+        self.groups_version
     }
 
     /// MACs known, routed or not.
@@ -840,10 +850,13 @@ impl Member {
             self.epochs.insert(mac, r.epoch);
         }
         self.conflicts.remove(&mac);
-        if r.groups.is_empty() {
-            self.claim_groups.remove(&mac);
-        } else {
-            self.claim_groups.insert(mac, r.groups.into_boxed_slice());
+        let groups = (!r.groups.is_empty()).then(|| r.groups.into_boxed_slice());
+        if self.claim_groups.get(&mac) != groups.as_ref() {
+            self.groups_version += 1;
+            match groups {
+                Some(g) => self.claim_groups.insert(mac, g),
+                None => self.claim_groups.remove(&mac),
+            };
         }
         let addrs = (!r.addrs.is_empty()).then(|| r.addrs.into_boxed_slice());
         if self.addrs.get(&mac) != addrs.as_ref() {
@@ -894,7 +907,9 @@ impl Member {
     }
 
     fn delete_mac(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
-        self.claim_groups.remove(&mac);
+        if self.claim_groups.remove(&mac).is_some() {
+            self.groups_version += 1;
+        }
         if self.addrs.remove(&mac).is_some() {
             self.addrs_version += 1;
         }
@@ -927,6 +942,7 @@ impl Member {
         next.revision = rev;
         // The addresses were derived anew: a version past the old one.
         next.addrs_version = self.addrs_version + 1;
+        next.groups_version = self.groups_version + 1;
         // Links: gone, new or changed.
         let old_links: FxHashMap<&str, &Peer> = self.links().collect();
         let new_links: FxHashMap<&str, &Peer> = next.links().collect();
@@ -1052,6 +1068,19 @@ mod tests {
         let want: BTreeMap<MacAddr, Vec<String>> =
             [(mac(2), vec!["web".to_string(), "front".to_string()])].into();
         assert_eq!(m.mac_groups(), want);
+        // The holder's claim again with other groups: no route moves, the
+        // groups version says so.
+        let v = m.groups_version();
+        s.put(&mac_key("n", mac(3)), claim("h2", &["db"]), None);
+        sync(&mut m, &s);
+        assert!(m.groups_version() > v);
+        assert_eq!(m.mac_groups().get(&mac(3)), Some(&vec!["db".to_string()]));
+        s.put(&mac_key("n", mac(3)), claim("h2", &[]), None);
+        sync(&mut m, &s);
+        let v = m.groups_version();
+        s.put(&mac_key("n", mac(3)), claim("h2", &[]), None);
+        sync(&mut m, &s);
+        assert_eq!(m.groups_version(), v, "the same claim again changes nothing");
         let many: Vec<String> = (0..=MAX_GROUPS).map(|i| format!("g{i}")).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         for (i, bad) in [&many[..], &["1st"], &["web\nlink x"]].iter().enumerate() {

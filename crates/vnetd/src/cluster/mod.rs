@@ -104,6 +104,7 @@ pub async fn run(
         own: Vec::new(),
         neighbors_version: 0,
         policy_version: 0,
+        groups_version: 0,
     };
     let mut backoff = Duration::from_millis(100);
     let mut said = None;
@@ -221,6 +222,8 @@ struct Host {
     neighbors_version: u64,
     /// The member's signed policy version the daemon enforces.
     policy_version: u64,
+    /// The member's claim groups version the daemon's groups follow.
+    groups_version: u64,
 }
 
 impl Host {
@@ -838,13 +841,15 @@ impl Host {
         self.follow_groups(changes);
     }
 
-    /// The groups MACs are in by their holders' certificates, derived
-    /// again when a batch changed something (a host, a claim) and some
-    /// certificate names groups (or did).
+    /// The groups MACs are in by their holders' certificates and their
+    /// claims, derived again when a batch changed something (a host, a
+    /// claim's holder) or a claim's groups changed.
     fn follow_groups(&mut self, changes: &[Change]) {
-        if changes.is_empty() {
+        let version = self.member.groups_version();
+        if changes.is_empty() && version == self.groups_version {
             return;
         }
+        self.groups_version = version;
         let groups = self.member.mac_groups();
         let mut d = lock(&self.daemon);
         if let Err(e) = d.set_cluster_groups(groups) {
