@@ -850,22 +850,8 @@ impl Member {
             self.epochs.insert(mac, r.epoch);
         }
         self.conflicts.remove(&mac);
-        let groups = (!r.groups.is_empty()).then(|| r.groups.into_boxed_slice());
-        if self.claim_groups.get(&mac) != groups.as_ref() {
-            self.groups_version += 1;
-            match groups {
-                Some(g) => self.claim_groups.insert(mac, g),
-                None => self.claim_groups.remove(&mac),
-            };
-        }
-        let addrs = (!r.addrs.is_empty()).then(|| r.addrs.into_boxed_slice());
-        if self.addrs.get(&mac) != addrs.as_ref() {
-            self.addrs_version += 1;
-            match addrs {
-                Some(a) => self.addrs.insert(mac, a),
-                None => self.addrs.remove(&mac),
-            };
-        }
+        keep_per_mac(&mut self.claim_groups, mac, r.groups, &mut self.groups_version);
+        keep_per_mac(&mut self.addrs, mac, r.addrs, &mut self.addrs_version);
         self.put_mac(mac, h, out);
         Ok(())
     }
@@ -907,12 +893,8 @@ impl Member {
     }
 
     fn delete_mac(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
-        if self.claim_groups.remove(&mac).is_some() {
-            self.groups_version += 1;
-        }
-        if self.addrs.remove(&mac).is_some() {
-            self.addrs_version += 1;
-        }
+        keep_per_mac(&mut self.claim_groups, mac, Vec::new(), &mut self.groups_version);
+        keep_per_mac(&mut self.addrs, mac, Vec::new(), &mut self.addrs_version);
         let Some(o) = self.macs.remove(&mac) else { return };
         let list = &mut self.by_host[o as usize];
         if let Some(i) = list.iter().position(|&m| m == mac) {
@@ -974,6 +956,24 @@ impl Member {
 fn name_hash(name: &str) -> u64 {
     use std::hash::{BuildHasher, BuildHasherDefault};
     BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(name)
+}
+
+/// Keeps what a claim says of `mac` (`v`; nothing when empty) in `map`,
+/// counting a change in `version`.
+fn keep_per_mac<T: PartialEq>(
+    map: &mut FxHashMap<MacAddr, Box<[T]>>,
+    mac: MacAddr,
+    v: Vec<T>,
+    version: &mut u64,
+) {
+    let v = (!v.is_empty()).then(|| v.into_boxed_slice());
+    if map.get(&mac) != v.as_ref() {
+        *version += 1;
+        match v {
+            Some(v) => map.insert(mac, v),
+            None => map.remove(&mac),
+        };
+    }
 }
 
 #[cfg(test)]
