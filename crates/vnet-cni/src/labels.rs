@@ -12,7 +12,7 @@
 
 use crate::result::{Code, Error, Result};
 use serde_json::Value;
-use vnet_client::request::{Name, PodRef, Request};
+use vnet_client::request::{Name, PodRef};
 
 /// The most label keys a network may name.
 pub const MAX_KEYS: usize = 16;
@@ -61,11 +61,6 @@ pub fn pod_of(args: Option<&str>) -> Result<PodRef> {
         .map_err(|e| Error::with(Code::InvalidEnvironment, "CNI_ARGS K8S_POD_NAMESPACE/K8S_POD_NAME", e))
 }
 
-/// The request for the pod's labels.
-pub fn request(pod: PodRef) -> Request {
-    Request::PodLabels(pod)
-}
-
 /// The groups vnetd's answer (`{"labels": {...}}`) gives through `keys`,
 /// each once, in the order of `keys`.
 pub fn groups(answer: &str, keys: &[String]) -> Result<Vec<Name>> {
@@ -94,6 +89,7 @@ pub fn groups(answer: &str, keys: &[String]) -> Result<Vec<Name>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vnet_client::request::Request;
 
     #[test]
     fn label_keys_are_kubernetes_label_keys() {
@@ -114,7 +110,7 @@ mod tests {
         for bad in ["K8S_POD_NAMESPACE=shop;K8S_POD_NAME=../x", "K8S_POD_NAMESPACE=a/b;K8S_POD_NAME=w"] {
             assert_eq!(pod_of(Some(bad)).unwrap_err().code, Code::InvalidEnvironment as u32, "{bad}");
         }
-        assert_eq!(request(pod_of(Some(args)).unwrap()).line(), "pod-labels shop/web-0");
+        assert_eq!(Request::PodLabels(pod_of(Some(args)).unwrap()).line(), "pod-labels shop/web-0");
     }
 
     #[test]

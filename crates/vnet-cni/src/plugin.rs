@@ -143,7 +143,7 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
     let labelled = if conf.group_labels.is_empty() {
         Vec::new()
     } else {
-        let pod = labels::request(labels::pod_of(env.args.as_deref())?);
+        let pod = Request::PodLabels(labels::pod_of(env.args.as_deref())?);
         labels::groups(&request(&mut c, &pod)?, &conf.group_labels)?
     };
     // A second ADD for the same attachment starts from nothing.

@@ -350,16 +350,20 @@ pub enum Command {
 /// What a `pod-labels` pod must be ([`is_pod_ref`]).
 pub const POD_EXPECTED: &str = "NAMESPACE/NAME, each 1-253 of a-z0-9.- (alphanumeric at both ends)";
 
+/// True for a Kubernetes object name, which is what a namespace or a pod is
+/// called: an RFC 1123 subdomain, 1-253 of `a-z0-9.-`, alphanumeric at both
+/// ends.
+pub fn is_kube_name(v: &str) -> bool {
+    (1..=253).contains(&v.len())
+        && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
 /// True for a Kubernetes pod as `NAMESPACE/NAME`, each a Kubernetes object
-/// name (an RFC 1123 subdomain).
+/// name ([`is_kube_name`]).
 pub fn is_pod_ref(s: &str) -> bool {
-    let name = |v: &str| {
-        (1..=253).contains(&v.len())
-            && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
-            && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-            && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
-    };
-    s.split_once('/').is_some_and(|(ns, pod)| name(ns) && name(pod))
+    s.split_once('/').is_some_and(|(ns, pod)| is_kube_name(ns) && is_kube_name(pod))
 }
 
 /// What `ipam` asks.

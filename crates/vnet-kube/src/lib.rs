@@ -27,16 +27,9 @@ pub const LIMIT: usize = 1 << 20;
 /// How long one request may take, connection and answer.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// True for a Kubernetes object name (an RFC 1123 subdomain: 1-253 of
-/// `a-z0-9.-`, alphanumeric at both ends), which is what a namespace or a
-/// pod is called; only such names become a request's path.
-pub fn is_name(v: &str) -> bool {
-    !v.is_empty()
-        && v.len() <= 253
-        && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
-        && v.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && v.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
-}
+/// True for a Kubernetes object name (`vnet_control::ast::is_kube_name`):
+/// only such names become a request's path.
+pub use vnet_control::ast::is_kube_name as is_name;
 
 /// The API server and the service account's credentials.
 #[derive(Debug)]
