@@ -32,11 +32,7 @@ pub fn is_label_key(k: &str) -> bool {
     let name_ok = (1..=63).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
         && alnum_ends(name);
-    let prefix_ok = prefix.is_none_or(|p| {
-        (1..=253).contains(&p.len())
-            && p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-.".contains(&b))
-            && alnum_ends(p)
-    });
+    let prefix_ok = prefix.is_none_or(vnet_control::ast::is_kube_name);
     name_ok && prefix_ok
 }
 
