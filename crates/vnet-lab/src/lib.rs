@@ -46,7 +46,7 @@ pub use cni::{cni_path, CniRun, Podman};
 pub use config::config_for;
 use guest::Guest;
 pub use guest::{console_line, guest_files, GUEST_MEM};
-pub use libvirt::{Events, Libvirt, LibvirtPki};
+pub use libvirt::{lab_emulator, Events, Libvirt, LibvirtPki};
 pub use machine::Machine;
 pub use measure::{iperf3_bytes, PingResult};
 pub use migrate::Migration;

@@ -77,6 +77,47 @@ fn qemu_conf(ip: IpAddr) -> String {
     )
 }
 
+/// The emulator the lab's `virsh migrate` domains name (`<emulator>`):
+/// QEMU with [`GUEST_MEM`] where libvirt says 512 MiB. libvirt rounds a
+/// domain's memory up to whole MiB (`<memory unit='KiB'>524280` starts
+/// QEMU with `-m 512` and a `pc.ram` backend of 536870912 bytes), a
+/// length QEMU 7.2's TCG migration bug meets (see [`GUEST_MEM`]); this
+/// changes those two arguments, says so on QEMU's log (libvirt's
+/// `qemu/NAME.log`) and runs Debian's QEMU. Lab-only: under KVM, or a
+/// QEMU of 9.0 or later, a domain names `/usr/bin/qemu-system-x86_64`.
+const EMULATOR: &str = r#"#!/bin/bash
+set -e
+args=() prev=
+for a in "$@"; do
+    b=$a
+    if [ "$prev" = -m ] && { [ "$a" = 512 ] || [ "$a" = size=524288k ]; }; then
+        b=size=@KIB@k
+        echo "vnet-lab emulator: -m $a -> -m $b (QEMU 7.2's TCG migration bug)" >&2
+    fi
+    case $a in *'"id":"pc.ram"'*'"size":536870912'*|*'"size":536870912'*'"id":"pc.ram"'*)
+        b=${a/'"size":536870912'/'"size":@BYTES@'}
+        echo "vnet-lab emulator: pc.ram 536870912 -> @BYTES@ bytes" >&2 ;;
+    esac
+    args+=("$b") prev=$a
+done
+exec /usr/bin/qemu-system-x86_64 "${args[@]}"
+"#;
+
+/// Writes [`EMULATOR`] into the lab's directory; its path, for a domain's
+/// `<emulator>` (the same on both hosts, as a migrated domain needs).
+pub fn lab_emulator(lab: &Lab) -> Result<PathBuf> {
+    let kib: u64 = GUEST_MEM
+        .strip_suffix('K')
+        .and_then(|k| k.parse().ok())
+        .ok_or_else(|| Error::Other(format!("GUEST_MEM {GUEST_MEM:?} is not a number of KiB")))?;
+    let path = lab.dir.join("qemu-lab-emulator");
+    let text = EMULATOR.replace("@KIB@", &kib.to_string()).replace("@BYTES@", &(kib * 1024).to_string());
+    std::fs::write(&path, text).map_err(io("writing the lab's emulator"))?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .map_err(io("writing the lab's emulator"))?;
+    Ok(path)
+}
+
 /// Run by `sh -c` in libvirtd's new mount and UTS namespaces with the
 /// lab's directory for it, the host's name and libvirtd's command line:
 /// names the host, binds the lab's directories over libvirt's and runs
@@ -213,6 +254,12 @@ impl Libvirt {
     /// libvirtd's log (errors and warnings).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("libvirtd.log")).unwrap_or_default()
+    }
+
+    /// QEMU's log of domain `name` (libvirt's `qemu/NAME.log`: the command
+    /// line libvirt started it with, then QEMU's own output).
+    pub fn qemu_log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("log/qemu/{name}.log"))).unwrap_or_default()
     }
 
     /// What the hook said it did, a line per step and request.

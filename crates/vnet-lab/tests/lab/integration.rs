@@ -192,11 +192,22 @@ fn hook(conf: &std::path::Path, domain: &str, op: &str, xml: &str) -> (bool, Str
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// Debian's QEMU, as a domain names it.
+const SYSTEM_QEMU: &str = "/usr/bin/qemu-system-x86_64";
+
 /// A libvirt domain (TCG) on a TAP libvirt makes, with vnet's metadata:
 /// joined by the hook, no vnetd line written for it. `ip` with its prefix.
-/// (512 MiB: libvirt rounds memory up to whole MiB, so these guests cannot
-/// step around QEMU 7.2's TCG migration bug as `vnet_lab::GUEST_MEM` does.)
-fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::path::Path) -> String {
+/// `emulator`: `/usr/bin/qemu-system-x86_64`, or for a guest that
+/// migrates, `vnet_lab::lab_emulator` (512 MiB less 8 KiB, which libvirt
+/// cannot say, for QEMU 7.2's TCG migration bug: `vnet_lab::GUEST_MEM`).
+fn libvirt_domain(
+    lab: &Lab,
+    name: &str,
+    mac: &str,
+    ip: &str,
+    console: &std::path::Path,
+    emulator: &std::path::Path,
+) -> String {
     let (kernel, initrd) = vnet_lab::guest_files().unwrap();
     format!(
         "<domain type='qemu'>
@@ -214,7 +225,7 @@ fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::pat
   </os>
   <on_reboot>destroy</on_reboot>
   <devices>
-    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <emulator>{emulator}</emulator>
     <interface type='ethernet'>
       <mac address='{mac}'/>
       <target dev='vt-guest0' managed='yes'/>
@@ -227,6 +238,7 @@ fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::pat
 </domain>",
         mtu = lab.spec.vm_mtu,
         console = console.display(),
+        emulator = emulator.display(),
     )
 }
 
@@ -234,6 +246,7 @@ fn libvirt_domain(lab: &Lab, name: &str, mac: &str, ip: &str, console: &std::pat
 /// (memfd), the `vhostuser` interface vnetd serves, and, for QEMU 7.2 under
 /// TCG, the device's MSI-X vectors off (`qemu:override`, libvirt 8.2+):
 /// without it QEMU crashed on the guest's first interrupt (3 of 3).
+/// `emulator` as for [`libvirt_domain`].
 fn libvirt_vhost_domain(
     lab: &Lab,
     name: &str,
@@ -241,6 +254,7 @@ fn libvirt_vhost_domain(
     ip: &str,
     sock: &std::path::Path,
     console: &std::path::Path,
+    emulator: &std::path::Path,
 ) -> String {
     let (kernel, initrd) = vnet_lab::guest_files().unwrap();
     format!(
@@ -260,7 +274,7 @@ fn libvirt_vhost_domain(
   </os>
   <on_reboot>destroy</on_reboot>
   <devices>
-    <emulator>/usr/bin/qemu-system-x86_64</emulator>
+    <emulator>{emulator}</emulator>
     <interface type='vhostuser'>
       <mac address='{mac}'/>
       <source type='unix' path='{sock}' mode='client'/>
@@ -281,6 +295,7 @@ fn libvirt_vhost_domain(
         mtu = lab.spec.vm_mtu,
         sock = sock.display(),
         console = console.display(),
+        emulator = emulator.display(),
     )
 }
 
@@ -349,10 +364,11 @@ fn virsh_migrate_live(vhost: bool) {
     let mut dst = vnet_lab::Libvirt::start_listening(&lab, 2, &pki).unwrap();
     let (dom, mac, ip) = (format!("{}-mig", lab.prefix), "52:54:00:93:00:fc", Ipv4Addr::new(10, 88, 9, 251));
     let (console, sock) = (lab.dir.join("mig-console-h1.log"), lab.dir.join("mig-h1.sock"));
+    let emulator = vnet_lab::lab_emulator(&lab).unwrap();
     let on_src = if vhost {
-        libvirt_vhost_domain(&lab, &dom, mac, &ip.to_string(), &sock, &console)
+        libvirt_vhost_domain(&lab, &dom, mac, &ip.to_string(), &sock, &console, &emulator)
     } else {
-        libvirt_domain(&lab, &dom, mac, &format!("{ip}/16"), &console)
+        libvirt_domain(&lab, &dom, mac, &format!("{ip}/16"), &console, &emulator)
     };
     src.define(&dom, &on_src).unwrap();
     src.start_domain(&dom).unwrap_or_else(|e| panic!("{e}\n{}", src.log()));
@@ -386,6 +402,13 @@ fn virsh_migrate_live(vhost: bool) {
         paused.unwrap_or_else(|| panic!("no pause in libvirt's events:\n{src_events}\n{dst_events}"));
     let name = format!("lv-{dom}-0");
     assert_migration_hook_steps(&src, &dst, &dom, &name, vhost);
+    for (side, lv) in [("host 1", &src), ("host 2", &dst)] {
+        let log = lv.qemu_log(&dom);
+        assert!(
+            log.contains("vnet-lab emulator: -m ") && log.contains("vnet-lab emulator: pc.ram 536870912 -> "),
+            "{side}'s QEMU did not run with the lab's guest memory (vnet_lab::lab_emulator):\n{log}"
+        );
+    }
     // Host 0 routes the guest to host 2, which runs it active; host 1 holds nothing of it.
     wait_until_or(
         5.0,
@@ -1441,7 +1464,7 @@ mod user_alone {
         let (dom, mac, ip) = (format!("{}-vu", lab.prefix), "52:54:00:93:00:fb", "10.88.9.250");
         let console = lab.dir.join("libvirt-vhost-console.log");
         let sock = lab.dir.join("vu-guest.sock");
-        lv.define(&dom, &libvirt_vhost_domain(&lab, &dom, mac, ip, &sock, &console)).unwrap();
+        lv.define(&dom, &libvirt_vhost_domain(&lab, &dom, mac, ip, &sock, &console, SYSTEM_QEMU.as_ref())).unwrap();
         lv.start_domain(&dom).unwrap_or_else(|e| panic!("{e}\n{}", lv.log()));
         let i = json(&lab, 1, "interfaces")["interfaces"]
             .as_array()
@@ -1490,7 +1513,7 @@ mod user_alone {
         let mut lv = vnet_lab::Libvirt::start(&lab, 1).unwrap();
         let (dom, mac, ip) = (format!("{}-vm", lab.prefix), "52:54:00:93:00:fa", "10.93.0.250");
         let console = lab.dir.join("libvirt-console.log");
-        lv.define(&dom, &libvirt_domain(&lab, &dom, mac, &format!("{ip}/24"), &console)).unwrap();
+        lv.define(&dom, &libvirt_domain(&lab, &dom, mac, &format!("{ip}/24"), &console, SYSTEM_QEMU.as_ref())).unwrap();
         let name = format!("lv-{dom}-0");
         for round in 0..2 {
             let _ = std::fs::remove_file(&console);
