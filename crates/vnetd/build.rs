@@ -40,6 +40,7 @@ const SHARED: &[(&str, &str)] = &[
     ("gov_stats", "GovStats"),
     ("flow_key", "KernelFlowKey"),
     ("flow_val", "FlowVal"),
+    ("clock_val", "ClockVal"),
 ];
 
 fn main() {

@@ -208,13 +208,24 @@ struct flow_key {
 	__u16 dport;
 	__u8 proto;
 	__u8 pad[3];
-};
+} __attribute__((aligned(8)));
 
 /* When the flow was last seen (CLOCK_MONOTONIC ns; written by the
  * programs at most once a second, so a flow's CPUs share the line). */
 struct flow_val {
 	__u64 last;
 };
+
+/* The programs' clock for idle checks (`clock`, one entry): the coarse
+ * monotonic clock as a BPF timer wrote it last, every CLOCK_TICK_MS. */
+struct clock_val {
+	struct bpf_timer timer;
+	__u64 now;
+	__u32 ticking; /* 0: not yet armed, 1: ticking, 2: no timer (read the clock) */
+	__u32 pad;
+};
+
+#define CLOCK_TICK_MS 250
 
 #define FLOW_ENTRIES 65536
 #define FLOW_TCP_IDLE_S 600 /* vnet_core::policy::flows::TCP_IDLE_S */

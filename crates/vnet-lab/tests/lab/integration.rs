@@ -1464,7 +1464,8 @@ mod user_alone {
         let (dom, mac, ip) = (format!("{}-vu", lab.prefix), "52:54:00:93:00:fb", "10.88.9.250");
         let console = lab.dir.join("libvirt-vhost-console.log");
         let sock = lab.dir.join("vu-guest.sock");
-        lv.define(&dom, &libvirt_vhost_domain(&lab, &dom, mac, ip, &sock, &console, SYSTEM_QEMU.as_ref())).unwrap();
+        lv.define(&dom, &libvirt_vhost_domain(&lab, &dom, mac, ip, &sock, &console, SYSTEM_QEMU.as_ref()))
+            .unwrap();
         lv.start_domain(&dom).unwrap_or_else(|e| panic!("{e}\n{}", lv.log()));
         let i = json(&lab, 1, "interfaces")["interfaces"]
             .as_array()
@@ -1513,7 +1514,11 @@ mod user_alone {
         let mut lv = vnet_lab::Libvirt::start(&lab, 1).unwrap();
         let (dom, mac, ip) = (format!("{}-vm", lab.prefix), "52:54:00:93:00:fa", "10.93.0.250");
         let console = lab.dir.join("libvirt-console.log");
-        lv.define(&dom, &libvirt_domain(&lab, &dom, mac, &format!("{ip}/24"), &console, SYSTEM_QEMU.as_ref())).unwrap();
+        lv.define(
+            &dom,
+            &libvirt_domain(&lab, &dom, mac, &format!("{ip}/24"), &console, SYSTEM_QEMU.as_ref()),
+        )
+        .unwrap();
         let name = format!("lv-{dom}-0");
         for round in 0..2 {
             let _ = std::fs::remove_file(&console);

@@ -312,6 +312,14 @@ mod both {
                 let n = &json(&lab, h, "policy")["policy"][0];
                 println!("policy: host {h} kernel flow packets {}", n["kernel_flow_packets"]);
                 assert!(n["kernel_flow_packets"].as_u64().unwrap() >= 4, "host {h}: {n}");
+                // The programs' clock for idle times ticks (a BPF timer's,
+                // every 250 ms): a frozen one would keep idle flows.
+                let clock = &json(&lab, h, "policy")["kernel_clock"];
+                println!("policy: host {h} kernel clock {clock}");
+                assert!(
+                    clock["state"] == "ticking" && clock["behind_ms"].as_u64().is_some_and(|ms| ms < 1000),
+                    "host {h}: {clock}"
+                );
             }
         }
         let text = lab.vnetctl(0, &["show", "policy"]).unwrap();

@@ -121,6 +121,7 @@ impl Daemon {
                 let m = k.flow_mirror();
                 json!({"written": m.offered.load(Relaxed), "refused": m.failed.load(Relaxed)})
             }),
+            "kernel_clock": p.mirror.as_ref().and(self.kernel.as_ref()).and_then(|k| k.policy_clock()),
         })
     }
 

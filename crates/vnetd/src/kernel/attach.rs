@@ -478,6 +478,11 @@ impl KernelPath {
         self.governed.counts(&self.ebpf)
     }
 
+    /// The programs' clock for flows' idle times.
+    pub fn policy_clock(&self) -> Option<super::flows::KernelClock> {
+        super::flows::KernelClock::read(&self.ebpf)
+    }
+
     /// Writes destination entries (`None`: removes it), each on its own:
     /// a reader sees an entry's old value or its new one.
     fn write_dests(&mut self, writes: Vec<(DestKey, Option<RouteVal>)>) -> Result<(), Reason> {

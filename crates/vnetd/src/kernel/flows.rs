@@ -14,7 +14,7 @@
 
 use super::maps::addr16;
 use super::{KernelError, Reason};
-use crate::sys::bpf::{monotonic_ns, FlowVal, GovStats, GovVal, KernelFlowKey};
+use crate::sys::bpf::{monotonic_ns, ClockVal, FlowVal, GovStats, GovVal, KernelFlowKey};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, PerCpuValues};
 use aya::Ebpf;
 use std::collections::BTreeMap;
@@ -182,6 +182,30 @@ impl Governed {
                 (*n, sum)
             })
             .collect()
+    }
+}
+
+/// The programs' clock for idle checks (`clock`, a BPF timer's): whether
+/// it ticks, and how far behind CLOCK_MONOTONIC it is (ms), for `show
+/// policy`. Not armed until a governed network's first packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct KernelClock {
+    pub state: &'static str,
+    pub behind_ms: Option<u64>,
+}
+
+impl KernelClock {
+    pub fn read(ebpf: &Ebpf) -> Option<KernelClock> {
+        let m = ebpf.map("clock")?;
+        let a = aya::maps::Array::<&MapData, ClockVal>::try_from(m).ok()?;
+        let v = a.get(&0, 0).ok()?;
+        let state = match v.ticking {
+            0 => "not armed",
+            1 => "ticking",
+            _ => "no timer (the clock read on every packet)",
+        };
+        let behind_ms = (v.ticking == 1).then(|| monotonic_ns().saturating_sub(v.now) / 1_000_000);
+        Some(KernelClock { state, behind_ms })
     }
 }
 

@@ -188,6 +188,17 @@ pub struct FlowVal {
     pub last: u64,
 }
 
+/// `struct clock_val`: the programs' clock for idle checks. The timer's
+/// 16 bytes are the kernel's (a lookup returns them zeroed).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClockVal {
+    pub timer: [u64; 2],
+    pub now: u64,
+    pub ticking: u32,
+    pub pad: u32,
+}
+
 // SAFETY: each type is `repr(C)`, made only of integers and byte arrays,
 // laid out without padding (sizes checked below), so
 // every byte pattern is a valid value and none is uninitialised: what
@@ -229,6 +240,8 @@ unsafe impl aya::Pod for GovStats {}
 unsafe impl aya::Pod for KernelFlowKey {}
 // SAFETY: as above (a u64).
 unsafe impl aya::Pod for FlowVal {}
+// SAFETY: as above (three u64, two u32: 32 bytes).
+unsafe impl aya::Pod for ClockVal {}
 
 // Each struct's size and every field's offset and size, as the compiled
 // object's BTF gives the C struct (`bpf/vnet.h`): checked at compile time.
