@@ -10,7 +10,7 @@ use super::harness::*;
 
 /// `serve SECS PORT...`: a TCP and a UDP echo server on each port (both
 /// families). `try tcp|udp HOST PORT`: prints `ok` when the echo came
-/// back within a second. `raw DEV HEX...`: sends each frame. `catch DEV
+/// back within 1.5 s. `raw DEV HEX...`: sends each frame. `catch DEV
 /// SECS OUT`: writes each `PLCY-` marker of a frame DEV receives.
 const PROBE: &str = r#"
 import select, socket, sys, time
@@ -42,7 +42,7 @@ elif mode == 'try':
     kind, host, port = sys.argv[2], sys.argv[3], int(sys.argv[4])
     fam = socket.AF_INET6 if ':' in host else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_STREAM if kind == 'tcp' else socket.SOCK_DGRAM)
-    s.settimeout(0.8)
+    s.settimeout(1.5)
     try:
         if kind == 'tcp':
             s.connect((host, port)); s.sendall(b'policy'); ok = s.recv(100) == b'policy'
@@ -209,7 +209,15 @@ mod both {
             lab.spawn(&vm.ns, &["python3", &probe, "serve", "60", "22", "5201", "5202", "7777", "7778"])
                 .unwrap();
         }
-        std::thread::sleep(Duration::from_millis(700));
+        // Listening before the first probe: the servers bind 7778's UDP
+        // socket last (a fixed 700 ms was once too short for a loaded CI
+        // machine, and an allowed flow read as denied).
+        for vm in [&web, &db] {
+            wait_until(20.0, "the probe's servers listen", || {
+                let out = lab.ns_output(&vm.ns, &["ss", "-Hlun", "sport = :7778"]).unwrap();
+                !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+            });
+        }
         let (db4, web4, db6) = (db.ip.to_string(), web.ip.to_string(), v6_of(&db).to_string());
         // The matrix: (from, kind, to, port, allowed).
         let matrix: [(&Vm, &str, &str, u16, bool); 10] = [
