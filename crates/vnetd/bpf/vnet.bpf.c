@@ -566,6 +566,7 @@ static __always_inline void canonical(struct flow_key *k)
  * the first packet that reads it. Where the timer cannot be armed, every
  * read asks the kernel's clock (`ticking` 2). */
 #define CLOCK_MONOTONIC 1
+#define CLOCK_TICK_NS (CLOCK_TICK_MS * 1000000ULL)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -577,7 +578,7 @@ struct {
 static int clock_tick(void *map, __u32 *key, struct clock_val *v)
 {
 	v->now = bpf_ktime_get_coarse_ns();
-	bpf_timer_start(&v->timer, CLOCK_TICK_MS * 1000000ULL, 0);
+	bpf_timer_start(&v->timer, CLOCK_TICK_NS, 0);
 	return 0;
 }
 
@@ -588,7 +589,7 @@ static __noinline __u64 clock_arm(struct clock_val *v)
 	long e = bpf_timer_init(&v->timer, &clock, CLOCK_MONOTONIC);
 	/* -EBUSY: another CPU armed it first. */
 	if (e == 0) {
-		if (bpf_timer_set_callback(&v->timer, clock_tick) || bpf_timer_start(&v->timer, CLOCK_TICK_MS * 1000000ULL, 0))
+		if (bpf_timer_set_callback(&v->timer, clock_tick) || bpf_timer_start(&v->timer, CLOCK_TICK_NS, 0))
 			e = -1;
 	}
 	v->ticking = e == 0 || e == -16 ? 1 : 2;
@@ -686,11 +687,11 @@ static __always_inline int flow_fresh(struct flow_key *k, __u64 now)
 static __always_inline int flow_known(struct __sk_buff *skb, __u32 l3, __u16 proto, __u32 net, __u32 gen)
 {
 	struct flow_key k = {.net = net, .gen = gen};
+	if (skb->len <= l3)
+		return 0;
 	__u32 hl, plen, len = skb->len - l3;
 	__u8 h[8];
 	int v6 = 0;
-	if (skb->len <= l3)
-		return 0;
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr ip;
 		void *d = head(skb, l3 + sizeof(ip) + sizeof(h));
