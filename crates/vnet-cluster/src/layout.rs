@@ -50,6 +50,27 @@ pub fn policy_key(network: &str) -> String {
     format!("/vnet/{network}/policy")
 }
 
+/// One key range a host's etcd role is granted ([`host_grants`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub key: String,
+    /// The range is every key starting with `key` (else `key` alone).
+    pub prefix: bool,
+    /// Read and write (else read only).
+    pub write: bool,
+}
+
+/// What host `host` of `network` may read and write in the store: the
+/// one source of its etcd role (`vnetctl network approve` grants exactly
+/// these), so the layout and the rights cannot drift apart. A host reads
+/// the whole network and writes only the keys it owns.
+pub fn host_grants(network: &str, host: &str) -> Vec<Grant> {
+    vec![
+        Grant { key: prefix(network), prefix: true, write: false },
+        Grant { key: host_key(network, host), prefix: false, write: true },
+    ]
+}
+
 /// Whether `name` may name a network or a host: 1 to 63 of `A-Za-z0-9._-`.
 pub fn valid_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
