@@ -259,6 +259,7 @@ fn attach_request(conf: &NetConf, r: &Record, labelled: &[Name]) -> Result<Reque
 /// the addresses (the IPAM plugin's `DEL`), the record. Each step is
 /// tried; the first error is returned.
 fn undo(conf: &NetConf, env: &Env, r: &Record, stdin: &[u8]) -> Result<()> {
+    ours(conf, r)?;
     let mut first = None;
     let builtin = conf.ipam.as_ref().is_some_and(|i| ipam::kind(i).is_ok_and(|k| k == ipam::VNET));
     // vnetd not answering is no error: what it held goes with it (a
@@ -303,14 +304,37 @@ fn undo(conf: &NetConf, env: &Env, r: &Record, stdin: &[u8]) -> Result<()> {
     first.map_or(Ok(()), Err)
 }
 
+/// Whether `r` names what this plugin makes for its container and
+/// interface (the device and vhost-user socket [`planned`] derives): a
+/// record is a file in `stateDir`, and whoever can write there must not
+/// make `DEL` or `GC` detach or delete a device it did not make (`eth0`,
+/// another network's interface). A record that does not is refused whole,
+/// nothing removed.
+fn ours(conf: &NetConf, r: &Record) -> Result<()> {
+    let want = planned(conf, &r.container_id, &r.ifname, &r.netns);
+    if r.name == want.name && (r.socket.is_none() || r.socket == want.socket) {
+        return Ok(());
+    }
+    Err(Error::new(
+        Code::InvalidConfig,
+        format!(
+            "the record of container {:?} interface {:?} names device {:?} (socket {:?}), not {:?}, \
+             which this plugin makes for it: nothing removed",
+            r.container_id, r.ifname, r.name, r.socket, want.name
+        ),
+    ))
+}
+
 /// `DEL`: idempotent; a missing netns, interface, record or vnetd is not
 /// an error. Without a record (ADD never ran, or ran elsewhere) the names
 /// are derived again, so a half-made attachment still goes.
 fn del(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
     let (id, ifname) = (env.container_id()?, env.ifname()?);
     let r = match record::load(&conf.state_dir, &conf.name, id, ifname)? {
-        Some(r) => r,
-        None => planned(conf, id, ifname, env.netns.as_deref().unwrap_or_default()),
+        // A record filed under this attachment but naming another is no
+        // record of it.
+        Some(r) if r.container_id == id && r.ifname == ifname => r,
+        _ => planned(conf, id, ifname, env.netns.as_deref().unwrap_or_default()),
     };
     undo(conf, env, &r, stdin)
 }
@@ -424,6 +448,25 @@ mod tests {
         let e = spec::parse_conf(bad).unwrap_err();
         assert_eq!(e.code, 7, "{e}");
         assert!(!e.to_string().contains('\n'), "quoted escaped: {e}");
+    }
+
+    #[test]
+    fn a_record_naming_a_device_the_plugin_did_not_make_removes_nothing() {
+        let conf = br#"{"cniVersion":"1.0.0","name":"n","type":"vnet-cni"}"#;
+        let (conf, _) = spec::parse_conf(conf).unwrap();
+        let made = planned(&conf, "abc", "eth0", "/run/netns/x");
+        assert!(ours(&conf, &made).is_ok(), "the plugin's own record");
+        for forged in [
+            Record { name: "eth0".into(), ..made.clone() },
+            Record { name: names("other", "abc", "eth0").0, ..made.clone() },
+            Record { socket: Some("/etc/passwd".into()), ..made.clone() },
+        ] {
+            let e = ours(&conf, &forged).unwrap_err();
+            assert!(e.msg.contains("nothing removed"), "{e}");
+            // undo refuses it before any step (no vnetd, veth or file is touched).
+            let e = undo(&conf, &Env::default(), &forged, b"").unwrap_err();
+            assert!(e.msg.contains("nothing removed"), "{e}");
+        }
     }
 
     #[test]
