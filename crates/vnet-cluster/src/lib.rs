@@ -11,11 +11,13 @@
 //! counts; one that does not check is quarantined while the rest applies.
 //! Where the network has a key, host records need its certificate and MAC
 //! claims their claimant's signature ([`trust`]). Addresses for containers
-//! are allocated under the same prefix, one key per address ([`ipam`]).
+//! are allocated under the same prefix, one key per address ([`ipam`]);
+//! an address two claims name is no one's ([`addrs`]).
 //! Nothing here does
 //! I/O or keeps time: the same code runs under the daemon, the simulator of
 //! a thousand hosts (`tests/scale.rs`) and the unit tests.
 
+pub mod addrs;
 pub mod apply;
 pub mod ipam;
 pub mod layout;

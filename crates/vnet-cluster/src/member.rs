@@ -391,15 +391,28 @@ impl Member {
     /// The addresses live hosts' claims name, with their MAC, by (vnet
     /// network, address): what every host answers ARP and neighbour
     /// solicitations for (a MAC that moved is answered for as before: the
-    /// claim names the MAC, wherever it is).
+    /// claim names the MAC, wherever it is). An address that two live
+    /// claims name is no one's ([`Member::address_conflicts`]): nobody
+    /// answers for it, and its requests are flooded to whoever owns it.
     pub fn neighbors(&self) -> BTreeMap<(u32, IpAddr), MacAddr> {
+        let (mut table, conflicts) = self.claimed_addrs();
+        for (k, _) in conflicts {
+            table.remove(&k);
+        }
+        table
+    }
+
+    /// The addresses that more than one live claim names, with their MACs
+    /// (sorted): a host that claims another host's VM's address makes it
+    /// a conflict, never its own.
+    pub fn address_conflicts(&self) -> Vec<((u32, IpAddr), Vec<MacAddr>)> {
+        self.claimed_addrs().1.into_iter().map(|(k, macs)| (k, macs.into_iter().collect())).collect()
+    }
+
+    /// Every live claim's addresses ([`crate::addrs::claimed`]).
+    fn claimed_addrs(&self) -> crate::addrs::Claimed {
         let live = |mac: &MacAddr| self.macs.get(mac).is_some_and(|&h| self.records[h as usize].is_some());
-        let tenant = self.policy.tenant;
-        self.addrs
-            .iter()
-            .filter(|(m, _)| live(m))
-            .flat_map(|(m, a)| a.iter().map(move |ip| ((tenant, *ip), *m)))
-            .collect()
+        crate::addrs::claimed(self.addrs.iter().filter(|(m, _)| live(m)), self.policy.tenant)
     }
 
     /// Counts the changes of the claims' addresses: with the hosts' comings
@@ -1047,6 +1060,39 @@ mod tests {
         s.delete_if(&mac_key("n", mac(2)), None);
         sync(&mut m, &s);
         assert!(m.neighbors().is_empty(), "the claim went with its addresses");
+    }
+
+    /// Two live claims naming one address: neither is answered for (the
+    /// request is flooded to whoever has it), and the conflict is
+    /// reported; once one claim lets go, the other's answer is back.
+    #[test]
+    fn an_address_two_claims_name_is_a_conflict_no_host_answers_for() {
+        use crate::layout::{fixtures, MacRecord};
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let claim = |h: &str, addrs: &[&str]| {
+            let addrs = addrs.iter().map(|a| ip(a)).collect();
+            MacRecord { host: h.into(), iface: "vm0".into(), addrs, ..Default::default() }.to_json()
+        };
+        let mut m = Member::new("n", "h1");
+        let mut s = MemStore::new();
+        for h in [2u8, 3] {
+            s.put(&host_key("n", &format!("h{h}")), fixtures::host(h), None);
+        }
+        s.put(&mac_key("n", mac(2)), claim("h2", &["10.244.0.2", "10.244.0.20"]), None);
+        sync(&mut m, &s);
+        assert_eq!(m.neighbors().len(), 2, "the positive control: h2's addresses answered for");
+        assert!(m.address_conflicts().is_empty());
+        // h3 claims one of h2's VM's addresses for its own VM.
+        s.put(&mac_key("n", mac(3)), claim("h3", &["10.244.0.2"]), None);
+        sync(&mut m, &s);
+        let held: Vec<_> = m.neighbors().into_iter().collect();
+        assert_eq!(held, vec![((0, ip("10.244.0.20")), mac(2))], "the disputed address is no one's");
+        assert_eq!(m.address_conflicts(), vec![((0, ip("10.244.0.2")), vec![mac(2), mac(3)])]);
+        // h3's claim goes: h2's answer is back.
+        s.delete_if(&mac_key("n", mac(3)), None);
+        sync(&mut m, &s);
+        assert_eq!(m.neighbors().get(&(0, ip("10.244.0.2"))), Some(&mac(2)));
+        assert!(m.address_conflicts().is_empty());
     }
 
     /// The groups a claim names are the MAC's groups for every host's

@@ -109,6 +109,9 @@ pub struct Status {
     pub owned: usize,
     /// Addresses the claims name, answered for at the edge (`neigh`).
     pub neighbors: usize,
+    /// Addresses several live claims name, answered for by no host:
+    /// (vnet network, address, the MACs that claim it).
+    pub address_conflicts: Vec<(u32, std::net::IpAddr, Vec<vnet_wire::MacAddr>)>,
     /// The serial of the network's signed policy enforced, if any.
     pub policy_serial: Option<u64>,
     pub last: Option<Convergence>,
@@ -172,6 +175,10 @@ impl Status {
             "routes": self.routes,
             "owned": self.owned,
             "neighbors": self.neighbors,
+            "address_conflicts": self.address_conflicts.iter().map(|(net, ip, macs)| json!({
+                "network": net, "address": ip.to_string(),
+                "macs": macs.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
             "policy_serial": self.policy_serial,
             "quarantined": self.quarantined.iter().map(|(k, why)| json!({"key": k, "why": why})).collect::<Vec<_>>(),
             "last_convergence": self.last.as_ref().map(|l| json!({
@@ -235,6 +242,13 @@ impl Status {
         }
         if let Some(serial) = self.policy_serial {
             s.push_str(&format!("policy: signed, serial {serial}\n"));
+        }
+        for (net, ip, macs) in &self.address_conflicts {
+            let macs: Vec<String> = macs.iter().map(|m| m.to_string()).collect();
+            s.push_str(&format!(
+                "address conflict: {ip} (network {net}) claimed by {}: answered by no host\n",
+                macs.join(", ")
+            ));
         }
         for (mac, holder, claimant, iface) in self.conflicts() {
             let iface =
@@ -305,6 +319,7 @@ impl Status {
         let soon = self.expiries.values().filter(|&&t| days_left(t) < EXPIRING_DAYS).count();
         gauge("certificates_expiring_30d", soon as u64);
         gauge("mac_conflicts", self.conflicts().count() as u64);
+        gauge("address_conflicts", self.address_conflicts.len() as u64);
         gauge("revoked_hosts", self.revoked.0 as u64);
         gauge("revoked_certificates", self.revoked.1 as u64);
         gauge("last_convergence_ms", self.last.as_ref().map_or(0, |l| l.at_ms));

@@ -173,4 +173,39 @@ mod both {
         lab.apply(1, &format!("delete neigh {}\n", b.ip)).unwrap();
         wait_until(10.0, "hosts 0 and 2 dropped B's address", || held(&lab, 0) == 0 && held(&lab, 2) == 0);
     }
+
+    /// Cluster mode: an address has one owner. Host 2 declaring a `neigh`
+    /// line for host 1's VM's address (answering it with its own VM's MAC)
+    /// is refused, naming the owner; the same line for an address no one
+    /// claims is taken (the positive control); every host's edge keeps
+    /// answering with the owner's MAC. (Two claims naming one address, a
+    /// conflict no host answers for, are vnet-cluster's unit test
+    /// `an_address_two_claims_name_is_a_conflict_no_host_answers_for`.)
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn a_neigh_line_for_another_hosts_vms_address_is_refused_and_the_edge_answers_the_owner() {
+        let lab = lab(cluster_spec(3, 1, vec![]));
+        wait_converged(&lab, 3, 2);
+        let (a, b, c) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone(), lab.vm(2, 0).clone());
+        lab.apply(1, &format!("neigh {} {}\n", b.ip, b.mac)).unwrap();
+        let held = |lab: &Lab, h: usize| lab.cluster_status(h).unwrap()["neighbors"].as_u64().unwrap();
+        wait_until(10.0, "hosts 0 and 2 hold B's address", || held(&lab, 0) == 1 && held(&lab, 2) == 1);
+        let e = lab.apply(2, &format!("neigh {} {}\n", b.ip, c.mac)).unwrap_err().to_string();
+        assert!(e.contains(&b.mac.to_lowercase()) && e.contains("another host"), "{e}");
+        // The positive control: C's own address is C's host's to declare.
+        lab.apply(2, &format!("neigh {} {}\n", c.ip, c.mac)).unwrap();
+        wait_until(10.0, "host 0 holds both addresses", || held(&lab, 0) == 2);
+        for h in 0..3 {
+            let s = lab.cluster_status(h).unwrap();
+            assert_eq!(s["address_conflicts"].as_array().map(Vec::len), Some(0), "host {h}: {s}");
+        }
+        // A on host 0 and C on host 2 resolve B's address to B's MAC.
+        for vm in [&a, &c] {
+            lab.ns_exec(&vm.ns, &["ip", "neigh", "flush", "all"]).unwrap();
+            assert_ping(&lab, vm, b.ip, 56);
+            let n = lab.ns_exec(&vm.ns, &["ip", "neigh", "show", &b.ip.to_string()]).unwrap();
+            let n = String::from_utf8_lossy(&n.stdout).to_lowercase();
+            assert!(n.contains(&b.mac.to_lowercase()), "{} resolved {} as: {n}", vm.ip, b.ip);
+        }
+    }
 }

@@ -886,7 +886,19 @@ impl Host {
         }
         self.neighbors_version = version;
         let neighbors = self.member.neighbors();
-        lock(&self.status).neighbors = neighbors.len();
+        let conflicts = self.member.address_conflicts();
+        if !conflicts.is_empty() {
+            tracing::warn!(
+                "cluster: {} address(es) claimed by more than one VM, answered by no host: {:?}",
+                conflicts.len(),
+                conflicts
+            );
+        }
+        {
+            let mut st = lock(&self.status);
+            st.neighbors = neighbors.len();
+            st.address_conflicts = conflicts.into_iter().map(|((n, ip), macs)| (n, ip, macs)).collect();
+        }
         let mut d = lock(&self.daemon);
         if neighbors != *d.cluster_neighbors() {
             if let Err(e) = d.set_cluster_neighbors(neighbors) {

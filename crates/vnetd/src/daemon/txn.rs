@@ -245,7 +245,29 @@ impl Daemon {
                 "a change: cluster settings are taken at start; restart vnetd to use them",
             ));
         }
+        self.check_neighbors(cmds, &next)?;
         Ok(next)
+    }
+
+    /// A `neigh` line may not answer for an address another host's VM
+    /// claims (cluster mode): that would make this host's edge answer with
+    /// another MAC than the owner's. An address claimed by one of this
+    /// host's own VMs, or with the same MAC, is fine.
+    fn check_neighbors(&self, cmds: &[Located<Command>], next: &State) -> Result<(), Error> {
+        let mine = |m: &vnet_wire::MacAddr| next.interfaces.values().any(|i| i.mac.as_ref() == Some(m));
+        for c in cmds {
+            let Command::Neigh(n) = &c.item else { continue };
+            if let Some(owner) = self.cluster_neighbors().get(&(n.network, n.ip)) {
+                if *owner != n.mac && !mine(owner) {
+                    return Err(Error::new(
+                        c.pos,
+                        format!("an address no other host's VM claims (network {})", n.network),
+                        format!("{}, which VM {owner} of another host claims", n.ip),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Acquire: the link sockets whose address changed (or that are new),
