@@ -103,18 +103,37 @@ mod both {
             let addr = format!("{}/64", v6(vm));
             lab.ns_exec(&vm.ns, &["ip", "-6", "addr", "add", &addr, "dev", &vm.dev, "nodad"]).unwrap();
         }
-        lab.apply(0, &format!("neigh {} {}\n", v6(&b), b.mac)).unwrap();
-        let pcap = lab.dir.join("nd.pcap");
-        capture(&mut lab, &b.ns, &b.dev, "icmp6", &pcap);
-        let before = answered(&lab, 0);
-        // B's way back: a static entry (the lab's routes carry broadcast,
-        // not IPv6 multicast, so B's own solicitation would go nowhere).
+        // The lab's routes carry broadcast, not IPv6 multicast: B's
+        // solicited-node group is routed to B here, so that without a
+        // `neigh` line A's solicitation does reach B (the positive control)
+        // and "none reached B" below is a check that could fail.
+        let o = v6(&b).parse::<std::net::Ipv6Addr>().unwrap().octets();
+        let group = format!("33:33:ff:{:02x}:{:02x}:{:02x}", o[13], o[14], o[15]);
+        lab.apply(0, &format!("route any {group} -> link h1\n")).unwrap();
+        lab.apply(1, &format!("route any {group} -> interface vm0\n")).unwrap();
+        // B's way back: a static entry (B's own solicitation for A would
+        // go nowhere).
         let (a6, b_dev) = (v6(&a), b.dev.clone());
         let back = ["ip", "-6", "neigh", "replace", &a6, "lladdr", &a.mac, "dev", &b_dev, "nud", "permanent"];
         lab.ns_exec(&b.ns, &back).unwrap();
-        let out = lab.ns_output(&a.ns, &["ping", "-6", "-n", "-c", "2", "-W", "2", &v6(&b)]).unwrap();
-        let said = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(said.contains("2 received"), "ping6 a -> b: {said}");
+        let open = lab.dir.join("nd-open.pcap");
+        capture(&mut lab, &b.ns, &b.dev, "icmp6", &open);
+        let ping6 = |lab: &Lab| {
+            let out = lab.ns_output(&a.ns, &["ping", "-6", "-n", "-c", "2", "-W", "2", &v6(&b)]).unwrap();
+            let said = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(said.contains("2 received"), "ping6 a -> b: {said}");
+        };
+        ping6(&lab);
+        wait_until(5.0, "without a neigh line, A's solicitation reaches B", || {
+            !solicitations_from(&open, &a.mac).is_empty()
+        });
+        // Now answered at the edge: A forgets B and asks again.
+        lab.apply(0, &format!("neigh {} {}\n", v6(&b), b.mac)).unwrap();
+        lab.ns_exec(&a.ns, &["ip", "-6", "neigh", "flush", "all"]).unwrap();
+        let pcap = lab.dir.join("nd.pcap");
+        capture(&mut lab, &b.ns, &b.dev, "icmp6", &pcap);
+        let before = answered(&lab, 0);
+        ping6(&lab);
         std::thread::sleep(std::time::Duration::from_secs(1));
         let neigh = lab.ns_exec(&a.ns, &["ip", "-6", "neigh", "show", &v6(&b)]).unwrap();
         assert!(String::from_utf8_lossy(&neigh.stdout).contains(&b.mac), "A resolved B: {neigh:?}");
