@@ -180,14 +180,22 @@ mod both {
         let took =
             wait_until(10.0, "hosts 0 and 2 hold B's address", || held(&lab, 0) == 1 && held(&lab, 2) == 1);
         eprintln!("edge: B's address reached the other hosts {took:?} after its neigh line");
-        lab.ns_exec(&a.ns, &["ip", "neigh", "flush", "all"]).unwrap();
+        // Every other host answers its own VM: A's on host 0 and C's on
+        // host 2, and neither VM's request reaches B.
+        let c = lab.vm(2, 0).clone();
         let pcap = lab.dir.join("arp-cluster.pcap");
         capture(&mut lab, &b.ns, &b.dev, "arp", &pcap);
-        assert_ping(&lab, &a, b.ip, 56);
+        for (h, vm) in [(0, &a), (2, &c)] {
+            lab.ns_exec(&vm.ns, &["ip", "neigh", "flush", "all"]).unwrap();
+            let before = answered(&lab, h);
+            assert_ping(&lab, vm, b.ip, 56);
+            wait_until(5.0, &format!("host {h} answered its VM's ARP request"), || answered(&lab, h) > before);
+        }
         std::thread::sleep(std::time::Duration::from_secs(1));
-        assert!(answered(&lab, 0) >= 1, "host 0 answered");
-        let crossed = arp_requests_from(&pcap, &a.mac);
-        assert!(crossed.is_empty(), "A's ARP requests reached B: {crossed:?}");
+        for vm in [&a, &c] {
+            let crossed = arp_requests_from(&pcap, &vm.mac);
+            assert!(crossed.is_empty(), "{}'s ARP requests reached B: {crossed:?}", vm.ip);
+        }
         // Withdrawn on host 1: no host answers for it any more.
         lab.apply(1, &format!("delete neigh {}\n", b.ip)).unwrap();
         wait_until(10.0, "hosts 0 and 2 dropped B's address", || held(&lab, 0) == 0 && held(&lab, 2) == 0);
