@@ -906,7 +906,20 @@ mod both_alone {
         assert_ne!(pid(&m), before, "the upgrade started no new vnetd:\n{log}");
         assert!(lost <= bound, "{lost} pings lost across the upgrade\n{log}");
         assert_ping(&lab, &a, b.ip, 56);
-        // `systemctl stop`: nothing of vnetd left in host 0.
+        // `systemctl stop`: nothing of vnetd left in host 0. Its TC
+        // programs are attached by TCX, which `tc filter show` does not
+        // list: the kernel's own list of loaded programs is asked (this
+        // test runs alone, so any `vnet_*` program is this vnetd's), with
+        // its positive control on the kernel pass: there before the stop.
+        let vnet_programs = || {
+            aya::programs::loaded_programs()
+                .flatten()
+                .filter(|p| p.name_as_str().is_some_and(|n| n.starts_with("vnet_")))
+                .count()
+        };
+        if lab.spec.datapath.as_deref() == Some("kernel") {
+            assert!(vnet_programs() > 0, "the kernel pass's vnetd has its programs loaded before the stop");
+        }
         m.sh("systemctl stop vnetd@lan").unwrap();
         assert_no_ping(&lab, &a, b.ip);
         let links = lab.ns_exec(&lab.hosts[0].ns, &["ip", "-br", "link"]).unwrap();
@@ -916,6 +929,10 @@ mod both_alone {
         assert_eq!(pins.trim(), "0", "pins left: {}", m.sh("find /sys/fs/bpf").unwrap());
         let tc = lab.ns_exec(&lab.hosts[0].ns, &["tc", "filter", "show", "dev", "c0", "ingress"]).unwrap();
         assert!(tc.stdout.is_empty(), "{}", String::from_utf8_lossy(&tc.stdout));
+        let left = wait_until_or(5.0, "no vnet program loaded after the stop", || vnet_programs() == 0, || {
+            format!("{} vnet_* programs loaded", vnet_programs())
+        });
+        eprintln!("systemd: vnetd's programs unloaded {left:?} after the stop");
         let score = m.sh("systemd-analyze security vnetd@lan --no-pager | tail -1").unwrap_or_default();
         eprintln!("systemd-analyze security vnetd@lan: {}", score.trim());
     }
