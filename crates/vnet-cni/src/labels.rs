@@ -9,6 +9,15 @@
 //! A value that is not a group name (a letter, then letters, digits, `_`,
 //! `-` or `.`) fails the `ADD` (code 103): the pod would otherwise run
 //! outside a group its policy counts on.
+//!
+//! Groups are the namespace's (`groupScope`, default `namespace`): `app:
+//! db` in namespace `prod` is group `prod.db`, so a pod anyone may create
+//! in another namespace, with the same label, is not in `prod`'s group: a
+//! rule `from group prod.db` is met by `prod`'s pods alone. A scoped name
+//! that is no group name (a namespace starting with a digit, or over 64
+//! characters together) fails the `ADD` the same way. `groupScope:
+//! cluster` takes the value alone, for clusters whose every namespace is
+//! trusted with every group.
 
 use crate::result::{Code, Error, Result};
 use serde_json::Value;
@@ -58,8 +67,10 @@ pub fn pod_of(args: Option<&str>) -> Result<PodRef> {
 }
 
 /// The groups vnetd's answer (`{"labels": {...}}`) gives through `keys`,
-/// each once, in the order of `keys`.
-pub fn groups(answer: &str, keys: &[String]) -> Result<Vec<Name>> {
+/// each once, in the order of `keys`: each value prefixed with
+/// `namespace.` when one is given (the pod's, under `groupScope:
+/// namespace`).
+pub fn groups(answer: &str, keys: &[String], namespace: Option<&str>) -> Result<Vec<Name>> {
     let v: Value = serde_json::from_str(answer)
         .map_err(|e| Error::with(Code::Decode, "vnetd's answer to pod-labels is not JSON", e))?;
     let labels = v["labels"]
@@ -68,13 +79,18 @@ pub fn groups(answer: &str, keys: &[String]) -> Result<Vec<Name>> {
     let mut out: Vec<Name> = Vec::new();
     for k in keys {
         let Some(value) = labels.get(k).and_then(Value::as_str) else { continue };
-        let g = Name::new(value).map_err(|_| {
+        let not_group = |name: &str| {
             Error::with(
                 Code::LabelNotGroup,
-                format!("pod label {k}={value}: not a group name"),
+                format!("pod label {k}={value}: {name} is not a group name"),
                 Name::EXPECTED,
             )
-        })?;
+        };
+        let mut g = Name::new(value).map_err(|_| not_group("the value"))?;
+        if let Some(ns) = namespace {
+            let scoped = format!("{ns}.{value}");
+            g = Name::new(&scoped).map_err(|_| not_group(&format!("`{scoped}` (namespace.value)")))?;
+        }
         if !out.contains(&g) {
             out.push(g);
         }
@@ -113,20 +129,49 @@ mod tests {
     fn the_named_labels_values_are_the_groups() {
         let keys = vec!["app".to_string(), "vnet.dev/group".to_string(), "tier".to_string()];
         let answer = r#"{"pod":"shop/web-0","labels":{"app":"web","vnet.dev/group":"front","other":"x"}}"#;
-        let g: Vec<String> = groups(answer, &keys).unwrap().iter().map(Name::to_string).collect();
+        let g: Vec<String> = groups(answer, &keys, None).unwrap().iter().map(Name::to_string).collect();
         assert_eq!(g, ["web", "front"]);
         // The same group through two labels: once.
         let twice = r#"{"labels":{"app":"web","tier":"web"}}"#;
-        assert_eq!(groups(twice, &keys).unwrap().len(), 1);
-        assert!(groups(r#"{"labels":{}}"#, &keys).unwrap().is_empty());
+        assert_eq!(groups(twice, &keys, None).unwrap().len(), 1);
+        assert!(groups(r#"{"labels":{}}"#, &keys, None).unwrap().is_empty());
         // A value that cannot be a group (or would be a word of another
         // line) fails, naming the label.
         for v in ["1st", "web\nlink x udp 1.2.3.4:9", "any", ""] {
             let answer = serde_json::json!({ "labels": { "app": v } }).to_string();
-            let e = groups(&answer, &keys).unwrap_err();
-            assert_eq!(e.code, Code::LabelNotGroup as u32, "{v:?}");
-            assert!(e.msg.contains("pod label app="), "{e}");
+            for ns in [None, Some("prod")] {
+                let e = groups(&answer, &keys, ns).unwrap_err();
+                assert_eq!(e.code, Code::LabelNotGroup as u32, "{v:?}");
+                assert!(e.msg.contains("pod label app="), "{e}");
+            }
         }
-        assert_eq!(groups("{}", &keys).unwrap_err().code, Code::Decode as u32);
+        assert_eq!(groups("{}", &keys, None).unwrap_err().code, Code::Decode as u32);
+    }
+
+    /// Under `groupScope: namespace` a label's value is its namespace's
+    /// group: `db` in `prod` and `db` in `dev` are two groups, and neither
+    /// is the bare `db` a rule of another scope names.
+    #[test]
+    fn a_labels_group_is_its_namespaces() {
+        let keys = vec!["app".to_string()];
+        let answer = r#"{"labels":{"app":"db"}}"#;
+        let of = |ns| groups(answer, &keys, ns).unwrap().iter().map(Name::to_string).collect::<Vec<_>>();
+        assert_eq!(of(Some("prod")), ["prod.db"]);
+        assert_eq!(of(Some("dev")), ["dev.db"]);
+        assert_eq!(of(None), ["db"], "groupScope: cluster");
+        let conf = |scope: &str| {
+            let c = format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"vnet-cni"{scope}}}"#);
+            crate::spec::parse_conf(c.as_bytes()).map(|(c, _)| c.group_scope)
+        };
+        use crate::spec::GroupScope;
+        assert_eq!(conf("").unwrap(), GroupScope::Namespace, "the default");
+        assert_eq!(conf(r#","groupScope":"cluster""#).unwrap(), GroupScope::Cluster);
+        assert_eq!(conf(r#","groupScope":"everyone""#).unwrap_err().code, Code::InvalidConfig as u32);
+        // A scoped name that is no group name fails, naming it.
+        for ns in ["1ns".to_string(), "n".repeat(63)] {
+            let e = groups(answer, &keys, Some(&ns)).unwrap_err();
+            assert_eq!(e.code, Code::LabelNotGroup as u32);
+            assert!(e.msg.contains("(namespace.value) is not a group name"), "{e}");
+        }
     }
 }

@@ -143,8 +143,10 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
     let labelled = if conf.group_labels.is_empty() {
         Vec::new()
     } else {
-        let pod = Request::PodLabels(labels::pod_of(env.args.as_deref())?);
-        labels::groups(&request(&mut c, &pod)?, &conf.group_labels)?
+        let pod = labels::pod_of(env.args.as_deref())?;
+        let scope = (conf.group_scope == spec::GroupScope::Namespace).then(|| pod.parts().0.to_string());
+        let answer = request(&mut c, &Request::PodLabels(pod))?;
+        labels::groups(&answer, &conf.group_labels, scope.as_deref())?
     };
     // A second ADD for the same attachment starts from nothing.
     if let Some(old) = record::load(&conf.state_dir, &conf.name, id, ifname)? {

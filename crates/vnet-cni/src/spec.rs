@@ -82,6 +82,11 @@ pub struct NetConf {
     /// `ADD` through vnetd (`crate::labels`).
     #[serde(default)]
     pub group_labels: Vec<String>,
+    /// Whose groups the labels name (`crate::labels`): the pod's
+    /// namespace's (`namespace.value`, the default) or the cluster's (the
+    /// value alone).
+    #[serde(default)]
+    pub group_scope: GroupScope,
     /// Serve a vhost-user socket in this directory instead of making a
     /// veth pair; the result's interface carries its `socketPath`.
     #[serde(default)]
@@ -93,6 +98,15 @@ pub struct NetConf {
     pub ipam: Option<Value>,
     #[serde(default)]
     pub prev_result: Option<Value>,
+}
+
+/// `groupScope`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GroupScope {
+    #[default]
+    Namespace,
+    Cluster,
 }
 
 fn default_control() -> String {

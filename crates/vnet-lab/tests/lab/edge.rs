@@ -189,7 +189,9 @@ mod both {
             lab.ns_exec(&vm.ns, &["ip", "neigh", "flush", "all"]).unwrap();
             let before = answered(&lab, h);
             assert_ping(&lab, vm, b.ip, 56);
-            wait_until(5.0, &format!("host {h} answered its VM's ARP request"), || answered(&lab, h) > before);
+            wait_until(5.0, &format!("host {h} answered its VM's ARP request"), || {
+                answered(&lab, h) > before
+            });
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
         for vm in [&a, &c] {

@@ -929,9 +929,12 @@ mod both_alone {
         assert_eq!(pins.trim(), "0", "pins left: {}", m.sh("find /sys/fs/bpf").unwrap());
         let tc = lab.ns_exec(&lab.hosts[0].ns, &["tc", "filter", "show", "dev", "c0", "ingress"]).unwrap();
         assert!(tc.stdout.is_empty(), "{}", String::from_utf8_lossy(&tc.stdout));
-        let left = wait_until_or(5.0, "no vnet program loaded after the stop", || vnet_programs() == 0, || {
-            format!("{} vnet_* programs loaded", vnet_programs())
-        });
+        let left = wait_until_or(
+            5.0,
+            "no vnet program loaded after the stop",
+            || vnet_programs() == 0,
+            || format!("{} vnet_* programs loaded", vnet_programs()),
+        );
         eprintln!("systemd: vnetd's programs unloaded {left:?} after the stop");
         let score = m.sh("systemd-analyze security vnetd@lan --no-pager | tail -1").unwrap_or_default();
         eprintln!("systemd-analyze security vnetd@lan: {}", score.trim());

@@ -286,7 +286,9 @@ mod by_hand {
             &[
                 "policy default deny",
                 "rule arp allow ether arp",
-                "rule web-db allow from group web to group db proto tcp port 5432",
+                // The labels' groups are their namespace's (groupScope:
+                // namespace, the default): `default.web`, `default.db`.
+                "rule web-db allow from group default.web to group default.db proto tcp port 5432",
             ],
         );
         let pod = |name: &str, node: usize, group: Option<&str>, script: &str| {
@@ -378,16 +380,16 @@ mod by_hand {
             .as_array()
             .unwrap()
             .iter()
-            .find(|i| i["groups"].to_string().contains("db"))
+            .find(|i| i["groups"].to_string().contains("default.db"))
             .cloned();
-        assert!(db_iface.is_some(), "db's interface on node 1 is in group db: {v}");
+        assert!(db_iface.is_some(), "db's interface on node 1 is in group default.db: {v}");
         // The bad label: the sandbox fails with the plugin's words.
         let t0 = Instant::now();
         loop {
             let events = kube
                 .kubectl(&["get", "events", "--field-selector", "involvedObject.name=bad"])
                 .unwrap_or_default();
-            if events.contains("vnet.dev/group=1st: not a group name") {
+            if events.contains("vnet.dev/group=1st: the value is not a group name") {
                 eprintln!(
                     "k8s: pod bad: {}",
                     events.lines().find(|l| l.contains("not a group name")).unwrap_or("").trim()
