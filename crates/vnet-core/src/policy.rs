@@ -11,10 +11,13 @@
 //! own: its source MAC (which port security ties to its interface) and
 //! destination MAC, their groups, and its IP (or ARP) addresses.
 //!
-//! State ([`flows`]): a flow a rule allowed is remembered, so its further
-//! packets pass without the rules, its replies pass (the reversed key),
-//! so do the ICMP errors about it and its later fragments. The rules are
-//! what any other packet meets. A change of the rules is a new
+//! State ([`flows`]): a flow a rule allowed is remembered by both ends'
+//! MACs with its addresses, protocol and ports, so its further packets
+//! pass without the rules, its replies pass (the reversed key), so do its
+//! later fragments and the ICMP errors about it sent between its own two
+//! ends. The rules are what any other packet meets: the same addresses
+//! and ports sent to another MAC, or from another MAC (another VM's), are
+//! a new flow. A change of the rules is a new
 //! generation, and every flow is judged afresh.
 //!
 //! What [`vnet_wire::classify`] cannot read to the end (a third VLAN tag, a
@@ -183,8 +186,10 @@ pub struct PolicySet {
     /// Changes with the rules (and the groups): flows start afresh.
     pub generation: u64,
     pub nets: FxHashMap<u32, NetPolicy>,
-    /// Each MAC's groups, one bit each.
-    pub groups: FxHashMap<MacAddr, u64>,
+    /// Each MAC's groups in each network, one bit each: keyed by
+    /// (network, MAC), so a MAC's groups in one network say nothing of
+    /// a frame in another.
+    pub groups: FxHashMap<(u32, MacAddr), u64>,
     pub flows: Arc<Flows>,
     /// Where the flows are also kept, if anywhere ([`FlowMirror`]).
     pub mirror: Option<Arc<dyn FlowMirror>>,
@@ -229,10 +234,11 @@ impl Rule {
     }
 }
 
-/// The flow key of an IP packet: ICMP echo keys on its identifier, the
-/// request's as its source port and the reply's as its destination port,
-/// so a reply's key is its request's reversed.
-pub fn flow_key(generation: u64, network: u32, ip: &Ip) -> FlowKey {
+/// The flow key of an IP packet sent from MAC `src_mac` to `dst_mac` (the
+/// frame's): ICMP echo keys on its identifier, the request's as its source
+/// port and the reply's as its destination port, so a reply's key is its
+/// request's reversed.
+pub fn flow_key(generation: u64, network: u32, (src_mac, dst_mac): (MacAddr, MacAddr), ip: &Ip) -> FlowKey {
     let (sport, dport) = match ip.icmp {
         Icmp::Echo { request: true, id } => (id, 0),
         Icmp::Echo { request: false, id } => (0, id),
@@ -241,6 +247,8 @@ pub fn flow_key(generation: u64, network: u32, ip: &Ip) -> FlowKey {
     FlowKey {
         generation,
         network,
+        src_mac,
+        dst_mac,
         src: ip.src,
         dst: ip.dst,
         proto: ip.proto,
@@ -251,8 +259,8 @@ pub fn flow_key(generation: u64, network: u32, ip: &Ip) -> FlowKey {
     }
 }
 
-fn fragment_key(generation: u64, network: u32, ip: &Ip, id: u32) -> FlowKey {
-    FlowKey { sport: 0, dport: 0, id, fragment: true, ..flow_key(generation, network, ip) }
+fn fragment_key(generation: u64, network: u32, macs: (MacAddr, MacAddr), ip: &Ip, id: u32) -> FlowKey {
+    FlowKey { sport: 0, dport: 0, id, fragment: true, ..flow_key(generation, network, macs, ip) }
 }
 
 impl PolicySet {
@@ -278,12 +286,13 @@ impl PolicySet {
             }
         };
         let len = frame.len();
+        let macs = (f.src, f.dst);
         if let L3::Ip(ip) = f.l3 {
-            if let Some(v) = self.by_state(network, net, &ip, len) {
+            if let Some(v) = self.by_state(network, net, macs, &ip, len) {
                 return v;
             }
         }
-        let groups = (self.groups_of(f.src), self.groups_of(f.dst));
+        let groups = (self.groups_of(network, f.src), self.groups_of(network, f.dst));
         let (allow, why, counters) = match net.rules.iter().position(|r| r.matches(&f, groups)) {
             Some(i) => (net.rules[i].action == Action::Allow, Why::Rule(i), &net.rules[i].counters),
             None => (net.default == Action::Allow, Why::Default, &net.default_counters),
@@ -294,34 +303,58 @@ impl PolicySet {
             return Verdict { allow, why };
         }
         if let L3::Ip(ip) = f.l3 {
-            self.remember(network, &ip);
+            self.remember(network, macs, &ip);
         }
         Verdict { allow, why }
     }
 
-    fn groups_of(&self, mac: MacAddr) -> u64 {
-        self.groups.get(&mac).copied().unwrap_or(0)
+    fn groups_of(&self, network: u32, mac: MacAddr) -> u64 {
+        self.groups.get(&(network, mac)).copied().unwrap_or(0)
     }
 
-    /// A verdict from the flows (None: the rules decide).
-    fn by_state(&self, network: u32, net: &NetPolicy, ip: &Ip, len: usize) -> Option<Verdict> {
+    /// A verdict from the flows (None: the rules decide). `macs`: the
+    /// frame's source and destination MACs.
+    fn by_state(
+        &self,
+        network: u32,
+        net: &NetPolicy,
+        macs: (MacAddr, MacAddr),
+        ip: &Ip,
+        len: usize,
+    ) -> Option<Verdict> {
         let g = self.generation;
         let flows = &self.flows;
         let why = if let Frag::Later { id } = ip.frag {
-            if !flows.hit(&fragment_key(g, network, ip, id)) {
+            if !flows.hit(&fragment_key(g, network, macs, ip, id)) {
                 net.orphan_fragments.fetch_add(1, Relaxed);
                 return Some(Verdict { allow: false, why: Why::OrphanFragment });
             }
             Why::Fragment
         } else if let Icmp::Error { src, dst, proto, sport, dport } = ip.icmp {
-            let about =
-                FlowKey { generation: g, network, src, dst, proto, sport, dport, id: 0, fragment: false };
-            if !flows.hit(&about) && !flows.hit(&about.reversed()) && !self.mirrored(&about) {
+            // Related only between the quoted flow's own ends: the error
+            // comes from the quoted packet's far end (its MAC) and goes to
+            // its sender (MAC and address). A third VM's error about a
+            // known flow meets the rules.
+            let about = FlowKey {
+                generation: g,
+                network,
+                src_mac: macs.1,
+                dst_mac: macs.0,
+                src,
+                dst,
+                proto,
+                sport,
+                dport,
+                id: 0,
+                fragment: false,
+            };
+            if ip.dst != src || !(flows.hit(&about) || flows.hit(&about.reversed()) || self.mirrored(&about))
+            {
                 return None;
             }
             Why::Related
         } else {
-            let k = flow_key(g, network, ip);
+            let k = flow_key(g, network, macs, ip);
             let (why, slot, known) = if let Some(s) = flows.hit_slot(&k) {
                 (Why::Established, s, k)
             } else if let Some(s) = flows.hit_slot(&k.reversed()) {
@@ -336,21 +369,21 @@ impl PolicySet {
             why
         };
         if let Frag::First { id } = ip.frag {
-            flows.insert(&fragment_key(g, network, ip, id));
+            flows.insert(&fragment_key(g, network, macs, ip, id));
         }
         net.stateful.add(len);
         Some(Verdict { allow: true, why })
     }
 
     /// Remembers an allowed packet's flow (and its later fragments).
-    fn remember(&self, network: u32, ip: &Ip) {
+    fn remember(&self, network: u32, macs: (MacAddr, MacAddr), ip: &Ip) {
         let g = self.generation;
         if let Frag::First { id } = ip.frag {
-            self.flows.insert(&fragment_key(g, network, ip, id));
+            self.flows.insert(&fragment_key(g, network, macs, ip, id));
         }
         // An ICMP error opens no flow of its own; everything else does.
         if !matches!(ip.icmp, Icmp::Error { .. }) {
-            let k = flow_key(g, network, ip);
+            let k = flow_key(g, network, macs, ip);
             let slot = self.flows.insert(&k);
             self.offer(slot, &k);
         }

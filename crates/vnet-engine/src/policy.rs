@@ -1,6 +1,7 @@
 //! The policy a plane enforces ([`vnet_core::policy::PolicySet`]), built
-//! from the state's `policy`, `rule` and `group` lines (and, in cluster
-//! mode, the groups its signed records give MACs), and where the data path
+//! from the state's `policy`, `rule` and `group` lines (and the groups
+//! interfaces and, in cluster mode, signed records give MACs, each in its
+//! network), and where the data path
 //! asks it: every frame of a governed network, once as it leaves its VM's
 //! host and once as it reaches the VM's host, so each host keeps the
 //! flows of its own VMs (a reply is known where it is judged).
@@ -19,25 +20,29 @@ fn action(v: Verb) -> Action {
     }
 }
 
-/// The set `p` declares, as generation `generation`, with `extra` MACs'
-/// groups (cluster records) added to the declared members. Each rule keeps
-/// the counters of its namesake in `old`, and each network its own; the
-/// flows table is `old`'s (a new generation starts its flows afresh).
-pub fn build(
-    p: &Policies,
-    extra: &BTreeMap<MacAddr, Vec<String>>,
-    generation: u64,
-    old: &PolicySet,
-) -> PolicySet {
+/// Each (network, MAC)'s groups: who is in which group where.
+pub type Members = BTreeMap<(u32, MacAddr), Vec<String>>;
+
+/// The set `p` declares, as generation `generation`, with `extra`'s
+/// groups (an interface's in its network, a cluster record's in the
+/// cluster's) added to the declared members. A `group` line names no
+/// network: its MAC is in the group in every governed network. Each rule
+/// keeps the counters of its namesake in `old`, and each network its own;
+/// the flows table is `old`'s (a new generation starts its flows afresh).
+pub fn build(p: &Policies, extra: &Members, generation: u64, old: &PolicySet) -> PolicySet {
     // One bit for each group a rule names, in name order.
     let named: std::collections::BTreeSet<&str> = p.rules.values().flat_map(RuleDef::groups).collect();
     let bit: FxHashMap<&str, u8> = named.iter().take(64).enumerate().map(|(i, g)| (*g, i as u8)).collect();
-    let mut groups: FxHashMap<MacAddr, u64> = FxHashMap::default();
-    let members = p.groups.iter().flat_map(|(g, macs)| macs.iter().map(move |m| (*m, g.as_str())));
-    let extra = extra.iter().flat_map(|(m, gs)| gs.iter().map(move |g| (*m, g.as_str())));
-    for (mac, g) in members.chain(extra) {
+    let governed = p.networks();
+    let mut groups: FxHashMap<(u32, MacAddr), u64> = FxHashMap::default();
+    let members = p.groups.iter().flat_map(|(g, macs)| {
+        let governed = &governed;
+        macs.iter().flat_map(move |m| governed.iter().map(move |n| ((*n, *m), g.as_str())))
+    });
+    let extra = extra.iter().flat_map(|(k, gs)| gs.iter().map(move |g| (*k, g.as_str())));
+    for (key, g) in members.chain(extra) {
         if let Some(&b) = bit.get(g) {
-            *groups.entry(mac).or_default() |= 1u64 << b;
+            *groups.entry(key).or_default() |= 1u64 << b;
         }
     }
     let old_rules: FxHashMap<&str, &Arc<vnet_core::Counters>> =
@@ -95,16 +100,21 @@ mod tests {
              rule c allow network 4\n",
         );
         let mut extra = BTreeMap::new();
-        extra.insert(MacAddr([0x52, 0x54, 0, 0, 0, 4]), vec!["db".to_string(), "web".to_string()]);
+        extra.insert((3, MacAddr([0x52, 0x54, 0, 0, 0, 4])), vec!["db".to_string(), "web".to_string()]);
+        extra.insert((5, MacAddr([0x52, 0x54, 0, 0, 0, 5])), vec!["db".to_string()]);
         let s = build(&p, &extra, 1, &PolicySet::default());
         let n3 = &s.nets[&3];
         assert_eq!(n3.default, Action::Deny);
         assert_eq!(n3.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["b", "a"]);
         assert_eq!(n3.rules[0].from, Selector::Group(1), "bits in name order: db 0, web 1");
         assert_eq!(s.nets[&4].default, Action::Allow, "a rule alone governs, allowing by default");
-        assert_eq!(s.groups[&MacAddr([0x52, 0x54, 0, 0, 0, 2])], 0b10);
-        assert_eq!(s.groups[&MacAddr([0x52, 0x54, 0, 0, 0, 4])], 0b11, "from the cluster's records");
-        assert!(!s.groups.contains_key(&MacAddr([0x52, 0x54, 0, 0, 0, 9])), "a group no rule names");
+        let m = |n| MacAddr([0x52, 0x54, 0, 0, 0, n]);
+        assert_eq!(s.groups[&(3, m(2))], 0b10, "a `group` line: in every governed network");
+        assert_eq!(s.groups[&(4, m(2))], 0b10);
+        assert_eq!(s.groups[&(3, m(4))], 0b11, "from the cluster's records, in their network");
+        assert!(!s.groups.contains_key(&(4, m(4))), "and no other");
+        assert_eq!(s.groups[&(5, m(5))], 0b01);
+        assert!(!s.groups.contains_key(&(3, m(9))), "a group no rule names");
         n3.rules[0].counters.add(10);
         n3.default_counters.add(5);
         let p2 = policies("policy default deny network 3\nrule b allow network 3\nrule z allow network 3\n");

@@ -536,9 +536,18 @@ static __always_inline int encap(struct __sk_buff *skb, struct link_val *l, stru
 	return write_headers(skb, l, &udp, hash, outer, inner);
 }
 
+/* A MAC as a native word (its 6 bytes, then zeros), for ordering. */
+static __always_inline __u64 mac_word(const __u8 *m)
+{
+	__u64 w = 0;
+	__builtin_memcpy(&w, m, 6);
+	return w;
+}
+
 /* A flow's key in the order vnetd writes it (kernel::flows::canonical):
- * its lower end (address, then port; as native words) first, so both
- * directions of a flow find one entry with one lookup. */
+ * its lower end (address, then port, then MAC; as native words) first,
+ * so both directions of a flow find one entry with one lookup. The MACs
+ * go with their ends. */
 static __always_inline void canonical(struct flow_key *k)
 {
 	__u64 a0, a1, b0, b1;
@@ -546,13 +555,19 @@ static __always_inline void canonical(struct flow_key *k)
 	__builtin_memcpy(&a1, k->src + 8, 8);
 	__builtin_memcpy(&b0, k->dst, 8);
 	__builtin_memcpy(&b1, k->dst + 8, 8);
-	int swap = a0 != b0 ? a0 > b0 : a1 != b1 ? a1 > b1 : k->sport > k->dport;
+	__u64 sm = mac_word(k->smac), dm = mac_word(k->dmac);
+	int swap = a0 != b0	      ? a0 > b0
+		   : a1 != b1	      ? a1 > b1
+		   : k->sport != k->dport ? k->sport > k->dport
+					  : sm > dm;
 	if (!swap)
 		return;
 	__builtin_memcpy(k->src, &b0, 8);
 	__builtin_memcpy(k->src + 8, &b1, 8);
 	__builtin_memcpy(k->dst, &a0, 8);
 	__builtin_memcpy(k->dst + 8, &a1, 8);
+	__builtin_memcpy(k->smac, &dm, 6);
+	__builtin_memcpy(k->dmac, &sm, 6);
 	__u16 p = k->sport;
 	k->sport = k->dport;
 	k->dport = p;
@@ -613,14 +628,15 @@ static __always_inline __u64 coarse_now(void)
 
 /* The flows a CPU found in `flows` within the last FLOW_CACHE_NS, a few
  * per CPU (by their ports' and addresses' last bytes): a further packet
- * of one is known without the hash lookup of its 48-byte key, the largest
+ * of one is known without the hash lookup of its 64-byte key, the largest
  * part of what a policy cost the kernel path (about 70 ns a packet here,
  * kernel.bpf_stats_enabled). What that leaves out for at most
  * FLOW_CACHE_NS: the flow's `last` (rewritten once a second anyway) and
  * the LRU's note that it was used. A flow leaves `flows` only by its idle
  * time (minutes: a cached one was seen under a second ago) or to make
  * room (its packets would be allowed again by the engine, whose flow it
- * is); a new policy generation is another key. */
+ * is); a new policy generation is another key. A cached key is compared
+ * whole (same_flow: generation, addresses, MACs, ports, protocol). */
 #define FLOW_CACHE_SLOTS 16
 #define FLOW_CACHE_NS 1000000000ULL
 
@@ -639,7 +655,9 @@ struct {
 static __always_inline int same_flow(const struct flow_key *a, const struct flow_key *b)
 {
 	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
-	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4] && x[5] == y[5];
+	_Static_assert(sizeof(struct flow_key) == 64, "same_flow compares eight words");
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4] && x[5] == y[5] &&
+	       x[6] == y[6] && x[7] == y[7];
 }
 
 /* Whether `k` (either direction) is a flow the engine allowed, seen within
@@ -671,6 +689,13 @@ static __always_inline int flow_fresh(struct flow_key *k, __u64 now)
 	return 1;
 }
 
+/* The destination and source MACs of the Ethernet header at `eth`. */
+static __always_inline void frame_macs(struct flow_key *k, const void *eth)
+{
+	__builtin_memcpy(k->dmac, eth, 6);
+	__builtin_memcpy(k->smac, eth + 6, 6);
+}
+
 /* Whether the IP packet at `l3` (a constant: one inlined copy per place
  * and encapsulation, so the reads are direct) in a frame with EtherType
  * `proto` of governed network `net` is a further packet or a reply of a
@@ -679,8 +704,10 @@ static __always_inline int flow_fresh(struct flow_key *k, __u64 now)
  * vnet_core::policy::flow_key): IPv4 without options and unfragmented,
  * IPv6 without extension headers; TCP, UDP, ICMP echo; the transport
  * header long enough to be read (16 bytes of TCP, 8 of UDP or ICMP,
- * inside the IP length). Anything else is the engine's (0). The IP
- * header and the transport header's first 8 bytes are read from the
+ * inside the IP length). Anything else is the engine's (0). The flow is
+ * keyed with the frame's MACs (the untagged Ethernet header just before
+ * `l3`), so only its own two ends' frames are in it. The Ethernet and IP
+ * headers and the transport header's first 8 bytes are read from the
  * frame's linear part (pulled there when they are not: a frame shorter
  * than them is the engine's anyway); each bpf_skb_load_bytes was a
  * helper call on every packet of a governed network. */
@@ -701,6 +728,7 @@ static __always_inline int flow_known(struct __sk_buff *skb, __u32 l3, __u16 pro
 		__builtin_memcpy(h, d + l3 + sizeof(ip), sizeof(h));
 		if (ip.version != 4 || ip.ihl != 5 || (ip.frag_off & bpf_htons(0x3fff)))
 			return 0;
+		frame_macs(&k, d + l3 - ETH_HLEN);
 		k.src[10] = k.src[11] = k.dst[10] = k.dst[11] = 0xff;
 		__builtin_memcpy(&k.src[12], &ip.saddr, 4);
 		__builtin_memcpy(&k.dst[12], &ip.daddr, 4);
@@ -716,6 +744,7 @@ static __always_inline int flow_known(struct __sk_buff *skb, __u32 l3, __u16 pro
 		__builtin_memcpy(h, d + l3 + sizeof(ip), sizeof(h));
 		if (ip.version != 6)
 			return 0;
+		frame_macs(&k, d + l3 - ETH_HLEN);
 		__builtin_memcpy(k.src, &ip.saddr, 16);
 		__builtin_memcpy(k.dst, &ip.daddr, 16);
 		k.proto = ip.nexthdr;

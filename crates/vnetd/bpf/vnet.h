@@ -196,18 +196,23 @@ struct gov_stats {
 
 /* A flow vnetd's engine allowed (vnet_core::policy::FlowKey, as vnetd
  * writes it into `flows`): the network, the policy's generation, the
- * addresses (16 bytes, IPv4 mapped), the protocol and the ports as on the
- * wire (network order; an ICMP echo's identifier as the request's source
- * port, the reply's destination port). */
+ * addresses (16 bytes, IPv4 mapped), the frame's source and destination
+ * MACs (a flow is between two VMs: the same addresses sent to another
+ * MAC, or from another, are another flow), the protocol and the ports as
+ * on the wire (network order; an ICMP echo's identifier as the request's
+ * source port, the reply's destination port). 64 bytes, compared as eight
+ * words (same_flow). */
 struct flow_key {
 	__u32 net;
 	__u32 gen;
 	__u8 src[16];
 	__u8 dst[16];
+	__u8 smac[6];
+	__u8 dmac[6];
 	__u16 sport;
 	__u16 dport;
 	__u8 proto;
-	__u8 pad[3];
+	__u8 pad[7];
 } __attribute__((aligned(8)));
 
 /* When the flow was last seen (CLOCK_MONOTONIC ns; written by the

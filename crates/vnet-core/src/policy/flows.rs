@@ -19,6 +19,7 @@ use std::hash::{BuildHasher, Hash};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64};
+use vnet_wire::MacAddr;
 
 /// Slots a key may be in.
 pub const WAYS: usize = 8;
@@ -35,6 +36,12 @@ pub struct FlowKey {
     /// afresh (the old keys are never found again, and age out).
     pub generation: u64,
     pub network: u32,
+    /// The frame's source and destination MACs: a flow is between two
+    /// ports' VMs (port security ties a source MAC to its interface), so
+    /// a flow allowed to one VM admits nothing sent to another with the
+    /// same addresses and ports, and no other VM's frame is in it.
+    pub src_mac: MacAddr,
+    pub dst_mac: MacAddr,
     pub src: IpAddr,
     pub dst: IpAddr,
     pub proto: u8,
@@ -48,7 +55,15 @@ pub struct FlowKey {
 impl FlowKey {
     /// The other direction's key.
     pub fn reversed(self) -> FlowKey {
-        FlowKey { src: self.dst, dst: self.src, sport: self.dport, dport: self.sport, ..self }
+        FlowKey {
+            src_mac: self.dst_mac,
+            dst_mac: self.src_mac,
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            ..self
+        }
     }
 
     fn idle_s(&self) -> u32 {
@@ -196,6 +211,8 @@ mod tests {
         FlowKey {
             generation: 1,
             network: 0,
+            src_mac: MacAddr([0x52, 0x54, 0, 0, 0, 1]),
+            dst_mac: MacAddr([0x52, 0x54, 0, 0, 0, 2]),
             src: "10.0.0.1".parse().unwrap(),
             dst: "10.0.0.2".parse().unwrap(),
             proto: 17,

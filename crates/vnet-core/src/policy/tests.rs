@@ -14,6 +14,8 @@ fn mac(n: u8) -> MacAddr {
 struct Pkt {
     src: u8,
     dst: u8,
+    /// The host whose MAC the frame is sent to (its address is `dst`'s).
+    l2: u8,
     /// 0: TCP, 1: UDP, 2: ICMP echo request, 3: echo reply, 4: ARP, 5: other EtherType.
     kind: u8,
     sport: u16,
@@ -27,9 +29,10 @@ fn ip_of(n: u8) -> [u8; 4] {
     [10, 0, 0, n]
 }
 
-/// The frame of `p` (host n has MAC ..:n and address 10.0.0.n).
+/// The frame of `p` (host n has MAC ..:n and address 10.0.0.n; it is
+/// sent to host `l2`'s MAC).
 fn frame(p: &Pkt) -> Vec<u8> {
-    let mut f = [mac(p.dst).0, mac(p.src).0].concat();
+    let mut f = [mac(p.l2).0, mac(p.src).0].concat();
     if p.vlan {
         f.extend_from_slice(&[0x81, 0, 0, 5]);
     }
@@ -116,8 +119,8 @@ fn set(rules: &[R], default: Action) -> PolicySet {
         })
         .collect();
     let net = NetPolicy::new(default, rules);
-    // Host n is in group b when bit b of n is set.
-    let groups = (0..16u8).map(|n| (mac(n), u64::from(n))).collect();
+    // Host n is in group b when bit b of n is set (in this network).
+    let groups = (0..16u8).map(|n| ((NET, mac(n)), u64::from(n))).collect();
     PolicySet {
         generation: 1,
         nets: [(NET, net)].into_iter().collect(),
@@ -128,20 +131,24 @@ fn set(rules: &[R], default: Action) -> PolicySet {
 }
 
 /// The plain reference: first rule that matches by the description, with
-/// flows kept in a set.
+/// flows kept in a set, keyed by both ends' hosts (MACs) with the
+/// addresses (the source's MAC and address are one host's, the
+/// destination's may be two).
 struct Reference {
     rules: Vec<R>,
     default: bool,
-    flows: HashSet<(u8, u8, u8, u16, u16)>,
-    frags: HashSet<(u8, u8, u8)>,
+    flows: HashSet<(u8, u8, u8, u8, u8, u16, u16)>,
+    frags: HashSet<(u8, u8, u8, u8, u8)>,
 }
 
 impl Reference {
-    fn end_matches(s: (u8, u8, u8), host: u8, has_ip: bool) -> bool {
+    /// Whether selector `s` matches an end with MAC of host `mac` and
+    /// address of host `host` (if it has one).
+    fn end_matches(s: (u8, u8, u8), mac: u8, host: u8, has_ip: bool) -> bool {
         match s.0 {
             0 => true,
-            1 => s.1 == host,
-            2 => host >> s.1 & 1 == 1,
+            1 => s.1 == mac,
+            2 => mac >> s.1 & 1 == 1,
             _ => {
                 // Plain arithmetic on the last octet (the first three are equal).
                 has_ip && (s.2 <= 24 || (host >> (32 - s.2.min(32))) == (s.1 >> (32 - s.2.min(32))))
@@ -158,13 +165,15 @@ impl Reference {
             _ if p.frag == 2 => (0, 0),
             _ => (p.sport, p.dport),
         };
+        let frag = (p.src, p.l2, p.src, p.dst, proto);
         if ip && p.frag == 2 {
-            return self.frags.contains(&(p.src, p.dst, proto));
+            return self.frags.contains(&frag);
         }
-        let key = (p.src, p.dst, proto, sport, dport);
-        if ip && (self.flows.contains(&key) || self.flows.contains(&(p.dst, p.src, proto, dport, sport))) {
+        let key = (p.src, p.l2, p.src, p.dst, proto, sport, dport);
+        let reply = (p.l2, p.src, p.dst, p.src, proto, dport, sport);
+        if ip && (self.flows.contains(&key) || self.flows.contains(&reply)) {
             if p.frag == 1 {
-                self.frags.insert((p.src, p.dst, proto));
+                self.frags.insert(frag);
             }
             return true;
         }
@@ -174,8 +183,8 @@ impl Reference {
             _ => 0x88b5,
         };
         let hit = self.rules.iter().find(|r| {
-            Self::end_matches(r.from, p.src, p.kind <= 4)
-                && Self::end_matches(r.to, p.dst, p.kind <= 4)
+            Self::end_matches(r.from, p.src, p.src, p.kind <= 4)
+                && Self::end_matches(r.to, p.l2, p.dst, p.kind <= 4)
                 && r.ether.is_none_or(|e| e == ether)
                 && r.proto.is_none_or(|x| ip && x == proto)
                 && r.ports.is_none_or(|(lo, hi)| p.kind <= 1 && lo <= p.dport && p.dport <= hi)
@@ -184,7 +193,7 @@ impl Reference {
         if allow && ip {
             self.flows.insert(key);
             if p.frag == 1 {
-                self.frags.insert((p.src, p.dst, proto));
+                self.frags.insert(frag);
             }
         }
         allow
@@ -192,7 +201,7 @@ impl Reference {
 }
 
 fn pkt(src: u8, dst: u8, kind: u8, sport: u16, dport: u16) -> Pkt {
-    Pkt { src, dst, kind, sport, dport, frag: 0, vlan: false }
+    Pkt { src, dst, l2: dst, kind, sport, dport, frag: 0, vlan: false }
 }
 
 #[test]
@@ -332,10 +341,13 @@ fn arb_rule() -> impl Strategy<Value = R> {
 }
 
 fn arb_pkt() -> impl Strategy<Value = Pkt> {
-    (1..6u8, 1..6u8, 0..6u8, 0..4u16, 0..4u16, 0..3u8, any::<bool>()).prop_map(
-        |(src, dst, kind, sport, dport, frag, vlan)| {
+    // Mostly to the MAC of the destination address's host, now and then
+    // to another's (a primed flow, a router).
+    let l2 = prop::option::weighted(0.2, 1..6u8);
+    (1..6u8, 1..6u8, l2, 0..6u8, 0..4u16, 0..4u16, 0..3u8, any::<bool>()).prop_map(
+        |(src, dst, l2, kind, sport, dport, frag, vlan)| {
             let frag = if kind <= 1 { frag } else { 0 };
-            Pkt { src, dst, kind, sport, dport, frag, vlan }
+            Pkt { src, dst, l2: l2.unwrap_or(dst), kind, sport, dport, frag, vlan }
         },
     )
 }
@@ -389,7 +401,7 @@ impl Kernel {
         }
         let f = vnet_wire::classify::classify(&frame(p)).ok()?;
         let L3::Ip(ip) = f.l3 else { return None };
-        self.fresh(&flow_key(generation, NET, &ip)).then_some(true)
+        self.fresh(&flow_key(generation, NET, (f.src, f.dst), &ip)).then_some(true)
     }
 }
 
@@ -416,6 +428,7 @@ fn a_flow_the_mirror_carried_alone_is_still_known_when_the_engines_entry_idled_o
     let want = flow_key(
         1,
         NET,
+        (mac(2), mac(4)),
         &match classify(&frame(&pkt(2, 4, 0, 40000, 5432))).unwrap().l3 {
             L3::Ip(ip) => ip,
             _ => unreachable!(),
@@ -465,4 +478,132 @@ proptest! {
             prop_assert_eq!(allow, r.decide(x), "{:?} (kernel: {:?})", x, by_kernel);
         }
     }
+}
+
+/// Host 1 (client C) may reach host 2 (server S, by its MAC) on TCP 80 and
+/// UDP 53; host 4 is the database DB, host 3 another VM.
+fn client_to_server() -> PolicySet {
+    let to_s = |proto, port| R {
+        allow: true,
+        from: (1, 1, 0),
+        to: (1, 2, 0),
+        ether: None,
+        proto: Some(proto),
+        ports: Some((port, port)),
+    };
+    set(&[to_s(6, 80), to_s(17, 53)], Action::Deny)
+}
+
+#[test]
+fn a_flow_allowed_to_one_mac_admits_nothing_sent_to_another_with_the_same_addresses() {
+    let p = client_to_server();
+    let d = |x: &Pkt| p.decide(NET, &frame(x));
+    // C primes a flow: S's MAC, DB's address (the rule names S's MAC).
+    let primed = Pkt { l2: 2, ..pkt(1, 4, 0, 40000, 80) };
+    assert_eq!(d(&primed).why, Why::Rule(0));
+    assert_eq!(d(&primed).why, Why::Established, "positive control: the flow to S's MAC is known");
+    // The same addresses and ports, to DB's MAC: a new flow, denied.
+    assert_eq!(d(&pkt(1, 4, 0, 40000, 80)), Verdict { allow: false, why: Why::Default });
+    // Nor does DB's reply pass as one.
+    assert_eq!(d(&pkt(4, 1, 0, 80, 40000)), Verdict { allow: false, why: Why::Default });
+    // S's reply (its MAC, DB's address as the flow's) does.
+    let mut from_s = frame(&pkt(4, 1, 0, 80, 40000));
+    from_s[6..12].copy_from_slice(&mac(2).0);
+    assert_eq!(p.decide(NET, &from_s).why, Why::Reply, "S's MAC: the flow's reply");
+    // Fragments too: a first fragment's later ones follow its MACs.
+    let first = Pkt { frag: 1, l2: 2, ..pkt(1, 4, 1, 5, 53) };
+    assert_eq!(d(&first).why, Why::Rule(1));
+    assert_eq!(d(&Pkt { frag: 2, ..first }).why, Why::Fragment);
+    assert_eq!(d(&Pkt { frag: 2, l2: 4, ..first }).why, Why::OrphanFragment, "to DB's MAC");
+}
+
+#[test]
+fn no_other_vm_joins_an_allowed_flow_from_its_own_mac() {
+    let p = client_to_server();
+    let d = |x: &Pkt| p.decide(NET, &frame(x));
+    assert!(d(&pkt(1, 2, 1, 5000, 53)).allow, "C's datagram to S");
+    // Host 3 sends S's "reply" to C: S's address and ports, its own MAC
+    // (port security ties a source MAC to its interface).
+    let mut injected = frame(&pkt(2, 1, 1, 53, 5000));
+    injected[6..12].copy_from_slice(&mac(3).0);
+    assert_eq!(p.decide(NET, &injected), Verdict { allow: false, why: Why::Default });
+    // And into the flow's own direction, as C.
+    let mut as_c = frame(&pkt(1, 2, 1, 5000, 53));
+    as_c[6..12].copy_from_slice(&mac(3).0);
+    assert_eq!(p.decide(NET, &as_c).why, Why::Default, "host 3 is not C: the rules (allowing C only)");
+    assert!(!p.decide(NET, &as_c).allow);
+    assert_eq!(d(&pkt(2, 1, 1, 53, 5000)).why, Why::Reply, "positive control: S's own reply");
+}
+
+/// An ICMP port unreachable in a frame from host `from`'s MAC and address
+/// to host 1's, quoting host 1's UDP datagram 5000 -> host 2's 53.
+fn unreachable_from(from: u8) -> Vec<u8> {
+    let mut err = frame(&pkt(from, 1, 2, 0, 0));
+    let quoted = &frame(&pkt(1, 2, 1, 5000, 53))[14..];
+    err.truncate(14 + 20);
+    err.extend_from_slice(&[3, 3, 0, 0, 0, 0, 0, 0]);
+    err.extend_from_slice(quoted);
+    let total = (err.len() - 14) as u16;
+    err[16..18].copy_from_slice(&total.to_be_bytes());
+    err
+}
+
+#[test]
+fn an_icmp_error_is_related_only_between_the_quoted_flows_own_ends() {
+    let p = client_to_server();
+    assert!(p.decide(NET, &frame(&pkt(1, 2, 1, 5000, 53))).allow, "C's datagram to S");
+    // From host 3, about C's flow to S: not related, and the rules deny it.
+    assert_eq!(p.decide(NET, &unreachable_from(3)), Verdict { allow: false, why: Why::Default });
+    // From host 3 with S's address (its own MAC): no better.
+    let mut spoofed = unreachable_from(3);
+    spoofed[14 + 12..14 + 16].copy_from_slice(&ip_of(2));
+    assert_eq!(p.decide(NET, &spoofed), Verdict { allow: false, why: Why::Default });
+    // From S's MAC, to C's MAC, but to another address than the quoted sender's.
+    let mut elsewhere = unreachable_from(2);
+    elsewhere[14 + 16..14 + 20].copy_from_slice(&ip_of(5));
+    assert_eq!(p.decide(NET, &elsewhere), Verdict { allow: false, why: Why::Default });
+    // From S's MAC to another VM's MAC with C's address.
+    let mut misdelivered = unreachable_from(2);
+    misdelivered[..6].copy_from_slice(&mac(5).0);
+    assert_eq!(p.decide(NET, &misdelivered), Verdict { allow: false, why: Why::Default });
+    // Positive control: the same error from S itself is related.
+    assert_eq!(p.decide(NET, &unreachable_from(2)), Verdict { allow: true, why: Why::Related });
+    // A router's: C reached host 5's address through host 2's MAC (a
+    // router), whose error about it is related.
+    assert!(p.decide(NET, &frame(&Pkt { l2: 2, ..pkt(1, 5, 1, 5001, 53) })).allow);
+    let mut router = frame(&pkt(2, 1, 2, 0, 0));
+    let quoted = &frame(&pkt(1, 5, 1, 5001, 53))[14..];
+    router.truncate(14 + 20);
+    router.extend_from_slice(&[11, 0, 0, 0, 0, 0, 0, 0]);
+    router.extend_from_slice(quoted);
+    let total = (router.len() - 14) as u16;
+    router[16..18].copy_from_slice(&total.to_be_bytes());
+    assert_eq!(p.decide(NET, &router).why, Why::Related, "time exceeded from the router");
+}
+
+#[test]
+fn a_macs_groups_are_its_groups_in_one_network() {
+    // Group 0 may reach anything; mac(1) is in it in network NET only.
+    let rule = R { allow: true, from: (2, 0, 0), to: (0, 0, 0), ether: None, proto: None, ports: None };
+    let mut p = set(&[rule], Action::Deny);
+    let other = NET + 1;
+    let net = NetPolicy::new(
+        Action::Deny,
+        vec![Rule {
+            name: "g".into(),
+            action: Action::Allow,
+            from: Selector::Group(0),
+            to: Selector::Any,
+            ether: None,
+            proto: None,
+            ports: None,
+            counters: Arc::default(),
+        }],
+    );
+    p.nets.insert(other, net);
+    let f = frame(&pkt(1, 2, 5, 0, 0));
+    assert!(p.decide(NET, &f).allow, "in the group in its network");
+    assert_eq!(p.decide(other, &f), Verdict { allow: false, why: Why::Default }, "not in the other");
+    p.groups.insert((other, mac(1)), 1);
+    assert!(p.decide(other, &f).allow, "once a member there");
 }

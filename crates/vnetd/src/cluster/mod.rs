@@ -852,7 +852,7 @@ impl Host {
         self.groups_version = version;
         let groups = self.member.mac_groups();
         let mut d = lock(&self.daemon);
-        if let Err(e) = d.set_cluster_groups(groups) {
+        if let Err(e) = d.set_cluster_groups(self.member.tenant(), groups) {
             tracing::warn!("cluster: the certificates' groups could not be applied: {e}");
         }
     }

@@ -100,7 +100,7 @@ pub struct Daemon {
     policy_built: Option<policy::PolicyBuilt>,
     /// Cluster mode: the groups each MAC is in by its holder's
     /// certificate, and a count of their changes.
-    cluster_groups: (BTreeMap<vnet_wire::MacAddr, Vec<String>>, u64),
+    cluster_groups: (vnet_engine::policy::Members, u64),
     /// Cluster mode: the network's signed policy (its serial, what it
     /// declares), enforced with the state's own lines
     /// ([`Daemon::set_cluster_policy`]).

@@ -1,11 +1,13 @@
 //! The policy the engine enforces: built from the state's `policy`, `rule`
-//! and `group` lines when they change (a route change keeps the set, and
+//! and `group` lines (and the groups of interfaces and cluster records, by
+//! (network, MAC)) when they change (a route change keeps the set, and
 //! the flows it allowed), and shown with each rule's counts
 //! (`show policy`, Prometheus `vnet_policy_*`).
 
 use super::*;
 use std::sync::atomic::Ordering::Relaxed;
 use vnet_core::policy::PolicySet;
+use vnet_engine::policy::Members;
 
 impl Daemon {
     /// The set the engine enforces under `state`: built again, as a new
@@ -36,8 +38,8 @@ impl Daemon {
         let generation = old.generation + 1;
         // The cluster's (certificates') groups, and the interfaces' own.
         let mut extra = self.cluster_groups.0.clone();
-        for (mac, gs) in &local {
-            extra.entry(*mac).or_default().extend(gs.iter().cloned());
+        for (key, gs) in &local {
+            extra.entry(*key).or_default().extend(gs.iter().cloned());
         }
         let set = vnet_engine::policy::build(&declared, &extra, generation, &old);
         let built = Arc::new(PolicySet { mirror, ..set });
@@ -45,11 +47,15 @@ impl Daemon {
         built
     }
 
-    /// Cluster mode: the groups each MAC is in by its holder's certificate.
+    /// Cluster mode: the groups each MAC of vnet network `network` (the
+    /// cluster's) is in by its holder's certificate and its claim. They
+    /// are its groups in that network only.
     pub fn set_cluster_groups(
         &mut self,
+        network: u32,
         groups: BTreeMap<vnet_wire::MacAddr, Vec<String>>,
     ) -> Result<(), Error> {
+        let groups: Members = groups.into_iter().map(|(m, gs)| ((network, m), gs)).collect();
         if groups == self.cluster_groups.0 {
             return Ok(());
         }
@@ -181,15 +187,15 @@ impl Daemon {
 
 /// What a policy set was built from (`Daemon::policy_built`): the
 /// declarations, the cluster's groups' generation, the interfaces' groups.
-pub(super) type PolicyBuilt =
-    (vnet_control::policy::Policies, u64, BTreeMap<vnet_wire::MacAddr, Vec<String>>, Arc<PolicySet>);
+pub(super) type PolicyBuilt = (vnet_control::policy::Policies, u64, Members, Arc<PolicySet>);
 
-/// The groups the state's interfaces put their MACs in (`group G`).
-fn interface_groups(state: &State) -> BTreeMap<vnet_wire::MacAddr, Vec<String>> {
-    let mut out: BTreeMap<vnet_wire::MacAddr, Vec<String>> = BTreeMap::new();
+/// The groups the state's interfaces put their MACs in (`group G`), in
+/// each interface's network.
+fn interface_groups(state: &State) -> Members {
+    let mut out = Members::new();
     for i in state.interfaces.values().filter(|i| !i.groups.is_empty()) {
         if let Some(m) = i.mac {
-            out.entry(m).or_default().extend(i.groups.iter().cloned());
+            out.entry((i.network, m)).or_default().extend(i.groups.iter().cloned());
         }
     }
     out
@@ -222,12 +228,15 @@ mod tests {
     #[test]
     fn an_interfaces_groups_hold_its_mac() {
         let text = "interface a tap ta mac 52:54:00:00:00:01 group web group blue\n\
-                    interface b tap tb mac 52:54:00:00:00:02\n";
+                    interface b tap tb mac 52:54:00:00:00:02\n\
+                    interface c tap tc mac 52:54:00:00:00:03 network 4 group db\n";
         let state = vnet_control::State::default().apply_all(&vnet_control::parse(text).unwrap()).unwrap();
         let g = super::interface_groups(&state);
         let a: vnet_wire::MacAddr = "52:54:00:00:00:01".parse().unwrap();
-        assert_eq!(g.len(), 1);
-        assert_eq!(g[&a], ["web", "blue"]);
+        let c: vnet_wire::MacAddr = "52:54:00:00:00:03".parse().unwrap();
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[&(0, a)], ["web", "blue"]);
+        assert_eq!(g[&(4, c)], ["db"], "in its interface's network");
         assert!(
             state.to_config().contains("mac 52:54:00:00:00:01 mode adaptive queues 1 group web group blue"),
             "{}",

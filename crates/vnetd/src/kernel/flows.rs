@@ -46,16 +46,19 @@ fn kernel_key(k: &FlowKey) -> Option<KernelFlowKey> {
         gen: k.generation as u32,
         src: addr16(k.src),
         dst: addr16(k.dst),
+        smac: k.src_mac.0,
+        dmac: k.dst_mac.0,
         sport: k.sport.to_be(),
         dport: k.dport.to_be(),
         proto: k.proto,
-        pad: [0; 3],
+        pad: [0; 7],
     }))
 }
 
-/// `k` with its lower end first (address, then port, compared as the
-/// programs compare them: native 64-bit words, then the port as stored):
-/// both directions of a flow are one entry, found with one lookup.
+/// `k` with its lower end first (address, then port, then MAC, compared as
+/// the programs compare them: native 64-bit words, the port as stored, the
+/// MAC as a native word of its 6 bytes and two zeros): both directions of
+/// a flow are one entry, found with one lookup. The MACs go with their ends.
 fn canonical(k: KernelFlowKey) -> KernelFlowKey {
     let words = |a: &[u8; 16]| {
         let w = |i: usize| {
@@ -63,8 +66,17 @@ fn canonical(k: KernelFlowKey) -> KernelFlowKey {
         };
         (w(0), w(8))
     };
-    if (words(&k.src), k.sport) > (words(&k.dst), k.dport) {
-        KernelFlowKey { src: k.dst, dst: k.src, sport: k.dport, dport: k.sport, ..k }
+    let mac = |m: &[u8; 6]| u64::from_ne_bytes([m[0], m[1], m[2], m[3], m[4], m[5], 0, 0]);
+    if (words(&k.src), k.sport, mac(&k.smac)) > (words(&k.dst), k.dport, mac(&k.dmac)) {
+        KernelFlowKey {
+            src: k.dst,
+            dst: k.src,
+            smac: k.dmac,
+            dmac: k.smac,
+            sport: k.dport,
+            dport: k.sport,
+            ..k
+        }
     } else {
         k
     }
@@ -215,9 +227,13 @@ mod tests {
 
     #[test]
     fn the_programs_key_is_the_engines_flow_with_ports_on_the_wire_and_ipv4_mapped() {
+        let (c, s) =
+            (vnet_wire::MacAddr([0x52, 0x54, 0, 0, 0, 1]), vnet_wire::MacAddr([0x52, 0x54, 0, 0, 0, 2]));
         let k = FlowKey {
             generation: (7 << 32) | 3,
             network: 9,
+            src_mac: c,
+            dst_mac: s,
             src: "10.0.0.1".parse().unwrap(),
             dst: "fd00::2".parse().unwrap(),
             proto: PROTO_TCP,
@@ -229,17 +245,23 @@ mod tests {
         let kk = kernel_key(&k).unwrap();
         assert_eq!((kk.net, kk.gen, kk.proto), (9, 3, PROTO_TCP), "the generation's low 32 bits");
         // Whichever end comes first, both directions are one key.
-        let reply = FlowKey { src: k.dst, dst: k.src, sport: k.dport, dport: k.sport, ..k };
-        assert_eq!(kernel_key(&reply).unwrap(), kk, "a flow's two directions are one entry");
+        assert_eq!(kernel_key(&k.reversed()).unwrap(), kk, "a flow's two directions are one entry");
         let v4_first = kk.src[0] == 0;
-        let (v4, v6, port) = if v4_first { (kk.src, kk.dst, kk.sport) } else { (kk.dst, kk.src, kk.dport) };
+        let (v4, v6, port, mac) =
+            if v4_first { (kk.src, kk.dst, kk.sport, kk.smac) } else { (kk.dst, kk.src, kk.dport, kk.dmac) };
         assert_eq!(v4[10..], [0xff, 0xff, 10, 0, 0, 1]);
         assert_eq!(v6[..2], [0xfd, 0]);
         assert_eq!(port.to_ne_bytes(), [0x12, 0x34], "as on the wire");
-        // Between equal addresses, the port decides.
+        assert_eq!(mac, c.0, "the MACs go with their ends");
+        // The same addresses and ports to another MAC, or from another: another entry.
+        let other = vnet_wire::MacAddr([0x52, 0x54, 0, 0, 0, 3]);
+        assert_ne!(kernel_key(&FlowKey { dst_mac: other, ..k }).unwrap(), kk);
+        assert_ne!(kernel_key(&FlowKey { src_mac: other, ..k }.reversed()).unwrap(), kk);
+        // Between equal addresses, the port decides; between equal ports too, the MAC.
         let same = FlowKey { dst: k.src, ..k };
-        let swapped = FlowKey { sport: k.dport, dport: k.sport, ..same };
-        assert_eq!(kernel_key(&same).unwrap(), kernel_key(&swapped).unwrap());
+        assert_eq!(kernel_key(&same).unwrap(), kernel_key(&same.reversed()).unwrap());
+        let still = FlowKey { dport: k.sport, ..same };
+        assert_eq!(kernel_key(&still).unwrap(), kernel_key(&still.reversed()).unwrap());
         assert!(kernel_key(&FlowKey { fragment: true, ..k }).is_none(), "fragments are the engine's");
         assert!(kernel_key(&FlowKey { proto: 47, ..k }).is_none(), "so is GRE");
     }

@@ -167,7 +167,8 @@ pub struct GovStats {
 }
 
 /// `struct flow_key`: a flow the engine allowed, as the programs find it
-/// (addresses 16 bytes, IPv4 mapped; ports in network order).
+/// (addresses 16 bytes, IPv4 mapped; the frame's MACs; ports in network
+/// order).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelFlowKey {
@@ -175,10 +176,12 @@ pub struct KernelFlowKey {
     pub gen: u32,
     pub src: [u8; 16],
     pub dst: [u8; 16],
+    pub smac: [u8; 6],
+    pub dmac: [u8; 6],
     pub sport: u16,
     pub dport: u16,
     pub proto: u8,
-    pub pad: [u8; 3],
+    pub pad: [u8; 7],
 }
 
 /// `struct flow_val`: when the flow was last seen (CLOCK_MONOTONIC ns).
@@ -236,7 +239,7 @@ unsafe impl aya::Pod for Neigh6Key {}
 unsafe impl aya::Pod for GovVal {}
 // SAFETY: as above (two u64: 16 bytes).
 unsafe impl aya::Pod for GovStats {}
-// SAFETY: as above (two u32, 32 bytes, two u16, four bytes: 48 bytes).
+// SAFETY: as above (two u32, 44 bytes, two u16, eight bytes: 64 bytes, no padding).
 unsafe impl aya::Pod for KernelFlowKey {}
 // SAFETY: as above (a u64).
 unsafe impl aya::Pod for FlowVal {}
