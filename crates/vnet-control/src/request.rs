@@ -250,6 +250,8 @@ pub struct Interface {
     pub standby: bool,
     /// The policy groups its MAC is in (`group G`).
     pub groups: Vec<Name>,
+    /// The IP addresses its VM owns (`addresses`: the IP source guard's).
+    pub addresses: Vec<std::net::IpAddr>,
 }
 
 impl Interface {
@@ -269,6 +271,7 @@ impl Interface {
             network: 0,
             standby: false,
             groups: Vec::new(),
+            addresses: Vec::new(),
         }
     }
 
@@ -300,6 +303,7 @@ impl Interface {
             network: d.network,
             standby: d.standby,
             groups: d.groups.iter().map(|g| Name::new(g)).collect::<Result<_, _>>()?,
+            addresses: d.addresses.clone(),
         };
         i.check()?;
         Ok(i)
@@ -327,6 +331,13 @@ impl Interface {
         }
         if !self.groups.is_empty() && self.mac.is_none() {
             return Err(invalid("group", n, "a `mac` with `group`"));
+        }
+        let pos = crate::Pos::default();
+        for (i, a) in self.addresses.iter().enumerate() {
+            let again = self.addresses[..i].contains(a);
+            if crate::neigh::check_ip(pos, *a).is_err() || again || i >= crate::parse::MAX_IFACE_ADDRESSES {
+                return Err(invalid("addresses", &a.to_string(), "at most 64 unicast addresses, each once"));
+            }
         }
         let distinct: std::collections::BTreeSet<&str> = self.groups.iter().map(Name::as_str).collect();
         if self.groups.len() > crate::parse::MAX_IFACE_GROUPS || distinct.len() != self.groups.len() {
@@ -386,6 +397,7 @@ impl Interface {
         for g in &self.groups {
             write!(f, " group {g}")?;
         }
+        write_addresses(f, &self.addresses)?;
         if self.standby {
             f.write_str(" standby")?;
         }
@@ -414,6 +426,7 @@ impl Interface {
             network: self.network,
             standby: self.standby,
             groups: self.groups.iter().map(Name::to_string).collect(),
+            addresses: self.addresses.clone(),
         }
     }
 }
@@ -603,6 +616,14 @@ impl Request {
             Request::Save => Command::Save,
         }
     }
+}
+
+/// ` addresses A,B...` when there are any.
+fn write_addresses(f: &mut fmt::Formatter<'_>, addresses: &[IpAddr]) -> fmt::Result {
+    for (k, a) in addresses.iter().enumerate() {
+        write!(f, "{}{a}", if k == 0 { " addresses " } else { "," })?;
+    }
+    Ok(())
 }
 
 /// The `show` word of `what`.
