@@ -139,16 +139,7 @@ mod both {
         // a's interface owns its address (a `neigh` line for its MAC, as
         // vnet-cni writes for the addresses it gives).
         lab.apply(0, &format!("neigh {ai} {}\n", a.mac)).unwrap();
-        let ifaces = json(&lab, 0, "interfaces");
-        let guard_of = |n: &str| {
-            let i = ifaces["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == n).unwrap();
-            (i["source_guard"].clone(), i["addresses"].clone())
-        };
-        println!("guard: vm0 {:?}, vm1 {:?}", guard_of("vm0"), guard_of("vm1"));
-        assert_eq!(guard_of("vm0").0, "on");
-        assert_eq!(guard_of("vm1").0, "off (no addresses)");
-        let (all, ll) = (&json(&lab, 0, "interfaces"), link_local(&a.mac));
-        assert!(all.to_string().contains(&ll), "the link-local of a's MAC is a's: {ll} in {all}");
+        let ll = link_local(&a.mac);
         let frames = [
             f("ip4", "spoof1", &vi),
             f("ip6", "spoof6", &link_local(&v.mac)),
@@ -174,6 +165,17 @@ mod both {
             assert!(counts.0 >= 4, "the user path dropped and counted them: {counts:?}");
         }
 
+        // `show interfaces` says which interface is guarded, by what.
+        let ifaces = json(&lab, 0, "interfaces");
+        let guard_of = |n: &str| {
+            let i = ifaces["interfaces"].as_array().unwrap().iter().find(|i| i["name"] == n).unwrap();
+            (i["source_guard"].clone(), i["addresses"].clone())
+        };
+        println!("guard: vm0 {:?}, vm1 {:?}", guard_of("vm0"), guard_of("vm1"));
+        assert_eq!(guard_of("vm0").0, "on");
+        assert_eq!(guard_of("vm1").0, "off (no addresses)");
+        let all = &json(&lab, 0, "interfaces");
+        assert!(all.to_string().contains(&ll), "the link-local of a's MAC is a's: {ll} in {all}");
         // v's interface owns nothing: the same spoof (of a's address, from
         // v) arrives: the guard is what stops it.
         let before = spoofed(&lab, 0);
