@@ -1045,6 +1045,7 @@ mod tests {
             ("interface a tap t addresses 10.0.0.5,10.0.0.x", 38, "IP addresses"),
             ("interface a tap t addresses 10.0.0.5,224.0.0.1", 38, "unicast"),
             ("interface a tap t addresses ::", 29, "unicast"),
+            ("interface vm0 tap t addresses 10.0.0.5,224.0.0.1", 40, "unicast"), // docs/control.md
             ("interface a tap t addresses 10.0.0.5,10.0.0.5", 38, "each address once"),
             ("interface a tap t addresses 10.0.0.5 addresses 10.0.0.6", 38, "each option once"),
             ("interface a tap t addresses", 28, "IP addresses"),
