@@ -718,6 +718,22 @@ mod tests {
         assert!(with(&|i| i.mtu = Some(67)).is_err() && with(&|i| i.mtu = Some(65536)).is_err());
         assert!(with(&|i| i.broadcast_limit = 10_000_000).is_ok());
         assert!(with(&|i| i.broadcast_limit = 10_000_001).is_err());
+        // Addresses: unicast, each once, at most 64; an attach carries them
+        // as `addresses A,B`, which parses back to the same.
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let two = vec![ip("10.0.0.5"), ip("fd00::5")];
+        assert!(with(&|i| i.addresses = two.clone()).is_ok());
+        assert!(with(&|i| i.addresses = vec![ip("10.0.0.5"), ip("10.0.0.5")]).is_err());
+        assert!(with(&|i| i.addresses = vec![ip("ff02::1")]).is_err());
+        let most: Vec<IpAddr> = (0..64u8).map(|k| IpAddr::from([10, 0, 1, k])).collect();
+        assert!(with(&|i| i.addresses = most.clone()).is_ok());
+        assert!(with(&|i| i.addresses = [most.clone(), vec![ip("10.0.2.1")]].concat()).is_err());
+        let mut i = tap();
+        i.addresses = two.clone();
+        let line = Request::attach(i.clone()).unwrap().line();
+        assert!(line.ends_with(" addresses 10.0.0.5,fd00::5"), "{line}");
+        let parsed = crate::parse(&line).unwrap().remove(0).item;
+        assert_eq!(Interface::from_command(&parsed).unwrap(), i);
         let vhost = |f: &dyn Fn(&mut Interface)| {
             let mut i = Interface::new(
                 Name::new("g").unwrap(),
