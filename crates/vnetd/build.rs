@@ -30,6 +30,7 @@ const SHARED: &[(&str, &str)] = &[
     ("vxlan_key", "VxlanKey"),
     ("dest_key", "DestKey"),
     ("port_val", "PortVal"),
+    ("guard_key", "GuardKey"),
     ("port_stats", "PortStats"),
     ("pair_key", "PairKey"),
     ("pair_val", "PairVal"),

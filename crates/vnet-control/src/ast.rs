@@ -247,6 +247,9 @@ pub enum Command {
         /// `group G` (repeatable): the policy groups its MAC is in
         /// (`docs/POLICY.md`).
         groups: Vec<String>,
+        /// `addresses A[,B...]`: the IP addresses the VM owns (the IP
+        /// source guard's, with its `neigh` lines'; `docs/control.md`).
+        addresses: Vec<std::net::IpAddr>,
     },
     /// `link NAME udp ADDR[:PORT] [format raw|vnet] [network N] [mtu N]`,
     /// `link NAME vxlan ADDR[:PORT] vni N [mtu N]`, or the Palacios

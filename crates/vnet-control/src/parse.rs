@@ -393,6 +393,7 @@ impl<'a> Parser<'_, 'a> {
             (None, None, None, None, None, None, None);
         let (mut broadcast_limit, mut network, mut standby) = (None, None, false);
         let mut groups: Vec<String> = Vec::new();
+        let mut addresses: Option<Vec<std::net::IpAddr>> = None;
         while self.peek().is_some() {
             let opt_pos = self.pos();
             let o = self.keyword(
@@ -408,8 +409,9 @@ impl<'a> Parser<'_, 'a> {
                     "network",
                     "standby",
                     "group",
+                    "addresses",
                 ],
-                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath`, `broadcast-limit`, `network`, `standby` or `group`",
+                "an option: `mac`, `mtu`, `netns`, `mode`, `queues`, `offload`, `datapath`, `broadcast-limit`, `network`, `standby`, `group` or `addresses`",
             )?;
             let dup = match o {
                 "standby" => std::mem::replace(&mut standby, true),
@@ -427,6 +429,7 @@ impl<'a> Parser<'_, 'a> {
                     groups.push(g);
                     again
                 }
+                "addresses" => addresses.replace(self.addresses()?).is_some(),
                 "mac" => mac.replace(self.mac("a MAC address")?).is_some(),
                 "mtu" => mtu.replace(self.number("an MTU (68-65535)", 68..=65535)?).is_some(),
                 "mode" => mode.replace(self.mode()?).is_some(),
@@ -449,20 +452,7 @@ impl<'a> Parser<'_, 'a> {
             if dup {
                 return Err(Error::new(opt_pos, "each option once", format!("a second `{o}`")));
             }
-            if kind == IfaceKind::VhostUser && matches!(o, "mtu" | "netns") {
-                return Err(Error::new(
-                    opt_pos,
-                    "an option a vhost-user interface has (the guest sets its own MTU; the socket has no namespace)",
-                    format!("`{o}`"),
-                ));
-            }
-            if kind == IfaceKind::VhostUser && datapath == Some(Datapath::Kernel) {
-                return Err(Error::new(
-                    opt_pos,
-                    "`datapath user` or `auto` (vnetd itself reads a vhost-user guest's rings)",
-                    "`datapath kernel`",
-                ));
-            }
+            check_vhost_option(kind, o, datapath, opt_pos)?;
         }
         check_interface(pos, mac, standby, &groups)?;
         Ok(Command::Interface {
@@ -480,7 +470,33 @@ impl<'a> Parser<'_, 'a> {
             network: network.unwrap_or(0),
             standby,
             groups,
+            addresses: addresses.unwrap_or_default(),
         })
+    }
+
+    /// `addresses A[,B...]`: the interface's own IP addresses (the IP
+    /// source guard's), unicast, each once, at most [`MAX_IFACE_ADDRESSES`];
+    /// a bad one refused at its own column.
+    fn addresses(&mut self) -> Result<Vec<std::net::IpAddr>> {
+        let expected = "IP addresses separated by commas, like 10.0.0.5,fd00::5";
+        let t = self.next(expected)?;
+        let mut out = Vec::new();
+        let mut col = t.pos.column;
+        for item in t.text.split(',') {
+            let pos = Pos { column: col, ..t.pos };
+            col += item.chars().count() as u32 + 1;
+            let ip: std::net::IpAddr =
+                item.parse().map_err(|_| Error::new(pos, expected, format!("`{}`", item.escape_debug())))?;
+            crate::neigh::check_ip(pos, ip)?;
+            if out.contains(&ip) {
+                return Err(Error::new(pos, "each address once", format!("a second `{ip}`")));
+            }
+            if out.len() == MAX_IFACE_ADDRESSES {
+                return Err(Error::new(pos, format!("at most {MAX_IFACE_ADDRESSES} addresses"), "one more"));
+            }
+            out.push(ip);
+        }
+        Ok(out)
     }
 
     fn datapath(&mut self) -> Result<Datapath> {
@@ -625,6 +641,29 @@ impl<'a> Parser<'_, 'a> {
 
 /// The most policy groups an interface may be in (`group G`, repeated).
 pub const MAX_IFACE_GROUPS: usize = 16;
+
+/// The most addresses an interface's `addresses` names.
+pub const MAX_IFACE_ADDRESSES: usize = 64;
+
+/// An option a vhost-user interface cannot have: `mtu`, `netns` (the
+/// guest sets its own MTU; the socket has no namespace), `datapath kernel`.
+fn check_vhost_option(kind: IfaceKind, o: &str, datapath: Option<Datapath>, opt_pos: Pos) -> Result<()> {
+    if kind == IfaceKind::VhostUser && matches!(o, "mtu" | "netns") {
+        return Err(Error::new(
+            opt_pos,
+            "an option a vhost-user interface has (the guest sets its own MTU; the socket has no namespace)",
+            format!("`{o}`"),
+        ));
+    }
+    if kind == IfaceKind::VhostUser && datapath == Some(Datapath::Kernel) {
+        return Err(Error::new(
+            opt_pos,
+            "`datapath user` or `auto` (vnetd itself reads a vhost-user guest's rings)",
+            "`datapath kernel`",
+        ));
+    }
+    Ok(())
+}
 
 /// What an interface's options must hold together: a unicast MAC; a MAC
 /// with `standby`; a MAC with `group` (a group holds MACs).
@@ -821,6 +860,7 @@ mod tests {
                 network: 0,
                 standby: false,
                 groups: Vec::new(),
+                addresses: Vec::new(),
             }
         );
         assert!(matches!(one("interface vm1 tap vt1 network 8"), Command::Interface { network: 8, .. }));
@@ -841,6 +881,7 @@ mod tests {
                 network: 7,
                 standby: false,
                 groups: Vec::new(),
+                addresses: Vec::new(),
             }
         );
         assert_eq!(
@@ -987,6 +1028,36 @@ mod tests {
         assert!(matches!(one("delete route 4"), Command::DeleteRoute(Ref { by: 4, .. })));
         assert!(matches!(one("del interface vm0"), Command::DeleteInterface(_)));
         assert!(parse("\n# nothing\n   \n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_interfaces_addresses_are_unicast_each_once_and_refused_at_their_own_column() {
+        let ips = |s: &str| s.split(',').map(|a| a.parse().unwrap()).collect::<Vec<std::net::IpAddr>>();
+        let c = one("interface a tap t mac 52:54:00:00:00:01 addresses 10.0.0.5,fd00::5");
+        assert!(matches!(&c, Command::Interface { addresses, .. } if *addresses == ips("10.0.0.5,fd00::5")));
+        let s = crate::State::default()
+            .apply_all(&parse("interface a tap t addresses 10.0.0.5,fd00::5").unwrap());
+        let line = s.unwrap().to_config();
+        assert!(line.contains(" addresses 10.0.0.5,fd00::5"), "{line}");
+        assert!(parse(&line).is_ok(), "show config's lines parse again");
+        let at = |s: &str| parse(s).unwrap_err();
+        for (text, col, what) in [
+            ("interface a tap t addresses 10.0.0.5,10.0.0.x", 38, "IP addresses"),
+            ("interface a tap t addresses 10.0.0.5,224.0.0.1", 38, "unicast"),
+            ("interface a tap t addresses ::", 29, "unicast"),
+            ("interface vm0 tap t addresses 10.0.0.5,224.0.0.1", 40, "unicast"), // docs/control.md
+            ("interface a tap t addresses 10.0.0.5,10.0.0.5", 38, "each address once"),
+            ("interface a tap t addresses 10.0.0.5 addresses 10.0.0.6", 38, "each option once"),
+            ("interface a tap t addresses", 28, "IP addresses"),
+            ("interface a tap t addresses 10.0.0.5,", 38, "IP addresses"),
+        ] {
+            let e = at(text);
+            assert_eq!((e.pos.column, e.expected.contains(what)), (col, true), "{text}: {e}");
+        }
+        let many: Vec<String> = (0..=MAX_IFACE_ADDRESSES).map(|i| format!("10.0.1.{i}")).collect();
+        assert!(at(&format!("interface a tap t addresses {}", many.join(",")))
+            .expected
+            .contains("at most 64"));
     }
 
     #[test]

@@ -250,6 +250,8 @@ pub struct Interface {
     pub standby: bool,
     /// The policy groups its MAC is in (`group G`).
     pub groups: Vec<Name>,
+    /// The IP addresses its VM owns (`addresses`: the IP source guard's).
+    pub addresses: Vec<std::net::IpAddr>,
 }
 
 impl Interface {
@@ -269,6 +271,7 @@ impl Interface {
             network: 0,
             standby: false,
             groups: Vec::new(),
+            addresses: Vec::new(),
         }
     }
 
@@ -300,6 +303,7 @@ impl Interface {
             network: d.network,
             standby: d.standby,
             groups: d.groups.iter().map(|g| Name::new(g)).collect::<Result<_, _>>()?,
+            addresses: d.addresses.clone(),
         };
         i.check()?;
         Ok(i)
@@ -327,6 +331,13 @@ impl Interface {
         }
         if !self.groups.is_empty() && self.mac.is_none() {
             return Err(invalid("group", n, "a `mac` with `group`"));
+        }
+        let pos = crate::Pos::default();
+        for (i, a) in self.addresses.iter().enumerate() {
+            let again = self.addresses[..i].contains(a);
+            if crate::neigh::check_ip(pos, *a).is_err() || again || i >= crate::parse::MAX_IFACE_ADDRESSES {
+                return Err(invalid("addresses", &a.to_string(), "at most 64 unicast addresses, each once"));
+            }
         }
         let distinct: std::collections::BTreeSet<&str> = self.groups.iter().map(Name::as_str).collect();
         if self.groups.len() > crate::parse::MAX_IFACE_GROUPS || distinct.len() != self.groups.len() {
@@ -386,6 +397,7 @@ impl Interface {
         for g in &self.groups {
             write!(f, " group {g}")?;
         }
+        write_addresses(f, &self.addresses)?;
         if self.standby {
             f.write_str(" standby")?;
         }
@@ -414,6 +426,7 @@ impl Interface {
             network: self.network,
             standby: self.standby,
             groups: self.groups.iter().map(Name::to_string).collect(),
+            addresses: self.addresses.clone(),
         }
     }
 }
@@ -605,6 +618,14 @@ impl Request {
     }
 }
 
+/// ` addresses A,B...` when there are any.
+fn write_addresses(f: &mut fmt::Formatter<'_>, addresses: &[IpAddr]) -> fmt::Result {
+    for (k, a) in addresses.iter().enumerate() {
+        write!(f, "{}{a}", if k == 0 { " addresses " } else { "," })?;
+    }
+    Ok(())
+}
+
 /// The `show` word of `what`.
 pub fn show_word(what: ShowWhat) -> &'static str {
     match what {
@@ -697,6 +718,22 @@ mod tests {
         assert!(with(&|i| i.mtu = Some(67)).is_err() && with(&|i| i.mtu = Some(65536)).is_err());
         assert!(with(&|i| i.broadcast_limit = 10_000_000).is_ok());
         assert!(with(&|i| i.broadcast_limit = 10_000_001).is_err());
+        // Addresses: unicast, each once, at most 64; an attach carries them
+        // as `addresses A,B`, which parses back to the same.
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let two = vec![ip("10.0.0.5"), ip("fd00::5")];
+        assert!(with(&|i| i.addresses = two.clone()).is_ok());
+        assert!(with(&|i| i.addresses = vec![ip("10.0.0.5"), ip("10.0.0.5")]).is_err());
+        assert!(with(&|i| i.addresses = vec![ip("ff02::1")]).is_err());
+        let most: Vec<IpAddr> = (0..64u8).map(|k| IpAddr::from([10, 0, 1, k])).collect();
+        assert!(with(&|i| i.addresses = most.clone()).is_ok());
+        assert!(with(&|i| i.addresses = [most.clone(), vec![ip("10.0.2.1")]].concat()).is_err());
+        let mut i = tap();
+        i.addresses = two.clone();
+        let line = Request::attach(i.clone()).unwrap().line();
+        assert!(line.ends_with(" addresses 10.0.0.5,fd00::5"), "{line}");
+        let parsed = crate::parse(&line).unwrap().remove(0).item;
+        assert_eq!(Interface::from_command(&parsed).unwrap(), i);
         let vhost = |f: &dyn Fn(&mut Interface)| {
             let mut i = Interface::new(
                 Name::new("g").unwrap(),

@@ -43,6 +43,8 @@ pub struct InterfaceDef {
     pub standby: bool,
     /// The policy groups its MAC is in (`group G`).
     pub groups: Vec<String>,
+    /// The IP addresses its VM owns (`addresses`).
+    pub addresses: Vec<std::net::IpAddr>,
 }
 
 impl InterfaceDef {
@@ -63,6 +65,7 @@ impl InterfaceDef {
             network,
             standby,
             groups,
+            addresses,
         } = decl
         else {
             return None;
@@ -83,6 +86,7 @@ impl InterfaceDef {
             network: *network,
             standby: *standby,
             groups: groups.clone(),
+            addresses: addresses.clone(),
         })
     }
 }
@@ -690,6 +694,9 @@ fn iface_line(i: &InterfaceDef) -> String {
     for g in &i.groups {
         s.push_str(" group ");
         s.push_str(g);
+    }
+    for (k, a) in i.addresses.iter().enumerate() {
+        let _ = write!(s, "{}{a}", if k == 0 { " addresses " } else { "," });
     }
     if i.standby {
         s.push_str(" standby");

@@ -92,7 +92,7 @@ impl Forwarder {
             self.global.malformed.fetch_add(1, Relaxed);
             return;
         };
-        if !admissible(&self.global, plane, ingress, &vh, src, dst, frame.len()) {
+        if !admissible(&self.global, plane, ingress, &vh, (src, dst), frame) {
             return;
         }
         // The policy before anything answers or sends (an ARP answered at
@@ -233,6 +233,7 @@ impl Forwarder {
         if vh.validate(len).is_err()
             || !plane.policy.is_empty() && plane.policy.governs(plane.network_of(ingress))
             || from_vm && (eth.dst().is_group() || !source_allowed(plane, ingress, eth.src()))
+            || !guard_allowed(plane, ingress, &first[virtio::LEN..])
         {
             return false;
         }
@@ -282,18 +283,18 @@ impl Forwarder {
 
 /// Whether a frame may be routed at all: its offload header is one every
 /// port accepts, and, from an interface with a locked source MAC, it comes
-/// from that MAC. Counts what it refuses.
+/// from that MAC; from a guarded interface, from one of its addresses.
+/// Counts what it refuses.
 #[inline]
 fn admissible(
     g: &Global,
     plane: &Plane,
     ingress: PortId,
     vh: &VirtioNetHdr,
-    src: MacAddr,
-    dst: MacAddr,
-    len: usize,
+    (src, dst): (MacAddr, MacAddr),
+    frame: &[u8],
 ) -> bool {
-    if vh.validate(len).is_err() {
+    if vh.validate(frame.len()).is_err() {
         g.bad_offload_hdr.fetch_add(1, Relaxed);
         return false;
     }
@@ -303,6 +304,10 @@ fn admissible(
         return false;
     }
     let PortId::Interface(id) = ingress else { return true };
+    if !plane.source_ip_allowed(id, frame) {
+        g.spoofed_source_ip.fetch_add(1, Relaxed);
+        return false;
+    }
     !dst.is_group() || plane.ifaces.get(&id).is_none_or(|i| i.admit_group())
 }
 
@@ -316,6 +321,18 @@ fn source_allowed(plane: &Plane, ingress: PortId, src: MacAddr) -> bool {
             i.note_arrival(src, plane.wake.as_ref());
             i.may_send_from(src)
         }),
+        PortId::Link(_) => true,
+    }
+}
+
+/// The IP source guard for a frame that may be given on without a copy
+/// (`forward_parts`): false when it comes from a guarded interface and
+/// the first part does not show a source it owns (`forward` then counts
+/// it, or reads it whole).
+#[inline]
+fn guard_allowed(plane: &Plane, ingress: PortId, frame: &[u8]) -> bool {
+    match ingress {
+        PortId::Interface(id) => plane.source_ip_allowed(id, frame),
         PortId::Link(_) => true,
     }
 }

@@ -93,6 +93,10 @@ pub struct Global {
     pub bad_offload_hdr: AtomicU64,
     /// Frames from a VM with another source MAC than its interface's `mac`.
     pub spoofed_source_mac: AtomicU64,
+    /// Frames from a VM whose IPv4 or IPv6 source address (or ARP sender
+    /// address) is not one its interface owns (the IP source guard, on an
+    /// interface that owns at least one), or cannot be read.
+    pub spoofed_source_ip: AtomicU64,
     /// ARP requests and neighbour solicitations from VMs answered by this
     /// host (`neigh`): none of them left it.
     pub neigh_answered: AtomicU64,

@@ -167,7 +167,13 @@ pub struct Plane {
     pub neighbors: Neighbors,
     /// Who may talk to whom in each network ([`crate::policy`]).
     pub policy: Arc<vnet_core::policy::PolicySet>,
+    /// The IP source guard: the addresses each guarded interface's VM may
+    /// send from, by interface id (an interface not here is unguarded).
+    pub guards: Guards,
 }
+
+/// The IP source guard's addresses, by interface id.
+pub type Guards = Arc<FxHashMap<u32, vnet_wire::guard::Owned>>;
 
 /// The `neigh` table, by (network, address).
 pub type Neighbors = Arc<FxHashMap<(u32, std::net::IpAddr), MacAddr>>;
@@ -175,6 +181,30 @@ pub type Neighbors = Arc<FxHashMap<(u32, std::net::IpAddr), MacAddr>>;
 /// The engine's `neigh` table from a state's.
 pub fn neighbors(state: &State) -> Neighbors {
     Arc::new(state.neighbors.0.iter().map(|(k, v)| (*k, *v)).collect())
+}
+
+/// The IP source guard `state` declares: for each interface that owns an
+/// address (its `addresses`, and the `neigh` lines of its network naming
+/// its MAC), those addresses and, with a `mac`, the IPv6 link-local
+/// address of that MAC. An interface that owns none is not in it
+/// (unguarded).
+pub fn guards(state: &State) -> Guards {
+    let mut owned: FxHashMap<(u32, MacAddr), Vec<std::net::IpAddr>> = FxHashMap::default();
+    for ((net, ip), mac) in &state.neighbors.0 {
+        owned.entry((*net, *mac)).or_default().push(*ip);
+    }
+    let mut out = FxHashMap::default();
+    for i in state.interfaces.values() {
+        let lines = i.mac.and_then(|m| owned.get(&(i.network, m)));
+        let addrs: Vec<std::net::IpAddr> =
+            i.addresses.iter().chain(lines.into_iter().flatten()).copied().collect();
+        if addrs.is_empty() {
+            continue;
+        }
+        let ll = i.mac.map(|m| std::net::IpAddr::V6(vnet_wire::guard::link_local(m)));
+        out.insert(i.id, vnet_wire::guard::Owned::new(addrs.into_iter().chain(ll)));
+    }
+    Arc::new(out)
 }
 
 impl Plane {
@@ -212,7 +242,21 @@ impl Plane {
             wake: None,
             neighbors: Neighbors::default(),
             policy: Arc::default(),
+            guards: Guards::default(),
         }
+    }
+
+    /// With `guards` (the IP source guard's addresses) enforced.
+    pub fn guarding(mut self, guards: Guards) -> Self {
+        self.guards = guards;
+        self
+    }
+
+    /// Whether the VM of interface `id` may send `frame` (its source
+    /// address one it owns, when its interface is guarded).
+    #[inline]
+    pub fn source_ip_allowed(&self, id: u32, frame: &[u8]) -> bool {
+        self.guards.is_empty() || self.guards.get(&id).is_none_or(|o| o.allows(frame))
     }
 
     /// With `policy` enforced.

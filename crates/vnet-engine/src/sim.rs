@@ -603,7 +603,8 @@ impl Host {
         self.lans.retain(|n, _| next.link_by_name(n).is_some());
         self.generation += 1;
         let table = route_table(&next, self.generation, &self.plane.table);
-        self.plane = Arc::new(Plane::new(table, ifaces, links).answering(crate::plane::neighbors(&next)));
+        let plane = Plane::new(table, ifaces, links).answering(crate::plane::neighbors(&next));
+        self.plane = Arc::new(plane.guarding(crate::plane::guards(&next)));
         self.state = next;
         Ok(())
     }

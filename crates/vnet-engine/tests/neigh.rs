@@ -110,16 +110,18 @@ fn what_the_table_cannot_answer_is_flooded_and_counted() {
     // A VM of another network asks for a network-0 address: not answered.
     net.send(0, "other", &arp(M5, [10, 0, 0, 5], [10, 0, 0, 2]));
     // The owner asking for its own address (a conflict check from
-    // another address): left to the network.
-    net.apply(0, "neigh 10.0.0.1 52:54:00:00:00:01\n").unwrap();
+    // another of its addresses): left to the network. (Its lines make
+    // both its own: from any other, the IP source guard drops it.)
+    net.apply(0, "neigh 10.0.0.1 52:54:00:00:00:01\nneigh 10.0.0.7 52:54:00:00:00:01\n").unwrap();
     net.send(0, "vm", &arp(M0, [10, 0, 0, 7], [10, 0, 0, 1]));
     // Announcements are never answered nor counted: a probe and a gratuitous ARP.
     net.send(0, "vm", &arp(M0, [0, 0, 0, 0], [10, 0, 0, 2]));
-    net.send(0, "vm", &arp(M0, [10, 0, 0, 2], [10, 0, 0, 2]));
+    net.send(0, "vm", &arp(M0, [10, 0, 0, 1], [10, 0, 0, 1]));
     net.run(1000);
     assert!(net.take(0, "vm").is_empty() && net.take(0, "other").is_empty(), "nothing was answered");
     let g = &net.hosts[0].global;
     assert_eq!((g.neigh_answered.load(Relaxed), g.neigh_flooded.load(Relaxed)), (0, 3));
+    assert_eq!(g.spoofed_source_ip.load(Relaxed), 0);
     assert_eq!(net.take(1, "vm").len(), 3, "the owner's check and both announcements went on");
 }
 

@@ -1464,3 +1464,85 @@ fn a_whole_frame_without_an_offload_header_gets_one_inferred_at_the_links_segmen
     assert_eq!(got.len(), 1);
     assert!(got[0].vh.is_none_or(|h| h == VirtioNetHdr::NONE), "nothing inferred: {:?}", got[0].vh);
 }
+
+/// A UDP frame from VM `src` to `dst` (None: broadcast) from address
+/// `from` (IPv4 or IPv6), ports `ports`.
+fn ip_frame(src: usize, dst: Option<usize>, from: std::net::IpAddr, ports: [u16; 2]) -> Vec<u8> {
+    let mut f = [dst.map_or([0xff; 6], mac_bytes), mac_bytes(src)].concat();
+    let udp =
+        [ports[0].to_be_bytes(), ports[1].to_be_bytes(), [0, 16], [0, 0], [0x47; 2], [0x47; 2]].concat();
+    match from {
+        std::net::IpAddr::V4(a) => {
+            f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 36, 0, 0, 0, 0, 64, 17, 0, 0]);
+            f.extend_from_slice(&a.octets());
+            f.extend_from_slice(&[10, 0, 0, 200]);
+        }
+        std::net::IpAddr::V6(a) => {
+            f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 16, 17, 64]);
+            f.extend_from_slice(&a.octets());
+            f.extend_from_slice(&"fd00::200".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        }
+    }
+    f.extend_from_slice(&udp);
+    f.resize(f.len().max(60), 0);
+    f
+}
+
+#[test]
+fn a_vm_sending_from_an_address_its_interface_does_not_own_is_dropped_and_counted() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (a, b, c) = (mac(0), mac(1), mac(2));
+    let mut net = Net::new(13);
+    // a owns 10.0.0.1 (`addresses`), c owns 10.0.0.3 (a `neigh` line for
+    // its MAC), b owns nothing: unguarded.
+    let cfg = format!(
+        "interface a tap ta mac {a} addresses 10.0.0.1,fd00::1\ninterface b tap tb mac {b}\n\
+         interface c tap tc mac {c}\nneigh 10.0.0.3 {c}\n\
+         route any {a} -> interface a\nroute any {b} -> interface b\nroute any {c} -> interface c\n\
+         route any ff:ff:ff:ff:ff:ff -> interface b\n"
+    );
+    net.add_host("10.0.0.1", &cfg).unwrap();
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    let ll = |i: usize| std::net::IpAddr::V6(vnet_wire::guard::link_local(vnet_wire::MacAddr(mac_bytes(i))));
+    let g = net.hosts[0].global.clone();
+    let spoofed = || g.spoofed_source_ip.load(Relaxed);
+    // (from VM, to VM, source address, ports, delivered)
+    let cases = [
+        (0, Some(1), ip("10.0.0.1"), [5000, 7777], true),
+        (0, Some(1), ip("fd00::1"), [5000, 7777], true),
+        (0, Some(1), ll(0), [5000, 7777], true),
+        (0, Some(1), ip("10.0.0.3"), [5000, 7777], false),
+        (0, Some(1), ip("fd00::3"), [5000, 7777], false),
+        (0, Some(1), ll(2), [5000, 7777], false),
+        (0, Some(1), ip("0.0.0.0"), [5000, 7777], false),
+        (0, None, ip("0.0.0.0"), [68, 67], true),
+        (2, Some(1), ip("10.0.0.3"), [5000, 7777], true),
+        (2, Some(1), ip("10.0.0.1"), [5000, 7777], false),
+        // The positive control: the same spoof from b, which owns nothing.
+        (1, Some(0), ip("10.0.0.3"), [5000, 7777], true),
+    ];
+    let vm = ["a", "b", "c"];
+    let mut dropped = 0;
+    for (k, (from, to, src, ports, delivered)) in cases.into_iter().enumerate() {
+        let f = ip_frame(from, to, src, ports);
+        net.send(0, vm[from], &f);
+        net.run(1000);
+        let got = net.take(0, vm[to.unwrap_or(1)]);
+        assert_eq!(frames(&got) == vec![f.as_slice()], delivered, "case {k}: {} from {src}", vm[from]);
+        dropped += u64::from(!delivered);
+        assert_eq!(spoofed(), dropped, "case {k}: counted");
+    }
+    // Pieces left to `forward` when they show no owned source.
+    let vh = vnet_wire::virtio::VirtioNetHdr::NONE.emit();
+    let spoof = ip_frame(0, Some(1), ip("10.0.0.3"), [5000, 7777]);
+    assert!(!net.send_parts(0, "a", &[&[&vh[..], &spoof].concat()]), "a spoof is left to forward");
+    let own = ip_frame(0, Some(1), ip("10.0.0.1"), [5000, 7777]);
+    assert!(net.send_parts(0, "a", &[&[&vh[..], &own].concat()]), "its own address goes as it lies");
+    assert_eq!(g.spoofed_source_mac.load(Relaxed), 0);
+    // The `neigh` line withdrawn, c owns nothing: unguarded again.
+    net.apply(0, "delete neigh 10.0.0.3\n").unwrap();
+    let f = ip_frame(2, Some(1), ip("10.0.0.1"), [5000, 7777]);
+    net.send(0, "c", &f);
+    net.run(1000);
+    assert_eq!(frames(&net.take(0, "b")).len(), 2, "the frame in pieces, then c's");
+}

@@ -130,6 +130,7 @@ fn interfaces(s: &Spec, host: &Host, mode: Option<Mode>, datapath: Datapath) -> 
             network: 0,
             standby: false,
             groups: Vec::new(),
+            addresses: Vec::new(),
         });
     }
     Ok(cmds)

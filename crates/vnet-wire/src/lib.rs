@@ -29,6 +29,7 @@ pub mod classify;
 pub mod ethernet;
 pub mod frag;
 pub mod gro;
+pub mod guard;
 pub mod ip;
 pub mod mac;
 pub mod neigh;

@@ -97,6 +97,7 @@ enum {
 	S_NEIGH,      /* ARP requests answered in place (`neigh`) */
 	S_POLICY,     /* frames of a network with a policy, left to vnetd */
 	S_POLICY_FLOW, /* ... forwarded here as a flow vnetd's engine allowed */
+	S_SPOOFED_IP, /* frames from a guarded interface from an address it does not own: dropped */
 	S_MAX,
 };
 
@@ -118,16 +119,32 @@ struct dest_key {
 };
 
 /* An ingress port the destination entries serve (an interface by ifindex,
- * a link as PORT_LINK | id): its network, its counter slot, and the one
- * source MAC it may send from when it is locked to one. A port that is not
- * here (a standby interface) gets no destination entry. */
+ * a link as PORT_LINK | id): its network, its counter slot, the one
+ * source MAC it may send from when it is locked to one, and its IP source
+ * guard (`guarded`: 0 none, GUARD_ON its addresses are in `guard`,
+ * GUARD_USER they are more than the map holds: its IP and ARP frames are
+ * vnetd's, which guards them). A port that is not here (a standby
+ * interface) gets no destination entry. */
 struct port_val {
 	__u32 slot;
 	__u32 net;
 	__u8 lock[6];
 	__u8 locked;
-	__u8 pad;
+	__u8 guarded;
 };
+
+#define GUARD_ON 1
+#define GUARD_USER 2
+
+/* The IP source guard (`guard`): an address (16 bytes, IPv4 mapped) a
+ * guarded interface (by ifindex) owns; the value is unused (1). Looked up
+ * once per IP or ARP frame from a guarded interface, never otherwise. */
+struct guard_key {
+	__u32 port;
+	__u8 addr[16];
+};
+
+#define GUARD_ENTRIES 65536
 
 /* Per-port counters, merged by the daemon into `show`: an array indexed by
  * the slot the daemon gives each port it serves (slot 0 is no port's), so

@@ -971,6 +971,7 @@ mod tests {
             "offload_errors",
             "bad_offload_hdr",
             "spoofed_source_mac",
+            "spoofed_source_ip",
             "offload_refused",
             "gso_fallbacks",
             "link_mode",

@@ -15,6 +15,7 @@ mod harness;
 mod basics;
 mod cluster;
 mod edge;
+mod guard;
 mod integration;
 mod k8s;
 mod links;

@@ -46,6 +46,7 @@ const IFACE_COLS: &[&str] = &[
     "mode",
     "datapath",
     "state",
+    "source_guard",
     "dispatch",
     "mode_switches",
     "rx_packets",
@@ -93,6 +94,8 @@ pub struct Daemon {
     /// cluster's table of that generation ([`Daemon::set_cluster_neighbors`]).
     neighbors_built: Option<(vnet_control::neigh::Neighbors, u64, vnet_engine::plane::Neighbors)>,
     cluster_neighbors_gen: u64,
+    /// The IP source guard last built, and what it was built from.
+    guards_built: Option<(neigh::GuardInputs, vnet_control::neigh::Neighbors, vnet_engine::plane::Guards)>,
     /// The policy set last built, and the declarations it was built from
     /// (the state's and the cluster's signed policy, merged).
     /// ... the generation of the cluster's groups and the interfaces'
@@ -209,6 +212,7 @@ impl Default for Daemon {
             cluster_neighbors: Default::default(),
             neighbors_built: None,
             cluster_neighbors_gen: 0,
+            guards_built: None,
             policy_built: None,
             cluster_policy: None,
             cluster_groups: Default::default(),

@@ -1,5 +1,6 @@
 //! The `neigh` table the engine answers from: the state's own lines and,
-//! in cluster mode, the addresses other hosts' claims name.
+//! in cluster mode, the addresses other hosts' claims name; and the IP
+//! source guard the state's lines and `addresses` make.
 
 use super::*;
 
@@ -34,4 +35,25 @@ impl Daemon {
         self.neighbors_built = Some((state.neighbors.clone(), gen, built.clone()));
         built
     }
+
+    /// The IP source guard under `state` (`vnet_engine::plane::guards`):
+    /// each interface's `addresses` and the `neigh` lines naming its MAC
+    /// (vnet-cni's for the addresses it gives, a claim's, a person's).
+    /// Built again only when either changed.
+    pub(super) fn guards_of(&mut self, state: &State) -> vnet_engine::plane::Guards {
+        let inputs: GuardInputs =
+            state.interfaces.values().map(|i| (i.id, i.mac, i.network, i.addresses.clone())).collect();
+        if let Some((i, n, built)) = &self.guards_built {
+            if *i == inputs && *n == state.neighbors {
+                return built.clone();
+            }
+        }
+        let built = vnet_engine::plane::guards(state);
+        self.guards_built = Some((inputs, state.neighbors.clone(), built.clone()));
+        built
+    }
 }
+
+/// What the IP source guard is built from, of each interface: its id,
+/// MAC, network and `addresses`.
+pub(super) type GuardInputs = Vec<(u32, Option<vnet_wire::MacAddr>, u32, Vec<std::net::IpAddr>)>;

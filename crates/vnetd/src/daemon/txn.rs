@@ -487,6 +487,7 @@ impl Daemon {
         };
         follow_standby(&ifaces, next);
         let neighbors = self.neighbors_of(next);
+        let guards = self.guards_of(next);
         let policy = self.policy_of(next);
         let plane = Arc::new(
             Plane::new(
@@ -496,6 +497,7 @@ impl Daemon {
             )
             .waking(Some(self.shared.wake.clone()))
             .answering(neighbors)
+            .guarding(guards)
             .governed(policy),
         );
         let mut kernel_ifaces = self.kernel_ifaces.clone();

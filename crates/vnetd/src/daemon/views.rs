@@ -166,6 +166,12 @@ pub struct IfaceView<'a> {
     /// The policy groups its MAC is in by its declaration (`group G`; a
     /// pod's labels through vnet-cni).
     pub groups: &'a [String],
+    /// The IP source guard: `on`, or `off (no addresses)` for an
+    /// interface that owns no address (its VM may send from any).
+    pub source_guard: &'static str,
+    /// The addresses its VM may send from when guarded: its `addresses`,
+    /// the `neigh` lines naming its MAC, the link-local of its MAC.
+    pub addresses: Vec<String>,
     /// `tap`, `netdev`, `vhost-user`.
     pub kind: &'static str,
     /// Whether frames carry offloads (a `virtio_net_hdr` the device honours).
@@ -303,6 +309,7 @@ impl Daemon {
     }
 
     pub(super) fn iface_views(&self) -> Vec<IfaceView<'_>> {
+        let plane = self.shared.plane.load();
         self.ifaces
             .values()
             .map(|p| {
@@ -316,6 +323,15 @@ impl Daemon {
                     netns: def.netns.as_deref().unwrap_or("-"),
                     mac: i.mac.map_or("-".to_string(), |m| m.to_string()),
                     groups: &def.groups,
+                    source_guard: if plane.guards.contains_key(&def.id) {
+                        "on"
+                    } else {
+                        "off (no addresses)"
+                    },
+                    addresses: plane
+                        .guards
+                        .get(&def.id)
+                        .map_or_else(Vec::new, |o| o.addrs().iter().map(|a| a.to_string()).collect()),
                     kind: def.kind.word(),
                     offload: vhost.map_or_else(|| p.dev.vnet_hdr(), |d| d.takes_offloads()),
                     queues: vhost.map_or_else(|| p.dev.queues(), |d| d.pairs),

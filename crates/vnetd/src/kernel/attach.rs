@@ -10,8 +10,8 @@ use super::pins::{self, Pins};
 use super::underlay::Underlay;
 use super::{io_error, map_error, program_error, KernelError, KernelIface, Reason};
 use crate::sys::bpf::{
-    AddrKey, Cfg, DestKey, LinkVal, Neigh6Key, NeighKey, NeighVal, PairKey, PairVal, PeerVal, PortStats,
-    PortVal, RouteKey, RouteVal, VxlanKey,
+    AddrKey, Cfg, DestKey, GuardKey, LinkVal, Neigh6Key, NeighKey, NeighVal, PairKey, PairVal, PeerVal,
+    PortStats, PortVal, RouteKey, RouteVal, VxlanKey,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues};
 use aya::programs::links::FdLink;
@@ -90,6 +90,8 @@ pub struct KernelPath {
     /// the plane's table it came from (not compiled again while the same).
     neigh:
         (Option<vnet_engine::plane::Neighbors>, BTreeMap<NeighKey, NeighVal>, BTreeMap<Neigh6Key, NeighVal>),
+    /// The IP source guard's addresses as last written to `guard`.
+    guard: BTreeMap<GuardKey, u32>,
     /// The networks last written to `governed`.
     governed: super::flows::Governed,
     /// The `flows` map, as the engine's mirror (`PolicySet::mirror`).
@@ -137,6 +139,7 @@ impl KernelPath {
             last_sync_incremental: false,
             cfg: Cfg { active: u32::MAX, port: 0, vxlan_port: 0, policy: 0 },
             neigh: (None, BTreeMap::new(), BTreeMap::new()),
+            guard: BTreeMap::new(),
             governed: Default::default(),
             flows,
         })
@@ -311,6 +314,9 @@ impl KernelPath {
         touched: Option<&BTreeSet<MacAddr>>,
     ) -> Result<Vec<(String, String)>, Reason> {
         let t0 = Instant::now();
+        // The guard's new addresses before any port is guarded by them.
+        let guard = super::decisions::guard(plane, ifaces);
+        self.add_guard(&guard.entries)?;
         let plane_links: Vec<(u32, std::sync::Arc<vnet_engine::Link>)> =
             plane.links.iter().map(|(id, l)| (*id, l.clone())).collect();
         let same = |h: &HeldFor| {
@@ -344,6 +350,7 @@ impl KernelPath {
                 self.sync_all(plane, ifaces, plane_links, (listen, listen_vxlan))?
             }
         };
+        self.finish_guard(guard)?;
         self.write_neighbors(&plane.neighbors)?;
         self.governed.write(&mut self.ebpf, &plane.policy)?;
         // `cfg.policy` once the networks are in `governed`.
@@ -438,6 +445,43 @@ impl KernelPath {
         self.held = next;
         self.known = true;
         Ok(())
+    }
+
+    /// Writes the guard's addresses the map lacks (none removed yet).
+    fn add_guard(&mut self, next: &BTreeMap<GuardKey, u32>) -> Result<(), Reason> {
+        let mut m: BpfHashMap<&mut MapData, GuardKey, u32> = map(&mut self.ebpf, "guard")?;
+        let held = &mut self.guard;
+        for (k, v) in next {
+            if !held.contains_key(k) {
+                m.insert(k, v, 0).map_err(map_error("guard"))?;
+                held.insert(*k, *v);
+            }
+        }
+        Ok(())
+    }
+
+    /// The ports' `guarded` flags as `guard` says (a sync that wrote only
+    /// the destinations a route change touched left the ports as they
+    /// were), then the addresses no port owns now removed from `guard`.
+    fn finish_guard(&mut self, guard: super::decisions::Guard) -> Result<(), Reason> {
+        let stale: Vec<(u32, PortVal)> = self
+            .held
+            .ports
+            .iter()
+            .filter(|(k, _)| *k & PORT_LINK == 0)
+            .filter_map(|(k, v)| {
+                let want = guard.flags.get(k).copied().unwrap_or(0);
+                (v.guarded != want).then_some((*k, PortVal { guarded: want, ..*v }))
+            })
+            .collect();
+        if !stale.is_empty() {
+            let mut m: BpfHashMap<&mut MapData, u32, PortVal> = map(&mut self.ebpf, "ports")?;
+            for (k, v) in stale {
+                m.insert(k, v, 0).map_err(map_error("ports"))?;
+                self.held.ports.insert(k, v);
+            }
+        }
+        write_diff(&mut self.ebpf, "guard", &mut self.guard, guard.entries)
     }
 
     /// `neigh4` and `neigh6`: the plane's `neigh` table (the programs

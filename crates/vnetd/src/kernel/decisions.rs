@@ -15,9 +15,9 @@
 
 #[cfg(test)]
 use super::maps::MAX_ROUTES;
-use super::maps::{ACT_IFACE_PEER, ACT_IFACE_XMIT, ACT_LINK, PORT_LINK};
+use super::maps::{ACT_IFACE_PEER, ACT_IFACE_XMIT, ACT_LINK, GUARD_ENTRIES, GUARD_ON, GUARD_USER, PORT_LINK};
 use super::KernelIface;
-use crate::sys::bpf::{DestKey, LinkVal, PortVal, RouteKey, RouteVal};
+use crate::sys::bpf::{DestKey, GuardKey, LinkVal, PortVal, RouteKey, RouteVal};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use vnet_core::{AnySource, MacSpec, Port, RouteTable};
 use vnet_engine::plane::ACTIVE;
@@ -69,6 +69,7 @@ impl Served<'_> {
     /// path's until its VM arrives), with its network and source lock.
     pub fn ports(&self, plane: &Plane) -> BTreeMap<u32, PortVal> {
         let net = |p: Port| plane.table.network(p);
+        let guarded = guard(plane, self.ifaces).flags;
         let mut out = BTreeMap::new();
         for (id, k) in self.ifaces {
             let Some(f) = plane.ifaces.get(id) else { continue };
@@ -81,7 +82,7 @@ impl Served<'_> {
                 net: net(Port::Interface(*id)),
                 lock,
                 locked: f.source_lock.is_some().into(),
-                pad: 0,
+                guarded: guarded.get(&k.ifindex).copied().unwrap_or(0),
             };
             out.insert(k.ifindex, v);
         }
@@ -92,6 +93,39 @@ impl Served<'_> {
         }
         out
     }
+}
+
+/// The IP source guard of the kernel's interfaces (`ports`' `guarded`,
+/// the `guard` map).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Guard {
+    /// Each guarded interface's flag, by ifindex: `GUARD_ON`, or
+    /// `GUARD_USER` when its addresses are more than the map has room for.
+    pub flags: BTreeMap<u32, u8>,
+    /// The addresses of the `GUARD_ON` ones (IPv4 mapped).
+    pub entries: BTreeMap<GuardKey, u32>,
+}
+
+/// The IP source guard `plane` declares for the interfaces `ifaces` (by
+/// interface id), in id order while the map has room.
+pub fn guard(plane: &Plane, ifaces: &BTreeMap<u32, KernelIface>) -> Guard {
+    let mut g = Guard::default();
+    for (id, k) in ifaces {
+        let Some(owned) = plane.guards.get(id) else { continue };
+        if g.entries.len() + owned.addrs().len() > GUARD_ENTRIES {
+            g.flags.insert(k.ifindex, GUARD_USER);
+            continue;
+        }
+        g.flags.insert(k.ifindex, GUARD_ON);
+        for a in owned.addrs() {
+            let addr = match a {
+                std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                std::net::IpAddr::V6(v6) => v6.octets(),
+            };
+            g.entries.insert(GuardKey { port: k.ifindex, addr }, 1);
+        }
+    }
+    g
 }
 
 /// Every decision the kernel maps hold for a plane.
@@ -427,6 +461,41 @@ mod tests {
         // A route change is a different answer.
         let none = Decisions::compile(&Plane::default(), &served, MAX_ROUTES);
         assert!(none.dests.is_empty() && none.pairs.is_empty());
+    }
+
+    #[test]
+    fn a_guarded_interfaces_addresses_are_its_map_entries_and_past_the_maps_room_its_frames_are_vnetds() {
+        let ifaces: BTreeMap<u32, KernelIface> =
+            [(0, kif(10, true)), (1, kif(11, true)), (2, kif(12, true))].into();
+        let owned = |a: &[&str]| vnet_wire::guard::Owned::new(a.iter().map(|s| s.parse().unwrap()));
+        let guards: vnet_engine::plane::Guards =
+            Arc::new([(0, owned(&["10.0.0.1", "fd00::1"])), (2, owned(&["10.0.0.3"]))].into_iter().collect());
+        let ports = [iface(0, mac(1)), iface(1, mac(2)), iface(2, mac(3))];
+        let plane = Plane::new(RouteTable::default(), ports.to_vec(), Vec::new()).guarding(guards);
+        let g = guard(&plane, &ifaces);
+        assert_eq!(g.flags, [(10, GUARD_ON), (12, GUARD_ON)].into(), "interface 1 owns nothing: unguarded");
+        let mapped = |s: &str| match s.parse::<std::net::IpAddr>().unwrap() {
+            std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            std::net::IpAddr::V6(a) => a.octets(),
+        };
+        let keys: Vec<GuardKey> = g.entries.keys().copied().collect();
+        let want = [(10, "10.0.0.1"), (10, "fd00::1"), (12, "10.0.0.3")];
+        let want: BTreeSet<GuardKey> =
+            want.iter().map(|(p, a)| GuardKey { port: *p, addr: mapped(a) }).collect();
+        assert_eq!(keys.into_iter().collect::<BTreeSet<_>>(), want);
+        let served = Served { ifaces: &ifaces, links: &BTreeMap::new(), slots: &BTreeMap::new() };
+        let pv = served.ports(&plane);
+        assert_eq!((pv[&10].guarded, pv[&11].guarded, pv[&12].guarded), (GUARD_ON, 0, GUARD_ON));
+        // More addresses than the map holds: the rest's frames go to vnetd.
+        let many = vnet_wire::guard::Owned::new(
+            (0..GUARD_ENTRIES as u32).map(|i| std::net::IpAddr::from(i.to_be_bytes())),
+        );
+        let guards: vnet_engine::plane::Guards =
+            Arc::new([(0, many), (2, owned(&["10.0.0.3"]))].into_iter().collect());
+        let plane = Plane::new(RouteTable::default(), ports.to_vec(), Vec::new()).guarding(guards);
+        let g = guard(&plane, &ifaces);
+        assert_eq!(g.flags, [(10, GUARD_ON), (12, GUARD_USER)].into());
+        assert_eq!(g.entries.len(), GUARD_ENTRIES);
     }
 
     /// A table with every kind of route: what the kernel decides is always

@@ -42,6 +42,10 @@ const _: () = assert!(shared::FMT_VNET <= 0xff && shared::FMT_VXLAN <= 0xff, "li
 pub const MAX_ROUTES: usize = shared::MAX_ROUTES as usize;
 /// The `neigh` entries the programs answer ARP for (`NEIGH_ENTRIES`).
 pub const NEIGH_ENTRIES: usize = shared::NEIGH_ENTRIES as usize;
+/// The IP source guard's addresses, over all interfaces (`GUARD_ENTRIES`).
+pub const GUARD_ENTRIES: usize = shared::GUARD_ENTRIES as usize;
+pub(crate) const GUARD_ON: u8 = shared::GUARD_ON as u8;
+pub(crate) const GUARD_USER: u8 = shared::GUARD_USER as u8;
 /// The traffic matrix's pairs (`MATRIX_PAIRS`, an LRU map).
 pub const MATRIX_PAIRS: usize = shared::MATRIX_PAIRS as usize;
 /// `PORT_SLOTS`: counter slots for the ports the kernel path serves (slot 0
@@ -62,6 +66,7 @@ pub const STAT_NAMES: [&str; shared::S_MAX as usize] = [
     "kernel_neigh_answered",
     "kernel_policy_to_user",
     "kernel_policy_flows",
+    "kernel_spoofed_source_ip",
 ];
 
 /// What the kernel needs to send on a link, and the underlay device; or

@@ -34,8 +34,9 @@ pub struct DestKey {
     pub pad: u16,
 }
 
-/// `struct port_val`: an ingress port's counter slot, network, and the
-/// source MAC it is locked to (`locked` 1) if any.
+/// `struct port_val`: an ingress port's counter slot, network, the
+/// source MAC it is locked to (`locked` 1) if any, and its IP source guard
+/// (`guarded`: 0, `GUARD_ON` or `GUARD_USER`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PortVal {
@@ -43,7 +44,15 @@ pub struct PortVal {
     pub net: u32,
     pub lock: [u8; 6],
     pub locked: u8,
-    pub pad: u8,
+    pub guarded: u8,
+}
+
+/// `struct guard_key`: an address (IPv4 mapped) a guarded interface owns.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct GuardKey {
+    pub port: u32,
+    pub addr: [u8; 16],
 }
 
 /// `struct neigh_key`: an IPv4 address in a vnet network (`neigh`).
@@ -231,6 +240,8 @@ unsafe impl aya::Pod for DestKey {}
 unsafe impl aya::Pod for PortVal {}
 // SAFETY: as above (u32, four bytes: 8 bytes).
 unsafe impl aya::Pod for NeighKey {}
+// SAFETY: as above (u32, 16 bytes: 20 bytes).
+unsafe impl aya::Pod for GuardKey {}
 // SAFETY: as above (six bytes, u16: 8 bytes).
 unsafe impl aya::Pod for NeighVal {}
 // SAFETY: as above (u32, 16 bytes: 20 bytes).
