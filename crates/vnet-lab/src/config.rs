@@ -130,7 +130,7 @@ fn interfaces(s: &Spec, host: &Host, mode: Option<Mode>, datapath: Datapath) -> 
             network: 0,
             standby: false,
             groups: Vec::new(),
-            addresses: Vec::new(),
+            addresses: if s.addresses { vec![std::net::IpAddr::V4(vm.ip)] } else { Vec::new() },
         });
     }
     Ok(cmds)

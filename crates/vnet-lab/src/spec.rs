@@ -86,6 +86,9 @@ pub struct Spec {
     /// `fd00:77::fa`; kernel VTEPs accept zero UDP checksums
     /// (`udp6zerocsumrx`, as vnet's kernel path sends them).
     pub ipv6_underlay: bool,
+    /// Every VM's interface declares the VM's address (`addresses IP`):
+    /// the IP source guard on from the start.
+    pub addresses: bool,
     /// Hosts whose vnetd listens on every address, IPv4 and IPv6
     /// (`listen udp [::]:9000`, one dual-stack socket) instead of its
     /// underlay address: a host whose address may change (roaming), or
@@ -274,6 +277,7 @@ impl Default for Spec {
             lan_host: None,
             cluster: None,
             ipv6_underlay: false,
+            addresses: false,
             listen_any: Vec::new(),
             site_mtu: None,
             nat: false,

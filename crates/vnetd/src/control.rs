@@ -986,6 +986,7 @@ mod tests {
         }
         assert_eq!(g["global"]["link_dispatch"], "notify");
         assert!(text.contains("vnet_route_cache_hits 0\n") && text.contains("vnet_link_polls 0\n"), "{text}");
+        assert!(text.contains("vnet_spoofed_source_ip 0\n"), "the IP source guard's drops: {text}");
         assert!(text.lines().all(|l| l.starts_with('#') || l.split(' ').count() == 2), "{text}");
         // The HTTP endpoint answers GET /metrics and nothing else.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

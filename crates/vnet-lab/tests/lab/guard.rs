@@ -192,4 +192,29 @@ mod both {
         // a's own traffic is untouched.
         assert_ping(&lab, &a, b.ip, 56);
     }
+
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn an_interface_declared_with_addresses_passes_only_its_own_and_its_vms_traffic_flows() {
+        // Every VM's interface says `addresses IP` (its own) from the start.
+        let mut lab = lab(Spec { vms_per_host: 2, addresses: true, ..Spec::default() });
+        let (a, v, b) = (lab.vm(0, 0).clone(), lab.vm(0, 1).clone(), lab.vm(1, 0).clone());
+        // Guarded on both ends, ARP and ping work as before.
+        assert_ping(&lab, &a, b.ip, 56);
+        assert_ping(&lab, &b, v.ip, 56);
+        let config = lab.control(0, "show config").unwrap().body;
+        assert!(config.contains(&format!(" addresses {}", a.ip)), "{config}");
+        let script = lab.dir.join("guard.py");
+        std::fs::write(&script, GUARD).unwrap();
+        let script = script.to_str().unwrap().to_string();
+        let frames = [format!("ip4,spoof,{}", v.ip), format!("ip4,own,{}", a.ip)];
+        let got = exchange(&mut lab, &script, (&a, &b), &frames, &["own"]);
+        let counts = spoofed(&lab, 0);
+        println!("guard: declared addresses, b caught {got:?}, spoofed (user, kernel) {counts:?}");
+        assert!(!got.iter().any(|g| g == "spoof"), "{got:?}");
+        assert!(counts.0 + counts.1 >= 1, "{counts:?}");
+        if lab.spec.datapath.as_deref() == Some("kernel") {
+            assert!(counts.1 >= 1, "dropped by the eBPF program: {counts:?}");
+        }
+    }
 }
