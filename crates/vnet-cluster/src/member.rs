@@ -18,6 +18,9 @@ use crate::store::Event;
 use crate::trust::{cert_id, verify_claim, NetworkPublic, TrustError};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+
+mod kept;
+pub use kept::{Kept, KeptError};
 use std::net::{IpAddr, SocketAddr};
 use vnet_control::{canonical, PeerKey};
 use vnet_wire::MacAddr;
@@ -159,6 +162,9 @@ pub struct MemberStats {
     pub unknown_keys: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
     pub relists: u64,
+    /// Signed policies refused for a serial not above the one held (a
+    /// rollback or a replay; also in `bad_records`).
+    pub stale_policies: u64,
 }
 
 /// One host's view.
@@ -207,8 +213,10 @@ pub struct Member {
     /// Signed networks: the policy taken (its serial and lines, and what
     /// they declare), kept when its key is deleted (only a higher serial,
     /// signed, changes it), and a count of its changes.
-    net_policy: Option<(u64, String, std::sync::Arc<vnet_control::policy::Policies>)>,
+    net_policy: Option<kept::NetPolicy>,
     policy_version: u64,
+    /// Counts changes of what a host keeps on disk ([`Member::kept`]).
+    kept_version: u64,
     /// Signed networks: each live host's certificate id (this one's too).
     cert_ids: FxHashMap<u32, String>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
@@ -255,6 +263,7 @@ impl Member {
             revoked_certs: Default::default(),
             net_policy: None,
             policy_version: 0,
+            kept_version: 0,
             cert_ids: FxHashMap::default(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
@@ -507,46 +516,6 @@ impl Member {
         self.set_host(h, None, out);
     }
 
-    /// Takes the network's policy, signed by the network key, for this
-    /// network, with a serial higher than the one held (the same one again,
-    /// as a relist brings it, is no change).
-    fn put_policy(&mut self, value: &[u8]) -> Result<(), RecordError> {
-        let Some(nk) = self.policy.network_key else {
-            return Err(RecordError::Policy(TrustError::Policy(
-                "this network has no network key to check a policy with".into(),
-            )));
-        };
-        let text = std::str::from_utf8(value).map_err(|_| RecordError::Policy(TrustError::CertForm))?;
-        let (body, declared) = nk.verify_policy(text.trim()).map_err(RecordError::Policy)?;
-        if body.network != self.network {
-            return Err(RecordError::Policy(TrustError::Policy(format!(
-                "signed for network `{}`, not `{}`",
-                body.network, self.network
-            ))));
-        }
-        match &self.net_policy {
-            Some((held, lines, _)) if *held == body.serial && *lines == body.lines => return Ok(()),
-            Some((held, ..)) if *held >= body.serial => {
-                return Err(RecordError::StalePolicy { serial: body.serial, held: *held })
-            }
-            _ => {}
-        }
-        self.net_policy = Some((body.serial, body.lines, std::sync::Arc::new(declared)));
-        self.policy_version += 1;
-        Ok(())
-    }
-
-    /// The network's signed policy as taken: its serial and what it
-    /// declares; and a count of its changes (a caller builds again only
-    /// then).
-    pub fn signed_policy(&self) -> Option<(u64, &std::sync::Arc<vnet_control::policy::Policies>)> {
-        self.net_policy.as_ref().map(|(s, _, p)| (*s, p))
-    }
-
-    pub fn policy_version(&self) -> u64 {
-        self.policy_version
-    }
-
     /// The groups of each claimed MAC, for the network's policy: those its
     /// holder's certificate names (signed networks) and those its claim
     /// names (the claimant's interface's), each once. This host's own
@@ -570,45 +539,6 @@ impl Member {
             }
         }
         out
-    }
-
-    /// Takes a revocation signed by the network key: the host it names
-    /// (with any certificate, or with the one it names) is dropped now,
-    /// and such records are refused from then on.
-    fn put_revocation(&mut self, key: &str, value: &[u8], out: &mut Vec<Change>) -> Result<(), RecordError> {
-        let Some(nk) = &self.policy.network_key else {
-            return Err(RecordError::Revocation(TrustError::CertBody(
-                "this network has no network key to check revocations with".into(),
-            )));
-        };
-        let text = std::str::from_utf8(value).map_err(|_| RecordError::Revocation(TrustError::CertForm))?;
-        let r = nk.verify_revocation(text.trim()).map_err(RecordError::Revocation)?;
-        if r.network != self.network || r.key() != key {
-            return Err(RecordError::RevocationKey);
-        }
-        let max = self.policy.max_revoked;
-        let full = match &r.cert {
-            None => self.revoked_hosts.len() >= max && !self.revoked_hosts.contains(r.host.as_str()),
-            Some(id) => self.revoked_certs.len() >= max && !self.revoked_certs.contains(id.as_str()),
-        };
-        if full {
-            return Err(RecordError::Revocation(TrustError::CertBody(format!("more than {max} held"))));
-        }
-        match &r.cert {
-            None => self.revoked_hosts.insert(r.host.as_str().into()),
-            Some(id) => self.revoked_certs.insert(id.as_str().into()),
-        };
-        let Some(&h) = self.ids.get(r.host.as_str()) else { return Ok(()) };
-        let parked = self.duplicates.iter().find(|(d, ..)| *d == h).map(|(.., id)| id.clone());
-        let id = self.cert_ids.get(&h).cloned().or(parked.clone().flatten());
-        let hit = r.cert.is_none() || id == r.cert;
-        if hit && (self.records[h as usize].is_some() || parked.is_some()) {
-            self.drop_host(h, out);
-            let why = RecordError::Revoked(format!("by {key}"));
-            self.stats.bad_records += 1;
-            self.hold(host_key(&self.network, &r.host), why);
-        }
-        Ok(())
     }
 
     /// Checks a host record's every field against the policy.
@@ -915,6 +845,12 @@ impl Member {
         next.epochs = std::mem::take(&mut self.epochs);
         next.revoked_hosts = std::mem::take(&mut self.revoked_hosts);
         next.revoked_certs = std::mem::take(&mut self.revoked_certs);
+        // The policy too: a listing with an older one (or none) goes back
+        // on nothing, and a newer one is a change past the version the
+        // daemon enforces (versions are counted across relists).
+        next.net_policy = self.net_policy.take();
+        next.policy_version = self.policy_version;
+        next.kept_version = self.kept_version;
         next.now_s = self.now_s;
         next.stats.relists += 1;
         let mut ignored = Vec::new();
@@ -1244,6 +1180,46 @@ mod tests {
         let mut plain = Member::new("n", "h1");
         sync(&mut plain, &s);
         assert!(plain.signed_policy().is_none() && plain.stats.bad_records >= 1);
+    }
+
+    /// A relist (a compaction, the store back, a lease revoked) goes only
+    /// forward: a newer policy it brings is a change the daemon sees (its
+    /// version moves past the one enforced), an older one is refused and
+    /// counted, and a listing without the policy's key withdraws nothing.
+    #[test]
+    fn a_relist_never_takes_an_older_policy_and_a_newer_one_is_a_change() {
+        use crate::layout::policy_key;
+        use crate::trust::{NetworkKey, PolicyBody};
+        let nk = NetworkKey::generate().unwrap();
+        let signed = |serial: u64| {
+            let b = PolicyBody { network: "n".into(), serial, lines: format!("rule r{serial} allow\n") };
+            nk.sign_policy(&b).unwrap().into_bytes()
+        };
+        let mut m = signed_view(&nk, "h1");
+        let mut s = MemStore::new();
+        s.put(&policy_key("n"), signed(5), None);
+        sync(&mut m, &s);
+        let enforced = m.policy_version();
+        // Newer, at a relist: the daemon must see a new version.
+        s.put(&policy_key("n"), signed(6), None);
+        let (kvs, rev) = s.range(m.prefix());
+        m.relist(&kvs, rev, &mut Vec::new());
+        assert_eq!(m.signed_policy().map(|(s, _)| s), Some(6));
+        assert_ne!(m.policy_version(), enforced, "a newer policy taken at a relist goes unenforced");
+        let enforced = m.policy_version();
+        // Older (a rollback), at a relist: refused, counted, 6 kept.
+        s.put(&policy_key("n"), signed(4), None);
+        let (kvs, rev) = s.range(m.prefix());
+        let bad = m.stats.bad_records;
+        m.relist(&kvs, rev, &mut Vec::new());
+        assert_eq!(m.signed_policy().map(|(s, _)| s), Some(6));
+        assert_eq!((m.policy_version(), m.stats.bad_records), (enforced, bad + 1));
+        // Deleted, at a relist: 6 kept.
+        s.delete_if(&policy_key("n"), None);
+        let (kvs, rev) = s.range(m.prefix());
+        m.relist(&kvs, rev, &mut Vec::new());
+        assert_eq!(m.signed_policy().map(|(s, _)| s), Some(6));
+        assert_eq!(m.policy_version(), enforced);
     }
 
     /// A certificate's groups are the groups of every MAC its host holds

@@ -37,6 +37,7 @@
 
 mod config;
 mod error;
+pub mod kept;
 
 pub use config::{
     advertised, check_name, load_trust, parse_endpoints, Config, ConfigError, EndpointsError, Store,
@@ -85,8 +86,21 @@ pub async fn run(
         have_key: lock(&daemon).public_key().is_some(),
         ..Policy::default()
     };
+    let mut member = Member::with_policy(&cfg.network, &cfg.host, policy);
+    if let Some(k) = &cfg.kept {
+        // Checked when read, at the start: this does not fail.
+        if let Err(e) = member.restore(k) {
+            tracing::error!("cluster: the kept trust state: {e}");
+        }
+        tracing::info!(
+            serial = k.serial,
+            revoked_hosts = k.revoked_hosts.len(),
+            revoked_certs = k.revoked_certs.len(),
+            "cluster: the network's trust state kept by the last run is held"
+        );
+    }
     let mut host = Host {
-        member: Member::with_policy(&cfg.network, &cfg.host, policy),
+        member,
         cfg,
         daemon,
         status,
@@ -105,6 +119,8 @@ pub async fn run(
         neighbors_version: 0,
         policy_version: 0,
         groups_version: 0,
+        kept_version: 0,
+        kept_failed: None,
     };
     let mut backoff = Duration::from_millis(100);
     let mut said = None;
@@ -224,6 +240,10 @@ struct Host {
     policy_version: u64,
     /// The member's claim groups version the daemon's groups follow.
     groups_version: u64,
+    /// The member's kept state version last written to disk, and the last
+    /// write error (logged once).
+    kept_version: u64,
+    kept_failed: Option<String>,
 }
 
 impl Host {
@@ -779,6 +799,7 @@ impl Host {
         cmds.extend(local(d.state(), &self.member));
         s.counters.events += events;
         s.counters.bad_records = self.member.stats.bad_records;
+        s.counters.stale_policies = self.member.stats.stale_policies;
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         // The hosts refused as of this batch: a host whose record the batch
         // carries is judged anew.
@@ -839,6 +860,31 @@ impl Host {
         self.follow_neighbors(changes);
         self.follow_policy();
         self.follow_groups(changes);
+        self.keep();
+    }
+
+    /// Writes the network's trust state when it moved (a newer policy
+    /// taken, a revocation seen): a restart then goes back on neither.
+    fn keep(&mut self) {
+        let version = self.member.kept_version();
+        let Some(file) = self.cfg.kept_file.as_ref().filter(|_| version != self.kept_version) else { return };
+        match kept::save(file, &self.member.kept()) {
+            Ok(()) => {
+                self.kept_version = version;
+                self.kept_failed = None;
+            }
+            Err(e) => {
+                let e = format!(
+                    "{}: {e}; a restart may take an older policy or forget a revocation",
+                    file.display()
+                );
+                if self.kept_failed.as_ref() != Some(&e) {
+                    tracing::error!("cluster: {e}");
+                    lock(&self.status).last_error = Some(e.clone());
+                }
+                self.kept_failed = Some(e);
+            }
+        }
     }
 
     /// The groups MACs are in by their holders' certificates and their
