@@ -343,12 +343,13 @@ mod user {
         wait_converged(&lab, 3, 2);
         let (a, b, c) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone(), lab.vm(2, 0).clone());
         assert_ping(&lab, &a, b.ip, 56);
-        let (macs, hosts) = (format!("/vnet/{}/macs", lab.prefix), format!("/vnet/{}/hosts", lab.prefix));
+        let (claims, hosts) = (format!("/vnet/{}/claims", lab.prefix), format!("/vnet/{}/hosts", lab.prefix));
         let before: Vec<_> =
             (0..3).map(|h| lab.cluster_status(h).unwrap()["counters"]["bad_records"].clone()).collect();
-        // B's MAC claimed for host 0, unsigned, then with host 2's real claim
-        // signature lifted from C's record (it covers another MAC).
-        let c_claim = lab.etcdctl(&["get", "--print-value-only", &format!("{macs}/{}", c.mac)]).unwrap();
+        // B's MAC claimed for host 0, unsigned, then for host 2 with its real
+        // claim signature lifted from C's record (it covers another MAC),
+        // each under the named host's key (etcd's root writes anywhere).
+        let c_claim = lab.etcdctl(&["get", "--print-value-only", &format!("{claims}/h2/{}", c.mac)]).unwrap();
         let mut lifted: serde_json::Value = serde_json::from_str(c_claim.trim()).unwrap();
         // A pings B every 10 ms while the forgeries land: none may cost a ping.
         const PINGS: u32 = 300;
@@ -357,9 +358,9 @@ mod user {
             &["ping", "-n", "-i", "0.01", "-c", &PINGS.to_string(), "-W", "1", &b.ip.to_string()],
         );
         std::thread::sleep(Duration::from_millis(300));
-        lab.etcd_put(&format!("{macs}/{}", b.mac), Some(r#"{"host":"h0","iface":"vm0"}"#)).unwrap();
+        lab.etcd_put(&format!("{claims}/h0/{}", b.mac), Some(r#"{"host":"h0","iface":"vm0"}"#)).unwrap();
         lifted["at_ms"] = serde_json::json!(lifted["at_ms"].as_u64().unwrap() + 60_000);
-        lab.etcd_put(&format!("{macs}/{}", b.mac), Some(&lifted.to_string())).unwrap();
+        lab.etcd_put(&format!("{claims}/h2/{}", b.mac), Some(&lifted.to_string())).unwrap();
         // B's host record re-pointed to an address of the attacker's, with
         // the attacker's key and no certificate; then with h0's certificate.
         let attacker = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
@@ -400,12 +401,14 @@ mod user {
         assert_eq!((r.sent, r.received), (PINGS, PINGS), "pings while the forgeries landed:\n{out}");
         assert_ping(&lab, &a, b.ip, 56);
         assert_ping(&lab, &c, b.ip, 56);
-        // Host 1 put its claim back over the forged ones; deleted, it comes
-        // back at once too, and the others route B's VM to host 1 again.
-        let claim =
-            |lab: &Lab| lab.etcdctl(&["get", "--print-value-only", &format!("{macs}/{}", b.mac)]).unwrap();
-        wait_until(5.0, "host 1's own claim is back in the store", || claim(&lab).contains(r#""host":"h1""#));
-        lab.etcd_put(&format!("{macs}/{}", b.mac), None).unwrap();
+        // Host 1's own claim stayed (the forgeries are under other keys);
+        // deleted, it comes back at once, and the others route B's VM to
+        // host 1 again.
+        let claim = |lab: &Lab| {
+            lab.etcdctl(&["get", "--print-value-only", &format!("{claims}/h1/{}", b.mac)]).unwrap()
+        };
+        wait_until(5.0, "host 1's own claim is in the store", || claim(&lab).contains(r#""host":"h1""#));
+        lab.etcd_put(&format!("{claims}/h1/{}", b.mac), None).unwrap();
         let took = wait_until(5.0, "the deleted claim is put back and routed", || {
             claim(&lab).contains(r#""host":"h1""#)
                 && [0, 2].iter().all(|&h| route_to(&lab, h, &b.mac).as_deref() == Some("link h1"))
