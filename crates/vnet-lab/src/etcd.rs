@@ -270,6 +270,28 @@ impl Lab {
         Some(format!("cluster {}\n", words.join(" ")))
     }
 
+    /// Runs `etcdctl ARGS` as host `h`'s etcd user (its client certificate
+    /// and password): what that host's credentials, in anyone's hands,
+    /// may do. The output, whatever the exit status (a refusal is data).
+    pub fn etcdctl_as(&self, h: usize, args: &[&str]) -> Result<std::process::Output> {
+        let sw =
+            self.switch.clone().ok_or_else(|| Error::Other("a cluster lab has a switch namespace".into()))?;
+        let f = |n: String| self.dir.join(n).display().to_string();
+        let pw = std::fs::read_to_string(self.dir.join(format!("h{h}.etcd-pw")))
+            .map_err(io("reading a password"))?;
+        let mut all: Vec<String> = vec![
+            "etcdctl".into(),
+            format!("--endpoints={}", self.etcd_url()),
+            format!("--cacert={}", f("etcd-ca.pem".into())),
+            format!("--cert={}", f(format!("etcd-h{h}.pem"))),
+            format!("--key={}", f(format!("etcd-h{h}.key"))),
+            format!("--user=vnet-h{h}:{}", pw.trim()),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.ns_output(&sw, &all)
+    }
+
     /// Writes `key` = `value` into the lab's etcd as any client with write
     /// access could (`etcdctl put`, Debian's etcd-client; as root in a
     /// secured cluster), or deletes it (`value` None).

@@ -621,6 +621,109 @@ mod user {
 
     #[test]
     #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn a_hosts_credentials_write_only_its_own_keys_and_a_rolled_back_store_rolls_back_no_host() {
+        // Issue 66, findings 2 and 3: every host's etcd user could write and
+        // delete every key of the network, and a host forgot the newest
+        // policy and the revocations at a relist or a restart. Each host's
+        // role is now `host_grants` (the lab makes it, as `approve` does).
+        let mut lab = lab(cluster_spec(3, 1, vec![]));
+        wait_converged(&lab, 3, 2);
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        let p = format!("/vnet/{}", lab.prefix);
+        let as_h0 = |args: &[&str]| {
+            let out = lab.etcdctl_as(0, args).unwrap();
+            let said =
+                format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            (out.status.success(), said)
+        };
+        // Positive control: h0's credentials read the network and write its own range.
+        let (ok, said) = as_h0(&["put", &format!("{p}/ipam/h0/probe"), "x"]);
+        assert!(ok, "h0 may write its own keys: {said}");
+        assert!(as_h0(&["del", &format!("{p}/ipam/h0/probe")]).0);
+        assert!(as_h0(&["get", "--prefix", "--keys-only", &format!("{p}/")])
+            .1
+            .contains(&format!("{p}/hosts/h1")));
+        // Host 1's lease (hex, as `show cluster json` gives it).
+        let lease = lab.cluster_status(1).unwrap()["lease"].as_str().unwrap().to_string();
+        let refused: Vec<Vec<String>> = vec![
+            vec!["put".into(), format!("{p}/hosts/h1"), "{}".into()],
+            vec!["del".into(), format!("{p}/hosts/h1")],
+            vec!["put".into(), format!("{p}/claims/h1/{}", b.mac), "{}".into()],
+            vec!["del".into(), format!("{p}/claims/h1/{}", b.mac)],
+            vec!["put".into(), format!("{p}/policy"), "x".into()],
+            vec!["del".into(), format!("{p}/policy")],
+            vec!["put".into(), format!("{p}/revoked/hosts/h0"), "x".into()],
+            vec!["del".into(), "--prefix".into(), format!("{p}/revoked/")],
+            vec!["lease".into(), "revoke".into(), lease],
+        ];
+        for args in &refused {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (ok, said) = as_h0(&args);
+            assert!(!ok && said.contains("permission denied"), "h0: etcdctl {args:?}: {said}");
+        }
+        assert!(lab.cluster_status(1).unwrap()["store"] == "up" && lab.route_to(0, &b.mac).is_some());
+        // The admin's policy (serial 10: only A pings B) and a revocation of h2.
+        let net_key = lab.dir.join("net.key").display().to_string();
+        let signed = |file: &str, text: &str, serial: u64| {
+            let path = lab.dir.join(file);
+            std::fs::write(&path, text).unwrap();
+            let args = [
+                "policy",
+                &net_key,
+                "network",
+                &lab.prefix,
+                path.to_str().unwrap(),
+                "serial",
+                &serial.to_string(),
+            ];
+            let out = lab.vnetctl(0, &args).unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap().trim().split_once(' ').unwrap().1.to_string()
+        };
+        let strict = format!(
+            "policy default deny\nrule arp allow ether arp\nrule a-pings-b allow from mac {} to mac {} proto icmp\n",
+            a.mac, b.mac
+        );
+        let newest = signed("newest.conf", &strict, 10);
+        let older = signed("older.conf", "policy default allow\n", 9);
+        lab.etcd_put(&format!("{p}/policy"), Some(&newest)).unwrap();
+        let out = lab.vnetctl(0, &["revoke", &net_key, "network", &lab.prefix, "host", "h2"]).unwrap();
+        let printed = String::from_utf8(out.stdout).unwrap();
+        let (rkey, rvalue) = printed.trim().split_once(' ').unwrap();
+        lab.etcd_put(rkey, Some(rvalue)).unwrap();
+        let serial_on = |lab: &Lab, h: usize| json(lab, h, "policy")["signed_serial"].as_u64();
+        wait_until(3.0, "hosts 0 and 1 enforce serial 10 and dropped h2", || {
+            [0, 1]
+                .iter()
+                .all(|&h| serial_on(&lab, h) == Some(10) && !link_names(&lab, h).contains(&"h2".into()))
+        });
+        assert_no_ping(&lab, &b, a.ip);
+        // The rollback, with the admin's own credentials: the older policy
+        // put, the revocation deleted; then every host restarts.
+        lab.etcd_put(&format!("{p}/policy"), Some(&older)).unwrap();
+        lab.etcd_put(rkey, None).unwrap();
+        for h in 0..3 {
+            lab.stop_vnetd(h).unwrap();
+        }
+        for h in 0..3 {
+            lab.start_vnetd(h).unwrap();
+        }
+        wait_until(10.0, "hosts 0 and 1 are back, linked to each other", || {
+            link_names(&lab, 0).contains(&"h1".into()) && link_names(&lab, 1).contains(&"h0".into())
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        for h in [0, 1] {
+            assert_eq!(serial_on(&lab, h), Some(10), "host {h} took the older policy after a restart");
+            assert!(!link_names(&lab, h).contains(&"h2".into()), "host {h} linked the revoked host again");
+            let c = lab.cluster_status(h).unwrap();
+            assert!(c["counters"]["stale_policies"].as_u64().unwrap() >= 1, "host {h}: {c}");
+        }
+        assert_ping(&lab, &a, b.ip, 56);
+        assert_no_ping(&lab, &b, a.ip);
+    }
+
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
     fn a_revoked_host_is_cut_by_every_host_within_a_second_and_stays_out() {
         // Issue 44, finding 9: nothing could withdraw a host's certificate
         // before it expired. `vnetctl revoke` signs a revocation with the
