@@ -720,6 +720,24 @@ mod user {
         }
         assert_ping(&lab, &a, b.ip, 56);
         assert_no_ping(&lab, &b, a.ip);
+        // Positive control: host 1 restarted without what it kept takes the
+        // rollback (serial 9, h2 linked again); with its file back, not.
+        let kept = lab.dir.join("state-h1").join(format!("cluster-{}.json", lab.prefix));
+        let aside = lab.dir.join("kept-h1.json");
+        lab.stop_vnetd(1).unwrap();
+        std::fs::rename(&kept, &aside).unwrap();
+        lab.start_vnetd(1).unwrap();
+        wait_until(10.0, "host 1, having kept nothing, takes serial 9 and links h2", || {
+            serial_on(&lab, 1) == Some(9) && link_names(&lab, 1).contains(&"h2".into())
+        });
+        lab.stop_vnetd(1).unwrap();
+        std::fs::rename(&aside, &kept).unwrap();
+        lab.start_vnetd(1).unwrap();
+        wait_until(10.0, "host 1 with its kept state: serial 10, h2 out", || {
+            serial_on(&lab, 1) == Some(10)
+                && link_names(&lab, 1).contains(&"h0".into())
+                && !link_names(&lab, 1).contains(&"h2".into())
+        });
     }
 
     #[test]
