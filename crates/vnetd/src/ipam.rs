@@ -82,24 +82,26 @@ pub(crate) async fn serve(
     host: &str,
     lease: i64,
     op: &IpamOp,
+    races: &mut u64,
 ) -> Result<Reply, IpamError> {
     match op {
         IpamOp::Add { subnet, owner, range } => {
             let pool = Pool::new(subnet, *range)?;
-            let addr = add(c, network, host, lease, &pool, owner).await?;
+            let addr = add(c, network, (host, lease), &pool, owner, races).await?;
             Ok(Reply::Allocated { addr, prefix_len: pool.len })
         }
         IpamOp::Del { owner } => del(c, network, host, owner).await.map(Reply::Released),
     }
 }
 
+/// `races` counts the addresses another host took at once (each given up).
 async fn add(
     c: &mut Client,
     network: &str,
-    host: &str,
-    lease: i64,
+    (host, lease): (&str, i64),
     pool: &Pool,
     owner: &str,
+    races: &mut u64,
 ) -> Result<IpAddr, IpamError> {
     let name = pool_name(pool);
     let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await?;
@@ -140,6 +142,7 @@ async fn add(
                 return Ok(a);
             }
             tracing::info!(%a, holder = ?holder, "ipam: another host took this address at once; trying the next");
+            *races += 1;
             let txn = Txn::new()
                 .when([Compare::value(k.clone(), CompareOp::Equal, value.clone())])
                 .and_then([TxnOp::delete(k, None)]);

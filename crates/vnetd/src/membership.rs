@@ -71,6 +71,9 @@ pub struct Counters {
     /// Signed policies refused for a serial not above the one held (a
     /// rollback; also in `bad_records`).
     pub stale_policies: u64,
+    /// Addresses another host allocated at once, given up (`ipam add`
+    /// took the next).
+    pub address_races: u64,
 }
 
 /// The report.
@@ -198,6 +201,7 @@ impl Status {
                 "records_restored": c.records_restored,
                 "conflicts": c.conflicts,
                 "stale_policies": c.stale_policies,
+                "address_races": c.address_races,
             },
         })
     }
@@ -329,6 +333,7 @@ impl Status {
             ("records_restored_total", c.records_restored),
             ("mac_conflicts_total", c.conflicts),
             ("stale_policies_total", c.stale_policies),
+            ("address_races_total", c.address_races),
         ] {
             out.push_str(&format!("# TYPE vnet_cluster_{name} counter\nvnet_cluster_{name} {v}\n"));
         }

@@ -308,7 +308,9 @@ impl Host {
                     self.on_events(&mut c, lease, &resp, &own_key).await?;
                 }
                 Some(req) = next_request(ipam) => {
-                    let r = crate::ipam::serve(&mut c, &network, &me, lease, &req.op).await;
+                    let mut races = 0;
+                    let r = crate::ipam::serve(&mut c, &network, &me, lease, &req.op, &mut races).await;
+                    lock(&self.status).counters.address_races += races;
                     // The client may have given up waiting.
                     let _ = req.reply.send(r);
                 }
