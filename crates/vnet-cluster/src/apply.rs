@@ -388,8 +388,9 @@ mod tests {
             groups: Box::default(),
         }
     }
+    use crate::layout::fixtures::Claims;
     use crate::layout::fixtures::{host, moved, vm};
-    use crate::layout::{host_key, mac_key, HostRecord};
+    use crate::layout::{host_key, HostRecord};
     use crate::{MemStore, Member};
     use vnet_control::PeerKey;
 
@@ -435,7 +436,7 @@ mod tests {
         let leases: Vec<u64> = (0..3).map(|_| s.grant(10, 0)).collect();
         for (i, h) in ["a", "b", "c"].iter().enumerate() {
             s.put(&host_key("n", h), host(i as u8 + 1), Some(leases[i]));
-            s.put(&mac_key("n", mac(i as u8 + 1)), vm(h), Some(leases[i]));
+            s.put_claim(mac(i as u8 + 1), vm(h), Some(leases[i]));
         }
         step(&mut m, &s, &mut state);
         assert_eq!(state.links.len(), 2);
@@ -445,13 +446,13 @@ mod tests {
         assert!(step(&mut m, &s, &mut state).is_empty());
         // b's VM moves to c, then back, then to c again in one batch: one route change.
         for (epoch, h) in ["c", "b", "c"].into_iter().enumerate() {
-            s.put(&mac_key("n", mac(2)), moved(h, epoch as u64 + 1), Some(leases[2]));
+            s.put_claim(mac(2), moved(h, epoch as u64 + 1), Some(leases[2]));
         }
         let t = step(&mut m, &s, &mut state);
         assert_eq!(t.len(), 2, "{t:?}");
         assert_eq!(routed(&state)[&mac(2)], "c");
         // b changes address: its link is made anew, its routes with it.
-        s.put(&mac_key("n", mac(4)), vm("b"), Some(leases[1]));
+        s.put_claim(mac(4), vm("b"), Some(leases[1]));
         step(&mut m, &s, &mut state);
         s.put(&host_key("n", "b"), host(9), Some(leases[1]));
         step(&mut m, &s, &mut state);
@@ -481,7 +482,7 @@ mod tests {
         let lease = s.grant(10, 0);
         for (i, h) in ["a", "b", "c", "d"].iter().enumerate() {
             s.put(&host_key("n", h), host(i as u8 + 1), Some(lease));
-            s.put(&mac_key("n", mac(i as u8 + 1)), vm(h), Some(lease));
+            s.put_claim(mac(i as u8 + 1), vm(h), Some(lease));
         }
         let mut out = Vec::new();
         let evs: Vec<_> = s.watch(m.prefix(), m.revision() + 1).unwrap().cloned().collect();
@@ -521,7 +522,7 @@ mod tests {
         let lb = s.grant(10, 0);
         s.put(&host_key("n", "a"), host(1), Some(la));
         s.put(&host_key("n", "b"), host(2), Some(lb));
-        s.put(&mac_key("n", mac(1)), vm("a"), Some(la));
+        s.put_claim(mac(1), vm("a"), Some(la));
         let sync = |m: &mut Member, s: &MemStore, state: &mut State| {
             let mut t = step(m, s, state);
             let l = local(state, m);
@@ -535,24 +536,24 @@ mod tests {
         assert_eq!(to_vm(&state), 2, "unicast and broadcast");
         assert!(local(&state, &m).is_empty(), "nothing twice");
         // b claims the MAC at the epoch a holds it: a conflict, nothing moves.
-        s.put(&mac_key("n", mac(1)), vm("b"), Some(lb));
+        s.put_claim(mac(1), vm("b"), Some(lb));
         let t = sync(&mut m, &s, &mut state);
         assert!(t.is_empty() && to_vm(&state) == 2, "{t:?}");
         assert_eq!(m.conflicts().collect::<Vec<_>>(), [(mac(1), "a", "b")]);
         // The VM moves to b (a migration: epoch 1): its routes leave the
         // interface for b's link, in one step.
-        s.put(&mac_key("n", mac(1)), moved("b", 1), Some(lb));
+        s.put_claim(mac(1), moved("b", 1), Some(lb));
         let t = sync(&mut m, &s, &mut state);
         assert_eq!(to_vm(&state), 0, "{t:?}");
         assert_eq!(routed(&state)[&mac(1)], "b");
         assert_eq!(m.conflicts().count(), 0);
         // a claiming again at the epoch it knew (restarted with the VM in
         // its config) takes nothing back.
-        s.put(&mac_key("n", mac(1)), moved("a", 1), Some(la));
+        s.put_claim(mac(1), moved("a", 1), Some(la));
         sync(&mut m, &s, &mut state);
         assert_eq!((to_vm(&state), routed(&state)[&mac(1)].as_str()), (0, "b"));
         // And back, by a migration.
-        s.put(&mac_key("n", mac(1)), moved("a", 2), Some(la));
+        s.put_claim(mac(1), moved("a", 2), Some(la));
         sync(&mut m, &s, &mut state);
         assert_eq!(to_vm(&state), 2);
         assert!(!routed(&state).contains_key(&mac(1)));
@@ -573,7 +574,7 @@ mod tests {
             crate::MacRecord { host: h.into(), iface: "vm".into(), network, epoch, ..Default::default() }
                 .to_json()
         };
-        s.put(&mac_key("n", mac(1)), claim("a", 7, 0), None);
+        s.put_claim(mac(1), claim("a", 7, 0), None);
         let opts = LinkOptions { network: 7, ..LinkOptions::default() };
         let sync = |m: &mut Member, s: &MemStore, state: &mut State| {
             let mut out = Vec::new();
@@ -598,12 +599,12 @@ mod tests {
             "only network 7's interface is the cluster's"
         );
         // b claims the MAC for network 8, even as a migration: refused.
-        s.put(&mac_key("n", mac(1)), claim("b", 8, 5), None);
+        s.put_claim(mac(1), claim("b", 8, 5), None);
         sync(&mut m, &s, &mut state);
         assert_eq!(to(&state, "v7"), 2);
         assert!(m.quarantined().any(|(_, e)| e.to_string().contains("network 8")));
         // A migration in network 7 moves network 7's interface only.
-        s.put(&mac_key("n", mac(1)), claim("b", 7, 1), None);
+        s.put_claim(mac(1), claim("b", 7, 1), None);
         sync(&mut m, &s, &mut state);
         assert_eq!(to(&state, "v7"), 0);
         assert_eq!(routed(&state)[&mac(1)], "b");
@@ -656,7 +657,7 @@ mod tests {
         let (mut state, mut s, mut m) = host_a();
         for (i, h) in ["a", "b", "c"].iter().enumerate() {
             s.put(&host_key("n", h), host(i as u8 + 1), None);
-            s.put(&mac_key("n", mac(i as u8 + 1)), vm(h), None);
+            s.put_claim(mac(i as u8 + 1), vm(h), None);
         }
         step(&mut m, &s, &mut state);
         let mut full = Vec::new();

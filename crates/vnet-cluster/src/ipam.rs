@@ -1,15 +1,19 @@
-//! Addresses that hold across hosts: one key per allocated address in the
-//! network's prefix, made only where none exists (etcd's compare on
-//! `create_revision == 0`), under the allocating host's lease, so that a
-//! dead host's addresses go with its lease; the daemon puts its own back
-//! under a new lease when it comes back. This module is the layout and
-//! the choice of an address; the daemon does the etcd requests.
+//! Addresses that hold across hosts: one key per allocated address, under
+//! the allocating host's own prefix (only it writes there: its etcd role,
+//! [`crate::layout::host_grants`]) and its lease, so that a dead host's
+//! addresses go with its lease; the daemon puts its own back under a new
+//! lease when it comes back. Two hosts that pick one address at once both
+//! write it, each under its own key; each then lists the pool, and the one
+//! whose key was created later (etcd's `create_revision`; the host name
+//! breaks a tie) gives its up and picks again ([`winner`]), so an address
+//! has one holder. This module is the layout and the choice of an address;
+//! the daemon does the etcd requests.
 //!
 //! ```text
-//! /vnet/<network>/ipam/<subnet>/<address>   {"host":"h1","owner":"podnet/3f2a.../eth0"}
+//! /vnet/<network>/ipam/<host>/<subnet>/<address>   {"host":"h1","owner":"podnet/3f2a.../eth0"}
 //! ```
 //!
-//! (`<subnet>` is `10.88.0.0_24`: the key has no second `/` there.)
+//! (`<subnet>` is `10.88.0.0_24`: the key has no further `/` there.)
 //! Owners are checked where the `ipam` line is parsed
 //! ([`vnet_control::IpamOp`]).
 
@@ -17,19 +21,39 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// The part of a network's prefix that holds allocations.
+/// The part of a network's prefix that holds allocations, every host's.
 pub fn prefix(network: &str) -> String {
     format!("/vnet/{network}/ipam/")
 }
 
-/// The prefix of `pool`'s allocations.
-pub fn pool_prefix(network: &str, pool: &Pool) -> String {
-    format!("{}{}_{}/", prefix(network), pool.subnet, pool.len)
+/// The prefix of host `host`'s allocations (only it writes there).
+pub use crate::layout::ipam_prefix as host_prefix;
+
+/// The name of `pool` in its allocations' keys (`10.88.0.0_24`).
+pub fn pool_name(pool: &Pool) -> String {
+    format!("{}_{}", pool.subnet, pool.len)
 }
 
-/// The key of `addr`'s allocation in `pool`.
-pub fn key(network: &str, pool: &Pool, addr: IpAddr) -> String {
-    format!("{}{addr}", pool_prefix(network, pool))
+/// The key of host `host`'s allocation of `addr` in `pool`.
+pub fn key(network: &str, host: &str, pool: &Pool, addr: IpAddr) -> String {
+    format!("{}{}/{addr}", host_prefix(network, host), pool_name(pool))
+}
+
+/// An allocation's key under `network`'s [`prefix`]: its host, pool name
+/// and address; `None` for a key of another form.
+pub fn parse_key<'a>(network: &str, key: &'a str) -> Option<(&'a str, &'a str, IpAddr)> {
+    let rest = key.strip_prefix(&prefix(network))?;
+    let (host, rest) = rest.split_once('/')?;
+    let (pool, addr) = rest.split_once('/')?;
+    let ok = crate::layout::valid_name(host) && !pool.is_empty();
+    Some((host, pool, addr.parse().ok()?)).filter(|_| ok)
+}
+
+/// Of several hosts' keys for one address, each with its etcd
+/// `create_revision`, the one that holds it: the first created, the host
+/// name breaking a tie. Every host computes the same.
+pub fn winner<'a>(claims: impl IntoIterator<Item = (&'a str, i64)>) -> Option<&'a str> {
+    claims.into_iter().min_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0))).map(|(h, _)| h)
 }
 
 /// An allocation's value.
@@ -180,7 +204,7 @@ mod tests {
         assert!(Pool::new("10.0.0.0/4", None).is_err(), "too many addresses to list");
         let v6 = Pool::new("fd00::/120", None).unwrap();
         assert_eq!(v6.size(), 256);
-        assert_eq!(pool_prefix("n", &p), "/vnet/n/ipam/10.88.0.0_24/");
+        assert_eq!(pool_name(&p), "10.88.0.0_24");
     }
 
     #[test]
@@ -213,7 +237,26 @@ mod tests {
         // The hash modulo 5 is 1: .71 to .74, then .70.
         let all = [ip("10.88.0.71"), ip("10.88.0.72"), ip("10.88.0.73"), ip("10.88.0.74"), ip("10.88.0.70")];
         assert_eq!(tail.candidates("a", &HashSet::new(), 5), all);
-        assert_eq!(key("n", &p, ip("10.88.0.73")), "/vnet/n/ipam/10.88.0.0_24/10.88.0.73");
+        let k = key("n", "h1", &p, ip("10.88.0.73"));
+        assert_eq!(k, "/vnet/n/ipam/h1/10.88.0.0_24/10.88.0.73");
+        assert_eq!(parse_key("n", &k), Some(("h1", "10.88.0.0_24", ip("10.88.0.73"))));
+        for bad in [
+            "/vnet/n/ipam/10.88.0.0_24/10.88.0.73",
+            "/vnet/n/ipam/a b/p/10.0.0.1",
+            "/vnet/m/ipam/h1/p/10.0.0.1",
+        ] {
+            assert_eq!(parse_key("n", bad), None, "{bad}");
+        }
+    }
+
+    /// Two hosts' keys for one address: the first created holds it, the
+    /// name breaks a tie, whatever order they are listed in.
+    #[test]
+    fn of_two_keys_for_one_address_the_first_created_holds_it() {
+        assert_eq!(winner([("h2", 7), ("h1", 9)]), Some("h2"));
+        assert_eq!(winner([("h1", 9), ("h2", 7)]), Some("h2"));
+        assert_eq!(winner([("h2", 7), ("h1", 7)]), Some("h1"));
+        assert_eq!(winner([]), None);
     }
 
     #[test]

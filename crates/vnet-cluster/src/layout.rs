@@ -1,13 +1,23 @@
-//! The store's key layout (`docs/CLUSTER.md`), flannel's model: one prefix
-//! per network, one key per host under the host's lease, one key per VM MAC.
+//! The store's key layout (`docs/CLUSTER.md`): one prefix per network;
+//! everything a host writes lies in key ranges only it is granted
+//! ([`host_grants`]: its record, its claims, its addresses), so that its
+//! etcd role can hold it to them; the network's policy and revocations are
+//! written by the admin only.
 //!
 //! ```text
-//! /vnet/<network>/hosts/<host>   {"addr":"10.0.0.2:9000","kinds":["udp"],"public_key":"...","cert":"..."}
-//! /vnet/<network>/macs/<mac>     {"host":"<host>","iface":"vm0","at_ms":1764000000000,"network":7,"epoch":2,"addrs":["10.244.0.5"],"sig":"..."}
+//! /vnet/<network>/hosts/<host>          {"addr":"10.0.0.2:9000","kinds":["udp"],"public_key":"...","cert":"..."}
+//! /vnet/<network>/claims/<host>/<mac>   {"host":"<host>","iface":"vm0","at_ms":1764000000000,"network":7,"epoch":2,"addrs":["10.244.0.5"],"sig":"..."}
+//! /vnet/<network>/ipam/<host>/<subnet>/<address>   (crate::ipam)
 //! /vnet/<network>/revoked/hosts/<host>  BASE64(revocation).BASE64(signature)
 //! /vnet/<network>/revoked/certs/<id>    BASE64(revocation).BASE64(signature)
 //! /vnet/<network>/policy                BASE64(policy).BASE64(signature)
 //! ```
+//!
+//! Several hosts may claim one MAC, each under its own key: every member
+//! resolves them with one rule ([`crate::member`]: the higher epoch wins,
+//! at one epoch the holder stays and the other claim is a conflict, taken
+//! if the holder's goes). A migration's destination writes its own claim
+//! at the higher epoch; the source deletes its own.
 //!
 //! Values are JSON, read into these plain records and then checked field by
 //! field ([`crate::member`]): a value that does not parse or check is
@@ -29,9 +39,20 @@ pub fn host_key(network: &str, host: &str) -> String {
     format!("/vnet/{network}/hosts/{host}")
 }
 
-/// The key of VM MAC `mac` in `network`.
-pub fn mac_key(network: &str, mac: MacAddr) -> String {
-    format!("/vnet/{network}/macs/{mac}")
+/// The prefix of host `host`'s claims in `network` (only it writes there).
+pub fn claims_prefix(network: &str, host: &str) -> String {
+    format!("/vnet/{network}/claims/{host}/")
+}
+
+/// The prefix of host `host`'s address allocations in `network` (only it
+/// writes there; `crate::ipam` has the keys under it).
+pub fn ipam_prefix(network: &str, host: &str) -> String {
+    format!("/vnet/{network}/ipam/{host}/")
+}
+
+/// The key of host `host`'s claim of VM MAC `mac` in `network`.
+pub fn claim_key(network: &str, host: &str, mac: MacAddr) -> String {
+    format!("/vnet/{network}/claims/{host}/{mac}")
 }
 
 /// The key of a revocation of every certificate of `host`.
@@ -68,7 +89,16 @@ pub fn host_grants(network: &str, host: &str) -> Vec<Grant> {
     vec![
         Grant { key: prefix(network), prefix: true, write: false },
         Grant { key: host_key(network, host), prefix: false, write: true },
+        Grant { key: claims_prefix(network, host), prefix: true, write: true },
+        Grant { key: ipam_prefix(network, host), prefix: true, write: true },
     ]
+}
+
+/// Whether `grants` let their holder write `key` (`write`) or read it.
+pub fn granted(grants: &[Grant], key: &str, write: bool) -> bool {
+    grants
+        .iter()
+        .any(|g| (g.write || !write) && if g.prefix { key.starts_with(&g.key) } else { key == g.key })
 }
 
 /// Whether `name` may name a network or a host: 1 to 63 of `A-Za-z0-9._-`.
@@ -81,7 +111,11 @@ pub fn valid_name(name: &str) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Key<'a> {
     Host(&'a str),
-    Mac(MacAddr),
+    /// Host `host`'s claim of `mac`.
+    Claim {
+        host: &'a str,
+        mac: MacAddr,
+    },
     /// A revocation of every certificate of a host.
     RevokedHost(&'a str),
     /// A revocation of one certificate, by its id.
@@ -107,7 +141,9 @@ pub fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<Key<'a>> {
         let id = r.strip_prefix("certs/")?;
         return valid_cert_id(id).then_some(Key::RevokedCert(id));
     }
-    rest.strip_prefix("macs/")?.parse().ok().map(Key::Mac)
+    let (host, mac) = rest.strip_prefix("claims/")?.split_once('/')?;
+    let mac = mac.parse().ok()?;
+    valid_name(host).then_some(Key::Claim { host, mac })
 }
 
 /// A host's record: where its links are received, what they may be, its key.
@@ -216,6 +252,38 @@ pub(crate) mod fixtures {
         HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }.to_json()
     }
 
+    /// The key of the claim `value` (a claim's JSON) of `mac`: under the
+    /// claim's host's prefix.
+    pub fn key_of(mac: MacAddr, value: &[u8]) -> String {
+        let host = serde_json::from_slice::<MacRecord>(value).map_or_else(|_| "x".to_string(), |r| r.host);
+        let host = if valid_name(&host) { host } else { "x".to_string() };
+        claim_key("n", &host, mac)
+    }
+
+    /// Claims put and deleted by MAC, under their claimant's key, as the
+    /// tests of one key per MAC did.
+    pub trait Claims {
+        fn put_claim(&mut self, mac: MacAddr, value: Vec<u8>, lease: Option<u64>) -> Option<u64>;
+        /// Deletes every host's claim of `mac`.
+        fn delete_claims(&mut self, mac: MacAddr) -> Option<u64>;
+    }
+
+    impl Claims for crate::store::MemStore {
+        fn put_claim(&mut self, mac: MacAddr, value: Vec<u8>, lease: Option<u64>) -> Option<u64> {
+            self.put(&key_of(mac, &value), value, lease)
+        }
+
+        fn delete_claims(&mut self, mac: MacAddr) -> Option<u64> {
+            let (kvs, _) = self.range("/vnet/n/claims/");
+            let suffix = format!("/{mac}");
+            let mut rev = None;
+            for (k, _) in kvs.iter().filter(|(k, _)| k.ends_with(&suffix)) {
+                rev = self.delete_if(k, None).or(rev);
+            }
+            rev
+        }
+    }
+
     /// An unsigned claim of a MAC for host `h`'s `vm0`.
     pub fn vm(h: &str) -> Vec<u8> {
         moved(h, 0)
@@ -250,7 +318,7 @@ mod tests {
         let p = prefix("lab");
         let mac: MacAddr = "52:54:00:00:00:01".parse().unwrap();
         assert_eq!(parse_key(&p, &host_key("lab", "h1")), Some(Key::Host("h1")));
-        assert_eq!(parse_key(&p, &mac_key("lab", mac)), Some(Key::Mac(mac)));
+        assert_eq!(parse_key(&p, &claim_key("lab", "h1", mac)), Some(Key::Claim { host: "h1", mac }));
         assert_eq!(parse_key(&p, &revoked_host_key("lab", "h1")), Some(Key::RevokedHost("h1")));
         let id = "0123456789abcdef0123456789abcdef";
         assert_eq!(parse_key(&p, &revoked_cert_key("lab", id)), Some(Key::RevokedCert(id)));
@@ -259,7 +327,10 @@ mod tests {
         for k in [
             "/vnet/lab/hosts/",
             "/vnet/lab/hosts/a/b",
-            "/vnet/lab/macs/zz",
+            "/vnet/lab/macs/52:54:00:00:00:01",
+            "/vnet/lab/claims/h1/zz",
+            "/vnet/lab/claims/a/b/52:54:00:00:00:01",
+            "/vnet/lab/claims/52:54:00:00:00:01",
             "/vnet/other/hosts/h1",
             "/x",
             "/vnet/lab/revoked/certs/xyz",
@@ -269,6 +340,35 @@ mod tests {
             assert_eq!(parse_key(&p, k), None, "{k}");
         }
         assert!(!valid_name(&"x".repeat(64)));
+    }
+
+    /// A host's grants: read the network, write its record, its claims
+    /// and its addresses; nothing of another host's, nor the policy.
+    #[test]
+    fn a_host_is_granted_its_own_keys_only() {
+        let g = |key: &str, prefix, write| Grant { key: key.into(), prefix, write };
+        assert_eq!(
+            host_grants("lab", "h1"),
+            [
+                g("/vnet/lab/", true, false),
+                g("/vnet/lab/hosts/h1", false, true),
+                g("/vnet/lab/claims/h1/", true, true),
+                g("/vnet/lab/ipam/h1/", true, true),
+            ]
+        );
+        let mine = host_grants("lab", "h1");
+        let mac: MacAddr = "52:54:00:00:00:01".parse().unwrap();
+        assert!(granted(&mine, &claim_key("lab", "h1", mac), true));
+        assert!(granted(&mine, &claim_key("lab", "h2", mac), false));
+        for other in [
+            claim_key("lab", "h2", mac),
+            host_key("lab", "h10"),
+            policy_key("lab"),
+            revoked_host_key("lab", "h1"),
+        ] {
+            assert!(!granted(&mine, &other, true), "{other}");
+        }
+        assert!(!granted(&mine, "/vnet/lab2/hosts/h1", false));
     }
 
     #[test]

@@ -13,11 +13,14 @@
 //! Memory: host names are interned once (a `u32` each); a MAC costs a
 //! hash-map entry (MAC and host id) and its place in its host's list.
 
-use crate::layout::{host_key, mac_key, parse_key, prefix, usable, valid_name, HostRecord, Key, MacRecord};
+use crate::layout::{claim_key, host_key, parse_key, prefix, usable, valid_name, HostRecord, Key, MacRecord};
 use crate::store::Event;
 use crate::trust::{cert_id, verify_claim, NetworkPublic, TrustError};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+
+mod kept;
+pub use kept::{Kept, KeptError};
 use std::net::{IpAddr, SocketAddr};
 use vnet_control::{canonical, PeerKey};
 use vnet_wire::MacAddr;
@@ -132,6 +135,8 @@ pub enum RecordError {
     ClaimHost(String),
     #[error("the claim is not signed by host `{0}`'s claim key")]
     ClaimSignature(String),
+    #[error("the claim names host `{named}` but is under host `{key}`'s key")]
+    ClaimKeyHost { named: String, key: String },
     #[error("the claim ({at_ms}) is not newer than the one held ({held_ms})")]
     StaleClaim { at_ms: u64, held_ms: u64 },
     #[error("the claim is for network {network}; this cluster's links carry network {carried}")]
@@ -159,6 +164,9 @@ pub struct MemberStats {
     pub unknown_keys: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
     pub relists: u64,
+    /// Signed policies refused for a serial not above the one held (a
+    /// rollback or a replay; also in `bad_records`).
+    pub stale_policies: u64,
 }
 
 /// One host's view.
@@ -198,7 +206,8 @@ pub struct Member {
     epochs: FxHashMap<MacAddr, u64>,
     /// Claims of a held MAC by another host at no higher epoch, by MAC:
     /// (holder, claimant), at most [`CONFLICTS_SHOWN`].
-    conflicts: BTreeMap<MacAddr, (String, String)>,
+    /// The claimant's claim is kept: it is taken if the holder's goes.
+    conflicts: BTreeMap<MacAddr, (String, String, MacRecord)>,
     /// Signed networks: hosts and certificate ids revoked by the network
     /// key. Kept while the process runs, whatever happens to their keys (a
     /// writer to the store without the network key cannot take one back).
@@ -207,8 +216,10 @@ pub struct Member {
     /// Signed networks: the policy taken (its serial and lines, and what
     /// they declare), kept when its key is deleted (only a higher serial,
     /// signed, changes it), and a count of its changes.
-    net_policy: Option<(u64, String, std::sync::Arc<vnet_control::policy::Policies>)>,
+    net_policy: Option<kept::NetPolicy>,
     policy_version: u64,
+    /// Counts changes of what a host keeps on disk ([`Member::kept`]).
+    kept_version: u64,
     /// Signed networks: each live host's certificate id (this one's too).
     cert_ids: FxHashMap<u32, String>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
@@ -255,6 +266,7 @@ impl Member {
             revoked_certs: Default::default(),
             net_policy: None,
             policy_version: 0,
+            kept_version: 0,
             cert_ids: FxHashMap::default(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
@@ -361,7 +373,7 @@ impl Member {
 
     /// MACs claimed by two hosts at one epoch: (MAC, holder, claimant).
     pub fn conflicts(&self) -> impl Iterator<Item = (MacAddr, &str, &str)> {
-        self.conflicts.iter().map(|(m, (h, c))| (*m, h.as_str(), c.as_str()))
+        self.conflicts.iter().map(|(m, (h, c, _))| (*m, h.as_str(), c.as_str()))
     }
 
     /// Hosts and certificate ids revoked.
@@ -456,13 +468,10 @@ impl Member {
                 }
                 Ok(())
             }
-            (Key::Mac(mac), Event::Put { value, .. }) => self.put_mac_record(mac, value, out),
-            (Key::Mac(mac), Event::Delete { .. }) => {
-                self.unverified.remove(&mac);
-                self.conflicts.remove(&mac);
-                self.delete_mac(mac, out);
-                Ok(())
+            (Key::Claim { host, mac }, Event::Put { value, .. }) => {
+                self.put_mac_record(host, mac, value, out)
             }
+            (Key::Claim { host, mac }, Event::Delete { .. }) => self.delete_claim(host, mac, out),
             (Key::RevokedHost(_) | Key::RevokedCert(_), Event::Put { value, .. }) => {
                 self.put_revocation(ev.key(), value, out)
             }
@@ -520,46 +529,6 @@ impl Member {
         self.set_host(h, None, out);
     }
 
-    /// Takes the network's policy, signed by the network key, for this
-    /// network, with a serial higher than the one held (the same one again,
-    /// as a relist brings it, is no change).
-    fn put_policy(&mut self, value: &[u8]) -> Result<(), RecordError> {
-        let Some(nk) = self.policy.network_key else {
-            return Err(RecordError::Policy(TrustError::Policy(
-                "this network has no network key to check a policy with".into(),
-            )));
-        };
-        let text = std::str::from_utf8(value).map_err(|_| RecordError::Policy(TrustError::CertForm))?;
-        let (body, declared) = nk.verify_policy(text.trim()).map_err(RecordError::Policy)?;
-        if body.network != self.network {
-            return Err(RecordError::Policy(TrustError::Policy(format!(
-                "signed for network `{}`, not `{}`",
-                body.network, self.network
-            ))));
-        }
-        match &self.net_policy {
-            Some((held, lines, _)) if *held == body.serial && *lines == body.lines => return Ok(()),
-            Some((held, ..)) if *held >= body.serial => {
-                return Err(RecordError::StalePolicy { serial: body.serial, held: *held })
-            }
-            _ => {}
-        }
-        self.net_policy = Some((body.serial, body.lines, std::sync::Arc::new(declared)));
-        self.policy_version += 1;
-        Ok(())
-    }
-
-    /// The network's signed policy as taken: its serial and what it
-    /// declares; and a count of its changes (a caller builds again only
-    /// then).
-    pub fn signed_policy(&self) -> Option<(u64, &std::sync::Arc<vnet_control::policy::Policies>)> {
-        self.net_policy.as_ref().map(|(s, _, p)| (*s, p))
-    }
-
-    pub fn policy_version(&self) -> u64 {
-        self.policy_version
-    }
-
     /// The groups of each claimed MAC, for the network's policy: those its
     /// holder's certificate names (signed networks) and those its claim
     /// names (the claimant's interface's), each once. This host's own
@@ -583,45 +552,6 @@ impl Member {
             }
         }
         out
-    }
-
-    /// Takes a revocation signed by the network key: the host it names
-    /// (with any certificate, or with the one it names) is dropped now,
-    /// and such records are refused from then on.
-    fn put_revocation(&mut self, key: &str, value: &[u8], out: &mut Vec<Change>) -> Result<(), RecordError> {
-        let Some(nk) = &self.policy.network_key else {
-            return Err(RecordError::Revocation(TrustError::CertBody(
-                "this network has no network key to check revocations with".into(),
-            )));
-        };
-        let text = std::str::from_utf8(value).map_err(|_| RecordError::Revocation(TrustError::CertForm))?;
-        let r = nk.verify_revocation(text.trim()).map_err(RecordError::Revocation)?;
-        if r.network != self.network || r.key() != key {
-            return Err(RecordError::RevocationKey);
-        }
-        let max = self.policy.max_revoked;
-        let full = match &r.cert {
-            None => self.revoked_hosts.len() >= max && !self.revoked_hosts.contains(r.host.as_str()),
-            Some(id) => self.revoked_certs.len() >= max && !self.revoked_certs.contains(id.as_str()),
-        };
-        if full {
-            return Err(RecordError::Revocation(TrustError::CertBody(format!("more than {max} held"))));
-        }
-        match &r.cert {
-            None => self.revoked_hosts.insert(r.host.as_str().into()),
-            Some(id) => self.revoked_certs.insert(id.as_str().into()),
-        };
-        let Some(&h) = self.ids.get(r.host.as_str()) else { return Ok(()) };
-        let parked = self.duplicates.iter().find(|(d, ..)| *d == h).map(|(.., id)| id.clone());
-        let id = self.cert_ids.get(&h).cloned().or(parked.clone().flatten());
-        let hit = r.cert.is_none() || id == r.cert;
-        if hit && (self.records[h as usize].is_some() || parked.is_some()) {
-            self.drop_host(h, out);
-            let why = RecordError::Revoked(format!("by {key}"));
-            self.stats.bad_records += 1;
-            self.hold(host_key(&self.network, &r.host), why);
-        }
-        Ok(())
     }
 
     /// Checks a host record's every field against the policy.
@@ -791,12 +721,45 @@ impl Member {
     /// Parses a MAC record and takes it as a claim ([`Member::take_claim`]).
     fn put_mac_record(
         &mut self,
+        host: &str,
         mac: MacAddr,
         value: &[u8],
         out: &mut Vec<Change>,
     ) -> Result<(), RecordError> {
         let r: MacRecord = serde_json::from_slice(value).map_err(|e| RecordError::Json(e.to_string()))?;
+        if r.host != host {
+            return Err(RecordError::ClaimKeyHost { named: r.host, key: host.to_string() });
+        }
         self.take_claim(mac, r, out)
+    }
+
+    /// Host `host`'s claim of `mac` deleted: if it held the MAC, the MAC
+    /// goes, and another host's claim held as a conflict is taken now
+    /// (checked again); else it was that conflict, or waiting, and goes.
+    fn delete_claim(&mut self, host: &str, mac: MacAddr, out: &mut Vec<Change>) -> Result<(), RecordError> {
+        if self.unverified.get(&mac).is_some_and(|r| r.host == host) {
+            self.unverified.remove(&mac);
+        }
+        if self.conflicts.get(&mac).is_some_and(|(_, c, _)| c == host) {
+            self.conflicts.remove(&mac);
+            return Ok(());
+        }
+        if self.owner(mac) != Some(host) {
+            return Ok(());
+        }
+        self.delete_mac(mac, out);
+        let Some((_, claimant, r)) = self.conflicts.remove(&mac) else { return Ok(()) };
+        let key = claim_key(&self.network, &claimant, mac);
+        match self.take_claim(mac, r, out) {
+            Ok(()) => {
+                self.quarantine.remove(&key);
+            }
+            Err(e) => {
+                self.stats.bad_records += 1;
+                self.hold(key, e);
+            }
+        }
+        Ok(())
     }
 
     /// Takes a MAC claim if it checks: names and network; where the
@@ -836,7 +799,9 @@ impl Member {
             }
             let (held_ms, held_by) = self.claimed_at.get(&mac).copied().unwrap_or((0, 0));
             let claimant = name_hash(&r.host);
-            if r.at_ms < held_ms || (r.at_ms == held_ms && held_ms != 0 && held_by != claimant) {
+            // A replay is the same host's older claim (only it writes its
+            // keys); another host's claim is judged by the epoch below.
+            if held_by == claimant && r.at_ms < held_ms {
                 return Err(RecordError::StaleClaim { at_ms: r.at_ms, held_ms });
             }
             stamp = Some((r.at_ms, claimant));
@@ -847,7 +812,7 @@ impl Member {
             if holder != r.host && r.epoch <= held && self.records[h as usize].is_some() {
                 let (holder, claimant) = (holder.to_string(), r.host.clone());
                 if self.conflicts.len() < CONFLICTS_SHOWN || self.conflicts.contains_key(&mac) {
-                    self.conflicts.insert(mac, (holder.clone(), claimant.clone()));
+                    self.conflicts.insert(mac, (holder.clone(), claimant.clone(), r));
                 }
                 return Err(RecordError::Conflict { holder, claimant, epoch: held });
             }
@@ -877,7 +842,7 @@ impl Member {
         let waiting: Vec<(MacAddr, MacRecord)> =
             self.unverified.iter().filter(|(_, r)| r.host == host).map(|(m, r)| (*m, r.clone())).collect();
         for (mac, r) in waiting {
-            let key = mac_key(&self.network, mac);
+            let key = claim_key(&self.network, &r.host, mac);
             match self.take_claim(mac, r, out) {
                 Ok(()) => {
                     self.quarantine.remove(&key);
@@ -928,6 +893,12 @@ impl Member {
         next.epochs = std::mem::take(&mut self.epochs);
         next.revoked_hosts = std::mem::take(&mut self.revoked_hosts);
         next.revoked_certs = std::mem::take(&mut self.revoked_certs);
+        // The policy too: a listing with an older one (or none) goes back
+        // on nothing, and a newer one is a change past the version the
+        // daemon enforces (versions are counted across relists).
+        next.net_policy = self.net_policy.take();
+        next.policy_version = self.policy_version;
+        next.kept_version = self.kept_version;
         next.now_s = self.now_s;
         next.stats.relists += 1;
         let mut ignored = Vec::new();
@@ -992,8 +963,9 @@ fn keep_per_mac<T: PartialEq>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::fixtures::Claims;
     use crate::layout::fixtures::{host, vm};
-    use crate::layout::{host_key, mac_key};
+    use crate::layout::host_key;
     use crate::store::MemStore;
 
     fn mac(i: u32) -> MacAddr {
@@ -1027,7 +999,7 @@ mod tests {
         for h in [2u8, 3] {
             s.put(&host_key("n", &format!("h{h}")), fixtures::host(h), None);
         }
-        s.put(&mac_key("n", mac(2)), claim("h2", 0, &["10.244.0.2", "fd00::2"]), None);
+        s.put_claim(mac(2), claim("h2", 0, &["10.244.0.2", "fd00::2"]), None);
         sync(&mut m, &s);
         let want = |pairs: &[(&str, u32)]| -> BTreeMap<(u32, IpAddr), MacAddr> {
             pairs.iter().map(|(a, i)| ((0, ip(a)), mac(*i))).collect()
@@ -1037,7 +1009,7 @@ mod tests {
         let many: Vec<String> = (0..=MAX_ADDRS).map(|i| format!("10.244.1.{i}")).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         for (i, bad) in [&many[..], &["224.0.0.1"], &["255.255.255.255"]].iter().enumerate() {
-            let k = mac_key("n", mac(10 + i as u32));
+            let k = crate::layout::claim_key("n", "h3", mac(10 + i as u32));
             s.put(&k, claim("h3", 0, bad), None);
             sync(&mut m, &s);
             assert!(
@@ -1047,7 +1019,7 @@ mod tests {
         }
         assert_eq!(m.neighbors().len(), 2);
         // The MAC migrates to h3 with one address: the answer names it.
-        s.put(&mac_key("n", mac(2)), claim("h3", 1, &["10.244.0.2"]), None);
+        s.put_claim(mac(2), claim("h3", 1, &["10.244.0.2"]), None);
         sync(&mut m, &s);
         assert_eq!(m.neighbors(), want(&[("10.244.0.2", 2)]));
         // h3 goes: its claims are not answered for.
@@ -1057,7 +1029,7 @@ mod tests {
         s.put(&host_key("n", "h3"), fixtures::host(3), None);
         sync(&mut m, &s);
         assert_eq!(m.neighbors().len(), 1);
-        s.delete_if(&mac_key("n", mac(2)), None);
+        s.delete_claims(mac(2));
         sync(&mut m, &s);
         assert!(m.neighbors().is_empty(), "the claim went with its addresses");
     }
@@ -1108,8 +1080,8 @@ mod tests {
         let mut m = Member::new("n", "h1");
         let mut s = MemStore::new();
         s.put(&host_key("n", "h2"), fixtures::host(2), None);
-        s.put(&mac_key("n", mac(2)), claim("h2", &["web", "front"]), None);
-        s.put(&mac_key("n", mac(3)), claim("h2", &[]), None);
+        s.put_claim(mac(2), claim("h2", &["web", "front"]), None);
+        s.put_claim(mac(3), claim("h2", &[]), None);
         sync(&mut m, &s);
         let want: BTreeMap<MacAddr, Vec<String>> =
             [(mac(2), vec!["web".to_string(), "front".to_string()])].into();
@@ -1117,20 +1089,20 @@ mod tests {
         // The holder's claim again with other groups: no route moves, the
         // groups version says so.
         let v = m.groups_version();
-        s.put(&mac_key("n", mac(3)), claim("h2", &["db"]), None);
+        s.put_claim(mac(3), claim("h2", &["db"]), None);
         sync(&mut m, &s);
         assert!(m.groups_version() > v);
         assert_eq!(m.mac_groups().get(&mac(3)), Some(&vec!["db".to_string()]));
-        s.put(&mac_key("n", mac(3)), claim("h2", &[]), None);
+        s.put_claim(mac(3), claim("h2", &[]), None);
         sync(&mut m, &s);
         let v = m.groups_version();
-        s.put(&mac_key("n", mac(3)), claim("h2", &[]), None);
+        s.put_claim(mac(3), claim("h2", &[]), None);
         sync(&mut m, &s);
         assert_eq!(m.groups_version(), v, "the same claim again changes nothing");
         let many: Vec<String> = (0..=MAX_GROUPS).map(|i| format!("g{i}")).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         for (i, bad) in [&many[..], &["1st"], &["web\nlink x"]].iter().enumerate() {
-            let k = mac_key("n", mac(10 + i as u32));
+            let k = crate::layout::claim_key("n", "h2", mac(10 + i as u32));
             s.put(&k, claim("h2", bad), None);
             sync(&mut m, &s);
             assert!(
@@ -1139,7 +1111,7 @@ mod tests {
             );
         }
         assert_eq!(m.mac_groups(), want);
-        s.delete_if(&mac_key("n", mac(2)), None);
+        s.delete_claims(mac(2));
         sync(&mut m, &s);
         assert!(m.mac_groups().is_empty());
     }
@@ -1292,6 +1264,46 @@ mod tests {
         assert!(plain.signed_policy().is_none() && plain.stats.bad_records >= 1);
     }
 
+    /// A relist (a compaction, the store back, a lease revoked) goes only
+    /// forward: a newer policy it brings is a change the daemon sees (its
+    /// version moves past the one enforced), an older one is refused and
+    /// counted, and a listing without the policy's key withdraws nothing.
+    #[test]
+    fn a_relist_never_takes_an_older_policy_and_a_newer_one_is_a_change() {
+        use crate::layout::policy_key;
+        use crate::trust::{NetworkKey, PolicyBody};
+        let nk = NetworkKey::generate().unwrap();
+        let signed = |serial: u64| {
+            let b = PolicyBody { network: "n".into(), serial, lines: format!("rule r{serial} allow\n") };
+            nk.sign_policy(&b).unwrap().into_bytes()
+        };
+        let mut m = signed_view(&nk, "h1");
+        let mut s = MemStore::new();
+        s.put(&policy_key("n"), signed(5), None);
+        sync(&mut m, &s);
+        let enforced = m.policy_version();
+        // Newer, at a relist: the daemon must see a new version.
+        s.put(&policy_key("n"), signed(6), None);
+        let (kvs, rev) = s.range(m.prefix());
+        m.relist(&kvs, rev, &mut Vec::new());
+        assert_eq!(m.signed_policy().map(|(s, _)| s), Some(6));
+        assert_ne!(m.policy_version(), enforced, "a newer policy taken at a relist goes unenforced");
+        let enforced = m.policy_version();
+        // Older (a rollback), at a relist: refused, counted, 6 kept.
+        s.put(&policy_key("n"), signed(4), None);
+        let (kvs, rev) = s.range(m.prefix());
+        let bad = m.stats.bad_records;
+        m.relist(&kvs, rev, &mut Vec::new());
+        assert_eq!(m.signed_policy().map(|(s, _)| s), Some(6));
+        assert_eq!((m.policy_version(), m.stats.bad_records), (enforced, bad + 1));
+        // Deleted, at a relist: 6 kept.
+        s.delete_if(&policy_key("n"), None);
+        let (kvs, rev) = s.range(m.prefix());
+        m.relist(&kvs, rev, &mut Vec::new());
+        assert_eq!(m.signed_policy().map(|(s, _)| s), Some(6));
+        assert_eq!(m.policy_version(), enforced);
+    }
+
     /// A certificate's groups are the groups of every MAC its host holds
     /// (this host's too), follow a MAC that moves, and go with the host.
     #[test]
@@ -1324,7 +1336,7 @@ mod tests {
         s.put(&host_key("n", "h2"), signed_record(2, 2, &cert(2, &["db", "backup"])), None);
         s.put(&host_key("n", "h3"), signed_record(3, 3, &cert(3, &[])), None);
         for (h, i) in [(1, 1), (2, 2), (3, 3)] {
-            s.put(&mac_key("n", mac(i)), claim(h, mac(i), 1000, 0), None);
+            s.put_claim(mac(i), claim(h, mac(i), 1000, 0), None);
         }
         sync(&mut m, &s);
         let g = m.mac_groups();
@@ -1332,7 +1344,7 @@ mod tests {
         assert_eq!(g.get(&mac(2)), Some(&vec!["db".to_string(), "backup".to_string()]));
         assert!(!g.contains_key(&mac(3)), "a certificate with no groups");
         // mac 2 migrates to h3: no group any more.
-        s.put(&mac_key("n", mac(2)), claim(3, mac(2), 2000, 1), None);
+        s.put_claim(mac(2), claim(3, mac(2), 2000, 1), None);
         sync(&mut m, &s);
         assert!(!m.mac_groups().contains_key(&mac(2)));
         // A certificate naming a group that is no name is refused when signed.
@@ -1351,8 +1363,8 @@ mod tests {
     }
 
     /// Signed claims: one that comes before its host's record waits and is
-    /// taken with the record; an older claim is a replay, one of the same
-    /// time by another host too; a migration (a higher epoch, a newer
+    /// taken with the record; an older claim of the same host is a
+    /// replay; a migration (a higher epoch, a newer
     /// claim) moves the MAC; another host at the same epoch is a conflict;
     /// a deleted claim takes the route away.
     #[test]
@@ -1373,33 +1385,45 @@ mod tests {
         s.put(&host_key("n", "h1"), record(1), None);
         s.put(&host_key("n", "h2"), record(2), None);
         // h3's claim before h3's record: held, not routed, until the record.
-        s.put(&mac_key("n", mac(9)), claim(3, 1000, 0), None);
+        s.put_claim(mac(9), claim(3, 1000, 0), None);
         sync(&mut m, &s);
         assert_eq!(m.route_of(mac(9)), None);
         s.put(&host_key("n", "h3"), record(3), None);
         sync(&mut m, &s);
         assert_eq!(m.route_of(mac(9)), Some("h3"), "taken with h3's record");
         let bad = m.stats.bad_records;
-        // Replays: an older claim; the same time, by h2 at a higher epoch.
-        s.put(&mac_key("n", mac(9)), claim(3, 900, 0), None);
-        s.put(&mac_key("n", mac(9)), claim(2, 1000, 1), None);
+        // A replay: h3's older claim (under h3's key: only h3, or the
+        // admin, writes there).
+        s.put_claim(mac(9), claim(3, 900, 0), None);
         sync(&mut m, &s);
-        assert_eq!((m.route_of(mac(9)), m.stats.bad_records), (Some("h3"), bad + 2));
+        assert_eq!((m.route_of(mac(9)), m.stats.bad_records), (Some("h3"), bad + 1));
         // h3 again at its own time: no news, no refusal.
-        s.put(&mac_key("n", mac(9)), claim(3, 1000, 0), None);
+        s.put_claim(mac(9), claim(3, 1000, 0), None);
         sync(&mut m, &s);
-        assert_eq!(m.stats.bad_records, bad + 2);
+        assert_eq!(m.stats.bad_records, bad + 1);
         // A migration to h2: a newer claim at a higher epoch.
-        s.put(&mac_key("n", mac(9)), claim(2, 2000, 1), None);
+        s.put_claim(mac(9), claim(2, 2000, 1), None);
         sync(&mut m, &s);
         assert_eq!((m.route_of(mac(9)), m.epoch(mac(9))), (Some("h2"), 1));
         // h3 at the same epoch, later: a conflict, nothing moves.
-        s.put(&mac_key("n", mac(9)), claim(3, 3000, 1), None);
+        s.put_claim(mac(9), claim(3, 3000, 1), None);
         sync(&mut m, &s);
         assert_eq!(m.route_of(mac(9)), Some("h2"));
         assert_eq!(m.conflicts().collect::<Vec<_>>(), [(mac(9), "h2", "h3")]);
-        // The claim deleted: no route.
-        s.delete_if(&mac_key("n", mac(9)), None);
+        // The holder's claim deleted: the conflicting claim, still in the
+        // store under h3's key, is taken (checked again).
+        s.delete_if(&crate::layout::claim_key("n", "h2", mac(9)), None);
+        let out = sync(&mut m, &s);
+        assert_eq!(
+            out,
+            vec![
+                Change::Route { mac: mac(9), host: None },
+                Change::Route { mac: mac(9), host: Some("h3".into()) }
+            ]
+        );
+        assert_eq!(m.conflicts().count(), 0);
+        // Every claim deleted: no route.
+        s.delete_claims(mac(9));
         let out = sync(&mut m, &s);
         assert_eq!(out, vec![Change::Route { mac: mac(9), host: None }]);
         assert_eq!(m.route_of(mac(9)), None);
@@ -1436,7 +1460,7 @@ mod tests {
         let mut m = Member::new("n", "a");
         for (i, h) in ["b", "c"].iter().enumerate() {
             s.put(&host_key("n", h), host(i as u8 + 2), None);
-            s.put(&mac_key("n", mac(i as u32 + 2)), vm(h), None);
+            s.put_claim(mac(i as u32 + 2), vm(h), None);
         }
         sync(&mut m, &s);
         s.delete_if(&host_key("n", "c"), None);
@@ -1484,19 +1508,19 @@ mod tests {
         s.put(&host_key("n", "h2"), host(3), None);
         let n = CONFLICTS_SHOWN as u32 + 5;
         for i in 100..100 + n {
-            s.put(&mac_key("n", mac(i)), vm("h1"), None);
+            s.put_claim(mac(i), vm("h1"), None);
         }
         sync(&mut m, &s);
         for i in 100..100 + n {
-            s.put(&mac_key("n", mac(i)), vm("h2"), None);
+            s.put_claim(mac(i), vm("h2"), None);
         }
         sync(&mut m, &s);
         assert_eq!(m.conflicts().count(), CONFLICTS_SHOWN);
         // Epochs: none for a first claim, one for a migration.
-        s.put(&mac_key("n", mac(1)), vm("h0"), None);
+        s.put_claim(mac(1), vm("h0"), None);
         sync(&mut m, &s);
         assert!(m.epochs.is_empty());
-        s.put(&mac_key("n", mac(1)), crate::layout::fixtures::moved("h0", 1), None);
+        s.put_claim(mac(1), crate::layout::fixtures::moved("h0", 1), None);
         sync(&mut m, &s);
         assert_eq!(m.epoch(mac(1)), 1);
         // Epochs held are bounded by max_macs (they outlive the claims).
@@ -1504,9 +1528,9 @@ mod tests {
         let mut s = MemStore::new();
         s.put(&host_key("n", "b"), host(2), None);
         for i in 1..=3 {
-            s.put(&mac_key("n", mac(i)), crate::layout::fixtures::moved("b", 1), None);
+            s.put_claim(mac(i), crate::layout::fixtures::moved("b", 1), None);
             sync(&mut m, &s);
-            s.delete_if(&mac_key("n", mac(i)), None);
+            s.delete_claims(mac(i));
             sync(&mut m, &s);
         }
         assert_eq!((m.epoch(mac(1)), m.epoch(mac(2)), m.epoch(mac(3))), (1, 1, 0));
@@ -1517,7 +1541,7 @@ mod tests {
         let mut m = Member::with_policy("n", "a", policy);
         let mut s = MemStore::new();
         for i in 0..4 {
-            s.put(&mac_key("n", mac(i)), vm("h9"), None);
+            s.put_claim(mac(i), vm("h9"), None);
         }
         sync(&mut m, &s);
         assert_eq!(m.unverified.len(), 2);
@@ -1561,10 +1585,10 @@ mod tests {
         let mut s = MemStore::new();
         s.put(&host_key("n", "b"), host(2), None);
         s.put(&host_key("n", "c"), host(2), None);
-        s.put(&mac_key("n", mac(1)), vm("b"), None);
-        s.put(&mac_key("n", mac(2)), vm("b"), None);
+        s.put_claim(mac(1), vm("b"), None);
+        s.put_claim(mac(2), vm("b"), None);
         sync(&mut m, &s);
-        s.delete_if(&mac_key("n", mac(1)), None);
+        s.delete_claims(mac(1));
         assert_eq!(sync(&mut m, &s), vec![Change::Route { mac: mac(1), host: None }]);
         // c, parked at b's address, goes: it never had a link.
         s.delete_if(&host_key("n", "c"), None);
@@ -1662,10 +1686,10 @@ mod tests {
         let mut a = Member::new("n", "a");
         let la = s.grant(10, 0);
         s.put(&host_key("n", "a"), host(1), Some(la));
-        s.put(&mac_key("n", mac(1)), vm("a"), Some(la));
+        s.put_claim(mac(1), vm("a"), Some(la));
         // b's MAC before b's host record: known, not routed yet.
         let lb = s.grant(10, 0);
-        s.put(&mac_key("n", mac(2)), vm("b"), Some(lb));
+        s.put_claim(mac(2), vm("b"), Some(lb));
         let c = sync(&mut a, &s);
         assert!(c.is_empty(), "{c:?}");
         s.put(&host_key("n", "b"), host(2), Some(lb));
@@ -1677,7 +1701,7 @@ mod tests {
         let lc = s.grant(10, 0);
         s.put(&host_key("n", "c"), host(3), Some(lc));
         sync(&mut a, &s);
-        s.put(&mac_key("n", mac(2)), crate::layout::fixtures::moved("c", 1), Some(lc));
+        s.put_claim(mac(2), crate::layout::fixtures::moved("c", 1), Some(lc));
         let c = sync(&mut a, &s);
         assert_eq!(c, vec![Change::Route { mac: mac(2), host: Some("c".into()) }]);
         // b's lease expires: its link goes, no route pointed at it any more.
@@ -1700,12 +1724,12 @@ mod tests {
         let mut a = Member::new("n", "a");
         for i in 0..5u8 {
             s.put(&host_key("n", &format!("h{i}")), host(i), None);
-            s.put(&mac_key("n", mac(i.into())), vm(&format!("h{i}")), None);
+            s.put_claim(mac(i.into()), vm(&format!("h{i}")), None);
         }
         sync(&mut a, &s);
         // Changes while a is away, then history compacted.
         s.delete_if(&host_key("n", "h1"), None);
-        s.put(&mac_key("n", mac(2)), vm("h3"), None);
+        s.put_claim(mac(2), vm("h3"), None);
         s.put(&host_key("n", "h9"), host(9), None);
         s.compact(s.revision());
         assert!(s.watch(a.prefix(), a.revision() + 1).is_err());
@@ -1732,7 +1756,7 @@ mod tests {
         let mut a = Member::with_policy("n", "a", Policy { have_key: true, ..Policy::default() });
         let key = PeerKey([5; 32]).to_string();
         s.put(&host_key("n", "b"), host(2), None);
-        s.put(&mac_key("n", mac(2)), vm("b"), None);
+        s.put_claim(mac(2), vm("b"), None);
         // The injection: a key followed by a newline and two lines of the control language.
         let injected = format!("{key}\nlink spy udp 6.6.6.6:9000\nroute any any -> link spy");
         s.put(&host_key("n", "x"), keyed(9, &injected), None);
@@ -1740,7 +1764,7 @@ mod tests {
         s.put(&host_key("n", "z"), br#"{"addr":"0.0.0.0:9000"}"#.to_vec(), None);
         s.put(&host_key("n", "w"), br#"{"addr":"10.0.0.11:0"}"#.to_vec(), None);
         s.put(&host_key("n", "dup"), host(2), None); // b's address
-        s.put(&mac_key("n", mac(3)), br#"{"host":"a/b"}"#.to_vec(), None);
+        s.put_claim(mac(3), br#"{"host":"a/b"}"#.to_vec(), None);
         s.put(&host_key("n", "c"), keyed(3, &key), None);
         let c = sync(&mut a, &s);
         // b and c apply, with b's MAC; nothing of the rest.
@@ -1753,7 +1777,7 @@ mod tests {
         assert!(q["/vnet/n/hosts/x"].contains("not a key"), "{q:?}");
         assert!(q["/vnet/n/hosts/z"].contains("not a unicast address"), "{q:?}");
         assert!(q["/vnet/n/hosts/dup"].contains("already host `b`'s"), "{q:?}");
-        assert!(q.contains_key("/vnet/n/macs/52:54:00:00:00:03"), "{q:?}");
+        assert!(q.contains_key("/vnet/n/claims/x/52:54:00:00:00:03"), "{q:?}");
         // b leaves: the duplicate waiting for its address takes it.
         s.delete_if(&host_key("n", "b"), None);
         let c = sync(&mut a, &s);
@@ -1792,7 +1816,7 @@ mod tests {
         let mut a = Member::with_policy("n", "a", policy);
         for i in 0..10u8 {
             s.put(&host_key("n", &format!("h{i}")), host(i + 1), None);
-            s.put(&mac_key("n", mac(i.into())), vm("h0"), None);
+            s.put_claim(mac(i.into()), vm("h0"), None);
         }
         sync(&mut a, &s);
         assert_eq!(a.hosts().count(), 4);

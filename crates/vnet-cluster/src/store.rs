@@ -37,6 +37,8 @@ pub struct Compacted {
 struct Entry {
     value: Vec<u8>,
     lease: Option<u64>,
+    /// The revision that created the key (etcd's `create_revision`).
+    created: u64,
 }
 
 struct Lease {
@@ -116,7 +118,8 @@ impl MemStore {
             return None;
         }
         self.rev += 1;
-        self.kv.insert(key.to_string(), Entry { value: value.clone(), lease });
+        let created = self.kv.get(key).map_or(self.rev, |e| e.created);
+        self.kv.insert(key.to_string(), Entry { value: value.clone(), lease, created });
         self.log.push_back(Event::Put { key: key.to_string(), value, rev: self.rev });
         Some(self.rev)
     }
@@ -132,6 +135,11 @@ impl MemStore {
         self.rev += 1;
         self.log.push_back(Event::Delete { key: key.to_string(), rev: self.rev });
         Some(self.rev)
+    }
+
+    /// The revision that created `key` (etcd's `create_revision`), if it exists.
+    pub fn created(&self, key: &str) -> Option<u64> {
+        self.kv.get(key).map(|e| e.created)
     }
 
     /// Every key under `prefix` with its value, and the revision they are of.

@@ -12,7 +12,7 @@
 //! step checks every observer against the truth in the store.
 
 use std::time::Instant;
-use vnet_cluster::layout::{host_key, mac_key, parse_key, HostRecord, Key, MacRecord};
+use vnet_cluster::layout::{claim_key, host_key, parse_key, HostRecord, Key, MacRecord};
 use vnet_cluster::{Change, Event, MemStore, Member};
 use vnet_wire::MacAddr;
 
@@ -44,7 +44,7 @@ fn join(s: &mut MemStore, h: usize, vms: usize, now: u64) -> u64 {
     s.put(&host_key(NET, &name(h)), record(h), Some(lease));
     for v in 0..vms {
         let r = MacRecord { host: name(h), iface: format!("vm{v}"), ..Default::default() };
-        s.put(&mac_key(NET, mac(h, v)), r.to_json(), Some(lease));
+        s.put(&claim_key(NET, &name(h), mac(h, v)), r.to_json(), Some(lease));
     }
     lease
 }
@@ -83,16 +83,23 @@ fn check(obs: &[Member], s: &MemStore) {
             _ => None,
         })
         .collect();
+    // Each MAC's holder: of its claims, the one at the highest epoch.
+    let mut holders: std::collections::BTreeMap<MacAddr, (u64, String)> = Default::default();
+    for (k, v) in &kvs {
+        if let Some(Key::Claim { mac, .. }) = parse_key(&p, k) {
+            let r: MacRecord = serde_json::from_slice(v).unwrap();
+            if holders.get(&mac).is_none_or(|(e, _)| *e < r.epoch) {
+                holders.insert(mac, (r.epoch, r.host));
+            }
+        }
+    }
     for m in obs {
         let mut want = 0;
-        for (k, v) in &kvs {
-            if let Some(Key::Mac(mac)) = parse_key(&p, k) {
-                let r: MacRecord = serde_json::from_slice(v).unwrap();
-                let h = r.host.as_str();
-                let expect = (live.contains(h) && h != m.me()).then_some(h);
-                assert_eq!(m.route_of(mac), expect, "{} on {mac}", m.me());
-                want += usize::from(expect.is_some());
-            }
+        for (mac, (_, h)) in &holders {
+            let h = h.as_str();
+            let expect = (live.contains(h) && h != m.me()).then_some(h);
+            assert_eq!(m.route_of(*mac), expect, "{} on {mac}", m.me());
+            want += usize::from(expect.is_some());
         }
         assert_eq!(m.routes(), want);
         let links = live.len() - usize::from(live.contains(m.me()));
@@ -178,7 +185,7 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     // A VM moves (its new host writes its key, a migration: epoch 1): one event, one change.
     let m = mac(1, 0);
     let r = MacRecord { host: name(2), iface: "vm99".into(), epoch: 1, ..Default::default() };
-    s.put(&mac_key(NET, m), r.to_json(), Some(leases[2]));
+    s.put(&claim_key(NET, &name(2), m), r.to_json(), Some(leases[2]));
     let (ev, ch, move_ms) = sync_all(&mut obs, &s);
     let move_us = move_ms * 1e3;
     let moved =
@@ -186,6 +193,9 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     assert_eq!(moved, obs.len());
     println!("scale: move: {ev} event, {ch} change, {move_us:.1} us per host");
     assert_eq!((ev, ch), (1, 1));
+    // The source deletes its own claim: one event, nothing changes.
+    s.delete_if(&claim_key(NET, &name(1), m), None);
+    assert_eq!(sync_all(&mut obs, &s).1, 0);
 
     // A host dies: its keepalives stop, its lease expires, all its keys go in one revision.
     let dead = hosts / 2 + 1;
@@ -205,7 +215,8 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     // they list again and converge.
     for v in 0..10 {
         let r = MacRecord { host: name(3), iface: format!("m{v}"), epoch: 1, ..Default::default() };
-        s.put(&mac_key(NET, mac(4, v)), r.to_json(), Some(leases[3]));
+        s.put(&claim_key(NET, &name(3), mac(4, v)), r.to_json(), Some(leases[3]));
+        s.delete_if(&claim_key(NET, &name(4), mac(4, v)), None);
     }
     leases.push(join(&mut s, hosts + 1, vms, now));
     s.compact(s.revision());
@@ -220,7 +231,7 @@ fn a_thousand_hosts_and_a_hundred_thousand_vms_converge() {
     let mut routes = Vec::new();
     let p = vnet_cluster::layout::prefix(NET);
     for (k, _) in s.range(&p).0 {
-        if let Some(Key::Mac(mac)) = parse_key(&p, &k) {
+        if let Some(Key::Claim { mac, .. }) = parse_key(&p, &k) {
             if let Some(h) = o.route_of(mac) {
                 let link = hosts_ix.binary_search(&h).unwrap() as u32;
                 let id = routes.len() as u32;
@@ -391,7 +402,7 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
     for (h, key) in claims.iter().enumerate() {
         s.put(&host_key(NET, &name(h)), signed(h, &addr(h)).to_json(), None);
         for v in 0..vms {
-            s.put(&mac_key(NET, mac(h, v)), claim_of(h, mac(h, v), 1000, key), None);
+            s.put(&claim_key(NET, &name(h), mac(h, v)), claim_of(h, mac(h, v), 1000, key), None);
         }
     }
     let policy = Policy { network_key: Some(nk.public()), have_key: true, ..Policy::default() };
@@ -425,7 +436,7 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
     let mut injected = signed(7, &addr(7));
     injected.public_key = Some(format!("{}\nlink spy udp 6.6.6.6:9000", static_key(7)));
     s.put(&host_key(NET, &name(7)), injected.to_json(), None); // a newline in the key
-    s.put(&mac_key(NET, victim), claim_of(8, victim, 2000, &claims[9]), None); // signed by another host
+    s.put(&claim_key(NET, &name(8), victim), claim_of(8, victim, 2000, &claims[9]), None); // signed by another host
     s.put(&host_key(NET, "intruder"), signed(hosts + 1, "10.250.0.1:9000").to_json(), None); // certificate of another name
     for o in &mut obs {
         let before = o.stats.bad_records;
@@ -442,7 +453,7 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
     }
     // Issue 44, finding 5: a claim by another host, signed and newer but
     // no migration (the same epoch), is a conflict: nothing moves.
-    s.put(&mac_key(NET, victim), claim_of(9, victim, 3000, &claims[9]), None);
+    s.put(&claim_key(NET, &name(9), victim), claim_of(9, victim, 3000, &claims[9]), None);
     for o in &mut obs {
         sync(o, &s);
         assert_eq!(
@@ -452,21 +463,27 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
         );
         assert_eq!(o.conflicts().collect::<Vec<_>>(), [(victim, name(3).as_str(), name(9).as_str())]);
     }
-    // A migration (a higher epoch, signed by the new host) applies; the
-    // old claim replayed does not.
-    s.put(&mac_key(NET, victim), claim_at(9, victim, 3001, &claims[9], 1), None);
-    s.put(&mac_key(NET, victim), claim_of(3, victim, 1000, &claims[3]), None);
+    // A migration (a higher epoch, signed by the new host) applies, and
+    // the source deletes its own claim; the old claim put again does not
+    // take it back (a conflict).
+    s.put(&claim_key(NET, &name(9), victim), claim_at(9, victim, 3001, &claims[9], 1), None);
+    s.delete_if(&claim_key(NET, &name(3), victim), None);
     for o in &mut obs {
         sync(o, &s);
         assert_eq!(o.route_of(victim), Some(name(9).as_str()).filter(|n| *n != o.me()));
         assert_eq!(o.conflicts().count(), 0, "the migration settled it");
+    }
+    s.put(&claim_key(NET, &name(3), victim), claim_of(3, victim, 1000, &claims[3]), None);
+    for o in &mut obs {
+        sync(o, &s);
+        assert_eq!(o.route_of(victim), Some(name(9).as_str()).filter(|n| *n != o.me()));
         assert!(o
             .quarantined()
-            .any(|(k, e)| k.ends_with(&victim.to_string()) && e.to_string().contains("not newer")));
+            .any(|(k, e)| k.ends_with(&victim.to_string()) && e.to_string().contains("conflict")));
     }
     // The old host claiming again, newer but at the epoch it knew (a
     // restart with the VM still in its config): it does not take the VM back.
-    s.put(&mac_key(NET, victim), claim_at(3, victim, 4000, &claims[3], 1), None);
+    s.put(&claim_key(NET, &name(3), victim), claim_at(3, victim, 4000, &claims[3], 1), None);
     for o in &mut obs {
         sync(o, &s);
         assert_eq!(o.route_of(victim), Some(name(9).as_str()).filter(|n| *n != o.me()), "taken back");
@@ -481,7 +498,7 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
         r.sig = Some(claims[4].sign(NET, mac(4, 0), &r));
         r.to_json()
     };
-    s.put(&mac_key(NET, mac(4, 0)), other_net, None);
+    s.put(&claim_key(NET, &name(4), mac(4, 0)), other_net, None);
     for o in &mut obs {
         sync(o, &s);
         assert_eq!(o.route_of(mac(4, 0)), Some(name(4).as_str()).filter(|n| *n != o.me()));

@@ -119,20 +119,29 @@ impl Lab {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// A secured cluster's users and role (once: etcd keeps them).
+    /// A secured cluster's users and roles (once: etcd keeps them): a
+    /// role per host granting exactly `host_grants` (read the network,
+    /// write the host's own keys), so every cluster test also checks that
+    /// a host writes nothing else (etcd would refuse it).
     fn etcd_auth(&self) -> Result<()> {
         let done = self.dir.join("etcd-auth.done");
         if done.exists() {
             return Ok(());
         }
-        let role = format!("vnet-{}", self.prefix);
-        let prefix = format!("/vnet/{}/", self.prefix);
         let root_pw = vnetd::keys::genkey().map_err(|e| Error::Other(e.to_string()))?;
         self.etcdctl(&["user", "add", "root", &format!("--new-user-password={root_pw}")])?;
-        self.etcdctl(&["role", "add", &role])?;
-        self.etcdctl(&["role", "grant-permission", &role, "--prefix=true", "readwrite", &prefix])?;
         for h in 0..self.hosts.len() {
-            let user = format!("vnet-h{h}");
+            let (user, role) = (format!("vnet-h{h}"), format!("vnet-{}-h{h}", self.prefix));
+            self.etcdctl(&["role", "add", &role])?;
+            for g in vnet_cluster::layout::host_grants(&self.prefix, &format!("h{h}")) {
+                let perm = if g.write { "readwrite" } else { "read" };
+                let mut args = vec!["role", "grant-permission", role.as_str()];
+                if g.prefix {
+                    args.push("--prefix=true");
+                }
+                args.extend([perm, g.key.as_str()]);
+                self.etcdctl(&args)?;
+            }
             let pw = std::fs::read_to_string(self.dir.join(format!("h{h}.etcd-pw")))
                 .map_err(io("reading a password"))?;
             self.etcdctl(&["user", "add", &user, &format!("--new-user-password={}", pw.trim())])?;
@@ -259,6 +268,28 @@ impl Lab {
             words.extend(["link".to_string(), l]);
         }
         Some(format!("cluster {}\n", words.join(" ")))
+    }
+
+    /// Runs `etcdctl ARGS` as host `h`'s etcd user (its client certificate
+    /// and password): what that host's credentials, in anyone's hands,
+    /// may do. The output, whatever the exit status (a refusal is data).
+    pub fn etcdctl_as(&self, h: usize, args: &[&str]) -> Result<std::process::Output> {
+        let sw =
+            self.switch.clone().ok_or_else(|| Error::Other("a cluster lab has a switch namespace".into()))?;
+        let f = |n: String| self.dir.join(n).display().to_string();
+        let pw = std::fs::read_to_string(self.dir.join(format!("h{h}.etcd-pw")))
+            .map_err(io("reading a password"))?;
+        let mut all: Vec<String> = vec![
+            "etcdctl".into(),
+            format!("--endpoints={}", self.etcd_url()),
+            format!("--cacert={}", f("etcd-ca.pem".into())),
+            format!("--cert={}", f(format!("etcd-h{h}.pem"))),
+            format!("--key={}", f(format!("etcd-h{h}.key"))),
+            format!("--user=vnet-h{h}:{}", pw.trim()),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        self.ns_output(&sw, &all)
     }
 
     /// Writes `key` = `value` into the lab's etcd as any client with write

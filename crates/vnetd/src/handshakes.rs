@@ -128,7 +128,7 @@ impl Stamps {
 }
 
 /// Writes `text` to a new file of mode 0600 beside `file` and renames it over `file`.
-fn write_replacing(file: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_replacing(file: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let tmp = file.with_extension("new");

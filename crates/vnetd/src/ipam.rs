@@ -3,9 +3,12 @@
 //! its lease ([`vnet_cluster::ipam`] has the layout and the choice).
 //!
 //! - `add`: the owner's address if it holds one in the pool already (a
-//!   retried `ADD`); else a free address, made with a transaction that
-//!   succeeds only if its key does not exist, so two hosts never hold one
-//!   address; a lost race tries the next.
+//!   retried `ADD`); else an address no host holds, put under this host's
+//!   own prefix (`/vnet/NET/ipam/HOST/`, the only one its etcd role may
+//!   write); then the pool's keys for that address are read again, and if
+//!   another host's key for it was created first
+//!   ([`vnet_cluster::ipam::winner`]) this host gives its key up and tries
+//!   the next (a lost race, logged), so two hosts never hold one address.
 //! - `del`: what the owner holds on this host goes, each only while it
 //!   still holds this host's value.
 //! - [`keep`]: at the start of a session, this host's allocations are put
@@ -17,7 +20,7 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp
 use std::collections::HashSet;
 use std::net::IpAddr;
 use tokio::sync::{mpsc, oneshot};
-use vnet_cluster::ipam::{key, pool_prefix, prefix, Allocation, Pool};
+use vnet_cluster::ipam::{host_prefix, key, parse_key, pool_name, prefix, winner, Allocation, Pool};
 use vnet_control::IpamOp;
 
 /// One control client's request, and where its answer goes.
@@ -79,34 +82,36 @@ pub(crate) async fn serve(
     host: &str,
     lease: i64,
     op: &IpamOp,
+    races: &mut u64,
 ) -> Result<Reply, IpamError> {
     match op {
         IpamOp::Add { subnet, owner, range } => {
             let pool = Pool::new(subnet, *range)?;
-            let addr = add(c, network, host, lease, &pool, owner).await?;
+            let addr = add(c, network, (host, lease), &pool, owner, races).await?;
             Ok(Reply::Allocated { addr, prefix_len: pool.len })
         }
         IpamOp::Del { owner } => del(c, network, host, owner).await.map(Reply::Released),
     }
 }
 
+/// `races` counts the addresses another host took at once (each given up).
 async fn add(
     c: &mut Client,
     network: &str,
-    host: &str,
-    lease: i64,
+    (host, lease): (&str, i64),
     pool: &Pool,
     owner: &str,
+    races: &mut u64,
 ) -> Result<IpAddr, IpamError> {
-    let base = pool_prefix(network, pool);
-    let listed = c.get(base.as_str(), Some(GetOptions::new().with_prefix())).await?;
+    let name = pool_name(pool);
+    let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await?;
     let mut taken = HashSet::new();
     for kv in listed.kvs() {
-        let Some(a) = kv.key_str().ok().and_then(|k| k.strip_prefix(&base)).and_then(|a| a.parse().ok())
-        else {
+        let Some((h, p, a)) = kv.key_str().ok().and_then(|k| parse_key(network, k)) else { continue };
+        if p != name {
             continue;
-        };
-        if Allocation::from_json(kv.value()).is_some_and(|v| v.owner == owner) {
+        }
+        if h == host && Allocation::from_json(kv.value()).is_some_and(|v| v.owner == owner) {
             return Ok(a);
         }
         taken.insert(a);
@@ -124,20 +129,45 @@ async fn add(
                 return Err(IpamError::Contended(TRIES));
             }
             tried += 1;
-            let k = key(network, pool, a);
+            taken.insert(a);
+            let k = key(network, host, pool, a);
             let txn = Txn::new()
                 .when([Compare::create_revision(k.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(k, value.clone(), Some(PutOptions::new().with_lease(lease)))]);
-            if c.txn(txn).await?.succeeded() {
+                .and_then([TxnOp::put(k.clone(), value.clone(), Some(PutOptions::new().with_lease(lease)))]);
+            if !c.txn(txn).await?.succeeded() {
+                continue;
+            }
+            let holder = holder(c, network, &name, a).await?;
+            if holder.as_deref() == Some(host) {
                 return Ok(a);
             }
-            taken.insert(a);
+            tracing::info!(%a, holder = ?holder, "ipam: another host took this address at once; trying the next");
+            *races += 1;
+            let txn = Txn::new()
+                .when([Compare::value(k.clone(), CompareOp::Equal, value.clone())])
+                .and_then([TxnOp::delete(k, None)]);
+            c.txn(txn).await?;
         }
     }
 }
 
-async fn del(c: &mut Client, network: &str, host: &str, owner: &str) -> Result<usize, IpamError> {
+/// The host whose key for `addr` in pool `name` was created first.
+async fn holder(
+    c: &mut Client,
+    network: &str,
+    name: &str,
+    addr: IpAddr,
+) -> Result<Option<String>, IpamError> {
     let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await?;
+    let keys = listed.kvs().iter().filter_map(|kv| {
+        let (h, p, a) = parse_key(network, kv.key_str().ok()?)?;
+        (p == name && a == addr).then_some((h, kv.create_revision()))
+    });
+    Ok(winner(keys).map(str::to_string))
+}
+
+async fn del(c: &mut Client, network: &str, host: &str, owner: &str) -> Result<usize, IpamError> {
+    let listed = c.get(host_prefix(network, host), Some(GetOptions::new().with_prefix())).await?;
     let mut n = 0;
     for kv in listed.kvs() {
         if Allocation::from_json(kv.value()).is_none_or(|v| v.owner != owner || v.host != host) {
@@ -160,7 +190,7 @@ pub(crate) async fn keep(
     host: &str,
     lease: i64,
 ) -> Result<usize, etcd_client::Error> {
-    let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await?;
+    let listed = c.get(host_prefix(network, host), Some(GetOptions::new().with_prefix())).await?;
     let mut n = 0;
     for kv in listed.kvs() {
         if kv.lease() == lease || Allocation::from_json(kv.value()).is_none_or(|v| v.host != host) {

@@ -538,13 +538,9 @@ fn cluster_config(
         (None, None) => return Ok(None),
     };
     let from_line = args.cluster.is_none();
-    cluster_settings(settings, daemon, claim_key, args.daemon.relay).map(Some).map_err(|e| {
-        if from_line {
-            format!("the config's `cluster` line: {e}")
-        } else {
-            e
-        }
-    })
+    cluster_settings(settings, daemon, claim_key, args.daemon.relay, &args.daemon.state_dir)
+        .map(Some)
+        .map_err(|e| if from_line { format!("the config's `cluster` line: {e}") } else { e })
 }
 
 fn cluster_settings(
@@ -552,6 +548,7 @@ fn cluster_settings(
     daemon: &Daemon,
     claim_key: Option<Arc<vnet_cluster::trust::ClaimKey>>,
     relay_flag: bool,
+    state_dir: &std::path::Path,
 ) -> Result<vnetd::cluster::Config, String> {
     let (store, warning) = vnetd::cluster::Store::load(&args.store, &args.auth).map_err(|e| e.to_string())?;
     if let Some(w) = warning {
@@ -583,6 +580,18 @@ fn cluster_settings(
             (Some(nk), Some(cert))
         }
     };
+    // Signed networks: the trust state the last run kept (the newest
+    // policy, the revocations); one that does not read or check stops the
+    // start rather than be forgotten.
+    let (kept_file, kept) = match &network_key {
+        None => (None, None),
+        Some(nk) => {
+            let file = vnetd::cluster::kept::path(state_dir, &network);
+            let max = vnet_cluster::Policy::default().max_revoked;
+            let kept = vnetd::cluster::kept::load(&file, &network, nk, max).map_err(|e| e.to_string())?;
+            (Some(file), kept)
+        }
+    };
     Ok(vnetd::cluster::Config {
         store,
         network,
@@ -594,5 +603,7 @@ fn cluster_settings(
         cert,
         claim_key,
         relay: relay_flag,
+        kept_file,
+        kept,
     })
 }

@@ -68,6 +68,12 @@ pub struct Counters {
     pub records_restored: u64,
     /// Local interfaces found with a MAC another live host holds.
     pub conflicts: u64,
+    /// Signed policies refused for a serial not above the one held (a
+    /// rollback; also in `bad_records`).
+    pub stale_policies: u64,
+    /// Addresses another host allocated at once, given up (`ipam add`
+    /// took the next).
+    pub address_races: u64,
 }
 
 /// The report.
@@ -201,6 +207,8 @@ impl Status {
                 "bad_records": c.bad_records,
                 "records_restored": c.records_restored,
                 "conflicts": c.conflicts,
+                "stale_policies": c.stale_policies,
+                "address_races": c.address_races,
             },
         })
     }
@@ -269,7 +277,7 @@ impl Status {
         let c = &self.counters;
         s.push_str(&format!(
             "events {} relists {} transactions {} transaction_errors {} store_errors {} leases_lost {} \
-             macs_claimed {} macs_released {} announces {} bad_records {} records_restored {}\n",
+             macs_claimed {} macs_released {} announces {} bad_records {} records_restored {} stale_policies {}\n",
             c.events,
             c.relists,
             c.transactions,
@@ -280,7 +288,8 @@ impl Status {
             c.macs_released,
             c.announces,
             c.bad_records,
-            c.records_restored
+            c.records_restored,
+            c.stale_policies
         ));
         for (k, why) in &self.quarantined {
             s.push_str(&format!("quarantined {k}: {why}\n"));
@@ -338,6 +347,8 @@ impl Status {
             ("bad_records_total", c.bad_records),
             ("records_restored_total", c.records_restored),
             ("mac_conflicts_total", c.conflicts),
+            ("stale_policies_total", c.stale_policies),
+            ("address_races_total", c.address_races),
         ] {
             out.push_str(&format!("# TYPE vnet_cluster_{name} counter\nvnet_cluster_{name} {v}\n"));
         }

@@ -143,6 +143,14 @@ fn with_prev(conf: &serde_json::Value, prev: &serde_json::Value) -> Vec<u8> {
 }
 
 /// The address allocations in the lab's etcd.
+/// The keys of every host's claim of `mac` in etcd (none: empty).
+fn claim_keys(lab: &Lab, mac: &str) -> Vec<String> {
+    let out =
+        lab.etcdctl(&["get", "--prefix", "--keys-only", &format!("/vnet/{}/claims/", lab.prefix)]).unwrap();
+    let suffix = format!("/{mac}");
+    out.lines().filter(|k| k.ends_with(&suffix)).map(str::to_string).collect()
+}
+
 fn ipam_keys(lab: &Lab) -> Vec<String> {
     let out =
         lab.etcdctl(&["get", "--prefix", "--keys-only", &format!("/vnet/{}/ipam/", lab.prefix)]).unwrap();
@@ -335,10 +343,8 @@ fn assert_nothing_left_of(lab: &Lab, mac: &str) {
     };
     wait_until(5.0, "no host holds an interface of the guest", || (0..3).all(|h| !holds(h)));
     wait_until(5.0, "no host routes the guest's MAC", || (0..3).all(|h| route_to(lab, h, mac).is_none()));
-    let key = format!("/vnet/{}/macs/{mac}", lab.prefix);
-    wait_until(5.0, &format!("{key} gone from etcd"), || {
-        lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().trim().is_empty()
-    });
+    let mac_s: &str = mac;
+    wait_until(5.0, &format!("every claim of {mac_s} gone from etcd"), || claim_keys(lab, mac_s).is_empty());
 }
 
 /// Issue 48: `virsh migrate --live` of a domain (TAP or vhost-user) from
@@ -612,7 +618,7 @@ mod both {
             assert_eq!(r.out["interfaces"][0]["sandbox"], format!("/run/netns/{ns}").as_str());
             let (ip, mac) = cni_address(&r);
             // Cluster mode publishes the container's MAC.
-            let key = format!("/vnet/{}/macs/{mac}", lab.prefix);
+            let key = format!("/vnet/{}/claims/h{h}/{mac}", lab.prefix);
             let took = wait_until(5.0, &format!("{key} in etcd"), || {
                 lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().contains(&format!("\"h{h}\""))
             });
@@ -677,9 +683,9 @@ mod both {
                 assert!(r.ok && r.out.is_null(), "DEL {round} on h{h}: {}", r.out);
             }
             assert_eq!(cni_leftovers(&lab, h, "none"), Vec::<String>::new());
-            let key = format!("/vnet/{}/macs/{}", lab.prefix, c.3);
-            wait_until(5.0, &format!("{key} gone from etcd"), || {
-                lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().trim().is_empty()
+            let mac_s: &str = &c.3;
+            wait_until(5.0, &format!("every claim of {mac_s} gone from etcd"), || {
+                claim_keys(&lab, mac_s).is_empty()
             });
         }
         assert_eq!(ipam_keys(&lab), Vec::<String>::new(), "addresses left in etcd");
@@ -827,9 +833,9 @@ mod both {
         for (h, p) in podmen.iter().enumerate() {
             p.ok(&["rm", "--force", "--time", "0", &c[h].0]).unwrap();
             assert_eq!(cni_leftovers(&lab, h, "none"), Vec::<String>::new());
-            let key = format!("/vnet/{}/macs/{}", lab.prefix, c[h].3);
-            wait_until(5.0, &format!("{key} gone from etcd"), || {
-                lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().trim().is_empty()
+            let mac_s: &str = &c[h].3;
+            wait_until(5.0, &format!("every claim of {mac_s} gone from etcd"), || {
+                claim_keys(&lab, mac_s).is_empty()
             });
             assert!(!std::path::Path::new(&format!("/run/netns/{}", c[h].1)).exists(), "{} is left", c[h].1);
         }
@@ -1566,9 +1572,9 @@ mod user_alone {
             wait_until(5.0, "the guest's interface gone from host 1", || {
                 json(&lab, 1, "interfaces")["interfaces"].as_array().unwrap().is_empty()
             });
-            let key = format!("/vnet/{}/macs/{mac}", lab.prefix);
-            wait_until(5.0, &format!("{key} gone from etcd"), || {
-                lab.etcdctl(&["get", "--print-value-only", &key]).unwrap().trim().is_empty()
+            let mac_s: &str = mac;
+            wait_until(5.0, &format!("every claim of {mac_s} gone from etcd"), || {
+                claim_keys(&lab, mac_s).is_empty()
             });
         }
     }

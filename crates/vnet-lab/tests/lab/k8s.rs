@@ -73,7 +73,7 @@ fn apply_vnet_with(lab: &Lab, kube: &Kube, lines: &[&str]) -> Duration {
     wait_ready(kube, Duration::from_secs(60))
 }
 
-/// Keys under the network's `what/` prefix in etcd (`ipam`, `macs`).
+/// Keys under the network's `what/` prefix in etcd (`ipam`, `claims`).
 fn etcd_keys(lab: &Lab, what: &str) -> Vec<String> {
     let out =
         lab.etcdctl(&["get", "--prefix", "--keys-only", &format!("/vnet/{}/{what}/", lab.prefix)]).unwrap();
@@ -524,7 +524,7 @@ mod by_hand {
         deploy(&kube, 30);
         wait_pods(&kube, 30, Duration::from_secs(240));
         assert_eq!(
-            (etcd_keys(&lab, "ipam").len(), etcd_keys(&lab, "macs").len()),
+            (etcd_keys(&lab, "ipam").len(), etcd_keys(&lab, "claims").len()),
             (30, 30),
             "an address and a claim a pod"
         );
@@ -535,7 +535,7 @@ mod by_hand {
         wait_pods(&kube, 0, Duration::from_secs(120));
         let clean = |kube: &Kube| {
             let mut left: Vec<String> = etcd_keys(&lab, "ipam");
-            left.extend(etcd_keys(&lab, "macs"));
+            left.extend(etcd_keys(&lab, "claims"));
             for n in 0..kube.nodes.len() {
                 left.extend(
                     node_leftovers(kube, n).into_iter().map(|l| format!("{}: {l}", kube.nodes[n].name)),

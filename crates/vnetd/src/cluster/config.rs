@@ -37,6 +37,10 @@ pub struct Config {
     /// This host relays between its secured peers (`vnetd --relay`): its
     /// record says so, for the others' `relay auto`.
     pub relay: bool,
+    /// Signed networks: where the network's trust state is kept
+    /// ([`super::kept`]), and what was kept there by the last run.
+    pub kept_file: Option<std::path::PathBuf>,
+    pub kept: Option<vnet_cluster::member::Kept>,
 }
 
 /// Why `--cluster`'s URLs are not a store's.

@@ -87,9 +87,11 @@ impl SessionError {
                 }
                 tonic::Code::PermissionDenied => {
                     return Some(format!(
-                        "etcd user {user} may not read or write /vnet/{network}/: grant its role readwrite on \
-                         that prefix (`etcdctl role grant-permission ROLE --prefix=true readwrite /vnet/{network}/`, \
-                         `etcdctl user grant-role {user} ROLE`)"
+                        "etcd user {user} may not read /vnet/{network}/ or write this host's keys: grant its role \
+                         read on that prefix and readwrite on the host's own keys, as `vnetctl network approve` \
+                         does (`etcdctl role grant-permission ROLE --prefix=true read /vnet/{network}/`; readwrite \
+                         on /vnet/{network}/hosts/HOST, and with --prefix=true on /vnet/{network}/claims/HOST/ and \
+                         /vnet/{network}/ipam/HOST/; `etcdctl user grant-role {user} ROLE`)"
                     ))
                 }
                 _ => {}

@@ -35,8 +35,10 @@
 //! again, inside the session. A new session lists again, so a change
 //! made while the host was away converges when it is back.
 
+mod claims;
 mod config;
 mod error;
+pub mod kept;
 
 pub use config::{
     advertised, check_name, load_trust, parse_endpoints, Config, ConfigError, EndpointsError, Store,
@@ -46,14 +48,14 @@ use error::{etcd, refused_client_certificate, SessionError};
 
 use crate::daemon::Daemon;
 use crate::membership::{self, Convergence, Health};
-use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use vnet_cluster::apply::{local, plan};
-use vnet_cluster::layout::{host_key, mac_key, parse_key, Key};
-use vnet_cluster::{Change, Event, HostRecord, MacRecord, Member, Policy};
+use vnet_cluster::layout::host_key;
+use vnet_cluster::{Change, Event, HostRecord, Member, Policy};
 use vnet_wire::MacAddr;
 
 /// How often the daemon's interfaces are compared with what was published.
@@ -85,8 +87,21 @@ pub async fn run(
         have_key: lock(&daemon).public_key().is_some(),
         ..Policy::default()
     };
+    let mut member = Member::with_policy(&cfg.network, &cfg.host, policy);
+    if let Some(k) = &cfg.kept {
+        // Checked when read, at the start: this does not fail.
+        if let Err(e) = member.restore(k) {
+            tracing::error!("cluster: the kept trust state: {e}");
+        }
+        tracing::info!(
+            serial = k.serial,
+            revoked_hosts = k.revoked_hosts.len(),
+            revoked_certs = k.revoked_certs.len(),
+            "cluster: the network's trust state kept by the last run is held"
+        );
+    }
     let mut host = Host {
-        member: Member::with_policy(&cfg.network, &cfg.host, policy),
+        member,
         cfg,
         daemon,
         status,
@@ -105,6 +120,8 @@ pub async fn run(
         neighbors_version: 0,
         policy_version: 0,
         groups_version: 0,
+        kept_version: 0,
+        kept_failed: None,
     };
     let mut backoff = Duration::from_millis(100);
     let mut said = None;
@@ -224,6 +241,10 @@ struct Host {
     policy_version: u64,
     /// The member's claim groups version the daemon's groups follow.
     groups_version: u64,
+    /// The member's kept state version last written to disk, and the last
+    /// write error (logged once).
+    kept_version: u64,
+    kept_failed: Option<String>,
 }
 
 impl Host {
@@ -287,7 +308,9 @@ impl Host {
                     self.on_events(&mut c, lease, &resp, &own_key).await?;
                 }
                 Some(req) = next_request(ipam) => {
-                    let r = crate::ipam::serve(&mut c, &network, &me, lease, &req.op).await;
+                    let mut races = 0;
+                    let r = crate::ipam::serve(&mut c, &network, &me, lease, &req.op, &mut races).await;
+                    lock(&self.status).counters.address_races += races;
                     // The client may have given up waiting.
                     let _ = req.reply.send(r);
                 }
@@ -414,6 +437,7 @@ impl Host {
             n += 1;
         }
         self.converge(&changes, n, t0);
+        self.give_up_lost_claims(c).await?;
         for mac in restore {
             let Some(name) = self.published.get(&mac).map(|p| p.name.clone()) else { continue };
             tracing::warn!(%mac, "cluster: this host's claim was changed or deleted by another writer; putting it back");
@@ -539,26 +563,6 @@ impl Host {
         true
     }
 
-    /// The MAC whose claim by this host `e` (already applied) changed or
-    /// deleted while the view still gives it to this host: another
-    /// writer's doing (a forged claim in a signed network, a deletion),
-    /// not a move (a move's claim is taken, and the MAC is no longer ours)
-    /// nor the echo of this host's own put (an older revision).
-    fn foreign_change_to_a_claim(&self, e: &Event) -> Option<MacAddr> {
-        let Some(Key::Mac(mac)) = parse_key(self.member.prefix(), e.key()) else { return None };
-        let p = self.published.get(&mac)?;
-        let changed = match e {
-            Event::Put { value, rev, .. } => *rev > p.rev && *value != p.value,
-            Event::Delete { rev, .. } => *rev > p.rev,
-        };
-        (changed && self.ours(mac)).then_some(mac)
-    }
-
-    /// Whether the store gives `mac` to this host (or to no host).
-    fn ours(&self, mac: MacAddr) -> bool {
-        self.member.owner(mac).is_none_or(|o| o == self.member.me())
-    }
-
     async fn put_host(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
         let record = {
             let d = lock(&self.daemon);
@@ -586,162 +590,6 @@ impl Host {
         let mut changes = Vec::new();
         self.member.apply(&Event::Put { key, value, rev }, &mut changes);
         self.converge(&changes, 1, Instant::now());
-        Ok(())
-    }
-
-    /// Puts this host's claim of `mac` for `iface` at `epoch` (the epoch
-    /// the view holds, or above it for a migration). `fresh`: only if no
-    /// one holds the key (an etcd transaction), so that of two hosts
-    /// claiming one MAC at once the store keeps the first and every host
-    /// sees the second as the conflict; `None` when another was first.
-    async fn put_mac(
-        &mut self,
-        c: &mut Client,
-        lease: i64,
-        mac: MacAddr,
-        iface: &str,
-        epoch: u64,
-        fresh: bool,
-    ) -> Result<Option<Event>, SessionError> {
-        let facts = facts_of(lock(&self.daemon).state(), self.member.tenant(), mac);
-        let (key, value) = (mac_key(&self.cfg.network, mac), self.mac_value(mac, iface, epoch, &facts));
-        let put = PutOptions::new().with_lease(lease);
-        let rev = if fresh {
-            let txn = Txn::new()
-                .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key.clone(), value.clone(), Some(put))]);
-            let r = self.wait(c.txn(txn)).await.map_err(etcd(format!("claim {mac}")))?;
-            if !r.succeeded() {
-                return Ok(None);
-            }
-            r.header().map_or(0, |h| h.revision().max(0) as u64)
-        } else {
-            let r = self
-                .wait(c.put(key.clone(), value.clone(), Some(put)))
-                .await
-                .map_err(etcd(format!("put {mac}")))?;
-            r.header().map_or(0, |h| h.revision().max(0) as u64)
-        };
-        if let Some(p) = self.published.get_mut(&mac) {
-            p.value = value.clone();
-            p.rev = rev;
-            p.facts = facts;
-        }
-        Ok(Some(Event::Put { key, value, rev }))
-    }
-
-    /// The value of a MAC's key naming this host and interface `iface`:
-    /// the cluster's vnet network, `epoch`, the VM's addresses and groups,
-    /// stamped with the time and, with a claim key, signed.
-    fn mac_value(&self, mac: MacAddr, iface: &str, epoch: u64, facts: &Facts) -> Vec<u8> {
-        let mut r = MacRecord {
-            host: self.cfg.host.clone(),
-            iface: iface.to_string(),
-            at_ms: membership::now_ms(),
-            network: self.member.tenant(),
-            epoch,
-            addrs: facts.0.clone(),
-            groups: facts.1.clone(),
-            sig: None,
-        };
-        r.sig = self.cfg.claim_key.as_ref().map(|k| k.sign(&self.cfg.network, mac, &r));
-        r.to_json()
-    }
-
-    /// Claims the MACs of interfaces (of the cluster's network) declared
-    /// since the last look and releases those of interfaces deleted since.
-    /// A MAC another live host holds is claimed only by a migration (an
-    /// interface activated from standby: its VM arrived, or `activate`),
-    /// at the epoch above the held one; otherwise it is a conflict, shown
-    /// in `show cluster` and tried again as the view changes (the holder
-    /// may release it), never taken for being newer.
-    async fn publish(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
-        let tenant = self.member.tenant();
-        type Now = (u32, String, bool, Facts);
-        let now: BTreeMap<MacAddr, Now> = {
-            let d = lock(&self.daemon);
-            // A standby interface's MAC is claimed when its VM arrives.
-            let active = d.state().interfaces.values().filter(|i| !i.standby && i.network == tenant);
-            active
-                .filter_map(|i| {
-                    let mac = i.mac?;
-                    Some((mac, (i.id, i.name.clone(), d.moved_in(i.id), facts_of(d.state(), tenant, mac))))
-                })
-                .collect()
-        };
-        let gone: Vec<MacAddr> = self
-            .published
-            .iter()
-            .filter(|(m, p)| now.get(m).is_none_or(|(id, ..)| *id != p.iface))
-            .map(|(m, _)| *m)
-            .collect();
-        for mac in gone {
-            let Some(p) = self.published.remove(&mac) else { continue };
-            // Deleted only while it still names this host: a VM that moved
-            // away belongs to its new host.
-            let key = mac_key(&self.cfg.network, mac);
-            let txn = Txn::new()
-                .when([Compare::value(key.clone(), CompareOp::Equal, p.value)])
-                .and_then([TxnOp::delete(key, None)]);
-            self.wait(c.txn(txn)).await.map_err(etcd(format!("release {mac}")))?;
-            lock(&self.status).counters.macs_released += 1;
-        }
-        let mut unclaimed = BTreeMap::new();
-        let me = self.cfg.host.clone();
-        for (mac, (id, name, migration, facts)) in now {
-            // Claimed already; put again when its addresses or groups changed.
-            let again = match self.published.get(&mac) {
-                Some(p) if p.iface == id && p.facts == facts => continue,
-                Some(p) => p.iface == id,
-                None => false,
-            };
-            let owner = self.member.owner(mac).map(str::to_string);
-            let held_elsewhere = owner.as_deref().is_some_and(|o| o != me && self.member.live(o));
-            if held_elsewhere && !migration {
-                let holder = owner.unwrap_or_default();
-                if !self.unclaimed.contains_key(&mac) {
-                    tracing::warn!(%mac, interface = %name, %holder, "cluster: conflict: host {holder} holds this MAC; \
-                        interface {name} is not claimed nor routed here until it releases it (a migration here, \
-                        `vnetctl move`, takes it; delete one of the two interfaces to settle it)");
-                    lock(&self.status).counters.conflicts += 1;
-                }
-                unclaimed.insert(mac, (holder, name));
-                continue;
-            }
-            let epoch = self.member.epoch(mac) + u64::from(migration);
-            let t0 = Instant::now();
-            let fresh = owner.is_none() && !migration;
-            let Some(put) = self.put_mac(c, lease, mac, &name, epoch, fresh).await? else {
-                // Another host's claim came first: the watch brings it.
-                unclaimed.insert(mac, (String::new(), name));
-                continue;
-            };
-            let value = match &put {
-                Event::Put { value, .. } => value.clone(),
-                Event::Delete { .. } => Vec::new(),
-            };
-            self.published.insert(mac, Published { iface: id, name, value, facts, rev: put.rev() });
-            if again {
-                continue;
-            }
-            lock(&self.daemon).claimed(id);
-            lock(&self.status).counters.macs_claimed += 1;
-            // The host takes its own claim at once rather than when the
-            // watch brings it back, and, if the VM moved here, says so.
-            let mut changes = Vec::new();
-            self.member.apply(&put, &mut changes);
-            self.converge(&changes, 1, t0);
-            if held_elsewhere || (migration && owner.is_some_and(|o| o != me)) {
-                let said = lock(&self.daemon).announce(mac);
-                lock(&self.status).counters.announces += 1;
-                tracing::info!(%mac, "cluster: a migration brought this MAC here (epoch {epoch}); {}", said.trim_end());
-            }
-        }
-        self.unclaimed = unclaimed;
-        self.unclaimed_rev = self.member.revision();
-        let mut s = lock(&self.status);
-        s.owned = self.published.keys().filter(|&&m| self.ours(m)).count();
-        s.unclaimed = self.unclaimed.iter().map(|(m, (h, i))| (*m, h.clone(), i.clone())).collect();
         Ok(())
     }
 
@@ -779,6 +627,7 @@ impl Host {
         cmds.extend(local(d.state(), &self.member));
         s.counters.events += events;
         s.counters.bad_records = self.member.stats.bad_records;
+        s.counters.stale_policies = self.member.stats.stale_policies;
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         // The hosts refused as of this batch: a host whose record the batch
         // carries is judged anew.
@@ -839,6 +688,31 @@ impl Host {
         self.follow_neighbors(changes);
         self.follow_policy();
         self.follow_groups(changes);
+        self.keep();
+    }
+
+    /// Writes the network's trust state when it moved (a newer policy
+    /// taken, a revocation seen): a restart then goes back on neither.
+    fn keep(&mut self) {
+        let version = self.member.kept_version();
+        let Some(file) = self.cfg.kept_file.as_ref().filter(|_| version != self.kept_version) else { return };
+        match kept::save(file, &self.member.kept()) {
+            Ok(()) => {
+                self.kept_version = version;
+                self.kept_failed = None;
+            }
+            Err(e) => {
+                let e = format!(
+                    "{}: {e}; a restart may take an older policy or forget a revocation",
+                    file.display()
+                );
+                if self.kept_failed.as_ref() != Some(&e) {
+                    tracing::error!("cluster: {e}");
+                    lock(&self.status).last_error = Some(e.clone());
+                }
+                self.kept_failed = Some(e);
+            }
+        }
     }
 
     /// The groups MACs are in by their holders' certificates and their
