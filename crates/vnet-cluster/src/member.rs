@@ -1050,18 +1050,18 @@ mod tests {
         for h in [2u8, 3] {
             s.put(&host_key("n", &format!("h{h}")), fixtures::host(h), None);
         }
-        s.put(&mac_key("n", mac(2)), claim("h2", &["10.244.0.2", "10.244.0.20"]), None);
+        s.put_claim(mac(2), claim("h2", &["10.244.0.2", "10.244.0.20"]), None);
         sync(&mut m, &s);
         assert_eq!(m.neighbors().len(), 2, "the positive control: h2's addresses answered for");
         assert!(m.address_conflicts().is_empty());
         // h3 claims one of h2's VM's addresses for its own VM.
-        s.put(&mac_key("n", mac(3)), claim("h3", &["10.244.0.2"]), None);
+        s.put_claim(mac(3), claim("h3", &["10.244.0.2"]), None);
         sync(&mut m, &s);
         let held: Vec<_> = m.neighbors().into_iter().collect();
         assert_eq!(held, vec![((0, ip("10.244.0.20")), mac(2))], "the disputed address is no one's");
         assert_eq!(m.address_conflicts(), vec![((0, ip("10.244.0.2")), vec![mac(2), mac(3)])]);
         // h3's claim goes: h2's answer is back.
-        s.delete_if(&mac_key("n", mac(3)), None);
+        s.delete_claims(mac(3));
         sync(&mut m, &s);
         assert_eq!(m.neighbors().get(&(0, ip("10.244.0.2"))), Some(&mac(2)));
         assert!(m.address_conflicts().is_empty());
