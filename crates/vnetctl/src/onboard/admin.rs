@@ -28,10 +28,28 @@ struct Admin {
 
 async fn admin(dir: &Path) -> EtcdResult<Admin> {
     let (n, ca, root_pw) = load(dir)?;
-    let c = connect(&n.etcd, &ca, Some(("root", &root_pw)))
-        .await
-        .map_err(|e| format!("etcd at {} as root: {e}", n.etcd))?;
+    // Waits for etcd (just started, say) for up to 30 s; a refused login
+    // is an answer at once.
+    let mut tries = 0;
+    let c = loop {
+        match connect(&n.etcd, &ca, Some(("root", &root_pw))).await {
+            Ok(c) => break c,
+            Err(e) if tries < 60 && unreachable(&e) => {
+                tries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(format!("etcd at {} as root: {e}", n.etcd)),
+        }
+    };
     Ok(Admin { network: n.network, etcd: n.etcd, ca, dir: dir.to_path_buf(), c })
+}
+
+/// Whether an etcd error says etcd is not (yet) there to answer.
+fn unreachable(e: &etcd_client::Error) -> bool {
+    let said = e.to_string();
+    matches!(e, etcd_client::Error::TransportError(_))
+        || said.contains("currently unavailable")
+        || said.contains("connect error")
 }
 
 /// Whether an etcd error says the user or role is not there.
