@@ -220,8 +220,30 @@ mod user {
         );
         succeeded(&o.etcdctl(Some(&root), &["get", "/vnet-join/lab/h1"], None), "root's get (control)");
 
+        // The join user an older `network setup` made (write on every
+        // request, a password that never expired) is gone with the first
+        // token.
+        let old = ("vnet-lab-join".to_string(), "old-join-pw".to_string());
+        for args in [
+            vec!["user", "add", "vnet-lab-join:old-join-pw"],
+            vec!["role", "add", "vnet-lab-join"],
+            vec!["role", "grant-permission", "vnet-lab-join", "--prefix=true", "write", "/vnet-join/lab/"],
+            vec!["user", "grant-role", "vnet-lab-join", "vnet-lab-join"],
+        ] {
+            succeeded(&o.etcdctl(Some(&root), &args, None), "the old join user");
+        }
+        succeeded(
+            &o.etcdctl(Some(&old), &["put", "/vnet-join/lab/h9", "x"], None),
+            "the old join user (control)",
+        );
+
         // h1 joins; the token holder replaces its request while it waits.
         let (t1, t1_user) = o.token("h1", &[]);
+        refused(
+            &o.etcdctl(Some(&old), &["put", "/vnet-join/lab/h9", "x"], None),
+            "authentication failed",
+            "the old join user",
+        );
         let (fp, joining) = o.join(&t1, "h1", "60");
         let original = o.request("h1");
         // 1. Another key (a second `join` with the stolen token).

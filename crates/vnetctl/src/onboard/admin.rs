@@ -107,6 +107,11 @@ impl Admin {
         for h in expired {
             self.drop_token(&h).await?;
         }
+        // The join user of before tokens were per host (`network setup`
+        // made it; its password, in every token it printed, never
+        // expired; it could write every request): gone.
+        self.drop_user(&format!("vnet-{}-join", self.network)).await?;
+        let _ = std::fs::remove_file(self.dir.join("join.pw"));
         Ok(())
     }
 
