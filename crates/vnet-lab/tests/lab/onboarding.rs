@@ -37,7 +37,7 @@ impl Onboard {
             no_vnetd: true,
             ..Spec::default()
         });
-        let tmp = std::env::temp_dir().join(format!("vnet-onboard-{}", std::process::id()));
+        let tmp = std::env::temp_dir().join(format!("vnet-onboard-{}", lab.prefix));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(tmp.join("bin")).unwrap();
         // join's `systemctl enable --now vnetd@lab`: nothing to start here.
