@@ -171,6 +171,22 @@ impl Onboard {
         self.vnetctl(&self.admin, &args)
     }
 
+    /// `network approve DIR HOST` at a terminal (`script`'s), answering
+    /// `answer` to its question.
+    fn approve_at_terminal(&self, host: &str, answer: &str) -> Output {
+        let vnetctl = vnet_lab::bin("vnetctl").unwrap();
+        let cmd = format!("{} network approve {} {host}", vnetctl.display(), self.dir);
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.admin, "script", "-qec", &cmd, "/dev/null"]);
+        let mut child =
+            c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut input = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut input, answer.as_bytes()).unwrap();
+        let o = child.wait_with_output();
+        drop(input);
+        o.unwrap()
+    }
+
     /// Waits for host `host`'s request to be in etcd; returns it.
     fn request(&self, host: &str) -> String {
         let key = format!("/vnet-join/lab/{host}");
@@ -328,7 +344,11 @@ mod user {
         let (t2b, _) = o.token("h2", &[]);
         let (_, joining) = o.join(&t2b, "h2", "60");
         o.request("h2");
-        succeeded(&o.approve("h2", &["--yes"]), "h2 with a new token");
+        // Unpinned, at a terminal: shown, and approved only on `y`.
+        let no = o.approve_at_terminal("h2", "n\n");
+        refused(&no, "not approved", "h2 unpinned, `n` at the prompt");
+        assert!(text(&no).contains("asks to join network lab: address"), "{}", text(&no));
+        succeeded(&o.approve_at_terminal("h2", "y\n"), "h2 unpinned, `y` at the prompt");
         succeeded(&joining.join().unwrap(), "h2's join");
 
         // What a token's user may do: write its own request, nothing else.
