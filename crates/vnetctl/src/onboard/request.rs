@@ -2,7 +2,8 @@
 //!
 //! The request names everything the host asks for: the network and its
 //! own name, its X25519 public key (its links' key), its claim key (the
-//! Ed25519 key derived from the same private key, [`ClaimKey`]), the
+//! Ed25519 key derived from the same private key,
+//! `vnet_cluster::trust::ClaimKey`), the
 //! address it asked from and the etcd password it chose. It is signed by
 //! that claim key over all of it (the password as its SHA-256), so a token
 //! holder who overwrites the request while `join` waits can change none
@@ -14,7 +15,7 @@
 //!
 //! The claim key is derived as `vnet_cluster::trust::ClaimKey::derive`
 //! derives it (SHA-256 of a tag and the private key, as an Ed25519 seed);
-//! [`sign`] checks its public half against `ClaimKey`'s, so the two cannot
+//! [`Request::sign`] checks its public half against `ClaimKey`'s, so the two cannot
 //! drift apart unnoticed. Ed25519 and SHA-256 are `ring`'s.
 
 use base64::Engine;
