@@ -352,7 +352,21 @@ mod user {
         succeeded(&joining.join().unwrap(), "h2's join");
 
         // What a token's user may do: write its own request, nothing else.
-        let (_, t3_user) = o.token("h3", &[]);
+        let (t3, t3_user) = o.token("h3", &[]);
+        // A token from standard input (`--token-file -`): read, and the
+        // request filed (no approval within 0 s).
+        let d = o.tmp.join("h3").display().to_string();
+        let mut c = o.vnetctl_cmd(&o.host, &["join", "--token-file", "-", "dir", &d, "wait", "0"]);
+        let mut child =
+            c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let token_text = std::fs::read(&t3).unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), &token_text).unwrap();
+        let piped = child.wait_with_output().unwrap();
+        assert!(
+            text(&piped).contains("key fingerprint") && text(&piped).contains("not approved within 0 s"),
+            "{}",
+            text(&piped)
+        );
         let (_, t4_user) = o.token("h4", &[]);
         succeeded(&o.etcdctl(Some(&t4_user), &["put", "/vnet-join/lab/h4", "{}"], None), "h4's token files");
         succeeded(
