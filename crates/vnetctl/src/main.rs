@@ -89,6 +89,7 @@ A secured cluster (docs/QUICKSTART.md):
                                            or confirmed; `replace` revokes the certificate of a host of that name
   network revoke DIR HOST                  revokes HOST, deletes its etcd user, its records and leases
   network setup DIR                        (a network an older init made) etcd's root and authentication on
+  network upgrade DIR                      (hosts an older approve made) each host's role exactly its own
 Kubernetes (in a pod, as its service account):
   kube daemonset NAMESPACE/NAME  present, deleting or absent (vnet's DaemonSet's preStop hook)";
 
@@ -293,13 +294,14 @@ fn keys(words: &[String]) -> Option<ExitCode> {
         ["network", "token", dir, host, rest @ ..] => onboard::make_token(dir, host, rest),
         ["network", "approve", dir, host, rest @ ..] => onboard::approve(dir, host, rest),
         ["network", "revoke", dir, host] => onboard::revoke(dir, host),
+        ["network", "upgrade", dir] => onboard::upgrade(dir),
         ["join", rest @ ..] => onboard::join(rest),
         [first, ..] if KEY_COMMANDS.contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
              public-key KEY claim-key KEY addr PREFIX[,PREFIX...] [days N | not-after SECONDS] | \
              revoke NETKEYFILE network NAME host NAME [cert ID] | policy NETKEYFILE network NAME FILE [serial N] | \
              network init DIR network NAME etcd IP | \
              network token DIR HOST [ttl D] [file F] | network approve DIR HOST [key FINGERPRINT] [--yes] [replace] | \
-             network revoke DIR HOST | network setup DIR | join --token-file FILE|- [host NAME] [dir DIR] [wait SECS]"
+             network revoke DIR HOST | network setup DIR | network upgrade DIR | join --token-file FILE|- [host NAME] [dir DIR] [wait SECS]"
             .to_string()),
         _ => return None,
     };

@@ -410,6 +410,47 @@ mod user {
     #[ignore = "needs root, network namespaces and etcd: run with --ignored"]
     fn approving_a_hosts_name_needs_replace_and_network_revoke_takes_its_store_user() {
         let o = Onboard::up();
+        let root = o.root();
+        // A host an older approve made: the network-wide role (readwrite
+        // /vnet/lab/) and its own (the read of its certificate).
+        let h7 = ("vnet-lab-h7".to_string(), "h7-pw".to_string());
+        for args in [
+            vec!["role", "add", "vnet-lab"],
+            vec!["role", "grant-permission", "vnet-lab", "--prefix=true", "readwrite", "/vnet/lab/"],
+            vec!["role", "add", "vnet-lab-h7"],
+            vec!["role", "grant-permission", "vnet-lab-h7", "read", "/vnet-certs/lab/h7"],
+            vec!["user", "add", "vnet-lab-h7:h7-pw"],
+            vec!["user", "grant-role", "vnet-lab-h7", "vnet-lab"],
+            vec!["user", "grant-role", "vnet-lab-h7", "vnet-lab-h7"],
+            vec!["put", "/vnet-certs/lab/h7", "old"],
+        ] {
+            succeeded(&o.etcdctl(Some(&root), &args, None), "the old host");
+        }
+        succeeded(
+            &o.etcdctl(Some(&h7), &["put", "/vnet/lab/policy", "x"], None),
+            "the old host's put of the policy (control)",
+        );
+        let said = succeeded(&o.vnetctl(&o.admin, &["network", "upgrade", &o.dir]), "network upgrade");
+        eprintln!("onboarding: {}", said.trim());
+        refused(
+            &o.etcdctl(Some(&h7), &["put", "/vnet/lab/policy", "x"], None),
+            "permission denied",
+            "the upgraded host's put of the policy",
+        );
+        succeeded(
+            &o.etcdctl(Some(&h7), &["put", "/vnet/lab/hosts/h7", "{}"], None),
+            "the upgraded host's record",
+        );
+        succeeded(
+            &o.etcdctl(Some(&h7), &["get", "/vnet-certs/lab/h7"], None),
+            "the upgraded host's certificate",
+        );
+        refused(
+            &o.etcdctl(Some(&root), &["role", "get", "vnet-lab"], None),
+            "role name not found",
+            "the network-wide role",
+        );
+        succeeded(&o.etcdctl(Some(&root), &["del", "/vnet/lab/policy"], None), "root's delete");
         let (t1, _) = o.token("h1", &[]);
         let (fp, joining) = o.join(&t1, "h1", "60");
         o.request("h1");

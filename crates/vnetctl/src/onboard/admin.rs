@@ -375,21 +375,76 @@ async fn admit(a: &mut Admin, req: &Request, cert: &str) -> EtcdResult<()> {
     let user = host_user(&a.network, &req.host);
     // A user of a half-done approve, or made before host_grants: anew.
     a.drop_user(&user).await?;
+    a.c.user_add(user.as_str(), req.password.as_str(), None).await.map_err(etcd_err("user add"))?;
+    host_role(a, &req.host).await?;
+    let ck = cert_key(&a.network, &req.host);
+    a.c.put(ck.as_str(), cert, None).await.map_err(etcd_err("write the certificate"))?;
+    Ok(())
+}
+
+/// Host `host`'s role made anew (its user's, of the same name): exactly
+/// `host_grants` and the read of its certificate; granted to its user.
+async fn host_role(a: &mut Admin, host: &str) -> EtcdResult<()> {
+    let user = host_user(&a.network, host);
+    if let Err(e) = a.c.role_delete(user.as_str()).await {
+        if !not_found(&e) {
+            return Err(format!("etcd: delete role {user}: {e}"));
+        }
+    }
     a.c.role_add(user.as_str()).await.map_err(etcd_err("role add"))?;
-    for g in vnet_cluster::layout::host_grants(&a.network, &req.host) {
+    for g in vnet_cluster::layout::host_grants(&a.network, host) {
         let p =
             if g.write { Permission::read_write(g.key.as_str()) } else { Permission::read(g.key.as_str()) };
         let p = if g.prefix { p.with_prefix() } else { p };
         a.c.role_grant_permission(user.as_str(), p).await.map_err(etcd_err(&g.key))?;
     }
-    let ck = cert_key(&a.network, &req.host);
+    let ck = cert_key(&a.network, host);
     a.c.role_grant_permission(user.as_str(), Permission::read(ck.as_str()))
         .await
         .map_err(etcd_err("grant its certificate"))?;
-    a.c.user_add(user.as_str(), req.password.as_str(), None).await.map_err(etcd_err("user add"))?;
     a.c.user_grant_role(user.as_str(), user.as_str()).await.map_err(etcd_err("grant its role"))?;
-    a.c.put(ck.as_str(), cert, None).await.map_err(etcd_err("write the certificate"))?;
     Ok(())
+}
+
+/// `network upgrade DIR`: a network whose hosts an older `approve` made
+/// (each with the network-wide role `vnet-NET`, read and write on the
+/// whole prefix) moves to roles of exactly `host_grants`: every host with
+/// a certificate gets its role anew, `vnet-NET` is deleted (and the old
+/// join user). Run it once every host runs a vnetd that writes only its
+/// own keys (`docs/CLUSTER.md`).
+pub fn upgrade(dir: &str) -> Result<String, String> {
+    let dir = Path::new(dir);
+    let now = unix_now()?;
+    runtime()?.block_on(async {
+        let mut a = admin(dir).await?;
+        let prefix = cert_key(&a.network, "");
+        let opts = etcd_client::GetOptions::new().with_prefix().with_keys_only();
+        let r = a.c.get(prefix.as_str(), Some(opts)).await.map_err(etcd_err(&prefix))?;
+        let hosts: Vec<String> = r
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned())
+            .filter(|h| check_host(h).is_ok())
+            .collect();
+        let net_role = format!("vnet-{}", a.network);
+        for h in &hosts {
+            if a.c.user_get(host_user(&a.network, h)).await.is_ok() {
+                host_role(&mut a, h).await?;
+            }
+        }
+        if let Err(e) = a.c.role_delete(net_role.as_str()).await {
+            if !not_found(&e) {
+                return Err(format!("etcd: delete role {net_role}: {e}"));
+            }
+        }
+        a.sweep(now, "").await?;
+        Ok(format!(
+            "{} hosts ({}): each one's role is now exactly its own (host_grants); the network-wide role \
+             {net_role} and the join user of before are deleted",
+            hosts.len(),
+            hosts.join(" ")
+        ))
+    })
 }
 
 /// `network revoke DIR HOST`: the revocation (signed by the network key),

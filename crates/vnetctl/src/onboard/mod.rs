@@ -73,7 +73,7 @@ mod join;
 mod request;
 mod token;
 
-pub use admin::{approve, make_token, revoke};
+pub use admin::{approve, make_token, revoke, upgrade};
 pub use join::join;
 
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
