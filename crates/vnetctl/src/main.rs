@@ -77,11 +77,19 @@ Keys and certificates (no vnetd needed; none writes anything when given -h or --
   policy NETKEY network N FILE [serial S]
                           FILE's policy, rule and group lines signed for the network, as KEY VALUE
                           for `etcdctl put` (serial: the time unless told; hosts take only higher ones)
-A secured cluster in three commands a network and two a host (docs/QUICKSTART.md):
-  network init DIR network NAME etcd IP    the network key, etcd's CA, certificate and config in DIR
-  network setup DIR                        etcd's users and roles (etcd running); prints the join token
-  join TOKEN host NAME [dir DIR] [wait S]  on a host: its key (made here), a request, then vnetd@NAME once approved
-  network approve DIR HOST [key FP]        signs the host's certificate and makes its etcd user
+A secured cluster (docs/QUICKSTART.md):
+  network init DIR network NAME etcd IP    the network key, etcd's CA, certificate and config in DIR; etcd's
+                                           root made and authentication on before etcd first serves
+  network token DIR HOST [ttl D] [file F]  a join token for HOST alone: used once, expires (1h unless told)
+  join --token-file FILE|- [dir DIR] [wait S]
+                                           on a host: its key (made here), a signed request, its fingerprint
+                                           printed; then vnetd@NAME once approved (never a token in argv)
+  network approve DIR HOST [key FP] [--yes] [replace]
+                                           verifies HOST's request, shows it; signs with the fingerprint pinned
+                                           or confirmed; `replace` revokes the certificate of a host of that name
+  network revoke DIR HOST                  revokes HOST, deletes its etcd user, its records and leases
+  network setup DIR                        (a network an older init made) etcd's root and authentication on
+  network upgrade DIR                      (hosts an older approve made) each host's role exactly its own
 Kubernetes (in a pod, as its service account):
   kube daemonset NAMESPACE/NAME  present, deleting or absent (vnet's DaemonSet's preStop hook)";
 
@@ -283,13 +291,17 @@ fn keys(words: &[String]) -> Option<ExitCode> {
         ["policy", file, rest @ ..] => policy(file, rest),
         ["network", "init", dir, rest @ ..] => onboard::init(dir, rest),
         ["network", "setup", dir] => onboard::setup(dir),
+        ["network", "token", dir, host, rest @ ..] => onboard::make_token(dir, host, rest),
         ["network", "approve", dir, host, rest @ ..] => onboard::approve(dir, host, rest),
-        ["join", token, rest @ ..] => onboard::join(token, rest),
+        ["network", "revoke", dir, host] => onboard::revoke(dir, host),
+        ["network", "upgrade", dir] => onboard::upgrade(dir),
+        ["join", rest @ ..] => onboard::join(rest),
         [first, ..] if KEY_COMMANDS.contains(first) => Err("usage: genkey [FILE] | pubkey [claim] < KEYFILE | netkey FILE | sign NETKEYFILE network NAME host NAME \
              public-key KEY claim-key KEY addr PREFIX[,PREFIX...] [days N | not-after SECONDS] | \
              revoke NETKEYFILE network NAME host NAME [cert ID] | policy NETKEYFILE network NAME FILE [serial N] | \
              network init DIR network NAME etcd IP | \
-             network setup DIR | network approve DIR HOST [key FINGERPRINT] | join TOKEN host NAME [dir DIR] [wait SECS]"
+             network token DIR HOST [ttl D] [file F] | network approve DIR HOST [key FINGERPRINT] [--yes] [replace] | \
+             network revoke DIR HOST | network setup DIR | network upgrade DIR | join --token-file FILE|- [host NAME] [dir DIR] [wait SECS]"
             .to_string()),
         _ => return None,
     };
