@@ -779,6 +779,7 @@ impl Host {
         cmds.extend(local(d.state(), &self.member));
         s.counters.events += events;
         s.counters.bad_records = self.member.stats.bad_records;
+        s.counters.groups_refused = self.member.stats.groups_refused;
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         // The hosts refused as of this batch: a host whose record the batch
         // carries is judged anew.

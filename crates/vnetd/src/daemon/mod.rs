@@ -146,6 +146,9 @@ pub struct Daemon {
     /// Cluster settings are taken at start: once vnetd runs, a transaction
     /// that changes the `cluster` line is refused.
     cluster_fixed: bool,
+    /// Signed cluster mode: the cluster's vnet network and the groups this
+    /// host's certificate lets its interfaces there be in.
+    group_authority: Option<(u32, Vec<String>)>,
     /// The control endpoint's TLS identity (`--control-tls`) and its files,
     /// renewed by `reload` like the links'.
     control_tls: Option<(Arc<link::tcp::Tls>, vnet_control::TlsFiles)>,
@@ -234,6 +237,7 @@ impl Default for Daemon {
             cluster: None,
             config_path: None,
             cluster_fixed: false,
+            group_authority: None,
             control_tls: None,
             moved_in: Default::default(),
             attached: Default::default(),
