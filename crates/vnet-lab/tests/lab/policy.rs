@@ -576,9 +576,10 @@ mod both {
     /// declaring its VM in `db` is refused by its own vnetd (the group and
     /// the allowed set said); a claim naming `db`, signed with host 0's
     /// claim key and written to the store directly (as host 0's etcd user
-    /// could), is quarantined and counted by host 1, and the rule is not
-    /// met. Positive control: host 0 with a certificate allowing `db` puts
-    /// its VM in `db`, and the rule lets it through.
+    /// could; stamped ahead, so that, taken, it would stay), is quarantined
+    /// and counted by host 1, and the rule is not met (without the guard
+    /// the ping passed). Positive control: host 0 with a certificate
+    /// allowing `db` puts its VM in `db`, and the rule lets it through.
     #[test]
     #[ignore = "needs root and network namespaces: run with --ignored"]
     fn a_host_may_put_its_vms_only_in_groups_its_certificate_allows() {
@@ -648,8 +649,10 @@ mod both {
         let held = lab.etcdctl(&["get", "--print-value-only", "--", &key]).unwrap();
         let mut r: MacRecord = serde_json::from_str(held.trim()).unwrap();
         r.groups = vec!["db".into()];
-        r.at_ms =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        // Stamped an hour ahead: were it taken, host 0's claim put back
+        // (stamped now) would be refused as older, and `db` would stay.
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+        r.at_ms = now_ms as u64 + 3_600_000;
         r.sig = Some(claim_key.sign(&lab.prefix, a.mac.parse().unwrap(), &r));
         lab.etcd_put(&key, Some(&String::from_utf8(r.to_json()).unwrap())).unwrap();
         let refused_on =
