@@ -842,8 +842,8 @@ impl Host {
         self.follow_groups(changes);
     }
 
-    /// The groups MACs are in by their holders' certificates and their
-    /// claims, derived again when a batch changed something (a host, a
+    /// The groups MACs are in by their claims (within what their holders'
+    /// certificates allow), derived again when a batch changed something (a host, a
     /// claim's holder) or a claim's groups changed.
     fn follow_groups(&mut self, changes: &[Change]) {
         let version = self.member.groups_version();
@@ -854,7 +854,7 @@ impl Host {
         let groups = self.member.mac_groups();
         let mut d = lock(&self.daemon);
         if let Err(e) = d.set_cluster_groups(self.member.tenant(), groups) {
-            tracing::warn!("cluster: the certificates' groups could not be applied: {e}");
+            tracing::warn!("cluster: the claims' groups could not be applied: {e}");
         }
     }
 

@@ -98,8 +98,8 @@ pub struct Daemon {
     /// ... the generation of the cluster's groups and the interfaces'
     /// groups (`group G` on an interface) it was built with.
     policy_built: Option<policy::PolicyBuilt>,
-    /// Cluster mode: the groups each MAC is in by its holder's
-    /// certificate, and a count of their changes.
+    /// Cluster mode: the groups each MAC is in by its claim, and a count
+    /// of their changes.
     cluster_groups: (vnet_engine::policy::Members, u64),
     /// Cluster mode: the network's signed policy (its serial, what it
     /// declares), enforced with the state's own lines

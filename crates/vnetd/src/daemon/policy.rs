@@ -36,7 +36,7 @@ impl Daemon {
         }
         let old = self.shared.plane.load().policy.clone();
         let generation = old.generation + 1;
-        // The cluster's (certificates') groups, and the interfaces' own.
+        // The cluster's (claims') groups, and the interfaces' own.
         let mut extra = self.cluster_groups.0.clone();
         for (key, gs) in &local {
             extra.entry(*key).or_default().extend(gs.iter().cloned());
@@ -48,8 +48,9 @@ impl Daemon {
     }
 
     /// Cluster mode: the groups each MAC of vnet network `network` (the
-    /// cluster's) is in by its holder's certificate and its claim. They
-    /// are its groups in that network only.
+    /// cluster's) is in by its claim (in a signed network, within what its
+    /// holder's certificate allows). They are its groups in that network
+    /// only.
     pub fn set_cluster_groups(
         &mut self,
         network: u32,
