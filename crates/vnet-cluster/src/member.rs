@@ -43,8 +43,8 @@ pub struct Peer {
     pub claim_key: Option<[u8; 32]>,
     /// It relays between its secured peers (its record's `relay`).
     pub relay: bool,
-    /// The groups its certificate names: every VM MAC it holds is in
-    /// them, for the network's policy ([`Member::mac_groups`]).
+    /// The groups its certificate allows its claims to name (signed
+    /// networks; none: it may name none) ([`Member::mac_groups`]).
     pub groups: Box<[String]>,
 }
 
@@ -131,6 +131,8 @@ pub enum RecordError {
     ClaimAddrs(usize),
     #[error("`groups`: more than {0} groups, or one that is not a name")]
     ClaimGroups(usize),
+    #[error("`groups`: host `{host}`'s certificate does not allow group `{group}`")]
+    GroupNotAllowed { group: String, host: String },
     #[error("host `{0}` has no valid record to check the claim against")]
     ClaimHost(String),
     #[error("the claim is not signed by host `{0}`'s claim key")]
@@ -162,6 +164,8 @@ pub struct MemberStats {
     /// Records not taken (quarantined), and keys this version does not know.
     pub bad_records: u64,
     pub unknown_keys: u64,
+    /// Of those, claims naming a group their host's certificate does not allow.
+    pub groups_refused: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
     pub relists: u64,
     /// Signed policies refused for a serial not above the one held (a
@@ -489,6 +493,7 @@ impl Member {
             }
             Err(e) => {
                 self.stats.bad_records += 1;
+                self.stats.groups_refused += u64::from(matches!(e, RecordError::GroupNotAllowed { .. }));
                 self.hold(ev.key().to_string(), e);
             }
         }
@@ -530,23 +535,17 @@ impl Member {
     }
 
     /// The groups of each claimed MAC, for the network's policy: those its
-    /// holder's certificate names (signed networks) and those its claim
-    /// names (the claimant's interface's), each once. This host's own
-    /// MACs too.
+    /// claim names (the claimant's interface's); in a signed network only
+    /// those its holder's certificate allows now (a claim naming another is
+    /// not taken, [`RecordError::GroupNotAllowed`]). This host's MACs too.
     pub fn mac_groups(&self) -> BTreeMap<MacAddr, Vec<String>> {
-        let groups = |h: u32| self.records.get(h as usize).and_then(Option::as_ref).map(|p| &p.groups);
-        let certs = self.records.iter().flatten().any(|p| !p.groups.is_empty());
-        if !certs && self.claim_groups.is_empty() {
-            return BTreeMap::new();
-        }
+        let signed = self.policy.network_key.is_some();
         let mut out = BTreeMap::new();
-        for (m, &h) in &self.macs {
-            let mut gs: Vec<String> = groups(h).map(|g| g.to_vec()).unwrap_or_default();
-            for g in self.claim_groups.get(m).into_iter().flatten() {
-                if !gs.contains(g) {
-                    gs.push(g.clone());
-                }
-            }
+        for (m, gs) in &self.claim_groups {
+            let Some(&h) = self.macs.get(m) else { continue };
+            let allowed = self.records.get(h as usize).and_then(Option::as_ref).map(|p| &p.groups);
+            let ok = |g: &&String| !signed || allowed.is_some_and(|a| a.contains(*g));
+            let gs: Vec<String> = gs.iter().filter(ok).cloned().collect();
             if !gs.is_empty() {
                 out.insert(*m, gs);
             }
@@ -763,8 +762,8 @@ impl Member {
     }
 
     /// Takes a MAC claim if it checks: names and network; where the
-    /// network has a key, the claimant's signature and that it is no older
-    /// than the claim held (a replay); and its epoch: a claim by another
+    /// network has a key, the claimant's signature, groups its certificate
+    /// allows, no older than the claim held (a replay); its epoch: a claim by another
     /// host than a live holder is taken only at a higher epoch (a
     /// migration), and at the same epoch is a conflict, held and shown,
     /// that moves nothing.
@@ -785,17 +784,25 @@ impl Member {
         }
         let mut stamp = None;
         if self.policy.network_key.is_some() {
-            let claim_key =
-                self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref()?.claim_key);
-            let Some(claim_key) = claim_key else {
+            let peer = self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref());
+            let Some(claim_key) = peer.and_then(|p| p.claim_key) else {
                 if self.unverified.len() < self.policy.max_macs {
                     self.unverified.insert(mac, r.clone());
                 }
                 return Err(RecordError::ClaimHost(r.host));
             };
+            // Only groups the holder's certificate allows (tried again when
+            // its record, a new certificate, comes).
+            let disallowed = r.groups.iter().find(|g| peer.is_none_or(|p| !p.groups.contains(g))).cloned();
             self.unverified.remove(&mac);
             if !verify_claim(&claim_key, &self.network, mac, &r) {
                 return Err(RecordError::ClaimSignature(r.host));
+            }
+            if let Some(group) = disallowed {
+                if self.unverified.len() < self.policy.max_macs {
+                    self.unverified.insert(mac, r.clone());
+                }
+                return Err(RecordError::GroupNotAllowed { group, host: r.host });
             }
             let (held_ms, held_by) = self.claimed_at.get(&mac).copied().unwrap_or((0, 0));
             let claimant = name_hash(&r.host);
@@ -1068,7 +1075,7 @@ mod tests {
     }
 
     /// The groups a claim names are the MAC's groups for every host's
-    /// policy, with its holder certificate's; a claim naming too many, or
+    /// policy (no network key: as written); a claim naming too many, or
     /// one that is not a name, is quarantined; a deleted claim takes them.
     #[test]
     fn a_claims_groups_are_its_macs_groups_for_every_host() {
@@ -1304,10 +1311,16 @@ mod tests {
         assert_eq!(m.policy_version(), enforced);
     }
 
-    /// A certificate's groups are the groups of every MAC its host holds
-    /// (this host's too), follow a MAC that moves, and go with the host.
+    /// Groups with an authority (issue 66, finding 5): a certificate's
+    /// groups are the set its host's claims may name. A claim within it
+    /// counts; one naming another group is quarantined with the group and
+    /// the host, counted, and its MAC is in no group (not even `web`, which
+    /// it may name) and not routed: the attacker whose certificate allows
+    /// `web` claiming a VM in `db` does not meet `from group db`. Positive
+    /// controls: the same claims in a network without a key are taken as
+    /// written, and a new certificate allowing `db` takes the waiting claim.
     #[test]
-    fn a_certificates_groups_are_the_groups_of_the_macs_its_host_holds() {
+    fn a_claim_may_name_only_groups_its_hosts_certificate_allows() {
         use crate::layout::MacRecord;
         use crate::trust::{CertBody, ClaimKey, NetworkKey};
         use base64::Engine as _;
@@ -1324,29 +1337,72 @@ mod tests {
             };
             nk.sign(&body).unwrap()
         };
-        let claim = |h: u8, m: MacAddr, at_ms: u64, epoch: u64| {
-            let mut r =
-                MacRecord { host: format!("h{h}"), iface: "vm0".into(), at_ms, epoch, ..Default::default() };
+        let claim = |h: u8, m: MacAddr, at_ms: u64, epoch: u64, groups: &[&str]| {
+            let groups = groups.iter().map(|g| g.to_string()).collect();
+            let mut r = MacRecord {
+                host: format!("h{h}"),
+                iface: "vm0".into(),
+                at_ms,
+                epoch,
+                groups,
+                ..Default::default()
+            };
             r.sig = Some(ClaimKey::derive(&[h; 32]).unwrap().sign("n", m, &r));
             r.to_json()
         };
-        let mut m = signed_view(&nk, "h1");
+        let gs = |g: &[&str]| g.iter().map(|g| g.to_string()).collect::<Vec<_>>();
         let mut s = MemStore::new();
         s.put(&host_key("n", "h1"), signed_record(1, 1, &cert(1, &["web"])), None);
         s.put(&host_key("n", "h2"), signed_record(2, 2, &cert(2, &["db", "backup"])), None);
         s.put(&host_key("n", "h3"), signed_record(3, 3, &cert(3, &[])), None);
-        for (h, i) in [(1, 1), (2, 2), (3, 3)] {
-            s.put_claim(mac(i), claim(h, mac(i), 1000, 0), None);
-        }
+        s.put(&host_key("n", "h4"), signed_record(4, 4, &cert(4, &["web"])), None);
+        s.put_claim(mac(1), claim(1, mac(1), 1000, 0, &["web"]), None);
+        s.put_claim(mac(2), claim(2, mac(2), 1000, 0, &["db"]), None);
+        s.put_claim(mac(3), claim(3, mac(3), 1000, 0, &["db"]), None);
+        s.put_claim(mac(4), claim(4, mac(4), 1000, 0, &["web", "db"]), None);
+        s.put_claim(mac(5), claim(4, mac(5), 1000, 0, &["web"]), None);
+        s.put_claim(mac(6), claim(3, mac(6), 1000, 0, &[]), None);
+        // The positive control first: no network key, no authority.
+        let mut plain = Member::with_policy("n", "h1", Policy { have_key: true, ..Policy::default() });
+        sync(&mut plain, &s);
+        let g = plain.mac_groups();
+        assert_eq!((g.get(&mac(3)), g.get(&mac(4))), (Some(&gs(&["db"])), Some(&gs(&["web", "db"]))));
+        assert_eq!(plain.stats.groups_refused, 0);
+        let mut m = signed_view(&nk, "h1");
         sync(&mut m, &s);
         let g = m.mac_groups();
-        assert_eq!(g.get(&mac(1)), Some(&vec!["web".to_string()]), "this host's own VM");
-        assert_eq!(g.get(&mac(2)), Some(&vec!["db".to_string(), "backup".to_string()]));
-        assert!(!g.contains_key(&mac(3)), "a certificate with no groups");
-        // mac 2 migrates to h3: no group any more.
-        s.put_claim(mac(2), claim(3, mac(2), 2000, 1), None);
+        assert_eq!(g.get(&mac(1)), Some(&gs(&["web"])), "this host's own VM");
+        assert_eq!(g.get(&mac(2)), Some(&gs(&["db"])), "within its certificate's set");
+        assert_eq!(g.get(&mac(5)), Some(&gs(&["web"])), "the attacker's host, within its set");
+        assert!(!g.contains_key(&mac(3)) && !g.contains_key(&mac(4)), "{g:?}");
+        assert!(
+            g.iter().all(|(k, v)| *k == mac(2) || !v.contains(&"db".to_string())),
+            "only h2's VM is in db: {g:?}"
+        );
+        assert_eq!(
+            (m.route_of(mac(4)), m.route_of(mac(6))),
+            (None, Some("h3")),
+            "refused, not routed; a claim with no group is fine"
+        );
+        assert_eq!(m.stats.groups_refused, 2);
+        let q: BTreeMap<&str, String> = m.quarantined().map(|(k, e)| (k, e.to_string())).collect();
+        let why = &q[crate::layout::claim_key("n", "h4", mac(4)).as_str()];
+        assert!(why.contains("host `h4`") && why.contains("group `db`"), "{why}");
+        assert!(q[crate::layout::claim_key("n", "h3", mac(3)).as_str()].contains("host `h3`"), "{q:?}");
+        // h4's certificate renewed to allow db: its waiting claim is taken.
+        s.put(&host_key("n", "h4"), signed_record(4, 4, &cert(4, &["web", "db"])), None);
         sync(&mut m, &s);
-        assert!(!m.mac_groups().contains_key(&mac(2)));
+        assert_eq!(m.mac_groups().get(&mac(4)), Some(&gs(&["web", "db"])));
+        assert_eq!(m.route_of(mac(4)), Some("h4"));
+        assert!(!m.quarantined().any(|(k, _)| k == crate::layout::claim_key("n", "h4", mac(4))));
+        // h2's renewed without db: its MAC keeps its route, not the group.
+        s.put(&host_key("n", "h2"), signed_record(2, 2, &cert(2, &["backup"])), None);
+        sync(&mut m, &s);
+        assert!(!m.mac_groups().contains_key(&mac(2)) && m.route_of(mac(2)) == Some("h2"));
+        // mac 5 migrates to h3 naming web: refused, it stays h4's.
+        s.put_claim(mac(5), claim(3, mac(5), 2000, 1, &["web"]), None);
+        sync(&mut m, &s);
+        assert_eq!((m.route_of(mac(5)), m.stats.groups_refused), (Some("h4"), 3));
         // A certificate naming a group that is no name is refused when signed.
         let mut bad: CertBody = serde_json::from_slice(
             &base64::engine::general_purpose::STANDARD
@@ -1359,7 +1415,7 @@ mod tests {
         // h1 goes (its record deleted): its MACs lose their groups.
         s.delete_if(&host_key("n", "h1"), None);
         sync(&mut m, &s);
-        assert!(m.mac_groups().is_empty(), "{:?}", m.mac_groups());
+        assert!(!m.mac_groups().contains_key(&mac(1)), "{:?}", m.mac_groups());
     }
 
     /// Signed claims: one that comes before its host's record waits and is

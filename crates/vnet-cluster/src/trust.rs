@@ -130,8 +130,10 @@ pub struct CertBody {
     /// certificates made before expiry existed verify as they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_after: Option<u64>,
-    /// The policy groups the host's VMs are in (`rule ... from group G`),
-    /// as Nebula's certificates name groups. Absent when none.
+    /// The policy groups (`rule ... from group G`) the host may put its
+    /// VMs in: its MAC claims may name these and no other (a claim naming
+    /// another is quarantined by every host). Absent when none: then its
+    /// claims may name no group.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<String>,
 }
@@ -159,6 +161,12 @@ impl HostCert {
     /// Whether the certificate lets its host advertise `ip`.
     pub fn allows(&self, ip: IpAddr) -> bool {
         self.addrs.iter().any(|p| p.contains(ip))
+    }
+
+    /// Whether the certificate lets its host put a VM in policy group
+    /// `group` (its `groups` name it; none: no group).
+    pub fn allows_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
     }
 
     fn from_body(b: CertBody) -> Result<HostCert, TrustError> {

@@ -161,6 +161,16 @@ fn start(args: &Args) -> Result<Ready, String> {
         tls
     });
     let cluster = cluster_config(args, &daemon, claim_key)?;
+    // Signed: this host's interfaces may be only in the groups its
+    // certificate allows (its claims naming others are quarantined).
+    if let Some(c) = &cluster {
+        let cert = c.network_key.as_ref().zip(c.cert.as_deref()).and_then(|(nk, t)| nk.verify(t).ok());
+        if let Some(cert) = cert {
+            daemon
+                .set_group_authority(c.link_options.network, cert.groups)
+                .map_err(|e| format!("--host-cert: the config's interfaces: {e}"))?;
+        }
+    }
     daemon.fix_cluster_line();
     let status = vnetd::membership::Shared::default();
     if cluster.is_some() {

@@ -63,6 +63,9 @@ pub struct Counters {
     pub macs_released: u64,
     pub announces: u64,
     pub bad_records: u64,
+    /// Of those, claims naming a group their host's certificate does not
+    /// allow (signed networks).
+    pub groups_refused: u64,
     /// This host's own record found changed or deleted by another writer,
     /// and put back.
     pub records_restored: u64,
@@ -205,6 +208,7 @@ impl Status {
                 "macs_released": c.macs_released,
                 "announces": c.announces,
                 "bad_records": c.bad_records,
+                "groups_refused": c.groups_refused,
                 "records_restored": c.records_restored,
                 "conflicts": c.conflicts,
                 "stale_policies": c.stale_policies,
@@ -277,7 +281,7 @@ impl Status {
         let c = &self.counters;
         s.push_str(&format!(
             "events {} relists {} transactions {} transaction_errors {} store_errors {} leases_lost {} \
-             macs_claimed {} macs_released {} announces {} bad_records {} records_restored {} stale_policies {}\n",
+             macs_claimed {} macs_released {} announces {} bad_records {} groups_refused {} records_restored {} stale_policies {}\n",
             c.events,
             c.relists,
             c.transactions,
@@ -288,6 +292,7 @@ impl Status {
             c.macs_released,
             c.announces,
             c.bad_records,
+            c.groups_refused,
             c.records_restored,
             c.stale_policies
         ));
@@ -345,6 +350,7 @@ impl Status {
             ("macs_released_total", c.macs_released),
             ("announces_total", c.announces),
             ("bad_records_total", c.bad_records),
+            ("groups_refused_total", c.groups_refused),
             ("records_restored_total", c.records_restored),
             ("mac_conflicts_total", c.conflicts),
             ("stale_policies_total", c.stale_policies),
@@ -367,7 +373,9 @@ mod tests {
         s.set_health(Health::Down, Some("connection refused".into()));
         s.set_health(Health::Up, None);
         s.last = Some(Convergence { at_ms: now_ms(), revision: 42, events: 3, lines: 2, took_us: 150 });
+        s.counters.groups_refused = 2;
         let j = s.json();
+        assert_eq!(j["counters"]["groups_refused"], 2);
         assert_eq!(j["store"], "up");
         assert_eq!(j["revision"], 42);
         assert_eq!(j["last_error"], "connection refused", "the last error stays visible");
@@ -375,6 +383,7 @@ mod tests {
         let t = s.text();
         assert!(t.contains("store up") && t.contains("hosts 2: h1 h2") && t.contains("150 us"), "{t}");
         assert!(t.contains("quarantined /vnet/lab/hosts/x: `public_key` is not a key"), "{t}");
+        assert!(t.contains(" groups_refused 2 "), "{t}");
         assert_eq!(j["quarantined"][0]["key"], "/vnet/lab/hosts/x");
         let now = now_ms() / 1000;
         s.expiries =
@@ -386,6 +395,7 @@ mod tests {
         s.metrics(&mut m);
         assert!(m.contains("vnet_cluster_store_up 1\n") && m.contains("vnet_cluster_revision 42\n"), "{m}");
         assert!(m.contains("vnet_cluster_quarantined_records 1\n"), "{m}");
+        assert!(m.contains("vnet_cluster_groups_refused_total 2\n"), "{m}");
         assert!(m.contains("vnet_cluster_certificates_expiring_30d 1\n"), "{m}");
         assert!(m.contains("vnet_cluster_mac_conflicts 0\n"), "{m}");
         let mac: vnet_wire::MacAddr = "52:54:00:00:00:09".parse().unwrap();

@@ -628,6 +628,7 @@ impl Host {
         s.counters.events += events;
         s.counters.bad_records = self.member.stats.bad_records;
         s.counters.stale_policies = self.member.stats.stale_policies;
+        s.counters.groups_refused = self.member.stats.groups_refused;
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         // The hosts refused as of this batch: a host whose record the batch
         // carries is judged anew.
@@ -715,8 +716,8 @@ impl Host {
         }
     }
 
-    /// The groups MACs are in by their holders' certificates and their
-    /// claims, derived again when a batch changed something (a host, a
+    /// The groups MACs are in by their claims (within what their holders'
+    /// certificates allow), derived again when a batch changed something (a host, a
     /// claim's holder) or a claim's groups changed.
     fn follow_groups(&mut self, changes: &[Change]) {
         let version = self.member.groups_version();
@@ -727,7 +728,7 @@ impl Host {
         let groups = self.member.mac_groups();
         let mut d = lock(&self.daemon);
         if let Err(e) = d.set_cluster_groups(self.member.tenant(), groups) {
-            tracing::warn!("cluster: the certificates' groups could not be applied: {e}");
+            tracing::warn!("cluster: the claims' groups could not be applied: {e}");
         }
     }
 

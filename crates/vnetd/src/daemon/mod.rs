@@ -101,8 +101,8 @@ pub struct Daemon {
     /// ... the generation of the cluster's groups and the interfaces'
     /// groups (`group G` on an interface) it was built with.
     policy_built: Option<policy::PolicyBuilt>,
-    /// Cluster mode: the groups each MAC is in by its holder's
-    /// certificate, and a count of their changes.
+    /// Cluster mode: the groups each MAC is in by its claim, and a count
+    /// of their changes.
     cluster_groups: (vnet_engine::policy::Members, u64),
     /// Cluster mode: the network's signed policy (its serial, what it
     /// declares), enforced with the state's own lines
@@ -149,6 +149,9 @@ pub struct Daemon {
     /// Cluster settings are taken at start: once vnetd runs, a transaction
     /// that changes the `cluster` line is refused.
     cluster_fixed: bool,
+    /// Signed cluster mode: the cluster's vnet network and the groups this
+    /// host's certificate lets its interfaces there be in.
+    group_authority: Option<(u32, Vec<String>)>,
     /// The control endpoint's TLS identity (`--control-tls`) and its files,
     /// renewed by `reload` like the links'.
     control_tls: Option<(Arc<link::tcp::Tls>, vnet_control::TlsFiles)>,
@@ -238,6 +241,7 @@ impl Default for Daemon {
             cluster: None,
             config_path: None,
             cluster_fixed: false,
+            group_authority: None,
             control_tls: None,
             moved_in: Default::default(),
             attached: Default::default(),

@@ -246,6 +246,7 @@ impl Daemon {
             ));
         }
         self.check_neighbors(cmds, &next)?;
+        self.check_groups(&next, &|name| at.decl(name))?;
         Ok(next)
     }
 
