@@ -1350,6 +1350,38 @@ mod user {
         let all = v["links"].as_array().unwrap();
         assert_eq!(all.len(), 3, "{links}");
         assert!(all.iter().all(|l| l["security"] == "encrypt" && l["established"] == true), "{links}");
+        // Taking a host out, as the page says (issue 66): every other host
+        // drops h3, h3's VM is routed by none of them, and h3's own store
+        // session is refused (its etcd user and lease are gone).
+        let revoke = block("revoke");
+        assert_eq!(revoke.len(), 1, "{blocks:?}");
+        assert!(ping_pairs(&[(vms[0].clone(), vms[2].ip)]).is_empty(), "h1's VM pings h3's before");
+        let hosts_line = |h: usize| {
+            let s = ok("show cluster", quickstart_run(&machines[h], &[], &check));
+            s.lines().find(|l| l.starts_with("hosts ")).unwrap_or_default().to_string()
+        };
+        let t0 = std::time::Instant::now();
+        ok("network revoke h3", quickstart_run(&machines[0], &[], &revoke[0]));
+        let said = t0.elapsed();
+        let took = wait_until(5.0, "h1, h2 and h4 drop h3", || {
+            [1, 2, 4].iter().all(|&h| !hosts_line(h).split_whitespace().any(|w| w == "h3"))
+        });
+        eprintln!("quickstart: network revoke returned in {said:?}; every other host dropped h3 {took:?} after it returned");
+        assert!(
+            took < Duration::from_secs(2),
+            "the other hosts dropped h3 {took:?} after the revoke returned"
+        );
+        let routes = |h: usize| {
+            let c = "vnetctl --control unix:/run/vnet/lab.sock --json show routes";
+            ok("show routes", quickstart_run(&machines[h], &[], c)).to_lowercase()
+        };
+        for h in [1, 2, 4] {
+            assert!(!routes(h).contains(&vms[2].mac.to_lowercase()), "h{h} routes h3's VM: {}", routes(h));
+        }
+        assert!(!ping_pairs(&[(vms[0].clone(), vms[2].ip)]).is_empty(), "h1's VM pings the revoked h3's");
+        wait_until(15.0, "h3's store session is refused", || {
+            !ok("show cluster", quickstart_run(&machines[3], &[], &check)).contains("store up")
+        });
         drop(guard);
     }
 }
