@@ -15,10 +15,12 @@
 //! bounded: 5 s, an answer of at most 1 MiB. The namespace and name are
 //! checked as Kubernetes names before they become the request's path.
 //!
-//! `absent` also answers a 401: a pod's token is refused once its service
-//! account is deleted, and vnet's manifest lists the account before the
-//! DaemonSet, so `kubectl delete -f` removes it first. Any other failure is
-//! an error (exit 1), which the hook takes as "remains": it hands over.
+//! Only a 404 is `absent`. A 401 or 403 (a token refused, a role missing)
+//! says nothing of the DaemonSet: a transient failure of authentication
+//! in a rolling update must not tear the node's network down, so it is an
+//! error (exit 1), which the hook takes as "remains": it hands over, and
+//! logs why. (Removing vnet therefore deletes the DaemonSet first, while
+//! the account its pods ask with still exists: docs/INTEGRATION.md.)
 
 use std::process::ExitCode;
 use vnet_kube::Api;
@@ -98,10 +100,11 @@ fn decide(status: u16, body: &[u8]) -> Result<State, String> {
             Ok(if deleting { State::Deleting } else { State::Present })
         }
         404 => Ok(State::Absent),
-        // The token's service account is gone (it is looked up at each
-        // request): vnet's manifest lists the account before the
-        // DaemonSet, so `kubectl delete -f` removed it first.
-        401 => Ok(State::Absent),
+        401 | 403 => Err(format!(
+            "the API refused this pod's credentials ({status} {}): the DaemonSet's state is unknown, \
+             so the network stays",
+            vnet_kube::message(body)
+        )),
         _ => Err(format!("the API answered {status} {}", vnet_kube::message(body))),
     }
 }
@@ -127,7 +130,9 @@ mod tests {
         let deleting = br#"{"metadata":{"name":"vnet","deletionTimestamp":"2026-11-28T18:00:00Z"}}"#;
         assert_eq!(decide(200, deleting), Ok(State::Deleting));
         assert_eq!(decide(404, br#"{"kind":"Status","code":404}"#), Ok(State::Absent));
-        assert_eq!(decide(401, br#"{"kind":"Status","code":401}"#), Ok(State::Absent));
+        // Refused credentials say nothing of the DaemonSet: the network stays.
+        let e = decide(401, br#"{"kind":"Status","code":401,"message":"Unauthorized"}"#).unwrap_err();
+        assert!(e.contains("401") && e.contains("network stays"), "{e}");
         let e = decide(403, br#"{"kind":"Status","message":"forbidden: no"}"#).unwrap_err();
         assert!(e.contains("403") && e.contains("forbidden: no"), "{e}");
         assert!(decide(200, b"<html>").is_err());

@@ -659,14 +659,17 @@ mod by_hand {
             assert!(on.len() == 2 && on.iter().all(|d| *d == "kernel"), "{}: {v}", kube.nodes[n].name);
         }
 
-        // `kubectl delete -f`, after the pods on vnet (a network goes
-        // last): each vnet pod's preStop finds its DaemonSet gone, so vnetd
-        // stops without handing over and the hook removes the CNI files.
-        // Every node is then as it was before `kubectl apply`.
+        // Removing vnet as INTEGRATION.md says, after the pods on vnet (a
+        // network goes last): the DaemonSet first, in the foreground, so
+        // each vnet pod's preStop finds it being deleted (its account
+        // still answering), vnetd stops without handing over and the hook
+        // removes the CNI files; then the rest of the manifest. Every node
+        // is then as it was before `kubectl apply`.
         kube.kubectl(&["delete", "deployment/pods"]).unwrap();
         wait_pods(&kube, 0, Duration::from_secs(120));
         let t0 = Instant::now();
-        kube.kubectl(&["delete", "-f", &manifest()]).unwrap();
+        kube.kubectl(&["-n", "kube-system", "delete", "daemonset", "vnet", "--cascade=foreground"]).unwrap();
+        kube.kubectl(&["delete", "-f", &manifest(), "--ignore-not-found"]).unwrap();
         let vnet_left = |kube: &Kube| {
             let v = kube.get_json(&["-n", "kube-system", "get", "pods", "-l", "app=vnet"]).unwrap();
             v["items"].as_array().map_or(0, Vec::len)
