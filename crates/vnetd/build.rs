@@ -1,4 +1,5 @@
-//! Builds the eBPF fast path (`bpf/vnet.bpf.c`) with the system's clang,
+//! Builds the eBPF fast path (`bpf/vnet.bpf.c`, its two programs, over
+//! the library `bpf/lib/*.h`) with the system's clang,
 //! and makes `bpf/vnet.h` the one source of what the programs and vnetd
 //! share:
 //!
@@ -50,6 +51,16 @@ fn main() {
     let (src, header) = ("bpf/vnet.bpf.c", "bpf/vnet.h");
     println!("cargo:rerun-if-changed={src}");
     println!("cargo:rerun-if-changed={header}");
+    // The program's library (bpf/lib/*.h), each header by name (a new one
+    // too: the directory itself is watched).
+    println!("cargo:rerun-if-changed=bpf/lib");
+    let mut lib: Vec<PathBuf> = std::fs::read_dir("bpf/lib")
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    lib.sort();
+    for h in lib.iter().filter(|p| p.extension().is_some_and(|e| e == "h")) {
+        println!("cargo:rerun-if-changed={}", h.display());
+    }
     println!("cargo:rerun-if-env-changed=CLANG");
     let h = std::fs::read_to_string(header).unwrap_or_else(|e| panic!("{header}: {e}"));
     std::fs::write(out.join("vnet_h.rs"), constants(&h)).expect("writing vnet_h.rs");
