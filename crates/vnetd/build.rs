@@ -9,7 +9,8 @@
 //!   that its `#[repr(C)]` twin in `src/sys/bpf.rs` has the size, and each
 //!   field the offset and size, that the compiled object's BTF gives the C
 //!   struct. A field added, moved or resized on one side only fails the
-//!   build, naming the struct and the field.
+//!   build, naming the struct and the field. A struct of `vnet.h` missing
+//!   from the list ([`SHARED`]) fails the build too.
 //!
 //! Without clang the daemon still builds: the object is left empty (no
 //! layout to check) and `datapath auto` falls back to the user path,
@@ -63,6 +64,9 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed=CLANG");
     let h = std::fs::read_to_string(header).unwrap_or_else(|e| panic!("{header}: {e}"));
+    if let Err(e) = all_shared(&h) {
+        panic!("{header}: {e}");
+    }
     std::fs::write(out.join("vnet_h.rs"), constants(&h)).expect("writing vnet_h.rs");
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
     let multiarch = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
@@ -114,6 +118,23 @@ fn constants(h: &str) -> String {
         let _ = writeln!(out, "pub const {name}: u32 = {i};");
     }
     out
+}
+
+/// Every struct the header defines is one the maps share, so each must be
+/// in [`SHARED`] (checked against its Rust twin): a struct added to
+/// `vnet.h` without its row fails the build here.
+fn all_shared(h: &str) -> Result<(), String> {
+    for line in h.lines() {
+        let mut w = line.split_whitespace();
+        if let (Some("struct"), Some(name), Some("{")) = (w.next(), w.next(), w.next()) {
+            if !SHARED.iter().any(|(c, _)| *c == name) {
+                return Err(format!(
+                    "struct {name} is not in build.rs's SHARED list: add it, with its #[repr(C)] twin in src/sys/bpf.rs"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The assertions for every shared struct (see the module doc).
