@@ -1,7 +1,8 @@
 //! Twins of the C structs the eBPF fast path keeps in its maps
 //! (`bpf/vnet.h`): same fields, same order, no padding, checked against the
-//! compiled object by the build (build.rs); and whether a
-//! path is on a bpffs, where they can be pinned.
+//! compiled object by the build (build.rs); whether a path is on a bpffs,
+//! where they can be pinned; and `BPF_PROG_TEST_RUN` ([`test_run`]), with
+//! which the programs' tests run them on crafted packets.
 
 /// `struct route_key`: ingress port (ifindex, or `PORT_LINK | link id`),
 /// destination and source MAC.
