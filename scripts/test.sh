@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit and property tests, a longer
-# property-test ("fuzz") pass over the decoders and the parser, the Debian
+# property-test ("fuzz") pass over the decoders and the parser, the eBPF
+# programs run by the kernel on crafted packets (BPF_PROG_TEST_RUN), the Debian
 # package's build and checks (scripts/package.sh), and the
 # namespace integration tests (root), on the user path and again on the
 # kernel (eBPF) path. Installs what it needs first.
@@ -41,6 +42,10 @@ step "clippy"; timeout 1200 cargo clippy --workspace --all-targets -- -D warning
 step "shape: no function over 100 lines or file over 1000 outside tests, no import cycle in any crate"; python3 scripts/shape.py
 step "unit and property tests"
 tests 1200 cargo test --workspace
+step "eBPF programs: each decision of vnet_from_vm and vnet_from_wire, run by the kernel (BPF_PROG_TEST_RUN, root)"
+# vnetd's `kernel::attach::testrun` (#[ignore]: they load the programs);
+# `--workspace --lib`, as below, reuses the unit step's build.
+tests 300 cargo test --workspace --lib -- --ignored --test-threads=1 kernel::attach::testrun::
 step "fuzz: decoders and parser, 20000 cases each (the test build: overflow checks and debug assertions on)"
 # `never_panic` matches every never_panics* and *_never_panic property (in
 # vnet-wire and vnet-control). The test build (already made above) checks

@@ -1,4 +1,5 @@
-//! Builds the eBPF fast path (`bpf/vnet.bpf.c`) with the system's clang,
+//! Builds the eBPF fast path (`bpf/vnet.bpf.c`, its two programs, over
+//! the library `bpf/lib/*.h`) with the system's clang,
 //! and makes `bpf/vnet.h` the one source of what the programs and vnetd
 //! share:
 //!
@@ -8,7 +9,8 @@
 //!   that its `#[repr(C)]` twin in `src/sys/bpf.rs` has the size, and each
 //!   field the offset and size, that the compiled object's BTF gives the C
 //!   struct. A field added, moved or resized on one side only fails the
-//!   build, naming the struct and the field.
+//!   build, naming the struct and the field. A struct of `vnet.h` missing
+//!   from the list ([`SHARED`]) fails the build too.
 //!
 //! Without clang the daemon still builds: the object is left empty (no
 //! layout to check) and `datapath auto` falls back to the user path,
@@ -50,8 +52,21 @@ fn main() {
     let (src, header) = ("bpf/vnet.bpf.c", "bpf/vnet.h");
     println!("cargo:rerun-if-changed={src}");
     println!("cargo:rerun-if-changed={header}");
+    // The program's library (bpf/lib/*.h), each header by name (a new one
+    // too: the directory itself is watched).
+    println!("cargo:rerun-if-changed=bpf/lib");
+    let mut lib: Vec<PathBuf> = std::fs::read_dir("bpf/lib")
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    lib.sort();
+    for h in lib.iter().filter(|p| p.extension().is_some_and(|e| e == "h")) {
+        println!("cargo:rerun-if-changed={}", h.display());
+    }
     println!("cargo:rerun-if-env-changed=CLANG");
     let h = std::fs::read_to_string(header).unwrap_or_else(|e| panic!("{header}: {e}"));
+    if let Err(e) = all_shared(&h) {
+        panic!("{header}: {e}");
+    }
     std::fs::write(out.join("vnet_h.rs"), constants(&h)).expect("writing vnet_h.rs");
     let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
     let multiarch = format!("/usr/include/{}-linux-gnu", std::env::consts::ARCH);
@@ -103,6 +118,23 @@ fn constants(h: &str) -> String {
         let _ = writeln!(out, "pub const {name}: u32 = {i};");
     }
     out
+}
+
+/// Every struct the header defines is one the maps share, so each must be
+/// in [`SHARED`] (checked against its Rust twin): a struct added to
+/// `vnet.h` without its row fails the build here.
+fn all_shared(h: &str) -> Result<(), String> {
+    for line in h.lines() {
+        let mut w = line.split_whitespace();
+        if let (Some("struct"), Some(name), Some("{")) = (w.next(), w.next(), w.next()) {
+            if !SHARED.iter().any(|(c, _)| *c == name) {
+                return Err(format!(
+                    "struct {name} is not in build.rs's SHARED list: add it, with its #[repr(C)] twin in src/sys/bpf.rs"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The assertions for every shared struct (see the module doc).

@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 use vnet_engine::Plane;
 use vnet_wire::MacAddr;
 
+#[cfg(test)]
+#[path = "testrun.rs"]
+mod testrun;
+
 /// What the held decisions were compiled for: the kernel's interfaces,
 /// the plane's links (the same `Arc`s: a link changed is a new one) and
 /// vnetd's addresses, and what that made of the links (their values,

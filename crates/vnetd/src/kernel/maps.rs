@@ -52,22 +52,38 @@ pub const MATRIX_PAIRS: usize = shared::MATRIX_PAIRS as usize;
 /// is no port's: a port past the last shares it, uncounted).
 pub(crate) const PORT_SLOTS: u32 = shared::PORT_SLOTS;
 
-/// The programs' counters, in the order of the C enum.
-pub const STAT_NAMES: [&str; shared::S_MAX as usize] = [
-    "kernel_vm_frames",
-    "kernel_local",
-    "kernel_encap",
-    "kernel_encap_bytes",
-    "kernel_wire_datagrams",
-    "kernel_decap",
-    "kernel_decap_bytes",
-    "kernel_to_user",
-    "kernel_errors",
-    "kernel_neigh_answered",
-    "kernel_policy_to_user",
-    "kernel_policy_flows",
-    "kernel_spoofed_source_ip",
-];
+/// The programs' counters, in the order of the C enum: each name beside
+/// its `S_*` index as the build read it from `bpf/vnet.h`, checked at
+/// compile time (a counter moved, added or removed in the enum fails the
+/// build until this table follows).
+pub const STAT_NAMES: [&str; shared::S_MAX as usize] = in_enum_order([
+    (shared::S_VM_SEEN, "kernel_vm_frames"),
+    (shared::S_LOCAL, "kernel_local"),
+    (shared::S_ENCAP, "kernel_encap"),
+    (shared::S_ENCAP_BYTES, "kernel_encap_bytes"),
+    (shared::S_WIRE_SEEN, "kernel_wire_datagrams"),
+    (shared::S_DECAP, "kernel_decap"),
+    (shared::S_DECAP_BYTES, "kernel_decap_bytes"),
+    (shared::S_TO_USER, "kernel_to_user"),
+    (shared::S_ERRORS, "kernel_errors"),
+    (shared::S_NEIGH, "kernel_neigh_answered"),
+    (shared::S_POLICY, "kernel_policy_to_user"),
+    (shared::S_POLICY_FLOW, "kernel_policy_flows"),
+    (shared::S_SPOOFED_IP, "kernel_spoofed_source_ip"),
+]);
+
+/// The names of `(index, name)` rows, refused (at compile time, in a
+/// const) unless each row's index is its place.
+const fn in_enum_order<const N: usize>(rows: [(u32, &'static str); N]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        assert!(rows[i].0 as usize == i, "STAT_NAMES: a row is not at its bpf/vnet.h S_* index");
+        out[i] = rows[i].1;
+        i += 1;
+    }
+    out
+}
 
 /// What the kernel needs to send on a link, and the underlay device; or
 /// why the link stays on the user path.

@@ -1,7 +1,8 @@
 //! Twins of the C structs the eBPF fast path keeps in its maps
 //! (`bpf/vnet.h`): same fields, same order, no padding, checked against the
-//! compiled object by the build (build.rs); and whether a
-//! path is on a bpffs, where they can be pinned.
+//! compiled object by the build (build.rs); whether a path is on a bpffs,
+//! where they can be pinned; and `BPF_PROG_TEST_RUN` ([`test_run`]), with
+//! which the programs' tests run them on crafted packets.
 
 /// `struct route_key`: ingress port (ifindex, or `PORT_LINK | link id`),
 /// destination and source MAC.
@@ -281,4 +282,91 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: `ts` is a valid `timespec` to fill; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// `struct __sk_buff` as `BPF_PROG_TEST_RUN` takes it for a TC program
+/// (192 bytes): the fields a test may set, every other one zero (the
+/// kernel refuses a context with others set). `ifindex` picks the device
+/// the packet seems to enter (0 or 1: the loopback device).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SkbCtx {
+    pub ingress_ifindex: u32,
+    pub ifindex: u32,
+    pub gso_size: u32,
+}
+
+/// What a test run of a program returned: its verdict (`TC_ACT_*`) and
+/// the packet as it left the program.
+#[derive(Debug, Clone)]
+pub struct TestRun {
+    pub retval: u32,
+    pub data: Vec<u8>,
+}
+
+/// `union bpf_attr`'s `test` member (BPF_PROG_TEST_RUN), 80 bytes.
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    pad: u32,
+}
+const _: () = assert!(std::mem::size_of::<TestRunAttr>() == 80);
+
+/// Runs the loaded program `prog` once on `packet` (`BPF_PROG_TEST_RUN`,
+/// the kernel's own test harness: nothing is sent, a redirect is only the
+/// verdict), as if it entered with the context `ctx`. Root (CAP_BPF and
+/// CAP_NET_ADMIN) only; used by the programs' tests.
+pub fn test_run(prog: std::os::fd::BorrowedFd<'_>, packet: &[u8], ctx: SkbCtx) -> std::io::Result<TestRun> {
+    use std::os::fd::AsRawFd as _;
+    // `struct __sk_buff`: ingress_ifindex at 36, ifindex at 40, gso_size
+    // at 176 (linux/bpf.h).
+    let mut skb = [0u32; 48];
+    skb[9] = ctx.ingress_ifindex;
+    skb[10] = ctx.ifindex;
+    skb[44] = ctx.gso_size;
+    let mut out = vec![0u8; packet.len() + 256];
+    let len = |n: usize| u32::try_from(n).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput));
+    let mut attr = TestRunAttr {
+        prog_fd: u32::try_from(prog.as_raw_fd())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?,
+        data_size_in: len(packet.len())?,
+        data_size_out: len(out.len())?,
+        data_in: packet.as_ptr() as u64,
+        data_out: out.as_mut_ptr() as u64,
+        repeat: 1,
+        ctx_size_in: len(std::mem::size_of_val(&skb))?,
+        ctx_in: skb.as_ptr() as u64,
+        ..Default::default()
+    };
+    // SAFETY: `attr` is a valid `bpf_attr.test` of the size passed; its
+    // pointers name `packet` and `skb` (read, of the sizes given) and
+    // `out` (written, at most `data_size_out` bytes), all alive until the
+    // call returns; the kernel keeps none of them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            10, /* BPF_PROG_TEST_RUN */
+            &mut attr as *mut TestRunAttr,
+            std::mem::size_of::<TestRunAttr>(),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    out.truncate(attr.data_size_out as usize);
+    Ok(TestRun { retval: attr.retval, data: out })
 }

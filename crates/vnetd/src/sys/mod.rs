@@ -8,7 +8,8 @@
 //! - [`packet`]: packet sockets on existing netdevs and their receive ring;
 //! - [`udp`]: batched UDP (GSO sends, `recvmmsg` with GRO);
 //! - [`sockopt`]: socket options;
-//! - [`bpf`]: the eBPF fast path's map structs (twins of the C ones);
+//! - [`bpf`]: the eBPF fast path's map structs (twins of the C ones) and
+//!   `BPF_PROG_TEST_RUN` (the programs' tests);
 //! - [`fds`]: file descriptors passed between processes (a hand-over);
 //! - [`memory`]: guest memory lent as bytes;
 //! - [`process`]: CPU affinity, umask, the effective user.
