@@ -667,18 +667,7 @@ mod user {
         let signed = |file: &str, text: &str, serial: u64| {
             let path = lab.dir.join(file);
             std::fs::write(&path, text).unwrap();
-            let args = [
-                "policy",
-                &net_key,
-                "network",
-                &lab.prefix,
-                path.to_str().unwrap(),
-                "serial",
-                &serial.to_string(),
-            ];
-            let out = lab.vnetctl(0, &args).unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            String::from_utf8(out.stdout).unwrap().trim().split_once(' ').unwrap().1.to_string()
+            signed_policy(&lab, &net_key, &path, serial).1
         };
         let strict = format!(
             "policy default deny\nrule arp allow ether arp\nrule a-pings-b allow from mac {} to mac {} proto icmp\n",

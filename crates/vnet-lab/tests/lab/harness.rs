@@ -830,3 +830,40 @@ impl MigrationLoad {
         );
     }
 }
+
+/// The network's policy record for the lines in `file`, signed with the
+/// network key in `key_file` at `serial` (`vnetctl policy` on host 0):
+/// its key and value, not yet put.
+pub fn signed_policy(lab: &Lab, key_file: &str, file: &std::path::Path, serial: u64) -> (String, String) {
+    let serial = serial.to_string();
+    let args = ["policy", key_file, "network", &lab.prefix, file.to_str().unwrap(), "serial", &serial];
+    let out = lab.vnetctl(0, &args).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let (k, v) = printed.trim().split_once(' ').unwrap();
+    assert_eq!(k, format!("/vnet/{}/policy", lab.prefix));
+    (k.to_string(), v.to_string())
+}
+
+/// Runs `vnetctl join` (in `c`, its output piped): the key fingerprint it
+/// prints before it waits, and the rest of its run on a thread (its
+/// standard error whole, the fingerprint's line included).
+pub fn spawn_join(mut c: std::process::Command) -> (String, std::thread::JoinHandle<std::process::Output>) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let mut child = c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (mut said, mut fp) = (String::new(), None);
+    while fp.is_none() && err.read_line(&mut said).unwrap_or(0) > 0 {
+        fp = said.lines().find_map(|l| l.split("key fingerprint ").nth(1)).map(|f| f.trim().to_string());
+    }
+    let fp = fp.unwrap_or_else(|| panic!("join printed no fingerprint: {said}"));
+    let h = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+        let mut o = child.wait_with_output().unwrap();
+        o.stderr = format!("{said}{rest}").into_bytes();
+        o
+    });
+    (fp, h)
+}

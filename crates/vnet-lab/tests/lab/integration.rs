@@ -529,7 +529,6 @@ fn quickstart_spawn(
     vars: &[(&str, String)],
     script: &str,
 ) -> (String, std::thread::JoinHandle<std::process::Output>) {
-    use std::io::BufRead;
     let bin = lab_bin_dir();
     let path = format!("{}:{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", bin.0, bin.1);
     let mut c = std::process::Command::new("nsenter");
@@ -537,23 +536,8 @@ fn quickstart_spawn(
     for (k, v) in vars {
         c.arg(format!("{k}={v}"));
     }
-    c.args(["bash", "-euo", "pipefail", "-c", script]).stdin(std::process::Stdio::null());
-    let mut child =
-        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let (mut said, mut fp) = (String::new(), None);
-    while fp.is_none() && err.read_line(&mut said).unwrap_or(0) > 0 {
-        fp = said.lines().find_map(|l| l.split("key fingerprint ").nth(1)).map(|f| f.trim().to_string());
-    }
-    let fp = fp.unwrap_or_else(|| panic!("join printed no fingerprint: {said}"));
-    let h = std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut err, &mut rest);
-        let mut o = child.wait_with_output().unwrap();
-        o.stderr = format!("{said}{rest}").into_bytes();
-        o
-    });
-    (fp, h)
+    c.args(["bash", "-euo", "pipefail", "-c", script]);
+    spawn_join(c)
 }
 
 /// A `systemctl` that does what systemd does with the package's unit for

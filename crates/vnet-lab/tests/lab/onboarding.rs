@@ -5,7 +5,6 @@
 //! holder and the host's store user.
 
 use super::harness::*;
-use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -143,26 +142,11 @@ impl Onboard {
         wait: &str,
     ) -> (String, std::thread::JoinHandle<Output>) {
         let d = self.tmp.join(dir).display().to_string();
-        let mut c = self.vnetctl_cmd(
+        let c = self.vnetctl_cmd(
             &self.host,
             &["join", "--token-file", token.to_str().unwrap(), "dir", &d, "wait", wait],
         );
-        let mut child = c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut said = String::new();
-        let mut fp = None;
-        while fp.is_none() && err.read_line(&mut said).unwrap_or(0) > 0 {
-            fp = said.lines().find_map(|l| l.split("key fingerprint ").nth(1)).map(|f| f.trim().to_string());
-        }
-        let fp = fp.unwrap_or_else(|| panic!("join printed no fingerprint: {said}"));
-        let h = std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = std::io::Read::read_to_string(&mut err, &mut rest);
-            let mut o = child.wait_with_output().unwrap();
-            o.stderr = format!("{said}{rest}").into_bytes();
-            o
-        });
-        (fp, h)
+        spawn_join(c)
     }
 
     fn approve(&self, host: &str, extra: &[&str]) -> Output {

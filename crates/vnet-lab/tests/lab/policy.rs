@@ -275,6 +275,18 @@ fn arrivals(file: &std::path::Path, kind: &str) -> Vec<f64> {
         .collect()
 }
 
+/// The rules [`policy_change_under_traffic`]'s flows start under: ARP,
+/// and `web` to `db` on TCP 6001 and UDP 6002; nothing else.
+fn stream_rules(web: &Vm, db: &Vm) -> String {
+    format!(
+        "policy default deny\nrule arp allow ether arp\n\
+         rule s-tcp allow from mac {w} to mac {d} proto tcp port 6001\n\
+         rule s-udp allow from mac {w} to mac {d} proto udp port 6002\n",
+        w = web.mac,
+        d = db.mac
+    )
+}
+
 /// A TCP stream and a UDP flow from `web` to `db` (port 6001, 6002),
 /// allowed; `deny` changes the policy so they are not, `allow` back.
 /// Asserts each stops once `deny` returns (nothing arrives 100 ms after
@@ -624,23 +636,8 @@ mod both {
         );
         std::fs::write(&rules, text).unwrap();
         let put = |key_file: &str, file: &std::path::Path, serial: u64| {
-            let args = [
-                "policy",
-                key_file,
-                "network",
-                &lab.prefix,
-                file.to_str().unwrap(),
-                "serial",
-                &serial.to_string(),
-            ];
-            let out = lab
-                .vnetctl(0, &args.map(String::from).iter().map(String::as_str).collect::<Vec<_>>())
-                .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            let printed = String::from_utf8(out.stdout).unwrap();
-            let (k, v) = printed.trim().split_once(' ').unwrap();
-            assert_eq!(k, format!("/vnet/{}/policy", lab.prefix));
-            lab.etcd_put(k, Some(v)).unwrap();
+            let (k, v) = signed_policy(&lab, key_file, file, serial);
+            lab.etcd_put(&k, Some(&v)).unwrap();
         };
         let serial_on = |h: usize| json(&lab, h, "policy")["signed_serial"].as_u64();
         let net_key = lab.dir.join("net.key").display().to_string();
@@ -689,13 +686,7 @@ mod both {
     fn a_rule_that_denies_a_running_flow_stops_it_at_once_and_its_deletion_lets_it_go_again() {
         let mut lab = lab(Spec::default());
         let (web, db) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-        let rules = format!(
-            "policy default deny\nrule arp allow ether arp\n\
-             rule s-tcp allow from mac {w} to mac {d} proto tcp port 6001\n\
-             rule s-udp allow from mac {w} to mac {d} proto udp port 6002\n",
-            w = web.mac,
-            d = db.mac
-        );
+        let rules = stream_rules(&web, &db);
         for h in 0..2 {
             lab.apply(h, &rules).unwrap();
         }
@@ -721,32 +712,14 @@ mod both {
         let mut lab = lab(cluster_spec(2, 1, vec![]));
         wait_converged(&lab, 2, 1);
         let (web, db) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-        let base = format!(
-            "policy default deny\nrule arp allow ether arp\n\
-             rule s-tcp allow from mac {w} to mac {d} proto tcp port 6001\n\
-             rule s-udp allow from mac {w} to mac {d} proto udp port 6002\n",
-            w = web.mac,
-            d = db.mac
-        );
+        let base = stream_rules(&web, &db);
         let cut = format!("{base}rule cut deny priority 1 from mac {} to mac {}\n", web.mac, db.mac);
         let put = |lab: &Lab, text: &str, serial: u64| {
             let file = lab.dir.join(format!("signed-{serial}.conf"));
             std::fs::write(&file, text).unwrap();
             let net_key = lab.dir.join("net.key").display().to_string();
-            let args = [
-                "policy",
-                &net_key,
-                "network",
-                &lab.prefix,
-                file.to_str().unwrap(),
-                "serial",
-                &serial.to_string(),
-            ];
-            let out = lab.vnetctl(0, &args).unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            let printed = String::from_utf8(out.stdout).unwrap();
-            let (k, v) = printed.trim().split_once(' ').unwrap();
-            lab.etcd_put(k, Some(v)).unwrap();
+            let (k, v) = signed_policy(lab, &net_key, &file, serial);
+            lab.etcd_put(&k, Some(&v)).unwrap();
             let on = |h: usize| json(lab, h, "policy")["signed_serial"].as_u64();
             wait_until(3.0, &format!("both hosts enforce serial {serial}"), || {
                 (0..2).all(|h| on(h) == Some(serial))
