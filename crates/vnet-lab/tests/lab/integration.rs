@@ -509,8 +509,9 @@ fn quickstart_machine(lab: &mut Lab, ns: &str, admin: bool) -> Machine {
     m
 }
 
-/// Runs `script` (bash, -euo pipefail) on machine `m` with `vars` set.
-fn quickstart_run(m: &Machine, vars: &[(&str, String)], script: &str) -> std::process::Output {
+/// The command that runs `script` (bash, -euo pipefail) on machine `m`
+/// with `vars` set.
+fn quickstart_cmd(m: &Machine, vars: &[(&str, String)], script: &str) -> std::process::Command {
     let bin = lab_bin_dir();
     let path = format!("{}:{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", bin.0, bin.1);
     let mut c = std::process::Command::new("nsenter");
@@ -519,7 +520,12 @@ fn quickstart_run(m: &Machine, vars: &[(&str, String)], script: &str) -> std::pr
         c.arg(format!("{k}={v}"));
     }
     c.args(["bash", "-euo", "pipefail", "-c", script]).stdin(std::process::Stdio::null());
-    c.output().unwrap()
+    c
+}
+
+/// Runs `script` on machine `m` ([`quickstart_cmd`]).
+fn quickstart_run(m: &Machine, vars: &[(&str, String)], script: &str) -> std::process::Output {
+    quickstart_cmd(m, vars, script).output().unwrap()
 }
 
 /// Runs `script` as [`quickstart_run`] does, in the background: the
@@ -529,15 +535,7 @@ fn quickstart_spawn(
     vars: &[(&str, String)],
     script: &str,
 ) -> (String, std::thread::JoinHandle<std::process::Output>) {
-    let bin = lab_bin_dir();
-    let path = format!("{}:{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", bin.0, bin.1);
-    let mut c = std::process::Command::new("nsenter");
-    c.args(["--target", &m.pid.to_string(), "--mount", "--net", "--", "env", &format!("PATH={path}")]);
-    for (k, v) in vars {
-        c.arg(format!("{k}={v}"));
-    }
-    c.args(["bash", "-euo", "pipefail", "-c", script]);
-    spawn_join(c)
+    spawn_join(quickstart_cmd(m, vars, script))
 }
 
 /// A `systemctl` that does what systemd does with the package's unit for
