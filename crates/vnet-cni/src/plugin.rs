@@ -269,8 +269,13 @@ fn undo(conf: &NetConf, env: &Env, r: &Record, stdin: &[u8]) -> Result<()> {
     // the host's lease ends).
     if let Ok(mut c) = vnetd(conf) {
         // Its addresses are no longer answered for (one never declared, as
-        // after a failed ADD, is no error).
-        for ip in r.result.iter().flat_map(addresses) {
+        // after a failed ADD, is no error): only those vnetd answers with
+        // the attachment's MAC while no other interface holds that MAC,
+        // since a record's `result` and `mac` are a file's word, and
+        // another pod's `neigh` lines are what keep its source guard on.
+        let config = request(&mut c, &Request::Show { what: ShowWhat::Config, json: false });
+        let theirs = config.map(|t| answered_by(&t, &r.name, &r.mac, conf.network)).unwrap_or_default();
+        for ip in r.result.iter().flat_map(addresses).filter(|ip| theirs.contains(ip)) {
             let _ = request(&mut c, &Request::DeleteNeigh { ip, network: conf.network });
         }
         let detach = Name::new(&r.name).map(Request::Detach).map_err(invalid);
@@ -325,6 +330,30 @@ fn ours(conf: &NetConf, r: &Record) -> Result<()> {
             r.container_id, r.ifname, r.name, r.socket, want.name
         ),
     ))
+}
+
+/// The addresses of `network` that vnetd's configuration `config` (`show
+/// config`) answers with `mac`, the MAC of attachment `name`: none when
+/// another interface than `name` holds that MAC (a live pod's), when `mac`
+/// is no MAC, or when the text does not parse. (The attachment's own
+/// interface may be gone already: moved, or detached by an earlier `DEL`.)
+fn answered_by(config: &str, name: &str, mac: &str, network: u32) -> Vec<std::net::IpAddr> {
+    let Ok(mac) = mac.parse::<vnet_wire::MacAddr>() else { return Vec::new() };
+    let Ok(state) =
+        vnet_control::parse(config).and_then(|cmds| vnet_control::State::default().apply_all(&cmds))
+    else {
+        return Vec::new();
+    };
+    if state.interfaces.values().any(|i| i.mac == Some(mac) && i.name != name) {
+        return Vec::new();
+    }
+    state
+        .neighbors
+        .0
+        .iter()
+        .filter(|((n, _), m)| *n == network && **m == mac)
+        .map(|((_, ip), _)| *ip)
+        .collect()
 }
 
 /// `DEL`: idempotent; a missing netns, interface, record or vnetd is not
@@ -469,6 +498,36 @@ mod tests {
             let e = undo(&conf, &Env::default(), &forged, b"").unwrap_err();
             assert!(e.msg.contains("nothing removed"), "{e}");
         }
+    }
+
+    /// `DEL` withdraws only the addresses vnetd answers with the
+    /// attachment's own interface's MAC: a forged record whose `result`
+    /// names another pod's address does not take that pod's `neigh` line
+    /// (and with it its source guard) away.
+    #[test]
+    fn del_withdraws_only_the_addresses_answered_with_its_interfaces_mac() {
+        let config = "interface vc01 netdev vc01 mac 02:00:00:00:00:01\n\
+                      interface vc02 netdev vc02 mac 02:00:00:00:00:02\n\
+                      neigh 10.88.0.1 02:00:00:00:00:01\n\
+                      neigh 10.88.0.2 02:00:00:00:00:02\n\
+                      neigh 10.88.0.3 02:00:00:00:00:01 network 7\n";
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let (m1, m2) = ("02:00:00:00:00:01", "02:00:00:00:00:02");
+        assert_eq!(answered_by(config, "vc01", m1, 0), vec![ip("10.88.0.1")]);
+        assert_eq!(answered_by(config, "vc01", m1, 7), vec![ip("10.88.0.3")]);
+        assert_eq!(answered_by(config, "vc02", m2, 0), vec![ip("10.88.0.2")]);
+        // A forged record naming vc02's MAC (and its address) under another
+        // attachment's name: vc02 holds that MAC, so nothing.
+        assert!(answered_by(config, "vc09", m2, 0).is_empty());
+        // The attachment's interface gone (moved, or detached already): its
+        // MAC's lines are its own to withdraw.
+        let moved = "neigh 10.88.0.1 02:00:00:00:00:01\n";
+        assert_eq!(answered_by(moved, "vc01", m1, 0), vec![ip("10.88.0.1")]);
+        assert!(answered_by(config, "vc01", "not a mac", 0).is_empty());
+        assert!(
+            answered_by("nonsense here\n", "vc01", m1, 0).is_empty(),
+            "text that does not parse: nothing"
+        );
     }
 
     #[test]
