@@ -16,7 +16,7 @@
 //!   meanwhile, which is logged): a host that dies loses its addresses
 //!   with its lease; one that comes back keeps them.
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use std::collections::HashSet;
 use std::net::IpAddr;
 use tokio::sync::{mpsc, oneshot};
@@ -104,9 +104,9 @@ async fn add(
     races: &mut u64,
 ) -> Result<IpAddr, IpamError> {
     let name = pool_name(pool);
-    let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await?;
+    let (listed, _) = crate::listing::list(c, &prefix(network)).await?;
     let mut taken = HashSet::new();
-    for kv in listed.kvs() {
+    for kv in &listed {
         let Some((h, p, a)) = kv.key_str().ok().and_then(|k| parse_key(network, k)) else { continue };
         if p != name {
             continue;
@@ -158,8 +158,8 @@ async fn holder(
     name: &str,
     addr: IpAddr,
 ) -> Result<Option<String>, IpamError> {
-    let listed = c.get(prefix(network), Some(GetOptions::new().with_prefix())).await?;
-    let keys = listed.kvs().iter().filter_map(|kv| {
+    let (listed, _) = crate::listing::list(c, &prefix(network)).await?;
+    let keys = listed.iter().filter_map(|kv| {
         let (h, p, a) = parse_key(network, kv.key_str().ok()?)?;
         (p == name && a == addr).then_some((h, kv.create_revision()))
     });
@@ -167,9 +167,9 @@ async fn holder(
 }
 
 async fn del(c: &mut Client, network: &str, host: &str, owner: &str) -> Result<usize, IpamError> {
-    let listed = c.get(host_prefix(network, host), Some(GetOptions::new().with_prefix())).await?;
+    let (listed, _) = crate::listing::list(c, &host_prefix(network, host)).await?;
     let mut n = 0;
-    for kv in listed.kvs() {
+    for kv in &listed {
         if Allocation::from_json(kv.value()).is_none_or(|v| v.owner != owner || v.host != host) {
             continue;
         }
@@ -190,9 +190,9 @@ pub(crate) async fn keep(
     host: &str,
     lease: i64,
 ) -> Result<usize, etcd_client::Error> {
-    let listed = c.get(host_prefix(network, host), Some(GetOptions::new().with_prefix())).await?;
+    let (listed, _) = crate::listing::list(c, &host_prefix(network, host)).await?;
     let mut n = 0;
-    for kv in listed.kvs() {
+    for kv in &listed {
         if kv.lease() == lease || Allocation::from_json(kv.value()).is_none_or(|v| v.host != host) {
             continue;
         }

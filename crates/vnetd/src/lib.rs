@@ -30,6 +30,7 @@ pub mod ipam;
 pub mod kernel;
 pub mod kube;
 pub mod link;
+pub mod listing;
 pub mod membership;
 pub mod paths;
 pub mod settings;

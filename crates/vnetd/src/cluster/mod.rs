@@ -48,7 +48,7 @@ use error::{etcd, refused_client_certificate, SessionError};
 
 use crate::daemon::Daemon;
 use crate::membership::{self, Convergence, Health};
-use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
+use etcd_client::{Client, EventType, PutOptions, WatchOptions};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -495,12 +495,10 @@ impl Host {
     async fn relist(&mut self, c: &mut Client) -> Result<u64, SessionError> {
         let t0 = Instant::now();
         let prefix = self.member.prefix().to_string();
-        let resp =
-            self.wait(c.get(prefix, Some(GetOptions::new().with_prefix()))).await.map_err(etcd("list"))?;
-        let rev = resp.header().map_or(0, |h| h.revision().max(0) as u64);
-        let kvs: Vec<(String, Vec<u8>)> = resp
-            .kvs()
-            .iter()
+        let (listed, rev) = self.wait(crate::listing::list(c, &prefix)).await.map_err(etcd("list"))?;
+        let rev = rev.max(0) as u64;
+        let kvs: Vec<(String, Vec<u8>)> = listed
+            .into_iter()
             .filter_map(|kv| Some((kv.key_str().ok()?.to_string(), kv.value().to_vec())))
             .collect();
         let mut changes = Vec::new();
