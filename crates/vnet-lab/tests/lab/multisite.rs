@@ -313,62 +313,6 @@ mod both_alone {
 mod user {
     use super::*;
 
-    #[test]
-    #[ignore = "needs root and network namespaces: run with --ignored"]
-    fn a_restarted_peer_at_a_new_address_links_as_fast_under_2000_junk_datagrams_a_second() {
-        // Issue 44, finding 1: junk initiations from strangers spent the budget
-        // of initiations from unknown addresses before their first MAC was
-        // checked, so a peer that came back from a new address (a static
-        // config: its initiation is the only news of it) could not handshake.
-        // At the issue's 200 a second the budget (50 a second) is spent for
-        // part of each second only, and the peer's retries got through within
-        // the second; at 2000 a second, with the budget spent before the first
-        // MAC (the old order), it took 16.4 s against 1.08 s without the flood.
-        let (mut lab, _, _) = roaming_lab();
-        let quiet = restart_at(&mut lab, "10.77.0.2", "10.77.0.12");
-        let script = lab.dir.join("strangers.py");
-        std::fs::write(&script, STRANGERS).unwrap();
-        let ns1 = lab.hosts[1].ns.clone();
-        let ip0 = lab.hosts[0].underlay_ip.to_string();
-        lab.spawn(&ns1, &["python3", script.to_str().unwrap(), &ip0, "60", "2000"]).unwrap();
-        std::thread::sleep(Duration::from_secs(2));
-        let g = |lab: &Lab| json(lab, 0, "stats")["global"].clone();
-        let before = g(&lab);
-        let flooded = restart_at(&mut lab, "10.77.0.12", "10.77.0.13");
-        let after = g(&lab);
-        let l = link_json(&lab, 0);
-        let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
-        eprintln!(
-            "restart at a new address: {quiet:?} quiet, {flooded:?} under 2000 junk datagrams a second; \
-         meanwhile stranger initiations with a bad MAC {}, limited {}",
-            n(&after, "stranger_initiations_bad_mac") - n(&before, "stranger_initiations_bad_mac"),
-            n(&after, "stranger_initiations_limited") - n(&before, "stranger_initiations_limited"),
-        );
-        assert_eq!(l["endpoint"], "10.77.0.13:9000", "{l}");
-        assert!(
-            n(&after, "stranger_initiations_bad_mac") > n(&before, "stranger_initiations_bad_mac"),
-            "{after}"
-        );
-        // Issue 45: `show links` as text says the security, cipher and path too.
-        let text = lab.control(0, "show links").unwrap().body;
-        let header = text.lines().next().unwrap_or_default().to_string();
-        assert!(
-            header.contains("security") && header.contains("cipher") && header.contains("path"),
-            "{text}"
-        );
-        let row = text.lines().find(|r| r.contains(" h1 ")).unwrap_or_default();
-        let cipher = l["cipher"].as_str().unwrap().to_string();
-        assert!(
-            row.contains("encrypt") && row.contains(&cipher) && row.contains(l["path"].as_str().unwrap()),
-            "{text}"
-        );
-        // As fast as without the flood, give or take the noise of a restart.
-        assert!(
-            flooded <= quiet * 2 + Duration::from_millis(500),
-            "{flooded:?} under the flood against {quiet:?} without"
-        );
-    }
-
     /// Issue 31, NAT traversal: host 0 behind a cone-like NAT, hosts 1 and 3
     /// each behind a symmetric one (a new random port per destination), host 2
     /// public and a relay; every link secured and `nat`. Hosts 0 and 1 reach
@@ -491,5 +435,70 @@ mod user {
         eprintln!("NAT: relayed path: ping {p:?}");
         let bytes = assert_stream(&mut lab, &c, &d, 2);
         eprintln!("NAT: relayed path: TCP {:.2} Gbit/s", bytes as f64 * 8.0 / 2e9);
+    }
+}
+
+/// On the user pass only, one test at a time (each says why).
+mod user_alone {
+    use super::*;
+
+    // Alone: it compares a handshake's time under a flood of 2000 junk
+    // datagrams a second with its time without (a CI run three tests at a
+    // time, beside builds, saw 1.1 s against 52 ms: the flood's own Python
+    // and vnetd shared two loaded cores).
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn a_restarted_peer_at_a_new_address_links_as_fast_under_2000_junk_datagrams_a_second() {
+        // Issue 44, finding 1: junk initiations from strangers spent the budget
+        // of initiations from unknown addresses before their first MAC was
+        // checked, so a peer that came back from a new address (a static
+        // config: its initiation is the only news of it) could not handshake.
+        // At the issue's 200 a second the budget (50 a second) is spent for
+        // part of each second only, and the peer's retries got through within
+        // the second; at 2000 a second, with the budget spent before the first
+        // MAC (the old order), it took 16.4 s against 1.08 s without the flood.
+        let (mut lab, _, _) = roaming_lab();
+        let quiet = restart_at(&mut lab, "10.77.0.2", "10.77.0.12");
+        let script = lab.dir.join("strangers.py");
+        std::fs::write(&script, STRANGERS).unwrap();
+        let ns1 = lab.hosts[1].ns.clone();
+        let ip0 = lab.hosts[0].underlay_ip.to_string();
+        lab.spawn(&ns1, &["python3", script.to_str().unwrap(), &ip0, "60", "2000"]).unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        let g = |lab: &Lab| json(lab, 0, "stats")["global"].clone();
+        let before = g(&lab);
+        let flooded = restart_at(&mut lab, "10.77.0.12", "10.77.0.13");
+        let after = g(&lab);
+        let l = link_json(&lab, 0);
+        let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
+        eprintln!(
+            "restart at a new address: {quiet:?} quiet, {flooded:?} under 2000 junk datagrams a second; \
+         meanwhile stranger initiations with a bad MAC {}, limited {}",
+            n(&after, "stranger_initiations_bad_mac") - n(&before, "stranger_initiations_bad_mac"),
+            n(&after, "stranger_initiations_limited") - n(&before, "stranger_initiations_limited"),
+        );
+        assert_eq!(l["endpoint"], "10.77.0.13:9000", "{l}");
+        assert!(
+            n(&after, "stranger_initiations_bad_mac") > n(&before, "stranger_initiations_bad_mac"),
+            "{after}"
+        );
+        // Issue 45: `show links` as text says the security, cipher and path too.
+        let text = lab.control(0, "show links").unwrap().body;
+        let header = text.lines().next().unwrap_or_default().to_string();
+        assert!(
+            header.contains("security") && header.contains("cipher") && header.contains("path"),
+            "{text}"
+        );
+        let row = text.lines().find(|r| r.contains(" h1 ")).unwrap_or_default();
+        let cipher = l["cipher"].as_str().unwrap().to_string();
+        assert!(
+            row.contains("encrypt") && row.contains(&cipher) && row.contains(l["path"].as_str().unwrap()),
+            "{text}"
+        );
+        // As fast as without the flood, give or take the noise of a restart.
+        assert!(
+            flooded <= quiet * 2 + Duration::from_millis(500),
+            "{flooded:?} under the flood against {quiet:?} without"
+        );
     }
 }
