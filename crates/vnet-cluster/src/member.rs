@@ -751,7 +751,9 @@ impl Member {
     /// goes, and another host's claim held as a conflict is taken now
     /// (checked again); else it was that conflict, or waiting, and goes.
     fn delete_claim(&mut self, host: &str, mac: MacAddr, out: &mut Vec<Change>) -> Result<(), RecordError> {
-        self.unverified.remove(&(host.to_string(), mac));
+        if !self.unverified.is_empty() {
+            self.unverified.remove(&(host.to_string(), mac));
+        }
         if self.conflicts.get(&mac).is_some_and(|(_, c, _)| c == host) {
             self.conflicts.remove(&mac);
             return Ok(());
