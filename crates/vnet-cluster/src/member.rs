@@ -20,6 +20,7 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 mod kept;
+mod relist;
 pub use kept::{Kept, KeptError};
 use std::net::{IpAddr, SocketAddr};
 use vnet_control::{canonical, PeerKey};
@@ -31,6 +32,11 @@ pub const QUARANTINE_SHOWN: usize = 256;
 const MAX_DUPLICATES: usize = 256;
 /// Conflicts (two hosts claiming one MAC) held for `show cluster`.
 pub const CONFLICTS_SHOWN: usize = 256;
+/// The most a claim may raise a held MAC's epoch: a migration raises it
+/// by one; a view that missed some (a relist after a compaction) sees a
+/// few at once. A claim beyond is refused ([`RecordError::EpochJump`]):
+/// taken, it would leave no higher epoch to move the MAC back with.
+pub const MAX_EPOCH_STEP: u64 = 1 << 16;
 
 /// A host as the view takes it: its record, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,6 +151,8 @@ pub enum RecordError {
     ClaimNetwork { network: u32, carried: u32 },
     #[error("conflict: host `{claimant}` claims the MAC host `{holder}` holds (epoch {epoch}; only a migration, at a higher epoch, moves it)")]
     Conflict { holder: String, claimant: String, epoch: u64 },
+    #[error("the claim's epoch {epoch} is more than {MAX_EPOCH_STEP} above the one held ({held})")]
+    EpochJump { epoch: u64, held: u64 },
     #[error("revoked: {0}")]
     Revoked(String),
     #[error("`revoked`: {0}")]
@@ -196,8 +204,9 @@ pub struct Member {
     /// claim replayed is refused; the same claim seen again, as a relist
     /// does, is not).
     claimed_at: FxHashMap<MacAddr, (u64, u64)>,
-    /// Signed networks: claims by hosts not (validly) known yet.
-    unverified: FxHashMap<MacAddr, MacRecord>,
+    /// Signed networks: claims by hosts not (validly) known yet, by
+    /// (host, MAC): each host's claim of a MAC waits on its own.
+    unverified: FxHashMap<(String, MacAddr), MacRecord>,
     /// The addresses each claimed MAC's claim names (none: not kept).
     addrs: FxHashMap<MacAddr, Box<[IpAddr]>>,
     /// The groups each claimed MAC's claim names (none: not kept).
@@ -363,6 +372,12 @@ impl Member {
     /// A MAC's epoch: its migration count as the store last said it.
     pub fn epoch(&self, mac: MacAddr) -> u64 {
         self.epochs.get(&mac).copied().unwrap_or(0)
+    }
+
+    /// The epoch a migration of `mac` here claims it at: one above the
+    /// held one (at `u64::MAX` it stays there, and is a conflict).
+    pub fn next_epoch(&self, mac: MacAddr) -> u64 {
+        self.epoch(mac).saturating_add(1)
     }
 
     /// The vnet network (tenant number) the cluster's links carry.
@@ -736,8 +751,8 @@ impl Member {
     /// goes, and another host's claim held as a conflict is taken now
     /// (checked again); else it was that conflict, or waiting, and goes.
     fn delete_claim(&mut self, host: &str, mac: MacAddr, out: &mut Vec<Change>) -> Result<(), RecordError> {
-        if self.unverified.get(&mac).is_some_and(|r| r.host == host) {
-            self.unverified.remove(&mac);
+        if !self.unverified.is_empty() {
+            self.unverified.remove(&(host.to_string(), mac));
         }
         if self.conflicts.get(&mac).is_some_and(|(_, c, _)| c == host) {
             self.conflicts.remove(&mac);
@@ -786,22 +801,19 @@ impl Member {
         if self.policy.network_key.is_some() {
             let peer = self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref());
             let Some(claim_key) = peer.and_then(|p| p.claim_key) else {
-                if self.unverified.len() < self.policy.max_macs {
-                    self.unverified.insert(mac, r.clone());
-                }
+                self.wait_for_host(mac, &r);
                 return Err(RecordError::ClaimHost(r.host));
             };
             // Only groups the holder's certificate allows (tried again when
             // its record, a new certificate, comes).
             let disallowed = r.groups.iter().find(|g| peer.is_none_or(|p| !p.groups.contains(g))).cloned();
-            self.unverified.remove(&mac);
+            // This host's claim replaces its own waiting one, no other's.
+            self.unverified.remove(&(r.host.clone(), mac));
             if !verify_claim(&claim_key, &self.network, mac, &r) {
                 return Err(RecordError::ClaimSignature(r.host));
             }
             if let Some(group) = disallowed {
-                if self.unverified.len() < self.policy.max_macs {
-                    self.unverified.insert(mac, r.clone());
-                }
+                self.wait_for_host(mac, &r);
                 return Err(RecordError::GroupNotAllowed { group, host: r.host });
             }
             let (held_ms, held_by) = self.claimed_at.get(&mac).copied().unwrap_or((0, 0));
@@ -815,8 +827,14 @@ impl Member {
         }
         let held = self.epoch(mac);
         if let Some(&h) = self.macs.get(&mac) {
+            if r.epoch > held.saturating_add(MAX_EPOCH_STEP) {
+                return Err(RecordError::EpochJump { epoch: r.epoch, held });
+            }
+            // A lower epoch never moves a MAC (its holder's record briefly
+            // absent or not); the same one only from a holder not live.
             let holder = &*self.names[h as usize];
-            if holder != r.host && r.epoch <= held && self.records[h as usize].is_some() {
+            let live = self.records[h as usize].is_some();
+            if holder != r.host && (r.epoch < held || (r.epoch == held && live)) {
                 let (holder, claimant) = (holder.to_string(), r.host.clone());
                 if self.conflicts.len() < CONFLICTS_SHOWN || self.conflicts.contains_key(&mac) {
                     self.conflicts.insert(mac, (holder.clone(), claimant.clone(), r));
@@ -841,13 +859,28 @@ impl Member {
         Ok(())
     }
 
-    /// Signed networks: claims that waited for `host`'s record are checked now.
+    /// Signed networks: `r` waits for its host's record (a place while
+    /// fewer than `max_macs` wait; its own earlier claim it replaces).
+    fn wait_for_host(&mut self, mac: MacAddr, r: &MacRecord) {
+        let k = (r.host.clone(), mac);
+        if self.unverified.len() < self.policy.max_macs || self.unverified.contains_key(&k) {
+            self.unverified.insert(k, r.clone());
+        }
+    }
+
+    /// Signed networks: claims that waited for `host`'s record are checked
+    /// now, in MAC order.
     fn take_unverified(&mut self, host: &str, out: &mut Vec<Change>) {
         if self.unverified.is_empty() {
             return;
         }
-        let waiting: Vec<(MacAddr, MacRecord)> =
-            self.unverified.iter().filter(|(_, r)| r.host == host).map(|(m, r)| (*m, r.clone())).collect();
+        let mut waiting: Vec<(MacAddr, MacRecord)> = self
+            .unverified
+            .iter()
+            .filter(|((h, _), _)| h == host)
+            .map(|((_, m), r)| (*m, r.clone()))
+            .collect();
+        waiting.sort_unstable_by_key(|(m, _)| *m);
         for (mac, r) in waiting {
             let key = claim_key(&self.network, &r.host, mac);
             match self.take_claim(mac, r, out) {
@@ -889,57 +922,6 @@ impl Member {
             out.push(self.route(mac, None));
         }
     }
-
-    /// Replaces the view by a full listing at revision `rev` (after a
-    /// compaction, or when the store is back): what differs from the view
-    /// held is appended to `out`, so the host converges without a restart.
-    pub fn relist(&mut self, kvs: &[(String, Vec<u8>)], rev: u64, out: &mut Vec<Change>) {
-        let mut next = Member::with_policy(&self.network, &self.me, self.policy.clone());
-        next.stats = self.stats;
-        next.claimed_at = std::mem::take(&mut self.claimed_at);
-        next.epochs = std::mem::take(&mut self.epochs);
-        next.revoked_hosts = std::mem::take(&mut self.revoked_hosts);
-        next.revoked_certs = std::mem::take(&mut self.revoked_certs);
-        // The policy too: a listing with an older one (or none) goes back
-        // on nothing, and a newer one is a change past the version the
-        // daemon enforces (versions are counted across relists).
-        next.net_policy = self.net_policy.take();
-        next.policy_version = self.policy_version;
-        next.kept_version = self.kept_version;
-        next.now_s = self.now_s;
-        next.stats.relists += 1;
-        let mut ignored = Vec::new();
-        for (k, v) in kvs {
-            next.apply(&Event::Put { key: k.clone(), value: v.clone(), rev }, &mut ignored);
-        }
-        next.revision = rev;
-        // The addresses were derived anew: a version past the old one.
-        next.addrs_version = self.addrs_version + 1;
-        next.groups_version = self.groups_version + 1;
-        // Links: gone, new or changed.
-        let old_links: FxHashMap<&str, &Peer> = self.links().collect();
-        let new_links: FxHashMap<&str, &Peer> = next.links().collect();
-        for (h, r) in &new_links {
-            if old_links.get(h) != Some(r) {
-                out.push(Change::Link { host: h.to_string(), peer: Some((*r).clone()) });
-            }
-        }
-        let mut gone = Vec::new();
-        for h in old_links.keys().filter(|h| !new_links.contains_key(*h)) {
-            gone.push(Change::Link { host: h.to_string(), peer: None });
-        }
-        // Routes: by MAC, old target against new.
-        let known = self.macs.keys().copied();
-        let new = next.macs.keys().copied().filter(|m| !self.macs.contains_key(m));
-        for mac in known.chain(new) {
-            let (a, b) = (self.route_of(mac), next.route_of(mac));
-            if a != b {
-                out.push(Change::Route { mac, host: b.map(str::to_string) });
-            }
-        }
-        out.extend(gone);
-        *self = next;
-    }
 }
 
 /// A host name's hash, for [`Member`]'s claim times (a collision only
@@ -975,12 +957,12 @@ mod tests {
     use crate::layout::host_key;
     use crate::store::MemStore;
 
-    fn mac(i: u32) -> MacAddr {
+    pub(super) fn mac(i: u32) -> MacAddr {
         let b = i.to_be_bytes();
         MacAddr([0x52, 0x54, b[0], b[1], b[2], b[3]])
     }
 
-    fn sync(m: &mut Member, s: &MemStore) -> Vec<Change> {
+    pub(super) fn sync(m: &mut Member, s: &MemStore) -> Vec<Change> {
         let mut out = Vec::new();
         let evs: Vec<Event> = s.watch(m.prefix(), m.revision() + 1).unwrap().cloned().collect();
         for e in &evs {
@@ -1702,7 +1684,12 @@ mod tests {
     /// Host `h{h}`'s certificate in network `n` (static key `[h; 32]`,
     /// claim key from `[h; 32]`, address 10.0.0.`ip`), expiring at
     /// `not_after`.
-    fn signed_cert(nk: &crate::trust::NetworkKey, h: u8, ip: u8, not_after: Option<u64>) -> String {
+    pub(super) fn signed_cert(
+        nk: &crate::trust::NetworkKey,
+        h: u8,
+        ip: u8,
+        not_after: Option<u64>,
+    ) -> String {
         let body = crate::trust::CertBody {
             network: "n".into(),
             host: format!("h{h}"),
@@ -1716,7 +1703,7 @@ mod tests {
     }
 
     /// Host `h{h}`'s record at 10.0.0.`ip`:9000 with certificate `cert`.
-    fn signed_record(h: u8, ip: u8, cert: &str) -> Vec<u8> {
+    pub(super) fn signed_record(h: u8, ip: u8, cert: &str) -> Vec<u8> {
         crate::layout::HostRecord {
             addr: format!("10.0.0.{ip}:9000").parse().unwrap(),
             kinds: vec![],
@@ -1728,7 +1715,7 @@ mod tests {
     }
 
     /// A view of network `n` signed by `nk`, as host `me`.
-    fn signed_view(nk: &crate::trust::NetworkKey, me: &str) -> Member {
+    pub(super) fn signed_view(nk: &crate::trust::NetworkKey, me: &str) -> Member {
         Member::with_policy(
             "n",
             me,
@@ -1785,7 +1772,7 @@ mod tests {
         sync(&mut a, &s);
         // Changes while a is away, then history compacted.
         s.delete_if(&host_key("n", "h1"), None);
-        s.put_claim(mac(2), vm("h3"), None);
+        s.put_claim(mac(2), crate::layout::fixtures::moved("h3", 1), None);
         s.put(&host_key("n", "h9"), host(9), None);
         s.compact(s.revision());
         assert!(s.watch(a.prefix(), a.revision() + 1).is_err());

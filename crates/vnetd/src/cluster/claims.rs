@@ -149,7 +149,8 @@ impl Host {
                 unclaimed.insert(mac, (holder, name));
                 continue;
             }
-            let epoch = self.member.epoch(mac) + u64::from(migration);
+            // A migration claims one epoch up (saturating: never a panic).
+            let epoch = if migration { self.member.next_epoch(mac) } else { self.member.epoch(mac) };
             let t0 = Instant::now();
             let fresh = owner.is_none() && !migration;
             let Some(put) = self.put_mac(c, lease, mac, &name, epoch, fresh).await? else {
