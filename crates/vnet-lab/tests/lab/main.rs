@@ -21,6 +21,7 @@ mod k8s;
 mod links;
 mod multisite;
 mod operations;
+mod pods;
 mod policy;
 mod qemu;
 mod security;
