@@ -222,8 +222,12 @@ pub fn make_here(attached: &str, node: &str, mtu: Option<u32>) -> Result<String>
         for name in [&a, &n] {
             let l =
                 by_name(&h, name).await?.ok_or_else(|| Error::new(Code::Io, format!("{name} is gone")))?;
-            let up = LinkUnspec::new_with_index(l.header.index).up().build();
-            h.link().set(up).execute().await.map_err(io(format!("setting {name} up")))?;
+            // The builder's MTU is the first end's: each end is given it.
+            let mut up = LinkUnspec::new_with_index(l.header.index).up();
+            if let Some(m) = mtu {
+                up = up.mtu(m);
+            }
+            h.link().set(up.build()).execute().await.map_err(io(format!("setting {name} up")))?;
             mac = mac_of(&l);
         }
         Ok(mac)

@@ -98,6 +98,14 @@ mod both {
             pods.push((ns, id, ip, gw, conf));
         }
         assert_ne!(pods[0].3, pods[1].3, "each node its own address");
+        // The node's end has the pods' MTU (a larger frame from the node
+        // would be dropped by the veth into vnetd).
+        for h in 0..2 {
+            let links = lab.ns_output(&lab.hosts[h].ns, &["ip", "-o", "link", "show"]).unwrap();
+            let links = String::from_utf8_lossy(&links.stdout).to_string();
+            let vg = links.lines().find(|l| l.contains(": vg")).unwrap_or_else(|| panic!("h{h}: {links}"));
+            assert!(vg.contains(&format!(" mtu {} ", lab.spec.vm_mtu)), "h{h}: {vg}");
+        }
         // Each node reaches both pods; each pod both nodes.
         for h in 0..2 {
             for p in &pods {
