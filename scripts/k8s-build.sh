@@ -8,6 +8,7 @@
 #                  containerd 2 (its CRI plugin calls CNI STATUS, which
 #                  Debian's containerd 1.6 does not)
 #   crictl         sigs.k8s.io/cri-tools
+#   coredns        github.com/coredns/coredns (the lab's DNS)
 # runc is Debian's. Usage: scripts/k8s-build.sh [--print-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,8 @@ source scripts/lib.sh
 K8S_VERSION=v1.35.4
 CONTAINERD_VERSION=v2.2.9
 CRICTL_VERSION=v1.37.0
+# kubeadm's CoreDNSVersion at v1.35.4 (cmd/kubeadm/app/constants).
+COREDNS_VERSION=v1.13.1
 OUT="$PWD/target/k8s/bin"
 [ "${1:-}" = --print-dir ] && { echo "$OUT"; exit 0; }
 
@@ -26,11 +29,25 @@ command -v go >/dev/null || die "go not found: install Go 1.25 or newer"
 export GOTOOLCHAIN=local
 mkdir -p "$OUT"
 
+# CoreDNS (the lab's DNS, deployed as kubeadm deploys it), with a stamp of
+# its own: adding it rebuilt nothing else.
+coredns() {
+    local want="coredns $COREDNS_VERSION"
+    if [ "$(cat "$OUT/.coredns" 2>/dev/null)" = "$want" ]; then
+        echo "k8s-build: $want already in $OUT"
+        return
+    fi
+    echo "k8s-build: CoreDNS $COREDNS_VERSION"
+    CGO_ENABLED=0 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
+    echo "$want" >"$OUT/.coredns"
+}
+
 # Builds only what is missing or was built at another version.
 stamp="$OUT/.versions"
 want="kubernetes $K8S_VERSION (with kube-proxy) containerd $CONTAINERD_VERSION crictl $CRICTL_VERSION"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "k8s-build: $want already in $OUT"
+    coredns
     exit 0
 fi
 rm -f "$stamp"
@@ -59,4 +76,5 @@ echo "k8s-build: crictl $CRICTL_VERSION"
 CGO_ENABLED=0 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
 
 echo "$want" >"$stamp"
+coredns
 echo "k8s-build: done in $(($(date +%s) - started)) s"

@@ -116,6 +116,11 @@ fn section(ipam: &Value) -> Result<VnetIpam> {
     Ok(cfg)
 }
 
+/// The subnet of a `vnet` IPAM section.
+pub fn subnet_of(ipam: &Value) -> Result<Subnet> {
+    section(ipam).map(|s| s.subnet)
+}
+
 /// Checks an IPAM section: its `type`, and all of a `vnet` section.
 pub fn check(ipam: &Value) -> Result<()> {
     if kind(ipam)? == VNET {

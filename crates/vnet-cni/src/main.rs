@@ -11,6 +11,7 @@
 //! `docs/INTEGRATION.md` has the configuration and the podman and
 //! containerd files.
 
+mod gateway;
 mod ipam;
 mod labels;
 mod plugin;
@@ -18,6 +19,7 @@ mod record;
 mod result;
 mod spec;
 mod veth;
+mod vnetd;
 
 use std::io::{Read, Write};
 use std::process::ExitCode;

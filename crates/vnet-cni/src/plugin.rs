@@ -3,11 +3,11 @@
 
 use crate::record::{self, Record};
 use crate::spec::{self, Code, Command, Error, Interface, NetConf, Outcome, Result};
-use crate::{ipam, labels, veth};
+use crate::veth::names;
+use crate::vnetd::{request, vnetd};
+use crate::{gateway, ipam, labels, veth};
 use serde_json::Value;
 use std::fs::File;
-use vnet_client::client::Client;
-use vnet_client::endpoint::Endpoint;
 use vnet_client::request::{self, Dev, DevName, Invalid, Name, Request, SocketPath};
 use vnet_control::{Datapath, ShowWhat};
 
@@ -75,34 +75,12 @@ fn missing(var: &str) -> Error {
     Error::new(Code::InvalidEnvironment, format!("{var} is not set"))
 }
 
-/// The names of one attachment: vnetd's interface and the veth's host end
-/// (one name), and the peer's name until it is in the container.
-pub fn names(network: &str, id: &str, ifname: &str) -> (String, String) {
-    let d = ring::digest::digest(&ring::digest::SHA256, format!("{network}\0{id}\0{ifname}").as_bytes());
-    let hex: String = d.as_ref()[..5].iter().map(|b| format!("{b:02x}")).collect();
-    (format!("vc{hex}"), format!("vp{hex}"))
-}
-
 /// A locally administered unicast MAC for a vhost-user attachment (the
 /// guest is given it; there is no veth to take one from).
 fn vhost_mac(name: &str) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, name.as_bytes());
     let b = d.as_ref();
     format!("02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4])
-}
-
-fn vnetd(conf: &NetConf) -> Result<Client> {
-    let ep: Endpoint = conf.control.parse().map_err(|e: vnet_client::endpoint::EndpointError| {
-        Error::with(Code::InvalidConfig, format!("control `{}`", conf.control), e)
-    })?;
-    Client::connect(&ep)
-        .map_err(|e| Error::with(Code::TryAgainLater, format!("vnetd is not answering at {ep}"), e))
-}
-
-fn request(c: &mut Client, req: &Request) -> Result<String> {
-    let r = c.send(req).map_err(|e| Error::with(Code::Io, "talking to vnetd", e))?;
-    r.result.map_err(|e| Error::with(Code::Refused, format!("vnetd refused `{req}`"), e))?;
-    Ok(r.body)
 }
 
 /// A value of an attachment that a request cannot carry: the network
@@ -169,6 +147,9 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
             (Some(k), _) => ipam::run(k, "ADD", &env.path, stdin, &[])?.unwrap_or_default(),
             _ => Outcome::default(),
         };
+        if let (true, Some(section)) = (conf.is_default_gateway, &conf.ipam) {
+            via_node(&mut out, gateway::ensure(conf, &mut c, section)?);
+        }
         if rec.socket.is_none() && !out.ips.is_empty() {
             veth::configure(&ns, ifname, &out.ips, &out.routes)?;
         }
@@ -204,6 +185,27 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
             let _ = undo(conf, env, &rec, stdin);
             Err(e)
         }
+    }
+}
+
+/// The pod's gateway and default route: its node's address `gw`.
+fn via_node(out: &mut Outcome, gw: std::net::IpAddr) {
+    for ip in &mut out.ips {
+        let same = ip.address.split('/').next().and_then(|a| a.parse::<std::net::IpAddr>().ok());
+        if same.is_some_and(|a| a.is_ipv4() == gw.is_ipv4()) {
+            ip.gateway = Some(gw.to_string());
+        }
+    }
+    let dst = if gw.is_ipv4() { "0.0.0.0/0" } else { "::/0" };
+    out.routes.retain(|r| r.dst != dst);
+    out.routes.push(spec::RouteConfig { dst: dst.into(), gw: Some(gw.to_string()) });
+}
+
+/// After a `DEL` or `GC`: the node's gateway goes with the last attachment.
+fn release_gateway(conf: &NetConf) -> Result<()> {
+    match (conf.is_default_gateway, &conf.ipam) {
+        (true, Some(section)) => gateway::release(conf, vnetd(conf).ok().as_mut(), section),
+        _ => Ok(()),
     }
 }
 
@@ -367,7 +369,8 @@ fn del(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
         Some(r) if r.container_id == id && r.ifname == ifname => r,
         _ => planned(conf, id, ifname, env.netns.as_deref().unwrap_or_default()),
     };
-    undo(conf, env, &r, stdin)
+    undo(conf, env, &r, stdin)?;
+    release_gateway(conf)
 }
 
 /// `CHECK`: the record, the veth's host end, vnetd's declaration with the
@@ -450,6 +453,9 @@ fn gc(env: &Env, conf: &NetConf, raw: &Value, stdin: &[u8]) -> Result<()> {
                 first.get_or_insert(e);
             }
         }
+    }
+    if let Err(e) = release_gateway(conf) {
+        first.get_or_insert(e);
     }
     first.map_or(Ok(()), Err)
 }

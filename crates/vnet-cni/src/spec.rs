@@ -91,6 +91,17 @@ pub struct NetConf {
     /// veth pair; the result's interface carries its `socketPath`.
     #[serde(default)]
     pub vhost_user_dir: Option<String>,
+    /// The node is its pods' gateway (`crate::gateway`): an address of
+    /// the node's own on the pod network, the pods' default route through
+    /// it, and Service traffic the node translates (kube-proxy) answered
+    /// through it. Needs the `vnet` IPAM.
+    #[serde(default)]
+    pub is_default_gateway: bool,
+    /// The node masquerades its pods' traffic to anything outside the
+    /// `vnet` IPAM's subnet (flannel's `--ip-masq`). Needs
+    /// `isDefaultGateway`.
+    #[serde(default)]
+    pub ip_masq: bool,
     /// Where attachments are recorded (for `DEL`, `CHECK` and `GC`).
     #[serde(default = "default_state_dir")]
     pub state_dir: String,
@@ -191,7 +202,29 @@ pub fn parse_conf(stdin: &[u8]) -> Result<(NetConf, Value)> {
     if let Some(ipam) = &conf.ipam {
         crate::ipam::check(ipam)?;
     }
+    gateway_needs(&conf)?;
     Ok((conf, raw))
+}
+
+/// `isDefaultGateway` needs the `vnet` IPAM (the node's address is one of
+/// its pool) and veths (a vhost-user VM has no node in between);
+/// `ipMasq` needs `isDefaultGateway` (without it nothing reaches the node).
+fn gateway_needs(conf: &NetConf) -> Result<()> {
+    if conf.ip_masq && !conf.is_default_gateway {
+        return Err(Error::new(Code::InvalidConfig, "ipMasq needs isDefaultGateway"));
+    }
+    if !conf.is_default_gateway {
+        return Ok(());
+    }
+    let vnet_ipam =
+        conf.ipam.as_ref().is_some_and(|i| crate::ipam::kind(i).is_ok_and(|k| k == crate::ipam::VNET));
+    if !vnet_ipam {
+        return Err(Error::new(Code::InvalidConfig, "isDefaultGateway needs the `vnet` IPAM"));
+    }
+    if conf.vhost_user_dir.is_some() {
+        return Err(Error::new(Code::InvalidConfig, "isDefaultGateway is for veths, not vhostUserDir"));
+    }
+    Ok(())
 }
 
 /// The data path a checked configuration names.
@@ -275,6 +308,26 @@ mod tests {
             (c.datapath.as_str(), c.network, c.control.as_str()),
             ("kernel", 0, "unix:/run/vnetd.sock")
         );
+    }
+
+    #[test]
+    fn the_gateway_needs_the_vnet_ipam_and_masquerade_needs_the_gateway() {
+        let conf = |extra: &str| {
+            format!(r#"{{"cniVersion":"1.1.0","name":"n","type":"vnet-cni"{extra}}}"#).into_bytes()
+        };
+        let vnet = r#","ipam":{"type":"vnet","subnet":"10.244.0.0/16"}"#;
+        let (c, _) = parse_conf(&conf(&format!(r#","isDefaultGateway":true,"ipMasq":true{vnet}"#))).unwrap();
+        assert!(c.is_default_gateway && c.ip_masq);
+        let (c, _) = parse_conf(&conf(vnet)).unwrap();
+        assert!(!c.is_default_gateway && !c.ip_masq, "off unless asked");
+        for bad in [
+            format!(r#","ipMasq":true{vnet}"#),
+            r#","isDefaultGateway":true"#.to_string(),
+            r#","isDefaultGateway":true,"ipam":{"type":"host-local"}"#.to_string(),
+            format!(r#","isDefaultGateway":true,"vhostUserDir":"/run/v"{vnet}"#),
+        ] {
+            assert_eq!(parse_conf(&conf(&bad)).unwrap_err().code, 7, "{bad}");
+        }
     }
 
     #[test]

@@ -184,17 +184,70 @@ pub fn exists(name: &str) -> Result<bool> {
 /// if it is not there.
 pub fn inspect(ns: &File, ifname: &str) -> Result<Option<(String, Vec<String>)>> {
     let ifname = ifname.to_string();
-    in_netns(ns, move |h| async move {
-        let Some(l) = by_name(&h, &ifname).await? else { return Ok(None) };
-        let mut addrs = Vec::new();
-        let mut it = h.address().get().set_link_index_filter(l.header.index).execute();
-        while let Some(a) = it.try_next().await.map_err(io("listing addresses"))? {
-            for attr in &a.attributes {
-                if let rtnetlink::packet_route::address::AddressAttribute::Address(ip) = attr {
-                    addrs.push(format!("{ip}/{}", a.header.prefix_len));
-                }
+    in_netns(ns, move |h| async move { look(&h, &ifname).await })
+}
+
+/// [`inspect`] in this namespace.
+pub fn inspect_here(ifname: &str) -> Result<Option<(String, Vec<String>)>> {
+    let ifname = ifname.to_string();
+    block(move |h| async move { look(&h, &ifname).await })
+}
+
+async fn look(h: &Handle, ifname: &str) -> Result<Option<(String, Vec<String>)>> {
+    let Some(l) = by_name(h, ifname).await? else { return Ok(None) };
+    let mut addrs = Vec::new();
+    let mut it = h.address().get().set_link_index_filter(l.header.index).execute();
+    while let Some(a) = it.try_next().await.map_err(io("listing addresses"))? {
+        for attr in &a.attributes {
+            if let rtnetlink::packet_route::address::AddressAttribute::Address(ip) = attr {
+                addrs.push(format!("{ip}/{}", a.header.prefix_len));
             }
         }
-        Ok(Some((mac_of(&l), addrs)))
+    }
+    Ok(Some((mac_of(&l), addrs)))
+}
+
+/// Makes a veth pair whose two ends stay in this namespace (the node's
+/// gateway: `attached` for vnetd, `node` for the node's address), both up;
+/// returns `node`'s MAC.
+pub fn make_here(attached: &str, node: &str, mtu: Option<u32>) -> Result<String> {
+    let (a, n) = (attached.to_string(), node.to_string());
+    block(move |h| async move {
+        let mut b = LinkVeth::new(&a, &n);
+        if let Some(m) = mtu {
+            b = b.mtu(m);
+        }
+        h.link().add(b.build()).execute().await.map_err(io(format!("making the veth pair {a}")))?;
+        let mut mac = String::new();
+        for name in [&a, &n] {
+            let l =
+                by_name(&h, name).await?.ok_or_else(|| Error::new(Code::Io, format!("{name} is gone")))?;
+            // The builder's MTU is the first end's: each end is given it.
+            let mut up = LinkUnspec::new_with_index(l.header.index).up();
+            if let Some(m) = mtu {
+                up = up.mtu(m);
+            }
+            h.link().set(up.build()).execute().await.map_err(io(format!("setting {name} up")))?;
+            mac = mac_of(&l);
+        }
+        Ok(mac)
     })
+}
+
+/// Gives link `name` of this namespace the address `ip/len` (the kernel
+/// adds the route to its subnet through it).
+pub fn add_address_here(name: &str, ip: IpAddr, len: u8) -> Result<()> {
+    let name = name.to_string();
+    block(move |h| async move {
+        let l = by_name(&h, &name).await?.ok_or_else(|| Error::new(Code::Io, format!("{name} is gone")))?;
+        h.address().add(l.header.index, ip, len).execute().await.map_err(io(format!("adding {ip}/{len}")))
+    })
+}
+
+/// The names of one attachment: vnetd's interface and the veth's host end
+/// (one name), and the peer's name until it is in the container.
+pub fn names(network: &str, id: &str, ifname: &str) -> (String, String) {
+    let d = ring::digest::digest(&ring::digest::SHA256, format!("{network}\0{id}\0{ifname}").as_bytes());
+    let hex: String = d.as_ref()[..5].iter().map(|b| format!("{b:02x}")).collect();
+    (format!("vc{hex}"), format!("vp{hex}"))
 }

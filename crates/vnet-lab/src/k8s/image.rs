@@ -5,11 +5,12 @@
 //! (`oci-layout`, `index.json`, `blobs/sha256/`) that `ctr images import`
 //! takes, named by the index's `io.containerd.image.name` annotation.
 //!
-//! Three images: vnet's (vnetd, vnetctl, vnet-cni with the shared
+//! Four images: vnet's (vnetd, vnetctl, vnet-cni with the shared
 //! libraries they load, and Debian's static busybox for the init
-//! container's `sh` and `cp`), a test image (the same busybox), and the
+//! container's `sh` and `cp`), a test image (the same busybox), the
 //! pause image (a static `pause` built here from C with gcc: the sandbox's
-//! first process, which waits for a signal and reaps what it inherits).
+//! first process, which waits for a signal and reaps what it inherits),
+//! and CoreDNS's (its static binary, when `scripts/k8s-build.sh` built it).
 
 use crate::{io, Error, Result};
 use std::path::{Path, PathBuf};
@@ -149,6 +150,7 @@ pub fn add_busybox(root: &Path) -> Result<()> {
     for applet in [
         "sh", "cp", "mv", "rm", "ls", "cat", "mkdir", "sleep", "ping", "nc", "md5sum", "dd", "head", "ip",
         "hostname", "kill", "test", "echo", "wc", "grep", "sed", "chmod", "true", "date", "seq", "wget",
+        "httpd", "nslookup",
     ] {
         let link = root.join("bin").join(applet);
         if !link.exists() {

@@ -45,6 +45,14 @@ use std::time::{Duration, Instant};
 /// first address).
 const SERVICE_CIDR: &str = "10.96.0.0/16";
 const SERVICE_IP: &str = "10.96.0.1";
+/// The `kube-dns` Service's address (the kubelets' `clusterDNS`), kubeadm's
+/// for its default service network: the tenth.
+pub const DNS_IP: &str = "10.96.0.10";
+/// CoreDNS's image, built from `target/k8s/bin/coredns` when
+/// `scripts/k8s-build.sh` built it.
+pub const COREDNS_IMAGE: &str = "localhost/coredns:v1.13.1";
+/// CoreDNS's objects, as kubeadm makes them (`coredns.yaml`).
+pub const COREDNS_MANIFEST: &str = include_str!("coredns.yaml");
 
 /// The node directories bound over the machine's (lab directory name,
 /// path on the node).
@@ -473,7 +481,7 @@ impl Kube {
 
     /// What node `n` has that vnet could leave, one line each: its network
     /// devices, clsact qdiscs, the files and directories of its bpffs, the
-    /// files of its CNI directories, and the eBPF programs of vnet's
+    /// files of its CNI directories, vnet-cni's iptables rules, and the eBPF programs of vnet's
     /// (`vnet_*`) loaded in the kernel (machine-wide: a TC program of the
     /// node's is among them, attached as tcx or by tc). Compared before
     /// vnet is applied and after it is deleted.
@@ -499,6 +507,13 @@ impl Kube {
                 .map(|l| format!("qdisc {l}")),
         );
         v.extend(run("find", &["/sys/fs/bpf", "-mindepth", "1"])?.lines().map(|l| format!("bpffs {l}")));
+        // vnet-cni's rules (the node as its pods' gateway), by their comment.
+        v.extend(
+            run("iptables-save", &[])?
+                .lines()
+                .filter(|l| l.contains("--comment \"vnet "))
+                .map(|l| format!("iptables {l}")),
+        );
         for d in ["cni-conf", "cni-bin"] {
             for e in std::fs::read_dir(node.dir.join(d)).map_err(io(format!("reading {d}")))?.flatten() {
                 v.push(format!("{d} {}", e.file_name().to_string_lossy()));
@@ -547,7 +562,20 @@ impl Kube {
             &work.join("pause.tar"),
         )?;
         self.import(&bb)?;
-        self.import(&pause)
+        self.import(&pause)?;
+        let coredns = self.bin.join("coredns");
+        if !coredns.is_file() {
+            return Ok(());
+        }
+        let root = work.join("coredns-root");
+        std::fs::create_dir_all(root.join("etc")).map_err(io("making an image root"))?;
+        image::copy_into(&root, &coredns, "/coredns")?;
+        let tar = image::build(
+            &image::ImageSpec { name: COREDNS_IMAGE, root: &root, entrypoint: &["/coredns"] },
+            &work,
+            &work.join("coredns.tar"),
+        )?;
+        self.import(&tar)
     }
 
     /// Builds vnet's image `localhost/vnet:TAG` from this build's binaries
@@ -723,13 +751,16 @@ cgroupsPerQOS: true
 failCgroupV1: false
 failSwapOn: false
 resolvConf: /etc/resolv.conf
+clusterDNS: ["{dns}"]
+clusterDomain: cluster.local
 serializeImagePulls: false
 evictionHard: {{"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"}}
 maxPods: 110
 oomScoreAdj: 0
 "#,
         ip = node.ip,
-        name = node.name
+        name = node.name,
+        dns = DNS_IP,
     )
 }
 

@@ -22,6 +22,7 @@ mod links;
 mod multisite;
 mod onboarding;
 mod operations;
+mod pods;
 mod policy;
 mod qemu;
 mod security;
