@@ -16,5 +16,5 @@ mkdir -p results
 report="$PWD/results/soak-$(date +%Y%m%d-%H%M%S).txt"
 VNET_SOAK_SECS=$((minutes * 60)) VNET_SOAK_REPORT="$report" \
     cargo test -q -p vnet-lab --test lab -- --ignored --nocapture --exact \
-    operations::both::soak_mixed_traffic_under_route_churn_link_flaps_and_relocations
+    operations::both_alone::soak_mixed_traffic_under_route_churn_link_flaps_and_relocations
 echo "report: $report"
