@@ -7,12 +7,23 @@
 //! 4-byte protocol addresses, whatever its hardware type, as Linux takes
 //! it), under at most [`MAX_TAGS`] VLAN tags. Allowed from any port,
 //! whatever it owns: a DHCP client's exchange (IPv4 from 0.0.0.0, UDP 68
-//! to 67), an ARP probe (sender 0.0.0.0), and from IPv6's unspecified
-//! address `::` a neighbour solicitation (duplicate address detection) or
-//! an MLD report behind a hop-by-hop header (RFC 3810 5.2.13, sent during
-//! it). Frames of other EtherTypes carry no IP source and pass. An IP or
-//! ARP frame cut short, malformed or behind a third tag is unreadable: a
-//! guarded port's is dropped (it would otherwise slip past the guard).
+//! to 67) and from IPv6's unspecified address `::` an MLD report behind a
+//! hop-by-hop header (RFC 3810 5.2.13, sent during duplicate address
+//! detection). An ARP probe (sender 0.0.0.0) and a neighbour solicitation
+//! from `::` (duplicate address detection) pass only for a target address
+//! the port owns: a VM probes for its own addresses, not for others'.
+//!
+//! Neighbour discovery names addresses beyond the source: a neighbour
+//! advertisement passes only when its source and its target are the
+//! port's (one naming another VM's address would make the neighbours send
+//! that VM's traffic to it, or make that VM give up its address); a router
+//! advertisement or an ICMPv6 redirect never passes (a guarded port is a
+//! VM, not a router); nor does an IPv6 packet with hop limit 255 behind an
+//! extension header, which could carry neighbour discovery past the check
+//! (RFC 4861 wants 255, an MLD report has 1). Frames of other EtherTypes
+//! carry no IP source and pass. An IP or ARP frame cut short, malformed or
+//! behind a third tag is unreadable: a guarded port's is dropped (it would
+//! otherwise slip past the guard).
 
 use crate::classify::{ETHER_ARP, ETHER_IPV4, ETHER_IPV6, ETHER_QINQ, ETHER_VLAN, MAX_TAGS};
 use crate::MacAddr;
@@ -24,18 +35,32 @@ pub enum Source {
     /// No IP source: another EtherType, or an ARP that is not IPv4's.
     None,
     /// One of the exchanges that may come from no address (DHCP's client,
-    /// an ARP probe, duplicate address detection).
+    /// an MLD report from `::`).
     Exempt,
     /// The address it claims to come from.
     Addr(IpAddr),
+    /// A probe for an address (an ARP probe, a neighbour solicitation from
+    /// `::`): from no address, allowed for a target the port owns.
+    Probe(IpAddr),
+    /// A neighbour advertisement: from `src`, naming `target` as at the
+    /// sender's MAC; both must be the port's.
+    Advert { src: IpAddr, target: IpAddr },
+    /// What a guarded port never sends: a router advertisement, an ICMPv6
+    /// redirect, an IPv6 packet with hop limit 255 behind an extension header.
+    Router,
     /// An IP or ARP frame that cannot be read as far as its source.
     Unreadable,
 }
 
-const IPV6_UNSPECIFIED: [u8; 16] = [0; 16];
 const ICMPV6: u8 = 58;
 const HOP_BY_HOP: u8 = 0;
+const ROUTER_ADVERTISEMENT: u8 = 134;
 const NEIGHBOR_SOLICITATION: u8 = 135;
+const NEIGHBOR_ADVERTISEMENT: u8 = 136;
+const REDIRECT: u8 = 137;
+/// The extension headers that may come before ICMPv6: hop-by-hop,
+/// routing, fragment, destination options.
+const EXTENSIONS: [u8; 4] = [0, 43, 44, 60];
 /// MLDv1 and MLDv2 reports.
 const MLD_REPORTS: [u8; 2] = [131, 143];
 
@@ -87,21 +112,39 @@ fn ipv6(b: &[u8]) -> Source {
     }
     let mut src = [0u8; 16];
     src.copy_from_slice(&b[8..24]);
-    if src == IPV6_UNSPECIFIED {
-        let exempt = match b[6] {
-            ICMPV6 => b.get(40) == Some(&NEIGHBOR_SOLICITATION),
-            HOP_BY_HOP => {
-                let (next, len) = (b.get(40), b.get(41).map(|l| 8 + 8 * usize::from(*l)));
-                next == Some(&ICMPV6)
-                    && len.and_then(|l| b.get(40 + l)).is_some_and(|t| MLD_REPORTS.contains(t))
-            }
-            _ => false,
-        };
-        if exempt {
+    let src = Ipv6Addr::from(src);
+    let (next, hop_limit) = (b[6], b[7]);
+    if next == ICMPV6 {
+        if let Some(nd) = neighbor_discovery(src, b) {
+            return nd;
+        }
+    } else if hop_limit == 255 && EXTENSIONS.contains(&next) {
+        return Source::Router;
+    }
+    if src.is_unspecified() && next == HOP_BY_HOP {
+        let (next, len) = (b.get(40), b.get(41).map(|l| 8 + 8 * usize::from(*l)));
+        if next == Some(&ICMPV6) && len.and_then(|l| b.get(40 + l)).is_some_and(|t| MLD_REPORTS.contains(t)) {
             return Source::Exempt;
         }
     }
-    Source::Addr(IpAddr::V6(Ipv6Addr::from(src)))
+    Source::Addr(IpAddr::V6(src))
+}
+
+/// What an ICMPv6 message right behind the IPv6 header `b` says, where
+/// it names more than its source (neighbour and router discovery); None
+/// for the rest, judged by their source.
+fn neighbor_discovery(src: Ipv6Addr, b: &[u8]) -> Option<Source> {
+    let kind = *b.get(40)?;
+    let target =
+        || b.get(48..64).and_then(|t| <[u8; 16]>::try_from(t).ok()).map(|t| IpAddr::V6(Ipv6Addr::from(t)));
+    Some(match kind {
+        ROUTER_ADVERTISEMENT | REDIRECT => Source::Router,
+        NEIGHBOR_SOLICITATION if src.is_unspecified() => target().map_or(Source::Unreadable, Source::Probe),
+        NEIGHBOR_ADVERTISEMENT => {
+            target().map_or(Source::Unreadable, |target| Source::Advert { src: IpAddr::V6(src), target })
+        }
+        _ => return None,
+    })
 }
 
 fn arp(b: &[u8]) -> Source {
@@ -110,10 +153,11 @@ fn arp(b: &[u8]) -> Source {
     if b.len() < 8 || b[2..6] != [8, 0, 6, 4] {
         return Source::None;
     }
-    let Some(s) = b.get(14..18) else { return Source::Unreadable };
+    let Some(s) = b.get(14..28) else { return Source::Unreadable };
     let sender = Ipv4Addr::new(s[0], s[1], s[2], s[3]);
     if sender.is_unspecified() {
-        return Source::Exempt; // a probe (RFC 5227)
+        // A probe (RFC 5227), for its target.
+        return Source::Probe(IpAddr::V4(Ipv4Addr::new(s[10], s[11], s[12], s[13])));
     }
     Source::Addr(IpAddr::V4(sender))
 }
@@ -151,8 +195,9 @@ impl Owned {
     pub fn allows(&self, frame: &[u8]) -> bool {
         match source(frame) {
             Source::None | Source::Exempt => true,
-            Source::Addr(a) => self.contains(&a),
-            Source::Unreadable => false,
+            Source::Addr(a) | Source::Probe(a) => self.contains(&a),
+            Source::Advert { src, target } => self.contains(&src) && self.contains(&target),
+            Source::Router | Source::Unreadable => false,
         }
     }
 }
@@ -191,13 +236,27 @@ mod tests {
     }
 
     fn arp(sender: [u8; 4], hw: u16) -> Vec<u8> {
+        arp_for(sender, hw, [10, 0, 0, 9])
+    }
+
+    fn arp_for(sender: [u8; 4], hw: u16, target: [u8; 4]) -> Vec<u8> {
         let mut a = hw.to_be_bytes().to_vec();
         a.extend_from_slice(&[8, 0, 6, 4, 0, 1]);
         a.extend_from_slice(&MAC.0);
         a.extend_from_slice(&sender);
         a.extend_from_slice(&[0; 6]);
-        a.extend_from_slice(&[10, 0, 0, 9]);
+        a.extend_from_slice(&target);
         a
+    }
+
+    /// An ICMPv6 neighbour discovery message of `kind` from `src` for
+    /// `target` (with a link-layer address option).
+    fn nd(kind: u8, src: Ipv6Addr, target: &str) -> Vec<u8> {
+        let mut m = vec![kind, 0, 0, 0, 0x20, 0, 0, 0];
+        m.extend_from_slice(&target.parse::<Ipv6Addr>().unwrap().octets());
+        m.extend_from_slice(&[2, 1]);
+        m.extend_from_slice(&MAC.0);
+        [eth(0x86dd, 0), v6(src, 58, &m)].concat()
     }
 
     #[test]
@@ -218,7 +277,11 @@ mod tests {
         assert_eq!(case([eth(0x0806, 0), arp([10, 0, 0, 2], 1)].concat()), (a([10, 0, 0, 2]), false));
         assert_eq!(case([eth(0x0806, 0), arp([10, 0, 0, 2], 6)].concat()), (a([10, 0, 0, 2]), false));
         assert_eq!(case([eth(0x0806, 1), arp([10, 0, 0, 1], 1)].concat()), (a([10, 0, 0, 1]), true));
-        assert_eq!(case([eth(0x0806, 0), arp([0; 4], 1)].concat()), (Source::Exempt, true));
+        let probe = |t: [u8; 4]| Source::Probe(IpAddr::from(t));
+        assert_eq!(
+            case([eth(0x0806, 0), arp_for([0; 4], 1, [10, 0, 0, 1])].concat()),
+            (probe([10, 0, 0, 1]), true)
+        );
         // IPv6: the link-local of its MAC; DAD and MLD from ::, nothing else.
         let ll = IpAddr::V6(link_local(MAC));
         assert_eq!(ll.to_string(), "fe80::5054:ff:fe12:3456");
@@ -228,9 +291,11 @@ mod tests {
         );
         let other: Ipv6Addr = "fe80::1".parse().unwrap();
         assert!(!case([eth(0x86dd, 0), v6(other, 17, &[0; 8])].concat()).1);
-        let ns = [eth(0x86dd, 0), v6(Ipv6Addr::UNSPECIFIED, 58, &[135, 0, 0, 0])].concat();
-        assert_eq!(case(ns), (Source::Exempt, true));
-        let mld = [eth(0x86dd, 0), v6(Ipv6Addr::UNSPECIFIED, 0, &[58, 0, 5, 2, 0, 0, 1, 0, 143, 0])].concat();
+        let ns = nd(135, Ipv6Addr::UNSPECIFIED, "fe80::5054:ff:fe12:3456");
+        assert_eq!(case(ns), (Source::Probe(ll), true));
+        let mut mld =
+            [eth(0x86dd, 0), v6(Ipv6Addr::UNSPECIFIED, 0, &[58, 0, 5, 2, 0, 0, 1, 0, 143, 0])].concat();
+        mld[14 + 7] = 1; // its hop limit
         assert_eq!(case(mld), (Source::Exempt, true));
         let echo = [eth(0x86dd, 0), v6(Ipv6Addr::UNSPECIFIED, 58, &[128, 0, 0, 0])].concat();
         assert_eq!(case(echo), (Source::Addr(IpAddr::V6(Ipv6Addr::UNSPECIFIED)), false));
@@ -242,5 +307,63 @@ mod tests {
         assert_eq!(case(vec![0; 10]), (Source::Unreadable, false));
         // Other EtherTypes carry no IP source.
         assert_eq!(case([eth(0x88b5, 0), vec![0; 40]].concat()), (Source::None, true));
+    }
+
+    #[test]
+    fn neighbour_and_router_discovery_name_only_the_ports_own_addresses() {
+        let victim = "fd00::2";
+        let owned = Owned::new([
+            IpAddr::from([10, 0, 0, 1]),
+            "fd00::1".parse().unwrap(),
+            IpAddr::V6(link_local(MAC)),
+        ]);
+        let case = |f: Vec<u8>| (source(&f), owned.allows(&f));
+        let (ll, own6) = (link_local(MAC), "fd00::1".parse::<Ipv6Addr>().unwrap());
+        let ip6 = |s: &str| IpAddr::V6(s.parse().unwrap());
+        // A neighbour advertisement for its own address (from its own
+        // link-local or global address) passes; for another's it is dropped.
+        for (src, target, ok) in [
+            (ll, "fd00::1", true),
+            (own6, "fd00::1", true),
+            (ll, "fe80::5054:ff:fe12:3456", true),
+            (ll, victim, false),
+            (own6, "fe80::1", false),
+        ] {
+            let advert = Source::Advert { src: IpAddr::V6(src), target: ip6(target) };
+            assert_eq!(case(nd(136, src, target)), (advert, ok), "NA from {src} for {target}");
+        }
+        // Nor from a source it does not own, for its own target.
+        assert!(!case(nd(136, "fe80::1".parse().unwrap(), "fd00::1")).1);
+        // Cut short before its target: unreadable.
+        let mut short = nd(136, ll, "fd00::1");
+        short.truncate(14 + 40 + 20);
+        assert_eq!(case(short), (Source::Unreadable, false));
+        // Duplicate address detection: from ::, for its own address only.
+        assert_eq!(case(nd(135, Ipv6Addr::UNSPECIFIED, "fd00::1")), (Source::Probe(ip6("fd00::1")), true));
+        assert_eq!(case(nd(135, Ipv6Addr::UNSPECIFIED, victim)), (Source::Probe(ip6(victim)), false));
+        // A solicitation from its own address may ask for anyone (address
+        // resolution); from another's, not.
+        assert_eq!(case(nd(135, ll, victim)), (Source::Addr(IpAddr::V6(ll)), true));
+        assert!(!case(nd(135, "fe80::1".parse().unwrap(), "fd00::1")).1);
+        // A router solicitation is judged by its source.
+        assert_eq!(case(nd(133, ll, "::")), (Source::Addr(IpAddr::V6(ll)), true));
+        // Router advertisements and redirects: never, even from its own address.
+        assert_eq!(case(nd(134, ll, "::")), (Source::Router, false));
+        assert_eq!(case(nd(137, ll, victim)), (Source::Router, false));
+        // Neighbour discovery behind an extension header (hop limit 255):
+        // dropped; the same header with another hop limit is judged by source.
+        let mut hidden = [eth(0x86dd, 0), v6(ll, 60, &[58, 0, 1, 4, 0, 0, 0, 0, 136, 0])].concat();
+        assert_eq!(case(hidden.clone()), (Source::Router, false));
+        hidden[14 + 7] = 64;
+        assert_eq!(case(hidden), (Source::Addr(IpAddr::V6(ll)), true));
+        // ARP: a probe (from 0.0.0.0) for its own address passes, for
+        // another's not; a reply or gratuitous ARP is judged by its sender.
+        assert!(case([eth(0x0806, 0), arp_for([0; 4], 1, [10, 0, 0, 1])].concat()).1, "a probe for its own");
+        let foreign = case([eth(0x0806, 0), arp_for([0; 4], 1, [10, 0, 0, 2])].concat());
+        assert_eq!(foreign, (Source::Probe(IpAddr::from([10, 0, 0, 2])), false));
+        assert!(case([eth(0x0806, 0), arp_for([10, 0, 0, 1], 1, [10, 0, 0, 1])].concat()).1, "gratuitous");
+        assert!(!case([eth(0x0806, 0), arp_for([10, 0, 0, 2], 1, [10, 0, 0, 1])].concat()).1);
+        let cut = [eth(0x0806, 0), arp_for([0; 4], 1, [10, 0, 0, 1])[..20].to_vec()].concat();
+        assert_eq!(case(cut), (Source::Unreadable, false));
     }
 }

@@ -1,9 +1,11 @@
 //! The IP source guard (issue 66, `docs/control.md`): a VM sending from
 //! an address its interface does not own (another VM's) is dropped and
 //! counted, on the user path and in the eBPF program, while its own
-//! addresses, the link-local of its MAC, DHCP's client and ARP probes
-//! pass; an interface that owns no address is unguarded (the positive
-//! control: the same spoof from it arrives).
+//! addresses, the link-local of its MAC, DHCP's client and ARP probes for
+//! its own address pass; neighbour discovery naming another VM's address
+//! (an advertisement for it, a probe for it) and router advertisements
+//! are dropped too; an interface that owns no address is unguarded (the
+//! positive control: the same spoof from it arrives).
 
 use super::harness::*;
 
@@ -11,7 +13,11 @@ use super::harness::*;
 /// frame DEV receives. `send DEV SRCMAC DSTMAC DSTIP KIND,MARK[,SRC]...`:
 /// sends each frame: `ip4` (UDP from SRC to DSTIP), `ip6` (UDP from SRC to
 /// fd00::2), `dhcp` (a DHCP client's broadcast from 0.0.0.0), `arp` (a
-/// request from sender SRC for DSTIP), the marker in its payload.
+/// request from sender SRC for TARGET, or DSTIP), `na` (a neighbour
+/// advertisement from SRC for TARGET, with the sender's MAC and the
+/// Override flag), `ns` (a solicitation from SRC for TARGET), `ra` (a
+/// router advertisement from SRC), the marker in its payload (after the
+/// ICMPv6 message). A spec is `KIND,MARK[,SRC[,TARGET]]`.
 const GUARD: &str = r#"
 import socket, struct, sys, time
 def csum(b):
@@ -42,7 +48,7 @@ else:
     dev, src_mac, dst_mac, dst_ip = sys.argv[2], mac(sys.argv[3]), mac(sys.argv[4]), sys.argv[5]
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind((dev, 0))
     for spec in sys.argv[6:]:
-        kind, mark, src = (spec.split(',') + [''])[:3]
+        kind, mark, src, target = (spec.split(',') + ['', ''])[:4]
         data = ('GRD-%s.' % mark).encode()
         if kind == 'ip4':
             f = dst_mac + src_mac + b'\x08\x00' + udp4(socket.inet_aton(src), socket.inet_aton(dst_ip), 5000, 7777, data)
@@ -53,9 +59,17 @@ else:
             h = struct.pack('!IHBB', 0x60000000, len(u), 17, 64)
             h += socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, 'fd00::2')
             f = dst_mac + src_mac + b'\x86\xdd' + h + u
+        elif kind in ('na', 'ns', 'ra'):
+            t = {'na': 136, 'ns': 135, 'ra': 134}[kind]
+            six = lambda a: socket.inet_pton(socket.AF_INET6, a)
+            m = struct.pack('!BBHI', t, 0, 0, 0x20000000 if t == 136 else 0) + six(target or '::') + b'\x02\x02' + src_mac
+            ph = six(src) + six('ff02::1') + struct.pack('!IxxxB', len(m), 58)
+            m = m[:2] + struct.pack('!H', csum(ph + m)) + m[4:]
+            h = struct.pack('!IHBB', 0x60000000, len(m), 58, 255) + six(src) + six('ff02::1')
+            f = dst_mac + src_mac + b'\x86\xdd' + h + m + data
         else:
             a = struct.pack('!HHBBH', 1, 0x0800, 6, 4, 1) + src_mac + socket.inet_aton(src) + b'\0' * 6
-            f = b'\xff' * 6 + src_mac + b'\x08\x06' + a + socket.inet_aton(dst_ip) + data
+            f = b'\xff' * 6 + src_mac + b'\x08\x06' + a + socket.inet_aton(target or dst_ip) + data
         s.send(f.ljust(60, b'\0')); time.sleep(0.02)
 "#;
 
@@ -139,30 +153,43 @@ mod both {
         // a's interface owns its address (a `neigh` line for its MAC, as
         // vnet-cni writes for the addresses it gives).
         lab.apply(0, &format!("neigh {ai} {}\n", a.mac)).unwrap();
-        let ll = link_local(&a.mac);
+        let (ll, vll) = (link_local(&a.mac), link_local(&v.mac));
+        let nd = |kind: &str, mark: &str, src: &str, target: &str| format!("{kind},{mark},{src},{target}");
         let frames = [
             f("ip4", "spoof1", &vi),
-            f("ip6", "spoof6", &link_local(&v.mac)),
+            f("ip6", "spoof6", &vll),
             f("ip4", "zero", "0.0.0.0"),
             f("arp", "arpspoof", &vi),
+            // Neighbour discovery from a's own link-local naming v's
+            // address: the advertisement that takes v's traffic (or v's
+            // address, answering its duplicate address detection), the
+            // probes for v's address, a router advertisement.
+            nd("na", "navictim", &ll, &vll),
+            nd("ns", "dadvictim", "::", &vll),
+            nd("arp", "probevictim", "0.0.0.0", &vi),
+            f("ra", "ra", &ll),
             f("ip4", "own1", &ai),
             f("ip6", "ll1", &ll),
             f("dhcp", "dhcp1", ""),
             f("arp", "arpown", &ai),
-            f("arp", "probe", "0.0.0.0"),
+            // The positive controls: the same for a's own address.
+            nd("arp", "probe", "0.0.0.0", &ai),
+            nd("na", "naown", &ll, &ll),
+            nd("ns", "dadown", "::", &ll),
         ];
-        let want = ["own1", "ll1", "dhcp1", "arpown", "probe"];
+        let want = ["own1", "ll1", "dhcp1", "arpown", "probe", "naown", "dadown"];
         let got = exchange(&mut lab, &script, (&a, &b), &frames, &want);
         let counts = spoofed(&lab, 0);
         println!("guard: guarded, b caught {got:?}, spoofed (user, kernel) {counts:?}");
-        for bad in ["spoof1", "spoof6", "zero", "arpspoof"] {
+        let bad = ["spoof1", "spoof6", "zero", "arpspoof", "navictim", "dadvictim", "probevictim", "ra"];
+        for bad in bad {
             assert!(!got.iter().any(|g| g == bad), "{bad} from a guarded interface arrived: {got:?}");
         }
         if kernel {
             // Each spoof dropped by the program itself.
-            assert!(counts.1 >= 4, "the kernel path dropped and counted them: {counts:?}");
+            assert!(counts.1 >= 8, "the kernel path dropped and counted them: {counts:?}");
         } else {
-            assert!(counts.0 >= 4, "the user path dropped and counted them: {counts:?}");
+            assert!(counts.0 >= 8, "the user path dropped and counted them: {counts:?}");
         }
 
         // `show interfaces` says which interface is guarded, by what.

@@ -8,12 +8,43 @@
 
 #include "maps.h"
 
+/* Neighbour and router discovery from a guarded interface (ICMPv6 right
+ * behind the IPv6 header; `k` holds its source, `any`: the source is not
+ * ::), as vnet_wire::guard reads it: a router advertisement or a redirect
+ * never passes; a neighbour advertisement passes when its source and its
+ * target are the port's; a solicitation from :: (duplicate address
+ * detection) when its target is. 0: pass; -1: drop; 1: vnetd's; 2: the
+ * rest, judged by its source. Only ICMPv6 types 133-137 cost more than
+ * reading the type: one more `guard` lookup, for the target. */
+static __always_inline int nd_guard(struct __sk_buff *skb, struct guard_key *k, __u8 any)
+{
+	__u8 *m = head(skb, ETH_HLEN + 41);
+	if (!m)
+		return 1;
+	__u8 type = m[ETH_HLEN + 40];
+	if (type == 134 || type == 137)
+		return -1;
+	if (type == 136 || (type == 135 && !any)) {
+		m = head(skb, ETH_HLEN + 64);
+		if (!m)
+			return 1;
+		if (type == 136 && !bpf_map_lookup_elem(&guard, k))
+			return -1;
+		__builtin_memcpy(k->addr, m + ETH_HLEN + 48, 16);
+		return bpf_map_lookup_elem(&guard, k) ? 0 : -1;
+	}
+	/* From ::, nothing else in ICMPv6. */
+	return any ? 2 : -1;
+}
+
 /* Whether a frame from a guarded interface (`port`, its `ports` entry
  * `pv`) comes from an address it owns, as vnet_wire::guard reads it: its
  * IPv4 or IPv6 source, or its ARP sender (an IPv4 ARP), is in `guard`;
  * or it is a DHCP client's request (0.0.0.0, UDP 68 to 67), an ARP probe
- * (sender 0.0.0.0), or from :: a neighbour solicitation or an MLD report
- * behind a hop-by-hop header (duplicate address detection). 0: it may go
+ * (sender 0.0.0.0) for a target in `guard`, or from :: an MLD report
+ * behind a hop-by-hop header; neighbour and router discovery as
+ * `nd_guard` says; an IPv6 packet with hop limit 255 behind an extension
+ * header (neighbour discovery hidden from `nd_guard`) never. 0: it may go
  * on; -1: drop it; 1: vnetd's (a VLAN tag, a header the programs do not
  * read whole, a port whose addresses the map could not hold), which
  * guards it the same way. Other EtherTypes carry no address: 0. */
@@ -52,20 +83,22 @@ static __always_inline int source_guard(struct __sk_buff *skb, __u32 port, struc
 		ip += ETH_HLEN;
 		if ((ip[0] >> 4) != 6)
 			return 1;
+		__u8 nh = ip[6], hl = ip[7];
 		__builtin_memcpy(k.addr, ip + 8, 16);
 		__u8 any = 0;
 #pragma clang loop unroll(full)
 		for (int i = 0; i < 16; i++)
 			any |= k.addr[i];
-		if (!any) {
-			/* From ::, duplicate address detection only. */
-			__u8 nh = ip[6], h[2];
-			if (bpf_skb_load_bytes(skb, ETH_HLEN + 40, h, 2) < 0)
-				return -1;
-			if (nh == 58)
-				return h[0] == 135 ? 0 : -1;
-			__u8 t;
-			if (nh != 0 || h[0] != 58 ||
+		if (nh == 58) {
+			int g = nd_guard(skb, &k, any);
+			if (g != 2)
+				return g;
+		} else if (hl == 255 && (nh == 0 || nh == 43 || nh == 44 || nh == 60)) {
+			return -1;
+		} else if (!any) {
+			/* From ::, an MLD report behind a hop-by-hop header only. */
+			__u8 h[2], t;
+			if (nh != 0 || bpf_skb_load_bytes(skb, ETH_HLEN + 40, h, 2) < 0 || h[0] != 58 ||
 			    bpf_skb_load_bytes(skb, ETH_HLEN + 40 + 8 + 8 * (__u32)h[1], &t, 1) < 0)
 				return -1;
 			return t == 131 || t == 143 ? 0 : -1;
@@ -79,8 +112,8 @@ static __always_inline int source_guard(struct __sk_buff *skb, __u32 port, struc
 			return 0; /* not IPv4's */
 		__u32 spa;
 		__builtin_memcpy(&spa, a + 14, 4);
-		if (spa == 0)
-			return 0; /* a probe */
+		if (spa == 0) /* a probe (RFC 5227): for an address it owns */
+			__builtin_memcpy(&spa, a + 24, 4);
 		k.addr[10] = k.addr[11] = 0xff;
 		__builtin_memcpy(&k.addr[12], &spa, 4);
 	} else {
