@@ -202,51 +202,6 @@ mod both {
 
     #[test]
     #[ignore = "needs root and network namespaces: run with --ignored"]
-    fn routes_replaced_two_hundred_times_under_a_tcp_stream_and_a_10ms_ping_lose_nothing() {
-        let mut lab = lab(Spec::default());
-        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
-        assert_ping(&lab, &a, b.ip, 56);
-        lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
-        lab.wait_listening(&b.ns, 5201).unwrap();
-        let (ns, ip) = (a.ns.as_str(), b.ip.to_string());
-        let ping = in_background(ns, &["ping", "-n", "-i", "0.01", "-c", "700", "-W", "1", &ip]);
-        let tcp = in_background(ns, &["iperf3", "-c", &ip, "-t", "9", "-b", "300M", "-J"]);
-        std::thread::sleep(Duration::from_millis(500));
-        // Each transaction replaces the route that carries the stream (delete
-        // and add again, as one change) and adds or deletes another.
-        let t0 = std::time::Instant::now();
-        for n in 0..200 {
-            let routes = json(&lab, 0, "routes");
-            let rs = routes["routes"].as_array().unwrap();
-            let id = rs.iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["id"].clone();
-            let mut change = format!("delete route {id}\nroute any {} -> link h1\n", b.mac);
-            match rs.iter().find(|r| r["dst"].as_str().is_some_and(|d| d.starts_with("52:54:00:cc"))) {
-                Some(r) => change.push_str(&format!("delete route {}\n", r["id"])),
-                None => change.push_str(&format!("route any 52:54:00:cc:00:{:02x} -> link h1\n", n % 256)),
-            }
-            lab.apply(0, &change).unwrap();
-        }
-        let took = t0.elapsed();
-        let out = String::from_utf8_lossy(&ping.join().unwrap().stdout).to_string();
-        let tcp = tcp.join().unwrap();
-        let r = vnet_lab::PingResult::parse(&out);
-        let j: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap_or_default();
-        let retransmits = j["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(u64::MAX);
-        let gbps = j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9;
-        eprintln!(
-            "200 route replacements in {took:?} under traffic: ping {}/{} (10 ms apart), TCP {gbps:.2} Gbit/s with \
-         {retransmits} retransmits",
-            r.received, r.sent
-        );
-        assert_eq!(r.sent, 700, "ping output not understood:\n{out}");
-        assert_eq!(r.received, r.sent, "pings lost while routes were replaced:\n{out}");
-        assert!(tcp.status.success() && j.get("error").is_none(), "the TCP stream broke: {j}");
-        assert_carried(&String::from_utf8_lossy(&tcp.stdout), "the TCP stream under route changes");
-        assert!(retransmits <= 20, "{retransmits} retransmits");
-    }
-
-    #[test]
-    #[ignore = "needs root and network namespaces: run with --ignored"]
     fn a_transaction_that_fails_at_commit_or_is_aborted_changes_nothing_and_traffic_keeps_flowing() {
         use std::io::{BufRead, BufReader, Write};
         let lab = lab(Spec::default());
@@ -311,6 +266,54 @@ mod both {
 /// On both passes, one test at a time (each says why).
 mod both_alone {
     use super::*;
+
+    // Alone: no ping lost and at most 20 TCP retransmits beside 200 route
+    // replacements (three tests at a time, beside the flapping test's
+    // stream, the kernel pass saw 48 retransmits and no ping lost).
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn routes_replaced_two_hundred_times_under_a_tcp_stream_and_a_10ms_ping_lose_nothing() {
+        let mut lab = lab(Spec::default());
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        assert_ping(&lab, &a, b.ip, 56);
+        lab.spawn(&b.ns, &["iperf3", "-s", "-1", "-B", &b.ip.to_string()]).unwrap();
+        lab.wait_listening(&b.ns, 5201).unwrap();
+        let (ns, ip) = (a.ns.as_str(), b.ip.to_string());
+        let ping = in_background(ns, &["ping", "-n", "-i", "0.01", "-c", "700", "-W", "1", &ip]);
+        let tcp = in_background(ns, &["iperf3", "-c", &ip, "-t", "9", "-b", "300M", "-J"]);
+        std::thread::sleep(Duration::from_millis(500));
+        // Each transaction replaces the route that carries the stream (delete
+        // and add again, as one change) and adds or deletes another.
+        let t0 = std::time::Instant::now();
+        for n in 0..200 {
+            let routes = json(&lab, 0, "routes");
+            let rs = routes["routes"].as_array().unwrap();
+            let id = rs.iter().find(|r| r["dst"] == b.mac.as_str()).unwrap()["id"].clone();
+            let mut change = format!("delete route {id}\nroute any {} -> link h1\n", b.mac);
+            match rs.iter().find(|r| r["dst"].as_str().is_some_and(|d| d.starts_with("52:54:00:cc"))) {
+                Some(r) => change.push_str(&format!("delete route {}\n", r["id"])),
+                None => change.push_str(&format!("route any 52:54:00:cc:00:{:02x} -> link h1\n", n % 256)),
+            }
+            lab.apply(0, &change).unwrap();
+        }
+        let took = t0.elapsed();
+        let out = String::from_utf8_lossy(&ping.join().unwrap().stdout).to_string();
+        let tcp = tcp.join().unwrap();
+        let r = vnet_lab::PingResult::parse(&out);
+        let j: serde_json::Value = serde_json::from_slice(&tcp.stdout).unwrap_or_default();
+        let retransmits = j["end"]["sum_sent"]["retransmits"].as_u64().unwrap_or(u64::MAX);
+        let gbps = j["end"]["sum_received"]["bits_per_second"].as_f64().unwrap_or(0.0) / 1e9;
+        eprintln!(
+            "200 route replacements in {took:?} under traffic: ping {}/{} (10 ms apart), TCP {gbps:.2} Gbit/s with \
+         {retransmits} retransmits",
+            r.received, r.sent
+        );
+        assert_eq!(r.sent, 700, "ping output not understood:\n{out}");
+        assert_eq!(r.received, r.sent, "pings lost while routes were replaced:\n{out}");
+        assert!(tcp.status.success() && j.get("error").is_none(), "the TCP stream broke: {j}");
+        assert_carried(&String::from_utf8_lossy(&tcp.stdout), "the TCP stream under route changes");
+        assert!(retransmits <= 20, "{retransmits} retransmits");
+    }
 
     // Alone: every lost ping must fall within a second of a move or an
     // outage (two clean-clone runs three tests at a time, beside the
