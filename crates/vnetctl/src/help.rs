@@ -149,14 +149,15 @@ pub const GROUPS: &[Group] = &[
         ],
     },
     Group {
-        heading: "A secured cluster (docs/QUICKSTART.md; no vnetd needed)",
+        heading: "A secured cluster (no vnetd needed)",
         needs: NO_DAEMON,
         entries: &[
             e(
                 &["network", "init"],
                 "network init DIR network NAME etcd IP",
                 "The network key, etcd's CA, certificate and config in DIR; etcd's root made and \
-                 authentication on before etcd first serves. Then: etcd --config-file DIR/etcd.yml.",
+                 authentication on before etcd first serves. Then: etcd --config-file DIR/etcd.yml \
+                 (docs/QUICKSTART.md: the whole way).",
             ),
             e(
                 &["network", "token"],
