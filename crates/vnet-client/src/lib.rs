@@ -3,6 +3,7 @@
 //!
 //! - [`endpoint`]: where a control endpoint is (`unix:`, `tcp:`, `tls:`)
 //!   and the token file a `tcp:` client presents.
+//! - [`find`]: which vnetd to talk to when not told (`vnetd@NAME`'s socket).
 //! - [`client`]: a blocking client of the control protocol, sending
 //!   [`request`]s built from typed values.
 //! - [`relocate`]: `vnetctl move`, a VM's relocation between two hosts.
@@ -14,6 +15,7 @@
 pub mod client;
 pub mod docs;
 pub mod endpoint;
+pub mod find;
 pub mod keys;
 pub mod relocate;
 pub mod sys;

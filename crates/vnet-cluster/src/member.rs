@@ -400,6 +400,12 @@ impl Member {
         (self.revoked_hosts.len(), self.revoked_certs.len())
     }
 
+    /// Whether the network's admin revoked this host itself (every
+    /// certificate of it: `vnetctl network revoke`).
+    pub fn revoked_self(&self) -> bool {
+        self.revoked_hosts.contains(self.me.as_str())
+    }
+
     /// The whole view as changes: a link (or none) for every host ever
     /// seen, a route for every MAC. Applied to any state, it brings that
     /// state to the view (after a transaction that failed, say).
@@ -1652,6 +1658,12 @@ mod tests {
         assert_eq!(sync(&mut m, &s), vec![]);
         assert_eq!((m.stats.bad_records, m.revoked()), (bad, (1, 0)));
         assert!(m.live("h2") && !m.live("h3"));
+        // Another host's revocation is not this host's; its own is.
+        assert!(!m.revoked_self());
+        let r = crate::trust::Revocation { network: "n".into(), host: "h1".into(), cert: None, at: 1 };
+        s.put(&crate::layout::revoked_host_key("n", "h1"), nk.revoke(&r).unwrap().into_bytes(), None);
+        sync(&mut m, &s);
+        assert!(m.revoked_self());
     }
 
     /// A record's kinds: at most 8, each 1-16 lowercase letters.

@@ -25,20 +25,35 @@
 //!     wait 600 interface vm2 netdev c2
 //! ```
 
+mod help;
 mod kube;
 mod onboard;
 
 use clap::Parser;
 use std::process::ExitCode;
 use vnet_client::client::Client;
-use vnet_client::endpoint::{Endpoint, DEFAULT_ENDPOINT};
+use vnet_client::endpoint::Endpoint;
 
 #[derive(Parser)]
-#[command(version, about = "Control a running vnetd", trailing_var_arg = true, after_help = SUBCOMMANDS)]
+#[command(
+    version,
+    about = "Control a running vnetd",
+    long_about = "Control a running vnetd, and make a secured network's keys, certificates and hosts.\n\n\
+                  Without --control, vnetctl talks to the vnetd running on this host: the packaged \
+                  vnetd@NAME's socket /run/vnet/NAME.sock, or /run/vnetd.sock (a vnetd started without \
+                  --control). When several run, -n NAME picks one (the error lists them).",
+    trailing_var_arg = true,
+    after_help = help::after_help()
+)]
 struct Args {
-    /// Control endpoint: unix:PATH or tcp:ADDR:PORT.
-    #[arg(long, default_value = DEFAULT_ENDPOINT, env = "VNETCTL_CONTROL")]
-    control: Endpoint,
+    /// Control endpoint: unix:PATH, tcp:ADDR:PORT or tls:ADDR:PORT (unless
+    /// given: the one vnetd running here, or -n NAME's).
+    #[arg(long, env = "VNETCTL_CONTROL")]
+    control: Option<Endpoint>,
+    /// The vnetd@NAME to talk to (its socket /run/vnet/NAME.sock), when
+    /// several run here.
+    #[arg(short = 'n', long = "name", value_name = "NAME", conflicts_with = "control")]
+    name: Option<String>,
     /// For a `tls:ADDR:PORT` endpoint: the certificate, key and CA to
     /// present and check with (PEM files).
     #[arg(long, value_delimiter = ',', num_args = 3, value_names = ["CERT", "KEY", "CA"], env = "VNETCTL_TLS")]
@@ -49,54 +64,61 @@ struct Args {
     /// Ask `show` for JSON.
     #[arg(long)]
     json: bool,
-    /// A control line as words (`show routes`, `route ...`, `delete route 3`),
-    /// or `apply FILE` to apply a file as one transaction.
+    /// A command (below), or a control line as words (`show routes`,
+    /// `route ...`, `delete route 3`), or `apply FILE` to apply a file as
+    /// one transaction. `vnetctl help COMMAND`: its usage.
     #[arg(required = true, allow_hyphen_values = true)]
     words: Vec<String>,
 }
 
-/// What `vnetctl --help` (and `man vnetctl`) lists after the options.
-const SUBCOMMANDS: &str = "\
-Commands (WORDS):
-  show routes|links|interfaces|stats|global|config|metrics|cluster|matrix
-                          what vnetd has (--json for JSON)
-  CONTROL LINE            any line of vnet.conf(5), applied at once (`route any MAC to link NAME`)
-  apply FILE              a file of control lines, as one transaction
-  save | reload           write the running configuration to vnetd's config file | apply the file's changes
-  activate NAME           a standby interface becomes active (a migration's switch-over)
-  move MAC to ENDPOINT hosts ENDPOINT,... [wait SECS] interface NAME KIND DEV [options]
-                          relocate a VM: the new host attaches it, every host reroutes, each saves
-Keys and certificates (no vnetd needed; none writes anything when given -h or --help):
-  genkey [FILE]           a host's private key (FILE made 0600), prints its public key
-  pubkey [claim] < KEY    the public key (or the claim key) of a private key
-  netkey FILE             a network key (0600, made unless FILE exists); prints its public key
-  sign NETKEY network N host H public-key K claim-key C addr PREFIX[,..] [groups G[,..]] [days D | not-after S]
-                          a host certificate (a year unless told; its VMs in the policy's groups G)
-  revoke NETKEY network N host H [cert ID]
-                          a revocation, as KEY VALUE for `etcdctl put`
-  policy NETKEY network N FILE [serial S]
-                          FILE's policy, rule and group lines signed for the network, as KEY VALUE
-                          for `etcdctl put` (serial: the time unless told; hosts take only higher ones)
-A secured cluster (docs/QUICKSTART.md):
-  network init DIR network NAME etcd IP    the network key, etcd's CA, certificate and config in DIR; etcd's
-                                           root made and authentication on before etcd first serves
-  network token DIR HOST [ttl D] [file F]  a join token for HOST alone: used once, expires (1h unless told)
-  join --token-file FILE|- [dir DIR] [wait S]
-                                           on a host: its key (made here), a signed request, its fingerprint
-                                           printed; then vnetd@NAME once approved (never a token in argv)
-  network approve DIR HOST [key FP] [--yes] [replace]
-                                           verifies HOST's request, shows it; signs with the fingerprint pinned
-                                           or confirmed; `replace` revokes the certificate of a host of that name
-  network revoke DIR HOST                  revokes HOST, deletes its etcd user, its records and leases
-  network setup DIR                        (a network an older init made) etcd's root and authentication on
-  network upgrade DIR                      (hosts an older approve made) each host's role exactly its own
-Kubernetes (in a pod, as its service account):
-  kube daemonset NAMESPACE/NAME  present, deleting or absent (vnet's DaemonSet's preStop hook)";
+/// Prints the help `words` ask for (`help CMD`, `CMD --help`): the
+/// command's own usage, or, for `help` alone, vnetctl's.
+fn print_help(words: &[&str]) -> ExitCode {
+    if let Some(h) = help::of(words) {
+        out(&h);
+        return ExitCode::SUCCESS;
+    }
+    if words.iter().all(|w| matches!(*w, "help" | "-h" | "--help")) {
+        let _ = <Args as clap::CommandFactory>::command().print_long_help();
+        return ExitCode::SUCCESS;
+    }
+    let named: Vec<&str> =
+        words.iter().copied().filter(|w| !matches!(*w, "help" | "-h" | "--help")).collect();
+    eprintln!("vnetctl: no command `{}`: every command is in `vnetctl --help`", named.join(" "));
+    ExitCode::from(2)
+}
 
-/// A word that asks for help (`-h`, `--help`, `help`) among a key
-/// command's words: the usage is printed and nothing is written.
-fn asks_help(words: &[&str]) -> bool {
-    words.iter().skip(1).any(|w| matches!(*w, "-h" | "--help" | "help"))
+/// The endpoint to talk to: `--control`'s, or the vnetd found here
+/// (`-n NAME`'s, or the one running).
+fn endpoint(
+    args: &Args,
+) -> Result<(Endpoint, Option<vnet_client::find::Found>), vnet_client::find::FindError> {
+    use vnet_client::find;
+    if let Some(ep) = &args.control {
+        return Ok((ep.clone(), None));
+    }
+    let f = find::find(
+        std::path::Path::new(find::UNIT_SOCKET_DIR),
+        std::path::Path::new(find::DEFAULT_SOCKET),
+        args.name.as_deref(),
+    )?;
+    Ok((f.endpoint(), Some(f)))
+}
+
+/// What to say when the endpoint does not answer: where it was looked
+/// for, and what to check.
+fn unreached(ep: &Endpoint, found: Option<&vnet_client::find::Found>, e: &std::io::Error) -> String {
+    match found.and_then(|f| f.name.as_deref()) {
+        Some(n) => format!(
+            "cannot reach vnetd@{n} at {ep}: {e}: is it running? (`systemctl status vnetd@{n}`; \
+             `systemctl enable --now vnetd@{n}` starts it)"
+        ),
+        None if e.kind() == std::io::ErrorKind::NotFound => format!(
+            "cannot reach vnetd at {ep}: {e}: no vnetd listens there (without --control, vnetctl \
+             finds the vnetd running here)"
+        ),
+        None => format!("cannot reach vnetd at {ep}: {e}"),
+    }
 }
 
 fn main() -> ExitCode {
@@ -104,6 +126,10 @@ fn main() -> ExitCode {
         return code;
     }
     let args = Args::parse();
+    let words: Vec<&str> = args.words.iter().map(String::as_str).collect();
+    if help::asked(&words) {
+        return print_help(&words);
+    }
     if let [cert, key, ca] = args.tls.as_slice() {
         let files = vnet_control::TlsFiles { cert: cert.clone(), key: key.clone(), ca: ca.clone() };
         if let Err(e) = vnet_client::client::set_tls(&files) {
@@ -122,35 +148,22 @@ fn main() -> ExitCode {
         return done;
     }
     if args.words.first().is_some_and(|w| w == "kube") {
-        let words: Vec<&str> = args.words.iter().map(String::as_str).collect();
-        if asks_help(&words) {
-            out(&format!("{SUBCOMMANDS}\n"));
-            return ExitCode::SUCCESS;
-        }
         return kube::run(&words[1..]);
     }
     if args.words.first().is_some_and(|w| w == "move") {
-        if asks_help(&args.words.iter().map(String::as_str).collect::<Vec<_>>()) {
-            out(&format!("{SUBCOMMANDS}\n"));
-            return ExitCode::SUCCESS;
-        }
-        return match parse_move(&args.words[1..])
-            .and_then(|m| vnet_client::relocate::relocate(&m).map_err(|e| e.to_string()))
-        {
-            Ok(report) => {
-                out(&report);
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("vnetctl: move: {e}");
-                ExitCode::from(1)
-            }
-        };
+        return run_move(&args.words[1..]);
     }
-    let mut c = match Client::connect(&args.control) {
+    let (ep, found) = match endpoint(&args) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("vnetctl: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    let mut c = match Client::connect(&ep) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("vnetctl: cannot reach vnetd at {}: {e}", args.control);
+            eprintln!("vnetctl: {}", unreached(&ep, found.as_ref(), &e));
             return ExitCode::from(3);
         }
     };
@@ -193,6 +206,20 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("vnetctl: {e}");
             ExitCode::from(3)
+        }
+    }
+}
+
+/// `vnetctl move ...`: a VM relocated between the endpoints named.
+fn run_move(words: &[String]) -> ExitCode {
+    match parse_move(words).and_then(|m| vnet_client::relocate::relocate(&m).map_err(|e| e.to_string())) {
+        Ok(report) => {
+            out(&report);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vnetctl: move: {e}");
+            ExitCode::from(1)
         }
     }
 }
@@ -273,9 +300,9 @@ fn keys(words: &[String]) -> Option<ExitCode> {
     };
     const KEY_COMMANDS: [&str; 8] =
         ["genkey", "pubkey", "netkey", "sign", "revoke", "policy", "network", "join"];
-    if w.first().is_some_and(|c| KEY_COMMANDS.contains(c)) && asks_help(&w) {
-        out(&format!("{SUBCOMMANDS}\n"));
-        return Some(ExitCode::SUCCESS);
+    if w.first().is_some_and(|c| KEY_COMMANDS.contains(c)) && w.iter().skip(1).any(|x| *x == "help") {
+        // `vnetctl genkey help`: help, not a key in a file named `help`.
+        return Some(print_help(&w));
     }
     let out = match w.as_slice() {
         ["genkey"] => vnet_client::keys::genkey().map_err(|e| e.to_string()),

@@ -108,6 +108,8 @@ pub struct Status {
     pub unclaimed: Vec<(vnet_wire::MacAddr, String, String)>,
     /// Hosts and certificates revoked by the network key.
     pub revoked: (usize, usize),
+    /// This host itself is revoked (`vnetctl network revoke`).
+    pub revoked_self: bool,
     /// The links the cluster made (named after hosts): not the config
     /// file's to save or delete, and the only ones a host's record may
     /// change; a static link of a host's name stays the configuration's.
@@ -148,6 +150,17 @@ pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// What `show cluster` and the log say of a host the network's admin
+/// revoked: what happened, and that only the admin can undo it.
+pub fn revoked_text(network: &str) -> String {
+    format!(
+        "this host was revoked by the network's admin (`vnetctl network revoke`): the other hosts of \
+         network {network} refuse its links and the store no longer lets it in; only the admin can take \
+         it back (a new token, `vnetctl join`, and `network approve ... replace`); \
+         `systemctl disable --now vnetd@{network}` stops it trying"
+    )
+}
+
 impl Status {
     /// Moves to `health` (and stamps the time if it changed).
     pub fn set_health(&mut self, health: Health, error: Option<String>) {
@@ -180,6 +193,7 @@ impl Status {
                 "mac": mac.to_string(), "holder": holder, "claimant": claimant, "interface": iface,
             })).collect::<Vec<_>>(),
             "revoked": {"hosts": self.revoked.0, "certificates": self.revoked.1},
+            "revoked_self": self.revoked_self,
             "macs": self.macs,
             "routes": self.routes,
             "owned": self.owned,
@@ -229,6 +243,9 @@ impl Status {
             self.endpoints.join(","),
             ago(self.since_ms)
         );
+        if self.revoked_self {
+            s.push_str(&format!("{}\n", revoked_text(&self.network)));
+        }
         if let Some(e) = &self.last_error {
             s.push_str(&format!("last error: {e}\n"));
         }
@@ -408,6 +425,15 @@ mod tests {
         );
         assert_eq!(t.matches("conflict 52").count(), 1, "once, not twice: {t}");
         assert_eq!(s.json()["conflicts"][0]["holder"], "h2");
+        // A revoked host says so, and who can undo it (the control: not revoked, not said).
+        assert!(!t.contains("revoked by"), "{t}");
+        s.revoked_self = true;
+        let t = s.text();
+        assert!(
+            t.contains("this host was revoked by the network's admin") && t.contains("only the admin"),
+            "{t}"
+        );
+        assert_eq!(s.json()["revoked_self"], true);
         let mut m = String::new();
         s.metrics(&mut m);
         assert!(m.contains("vnet_cluster_mac_conflicts 1\n"), "{m}");

@@ -21,6 +21,9 @@ pub struct Shared {
     /// Woken when a standby interface became active: cluster mode claims
     /// its MAC at once rather than at its next look.
     pub activated: Arc<tokio::sync::Notify>,
+    /// Cluster mode: the network's admin revoked this host (its links'
+    /// peers refuse it: the reason a link is down).
+    pub revoked: std::sync::atomic::AtomicBool,
 }
 
 /// The wall clock, in nanoseconds since the Unix epoch: what secured
@@ -41,6 +44,7 @@ impl Shared {
             arrivals,
             wake: Arc::new(move || n.notify_one()),
             activated: Arc::new(tokio::sync::Notify::new()),
+            revoked: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -59,8 +63,12 @@ impl Shared {
     /// down or came back; the daemon calls it every [`vnet_engine::plane::TICK_NS`].
     pub fn tick(&self) {
         let now = self.now_ns();
+        let revoked = self.revoked.load(std::sync::atomic::Ordering::Relaxed);
         self.plane.load().tick(now, |l, state| match (state, l.alive.age_ns(now)) {
             (Liveness::Up, _) => tracing::info!(link = %l.def.name, "peer up"),
+            (Liveness::Down, _) if revoked => {
+                tracing::warn!(link = %l.def.name, "peer down: this host was revoked by the network's admin")
+            }
             (Liveness::Down, Some(a)) => {
                 tracing::warn!(link = %l.def.name, "peer down: nothing heard for {} ms", a / 1_000_000)
             }

@@ -1322,10 +1322,7 @@ mod user {
             ])
             .is_empty()
         });
-        let links = ok(
-            "show links",
-            quickstart_run(&machines[4], &[], "vnetctl --control unix:/run/vnet/lab.sock --json show links"),
-        );
+        let links = ok("show links", quickstart_run(&machines[4], &[], "vnetctl --json show links"));
         let v: serde_json::Value = serde_json::from_str(&links).unwrap();
         let all = v["links"].as_array().unwrap();
         assert_eq!(all.len(), 3, "{links}");
@@ -1352,7 +1349,7 @@ mod user {
             "the other hosts dropped h3 {took:?} after the revoke returned"
         );
         let routes = |h: usize| {
-            let c = "vnetctl --control unix:/run/vnet/lab.sock --json show routes";
+            let c = "vnetctl --json show routes";
             ok("show routes", quickstart_run(&machines[h], &[], c)).to_lowercase()
         };
         for h in [1, 2, 4] {
@@ -1362,8 +1359,72 @@ mod user {
         wait_until(15.0, "h3's store session is refused", || {
             !ok("show cluster", quickstart_run(&machines[3], &[], &check)).contains("store up")
         });
+        // Issue 70: h3 says why, in `show cluster` and its log.
+        wait_until(5.0, "h3 says it was revoked", || {
+            ok("show cluster", quickstart_run(&machines[3], &[], &check))
+                .contains("this host was revoked by the network's admin")
+        });
+        let log = ok("h3's log", quickstart_run(&machines[3], &[], "cat /run/vnet/lab.log"));
+        assert!(log.contains("this host was revoked by the network's admin"), "{log}");
         drop(guard);
     }
+
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn vnetctl_finds_the_hosts_vnetd_without_control_and_n_picks_among_several() {
+        let mut lab = lab(Spec { hosts: 1, vms_per_host: 0, no_vnetd: true, ..Spec::default() });
+        vnetctl_finds_its_vnetd(&mut lab);
+    }
+}
+
+/// Issue 70: vnetctl finds the host's vnetd without `--control`: the one
+/// `vnetd@NAME` running (started as the package's unit starts it, in a
+/// machine of its own /run/vnet); with two, it lists both and `-n NAME`
+/// picks; `-n` of one not running says how to start it.
+fn vnetctl_finds_its_vnetd(lab: &mut Lab) {
+    let mut guard = QuickstartGuard { namespaces: vec![lab.hosts[0].ns.clone()], made: Vec::new() };
+    for d in ["/etc/vnet", "/var/lib/vnet", "/run/vnet"] {
+        let p = std::path::PathBuf::from(d);
+        if !p.exists() {
+            std::fs::create_dir_all(&p).unwrap();
+            guard.made.push(p);
+        }
+    }
+    write_systemctl_shim();
+    let ns = lab.hosts[0].ns.clone();
+    let m = quickstart_machine(lab, &ns, false);
+    let run = |script: &str| quickstart_run(&m, &[], script);
+    let text = |o: &std::process::Output| {
+        format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    };
+    let none = run("vnetctl show links");
+    assert_eq!(none.status.code(), Some(3), "{}", text(&none));
+    assert!(text(&none).contains("systemctl enable --now vnetd@NAME"), "{}", text(&none));
+    let up =
+        run("echo 'listen udp 127.0.0.1:9101' > /etc/vnet/lab.conf && systemctl enable --now vnetd@lab \
+         && echo 'listen udp 127.0.0.1:9102' > /etc/vnet/other.conf");
+    assert!(up.status.success(), "{}", text(&up));
+    // One vnetd: the quickstart's commands, without --control, reach it.
+    let one = run("vnetctl show config && vnetctl --json show links && vnetctl show stats");
+    assert!(one.status.success() && text(&one).contains("127.0.0.1:9101"), "{}", text(&one));
+    let up = run("systemctl enable --now vnetd@other");
+    assert!(up.status.success(), "{}", text(&up));
+    let two = run("vnetctl show config");
+    assert_eq!(two.status.code(), Some(3), "{}", text(&two));
+    for want in ["2 vnetds run here", "vnetd@lab (-n lab)", "vnetd@other (-n other)", "-n NAME"] {
+        assert!(text(&two).contains(want), "{want}: {}", text(&two));
+    }
+    let picked = run("vnetctl -n other show config");
+    assert!(picked.status.success() && text(&picked).contains("127.0.0.1:9102"), "{}", text(&picked));
+    let picked = run("vnetctl -n lab show config");
+    assert!(picked.status.success() && text(&picked).contains("127.0.0.1:9101"), "{}", text(&picked));
+    let missing = run("vnetctl -n prod show config");
+    assert_eq!(missing.status.code(), Some(3), "{}", text(&missing));
+    assert!(text(&missing).contains("systemctl enable --now vnetd@prod"), "{}", text(&missing));
+    // Help needs none of them.
+    let help = run("vnetctl attach --help && vnetctl help join");
+    assert!(help.status.success() && text(&help).contains("usage: vnetctl join"), "{}", text(&help));
+    drop(guard);
 }
 
 /// On the user pass only, one test at a time (each says why).

@@ -1,6 +1,7 @@
 //! The admin's commands on etcd, as root: `network token`, `network
 //! approve`, `network revoke`.
 
+use super::reach;
 use super::request::Request;
 use super::token::{self, Record, Token};
 use super::{cert_key, check_host, connect, host_user, load, network_key, request_key, runtime, unix_now};
@@ -28,28 +29,15 @@ struct Admin {
 
 async fn admin(dir: &Path) -> EtcdResult<Admin> {
     let (n, ca, root_pw) = load(dir)?;
-    // Waits for etcd (just started, say) for up to 30 s; a refused login
+    // Waits for etcd (just started, say) a few seconds; a refused login
     // is an answer at once.
-    let mut tries = 0;
-    let c = loop {
-        match connect(&n.etcd, &ca, Some(("root", &root_pw))).await {
-            Ok(c) => break c,
-            Err(e) if tries < 60 && unreachable(&e) => {
-                tries += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            }
-            Err(e) => return Err(format!("etcd at {} as root: {e}", n.etcd)),
-        }
-    };
+    let c = reach::retry(&n.etcd, reach::WAIT, || connect(&n.etcd, &ca, Some(("root", &root_pw))))
+        .await
+        .map_err(|e| match reach::unreachable(&e) {
+            true => reach::down(&n.etcd, &e, reach::Start::Admin(dir)),
+            false => format!("etcd at {} as root: {e}", n.etcd),
+        })?;
     Ok(Admin { network: n.network, etcd: n.etcd, ca, dir: dir.to_path_buf(), c })
-}
-
-/// Whether an etcd error says etcd is not (yet) there to answer.
-fn unreachable(e: &etcd_client::Error) -> bool {
-    let said = e.to_string();
-    matches!(e, etcd_client::Error::TransportError(_))
-        || said.contains("currently unavailable")
-        || said.contains("connect error")
 }
 
 /// Whether an etcd error says the user or role is not there.

@@ -101,14 +101,7 @@ pub fn join(words: &[&str]) -> Result<String, String> {
     }
     let (addr, cert) = joined?;
     let conf_file = install(&t, &dir, addr, &cert)?;
-    let unit = format!("vnetd@{}", t.network);
-    let started = std::process::Command::new("systemctl").args(["enable", "--now", &unit]).status();
-    let how = match started {
-        Ok(s) if s.success() => format!("{unit} started"),
-        Ok(s) => return Err(format!("systemctl enable --now {unit}: {s}")),
-        Err(_) => format!("no systemctl here: start it with vnetd --config {}", conf_file.display()),
-    };
-    Ok(format!("host {} joined network {}: {} written; {how}", t.host, t.network, conf_file.display()))
+    super::start::start(&t.network, &t.host, &conf_file)
 }
 
 /// Makes the host's key and password, files the signed request (its
@@ -136,11 +129,13 @@ fn filed_and_approved(
     let cert = super::runtime()?.block_on(async {
         let at = t.etcd.as_str();
         let e = |what: &'static str| move |e: etcd_client::Error| format!("etcd at {at}: {what}: {e}");
-        let mut c = connect(&t.etcd, &t.ca, Some((&t.user, &t.password))).await.map_err(|e| {
-            format!(
+        let login = || connect(&t.etcd, &t.ca, Some((&t.user, &t.password)));
+        let mut c = super::reach::retry(at, super::reach::WAIT, login).await.map_err(|e| match super::reach::unreachable(&e) {
+            true => super::reach::down(at, &e, super::reach::Start::Host),
+            false => format!(
                 "etcd at {at} refused the token's user ({e}): the token was used or has expired; \
                  ask the admin for a new one (vnetctl network token DIR {host})"
-            )
+            ),
         })?;
         c.put(request_key(&t.network, host), req.to_json(), None).await.map_err(e("file the request"))?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);

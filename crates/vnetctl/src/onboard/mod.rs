@@ -70,7 +70,9 @@
 mod admin;
 mod etcd;
 mod join;
+mod reach;
 mod request;
+mod start;
 mod token;
 
 pub use admin::{approve, make_token, revoke, upgrade};
@@ -232,26 +234,24 @@ pub fn setup(dir: &str) -> Result<String, String> {
     let dir = Path::new(dir);
     let (n, ca, root_pw) = load(dir)?;
     runtime()?.block_on(async {
-        // Waits for etcd (just started, say) for up to 30 s.
-        let mut last = String::new();
-        for _ in 0..60 {
-            match connect(&n.etcd, &ca, Some(("root", &root_pw))).await {
-                Ok(_) => {
-                    return Ok(format!(
-                        "etcd at {}: root logs in, authentication is on; nothing to do \
-                         (a host's token: vnetctl network token {} HOST)",
-                        n.etcd,
-                        dir.display()
-                    ))
-                }
-                Err(e) if e.to_string().contains("authentication is not enabled") => break,
-                Err(e) => last = e.to_string(),
+        // Waits for etcd (just started, say) a few seconds, not more.
+        match reach::retry(&n.etcd, reach::WAIT, || connect(&n.etcd, &ca, Some(("root", &root_pw)))).await {
+            Ok(_) => {
+                return Ok(format!(
+                    "etcd at {}: root logs in, authentication is on; nothing to do \
+                     (a host's token: vnetctl network token {} HOST)",
+                    n.etcd,
+                    dir.display()
+                ))
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            Err(e) if e.to_string().contains("authentication is not enabled") => {}
+            Err(e) if reach::unreachable(&e) => {
+                return Err(reach::down(&n.etcd, &e, reach::Start::Admin(dir)))
+            }
+            Err(e) => return Err(format!("etcd at {} as root: {e}", n.etcd)),
         }
         let e = |what: &'static str| move |e: etcd_client::Error| format!("etcd: {what}: {e}");
-        let mut c =
-            connect(&n.etcd, &ca, None).await.map_err(|e| format!("etcd at {}: {e} ({last})", n.etcd))?;
+        let mut c = connect(&n.etcd, &ca, None).await.map_err(|e| format!("etcd at {}: {e}", n.etcd))?;
         c.user_add("root", root_pw.as_str(), None).await.map_err(e("user add root"))?;
         c.role_add("root").await.ok();
         c.user_grant_role("root", "root").await.map_err(e("grant root"))?;
@@ -281,6 +281,30 @@ mod tests {
         assert_eq!(pairs(&["network", "lab", "etcd", "10.0.0.1"], &["network", "etcd"]).unwrap().len(), 2);
         assert!(pairs(&["netwrk", "lab"], &["network"]).unwrap_err().contains("`netwrk`"));
         assert!(pairs(&["network"], &["network"]).unwrap_err().contains("needs a value"));
+    }
+
+    /// `network setup` with etcd not running: an answer within the wait
+    /// (not 30 s), naming the address and the command that starts etcd.
+    #[test]
+    fn setup_without_etcd_says_which_address_and_how_to_start_it() {
+        let d = std::env::temp_dir().join(format!("vnetctl-setup-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let ds = d.display().to_string();
+        let at = format!("127.0.0.1:{port}");
+        etcd::make(&ds, &["network", "lab", "etcd", at.as_str()]).unwrap();
+        let t0 = std::time::Instant::now();
+        let said = setup(&ds).unwrap_err();
+        let took = t0.elapsed();
+        assert!(took < reach::WAIT + Duration::from_secs(5), "{took:?}");
+        for want in [
+            format!("https://127.0.0.1:{port}"),
+            "is it running?".into(),
+            format!("etcd --config-file {ds}/etcd.yml"),
+        ] {
+            assert!(said.contains(&want), "{want}: {said}");
+        }
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

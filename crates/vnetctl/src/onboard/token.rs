@@ -34,8 +34,17 @@ pub enum TokenError {
          make one for this host with `vnetctl network token DIR HOST`"
     )]
     Old,
-    #[error("not a join token (`vnetctl network token DIR HOST` makes one)")]
+    #[error(
+        "not a join token (one starts `{TOKEN_PREFIX}`): copy the whole token `vnetctl network token` \
+         printed, one line from `{TOKEN_PREFIX}` to its end, or its file as it is"
+    )]
     NotAToken,
+    /// Cut short or changed on its way (a copy of part of the line).
+    #[error(
+        "the token is cut short or damaged ({0}): copy the whole line `vnetctl network token` printed, \
+         from `{TOKEN_PREFIX}` to its end, or its file as it is (scp keeps it whole)"
+    )]
+    Damaged(String),
     #[error("the token: {0}")]
     Parse(String),
     #[error("the token expired {0} s ago: ask the admin for a new one (`vnetctl network token DIR HOST`)")]
@@ -79,8 +88,13 @@ impl Token {
             return Err(TokenError::Old);
         }
         let raw = text.strip_prefix(TOKEN_PREFIX).ok_or(TokenError::NotAToken)?;
-        let json = b64().decode(raw).map_err(|_| TokenError::Parse("not base64".into()))?;
-        let t: Token = serde_json::from_slice(&json).map_err(|e| TokenError::Parse(e.to_string()))?;
+        let json = b64().decode(raw).map_err(|e| TokenError::Damaged(format!("not base64: {e}")))?;
+        let t: Token = serde_json::from_slice(&json).map_err(|e| match e.classify() {
+            serde_json::error::Category::Eof | serde_json::error::Category::Syntax => {
+                TokenError::Damaged(e.to_string())
+            }
+            _ => TokenError::Parse(e.to_string()),
+        })?;
         let named = |n: &str| vnet_cluster::layout::valid_name(n) && !reserved(n);
         if !vnet_cluster::layout::valid_name(&t.network) || !named(&t.host) {
             return Err(TokenError::Parse("its network or host is not a name".into()));
@@ -179,7 +193,7 @@ mod tests {
     fn strangers_old_tokens_and_reserved_hosts_are_refused() {
         assert_eq!(Token::decode("vnet1.e30"), Err(TokenError::Old));
         assert_eq!(Token::decode("hello"), Err(TokenError::NotAToken));
-        assert!(matches!(Token::decode("vnet2.!!"), Err(TokenError::Parse(_))));
+        assert!(matches!(Token::decode("vnet2.!!"), Err(TokenError::Damaged(_))));
         for host in ["join", "root", "join-h1", "a/b"] {
             let t = Token { host: host.into(), ..token() };
             assert!(matches!(Token::decode(&t.encode()), Err(TokenError::Parse(_))), "{host}");
@@ -190,6 +204,21 @@ mod tests {
         let forged = format!("{TOKEN_PREFIX}{}", b64().encode(v.to_string()));
         assert!(matches!(Token::decode(&forged), Err(TokenError::Parse(_))));
         assert!(!reserved("h1") && !reserved("joiner") && reserved("join"));
+    }
+
+    /// A token cut short anywhere (a copy of part of the line) says to
+    /// copy the whole line; the positive control: the whole line decodes.
+    #[test]
+    fn a_truncated_token_says_to_copy_the_whole_line() {
+        let text = token().encode();
+        assert_eq!(Token::decode(&text), Ok(token()));
+        for cut in [3, 6, 7, 10, 20, text.len() / 2, text.len() - 5, text.len() - 1] {
+            let said = Token::decode(&text[..cut]).unwrap_err().to_string();
+            assert!(said.contains("copy the whole"), "cut at {cut}: {said}");
+        }
+        // The head lost: not a token, and the same advice.
+        let said = Token::decode(&text[8..]).unwrap_err().to_string();
+        assert!(said.contains("copy the whole"), "{said}");
     }
 
     #[test]

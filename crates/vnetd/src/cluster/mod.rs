@@ -681,6 +681,7 @@ impl Host {
         s.cert_ids = self.member.cert_ids().map(|(h, id)| (h.to_string(), id.to_string())).collect();
         s.conflicts = self.member.conflicts().map(|(m, h, c)| (m, h.to_string(), c.to_string())).collect();
         s.revoked = self.member.revoked();
+        self.note_revoked(&d, &mut s);
         s.macs = self.member.macs();
         s.routes = self.member.routes();
         drop((d, s));
@@ -688,6 +689,17 @@ impl Host {
         self.follow_policy();
         self.follow_groups(changes);
         self.keep();
+    }
+
+    /// Whether the network's admin revoked this host: said once in the
+    /// log, then in `show cluster` and as its links' reason to be down.
+    fn note_revoked(&self, d: &Daemon, s: &mut membership::Status) {
+        let revoked = self.member.revoked_self();
+        if revoked && !s.revoked_self {
+            tracing::error!("{}", membership::revoked_text(&s.network));
+            d.shared().revoked.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        s.revoked_self = revoked;
     }
 
     /// Writes the network's trust state when it moved (a newer policy
