@@ -65,6 +65,7 @@ mod handshake;
 mod session;
 
 pub use cipher::{cpu_has_fast_aes, Aead, CipherPolicy, Mode};
+use cipher::{AEAD_BITS, NEGOTIATES, PINNED, PREFERS_AES};
 pub use session::Session;
 
 /// The first byte of every secured datagram (a `vnet` v1 reader drops it).
@@ -79,14 +80,6 @@ pub const DATA_HEADER: usize = 16;
 pub const TAG: usize = 16;
 /// Bytes a secured data datagram adds to the `vnet` datagram it carries.
 pub const OVERHEAD: usize = DATA_HEADER + TAG;
-/// An initiation's cipher byte: the AEAD (low bits), that the initiator
-/// negotiates (so the byte is in the prologue, and the response says what
-/// the responder prefers), whether the initiator prefers AES-256-GCM, and
-/// whether its link names the cipher (so it refuses any other).
-const NEGOTIATES: u8 = 0x10;
-const PREFERS_AES: u8 = 0x20;
-const PINNED: u8 = 0x40;
-const AEAD_BITS: u8 = 0x0f;
 const MAC: usize = 32;
 /// Noise message 1 of IK with an 8-byte payload: e, s (sealed), payload (sealed).
 const INIT_NOISE: usize = 32 + 48 + 8 + 16;
