@@ -12,6 +12,8 @@ use crate::{Error, Pos, Result};
 use std::net::{IpAddr, SocketAddr};
 use vnet_wire::MacAddr;
 
+mod policy;
+
 /// Broadcast and multicast frames a second an interface's VM may send
 /// unless its `broadcast-limit` says otherwise: far above what ARP,
 /// neighbour discovery and DHCP need, far below a storm (a VM in a

@@ -48,7 +48,8 @@ pub fn config_for(s: &Spec, hosts: &[Host], h: usize) -> Result<String> {
             }
             continue;
         }
-        let mut transport = s.links.transport(s, other, k, vxlan_to(k));
+        let mut transport =
+            s.links.transport(s, other.underlay_ip, other.key.as_ref().map(|(_, k)| *k), k, vxlan_to(k));
         // Between two hosts behind NATs: through host 2 while no direct path works.
         if let Transport::Udp { relay, nat: true, .. } = &mut transport {
             if h != 2 && k != 2 {

@@ -2,16 +2,6 @@
 
 use super::*;
 
-/// A QEMU guest of the lab: how to start it again, and its process.
-#[derive(Debug, Clone)]
-pub(crate) struct Guest {
-    pub(crate) host: usize,
-    pub(crate) ns: String,
-    pub(crate) args: Vec<String>,
-    pub(crate) console: PathBuf,
-    pub(crate) pid: Option<u32>,
-}
-
 /// The lab guests' memory, 512 MiB less 8 KiB. QEMU 7.2 (Debian 12's) under
 /// TCG can lose a guest's stores across a live migration: syncing the dirty
 /// bits of a RAM block a multiple of 64 pages long takes a fast path that

@@ -24,6 +24,7 @@
 pub mod bench;
 mod cni;
 mod config;
+mod error;
 mod etcd;
 mod guest;
 pub mod k8s;
@@ -44,7 +45,8 @@ pub mod vhost_load;
 
 pub use cni::{cni_path, CniRun, Podman};
 pub use config::config_for;
-use guest::Guest;
+pub(crate) use error::io;
+pub use error::{Error, Result};
 pub use guest::{console_line, guest_files, GUEST_MEM};
 pub use libvirt::{lab_emulator, Events, Libvirt, LibvirtPki};
 pub use machine::Machine;
@@ -66,36 +68,6 @@ use vnet_control::Transport;
 
 pub use vnetd::client::{Client, Reply};
 pub use vnetd::Endpoint;
-
-/// Lab errors.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("`{cmd}` failed ({status}): {stderr}")]
-    Command { cmd: String, status: String, stderr: String },
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Other(String),
-}
-
-pub type Result<T> = std::result::Result<T, Error>;
-
-/// A message made where the lab found something wrong (the bench's and
-/// the load generator's checks), so that `?` carries it as an [`Error`].
-impl From<String> for Error {
-    fn from(s: String) -> Error {
-        Error::Other(s)
-    }
-}
-
-pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Io { what, source }
-}
 
 /// A VM: a namespace with a TAP, or with one end of a veth pair.
 #[derive(Debug, Clone)]
@@ -133,6 +105,16 @@ impl Host {
     pub fn endpoint(&self) -> Endpoint {
         Endpoint::Unix(self.control.clone())
     }
+}
+
+/// A QEMU guest of the lab: how to start it again, and its process.
+#[derive(Debug, Clone)]
+pub(crate) struct Guest {
+    pub(crate) host: usize,
+    pub(crate) ns: String,
+    pub(crate) args: Vec<String>,
+    pub(crate) console: PathBuf,
+    pub(crate) pid: Option<u32>,
 }
 
 /// A running lab. Dropping it removes everything it made.

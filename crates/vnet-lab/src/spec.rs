@@ -177,11 +177,19 @@ pub enum Links {
 }
 
 impl Links {
-    /// What host `h`'s link to host `k` (`other`) is: VXLAN when `vxlan`, TCP
-    /// or TLS, else UDP in the spec's format and security (a Palacios host's
-    /// raw format).
-    pub(crate) fn transport(self, s: &Spec, other: &Host, k: usize, vxlan: bool) -> Transport {
-        let ip = if s.nat { public_ip(k) } else { other.underlay_ip };
+    /// What host `h`'s link to host `k` is (`underlay_ip` and `key`: host
+    /// `k`'s address on the underlay and its public key): VXLAN when
+    /// `vxlan`, TCP or TLS, else UDP in the spec's format and security (a
+    /// Palacios host's raw format).
+    pub(crate) fn transport(
+        self,
+        s: &Spec,
+        underlay_ip: IpAddr,
+        key: Option<vnet_control::PeerKey>,
+        k: usize,
+        vxlan: bool,
+    ) -> Transport {
+        let ip = if s.nat { public_ip(k) } else { underlay_ip };
         if vxlan {
             Transport::Vxlan { remote: SocketAddr::new(ip, vnet_wire::vxlan::IANA_PORT), vni: VNI }
         } else if matches!(self, Links::Tcp | Links::Tls) {
@@ -189,7 +197,6 @@ impl Links {
         } else {
             // A link to a Palacios host speaks its (raw) format.
             let format = if s.palacios_hosts.contains(&k) { Format::Raw } else { s.format };
-            let key = other.key.as_ref().map(|(_, k)| *k);
             let security = match (self, key) {
                 (Links::Auth, Some(k)) => Security::Auth(k),
                 (Links::Encrypt, Some(k)) => Security::Encrypt(k),

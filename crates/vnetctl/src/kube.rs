@@ -68,7 +68,11 @@ pub fn run(words: &[&str]) -> ExitCode {
     });
     match asked {
         Ok(state) => {
-            crate::out(&format!("{}\n", state.word()));
+            {
+                use std::io::Write as _;
+                let mut o = std::io::stdout().lock();
+                let _ = writeln!(o, "{}", state.word()).and_then(|()| o.flush());
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -11,22 +11,12 @@
 //! [`Member::restore`] before the first listing, and writes
 //! [`Member::kept`] whenever [`Member::kept_version`] moves.
 
-use super::{Change, Member, RecordError};
+use super::{Change, Member, NetPolicy, RecordError};
 use crate::layout::{host_key, valid_cert_id, valid_name};
 use crate::trust::{NetworkPublic, TrustError};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-
-/// The policy taken: its serial and lines, the signed value it came in
-/// (kept on disk), and what it declares.
-#[derive(Debug, Clone)]
-pub(super) struct NetPolicy {
-    serial: u64,
-    lines: String,
-    signed: String,
-    declared: Arc<vnet_control::policy::Policies>,
-}
 
 /// What a host keeps of a signed network's trust state across restarts:
 /// the newest signed policy it took (the policy key's value, checked

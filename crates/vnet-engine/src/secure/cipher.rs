@@ -1,9 +1,17 @@
 //! What a secured link's datagrams get ([`Mode`]) and which AEAD seals
 //! them ([`Aead`]), and how the two ends agree on it ([`CipherPolicy`]).
 
-use super::{NEGOTIATES, PINNED, PREFERS_AES};
 use aws_lc_rs::aead;
 use vnet_control::Cipher;
+
+/// An initiation's cipher byte: the AEAD (low bits), that the initiator
+/// negotiates (so the byte is in the prologue, and the response says what
+/// the responder prefers), whether the initiator prefers AES-256-GCM, and
+/// whether its link names the cipher (so it refuses any other).
+pub(super) const NEGOTIATES: u8 = 0x10;
+pub(super) const PREFERS_AES: u8 = 0x20;
+pub(super) const PINNED: u8 = 0x40;
+pub(super) const AEAD_BITS: u8 = 0x0f;
 
 /// What a link's datagrams get.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -62,9 +62,12 @@ use vnet_control::Cipher;
 
 mod cipher;
 mod handshake;
+mod identity;
 mod session;
 
 pub use cipher::{cpu_has_fast_aes, Aead, CipherPolicy, Mode};
+use cipher::{AEAD_BITS, NEGOTIATES, PINNED, PREFERS_AES};
+pub use identity::{Identity, KeyError, Timers};
 pub use session::Session;
 
 /// The first byte of every secured datagram (a `vnet` v1 reader drops it).
@@ -79,14 +82,6 @@ pub const DATA_HEADER: usize = 16;
 pub const TAG: usize = 16;
 /// Bytes a secured data datagram adds to the `vnet` datagram it carries.
 pub const OVERHEAD: usize = DATA_HEADER + TAG;
-/// An initiation's cipher byte: the AEAD (low bits), that the initiator
-/// negotiates (so the byte is in the prologue, and the response says what
-/// the responder prefers), whether the initiator prefers AES-256-GCM, and
-/// whether its link names the cipher (so it refuses any other).
-const NEGOTIATES: u8 = 0x10;
-const PREFERS_AES: u8 = 0x20;
-const PINNED: u8 = 0x40;
-const AEAD_BITS: u8 = 0x0f;
 const MAC: usize = 32;
 /// Noise message 1 of IK with an 8-byte payload: e, s (sealed), payload (sealed).
 const INIT_NOISE: usize = 32 + 48 + 8 + 16;
@@ -117,118 +112,6 @@ const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
 const WORDS: usize = 32;
 /// Counters this far below the highest seen are refused as too old.
 const WINDOW: u64 = ((WORDS - 1) * 64) as u64;
-
-/// When sessions are renewed and given up.
-#[derive(Debug, Clone, Copy)]
-pub struct Timers {
-    /// The initiator starts a new handshake after this long...
-    pub rekey_after_ns: u64,
-    /// ...or this many datagrams.
-    pub rekey_after_messages: u64,
-    /// A session is dropped after this long.
-    pub reject_after_ns: u64,
-    /// An unanswered initiation is sent again after this long.
-    pub retry_ns: u64,
-    /// Initiations answered per second per link (and the burst).
-    pub handshakes_per_sec: u32,
-    /// The clock an initiation is dated by, and a peer's date checked
-    /// against: the wall clock (nanoseconds since the Unix epoch) as the
-    /// caller reads it, so that dates grow across restarts, as WireGuard's
-    /// TAI64N does (vnetd gives `SystemTime`). `None`: the engine clock
-    /// plus one (the simulator's, whose hosts share one clock).
-    pub wall_clock: Option<fn() -> u64>,
-}
-
-impl Default for Timers {
-    fn default() -> Self {
-        Timers::with_rekey(120_000_000_000)
-    }
-}
-
-impl Timers {
-    /// WireGuard's proportions around a rekey interval.
-    pub fn with_rekey(rekey_after_ns: u64) -> Self {
-        Timers {
-            rekey_after_ns,
-            rekey_after_messages: 1 << 60,
-            reject_after_ns: rekey_after_ns + rekey_after_ns / 2,
-            retry_ns: 1_000_000_000,
-            handshakes_per_sec: 20,
-            wall_clock: None,
-        }
-    }
-
-    /// These timers, with initiations dated by `wall_clock`.
-    pub fn dated_by(self, wall_clock: fn() -> u64) -> Self {
-        Timers { wall_clock: Some(wall_clock), ..self }
-    }
-
-    /// The date of an initiation sent, or checked, at engine time `now_ns`.
-    fn date(&self, now_ns: u64) -> u64 {
-        self.wall_clock.map_or(now_ns.saturating_add(1), |f| f())
-    }
-}
-
-/// Why keys could not be made or read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyError {
-    Random,
-    Noise(String),
-}
-
-impl std::fmt::Display for KeyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KeyError::Random => f.write_str("the system's random source failed"),
-            KeyError::Noise(e) => write!(f, "Noise: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for KeyError {}
-
-/// A host's static key pair.
-pub struct Identity {
-    private: [u8; 32],
-    public: [u8; 32],
-}
-
-impl std::fmt::Debug for Identity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Identity").field("public", &self.public).finish_non_exhaustive()
-    }
-}
-
-impl Identity {
-    /// The pair whose private half is `private` (the public half is derived).
-    pub fn from_private(private: [u8; 32]) -> Result<Identity, KeyError> {
-        use snow::resolvers::{CryptoResolver, DefaultResolver};
-        #[allow(unused_imports)]
-        use snow::types::Dh;
-        let mut dh = DefaultResolver
-            .resolve_dh(&snow::params::DHChoice::Curve25519)
-            .ok_or_else(|| KeyError::Noise("no X25519".into()))?;
-        dh.set(&private);
-        let mut public = [0u8; 32];
-        public.copy_from_slice(dh.pubkey());
-        Ok(Identity { private, public })
-    }
-
-    /// A new random pair.
-    pub fn generate() -> Result<Identity, KeyError> {
-        let mut private = [0u8; 32];
-        ring::rand::SystemRandom::new().fill(&mut private).map_err(|_| KeyError::Random)?;
-        Identity::from_private(private)
-    }
-
-    pub fn public(&self) -> [u8; 32] {
-        self.public
-    }
-
-    pub fn private(&self) -> [u8; 32] {
-        self.private
-    }
-}
 
 /// What a link's security did. Every datagram that does not end in a frame
 /// (or a handshake) is in one of these. Serialized as named here (`show

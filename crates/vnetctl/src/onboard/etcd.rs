@@ -235,6 +235,30 @@ async fn enable_auth(url: &str, m: &Made, etcd: &mut Running) -> Result<(), Stri
     Ok(())
 }
 
+/// `network init DIR network NAME etcd IP[:PORT]`: the files, then etcd
+/// bootstrapped with authentication on, then `etcd.yml`.
+pub fn init(dir: &str, words: &[&str]) -> Result<String, String> {
+    let made = make(dir, words)?;
+    let d = Path::new(dir);
+    if let Err(e) = bootstrap(&made) {
+        // Nothing half made is left behind: init again, once etcd runs.
+        let _ = std::fs::remove_dir_all(d);
+        return Err(e);
+    }
+    let yml = config(&made.network, d, &made.url, None);
+    write(&d.join("etcd.yml"), &yml, 0o600)?;
+    Ok(format!(
+        "network {} made in {} (network key, etcd's CA and certificate for {}; etcd's root made and \
+         authentication on)\nnext: etcd --config-file {}/etcd.yml, then for each host: \
+         vnetctl network token {} HOST file HOST.token",
+        made.network,
+        d.display(),
+        made.url,
+        d.display(),
+        d.display()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

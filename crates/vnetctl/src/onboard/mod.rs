@@ -76,6 +76,7 @@ mod start;
 mod token;
 
 pub use admin::{approve, make_token, revoke, upgrade};
+pub use etcd::init;
 pub use join::join;
 
 use etcd_client::{Certificate, Client, ConnectOptions, TlsOptions};
@@ -186,30 +187,6 @@ fn check_host(host: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// `network init DIR network NAME etcd IP[:PORT]`: the files, then etcd
-/// bootstrapped with authentication on, then `etcd.yml`.
-pub fn init(dir: &str, words: &[&str]) -> Result<String, String> {
-    let made = etcd::make(dir, words)?;
-    let d = Path::new(dir);
-    if let Err(e) = etcd::bootstrap(&made) {
-        // Nothing half made is left behind: init again, once etcd runs.
-        let _ = std::fs::remove_dir_all(d);
-        return Err(e);
-    }
-    let yml = etcd::config(&made.network, d, &made.url, None);
-    write(&d.join("etcd.yml"), &yml, 0o600)?;
-    Ok(format!(
-        "network {} made in {} (network key, etcd's CA and certificate for {}; etcd's root made and \
-         authentication on)\nnext: etcd --config-file {}/etcd.yml, then for each host: \
-         vnetctl network token {} HOST file HOST.token",
-        made.network,
-        d.display(),
-        made.url,
-        d.display(),
-        d.display()
-    ))
 }
 
 fn load(dir: &Path) -> Result<(Network, String, String), String> {

@@ -14,17 +14,10 @@
 //! edge) follow them in the file and are applied after them, those of an
 //! interface not attached again dropped.
 
-use super::{write_atomically, Daemon};
+use super::file::write_atomically;
+use super::Daemon;
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use vnet_control::{Command, Located};
-
-/// The file and the names it holds.
-#[derive(Debug, Default)]
-pub struct Attachments {
-    path: Option<PathBuf>,
-    names: BTreeSet<String>,
-}
 
 /// The file's name in the state directory.
 pub const FILE: &str = "attached";
@@ -34,7 +27,7 @@ impl Daemon {
     /// returns what to log (one line per attachment dropped).
     pub fn restore_attached(&mut self, dir: &std::path::Path) -> Vec<String> {
         let path = dir.join(FILE);
-        self.attached.path = Some(path.clone());
+        self.ifaces.attachments.path = Some(path.clone());
         use std::os::unix::fs::DirBuilderExt as _;
         if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
             return vec![format!("{}: {e}; attachments are not kept", dir.display())];
@@ -69,7 +62,7 @@ impl Daemon {
             let cmds = vnet_control::attach::attach(&self.state, pos, &decl);
             match self.apply(&cmds) {
                 Ok(()) => {
-                    self.attached.names.insert(name);
+                    self.ifaces.attachments.names.insert(name);
                 }
                 Err(e) => said.push(format!("{at}: attaching {name} again failed ({e}); dropped")),
             }
@@ -92,27 +85,28 @@ impl Daemon {
     /// and writes the file; an error, for the log.
     pub fn note_attached(&mut self, name: &str, present: bool) -> Option<String> {
         if present {
-            self.attached.names.insert(name.to_string());
+            self.ifaces.attachments.names.insert(name.to_string());
         } else {
-            self.attached.names.remove(name);
+            self.ifaces.attachments.names.remove(name);
         }
         self.save_attached()
     }
 
     /// The attached interfaces' (network, MAC)s.
     fn attached_macs(&self) -> BTreeSet<(u32, vnet_wire::MacAddr)> {
-        let ifaces = self.attached.names.iter().filter_map(|n| self.state.iface_by_name(n));
+        let ifaces = self.ifaces.attachments.names.iter().filter_map(|n| self.state.iface_by_name(n));
         ifaces.filter_map(|i| Some((i.network, i.mac?))).collect()
     }
 
     /// Writes the file: the attached interfaces as they run now (one a
     /// `delete interface` took away is forgotten).
     pub fn save_attached(&mut self) -> Option<String> {
-        let path = self.attached.path.clone()?;
+        let path = self.ifaces.attachments.path.clone()?;
         let state = &self.state;
-        self.attached.names.retain(|n| state.iface_by_name(n).is_some());
+        self.ifaces.attachments.names.retain(|n| state.iface_by_name(n).is_some());
         let mut text: String = self
-            .attached
+            .ifaces
+            .attachments
             .names
             .iter()
             .filter_map(|n| state.iface_by_name(n))

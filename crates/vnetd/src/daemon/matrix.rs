@@ -36,7 +36,7 @@ impl Merged {
 impl Daemon {
     fn merged_matrix(&self) -> Merged {
         let mut by: BTreeMap<(MacAddr, MacAddr), (u64, u64)> = BTreeMap::new();
-        let kernel = self.kernel.as_ref().map(|k| k.pairs()).unwrap_or_default();
+        let kernel = self.kernel.path.as_ref().map(|k| k.pairs()).unwrap_or_default();
         for p in self.shared.global.matrix.pairs().into_iter().chain(kernel) {
             let e = by.entry((p.src, p.dst)).or_default();
             e.0 += p.frames;

@@ -2,19 +2,22 @@
 //! in cluster mode, the addresses other hosts' claims name; and the IP
 //! source guard the state's lines and `addresses` make.
 
-use super::*;
+use super::clustered::GuardInputs;
+use super::Daemon;
+use std::sync::Arc;
+use vnet_control::{Error, State};
 
 impl Daemon {
     /// The addresses the cluster's claims name, as last set.
     pub fn cluster_neighbors(&self) -> &vnet_control::neigh::Table {
-        &self.cluster_neighbors
+        &self.cluster.neighbors
     }
 
     /// Cluster mode: answers for `table` (the claims' addresses) from now
     /// on; the plane is published again with them.
     pub fn set_cluster_neighbors(&mut self, table: vnet_control::neigh::Table) -> Result<(), Error> {
-        self.cluster_neighbors = table;
-        self.cluster_neighbors_gen += 1;
+        self.cluster.neighbors = table;
+        self.cluster.neighbors_gen += 1;
         self.apply(&[])
     }
 
@@ -23,16 +26,16 @@ impl Daemon {
     /// again only when either changed (a route change, a move, keeps the
     /// table: the kernel path then writes nothing of it either).
     pub(super) fn neighbors_of(&mut self, state: &State) -> vnet_engine::plane::Neighbors {
-        let gen = self.cluster_neighbors_gen;
-        if let Some((lines, g, built)) = &self.neighbors_built {
+        let gen = self.cluster.neighbors_gen;
+        if let Some((lines, g, built)) = &self.cluster.neighbors_built {
             if *g == gen && *lines == state.neighbors {
                 return built.clone();
             }
         }
-        let mut t: vnet_control::neigh::Table = self.cluster_neighbors.clone();
+        let mut t: vnet_control::neigh::Table = self.cluster.neighbors.clone();
         t.extend(state.neighbors.0.iter().map(|(k, v)| (*k, *v)));
         let built: vnet_engine::plane::Neighbors = Arc::new(t.into_iter().collect());
-        self.neighbors_built = Some((state.neighbors.clone(), gen, built.clone()));
+        self.cluster.neighbors_built = Some((state.neighbors.clone(), gen, built.clone()));
         built
     }
 
@@ -43,17 +46,13 @@ impl Daemon {
     pub(super) fn guards_of(&mut self, state: &State) -> vnet_engine::plane::Guards {
         let inputs: GuardInputs =
             state.interfaces.values().map(|i| (i.id, i.mac, i.network, i.addresses.clone())).collect();
-        if let Some((i, n, built)) = &self.guards_built {
+        if let Some((i, n, built)) = &self.cluster.guards_built {
             if *i == inputs && *n == state.neighbors {
                 return built.clone();
             }
         }
         let built = vnet_engine::plane::guards(state);
-        self.guards_built = Some((inputs, state.neighbors.clone(), built.clone()));
+        self.cluster.guards_built = Some((inputs, state.neighbors.clone(), built.clone()));
         built
     }
 }
-
-/// What the IP source guard is built from, of each interface: its id,
-/// MAC, network and `addresses`.
-pub(super) type GuardInputs = Vec<(u32, Option<vnet_wire::MacAddr>, u32, Vec<std::net::IpAddr>)>;

@@ -2,7 +2,8 @@
 //! for the next vnetd (SIGUSR2), and taking a predecessor's over, at once
 //! in static mode or, in cluster mode, once the store's view is applied.
 
-use super::*;
+use super::Daemon;
+use crate::kernel;
 
 impl Daemon {
     /// Cluster mode: a predecessor's pinned programs keep forwarding with
@@ -11,8 +12,8 @@ impl Daemon {
     /// links and routes to the other hosts come from the store, after the
     /// start.
     pub fn hold_pins(&mut self) {
-        self.hold_pins = true;
-        if let Some(k) = self.kernel.as_mut() {
+        self.kernel.hold_pins = true;
+        if let Some(k) = self.kernel.path.as_mut() {
             k.hold_adoption = true;
         }
     }
@@ -21,10 +22,10 @@ impl Daemon {
     /// programs and the rest of the predecessor's pins are removed.
     /// Returns what to log, once.
     pub fn release_pins(&mut self) -> Option<String> {
-        if !std::mem::take(&mut self.hold_pins) {
+        if !std::mem::take(&mut self.kernel.hold_pins) {
             return None;
         }
-        let Some(k) = self.kernel.as_mut() else {
+        let Some(k) = self.kernel.path.as_mut() else {
             return self.drop_unadopted_pins();
         };
         if let Err(e) = k.release_adoption() {
@@ -35,15 +36,15 @@ impl Daemon {
 
     /// Whether a predecessor's pins wait for [`Daemon::release_pins`].
     pub fn pins_held(&self) -> bool {
-        self.hold_pins
+        self.kernel.hold_pins
     }
 
     /// After the start (config and attachments applied): the predecessor's
     /// pinned links nothing took over are removed, so its program leaves
     /// the devices this vnetd does not serve. Returns what to log.
     pub fn drop_unadopted_pins(&self) -> Option<String> {
-        let dir = self.bpf_dir.as_ref()?;
-        let adopted = self.kernel.as_ref().map_or(0, |k| k.adopted);
+        let dir = self.kernel.bpf_dir.as_ref()?;
+        let adopted = self.kernel.path.as_ref().map_or(0, |k| k.adopted);
         let left = kernel::pins::Pins::new(dir).clear();
         (adopted + left > 0).then(|| {
             format!("hand-over: took over {adopted} of the previous vnetd's kernel-path links, removed {left} no longer served")
@@ -55,8 +56,8 @@ impl Daemon {
     /// if the store's view never came) is removed with the rest, so
     /// nothing of vnet's keeps forwarding. Returns what to log.
     pub fn remove_pins(&mut self) -> Option<String> {
-        self.hold_pins = false;
-        let dir = self.bpf_dir.as_ref()?;
+        self.kernel.hold_pins = false;
+        let dir = self.kernel.bpf_dir.as_ref()?;
         let n = kernel::pins::Pins::new(dir).clear();
         (n > 0).then(|| format!("stop: removed {n} pinned kernel-path links a previous vnetd left"))
     }
@@ -65,7 +66,7 @@ impl Daemon {
     /// keeps forwarding after this process exits, until the next vnetd
     /// takes them over. Returns how many were pinned.
     pub fn hand_over(&mut self) -> Result<usize, kernel::KernelError> {
-        match self.kernel.as_mut() {
+        match self.kernel.path.as_mut() {
             Some(k) => k.pin_all(),
             None => Ok(0),
         }

@@ -4,8 +4,12 @@
 //! the flows it allowed), and shown with each rule's counts
 //! (`show policy`, Prometheus `vnet_policy_*`).
 
-use super::*;
+use super::Daemon;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use vnet_control::{Error, State};
 use vnet_core::policy::PolicySet;
 use vnet_engine::policy::Members;
 
@@ -16,16 +20,17 @@ impl Daemon {
     /// the kernel path loaded, the set's flows are mirrored in its `flows`
     /// map (kernel::flows): built again once when it loads.
     pub(super) fn policy_of(&mut self, state: &State) -> Arc<PolicySet> {
-        let mirror = self.kernel.as_ref().map(|k| k.flow_mirror() as Arc<dyn vnet_core::policy::FlowMirror>);
+        let mirror =
+            self.kernel.path.as_ref().map(|k| k.flow_mirror() as Arc<dyn vnet_core::policy::FlowMirror>);
         // The state's own lines, with the signed policy over them if any
         // (copied only then, and when built).
-        let declared = match &self.cluster_policy {
+        let declared = match &self.cluster.policy {
             Some((_, signed)) => std::borrow::Cow::Owned(merged(&state.policies, signed)),
             None => std::borrow::Cow::Borrowed(&state.policies),
         };
-        let groups_gen = self.cluster_groups.1;
+        let groups_gen = self.cluster.groups.1;
         let local = interface_groups(state);
-        if let Some((lines, g, l, built)) = &self.policy_built {
+        if let Some((lines, g, l, built)) = &self.cluster.policy_built {
             if *lines == *declared
                 && *g == groups_gen
                 && *l == local
@@ -37,13 +42,13 @@ impl Daemon {
         let old = self.shared.plane.load().policy.clone();
         let generation = old.generation + 1;
         // The cluster's (claims') groups, and the interfaces' own.
-        let mut extra = self.cluster_groups.0.clone();
+        let mut extra = self.cluster.groups.0.clone();
         for (key, gs) in &local {
             extra.entry(*key).or_default().extend(gs.iter().cloned());
         }
         let set = vnet_engine::policy::build(&declared, &extra, generation, &old);
         let built = Arc::new(PolicySet { mirror, ..set });
-        self.policy_built = Some((declared.into_owned(), groups_gen, local, built.clone()));
+        self.cluster.policy_built = Some((declared.into_owned(), groups_gen, local, built.clone()));
         built
     }
 
@@ -57,10 +62,10 @@ impl Daemon {
         groups: BTreeMap<vnet_wire::MacAddr, Vec<String>>,
     ) -> Result<(), Error> {
         let groups: Members = groups.into_iter().map(|(m, gs)| ((network, m), gs)).collect();
-        if groups == self.cluster_groups.0 {
+        if groups == self.cluster.groups.0 {
             return Ok(());
         }
-        self.cluster_groups = (groups, self.cluster_groups.1 + 1);
+        self.cluster.groups = (groups, self.cluster.groups.1 + 1);
         self.apply(&[])
     }
 
@@ -70,7 +75,7 @@ impl Daemon {
     /// host). The state held is checked now: vnetd does not start with an
     /// interface its certificate does not allow.
     pub fn set_group_authority(&mut self, network: u32, allowed: Vec<String>) -> Result<(), Error> {
-        self.group_authority = Some((network, allowed));
+        self.cluster.group_authority = Some((network, allowed));
         self.check_groups(&self.state, &|_| vnet_control::Pos::default())
     }
 
@@ -81,7 +86,7 @@ impl Daemon {
         next: &State,
         at: &dyn Fn(&str) -> vnet_control::Pos,
     ) -> Result<(), Error> {
-        let Some((network, allowed)) = &self.group_authority else { return Ok(()) };
+        let Some((network, allowed)) = &self.cluster.group_authority else { return Ok(()) };
         let Some((name, g)) = not_allowed(next, *network, allowed) else { return Ok(()) };
         let list = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
         Err(Error::new(
@@ -96,7 +101,7 @@ impl Daemon {
         &mut self,
         signed: Option<(u64, Arc<vnet_control::policy::Policies>)>,
     ) -> Result<(), Error> {
-        self.cluster_policy = signed;
+        self.cluster.policy = signed;
         self.apply(&[])
     }
 
@@ -106,7 +111,7 @@ impl Daemon {
         let plane = self.shared.plane.load();
         let p = &plane.policy;
         // What the kernel path forwarded by known flows.
-        let kernel = self.kernel.as_ref().map(|k| k.policy_counts()).unwrap_or_default();
+        let kernel = self.kernel.path.as_ref().map(|k| k.policy_counts()).unwrap_or_default();
         let mut nets: Vec<(&u32, &vnet_core::policy::NetPolicy)> = p.nets.iter().collect();
         nets.sort_by_key(|(n, _)| **n);
         let nets: Vec<Value> = nets
@@ -146,16 +151,16 @@ impl Daemon {
             .collect();
         json!({
             "policy": nets,
-            "signed_serial": self.cluster_policy.as_ref().map(|(serial, _)| serial),
+            "signed_serial": self.cluster.policy.as_ref().map(|(serial, _)| serial),
             "generation": p.generation,
             "flows": p.flows.live(),
             "flow_slots": p.flows.slots(),
             "flows_evicted": p.flows.evicted.load(Relaxed),
-            "kernel_flows_written": p.mirror.as_ref().and(self.kernel.as_ref()).map(|k| {
+            "kernel_flows_written": p.mirror.as_ref().and(self.kernel.path.as_ref()).map(|k| {
                 let m = k.flow_mirror();
                 json!({"written": m.offered.load(Relaxed), "refused": m.failed.load(Relaxed)})
             }),
-            "kernel_clock": p.mirror.as_ref().and(self.kernel.as_ref()).and_then(|k| k.policy_clock()),
+            "kernel_clock": p.mirror.as_ref().and(self.kernel.path.as_ref()).and_then(|k| k.policy_clock()),
         })
     }
 
@@ -183,7 +188,7 @@ impl Daemon {
                 "packets": n["default_packets"],
                 "drops": n["default_drops"],
             }));
-            out.push_str(&super::table(&["name", "action", "packets", "drops"], &rows));
+            out.push_str(&super::show::table(&["name", "action", "packets", "drops"], &rows));
         }
         out.push_str(&format!(
             "flows: {} of {} slots ({} evicted)\n",
@@ -212,10 +217,6 @@ impl Daemon {
         }
     }
 }
-
-/// What a policy set was built from (`Daemon::policy_built`): the
-/// declarations, the cluster's groups' generation, the interfaces' groups.
-pub(super) type PolicyBuilt = (vnet_control::policy::Policies, u64, Members, Arc<PolicySet>);
 
 /// The groups the state's interfaces put their MACs in (`group G`), in
 /// each interface's network.

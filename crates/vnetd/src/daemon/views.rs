@@ -248,16 +248,17 @@ impl Daemon {
     pub(super) fn link_views(&self) -> Vec<LinkView<'_>> {
         let now = self.shared.now_ns();
         self.links
+            .running
             .values()
             .map(|l| {
                 let d = &l.def;
                 let (format, network) = d.transport.encapsulation();
                 let (a, state) = (&l.alive, l.liveness(now));
                 let mut io = Map::new();
-                if let Some(link_io) = self.link_io.get(&d.id) {
+                if let Some(link_io) = self.links.io.get(&d.id) {
                     link_io.status(&mut io);
                 }
-                let reason = self.link_reasons.get(&d.name).map(String::as_str);
+                let reason = self.kernel.link_reasons.get(&d.name).map(String::as_str);
                 LinkView {
                     id: d.id,
                     name: &d.name,
@@ -271,7 +272,7 @@ impl Daemon {
                     traffic: Traffic::new(
                         l.rx.snapshot(),
                         l.tx.snapshot(),
-                        self.kernel.as_ref().map(|k| k.link_counters(d.id)),
+                        self.kernel.path.as_ref().map(|k| k.link_counters(d.id)),
                     ),
                     state: state.word(),
                     up: u64::from(state == Liveness::Up),
@@ -279,8 +280,12 @@ impl Daemon {
                     keepalives_sent: a.keepalives_sent.load(Relaxed),
                     keepalives_received: a.keepalives_received.load(Relaxed),
                     downs: a.downs.load(Relaxed),
-                    datapath: self.kernel.as_ref().map(|_| if reason.is_some() { "user" } else { "kernel" }),
-                    datapath_reason: reason.filter(|_| self.kernel.is_some()),
+                    datapath: self
+                        .kernel
+                        .path
+                        .as_ref()
+                        .map(|_| if reason.is_some() { "user" } else { "kernel" }),
+                    datapath_reason: reason.filter(|_| self.kernel.path.is_some()),
                     pmtu: l.pmtu.as_ref().map(|p| p.current()),
                     pmtu_search: l.pmtu.as_ref().map(|p| p.phase().word()),
                     pmtu_probes: l.pmtu.as_ref().map(|p| p.probes_sent.load(Relaxed)),
@@ -311,11 +316,12 @@ impl Daemon {
     pub(super) fn iface_views(&self) -> Vec<IfaceView<'_>> {
         let plane = self.shared.plane.load();
         self.ifaces
+            .running
             .values()
             .map(|p| {
                 let (def, i) = (&p.def, &p.iface);
                 let vhost = p.dev.vhost();
-                let kernel = self.kernel_ifaces.get(&def.id);
+                let kernel = self.kernel.ifaces.get(&def.id);
                 IfaceView {
                     id: def.id,
                     name: &def.name,
@@ -339,21 +345,21 @@ impl Daemon {
                     handoff: p.dev.hand_off_name(),
                     mode: def.mode.word(),
                     datapath: if kernel.is_some() { "kernel" } else { "user" },
-                    datapath_reason: self.user_reasons.get(&def.id).map(String::as_str),
+                    datapath_reason: self.kernel.user_reasons.get(&def.id).map(String::as_str),
                     broadcast_limit: def.broadcast_limit,
-                    device: if self.gone.contains_key(&def.id) { "gone" } else { "present" },
+                    device: if self.ifaces.gone.contains_key(&def.id) { "gone" } else { "present" },
                     state: match i.standby() {
                         vnet_engine::plane::WAITING => "standby",
                         vnet_engine::plane::ARRIVED => "arrived",
                         _ => "active",
                     },
-                    reattached: self.reattached.get(&def.id).copied().unwrap_or(0),
+                    reattached: self.ifaces.reattached.get(&def.id).copied().unwrap_or(0),
                     broadcast_limited: i.broadcast_limited.load(Relaxed),
                     dispatch: &p.dispatch,
                     traffic: Traffic::new(
                         i.rx.snapshot(),
                         i.tx.snapshot(),
-                        self.kernel.as_ref().zip(kernel).map(|(k, ki)| k.iface_counters(ki.ifindex)),
+                        self.kernel.path.as_ref().zip(kernel).map(|(k, ki)| k.iface_counters(ki.ifindex)),
                     ),
                     vhost: vhost.map(|d| {
                         let per_pair = |c: &[std::sync::atomic::AtomicU64]| {

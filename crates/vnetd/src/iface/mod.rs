@@ -4,9 +4,12 @@
 //! [`open`] and [`Device`] match on the kind exhaustively, so a new kind is
 //! a variant of `IfaceKind` and a module here.
 
+mod io;
 pub mod netdev;
 pub mod tap;
 pub mod vhost;
+
+use io::in_ns;
 
 use crate::shared::Shared;
 use std::fs::File;
@@ -164,44 +167,4 @@ pub fn open(def: &InterfaceDef, shared: &Arc<Shared>, cpus: &[usize]) -> std::io
         IfaceKind::VhostUser => None,
     };
     Ok(Attached { iface, def: def.clone(), dev, dispatch, ifindex })
-}
-
-/// Runs `f` in the interface's namespace, if it names one.
-fn in_ns<T: Send>(def: &InterfaceDef, f: impl FnOnce() -> std::io::Result<T> + Send) -> std::io::Result<T> {
-    match &def.netns {
-        Some(ns) => crate::sys::in_netns(&crate::sys::netns_path(ns), f),
-        None => f(),
-    }
-}
-
-/// Counts and logs an interface where the kernel refused offloads.
-fn offloads_refused(def: &InterfaceDef, g: &vnet_engine::Global) {
-    g.offload_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    tracing::warn!(interface = %def.name, "the kernel refused offloads: frames are finished in software");
-}
-
-/// Gives the VM one frame with one `writev` on `file`; the first write the
-/// kernel refuses is logged (`logged`), every one is a counted drop.
-fn write_frame(
-    file: &File,
-    payload: vnet_engine::Payload<'_>,
-    logged: &std::sync::atomic::AtomicBool,
-) -> bool {
-    use std::io::Write;
-    payload.each_frame(|parts, hdr| {
-        let want: usize = parts.iter().map(|p| p.len()).sum();
-        match (&*file).write_vectored(parts) {
-            Ok(n) if n == want => true,
-            r => {
-                if !logged.swap(true, std::sync::atomic::Ordering::Relaxed) {
-                    let head: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).take(24).collect();
-                    tracing::warn!(
-                        "the device refused a {want}-byte frame (offload header: {hdr}, first bytes {head:02x?}): \
-                         {r:?} (logged once)"
-                    );
-                }
-                false
-            }
-        }
-    })
 }

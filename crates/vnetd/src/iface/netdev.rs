@@ -71,7 +71,7 @@ pub enum Rx {
 pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
     let (dev, mtu, offload) = (def.dev.clone(), def.mtu, def.offload);
     let ns = def.netns.clone().unwrap_or_else(|| "-".into());
-    let (nd, refused) = super::in_ns(def, move || {
+    let (nd, refused) = super::io::in_ns(def, move || {
         let tx = sys::open_packet_tx(&dev)?;
         if let Some((f, ring)) = handed_over(&ns, &dev, offload) {
             if offload {
@@ -101,7 +101,7 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
         Ok((Netdev { tx, rx, vnet_hdr, refused_logged: Default::default() }, refused))
     })?;
     if refused {
-        super::offloads_refused(def, g);
+        super::io::offloads_refused(def, g);
     }
     Ok(nd)
 }
@@ -196,6 +196,6 @@ impl Port for Netdev {
     }
 
     fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
-        super::write_frame(&self.tx, payload, &self.refused_logged)
+        super::io::write_frame(&self.tx, payload, &self.refused_logged)
     }
 }

@@ -33,7 +33,7 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<(Tap, MacAddr)> {
     let (dev, mac, mtu, offload) = (def.dev.clone(), def.mac, def.mtu, def.offload);
     let ns = def.netns.clone().unwrap_or_else(|| "-".into());
     let queues = def.queues.max(1) as usize;
-    let (files, refused, mac) = super::in_ns(def, move || {
+    let (files, refused, mac) = super::io::in_ns(def, move || {
         let mut files = Vec::new();
         let mut refused = false;
         for k in 0..queues {
@@ -60,7 +60,7 @@ pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<(Tap, MacAddr)> {
         Ok((files, refused, sys::get_mac(&dev)?))
     })?;
     if refused {
-        super::offloads_refused(def, g);
+        super::io::offloads_refused(def, g);
     }
     Ok((Tap { queues: files, vnet_hdr: offload, refused_logged: Default::default() }, mac))
 }
@@ -71,7 +71,7 @@ impl Port for Tap {
     }
 
     fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
-        self.queues.first().is_some_and(|q| super::write_frame(q, payload, &self.refused_logged))
+        self.queues.first().is_some_and(|q| super::io::write_frame(q, payload, &self.refused_logged))
     }
 }
 

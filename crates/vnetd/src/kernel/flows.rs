@@ -168,7 +168,7 @@ impl Governed {
             return Ok(());
         }
         if !fresh_slots.is_empty() {
-            let mut stats: PerCpuArray<&mut MapData, GovStats> = super::attach::map(ebpf, "gov_stats")?;
+            let mut stats: PerCpuArray<&mut MapData, GovStats> = super::object::map(ebpf, "gov_stats")?;
             let cpus = aya::util::nr_cpus().map_err(|(_, e)| super::io_error("the CPU count")(e))?;
             for s in fresh_slots.into_iter().filter(|s| *s != 0) {
                 let zero = PerCpuValues::try_from(vec![GovStats::default(); cpus])
@@ -176,7 +176,7 @@ impl Governed {
                 stats.set(s, zero, 0).map_err(super::map_error("gov_stats"))?;
             }
         }
-        super::attach::write_diff(ebpf, "governed", &mut self.held, next)
+        super::object::write_diff(ebpf, "governed", &mut self.held, next)
     }
 
     /// What the programs forwarded by known flows, per governed network:

@@ -31,6 +31,7 @@ mod attach;
 pub mod decisions;
 pub mod flows;
 pub mod maps;
+mod object;
 pub mod pins;
 pub mod underlay;
 

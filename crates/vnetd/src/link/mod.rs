@@ -6,36 +6,18 @@
 //! `Transport` and a module here (and one in the engine's codecs).
 
 pub mod direct;
+mod io;
 pub mod tcp;
 pub mod udp;
 
+pub use io::{LinkIo, OpenError};
+pub use udp::Bound;
+
 use crate::shared::Shared;
-use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use vnet_control::{LinkDef, LinkFormat, Transport};
 use vnet_engine::DatagramTx;
-
-/// A bound receiving socket and the pool of sockets its links send from
-/// (one chosen per inner flow, so each flow has its own source port).
-#[derive(Clone)]
-pub struct Bound {
-    pub addr: SocketAddr,
-    /// Every socket of the listening group (never empty: the binders make
-    /// at least one); the workers read them (socket `j` by worker `j mod
-    /// workers`).
-    pub readers: Vec<udp::Reader>,
-    pub pool: Vec<Arc<UdpSocket>>,
-    /// Zero-checksum twins of `pool` (VXLAN over IPv4), or empty.
-    pub nocheck: Vec<Arc<UdpSocket>>,
-}
-
-impl Bound {
-    /// The group's first socket: the one `raw` and NAT-traversing links
-    /// send from (their peers see the listening port).
-    pub fn sock(&self) -> &Arc<UdpSocket> {
-        &self.readers[0].sock
-    }
-}
 
 /// The host's link sockets.
 #[derive(Clone, Default)]
@@ -50,28 +32,6 @@ pub struct Sockets {
     pub tls: Option<Arc<tcp::Tls>>,
 }
 
-/// A link's I/O as opened, whatever its kind: what the engine sends
-/// through, what a worker reads (a link that receives outside the link
-/// sockets), the stream the TCP acceptor hands a peer's connections to,
-/// its own part of `show links`, and its threads to stop. The daemon keeps
-/// one per link and no field per kind.
-pub trait LinkIo: Send + Sync {
-    /// What the engine sends the link's datagrams (or records) through.
-    fn tx(&self) -> Arc<dyn DatagramTx>;
-    /// What a worker reads the link's frames from (`direct` links).
-    fn reader(&self) -> Option<crate::iface::Reader> {
-        None
-    }
-    /// The link's stream, which takes inbound connections (TCP links).
-    fn stream(&self) -> Option<Arc<tcp::TcpLink>> {
-        None
-    }
-    /// Adds the kind's own fields to the link's `show links` object.
-    fn status(&self, _out: &mut serde_json::Map<String, serde_json::Value>) {}
-    /// Stops the link's threads (it was removed or replaced).
-    fn stop(&self) {}
-}
-
 /// UDP-borne links (`raw`, `vnet`, VXLAN): datagrams from the host's
 /// sockets, read by the link-socket worker.
 struct UdpIo(Arc<udp::UdpTx>);
@@ -82,25 +42,35 @@ impl LinkIo for UdpIo {
     }
 }
 
-/// Why a link's I/O could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("a `tls cert FILE key FILE ca FILE` line for a `tls` link")]
-    NoTls,
-    #[error("cannot start the link: {0}")]
-    Start(#[source] std::io::Error),
-    #[error("no {0} socket is bound")]
-    NotBound(&'static str),
-    #[error("a link without a peer address")]
-    NoPeer,
-    /// A `direct` link's LAN device: what failed on it.
-    #[error("{dev}: {what}: {source}")]
-    Device {
-        dev: String,
-        what: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
+/// A TCP (or TLS) link's I/O: its stream, which is also what the engine
+/// sends through.
+pub struct TcpIo(pub Arc<tcp::TcpLink>);
+
+impl LinkIo for TcpIo {
+    fn tx(&self) -> Arc<dyn DatagramTx> {
+        self.0.clone()
+    }
+
+    fn stream(&self) -> Option<Arc<tcp::TcpLink>> {
+        Some(self.0.clone())
+    }
+
+    /// The connection's state and its counters.
+    fn status(&self, m: &mut serde_json::Map<String, serde_json::Value>) {
+        let st = &self.0.status;
+        m.insert("state".into(), st.state().word().into());
+        m.insert("inbound".into(), st.inbound.load(Relaxed).into());
+        m.insert("reconnects".into(), st.reconnects.load(Relaxed).into());
+        m.insert("queue_drops".into(), st.queue_drops.load(Relaxed).into());
+        m.insert("refused".into(), st.refused.load(Relaxed).into());
+        m.insert("stream_errors".into(), st.stream_errors.load(Relaxed).into());
+        let e = st.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        m.insert("last_error".into(), e.into());
+    }
+
+    fn stop(&self) {
+        self.0.stop();
+    }
 }
 
 /// The I/O of a link, over the host's sockets: a `raw` link sends from the
@@ -121,7 +91,7 @@ pub fn open(def: &LinkDef, socks: &Sockets, shared: &Arc<Shared>) -> Result<Arc<
             };
             let l = tcp::TcpLink::start(&def.name, def.id, remote, tls, shared.clone())
                 .map_err(OpenError::Start)?;
-            return Ok(Arc::new(tcp::TcpIo(l)));
+            return Ok(Arc::new(TcpIo(l)));
         }
         Transport::Direct { dev } => {
             return Ok(Arc::new(direct::open(dev.as_str())?));

@@ -500,37 +500,6 @@ impl TcpLink {
     }
 }
 
-/// A TCP (or TLS) link's I/O: its stream, which is also what the engine
-/// sends through.
-pub struct TcpIo(pub Arc<TcpLink>);
-
-impl super::LinkIo for TcpIo {
-    fn tx(&self) -> Arc<dyn DatagramTx> {
-        self.0.clone()
-    }
-
-    fn stream(&self) -> Option<Arc<TcpLink>> {
-        Some(self.0.clone())
-    }
-
-    /// The connection's state and its counters.
-    fn status(&self, m: &mut serde_json::Map<String, serde_json::Value>) {
-        let st = &self.0.status;
-        m.insert("state".into(), st.state().word().into());
-        m.insert("inbound".into(), st.inbound.load(Relaxed).into());
-        m.insert("reconnects".into(), st.reconnects.load(Relaxed).into());
-        m.insert("queue_drops".into(), st.queue_drops.load(Relaxed).into());
-        m.insert("refused".into(), st.refused.load(Relaxed).into());
-        m.insert("stream_errors".into(), st.stream_errors.load(Relaxed).into());
-        let e = st.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        m.insert("last_error".into(), e.into());
-    }
-
-    fn stop(&self) {
-        self.0.stop();
-    }
-}
-
 impl DatagramTx for TcpLink {
     /// Queues one record for the connection's thread; drops it (false)
     /// when the link is down or the ring is full.

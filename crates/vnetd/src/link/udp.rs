@@ -233,9 +233,31 @@ fn ready(s: UdpSocket, receive: usize) -> std::io::Result<Arc<UdpSocket>> {
     Ok(Arc::new(s))
 }
 
+/// A bound receiving socket and the pool of sockets its links send from
+/// (one chosen per inner flow, so each flow has its own source port).
+#[derive(Clone)]
+pub struct Bound {
+    pub addr: SocketAddr,
+    /// Every socket of the listening group (never empty: the binders make
+    /// at least one); the workers read them (socket `j` by worker `j mod
+    /// workers`).
+    pub readers: Vec<Reader>,
+    pub pool: Vec<Arc<UdpSocket>>,
+    /// Zero-checksum twins of `pool` (VXLAN over IPv4), or empty.
+    pub nocheck: Vec<Arc<UdpSocket>>,
+}
+
+impl Bound {
+    /// The group's first socket: the one `raw` and NAT-traversing links
+    /// send from (their peers see the listening port).
+    pub fn sock(&self) -> &Arc<UdpSocket> {
+        &self.readers[0].sock
+    }
+}
+
 /// Binds a receiving socket (with UDP GRO) and its sending pool: for `vnet`
 /// links, ephemeral ports on the same address.
-pub fn bind_udp(addr: SocketAddr, readers: usize) -> std::io::Result<super::Bound> {
+pub fn bind_udp(addr: SocketAddr, readers: usize) -> std::io::Result<Bound> {
     let readers = bind_group("udp", addr, readers)?;
     let pool = (0..TX_POOL)
         .map(|_| bind_sending(SocketAddr::new(addr.ip(), 0)))
@@ -254,7 +276,7 @@ pub fn bind_udp(addr: SocketAddr, readers: usize) -> std::io::Result<super::Boun
             let _ = sys::set_pmtu_probe(&**s, true);
         }
     }
-    Ok(super::Bound { addr, readers, pool, nocheck: Vec::new() })
+    Ok(Bound { addr, readers, pool, nocheck: Vec::new() })
 }
 
 /// The VXLAN source-port range (RFC 7348: the dynamic range).
@@ -267,7 +289,7 @@ pub const VXLAN_SOURCE_PORTS: (u16, u16) = (49152, 65535);
 /// single datagrams carry a zero UDP checksum as Linux VTEPs send by
 /// default; the kernel refuses UDP GSO on such a socket (`EINVAL`), so each
 /// port has a checksummed twin (`SO_REUSEPORT`, same port) for GSO batches.
-pub fn bind_vxlan(addr: SocketAddr, readers: usize) -> std::io::Result<super::Bound> {
+pub fn bind_vxlan(addr: SocketAddr, readers: usize) -> std::io::Result<Bound> {
     let readers = bind_group("vxlan", addr, readers)?;
     let (mut pool, mut nocheck) = (Vec::new(), Vec::new());
     let mut seed = u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15;
@@ -297,7 +319,7 @@ pub fn bind_vxlan(addr: SocketAddr, readers: usize) -> std::io::Result<super::Bo
     if pool.is_empty() {
         return Err(std::io::Error::other("no free port in 49152-65535 for VXLAN's sending sockets"));
     }
-    Ok(super::Bound { addr, readers, pool, nocheck })
+    Ok(Bound { addr, readers, pool, nocheck })
 }
 
 /// A sending socket another may share the port of (`SO_REUSEPORT`).
