@@ -94,6 +94,12 @@ pub fn host_grants(network: &str, host: &str) -> Vec<Grant> {
     ]
 }
 
+/// The etcd user of host `host` of `network` (`vnetctl network approve`
+/// makes it, and a role of the same name holding [`host_grants`]).
+pub fn host_user(network: &str, host: &str) -> String {
+    format!("vnet-{network}-{host}")
+}
+
 /// Whether `grants` let their holder write `key` (`write`) or read it.
 pub fn granted(grants: &[Grant], key: &str, write: bool) -> bool {
     grants

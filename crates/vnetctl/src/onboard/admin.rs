@@ -3,7 +3,7 @@
 
 use super::request::Request;
 use super::token::{self, Record, Token};
-use super::{cert_key, check_host, connect, host_user, load, network_key, request_key, runtime, unix_now};
+use super::{cert_key, check_host, host_user, load, network_key, request_key, runtime, unix_now};
 use etcd_client::{Client, DeleteOptions, LeaseTimeToLiveOptions, Permission};
 use std::path::Path;
 use vnet_cluster::trust::{cert_id, CertBody, NetworkKey, Revocation};
@@ -28,11 +28,12 @@ struct Admin {
 
 async fn admin(dir: &Path) -> EtcdResult<Admin> {
     let (n, ca, root_pw) = load(dir)?;
+    let tls = super::admin_tls(&n, &ca)?;
     // Waits for etcd (just started, say) for up to 30 s; a refused login
     // is an answer at once.
     let mut tries = 0;
     let c = loop {
-        match connect(&n.etcd, &ca, Some(("root", &root_pw))).await {
+        match super::connect_tls(&n.etcd, tls.clone(), Some(("root", &root_pw))).await {
             Ok(c) => break c,
             Err(e) if tries < 60 && unreachable(&e) => {
                 tries += 1;

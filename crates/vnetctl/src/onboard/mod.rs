@@ -81,6 +81,7 @@ use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
+use vnet_cluster::layout::host_user;
 use vnet_cluster::trust::NetworkKey;
 
 /// What the admin's directory says of the network (`DIR/network.json`).
@@ -89,6 +90,13 @@ struct Network {
     network: String,
     /// etcd's client URL (`https://IP:2379`).
     etcd: String,
+    /// The admin's client certificate and its key (PEM files), for an
+    /// etcd that requires one (`--client-cert-auth`, as the hand-made
+    /// etcd of `docs/CLUSTER.md` does); the etcd `init` makes does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_cert: Option<std::path::PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_key: Option<std::path::PathBuf>,
 }
 
 /// etcd's client port.
@@ -151,8 +159,14 @@ async fn connect(url: &str, ca_pem: &str, user: Option<(&str, &str)>) -> Result<
     connect_tls(url, TlsOptions::new().ca_certificate(Certificate::from_pem(ca_pem.as_bytes())), user).await
 }
 
-fn host_user(network: &str, host: &str) -> String {
-    format!("vnet-{network}-{host}")
+/// How the admin reaches the network's etcd: its CA, and its client
+/// certificate if `network.json` names one.
+fn admin_tls(n: &Network, ca_pem: &str) -> Result<TlsOptions, String> {
+    let tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca_pem.as_bytes()));
+    let (Some(cert), Some(key)) = (&n.client_cert, &n.client_key) else { return Ok(tls) };
+    let key_pem = vnet_client::keys::read_secret(key, "the admin's etcd client key", 64 * 1024)
+        .map_err(|e| e.to_string())?;
+    Ok(tls.identity(etcd_client::Identity::from_pem(read(cert)?, key_pem)))
 }
 
 /// Where `approve` hands a host its certificate (its user reads it).
@@ -213,6 +227,12 @@ pub fn init(dir: &str, words: &[&str]) -> Result<String, String> {
 fn load(dir: &Path) -> Result<(Network, String, String), String> {
     let n: Network = serde_json::from_str(&read(&dir.join("network.json"))?)
         .map_err(|e| format!("{}: {e}", dir.join("network.json").display()))?;
+    if n.client_cert.is_some() != n.client_key.is_some() {
+        return Err(format!(
+            "{}: client_cert and client_key go together",
+            dir.join("network.json").display()
+        ));
+    }
     let ca = read(&dir.join("ca.pem"))?;
     let root_pw = vnet_client::keys::read_secret(&dir.join("root.pw"), "the root password", 4096)
         .map_err(|e| e.to_string())?;
@@ -231,11 +251,12 @@ fn network_key(dir: &Path) -> Result<NetworkKey, String> {
 pub fn setup(dir: &str) -> Result<String, String> {
     let dir = Path::new(dir);
     let (n, ca, root_pw) = load(dir)?;
+    let tls = admin_tls(&n, &ca)?;
     runtime()?.block_on(async {
         // Waits for etcd (just started, say) for up to 30 s.
         let mut last = String::new();
         for _ in 0..60 {
-            match connect(&n.etcd, &ca, Some(("root", &root_pw))).await {
+            match connect_tls(&n.etcd, tls.clone(), Some(("root", &root_pw))).await {
                 Ok(_) => {
                     return Ok(format!(
                         "etcd at {}: root logs in, authentication is on; nothing to do \
@@ -251,7 +272,7 @@ pub fn setup(dir: &str) -> Result<String, String> {
         }
         let e = |what: &'static str| move |e: etcd_client::Error| format!("etcd: {what}: {e}");
         let mut c =
-            connect(&n.etcd, &ca, None).await.map_err(|e| format!("etcd at {}: {e} ({last})", n.etcd))?;
+            connect_tls(&n.etcd, tls, None).await.map_err(|e| format!("etcd at {}: {e} ({last})", n.etcd))?;
         c.user_add("root", root_pw.as_str(), None).await.map_err(e("user add root"))?;
         c.role_add("root").await.ok();
         c.user_grant_role("root", "root").await.map_err(e("grant root"))?;
