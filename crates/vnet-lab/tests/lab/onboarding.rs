@@ -283,6 +283,20 @@ mod user {
         succeeded(&o.approve("h1", &["key", &fp]), "h1's own request, pinned");
         let said = succeeded(&joining.join().unwrap(), "h1's join");
         assert!(said.contains("host h1 joined network lab"), "{said}");
+        // 4. h1's own request, whole (its key, its signature), filed again
+        // under a later token for h1: it names the token it was made under.
+        let cert = o.get("/vnet-certs/lab/h1");
+        let (_, later_user) = o.token("h1", &[]);
+        succeeded(
+            &o.etcdctl(Some(&later_user), &["put", "/vnet-join/lab/h1"], Some(original.as_bytes())),
+            "the later token's put",
+        );
+        refused(
+            &o.approve("h1", &["key", &fp, "replace"]),
+            "earlier request filed again under a new token",
+            "h1's earlier request under a later token",
+        );
+        assert_eq!(o.get("/vnet-certs/lab/h1"), cert, "h1 keeps its certificate");
 
         // A used token: its etcd user is gone; join says so.
         let again = o.vnetctl(

@@ -177,7 +177,9 @@ pub fn make_token(dir: &str, host: &str, words: &[&str]) -> Result<String, Strin
         a.c.user_add(user.as_str(), password.as_str(), None).await.map_err(etcd_err("user add"))?;
         a.c.user_grant_role(user.as_str(), user.as_str()).await.map_err(etcd_err("grant"))?;
         let expires = now + ttl.as_secs();
-        let rec = serde_json::to_vec(&Record { user: user.clone(), expires }).map_err(|e| e.to_string())?;
+        let id = token::new_id().map_err(|e| e.to_string())?;
+        let rec = Record { user: user.clone(), expires, id: id.clone() };
+        let rec = serde_json::to_vec(&rec).map_err(|e| e.to_string())?;
         a.c.put(token::record_key(&a.network, host), rec, None).await.map_err(etcd_err("token record"))?;
         let is_host = a.get(&cert_key(&a.network, host)).await?.is_some();
         let t = Token {
@@ -189,6 +191,7 @@ pub fn make_token(dir: &str, host: &str, words: &[&str]) -> Result<String, Strin
             user,
             password,
             expires,
+            id,
         };
         Ok::<_, String>((t, is_host))
     })?;
@@ -317,7 +320,8 @@ async fn checked_request(a: &mut Admin, host: &str, now: u64) -> EtcdResult<Requ
     let Some(json) = a.get(&request_key(&a.network, host)).await? else {
         return Err(format!("no request from host {host} yet (vnetctl join --token-file FILE on it)"));
     };
-    Request::verified(&json, &a.network, host).map_err(|e| format!("host {host}'s request is refused: {e}"))
+    Request::verified(&json, &a.network, host, &rec.id)
+        .map_err(|e| format!("host {host}'s request is refused: {e}"))
 }
 
 /// Makes `host` free for a new key: refused if it is a host, unless
@@ -473,6 +477,7 @@ pub fn revoke(dir: &str, host: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::request::Asked;
     use super::*;
 
     #[test]
@@ -488,7 +493,9 @@ mod tests {
     #[test]
     fn an_unpinned_unconfirmed_request_is_not_approved() {
         let k = vnet_client::keys::genkey().unwrap();
-        let req = Request::sign(&k, "lab", "h1", "10.0.0.2".parse().unwrap(), "pw").unwrap();
+        let addr = "10.0.0.2".parse().unwrap();
+        let asked = Asked { network: "lab", host: "h1", token: "t", addr, password: "pw" };
+        let req = Request::sign(&k, asked).unwrap();
         let none = Told { pin: None, yes: false, replace: false };
         if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             assert!(confirmed(&req, &none).unwrap_err().contains("not approved"));

@@ -33,14 +33,16 @@
 //!   input, never its command line.
 //! - `join` makes the host's key and its etcd password, and files a
 //!   request ([`request`]) **signed by the host's claim key over
-//!   everything it asks for**: its name, both public keys, its address and
-//!   its password. It prints the request's fingerprint before it sends
+//!   everything it asks for**: its name, the id of the token it files it
+//!   under, both public keys, its address and its password. It prints the request's fingerprint before it sends
 //!   anything, for the admin to pin.
 //! - `approve` verifies the signature, shows the host, its address and
 //!   fingerprint, and signs only with the fingerprint pinned (`key FP`) or
 //!   confirmed (`--yes`, or `y` at its prompt). A request replaced while
 //!   `join` waits is refused: under another key its fingerprint is not the
-//!   pinned one; with any field changed its signature no longer verifies.
+//!   pinned one; with any field changed its signature no longer verifies;
+//!   an earlier request of the host filed again under a later token names
+//!   the earlier token's id, not the outstanding one's.
 //!   It makes the etcd user `vnet-NET-HOST` with the password the host
 //!   chose, whose role is exactly `vnet_cluster::layout::host_grants` and
 //!   the read of the host's certificate at `/vnet-certs/NET/HOST`; the

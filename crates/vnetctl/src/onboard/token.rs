@@ -42,6 +42,8 @@ pub enum TokenError {
     Expired(u64),
     #[error("ttl `{0}`: a time from 1s to 7d, as 90s, 30m, 1h, 2d or seconds")]
     Ttl(String),
+    #[error("no random bytes for the token's id")]
+    Random,
 }
 
 /// What a join token carries.
@@ -61,6 +63,18 @@ pub struct Token {
     pub password: String,
     /// When it expires (seconds since the Unix epoch).
     pub expires: u64,
+    /// This token's id ([`new_id`]): a request names it and signs it, so
+    /// `approve` takes only a request made for the host's outstanding
+    /// token, never an earlier one filed again under a new token.
+    pub id: String,
+}
+
+/// A new token's id: 16 random bytes, in hex.
+pub fn new_id() -> Result<String, TokenError> {
+    let mut b = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .map_err(|_| TokenError::Random)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -146,6 +160,10 @@ pub fn record_key(network: &str, host: &str) -> String {
 pub struct Record {
     pub user: String,
     pub expires: u64,
+    /// The token's id (none in a record of an older vnetctl: no request
+    /// names it, so `approve` refuses them all; a new token mends it).
+    #[serde(default)]
+    pub id: String,
 }
 
 #[cfg(test)]
@@ -162,6 +180,7 @@ mod tests {
             user: token_user("lab", "h1"),
             password: "pw".into(),
             expires: 1000,
+            id: new_id().unwrap(),
         }
     }
 
@@ -190,6 +209,12 @@ mod tests {
         let forged = format!("{TOKEN_PREFIX}{}", b64().encode(v.to_string()));
         assert!(matches!(Token::decode(&forged), Err(TokenError::Parse(_))));
         assert!(!reserved("h1") && !reserved("joiner") && reserved("join"));
+        // A token without an id (an older vnetctl's) is not one of this version.
+        let mut v = serde_json::to_value(token()).unwrap();
+        v.as_object_mut().unwrap().remove("id");
+        let old = format!("{TOKEN_PREFIX}{}", b64().encode(v.to_string()));
+        assert!(matches!(Token::decode(&old), Err(TokenError::Parse(_))));
+        assert_ne!(new_id().unwrap(), new_id().unwrap());
     }
 
     #[test]
