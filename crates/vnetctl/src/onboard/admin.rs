@@ -6,6 +6,7 @@ use super::token::{self, Record, Token};
 use super::{cert_key, check_host, host_user, load, network_key, request_key, runtime, unix_now};
 use etcd_client::{Client, DeleteOptions, LeaseTimeToLiveOptions, Permission};
 use std::path::Path;
+use vnet_cluster::layout::legacy_host_user;
 use vnet_cluster::trust::{cert_id, CertBody, NetworkKey, Revocation};
 
 /// How long certificates made by `approve` run.
@@ -79,9 +80,23 @@ impl Admin {
         Ok(())
     }
 
-    /// Host `host`'s token gone: its user and role, its record, its request.
+    /// Whether the user and role `name` of before (`legacy_host_user`,
+    /// `token::legacy_token_user`: names two networks could share) is this
+    /// network's: its role grants `key` (the host's certificate, or its
+    /// request), which no other network's is granted.
+    async fn legacy_is_ours(&mut self, name: &str, key: &str) -> bool {
+        let Ok(r) = self.c.role_get(name).await else { return false };
+        r.permissions().iter().any(|p| p.key() == key.as_bytes())
+    }
+
+    /// Host `host`'s token gone: its user and role (and a token user of
+    /// before, if this network's), its record, its request.
     async fn drop_token(&mut self, host: &str) -> EtcdResult<()> {
         self.drop_user(&token::token_user(&self.network, host)).await?;
+        let legacy = token::legacy_token_user(&self.network, host);
+        if self.legacy_is_ours(&legacy, &request_key(&self.network, host)).await {
+            self.drop_user(&legacy).await?;
+        }
         let rec = token::record_key(&self.network, host);
         self.c.delete(rec.as_str(), None).await.map_err(etcd_err(&rec))?;
         let req = request_key(&self.network, host);
@@ -121,6 +136,10 @@ impl Admin {
     /// certificate. Returns (leases revoked, keys deleted).
     async fn remove_host(&mut self, host: &str) -> EtcdResult<(usize, i64)> {
         self.drop_user(&host_user(&self.network, host)).await?;
+        let legacy = legacy_host_user(&self.network, host);
+        if self.legacy_is_ours(&legacy, &cert_key(&self.network, host)).await {
+            self.drop_user(&legacy).await?;
+        }
         let writes: Vec<_> =
             vnet_cluster::layout::host_grants(&self.network, host).into_iter().filter(|g| g.write).collect();
         let owned = |k: &[u8]| {
@@ -381,33 +400,32 @@ async fn admit(a: &mut Admin, req: &Request, cert: &str) -> EtcdResult<()> {
     // A user of a half-done approve, or made before host_grants: anew.
     a.drop_user(&user).await?;
     a.c.user_add(user.as_str(), req.password.as_str(), None).await.map_err(etcd_err("user add"))?;
-    host_role(a, &req.host).await?;
+    host_role(a, &req.host, &user).await?;
     let ck = cert_key(&a.network, &req.host);
     a.c.put(ck.as_str(), cert, None).await.map_err(etcd_err("write the certificate"))?;
     Ok(())
 }
 
-/// Host `host`'s role made anew (its user's, of the same name): exactly
-/// `host_grants` and the read of its certificate; granted to its user.
-async fn host_role(a: &mut Admin, host: &str) -> EtcdResult<()> {
-    let user = host_user(&a.network, host);
-    if let Err(e) = a.c.role_delete(user.as_str()).await {
+/// Host `host`'s role made anew (its user's, `user`, of the same name):
+/// exactly `host_grants` and the read of its certificate; granted to its user.
+async fn host_role(a: &mut Admin, host: &str, user: &str) -> EtcdResult<()> {
+    if let Err(e) = a.c.role_delete(user).await {
         if !not_found(&e) {
             return Err(format!("etcd: delete role {user}: {e}"));
         }
     }
-    a.c.role_add(user.as_str()).await.map_err(etcd_err("role add"))?;
+    a.c.role_add(user).await.map_err(etcd_err("role add"))?;
     for g in vnet_cluster::layout::host_grants(&a.network, host) {
         let p =
             if g.write { Permission::read_write(g.key.as_str()) } else { Permission::read(g.key.as_str()) };
         let p = if g.prefix { p.with_prefix() } else { p };
-        a.c.role_grant_permission(user.as_str(), p).await.map_err(etcd_err(&g.key))?;
+        a.c.role_grant_permission(user, p).await.map_err(etcd_err(&g.key))?;
     }
     let ck = cert_key(&a.network, host);
-    a.c.role_grant_permission(user.as_str(), Permission::read(ck.as_str()))
+    a.c.role_grant_permission(user, Permission::read(ck.as_str()))
         .await
         .map_err(etcd_err("grant its certificate"))?;
-    a.c.user_grant_role(user.as_str(), user.as_str()).await.map_err(etcd_err("grant its role"))?;
+    a.c.user_grant_role(user, user).await.map_err(etcd_err("grant its role"))?;
     Ok(())
 }
 
@@ -433,8 +451,16 @@ pub fn upgrade(dir: &str) -> Result<String, String> {
             .collect();
         let net_role = format!("vnet-{}", a.network);
         for h in &hosts {
-            if a.c.user_get(host_user(&a.network, h)).await.is_ok() {
-                host_role(&mut a, h).await?;
+            let user = host_user(&a.network, h);
+            if a.c.user_get(user.as_str()).await.is_ok() {
+                host_role(&mut a, h, &user).await?;
+            }
+            // A host approved before keeps its user of then, if it is this network's.
+            let legacy = legacy_host_user(&a.network, h);
+            if a.c.user_get(legacy.as_str()).await.is_ok()
+                && a.legacy_is_ours(&legacy, &cert_key(&a.network, h)).await
+            {
+                host_role(&mut a, h, &legacy).await?;
             }
         }
         if let Err(e) = a.c.role_delete(net_role.as_str()).await {

@@ -43,7 +43,7 @@
 //!   pinned one; with any field changed its signature no longer verifies;
 //!   an earlier request of the host filed again under a later token names
 //!   the earlier token's id, not the outstanding one's.
-//!   It makes the etcd user `vnet-NET-HOST` with the password the host
+//!   It makes the etcd user `vnet/NET/HOST` with the password the host
 //!   chose, whose role is exactly `vnet_cluster::layout::host_grants` and
 //!   the read of the host's certificate at `/vnet-certs/NET/HOST`; the
 //!   network's policy and revocations only root writes. A name that is

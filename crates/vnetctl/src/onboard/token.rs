@@ -145,8 +145,15 @@ pub fn reserved(host: &str) -> bool {
     host == "root" || host == "join" || host.starts_with("join-")
 }
 
-/// The etcd user (and role) of host `host`'s token.
+/// The etcd user (and role) of host `host`'s token: `vnet/NETWORK/join/HOST`
+/// (no host's user, `vnet/NETWORK/HOST`, has three `/`).
 pub fn token_user(network: &str, host: &str) -> String {
+    format!("vnet/{network}/join/{host}")
+}
+
+/// What [`token_user`] was before: `vnet-NETWORK-join-HOST`, which could be
+/// another network's host's legacy user (network `a-join`, host `h1`).
+pub fn legacy_token_user(network: &str, host: &str) -> String {
     format!("vnet-{network}-join-{host}")
 }
 
@@ -209,6 +216,10 @@ mod tests {
         let forged = format!("{TOKEN_PREFIX}{}", b64().encode(v.to_string()));
         assert!(matches!(Token::decode(&forged), Err(TokenError::Parse(_))));
         assert!(!reserved("h1") && !reserved("joiner") && reserved("join"));
+        // A token's user is no host's, in any network sharing the etcd.
+        use vnet_cluster::layout::host_user;
+        assert_ne!(token_user("a", "h1"), host_user("a-join", "h1"));
+        assert_eq!(legacy_token_user("a", "h1"), vnet_cluster::layout::legacy_host_user("a-join", "h1"));
         // A token without an id (an older vnetctl's) is not one of this version.
         let mut v = serde_json::to_value(token()).unwrap();
         v.as_object_mut().unwrap().remove("id");
