@@ -94,6 +94,25 @@ pub fn host_grants(network: &str, host: &str) -> Vec<Grant> {
     ]
 }
 
+/// The etcd user of host `host` of `network` (`vnetctl network approve`
+/// makes it, and a role of the same name holding [`host_grants`]):
+/// `vnet/NETWORK/HOST`. No network or host name holds a `/`
+/// ([`valid_name`]), so no two (network, host) pairs share a user,
+/// whatever networks share one etcd ([`legacy_host_user`] did).
+pub fn host_user(network: &str, host: &str) -> String {
+    format!("vnet/{network}/{host}")
+}
+
+/// The etcd user `vnetctl network approve` made before [`host_user`]:
+/// `vnet-NETWORK-HOST`, which two networks sharing an etcd could share
+/// (network `a-b` host `c`, network `a` host `b-c`). A host approved
+/// before keeps it until approved again; `vnetctl` removes or regrants it
+/// only where its role shows it is this host's (it grants the read of the
+/// host's certificate).
+pub fn legacy_host_user(network: &str, host: &str) -> String {
+    format!("vnet-{network}-{host}")
+}
+
 /// Whether `grants` let their holder write `key` (`write`) or read it.
 pub fn granted(grants: &[Grant], key: &str, write: bool) -> bool {
     grants
@@ -369,6 +388,24 @@ mod tests {
             assert!(!granted(&mine, &other, true), "{other}");
         }
         assert!(!granted(&mine, "/vnet/lab2/hosts/h1", false));
+    }
+
+    /// Two networks sharing one etcd: network `a-b`'s host `c` and network
+    /// `a`'s host `b-c` have users (and roles) of their own; the names of
+    /// before were one.
+    #[test]
+    fn host_users_of_networks_sharing_an_etcd_never_collide() {
+        assert_ne!(host_user("a-b", "c"), host_user("a", "b-c"));
+        assert_eq!(
+            (host_user("a-b", "c").as_str(), host_user("a", "b-c").as_str()),
+            ("vnet/a-b/c", "vnet/a/b-c")
+        );
+        assert_eq!(legacy_host_user("a-b", "c"), legacy_host_user("a", "b-c"), "the collision of before");
+        // Every split of one name is another pair: a `/` is in no name.
+        for (n, h) in [("a.b", "c"), ("a", "b.c"), ("a_b", "c"), ("a", "b_c")] {
+            assert!(valid_name(n) && valid_name(h) && !valid_name(&format!("{n}/{h}")));
+        }
+        assert_ne!(host_user("a.b", "c"), host_user("a", "b.c"));
     }
 
     #[test]

@@ -103,6 +103,26 @@ impl<'t, 'a> Parser<'t, 'a> {
         }
     }
 
+    /// An etcd user name: names (letters, digits, `_`, `-`, `.`) joined by
+    /// `/`, a letter first, as `vnetctl network approve` makes them
+    /// (`vnet/NETWORK/HOST`).
+    pub(crate) fn etcd_user(&mut self) -> Result<String> {
+        let expected =
+            "an etcd user name (parts of letters, digits, `_`, `-` or `.` joined by `/`, a letter first)";
+        let pos = self.pos();
+        let t = self.next(expected)?;
+        let part =
+            |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        let ok = t.text.len() <= 200
+            && t.text.starts_with(|c: char| c.is_ascii_alphabetic())
+            && t.text.split('/').all(part);
+        if ok {
+            Ok(t.text.to_string())
+        } else {
+            Err(Error::new(pos, expected, found(Some(&t))))
+        }
+    }
+
     pub(crate) fn mac(&mut self, expected: &str) -> Result<MacAddr> {
         self.parsed(expected)
     }

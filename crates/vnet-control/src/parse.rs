@@ -585,7 +585,7 @@ impl<'a> Parser<'_, 'a> {
                 "etcd-ca" => c.etcd_ca = Some(self.path("an absolute file path")?),
                 "etcd-cert" => c.etcd_cert = Some(self.path("an absolute file path")?),
                 "etcd-key" => c.etcd_key = Some(self.path("an absolute file path")?),
-                "etcd-user" => c.etcd_user = Some(self.name("an etcd user name")?),
+                "etcd-user" => c.etcd_user = Some(self.etcd_user()?),
                 "etcd-password-file" => c.etcd_password_file = Some(self.path("an absolute file path")?),
                 "network-key" => c.network_key = Some(self.path("an absolute file path")?),
                 "host-cert" => c.host_cert = Some(self.path("an absolute file path")?),
@@ -768,6 +768,10 @@ mod tests {
         assert_eq!((c.network.as_str(), c.host.as_deref(), c.ttl), ("prod", Some("h1"), Some(10)));
         assert_eq!(c.link, ["security", "encrypt", "mtu", "9000"]);
         assert_eq!(one(&c.to_line()), Command::Cluster(c.clone()));
+        // The user `vnetctl network approve` makes: `vnet/NETWORK/HOST`.
+        let Command::Cluster(d) = one("cluster etcd:x network a-b etcd-user vnet/a-b/c") else { panic!() };
+        assert_eq!(d.etcd_user.as_deref(), Some("vnet/a-b/c"));
+        assert_eq!(one(&d.to_line()), Command::Cluster(d.clone()));
         for (bad, want) in [
             ("cluster http://x network a", "etcd:URL"),
             ("cluster etcd:x host a", "`network NAME`"),
@@ -775,6 +779,8 @@ mod tests {
             ("cluster etcd:x network a etcd-ca relative.pem", "absolute"),
             ("cluster etcd:x network a ttl 1", "3-3600"),
             ("cluster etcd:x network a link", "link options"),
+            ("cluster etcd:x network a etcd-user vnet//h1", "an etcd user name"),
+            ("cluster etcd:x network a etcd-user /vnet/a/h1", "an etcd user name"),
         ] {
             let e = parse(bad).unwrap_err().to_string();
             assert!(e.contains(want), "{bad}: {e}");

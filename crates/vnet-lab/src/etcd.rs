@@ -129,6 +129,9 @@ impl Lab {
             return Ok(());
         }
         let root_pw = vnetd::keys::genkey().map_err(|e| Error::Other(e.to_string()))?;
+        // Kept (0600) for `vnetctl network` commands run on the lab's etcd ([`Lab::admin_dir`]).
+        vnetd::keys::write_secret(&self.dir.join("root.pw"), &root_pw)
+            .map_err(|e| Error::Other(e.to_string()))?;
         self.etcdctl(&["user", "add", "root", &format!("--new-user-password={root_pw}")])?;
         for h in 0..self.hosts.len() {
             let (user, role) = (format!("vnet-h{h}"), format!("vnet-{}-h{h}", self.prefix));
@@ -149,6 +152,59 @@ impl Lab {
         }
         self.etcdctl(&["auth", "enable"])?;
         std::fs::write(&done, "").map_err(io("writing etcd-auth.done"))
+    }
+
+    /// An admin's directory for the lab's (secured) etcd, as `vnetctl
+    /// network init` makes one (`network.json`, `ca.pem`, `root.pw`,
+    /// `net.key`), naming root's client certificate (the lab's etcd wants
+    /// one): `vnetctl network revoke DIR HOST` runs on it.
+    pub fn admin_dir(&self) -> Result<PathBuf> {
+        let d = self.dir.join("admin");
+        std::fs::create_dir_all(&d).map_err(io("making the admin's directory"))?;
+        let f = |n: &str| self.dir.join(n);
+        let network = serde_json::json!({
+            "network": self.prefix,
+            "etcd": self.etcd_url(),
+            "client_cert": f("root.pem"),
+            "client_key": f("root.key"),
+        });
+        std::fs::write(d.join("network.json"), network.to_string()).map_err(io("writing network.json"))?;
+        std::fs::copy(f("etcd-ca.pem"), d.join("ca.pem")).map_err(io("copying etcd's CA"))?;
+        for secret in ["root.pw", "net.key"] {
+            let text = std::fs::read_to_string(f(secret)).map_err(io("reading a secret"))?;
+            vnetd::keys::write_secret(&d.join(secret), text.trim())
+                .map_err(|e| Error::Other(e.to_string()))?;
+        }
+        Ok(d)
+    }
+
+    /// Host `h`'s etcd user made as `vnetctl network approve` makes it
+    /// (named `vnet_cluster::layout::host_user`, its role of the same name
+    /// exactly `host_grants`, the password in `hN.etcd-pw`), the lab's own
+    /// (`vnet-hN`) deleted, and vnetd told the new name (from its next
+    /// start): what `vnetctl network revoke` then takes away.
+    pub fn admit_as_approve_does(&mut self, h: usize) -> Result<String> {
+        let host = format!("h{h}");
+        let user = vnet_cluster::layout::host_user(&self.prefix, &host);
+        self.etcdctl(&["user", "delete", &format!("vnet-h{h}")])?;
+        self.etcdctl(&["role", "delete", &format!("vnet-{}-h{h}", self.prefix)])?;
+        self.etcdctl(&["role", "add", &user])?;
+        for g in vnet_cluster::layout::host_grants(&self.prefix, &host) {
+            let perm = if g.write { "readwrite" } else { "read" };
+            let mut args = vec!["role", "grant-permission", user.as_str()];
+            if g.prefix {
+                args.push("--prefix=true");
+            }
+            args.extend([perm, g.key.as_str()]);
+            self.etcdctl(&args)?;
+        }
+        let pw = std::fs::read_to_string(self.dir.join(format!("h{h}.etcd-pw")))
+            .map_err(io("reading a password"))?;
+        self.etcdctl(&["user", "add", &user, &format!("--new-user-password={}", pw.trim())])?;
+        self.etcdctl(&["user", "grant-role", &user, &user])?;
+        self.cluster_overrides.retain(|(k, name, _)| !(*k == h && *name == "etcd-user"));
+        self.cluster_overrides.push((h, "etcd-user", Some(user.clone())));
+        Ok(user)
     }
 
     /// A secured cluster's files: etcd's CA and certificates, a password
@@ -285,11 +341,20 @@ impl Lab {
             format!("--cacert={}", f("etcd-ca.pem".into())),
             format!("--cert={}", f(format!("etcd-h{h}.pem"))),
             format!("--key={}", f(format!("etcd-h{h}.key"))),
-            format!("--user=vnet-h{h}:{}", pw.trim()),
+            format!("--user={}:{}", self.etcd_user(h), pw.trim()),
         ];
         all.extend(args.iter().map(|a| a.to_string()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
         self.ns_output(&sw, &all)
+    }
+
+    /// Host `h`'s etcd user: the lab's `vnet-hN`, or the one vnetd was told
+    /// ([`Lab::admit_as_approve_does`]).
+    pub fn etcd_user(&self, h: usize) -> String {
+        self.cluster_overrides
+            .iter()
+            .find_map(|(k, name, v)| (*k == h && *name == "etcd-user").then(|| v.clone()).flatten())
+            .unwrap_or_else(|| format!("vnet-h{h}"))
     }
 
     /// Writes `key` = `value` into the lab's etcd as any client with write

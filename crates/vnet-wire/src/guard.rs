@@ -6,8 +6,10 @@
 //! protocol address (an IPv4 ARP: protocol 0x0800, 6-byte hardware and
 //! 4-byte protocol addresses, whatever its hardware type, as Linux takes
 //! it), under at most [`MAX_TAGS`] VLAN tags. Allowed from any port,
-//! whatever it owns: a DHCP client's exchange (IPv4 from 0.0.0.0, UDP 68
-//! to 67) and from IPv6's unspecified address `::` an MLD report behind a
+//! whatever it owns: a DHCP client's broadcast (IPv4 from 0.0.0.0, UDP 68
+//! to 67, to 255.255.255.255 at the broadcast MAC: a packet from 0.0.0.0
+//! to one host is no DHCP client's, and would reach that host past the
+//! guard) and from IPv6's unspecified address `::` an MLD report behind a
 //! hop-by-hop header (RFC 3810 5.2.13, sent during duplicate address
 //! detection). An ARP probe (sender 0.0.0.0) and a neighbour solicitation
 //! from `::` (duplicate address detection) pass only for a target address
@@ -79,14 +81,15 @@ pub fn source(frame: &[u8]) -> Source {
     let body = &frame[at.min(frame.len())..];
     match ether {
         ETHER_VLAN | ETHER_QINQ => Source::Unreadable,
-        ETHER_IPV4 => ipv4(body),
+        ETHER_IPV4 => ipv4(body, frame.get(..6) == Some(&[0xff; 6][..])),
         ETHER_IPV6 => ipv6(body),
         ETHER_ARP => arp(body),
         _ => Source::None,
     }
 }
 
-fn ipv4(b: &[u8]) -> Source {
+/// `broadcast_mac`: the frame is to the broadcast MAC.
+fn ipv4(b: &[u8], broadcast_mac: bool) -> Source {
     let Some(&first) = b.first() else { return Source::Unreadable };
     let hl = usize::from(first & 0x0f) * 4;
     if first >> 4 != 4 || hl < 20 || b.len() < hl {
@@ -94,9 +97,11 @@ fn ipv4(b: &[u8]) -> Source {
     }
     let src = Ipv4Addr::new(b[12], b[13], b[14], b[15]);
     // A DHCP client's request (from no address yet): a first or whole
-    // packet, UDP from 68 to 67.
+    // packet, UDP from 68 to 67, broadcast (255.255.255.255, the
+    // broadcast MAC).
     let first_fragment = u16::from_be_bytes([b[6], b[7]]) & 0x1fff == 0;
-    if src.is_unspecified() && b[9] == crate::ip::PROTO_UDP && first_fragment {
+    let to_all = broadcast_mac && b[16..20] == [255; 4];
+    if src.is_unspecified() && to_all && b[9] == crate::ip::PROTO_UDP && first_fragment {
         if let Some(p) = b.get(hl..hl + 4) {
             if p == [0, 68, 0, 67] {
                 return Source::Exempt;
@@ -269,10 +274,29 @@ mod tests {
         assert_eq!(case([eth(0x0800, 2), v4([10, 0, 0, 2], 6, [5, 6])].concat()), (a([10, 0, 0, 2]), false));
         let three = [eth(0x0800, 3), v4([10, 0, 0, 1], 6, [5, 6])].concat();
         assert_eq!(case(three), (Source::Unreadable, false), "a third tag");
-        // DHCP's client from no address; nothing else from it.
-        assert_eq!(case([eth(0x0800, 0), v4([0; 4], 17, [68, 67])].concat()), (Source::Exempt, true));
-        assert_eq!(case([eth(0x0800, 0), v4([0; 4], 17, [68, 68])].concat()), (a([0; 4]), false));
-        assert_eq!(case([eth(0x0800, 0), v4([0; 4], 6, [68, 67])].concat()), (a([0; 4]), false));
+        // DHCP's client from no address, broadcast; nothing else from it:
+        // not to one host's MAC or address (which would reach that host,
+        // past the guard), nor other ports or protocols.
+        let from_none = |tags: usize, mac: [u8; 6], dst: [u8; 4], proto: u8, ports: [u16; 2]| {
+            let mut f = [eth(0x0800, tags), v4([0; 4], proto, ports)].concat();
+            f[..6].copy_from_slice(&mac);
+            let ip = 14 + 4 * tags;
+            f[ip + 16..ip + 20].copy_from_slice(&dst);
+            f
+        };
+        let (all, one) = (([0xff; 6], [255; 4]), ([2; 6], [10, 0, 0, 9]));
+        assert_eq!(case(from_none(0, all.0, all.1, 17, [68, 67])), (Source::Exempt, true));
+        assert_eq!(case(from_none(1, all.0, all.1, 17, [68, 67])), (Source::Exempt, true));
+        for (mac, dst, proto, ports) in [
+            (one.0, one.1, 17, [68, 67]),
+            (one.0, all.1, 17, [68, 67]),
+            (all.0, one.1, 17, [68, 67]),
+            (all.0, all.1, 17, [68, 68]),
+            (all.0, all.1, 6, [68, 67]),
+        ] {
+            let f = from_none(0, mac, dst, proto, ports);
+            assert_eq!(case(f), (a([0; 4]), false), "to {mac:?} {dst:?}, proto {proto}, ports {ports:?}");
+        }
         // ARP: the sender; a probe; any hardware type Linux reads as IPv4's.
         assert_eq!(case([eth(0x0806, 0), arp([10, 0, 0, 2], 1)].concat()), (a([10, 0, 0, 2]), false));
         assert_eq!(case([eth(0x0806, 0), arp([10, 0, 0, 2], 6)].concat()), (a([10, 0, 0, 2]), false));

@@ -1,7 +1,7 @@
 //! The IP source guard (issue 66, `docs/control.md`): a VM sending from
 //! an address its interface does not own (another VM's) is dropped and
 //! counted, on the user path and in the eBPF program, while its own
-//! addresses, the link-local of its MAC, DHCP's client and ARP probes for
+//! addresses, the link-local of its MAC, DHCP's client broadcast and ARP probes for
 //! its own address pass; neighbour discovery naming another VM's address
 //! (an advertisement for it, a probe for it) and router advertisements
 //! are dropped too; an interface that owns no address is unguarded (the
@@ -12,7 +12,8 @@ use super::harness::*;
 /// `catch DEV SECS OUT`: writes `ready`, then each `GRD-` marker of a
 /// frame DEV receives. `send DEV SRCMAC DSTMAC DSTIP KIND,MARK[,SRC]...`:
 /// sends each frame: `ip4` (UDP from SRC to DSTIP), `ip6` (UDP from SRC to
-/// fd00::2), `dhcp` (a DHCP client's broadcast from 0.0.0.0), `arp` (a
+/// fd00::2), `dhcp` (a DHCP client's broadcast from 0.0.0.0), `dhcpu` (the
+/// same, from 0.0.0.0 68 to 67, to DSTMAC and DSTIP alone), `arp` (a
 /// request from sender SRC for TARGET, or DSTIP), `na` (a neighbour
 /// advertisement from SRC for TARGET, with the sender's MAC and the
 /// Override flag), `ns` (a solicitation from SRC for TARGET), `ra` (a
@@ -54,6 +55,8 @@ else:
             f = dst_mac + src_mac + b'\x08\x00' + udp4(socket.inet_aton(src), socket.inet_aton(dst_ip), 5000, 7777, data)
         elif kind == 'dhcp':
             f = b'\xff' * 6 + src_mac + b'\x08\x00' + udp4(b'\0' * 4, b'\xff' * 4, 68, 67, data)
+        elif kind == 'dhcpu':
+            f = dst_mac + src_mac + b'\x08\x00' + udp4(b'\0' * 4, socket.inet_aton(dst_ip), 68, 67, data)
         elif kind == 'ip6':
             u = struct.pack('!HHHH', 5000, 7777, 8 + len(data), 0) + data
             h = struct.pack('!IHBB', 0x60000000, len(u), 17, 64)
@@ -143,11 +146,15 @@ mod both {
             &mut lab,
             &script,
             (&a, &b),
-            &[f("ip4", "spoof0", &vi), f("ip4", "own0", &ai)],
+            &[f("ip4", "spoof0", &vi), f("dhcpu", "dhcpu0", ""), f("ip4", "own0", &ai)],
             &["own0"],
         );
         println!("guard: unguarded, b caught {got:?}, spoofed {:?}", spoofed(&lab, 0));
         assert!(got.iter().any(|g| g == "spoof0"), "unguarded, the spoof arrives: {got:?}");
+        assert!(
+            got.iter().any(|g| g == "dhcpu0"),
+            "unguarded, DHCP from 0.0.0.0 to b alone arrives: {got:?}"
+        );
         assert_eq!(spoofed(&lab, 0), (0, 0));
 
         // a's interface owns its address (a `neigh` line for its MAC, as
@@ -159,6 +166,9 @@ mod both {
             f("ip4", "spoof1", &vi),
             f("ip6", "spoof6", &vll),
             f("ip4", "zero", "0.0.0.0"),
+            // DHCP's client exemption is for its broadcast: from 0.0.0.0
+            // to b alone (its MAC and address) is dropped.
+            f("dhcpu", "dhcpuni", ""),
             f("arp", "arpspoof", &vi),
             // Neighbour discovery from a's own link-local naming v's
             // address: the advertisement that takes v's traffic (or v's
@@ -181,15 +191,16 @@ mod both {
         let got = exchange(&mut lab, &script, (&a, &b), &frames, &want);
         let counts = spoofed(&lab, 0);
         println!("guard: guarded, b caught {got:?}, spoofed (user, kernel) {counts:?}");
-        let bad = ["spoof1", "spoof6", "zero", "arpspoof", "navictim", "dadvictim", "probevictim", "ra"];
+        let bad =
+            ["spoof1", "spoof6", "zero", "dhcpuni", "arpspoof", "navictim", "dadvictim", "probevictim", "ra"];
         for bad in bad {
             assert!(!got.iter().any(|g| g == bad), "{bad} from a guarded interface arrived: {got:?}");
         }
         if kernel {
             // Each spoof dropped by the program itself.
-            assert!(counts.1 >= 8, "the kernel path dropped and counted them: {counts:?}");
+            assert!(counts.1 >= 9, "the kernel path dropped and counted them: {counts:?}");
         } else {
-            assert!(counts.0 >= 8, "the user path dropped and counted them: {counts:?}");
+            assert!(counts.0 >= 9, "the user path dropped and counted them: {counts:?}");
         }
 
         // `show interfaces` says which interface is guarded, by what.

@@ -283,6 +283,20 @@ mod user {
         succeeded(&o.approve("h1", &["key", &fp]), "h1's own request, pinned");
         let said = succeeded(&joining.join().unwrap(), "h1's join");
         assert!(said.contains("host h1 joined network lab"), "{said}");
+        // 4. h1's own request, whole (its key, its signature), filed again
+        // under a later token for h1: it names the token it was made under.
+        let cert = o.get("/vnet-certs/lab/h1");
+        let (_, later_user) = o.token("h1", &[]);
+        succeeded(
+            &o.etcdctl(Some(&later_user), &["put", "/vnet-join/lab/h1"], Some(original.as_bytes())),
+            "the later token's put",
+        );
+        refused(
+            &o.approve("h1", &["key", &fp, "replace"]),
+            "earlier request filed again under a new token",
+            "h1's earlier request under a later token",
+        );
+        assert_eq!(o.get("/vnet-certs/lab/h1"), cert, "h1 keeps its certificate");
 
         // A used token: its etcd user is gone; join says so.
         let again = o.vnetctl(
@@ -442,7 +456,7 @@ mod user {
         succeeded(&joining.join().unwrap(), "h1's join");
         let pw =
             |d: &str| std::fs::read_to_string(o.tmp.join(d).join("lab.etcd-pw")).unwrap().trim().to_string();
-        let h1 = ("vnet-lab-h1".to_string(), pw("h1"));
+        let h1 = (vnet_cluster::layout::host_user("lab", "h1"), pw("h1"));
         // h1's store user: its own record and lease, nobody else's keys.
         let lease = succeeded(&o.etcdctl(Some(&h1), &["lease", "grant", "600"], None), "h1's lease");
         let lease = lease.split_whitespace().nth(1).unwrap().to_string();
@@ -482,7 +496,7 @@ mod user {
         assert!(text(&lease_gone).contains("already expired"), "the old h1's lease: {}", text(&lease_gone));
 
         // network revoke: the new h1's user, records and leases go.
-        let h1b = ("vnet-lab-h1".to_string(), pw("h1b"));
+        let h1b = (vnet_cluster::layout::host_user("lab", "h1"), pw("h1b"));
         let lease = succeeded(&o.etcdctl(Some(&h1b), &["lease", "grant", "600"], None), "h1's lease");
         let lease = lease.split_whitespace().nth(1).unwrap().to_string();
         succeeded(
@@ -507,5 +521,31 @@ mod user {
         o.request("h1");
         refused(&o.approve("h1", &["key", &fp3, "replace"]), "was revoked", "the revoked name");
         assert!(!joining.join().unwrap().status.success());
+
+        // The users of before were `vnet-NET-HOST`: network lab's host x-h9
+        // and network lab-x's host h9 (one etcd, two networks) shared one.
+        // Revoking lab's x-h9 leaves lab-x's h9 its user; revoking lab's h7
+        // (approved before, upgraded) takes h7's.
+        let other = ("vnet-lab-x-h9".to_string(), "h9-pw".to_string());
+        for args in [
+            vec!["role", "add", "vnet-lab-x-h9"],
+            vec!["role", "grant-permission", "vnet-lab-x-h9", "read", "/vnet-certs/lab-x/h9"],
+            vec!["user", "add", "vnet-lab-x-h9:h9-pw"],
+            vec!["user", "grant-role", "vnet-lab-x-h9", "vnet-lab-x-h9"],
+        ] {
+            succeeded(&o.etcdctl(Some(&root), &args, None), "network lab-x's host h9");
+        }
+        succeeded(&o.vnetctl(&o.admin, &["network", "revoke", &o.dir, "x-h9"]), "network revoke x-h9");
+        succeeded(
+            &o.etcdctl(Some(&other), &["get", "/vnet-certs/lab-x/h9"], None),
+            "network lab-x's h9, after lab's x-h9 was revoked",
+        );
+        succeeded(&o.etcdctl(Some(&h7), &["get", "/vnet-certs/lab/h7"], None), "h7's get (control)");
+        succeeded(&o.vnetctl(&o.admin, &["network", "revoke", &o.dir, "h7"]), "network revoke h7");
+        refused(
+            &o.etcdctl(Some(&h7), &["get", "/vnet-certs/lab/h7"], None),
+            "authentication failed",
+            "the revoked h7's user of before",
+        );
     }
 }

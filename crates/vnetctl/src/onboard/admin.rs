@@ -4,9 +4,10 @@
 use super::reach;
 use super::request::Request;
 use super::token::{self, Record, Token};
-use super::{cert_key, check_host, connect, host_user, load, network_key, request_key, runtime, unix_now};
+use super::{cert_key, check_host, host_user, load, network_key, request_key, runtime, unix_now};
 use etcd_client::{Client, DeleteOptions, LeaseTimeToLiveOptions, Permission};
 use std::path::Path;
+use vnet_cluster::layout::legacy_host_user;
 use vnet_cluster::trust::{cert_id, CertBody, NetworkKey, Revocation};
 
 /// How long certificates made by `approve` run.
@@ -29,9 +30,10 @@ struct Admin {
 
 async fn admin(dir: &Path) -> EtcdResult<Admin> {
     let (n, ca, root_pw) = load(dir)?;
+    let tls = super::admin_tls(&n, &ca)?;
     // Waits for etcd (just started, say) a few seconds; a refused login
     // is an answer at once.
-    let c = reach::retry(&n.etcd, reach::WAIT, || connect(&n.etcd, &ca, Some(("root", &root_pw))))
+    let c = reach::retry(&n.etcd, reach::WAIT, || super::connect_tls(&n.etcd, tls.clone(), Some(("root", &root_pw))))
         .await
         .map_err(|e| match reach::unreachable(&e) {
             true => reach::down(&n.etcd, &e, reach::Start::Admin(dir)),
@@ -66,9 +68,23 @@ impl Admin {
         Ok(())
     }
 
-    /// Host `host`'s token gone: its user and role, its record, its request.
+    /// Whether the user and role `name` of before (`legacy_host_user`,
+    /// `token::legacy_token_user`: names two networks could share) is this
+    /// network's: its role grants `key` (the host's certificate, or its
+    /// request), which no other network's is granted.
+    async fn legacy_is_ours(&mut self, name: &str, key: &str) -> bool {
+        let Ok(r) = self.c.role_get(name).await else { return false };
+        r.permissions().iter().any(|p| p.key() == key.as_bytes())
+    }
+
+    /// Host `host`'s token gone: its user and role (and a token user of
+    /// before, if this network's), its record, its request.
     async fn drop_token(&mut self, host: &str) -> EtcdResult<()> {
         self.drop_user(&token::token_user(&self.network, host)).await?;
+        let legacy = token::legacy_token_user(&self.network, host);
+        if self.legacy_is_ours(&legacy, &request_key(&self.network, host)).await {
+            self.drop_user(&legacy).await?;
+        }
         let rec = token::record_key(&self.network, host);
         self.c.delete(rec.as_str(), None).await.map_err(etcd_err(&rec))?;
         let req = request_key(&self.network, host);
@@ -108,6 +124,10 @@ impl Admin {
     /// certificate. Returns (leases revoked, keys deleted).
     async fn remove_host(&mut self, host: &str) -> EtcdResult<(usize, i64)> {
         self.drop_user(&host_user(&self.network, host)).await?;
+        let legacy = legacy_host_user(&self.network, host);
+        if self.legacy_is_ours(&legacy, &cert_key(&self.network, host)).await {
+            self.drop_user(&legacy).await?;
+        }
         let writes: Vec<_> =
             vnet_cluster::layout::host_grants(&self.network, host).into_iter().filter(|g| g.write).collect();
         let owned = |k: &[u8]| {
@@ -164,7 +184,9 @@ pub fn make_token(dir: &str, host: &str, words: &[&str]) -> Result<String, Strin
         a.c.user_add(user.as_str(), password.as_str(), None).await.map_err(etcd_err("user add"))?;
         a.c.user_grant_role(user.as_str(), user.as_str()).await.map_err(etcd_err("grant"))?;
         let expires = now + ttl.as_secs();
-        let rec = serde_json::to_vec(&Record { user: user.clone(), expires }).map_err(|e| e.to_string())?;
+        let id = token::new_id().map_err(|e| e.to_string())?;
+        let rec = Record { user: user.clone(), expires, id: id.clone() };
+        let rec = serde_json::to_vec(&rec).map_err(|e| e.to_string())?;
         a.c.put(token::record_key(&a.network, host), rec, None).await.map_err(etcd_err("token record"))?;
         let is_host = a.get(&cert_key(&a.network, host)).await?.is_some();
         let t = Token {
@@ -176,6 +198,7 @@ pub fn make_token(dir: &str, host: &str, words: &[&str]) -> Result<String, Strin
             user,
             password,
             expires,
+            id,
         };
         Ok::<_, String>((t, is_host))
     })?;
@@ -304,7 +327,8 @@ async fn checked_request(a: &mut Admin, host: &str, now: u64) -> EtcdResult<Requ
     let Some(json) = a.get(&request_key(&a.network, host)).await? else {
         return Err(format!("no request from host {host} yet (vnetctl join --token-file FILE on it)"));
     };
-    Request::verified(&json, &a.network, host).map_err(|e| format!("host {host}'s request is refused: {e}"))
+    Request::verified(&json, &a.network, host, &rec.id)
+        .map_err(|e| format!("host {host}'s request is refused: {e}"))
 }
 
 /// Makes `host` free for a new key: refused if it is a host, unless
@@ -364,33 +388,32 @@ async fn admit(a: &mut Admin, req: &Request, cert: &str) -> EtcdResult<()> {
     // A user of a half-done approve, or made before host_grants: anew.
     a.drop_user(&user).await?;
     a.c.user_add(user.as_str(), req.password.as_str(), None).await.map_err(etcd_err("user add"))?;
-    host_role(a, &req.host).await?;
+    host_role(a, &req.host, &user).await?;
     let ck = cert_key(&a.network, &req.host);
     a.c.put(ck.as_str(), cert, None).await.map_err(etcd_err("write the certificate"))?;
     Ok(())
 }
 
-/// Host `host`'s role made anew (its user's, of the same name): exactly
-/// `host_grants` and the read of its certificate; granted to its user.
-async fn host_role(a: &mut Admin, host: &str) -> EtcdResult<()> {
-    let user = host_user(&a.network, host);
-    if let Err(e) = a.c.role_delete(user.as_str()).await {
+/// Host `host`'s role made anew (its user's, `user`, of the same name):
+/// exactly `host_grants` and the read of its certificate; granted to its user.
+async fn host_role(a: &mut Admin, host: &str, user: &str) -> EtcdResult<()> {
+    if let Err(e) = a.c.role_delete(user).await {
         if !not_found(&e) {
             return Err(format!("etcd: delete role {user}: {e}"));
         }
     }
-    a.c.role_add(user.as_str()).await.map_err(etcd_err("role add"))?;
+    a.c.role_add(user).await.map_err(etcd_err("role add"))?;
     for g in vnet_cluster::layout::host_grants(&a.network, host) {
         let p =
             if g.write { Permission::read_write(g.key.as_str()) } else { Permission::read(g.key.as_str()) };
         let p = if g.prefix { p.with_prefix() } else { p };
-        a.c.role_grant_permission(user.as_str(), p).await.map_err(etcd_err(&g.key))?;
+        a.c.role_grant_permission(user, p).await.map_err(etcd_err(&g.key))?;
     }
     let ck = cert_key(&a.network, host);
-    a.c.role_grant_permission(user.as_str(), Permission::read(ck.as_str()))
+    a.c.role_grant_permission(user, Permission::read(ck.as_str()))
         .await
         .map_err(etcd_err("grant its certificate"))?;
-    a.c.user_grant_role(user.as_str(), user.as_str()).await.map_err(etcd_err("grant its role"))?;
+    a.c.user_grant_role(user, user).await.map_err(etcd_err("grant its role"))?;
     Ok(())
 }
 
@@ -416,8 +439,16 @@ pub fn upgrade(dir: &str) -> Result<String, String> {
             .collect();
         let net_role = format!("vnet-{}", a.network);
         for h in &hosts {
-            if a.c.user_get(host_user(&a.network, h)).await.is_ok() {
-                host_role(&mut a, h).await?;
+            let user = host_user(&a.network, h);
+            if a.c.user_get(user.as_str()).await.is_ok() {
+                host_role(&mut a, h, &user).await?;
+            }
+            // A host approved before keeps its user of then, if it is this network's.
+            let legacy = legacy_host_user(&a.network, h);
+            if a.c.user_get(legacy.as_str()).await.is_ok()
+                && a.legacy_is_ours(&legacy, &cert_key(&a.network, h)).await
+            {
+                host_role(&mut a, h, &legacy).await?;
             }
         }
         if let Err(e) = a.c.role_delete(net_role.as_str()).await {
@@ -460,6 +491,7 @@ pub fn revoke(dir: &str, host: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::request::Asked;
     use super::*;
 
     #[test]
@@ -475,7 +507,9 @@ mod tests {
     #[test]
     fn an_unpinned_unconfirmed_request_is_not_approved() {
         let k = vnet_client::keys::genkey().unwrap();
-        let req = Request::sign(&k, "lab", "h1", "10.0.0.2".parse().unwrap(), "pw").unwrap();
+        let addr = "10.0.0.2".parse().unwrap();
+        let asked = Asked { network: "lab", host: "h1", token: "t", addr, password: "pw" };
+        let req = Request::sign(&k, asked).unwrap();
         let none = Told { pin: None, yes: false, replace: false };
         if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             assert!(confirmed(&req, &none).unwrap_err().contains("not approved"));

@@ -119,7 +119,7 @@ pub fn make(dir: &str, words: &[&str]) -> Result<Made, String> {
     let root_pw = vnet_client::keys::genkey().map_err(|e| e.to_string())?;
     write(&f("root.pw"), &format!("{root_pw}\n"), 0o600)?;
     let url = format!("https://{addr}");
-    let n = Network { network: network.clone(), etcd: url.clone() };
+    let n = Network { network: network.clone(), etcd: url.clone(), client_cert: None, client_key: None };
     write(&f("network.json"), &serde_json::to_string_pretty(&n).map_err(|e| e.to_string())?, 0o600)?;
     Ok(Made { network, dir: dir.to_path_buf(), url, ca_pem, client, root_pw })
 }

@@ -2,7 +2,7 @@
 //! a host, its key (made here), a signed request, then `vnetd@NET` once
 //! approved.
 
-use super::request::Request;
+use super::request::{Asked, Request};
 use super::token::{looks_like_token, Token, MAX_TOKEN_LEN};
 use super::{connect, host_user, pairs, request_key, write};
 use std::net::{IpAddr, SocketAddr};
@@ -119,7 +119,8 @@ fn filed_and_approved(
     vnet_client::keys::write_secret(&f(".etcd-pw"), &password).map_err(|e| e.to_string())?;
     let addr = super::own_address(&t.etcd)?;
     let host = t.host.as_str();
-    let req = Request::sign(&private, &t.network, host, addr, &password).map_err(|e| e.to_string())?;
+    let asked = Asked { network: &t.network, host, token: &t.id, addr, password: &password };
+    let req = Request::sign(&private, asked).map_err(|e| e.to_string())?;
     let fp = req.fingerprint();
     eprintln!(
         "vnetctl join: host {host} at {addr}, key fingerprint {fp}\n\
@@ -221,6 +222,7 @@ mod tests {
             user: "u".into(),
             password: "p".into(),
             expires: u64::MAX,
+            id: "t".into(),
         };
         let file = d.join("token");
         vnet_client::keys::write_secret(&file, &t.encode()).unwrap();

@@ -33,15 +33,17 @@
 //!   input, never its command line.
 //! - `join` makes the host's key and its etcd password, and files a
 //!   request ([`request`]) **signed by the host's claim key over
-//!   everything it asks for**: its name, both public keys, its address and
-//!   its password. It prints the request's fingerprint before it sends
+//!   everything it asks for**: its name, the id of the token it files it
+//!   under, both public keys, its address and its password. It prints the request's fingerprint before it sends
 //!   anything, for the admin to pin.
 //! - `approve` verifies the signature, shows the host, its address and
 //!   fingerprint, and signs only with the fingerprint pinned (`key FP`) or
 //!   confirmed (`--yes`, or `y` at its prompt). A request replaced while
 //!   `join` waits is refused: under another key its fingerprint is not the
-//!   pinned one; with any field changed its signature no longer verifies.
-//!   It makes the etcd user `vnet-NET-HOST` with the password the host
+//!   pinned one; with any field changed its signature no longer verifies;
+//!   an earlier request of the host filed again under a later token names
+//!   the earlier token's id, not the outstanding one's.
+//!   It makes the etcd user `vnet/NET/HOST` with the password the host
 //!   chose, whose role is exactly `vnet_cluster::layout::host_grants` and
 //!   the read of the host's certificate at `/vnet-certs/NET/HOST`; the
 //!   network's policy and revocations only root writes. A name that is
@@ -84,6 +86,7 @@ use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
+use vnet_cluster::layout::host_user;
 use vnet_cluster::trust::NetworkKey;
 
 /// What the admin's directory says of the network (`DIR/network.json`).
@@ -92,6 +95,13 @@ struct Network {
     network: String,
     /// etcd's client URL (`https://IP:2379`).
     etcd: String,
+    /// The admin's client certificate and its key (PEM files), for an
+    /// etcd that requires one (`--client-cert-auth`, as the hand-made
+    /// etcd of `docs/CLUSTER.md` does); the etcd `init` makes does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_cert: Option<std::path::PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    client_key: Option<std::path::PathBuf>,
 }
 
 /// etcd's client port.
@@ -154,8 +164,14 @@ async fn connect(url: &str, ca_pem: &str, user: Option<(&str, &str)>) -> Result<
     connect_tls(url, TlsOptions::new().ca_certificate(Certificate::from_pem(ca_pem.as_bytes())), user).await
 }
 
-fn host_user(network: &str, host: &str) -> String {
-    format!("vnet-{network}-{host}")
+/// How the admin reaches the network's etcd: its CA, and its client
+/// certificate if `network.json` names one.
+fn admin_tls(n: &Network, ca_pem: &str) -> Result<TlsOptions, String> {
+    let tls = TlsOptions::new().ca_certificate(Certificate::from_pem(ca_pem.as_bytes()));
+    let (Some(cert), Some(key)) = (&n.client_cert, &n.client_key) else { return Ok(tls) };
+    let key_pem = vnet_client::keys::read_secret(key, "the admin's etcd client key", 64 * 1024)
+        .map_err(|e| e.to_string())?;
+    Ok(tls.identity(etcd_client::Identity::from_pem(read(cert)?, key_pem)))
 }
 
 /// Where `approve` hands a host its certificate (its user reads it).
@@ -192,6 +208,12 @@ fn check_host(host: &str) -> Result<(), String> {
 fn load(dir: &Path) -> Result<(Network, String, String), String> {
     let n: Network = serde_json::from_str(&read(&dir.join("network.json"))?)
         .map_err(|e| format!("{}: {e}", dir.join("network.json").display()))?;
+    if n.client_cert.is_some() != n.client_key.is_some() {
+        return Err(format!(
+            "{}: client_cert and client_key go together",
+            dir.join("network.json").display()
+        ));
+    }
     let ca = read(&dir.join("ca.pem"))?;
     let root_pw = vnet_client::keys::read_secret(&dir.join("root.pw"), "the root password", 4096)
         .map_err(|e| e.to_string())?;
@@ -210,9 +232,10 @@ fn network_key(dir: &Path) -> Result<NetworkKey, String> {
 pub fn setup(dir: &str) -> Result<String, String> {
     let dir = Path::new(dir);
     let (n, ca, root_pw) = load(dir)?;
+    let tls = admin_tls(&n, &ca)?;
     runtime()?.block_on(async {
         // Waits for etcd (just started, say) a few seconds, not more.
-        match reach::retry(&n.etcd, reach::WAIT, || connect(&n.etcd, &ca, Some(("root", &root_pw)))).await {
+        match reach::retry(&n.etcd, reach::WAIT, || connect_tls(&n.etcd, tls.clone(), Some(("root", &root_pw)))).await {
             Ok(_) => {
                 return Ok(format!(
                     "etcd at {}: root logs in, authentication is on; nothing to do \
@@ -228,7 +251,7 @@ pub fn setup(dir: &str) -> Result<String, String> {
             Err(e) => return Err(format!("etcd at {} as root: {e}", n.etcd)),
         }
         let e = |what: &'static str| move |e: etcd_client::Error| format!("etcd: {what}: {e}");
-        let mut c = connect(&n.etcd, &ca, None).await.map_err(|e| format!("etcd at {}: {e}", n.etcd))?;
+        let mut c = connect_tls(&n.etcd, tls, None).await.map_err(|e| format!("etcd at {}: {e}", n.etcd))?;
         c.user_add("root", root_pw.as_str(), None).await.map_err(e("user add root"))?;
         c.role_add("root").await.ok();
         c.user_grant_role("root", "root").await.map_err(e("grant root"))?;

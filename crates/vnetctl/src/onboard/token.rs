@@ -51,6 +51,8 @@ pub enum TokenError {
     Expired(u64),
     #[error("ttl `{0}`: a time from 1s to 7d, as 90s, 30m, 1h, 2d or seconds")]
     Ttl(String),
+    #[error("no random bytes for the token's id")]
+    Random,
 }
 
 /// What a join token carries.
@@ -70,6 +72,18 @@ pub struct Token {
     pub password: String,
     /// When it expires (seconds since the Unix epoch).
     pub expires: u64,
+    /// This token's id ([`new_id`]): a request names it and signs it, so
+    /// `approve` takes only a request made for the host's outstanding
+    /// token, never an earlier one filed again under a new token.
+    pub id: String,
+}
+
+/// A new token's id: 16 random bytes, in hex.
+pub fn new_id() -> Result<String, TokenError> {
+    let mut b = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .map_err(|_| TokenError::Random)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -145,8 +159,15 @@ pub fn reserved(host: &str) -> bool {
     host == "root" || host == "join" || host.starts_with("join-")
 }
 
-/// The etcd user (and role) of host `host`'s token.
+/// The etcd user (and role) of host `host`'s token: `vnet/NETWORK/join/HOST`
+/// (no host's user, `vnet/NETWORK/HOST`, has three `/`).
 pub fn token_user(network: &str, host: &str) -> String {
+    format!("vnet/{network}/join/{host}")
+}
+
+/// What [`token_user`] was before: `vnet-NETWORK-join-HOST`, which could be
+/// another network's host's legacy user (network `a-join`, host `h1`).
+pub fn legacy_token_user(network: &str, host: &str) -> String {
     format!("vnet-{network}-join-{host}")
 }
 
@@ -160,6 +181,10 @@ pub fn record_key(network: &str, host: &str) -> String {
 pub struct Record {
     pub user: String,
     pub expires: u64,
+    /// The token's id (none in a record of an older vnetctl: no request
+    /// names it, so `approve` refuses them all; a new token mends it).
+    #[serde(default)]
+    pub id: String,
 }
 
 #[cfg(test)]
@@ -176,6 +201,7 @@ mod tests {
             user: token_user("lab", "h1"),
             password: "pw".into(),
             expires: 1000,
+            id: new_id().unwrap(),
         }
     }
 
@@ -204,6 +230,16 @@ mod tests {
         let forged = format!("{TOKEN_PREFIX}{}", b64().encode(v.to_string()));
         assert!(matches!(Token::decode(&forged), Err(TokenError::Parse(_))));
         assert!(!reserved("h1") && !reserved("joiner") && reserved("join"));
+        // A token's user is no host's, in any network sharing the etcd.
+        use vnet_cluster::layout::host_user;
+        assert_ne!(token_user("a", "h1"), host_user("a-join", "h1"));
+        assert_eq!(legacy_token_user("a", "h1"), vnet_cluster::layout::legacy_host_user("a-join", "h1"));
+        // A token without an id (an older vnetctl's) is not one of this version.
+        let mut v = serde_json::to_value(token()).unwrap();
+        v.as_object_mut().unwrap().remove("id");
+        let old = format!("{TOKEN_PREFIX}{}", b64().encode(v.to_string()));
+        assert!(matches!(Token::decode(&old), Err(TokenError::Parse(_))));
+        assert_ne!(new_id().unwrap(), new_id().unwrap());
     }
 
     /// A token cut short anywhere (a copy of part of the line) says to

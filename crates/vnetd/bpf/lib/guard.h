@@ -40,7 +40,9 @@ static __always_inline int nd_guard(struct __sk_buff *skb, struct guard_key *k, 
 /* Whether a frame from a guarded interface (`port`, its `ports` entry
  * `pv`) comes from an address it owns, as vnet_wire::guard reads it: its
  * IPv4 or IPv6 source, or its ARP sender (an IPv4 ARP), is in `guard`;
- * or it is a DHCP client's request (0.0.0.0, UDP 68 to 67), an ARP probe
+ * or it is a DHCP client's broadcast (0.0.0.0 to 255.255.255.255 at the
+ * broadcast MAC, UDP 68 to 67: from 0.0.0.0 to one host, it would reach
+ * that host past the guard), an ARP probe
  * (sender 0.0.0.0) for a target in `guard`, or from :: an MLD report
  * behind a hop-by-hop header; neighbour and router discovery as
  * `nd_guard` says; an IPv6 packet with hop limit 255 behind an extension
@@ -58,18 +60,23 @@ static __always_inline int source_guard(struct __sk_buff *skb, __u32 port, struc
 	__u16 proto = e->h_proto;
 	struct guard_key k = {.port = port};
 	if (proto == bpf_htons(ETH_P_IP)) {
-		__u8 *ip = head(skb, ETH_HLEN + 20);
-		if (!ip)
+		__u8 *m = head(skb, ETH_HLEN + 20);
+		if (!m)
 			return 1;
-		ip += ETH_HLEN;
+		__u8 *ip = m + ETH_HLEN;
 		if ((ip[0] >> 4) != 4 || (ip[0] & 0x0f) < 5)
 			return 1;
-		__u32 src;
+		__u32 src, dst;
 		__builtin_memcpy(&src, ip + 12, 4);
 		if (src == 0) {
-			/* A DHCP client's request: UDP 68 -> 67, a first fragment. */
-			__u8 p[4];
-			if (ip[9] != IPPROTO_UDP || (ip[6] & 0x1f) || ip[7] ||
+			/* A DHCP client's request: UDP 68 -> 67, a first fragment,
+			 * broadcast (255.255.255.255 at the broadcast MAC). */
+			__u8 p[4], all = 0xff;
+#pragma clang loop unroll(full)
+			for (int i = 0; i < 6; i++)
+				all &= m[i];
+			__builtin_memcpy(&dst, ip + 16, 4);
+			if (all != 0xff || dst != 0xffffffff || ip[9] != IPPROTO_UDP || (ip[6] & 0x1f) || ip[7] ||
 			    bpf_skb_load_bytes(skb, ETH_HLEN + (ip[0] & 0x0f) * 4, p, 4) < 0)
 				return -1;
 			return p[0] == 0 && p[1] == 68 && p[2] == 0 && p[3] == 67 ? 0 : -1;

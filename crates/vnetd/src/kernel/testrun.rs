@@ -588,3 +588,28 @@ fn passes_an_arp_probe_only_for_the_guarded_ports_own_address() {
     assert_ne!(k.run_vm(&probe(IP_A)).retval, TC_ACT_SHOT, "a probe for its own");
     assert_eq!(k.stat("kernel_spoofed_source_ip"), 1);
 }
+
+/// The guard's DHCP exemption (from 0.0.0.0, UDP 68 to 67) holds only for
+/// a broadcast (to 255.255.255.255 at the broadcast MAC): the same packet
+/// to B's MAC or address, which would reach B past the guard, is dropped
+/// and counted. The positive control: the broadcast passes.
+#[test]
+#[ignore = "root: loads the eBPF programs"]
+fn passes_dhcp_from_no_address_only_as_a_broadcast() {
+    let mut k = lab();
+    let key = GuardKey { port: PORT, addr: addr16(IP_A.into()) };
+    k.finish_guard(Guard { flags: [(PORT, GUARD_ON)].into(), entries: [(key, 1)].into() }).expect("guard");
+    let all = Ipv4Addr::BROADCAST;
+    let dhcp = |mac: [u8; 6], dst: Ipv4Addr| udp4(mac, A, Ipv4Addr::UNSPECIFIED, dst, (68, 67), 100);
+    let dropped = [
+        ("to B's MAC and address", dhcp(B, IP_B)),
+        ("to B's MAC, the broadcast address", dhcp(B, all)),
+        ("to the broadcast MAC, B's address", dhcp([0xff; 6], IP_B)),
+    ];
+    for (n, (what, f)) in dropped.iter().enumerate() {
+        assert_eq!(k.run_vm(f).retval, TC_ACT_SHOT, "{what}");
+        assert_eq!(k.stat("kernel_spoofed_source_ip"), n as u64 + 1, "{what} counted");
+    }
+    assert_ne!(k.run_vm(&dhcp([0xff; 6], all)).retval, TC_ACT_SHOT, "the broadcast");
+    assert_eq!(k.stat("kernel_spoofed_source_ip"), dropped.len() as u64);
+}
