@@ -1475,7 +1475,8 @@ fn ip_frame(src: usize, dst: Option<usize>, from: std::net::IpAddr, ports: [u16;
         std::net::IpAddr::V4(a) => {
             f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 36, 0, 0, 0, 0, 64, 17, 0, 0]);
             f.extend_from_slice(&a.octets());
-            f.extend_from_slice(&[10, 0, 0, 200]);
+            // To all (the broadcast MAC): to 255.255.255.255.
+            f.extend_from_slice(&if dst.is_none() { [255; 4] } else { [10, 0, 0, 200] });
         }
         std::net::IpAddr::V6(a) => {
             f.extend_from_slice(&[0x86, 0xdd, 0x60, 0, 0, 0, 0, 16, 17, 64]);
@@ -1516,6 +1517,8 @@ fn a_vm_sending_from_an_address_its_interface_does_not_own_is_dropped_and_counte
         (0, Some(1), ll(2), [5000, 7777], false),
         (0, Some(1), ip("0.0.0.0"), [5000, 7777], false),
         (0, None, ip("0.0.0.0"), [68, 67], true),
+        // DHCP's exemption is for the broadcast: from 0.0.0.0 to b alone, dropped.
+        (0, Some(1), ip("0.0.0.0"), [68, 67], false),
         (2, Some(1), ip("10.0.0.3"), [5000, 7777], true),
         (2, Some(1), ip("10.0.0.1"), [5000, 7777], false),
         // The positive control: the same spoof from b, which owns nothing.

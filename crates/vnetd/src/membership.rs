@@ -77,6 +77,10 @@ pub struct Counters {
     /// Addresses another host allocated at once, given up (`ipam add`
     /// took the next).
     pub address_races: u64,
+    /// `neigh` lines withdrawn when a claim of another host's VM named
+    /// their address with another MAC (lines made before the claim
+    /// arrived; a later one is refused).
+    pub neighbors_withdrawn: u64,
 }
 
 /// The report.
@@ -227,6 +231,7 @@ impl Status {
                 "conflicts": c.conflicts,
                 "stale_policies": c.stale_policies,
                 "address_races": c.address_races,
+                "neighbors_withdrawn": c.neighbors_withdrawn,
             },
         })
     }
@@ -372,6 +377,7 @@ impl Status {
             ("mac_conflicts_total", c.conflicts),
             ("stale_policies_total", c.stale_policies),
             ("address_races_total", c.address_races),
+            ("neighbors_withdrawn_total", c.neighbors_withdrawn),
         ] {
             out.push_str(&format!("# TYPE vnet_cluster_{name} counter\nvnet_cluster_{name} {v}\n"));
         }

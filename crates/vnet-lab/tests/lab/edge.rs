@@ -237,4 +237,47 @@ mod both {
             assert!(n.contains(&b.mac.to_lowercase()), "{} resolved {} as: {n}", vm.ip, b.ip);
         }
     }
+
+    /// A `neigh` line made before the owner's claim arrived (host 2's
+    /// config, read at its start, before its first listing) answering host
+    /// 1's VM's address with another MAC is withdrawn when the claim
+    /// arrives: counted (`neighbors_withdrawn`), logged, gone from `show
+    /// config`, and host 2's edge answers its VM with the owner's MAC. The
+    /// positive control: the same kind of line for an address no claim
+    /// names stays.
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn a_neigh_line_read_before_the_owners_claim_arrived_is_withdrawn_when_it_arrives() {
+        let mut lab = lab(cluster_spec(3, 1, vec![]));
+        wait_converged(&lab, 3, 2);
+        let (b, c) = (lab.vm(1, 0).clone(), lab.vm(2, 0).clone());
+        lab.apply(1, &format!("neigh {} {}\n", b.ip, b.mac)).unwrap();
+        let held = |lab: &Lab, h: usize| lab.cluster_status(h).unwrap()["neighbors"].as_u64().unwrap();
+        wait_until(10.0, "hosts 0 and 2 hold B's address", || held(&lab, 0) == 1 && held(&lab, 2) == 1);
+        let (wrong, unclaimed) = ("52:54:00:99:99:99", "10.0.250.250");
+        lab.stop_vnetd(2).unwrap();
+        let conf = std::fs::read_to_string(&lab.hosts[2].config).unwrap();
+        let lines = format!("neigh {} {wrong}\nneigh {unclaimed} {wrong}\n", b.ip);
+        std::fs::write(&lab.hosts[2].config, format!("{conf}{lines}")).unwrap();
+        lab.start_vnetd(2).unwrap();
+        let withdrawn =
+            |lab: &Lab| lab.cluster_status(2).unwrap()["counters"]["neighbors_withdrawn"].as_u64();
+        let took =
+            wait_until(10.0, "host 2 withdraws its line for B's address", || withdrawn(&lab) == Some(1));
+        eprintln!("edge: host 2's line for B's address withdrawn {took:?} after its vnetd answered");
+        let config = lab.control(2, "show config").unwrap().body;
+        assert!(!config.contains(&format!("neigh {} ", b.ip)), "{config}");
+        assert!(
+            config.contains(&format!("neigh {unclaimed} {wrong}")),
+            "the unclaimed address's line stays: {config}"
+        );
+        assert!(lab.log(2).contains("withdrawn"), "{}", lab.log(2));
+        wait_converged(&lab, 3, 2);
+        lab.ns_exec(&c.ns, &["ip", "neigh", "flush", "all"]).unwrap();
+        assert_ping(&lab, &c, b.ip, 56);
+        let n = lab.ns_exec(&c.ns, &["ip", "neigh", "show", &b.ip.to_string()]).unwrap();
+        let n = String::from_utf8_lossy(&n.stdout).to_lowercase();
+        assert!(n.contains(&b.mac.to_lowercase()), "{} resolved {} as: {n}", c.ip, b.ip);
+        assert_eq!(withdrawn(&lab), Some(1));
+    }
 }

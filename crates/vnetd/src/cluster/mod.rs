@@ -784,11 +784,33 @@ impl Host {
             st.neighbors = neighbors.len();
             st.address_conflicts = conflicts.into_iter().map(|((n, ip), macs)| (n, ip, macs)).collect();
         }
+        // Every claimed address with its claims' MACs, conflicts included.
+        let mut claimed: std::collections::BTreeMap<_, Vec<MacAddr>> =
+            neighbors.iter().map(|(k, m)| (*k, vec![*m])).collect();
+        claimed.extend(self.member.address_conflicts());
         let mut d = lock(&self.daemon);
         if neighbors != *d.cluster_neighbors() {
             if let Err(e) = d.set_cluster_neighbors(neighbors) {
                 tracing::warn!("cluster: the claims' addresses could not be answered for: {e}");
             }
+        }
+        // `neigh` lines made before the claim arrived, checked again.
+        match d.withdraw_neighbors_claimed_elsewhere(&claimed) {
+            Ok(gone) if !gone.is_empty() => {
+                for n in &gone {
+                    tracing::warn!(
+                        "cluster: `neigh {} {} network {}` withdrawn: another host's VM claims {} \
+                         (the line was made before its claim arrived)",
+                        n.ip,
+                        n.mac,
+                        n.network,
+                        n.ip
+                    );
+                }
+                lock(&self.status).counters.neighbors_withdrawn += gone.len() as u64;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cluster: `neigh` lines claimed elsewhere could not be withdrawn: {e}"),
         }
     }
 }

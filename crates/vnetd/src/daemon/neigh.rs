@@ -5,7 +5,8 @@
 use super::clustered::GuardInputs;
 use super::Daemon;
 use std::sync::Arc;
-use vnet_control::{Error, State};
+use std::collections::BTreeMap;
+use vnet_control::{Command, Error, Located, State};
 
 impl Daemon {
     /// The addresses the cluster's claims name, as last set.
@@ -19,6 +20,30 @@ impl Daemon {
         self.cluster.neighbors = table;
         self.cluster.neighbors_gen += 1;
         self.apply(&[])
+    }
+
+    /// Cluster mode, when the claims' addresses changed: withdraws the
+    /// `neigh` lines [`claimed_elsewhere`] names (made before the claim
+    /// arrived: the config read at start, before the first listing), as
+    /// `delete neigh` would. Returns them (the caller counts and logs).
+    pub fn withdraw_neighbors_claimed_elsewhere(
+        &mut self,
+        claimed: &BTreeMap<(u32, std::net::IpAddr), Vec<vnet_wire::MacAddr>>,
+    ) -> Result<Vec<vnet_control::neigh::Neigh>, Error> {
+        let gone = claimed_elsewhere(&self.state, claimed);
+        if gone.is_empty() {
+            return Ok(gone);
+        }
+        let pos = vnet_control::Pos::default();
+        let cmds: Vec<Located<Command>> = gone
+            .iter()
+            .map(|n| Located {
+                pos,
+                item: Command::DeleteNeigh(vnet_control::ast::Ref { pos, by: (n.ip, n.network) }),
+            })
+            .collect();
+        self.apply(&cmds)?;
+        Ok(gone)
     }
 
     /// What the engine answers for under `state`: its lines, and the
@@ -54,5 +79,69 @@ impl Daemon {
         let built = vnet_engine::plane::guards(state);
         self.cluster.guards_built = Some((inputs, state.neighbors.clone(), built.clone()));
         built
+    }
+}
+
+/// The `neigh` lines of `state` that the claims (`claimed`: each claimed
+/// address, conflicts included, with the MACs of every live claim naming
+/// it) give to another MAC, where the line's MAC is no interface of this
+/// host's: the lines `check_neighbors` refuses when made after the claim
+/// (this host's edge would answer another host's VM's address with the
+/// wrong MAC). A line for this host's own VM's MAC stays: its claim makes
+/// the address a conflict no host answers for, and withdrawing it would
+/// let another host, by claiming the address, take it from this host's
+/// VM's source guard too.
+fn claimed_elsewhere(
+    state: &State,
+    claimed: &BTreeMap<(u32, std::net::IpAddr), Vec<vnet_wire::MacAddr>>,
+) -> Vec<vnet_control::neigh::Neigh> {
+    let local = |m: &vnet_wire::MacAddr| state.interfaces.values().any(|i| i.mac.as_ref() == Some(m));
+    state
+        .neighbors
+        .0
+        .iter()
+        .filter(|(k, mac)| !local(mac) && claimed.get(k).is_some_and(|macs| macs.iter().any(|m| m != *mac)))
+        .map(|((network, ip), mac)| vnet_control::neigh::Neigh { ip: *ip, mac: *mac, network: *network })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    /// A line made before the owner's claim arrived: one answering another
+    /// host's VM's address with another MAC is withdrawn once the claim
+    /// names it (alone, or beside another claim: a conflict). The positive
+    /// controls: the same lines with no claim naming their addresses, a
+    /// line with the claim's own MAC, and a line for this host's own VM
+    /// (in a conflict) all stay.
+    #[test]
+    fn a_line_for_an_address_another_hosts_vm_claims_is_withdrawn_when_the_claim_arrives() {
+        let text = "interface a tap ta mac 52:54:00:00:00:01\n\
+                    neigh 10.0.0.5 52:54:00:00:00:99\n\
+                    neigh 10.0.0.6 52:54:00:00:00:01\n\
+                    neigh 10.0.0.7 52:54:00:00:00:98\n\
+                    neigh 10.0.0.8 52:54:00:00:00:97\n\
+                    neigh 10.0.0.9 52:54:00:00:00:96 network 4\n";
+        let state = vnet_control::State::default().apply_all(&vnet_control::parse(text).unwrap()).unwrap();
+        let mac = |s: &str| -> vnet_wire::MacAddr { s.parse().unwrap() };
+        let ip = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
+        assert!(super::claimed_elsewhere(&state, &BTreeMap::new()).is_empty(), "no claim: every line stays");
+        let owner = mac("52:54:00:00:00:02");
+        let claimed: BTreeMap<_, _> = [
+            ((0, ip("10.0.0.5")), vec![owner]),
+            ((0, ip("10.0.0.6")), vec![mac("52:54:00:00:00:01"), owner]),
+            ((0, ip("10.0.0.8")), vec![mac("52:54:00:00:00:97")]),
+            ((0, ip("10.0.0.9")), vec![owner]),
+            ((4, ip("10.0.0.7")), vec![owner]),
+        ]
+        .into();
+        let gone = super::claimed_elsewhere(&state, &claimed);
+        let gone: Vec<_> = gone.iter().map(|n| (n.network, n.ip.to_string(), n.mac)).collect();
+        assert_eq!(gone, [(0, "10.0.0.5".to_string(), mac("52:54:00:00:00:99"))]);
+        // Beside another claim of the address (a conflict), the same.
+        let mut conflict = claimed.clone();
+        conflict.insert((0, ip("10.0.0.7")), vec![owner, mac("52:54:00:00:00:03")]);
+        assert_eq!(super::claimed_elsewhere(&state, &conflict).len(), 2);
     }
 }
