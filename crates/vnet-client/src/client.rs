@@ -37,19 +37,10 @@ pub struct Client {
     r: BufReader<Box<dyn Stream>>,
 }
 
-/// What vnetd said when it refused a line or a transaction: the text of
-/// its `end error` line (a position and what was expected, `docs/control.md`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Refused(pub String);
-
-/// The answer to one line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub body: String,
-    /// `Err` for `end error MESSAGE`.
-    pub result: Result<(), Refused>,
-}
+/// The answer to one line, and what vnetd said when it refused one: the
+/// control protocol's own types, encoded and decoded in one place
+/// (`vnet_control::reply`).
+pub use vnet_control::reply::{Refused, Reply};
 
 impl Client {
     pub fn connect(ep: &Endpoint) -> io::Result<Client> {
@@ -133,13 +124,7 @@ impl Client {
             if self.r.read_line(&mut l)? == 0 {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "vnetd closed the connection"));
             }
-            if let Some(rest) = l.strip_prefix("end ") {
-                let rest = rest.trim_end();
-                let result = match rest.strip_prefix("error ") {
-                    Some(m) => Err(Refused(m.to_string())),
-                    None if rest == "ok" => Ok(()),
-                    None => Err(Refused(format!("unexpected reply `{rest}`"))),
-                };
+            if let Some(result) = Reply::closing(l.trim_end()) {
                 return Ok(Reply { body, result });
             }
             body.push_str(&l);
@@ -150,6 +135,11 @@ impl Client {
     /// them apply or none. On error returns the first error message.
     pub fn transact(&mut self, reqs: &[vnet_control::request::Request]) -> io::Result<Result<(), Refused>> {
         use vnet_control::request::Request;
+        // A transaction takes declarations only (`Command::class`): anything
+        // else is refused here, before `begin`.
+        if let Some(r) = reqs.iter().find(|r| r.command().class() != vnet_control::Class::Change) {
+            return Ok(Err(Refused(format!("`{r}`: not a declaration, and a transaction takes only those"))));
+        }
         self.send(&Request::Begin)?.result.map_err(io::Error::other)?;
         let mut first = None;
         for r in reqs {

@@ -379,25 +379,46 @@ pub enum IpamOp {
     Del { owner: String },
 }
 
+/// How the control protocol treats a command: written once here, and
+/// asked by the parser's users (the state, the daemon's control endpoint,
+/// the client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Declares or deletes: a config file's line, a transaction's, what
+    /// [`crate::State::apply`] takes.
+    Change,
+    /// Answered by the daemon at once (`show`, `announce`, `save`,
+    /// `reload`, `attach`, `detach`, `activate`): never in a config file
+    /// or a transaction.
+    Query,
+    /// Opens or ends a transaction (`begin`, `commit`, `abort`).
+    Session,
+    /// Answered away from the daemon's lock, by waiting on something else
+    /// (`ipam`: etcd; `pod-labels`: the Kubernetes API).
+    Waiting,
+}
+
 impl Command {
-    /// True for commands that change state (and so may appear in a config file
-    /// or a transaction).
-    pub fn is_change(&self) -> bool {
-        !matches!(
-            self,
+    /// How the control protocol treats this command.
+    pub fn class(&self) -> Class {
+        match self {
             Command::Show { .. }
-                | Command::Announce(_)
-                | Command::Save
-                | Command::Reload
-                | Command::Attach(_)
-                | Command::Detach(_)
-                | Command::Activate(_)
-                | Command::Ipam(_)
-                | Command::PodLabels(_)
-                | Command::Begin
-                | Command::Commit
-                | Command::Abort
-        )
+            | Command::Announce(_)
+            | Command::Save
+            | Command::Reload
+            | Command::Attach(_)
+            | Command::Detach(_)
+            | Command::Activate(_) => Class::Query,
+            Command::Begin | Command::Commit | Command::Abort => Class::Session,
+            Command::Ipam(_) | Command::PodLabels(_) => Class::Waiting,
+            _ => Class::Change,
+        }
+    }
+
+    /// True for commands that change state (and so may appear in a config file
+    /// or a transaction): [`Class::Change`].
+    pub fn is_change(&self) -> bool {
+        self.class() == Class::Change
     }
 }
 

@@ -37,15 +37,17 @@ pub mod lex;
 pub mod neigh;
 pub mod parse;
 pub mod policy;
+pub mod reply;
 pub mod request;
 pub mod state;
 pub mod transport;
 
 pub use ast::{
-    Cipher, ClusterLine, Command, Datapath, IfName, IpamOp, Located, Mode, PeerKey, Security, ShowWhat,
-    TlsFiles, Transport,
+    Cipher, Class, ClusterLine, Command, Datapath, IfName, IpamOp, Located, Mode, PeerKey, Security,
+    ShowWhat, TlsFiles, Transport,
 };
 pub use parse::{parse, parse_line, Section, DEFAULT_BROADCAST_LIMIT};
+pub use reply::{Refused, Reply};
 pub use state::{IfaceKind, InterfaceDef, LinkDef, LinkFormat, RouteDef, State};
 pub use transport::DEFAULT_PORT;
 pub use transport::{canonical, RxKey, Via};

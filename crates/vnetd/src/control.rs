@@ -39,8 +39,17 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use vnet_control::{parse_line, Command, Located, Section};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use vnet_control::{parse_line, Class, Command, Located, Reply, Section};
+
+mod serve;
+pub use serve::{check_tcp_endpoint, serve, serve_conn, Listener};
+
+/// What a client that did not authenticate is told before the close.
+const AUTH_REQUIRED: &str = "authentication required: the first line is `auth TOKEN`";
+
+/// What a client over [`MAX_CONNECTIONS`] is told before the close.
+const TOO_MANY: &str = "too many control connections";
 
 /// Longest line accepted, in bytes.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -195,14 +204,7 @@ struct Txn {
 
 /// Answers one line inside transaction `t`: the reply, and whether the
 /// transaction ends with it (`commit`, `abort`).
-fn txn_line(
-    daemon: &Mutex<Daemon>,
-    t: &mut Txn,
-    section: &mut Section,
-    line: &str,
-) -> ((String, String), bool) {
-    let ok = || "end ok".to_string();
-    let err = |e: &dyn std::fmt::Display| format!("end error {e}");
+fn txn_line(daemon: &Mutex<Daemon>, t: &mut Txn, section: &mut Section, line: &str) -> (Reply, bool) {
     t.lines = t.lines.saturating_add(1);
     if t.lines as usize > MAX_TXN_LINES {
         // Only `commit` and `abort` still mean something: the rest is
@@ -211,42 +213,39 @@ fn txn_line(
         if end == "commit" || end == "abort" {
             return match end {
                 "commit" => (
-                    (
-                        String::new(),
-                        format!("end error transaction longer than {MAX_TXN_LINES} lines: nothing applied"),
-                    ),
+                    Reply::error(format!("transaction longer than {MAX_TXN_LINES} lines: nothing applied")),
                     true,
                 ),
-                _ => ((String::new(), ok()), true),
+                _ => (Reply::ok(), true),
             };
         }
-        return ((String::new(), format!("end error transaction longer than {MAX_TXN_LINES} lines")), false);
+        return (Reply::error(format!("transaction longer than {MAX_TXN_LINES} lines")), false);
     }
     let parsed = parse_line(line, t.lines, section);
     let ends = matches!(&parsed, Ok(Some(c)) if matches!(c.item, Command::Commit | Command::Abort));
     let reply = match parsed {
-        Ok(None) => (String::new(), ok()),
+        Ok(None) => Reply::ok(),
         Ok(Some(c)) => match c.item {
             Command::Commit => {
                 let (cmds, first_error) = (std::mem::take(&mut t.cmds), t.first_error.take());
                 if let Some(e) = first_error {
-                    return ((String::new(), err(&e)), ends);
+                    return (Reply::error(&e), ends);
                 }
                 match lock(daemon).apply(&cmds) {
-                    Ok(()) => (String::new(), ok()),
-                    Err(e) => (String::new(), err(&e)),
+                    Ok(()) => Reply::ok(),
+                    Err(e) => Reply::error(&e),
                 }
             }
-            Command::Abort => (String::new(), ok()),
-            ref item if item.is_change() => {
+            Command::Abort => Reply::ok(),
+            ref item if item.class() == Class::Change => {
                 if t.first_error.is_none() {
                     if let Err(e) = t.preview.apply(&c) {
                         t.first_error = Some(e.clone());
-                        return ((String::new(), err(&e)), ends);
+                        return (Reply::error(&e), ends);
                     }
                 }
                 t.cmds.push(c);
-                (String::new(), ok())
+                Reply::ok()
             }
             _ => {
                 let e = vnet_control::Error::new(
@@ -255,21 +254,19 @@ fn txn_line(
                     "a query",
                 );
                 t.first_error.get_or_insert(e.clone());
-                (String::new(), err(&e))
+                Reply::error(&e)
             }
         },
         Err(e) => {
             t.first_error.get_or_insert(e.clone());
-            (String::new(), err(&e))
+            Reply::error(&e)
         }
     };
     (reply, ends)
 }
 
-/// Answers one line. Returns the reply body and the closing line.
-fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, String) {
-    let ok = || "end ok".to_string();
-    let err = |e: &dyn std::fmt::Display| format!("end error {e}");
+/// Answers one line.
+fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> Reply {
     if let Some(t) = s.txn.as_mut() {
         let (reply, ends) = txn_line(daemon, t, &mut s.section, line);
         if ends {
@@ -278,7 +275,7 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
         return reply;
     }
     match parse_line(line, 1, &mut s.section) {
-        Ok(None) => (String::new(), ok()),
+        Ok(None) => Reply::ok(),
         Ok(Some(c)) => match c.item {
             Command::Begin => match s.limits.txn_slot() {
                 Some(slot) => {
@@ -289,25 +286,22 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
                         cmds: Vec::new(),
                         first_error: None,
                     });
-                    (String::new(), ok())
+                    Reply::ok()
                 }
-                None => (
-                    String::new(),
-                    format!(
-                        "end error {MAX_OPEN_TXNS} transactions are open already: try again when one ends"
-                    ),
-                ),
+                None => Reply::error(format!(
+                    "{MAX_OPEN_TXNS} transactions are open already: try again when one ends"
+                )),
             },
-            Command::Commit | Command::Abort => (String::new(), "end error no transaction is open".into()),
-            Command::Show { what, json } => (lock(daemon).show(what, json), ok()),
-            Command::Announce(mac) => (lock(daemon).announce(mac), ok()),
+            Command::Commit | Command::Abort => Reply::error("no transaction is open"),
+            Command::Show { what, json } => Reply::data(lock(daemon).show(what, json)),
+            Command::Announce(mac) => Reply::data(lock(daemon).announce(mac)),
             Command::Save => match lock(daemon).save() {
-                Ok(body) => (body, ok()),
-                Err(e) => (String::new(), err(&e)),
+                Ok(body) => Reply::data(body),
+                Err(e) => Reply::error(&e),
             },
             Command::Reload => match lock(daemon).reload() {
-                Ok(body) => (body, ok()),
-                Err(e) => (String::new(), err(&e)),
+                Ok(body) => Reply::data(body),
+                Err(e) => Reply::error(&e),
             },
             Command::Attach(_) | Command::Detach(_) | Command::Activate(_) => attach_line(daemon, &c),
             _ => {
@@ -320,13 +314,13 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
                                 tracing::warn!("--state-dir {e}");
                             }
                         }
-                        (String::new(), ok())
+                        Reply::ok()
                     }
-                    Err(e) => (String::new(), err(&e)),
+                    Err(e) => Reply::error(&e),
                 }
             }
         },
-        Err(e) => (String::new(), err(&e)),
+        Err(e) => Reply::error(&e),
     }
 }
 
@@ -337,16 +331,14 @@ enum Waits {
     PodLabels(String),
 }
 
-/// An `ipam` or `pod-labels` line's request (its errors are
-/// `handle_line`'s to report).
+/// A line whose command waits ([`Class::Waiting`]: `ipam`, `pod-labels`)
+/// as its request (its errors are `handle_line`'s to report).
 fn waiting_request(line: &str) -> Option<Waits> {
-    let first = line.split_whitespace().next()?;
-    if first != "ipam" && first != "pod-labels" {
-        return None;
-    }
-    match parse_line(line, 1, &mut Section::None) {
-        Ok(Some(Located { item: Command::Ipam(op), .. })) => Some(Waits::Ipam(op)),
-        Ok(Some(Located { item: Command::PodLabels(pod), .. })) => Some(Waits::PodLabels(pod)),
+    let c = parse_line(line, 1, &mut Section::None).ok()??;
+    match c.item {
+        _ if c.item.class() != Class::Waiting => None,
+        Command::Ipam(op) => Some(Waits::Ipam(op)),
+        Command::PodLabels(pod) => Some(Waits::PodLabels(pod)),
         _ => None,
     }
 }
@@ -355,24 +347,24 @@ fn waiting_request(line: &str) -> Option<Waits> {
 const IPAM_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sends `op` to the cluster session and waits for its answer.
-async fn ipam(to: Option<&crate::ipam::Sender>, op: vnet_control::IpamOp) -> (String, String) {
+async fn ipam(to: Option<&crate::ipam::Sender>, op: vnet_control::IpamOp) -> Reply {
     let Some(to) = to else {
-        return (String::new(), "end error ipam needs cluster mode (in static mode, use host-local)".into());
+        return Reply::error("ipam needs cluster mode (in static mode, use host-local)");
     };
     let (reply, answer) = tokio::sync::oneshot::channel();
     if to.try_send(crate::ipam::Request { op, reply }).is_err() {
-        return (String::new(), "end error ipam: too many requests waiting; try again".into());
+        return Reply::error("ipam: too many requests waiting; try again");
     }
     match tokio::time::timeout(IPAM_TIMEOUT, answer).await {
-        Ok(Ok(Ok(reply))) => (reply.body(), "end ok".into()),
-        Ok(Ok(Err(e))) => (String::new(), format!("end error ipam: {e}")),
-        Ok(Err(_)) => (String::new(), "end error ipam: the cluster session dropped the request".into()),
-        Err(_) => (String::new(), format!("end error ipam: etcd did not answer within {IPAM_TIMEOUT:?}")),
+        Ok(Ok(Ok(reply))) => Reply::data(reply.body()),
+        Ok(Ok(Err(e))) => Reply::error(format!("ipam: {e}")),
+        Ok(Err(_)) => Reply::error("ipam: the cluster session dropped the request"),
+        Err(_) => Reply::error(format!("ipam: etcd did not answer within {IPAM_TIMEOUT:?}")),
     }
 }
 
 /// `attach`, `detach` and `activate`.
-fn attach_line(daemon: &Mutex<Daemon>, c: &Located<Command>) -> (String, String) {
+fn attach_line(daemon: &Mutex<Daemon>, c: &Located<Command>) -> Reply {
     match &c.item {
         Command::Attach(decl) => {
             let name = match &**decl {
@@ -385,10 +377,10 @@ fn attach_line(daemon: &Mutex<Daemon>, c: &Located<Command>) -> (String, String)
             attach(daemon, (name, false), |st| vnet_control::attach::detach(st, c.pos, name))
         }
         Command::Activate(name) => match lock(daemon).activate(name, c.pos) {
-            Ok(body) => (body, "end ok".into()),
-            Err(e) => (String::new(), format!("end error {e}")),
+            Ok(body) => Reply::data(body),
+            Err(e) => Reply::error(&e),
         },
-        _ => (String::new(), "end error not an attach, detach or activate line".into()),
+        _ => Reply::error("not an attach, detach or activate line"),
     }
 }
 
@@ -401,463 +393,24 @@ fn attach(
     daemon: &Mutex<Daemon>,
     (name, present): (&str, bool),
     expand: impl FnOnce(&vnet_control::State) -> Vec<vnet_control::Located<Command>>,
-) -> (String, String) {
+) -> Reply {
     let mut d = lock(daemon);
     let cmds = expand(d.state());
     if !cmds.is_empty() {
         if let Err(e) = d.apply(&cmds) {
-            return (String::new(), format!("end error {e}"));
+            return Reply::error(&e);
         }
     }
     if let Some(e) = d.note_attached(name, present) {
         tracing::warn!("--state-dir {e}");
     }
-    (String::new(), "end ok".into())
+    Reply::ok()
 }
 
 /// Locks the daemon, recovering from a poisoned lock (a panicked holder
 /// cannot have left the state half-applied: apply swaps state at its end).
 fn lock(d: &Mutex<Daemon>) -> std::sync::MutexGuard<'_, Daemon> {
     d.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Serves one connection until it closes, goes idle, or stops reading
-/// (a `tcp:` endpoint's client first sends `auth TOKEN`).
-pub async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin>(
-    daemon: Arc<Mutex<Daemon>>,
-    stream: S,
-    limits: Limits,
-) {
-    let locked = limits.access.token.is_some();
-    serve_session(daemon, stream, limits, locked).await
-}
-
-/// [`serve_conn`], the client's `auth` line already taken unless `locked`.
-async fn serve_session<S: AsyncRead + AsyncWrite + Unpin>(
-    daemon: Arc<Mutex<Daemon>>,
-    stream: S,
-    limits: Limits,
-    mut locked: bool,
-) {
-    let (r, mut w) = tokio::io::split(stream);
-    let mut r = BufReader::new(r);
-    let idle = limits.idle;
-    let access = limits.access.clone();
-    let mut s = Session::new(limits);
-    let mut buf = Vec::with_capacity(256);
-    loop {
-        buf.clear();
-        let mut limited = (&mut r).take(MAX_LINE as u64 + 1);
-        let n = match tokio::time::timeout(idle, limited.read_until(b'\n', &mut buf)).await {
-            Ok(Ok(n)) => n,
-            Ok(Err(_)) => return,
-            Err(_) => {
-                let bye = format!("end error idle for {} s: closing\n", idle.as_secs());
-                let _ = tokio::time::timeout(WRITE_TIMEOUT, w.write_all(bye.as_bytes())).await;
-                return;
-            }
-        };
-        if n == 0 {
-            return;
-        }
-        if buf.last() != Some(&b'\n') && buf.len() > MAX_LINE {
-            let _ = w.write_all(format!("end error line longer than {MAX_LINE} bytes\n").as_bytes()).await;
-            return;
-        }
-        let reply = match std::str::from_utf8(&buf) {
-            Ok(line) if locked => {
-                if !access.authenticates(line.trim_end_matches(['\n', '\r'])) {
-                    let bye = b"end error authentication required: the first line is `auth TOKEN`\n";
-                    let _ = tokio::time::timeout(WRITE_TIMEOUT, w.write_all(bye)).await;
-                    return;
-                }
-                locked = false;
-                "end ok\n".to_string()
-            }
-            Ok(line) => {
-                let line = line.trim_end_matches(['\n', '\r']);
-                let (body, end) = match waiting_request(line) {
-                    Some(Waits::Ipam(op)) => ipam(s.limits.ipam.as_ref(), op).await,
-                    Some(Waits::PodLabels(pod)) => crate::kube::pod_labels(&pod).await,
-                    None => handle_line(&daemon, &mut s, line),
-                };
-                let mut out = body;
-                if !out.is_empty() && !out.ends_with('\n') {
-                    out.push('\n');
-                }
-                out.push_str(&end);
-                out.push('\n');
-                out
-            }
-            Err(_) => "end error expected UTF-8 text\n".to_string(),
-        };
-        if !matches!(tokio::time::timeout(WRITE_TIMEOUT, w.write_all(reply.as_bytes())).await, Ok(Ok(()))) {
-            return;
-        }
-    }
-}
-
-/// The hand-over name of endpoint `ep`'s listener ([`crate::handover`]).
-fn listener_name(ep: &Endpoint) -> Option<String> {
-    match ep {
-        Endpoint::Unix(path) => crate::handover::name(&["control", "unix", &path.display().to_string()]),
-        Endpoint::Tcp(addr) => crate::handover::name(&["control", "tcp", &addr.to_string()]),
-        Endpoint::Tls(addr) => crate::handover::name(&["control", "tls", &addr.to_string()]),
-    }
-}
-
-/// The TCP listener of `addr`: the previous vnetd's, handed over under
-/// `name`, else bound anew.
-async fn tcp_listener(
-    name: Option<&str>,
-    addr: std::net::SocketAddr,
-) -> std::io::Result<tokio::net::TcpListener> {
-    match name.and_then(crate::handover::take_control) {
-        Some(fd) => {
-            let l = std::net::TcpListener::from(fd);
-            l.set_nonblocking(true)?;
-            tokio::net::TcpListener::from_std(l)
-        }
-        None => tokio::net::TcpListener::bind(addr).await,
-    }
-}
-
-/// How long a stopping vnetd lets the connections it accepted finish
-/// (a request read and not answered yet, or not yet read): a client that
-/// asked just before a stop or a hand-over gets its answer.
-const DRAIN: std::time::Duration = std::time::Duration::from_millis(200);
-
-/// Waits until no connection holds a slot, or [`DRAIN`].
-async fn drain(slots: &tokio::sync::Semaphore) {
-    let idle = async {
-        while slots.available_permits() < MAX_CONNECTIONS {
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-    };
-    let _ = tokio::time::timeout(DRAIN, idle).await;
-}
-
-/// What [`serve`] leaves when it stops: its listener, by hand-over name, for
-/// the next vnetd (a hand-over keeps it open, so that clients wait in its
-/// queue and nobody else can take the address or the socket's path
-/// meanwhile); dropping it closes it.
-pub type Listener = Option<(String, std::os::fd::OwnedFd)>;
-
-/// Accepts connections on `ep` until `shutdown` completes; returns the
-/// listener ([`Listener`]). A listener the previous vnetd handed over is
-/// used as it is: nothing is bound, no socket file touched.
-pub async fn serve(
-    ep: &Endpoint,
-    daemon: Arc<Mutex<Daemon>>,
-    limits: Limits,
-    tls: Option<Arc<crate::link::tcp::Tls>>,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> std::io::Result<Listener> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let pending = Arc::new(Pending::default());
-    let name = listener_name(ep);
-    tokio::pin!(shutdown);
-    match ep {
-        Endpoint::Unix(path) => {
-            // A handed-over listener whose path someone removed meanwhile
-            // reaches no client: bound anew then.
-            let inherited = name.as_deref().and_then(crate::handover::take_control);
-            let l = match inherited.filter(|_| path.exists()) {
-                Some(fd) => {
-                    let l = std::os::unix::net::UnixListener::from(fd);
-                    l.set_nonblocking(true)?;
-                    tokio::net::UnixListener::from_std(l)?
-                }
-                None => {
-                    crate::paths::claim_socket_path(path)?;
-                    // Made 0600 (vnetd's umask), not chmod'ed after the fact.
-                    tokio::net::UnixListener::bind(path)?
-                }
-            };
-            loop {
-                tokio::select! {
-                    _ = &mut shutdown => break,
-                    a = l.accept() => if let Ok((c, _)) = a {
-                        match c.peer_cred() {
-                            Ok(cred) if limits.access.allows(cred.uid(), cred.gid()) => spawn_conn(&slots, &daemon, &limits, c),
-                            cred => refuse(c, &format!(
-                                "permission denied: uid {} is not root, vnetd's user or in the control group",
-                                cred.map_or(u32::MAX, |c| c.uid())
-                            )),
-                        }
-                    },
-                }
-            }
-            drain(&slots).await;
-            let fd: std::os::fd::OwnedFd = l.into_std()?.into();
-            Ok(name.map(|n| (n, fd)))
-        }
-        Endpoint::Tcp(addr) => {
-            check_tcp_endpoint(*addr)?;
-            if limits.access.token.is_none() {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "a tcp: control endpoint needs a token (--control-token FILE)",
-                ));
-            }
-            let l = tcp_listener(name.as_deref(), *addr).await?;
-            loop {
-                tokio::select! {
-                    _ = &mut shutdown => break,
-                    a = l.accept() => if let Ok((c, _)) = a { spawn_tcp_conn(&pending, &slots, &daemon, &limits, c) },
-                }
-            }
-            drain(&slots).await;
-            let fd: std::os::fd::OwnedFd = l.into_std()?.into();
-            Ok(name.map(|n| (n, fd)))
-        }
-        Endpoint::Tls(addr) => {
-            let Some(tls) = tls else {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "a tls: control endpoint needs --control-tls CERT,KEY,CA",
-                ));
-            };
-            let l = tcp_listener(name.as_deref(), *addr).await?;
-            loop {
-                tokio::select! {
-                    _ = &mut shutdown => break,
-                    a = l.accept() => if let Ok((c, _)) = a {
-                        // The identity as now (`reload` renews it in place).
-                        let acceptor = tokio_rustls::TlsAcceptor::from(tls.server_config());
-                        spawn_tls_conn(&pending, &slots, &daemon, &limits, &acceptor, c)
-                    },
-                }
-            }
-            drain(&slots).await;
-            let fd: std::os::fd::OwnedFd = l.into_std()?.into();
-            Ok(name.map(|n| (n, fd)))
-        }
-    }
-}
-
-/// The connections of one endpoint that have not authenticated yet
-/// ([`PENDING_MAX`] at most; the module's doc says why the oldest goes).
-#[derive(Default)]
-struct Pending {
-    /// The next id, and the waiting connections' tasks, oldest first.
-    waiting: Mutex<(u64, std::collections::VecDeque<(u64, tokio::task::AbortHandle)>)>,
-}
-
-impl Pending {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, (u64, std::collections::VecDeque<(u64, tokio::task::AbortHandle)>)> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs `task(id)` as a waiting connection: the oldest waiting one is
-    /// dropped if the pool is full. The task calls [`Pending::done`] with
-    /// its id once authenticated (it can no longer be dropped then).
-    fn admit<F>(self: &Arc<Self>, task: impl FnOnce(u64) -> F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        // Spawned under the lock, so `done` (which takes it) cannot run
-        // before the task is listed.
-        let mut w = self.lock();
-        if w.1.len() >= PENDING_MAX {
-            if let Some((_, oldest)) = w.1.pop_front() {
-                oldest.abort();
-            }
-        }
-        let id = w.0;
-        w.0 += 1;
-        let h = tokio::spawn(task(id));
-        w.1.push_back((id, h.abort_handle()));
-    }
-
-    /// Connection `id` authenticated (or gave up): no longer waiting.
-    fn done(&self, id: u64) {
-        self.lock().1.retain(|(i, _)| *i != id);
-    }
-}
-
-/// Reads a `tcp:` client's first line (at most 256 bytes, byte by byte so
-/// nothing after it is taken from the stream) within [`AUTH_DEADLINE`]:
-/// whether it is `auth TOKEN` with the endpoint's token.
-async fn authenticated<S: AsyncRead + Unpin>(c: &mut S, access: &Access) -> bool {
-    let read = async {
-        let mut line = Vec::with_capacity(80);
-        while line.len() < 256 {
-            match c.read_u8().await {
-                Ok(b'\n') => return Some(line),
-                Ok(b) => line.push(b),
-                Err(_) => return None,
-            }
-        }
-        None
-    };
-    match tokio::time::timeout(AUTH_DEADLINE, read).await {
-        Ok(Some(line)) => {
-            std::str::from_utf8(&line).is_ok_and(|l| access.authenticates(l.trim_end_matches('\r')))
-        }
-        _ => false,
-    }
-}
-
-/// Serves an authenticated connection in one of the endpoint's
-/// [`MAX_CONNECTIONS`] slots, or tells it there is none. `greeting` is
-/// written first (a `tcp:` client's `auth` answer, read already); a
-/// connection whose `auth` line is still to come (a `tls:` endpoint given
-/// a token too) gets it in [`serve_conn`].
-async fn serve_authenticated<S: AsyncRead + AsyncWrite + Unpin>(
-    slots: &Arc<tokio::sync::Semaphore>,
-    daemon: Arc<Mutex<Daemon>>,
-    mut c: S,
-    limits: Limits,
-    greeting: &[u8],
-) {
-    let Ok(permit) = slots.clone().try_acquire_owned() else {
-        let bye = c.write_all(b"end error too many control connections\n");
-        let _ = tokio::time::timeout(WRITE_TIMEOUT, bye).await;
-        return;
-    };
-    if !greeting.is_empty()
-        && !matches!(tokio::time::timeout(WRITE_TIMEOUT, c.write_all(greeting)).await, Ok(Ok(())))
-    {
-        return;
-    }
-    if greeting.is_empty() {
-        serve_conn(daemon, c, limits).await;
-    } else {
-        serve_session(daemon, c, limits, false).await;
-    }
-    drop(permit);
-}
-
-/// A `tcp:` connection: its `auth` line while waiting in the pending pool,
-/// then the protocol in a connection slot.
-fn spawn_tcp_conn(
-    pending: &Arc<Pending>,
-    slots: &Arc<tokio::sync::Semaphore>,
-    daemon: &Arc<Mutex<Daemon>>,
-    limits: &Limits,
-    c: tokio::net::TcpStream,
-) {
-    let (p, slots, d, limits) = (pending.clone(), slots.clone(), daemon.clone(), limits.clone());
-    pending.admit(move |id| async move {
-        let mut c = c;
-        let ok = authenticated(&mut c, &limits.access).await;
-        p.done(id);
-        if !ok {
-            let bye = b"end error authentication required: the first line is `auth TOKEN`\n";
-            let _ = tokio::time::timeout(WRITE_TIMEOUT, c.write_all(bye)).await;
-            return;
-        }
-        serve_authenticated(&slots, d, c, limits, b"end ok\n").await;
-    });
-}
-
-/// A TLS connection: the handshake while waiting in the pending pool
-/// (within [`AUTH_DEADLINE`]), then the protocol in a connection slot. A
-/// client without a certificate of the CA gets nothing but the TLS alert.
-fn spawn_tls_conn(
-    pending: &Arc<Pending>,
-    slots: &Arc<tokio::sync::Semaphore>,
-    daemon: &Arc<Mutex<Daemon>>,
-    limits: &Limits,
-    acceptor: &tokio_rustls::TlsAcceptor,
-    c: tokio::net::TcpStream,
-) {
-    let (p, slots, d, limits, acceptor) =
-        (pending.clone(), slots.clone(), daemon.clone(), limits.clone(), acceptor.clone());
-    pending.admit(move |id| async move {
-        let shaken = tokio::time::timeout(AUTH_DEADLINE, acceptor.accept(c)).await;
-        p.done(id);
-        match shaken {
-            Ok(Ok(s)) => match client_named(&s, limits.access.client_name.as_deref()) {
-                Ok(()) => serve_authenticated(&slots, d, s, limits, b"").await,
-                Err(e) => {
-                    tracing::info!("control: TLS client refused: {e}");
-                    let mut s = s;
-                    let bye = format!("end error {e}\n");
-                    let _ = tokio::time::timeout(WRITE_TIMEOUT, s.write_all(bye.as_bytes())).await;
-                }
-            },
-            Ok(Err(e)) => tracing::info!("control: TLS handshake refused: {e}"),
-            Err(_) => tracing::info!("control: TLS handshake timed out"),
-        }
-    });
-}
-
-/// Why a TLS client's certificate is not the one `--control-client-name` asks for.
-#[derive(Debug, thiserror::Error)]
-enum ClientNameError {
-    #[error("no client certificate")]
-    NoCertificate,
-    #[error("`{name}`: {source}")]
-    BadName { name: String, source: rustls::pki_types::InvalidDnsNameError },
-    #[error("the client certificate is not `{name}`'s")]
-    NotNamed { name: String },
-}
-
-/// Whether the TLS client's certificate holds the DNS name `name` (any
-/// certificate of the CA where no name is configured).
-fn client_named<S>(
-    s: &tokio_rustls::server::TlsStream<S>,
-    name: Option<&str>,
-) -> Result<(), ClientNameError> {
-    let Some(name) = name else { return Ok(()) };
-    let certs = s.get_ref().1.peer_certificates().unwrap_or_default();
-    let cert = certs.first().ok_or(ClientNameError::NoCertificate)?;
-    let server_name = rustls::pki_types::ServerName::try_from(name)
-        .map_err(|source| ClientNameError::BadName { name: name.to_string(), source })?;
-    webpki::EndEntityCert::try_from(cert)
-        .and_then(|c| c.verify_is_valid_for_subject_name(&server_name))
-        .map_err(|_| ClientNameError::NotNamed { name: name.to_string() })
-}
-
-/// Answers `why` and closes, without serving.
-fn refuse<S: AsyncWrite + Unpin + Send + 'static>(mut c: S, why: &str) {
-    let bye = format!("end error {why}\n");
-    tokio::spawn(async move {
-        let _ = tokio::time::timeout(WRITE_TIMEOUT, c.write_all(bye.as_bytes())).await;
-    });
-}
-
-/// A TCP control endpoint is served on loopback only, and only to clients
-/// that present its token: whoever uses it has root's power over the host.
-pub fn check_tcp_endpoint(addr: SocketAddr) -> std::io::Result<()> {
-    if addr.ip().is_loopback() {
-        return Ok(());
-    }
-    Err(std::io::Error::new(
-        std::io::ErrorKind::PermissionDenied,
-        format!(
-            "refusing a control endpoint on {addr}: off loopback anyone who reaches it would control vnetd \
-             (use unix:PATH, or tcp: on a loopback address reached through ssh)"
-        ),
-    ))
-}
-
-fn spawn_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
-    slots: &Arc<tokio::sync::Semaphore>,
-    daemon: &Arc<Mutex<Daemon>>,
-    limits: &Limits,
-    c: S,
-) {
-    match slots.clone().try_acquire_owned() {
-        Ok(permit) => {
-            let (d, limits) = (daemon.clone(), limits.clone());
-            tokio::spawn(async move {
-                serve_conn(d, c, limits).await;
-                drop(permit);
-            });
-        }
-        Err(_) => {
-            tokio::spawn(async move {
-                let mut c = c;
-                let bye = c.write_all(b"end error too many control connections\n");
-                let _ = tokio::time::timeout(WRITE_TIMEOUT, bye).await;
-            });
-        }
-    }
 }
 
 /// A metrics address that is not one (the text found).
@@ -923,6 +476,12 @@ pub async fn serve_metrics(addr: SocketAddr, daemon: Arc<Mutex<Daemon>>) -> std:
 mod tests {
     use super::*;
 
+    /// A line's reply as its body and closing line.
+    fn handled(d: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, String) {
+        let r = handle_line(d, s, line);
+        (r.body.clone(), r.end_line())
+    }
+
     fn session() -> Session {
         Session::new(Limits::default())
     }
@@ -932,7 +491,7 @@ mod tests {
         let d = Mutex::new(Daemon::default());
         let mut s = session();
         for l in ["listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
-            assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
+            assert_eq!(handled(&d, &mut s, l).1, "end ok", "{l}");
         }
         let text = lock(&d).metrics();
         assert!(
@@ -943,7 +502,7 @@ mod tests {
         assert!(text.contains("vnet_no_route 0\n"), "{text}");
         // The global counters, named where they are defined (the engine's
         // `Global` and `DispatchStats`), as scripts and docs know them.
-        let (g, _) = handle_line(&d, &mut s, "show stats json");
+        let (g, _) = handled(&d, &mut s, "show stats json");
         let g: serde_json::Value = serde_json::from_str(&g).unwrap();
         let keys: Vec<&str> = g["global"].as_object().unwrap().keys().map(|k| k.as_str()).collect();
         for k in [
@@ -1022,9 +581,9 @@ mod tests {
         let d = Mutex::new(Daemon::default());
         let mut s = session();
         for l in ["listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
-            assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
+            assert_eq!(handled(&d, &mut s, l).1, "end ok", "{l}");
         }
-        let (j, _) = handle_line(&d, &mut s, "show stats json");
+        let (j, _) = handled(&d, &mut s, "show stats json");
         let j: serde_json::Value = serde_json::from_str(&j).unwrap();
         let keys =
             |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>().join(" ");
@@ -1042,7 +601,7 @@ mod tests {
         for f in ["downs", "keepalives_sent", "max_frame", "mtu", "network", "rx_drops", "too_big", "up"] {
             assert!(metrics.contains(&format!("vnet_link_{f}{{link=\"b\"}} ")), "{f}: {metrics}");
         }
-        let (text, _) = handle_line(&d, &mut s, "show links");
+        let (text, _) = handled(&d, &mut s, "show links");
         assert!(
             text.starts_with("id  name  kind  state  remote") && text.contains("0   b     udp   quiet"),
             "{text}"
@@ -1067,23 +626,23 @@ mod tests {
         let limits = Limits::default();
         let mut open: Vec<Session> = (0..MAX_OPEN_TXNS).map(|_| Session::new(limits.clone())).collect();
         for s in open.iter_mut() {
-            assert_eq!(handle_line(&d, s, "begin").1, "end ok");
+            assert_eq!(handled(&d, s, "begin").1, "end ok");
         }
         let mut late = Session::new(limits.clone());
-        assert!(handle_line(&d, &mut late, "begin").1.contains("transactions are open already"));
+        assert!(handled(&d, &mut late, "begin").1.contains("transactions are open already"));
         // One ends (abort; a closed connection drops its session the same way): a slot frees.
-        assert_eq!(handle_line(&d, &mut open[0], "abort").1, "end ok");
+        assert_eq!(handled(&d, &mut open[0], "abort").1, "end ok");
         drop(open.pop());
-        assert_eq!(handle_line(&d, &mut late, "begin").1, "end ok");
+        assert_eq!(handled(&d, &mut late, "begin").1, "end ok");
         // A transaction at its line limit refuses more and fails its commit;
         // the counter saturates instead of wrapping back to small numbers.
         let t = late.txn.as_mut().unwrap();
         t.lines = u32::MAX - 1;
         for _ in 0..3 {
-            assert!(handle_line(&d, &mut late, "route any any -> link b").1.contains("longer than"));
+            assert!(handled(&d, &mut late, "route any any -> link b").1.contains("longer than"));
         }
         assert_eq!(late.txn.as_ref().unwrap().lines, u32::MAX);
-        let e = handle_line(&d, &mut late, "commit").1;
+        let e = handled(&d, &mut late, "commit").1;
         assert!(e.contains("nothing applied"), "{e}");
         assert!(late.txn.is_none());
         assert!(lock(&d).state().routes.is_empty());
@@ -1099,10 +658,10 @@ mod tests {
             "link b udp 127.0.0.3:9000 format vnet network 8",
             "link c udp 127.0.0.4:9000 format vnet",
         ] {
-            assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
+            assert_eq!(handled(&d, &mut s, l).1, "end ok", "{l}");
         }
         // A MAC no local interface has is network 0's: link c alone.
-        let (body, end) = handle_line(&d, &mut s, "announce 52:54:00:00:00:09");
+        let (body, end) = handled(&d, &mut s, "announce 52:54:00:00:00:09");
         assert_eq!((body.trim(), end.as_str()), ("announced 52:54:00:00:00:09 to 1 of 1 links", "end ok"));
         assert_eq!(lock(&d).announce_link_names("52:54:00:00:00:09".parse().unwrap()), vec!["c"]);
     }
@@ -1223,21 +782,21 @@ mod tests {
         let d = Mutex::new(Daemon::default());
         let mut s = session();
         // Loopback, any port: no privileges, nothing on the host's addresses.
-        assert_eq!(handle_line(&d, &mut s, "listen udp 127.0.0.1:0").1, "end ok");
+        assert_eq!(handled(&d, &mut s, "listen udp 127.0.0.1:0").1, "end ok");
         // A regular file named as a vhost-user socket: refused, untouched.
         let file = dir.join("precious");
         std::fs::write(&file, b"data").unwrap();
-        let e = handle_line(&d, &mut s, &format!("interface x vhost-user {}", file.display())).1;
+        let e = handled(&d, &mut s, &format!("interface x vhost-user {}", file.display())).1;
         assert!(e.starts_with("end error 1:") && e.contains("a regular file"), "{e}");
         assert_eq!(std::fs::read(&file).unwrap(), b"data");
         // A socket someone serves (here: as vnetd's control endpoint would).
         let sock = dir.join("control.sock");
         let _live = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        let e = handle_line(&d, &mut s, &format!("interface x vhost-user {}", sock.display())).1;
+        let e = handled(&d, &mut s, &format!("interface x vhost-user {}", sock.display())).1;
         assert!(e.contains("in use"), "{e}");
         assert!(std::os::unix::net::UnixStream::connect(&sock).is_ok(), "the listener lost its socket");
         // The loopback device as a VM's netdev.
-        let e = handle_line(&d, &mut s, "interface y netdev lo").1;
+        let e = handled(&d, &mut s, "interface y netdev lo").1;
         assert!(e.contains("the loopback device"), "{e}");
         assert!(lock(&d).state().interfaces.is_empty());
         let _ = std::fs::remove_dir_all(&dir);
@@ -1457,25 +1016,25 @@ mod tests {
         let mut s = session();
         // Use a loopback listen address with port 0 so no privileges are needed.
         for l in ["begin", "listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
-            assert_eq!(handle_line(&d, &mut s, l).1, "end ok", "{l}");
+            assert_eq!(handled(&d, &mut s, l).1, "end ok", "{l}");
         }
-        assert_eq!(handle_line(&d, &mut s, "commit").1, "end ok");
+        assert_eq!(handled(&d, &mut s, "commit").1, "end ok");
         assert_eq!(lock(&d).state().routes.len(), 1);
 
         for l in ["begin", "route any ff:ff:ff:ff:ff:ff -> link b"] {
-            assert_eq!(handle_line(&d, &mut s, l).1, "end ok");
+            assert_eq!(handled(&d, &mut s, l).1, "end ok");
         }
-        let e = handle_line(&d, &mut s, "route any any -> link nowhere").1;
+        let e = handled(&d, &mut s, "route any any -> link nowhere").1;
         assert_eq!(e, "end error 2:23: expected a declared link (name, remote IP or index), found `nowhere`, which is not one");
-        let e = handle_line(&d, &mut s, "commit").1;
+        let e = handled(&d, &mut s, "commit").1;
         assert!(e.starts_with("end error 2:23:"), "{e}");
         assert_eq!(lock(&d).state().routes.len(), 1, "nothing applied");
 
-        assert_eq!(handle_line(&d, &mut s, "bogus").1.split(':').next(), Some("end error 1"));
-        let (body, end) = handle_line(&d, &mut s, "show routes");
+        assert_eq!(handled(&d, &mut s, "bogus").1.split(':').next(), Some("end error 1"));
+        let (body, end) = handled(&d, &mut s, "show routes");
         assert_eq!(end, "end ok");
         assert!(body.contains("link b"), "{body}");
-        let (body, _) = handle_line(&d, &mut s, "show stats json");
+        let (body, _) = handled(&d, &mut s, "show stats json");
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert!(v["global"]["no_route"].is_u64());
     }
@@ -1498,11 +1057,11 @@ mod tests {
             let d = Mutex::new(Daemon::default());
             let mut s = session();
             for l in &lines {
-                let (body, end) = handle_line(&d, &mut s, l);
+                let (body, end) = handled(&d, &mut s, l);
                 proptest::prop_assert!(end == "end ok" || end.starts_with("end error "), "{l:?} -> {end}");
                 proptest::prop_assert!(!body.lines().any(|b| b.starts_with("end ")));
             }
-            let (_, end) = handle_line(&d, &mut session(), "show routes json");
+            let (_, end) = handled(&d, &mut session(), "show routes json");
             proptest::prop_assert_eq!(end, "end ok");
         }
     }

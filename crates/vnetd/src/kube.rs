@@ -10,11 +10,11 @@
 
 use vnet_control::request::PodRef;
 
-/// Answers a `pod-labels` request: (body, end line).
-pub async fn pod_labels(pod: &str) -> (String, String) {
+/// Answers a `pod-labels` request.
+pub async fn pod_labels(pod: &str) -> vnet_control::Reply {
     let pod = match PodRef::new(pod) {
         Ok(p) => p,
-        Err(e) => return (String::new(), format!("end error pod-labels: {e}")),
+        Err(e) => return vnet_control::Reply::error(format!("pod-labels: {e}")),
     };
     let (namespace, name) = pod.parts();
     let asked = match vnet_kube::Api::in_this_pod() {
@@ -24,9 +24,9 @@ pub async fn pod_labels(pod: &str) -> (String, String) {
     match asked {
         Ok(labels) => {
             let body = serde_json::json!({ "pod": pod.as_str(), "labels": labels });
-            (body.to_string(), "end ok".into())
+            vnet_control::Reply::data(body.to_string())
         }
-        Err(e) => (String::new(), format!("end error pod-labels {pod}: {e}")),
+        Err(e) => vnet_control::Reply::error(format!("pod-labels {pod}: {e}")),
     }
 }
 
@@ -38,11 +38,12 @@ mod tests {
     fn outside_a_pod_the_answer_says_so_and_a_bad_pod_is_refused() {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
-            let (body, end) = rt.block_on(pod_labels("default/web"));
+            let r = rt.block_on(pod_labels("default/web"));
+            let (body, end) = (r.body.clone(), r.end_line());
             assert!(body.is_empty());
             assert!(end.starts_with("end error pod-labels default/web: not in a pod"), "{end}");
         }
-        let (_, end) = rt.block_on(pod_labels("default/../nodes"));
+        let end = rt.block_on(pod_labels("default/../nodes")).end_line();
         assert!(end.starts_with("end error pod-labels: pod"), "{end}");
     }
 }
