@@ -108,6 +108,7 @@ pub struct Daemon {
     /// declares), enforced with the state's own lines
     /// ([`Daemon::set_cluster_policy`]).
     cluster_policy: Option<(u64, Arc<vnet_control::policy::Policies>)>,
+    isolation: policy::Isolating,
     /// Interfaces whose device is gone (by id: since when, engine clock),
     /// and how often each was reattached.
     gone: BTreeMap<u32, u64>,
@@ -218,6 +219,7 @@ impl Default for Daemon {
             guards_built: None,
             policy_built: None,
             cluster_policy: None,
+            isolation: Default::default(),
             cluster_groups: Default::default(),
             gone: BTreeMap::new(),
             reattached: BTreeMap::new(),
