@@ -176,11 +176,31 @@ mod by_hand {
             }
             std::thread::sleep(Duration::from_millis(500));
         };
-        let (db, cache) = (ip("prod", "db"), ip("prod", "cache"));
+        let (db, cache, other_db) = (ip("prod", "db"), ip("prod", "cache"), ip("other", "db"));
         for (ns, name, ..) in pods {
             ip(ns, name);
         }
         eprintln!("k8s: 5 pods in prod and other running in {:.1?}", t0.elapsed());
+        // The pass's data path: the pods' interfaces on it (the node's
+        // gateway is on the user path on both).
+        let want = if user_path { "user" } else { "kernel" };
+        for n in 0..kube.nodes.len() {
+            let out = kube.nodes[n]
+                .command(vnet_lab::bin("vnetctl").unwrap())
+                .args(["--control", "unix:/run/vnet/vnet.sock", "--json", "show", "interfaces"])
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let paths: Vec<&str> = v["interfaces"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i["datapath"].as_str())
+                .collect();
+            let on = paths.iter().filter(|p| **p == want).count();
+            assert!(on >= 1 + usize::from(user_path), "node {n}: {want}: {paths:?}");
+            assert!(user_path || paths.iter().filter(|p| **p == "user").count() == 1, "node {n}: {paths:?}");
+        }
         // Whether `ns/from` fetches `to`'s page on 8080 (busybox's nc; one
         // try: every node enforces what was applied before this is asked).
         let reach = |ns: &str, from: &str, to: &str| {
@@ -190,6 +210,7 @@ mod by_hand {
         };
         // Before any policy: everyone reaches everyone.
         assert!(reach("prod", "web", &db) && reach("other", "db", &db) && reach("prod", "web", &cache));
+        assert!(reach("prod", "web", &other_db), "on one node too");
 
         // 1. Default deny ingress for prod's db: only it is isolated.
         let deny = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
@@ -237,6 +258,7 @@ mod by_hand {
         apply(&kube, "no-out.yaml", no_out);
         wait_enforced(&kube, &["prod/allow-web", "prod/cache-from-db", "prod/deny-db", "prod/web-no-egress"]);
         assert!(!reach("prod", "web", &db), "prod/web's egress is denied, whatever db's ingress allows");
+        assert!(!reach("prod", "web", &other_db), "and to other/db on its own node");
         assert!(reach("prod", "db", &cache), "control: prod/db still reaches cache");
         // `show policy` names each rule's NetworkPolicy, with what it did
         // (a packet is denied on the first node that judges it: the
