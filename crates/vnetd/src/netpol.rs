@@ -58,16 +58,23 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>, network: u32) {
     tokio::spawn(watch::reflect(api, watch::pods(), stores.pods.clone(), changed.clone()));
     tokio::spawn(watch::reflect(api, watch::namespaces(), stores.namespaces.clone(), changed.clone()));
     tokio::spawn(watch::reflect(api, watch::network_policies(), stores.policies.clone(), changed.clone()));
+    let mut refused = std::collections::BTreeMap::new();
     loop {
         changed.notified().await;
         tokio::time::sleep(GATHER).await;
-        translate(&daemon, network, &stores);
+        translate(&daemon, network, &stores, &mut refused);
     }
 }
 
 /// One translation of what the stores hold, given to the daemon (once
-/// every kind was listed).
-fn translate(daemon: &Mutex<Daemon>, network: u32, stores: &Stores) {
+/// every kind was listed). The policies refused are logged when they
+/// change (`refused`: the last translation's).
+fn translate(
+    daemon: &Mutex<Daemon>,
+    network: u32,
+    stores: &Stores,
+    refused: &mut std::collections::BTreeMap<String, String>,
+) {
     let (pods, nss, pols) = (lock(&stores.pods), lock(&stores.namespaces), lock(&stores.policies));
     let watches = json!({
         "pods": store_json(&*pods),
@@ -88,8 +95,11 @@ fn translate(daemon: &Mutex<Daemon>, network: u32, stores: &Stores) {
         Ok(a) => iso.exempt.extend(a),
         Err(e) => tracing::warn!("network policy: this node's addresses: {e}"),
     }
-    for (policy, why) in &report.refused {
-        tracing::warn!(policy, "network policy refused (its pods isolated, nothing allowed): {why}");
+    if report.refused != *refused {
+        for (policy, why) in &report.refused {
+            tracing::warn!(policy, "network policy refused (its pods isolated, nothing allowed): {why}");
+        }
+        refused.clone_from(&report.refused);
     }
     let status = json!({"watches": watches, "translation": report});
     let iso = (!iso.policies.is_empty()).then_some(iso);
