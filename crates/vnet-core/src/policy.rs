@@ -27,9 +27,11 @@
 //! what it is.
 
 pub mod flows;
+pub mod isolation;
 
 use crate::stats::Counters;
 pub use flows::{FlowKey, Flows};
+pub use isolation::Isolation;
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
@@ -105,6 +107,10 @@ pub struct NetPolicy {
     /// Packets dropped as unreadable, and later fragments of no allowed first.
     pub unclassifiable: Arc<AtomicU64>,
     pub orphan_fragments: Arc<AtomicU64>,
+    /// Kubernetes' NetworkPolicies of the network, met beside the rules
+    /// ([`isolation`]): a first packet passes when the rules and both its
+    /// ends' isolation allow it.
+    pub isolation: Option<Arc<Isolation>>,
 }
 
 impl NetPolicy {
@@ -117,6 +123,7 @@ impl NetPolicy {
             stateful: Arc::default(),
             unclassifiable: Arc::default(),
             orphan_fragments: Arc::default(),
+            isolation: None,
         }
     }
 
@@ -152,6 +159,9 @@ pub enum Why {
     Unclassifiable,
     /// A later fragment whose first was not allowed.
     OrphanFragment,
+    /// Allowed by the rules (or the default), denied by a NetworkPolicy's
+    /// isolation of one end ([`isolation`]).
+    Isolated(isolation::Denied),
 }
 
 /// A decision: allowed or not, and why.
@@ -301,6 +311,11 @@ impl PolicySet {
         if !allow {
             counters.drop_one();
             return Verdict { allow, why };
+        }
+        if let Some(iso) = &net.isolation {
+            if let Err(d) = iso.check(&f, len) {
+                return Verdict { allow: false, why: Why::Isolated(d) };
+            }
         }
         if let L3::Ip(ip) = f.l3 {
             self.remember(network, macs, &ip);

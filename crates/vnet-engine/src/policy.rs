@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vnet_control::policy::{Policies, RuleDef, Sel, Verb};
-use vnet_core::policy::{Action, NetPolicy, PolicySet, Rule, Selector};
+use vnet_core::policy::{Action, Isolation, NetPolicy, PolicySet, Rule, Selector};
 use vnet_wire::MacAddr;
 
 fn action(v: Verb) -> Action {
@@ -82,6 +82,21 @@ pub fn build(p: &Policies, extra: &Members, generation: u64, old: &PolicySet) ->
         })
         .collect();
     PolicySet { generation, nets, groups, flows: old.flows.clone(), mirror: old.mirror.clone() }
+}
+
+/// Puts `iso` (Kubernetes' NetworkPolicies, translated) on vnet network
+/// `network` of `set`, which it governs (allowing by default when it has
+/// no policy of its own): a first packet passes when the network's rules
+/// and both ends' isolation allow it.
+pub fn isolate(set: &mut PolicySet, network: u32, iso: Arc<Isolation>, old: &PolicySet) {
+    let net = set.nets.entry(network).or_insert_with(|| {
+        let n = NetPolicy::new(Action::Allow, Vec::new());
+        match old.nets.get(&network) {
+            Some(o) => n.counting_as(o),
+            None => n,
+        }
+    });
+    net.isolation = Some(iso);
 }
 
 #[cfg(test)]

@@ -1,13 +1,19 @@
 //! The Kubernetes API as a pod asks it: the in-cluster configuration
-//! (what client-go's `rest.InClusterConfig` reads) and one GET over TLS,
-//! bounded in time and size. Two programs of vnet's DaemonSet ask it:
+//! (what client-go's `rest.InClusterConfig` reads), GETs over TLS
+//! bounded in time and size, and watches ([`watch`]: a list, then the
+//! changes, each event bounded). Two programs of vnet's DaemonSet ask it:
 //! `vnetctl kube daemonset` (does the DaemonSet remain?) and vnetd
 //! (`pod-labels NAMESPACE/NAME`: the labels vnet-cni turns into a pod's
-//! policy groups).
+//! policy groups; and, with `--kube-network-policy`, the pods, namespaces
+//! and NetworkPolicies it translates into isolation, [`netpol`]).
 //!
-//! A hand-written client of one request rather than kube-rs: vnet asks two
-//! GETs of the API and needs none of its watches, types or configuration
+//! A hand-written client rather than kube-rs: vnet asks a few GETs and
+//! three watches of the API and needs none of its types or configuration
 //! files; hyper and rustls (already vnet's) carry them.
+
+pub mod netpol;
+pub mod objects;
+pub mod watch;
 
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
@@ -82,6 +88,27 @@ pub fn in_cluster(env: impl Fn(&str) -> Option<String>, account: &Path) -> Resul
 /// One GET of `path`: the status and at most [`LIMIT`] bytes of the body.
 /// (No time bound of its own: callers wrap it in [`TIMEOUT`].)
 pub async fn get(api: &Api, path: &str) -> Result<(u16, Bytes), String> {
+    get_limited(api, path, LIMIT).await
+}
+
+/// One GET of `path`: the status and at most `limit` bytes of the body.
+pub async fn get_limited(api: &Api, path: &str, limit: usize) -> Result<(u16, Bytes), String> {
+    let (authority, resp) = send(api, path).await?;
+    let status = resp.status().as_u16();
+    let body = Limited::new(resp.into_body(), limit)
+        .collect()
+        .await
+        .map_err(|e| format!("{authority}: the answer: {e}"))?
+        .to_bytes();
+    Ok((status, body))
+}
+
+/// Sends a GET of `path` on a connection of its own: the server's
+/// authority and its answer, the body still to read.
+pub(crate) async fn send(
+    api: &Api,
+    path: &str,
+) -> Result<(String, hyper::Response<hyper::body::Incoming>), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let cfg = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -110,13 +137,7 @@ pub async fn get(api: &Api, path: &str) -> Result<(u16, Bytes), String> {
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
     let resp = send.send_request(req).await.map_err(|e| format!("{authority}: {e}"))?;
-    let status = resp.status().as_u16();
-    let body = Limited::new(resp.into_body(), LIMIT)
-        .collect()
-        .await
-        .map_err(|e| format!("{authority}: the answer: {e}"))?
-        .to_bytes();
-    Ok((status, body))
+    Ok((authority, resp))
 }
 
 /// [`get`] within [`TIMEOUT`].

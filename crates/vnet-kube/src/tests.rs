@@ -25,7 +25,7 @@ fn the_in_cluster_configuration_is_checked() {
 }
 
 /// A CA and a server certificate for 127.0.0.1: (CA PEM, server cert PEM, server key PEM).
-fn certificates() -> (String, String, String) {
+pub(crate) fn certificates() -> (String, String, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -67,7 +67,7 @@ async fn serve_once(cert: &str, key: &str, answer: Vec<u8>) -> (u16, tokio::task
     (port, task)
 }
 
-fn api(port: u16, ca: &str) -> Api {
+pub(crate) fn api(port: u16, ca: &str) -> Api {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
         roots.add(c.unwrap()).unwrap();

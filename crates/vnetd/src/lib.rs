@@ -32,6 +32,7 @@ pub mod kube;
 pub mod link;
 pub mod listing;
 pub mod membership;
+pub mod netpol;
 pub mod paths;
 pub mod settings;
 pub mod shared;

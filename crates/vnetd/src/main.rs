@@ -104,6 +104,12 @@ struct Args {
     /// in its record for the others to check.
     #[arg(long, value_name = "FILE", requires = "network_key")]
     host_cert: Option<std::path::PathBuf>,
+    /// Cluster mode in a Kubernetes pod (vnet's DaemonSet): enforce the
+    /// cluster's NetworkPolicies on the cluster's network, watched as the
+    /// pod's service account (pods, namespaces, networkpolicies: list and
+    /// watch).
+    #[arg(long, requires = "cluster")]
+    kube_network_policy: bool,
     /// How vnetd runs: its CPUs, sockets, key, state and kernel maps.
     #[command(flatten)]
     daemon: vnetd::Settings,
@@ -296,6 +302,9 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
         let control = args.control.to_string();
         let cluster_status = cluster.as_ref().map(|_| status.clone());
         if let Some(cfg) = cluster {
+            if args.kube_network_policy {
+                tokio::spawn(vnetd::netpol::run(daemon.clone(), cfg.link_options.network));
+            }
             let (tx, rx) = vnetd::ipam::channel();
             limits = limits.with_ipam(tx);
             tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status, Some(rx)));

@@ -607,3 +607,43 @@ fn a_macs_groups_are_its_groups_in_one_network() {
     p.groups.insert((other, mac(1)), 1);
     assert!(p.decide(other, &f).allow, "once a member there");
 }
+
+/// A network with NetworkPolicies' isolation beside its rules: a first
+/// packet needs the rules and the isolation; its reply passes by the
+/// flow, though the replier's egress is isolated; a denied one leaves
+/// nothing behind; a `deny` rule wins whatever the isolation allows.
+#[test]
+fn isolation_is_met_beside_the_rules_and_replies_pass_by_the_flow() {
+    use isolation::{Allow, Isolation, Peer, Policy};
+    let ip = |n: u8| IpAddr::V4(Ipv4Addr::from(ip_of(n)));
+    // Host 2 takes only from host 1, and sends nothing of its own.
+    let from_1 = Allow {
+        peers: vec![Peer::Addrs(Arc::new([ip(1)].into_iter().collect()))],
+        ports: vec![],
+        counters: Arc::default(),
+    };
+    let p = Policy {
+        name: "prod/db".into(),
+        ingress: Some(vec![from_1]),
+        egress: Some(vec![]),
+        denied: Arc::default(),
+    };
+    let mut iso = Isolation { policies: vec![p], ..Isolation::default() };
+    iso.ingress_of.insert(ip(2), vec![0]);
+    iso.egress_of.insert(ip(2), vec![0]);
+    let deny_udp =
+        R { allow: false, from: (0, 0, 0), to: (0, 0, 0), ether: None, proto: Some(17), ports: None };
+    let mut s = set(&[deny_udp], Action::Allow);
+    s.nets.get_mut(&NET).unwrap().isolation = Some(Arc::new(iso));
+    let d = |p: &Pkt| s.decide(NET, &frame(p));
+    assert_eq!(
+        d(&pkt(3, 2, 0, 40000, 80)).why,
+        Why::Isolated(isolation::Denied { direction: isolation::Direction::Ingress, policy: 0 })
+    );
+    assert!(!d(&pkt(2, 3, 0, 80, 40000)).allow, "no flow left: 2 may not answer 3, nor send");
+    assert_eq!(d(&pkt(1, 2, 0, 40001, 80)).why, Why::Default, "1 to 2: the default and the isolation");
+    assert_eq!(d(&pkt(2, 1, 0, 80, 40001)).why, Why::Reply, "2's reply passes by the flow");
+    assert!(!d(&pkt(1, 2, 1, 5, 53)).allow, "a deny rule wins");
+    assert!(d(&pkt(3, 4, 0, 1, 80)).allow, "hosts no policy selects are not isolated");
+    assert!(d(&pkt(3, 2, 4, 0, 0)).allow, "ARP is not a NetworkPolicy's");
+}

@@ -20,6 +20,7 @@ mod integration;
 mod k8s;
 mod links;
 mod multisite;
+mod netpol;
 mod onboarding;
 mod operations;
 mod pods;

@@ -15,8 +15,18 @@ pub(super) type GuardInputs = Vec<(u32, Option<vnet_wire::MacAddr>, u32, Vec<std
 
 /// The policy set last built and what it was built from: the declarations
 /// (the state's and the cluster's signed policy, merged), the generation
-/// of the cluster's groups, and the interfaces' groups (`group G`).
-pub(super) type PolicyBuilt = (vnet_control::policy::Policies, u64, Members, Arc<PolicySet>);
+/// of the cluster's groups, the interfaces' groups (`group G`), and the
+/// generation of the NetworkPolicies' isolation.
+pub(super) type PolicyBuilt = (vnet_control::policy::Policies, u64, Members, u64, Arc<PolicySet>);
+
+/// `--kube-network-policy`: the isolation in force (its network), a count
+/// of its changes, and the watch's and translation's state.
+#[derive(Debug, Default)]
+pub(super) struct Isolating {
+    pub(super) current: Option<(u32, Arc<vnet_core::policy::Isolation>)>,
+    pub(super) generation: u64,
+    pub(super) status: serde_json::Value,
+}
 
 /// Cluster mode's inputs, and the tables built with them.
 #[derive(Default)]
@@ -46,4 +56,6 @@ pub(super) struct Clustered {
         Option<(GuardInputs, vnet_control::neigh::Neighbors, vnet_engine::plane::Guards)>,
     /// The policy set last built, and what it was built from.
     pub(super) policy_built: Option<PolicyBuilt>,
+    /// The Kubernetes NetworkPolicies' isolation (`--kube-network-policy`).
+    pub(super) isolation: Isolating,
 }

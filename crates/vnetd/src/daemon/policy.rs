@@ -30,10 +30,12 @@ impl Daemon {
         };
         let groups_gen = self.cluster.groups.1;
         let local = interface_groups(state);
-        if let Some((lines, g, l, built)) = &self.cluster.policy_built {
+        let iso_gen = self.cluster.isolation.generation;
+        if let Some((lines, g, l, i, built)) = &self.cluster.policy_built {
             if *lines == *declared
                 && *g == groups_gen
                 && *l == local
+                && *i == iso_gen
                 && built.mirror.is_some() == mirror.is_some()
             {
                 return built.clone();
@@ -46,10 +48,47 @@ impl Daemon {
         for (key, gs) in &local {
             extra.entry(*key).or_default().extend(gs.iter().cloned());
         }
-        let set = vnet_engine::policy::build(&declared, &extra, generation, &old);
+        let mut set = vnet_engine::policy::build(&declared, &extra, generation, &old);
+        if let Some((network, iso)) = &self.cluster.isolation.current {
+            vnet_engine::policy::isolate(&mut set, *network, iso.clone(), &old);
+        }
         let built = Arc::new(PolicySet { mirror, ..set });
-        self.cluster.policy_built = Some((declared.into_owned(), groups_gen, local, built.clone()));
+        self.cluster.policy_built = Some((declared.into_owned(), groups_gen, local, iso_gen, built.clone()));
         built
+    }
+
+    /// `--kube-network-policy`: vnet network `network`'s isolation, as
+    /// translated from the cluster's NetworkPolicies (`None`: no
+    /// NetworkPolicy, the network not governed by them), and what the
+    /// watch and the translation say (`show policy`). A new generation of
+    /// the policy only when it differs from the one in force.
+    pub fn set_isolation(
+        &mut self,
+        network: u32,
+        iso: Option<vnet_core::policy::Isolation>,
+        status: Value,
+    ) -> Result<(), Error> {
+        self.cluster.isolation.status = status;
+        let same = match (&self.cluster.isolation.current, &iso) {
+            (Some((n, old)), Some(new)) => *n == network && old.same_rules(new),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return Ok(());
+        }
+        let iso = iso.map(|i| match &self.cluster.isolation.current {
+            Some((_, old)) => i.counting_as(old),
+            None => i,
+        });
+        self.cluster.isolation.current = iso.map(|i| (network, Arc::new(i)));
+        self.cluster.isolation.generation += 1;
+        self.apply(&[])
+    }
+
+    /// The watch's state alone (before the first translation).
+    pub fn set_isolation_status(&mut self, status: Value) {
+        self.cluster.isolation.status = status;
     }
 
     /// Cluster mode: the groups each MAC of vnet network `network` (the
@@ -146,6 +185,7 @@ impl Daemon {
                     "kernel_flow_packets": kp,
                     "unclassifiable": net.unclassifiable.load(Relaxed),
                     "orphan_fragments": net.orphan_fragments.load(Relaxed),
+                    "networkpolicies": net.isolation.as_deref().map(isolation_json),
                 })
             })
             .collect();
@@ -161,6 +201,7 @@ impl Daemon {
                 json!({"written": m.offered.load(Relaxed), "refused": m.failed.load(Relaxed)})
             }),
             "kernel_clock": p.mirror.as_ref().and(self.kernel.path.as_ref()).and_then(|k| k.policy_clock()),
+            "kubernetes": (!self.cluster.isolation.status.is_null()).then(|| self.cluster.isolation.status.clone()),
         })
     }
 
@@ -189,6 +230,9 @@ impl Daemon {
                 "drops": n["default_drops"],
             }));
             out.push_str(&super::show::table(&["name", "action", "packets", "drops"], &rows));
+            if n["networkpolicies"].is_object() {
+                out.push_str(&networkpolicies_text(&n["networkpolicies"]));
+            }
         }
         out.push_str(&format!(
             "flows: {} of {} slots ({} evicted)\n",
@@ -216,6 +260,61 @@ impl Daemon {
             }
         }
     }
+}
+
+/// A network's NetworkPolicies for `show policy json`: each by its name,
+/// the directions it isolates, what each of its rules allowed (first
+/// packets) and what it denied.
+fn isolation_json(iso: &vnet_core::policy::Isolation) -> Value {
+    let rules = |rs: &Option<Vec<vnet_core::policy::isolation::Allow>>| {
+        rs.as_ref().map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    let c = r.counters.snapshot();
+                    json!({"peers": r.peers.len(), "ports": r.ports.len(), "packets": c.packets, "bytes": c.bytes})
+                })
+                .collect::<Vec<_>>()
+        })
+    };
+    let policies: Vec<Value> = iso
+        .policies
+        .iter()
+        .map(|p| {
+            let d = p.denied.snapshot();
+            json!({"name": p.name, "ingress": rules(&p.ingress), "egress": rules(&p.egress), "denied": d.drops})
+        })
+        .collect();
+    json!({
+        "policies": policies,
+        "isolated_ingress": iso.ingress_of.len(),
+        "isolated_egress": iso.egress_of.len(),
+        "exempt": iso.exempt.len(),
+    })
+}
+
+/// `show policy`'s lines of a network's NetworkPolicies: one row a rule,
+/// named `NAMESPACE/NAME ingress|egress N`, and one a policy's denials.
+fn networkpolicies_text(v: &Value) -> String {
+    let mut rows = Vec::new();
+    for p in v["policies"].as_array().into_iter().flatten() {
+        for dir in ["ingress", "egress"] {
+            for (i, r) in p[dir].as_array().into_iter().flatten().enumerate() {
+                let rule = format!("{dir} {i}");
+                rows.push(json!({"networkpolicy": p["name"], "rule": rule, "action": "allow", "packets": r["packets"]}));
+            }
+        }
+        let isolates: Vec<&str> = ["ingress", "egress"].into_iter().filter(|d| p[*d].is_array()).collect();
+        let rule = format!("(isolated: {})", isolates.join(", "));
+        rows.push(
+            json!({"networkpolicy": p["name"], "rule": rule, "action": "deny", "packets": p["denied"]}),
+        );
+    }
+    format!(
+        "NetworkPolicies: {} pod addresses isolated for ingress, {} for egress\n{}",
+        v["isolated_ingress"],
+        v["isolated_egress"],
+        super::show::table(&["networkpolicy", "rule", "action", "packets"], &rows)
+    )
 }
 
 /// The groups the state's interfaces put their MACs in (`group G`), in
@@ -259,6 +358,65 @@ fn merged(
 #[cfg(test)]
 mod tests {
     use super::merged;
+
+    /// A NetworkPolicy's isolation (one isolating `prod/deny` and one
+    /// rule of `prod/allow`), as the watch's translation gives it.
+    fn isolation() -> vnet_core::policy::Isolation {
+        use vnet_core::policy::isolation::{Allow, Isolation, Policy};
+        let ip: std::net::IpAddr = "10.244.0.2".parse().unwrap();
+        let allow = Allow { peers: vec![], ports: vec![], counters: Default::default() };
+        let mut iso = Isolation {
+            policies: vec![
+                Policy {
+                    name: "prod/allow".into(),
+                    ingress: Some(vec![allow]),
+                    egress: None,
+                    denied: Default::default(),
+                },
+                Policy {
+                    name: "prod/deny".into(),
+                    ingress: Some(vec![]),
+                    egress: None,
+                    denied: Default::default(),
+                },
+            ],
+            ..Isolation::default()
+        };
+        iso.ingress_of.insert(ip, vec![0, 1]);
+        iso
+    }
+
+    /// `--kube-network-policy`: the translation governs its network (and
+    /// only while a NetworkPolicy exists), a translation that changed
+    /// nothing is no new generation, and `show policy` names each rule's
+    /// NetworkPolicy.
+    #[test]
+    fn network_policies_govern_their_network_and_show_policy_names_them() {
+        let mut d = super::Daemon::default();
+        d.set_isolation(7, Some(isolation()), serde_json::json!({"translation": {"policies": 2}})).unwrap();
+        let p = d.shared.plane.load().policy.clone();
+        assert!(p.governs(7) && !p.governs(0), "the cluster's network only");
+        let text = d.show(vnet_control::ShowWhat::Policy, false);
+        assert!(
+            text.contains("NetworkPolicies: 1 pod addresses isolated for ingress, 0 for egress"),
+            "{text}"
+        );
+        assert!(
+            text.contains("prod/allow") && text.contains("ingress 0") && text.contains("allow"),
+            "{text}"
+        );
+        assert!(text.contains("prod/deny") && text.contains("(isolated: ingress)"), "{text}");
+        let json: serde_json::Value =
+            serde_json::from_str(&d.show(vnet_control::ShowWhat::Policy, true)).unwrap();
+        assert_eq!(json["policy"][0]["networkpolicies"]["policies"][1]["name"], "prod/deny");
+        assert_eq!(json["kubernetes"]["translation"]["policies"], 2);
+        let generation = p.generation;
+        d.set_isolation(7, Some(isolation()), serde_json::Value::Null).unwrap();
+        assert_eq!(d.shared.plane.load().policy.generation, generation, "the same translation");
+        d.set_isolation(7, None, serde_json::Value::Null).unwrap();
+        assert!(!d.shared.plane.load().policy.governs(7), "no NetworkPolicy left");
+        assert_eq!(d.show(vnet_control::ShowWhat::Policy, false), "no network has a policy\n");
+    }
 
     fn policies(text: &str) -> vnet_control::policy::Policies {
         vnet_control::State::default().apply_all(&vnet_control::parse(text).unwrap()).unwrap().policies

@@ -183,3 +183,40 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
     }
     Ok(ifindex)
 }
+
+/// Every IPv4 and IPv6 address of this network namespace's interfaces
+/// (`getifaddrs`): the node's own, when vnetd runs in the node's network.
+pub fn local_addresses() -> io::Result<Vec<std::net::IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: `getifaddrs` writes a list it allocated into `head`; checked below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut at = head;
+    while !at.is_null() {
+        // SAFETY: `at` is a node of the list `getifaddrs` made, not freed
+        // until `freeifaddrs` below; its `ifa_addr` is null or points to a
+        // sockaddr of the family it names, whose size that family fixes.
+        unsafe {
+            let a = (*at).ifa_addr;
+            if !a.is_null() {
+                match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        let s = &*(a as *const libc::sockaddr_in);
+                        out.push(std::net::Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)).into());
+                    }
+                    libc::AF_INET6 => {
+                        let s = &*(a as *const libc::sockaddr_in6);
+                        out.push(std::net::Ipv6Addr::from(s.sin6_addr.s6_addr).into());
+                    }
+                    _ => {}
+                }
+            }
+            at = (*at).ifa_next;
+        }
+    }
+    // SAFETY: `head` is the list `getifaddrs` made, freed once, not used after.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}

@@ -1,0 +1,237 @@
+//! Isolation as Kubernetes' NetworkPolicy means it (networking.k8s.io/v1),
+//! beside a network's own rules: an endpoint (a pod, by its addresses)
+//! that a policy selects for ingress is isolated for ingress, and then
+//! receives only what one of the ingress rules of the policies selecting
+//! it allows; likewise for egress, with the egress rules. An endpoint no
+//! policy selects for a direction is not isolated in it: nothing is
+//! denied by default. A packet passes when both its sender's egress and
+//! its receiver's ingress allow it (each only if isolated), and the
+//! network's own rules too ([`super::PolicySet::decide`]).
+//!
+//! Endpoints are matched by IP address, as Kubernetes does (a Service's
+//! backend is a pod address; port security and the IP source guard tie a
+//! pod's addresses to its interface). What is not IP (ARP, other
+//! EtherTypes) and ICMPv6 other than echo and errors (neighbour and router
+//! discovery) is not a NetworkPolicy's: it passes this check. Further
+//! packets, replies, later fragments and ICMP errors of an allowed flow
+//! pass by state, as for the rules. Packets from or to one of `exempt`'s
+//! addresses (the node's own, its address on the pods' LAN included: a
+//! pod cannot block its own node, as Kubernetes says) pass this check too.
+//!
+//! Sans-IO: built by the control plane (vnetd's NetworkPolicy watch),
+//! asked by [`super::PolicySet::decide`] for the first packet of a flow.
+
+use super::in_prefix;
+use crate::stats::Counters;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use vnet_wire::classify::{Facts, Icmp, Ip, L3};
+use vnet_wire::ip::{PROTO_TCP, PROTO_UDP};
+
+/// ICMPv6's protocol number.
+const PROTO_ICMPV6: u8 = 58;
+
+/// The other end of a rule's packets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// Pods' addresses (a pod and a namespace selector's, resolved).
+    Addrs(Arc<FxHashSet<IpAddr>>),
+    /// An `ipBlock`: a prefix and the prefixes taken out of it.
+    Block { net: (IpAddr, u8), except: Vec<(IpAddr, u8)> },
+}
+
+impl Peer {
+    fn matches(&self, ip: IpAddr) -> bool {
+        match self {
+            Peer::Addrs(set) => set.contains(&ip),
+            Peer::Block { net, except } => {
+                in_prefix(ip, net.0, net.1) && !except.iter().any(|&(n, l)| in_prefix(ip, n, l))
+            }
+        }
+    }
+}
+
+/// The destination ports a rule allows, of one protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ports {
+    /// Every port (a `port` left out), and for a protocol without ports,
+    /// every packet of it.
+    All,
+    /// A range, inclusive (`port`, and `endPort`).
+    Range(u16, u16),
+    /// A named port: its number in each destination pod that has one of
+    /// that name and protocol, by the pod's address.
+    Named(Arc<FxHashMap<IpAddr, u16>>),
+}
+
+/// One `ports` entry of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortMatch {
+    pub proto: u8,
+    pub ports: Ports,
+}
+
+impl PortMatch {
+    fn matches(&self, ip: &Ip) -> bool {
+        if ip.proto != self.proto {
+            return false;
+        }
+        let has_ports = matches!(ip.proto, PROTO_TCP | PROTO_UDP);
+        match &self.ports {
+            Ports::All => true,
+            Ports::Range(lo, hi) => has_ports && (*lo..=*hi).contains(&ip.dport),
+            Ports::Named(by_pod) => has_ports && by_pod.get(&ip.dst) == Some(&ip.dport),
+        }
+    }
+}
+
+/// One ingress or egress rule of a policy: what it allows to (egress)
+/// or from (ingress) its selected pods.
+#[derive(Debug)]
+pub struct Allow {
+    /// Any of these (none: every peer).
+    pub peers: Vec<Peer>,
+    /// Any of these (none: every protocol and port).
+    pub ports: Vec<PortMatch>,
+    /// The first packets it met (allowed here; the other end may still
+    /// deny them).
+    pub counters: Arc<Counters>,
+}
+
+impl Allow {
+    /// Whether it allows `ip` with the peer's address `peer`.
+    fn matches(&self, peer: IpAddr, ip: &Ip) -> bool {
+        (self.peers.is_empty() || self.peers.iter().any(|p| p.matches(peer)))
+            && (self.ports.is_empty() || self.ports.iter().any(|p| p.matches(ip)))
+    }
+}
+
+/// One NetworkPolicy, compiled.
+#[derive(Debug)]
+pub struct Policy {
+    /// `NAMESPACE/NAME`.
+    pub name: String,
+    /// Its ingress rules, when it isolates its pods for ingress
+    /// (`policyTypes`); `Some(vec![])` allows nothing in.
+    pub ingress: Option<Vec<Allow>>,
+    pub egress: Option<Vec<Allow>>,
+    /// First packets it isolated and no rule allowed (counted by the
+    /// first policy isolating the pod in that direction).
+    pub denied: Arc<Counters>,
+}
+
+/// Which of a packet's two checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Ingress,
+    Egress,
+}
+
+/// A network's NetworkPolicies, as the data path asks them.
+#[derive(Debug, Default)]
+pub struct Isolation {
+    pub policies: Vec<Policy>,
+    /// Each pod address isolated for ingress: the policies selecting it
+    /// for ingress (indices in `policies`).
+    pub ingress_of: FxHashMap<IpAddr, Vec<u32>>,
+    pub egress_of: FxHashMap<IpAddr, Vec<u32>>,
+    /// Addresses whose packets (either way) this check passes: the
+    /// node's own.
+    pub exempt: FxHashSet<IpAddr>,
+}
+
+/// Why the check denied a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denied {
+    pub direction: Direction,
+    /// The policy it is counted by.
+    pub policy: usize,
+}
+
+impl Isolation {
+    /// Whether anything is isolated at all.
+    pub fn is_empty(&self) -> bool {
+        self.ingress_of.is_empty() && self.egress_of.is_empty()
+    }
+
+    /// The check of a first packet (`f`, `len` bytes): both ends'
+    /// isolation, counted (the rule that allowed it, or the policy that
+    /// denied it).
+    pub fn check(&self, f: &Facts, len: usize) -> Result<(), Denied> {
+        let L3::Ip(ip) = f.l3 else { return Ok(()) };
+        if ip.proto == PROTO_ICMPV6 && ip.icmp == Icmp::None {
+            return Ok(());
+        }
+        if self.exempt.contains(&ip.src) || self.exempt.contains(&ip.dst) {
+            return Ok(());
+        }
+        // The sender's egress, then the receiver's ingress.
+        for (direction, own, peer) in
+            [(Direction::Egress, ip.src, ip.dst), (Direction::Ingress, ip.dst, ip.src)]
+        {
+            let of = if direction == Direction::Egress { &self.egress_of } else { &self.ingress_of };
+            let Some(selecting) = of.get(&own) else { continue };
+            let rules = |i: &u32| {
+                let p = self.policies.get(*i as usize)?;
+                if direction == Direction::Egress {
+                    p.egress.as_ref()
+                } else {
+                    p.ingress.as_ref()
+                }
+            };
+            match selecting.iter().filter_map(rules).flatten().find(|a| a.matches(peer, &ip)) {
+                Some(a) => a.counters.add(len),
+                None => {
+                    let policy = selecting.first().map_or(0, |&i| i as usize);
+                    if let Some(p) = self.policies.get(policy) {
+                        p.denied.add(len);
+                        p.denied.drop_one();
+                    }
+                    return Err(Denied { direction, policy });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `o` isolates and allows exactly what `self` does (counters
+    /// aside): a translation that changed nothing is no new generation.
+    pub fn same_rules(&self, o: &Isolation) -> bool {
+        let rules = |a: &Option<Vec<Allow>>, b: &Option<Vec<Allow>>| match (a, b) {
+            (Some(a), Some(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.peers == y.peers && x.ports == y.ports)
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        self.policies.len() == o.policies.len()
+            && self.policies.iter().zip(&o.policies).all(|(a, b)| {
+                a.name == b.name && rules(&a.ingress, &b.ingress) && rules(&a.egress, &b.egress)
+            })
+            && self.ingress_of == o.ingress_of
+            && self.egress_of == o.egress_of
+            && self.exempt == o.exempt
+    }
+
+    /// The same, counting on in `old`'s counters: each policy's by its
+    /// name, each rule's by its place in its policy.
+    pub fn counting_as(mut self, old: &Isolation) -> Self {
+        let by_name: FxHashMap<&str, &Policy> = old.policies.iter().map(|p| (p.name.as_str(), p)).collect();
+        for p in &mut self.policies {
+            let Some(o) = by_name.get(p.name.as_str()) else { continue };
+            p.denied = o.denied.clone();
+            for (new, old) in [(&mut p.ingress, &o.ingress), (&mut p.egress, &o.egress)] {
+                if let (Some(new), Some(old)) = (new, old) {
+                    for (a, b) in new.iter_mut().zip(old) {
+                        a.counters = b.counters.clone();
+                    }
+                }
+            }
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests;

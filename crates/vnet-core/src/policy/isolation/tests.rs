@@ -1,0 +1,181 @@
+use super::*;
+use std::net::Ipv4Addr;
+use vnet_wire::classify::Frag;
+use vnet_wire::MacAddr;
+
+fn ip(n: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 244, 0, n))
+}
+
+fn mac(n: u8) -> MacAddr {
+    MacAddr([0x52, 0x54, 0, 0, 0, n])
+}
+
+/// A first packet from pod `s` to pod `d` (MAC and address by number).
+fn pkt(s: u8, d: u8, proto: u8, dport: u16) -> Facts {
+    Facts {
+        src: mac(s),
+        dst: mac(d),
+        ether: 0x0800,
+        tags: 0,
+        l3: L3::Ip(Ip {
+            src: ip(s),
+            dst: ip(d),
+            proto,
+            sport: 40000,
+            dport,
+            frag: Frag::Whole,
+            icmp: if proto == 1 { Icmp::Echo { request: true, id: 1 } } else { Icmp::None },
+        }),
+    }
+}
+
+fn allow(peers: Vec<Peer>, ports: Vec<PortMatch>) -> Allow {
+    Allow { peers, ports, counters: Arc::default() }
+}
+
+fn pods(ns: &[u8]) -> Peer {
+    Peer::Addrs(Arc::new(ns.iter().map(|&n| ip(n)).collect()))
+}
+
+fn policy(name: &str, ingress: Option<Vec<Allow>>, egress: Option<Vec<Allow>>) -> Policy {
+    Policy { name: name.into(), ingress, egress, denied: Arc::default() }
+}
+
+/// `policies` with policy i selecting the pods `selects[i]`.
+fn set(policies: Vec<Policy>, selects: &[&[u8]]) -> Isolation {
+    let mut iso = Isolation::default();
+    for (i, (p, sel)) in policies.iter().zip(selects).enumerate() {
+        for &n in sel.iter() {
+            if p.ingress.is_some() {
+                iso.ingress_of.entry(ip(n)).or_default().push(i as u32);
+            }
+            if p.egress.is_some() {
+                iso.egress_of.entry(ip(n)).or_default().push(i as u32);
+            }
+        }
+    }
+    iso.policies = policies;
+    iso
+}
+
+#[test]
+fn only_selected_pods_are_isolated_and_only_in_their_policys_directions() {
+    // Default deny ingress for pod 2.
+    let iso = set(vec![policy("prod/deny", Some(vec![]), None)], &[&[2]]);
+    assert_eq!(
+        iso.check(&pkt(1, 2, 6, 80), 60),
+        Err(Denied { direction: Direction::Ingress, policy: 0 }),
+        "the selected pod is isolated for ingress"
+    );
+    assert_eq!(iso.check(&pkt(1, 3, 6, 80), 60), Ok(()), "positive control: an unselected pod is not");
+    assert_eq!(iso.check(&pkt(2, 1, 6, 80), 60), Ok(()), "nor is the selected pod for egress");
+    assert_eq!(iso.policies[0].denied.snapshot().drops, 1);
+    // Egress only.
+    let iso = set(vec![policy("prod/deny-out", None, Some(vec![]))], &[&[2]]);
+    assert!(iso.check(&pkt(2, 1, 17, 53), 60).is_err());
+    assert_eq!(iso.check(&pkt(1, 2, 17, 53), 60), Ok(()), "ingress to it is not isolated");
+}
+
+#[test]
+fn a_packet_needs_the_senders_egress_and_the_receivers_ingress() {
+    // Pod 1 may send only to pod 2; pod 2 takes only from pod 3.
+    let out = policy("a/out", None, Some(vec![allow(vec![pods(&[2])], vec![])]));
+    let inn = policy("a/in", Some(vec![allow(vec![pods(&[3])], vec![])]), None);
+    let iso = set(vec![out, inn], &[&[1], &[2]]);
+    let d = iso.check(&pkt(1, 2, 6, 80), 60).unwrap_err();
+    assert_eq!(d, Denied { direction: Direction::Ingress, policy: 1 }, "egress allows, ingress does not");
+    assert_eq!(iso.check(&pkt(3, 2, 6, 80), 60), Ok(()), "pod 3 is not egress-isolated, and 2 takes it");
+    assert_eq!(iso.check(&pkt(1, 4, 6, 80), 60).unwrap_err().direction, Direction::Egress);
+    assert_eq!(
+        iso.policies[0].egress.as_ref().unwrap()[0].counters.snapshot().packets,
+        1,
+        "the rule met once (its packet then denied by 2's ingress)"
+    );
+}
+
+#[test]
+fn the_rules_of_every_policy_selecting_a_pod_add_up() {
+    let web = policy("a/web", Some(vec![allow(vec![pods(&[1])], vec![])]), None);
+    let db = policy("a/db", Some(vec![allow(vec![pods(&[3])], vec![])]), None);
+    let iso = set(vec![web, db], &[&[2], &[2]]);
+    assert_eq!(iso.check(&pkt(1, 2, 6, 80), 60), Ok(()));
+    assert_eq!(iso.check(&pkt(3, 2, 6, 80), 60), Ok(()));
+    assert!(iso.check(&pkt(4, 2, 6, 80), 60).is_err());
+}
+
+#[test]
+fn ports_ranges_named_ports_and_protocols() {
+    let named: FxHashMap<IpAddr, u16> = [(ip(2), 8080), (ip(3), 9090)].into_iter().collect();
+    let ports = vec![
+        PortMatch { proto: 6, ports: Ports::Range(5432, 5432) },
+        PortMatch { proto: 6, ports: Ports::Range(6000, 6010) },
+        PortMatch { proto: 6, ports: Ports::Named(Arc::new(named)) },
+        PortMatch { proto: 17, ports: Ports::All },
+    ];
+    let iso = set(vec![policy("a/p", Some(vec![allow(vec![], ports)]), None)], &[&[2, 3]]);
+    let ok = |s, d, proto, port| iso.check(&pkt(s, d, proto, port), 60).is_ok();
+    assert!(ok(1, 2, 6, 5432) && !ok(1, 2, 6, 5433), "one port");
+    assert!(ok(1, 2, 6, 6000) && ok(1, 2, 6, 6010) && !ok(1, 2, 6, 6011), "endPort, inclusive");
+    assert!(ok(1, 2, 6, 8080) && !ok(1, 2, 6, 9090), "a named port: pod 2's number");
+    assert!(ok(1, 3, 6, 9090) && !ok(1, 3, 6, 8080), "and pod 3's");
+    assert!(ok(1, 2, 17, 5432), "UDP: every port");
+    assert!(ok(1, 2, 17, 7), "UDP with no port: every port");
+    assert!(!ok(1, 2, 1, 0), "ICMP is no protocol the rule names");
+    // No ports: every protocol, ICMP included.
+    let iso = set(vec![policy("a/any", Some(vec![allow(vec![pods(&[1])], vec![])]), None)], &[&[2]]);
+    assert!(iso.check(&pkt(1, 2, 1, 0), 60).is_ok());
+}
+
+#[test]
+fn an_ip_block_takes_its_exceptions_out() {
+    let block = Peer::Block {
+        net: (IpAddr::V4(Ipv4Addr::new(10, 244, 0, 0)), 24),
+        except: vec![(IpAddr::V4(Ipv4Addr::new(10, 244, 0, 0)), 30), (ip(9), 32)],
+    };
+    let iso = set(vec![policy("a/b", Some(vec![allow(vec![block], vec![])]), None)], &[&[2]]);
+    assert!(iso.check(&pkt(5, 2, 6, 1), 60).is_ok(), "in the block");
+    assert!(iso.check(&pkt(1, 2, 6, 1), 60).is_err(), "in the first exception");
+    assert!(iso.check(&pkt(9, 2, 6, 1), 60).is_err(), "in the second");
+}
+
+#[test]
+fn what_is_no_network_policys_passes_and_the_nodes_own_port_is_exempt() {
+    let mut iso = set(vec![policy("a/deny", Some(vec![]), Some(vec![]))], &[&[2]]);
+    let mut arp = pkt(1, 2, 6, 80);
+    arp.l3 = L3::Arp { sender: Ipv4Addr::new(10, 244, 0, 1), target: Ipv4Addr::new(10, 244, 0, 2) };
+    assert!(iso.check(&arp, 42).is_ok(), "ARP");
+    let mut nd = pkt(1, 2, 58, 0);
+    if let L3::Ip(ip) = &mut nd.l3 {
+        ip.icmp = Icmp::None;
+    }
+    assert!(iso.check(&nd, 42).is_ok(), "neighbour discovery");
+    let mut echo6 = pkt(1, 2, 58, 0);
+    if let L3::Ip(ip) = &mut echo6.l3 {
+        ip.icmp = Icmp::Echo { request: true, id: 3 };
+    }
+    assert!(iso.check(&echo6, 42).is_err(), "an ICMPv6 echo is a NetworkPolicy's");
+    assert!(iso.check(&pkt(1, 2, 6, 80), 60).is_err(), "control: the node's address not yet exempt");
+    iso.exempt.insert(ip(1));
+    assert!(iso.check(&pkt(1, 2, 6, 80), 60).is_ok(), "from the node");
+    assert!(iso.check(&pkt(2, 1, 6, 80), 60).is_ok(), "to the node");
+}
+
+#[test]
+fn counters_follow_a_policy_by_name_into_the_next_set() {
+    let old = set(vec![policy("a/p", Some(vec![allow(vec![pods(&[1])], vec![])]), None)], &[&[2]]);
+    old.check(&pkt(1, 2, 6, 80), 60).unwrap();
+    old.check(&pkt(3, 2, 6, 80), 60).unwrap_err();
+    let new = set(
+        vec![
+            policy("a/q", Some(vec![]), None),
+            policy("a/p", Some(vec![allow(vec![pods(&[1, 3])], vec![])]), None),
+        ],
+        &[&[4], &[2]],
+    )
+    .counting_as(&old);
+    let p = &new.policies[1];
+    assert_eq!(p.ingress.as_ref().unwrap()[0].counters.snapshot().packets, 1);
+    assert_eq!(p.denied.snapshot().drops, 1);
+    assert_eq!(new.policies[0].denied.snapshot().drops, 0);
+}

@@ -1,0 +1,273 @@
+//! The parts of the Kubernetes objects NetworkPolicy needs, read from the
+//! API's JSON: a pod's namespace, labels, addresses and named ports, a
+//! namespace's labels, a NetworkPolicy's spec. Only what is read is kept
+//! (the watch holds these, not the objects). Anything malformed is an
+//! [`ObjectError`], never a panic.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// Labels, as the API gives them.
+pub type Labels = BTreeMap<String, String>;
+
+/// An object the API sent that cannot be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ObjectError {
+    #[error("not a {kind} object: {reason}")]
+    Shape { kind: &'static str, reason: String },
+    #[error("{0}: without a namespace or a name")]
+    Unnamed(&'static str),
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Meta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub labels: Labels,
+    #[serde(default)]
+    pub resource_version: String,
+}
+
+/// A pod's named container port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedPort {
+    pub name: String,
+    pub proto: u8,
+    pub port: u16,
+}
+
+/// A pod, as NetworkPolicy sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub labels: Labels,
+    /// Its addresses (none yet: not selected, no peer).
+    pub ips: Vec<IpAddr>,
+    /// On the node's network: no policy applies to it.
+    pub host_network: bool,
+    pub ports: Vec<NamedPort>,
+}
+
+/// A namespace's labels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespace {
+    pub name: String,
+    pub labels: Labels,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Requirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// A label selector (`{}`: everything).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Selector {
+    #[serde(default)]
+    pub match_labels: Labels,
+    #[serde(default)]
+    pub match_expressions: Vec<Requirement>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct IpBlock {
+    pub cidr: String,
+    #[serde(default)]
+    pub except: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerSpec {
+    pub pod_selector: Option<Selector>,
+    pub namespace_selector: Option<Selector>,
+    pub ip_block: Option<IpBlock>,
+}
+
+/// A port: a number or a name.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum PortRef {
+    Number(i64),
+    Name(String),
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PortSpec {
+    pub protocol: Option<String>,
+    pub port: Option<PortRef>,
+    pub end_port: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleSpec {
+    /// `from` (ingress) or `to` (egress).
+    #[serde(default, alias = "from", alias = "to")]
+    pub peers: Option<Vec<PeerSpec>>,
+    #[serde(default)]
+    pub ports: Option<Vec<PortSpec>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicySpec {
+    #[serde(default)]
+    pub pod_selector: Selector,
+    pub policy_types: Option<Vec<String>>,
+    pub ingress: Option<Vec<RuleSpec>>,
+    pub egress: Option<Vec<RuleSpec>>,
+}
+
+/// A NetworkPolicy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkPolicy {
+    pub namespace: String,
+    pub name: String,
+    pub spec: PolicySpec,
+}
+
+impl NetworkPolicy {
+    /// `NAMESPACE/NAME`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+fn shape(kind: &'static str) -> impl Fn(serde_json::Error) -> ObjectError {
+    move |e| ObjectError::Shape { kind, reason: e.to_string() }
+}
+
+/// The metadata of any object.
+pub fn meta(obj: &serde_json::Value) -> Result<Meta, ObjectError> {
+    Meta::deserialize(&obj["metadata"]).map_err(shape("Kubernetes"))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ContainerPort {
+    name: Option<String>,
+    container_port: i64,
+    protocol: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Container {
+    #[serde(default)]
+    ports: Vec<ContainerPort>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PodSpec {
+    #[serde(default)]
+    host_network: bool,
+    #[serde(default)]
+    containers: Vec<Container>,
+    #[serde(default)]
+    init_containers: Vec<Container>,
+}
+
+#[derive(Deserialize)]
+struct PodIp {
+    ip: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PodStatus {
+    phase: Option<String>,
+    #[serde(rename = "podIP")]
+    pod_ip: Option<String>,
+    #[serde(default, rename = "podIPs")]
+    pod_ips: Vec<PodIp>,
+}
+
+/// The protocol number of a `protocol` field (TCP when left out).
+pub fn protocol(p: Option<&str>) -> Option<u8> {
+    match p.unwrap_or("TCP") {
+        "TCP" => Some(6),
+        "UDP" => Some(17),
+        "SCTP" => Some(132),
+        _ => None,
+    }
+}
+
+/// A pod from the API's JSON. A pod that ended (`Succeeded`, `Failed`)
+/// has no addresses any more: its address may be another pod's next.
+pub fn pod(obj: &serde_json::Value) -> Result<Pod, ObjectError> {
+    let m = meta(obj)?;
+    if m.name.is_empty() || m.namespace.is_empty() {
+        return Err(ObjectError::Unnamed("pod"));
+    }
+    let spec = match obj.get("spec") {
+        Some(s) => PodSpec::deserialize(s).map_err(shape("pod"))?,
+        None => PodSpec::default(),
+    };
+    let status = match obj.get("status") {
+        Some(s) => PodStatus::deserialize(s).map_err(shape("pod"))?,
+        None => PodStatus::default(),
+    };
+    let ended = matches!(status.phase.as_deref(), Some("Succeeded" | "Failed"));
+    let mut ips: Vec<IpAddr> = status.pod_ips.iter().filter_map(|i| i.ip.parse().ok()).collect();
+    if ips.is_empty() {
+        ips.extend(status.pod_ip.as_deref().and_then(|i| i.parse::<IpAddr>().ok()));
+    }
+    if ended {
+        ips.clear();
+    }
+    let ports = spec
+        .containers
+        .iter()
+        .chain(&spec.init_containers)
+        .flat_map(|c| &c.ports)
+        .filter_map(|p| {
+            Some(NamedPort {
+                name: p.name.clone()?,
+                proto: protocol(p.protocol.as_deref())?,
+                port: u16::try_from(p.container_port).ok()?,
+            })
+        })
+        .collect();
+    Ok(Pod {
+        namespace: m.namespace,
+        name: m.name,
+        labels: m.labels,
+        ips,
+        host_network: spec.host_network,
+        ports,
+    })
+}
+
+/// A namespace from the API's JSON.
+pub fn namespace(obj: &serde_json::Value) -> Result<Namespace, ObjectError> {
+    let m = meta(obj)?;
+    if m.name.is_empty() {
+        return Err(ObjectError::Unnamed("namespace"));
+    }
+    Ok(Namespace { name: m.name, labels: m.labels })
+}
+
+/// A NetworkPolicy from the API's JSON.
+pub fn network_policy(obj: &serde_json::Value) -> Result<NetworkPolicy, ObjectError> {
+    let m = meta(obj)?;
+    if m.name.is_empty() || m.namespace.is_empty() {
+        return Err(ObjectError::Unnamed("NetworkPolicy"));
+    }
+    let spec = PolicySpec::deserialize(&obj["spec"]).map_err(shape("NetworkPolicy"))?;
+    Ok(NetworkPolicy { namespace: m.namespace, name: m.name, spec })
+}

@@ -1,0 +1,351 @@
+//! NetworkPolicy (issue 67) on the lab's Kubernetes, as a user applies
+//! them: vnet from its manifest (vnetd `--kube-network-policy`), pods in
+//! two namespaces on three nodes, NetworkPolicies applied and deleted
+//! with kubectl, on the kernel path (the manifest as it ships) and on the
+//! user path (pods on the user path, links encrypted). Run by
+//! `scripts/k8s-test.sh network_policy` (it builds Kubernetes first).
+
+use super::harness::*;
+use std::time::Instant;
+use vnet_lab::k8s::{Kube, BUSYBOX_IMAGE};
+
+/// A cluster lab of three hosts with no vnetd of the lab's (the
+/// DaemonSet runs them), Kubernetes on it, and vnet applied from the
+/// manifest; on the user path, pods are attached on it and links are
+/// encrypted; `lines` are added to the ConfigMap's `vnet.conf`. Returns
+/// once every node is `Ready`.
+fn vnet_on_kubernetes(user_path: bool, lines: &[&str]) -> (Lab, Kube) {
+    let lab = lab(Spec {
+        hosts: 3,
+        vms_per_host: 0,
+        cluster: Some(vnet_lab::Cluster::default()),
+        no_vnetd: true,
+        ..Spec::default()
+    });
+    let kube = Kube::start(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));
+    // The manifest's one etcd user (the Secret's, host 0's) serves every
+    // node until each joins with its own: its role is given each node's
+    // own keys (the lab's grants name hosts h0, h1, h2, not the nodes).
+    let role = format!("vnet-{}-h0", lab.prefix);
+    for h in 0..kube.nodes.len() {
+        for g in vnet_cluster::layout::host_grants(&lab.prefix, &vnet_lab::k8s::node_name(&lab, h)) {
+            let perm = if g.write { "readwrite" } else { "read" };
+            let mut args = vec!["role", "grant-permission", role.as_str()];
+            if g.prefix {
+                args.push("--prefix=true");
+            }
+            args.extend([perm, g.key.as_str()]);
+            lab.etcdctl(&args).unwrap();
+        }
+    }
+    let f = |n: &str| lab.dir.join(n).display().to_string();
+    kube.kubectl(&[
+        "-n",
+        "kube-system",
+        "create",
+        "secret",
+        "generic",
+        "vnet-etcd",
+        &format!("--from-literal=endpoints={}", lab.etcd_url()),
+        &format!("--from-literal=network={}", lab.prefix),
+        "--from-literal=user=vnet-h0",
+        &format!("--from-file=password={}", f("h0.etcd-pw")),
+        &format!("--from-file=ca.pem={}", f("etcd-ca.pem")),
+        &format!("--from-file=cert.pem={}", f("etcd-h0.pem")),
+        &format!("--from-file=key.pem={}", f("etcd-h0.key")),
+    ])
+    .unwrap();
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/kubernetes/vnet.yaml");
+    let mut text = std::fs::read_to_string(manifest).unwrap();
+    if user_path {
+        for (from, to) in [
+            ("\"datapath\": \"kernel\"", "\"datapath\": \"user\""),
+            ("link-options: \"\"", "link-options: \"security encrypt\""),
+        ] {
+            assert!(text.contains(from), "the manifest's {from} moved");
+            text = text.replace(from, to);
+        }
+    }
+    let anchor = "  vnet.conf: |\n    listen udp 0.0.0.0:9000\n";
+    assert!(text.contains(anchor), "the manifest's vnet.conf moved");
+    let added: String = lines.iter().map(|l| format!("    {l}\n")).collect();
+    text = text.replace(anchor, &format!("{anchor}{added}"));
+    apply(&kube, "vnet.yaml", &text);
+    let t0 = Instant::now();
+    loop {
+        let ready = kube.node_ready().unwrap();
+        if ready.len() == kube.nodes.len() && ready.iter().all(|(_, r)| r == "True") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "nodes not Ready in 60 s: {ready:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    (lab, kube)
+}
+
+/// Applies `yaml` (written to the lab's directory as `name`).
+fn apply(kube: &Kube, name: &str, yaml: &str) {
+    let path = kube.dir.join(name);
+    std::fs::write(&path, yaml).unwrap();
+    kube.kubectl(&["apply", "-f", path.to_str().unwrap()]).unwrap();
+}
+
+/// A pod `ns/name` labelled `app: APP` (and `vnet.dev/group: APP`, the
+/// label the manifest's vnet-cni makes the pod's group of its
+/// namespace) on node `node`, serving its name over HTTP on 8080 (its
+/// container port named `http`).
+fn pod(kube: &Kube, ns: &str, name: &str, app: &str, node: usize) -> String {
+    let serve = format!("mkdir -p /www && echo {name} > /www/index.html && httpd -f -p 8080 -h /www");
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}, labels: {{app: {app}, vnet.dev/group: {app}}}}}\n\
+         spec:\n  nodeName: {}\n  terminationGracePeriodSeconds: 1\n  containers:\n  \
+         - {{name: c, image: \"{BUSYBOX_IMAGE}\", imagePullPolicy: IfNotPresent, command: [sh, -c, \"{serve}\"],\n     \
+         ports: [{{name: http, containerPort: 8080}}]}}\n",
+        kube.nodes[node].name
+    )
+}
+
+/// The address of running pod `ns/name`.
+fn running(kube: &Kube, ns: &str, name: &str) -> Option<String> {
+    let p = kube.get_json(&["-n", ns, "get", "pod", name]).ok()?;
+    (p["status"]["phase"] == "Running").then(|| p["status"]["podIP"].as_str().map(str::to_string)).flatten()
+}
+
+/// vnetd's `show policy` on node `n`, as JSON.
+fn policy(kube: &Kube, n: usize) -> serde_json::Value {
+    let out = kube.nodes[n]
+        .command(vnet_lab::bin("vnetctl").unwrap())
+        .args(["--control", "unix:/run/vnet/vnet.sock", "--json", "show", "policy"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The NetworkPolicies node `n` enforces, by name.
+fn enforced(kube: &Kube, n: usize) -> Vec<String> {
+    let v = policy(kube, n);
+    let nets = v["policy"].as_array().cloned().unwrap_or_default();
+    let mut names: Vec<String> = nets
+        .iter()
+        .flat_map(|net| net["networkpolicies"]["policies"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits until every node enforces exactly the NetworkPolicies `names`.
+fn wait_enforced(kube: &Kube, names: &[&str]) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let all: Vec<Vec<String>> = (0..kube.nodes.len()).map(|n| enforced(kube, n)).collect();
+        if all.iter().all(|e| e == names) {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "not every node enforces {names:?} in 30 s: {all:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Namespaces `prod` (labelled `team: shop`) and `other`, and the pods:
+/// prod's web on node 0, db on node 1, cache on node 2; other's db on
+/// node 0, web on node 2. Returns each pod's address by `NS/NAME` once
+/// all run (120 s at most).
+fn start_pods(kube: &Kube) -> impl Fn(&str) -> String {
+    let namespaces = "apiVersion: v1\nkind: Namespace\nmetadata: {name: prod, labels: {team: shop}}\n---\n\
+                      apiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n";
+    apply(kube, "namespaces.yaml", namespaces);
+    let pods = [
+        ("prod", "web", "web", 0),
+        ("prod", "db", "db", 1),
+        ("prod", "cache", "cache", 2),
+        ("other", "db", "db", 0),
+        ("other", "web", "web", 2),
+    ];
+    let yaml: Vec<String> =
+        pods.iter().map(|&(ns, name, app, node)| pod(kube, ns, name, app, node)).collect();
+    apply(kube, "pods.yaml", &yaml.join("---\n"));
+    let t0 = Instant::now();
+    let mut ips = std::collections::BTreeMap::new();
+    for (ns, name, ..) in pods {
+        let ip = loop {
+            if let Some(ip) = running(kube, ns, name) {
+                break ip;
+            }
+            if t0.elapsed() > Duration::from_secs(120) {
+                let wide = kube.kubectl(&["get", "pods", "-A", "-o", "wide"]).unwrap_or_default();
+                let events = kube.kubectl(&["get", "events", "-n", ns]).unwrap_or_default();
+                let logs = kube.kubectl(&["-n", "kube-system", "logs", "-l", "app=vnet", "--tail", "40"]);
+                panic!("{ns}/{name} not running in 120 s:\n{wide}\n{events}\n{}", logs.unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        ips.insert(format!("{ns}/{name}"), ip);
+    }
+    move |pod: &str| ips[pod].clone()
+}
+
+/// Whether pod `ns/from` fetches the page of the pod at `to` on 8080
+/// (busybox's nc; one try: every node enforces what was applied before
+/// this is asked).
+fn reach(kube: &Kube, ns: &str, from: &str, to: &str) -> bool {
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {to} 8080");
+    let out = kube.kubectl_output(&["-n", ns, "exec", from, "--", "sh", "-c", &script]).unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().last().is_some_and(|l| !l.is_empty())
+}
+
+mod by_hand {
+    use super::*;
+
+    /// The scenario, on one data path. prod (labelled team: shop): web on
+    /// node 0, db on node 1, cache on node 2; other: db on node 0, web on
+    /// node 2. Each pod serves HTTP on 8080 (`http`).
+    fn network_policy(user_path: bool) {
+        let (_lab, kube) = vnet_on_kubernetes(user_path, &[]);
+        let t0 = Instant::now();
+        let ip = start_pods(&kube);
+        let (db, cache, other_db) = (ip("prod/db"), ip("prod/cache"), ip("other/db"));
+        eprintln!("k8s: 5 pods in prod and other running in {:.1?}", t0.elapsed());
+        // The pass's data path: the pods' interfaces on it (the node's
+        // gateway is on the user path on both).
+        let want = if user_path { "user" } else { "kernel" };
+        for n in 0..kube.nodes.len() {
+            let out = kube.nodes[n]
+                .command(vnet_lab::bin("vnetctl").unwrap())
+                .args(["--control", "unix:/run/vnet/vnet.sock", "--json", "show", "interfaces"])
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let paths: Vec<&str> = v["interfaces"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i["datapath"].as_str())
+                .collect();
+            let on = paths.iter().filter(|p| **p == want).count();
+            // At least one pod's, and on the user pass the gateway's too.
+            let least = if user_path { 2 } else { 1 };
+            assert!(on >= least, "node {n}: {want}: {paths:?}");
+            assert!(user_path || paths.iter().filter(|p| **p == "user").count() == 1, "node {n}: {paths:?}");
+        }
+        let reach = |ns: &str, from: &str, to: &str| reach(&kube, ns, from, to);
+        // Before any policy: everyone reaches everyone.
+        assert!(reach("prod", "web", &db) && reach("other", "db", &db) && reach("prod", "web", &cache));
+        assert!(reach("prod", "web", &other_db), "on one node too");
+
+        // 1. Default deny ingress for prod's db: only it is isolated.
+        let deny = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
+                    metadata: {name: deny-db, namespace: prod}\n\
+                    spec: {podSelector: {matchLabels: {app: db}}, policyTypes: [Ingress]}\n";
+        apply(&kube, "deny.yaml", deny);
+        let took = wait_enforced(&kube, &["prod/deny-db"]);
+        eprintln!("k8s: deny-db enforced on every node {took:.1?} after kubectl apply");
+        assert!(!reach("prod", "web", &db), "prod/web reaches the isolated prod/db");
+        assert!(reach("prod", "web", &cache), "positive control: prod/cache, not selected, is reached");
+        assert!(reach("prod", "db", &cache), "and prod/db's egress is not isolated");
+
+        // 2. An allow rule by pod label and namespace label, to the named
+        // port: prod's web pods (namespace team: shop) reach db, other's
+        // web pods (their namespace not labelled) and other's db do not.
+        let allow = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
+                     metadata: {name: allow-web, namespace: prod}\n\
+                     spec:\n  podSelector: {matchLabels: {app: db}}\n  ingress:\n  \
+                     - from: [{namespaceSelector: {matchLabels: {team: shop}}, podSelector: {matchLabels: {app: web}}}]\n    \
+                     ports: [{port: http}]\n";
+        apply(&kube, "allow.yaml", allow);
+        wait_enforced(&kube, &["prod/allow-web", "prod/deny-db"]);
+        assert!(reach("prod", "web", &db), "prod/web reaches prod/db by allow-web");
+        assert!(!reach("other", "web", &db), "other/web: a web pod of a namespace not labelled team: shop");
+        assert!(!reach("other", "db", &db), "other/db: no rule");
+
+        // 3. Issue 66: a rule for prod's `db` pods is not met by a pod
+        // labelled db in another namespace.
+        let from_db = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
+                       metadata: {name: cache-from-db, namespace: prod}\n\
+                       spec:\n  podSelector: {matchLabels: {app: cache}}\n  ingress:\n  \
+                       - from: [{podSelector: {matchLabels: {app: db}}}]\n";
+        apply(&kube, "from-db.yaml", from_db);
+        wait_enforced(&kube, &["prod/allow-web", "prod/cache-from-db", "prod/deny-db"]);
+        assert!(reach("prod", "db", &cache), "prod/db reaches prod/cache");
+        assert!(
+            !reach("other", "db", &cache),
+            "other/db, labelled db in another namespace, is not prod's db"
+        );
+
+        // 4. Egress deny: prod's web sends nothing; withdrawn, it sends again.
+        let no_out = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
+                      metadata: {name: web-no-egress, namespace: prod}\n\
+                      spec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Egress]}\n";
+        apply(&kube, "no-out.yaml", no_out);
+        wait_enforced(&kube, &["prod/allow-web", "prod/cache-from-db", "prod/deny-db", "prod/web-no-egress"]);
+        assert!(!reach("prod", "web", &db), "prod/web's egress is denied, whatever db's ingress allows");
+        assert!(!reach("prod", "web", &other_db), "and to other/db on its own node");
+        assert!(reach("prod", "db", &cache), "control: prod/db still reaches cache");
+        // `show policy` names each rule's NetworkPolicy, with what it did
+        // (a packet is denied on the first node that judges it: the
+        // sender's), summed over the nodes.
+        let mut allowed_web = 0;
+        let mut denied_db = 0;
+        for n in 0..kube.nodes.len() {
+            let v = policy(&kube, n);
+            eprintln!("k8s: node {n} show policy: {}", v["policy"][0]["networkpolicies"]);
+            let nps = v["policy"][0]["networkpolicies"]["policies"].as_array().cloned().unwrap_or_default();
+            let of = |name: &str| nps.iter().find(|p| p["name"] == name).cloned().unwrap_or_default();
+            allowed_web += of("prod/allow-web")["ingress"][0]["packets"].as_u64().unwrap_or(0);
+            denied_db += of("prod/deny-db")["denied"].as_u64().unwrap_or(0);
+        }
+        assert!(
+            allowed_web >= 1 && denied_db >= 1,
+            "allow-web allowed {allowed_web}, deny-db denied {denied_db}"
+        );
+        let text = kube.nodes[0]
+            .command(vnet_lab::bin("vnetctl").unwrap())
+            .args(["--control", "unix:/run/vnet/vnet.sock", "show", "policy"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        eprintln!("k8s: node 0 show policy:\n{text}");
+        assert!(text.contains("prod/allow-web") && text.contains("ingress 0"), "{text}");
+        kube.kubectl(&["-n", "prod", "delete", "networkpolicy", "web-no-egress"]).unwrap();
+        wait_enforced(&kube, &["prod/allow-web", "prod/cache-from-db", "prod/deny-db"]);
+        assert!(reach("prod", "web", &db), "egress withdrawn: prod/web reaches db again");
+
+        // Every policy deleted: the network is no longer governed by them.
+        kube.kubectl(&["-n", "prod", "delete", "networkpolicy", "--all"]).unwrap();
+        wait_enforced(&kube, &[]);
+        assert!(reach("other", "db", &db) && reach("other", "db", &cache));
+    }
+
+    /// Issue 66, as vnet's own rules name pods' groups (vnet-cni's
+    /// `groupLabels`, `groupScope: namespace`): a rule for `prod`'s `db`
+    /// (`prod.db`) is not met by a pod labelled `db` in namespace `other`
+    /// (`other.db`), and is by prod's.
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn a_db_label_in_another_namespace_meets_no_rule_for_prods_db() {
+        let rules = [
+            "policy default deny",
+            "rule arp allow ether arp",
+            "rule db-cache allow from group prod.db to group prod.cache proto tcp port 8080",
+        ];
+        let (_lab, kube) = vnet_on_kubernetes(false, &rules);
+        let ip = start_pods(&kube);
+        let cache = ip("prod/cache");
+        assert!(reach(&kube, "prod", "db", &cache), "prod/db (group prod.db) reaches prod/cache");
+        assert!(!reach(&kube, "other", "db", &cache), "other/db (group other.db) does not");
+        assert!(!reach(&kube, "prod", "web", &cache), "nor prod/web (group prod.web)");
+    }
+
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn network_policy_on_the_kernel_path() {
+        network_policy(false);
+    }
+
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn network_policy_on_the_user_path() {
+        network_policy(true);
+    }
+}
