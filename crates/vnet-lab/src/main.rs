@@ -288,6 +288,10 @@ fn main() -> ExitCode {
         Cmd::Compare { old, new } => compare(&old, &new, None),
         Cmd::VhostLoad { seconds, placed } => vhost_load(seconds, placed),
     };
+    // A Ctrl-C's cleanup is under way (the lab failed under it): it exits.
+    while vnet_lab::interrupted() {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
