@@ -34,7 +34,9 @@
 //! kubelet starts anything more), then sweeps the trees the same way.
 
 mod cgroup;
+pub mod e2e;
 pub mod image;
+pub mod up;
 
 use crate::process::{on_signal, spawn_logged, stop_child};
 use crate::{io, pki, Error, Lab, Result};
