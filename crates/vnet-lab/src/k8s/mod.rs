@@ -740,9 +740,11 @@ state = "{d}/containerd/state"
 
 /// A node's kubelet configuration: the containerd socket, cgroupfs under
 /// a cgroup root of the node's own (three kubelets on one machine),
-/// cgroup v1 allowed (this machine's hierarchy), the API's CA for clients
-/// and any authenticated client authorized (the apiserver's
-/// `kubectl exec`), a serving certificate of the lab's CA.
+/// cgroup v1 allowed (this machine's hierarchy), clients authenticated
+/// as kubeadm sets it (the API's CA, and bearer tokens by a TokenReview)
+/// and authorized by the API server (`Webhook`: a SubjectAccessReview per
+/// request; the API server's own `kubectl exec` and logs come as
+/// `kubernetes-admin`), a serving certificate of the lab's CA.
 fn kubelet_yaml(node: &Node) -> String {
     let d = node.dir.display();
     format!(
@@ -755,9 +757,9 @@ healthzBindAddress: "127.0.0.1"
 healthzPort: 10248
 authentication:
   anonymous: {{enabled: false}}
-  webhook: {{enabled: false}}
+  webhook: {{enabled: true}}
   x509: {{clientCAFile: "{d}/ca.pem"}}
-authorization: {{mode: AlwaysAllow}}
+authorization: {{mode: Webhook}}
 tlsCertFile: "{d}/kubelet-server.pem"
 tlsPrivateKeyFile: "{d}/kubelet-server.key"
 containerRuntimeEndpoint: "unix://{d}/containerd.sock"
