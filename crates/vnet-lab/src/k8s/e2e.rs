@@ -7,7 +7,7 @@
 //!
 //! | name | made from |
 //! |---|---|
-//! | `e2e-test-images/agnhost:2.59` | `agnhost` built from `test/images/agnhost` of the same module (`scripts/k8s-build.sh --e2e`), with the tools its Dockerfile installs, from Debian's packages: bash, dig (bind9-dnsutils), curl, nc (netcat-openbsd), ip and ss (iproute2), getent, busybox for the rest; `sh` is bash (busybox's shell would run its own `nc` before Debian's) |
+//! | `e2e-test-images/agnhost:2.59` | `agnhost` built from `test/images/agnhost` of the same module (`scripts/k8s-build.sh --e2e`) and its porter's `localhost.crt` and `localhost.key`, with the tools its Dockerfile installs, from Debian's packages: bash, dig (bind9-dnsutils), curl, nc (netcat-openbsd), ip and ss (iproute2), getent, busybox for the rest; `sh` is bash (busybox's shell would run its own `nc` before Debian's) |
 //! | `e2e-test-images/jessie-dnsutils:1.7` | the same tools (the DNS tests' second querier: `dig`, `getent`) |
 //! | `e2e-test-images/busybox:1.37.0-1` | Debian's static busybox with every applet |
 //! | `e2e-test-images/nginx:1.14-4`, `1.15-4` | Debian's nginx (`scripts/k8s-e2e.sh` unpacks the package), serving port 80 |
@@ -49,7 +49,7 @@ pub fn unavailable(bin: &Path) -> Option<String> {
             ));
         }
     }
-    for b in ["agnhost", "nginx"] {
+    for b in ["agnhost", "agnhost-localhost.crt", "agnhost-localhost.key", "nginx"] {
         if !bin.join(b).is_file() {
             return Some(format!("{} missing: scripts/k8s-e2e.sh builds it", bin.join(b).display()));
         }
@@ -145,6 +145,10 @@ pub fn import_images(kube: &Kube) -> Result<Vec<String>> {
     let agnhost = |root: &Path| -> Result<()> {
         tools(root)?;
         image::copy_into(root, &bin.join("agnhost"), "/agnhost")?;
+        // porter's TLS certificate and key, in the image's working directory.
+        for f in ["localhost.crt", "localhost.key"] {
+            image::copy_into(root, &bin.join(format!("agnhost-{f}")), &format!("/{f}"))?;
+        }
         std::os::unix::fs::symlink("agnhost", root.join("agnhost-2")).map_err(io("linking agnhost-2"))?;
         std::fs::create_dir_all(root.join("uploads")).map_err(io("making /uploads"))
     };
