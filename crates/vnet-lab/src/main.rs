@@ -482,7 +482,7 @@ fn k8s_up(opts: &vnet_lab::k8s::up::UpOpts, ready_file: Option<&std::path::Path>
             lab.kube.dir.join("admin.conf").display(),
             lab.lab.switch_ns().unwrap_or(""),
             lab.lab.prefix,
-            lab.kube.bin.join("kubectl").display()
+            up::kubectl_path(&lab).display()
         );
         std::fs::write(f, text).map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", f.display())))?;
     }

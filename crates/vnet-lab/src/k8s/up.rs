@@ -212,9 +212,15 @@ pub fn kubectl_line(up: &Up) -> String {
     format!(
         "ip netns exec {} {} --kubeconfig {}",
         up.lab.switch_ns().unwrap_or("?"),
-        up.kube.bin.join("kubectl").display(),
+        kubectl_path(up).display(),
         up.kube.dir.join("admin.conf").display()
     )
+}
+
+/// The build's `kubectl`, its path without `..`.
+pub fn kubectl_path(up: &Up) -> PathBuf {
+    let p = up.kube.bin.join("kubectl");
+    std::fs::canonicalize(&p).unwrap_or(p)
 }
 
 #[cfg(test)]
