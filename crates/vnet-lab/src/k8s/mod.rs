@@ -176,7 +176,9 @@ fn kubeconfig(api: &str, user: &pki::HostFiles) -> String {
 impl Kube {
     /// Starts the control plane on `lab`'s etcd (a secured cluster lab)
     /// and a node on each of its hosts, with the lab's images imported,
-    /// and waits until every node is registered.
+    /// and waits until every node is registered. The etcd user the
+    /// manifest's Secret names (`vnet-h0`) may then write every node's
+    /// keys ([`up::grant_node_keys`]).
     pub fn start(lab: &Lab) -> Result<Kube> {
         if let Some(why) = unavailable() {
             return Err(Error::Other(why));
@@ -202,6 +204,9 @@ impl Kube {
         }
         kube.import_images()?;
         kube.wait_nodes_registered(Duration::from_secs(90))?;
+        if lab.spec.cluster.as_ref().is_some_and(crate::Cluster::secured) {
+            up::grant_node_keys(lab, &kube)?;
+        }
         Ok(kube)
     }
 

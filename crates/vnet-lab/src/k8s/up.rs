@@ -59,7 +59,6 @@ pub fn up(opts: &UpOpts) -> Result<Up> {
     } else {
         Vec::new()
     };
-    grant_node_keys(&lab, &kube)?;
     create_etcd_secret(&lab, &kube)?;
     apply_vnet(&kube, opts.datapath.as_deref())?;
     let t0 = Instant::now();
