@@ -9,7 +9,11 @@
 #                  Debian's containerd 1.6 does not)
 #   crictl         sigs.k8s.io/cri-tools
 #   coredns        github.com/coredns/coredns (the lab's DNS)
-# runc is Debian's. Usage: scripts/k8s-build.sh [--print-dir]
+# runc is Debian's. With --e2e, also (a stamp of their own):
+#   e2e.test       Kubernetes' e2e suite (go test -c k8s.io/kubernetes/test/e2e)
+#   agnhost        its test image's program (k8s.io/kubernetes/test/images/agnhost),
+#                  and the image's localhost.crt and localhost.key
+# Usage: scripts/k8s-build.sh [--print-dir | --e2e]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
@@ -22,6 +26,8 @@ CRICTL_VERSION=v1.37.0
 COREDNS_VERSION=v1.13.1
 OUT="$PWD/target/k8s/bin"
 [ "${1:-}" = --print-dir ] && { echo "$OUT"; exit 0; }
+WITH_E2E=0
+[ "${1:-}" = --e2e ] && WITH_E2E=1
 
 command -v go >/dev/null || PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null || die "go not found: install Go 1.25 or newer"
@@ -42,23 +48,50 @@ coredns() {
     echo "$want" >"$OUT/.coredns"
 }
 
-# Builds only what is missing or was built at another version.
-stamp="$OUT/.versions"
-want="kubernetes $K8S_VERSION (with kube-proxy) containerd $CONTAINERD_VERSION crictl $CRICTL_VERSION"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    echo "k8s-build: $want already in $OUT"
-    coredns
-    exit 0
-fi
-rm -f "$stamp"
-
-started=$(date +%s)
 ver=${K8S_VERSION#v}
 ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=${ver%%.*}"
     ldflags+=" -X $pkg.gitMinor=$(echo "$ver" | cut -d. -f2) -X $pkg.gitTreeState=clean"
 done
+
+# The e2e suite and agnhost, from the same module at the same version
+# (scripts/k8s-e2e.sh), with a stamp of their own. The same flags as the
+# programs above, so the Go build cache serves every package they share.
+e2e() {
+    [ "$WITH_E2E" = 1 ] || return 0
+    local want="e2e.test agnhost (with porter's certificate) $K8S_VERSION"
+    if [ "$(cat "$OUT/.e2e" 2>/dev/null)" = "$want" ]; then
+        echo "k8s-build: $want already in $OUT"
+        return
+    fi
+    local t0
+    t0=$(date +%s)
+    echo "k8s-build: e2e.test and agnhost $K8S_VERSION"
+    (cd scripts/k8s && CGO_ENABLED=0 go test -c -trimpath -ldflags "$ldflags" -o "$OUT/e2e.test" k8s.io/kubernetes/test/e2e)
+    (cd scripts/k8s && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/agnhost" k8s.io/kubernetes/test/images/agnhost)
+    # The image's TLS certificate and key (its Dockerfile's `ADD
+    # porter/localhost.crt`): agnhost's porter serves TLS with them.
+    local src
+    src=$(cd scripts/k8s && go list -f '{{.Dir}}' k8s.io/kubernetes/test/images/agnhost/porter)
+    install -m 0644 "$src/localhost.crt" "$OUT/agnhost-localhost.crt"
+    install -m 0644 "$src/localhost.key" "$OUT/agnhost-localhost.key"
+    echo "$want" >"$OUT/.e2e"
+    echo "k8s-build: e2e.test and agnhost in $(($(date +%s) - t0)) s"
+}
+
+# Builds only what is missing or was built at another version.
+stamp="$OUT/.versions"
+want="kubernetes $K8S_VERSION (with kube-proxy) containerd $CONTAINERD_VERSION crictl $CRICTL_VERSION"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "k8s-build: $want already in $OUT"
+    coredns
+    e2e
+    exit 0
+fi
+rm -f "$stamp"
+
+started=$(date +%s)
 echo "k8s-build: Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl) into $OUT"
 (cd scripts/k8s && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$OUT/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -77,4 +110,5 @@ CGO_ENABLED=0 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cr
 
 echo "$want" >"$stamp"
 coredns
+e2e
 echo "k8s-build: done in $(($(date +%s) - started)) s"

@@ -4,9 +4,10 @@
 # Kubernetes and containerd from the Go module proxy once
 # (scripts/k8s-build.sh, cached under target/k8s/), builds vnet, then runs
 # the lab's Kubernetes tests (`k8s::by_hand::*` in
-# crates/vnet-lab/tests/lab/k8s.rs, `netpol::by_hand::*` in netpol.rs): a
-# control plane on the lab's etcd and three nodes with their own
-# containerd and kubelet, vnet applied with
+# crates/vnet-lab/tests/lab/k8s.rs, `netpol::by_hand::*` in netpol.rs, and
+# `k8s_up::by_hand::*`: `vnet-lab k8s up` and its SIGTERM): a control plane
+# on the lab's etcd and three nodes with their own containerd and kubelet,
+# vnet applied with
 # `kubectl apply -f packaging/kubernetes/vnet.yaml`.
 #   sudo ./scripts/k8s-test.sh [TEST-NAME-FILTER]
 set -euo pipefail
@@ -20,8 +21,9 @@ cargo test -p vnet-lab --test lab --no-run -q
 export VNET_LAB_TAG="k$$"
 log=/tmp/vnet-k8s-test-$$.log
 status=0
-cargo test -p vnet-lab --test lab -- --ignored --nocapture --test-threads 1 "k8s::by_hand::${1:-}" \
-    "netpol::by_hand::${1:-}" >"$log" 2>&1 || status=1
+cargo test -p vnet-lab --test lab -- --ignored --nocapture --test-threads 1 \
+    "k8s::by_hand::${1:-}" "netpol::by_hand::${1:-}" "k8s_up::by_hand::${1:-}" \
+    >"$log" 2>&1 || status=1
 grep -E "^k8s: |^test |test result|panicked" -A1 "$log" | grep -v "^--" || true
 n=$(passed "$log")
 [ "$status" -eq 0 ] || { echo "k8s-test: FAILED, $n passed, $(($(date +%s) - started)) s (log: $log)"; exit 1; }

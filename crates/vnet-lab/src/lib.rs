@@ -52,7 +52,7 @@ pub use libvirt::{lab_emulator, Events, Libvirt, LibvirtPki};
 pub use machine::Machine;
 pub use measure::{iperf3_bytes, PingResult};
 pub use migrate::Migration;
-pub use process::{bin, install_signal_cleanup, run, run_group};
+pub use process::{bin, install_signal_cleanup, interrupted, run, run_group};
 use process::{registry, stop_child};
 pub use spec::*;
 use spec::{routed_gateway, underlay_cidr};
@@ -518,6 +518,10 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // A signal's cleanup removes the lab and exits: not twice at once.
+        if process::interrupted() {
+            return;
+        }
         if SAY_LIFETIME.load(Ordering::Relaxed) {
             let (n, lived) = (self.hosts.len(), self.born.elapsed().as_secs_f64());
             println!("lab {}: {n} hosts, lived {lived:.1} s", self.prefix);

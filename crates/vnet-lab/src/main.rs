@@ -61,8 +61,33 @@ struct BenchArgs {
     vnetd_arg: Vec<String>,
 }
 
+/// `vnet-lab k8s ...`.
+#[derive(Subcommand)]
+enum K8sCmd {
+    /// The Kubernetes lab (scripts/k8s-build.sh's programs): a control
+    /// plane and three nodes, vnet applied from packaging/kubernetes/vnet.yaml,
+    /// CoreDNS; prints the kubectl command and keeps the cluster until
+    /// Ctrl-C or SIGTERM, which remove everything.
+    Up {
+        /// The pods' data path: kernel (the manifest's) or user.
+        #[arg(long)]
+        datapath: Option<String>,
+        /// Also build and import the images Kubernetes' e2e suite runs
+        /// (scripts/k8s-e2e.sh).
+        #[arg(long)]
+        e2e_images: bool,
+        /// Once the cluster is up, write `KUBECONFIG=`, `NETNS=` (where the
+        /// API server is reached), `PREFIX=` and `KUBECTL=` lines here.
+        #[arg(long)]
+        ready_file: Option<std::path::PathBuf>,
+    },
+}
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// Kubernetes on the lab.
+    #[command(subcommand)]
+    K8s(K8sCmd),
     /// A secured cluster of real vnetds on one etcd (the last host joins
     /// late) and what it costs: cold start, a join, a move, memory and CPU
     /// at rest, etcd's keys and writes, ARP flooded with and without the
@@ -287,7 +312,14 @@ fn main() -> ExitCode {
         }
         Cmd::Compare { old, new } => compare(&old, &new, None),
         Cmd::VhostLoad { seconds, placed } => vhost_load(seconds, placed),
+        Cmd::K8s(K8sCmd::Up { datapath, e2e_images, ready_file }) => {
+            k8s_up(&vnet_lab::k8s::up::UpOpts { datapath, e2e_images }, ready_file.as_deref())
+        }
     };
+    // A Ctrl-C's cleanup is under way (the lab failed under it): it exits.
+    while vnet_lab::interrupted() {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -426,6 +458,35 @@ fn up(mut spec: Spec, datapath: Option<String>) -> vnet_lab::Result<()> {
         vnet_lab::vm_ip(hosts.saturating_sub(1), 0)
     );
     println!("Ctrl-C removes the lab.");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
+
+fn k8s_up(opts: &vnet_lab::k8s::up::UpOpts, ready_file: Option<&std::path::Path>) -> vnet_lab::Result<()> {
+    use vnet_lab::k8s::up;
+    let t0 = std::time::Instant::now();
+    let lab = up::up(opts)?;
+    let kubectl = up::kubectl_line(&lab);
+    println!("vnet-lab k8s: up in {:.0} s: nodes {}", t0.elapsed().as_secs_f64(), {
+        let names: Vec<&str> = lab.kube.nodes.iter().map(|n| n.name.as_str()).collect();
+        names.join(", ")
+    });
+    for i in &lab.images {
+        println!("  image {i}");
+    }
+    println!("try: {kubectl} get pods -A -o wide");
+    if let Some(f) = ready_file {
+        let text = format!(
+            "KUBECONFIG={}\nNETNS={}\nPREFIX={}\nKUBECTL={}\n",
+            lab.kube.dir.join("admin.conf").display(),
+            lab.lab.switch_ns().unwrap_or(""),
+            lab.lab.prefix,
+            up::kubectl_path(&lab).display()
+        );
+        std::fs::write(f, text).map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", f.display())))?;
+    }
+    println!("Ctrl-C (or SIGTERM) removes the cluster and the lab.");
     loop {
         std::thread::sleep(std::time::Duration::from_secs(3600));
     }

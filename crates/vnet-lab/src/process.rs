@@ -10,9 +10,9 @@ pub(crate) static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 /// The labs' temporary directories, removed on a signal too.
 pub(crate) static DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
-/// What else a signal must undo before the processes are killed (the
-/// Kubernetes lab's containers, which no registered process is the parent
-/// of), registered by the module that made it.
+/// What else a signal must undo once the registered processes are killed
+/// (the Kubernetes lab's containers, which no registered process is the
+/// parent of), registered by the module that made it.
 pub(crate) static CLEANUPS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
 pub(crate) fn on_signal(f: fn()) {
@@ -59,19 +59,39 @@ pub fn run_group(mut cmd: Command) -> Result<Output> {
     out
 }
 
+/// Set by the signal cleanup: no lab daemon starts any more.
+pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a signal's cleanup has begun: a drop then leaves the lab to
+/// it, and a program must not exit under it (the cleanup exits).
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// On SIGINT/SIGTERM, kills the lab's processes, deletes its namespaces and
 /// exits with status 130. Call once, early, in a binary that builds labs.
+///
+/// In this order, so that nothing escapes: no daemon starts any more
+/// ([`spawn_logged`] checks [`INTERRUPTED`] under the registry's lock), the
+/// process groups and daemons are killed (the Kubernetes lab's containerds
+/// and kubelets, which start containers), then the cleanups of
+/// [`on_signal`] (the Kubernetes lab's cgroup trees: shims and containers),
+/// then the namespaces and directories.
 pub fn install_signal_cleanup() {
     let _ = ctrlc::set_handler(|| {
-        for f in std::mem::take(&mut *CLEANUPS.lock().unwrap_or_else(|p| p.into_inner())) {
-            f();
-        }
-        let (nss, pids) = std::mem::take(&mut *registry());
+        let (nss, pids) = {
+            let mut r = registry();
+            INTERRUPTED.store(true, Ordering::SeqCst);
+            std::mem::take(&mut *r)
+        };
         for g in std::mem::take(&mut *groups()) {
             kill_group(g);
         }
-        for p in pids {
-            let _ = Command::new("kill").arg("-KILL").arg(p.to_string()).status();
+        if !pids.is_empty() {
+            let _ = Command::new("kill").arg("-KILL").args(pids.iter().map(u32::to_string)).status();
+        }
+        for f in std::mem::take(&mut *CLEANUPS.lock().unwrap_or_else(|p| p.into_inner())) {
+            f();
         }
         for ns in nss.iter().rev() {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
@@ -131,13 +151,17 @@ pub(crate) fn spawn_logged(mut cmd: Command, log: &Path, what: &str) -> Result<C
         .append(true)
         .open(log)
         .map_err(io(format!("opening the {what} log")))?;
+    let mut r = registry();
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        return Err(Error::Other(format!("interrupted: {what} not started")));
+    }
     let child = cmd
         .stdin(Stdio::null())
         .stdout(out.try_clone().map_err(io("log"))?)
         .stderr(out)
         .spawn()
         .map_err(io(format!("starting {what}")))?;
-    registry().1.push(child.id());
+    r.1.push(child.id());
     Ok(child)
 }
 

@@ -16,12 +16,14 @@ use crate::{io, Error, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// An image to build: its name (`localhost/NAME:TAG`), its root directory
-/// and the configuration's entrypoint.
+/// An image to build: its name (`localhost/NAME:TAG`, or the name a test
+/// suite expects), its root directory and the configuration's entrypoint
+/// and command (`Cmd`, what a container runs when its pod names none).
 pub struct ImageSpec<'a> {
     pub name: &'a str,
     pub root: &'a Path,
     pub entrypoint: &'a [&'a str],
+    pub cmd: &'a [&'a str],
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -52,16 +54,21 @@ pub fn build(spec: &ImageSpec, work: &Path, out: &Path) -> Result<PathBuf> {
     let layer_bytes = std::fs::read(&layer).map_err(io("reading a layer"))?;
     let layer_digest = sha256_hex(&layer_bytes);
     std::fs::rename(&layer, blobs.join(&layer_digest)).map_err(io("placing a layer"))?;
-    let config = serde_json::json!({
+    let mut config = serde_json::json!({
         "architecture": "amd64",
         "os": "linux",
         "config": {
-            "Entrypoint": spec.entrypoint,
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
         },
         "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_digest}")]},
-    })
-    .to_string();
+    });
+    if !spec.entrypoint.is_empty() {
+        config["config"]["Entrypoint"] = serde_json::json!(spec.entrypoint);
+    }
+    if !spec.cmd.is_empty() {
+        config["config"]["Cmd"] = serde_json::json!(spec.cmd);
+    }
+    let config = config.to_string();
     let config_digest = sha256_hex(config.as_bytes());
     write(&blobs.join(&config_digest), config.as_bytes())?;
     let manifest = serde_json::json!({

@@ -24,15 +24,19 @@
 //!   there (`nsenter -t HOLDER`), so three nodes share one machine as
 //!   three machines would not notice.
 //!
+//! Everything a node runs is in its cgroup tree `/NAME` ([`cgroup`]).
 //! Dropping a [`Kube`] stops the kubelets, removes every pod sandbox
 //! through its containerd (`crictl rmp -fa`: CNI `DEL` for each, and the
-//! shims exit), stops the containerds and the control plane, kills the
-//! containers and shims still recorded in the nodes' state (pids of the
-//! lab's own containerds), ends the holders (their mounts go with them)
-//! and removes the nodes' cgroups. A Ctrl-C does the same from the lab's
-//! signal cleanup, without asking containerd.
+//! shims exit), stops the containerds, ends the holders (their mounts go
+//! with them), kills what is left in each node's tree (frozen while it is
+//! listed) and removes the tree, then stops the control plane. A Ctrl-C or
+//! SIGTERM first kills the lab's own processes (so no containerd or
+//! kubelet starts anything more), then sweeps the trees the same way.
 
+mod cgroup;
+pub mod e2e;
 pub mod image;
+pub mod up;
 
 use crate::process::{on_signal, spawn_logged, stop_child};
 use crate::{io, pki, Error, Lab, Result};
@@ -172,7 +176,9 @@ fn kubeconfig(api: &str, user: &pki::HostFiles) -> String {
 impl Kube {
     /// Starts the control plane on `lab`'s etcd (a secured cluster lab)
     /// and a node on each of its hosts, with the lab's images imported,
-    /// and waits until every node is registered.
+    /// and waits until every node is registered. The etcd user the
+    /// manifest's Secret names (`vnet-h0`) may then write every node's
+    /// keys ([`up::grant_node_keys`]).
     pub fn start(lab: &Lab) -> Result<Kube> {
         if let Some(why) = unavailable() {
             return Err(Error::Other(why));
@@ -198,6 +204,9 @@ impl Kube {
         }
         kube.import_images()?;
         kube.wait_nodes_registered(Duration::from_secs(90))?;
+        if lab.spec.cluster.as_ref().is_some_and(crate::Cluster::secured) {
+            up::grant_node_keys(lab, &kube)?;
+        }
         Ok(kube)
     }
 
@@ -376,9 +385,12 @@ impl Kube {
             .arg(&dir)
             .arg(&name)
             .env("NODE_DIRS", dirs.join(" "));
-        let holder = spawn_logged(cmd, &dir.join("holder.log"), "holder")?;
+        // The node's cgroups first, and known to the signal cleanup before
+        // anything joins them.
         nodes().push((dir.clone(), name.clone()));
         on_signal(cleanup_interrupted);
+        cgroup::make(&name)?;
+        let holder = spawn_logged(cgroup::join(&cmd, &name), &dir.join("holder.log"), "holder")?;
         let mut node =
             Node { name, ip: host.underlay_ip, dir, holder, containerd: None, kubelet: None, proxy: None };
         let t0 = Instant::now();
@@ -416,7 +428,11 @@ impl Kube {
         std::fs::write(&conf, containerd_toml(&node.dir, &runc)).map_err(io("writing containerd.toml"))?;
         let mut cmd = node.command(self.bin.join("containerd"));
         cmd.arg("--config").arg(&conf).env("PATH", path_with(&self.bin));
-        node.containerd = Some(spawn_logged(cmd, &node.dir.join("containerd.log"), "containerd")?);
+        node.containerd = Some(spawn_logged(
+            cgroup::join(&cmd, &node.name),
+            &node.dir.join("containerd.log"),
+            "containerd",
+        )?);
         let t0 = Instant::now();
         loop {
             let out = self.crictl(node, &["info"])?;
@@ -436,7 +452,7 @@ impl Kube {
 
     /// Starts (again) `node`'s kubelet.
     fn start_kubelet(&self, node: &mut Node) -> Result<()> {
-        make_cgroups(&node.name)?;
+        cgroup::make(&node.name)?;
         let conf = node.dir.join("kubelet.yaml");
         std::fs::write(&conf, kubelet_yaml(node)).map_err(io("writing kubelet.yaml"))?;
         let mut cmd = node.command(self.bin.join("kubelet"));
@@ -445,7 +461,8 @@ impl Kube {
             .arg(format!("--hostname-override={}", node.name))
             .arg(format!("--node-ip={}", node.ip))
             .env("PATH", path_with(&self.bin));
-        node.kubelet = Some(spawn_logged(cmd, &node.dir.join("kubelet.log"), "kubelet")?);
+        node.kubelet =
+            Some(spawn_logged(cgroup::join(&cmd, &node.name), &node.dir.join("kubelet.log"), "kubelet")?);
         Ok(())
     }
 
@@ -475,7 +492,11 @@ impl Kube {
             .args(["--proxy-mode=iptables", "--conntrack-max-per-core=0"])
             .args(["--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256"])
             .env("PATH", path_with(&self.bin));
-        node.proxy = Some(spawn_logged(cmd, &node.dir.join("kube-proxy.log"), "kube-proxy")?);
+        node.proxy = Some(spawn_logged(
+            cgroup::join(&cmd, &node.name),
+            &node.dir.join("kube-proxy.log"),
+            "kube-proxy",
+        )?);
         Ok(())
     }
 
@@ -549,7 +570,7 @@ impl Kube {
         std::fs::create_dir_all(&root).map_err(io("making an image root"))?;
         image::add_busybox(&root)?;
         let bb = image::build(
-            &image::ImageSpec { name: BUSYBOX_IMAGE, root: &root, entrypoint: &["/bin/sh"] },
+            &image::ImageSpec { name: BUSYBOX_IMAGE, root: &root, entrypoint: &["/bin/sh"], cmd: &[] },
             &work,
             &work.join("busybox.tar"),
         )?;
@@ -557,7 +578,7 @@ impl Kube {
         std::fs::create_dir_all(&root).map_err(io("making an image root"))?;
         image::add_pause(&root, &work)?;
         let pause = image::build(
-            &image::ImageSpec { name: PAUSE_IMAGE, root: &root, entrypoint: &["/pause"] },
+            &image::ImageSpec { name: PAUSE_IMAGE, root: &root, entrypoint: &["/pause"], cmd: &[] },
             &work,
             &work.join("pause.tar"),
         )?;
@@ -571,7 +592,7 @@ impl Kube {
         std::fs::create_dir_all(root.join("etc")).map_err(io("making an image root"))?;
         image::copy_into(&root, &coredns, "/coredns")?;
         let tar = image::build(
-            &image::ImageSpec { name: COREDNS_IMAGE, root: &root, entrypoint: &["/coredns"] },
+            &image::ImageSpec { name: COREDNS_IMAGE, root: &root, entrypoint: &["/coredns"], cmd: &[] },
             &work,
             &work.join("coredns.tar"),
         )?;
@@ -591,7 +612,7 @@ impl Kube {
         image::add_binary(&root, &crate::bin("vnet-cni")?, "/usr/lib/cni/vnet-cni")?;
         let name = format!("localhost/vnet:{tag}");
         let tar = image::build(
-            &image::ImageSpec { name: &name, root: &root, entrypoint: &["/usr/bin/vnetd"] },
+            &image::ImageSpec { name: &name, root: &root, entrypoint: &["/usr/bin/vnetd"], cmd: &[] },
             &work,
             &work.join(format!("vnet-{tag}.tar")),
         )?;
@@ -724,9 +745,11 @@ state = "{d}/containerd/state"
 
 /// A node's kubelet configuration: the containerd socket, cgroupfs under
 /// a cgroup root of the node's own (three kubelets on one machine),
-/// cgroup v1 allowed (this machine's hierarchy), the API's CA for clients
-/// and any authenticated client authorized (the apiserver's
-/// `kubectl exec`), a serving certificate of the lab's CA.
+/// cgroup v1 allowed (this machine's hierarchy), clients authenticated
+/// as kubeadm sets it (the API's CA, and bearer tokens by a TokenReview)
+/// and authorized by the API server (`Webhook`: a SubjectAccessReview per
+/// request; the API server's own `kubectl exec` and logs come as
+/// `kubernetes-admin`), a serving certificate of the lab's CA.
 fn kubelet_yaml(node: &Node) -> String {
     let d = node.dir.display();
     format!(
@@ -739,9 +762,9 @@ healthzBindAddress: "127.0.0.1"
 healthzPort: 10248
 authentication:
   anonymous: {{enabled: false}}
-  webhook: {{enabled: false}}
+  webhook: {{enabled: true}}
   x509: {{clientCAFile: "{d}/ca.pem"}}
-authorization: {{mode: AlwaysAllow}}
+authorization: {{mode: Webhook}}
 tlsCertFile: "{d}/kubelet-server.pem"
 tlsPrivateKeyFile: "{d}/kubelet-server.key"
 containerRuntimeEndpoint: "unix://{d}/containerd.sock"
@@ -766,6 +789,10 @@ oomScoreAdj: 0
 
 impl Drop for Kube {
     fn drop(&mut self) {
+        // A signal's cleanup removes the nodes and exits: not twice at once.
+        if crate::process::interrupted() {
+            return;
+        }
         for node in &mut self.nodes {
             for c in [node.proxy.take(), node.kubelet.take()].into_iter().flatten() {
                 stop_child(c);
@@ -780,11 +807,13 @@ impl Drop for Kube {
             if let Some(c) = node.containerd.take() {
                 stop_child(c);
             }
-            kill_recorded(&node.dir.join("containerd/state"));
-            kill_shims(&node.socket());
             let _ = node.holder.kill();
             let _ = node.holder.wait();
-            remove_cgroups(&node.name);
+            // The shims, pods and anything else of the node's.
+            let kept = cgroup::sweep(&node.name);
+            if !kept.is_empty() {
+                eprintln!("vnet-lab: {}'s cgroups left: {kept:?}", node.name);
+            }
             nodes().retain(|(d, _)| *d != node.dir);
         }
         for c in self.control.drain(..).rev() {
@@ -801,98 +830,17 @@ fn nodes() -> std::sync::MutexGuard<'static, Vec<(PathBuf, String)>> {
     NODES.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// On a signal: every container and shim the labs' containerds started
-/// (by the pids they recorded) killed, and the nodes' cgroups removed.
+/// On a signal (after the lab's own processes, containerd and the
+/// kubelets among them, were killed: nothing starts a container any
+/// more): every process left in a node's cgroup tree killed, the tree
+/// removed.
 fn cleanup_interrupted() {
-    for (dir, name) in std::mem::take(&mut *nodes()) {
-        kill_recorded(&dir.join("containerd/state"));
-        kill_shims(&dir.join("containerd.sock"));
-        remove_cgroups(&name);
-    }
-}
-
-/// Kills the shims serving the containerd at `socket` (their command
-/// line names it: `-address SOCKET`), whatever containerd still records.
-fn kill_shims(socket: &Path) {
-    let want = format!("-address\0{}\0", socket.display());
-    let Ok(procs) = std::fs::read_dir("/proc") else { return };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
-        let text = String::from_utf8_lossy(&cmdline);
-        if text.contains("containerd-shim") && text.contains(&want) {
-            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).stderr(Stdio::null()).status();
-        }
-    }
-}
-
-/// Kills the containers and shims a node's containerd recorded (`init.pid`
-/// and `shim.pid` under its state directory): processes of the lab's own
-/// containerd.
-fn kill_recorded(state: &Path) {
-    let mut stack = vec![state.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().is_some_and(|n| n == "shim.pid" || n == "init.pid") {
-                if let Some(pid) = std::fs::read_to_string(&p).ok().and_then(|t| t.trim().parse::<i32>().ok())
-                {
-                    let _ =
-                        Command::new("kill").arg("-KILL").arg(pid.to_string()).stderr(Stdio::null()).status();
-                }
-            }
-        }
-    }
-}
-
-/// Makes the cgroup `/NAME` in every v1 hierarchy (the kubelet's
-/// `cgroupRoot` must exist), its cpuset with the root's CPUs and nodes.
-fn make_cgroups(name: &str) -> Result<()> {
-    let ctrls = std::fs::read_dir("/sys/fs/cgroup").map_err(io("reading /sys/fs/cgroup"))?;
-    for c in ctrls.flatten() {
-        let root = c.path();
-        if !root.join("cgroup.procs").exists() || root.join("cgroup.controllers").exists() {
-            continue; // not a v1 hierarchy
-        }
-        let d = root.join(name);
-        std::fs::create_dir_all(&d).map_err(io(format!("making {}", d.display())))?;
-        for f in ["cpuset.cpus", "cpuset.mems"] {
-            if let Ok(v) = std::fs::read_to_string(root.join(f)) {
-                std::fs::write(d.join(f), v.trim()).map_err(io(format!("writing {f}")))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Removes the cgroup tree `/NAME` of every v1 controller, leaves first.
-fn remove_cgroups(name: &str) {
-    let Ok(ctrls) = std::fs::read_dir("/sys/fs/cgroup") else { return };
-    for c in ctrls.flatten() {
-        let root = c.path().join(name);
-        if !root.is_dir() {
-            continue;
-        }
-        let mut dirs = vec![root.clone()];
-        let mut i = 0;
-        while i < dirs.len() {
-            if let Ok(es) = std::fs::read_dir(&dirs[i]) {
-                dirs.extend(es.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
-            }
-            i += 1;
-        }
-        // Processes killed a moment ago may still be leaving them.
-        for _ in 0..20 {
-            for d in dirs.iter().rev() {
-                let _ = std::fs::remove_dir(d);
-            }
-            if !root.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+    for (_, name) in std::mem::take(&mut *nodes()) {
+        let t0 = Instant::now();
+        let kept = cgroup::sweep(&name);
+        eprintln!("vnet-lab: node {name}'s cgroups swept in {:.1?}", t0.elapsed());
+        if !kept.is_empty() {
+            eprintln!("vnet-lab: {name}'s cgroups left: {kept:?}");
         }
     }
 }

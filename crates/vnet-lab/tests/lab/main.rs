@@ -18,6 +18,7 @@ mod edge;
 mod guard;
 mod integration;
 mod k8s;
+mod k8s_up;
 mod links;
 mod multisite;
 mod netpol;

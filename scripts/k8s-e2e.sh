@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Kubernetes' own network conformance tests on the Kubernetes lab (issue
+# 67): builds `e2e.test` and agnhost from the k8s.io/kubernetes module at
+# the lab's version (scripts/k8s-build.sh --e2e, cached under target/k8s),
+# brings the lab up with the suite's images (`vnet-lab k8s up
+# --e2e-images`: three nodes, vnet applied from packaging/kubernetes/vnet.yaml,
+# CoreDNS), runs the suite against it, prints passed, failed and skipped
+# (each skip's reason, each failure's first line), stops the lab with
+# SIGTERM and checks that it left nothing.
+#
+# The images the suite runs are made without a registry, under the names
+# it asks for (crates/vnet-lab/src/k8s/e2e.rs): agnhost from its Go
+# package with Debian's bash, dig (bind9-dnsutils), curl, nc
+# (netcat-openbsd), ip, ss and getent; jessie-dnsutils from the same tools;
+# busybox from Debian's busybox-static; nginx from Debian's nginx package
+# (unpacked here, not installed: no service starts); pause from the lab's
+# own C source.
+#   sudo ./scripts/k8s-e2e.sh [FOCUS-REGEX]
+# (default '\[sig-network\].*\[Conformance\]'; VNET_E2E_DATAPATH=user for
+# the user path.)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+prepare runc iptables busybox-static containernetworking-plugins util-linux gcc libc6-dev \
+    bind9-dnsutils netcat-openbsd curl bash
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+focus=${1:-'\[sig-network\].*\[Conformance\]'}
+bash scripts/k8s-build.sh --e2e
+BIN=$(bash scripts/k8s-build.sh --print-dir)
+if [ ! -x "$BIN/nginx" ]; then
+    d=$(mktemp -d)
+    (cd "$d" && apt-get download -qq nginx >/dev/null 2>&1 && dpkg -x nginx_*.deb root)
+    cp "$d/root/usr/sbin/nginx" "$BIN/nginx"
+    rm -rf "$d"
+fi
+cargo build -q -p vnetd -p vnetctl -p vnet-cni -p vnet-lab --bins
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+out="$PWD/target/k8s/e2e-$(date -u +%Y%m%dT%H%M%S)"
+mkdir -p "$out"
+echo "k8s-e2e: results in $out"
+
+datapath=()
+[ -n "${VNET_E2E_DATAPATH:-}" ] && datapath=(--datapath "$VNET_E2E_DATAPATH")
+export VNET_LAB_TAG="e$$"
+"$target_dir/debug/vnet-lab" k8s up --e2e-images "${datapath[@]}" --ready-file "$out/ready" \
+    >"$out/up.log" 2>&1 &
+up=$!
+stop_lab() {
+    kill -TERM "$up" 2>/dev/null || true
+    wait "$up" 2>/dev/null || true
+}
+trap stop_lab EXIT
+t0=$(date +%s)
+while [ ! -s "$out/ready" ]; do
+    kill -0 "$up" 2>/dev/null || { cat "$out/up.log"; die "the lab did not come up"; }
+    [ $(($(date +%s) - t0)) -lt 900 ] || { tail -30 "$out/up.log"; die "the lab not up within 900 s"; }
+    sleep 2
+done
+echo "k8s-e2e: lab up in $(($(date +%s) - t0)) s"
+# shellcheck disable=SC1091
+source "$out/ready"
+
+t0=$(date +%s)
+status=0
+ip netns exec "$NETNS" "$BIN/e2e.test" --kubeconfig="$KUBECONFIG" --kubectl-path="$KUBECTL" \
+    --ginkgo.focus="$focus" --ginkgo.timeout=3h --ginkgo.json-report="$out/report.json" \
+    --ginkgo.no-color --dump-logs-on-failure=false --report-dir="$out" \
+    >"$out/e2e.log" 2>&1 || status=$?
+e2e_s=$(($(date +%s) - t0))
+
+python3 - "$out/report.json" "$focus" <<'EOF'
+import json, re, sys
+report, focus = sys.argv[1], re.compile(sys.argv[2])
+counts = {"passed": 0, "failed": 0, "skipped": 0}
+lines = []
+for suite in json.load(open(report)):
+    for s in suite.get("SpecReports") or []:
+        text = " ".join(s.get("ContainerHierarchyTexts") or []) + " " + s.get("LeafNodeText", "")
+        state = s.get("State", "")
+        if s.get("LeafNodeType") != "It":
+            if state not in ("passed", "skipped"):
+                msg = (s.get("Failure") or {}).get("Message", "").strip().splitlines()
+                lines.append(f"  {s.get('LeafNodeType')} {state}: {msg[0] if msg else ''}")
+            continue
+        if not focus.search(text) or s.get("NumAttempts", 0) == 0:
+            continue  # not selected
+        key = "failed" if state not in ("passed", "skipped") else state
+        counts[key] += 1
+        if key != "passed":
+            msg = (s.get("Failure") or {}).get("Message", "").strip().splitlines()
+            loc = (s.get("Failure") or {}).get("Location") or {}
+            where = f" ({loc.get('FileName', '').split('/test/e2e/')[-1]}:{loc.get('LineNumber', '')})" if loc else ""
+            first = (msg[0] if msg else state)[:200]
+            lines.append(f"  {key.upper()}: {text.strip()}\n      {first}{where}")
+for l in lines:
+    print(l)
+print(f"k8s-e2e: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
+EOF
+
+# The lab's exit on SIGTERM, and what it left (nothing, or fail).
+trap - EXIT
+stop_lab
+left=$(
+    ip netns list | grep -F "$PREFIX" || true
+    ls -d /sys/fs/cgroup/*/"$PREFIX"-h* 2>/dev/null || true
+    ps -eo pid=,args= | grep -F "$PREFIX" | grep -v grep || true
+)
+[ -z "$left" ] || { echo "k8s-e2e: the lab left: $left"; exit 1; }
+echo "k8s-e2e: the lab removed on SIGTERM, nothing left (namespaces, cgroups, processes)"
+echo "k8s-e2e: suite $e2e_s s, in all $(($(date +%s) - started)) s, e2e.test status $status (log: $out/e2e.log)"
+exit $status
