@@ -112,6 +112,7 @@ pub async fn run(
         unnamed: None,
         relay_key: None,
         lease: None,
+        endpoint: 0,
         retry: None,
         logged: None,
         refused: BTreeMap::new(),
@@ -152,6 +153,8 @@ pub async fn run(
             }
         }
         said = fix.clone();
+        // The next session tries the next member (this one may be the one down).
+        host.endpoint = (host.endpoint + 1) % host.cfg.store.endpoints.len().max(1);
         if started.elapsed() > Duration::from_secs(10) {
             backoff = Duration::from_millis(100);
         }
@@ -223,6 +226,11 @@ struct Host {
     relay_key: Option<vnet_control::PeerKey>,
     /// The lease of the last session, reused if still alive.
     lease: Option<i64>,
+    /// Which of the store's endpoints the next session talks to: one at a
+    /// time, the next after a session ends (etcd-client's channel over
+    /// several fails as a whole while any one of them refuses connections,
+    /// etcdv3/etcd-client#39: a cluster with a member down was unreachable).
+    endpoint: usize,
     /// The last transaction was refused: the next one brings the whole view.
     retry: Option<Retry>,
     /// The last error logged (the same one is not logged again).
@@ -359,8 +367,9 @@ impl Host {
             .with_timeout(Duration::from_secs(ttl.clamp(2, 5)))
             .with_keep_alive(Duration::from_secs(ttl.div_ceil(3).max(1)), Duration::from_secs(2))
             .with_keep_alive_while_idle(true);
-        let endpoints = self.cfg.store.endpoints.clone();
-        let mut c = self.wait(Client::connect(&endpoints, Some(opts))).await.map_err(etcd("connect"))?;
+        let endpoints = &self.cfg.store.endpoints;
+        let endpoint = endpoints.get(self.endpoint).or(endpoints.first()).cloned().unwrap_or_default();
+        let mut c = self.wait(Client::connect([endpoint], Some(opts))).await.map_err(etcd("connect"))?;
         let alive = match self.lease {
             Some(id) => self.wait(lease_alive(&mut c, id)).await,
             None => false,
