@@ -153,8 +153,7 @@ pub async fn run(
             }
         }
         said = fix.clone();
-        // The next session tries the next member (this one may be the one down).
-        host.endpoint = (host.endpoint + 1) % host.cfg.store.endpoints.len().max(1);
+        host.next_endpoint();
         if started.elapsed() > Duration::from_secs(10) {
             backoff = Duration::from_millis(100);
         }
@@ -256,6 +255,12 @@ struct Host {
 }
 
 impl Host {
+    /// The next session talks to the next of the store's endpoints (this
+    /// one may be a member that is down).
+    fn next_endpoint(&mut self) {
+        self.endpoint = (self.endpoint + 1) % self.cfg.store.endpoints.len().max(1);
+    }
+
     /// One session with etcd; returns why it ended.
     async fn session(&mut self, ipam: &mut Option<crate::ipam::Receiver>) -> SessionError {
         match self.session_inner(ipam).await {
