@@ -18,6 +18,7 @@ mod edge;
 mod guard;
 mod integration;
 mod k8s;
+mod life;
 mod links;
 mod multisite;
 mod onboarding;
