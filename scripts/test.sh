@@ -63,9 +63,13 @@ tests 300 env PROPTEST_CASES=2000 cargo test --workspace --lib -- any_line_gets_
 # run alone (among them those that install the package), wait for both.
 # (Behind the user pass alone, the build was not done at its end at three
 # tests a time: the run waited 190 s for it.)
-step "Debian package and the systemd test's machine: started in the background"
+step "Debian packages (this tree's, the previous release's) and the systemd test's machine: started in the background"
 work=$(mktemp -d "${TMPDIR:-/tmp}/vnet-test.XXXXXX")
-timeout 2400 nice -n 19 bash scripts/package.sh >"$work/package.log" 2>&1 &
+# After it, the previous release's package (scripts/previous-package.sh:
+# the revision scripts/previous-revision pins, built once per clone) for
+# the cluster-mode upgrade test.
+timeout 2400 nice -n 19 bash -c 'bash scripts/package.sh && bash scripts/previous-package.sh' \
+    >"$work/package.log" 2>&1 &
 package=$!
 timeout 1200 nice -n 19 lab/build-rootfs.sh >"$work/rootfs.log" 2>&1 &
 rootfs=$!

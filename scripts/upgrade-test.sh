@@ -2,9 +2,9 @@
 # Issue 30's upgrade test, by hand (two release builds: too long for CI):
 # builds the package of a previous revision (default b7765b1, the last one
 # before the user path's hand-over; any revision since the kernel path's
-# hand-over, 05e8642, can be upgraded from without a cut) in a worktree of
-# its own (kept as target/upgrade/vnet-REV.deb for the next run), and this
-# tree's package; then runs the lab test
+# hand-over, 05e8642, can be upgraded from without a cut) with
+# scripts/previous-package.sh (kept as target/upgrade/vnet-REV.deb for the
+# next run), and this tree's package; then runs the lab test
 # `an_upgrade_from_the_previous_package_to_this_one_...` on both data paths:
 # host 0 runs the old package's vnetd under a 10 ms ping and a TCP stream,
 # hands over to the new package's, which hands over once more.
@@ -13,17 +13,11 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prepare
 cd "$(dirname "$0")/.."
-rev=$(git rev-parse --short "${1:-b7765b1}")
+rev=$(git rev-parse --short=7 "${1:-b7765b1}")
+# Built as scripts/test.sh builds the previous release's (its version
+# lowered to 0.1.0~prev.REV-1), kept as target/upgrade/vnet-REV.deb.
+bash scripts/previous-package.sh "$rev"
 from="$PWD/target/upgrade/vnet-$rev.deb"
-if [ ! -f "$from" ]; then
-    old=$(mktemp -d /tmp/vnet-upgrade-from-XXXXXX)
-    trap 'git worktree remove --force "$old" >/dev/null 2>&1 || rm -rf "$old"' EXIT
-    git worktree add --detach "$old" "$rev" >/dev/null
-    echo "building the package of $rev (in $old)"
-    (cd "$old" && bash scripts/package.sh | tail -1)
-    mkdir -p target/upgrade
-    cp "$(ls "$old"/target/debian/vnet_*.deb | head -1)" "$from"
-fi
 echo "building this tree's package"
 bash scripts/package.sh | tail -1
 to="$PWD/$(ls -t target/debian/vnet_*.deb | head -1)"

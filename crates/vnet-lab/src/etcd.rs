@@ -1,7 +1,10 @@
 //! A cluster-mode lab's etcd: Debian's `etcd-server`, run in the switch
 //! namespace on [`ETCD_IP`] (or its IPv6 twin, [`etcd_ip`]) with its data in the lab's directory, killed
 //! (by pid) with the lab. Stopping and starting it again keeps its data, as
-//! an etcd that was down for a while would.
+//! an etcd that was down for a while would. With [`Cluster::members`] it is
+//! a cluster of that many members, on ports 2379, 2389, ... of the same
+//! address (their peers on the switch namespace's loopback), each of which
+//! can be killed and started again alone.
 //!
 //! A secured cluster (the default, [`Cluster::open`] false) is run as
 //! `docs/CLUSTER.md` says: etcd serves TLS only and wants a client
@@ -17,11 +20,62 @@
 use super::*;
 
 impl Lab {
-    /// Starts the lab's etcd (again) and waits until it serves clients.
+    /// How many members the lab's etcd has ([`Cluster::members`], at least one).
+    pub fn etcd_members(&self) -> usize {
+        self.spec.cluster.as_ref().map_or(1, |c| c.members.max(1))
+    }
+
+    /// Starts the lab's etcd (again: each member not running) and waits
+    /// until every member serves clients (a member of several is ready
+    /// once they have a leader, so all are started before any is waited for).
     pub fn start_etcd(&mut self) -> Result<()> {
-        if self.etcd.is_some() {
+        let members = self.etcd_members();
+        self.etcd.resize_with(members, || None);
+        let mut started = Vec::new();
+        for i in 0..members {
+            if self.etcd[i].is_none() {
+                started.push((i, self.spawn_etcd(i)?));
+            }
+        }
+        if started.is_empty() {
             return Ok(());
         }
+        for (i, from) in started {
+            self.wait_etcd(i, from)?;
+        }
+        if self.spec.cluster.as_ref().is_some_and(Cluster::secured) {
+            self.etcd_auth()?;
+        }
+        Ok(())
+    }
+
+    /// Starts member `i` of the lab's etcd again (its data kept) and waits
+    /// until it serves clients.
+    pub fn start_etcd_member(&mut self, i: usize) -> Result<()> {
+        if self.etcd.get(i).is_none_or(Option::is_some) {
+            return Ok(());
+        }
+        let from = self.spawn_etcd(i)?;
+        self.wait_etcd(i, from)
+    }
+
+    /// Member `i`'s log and data directory: the first member's are
+    /// `etcd.log` and `etcd`, the others' `etcdI.log` and `etcdI`.
+    fn etcd_member_files(&self, i: usize) -> (PathBuf, PathBuf) {
+        let n = if i == 0 { String::new() } else { i.to_string() };
+        (self.dir.join(format!("etcd{n}.log")), self.dir.join(format!("etcd{n}")))
+    }
+
+    /// Member `i`'s peer URL, on the switch namespace's own loopback:
+    /// ports 2380, 2390, 2400 (the namespace is the lab's: no other run's
+    /// etcd is there).
+    fn etcd_peer_url(i: usize) -> String {
+        format!("http://127.0.0.1:{}", ETCD_PORT + 1 + 10 * i as u16)
+    }
+
+    /// Starts member `i` of the lab's etcd; the length of its log before
+    /// (where [`Lab::wait_etcd`] reads from).
+    fn spawn_etcd(&mut self, i: usize) -> Result<usize> {
         let sw =
             self.switch.clone().ok_or_else(|| Error::Other("a cluster lab has a switch namespace".into()))?;
         let etcd = which("etcd").ok_or_else(|| {
@@ -31,39 +85,46 @@ impl Lab {
         let mut add = vec!["ip", "addr", "replace", "dev", "br0"];
         add.extend(cidr.iter().map(String::as_str));
         self.ns_exec(&sw, &add)?;
-        let log_path = self.dir.join("etcd.log");
+        let (log_path, data) = self.etcd_member_files(i);
         let start = std::fs::metadata(&log_path).map_or(0, |m| m.len()) as usize;
         let secured = self.spec.cluster.as_ref().is_some_and(Cluster::secured);
-        let client = self.etcd_url();
-        // The peer port is on the switch namespace's own loopback.
-        let peer = "http://127.0.0.1:2380";
+        let client = self.etcd_member_url(i);
+        let peer = Self::etcd_peer_url(i);
+        let initial: Vec<String> =
+            (0..self.etcd_members()).map(|m| format!("m{m}={}", Self::etcd_peer_url(m))).collect();
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &sw])
             .arg(etcd)
-            .args(["--name", "lab", "--data-dir"])
-            .arg(self.dir.join("etcd"))
+            .args(["--name", &format!("m{i}"), "--data-dir"])
+            .arg(data)
             .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer])
-            .args(["--initial-cluster", &format!("lab={peer}")]);
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &initial.join(","), "--initial-cluster-token", &self.prefix]);
         if secured {
             let f = |n: &str| self.dir.join(n);
             cmd.arg("--cert-file").arg(f("etcd.pem")).arg("--key-file").arg(f("etcd.key"));
             cmd.arg("--trusted-ca-file").arg(f("etcd-ca.pem")).arg("--client-cert-auth");
         }
-        self.etcd = Some(process::spawn_logged(cmd, &log_path, "etcd")?);
+        self.etcd[i] = Some(process::spawn_logged(cmd, &log_path, "etcd")?);
+        Ok(start)
+    }
+
+    /// Waits until member `i` says it serves clients (its log after `start`).
+    fn wait_etcd(&mut self, i: usize, start: usize) -> Result<()> {
+        let (log_path, _) = self.etcd_member_files(i);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
             if text.get(start..).is_some_and(|t| t.contains("ready to serve client requests")) {
-                return if secured { self.etcd_auth() } else { Ok(()) };
+                return Ok(());
             }
-            if let Some(Ok(Some(st))) = self.etcd.as_mut().map(Child::try_wait) {
-                self.etcd = None;
+            if let Some(Ok(Some(st))) = self.etcd[i].as_mut().map(Child::try_wait) {
+                self.etcd[i] = None;
                 return Err(Error::Other(format!("etcd exited ({st}): {}", text.get(start..).unwrap_or(""))));
             }
             if Instant::now() > deadline {
                 return Err(Error::Other(format!(
-                    "etcd did not come up: {}",
+                    "etcd member {i} did not come up: {}",
                     text.get(start..).unwrap_or("")
                 )));
             }
@@ -71,18 +132,57 @@ impl Lab {
         }
     }
 
-    /// Stops the lab's etcd (SIGTERM, then SIGKILL); its data stays.
+    /// Stops the lab's etcd, every member (SIGTERM, then SIGKILL); its data stays.
     pub fn stop_etcd(&mut self) {
-        if let Some(c) = self.etcd.take() {
+        for c in self.etcd.iter_mut().filter_map(Option::take) {
             stop_child(c);
         }
     }
 
-    /// The URL of the lab's etcd.
-    pub fn etcd_url(&self) -> String {
+    /// Kills member `i` of the lab's etcd with SIGKILL (no goodbye to its
+    /// peers) and waits for it to be gone; its data stays.
+    pub fn kill_etcd_member(&mut self, i: usize) {
+        if let Some(mut c) = self.etcd.get_mut(i).and_then(Option::take) {
+            let pid = c.id();
+            let _ = c.kill();
+            let _ = c.wait();
+            registry().1.retain(|p| *p != pid);
+        }
+    }
+
+    /// Which member of the lab's etcd leads now: of the running members'
+    /// `etcdctl endpoint status`, the one whose id is the leader's.
+    pub fn etcd_leader(&self) -> Result<usize> {
+        let running: Vec<usize> = (0..self.etcd.len()).filter(|&i| self.etcd[i].is_some()).collect();
+        let urls: Vec<String> = running.iter().map(|&i| self.etcd_member_url(i)).collect();
+        let out = self.etcdctl_at(&urls.join(","), &["endpoint", "status", "-w", "json"])?;
+        let v: serde_json::Value = serde_json::from_str(&out)
+            .map_err(|e| Error::Other(format!("etcdctl endpoint status: {e}: {out}")))?;
+        let rows = v.as_array().cloned().unwrap_or_default();
+        let leader = rows.iter().find(|r| {
+            let s = &r["Status"];
+            s["leader"].as_u64().is_some_and(|l| Some(l) == s["header"]["member_id"].as_u64())
+        });
+        let url = leader.and_then(|r| r["Endpoint"].as_str()).unwrap_or_default();
+        running
+            .iter()
+            .copied()
+            .find(|&i| self.etcd_member_url(i) == url)
+            .ok_or_else(|| Error::Other(format!("no member leads: {out}")))
+    }
+
+    /// The URL of member `i` of the lab's etcd (ports 2379, 2389, 2399).
+    pub fn etcd_member_url(&self, i: usize) -> String {
         let secured = self.spec.cluster.as_ref().is_some_and(Cluster::secured);
-        let at = SocketAddr::new(self.etcd_ip(), ETCD_PORT);
+        let at = SocketAddr::new(self.etcd_ip(), ETCD_PORT + 10 * i as u16);
         format!("{}://{at}", if secured { "https" } else { "http" })
+    }
+
+    /// The URLs of the lab's etcd, every member's (comma-separated, as
+    /// vnetd's `--cluster etcd:` and etcdctl's `--endpoints` take them).
+    pub fn etcd_url(&self) -> String {
+        let urls: Vec<String> = (0..self.etcd_members()).map(|i| self.etcd_member_url(i)).collect();
+        urls.join(",")
     }
 
     /// Where the lab's etcd listens.
@@ -97,9 +197,14 @@ impl Lab {
     /// Runs `etcdctl ARGS` against the lab's etcd as its root user (by
     /// certificate, when secured).
     pub fn etcdctl(&self, args: &[&str]) -> Result<String> {
+        self.etcdctl_at(&self.etcd_url(), args)
+    }
+
+    /// [`Lab::etcdctl`] against `endpoints` (some members' URLs).
+    fn etcdctl_at(&self, endpoints: &str, args: &[&str]) -> Result<String> {
         let sw =
             self.switch.clone().ok_or_else(|| Error::Other("a cluster lab has a switch namespace".into()))?;
-        let mut all: Vec<String> = vec!["etcdctl".into(), format!("--endpoints={}", self.etcd_url())];
+        let mut all: Vec<String> = vec!["etcdctl".into(), format!("--endpoints={endpoints}")];
         if self.spec.cluster.as_ref().is_some_and(Cluster::secured) {
             let f = |n: &str| self.dir.join(n).display().to_string();
             all.push(format!("--cacert={}", f("etcd-ca.pem")));

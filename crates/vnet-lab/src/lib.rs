@@ -132,8 +132,8 @@ pub struct Lab {
     bpffs: bool,
     /// The switch namespace (a bridge), when the hosts are on one.
     switch: Option<String>,
-    /// Cluster mode: the running etcd.
-    etcd: Option<Child>,
+    /// Cluster mode: the etcd's members, each while it runs.
+    etcd: Vec<Option<Child>>,
     /// Cluster mode: settings of one host's vnetd replaced (a value) or
     /// left out (`None`), by (host, setting as its flag without `--`): a
     /// wrong password file, another CA.
@@ -191,7 +191,7 @@ impl Lab {
             guests: Vec::new(),
             bpffs: false,
             switch: None,
-            etcd: None,
+            etcd: Vec::new(),
             cluster_overrides: Vec::new(),
             born: Instant::now(),
         };
@@ -480,6 +480,27 @@ impl Lab {
     /// IP, so its peers' ARP caches and connections stay valid. Returns the
     /// VM's new index on host `to`.
     pub fn relocate(&mut self, from: usize, v: usize, to: usize) -> Result<usize> {
+        let (moved, out) = self.relocate_whatever_move_says(from, v, to)?;
+        if !out.status.success() {
+            return Err(Error::Command {
+                cmd: "vnetctl move".into(),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(moved)
+    }
+
+    /// [`Lab::relocate`], the VM's NIC moved whether or not `vnetctl move`
+    /// succeeded (as a VM moves whatever its overlay says): the VM's new
+    /// index and `vnetctl move`'s output, to be judged by the caller (a
+    /// move while the store is away).
+    pub fn relocate_whatever_move_says(
+        &mut self,
+        from: usize,
+        v: usize,
+        to: usize,
+    ) -> Result<(usize, Output)> {
         let vm = self.hosts[from].vms[v].clone();
         if vm.host_dev.is_none() || vm.console.is_some() {
             return Err(Error::Other("only a VM on a veth can be relocated".into()));
@@ -504,7 +525,11 @@ impl Lab {
         let decl = format!("{name} netdev {hd}{dp}");
         args.push("interface");
         args.extend(decl.split_whitespace());
-        run(&args)?;
+        let out = Command::new(args[0])
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io("running vnetctl move"))?;
         // The VM's address moves to its new NIC.
         let cidr = format!("{}/16", vm.ip);
         self.ns_exec(&vm.ns, &["ip", "addr", "add", &cidr, "dev", &nic])?;
@@ -512,7 +537,7 @@ impl Lab {
         let moved = Vm { dev: nic, host_dev: Some(hd), ..vm };
         self.hosts[from].vms.remove(v);
         self.hosts[to].vms.push(moved);
-        Ok(self.hosts[to].vms.len() - 1)
+        Ok((self.hosts[to].vms.len() - 1, out))
     }
 }
 
@@ -538,6 +563,7 @@ impl Drop for Lab {
         }
         self.forget_wireguard();
         for ns in self.namespaces.iter().rev() {
+            process::kill_in_ns(ns);
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
             registry().0.retain(|n| n != ns);
         }

@@ -296,6 +296,7 @@ fn main() -> ExitCode {
                     open: open_cluster,
                     // As a newcomer would run it: a `cluster` line in each config.
                     in_config: true,
+                    members: 1,
                 }),
                 tap_queues: queues,
                 vnetd_args: vnetd_arg,

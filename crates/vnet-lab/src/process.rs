@@ -39,6 +39,20 @@ pub(crate) fn kill_group(pgid: u32) {
         Command::new("kill").arg("-KILL").arg("--").arg(format!("-{pgid}")).stderr(Stdio::null()).status();
 }
 
+/// Kills (SIGKILL) every process in the lab's network namespace `ns`
+/// (`ip netns pids`): what a lab ran there and has not ended itself (an
+/// iperf3 client a bench was waiting for when Ctrl-C came, a ping), before
+/// the namespace goes, so that none outlives it reparented to init. The
+/// namespace's name is the run's own (its prefix), so they are this run's.
+pub(crate) fn kill_in_ns(ns: &str) {
+    let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).stderr(Stdio::null()).output() else { return };
+    let pids: Vec<String> =
+        String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect();
+    if !pids.is_empty() {
+        let _ = Command::new("kill").arg("-KILL").args(&pids).stderr(Stdio::null()).status();
+    }
+}
+
 /// Runs `cmd` in a process group of its own and returns its output; the
 /// whole group (children that outlive it, such as MPI ranks) is killed when
 /// it ends, and on Ctrl-C.
@@ -94,6 +108,7 @@ pub fn install_signal_cleanup() {
             f();
         }
         for ns in nss.iter().rev() {
+            kill_in_ns(ns);
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
         for d in std::mem::take(&mut *dirs()) {

@@ -76,7 +76,13 @@ pub fn run(o: &Opts) -> Result<Report> {
         hosts: o.hosts,
         vms_per_host: o.vms,
         veth_hosts: (0..o.hosts).collect(),
-        cluster: Some(Cluster { ttl_s: 10, late: vec![late], open: o.plain_links, in_config: false }),
+        cluster: Some(Cluster {
+            ttl_s: 10,
+            late: vec![late],
+            open: o.plain_links,
+            in_config: false,
+            members: 1,
+        }),
         ..Spec::default()
     };
     let t0 = Instant::now();

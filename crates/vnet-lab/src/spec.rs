@@ -137,6 +137,8 @@ pub struct Cluster {
     /// The settings as a `cluster` line in each host's config file instead
     /// of vnetd's flags.
     pub in_config: bool,
+    /// The etcd's members (0 or 1: one), every vnetd given all of them.
+    pub members: usize,
 }
 
 impl Cluster {

@@ -1083,7 +1083,13 @@ mod user {
         let spec = Spec {
             hosts: 4,
             nat: true,
-            cluster: Some(vnet_lab::Cluster { ttl_s: 5, late: vec![], open: false, in_config: false }),
+            cluster: Some(vnet_lab::Cluster {
+                ttl_s: 5,
+                late: vec![],
+                open: false,
+                in_config: false,
+                members: 1,
+            }),
             ..Spec::default()
         };
         let lab = lab(spec);

@@ -549,7 +549,7 @@ pub fn cluster_spec(hosts: usize, vms: usize, late: Vec<usize>) -> Spec {
         hosts,
         vms_per_host: vms,
         veth_hosts: (0..hosts).collect(),
-        cluster: Some(vnet_lab::Cluster { ttl_s: 5, late, open: false, in_config: false }),
+        cluster: Some(vnet_lab::Cluster { ttl_s: 5, late, open: false, in_config: false, members: 1 }),
         ..Spec::default()
     }
 }
@@ -798,6 +798,27 @@ impl MigrationLoad {
     /// the guest's pause (`paused_ms`) + 100 ms. `context` says what to
     /// show when the stream broke.
     pub fn check(self, console: &std::path::Path, paused_ms: u64, mode: &str, context: impl Fn() -> String) {
+        let (out, said) = self.check_stream(console, context);
+        let r = vnet_lab::PingResult::parse(&out);
+        let (lost, gap) = (r.sent - r.received, longest_gap(&out, r.sent));
+        eprintln!(
+            "live migration ({mode}): {lost} of {} pings lost (20 ms apart, ~{} ms), longest gap {gap}; \
+             the stream (sent bytes, longest blocked send in ms): {}",
+            Self::PINGS,
+            lost * 20,
+            said.trim()
+        );
+        assert!(
+            u64::from(lost) * 20 < paused_ms + 100,
+            "{lost} pings lost ({} ms) against the guest's pause of {paused_ms} ms + 100",
+            lost * 20
+        );
+    }
+
+    /// The stream came through whole (its md5 on the guest's `console`):
+    /// the ping's output (all [`MigrationLoad::PINGS`] sent) and what the
+    /// sender said (bytes sent, its longest blocked send in ms).
+    pub fn check_stream(self, console: &std::path::Path, context: impl Fn() -> String) -> (String, String) {
         let sender = self.sender.join().unwrap();
         let said = String::from_utf8_lossy(&sender.stdout).to_string();
         assert!(
@@ -815,19 +836,7 @@ impl MigrationLoad {
         let out = String::from_utf8_lossy(&out.stdout).to_string();
         let r = vnet_lab::PingResult::parse(&out);
         assert_eq!(r.sent, Self::PINGS, "ping output not understood:\n{out}");
-        let (lost, gap) = (r.sent - r.received, longest_gap(&out, r.sent));
-        eprintln!(
-            "live migration ({mode}): {lost} of {} pings lost (20 ms apart, ~{} ms), longest gap {gap}; \
-             the stream (sent bytes, longest blocked send in ms): {}",
-            Self::PINGS,
-            lost * 20,
-            said.trim()
-        );
-        assert!(
-            u64::from(lost) * 20 < paused_ms + 100,
-            "{lost} pings lost ({} ms) against the guest's pause of {paused_ms} ms + 100",
-            lost * 20
-        );
+        (out, said)
     }
 }
 
@@ -866,4 +875,20 @@ pub fn spawn_join(mut c: std::process::Command) -> (String, std::thread::JoinHan
         o
     });
     (fp, h)
+}
+
+/// The package scripts/package.sh built last (scripts/test.sh builds it
+/// before the lab tests).
+pub fn package_deb() -> std::path::PathBuf {
+    let debs = vnet_lab::bench::repo_dir().join("target/debian");
+    std::fs::read_dir(&debs)
+        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/package.sh first", debs.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vnet_") && n.ends_with(".deb"))
+        })
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .unwrap_or_else(|| panic!("no vnet_*.deb in {}: run scripts/package.sh first", debs.display()))
 }

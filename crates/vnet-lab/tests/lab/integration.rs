@@ -2,22 +2,6 @@
 
 use super::harness::*;
 
-/// The package scripts/package.sh built last (scripts/test.sh builds it
-/// before the lab tests).
-fn package_deb() -> std::path::PathBuf {
-    let debs = vnet_lab::bench::repo_dir().join("target/debian");
-    std::fs::read_dir(&debs)
-        .unwrap_or_else(|e| panic!("{}: {e}: run scripts/package.sh first", debs.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("vnet_") && n.ends_with(".deb"))
-        })
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .unwrap_or_else(|| panic!("no vnet_*.deb in {}: run scripts/package.sh first", debs.display()))
-}
-
 // ---- systemd as PID 1: the package, its unit and the file descriptor store ----
 
 /// The package with its version lowered to `0.0.1~prev`: an older package

@@ -19,6 +19,7 @@ mod guard;
 mod integration;
 mod k8s;
 mod k8s_up;
+mod life;
 mod links;
 mod multisite;
 mod netpol;

@@ -112,6 +112,7 @@ pub async fn run(
         unnamed: None,
         relay_key: None,
         lease: None,
+        endpoint: 0,
         retry: None,
         logged: None,
         refused: BTreeMap::new(),
@@ -152,6 +153,7 @@ pub async fn run(
             }
         }
         said = fix.clone();
+        host.next_endpoint();
         if started.elapsed() > Duration::from_secs(10) {
             backoff = Duration::from_millis(100);
         }
@@ -223,6 +225,11 @@ struct Host {
     relay_key: Option<vnet_control::PeerKey>,
     /// The lease of the last session, reused if still alive.
     lease: Option<i64>,
+    /// Which of the store's endpoints the next session talks to: one at a
+    /// time, the next after a session ends (etcd-client's channel over
+    /// several fails as a whole while any one of them refuses connections,
+    /// etcdv3/etcd-client#39: a cluster with a member down was unreachable).
+    endpoint: usize,
     /// The last transaction was refused: the next one brings the whole view.
     retry: Option<Retry>,
     /// The last error logged (the same one is not logged again).
@@ -248,6 +255,12 @@ struct Host {
 }
 
 impl Host {
+    /// The next session talks to the next of the store's endpoints (this
+    /// one may be a member that is down).
+    fn next_endpoint(&mut self) {
+        self.endpoint = (self.endpoint + 1) % self.cfg.store.endpoints.len().max(1);
+    }
+
     /// One session with etcd; returns why it ended.
     async fn session(&mut self, ipam: &mut Option<crate::ipam::Receiver>) -> SessionError {
         match self.session_inner(ipam).await {
@@ -359,8 +372,9 @@ impl Host {
             .with_timeout(Duration::from_secs(ttl.clamp(2, 5)))
             .with_keep_alive(Duration::from_secs(ttl.div_ceil(3).max(1)), Duration::from_secs(2))
             .with_keep_alive_while_idle(true);
-        let endpoints = self.cfg.store.endpoints.clone();
-        let mut c = self.wait(Client::connect(&endpoints, Some(opts))).await.map_err(etcd("connect"))?;
+        let endpoints = &self.cfg.store.endpoints;
+        let endpoint = endpoints.get(self.endpoint).or(endpoints.first()).cloned().unwrap_or_default();
+        let mut c = self.wait(Client::connect([endpoint], Some(opts))).await.map_err(etcd("connect"))?;
         let alive = match self.lease {
             Some(id) => self.wait(lease_alive(&mut c, id)).await,
             None => false,
