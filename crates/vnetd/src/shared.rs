@@ -59,6 +59,7 @@ impl Shared {
     /// down or came back; the daemon calls it every [`vnet_engine::plane::TICK_NS`].
     pub fn tick(&self) {
         let now = self.now_ns();
+        self.global.drops.set_clock(now);
         self.plane.load().tick(now, |l, state| match (state, l.alive.age_ns(now)) {
             (Liveness::Up, _) => tracing::info!(link = %l.def.name, "peer up"),
             (Liveness::Down, Some(a)) => {

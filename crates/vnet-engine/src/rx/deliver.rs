@@ -66,6 +66,7 @@ pub(super) fn payload(cx: &mut Cx<'_>, port: PortId, with_vh: bool, bytes: &mut 
         Some(vh) => cx.fw.forward(cx.plane, port, vh, &mut bytes[virtio::LEN..]),
         None => {
             cx.fw.global().malformed.fetch_add(1, Relaxed);
+            cx.fw.dropped(vnet_core::DropReason::Malformed, Some(port), &[], None);
         }
     }
 }

@@ -116,12 +116,15 @@ impl Rx {
             Err(_) => {
                 link.rx.drop_one();
                 g.malformed.fetch_add(1, Relaxed);
+                cx.fw.dropped(vnet_core::DropReason::Malformed, Some(port), &[], None);
                 return;
             }
         };
         if repr.network != network {
             link.rx.drop_one();
             g.wrong_network.fetch_add(1, Relaxed);
+            let frame = data.get(hl..).unwrap_or_default();
+            cx.fw.dropped(vnet_core::DropReason::WrongNetwork, Some(port), frame, None);
             return;
         }
         if repr.flags.is_control() {
@@ -131,6 +134,7 @@ impl Rx {
         if repr.flags.0 & Flags::AUTH != 0 {
             link.rx.drop_one();
             g.unsupported_flags.fetch_add(1, Relaxed);
+            cx.fw.dropped(vnet_core::DropReason::UnsupportedFlags, Some(port), &[], None);
             return;
         }
         let with_vh = repr.flags.0 & Flags::VNET_HDR != 0;
