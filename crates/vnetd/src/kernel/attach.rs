@@ -100,6 +100,8 @@ pub struct KernelPath {
     governed: super::flows::Governed,
     /// The `flows` map, as the engine's mirror (`PolicySet::mirror`).
     flows: std::sync::Arc<super::flows::KernelFlows>,
+    /// The drop events and the watch flag.
+    drops: std::sync::Arc<super::drops::KernelDrops>,
 }
 
 impl KernelPath {
@@ -121,6 +123,7 @@ impl KernelPath {
             p.load().map_err(program_error(format!("the kernel refused {name}")))?;
         }
         let flows = std::sync::Arc::new(super::flows::KernelFlows::open(&ebpf)?);
+        let drops = std::sync::Arc::new(super::drops::KernelDrops::open(&ebpf)?);
         Ok(KernelPath {
             ebpf,
             vm_attached: BTreeMap::new(),
@@ -146,6 +149,7 @@ impl KernelPath {
             guard: BTreeMap::new(),
             governed: Default::default(),
             flows,
+            drops,
         })
     }
 
@@ -514,6 +518,11 @@ impl KernelPath {
         write_diff(&mut self.ebpf, "neigh6", &mut self.neigh.2, v6)?;
         self.neigh.0 = Some(table.clone());
         Ok(())
+    }
+
+    /// The programs' drop events and the flag that asks for them.
+    pub fn drops(&self) -> std::sync::Arc<super::drops::KernelDrops> {
+        self.drops.clone()
     }
 
     /// The `flows` map as the engine's mirror of its allowed flows.
