@@ -5,6 +5,7 @@
 //!   and the token file a `tcp:` client presents.
 //! - [`client`]: a blocking client of the control protocol, sending
 //!   [`request`]s built from typed values.
+//! - [`drops`]: drops (`show drops json`) as lines of text.
 //! - [`relocate`]: `vnetctl move`, a VM's relocation between two hosts.
 //! - [`keys`]: key and secret files (`vnetctl genkey`, `pubkey`).
 //! - [`tls`]: a host's certificate, key and CA as rustls configurations.
@@ -13,6 +14,7 @@
 
 pub mod client;
 pub mod docs;
+pub mod drops;
 pub mod endpoint;
 pub mod keys;
 pub mod relocate;

@@ -297,6 +297,7 @@ impl State {
                 }
             }
             Command::Show { .. }
+            | Command::Drops(_)
             | Command::Announce(_)
             | Command::Save
             | Command::Reload

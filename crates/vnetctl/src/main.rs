@@ -26,6 +26,7 @@
 //! ```
 
 mod kube;
+mod monitor;
 mod onboard;
 
 use clap::Parser;
@@ -60,6 +61,9 @@ const SUBCOMMANDS: &str = "\
 Commands (WORDS):
   show routes|links|interfaces|stats|global|config|metrics|cluster|matrix
                           what vnetd has (--json for JSON)
+  show drops [N]          the last N drops (20 unless told), each with its reason, and the drops by reason
+  monitor [drops|all] [reason R] [interface NAME] [link NAME] [mac MAC] [ip IP] [port P] [path user|kernel] [count N]
+                          drops as they happen, one a line (--json: JSON lines); Ctrl-C ends
   CONTROL LINE            any line of vnet.conf(5), applied at once (`route any MAC to link NAME`)
   apply FILE              a file of control lines, as one transaction
   save | reload           write the running configuration to vnetd's config file | apply the file's changes
@@ -154,6 +158,9 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    if args.words.first().is_some_and(|w| w == "monitor") {
+        return monitor::run(&mut c, &args.words[1..], args.json);
+    }
     if args.words.len() == 2 && args.words[0] == "apply" {
         let path = &args.words[1];
         let text = match std::fs::read_to_string(path) {
@@ -203,6 +210,14 @@ fn out(text: &str) {
     use std::io::Write;
     let mut o = std::io::stdout().lock();
     let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
+}
+
+/// Writes `line` and a newline to stdout, flushed (a stream's reader sees
+/// it at once); false once the reader went away.
+fn out_line(line: &str) -> bool {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    o.write_all(line.as_bytes()).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()).is_ok()
 }
 
 fn key_out(k: Result<String, String>) -> ExitCode {

@@ -300,6 +300,7 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, 
             },
             Command::Commit | Command::Abort => (String::new(), "end error no transaction is open".into()),
             Command::Show { what, json } => (lock(daemon).show(what, json), ok()),
+            Command::Drops(q) => (lock(daemon).show_drops(q), ok()),
             Command::Announce(mac) => (lock(daemon).announce(mac), ok()),
             Command::Save => match lock(daemon).save() {
                 Ok(body) => (body, ok()),

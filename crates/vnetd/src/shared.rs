@@ -21,6 +21,8 @@ pub struct Shared {
     /// Woken when a standby interface became active: cluster mode claims
     /// its MAC at once rather than at its next look.
     pub activated: Arc<tokio::sync::Notify>,
+    /// The drops gathered for `show drops`, and the watch on the kernel's.
+    pub drop_log: std::sync::Mutex<crate::drops::DropLog>,
 }
 
 /// The wall clock, in nanoseconds since the Unix epoch: what secured
@@ -41,6 +43,7 @@ impl Shared {
             arrivals,
             wake: Arc::new(move || n.notify_one()),
             activated: Arc::new(tokio::sync::Notify::new()),
+            drop_log: Default::default(),
         })
     }
 
@@ -60,6 +63,9 @@ impl Shared {
     pub fn tick(&self) {
         let now = self.now_ns();
         self.global.drops.set_clock(now);
+        if let Ok(mut log) = self.drop_log.try_lock() {
+            log.expire(Instant::now());
+        }
         self.plane.load().tick(now, |l, state| match (state, l.alive.age_ns(now)) {
             (Liveness::Up, _) => tracing::info!(link = %l.def.name, "peer up"),
             (Liveness::Down, Some(a)) => {

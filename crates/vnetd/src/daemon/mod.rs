@@ -8,6 +8,7 @@
 //! running configuration is untouched, so traffic keeps flowing.
 
 mod attached;
+mod drops;
 mod matrix;
 mod neigh;
 mod pins;
@@ -838,6 +839,7 @@ impl Daemon {
         }
         self.matrix_metrics(&mut out);
         self.policy_metrics(&mut out);
+        self.drop_metrics(&mut out);
         if let Some(c) = &self.cluster {
             c.lock().unwrap_or_else(|p| p.into_inner()).metrics(&mut out);
         }
