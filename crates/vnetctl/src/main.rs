@@ -212,14 +212,6 @@ fn out(text: &str) {
     let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
 }
 
-/// Writes `line` and a newline to stdout, flushed (a stream's reader sees
-/// it at once); false once the reader went away.
-fn out_line(line: &str) -> bool {
-    use std::io::Write;
-    let mut o = std::io::stdout().lock();
-    o.write_all(line.as_bytes()).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()).is_ok()
-}
-
 fn key_out(k: Result<String, String>) -> ExitCode {
     match k {
         Ok(k) => {

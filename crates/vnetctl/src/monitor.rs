@@ -120,7 +120,7 @@ pub fn run(c: &mut Client, words: &[String], json: bool) -> ExitCode {
         since = v["next"].as_u64().unwrap_or(since);
         for d in v["drops"].as_array().into_iter().flatten().filter(|d| f.matches(d)) {
             let line = if f.json { d.to_string() } else { vnet_client::drops::entry_text(d) };
-            if !crate::out_line(&line) {
+            if !out_line(&line) {
                 return ExitCode::SUCCESS;
             }
             shown += 1;
@@ -129,6 +129,14 @@ pub fn run(c: &mut Client, words: &[String], json: bool) -> ExitCode {
             }
         }
     }
+}
+
+/// Writes `line` and a newline to stdout, flushed (a stream's reader sees
+/// it at once); false once the reader went away.
+fn out_line(line: &str) -> bool {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    o.write_all(line.as_bytes()).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()).is_ok()
 }
 
 /// One `show drops N since SEQ json`.
