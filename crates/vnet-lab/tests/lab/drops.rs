@@ -266,3 +266,42 @@ mod both_alone {
         }
     }
 }
+
+mod both {
+    use super::*;
+
+    /// A VM whose MTU is larger than its host's VXLAN link carries (VTEPs
+    /// do not fragment): its large frames are dropped as `mtu_exceeded`
+    /// (on the kernel pass the program leaves them to the user path, which
+    /// drops them), seen live; its small ones pass (the control).
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn a_frame_too_big_for_a_vxlan_link_is_in_monitor_drops_as_mtu_exceeded() {
+        let lab = lab(Spec { links: Links::Vxlan, vm_mtu: 1500, ..Spec::default() });
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        assert_ping(&lab, &a, b.ip, 56);
+        let m0 = Monitor::start(&lab, 0);
+        // Attached once its first poll is answered: a drop it then shows.
+        let script = lab.dir.join("drops.py");
+        std::fs::write(&script, SEND).unwrap();
+        let script = script.to_str().unwrap().to_string();
+        let (ai, bi) = (a.ip.to_string(), b.ip.to_string());
+        wait_until(10.0, "the monitor on host 0 attached", || {
+            send(&lab, &script, &a, (&a.mac, "02:00:00:00:ee:ee", &ai, &bi, 9));
+            m0.lines() > 0
+        });
+        let t0 = Instant::now();
+        let r = lab.ping(&a, b.ip, 1, 1472).unwrap();
+        assert_eq!(r.received, 0, "a 1500-byte packet crossed a VXLAN link over a 1500-byte underlay");
+        let (took, path, _) = m0.wait("mtu_exceeded", t0, 3.0);
+        println!(
+            "drops: a 1500-byte packet: mtu_exceeded on the {path} path after {took:?} (the ping waits 1 s)"
+        );
+        assert_eq!(path, "user");
+        assert!(took <= Duration::from_secs(1), "seen {took:?} after the ping");
+        assert_ping(&lab, &a, b.ip, 1400);
+        let counts = &json(&lab, 0, "drops 1")["reasons"]["mtu_exceeded"];
+        println!("drops: mtu_exceeded {counts}");
+        assert!(counts["user"].as_u64().unwrap() >= 1, "{counts}");
+    }
+}
