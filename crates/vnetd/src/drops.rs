@@ -325,6 +325,19 @@ mod tests {
     }
 
     #[test]
+    fn a_poll_is_a_watch_for_the_lease_and_the_timer_ends_it() {
+        let mut log = DropLog::default();
+        let now = Instant::now();
+        assert!(!log.watched(now));
+        log.watch(None, now).expect("no kernel path: nothing to tell");
+        assert!(log.watched(now + WATCH_LEASE / 2));
+        log.expire(now + WATCH_LEASE / 2);
+        assert!(log.watched(now + WATCH_LEASE / 2), "renewed within the lease: kept");
+        log.expire(now + WATCH_LEASE);
+        assert!(!log.watched(now + WATCH_LEASE / 2), "past the lease: ended");
+    }
+
+    #[test]
     fn a_drop_reads_as_json_and_as_one_line_with_its_reason_ports_and_rule() {
         let book = DropBook::default();
         let a = book.ring();
