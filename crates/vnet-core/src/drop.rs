@@ -41,11 +41,17 @@ pub enum DropReason {
     /// The kernel program's helper failed (encapsulation, decapsulation,
     /// an ARP answer): the frame was dropped in the kernel.
     KernelError,
+    /// A secured link's datagram that did not authenticate (forged,
+    /// corrupted, replayed, or of a session that is gone).
+    AuthFailed,
+    /// A relayed datagram this host would not take or pass on (not
+    /// relaying, an unknown destination, not from the relay named).
+    RelayRefused,
 }
 
 impl DropReason {
     /// Every reason, in number order.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 16] = [
         DropReason::NoRoute,
         DropReason::PolicyDenied,
         DropReason::SpoofedSourceMac,
@@ -60,6 +66,8 @@ impl DropReason {
         DropReason::BroadcastLimited,
         DropReason::TxFailed,
         DropReason::KernelError,
+        DropReason::AuthFailed,
+        DropReason::RelayRefused,
     ];
     /// How many reasons there are (a counter array's length).
     pub const COUNT: usize = Self::ALL.len();
@@ -81,6 +89,8 @@ impl DropReason {
             DropReason::BroadcastLimited => "broadcast_limited",
             DropReason::TxFailed => "tx_failed",
             DropReason::KernelError => "kernel_error",
+            DropReason::AuthFailed => "auth_failed",
+            DropReason::RelayRefused => "relay_refused",
         }
     }
 

@@ -177,9 +177,17 @@ impl Rx {
             let g = cx.fw.global().clone();
             if at.relayed {
                 g.relay_refused.fetch_add(1, Relaxed);
+                cx.fw.dropped(
+                    vnet_core::DropReason::RelayRefused,
+                    Some(vnet_core::Port::Link(link.def.id)),
+                    &[],
+                    None,
+                );
                 return;
             }
-            let Some(origin) = super::relay::arrived(cx.plane, &g, link, repr.flags, payload) else { return };
+            let Some(origin) = super::relay::arrived(cx.plane, cx.fw, link, repr.flags, payload) else {
+                return;
+            };
             let vnet_control::Transport::Udp { network, .. } = origin.def.transport else { return };
             let origin = origin.clone();
             let inner = &mut payload[crate::relay::KEY..];
