@@ -44,6 +44,7 @@ const SHARED: &[(&str, &str)] = &[
     ("flow_key", "KernelFlowKey"),
     ("flow_val", "FlowVal"),
     ("clock_val", "ClockVal"),
+    ("drop_event", "DropEvent"),
 ];
 
 fn main() {
@@ -114,9 +115,16 @@ fn constants(h: &str) -> String {
     let names = h.lines().map(str::trim).filter_map(|l| l.split(',').next()).filter(|n| {
         n.starts_with("S_") && n.len() > 2 && n.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
     });
-    for (i, name) in names.enumerate() {
+    let names: Vec<&str> = names.collect();
+    for (i, name) in names.iter().enumerate() {
         let _ = writeln!(out, "pub const {name}: u32 = {i};");
     }
+    // The same, as a table (tests find a counter the C source names).
+    let _ = writeln!(out, "pub const S_CONSTS: [(&str, u32); {}] = [", names.len());
+    for (i, name) in names.iter().enumerate() {
+        let _ = writeln!(out, "    (\"{name}\", {i}),");
+    }
+    out.push_str("];\n");
     out
 }
 

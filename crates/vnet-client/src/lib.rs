@@ -6,6 +6,7 @@
 //! - [`find`]: which vnetd to talk to when not told (`vnetd@NAME`'s socket).
 //! - [`client`]: a blocking client of the control protocol, sending
 //!   [`request`]s built from typed values.
+//! - [`drops`]: drops (`show drops json`) as lines of text.
 //! - [`relocate`]: `vnetctl move`, a VM's relocation between two hosts.
 //! - [`keys`]: key and secret files (`vnetctl genkey`, `pubkey`).
 //! - [`tls`]: a host's certificate, key and CA as rustls configurations.
@@ -14,6 +15,7 @@
 
 pub mod client;
 pub mod docs;
+pub mod drops;
 pub mod endpoint;
 pub mod find;
 pub mod keys;

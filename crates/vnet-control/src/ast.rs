@@ -308,6 +308,8 @@ pub enum Command {
         what: ShowWhat,
         json: bool,
     },
+    /// `show drops [N] [since SEQ] [json]` ([`crate::drops`]).
+    Drops(crate::drops::DropsQuery),
     /// `announce MAC`: send a broadcast RARP from MAC over every link, as a
     /// relocated VM's new host does so that learning switches and caches
     /// on the way re-learn where MAC lives.
@@ -403,6 +405,7 @@ impl Command {
     pub fn class(&self) -> Class {
         match self {
             Command::Show { .. }
+            | Command::Drops(_)
             | Command::Announce(_)
             | Command::Save
             | Command::Reload

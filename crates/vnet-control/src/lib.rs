@@ -33,6 +33,7 @@
 pub mod ast;
 pub mod attach;
 mod cursor;
+pub mod drops;
 pub mod lex;
 pub mod neigh;
 pub mod parse;

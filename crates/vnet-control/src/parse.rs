@@ -178,6 +178,9 @@ impl<'a> Parser<'_, 'a> {
 
     /// `show WHAT [json]` after its keyword.
     fn show(&mut self) -> Result<Command> {
+        if self.eat("drops") {
+            return self.drops();
+        }
         let what = match self.keyword(
             &[
                 "routes",
@@ -191,7 +194,7 @@ impl<'a> Parser<'_, 'a> {
                 "matrix",
                 "policy",
             ],
-            "`routes`, `links`, `interfaces`, `stats`, `global`, `config`, `metrics`, `cluster`, `matrix` or `policy`",
+            "`routes`, `links`, `interfaces`, `stats`, `global`, `config`, `metrics`, `cluster`, `matrix`, `policy` or `drops`",
         )? {
             "policy" => ShowWhat::Policy,
             "matrix" => ShowWhat::Matrix,
@@ -206,6 +209,25 @@ impl<'a> Parser<'_, 'a> {
         };
         let json = self.eat("json") || self.eat("--json");
         Ok(Command::Show { what, json })
+    }
+
+    /// `drops [N] [since SEQ] [json]` after `show`.
+    fn drops(&mut self) -> Result<Command> {
+        use crate::drops::{DropsQuery, DEFAULT_LAST, MAX_LAST};
+        let last = match self.peek().is_some_and(|t| t.text.starts_with(|c: char| c.is_ascii_digit())) {
+            true => self.number("a number of drops (1-4096)", 1..=MAX_LAST)?,
+            false => DEFAULT_LAST,
+        };
+        let since = match self.eat("since") {
+            true => {
+                let pos = self.pos();
+                let t = self.next("a drop number")?;
+                Some(t.text.parse::<u64>().map_err(|_| Error::new(pos, "a drop number", found(Some(&t))))?)
+            }
+            false => None,
+        };
+        let json = self.eat("json") || self.eat("--json");
+        Ok(Command::Drops(DropsQuery { last, since, json }))
     }
 
     /// Palacios `add`: a link if the first word is an IP, else a route.

@@ -499,6 +499,8 @@ pub enum Request {
         what: ShowWhat,
         json: bool,
     },
+    /// `show drops [N] [since SEQ] [json]`.
+    Drops(crate::drops::DropsQuery),
     Begin,
     Commit,
     Abort,
@@ -610,6 +612,7 @@ impl Request {
                 by: (n.to_string(), *mac),
             }),
             Request::Show { what, json } => Command::Show { what: *what, json: *json },
+            Request::Drops(q) => Command::Drops(*q),
             Request::Begin => Command::Begin,
             Request::Commit => Command::Commit,
             Request::Abort => Command::Abort,
@@ -682,6 +685,7 @@ impl fmt::Display for Request {
             Request::Show { what, json } => {
                 write!(f, "show {}{}", show_word(*what), if *json { " json" } else { "" })
             }
+            Request::Drops(q) => write!(f, "{q}"),
             Request::Begin => f.write_str("begin"),
             Request::Commit => f.write_str("commit"),
             Request::Abort => f.write_str("abort"),

@@ -33,12 +33,14 @@
 //! decisions go out.
 
 pub mod cache;
+pub mod drop;
 pub mod policy;
 pub mod spec;
 pub mod stats;
 pub mod table;
 
 pub use cache::RouteCache;
+pub use drop::DropReason;
 pub use spec::{priority, Class, MacSpec};
 pub use stats::Counters;
 pub use table::{AnySource, Decision, Port, Route, RouteTable, SourceFilter};

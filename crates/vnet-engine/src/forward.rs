@@ -8,6 +8,7 @@
 //! Nothing here allocates or locks: the cache, decision list, scratch and
 //! segment buffer belong to the worker and are sized at start.
 
+use crate::drops::{Denial, DropRecord, DropRing, Head};
 use crate::global::Global;
 use crate::plane::{Iface, Plane};
 use crate::port::{Payload, Scratch};
@@ -16,8 +17,9 @@ use crate::GSO_MAX_SEGS;
 use std::io::IoSlice;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use vnet_core::policy::Why;
 use vnet_core::table::Decision;
-use vnet_core::{Counters, Port as PortId, RouteCache};
+use vnet_core::{Counters, DropReason, Port as PortId, RouteCache};
 use vnet_wire::offload::{complete_checksum, segment_headers, Segmented};
 use vnet_wire::virtio::{self, VirtioNetHdr};
 use vnet_wire::{EthernetFrame, MacAddr};
@@ -51,6 +53,8 @@ pub struct Forwarder {
     cache_reported: (u64, u64),
     /// Interfaces given frames in this batch that want its end.
     touched: Vec<Arc<Iface>>,
+    /// This worker's last drops.
+    drops: Arc<DropRing>,
 }
 
 impl Forwarder {
@@ -70,6 +74,7 @@ impl Forwarder {
 
     pub fn new(global: Arc<Global>) -> Self {
         Forwarder {
+            drops: global.drops.ring(),
             global,
             cache: RouteCache::new(CACHE_SLOTS),
             decisions: Vec::with_capacity(64),
@@ -85,21 +90,37 @@ impl Forwarder {
         &self.global
     }
 
+    /// A frame dropped for `reason`: counted by reason and recorded in this
+    /// worker's ring with its first bytes (a few dozen stores; no parsing).
+    #[inline]
+    pub fn dropped(&self, reason: DropReason, ingress: Option<PortId>, frame: &[u8], denial: Option<Denial>) {
+        self.global.drops.count(reason);
+        let time_ns = self.global.drops.clock();
+        self.drops.write(&DropRecord { seq: 0, time_ns, reason, ingress, denial, head: Head::of(frame) });
+    }
+
     /// Routes one frame that arrived on `ingress` and delivers it. `vh` is
     /// its offload header (`NONE` for a plain frame).
     pub fn forward(&mut self, plane: &Plane, ingress: PortId, vh: VirtioNetHdr, frame: &mut [u8]) {
         let Ok((src, dst)) = EthernetFrame::new_checked(&*frame).map(|e| (e.src(), e.dst())) else {
             self.global.malformed.fetch_add(1, Relaxed);
+            self.dropped(DropReason::Malformed, Some(ingress), frame, None);
             return;
         };
-        if !admissible(&self.global, plane, ingress, &vh, (src, dst), frame) {
+        if let Err(reason) = admissible(&self.global, plane, ingress, &vh, (src, dst), frame) {
+            self.dropped(reason, Some(ingress), frame, None);
             return;
         }
         // The policy before anything answers or sends (an ARP answered at
         // the edge is an ARP the rules allowed).
-        if !plane.policy.is_empty() && !plane.policy.decide(plane.network_of(ingress), frame).allow {
-            self.global.policy_denied.fetch_add(1, Relaxed);
-            return;
+        if !plane.policy.is_empty() {
+            let v = plane.policy.decide(plane.network_of(ingress), frame);
+            if !v.allow {
+                self.global.policy_denied.fetch_add(1, Relaxed);
+                let denial = denial(v.why, plane.policy.generation);
+                self.dropped(DropReason::PolicyDenied, Some(ingress), frame, denial);
+                return;
+            }
         }
         if dst.is_group() && self.answer_at_edge(plane, ingress, frame) {
             return;
@@ -108,6 +129,7 @@ impl Forwarder {
         self.cache.lookup(&plane.table, ingress, src, dst, &mut self.decisions);
         if self.decisions.is_empty() {
             g.no_route.fetch_add(1, Relaxed);
+            self.dropped(DropReason::NoRoute, Some(ingress), frame, None);
             return;
         }
         g.matrix.count(src, dst, frame.len());
@@ -144,6 +166,13 @@ impl Forwarder {
                     }
                 };
                 sent(&mut self.touched, plane, (tx, iface, ri), ok, len);
+                if !ok {
+                    let reason = match f_failed(finished) {
+                        true => DropReason::OffloadFailed,
+                        false => unsent(plane, to, len),
+                    };
+                    self.dropped(reason, Some(ingress), frame, None);
+                }
             }
         }
     }
@@ -263,6 +292,9 @@ impl Forwarder {
             };
             let ok = port.send(&mut self.scratch, payload);
             sent(&mut self.touched, plane, (tx, iface, ri), ok, len);
+            if !ok {
+                self.dropped(unsent(plane, to, len), Some(ingress), &first[virtio::LEN..], None);
+            }
         }
         true
     }
@@ -284,7 +316,7 @@ impl Forwarder {
 /// Whether a frame may be routed at all: its offload header is one every
 /// port accepts, and, from an interface with a locked source MAC, it comes
 /// from that MAC; from a guarded interface, from one of its addresses.
-/// Counts what it refuses.
+/// Counts what it refuses, and says why.
 #[inline]
 fn admissible(
     g: &Global,
@@ -293,22 +325,61 @@ fn admissible(
     vh: &VirtioNetHdr,
     (src, dst): (MacAddr, MacAddr),
     frame: &[u8],
-) -> bool {
+) -> Result<(), DropReason> {
     if vh.validate(frame.len()).is_err() {
         g.bad_offload_hdr.fetch_add(1, Relaxed);
-        return false;
+        return Err(DropReason::BadOffloadHeader);
     }
     // A VM's broadcasts keep within its interface's limit (counted there).
     if !source_allowed(plane, ingress, src) {
         g.spoofed_source_mac.fetch_add(1, Relaxed);
-        return false;
+        return Err(DropReason::SpoofedSourceMac);
     }
-    let PortId::Interface(id) = ingress else { return true };
+    let PortId::Interface(id) = ingress else { return Ok(()) };
     if !plane.source_ip_allowed(id, frame) {
         g.spoofed_source_ip.fetch_add(1, Relaxed);
-        return false;
+        return Err(DropReason::SpoofedSourceIp);
     }
-    !dst.is_group() || plane.ifaces.get(&id).is_none_or(|i| i.admit_group())
+    match !dst.is_group() || plane.ifaces.get(&id).is_none_or(|i| i.admit_group()) {
+        true => Ok(()),
+        false => Err(DropReason::BroadcastLimited),
+    }
+}
+
+/// What denied a frame, as a drop record keeps it.
+fn denial(why: Why, generation: u64) -> Option<Denial> {
+    match why {
+        Why::Rule(i) => Some(Denial::Rule { index: i as u32, generation: generation as u32 }),
+        Why::Default => Some(Denial::Default),
+        Why::Unclassifiable => Some(Denial::Unclassifiable),
+        Why::OrphanFragment => Some(Denial::OrphanFragment),
+        Why::Isolated(d) => Some(Denial::NetworkPolicy {
+            policy: d.policy as u32,
+            egress: d.direction == vnet_core::policy::isolation::Direction::Egress,
+        }),
+        Why::NoPolicy | Why::Established | Why::Reply | Why::Related | Why::Fragment => None,
+    }
+}
+
+/// Whether the frame could not be finished for plain destinations.
+fn f_failed(finished: Option<Finished>) -> bool {
+    matches!(finished, Some(Finished::Failed))
+}
+
+/// Why destination `to` did not take a frame of `len` bytes: too big for
+/// a link that cannot fragment it, else the port refused it.
+#[cold]
+fn unsent(plane: &Plane, to: PortId, len: usize) -> DropReason {
+    match to {
+        PortId::Link(id)
+            if plane.links.get(&id).is_some_and(|l| {
+                l.facts().inbound != crate::codec::Inbound::Vnet && len > l.max_whole_frame()
+            }) =>
+        {
+            DropReason::MtuExceeded
+        }
+        _ => DropReason::TxFailed,
+    }
 }
 
 /// Port security: a frame from an interface carries the source MAC the

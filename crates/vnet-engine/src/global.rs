@@ -109,6 +109,9 @@ pub struct Global {
     /// The link worker's dispatch.
     #[serde(skip)]
     pub link_dispatch: Arc<DispatchStats>,
+    /// Drops by reason and the workers' last drops (`show drops`).
+    #[serde(skip)]
+    pub drops: crate::drops::DropBook,
 }
 
 /// Initiations from unknown addresses read in a second at most (each costs

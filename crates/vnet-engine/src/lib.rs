@@ -18,7 +18,8 @@
 //!   adaptive notify/poll decision, VNET/P's modes), [`flow`] (the inner
 //!   flow hash), [`matrix`], [`pmtu`].
 //! - [`port`]: the port trait and the payload it is given; the datagram
-//!   sender trait. [`global`]: the daemon-wide counters.
+//!   sender trait. [`drops`]: every drop's reason, counted, and the last
+//!   drops of each worker. [`global`]: the daemon-wide counters.
 //! - [`codec`]: one module per link kind, each with its encapsulation and
 //!   its facts (overhead, offloads, keepalives), sending through a small
 //!   context the link builds; [`relay`]: wrapping for a relay.
@@ -39,6 +40,7 @@
 
 pub mod codec;
 pub mod dispatch;
+pub mod drops;
 pub mod flow;
 pub mod forward;
 pub mod global;

@@ -604,7 +604,9 @@ impl Host {
         self.generation += 1;
         let table = route_table(&next, self.generation, &self.plane.table);
         let plane = Plane::new(table, ifaces, links).answering(crate::plane::neighbors(&next));
-        self.plane = Arc::new(plane.guarding(crate::plane::guards(&next)));
+        let policy =
+            crate::policy::build(&next.policies, &Default::default(), self.generation, &self.plane.policy);
+        self.plane = Arc::new(plane.guarding(crate::plane::guards(&next)).governed(Arc::new(policy)));
         self.state = next;
         Ok(())
     }

@@ -45,6 +45,16 @@ pub const GROUPS: &[Group] = &[
                 "What vnetd has (--json or `json`: as JSON; `global`: the daemon-wide counters alone).",
             ),
             e(
+                &["show", "drops"],
+                "show drops [N]",
+                "The last N drops (20 unless told), each with its reason, and the drops by reason.",
+            ),
+            e(
+                &["monitor"],
+                "monitor [drops|all] [reason R] [interface NAME] [link NAME] [mac MAC] [ip IP] [port P] [path user|kernel] [count N]",
+                "Drops as they happen, one a line (--json: JSON lines), on both data paths; Ctrl-C ends.",
+            ),
+            e(
                 &["attach"],
                 "attach NAME tap|netdev|vhost-user DEV [mac MAC] [network ID] [group G]... [addresses IP[,IP...]] [standby] [interface options]",
                 "Attaches a VM's or container's NIC: an interface made to hold, idempotent (nothing changes if it \

@@ -27,6 +27,7 @@
 
 mod help;
 mod kube;
+mod monitor;
 mod onboard;
 
 use clap::Parser;
@@ -167,6 +168,9 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    if args.words.first().is_some_and(|w| w == "monitor") {
+        return monitor::run(&mut c, &args.words[1..], args.json);
+    }
     if args.words.len() == 2 && args.words[0] == "apply" {
         let path = &args.words[1];
         let text = match std::fs::read_to_string(path) {

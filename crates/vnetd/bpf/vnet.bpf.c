@@ -39,7 +39,8 @@
  * This file keeps only the two programs; what they are made of is in
  * lib/, by concern (as Cilium's bpf/lib): common.h (headers, packet
  * access), maps.h (the maps vnetd shares), stats.h (counters), user.h
- * (the hand-off to vnetd), encap.h and decap.h (the outer headers),
+ * (the hand-off to vnetd), drops.h (every drop: its counter and, while
+ * a monitor watches, an event with its reason), encap.h and decap.h (the outer headers),
  * route.h (the forwarding decision), flows.h (policy flows, the clock,
  * the flow cache), neigh.h (ARP and ND answered in place) and guard.h
  * (the IP source guard).
@@ -48,6 +49,7 @@
 #include "lib/maps.h"
 #include "lib/stats.h"
 #include "lib/user.h"
+#include "lib/drops.h"
 #include "lib/encap.h"
 #include "lib/route.h"
 #include "lib/flows.h"
@@ -68,10 +70,8 @@ int vnet_from_vm(struct __sk_buff *skb)
 	/* The IP source guard, before anything else. */
 	if (pv && pv->guarded) {
 		int g = source_guard(skb, port, pv);
-		if (g < 0) {
-			count(S_SPOOFED_IP, 1);
-			return TC_ACT_SHOT;
-		}
+		if (g < 0)
+			return dropped(skb, S_SPOOFED_IP);
 		if (g > 0)
 			return to_user(skb);
 	}
@@ -119,10 +119,8 @@ int vnet_from_vm(struct __sk_buff *skb)
 	if (!l)
 		return to_user(skb);
 	__u32 out_slot = r->out_slot;
-	if (encap(skb, l, &eth) < 0) {
-		count(S_ERRORS, 1);
-		return TC_ACT_SHOT;
-	}
+	if (encap(skb, l, &eth) < 0)
+		return dropped(skb, S_ERRORS);
 	count(S_ENCAP, 1);
 	count(S_ENCAP_BYTES, len);
 	port_count(in_slot, 0, len);
@@ -262,15 +260,11 @@ int vnet_from_wire(struct __sk_buff *skb)
 	__u64 flags = inner.h_proto == bpf_htons(ETH_P_IPV6) ? BPF_F_ADJ_ROOM_DECAP_L3_IPV6
 							      : BPF_F_ADJ_ROOM_DECAP_L3_IPV4;
 	if (bpf_skb_adjust_room(skb, -(__s32)(olen + vh + ETH_HLEN), BPF_ADJ_ROOM_MAC,
-				flags | BPF_F_ADJ_ROOM_FIXED_GSO) < 0) {
-		count(S_ERRORS, 1);
-		return TC_ACT_SHOT;
-	}
+				flags | BPF_F_ADJ_ROOM_FIXED_GSO) < 0)
+		return dropped(skb, S_ERRORS);
 	struct ethhdr *e = head(skb, ETH_HLEN);
-	if (!e) {
-		count(S_ERRORS, 1);
-		return TC_ACT_SHOT;
-	}
+	if (!e)
+		return dropped(skb, S_ERRORS);
 	__builtin_memcpy(e, &inner, sizeof(inner));
 	count(S_DECAP, 1);
 	count(S_DECAP_BYTES, skb->len);

@@ -98,6 +98,9 @@ enum {
 	S_POLICY,     /* frames of a network with a policy, left to vnetd */
 	S_POLICY_FLOW, /* ... forwarded here as a flow vnetd's engine allowed */
 	S_SPOOFED_IP, /* frames from a guarded interface from an address it does not own: dropped */
+	S_DROP_EVENTS, /* drop events sent to vnetd (`drop_events`, while a monitor is attached) */
+	S_DROP_EVENTS_LIMITED, /* ... not sent: past the rate limit (`drop_bucket`) */
+	S_DROP_EVENTS_LOST, /* ... not sent: the ring buffer was full */
 	S_MAX,
 };
 
@@ -252,5 +255,23 @@ struct clock_val {
 #define FLOW_ENTRIES 65536
 #define FLOW_TCP_IDLE_S 600 /* vnet_core::policy::flows::TCP_IDLE_S */
 #define FLOW_IDLE_S 120     /* ... IDLE_S */
+
+/* A frame the programs dropped, for vnetd's `monitor drops` (`drop_events`,
+ * a ring buffer): when, why (the S_* counter it was counted in, which
+ * vnetd maps to its drop reason), where (the ingress ifindex), its length
+ * and its first DROP_HEAD bytes (`caplen` of them). */
+struct drop_event {
+	__u64 time_ns;  /* bpf_ktime_get_ns */
+	__u32 stat;     /* S_* */
+	__u32 ifindex;
+	__u32 len;
+	__u32 caplen;
+	__u8 head[96];  /* DROP_HEAD */
+};
+
+#define DROP_HEAD 96
+#define DROP_RING_BYTES 262144 /* drop_events' size: 2048 events */
+#define DROP_EVENTS_PER_SEC 2000 /* per CPU, the rate limit of drop events */
+#define DROP_EVENTS_BURST 200 /* ... and the most sent at once after a quiet time */
 
 #endif /* VNET_H */

@@ -6,6 +6,7 @@
 //! - [`workers`]: the worker threads and their one poll/yield loop.
 //! - [`dataplane`]: the sources workers read into the engine.
 //! - [`shared`]: the plane, counters and clock every thread shares.
+//! - [`drops`]: both paths' drops gathered for `show drops` and `monitor`.
 //! - [`iface`]: interface kinds (`tap`, `netdev`, `vhost`), each a port.
 //! - [`link`]: link transports (`udp`) and the host's link sockets.
 //! - [`kernel`]: the eBPF fast path.
@@ -23,6 +24,7 @@ pub mod cluster;
 pub mod control;
 pub mod daemon;
 pub mod dataplane;
+pub mod drops;
 pub mod handover;
 pub mod handshakes;
 pub mod iface;

@@ -24,6 +24,8 @@ pub struct Shared {
     /// Cluster mode: the network's admin revoked this host (its links'
     /// peers refuse it: the reason a link is down).
     pub revoked: std::sync::atomic::AtomicBool,
+    /// The drops gathered for `show drops`, and the watch on the kernel's.
+    pub drop_log: std::sync::Mutex<crate::drops::DropLog>,
 }
 
 /// The wall clock, in nanoseconds since the Unix epoch: what secured
@@ -45,6 +47,7 @@ impl Shared {
             wake: Arc::new(move || n.notify_one()),
             activated: Arc::new(tokio::sync::Notify::new()),
             revoked: std::sync::atomic::AtomicBool::new(false),
+            drop_log: Default::default(),
         })
     }
 
@@ -64,6 +67,10 @@ impl Shared {
     pub fn tick(&self) {
         let now = self.now_ns();
         let revoked = self.revoked.load(std::sync::atomic::Ordering::Relaxed);
+        self.global.drops.set_clock(now);
+        if let Ok(mut log) = self.drop_log.try_lock() {
+            log.expire(Instant::now());
+        }
         self.plane.load().tick(now, |l, state| match (state, l.alive.age_ns(now)) {
             (Liveness::Up, _) => tracing::info!(link = %l.def.name, "peer up"),
             (Liveness::Down, _) if revoked => {

@@ -43,6 +43,7 @@ pub(super) fn heard(cx: &Cx<'_>, link: &Link, at: Arrival) {
 /// link does not send to.
 pub(super) fn refused(cx: &Cx<'_>, link: &Link, at: Arrival) {
     link.rx.drop_one();
+    cx.fw.dropped(vnet_core::DropReason::AuthFailed, Some(vnet_core::Port::Link(link.def.id)), &[], None);
     if !at.relayed && link.endpoint().is_some_and(|e| e.ip() != at.from.ip()) {
         cx.fw.global().roams_refused.fetch_add(1, Relaxed);
     }
@@ -66,6 +67,7 @@ pub(super) fn payload(cx: &mut Cx<'_>, port: PortId, with_vh: bool, bytes: &mut 
         Some(vh) => cx.fw.forward(cx.plane, port, vh, &mut bytes[virtio::LEN..]),
         None => {
             cx.fw.global().malformed.fetch_add(1, Relaxed);
+            cx.fw.dropped(vnet_core::DropReason::Malformed, Some(port), &[], None);
         }
     }
 }

@@ -36,6 +36,7 @@ use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use vnet_control::canonical;
+use vnet_core::DropReason;
 use vnet_core::Port as PortId;
 use vnet_wire::virtio::{self, VirtioNetHdr};
 use vnet_wire::{gro, reasm};
@@ -166,6 +167,7 @@ impl Receiver {
         let g = cx.fw.global().clone();
         let Some((key, frame_at)) = codec::arrival(self.via, from.ip(), data) else {
             g.malformed.fetch_add(1, Relaxed);
+            cx.fw.dropped(DropReason::Malformed, None, &[], None);
             return;
         };
         // A secured link's peer may have moved (roaming): a candidate by the
@@ -175,6 +177,7 @@ impl Receiver {
         });
         let Some(link) = link else {
             g.unknown_source.fetch_add(1, Relaxed);
+            cx.fw.dropped(DropReason::UnknownSource, None, &[], None);
             return;
         };
         // A secured link hears its peer only in what authenticates.

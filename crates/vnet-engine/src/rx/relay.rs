@@ -2,7 +2,6 @@
 //! wrapping): on the relay, passed on to its destination; on the
 //! destination, accepted only from the relay the origin's link names.
 
-use crate::global::Global;
 use crate::link::Link;
 use crate::plane::Plane;
 use crate::relay::KEY;
@@ -17,13 +16,15 @@ use vnet_wire::vnet::Flags;
 /// opens it as relayed); passes it on when this host is the relay.
 pub fn arrived<'p>(
     plane: &'p Plane,
-    g: &Global,
+    fw: &crate::Forwarder,
     link: &Arc<Link>,
     flags: Flags,
     payload: &[u8],
 ) -> Option<&'p Arc<Link>> {
+    let g = fw.global();
     let refuse = || {
         g.relay_refused.fetch_add(1, Relaxed);
+        fw.dropped(vnet_core::DropReason::RelayRefused, Some(vnet_core::Port::Link(link.def.id)), &[], None);
         None
     };
     if payload.len() <= KEY {

@@ -116,12 +116,15 @@ impl Rx {
             Err(_) => {
                 link.rx.drop_one();
                 g.malformed.fetch_add(1, Relaxed);
+                cx.fw.dropped(vnet_core::DropReason::Malformed, Some(port), &[], None);
                 return;
             }
         };
         if repr.network != network {
             link.rx.drop_one();
             g.wrong_network.fetch_add(1, Relaxed);
+            let frame = data.get(hl..).unwrap_or_default();
+            cx.fw.dropped(vnet_core::DropReason::WrongNetwork, Some(port), frame, None);
             return;
         }
         if repr.flags.is_control() {
@@ -131,6 +134,7 @@ impl Rx {
         if repr.flags.0 & Flags::AUTH != 0 {
             link.rx.drop_one();
             g.unsupported_flags.fetch_add(1, Relaxed);
+            cx.fw.dropped(vnet_core::DropReason::UnsupportedFlags, Some(port), &[], None);
             return;
         }
         let with_vh = repr.flags.0 & Flags::VNET_HDR != 0;
@@ -173,9 +177,17 @@ impl Rx {
             let g = cx.fw.global().clone();
             if at.relayed {
                 g.relay_refused.fetch_add(1, Relaxed);
+                cx.fw.dropped(
+                    vnet_core::DropReason::RelayRefused,
+                    Some(vnet_core::Port::Link(link.def.id)),
+                    &[],
+                    None,
+                );
                 return;
             }
-            let Some(origin) = super::relay::arrived(cx.plane, &g, link, repr.flags, payload) else { return };
+            let Some(origin) = super::relay::arrived(cx.plane, cx.fw, link, repr.flags, payload) else {
+                return;
+            };
             let vnet_control::Transport::Udp { network, .. } = origin.def.transport else { return };
             let origin = origin.clone();
             let inner = &mut payload[crate::relay::KEY..];

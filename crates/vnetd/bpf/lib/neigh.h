@@ -6,6 +6,7 @@
 #define VNET_LIB_NEIGH_H
 
 #include "stats.h"
+#include "drops.h"
 
 /* The length of a neighbour solicitation with one source link-layer
  * address option, and of its answer (vnet_wire::neigh::ND_FRAME). */
@@ -132,10 +133,8 @@ static __always_inline int answer_neigh(struct __sk_buff *skb)
 			return -1;
 		len = ND_FRAME;
 	}
-	if (bpf_skb_store_bytes(skb, 0, r, len, 0) < 0) {
-		count(S_ERRORS, 1);
-		return TC_ACT_SHOT;
-	}
+	if (bpf_skb_store_bytes(skb, 0, r, len, 0) < 0)
+		return dropped(skb, S_ERRORS);
 	count(S_NEIGH, 1);
 	port_count(pv->slot, 0, skb->len);
 	port_count(pv->slot, 1, skb->len);

@@ -13,6 +13,7 @@ mod crew;
 mod fastpath;
 mod file;
 mod interfaces;
+mod drops;
 mod links;
 mod matrix;
 mod neigh;

@@ -136,6 +136,7 @@ impl Daemon {
         }
         self.matrix_metrics(&mut out);
         self.policy_metrics(&mut out);
+        self.drop_metrics(&mut out);
         if let Some(c) = &self.cluster.status {
             c.lock().unwrap_or_else(|p| p.into_inner()).metrics(&mut out);
         }

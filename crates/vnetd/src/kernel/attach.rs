@@ -101,6 +101,8 @@ pub struct KernelPath {
     governed: super::flows::Governed,
     /// The `flows` map, as the engine's mirror (`PolicySet::mirror`).
     flows: std::sync::Arc<super::flows::KernelFlows>,
+    /// The drop events and the watch flag.
+    drops: std::sync::Arc<super::drops::KernelDrops>,
 }
 
 impl KernelPath {
@@ -122,6 +124,7 @@ impl KernelPath {
             p.load().map_err(program_error(format!("the kernel refused {name}")))?;
         }
         let flows = std::sync::Arc::new(super::flows::KernelFlows::open(&ebpf)?);
+        let drops = std::sync::Arc::new(super::drops::KernelDrops::open(&ebpf)?);
         Ok(KernelPath {
             ebpf,
             vm_attached: BTreeMap::new(),
@@ -147,6 +150,7 @@ impl KernelPath {
             guard: BTreeMap::new(),
             governed: Default::default(),
             flows,
+            drops,
         })
     }
 
@@ -515,6 +519,11 @@ impl KernelPath {
         write_diff(&mut self.ebpf, "neigh6", &mut self.neigh.2, v6)?;
         self.neigh.0 = Some(table.clone());
         Ok(())
+    }
+
+    /// The programs' drop events and the flag that asks for them.
+    pub fn drops(&self) -> std::sync::Arc<super::drops::KernelDrops> {
+        self.drops.clone()
     }
 
     /// The `flows` map as the engine's mirror of its allowed flows.

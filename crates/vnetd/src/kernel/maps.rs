@@ -10,6 +10,7 @@ use super::{io_error, KernelError, Reason};
 use crate::sys::bpf::LinkVal;
 use std::net::{IpAddr, SocketAddr};
 use vnet_control::{canonical, LinkDef, LinkFormat, Security, Transport};
+use vnet_core::DropReason;
 
 pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/vnet.bpf.o"));
 
@@ -70,15 +71,51 @@ pub const STAT_NAMES: [&str; shared::S_MAX as usize] = in_enum_order([
     (shared::S_POLICY, "kernel_policy_to_user"),
     (shared::S_POLICY_FLOW, "kernel_policy_flows"),
     (shared::S_SPOOFED_IP, "kernel_spoofed_source_ip"),
+    (shared::S_DROP_EVENTS, "kernel_drop_events"),
+    (shared::S_DROP_EVENTS_LIMITED, "kernel_drop_events_limited"),
+    (shared::S_DROP_EVENTS_LOST, "kernel_drop_events_lost"),
 ]);
 
-/// The names of `(index, name)` rows, refused (at compile time, in a
+/// Which of the programs' counters count drops, and the reason of each:
+/// every `S_*` listed in enum order, checked at compile time as
+/// [`STAT_NAMES`] is (a counter added to `bpf/vnet.h` fails the build until
+/// it is listed here, drop or not). The programs drop only through
+/// `dropped(skb, S_*)` (`bpf/lib/drops.h`); a test checks that each
+/// counter they drop with has a reason here.
+pub const STAT_DROPS: [Option<DropReason>; shared::S_MAX as usize] = in_enum_order([
+    (shared::S_VM_SEEN, None),
+    (shared::S_LOCAL, None),
+    (shared::S_ENCAP, None),
+    (shared::S_ENCAP_BYTES, None),
+    (shared::S_WIRE_SEEN, None),
+    (shared::S_DECAP, None),
+    (shared::S_DECAP_BYTES, None),
+    (shared::S_TO_USER, None),
+    (shared::S_ERRORS, Some(DropReason::KernelError)),
+    (shared::S_NEIGH, None),
+    (shared::S_POLICY, None),
+    (shared::S_POLICY_FLOW, None),
+    (shared::S_SPOOFED_IP, Some(DropReason::SpoofedSourceIp)),
+    (shared::S_DROP_EVENTS, None),
+    (shared::S_DROP_EVENTS_LIMITED, None),
+    (shared::S_DROP_EVENTS_LOST, None),
+]);
+
+/// The `S_*` names and indices, as the build read them.
+#[cfg(test)]
+pub(crate) const STAT_CONSTS: &[(&str, u32)] = &shared::S_CONSTS;
+
+/// The values of `(index, value)` rows, refused (at compile time, in a
 /// const) unless each row's index is its place.
-const fn in_enum_order<const N: usize>(rows: [(u32, &'static str); N]) -> [&'static str; N] {
-    let mut out = [""; N];
+const fn in_enum_order<T: Copy, const N: usize>(rows: [(u32, T); N]) -> [T; N] {
     let mut i = 0;
     while i < N {
-        assert!(rows[i].0 as usize == i, "STAT_NAMES: a row is not at its bpf/vnet.h S_* index");
+        assert!(rows[i].0 as usize == i, "STAT_NAMES/STAT_DROPS: a row is not at its bpf/vnet.h S_* index");
+        i += 1;
+    }
+    let mut out = [rows[0].1; N];
+    let mut i = 1;
+    while i < N {
         out[i] = rows[i].1;
         i += 1;
     }

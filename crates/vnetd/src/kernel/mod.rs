@@ -25,10 +25,11 @@
 //! writes the maps; [`maps`] holds the layouts the C program shares (its
 //! constants, what a link is to it); [`decisions`] compiles the route
 //! table into the map's entries; [`underlay`] finds where a link's
-//! datagrams leave.
+//! datagrams leave; [`drops`] reads the programs' drop events.
 
 mod attach;
 pub mod decisions;
+pub mod drops;
 pub mod flows;
 pub mod maps;
 mod object;

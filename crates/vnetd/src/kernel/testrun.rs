@@ -613,3 +613,50 @@ fn passes_dhcp_from_no_address_only_as_a_broadcast() {
     assert_ne!(k.run_vm(&dhcp([0xff; 6], all)).retval, TC_ACT_SHOT, "the broadcast");
     assert_eq!(k.stat("kernel_spoofed_source_ip"), dropped.len() as u64);
 }
+
+/// A dropped frame is told to a monitor: with nobody watching, no event
+/// is made (only the counter moves); watched, the drop arrives through
+/// `drop_events` with its reason, ingress and the frame's first bytes; a
+/// flood is cut to the rate limit, the rest counted.
+#[test]
+#[ignore = "root: loads the eBPF programs"]
+fn a_dropped_frame_is_an_event_with_its_reason_only_while_watched_and_a_flood_is_limited() {
+    let mut k = lab();
+    let key = GuardKey { port: PORT, addr: addr16(IP_A.into()) };
+    k.finish_guard(Guard { flags: [(PORT, GUARD_ON)].into(), entries: [(key, 1)].into() }).expect("guard");
+    let spoofed = udp4(B, A, Ipv4Addr::new(10, 0, 0, 99), IP_B, (1000, 2000), 100);
+    let drops = k.drops();
+    let mut got = Vec::new();
+    assert_eq!(k.run_vm(&spoofed).retval, TC_ACT_SHOT);
+    assert_eq!(drops.drain(100, &mut got), 0);
+    assert!(got.is_empty(), "unwatched: no event");
+    assert_eq!((k.stat("kernel_spoofed_source_ip"), k.stat("kernel_drop_events")), (1, 0));
+
+    drops.watch(true).expect("watch");
+    assert_eq!(k.run_vm(&spoofed).retval, TC_ACT_SHOT);
+    drops.drain(100, &mut got);
+    assert_eq!(got.len(), 1, "watched: one event");
+    let d = got[0];
+    assert_eq!((d.reason, d.ifindex, d.head.len), (vnet_core::DropReason::SpoofedSourceIp, PORT, 100));
+    let s = d.head.summary();
+    assert_eq!((s.src.map(|m| m.0), s.src_ip), (Some(A), Some(Ipv4Addr::new(10, 0, 0, 99).into())));
+    assert_eq!(s.ports, Some((1000, 2000)));
+
+    // A flood: the burst goes out, the rest is counted as limited.
+    let n = 1000;
+    for _ in 0..n {
+        k.run_vm(&spoofed);
+    }
+    got.clear();
+    drops.drain(10_000, &mut got);
+    let (sent, limited) = (k.stat("kernel_drop_events"), k.stat("kernel_drop_events_limited"));
+    assert_eq!(sent, 1 + got.len() as u64);
+    assert_eq!(sent + limited, n + 1, "each drop sent or counted");
+    assert!(limited > 0 && got.len() < n as usize / 2, "{} sent of {n}: not limited", got.len());
+    assert_eq!(k.stat("kernel_drop_events_lost"), 0);
+
+    // Unwatched again: nothing more is reserved.
+    drops.watch(false).expect("unwatch");
+    k.run_vm(&spoofed);
+    assert_eq!((k.stat("kernel_drop_events"), k.stat("kernel_drop_events_limited")), (sent, limited));
+}

@@ -212,6 +212,19 @@ pub struct ClockVal {
     pub pad: u32,
 }
 
+/// `struct drop_event`: a frame the programs dropped, for a monitor
+/// (`kernel::drops` reads it from the ring buffer's bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DropEvent {
+    pub time_ns: u64,
+    pub stat: u32,
+    pub ifindex: u32,
+    pub len: u32,
+    pub caplen: u32,
+    pub head: [u8; 96],
+}
+
 // SAFETY: each type is `repr(C)`, made only of integers and byte arrays,
 // laid out without padding (sizes checked below), so
 // every byte pattern is a valid value and none is uninitialised: what
