@@ -303,7 +303,8 @@ impl Status {
         let c = &self.counters;
         s.push_str(&format!(
             "events {} relists {} transactions {} transaction_errors {} store_errors {} leases_lost {} \
-             macs_claimed {} macs_released {} announces {} bad_records {} groups_refused {} records_restored {} stale_policies {}\n",
+             macs_claimed {} macs_released {} announces {} bad_records {} groups_refused {} records_restored {} stale_policies {} \
+             neighbors_withdrawn {}\n",
             c.events,
             c.relists,
             c.transactions,
@@ -316,7 +317,8 @@ impl Status {
             c.bad_records,
             c.groups_refused,
             c.records_restored,
-            c.stale_policies
+            c.stale_policies,
+            c.neighbors_withdrawn
         ));
         for (k, why) in &self.quarantined {
             s.push_str(&format!("quarantined {k}: {why}\n"));
