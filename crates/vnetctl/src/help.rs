@@ -143,7 +143,7 @@ pub const GROUPS: &[Group] = &[
             e(
                 &["sign"],
                 "sign NETKEY network N host H public-key K claim-key C addr PREFIX[,...] [groups G[,...]] [days D | not-after SECS]",
-                "A host certificate (a year unless told; its VMs in the policy's groups G).",
+                "A host certificate (a year unless told; G: the only groups its host may put VMs in, none if not given).",
             ),
             e(
                 &["revoke"],
