@@ -32,6 +32,54 @@ pub const HEAD: usize = 96;
 const HEAD_WORDS: usize = HEAD / 8;
 const _: () = assert!(RING_SLOTS.is_power_of_two() && HEAD % 8 == 0);
 
+/// Every counter of [`crate::Global`] (as `show stats` names it), and the
+/// drop reason of those that count dropped frames. A test checks that it
+/// lists exactly `Global`'s counters, so a counter added there must be
+/// placed here: a drop (and then recorded with its reason where it is
+/// counted) or not.
+pub const GLOBAL_COUNTERS: [(&str, Option<DropReason>); 37] = [
+    ("no_route", Some(DropReason::NoRoute)),
+    ("policy_denied", Some(DropReason::PolicyDenied)),
+    ("unknown_source", Some(DropReason::UnknownSource)),
+    ("relay", None),
+    ("relayed", None),
+    ("relay_refused", Some(DropReason::RelayRefused)),
+    ("roams", None),
+    // Datagrams that did not authenticate: recorded as `auth_failed`.
+    ("roams_refused", Some(DropReason::AuthFailed)),
+    // Handshake initiations, not frames.
+    ("stranger_initiations", None),
+    ("stranger_initiations_limited", None),
+    ("stranger_initiations_bad_mac", None),
+    ("malformed", Some(DropReason::Malformed)),
+    ("wrong_network", Some(DropReason::WrongNetwork)),
+    ("unsupported_flags", Some(DropReason::UnsupportedFlags)),
+    // Fragments, counted by the reassembly (`docs/wire.md`): no frame yet.
+    ("reasm_fragments", None),
+    ("reasm_completed", None),
+    ("reasm_timed_out", None),
+    ("reasm_evicted", None),
+    ("reasm_rejected", None),
+    ("route_cache_hits", None),
+    ("route_cache_misses", None),
+    ("rx_whole_batches", None),
+    ("rx_whole_pairs", None),
+    ("rx_gro_frames", None),
+    ("rx_gro_segments", None),
+    ("link_recv_calls", None),
+    ("link_recv_messages", None),
+    ("sw_segmented", None),
+    ("sw_checksummed", None),
+    ("offload_errors", Some(DropReason::OffloadFailed)),
+    ("bad_offload_hdr", Some(DropReason::BadOffloadHeader)),
+    ("spoofed_source_mac", Some(DropReason::SpoofedSourceMac)),
+    ("spoofed_source_ip", Some(DropReason::SpoofedSourceIp)),
+    ("neigh_answered", None),
+    ("neigh_flooded", None),
+    ("offload_refused", None),
+    ("gso_fallbacks", None),
+];
+
 /// Why a policy denied a frame, as a record keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denial {
@@ -417,6 +465,16 @@ mod tests {
         }
         writer.join().expect("writer");
         assert_eq!(seen + lost, 200_000);
+    }
+
+    #[test]
+    fn every_global_counter_is_placed_as_a_drop_with_its_reason_or_not() {
+        let v = serde_json::to_value(crate::Global::default()).expect("Global serializes");
+        let mut have: Vec<&str> = v.as_object().expect("an object").keys().map(String::as_str).collect();
+        have.sort_unstable();
+        let mut listed: Vec<&str> = GLOBAL_COUNTERS.iter().map(|(n, _)| *n).collect();
+        listed.sort_unstable();
+        assert_eq!(have, listed, "GLOBAL_COUNTERS must list exactly Global's counters");
     }
 
     #[test]

@@ -87,4 +87,16 @@ fn each_drop_an_operator_asks_about_is_recorded_with_its_reason_port_and_rule() 
         assert_eq!(counts[r as usize].1, 1, "{r}");
     }
     assert_eq!(counts.iter().map(|c| c.1).sum::<u64>(), 3);
+    // Each drop counter of `show stats` agrees with its reason's count.
+    for h in 0..2 {
+        let g = serde_json::to_value(&*net.hosts[h].global).unwrap();
+        let counts = net.hosts[h].global.drops.counts();
+        for (name, reason) in vnet_engine::drops::GLOBAL_COUNTERS {
+            let Some(r) = reason else { continue };
+            if name == "roams_refused" {
+                continue; // only the refused datagrams from another address
+            }
+            assert_eq!(g[name].as_u64(), Some(counts[r as usize].1), "host {h}: {name} and {r}");
+        }
+    }
 }

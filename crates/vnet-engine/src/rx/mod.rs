@@ -209,6 +209,7 @@ impl Receiver {
             // A stream's records and a LAN's frames never arrive as datagrams.
             Inbound::Stream | Inbound::Device => {
                 g.unknown_source.fetch_add(1, Relaxed);
+                cx.fw.dropped(DropReason::UnknownSource, Some(port), &[], None);
             }
         }
     }

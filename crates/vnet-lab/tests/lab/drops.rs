@@ -9,9 +9,11 @@
 use super::harness::*;
 use std::io::BufRead as _;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-/// `send DEV SRCMAC DSTMAC SRCIP DSTIP DPORT`: one UDP frame.
+/// `send DEV SRCMAC DSTMAC SRCIP DSTIP DPORT`: one UDP frame; prints when
+/// it was sent (Unix time: latencies are measured from there, not from the
+/// script's start, which a loaded machine slows). `wire` prints the same.
 /// `flood DEV SRCMAC DSTMAC SRCIP DSTIP DPORT SECS`: as many as it can
 /// for SECS seconds; prints how many. `wire SRC DST NETWORK DSTMAC`: a
 /// `vnet` datagram from SRC to DST:9000 saying network NETWORK, carrying a
@@ -29,12 +31,14 @@ if sys.argv[1] == 'wire':
     hdr = struct.pack('!BBHIIII', 1, 0, 20, int(sys.argv[4]), 7, len(f), 0)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((sys.argv[2], 0))
     s.sendto(hdr + f, (sys.argv[3], 9000))
+    print(repr(time.time()))
     sys.exit(0)
 dev = sys.argv[2]
 f = frame(sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], int(sys.argv[7])).ljust(60, b'\0')
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind((dev, 0))
 if sys.argv[1] == 'send':
     s.send(f)
+    print(repr(time.time()))
 else:
     end, n = time.time() + float(sys.argv[8]), 0
     while time.time() < end:
@@ -47,7 +51,7 @@ else:
 "#;
 
 /// A drop the monitor printed: when it was read, its reason, path and rule.
-type Seen = (Instant, String, String, String);
+type Seen = (SystemTime, String, String, String);
 
 /// A running `vnetctl --json monitor drops` and what it printed.
 struct Monitor {
@@ -73,7 +77,7 @@ impl Monitor {
                 let Ok(line) = line else { break };
                 let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
                 let f = |k: &str| v[k].as_str().unwrap_or("").to_string();
-                s.lock().unwrap().push((Instant::now(), f("reason"), f("path"), f("rule")));
+                s.lock().unwrap().push((SystemTime::now(), f("reason"), f("path"), f("rule")));
             }
         });
         Monitor { child, seen }
@@ -81,12 +85,12 @@ impl Monitor {
 
     /// Waits (up to `secs`) for a drop of `reason` read after `since`;
     /// returns how long after `since` it was read, its path and rule.
-    fn wait(&self, reason: &str, since: Instant, secs: f64) -> (Duration, String, String) {
+    fn wait(&self, reason: &str, since: SystemTime, secs: f64) -> (Duration, String, String) {
         let find = || {
             let seen = self.seen.lock().unwrap();
             seen.iter()
                 .find(|(t, r, ..)| *t >= since && r == reason)
-                .map(|(t, _, p, rule)| (t.duration_since(since), p.clone(), rule.clone()))
+                .map(|(t, _, p, rule)| (t.duration_since(since).unwrap_or_default(), p.clone(), rule.clone()))
         };
         wait_until_or(
             secs,
@@ -109,11 +113,24 @@ impl Drop for Monitor {
     }
 }
 
-/// Sends one frame from VM `a`: (source MAC, destination MAC, source IP, destination port).
-fn send(lab: &Lab, script: &str, a: &Vm, (src, dst, sip, dip, dport): (&str, &str, &str, &str, u16)) {
+/// Sends one frame from VM `a` (source MAC, destination MAC, source IP,
+/// destination IP, destination port); returns when it was sent.
+fn send(
+    lab: &Lab,
+    script: &str,
+    a: &Vm,
+    (src, dst, sip, dip, dport): (&str, &str, &str, &str, u16),
+) -> SystemTime {
     let port = dport.to_string();
     let out = lab.ns_exec(&a.ns, &["python3", script, "send", &a.dev, src, dst, sip, dip, &port]).unwrap();
     assert!(out.status.success(), "{out:?}");
+    sent_at(&out.stdout)
+}
+
+/// The Unix time a script printed.
+fn sent_at(stdout: &[u8]) -> SystemTime {
+    let secs: f64 = String::from_utf8_lossy(stdout).trim().parse().unwrap();
+    UNIX_EPOCH + Duration::from_secs_f64(secs)
 }
 
 mod both_alone {
@@ -142,7 +159,7 @@ mod both_alone {
             std::thread::sleep(Duration::from_millis(50));
             m0.lines() > 0
         });
-        let case = |what: &str, m: &Monitor, reason: &str, t0: Instant| {
+        let case = |what: &str, m: &Monitor, reason: &str, t0: SystemTime| {
             let (took, path, rule) = m.wait(reason, t0, 1.0);
             println!(
                 "drops: {what}: {reason} on the {path} path{} after {took:?}",
@@ -151,21 +168,18 @@ mod both_alone {
             assert!(took <= Duration::from_secs(1), "{what}: {took:?}");
             (path, rule)
         };
-        let t0 = Instant::now();
-        send(&lab, &script, &a, (&a.mac, unknown, &ai, &bi, 9));
+        let t0 = send(&lab, &script, &a, (&a.mac, unknown, &ai, &bi, 9));
         case("no route", &m0, "no_route", t0);
 
         // Port security: another source MAC than the interface's.
-        let t0 = Instant::now();
-        send(&lab, &script, &a, ("02:00:00:00:99:99", &b.mac, &ai, &bi, 9));
+        let t0 = send(&lab, &script, &a, ("02:00:00:00:99:99", &b.mac, &ai, &bi, 9));
         case("port security", &m0, "spoofed_source_mac", t0);
 
         // A policy's deny, named by its rule; the positive control: the
         // same frame to another port is not dropped.
         lab.apply(0, "policy default allow\nrule deny-7777 deny proto udp port 7777\n").unwrap();
         let before = json(&lab, 0, "drops 1")["reasons"]["policy_denied"]["user"].as_u64().unwrap();
-        let t0 = Instant::now();
-        send(&lab, &script, &a, (&a.mac, &b.mac, &ai, &bi, 7777));
+        let t0 = send(&lab, &script, &a, (&a.mac, &b.mac, &ai, &bi, 7777));
         let (_, rule) = case("policy deny", &m0, "policy_denied", t0);
         assert_eq!(rule, "deny-7777");
         send(&lab, &script, &a, (&a.mac, &b.mac, &ai, &bi, 7778));
@@ -176,17 +190,16 @@ mod both_alone {
         // A wrong network: a `vnet` datagram from host 0's address saying
         // network 42, which host 1's link is not.
         let (h0, h1) = (lab.hosts[0].underlay_ip.to_string(), lab.hosts[1].underlay_ip.to_string());
-        let t0 = Instant::now();
         let out =
             lab.ns_exec(&lab.hosts[0].ns, &["python3", &script, "wire", &h0, &h1, "42", &b.mac]).unwrap();
         assert!(out.status.success(), "{out:?}");
+        let t0 = sent_at(&out.stdout);
         case("wrong network", &m1, "wrong_network", t0);
 
         // The IP source guard (a's interface owns its address): on the
         // kernel pass the eBPF program drops it and tells the monitor.
         lab.apply(0, &format!("neigh {ai} {}\n", a.mac)).unwrap();
-        let t0 = Instant::now();
-        send(&lab, &script, &a, (&a.mac, &b.mac, "10.99.0.99", &bi, 9));
+        let t0 = send(&lab, &script, &a, (&a.mac, &b.mac, "10.99.0.99", &bi, 9));
         let (path, _) = case("IP source guard", &m0, "spoofed_source_ip", t0);
         assert_eq!(path, if kernel { "kernel" } else { "user" });
 
@@ -244,8 +257,7 @@ mod both_alone {
             assert!(lost1 > lost0, "records overwritten before a poll read them are counted");
         }
         // After the flood, a single drop is still seen at once.
-        let t0 = Instant::now();
-        send(&lab, &script, &a, (&a.mac, unknown, &ai, &bi, 9));
+        let t0 = send(&lab, &script, &a, (&a.mac, unknown, &ai, &bi, 9));
         case("no route, after the flood", &m0, "no_route", t0);
         drop((m0, m1));
         // Nobody watches: the kernel program's flag is cleared within the lease.
@@ -287,10 +299,10 @@ mod both {
         let script = script.to_str().unwrap().to_string();
         let (ai, bi) = (a.ip.to_string(), b.ip.to_string());
         wait_until(10.0, "the monitor on host 0 attached", || {
-            send(&lab, &script, &a, (&a.mac, "02:00:00:00:ee:ee", &ai, &bi, 9));
+            let _ = send(&lab, &script, &a, (&a.mac, "02:00:00:00:ee:ee", &ai, &bi, 9));
             m0.lines() > 0
         });
-        let t0 = Instant::now();
+        let t0 = SystemTime::now();
         let r = lab.ping(&a, b.ip, 1, 1472).unwrap();
         assert_eq!(r.received, 0, "a 1500-byte packet crossed a VXLAN link over a 1500-byte underlay");
         let (took, path, _) = m0.wait("mtu_exceeded", t0, 3.0);
