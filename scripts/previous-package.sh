@@ -37,6 +37,7 @@ tree="$old/target/prev-deb"
 dpkg-deb -R "$deb" "$tree"
 sed -i "s/^Version: .*/Version: 0.1.0~prev.$rev-1/" "$tree/DEBIAN/control"
 mkdir -p target/upgrade
-dpkg-deb --root-owner-group -b "$tree" "$out.tmp" >/dev/null
+# (gzip -1: a test's package, made once; xz took minutes on the debug info)
+dpkg-deb --root-owner-group -Zgzip -z1 -b "$tree" "$out.tmp" >/dev/null
 mv "$out.tmp" "$out"
 echo "previous package: $out ($(dpkg-deb -f "$out" Version))"
