@@ -25,6 +25,11 @@ MARGIN_FILE = 800
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def strip(src):
     """`src` with comments and string/char literal contents blanked (newlines kept)."""
     out, i, n = [], 0, len(src)
@@ -71,7 +76,7 @@ def block_end(s, open_at):
 
 def without_tests(path):
     """The file, stripped, with its #[cfg(test)] modules blanked."""
-    s = strip(open(path, encoding="utf-8").read())
+    s = strip(read(path))
     for m in list(re.finditer(r"#\[cfg\(test\)\]\s*(pub(\(\w+\))?\s+)?mod\s+\w+\s*\{", s))[::-1]:
         e = block_end(s, m.end() - 1)
         s = s[:m.start()] + re.sub(r"[^\n]", " ", s[m.start():e + 1]) + s[e + 1:]
@@ -250,7 +255,7 @@ def module_tree(root_file):
             if d[mm.start(2)] != 0:
                 continue
             attrs, child = mm.group(1), mm.group(2)
-            pa = re.search(r"#\[path\s*=\s*\"([^\"]*)\"\]", open(path, encoding="utf-8").read()[mm.start():mm.end()])
+            pa = re.search(r"#\[path\s*=\s*\"([^\"]*)\"\]", read(path)[mm.start():mm.end()])
             if pa:
                 f = os.path.join(here, pa.group(1))
             else:
@@ -441,10 +446,10 @@ def kind_places():
     every `Transport` variant (an exhaustive match: where a new kind must
     go) outside the places ARCHITECTURE.md lists, or more than MAX_PLACES
     places listed."""
-    t = strip(open(os.path.join(ROOT, "crates/vnet-control/src/transport.rs"), encoding="utf-8").read())
+    t = strip(read(os.path.join(ROOT, "crates/vnet-control/src/transport.rs")))
     m = re.search(r"pub enum Transport \{(.*?)\n\}", t, re.S)
     variants = re.findall(r"^ {4}(\w+)\b", m.group(1), re.M) if m else []
-    doc = open(os.path.join(ROOT, "docs/ARCHITECTURE.md"), encoding="utf-8").read()
+    doc = read(os.path.join(ROOT, "docs/ARCHITECTURE.md"))
     section = doc.split("## Adding a link kind", 1)[-1].split("\n## ", 1)[0]
     places = re.findall(r"^\d+\. `([^`]+)`", section, re.M)
     out = []

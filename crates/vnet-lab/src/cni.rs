@@ -2,7 +2,11 @@
 //! way: the `CNI_*` variables and the configuration on stdin), inside a
 //! lab host's namespace, where the host's vnetd runs.
 
-use super::*;
+use crate::{bin, io, run, Error, Lab, Result};
+use std::path::PathBuf;
+use std::process::Command;
+use std::process::Output;
+use std::process::Stdio;
 
 /// One plugin run: whether it exited 0, and what it printed (the result
 /// or the error JSON; `Null` when it printed nothing).

@@ -4,8 +4,13 @@
 //! Palacios hosts keep their link and route lines as Palacios text: that
 //! they parse verbatim is what those hosts test.
 
-use super::*;
+use crate::{Error, Host, Links, Result, Spec, LAN_MAC};
+use std::fmt::Write as _;
+use std::net::Ipv6Addr;
+use std::net::SocketAddr;
+use std::path::Path;
 use vnet_control::ast::{From, IfaceKind, LinkRef, Ref, Target};
+use vnet_control::Transport;
 use vnet_control::{Command, Datapath, Located, Mode, State, TlsFiles};
 use vnet_core::MacSpec;
 use vnet_wire::MacAddr;
@@ -160,6 +165,8 @@ pub(crate) fn modes(s: &Spec) -> Result<(Option<Mode>, Datapath)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{underlay_ip, vm_ip, vm_mac, Cluster, Vm};
+    use std::path::PathBuf;
 
     fn hosts(n: usize) -> Vec<Host> {
         (0..n)

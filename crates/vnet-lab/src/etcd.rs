@@ -17,7 +17,18 @@
 //! `etcd-hN.pem|key` and `hN.etcd-pw` (host N's), `net.key` and `net.pub`
 //! (the network key, kept for tests that sign anew), `hN.cert`.
 
-use super::*;
+use crate::{
+    etcd_ip, io, pki, process, stop_child, underlay_cidr, vm_ip, vm_mac, Cluster, Error, Host, Lab, Result,
+    Vm, COUNTER, ETCD_PORT,
+};
+use std::net::IpAddr;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Child;
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
 
 impl Lab {
     /// How many members the lab's etcd has ([`Cluster::members`], at least one).

@@ -1,6 +1,9 @@
 //! QEMU guests (TCG) of the lab: booting, waiting, restarting.
 
-use super::*;
+use crate::{registry, run, vm_ip, vm_mac, Error, Guest, Host, Lab, Result, Vm};
+use std::path::Path;
+use std::time::Duration;
+use std::time::Instant;
 
 /// The lab guests' memory, 512 MiB less 8 KiB. QEMU 7.2 (Debian 12's) under
 /// TCG can lose a guest's stores across a live migration: syncing the dirty

@@ -57,14 +57,11 @@ use process::{registry, stop_child};
 pub use spec::*;
 use spec::{routed_gateway, underlay_cidr};
 
-use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use vnet_control::Transport;
 
 pub use vnetd::client::{Client, Reply};
 pub use vnetd::Endpoint;

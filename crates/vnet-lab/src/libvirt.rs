@@ -30,8 +30,16 @@
 //! documents it. `virsh` is that client, with the `pkipath` of the
 //! migrating operator's credentials.
 
-use super::*;
 use crate::pki::Ca;
+use crate::{bin, io, registry, stop_child, Error, Lab, Result, GUEST_MEM};
+use std::net::IpAddr;
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Child;
+use std::process::Command;
+use std::process::Stdio;
+use std::time::Duration;
+use std::time::Instant;
 
 pub struct Libvirt {
     dir: PathBuf,

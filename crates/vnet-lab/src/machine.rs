@@ -15,7 +15,15 @@
 //! off (`SYSTEMD_SECCOMP=0`): vnetd's unit filters for itself, and the
 //! kernel path needs `bpf(2)`.
 
-use super::*;
+use crate::{bench, io, registry, run, stop_child, Error, Lab, Result};
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Child;
+use std::process::Command;
+use std::process::Output;
+use std::process::Stdio;
+use std::time::Duration;
+use std::time::Instant;
 
 /// A booted machine; powered off (and its copy removed with the lab's
 /// directory) when dropped.

@@ -4,7 +4,7 @@
 //! glance (rows: senders, columns: receivers, the cell's shade and label
 //! its bytes).
 
-use super::*;
+use crate::{iperf3_bytes, Error, Lab, Result, Vm};
 use serde_json::Value;
 use std::collections::BTreeMap;
 

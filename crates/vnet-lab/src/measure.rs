@@ -1,6 +1,12 @@
 //! Measurements inside the lab: ping, iperf3, processes in namespaces.
 
-use super::*;
+use crate::{io, registry, Error, Lab, Result, Vm};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::process::Command;
+use std::process::Stdio;
+use std::time::Duration;
+use std::time::Instant;
 
 impl Lab {
     /// Pings from `vm` to `ip`; returns the replies received.

@@ -22,9 +22,16 @@
 //! guest pages it writes while QEMU copies them (`VHOST_F_LOG_ALL`,
 //! `vnet_virtio::log`); what it logged is read before the source goes.
 
-use super::*;
+use crate::{bin, io, Error, Guest, Host, Lab, Result, Vm};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Command;
+use std::process::Output;
+use std::process::Stdio;
+use std::time::Duration;
+use std::time::Instant;
 use vnet_control::request::{Dev, DevName, Interface, Name, Request, SocketPath};
 use vnet_control::Datapath;
 

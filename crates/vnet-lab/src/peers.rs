@@ -7,8 +7,12 @@
 //! pids are the lab's, killed on every exit path), each host's files in
 //! the lab's directory.
 
-use super::*;
+use crate::{io, Error, Host, Lab, Overlay, Result};
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::process::Stdio;
+use std::time::Duration;
 
 /// tinc's and WireGuard's port on every host.
 const TINC_PORT: u16 = 655;

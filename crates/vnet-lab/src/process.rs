@@ -1,7 +1,16 @@
 //! The lab's processes and namespaces: running commands, the registry of
 //! what the lab made, and the cleanup on exit, failure or signal.
 
-use super::*;
+use crate::{io, Error, Result};
+use std::path::Path;
+use std::path::PathBuf;
+use std::process::Child;
+use std::process::Command;
+use std::process::Output;
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
 
 /// Namespaces, pids and process groups to remove if the process is
 /// interrupted.

@@ -1,8 +1,12 @@
 //! What a lab is made of: the spec, the link and overlay kinds, and the
 //! addresses every host and VM gets.
 
-use super::*;
+use std::net::IpAddr;
+use std::net::Ipv4Addr;
+use std::net::Ipv6Addr;
+use std::net::SocketAddr;
 use vnet_control::Security;
+use vnet_control::Transport;
 
 /// Which link format the lab's vnetds use: the control language's.
 pub use vnet_control::LinkFormat as Format;

@@ -1,6 +1,10 @@
 //! Building a lab: namespaces, the underlay, VMs, kernel VTEPs, a LAN.
 
-use super::*;
+use crate::{
+    config_for, io, pki, public_ip, registry, routed_gateway, run, underlay_cidr, underlay_ip, vm_ip, vm_mac,
+    Cluster, Error, Host, Lab, Links, Overlay, Result, Vm, LAN_IP, LAN_MAC, VNI,
+};
+use std::net::Ipv4Addr;
 
 /// Switched underlays of more hosts than this get permanent neighbour
 /// entries ([`Lab::pin_underlay_neighbors`]).

@@ -3,7 +3,18 @@
 //! and what they make (a session). The Noise IK state machine is `snow`'s;
 //! the MACs, cookies, timestamps and budgets around it are WireGuard's.
 
-use super::*;
+use super::cipher::{NEGOTIATES, PINNED, PREFERS_AES};
+use super::{
+    addr_bytes, index_at, offered, preamble, prologue, random, Aead, Bucket, Mode, Opened, Pending,
+    SecureLink, Session, State, COOKIE, COOKIE_LEN, COOKIE_LIFE_NS, COOKIE_NONCE, INIT_LEN, INIT_MAC1,
+    INIT_NOISE, LOAD_HOLD_NS, MAC, MAX_CLOCK_AHEAD_NS, PLAIN_RESP_LEN, RESP_LEN, RESP_NOISE, TAG, T_COOKIE,
+    T_INIT, T_RESP,
+};
+use aws_lc_rs::aead::{Aad, Nonce};
+use ring::hmac;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 impl SecureLink {
     pub(super) fn initiate(&self, st: &mut State, now_ns: u64, out: &mut [u8]) -> Option<usize> {

@@ -52,7 +52,7 @@
 //! in `docs/SECURITY.md`.
 
 use arc_swap::ArcSwapOption;
-use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{self, LessSafeKey, UnboundKey};
 use ring::hmac;
 use ring::rand::SecureRandom;
 use std::net::{IpAddr, SocketAddr};
