@@ -28,10 +28,12 @@
 
 pub mod flows;
 pub mod isolation;
+pub mod prefix;
 
 use crate::stats::Counters;
 pub use flows::{FlowKey, Flows};
 pub use isolation::Isolation;
+pub use prefix::in_prefix;
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
@@ -60,21 +62,6 @@ pub enum Selector {
     Group(u8),
     /// An IPv4 or IPv6 prefix (ARP's addresses are IPv4's).
     Net(IpAddr, u8),
-}
-
-/// Whether `ip` is in `net/len`.
-pub fn in_prefix(ip: IpAddr, net: IpAddr, len: u8) -> bool {
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len.min(32))) };
-            u32::from(a) & mask == u32::from(n) & mask
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len.min(128))) };
-            u128::from(a) & mask == u128::from(n) & mask
-        }
-        _ => false,
-    }
 }
 
 /// A compiled rule.

@@ -106,7 +106,9 @@ impl Denial {
             Some(Denial::Default) => (2, 0),
             Some(Denial::Unclassifiable) => (3, 0),
             Some(Denial::OrphanFragment) => (4, 0),
-            Some(Denial::NetworkPolicy { policy, egress }) => (5, u64::from(policy) | u64::from(egress) << 32),
+            Some(Denial::NetworkPolicy { policy, egress }) => {
+                (5, u64::from(policy) | u64::from(egress) << 32)
+            }
         }
     }
 

@@ -157,7 +157,7 @@ impl Lab {
             let pid = c.id();
             let _ = c.kill();
             let _ = c.wait();
-            registry().1.retain(|p| *p != pid);
+            process::registry().1.retain(|p| *p != pid);
         }
     }
 

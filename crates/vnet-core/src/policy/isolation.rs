@@ -21,7 +21,7 @@
 //! Sans-IO: built by the control plane (vnetd's NetworkPolicy watch),
 //! asked by [`super::PolicySet::decide`] for the first packet of a flow.
 
-use super::in_prefix;
+use super::prefix::in_prefix;
 use crate::stats::Counters;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::net::IpAddr;

@@ -178,7 +178,7 @@ impl Kube {
     /// and a node on each of its hosts, with the lab's images imported,
     /// and waits until every node is registered. The etcd user the
     /// manifest's Secret names (`vnet-h0`) may then write every node's
-    /// keys ([`up::grant_node_keys`]).
+    /// keys ([`grant_node_keys`]).
     pub fn start(lab: &Lab) -> Result<Kube> {
         if let Some(why) = unavailable() {
             return Err(Error::Other(why));
@@ -205,7 +205,7 @@ impl Kube {
         kube.import_images()?;
         kube.wait_nodes_registered(Duration::from_secs(90))?;
         if lab.spec.cluster.as_ref().is_some_and(crate::Cluster::secured) {
-            up::grant_node_keys(lab, &kube)?;
+            grant_node_keys(lab, &kube)?;
         }
         Ok(kube)
     }
@@ -843,6 +843,27 @@ fn cleanup_interrupted() {
             eprintln!("vnet-lab: {name}'s cgroups left: {kept:?}");
         }
     }
+}
+
+/// The manifest's one etcd user (the Secret's `vnet-h0`) may write the
+/// keys of each node, whose vnetd is named after it (`--host
+/// $NODE_NAME`): the lab's etcd grants a host's role only its own keys
+/// (`vnet_cluster::layout::host_grants`), for the lab's own host names
+/// (`h0`...). Until each node joins with its own credentials (issue 67),
+/// this user's role gets every node's grants.
+pub fn grant_node_keys(lab: &Lab, kube: &Kube) -> Result<()> {
+    let role = format!("vnet-{}-h0", lab.prefix);
+    for node in &kube.nodes {
+        for g in vnet_cluster::layout::host_grants(&lab.prefix, &node.name) {
+            let mut args = vec!["role", "grant-permission", role.as_str()];
+            if g.prefix {
+                args.push("--prefix=true");
+            }
+            args.extend([if g.write { "readwrite" } else { "read" }, g.key.as_str()]);
+            lab.etcdctl(&args)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -110,27 +110,6 @@ fn api_server_reaches_pods(lab: &Lab, kube: &Kube) -> Result<()> {
     Ok(())
 }
 
-/// The manifest's one etcd user (the Secret's `vnet-h0`) may write the
-/// keys of each node, whose vnetd is named after it (`--host
-/// $NODE_NAME`): the lab's etcd grants a host's role only its own keys
-/// (`vnet_cluster::layout::host_grants`), for the lab's own host names
-/// (`h0`...). Until each node joins with its own credentials (issue 67),
-/// this user's role gets every node's grants.
-pub fn grant_node_keys(lab: &Lab, kube: &Kube) -> Result<()> {
-    let role = format!("vnet-{}-h0", lab.prefix);
-    for node in &kube.nodes {
-        for g in vnet_cluster::layout::host_grants(&lab.prefix, &node.name) {
-            let mut args = vec!["role", "grant-permission", role.as_str()];
-            if g.prefix {
-                args.push("--prefix=true");
-            }
-            args.extend([if g.write { "readwrite" } else { "read" }, g.key.as_str()]);
-            lab.etcdctl(&args)?;
-        }
-    }
-    Ok(())
-}
-
 /// The Secret the manifest reads: etcd's address, the network, a user of
 /// the network's role and its client certificate (host 0's of the lab).
 pub fn create_etcd_secret(lab: &Lab, kube: &Kube) -> Result<()> {

@@ -33,12 +33,14 @@ async fn admin(dir: &Path) -> EtcdResult<Admin> {
     let tls = super::admin_tls(&n, &ca)?;
     // Waits for etcd (just started, say) a few seconds; a refused login
     // is an answer at once.
-    let c = reach::retry(&n.etcd, reach::WAIT, || super::connect_tls(&n.etcd, tls.clone(), Some(("root", &root_pw))))
-        .await
-        .map_err(|e| match reach::unreachable(&e) {
-            true => reach::down(&n.etcd, &e, reach::Start::Admin(dir)),
-            false => format!("etcd at {} as root: {e}", n.etcd),
-        })?;
+    let c = reach::retry(&n.etcd, reach::WAIT, || {
+        super::connect_tls(&n.etcd, tls.clone(), Some(("root", &root_pw)))
+    })
+    .await
+    .map_err(|e| match reach::unreachable(&e) {
+        true => reach::down(&n.etcd, &e, reach::Start::Admin(dir)),
+        false => format!("etcd at {} as root: {e}", n.etcd),
+    })?;
     Ok(Admin { network: n.network, etcd: n.etcd, ca, dir: dir.to_path_buf(), c })
 }
 

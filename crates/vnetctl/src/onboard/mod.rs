@@ -235,7 +235,11 @@ pub fn setup(dir: &str) -> Result<String, String> {
     let tls = admin_tls(&n, &ca)?;
     runtime()?.block_on(async {
         // Waits for etcd (just started, say) a few seconds, not more.
-        match reach::retry(&n.etcd, reach::WAIT, || connect_tls(&n.etcd, tls.clone(), Some(("root", &root_pw)))).await {
+        match reach::retry(&n.etcd, reach::WAIT, || {
+            connect_tls(&n.etcd, tls.clone(), Some(("root", &root_pw)))
+        })
+        .await
+        {
             Ok(_) => {
                 return Ok(format!(
                     "etcd at {}: root logs in, authentication is on; nothing to do \

@@ -10,10 +10,10 @@
 mod attached;
 mod clustered;
 mod crew;
+mod drops;
 mod fastpath;
 mod file;
 mod interfaces;
-mod drops;
 mod links;
 mod matrix;
 mod neigh;

@@ -4,8 +4,8 @@
 
 use super::clustered::GuardInputs;
 use super::Daemon;
-use std::sync::Arc;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use vnet_control::{Command, Error, Located, State};
 
 impl Daemon {
