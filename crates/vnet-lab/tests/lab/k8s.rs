@@ -33,23 +33,7 @@ fn kube_lab() -> (Lab, Kube) {
 /// The Secret the manifest reads: etcd's address, the network, a user of
 /// the network's role and its client certificate (host 0's of the lab).
 fn create_etcd_secret(lab: &Lab, kube: &Kube) {
-    let f = |n: &str| lab.dir.join(n).display().to_string();
-    kube.kubectl(&[
-        "-n",
-        "kube-system",
-        "create",
-        "secret",
-        "generic",
-        "vnet-etcd",
-        &format!("--from-literal=endpoints={}", lab.etcd_url()),
-        &format!("--from-literal=network={}", lab.prefix),
-        "--from-literal=user=vnet-h0",
-        &format!("--from-file=password={}", f("h0.etcd-pw")),
-        &format!("--from-file=ca.pem={}", f("etcd-ca.pem")),
-        &format!("--from-file=cert.pem={}", f("etcd-h0.pem")),
-        &format!("--from-file=key.pem={}", f("etcd-h0.key")),
-    ])
-    .unwrap();
+    vnet_lab::k8s::up::create_etcd_secret(lab, kube).unwrap();
 }
 
 /// The Secret, then `kubectl apply -f` the manifest; waits until every

@@ -26,35 +26,8 @@ fn vnet_on_kubernetes(user_path: bool, lines: &[&str]) -> (Lab, Kube) {
     // The manifest's one etcd user (the Secret's, host 0's) serves every
     // node until each joins with its own: its role is given each node's
     // own keys (the lab's grants name hosts h0, h1, h2, not the nodes).
-    let role = format!("vnet-{}-h0", lab.prefix);
-    for h in 0..kube.nodes.len() {
-        for g in vnet_cluster::layout::host_grants(&lab.prefix, &vnet_lab::k8s::node_name(&lab, h)) {
-            let perm = if g.write { "readwrite" } else { "read" };
-            let mut args = vec!["role", "grant-permission", role.as_str()];
-            if g.prefix {
-                args.push("--prefix=true");
-            }
-            args.extend([perm, g.key.as_str()]);
-            lab.etcdctl(&args).unwrap();
-        }
-    }
-    let f = |n: &str| lab.dir.join(n).display().to_string();
-    kube.kubectl(&[
-        "-n",
-        "kube-system",
-        "create",
-        "secret",
-        "generic",
-        "vnet-etcd",
-        &format!("--from-literal=endpoints={}", lab.etcd_url()),
-        &format!("--from-literal=network={}", lab.prefix),
-        "--from-literal=user=vnet-h0",
-        &format!("--from-file=password={}", f("h0.etcd-pw")),
-        &format!("--from-file=ca.pem={}", f("etcd-ca.pem")),
-        &format!("--from-file=cert.pem={}", f("etcd-h0.pem")),
-        &format!("--from-file=key.pem={}", f("etcd-h0.key")),
-    ])
-    .unwrap();
+    vnet_lab::k8s::grant_node_keys(&lab, &kube).unwrap();
+    vnet_lab::k8s::up::create_etcd_secret(&lab, &kube).unwrap();
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/kubernetes/vnet.yaml");
     let mut text = std::fs::read_to_string(manifest).unwrap();
     if user_path {
