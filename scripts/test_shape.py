@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """scripts/shape.py's own tests: each probe is a small crate written to a
-temporary tree, with the cycle shape.py must find (or must not).
+temporary tree, with the cycle shape.py must find (or must not); and
+docs/ARCHITECTURE.md's "Two walks" checked against the tree (each file
+named exists, none stepped into twice in its walk).
 
 Usage: python3 scripts/test_shape.py   (scripts/test.sh runs it before shape.py)"""
-import importlib.util, os, tempfile, textwrap, unittest
+import importlib.util, os, re, tempfile, textwrap, unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("shape", os.path.join(HERE, "shape.py"))
@@ -79,6 +81,69 @@ class Probe(unittest.TestCase):
             "b.rs": "pub struct B;\n#[cfg(test)]\nmod tests {\n    use crate::a::A;\n}\n",
         })
         self.assertEqual(found, [])
+
+
+# docs/ARCHITECTURE.md's "Two walks": each walk a run of numbered steps
+# (`N. \`path\`: ...`, a new walk at each `1.`), each step one file first
+# entered there; `- again \`path\`` a later entry into a file walked before.
+STEP = re.compile(r"^(\d+)\. `([^`]+)`")
+AGAIN = re.compile(r"^\s+- again `([^`]+)`")
+
+
+def walks(text):
+    """The walks of `text`'s "## Two walks" section: [[(kind, path, line)]]."""
+    section = text.split("\n## Two walks\n", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for n, line in enumerate(section.splitlines()):
+        m = STEP.match(line)
+        if m:
+            if m.group(1) == "1":
+                out.append([])
+            out[-1].append(("step", m.group(2), n))
+        elif AGAIN.match(line) and out:
+            out[-1].append(("again", AGAIN.match(line).group(1), n))
+    return out
+
+
+def walk_errors(text, root):
+    """What is wrong with the walks: a file that does not exist, a step
+    naming a file its walk entered already, an "again" naming one it did not."""
+    errors = []
+    for w in walks(text):
+        seen = set()
+        for kind, path, n in w:
+            if not os.path.isfile(os.path.join(root, path)):
+                errors.append(f"{path}: no such file")
+            if kind == "step" and path in seen:
+                errors.append(f"{path}: a step again (an `again` line, or a walk that enters it once)")
+            if kind == "again" and path not in seen:
+                errors.append(f"{path}: `again` before any step entered it")
+            seen.add(path)
+    return errors
+
+
+class Walks(unittest.TestCase):
+    ROOT = os.path.dirname(HERE)
+
+    def test_the_architectures_walks_name_files_that_exist_each_once(self):
+        with open(os.path.join(self.ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+            text = f.read()
+        ws = walks(text)
+        # A control request; a policy decision's first packet; a later one.
+        self.assertEqual(len(ws), 3, ws)
+        self.assertTrue(all(len([s for s in w if s[0] == "step"]) >= 4 for w in ws), ws)
+        self.assertEqual(walk_errors(text, self.ROOT), [])
+
+    def test_a_walk_that_drifted_is_caught(self):
+        # The positive control: a file gone, a file stepped into twice, an
+        # "again" with no first entry, each named.
+        text = ("x\n## Two walks\n\n1. `scripts/shape.py`: a.\n2. `scripts/gone.py`: b.\n"
+                "   - again `scripts/test.sh`: c.\n3. `scripts/shape.py`: d.\n\n## Next\n")
+        self.assertEqual(walk_errors(text, self.ROOT), [
+            "scripts/gone.py: no such file",
+            "scripts/test.sh: `again` before any step entered it",
+            "scripts/shape.py: a step again (an `again` line, or a walk that enters it once)",
+        ])
 
 
 if __name__ == "__main__":
