@@ -91,7 +91,7 @@ fn running(others: &[Found]) -> String {
 /// whose socket is in `dir` or at `default`.
 pub fn find(dir: &Path, default: &Path, name: Option<&str>) -> Result<Found, FindError> {
     if let Some(n) = name {
-        if !vnet_cluster::layout::valid_name(n) {
+        if !vnet_keys::valid_name(n) {
             return Err(FindError::BadName(n.into()));
         }
         let path = unit_socket(dir, n);
@@ -142,7 +142,7 @@ fn candidates(dir: &Path, default: &Path) -> Result<Vec<Found>, FindError> {
                     .file_name()
                     .and_then(|n| n.to_str())
                     .and_then(|n| n.strip_suffix(".sock"))
-                    .filter(|n| vnet_cluster::layout::valid_name(n))
+                    .filter(|n| vnet_keys::valid_name(n))
                     .map(String::from);
                 if let Some(name) = name.filter(|_| is_socket(&path)) {
                     out.push(Found { name: Some(name), path });

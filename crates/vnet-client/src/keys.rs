@@ -5,7 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use vnet_control::PeerKey;
-use vnet_engine::secure::Identity;
+use vnet_keys::Identity;
 
 /// Why a secret file (a key, a token, a password) or a trusted one (a CA,
 /// the network's public key), or a key in it, was refused: each says the
@@ -160,8 +160,7 @@ pub fn write_secret(path: &Path, text: &str) -> Result<(), FileError> {
 /// The claim key (cluster mode's MAC claims) of a base64 private key.
 pub fn claim_pubkey(private: &str) -> Result<String, KeyError> {
     let id = parse_private(private.trim()).ok_or(KeyError::NotAKey)?;
-    let k = vnet_cluster::trust::ClaimKey::derive(&id.private()).ok_or(KeyError::NoClaimKey)?;
-    Ok(k.public_base64())
+    vnet_keys::claim_public_base64(&id.private()).ok_or(KeyError::NoClaimKey)
 }
 
 /// The public key of a base64 private key, in base64.

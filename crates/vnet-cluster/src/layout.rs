@@ -120,11 +120,8 @@ pub fn granted(grants: &[Grant], key: &str, write: bool) -> bool {
         .any(|g| (g.write || !write) && if g.prefix { key.starts_with(&g.key) } else { key == g.key })
 }
 
-/// Whether `name` may name a network or a host: 1 to 63 of `A-Za-z0-9._-`.
-pub fn valid_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
+/// Whether `name` may name a network or a host (vnet-keys' rule).
+pub use vnet_keys::valid_name;
 
 /// What a key under a network's prefix names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

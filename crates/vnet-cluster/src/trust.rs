@@ -43,7 +43,6 @@ const CERT_TAG: &[u8] = b"vnet host certificate v1\0";
 const CLAIM_TAG: &[u8] = b"vnet mac claim v1\0";
 const CLAIM_TAG_V2: &[u8] = b"vnet mac claim v2\0";
 const REVOKE_TAG: &[u8] = b"vnet revocation v1\0";
-const CLAIM_KEY_TAG: &[u8] = b"vnet claim key v1\0";
 const POLICY_TAG: &[u8] = b"vnet policy v1\0";
 /// A certificate's longest text, and the most addresses it may name.
 pub const MAX_CERT_LEN: usize = 4096;
@@ -357,10 +356,7 @@ impl std::fmt::Debug for ClaimKey {
 impl ClaimKey {
     /// The claim key of the host whose static private key is `private`.
     pub fn derive(private: &[u8; 32]) -> Option<ClaimKey> {
-        let d = ring::digest::digest(&ring::digest::SHA256, &[CLAIM_KEY_TAG, private].concat());
-        let mut seed = [0u8; 32];
-        seed.copy_from_slice(d.as_ref());
-        ed25519(&seed).map(ClaimKey)
+        vnet_keys::claim_key(private).map(ClaimKey)
     }
 
     pub fn public(&self) -> [u8; 32] {
@@ -493,6 +489,15 @@ fn seal(pair: &Ed25519KeyPair, tag: &[u8], body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `vnetctl pubkey claim` (vnet-client, through vnet-keys) prints the
+    /// key this host signs its claims with; another host's private key, another key.
+    #[test]
+    fn the_claim_key_vnet_keys_shows_is_the_one_that_signs() {
+        let k = ClaimKey::derive(&[7; 32]).unwrap();
+        assert_eq!(vnet_keys::claim_public_base64(&[7; 32]).as_deref(), Some(k.public_base64().as_str()));
+        assert_ne!(vnet_keys::claim_public_base64(&[8; 32]).as_deref(), Some(k.public_base64().as_str()));
+    }
 
     fn body(host: &str, claim: &ClaimKey) -> CertBody {
         CertBody {

@@ -185,7 +185,7 @@ impl SecureLink {
         // names another cipher than ours offers would refuse it.
         if crossed {
             let refused = data[3] & PINNED != 0 && st.pending.as_ref().is_some_and(|p| p.aead != aead);
-            if at_endpoint && self.identity.public > self.peer && !refused {
+            if at_endpoint && self.identity.public() > self.peer && !refused {
                 return Opened::Nothing;
             }
             st.pending = None;
@@ -279,8 +279,9 @@ impl SecureLink {
     /// peer's key), or as responder.
     pub(super) fn handshake(&self, mode: Mode, initiator: bool, cipher: u8) -> Option<snow::HandshakeState> {
         let (p, n) = prologue(mode, cipher);
+        let private = self.identity.private();
         let b = snow::Builder::new(offered(cipher)?.noise().parse().ok()?)
-            .local_private_key(&self.identity.private)
+            .local_private_key(&private)
             .ok()?
             .prologue(&p[..n])
             .ok()?;

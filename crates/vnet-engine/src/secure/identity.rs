@@ -1,7 +1,7 @@
-//! A host's static key pair ([`Identity`]) and when its sessions are
-//! renewed and given up ([`Timers`]).
+//! A host's static key pair ([`Identity`], from vnet-keys, re-exported
+//! here) and when its sessions are renewed and given up ([`Timers`]).
 
-use ring::rand::SecureRandom;
+pub use vnet_keys::{Identity, KeyError};
 
 /// When sessions are renewed and given up.
 #[derive(Debug, Clone, Copy)]
@@ -51,66 +51,5 @@ impl Timers {
     /// The date of an initiation sent, or checked, at engine time `now_ns`.
     pub(super) fn date(&self, now_ns: u64) -> u64 {
         self.wall_clock.map_or(now_ns.saturating_add(1), |f| f())
-    }
-}
-
-/// Why keys could not be made or read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyError {
-    Random,
-    Noise(String),
-}
-
-impl std::fmt::Display for KeyError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KeyError::Random => f.write_str("the system's random source failed"),
-            KeyError::Noise(e) => write!(f, "Noise: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for KeyError {}
-
-/// A host's static key pair.
-pub struct Identity {
-    pub(super) private: [u8; 32],
-    pub(super) public: [u8; 32],
-}
-
-impl std::fmt::Debug for Identity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Identity").field("public", &self.public).finish_non_exhaustive()
-    }
-}
-
-impl Identity {
-    /// The pair whose private half is `private` (the public half is derived).
-    pub fn from_private(private: [u8; 32]) -> Result<Identity, KeyError> {
-        use snow::resolvers::{CryptoResolver, DefaultResolver};
-        #[allow(unused_imports)]
-        use snow::types::Dh;
-        let mut dh = DefaultResolver
-            .resolve_dh(&snow::params::DHChoice::Curve25519)
-            .ok_or_else(|| KeyError::Noise("no X25519".into()))?;
-        dh.set(&private);
-        let mut public = [0u8; 32];
-        public.copy_from_slice(dh.pubkey());
-        Ok(Identity { private, public })
-    }
-
-    /// A new random pair.
-    pub fn generate() -> Result<Identity, KeyError> {
-        let mut private = [0u8; 32];
-        ring::rand::SystemRandom::new().fill(&mut private).map_err(|_| KeyError::Random)?;
-        Identity::from_private(private)
-    }
-
-    pub fn public(&self) -> [u8; 32] {
-        self.public
-    }
-
-    pub fn private(&self) -> [u8; 32] {
-        self.private
     }
 }

@@ -425,8 +425,8 @@ impl SecureLink {
             mode,
             policy: CipherPolicy::local(Cipher::Auto),
             mac_to_peer: mac_key(&peer),
-            mac_to_us: mac_key(&identity.public),
-            cookie_ours: cookie_key(&identity.public),
+            mac_to_us: mac_key(&identity.public()),
+            cookie_ours: cookie_key(&identity.public()),
             cookie_theirs: cookie_key(&peer),
             identity,
             peer,
@@ -1244,7 +1244,7 @@ pub(crate) mod tests {
     fn ordered(a: (Cipher, bool), b: (Cipher, bool)) -> (SecureLink, SecureLink) {
         loop {
             let (x, y) = pair_with(a, b);
-            if x.identity.public > y.identity.public {
+            if x.identity.public() > y.identity.public() {
                 return (x, y);
             }
         }
