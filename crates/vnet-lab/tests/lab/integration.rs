@@ -546,7 +546,7 @@ mkdir -p -m 0700 /var/lib/vnet/$name
 cmd='{exec}'
 cmd=${{cmd//%i/$name}}
 setsid $cmd > /run/vnet/$name.log 2>&1 < /dev/null &
-for i in $(seq 150); do
+for i in $(seq 600); do
     vnetctl --control unix:/run/vnet/$name.sock show links > /dev/null 2>&1 && exit 0
     sleep 0.1
 done

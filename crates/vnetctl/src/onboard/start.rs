@@ -41,14 +41,37 @@ fn start_with(
          (as the unit would: vnetctl finds it at unix:/run/vnet/{network}.sock)",
         vnetd_command(network, conf)
     );
-    match std::process::Command::new(systemctl).args(["enable", "--now", &unit]).status() {
-        Ok(s) if s.success() => Ok(format!("{joined}; {unit} started")),
-        Ok(s) if systemd => Err(format!(
-            "{joined}, but `systemctl enable --now {unit}` failed ({s}): see `systemctl status {unit}` and \
-             `journalctl -u {unit}`; the host is in, start {unit} once that is fixed"
+    let ran = std::process::Command::new(systemctl)
+        .args(["enable", "--now", &unit])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output();
+    match ran {
+        Ok(o) if o.status.success() => Ok(format!("{joined}; {unit} started")),
+        // No systemd to talk to: systemctl says so (it is not PID 1, or
+        // its bus is not there).
+        Ok(o) if !systemd && no_systemd(&String::from_utf8_lossy(&o.stderr)) => Ok(by_hand),
+        Ok(o) => Err(format!(
+            "{joined}, but `systemctl enable --now {unit}` failed ({}): {}see `systemctl status {unit}` and \
+             `journalctl -u {unit}`; the host is in, start {unit} once that is fixed",
+            o.status,
+            match String::from_utf8_lossy(&o.stderr).trim() {
+                "" => String::new(),
+                e => format!("{e}\n"),
+            }
         )),
-        Ok(_) | Err(_) => Ok(by_hand),
+        // No systemctl at all.
+        Err(_) => Ok(by_hand),
     }
+}
+
+/// Whether systemctl's error says there is no systemd to talk to (a
+/// container, a chroot, a machine booted without it), rather than that
+/// the unit failed.
+fn no_systemd(stderr: &str) -> bool {
+    ["not been booted with systemd", "Failed to connect to bus", "System has not been booted"]
+        .iter()
+        .any(|s| stderr.contains(s))
 }
 
 #[cfg(test)]
@@ -78,16 +101,38 @@ mod tests {
     fn join_without_systemd_says_the_host_joined_and_the_command() {
         let conf = Path::new("/etc/vnet/lab.conf");
         let cmd = vnetd_command("lab", conf);
-        for systemctl in ["/nonexistent/systemctl", "false"] {
+        // A systemctl that cannot reach systemd says so, as Debian's does
+        // in a container.
+        let dir = std::env::temp_dir().join(format!("vnetctl-start-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, format!("#!/bin/sh\necho '{text}' >&2\nexit 1\n")).unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+            p.display().to_string()
+        };
+        let unbooted = fake(
+            "unbooted",
+            "System has not been booted with systemd as init system (PID 1). Cannot operate.",
+        );
+        let failing = fake("failing", "vnetd@lab did not come up: no such file");
+        for systemctl in ["/nonexistent/systemctl", unbooted.as_str()] {
             let said = start_with(systemctl, false, "lab", "h1", conf).unwrap();
             assert!(said.starts_with("host h1 joined network lab: /etc/vnet/lab.conf written"), "{said}");
             assert!(said.contains("systemd does not run here") && said.contains(&cmd), "{said}");
         }
-        let said = start_with("false", true, "lab", "h1", conf).unwrap_err();
-        assert!(
-            said.starts_with("host h1 joined network lab") && said.contains("systemctl status vnetd@lab"),
-            "{said}"
-        );
+        // A unit that fails is an error, with or without systemd detected,
+        // and its systemctl's words are in it.
+        for systemd in [true, false] {
+            let said = start_with(&failing, systemd, "lab", "h1", conf).unwrap_err();
+            assert!(
+                said.starts_with("host h1 joined network lab")
+                    && said.contains("systemctl status vnetd@lab")
+                    && said.contains("did not come up"),
+                "{said}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
         // The control: a systemctl that works starts the unit.
         assert!(start_with("true", true, "lab", "h1", conf).unwrap().ends_with("vnetd@lab started"));
     }
