@@ -9,6 +9,9 @@
 #                  Debian's containerd 1.6 does not)
 #   crictl         sigs.k8s.io/cri-tools
 #   coredns        github.com/coredns/coredns (the lab's DNS)
+#   portmap        github.com/containernetworking/plugins' portmap (hostPort:
+#                  the manifest chains it after vnet-cni; Debian 12's speaks
+#                  CNI up to 1.0.0, the conflist is 1.1.0)
 # runc is Debian's. With --e2e, also (a stamp of their own):
 #   e2e.test       Kubernetes' e2e suite (go test -c k8s.io/kubernetes/test/e2e)
 #   agnhost        its test image's program (k8s.io/kubernetes/test/images/agnhost),
@@ -24,6 +27,8 @@ CONTAINERD_VERSION=v2.2.9
 CRICTL_VERSION=v1.37.0
 # kubeadm's CoreDNSVersion at v1.35.4 (cmd/kubeadm/app/constants).
 COREDNS_VERSION=v1.13.1
+# The reference plugins' portmap, CNI 1.1.0 (the manifest's conflist).
+CNI_PLUGINS_VERSION=v1.9.0
 OUT="$PWD/target/k8s/bin"
 [ "${1:-}" = --print-dir ] && { echo "$OUT"; exit 0; }
 WITH_E2E=0
@@ -46,6 +51,21 @@ coredns() {
     echo "k8s-build: CoreDNS $COREDNS_VERSION"
     CGO_ENABLED=0 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
     echo "$want" >"$OUT/.coredns"
+}
+
+# The portmap plugin (hostPort), with a stamp of its own: vnet's image
+# carries it as /usr/lib/cni/vnet-portmap (crates/vnet-lab/src/k8s/image.rs).
+portmap() {
+    local want="portmap $CNI_PLUGINS_VERSION"
+    if [ "$(cat "$OUT/.portmap" 2>/dev/null)" = "$want" ]; then
+        echo "k8s-build: $want already in $OUT"
+        return
+    fi
+    echo "k8s-build: portmap $CNI_PLUGINS_VERSION"
+    rm -f "$OUT/portmap"
+    CGO_ENABLED=0 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" \
+        "github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_PLUGINS_VERSION"
+    echo "$want" >"$OUT/.portmap"
 }
 
 ver=${K8S_VERSION#v}
@@ -86,6 +106,7 @@ want="kubernetes $K8S_VERSION (with kube-proxy) containerd $CONTAINERD_VERSION c
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "k8s-build: $want already in $OUT"
     coredns
+    portmap
     e2e
     exit 0
 fi
@@ -110,5 +131,6 @@ CGO_ENABLED=0 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/cr
 
 echo "$want" >"$stamp"
 coredns
+portmap
 e2e
 echo "k8s-build: done in $(($(date +%s) - started)) s"

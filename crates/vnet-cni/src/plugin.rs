@@ -163,16 +163,9 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
             request(&mut c, &neigh.map_err(invalid)?)?;
         }
         let sandbox = rec.socket.is_none().then(|| netns.to_string());
-        out.interfaces = vec![Interface {
-            name: ifname.into(),
-            mac,
-            mtu: conf.mtu,
-            sandbox,
-            socket_path: rec.socket.clone(),
-        }];
-        for ip in &mut out.ips {
-            ip.interface = Some(0);
-        }
+        let iface =
+            Interface { name: ifname.into(), mac, mtu: conf.mtu, sandbox, socket_path: rec.socket.clone() };
+        with_interface(&mut out, iface);
         rec.result = Some(out.clone());
         record::store(&conf.state_dir, &conf.name, &rec)?;
         Ok(out)
@@ -185,6 +178,17 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
             let _ = undo(conf, env, &rec, stdin);
             Err(e)
         }
+    }
+}
+
+/// The result's one interface, the container's, and every address tied to
+/// it: what a chained plugin reads to find the container's addresses (the
+/// reference `portmap` takes an address whose interface is `CNI_IFNAME`
+/// with a `sandbox`, or names none).
+fn with_interface(out: &mut Outcome, iface: Interface) {
+    out.interfaces = vec![iface];
+    for ip in &mut out.ips {
+        ip.interface = Some(0);
     }
 }
 
@@ -463,6 +467,38 @@ fn gc(env: &Env, conf: &NetConf, raw: &Value, stdin: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The result a chained `portmap` (hostPort) reads: it DNATs to an
+    /// address of `ips` whose `interface` names an interface called
+    /// `CNI_IFNAME` with a `sandbox` (plugins/meta/portmap's parseConfig),
+    /// in the form of the conflist's version.
+    #[test]
+    fn the_result_gives_a_chained_portmap_the_containers_address() {
+        let mut out = Outcome::from_json(&serde_json::json!({
+            "ips": [{"address": "10.244.0.7/16", "gateway": "10.244.0.1"}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": "10.244.0.1"}],
+        }))
+        .unwrap();
+        let iface = Interface {
+            name: "eth0".into(),
+            mac: "02:00:00:00:00:07".into(),
+            mtu: Some(1450),
+            sandbox: Some("/var/run/netns/cni-1".into()),
+            socket_path: None,
+        };
+        with_interface(&mut out, iface);
+        for version in ["1.1.0", "1.0.0", "0.4.0"] {
+            let v = out.to_json(version);
+            let ip = &v["ips"][0];
+            let i = ip["interface"].as_u64().expect("the address names its interface") as usize;
+            let intf = &v["interfaces"][i];
+            assert_eq!(
+                (intf["name"].as_str(), intf["sandbox"].as_str()),
+                (Some("eth0"), Some("/var/run/netns/cni-1"))
+            );
+            assert_eq!(ip["address"], "10.244.0.7/16", "{version}: {v}");
+        }
+    }
 
     #[test]
     fn names_fit_a_device_and_differ_per_attachment() {

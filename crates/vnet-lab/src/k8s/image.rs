@@ -6,7 +6,8 @@
 //! takes, named by the index's `io.containerd.image.name` annotation.
 //!
 //! Four images: vnet's (vnetd, vnetctl, vnet-cni with the shared
-//! libraries they load, and Debian's static busybox for the init
+//! libraries they load, the reference `portmap` plugin as
+//! `/usr/lib/cni/vnet-portmap`, and Debian's static busybox for the init
 //! container's `sh` and `cp`), a test image (the same busybox), the
 //! pause image (a static `pause` built here from C with gcc: the sandbox's
 //! first process, which waits for a signal and reaps what it inherits),

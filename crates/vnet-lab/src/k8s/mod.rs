@@ -80,6 +80,7 @@ pub fn unavailable() -> Option<String> {
         "containerd-shim-runc-v2",
         "ctr",
         "crictl",
+        "portmap",
     ] {
         if !bin.join(p).is_file() {
             return Some(format!("{} missing: run scripts/k8s-build.sh", bin.join(p).display()));
@@ -463,6 +464,8 @@ impl Kube {
             image::add_binary(&root, &crate::bin(b)?, &format!("/usr/bin/{b}"))?;
         }
         image::add_binary(&root, &crate::bin("vnet-cni")?, "/usr/lib/cni/vnet-cni")?;
+        // The reference portmap plugin the manifest chains (hostPort), static.
+        image::copy_into(&root, &self.bin.join("portmap"), "/usr/lib/cni/vnet-portmap")?;
         let name = format!("localhost/vnet:{tag}");
         let tar = image::build(
             &image::ImageSpec { name: &name, root: &root, entrypoint: &["/usr/bin/vnetd"], cmd: &[] },
@@ -644,6 +647,36 @@ mod tests {
         let images: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
         assert_eq!(images.len(), 2, "the init container's and vnetd's: {images:?}");
         assert!(images.iter().all(|i| *i == format!("localhost/vnet:{VNET_TAG}")), "{images:?}");
+    }
+
+    /// hostPort: the conflist chains the reference portmap after vnet-cni
+    /// under vnet's own name, which the init container installs from the
+    /// image and the preStop hook removes with vnet-cni.
+    #[test]
+    fn the_manifest_chains_portmap_after_vnet_cni_and_installs_it() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/vnet.yaml"),
+        )
+        .unwrap();
+        let start = text.find("10-vnet.conflist: |").unwrap();
+        let body: String = text[start..]
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("    "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let conf: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let types: Vec<&str> =
+            conf["plugins"].as_array().unwrap().iter().filter_map(|p| p["type"].as_str()).collect();
+        assert_eq!(types, ["vnet-cni", "vnet-portmap"]);
+        assert_eq!(conf["plugins"][1]["capabilities"]["portMappings"], true);
+        assert_eq!(conf["plugins"][1]["snat"], true);
+        assert!(text.contains("cp /usr/lib/cni/vnet-portmap /host/opt/cni/bin/.vnet-portmap.new;"));
+        assert!(text.contains("mv /host/opt/cni/bin/.vnet-portmap.new /host/opt/cni/bin/vnet-portmap;"));
+        assert!(
+            text.contains("/host/opt/cni/bin/vnet-cni /host/opt/cni/bin/vnet-portmap;"),
+            "removed by preStop"
+        );
     }
 
     #[test]

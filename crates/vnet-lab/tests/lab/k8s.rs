@@ -262,6 +262,38 @@ fn node_gateway(kube: &Kube, n: usize) -> Option<String> {
 }
 
 /// Applies `yaml` (written to the lab's directory as `name`).
+/// Waits (up to 60 s) until Service `name` (namespace `default`) is ready
+/// for traffic from node 0: its EndpointSlice lists each of `ips` ready,
+/// and node 0's kube-proxy has written a DNAT rule to each (`IP:port`);
+/// returns how long it took.
+fn wait_service_ready(kube: &Kube, name: &str, ips: &[String], port: u16) -> Duration {
+    let t0 = Instant::now();
+    let selector = format!("kubernetes.io/service-name={name}");
+    loop {
+        let v = kube.get_json(&["get", "endpointslices", "-l", &selector]).unwrap_or_default();
+        let ready: Vec<String> = v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
+            .filter(|e| e["conditions"]["ready"] == true)
+            .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
+            .filter_map(|a| a.as_str().map(str::to_string))
+            .collect();
+        let rules = kube.nodes[0].command("iptables-save").args(["-t", "nat"]).output();
+        let rules = rules.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let in_rules = |ip: &String| rules.contains(&format!("--to-destination {ip}:{port}"));
+        if ips.iter().all(|ip| ready.contains(ip) && in_rules(ip)) {
+            return t0.elapsed();
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            hold(kube);
+            panic!("Service {name} not ready for {ips:?} within 60 s: ready endpoints {ready:?}, nat rules:\n{rules}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
 fn apply_yaml(kube: &Kube, name: &str, yaml: &str) {
     let path = kube.dir.join(name);
     std::fs::write(&path, yaml).unwrap();
@@ -835,7 +867,12 @@ spec:
             .as_str()
             .unwrap()
             .to_string();
-        // Each backend answers the ClusterIP (kube-proxy picks at random).
+        // Each backend answers the ClusterIP (kube-proxy picks at random),
+        // once the Service is ready for it: both backends ready in its
+        // EndpointSlice and in node 0's kube-proxy rules.
+        let ips: Vec<String> = web.iter().map(|w| w.2.clone()).collect();
+        let waited = wait_service_ready(&kube, "web", &ips, 8080);
+        eprintln!("k8s: Service web's EndpointSlice and node 0's kube-proxy rules ready in {waited:.1?}");
         let t0 = Instant::now();
         let mut seen = std::collections::BTreeSet::new();
         let mut tries = 0;
@@ -845,9 +882,15 @@ spec:
             // (No `-T`: Debian's static busybox 1.35 wget crashes with it.)
             let out = exec(&kube, "client", &format!("wget -q -O - http://{cluster_ip}/index.html"));
             let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            assert!(out.status.success() || tries < 5, "wget {cluster_ip}: {out:?}");
+            // A refusal is allowed for a bounded while (a rule just written).
+            assert!(
+                out.status.success() || t0.elapsed() < Duration::from_secs(30),
+                "wget {cluster_ip}: {out:?}"
+            );
             if out.status.success() {
                 seen.insert(said);
+            } else {
+                std::thread::sleep(Duration::from_millis(500));
             }
         }
         let names: std::collections::BTreeSet<String> = web.iter().map(|w| w.0.clone()).collect();
