@@ -709,9 +709,26 @@ pub const INJECTED: &str = "\nlink evil udp 192.0.2.9:9000\nroute any ff:ff:ff:f
 /// vnetds its `systemctl` started: ours, by the namespaces they are in),
 /// and removes the mount points it made; on every exit, before the lab
 /// deletes the namespaces.
+///
+/// The tests that use one run one at a time (in one test process, three
+/// tests run at once): they share the shim's directory and the root's
+/// `/etc/vnet`, `/var/lib/vnet` and `/run/vnet` mount points, which the
+/// first to end would remove under the other (a CI run's quickstart test
+/// then ran the machine's real `systemctl`).
 pub struct QuickstartGuard {
     pub namespaces: Vec<String>,
     pub made: Vec<std::path::PathBuf>,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+}
+
+static QUICKSTART: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl QuickstartGuard {
+    /// Waits for any other quickstart-style test of this process to end.
+    pub fn new(namespaces: Vec<String>) -> Self {
+        let lock = QUICKSTART.lock().unwrap_or_else(|p| p.into_inner());
+        QuickstartGuard { namespaces, made: Vec::new(), _one_at_a_time: lock }
+    }
 }
 
 impl Drop for QuickstartGuard {

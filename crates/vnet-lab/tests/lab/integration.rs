@@ -1217,10 +1217,7 @@ mod user {
         for (_, b) in &blocks {
             assert!(!b.contains("root.pw") && !b.contains("vnet2.") && !b.contains("--password"), "{b}");
         }
-        let mut guard = QuickstartGuard {
-            namespaces: lab.hosts.iter().map(|h| h.ns.clone()).collect(),
-            made: Vec::new(),
-        };
+        let mut guard = QuickstartGuard::new(lab.hosts.iter().map(|h| h.ns.clone()).collect());
         for d in ["/etc/vnet", "/var/lib/vnet", "/run/vnet"] {
             let p = std::path::PathBuf::from(d);
             if !p.exists() {
@@ -1366,7 +1363,7 @@ mod user {
 /// machine of its own /run/vnet); with two, it lists both and `-n NAME`
 /// picks; `-n` of one not running says how to start it.
 fn vnetctl_finds_its_vnetd(lab: &mut Lab) {
-    let mut guard = QuickstartGuard { namespaces: vec![lab.hosts[0].ns.clone()], made: Vec::new() };
+    let mut guard = QuickstartGuard::new(vec![lab.hosts[0].ns.clone()]);
     for d in ["/etc/vnet", "/var/lib/vnet", "/run/vnet"] {
         let p = std::path::PathBuf::from(d);
         if !p.exists() {
