@@ -724,10 +724,21 @@ pub struct QuickstartGuard {
 static QUICKSTART: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl QuickstartGuard {
-    /// Waits for any other quickstart-style test of this process to end.
+    /// Waits for any other quickstart-style test of this process to end,
+    /// then makes the mount points a machine's tmpfs go on (`/etc/vnet`,
+    /// `/var/lib/vnet`, `/run/vnet`) where the root has none, to remove them
+    /// on drop.
     pub fn new(namespaces: Vec<String>) -> Self {
         let lock = QUICKSTART.lock().unwrap_or_else(|p| p.into_inner());
-        QuickstartGuard { namespaces, made: Vec::new(), _one_at_a_time: lock }
+        let mut made = Vec::new();
+        for d in ["/etc/vnet", "/var/lib/vnet", "/run/vnet"] {
+            let p = std::path::PathBuf::from(d);
+            if !p.exists() {
+                std::fs::create_dir_all(&p).unwrap();
+                made.push(p);
+            }
+        }
+        QuickstartGuard { namespaces, made, _one_at_a_time: lock }
     }
 }
 

@@ -1217,14 +1217,7 @@ mod user {
         for (_, b) in &blocks {
             assert!(!b.contains("root.pw") && !b.contains("vnet2.") && !b.contains("--password"), "{b}");
         }
-        let mut guard = QuickstartGuard::new(lab.hosts.iter().map(|h| h.ns.clone()).collect());
-        for d in ["/etc/vnet", "/var/lib/vnet", "/run/vnet"] {
-            let p = std::path::PathBuf::from(d);
-            if !p.exists() {
-                std::fs::create_dir_all(&p).unwrap();
-                guard.made.push(p);
-            }
-        }
+        let guard = QuickstartGuard::new(lab.hosts.iter().map(|h| h.ns.clone()).collect());
         write_systemctl_shim();
         let nss: Vec<String> = lab.hosts.iter().map(|h| h.ns.clone()).collect();
         let machines: Vec<Machine> =
@@ -1363,14 +1356,7 @@ mod user {
 /// machine of its own /run/vnet); with two, it lists both and `-n NAME`
 /// picks; `-n` of one not running says how to start it.
 fn vnetctl_finds_its_vnetd(lab: &mut Lab) {
-    let mut guard = QuickstartGuard::new(vec![lab.hosts[0].ns.clone()]);
-    for d in ["/etc/vnet", "/var/lib/vnet", "/run/vnet"] {
-        let p = std::path::PathBuf::from(d);
-        if !p.exists() {
-            std::fs::create_dir_all(&p).unwrap();
-            guard.made.push(p);
-        }
-    }
+    let guard = QuickstartGuard::new(vec![lab.hosts[0].ns.clone()]);
     write_systemctl_shim();
     let ns = lab.hosts[0].ns.clone();
     let m = quickstart_machine(lab, &ns, false);
