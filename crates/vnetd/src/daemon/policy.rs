@@ -393,6 +393,9 @@ mod tests {
     #[test]
     fn network_policies_govern_their_network_and_show_policy_names_them() {
         let mut d = super::Daemon::default();
+        // Loopback, any port: the default listen address (0.0.0.0:9000)
+        // may be taken on the machine that runs the tests.
+        d.apply(&vnet_control::parse("listen udp 127.0.0.1:0").unwrap()).unwrap();
         d.set_isolation(7, Some(isolation()), serde_json::json!({"translation": {"policies": 2}})).unwrap();
         let p = d.shared.plane.load().policy.clone();
         assert!(p.governs(7) && !p.governs(0), "the cluster's network only");
