@@ -623,6 +623,27 @@ mod tests {
         assert!(metrics_addr("nine").is_err());
     }
 
+    /// A line is parsed once, as its session stands ([`answer`]): a
+    /// waiting command (`ipam`) inside a transaction is answered at once,
+    /// away from the daemon, and is no line of the transaction (the next
+    /// line is its line 1). The positive control: an `ipam` line that does
+    /// not parse is the transaction's line, its error and its first.
+    #[test]
+    fn a_waiting_command_in_a_transaction_is_answered_at_once_and_is_no_line_of_it() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let d = Mutex::new(Daemon::default());
+        let mut s = session();
+        let mut say = |line: &str| rt.block_on(answer(&d, &mut s, line)).end_line();
+        assert_eq!(say("begin"), "end ok");
+        let e = say("ipam add 10.88.0.0/24 net/c/eth0");
+        assert!(e.contains("ipam needs cluster mode"), "{e}");
+        let e = say("ipam add nope net/c/eth0");
+        assert!(e.starts_with("end error 1:10: expected a subnet"), "{e}");
+        assert!(say("bogus").starts_with("end error 2:1"));
+        let e = say("commit");
+        assert!(e.starts_with("end error 1:10"), "{e}");
+    }
+
     #[test]
     fn open_transactions_are_bounded_and_their_line_count_saturates() {
         let d = Mutex::new(Daemon::default());
