@@ -100,21 +100,6 @@ pub struct Access {
 
 pub use vnet_client::endpoint::{load_token_file, TokenError, TOKEN_HEX};
 
-impl Access {
-    /// Whether a unix-socket peer with these credentials may connect.
-    pub fn allows(&self, uid: u32, gid: u32) -> bool {
-        uid == 0 || uid == crate::sys::euid() || self.group == Some(gid)
-    }
-
-    /// Whether `line` is the `auth TOKEN` line for this endpoint's token
-    /// (compared in constant time).
-    fn authenticates(&self, line: &str) -> bool {
-        let (Some(token), Some(given)) = (&self.token, line.strip_prefix("auth ")) else { return false };
-        let (a, b) = (token.as_bytes(), given.trim().as_bytes());
-        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-    }
-}
-
 /// The token of a `tcp:` endpoint from `path`, made there (mode 0600, 32
 /// random bytes in hex) when the file does not exist; a file others may
 /// read, or that is not a token, is refused.
@@ -202,9 +187,44 @@ struct Txn {
     first_error: Option<vnet_control::Error>,
 }
 
-/// Answers one line inside transaction `t`: the reply, and whether the
-/// transaction ends with it (`commit`, `abort`).
-fn txn_line(daemon: &Mutex<Daemon>, t: &mut Txn, section: &mut Section, line: &str) -> (Reply, bool) {
+/// A line as the session parses it: its command, if any, or its error.
+type Parsed = vnet_control::Result<Option<Located<Command>>>;
+
+impl Session {
+    /// Parses `line` once, with the session's section and, in a
+    /// transaction, the transaction's next line number. A line past a
+    /// transaction's [`MAX_TXN_LINES`] does not move the section (it is
+    /// refused, only `commit` and `abort` still read).
+    fn parse(&mut self, line: &str) -> Parsed {
+        let Some(t) = &self.txn else { return parse_line(line, 1, &mut self.section) };
+        let line_no = t.lines.saturating_add(1);
+        if line_no as usize > MAX_TXN_LINES {
+            let mut unmoved = self.section;
+            return parse_line(line, line_no, &mut unmoved);
+        }
+        parse_line(line, line_no, &mut self.section)
+    }
+}
+
+/// Answers one line, parsed once ([`Session::parse`]): a command that
+/// waits ([`Class::Waiting`]: `ipam`, `pod-labels`) away from the
+/// daemon's lock, on etcd or the Kubernetes API; any other under it
+/// ([`handle_line`]).
+async fn answer(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> Reply {
+    match s.parse(line) {
+        Ok(Some(c)) if c.item.class() == Class::Waiting => match c.item {
+            Command::Ipam(op) => ipam(s.limits.ipam.as_ref(), op).await,
+            Command::PodLabels(pod) => crate::kube::pod_labels(&pod).await,
+            _ => handle_line(daemon, s, line, Ok(Some(c))),
+        },
+        parsed => handle_line(daemon, s, line, parsed),
+    }
+}
+
+/// Answers one line inside transaction `t` (`parsed`: the line as
+/// [`Session::parse`] made it): the reply, and whether the transaction
+/// ends with it (`commit`, `abort`).
+fn txn_line(daemon: &Mutex<Daemon>, t: &mut Txn, line: &str, parsed: Parsed) -> (Reply, bool) {
     t.lines = t.lines.saturating_add(1);
     if t.lines as usize > MAX_TXN_LINES {
         // Only `commit` and `abort` still mean something: the rest is
@@ -221,7 +241,6 @@ fn txn_line(daemon: &Mutex<Daemon>, t: &mut Txn, section: &mut Section, line: &s
         }
         return (Reply::error(format!("transaction longer than {MAX_TXN_LINES} lines")), false);
     }
-    let parsed = parse_line(line, t.lines, section);
     let ends = matches!(&parsed, Ok(Some(c)) if matches!(c.item, Command::Commit | Command::Abort));
     let reply = match parsed {
         Ok(None) => Reply::ok(),
@@ -265,16 +284,17 @@ fn txn_line(daemon: &Mutex<Daemon>, t: &mut Txn, section: &mut Section, line: &s
     (reply, ends)
 }
 
-/// Answers one line.
-fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> Reply {
+/// Answers one line that does not wait (`parsed`: the line as
+/// [`Session::parse`] made it).
+fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str, parsed: Parsed) -> Reply {
     if let Some(t) = s.txn.as_mut() {
-        let (reply, ends) = txn_line(daemon, t, &mut s.section, line);
+        let (reply, ends) = txn_line(daemon, t, line, parsed);
         if ends {
             s.txn = None;
         }
         return reply;
     }
-    match parse_line(line, 1, &mut s.section) {
+    match parsed {
         Ok(None) => Reply::ok(),
         Ok(Some(c)) => match c.item {
             Command::Begin => match s.limits.txn_slot() {
@@ -322,25 +342,6 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> Reply {
             }
         },
         Err(e) => Reply::error(&e),
-    }
-}
-
-/// A request answered away from the daemon's lock, by waiting on
-/// something else (etcd, the Kubernetes API).
-enum Waits {
-    Ipam(vnet_control::IpamOp),
-    PodLabels(String),
-}
-
-/// A line whose command waits ([`Class::Waiting`]: `ipam`, `pod-labels`)
-/// as its request (its errors are `handle_line`'s to report).
-fn waiting_request(line: &str) -> Option<Waits> {
-    let c = parse_line(line, 1, &mut Section::None).ok()??;
-    match c.item {
-        _ if c.item.class() != Class::Waiting => None,
-        Command::Ipam(op) => Some(Waits::Ipam(op)),
-        Command::PodLabels(pod) => Some(Waits::PodLabels(pod)),
-        _ => None,
     }
 }
 
@@ -479,7 +480,8 @@ mod tests {
 
     /// A line's reply as its body and closing line.
     fn handled(d: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, String) {
-        let r = handle_line(d, s, line);
+        let parsed = s.parse(line);
+        let r = handle_line(d, s, line, parsed);
         (r.body.clone(), r.end_line())
     }
 
@@ -619,6 +621,27 @@ mod tests {
         assert_eq!(metrics_addr("9108"), Ok("127.0.0.1:9108".parse().unwrap()));
         assert_eq!(metrics_addr("10.0.0.1:9108"), Ok("10.0.0.1:9108".parse().unwrap()));
         assert!(metrics_addr("nine").is_err());
+    }
+
+    /// A line is parsed once, as its session stands ([`answer`]): a
+    /// waiting command (`ipam`) inside a transaction is answered at once,
+    /// away from the daemon, and is no line of the transaction (the next
+    /// line is its line 1). The positive control: an `ipam` line that does
+    /// not parse is the transaction's line, its error and its first.
+    #[test]
+    fn a_waiting_command_in_a_transaction_is_answered_at_once_and_is_no_line_of_it() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let d = Mutex::new(Daemon::default());
+        let mut s = session();
+        let mut say = |line: &str| rt.block_on(answer(&d, &mut s, line)).end_line();
+        assert_eq!(say("begin"), "end ok");
+        let e = say("ipam add 10.88.0.0/24 net/c/eth0");
+        assert!(e.contains("ipam needs cluster mode"), "{e}");
+        let e = say("ipam add nope net/c/eth0");
+        assert!(e.starts_with("end error 1:10: expected a subnet"), "{e}");
+        assert!(say("bogus").starts_with("end error 2:1"));
+        let e = say("commit");
+        assert!(e.starts_with("end error 1:10"), "{e}");
     }
 
     #[test]

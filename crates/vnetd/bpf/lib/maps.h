@@ -75,6 +75,13 @@ struct {
 	__type(value, struct cfg);
 } config SEC(".maps");
 
+/* The configuration, its one entry (NULL until vnetd wrote it). */
+static __always_inline struct cfg *get_cfg(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&config, &zero);
+}
+
 /* ARP answered at the edge: (network, IPv4 address) -> MAC. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -1,21 +1,15 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 /*
- * The forwarding decision for a unicast frame: the configuration, the
- * destination entry or the (port, destination, source) entry, port
- * security (a port locked to a MAC), no reflection, and from an interface
- * the size checks against the link's MTU and GSO.
+ * The forwarding decision for a unicast frame: the destination entry or
+ * the (port, destination, source) entry, port security (a port locked to
+ * a MAC), no reflection, and from an interface the size checks against
+ * the link's MTU and GSO.
  */
 #ifndef VNET_LIB_ROUTE_H
 #define VNET_LIB_ROUTE_H
 
 #include "maps.h"
 #include "encap.h"
-
-static __always_inline struct cfg *get_cfg(void)
-{
-	__u32 zero = 0;
-	return bpf_map_lookup_elem(&config, &zero);
-}
 
 static __always_inline struct route_val *pair_lookup(struct cfg *c, struct route_key *k)
 {

@@ -1,17 +1,32 @@
 //! Serving the endpoint: its listeners, each connection's slot or place in
 //! the pending pool, authentication (`auth TOKEN`, a TLS client
 //! certificate), and a session's lines read and answered
-//! ([`super::handle_line`]) until it closes, goes idle or stops reading.
+//! ([`super::answer`]) until it closes, goes idle or stops reading.
 
 use super::{
-    handle_line, ipam, waiting_request, Access, Endpoint, Limits, Session, Waits, AUTH_DEADLINE,
-    AUTH_REQUIRED, MAX_CONNECTIONS, MAX_LINE, PENDING_MAX, TOO_MANY, WRITE_TIMEOUT,
+    answer, Access, Endpoint, Limits, Session, AUTH_DEADLINE, AUTH_REQUIRED, MAX_CONNECTIONS, MAX_LINE,
+    PENDING_MAX, TOO_MANY, WRITE_TIMEOUT,
 };
 use crate::daemon::Daemon;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use vnet_control::Reply;
+
+impl Access {
+    /// Whether a unix-socket peer with these credentials may connect.
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        uid == 0 || uid == crate::sys::euid() || self.group == Some(gid)
+    }
+
+    /// Whether `line` is the `auth TOKEN` line for this endpoint's token
+    /// (compared in constant time).
+    fn authenticates(&self, line: &str) -> bool {
+        let (Some(token), Some(given)) = (&self.token, line.strip_prefix("auth ")) else { return false };
+        let (a, b) = (token.as_bytes(), given.trim().as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
 
 /// Serves one connection until it closes, goes idle, or stops reading
 /// (a `tcp:` endpoint's client first sends `auth TOKEN`).
@@ -70,12 +85,7 @@ async fn serve_session<S: AsyncRead + AsyncWrite + Unpin>(
             }
             Ok(line) => {
                 let line = line.trim_end_matches(['\n', '\r']);
-                let reply = match waiting_request(line) {
-                    Some(Waits::Ipam(op)) => ipam(s.limits.ipam.as_ref(), op).await,
-                    Some(Waits::PodLabels(pod)) => crate::kube::pod_labels(&pod).await,
-                    None => handle_line(&daemon, &mut s, line),
-                };
-                reply.encode()
+                answer(&daemon, &mut s, line).await.encode()
             }
             Err(_) => Reply::error("expected UTF-8 text").encode(),
         };

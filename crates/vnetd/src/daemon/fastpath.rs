@@ -8,11 +8,10 @@ use super::positions::Positions;
 use crate::iface::{self, Attached};
 use crate::kernel::{self, KernelError, KernelIface, KernelPath};
 use crate::sys;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use vnet_control::{Datapath, Error, IfaceKind, InterfaceDef, State};
 use vnet_engine::Plane;
-use vnet_wire::MacAddr;
 
 /// The kernel path and what the daemon knows of it.
 pub(super) struct Fastpath {
@@ -173,28 +172,6 @@ impl Fastpath {
             peer: kernel::is_veth(&def.dev),
             handoff: tap_index,
         }))
-    }
-
-    /// Publish, the kernel's part: the maps made to hold `plane` for the
-    /// interfaces `ifaces` serves (`touched`: the destinations a change of
-    /// routes alone touched); the links left to the user path noted.
-    pub(super) fn publish(
-        &mut self,
-        plane: &Plane,
-        ifaces: &BTreeMap<u32, KernelIface>,
-        listen: SocketAddr,
-        vxlan: Option<SocketAddr>,
-        touched: Option<&BTreeSet<MacAddr>>,
-    ) -> Result<(), KernelError> {
-        let Some(kp) = self.path.as_mut() else { return Ok(()) };
-        let skipped = kp.sync(plane, ifaces, listen, vxlan, touched)?;
-        for (link, reason) in &skipped {
-            if self.link_reasons.get(link) != Some(reason) {
-                tracing::info!(%link, %reason, "link left to the user path");
-            }
-        }
-        self.link_reasons = skipped.into_iter().collect();
-        Ok(())
     }
 
     /// A publish the maps refused: they are put back as the `running`

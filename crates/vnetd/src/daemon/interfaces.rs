@@ -71,14 +71,6 @@ fn underlay_devs(state: &State) -> Vec<(String, String)> {
     out
 }
 
-/// Sets each interface's standby state as `state` declares it (the data
-/// path then sees its VM arrive, or not).
-pub(super) fn follow_standby(ifaces: &BTreeMap<u32, Arc<Attached>>, state: &State) {
-    for (id, p) in ifaces {
-        p.iface.set_standby(state.interfaces.get(id).is_some_and(|d| d.standby));
-    }
-}
-
 impl Interfaces {
     /// Acquire: the new interfaces (and, with `reopen`, those whose device
     /// is gone). vhost-user servers stop again if the transaction fails.

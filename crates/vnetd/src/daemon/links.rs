@@ -58,14 +58,20 @@ pub(super) struct NewLinks {
 impl LinkSet {
     /// Acquire: the links' I/O (new links, and every link if its socket
     /// changed; TCP links when the TLS identity did). TCP links started
-    /// here stop again if the transaction fails.
+    /// here stop again if the transaction fails. First the running links'
+    /// newest handshake timestamps are kept ([`LinkSet::save_handshakes`]):
+    /// a link made anew starts from them, so the last initiation before
+    /// the change cannot be replayed after it.
     pub(super) fn acquire(
-        &self,
+        &mut self,
         next: &State,
         sock: &NewSockets,
         shared: &Arc<Shared>,
         at: &Positions,
     ) -> Result<NewLinks, Error> {
+        if let Some(e) = self.save_handshakes() {
+            tracing::warn!("--state-dir {e}");
+        }
         let mut out = NewLinks {
             links: BTreeMap::new(),
             io: BTreeMap::new(),

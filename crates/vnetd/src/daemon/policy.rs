@@ -115,24 +115,7 @@ impl Daemon {
     /// interface its certificate does not allow.
     pub fn set_group_authority(&mut self, network: u32, allowed: Vec<String>) -> Result<(), Error> {
         self.cluster.group_authority = Some((network, allowed));
-        self.check_groups(&self.state, &|_| vnet_control::Pos::default())
-    }
-
-    /// Refuses an interface in a group this host's certificate does not
-    /// allow (signed cluster mode; `at`: where an interface was declared).
-    pub(super) fn check_groups(
-        &self,
-        next: &State,
-        at: &dyn Fn(&str) -> vnet_control::Pos,
-    ) -> Result<(), Error> {
-        let Some((network, allowed)) = &self.cluster.group_authority else { return Ok(()) };
-        let Some((name, g)) = not_allowed(next, *network, allowed) else { return Ok(()) };
-        let list = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
-        Err(Error::new(
-            at(name),
-            format!("for interface {name}, a group this host's certificate allows ({list})"),
-            format!("group `{g}`: sign a certificate with it (`vnetctl sign ... groups`)"),
-        ))
+        self.cluster.check_groups(&self.state, &|_| vnet_control::Pos::default())
     }
 
     /// Cluster mode: the network's signed policy changed (`None`: none).
@@ -329,16 +312,6 @@ fn interface_groups(state: &State) -> Members {
     out
 }
 
-/// The first interface of vnet network `network` in `state` in a group
-/// `allowed` does not name, and that group.
-fn not_allowed<'a>(state: &'a State, network: u32, allowed: &[String]) -> Option<(&'a str, &'a str)> {
-    state
-        .interfaces
-        .values()
-        .filter(|i| i.network == network)
-        .find_map(|i| i.groups.iter().find(|g| !allowed.contains(g)).map(|g| (i.name.as_str(), g.as_str())))
-}
-
 /// The state's own policy with the cluster's signed one over it: the
 /// signed policy's defaults and rules win over namesakes of the state's,
 /// and groups are the union of both.
@@ -423,23 +396,6 @@ mod tests {
 
     fn policies(text: &str) -> vnet_control::policy::Policies {
         vnet_control::State::default().apply_all(&vnet_control::parse(text).unwrap()).unwrap().policies
-    }
-
-    /// Signed cluster mode: an interface of the cluster's network may be
-    /// only in groups the host's certificate allows (none: none); other
-    /// networks' interfaces, and interfaces in no group, are not its.
-    #[test]
-    fn an_interface_may_be_only_in_groups_the_certificate_allows() {
-        let text = "interface a tap ta mac 52:54:00:00:00:01 group web\n\
-                    interface b tap tb mac 52:54:00:00:00:02\n\
-                    interface c tap tc mac 52:54:00:00:00:03 network 4 group db\n";
-        let state = vnet_control::State::default().apply_all(&vnet_control::parse(text).unwrap()).unwrap();
-        let web = vec!["web".to_string()];
-        assert_eq!(super::not_allowed(&state, 0, &web), None, "within the set");
-        assert_eq!(super::not_allowed(&state, 0, &[]), Some(("a", "web")), "a certificate with no groups");
-        assert_eq!(super::not_allowed(&state, 4, &web), Some(("c", "db")), "the attacker's case");
-        assert_eq!(super::not_allowed(&state, 4, &["db".into()]), None, "its positive control");
-        assert_eq!(super::not_allowed(&state, 7, &[]), None, "no interface of that network");
     }
 
     #[test]

@@ -11,16 +11,22 @@
 //! succeeds, a failure drops what was acquired (what the links and
 //! interfaces started stops again) and the running configuration is
 //! untouched.
+//!
+//! The phases visit each file once (docs/ARCHITECTURE.md, "Two walks"):
+//! a resource is asked once per phase it takes part in, and what a later
+//! phase needs of a file the walk left is taken with it (the route change
+//! at the check, the handshakes' stamps at the links' acquire) or done
+//! here (the interfaces' standby, the kernel's maps written).
 
-use super::fastpath::NewIfaces;
-use super::interfaces::follow_standby;
+use super::fastpath::{Fastpath, NewIfaces};
 use super::links::NewLinks;
 use super::positions::Positions;
 use super::sockets::NewSockets;
 use super::Daemon;
 use crate::iface::Attached;
-use crate::kernel::KernelIface;
+use crate::kernel::{KernelError, KernelIface};
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use vnet_control::{Command, Error, Located, State};
 use vnet_engine::Plane;
@@ -81,18 +87,11 @@ impl Daemon {
     pub(super) fn apply_reopening(&mut self, cmds: &[Located<Command>], reopen: bool) -> Result<(), Error> {
         let t0 = std::time::Instant::now();
         let at = Positions(cmds);
-        let next = self.check(cmds, &at)?;
+        let (next, change) = self.check(cmds, &at)?;
         let sock = self.sockets.acquire(&self.state, &next, &self.shared.global, &at)?;
-        // The running links' newest handshake timestamps, kept before any
-        // link is made anew: a remade link starts from them, so the last
-        // initiation before the change cannot be replayed after it.
-        if let Some(e) = self.save_handshakes() {
-            tracing::warn!("--state-dir {e}");
-        }
         let links = self.links.acquire(&next, &sock, &self.shared, &at)?;
         let opened = self.ifaces.acquire(&next, reopen, &self.shared, &self.workers.cpus, &at)?;
         let ifaces = self.kernel.acquire(opened, reopen, &at)?;
-        let change = RouteChange::of(cmds, &self.state, &next);
         let route_only = change.is_some();
         let acquired = Acquired { next, sock, links, ifaces, change };
         let published = self.publish(&acquired, &at)?;
@@ -101,9 +100,15 @@ impl Daemon {
         Ok(())
     }
 
-    /// The state `cmds` make of the running one (nothing acquired yet).
-    fn check(&self, cmds: &[Located<Command>], at: &Positions) -> Result<State, Error> {
+    /// The state `cmds` make of the running one (nothing acquired yet),
+    /// and what they change if adding and deleting routes is all they do.
+    fn check(
+        &self,
+        cmds: &[Located<Command>],
+        at: &Positions,
+    ) -> Result<(State, Option<RouteChange>), Error> {
         let next = self.state.apply_all(cmds)?;
+        let change = RouteChange::of(cmds, &self.state, &next);
         if self.cluster.fixed && next.cluster != self.state.cluster {
             return Err(Error::new(
                 at.last(|c| matches!(c, Command::Cluster(_))),
@@ -112,8 +117,8 @@ impl Daemon {
             ));
         }
         self.check_neighbors(cmds, &next)?;
-        self.check_groups(&next, &|name| at.decl(name))?;
-        Ok(next)
+        self.cluster.check_groups(&next, &|name| at.decl(name))?;
+        Ok((next, change))
     }
 
     /// A `neigh` line may not answer for an address another host's VM
@@ -124,7 +129,7 @@ impl Daemon {
         let mine = |m: &vnet_wire::MacAddr| next.interfaces.values().any(|i| i.mac.as_ref() == Some(m));
         for c in cmds {
             let Command::Neigh(n) = &c.item else { continue };
-            if let Some(owner) = self.cluster_neighbors().get(&(n.network, n.ip)) {
+            if let Some(owner) = self.cluster.neighbors.get(&(n.network, n.ip)) {
                 if *owner != n.mac && !mine(owner) {
                     return Err(Error::new(
                         c.pos,
@@ -143,6 +148,9 @@ impl Daemon {
     /// has them, and the transaction fails).
     fn publish(&mut self, a: &Acquired, at: &Positions) -> Result<Published, Error> {
         let next = &a.next;
+        let neighbors = self.neighbors_of(next);
+        let guards = self.guards_of(next);
+        let policy = self.policy_of(next);
         let mut ifaces: BTreeMap<u32, Arc<Attached>> = self
             .ifaces
             .running
@@ -153,6 +161,7 @@ impl Daemon {
         for p in &a.ifaces.opened.0 {
             ifaces.insert(p.def.id, p.clone());
         }
+        follow_standby(&ifaces, next);
         self.generation += 1;
         let running = self.shared.plane.load_full();
         // Patched from the running table when that is the running state's
@@ -163,10 +172,6 @@ impl Daemon {
             }
             _ => vnet_engine::plane::route_table(next, self.generation, &running.table),
         };
-        follow_standby(&ifaces, next);
-        let neighbors = self.neighbors_of(next);
-        let guards = self.guards_of(next);
-        let policy = self.policy_of(next);
         let plane = Arc::new(
             Plane::new(
                 table,
@@ -184,7 +189,9 @@ impl Daemon {
         kernel_ifaces.extend(a.ifaces.attached.iter().cloned());
         let vxlan = a.sock.sockets.vxlan.as_ref().map(|b| b.addr);
         let touched = a.change.as_ref().and_then(|c| c.touched.as_ref());
-        if let Err(e) = self.kernel.publish(&plane, &kernel_ifaces, next.listen, vxlan, touched) {
+        if let Err(e) =
+            publish_kernel(&mut self.kernel, &plane, &kernel_ifaces, (next.listen, vxlan), touched)
+        {
             follow_standby(&self.ifaces.running, &self.state);
             self.kernel.put_back(&running, self.state.listen, self.sockets.vxlan(), &a.ifaces.attached);
             return Err(Error::new(
@@ -214,4 +221,34 @@ impl Daemon {
         }
         self.state = next;
     }
+}
+
+/// Sets each interface's standby state as `state` declares it (the data
+/// path then sees its VM arrive, or not).
+fn follow_standby(ifaces: &BTreeMap<u32, Arc<Attached>>, state: &State) {
+    for (id, p) in ifaces {
+        p.iface.set_standby(state.interfaces.get(id).is_some_and(|d| d.standby));
+    }
+}
+
+/// Publish, the kernel's part: the maps made to hold `plane` for the
+/// interfaces `ifaces` serves (`listen`: the link socket's and the VXLAN
+/// socket's addresses; `touched`: the destinations a change of routes
+/// alone touched); the links left to the user path noted.
+fn publish_kernel(
+    kernel: &mut Fastpath,
+    plane: &Plane,
+    ifaces: &BTreeMap<u32, KernelIface>,
+    (listen, vxlan): (SocketAddr, Option<SocketAddr>),
+    touched: Option<&BTreeSet<MacAddr>>,
+) -> Result<(), KernelError> {
+    let Some(kp) = kernel.path.as_mut() else { return Ok(()) };
+    let skipped = kp.sync(plane, ifaces, listen, vxlan, touched)?;
+    for (link, reason) in &skipped {
+        if kernel.link_reasons.get(link) != Some(reason) {
+            tracing::info!(%link, %reason, "link left to the user path");
+        }
+    }
+    kernel.link_reasons = skipped.into_iter().collect();
+    Ok(())
 }
