@@ -226,4 +226,39 @@ mod both {
         }
         assert!(t["far"].is_null(), "nothing reaches host 1: {t:#}");
     }
+
+    /// Cluster mode: the far host's part is computed from the store's view
+    /// this host holds (the claim, the network's signed policy), and says
+    /// so; a signed policy's deny is named by its rule on the sending host.
+    #[test]
+    #[ignore = "needs root and network namespaces: run with --ignored"]
+    fn in_cluster_mode_the_far_hosts_part_is_computed_from_the_stores_view() {
+        let lab = lab(cluster_spec(2, 1, vec![]));
+        wait_converged(&lab, 2, 1);
+        let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
+        assert_ping(&lab, &a, b.ip, 56);
+        let w = format!("from vm0 ip {} to {} mac {} icmp", a.ip, b.ip, b.mac);
+        let mut args = vec!["trace"];
+        args.extend(w.split_whitespace());
+        println!("trace: {}", String::from_utf8_lossy(&lab.vnetctl(0, &args).unwrap().stdout));
+        let t = here(&lab, &w);
+        assert_eq!(verdict(&t).0, "pass", "{t:#}");
+        let link = t["exits"][0].as_str().unwrap().to_string();
+        let far = &t["far"];
+        assert_eq!(far["computed_from"], "the store's view", "{t:#}");
+        assert_eq!((far["host"].as_str(), far["link"].as_str()), (Some(link.as_str()), Some(link.as_str())));
+        assert_eq!(stages(far), ["arrival", "policy", "deliver"], "{t:#}");
+        assert!(far["steps"].as_array().unwrap().iter().all(|s| s["verdict"] == "pass"), "{t:#}");
+        assert!(detail(far, "deliver").contains(&b.mac), "{t:#}");
+        // The network's signed policy denies pings: named by its rule.
+        let rules = lab.dir.join("trace-rules.conf");
+        std::fs::write(&rules, "policy default allow\nrule no-ping deny proto icmp\n").unwrap();
+        let (k, v) = signed_policy(&lab, &lab.dir.join("net.key").display().to_string(), &rules, 10);
+        lab.etcd_put(&k, Some(&v)).unwrap();
+        wait_until(3.0, "host 0 enforces the signed policy", || verdict(&here(&lab, &w)).0 == "drop");
+        let v = verdict(&here(&lab, &w));
+        assert_eq!((v.1.as_str(), v.2.as_str(), v.3.as_str()), ("policy_denied", "policy", "no-ping"));
+        assert_eq!(verdict(&here(&lab, &w.replace("icmp", "udp port 53"))).0, "pass", "the control: UDP");
+        assert_no_ping(&lab, &a, b.ip);
+    }
 }
