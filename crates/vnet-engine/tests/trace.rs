@@ -1,7 +1,7 @@
 //! `vnetctl trace`'s dry run against the data path: two simulated hosts,
 //! the working pair traced on both (every step passes, and the frame sent
 //! for real arrives), then each failure made on purpose (no route, a
-//! policy's deny, port security, a link whose peer is down, a frame too
+//! policy's deny, port security, the IP source guard, a link whose peer is down, a frame too
 //! big for a VXLAN link, a wrong network): the trace names the failing
 //! step, its object and the reason, the same reason the data path records
 //! when the frame is sent for real; and the same trace before the
@@ -136,8 +136,9 @@ fn the_working_pair_passes_every_step_on_both_hosts_and_the_frame_sent_arrives()
     assert_eq!(stages(&b), [Arrival, Source, Policy, Route, Deliver], "{b:#?}");
     assert!(b.failure().is_none(), "{b:#?}");
     assert_eq!(b.exits, [Port::Interface(id(&net, 1, "vm"))]);
-    // Nothing was sent or counted by the traces; the frame sent arrives.
+    // Nothing was sent, counted or recorded by the traces; the frame sent arrives.
     assert_eq!(net.hosts[0].plane.links[&link(&net, 0, "l")].tx.snapshot().packets, 0);
+    assert!(records(&net, 0).is_empty() && records(&net, 1).is_empty());
     assert!(sent(&mut net, 0, &f, 1).is_empty());
     assert_eq!(net.take(1, "vm").len(), 1);
 }
@@ -157,6 +158,15 @@ fn no_route_port_security_and_a_policys_deny_are_named_as_the_data_path_records_
     let t = from_vm(&net, 0, &udp(spoofed, M2, 80, 100));
     assert_eq!(failing(&t), (Stage::Source, Verdict::Drop(DropReason::SpoofedSourceMac), "vm".into()));
     assert_eq!(sent(&mut net, 0, &udp(spoofed, M2, 80, 100), 0), [DropReason::SpoofedSourceMac]);
+
+    // The IP source guard: the VM owns 10.0.0.1, not 10.0.0.9.
+    let other =
+        trace::probe_frame((M1, M2), (Ipv4Addr::new(10, 0, 0, 9).into(), IP2.into()), Proto::Udp(80), 100);
+    let other = other.unwrap();
+    let t = from_vm(&net, 0, &other);
+    assert_eq!(failing(&t), (Stage::Source, Verdict::Drop(DropReason::SpoofedSourceIp), "vm".into()));
+    assert!(t.steps[1].detail.contains("owns 10.0.0.1"), "{:?}", t.steps[1]);
+    assert_eq!(sent(&mut net, 0, &other, 0), [DropReason::SpoofedSourceIp]);
 
     // A policy's deny, by its rule's name; the control: the port it allows.
     net.apply(0, "policy default allow network 7\nrule no-dns deny network 7 proto udp port 53\n").unwrap();
