@@ -41,6 +41,7 @@ pub mod policy;
 pub mod reply;
 pub mod request;
 pub mod state;
+pub mod trace;
 pub mod transport;
 
 pub use ast::{

@@ -13,6 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 use vnet_wire::MacAddr;
 
 mod policy;
+mod trace;
 
 /// Broadcast and multicast frames a second an interface's VM may send
 /// unless its `broadcast-limit` says otherwise: far above what ARP,
@@ -68,7 +69,7 @@ pub fn parse_line(line: &str, line_no: u32, section: &mut Section) -> Result<Opt
 }
 
 const COMMANDS: &str =
-    "a command (`add`, `del`, `interface`, `link`, `route`, `neigh`, `policy`, `rule`, `group`, `delete`, `listen`, `tls`, `cluster`, `show`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `pod-labels`, `begin`, `commit`, `abort`)";
+    "a command (`add`, `del`, `interface`, `link`, `route`, `neigh`, `policy`, `rule`, `group`, `delete`, `listen`, `tls`, `cluster`, `show`, `trace`, `announce`, `save`, `reload`, `attach`, `detach`, `activate`, `ipam`, `pod-labels`, `begin`, `commit`, `abort`)";
 
 impl<'a> Parser<'_, 'a> {
     fn link_ref(&mut self) -> Result<Ref<LinkRef>> {
@@ -108,6 +109,7 @@ impl<'a> Parser<'_, 'a> {
                 "tls",
                 "cluster",
                 "show",
+                "trace",
                 "announce",
                 "save",
                 "reload",
@@ -154,6 +156,7 @@ impl<'a> Parser<'_, 'a> {
             "tls" => self.tls(),
             "cluster" => self.cluster(),
             "show" => self.show(),
+            "trace" => self.trace(),
             "announce" => Ok(Command::Announce(self.mac("a MAC address to announce")?)),
             "save" => Ok(Command::Save),
             "reload" => Ok(Command::Reload),

@@ -501,6 +501,8 @@ pub enum Request {
     },
     /// `show drops [N] [since SEQ] [json]`.
     Drops(crate::drops::DropsQuery),
+    /// `trace from ...` ([`Request::trace`]: checked).
+    Trace(Box<crate::trace::TraceQuery>),
     Begin,
     Commit,
     Abort,
@@ -540,6 +542,14 @@ impl Request {
             )
         })?;
         Ok(Request::Rule(Box::new(r)))
+    }
+
+    /// A `trace` of `q`, checked: an interface it names is a [`Name`].
+    pub fn trace(q: crate::trace::TraceQuery) -> Result<Request, Invalid> {
+        if let crate::trace::Source::Interface(n) = &q.from {
+            Name::new(n)?;
+        }
+        Ok(Request::Trace(Box::new(q)))
     }
 
     /// A declaration of `i`, checked.
@@ -613,6 +623,7 @@ impl Request {
             }),
             Request::Show { what, json } => Command::Show { what: *what, json: *json },
             Request::Drops(q) => Command::Drops(*q),
+            Request::Trace(q) => Command::Trace(q.clone()),
             Request::Begin => Command::Begin,
             Request::Commit => Command::Commit,
             Request::Abort => Command::Abort,
@@ -686,6 +697,7 @@ impl fmt::Display for Request {
                 write!(f, "show {}{}", show_word(*what), if *json { " json" } else { "" })
             }
             Request::Drops(q) => write!(f, "{q}"),
+            Request::Trace(q) => write!(f, "{q}"),
             Request::Begin => f.write_str("begin"),
             Request::Commit => f.write_str("commit"),
             Request::Abort => f.write_str("abort"),

@@ -151,6 +151,14 @@ pub enum Why {
     Isolated(isolation::Denied),
 }
 
+/// Whether a judgement counts and remembers (the data path) or changes
+/// nothing (a dry run: `vnetctl trace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Live,
+    DryRun,
+}
+
 /// A decision: allowed or not, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
@@ -274,18 +282,34 @@ impl PolicySet {
     /// The verdict on `frame` in `network`, counted. Allowed flows are
     /// remembered in [`PolicySet::flows`].
     pub fn decide(&self, network: u32, frame: &[u8]) -> Verdict {
+        self.judge(network, frame, Mode::Live)
+    }
+
+    /// The verdict [`PolicySet::decide`] would give `frame` now, by the
+    /// same code, changing nothing: no counter moves, no flow is
+    /// remembered, refreshed or offered to the mirror (`vnetctl trace`).
+    pub fn explain(&self, network: u32, frame: &[u8]) -> Verdict {
+        self.judge(network, frame, Mode::DryRun)
+    }
+
+    /// The one judgement both [`PolicySet::decide`] and
+    /// [`PolicySet::explain`] make; `mode` says whether it leaves traces.
+    fn judge(&self, network: u32, frame: &[u8], mode: Mode) -> Verdict {
+        let live = mode == Mode::Live;
         let Some(net) = self.nets.get(&network) else { return Verdict { allow: true, why: Why::NoPolicy } };
         let f = match classify(frame) {
             Ok(f) => f,
             Err(_) => {
-                net.unclassifiable.fetch_add(1, Relaxed);
+                if live {
+                    net.unclassifiable.fetch_add(1, Relaxed);
+                }
                 return Verdict { allow: false, why: Why::Unclassifiable };
             }
         };
         let len = frame.len();
         let macs = (f.src, f.dst);
         if let L3::Ip(ip) = f.l3 {
-            if let Some(v) = self.by_state(network, net, macs, &ip, len) {
+            if let Some(v) = self.by_state(network, net, macs, &ip, (len, mode)) {
                 return v;
             }
         }
@@ -294,17 +318,21 @@ impl PolicySet {
             Some(i) => (net.rules[i].action == Action::Allow, Why::Rule(i), &net.rules[i].counters),
             None => (net.default == Action::Allow, Why::Default, &net.default_counters),
         };
-        counters.add(len);
+        if live {
+            counters.add(len);
+        }
         if !allow {
-            counters.drop_one();
+            if live {
+                counters.drop_one();
+            }
             return Verdict { allow, why };
         }
         if let Some(iso) = &net.isolation {
-            if let Err(d) = iso.check(&f, len) {
+            if let Err(d) = iso.check_with(&f, len, live) {
                 return Verdict { allow: false, why: Why::Isolated(d) };
             }
         }
-        if let L3::Ip(ip) = f.l3 {
+        if let (L3::Ip(ip), true) = (f.l3, live) {
             self.remember(network, macs, &ip);
         }
         Verdict { allow, why }
@@ -315,20 +343,25 @@ impl PolicySet {
     }
 
     /// A verdict from the flows (None: the rules decide). `macs`: the
-    /// frame's source and destination MACs.
+    /// frame's source and destination MACs; `len`: its length. A dry run
+    /// looks the flows up without refreshing, inserting or counting.
     fn by_state(
         &self,
         network: u32,
         net: &NetPolicy,
         macs: (MacAddr, MacAddr),
         ip: &Ip,
-        len: usize,
+        (len, mode): (usize, Mode),
     ) -> Option<Verdict> {
+        let live = mode == Mode::Live;
         let g = self.generation;
         let flows = &self.flows;
+        let hit = |k: &FlowKey| if live { flows.hit_slot(k) } else { flows.find(k) };
         let why = if let Frag::Later { id } = ip.frag {
-            if !flows.hit(&fragment_key(g, network, macs, ip, id)) {
-                net.orphan_fragments.fetch_add(1, Relaxed);
+            if hit(&fragment_key(g, network, macs, ip, id)).is_none() {
+                if live {
+                    net.orphan_fragments.fetch_add(1, Relaxed);
+                }
                 return Some(Verdict { allow: false, why: Why::OrphanFragment });
             }
             Why::Fragment
@@ -350,26 +383,32 @@ impl PolicySet {
                 id: 0,
                 fragment: false,
             };
-            if ip.dst != src || !(flows.hit(&about) || flows.hit(&about.reversed()) || self.mirrored(&about))
+            if ip.dst != src
+                || !(hit(&about).is_some() || hit(&about.reversed()).is_some() || self.mirrored(&about))
             {
                 return None;
             }
             Why::Related
         } else {
             let k = flow_key(g, network, macs, ip);
-            let (why, slot, known) = if let Some(s) = flows.hit_slot(&k) {
-                (Why::Established, s, k)
-            } else if let Some(s) = flows.hit_slot(&k.reversed()) {
-                (Why::Reply, s, k.reversed())
+            let (why, slot, known) = if let Some(s) = hit(&k) {
+                (Why::Established, Some(s), k)
+            } else if let Some(s) = hit(&k.reversed()) {
+                (Why::Reply, Some(s), k.reversed())
             } else if self.mirrored(&k) {
                 // A flow the mirror carried alone: known here again.
-                (Why::Established, flows.insert(&k), k)
+                (Why::Established, live.then(|| flows.insert(&k)), k)
             } else {
                 return None;
             };
-            self.offer(slot, &known);
+            if let (Some(slot), true) = (slot, live) {
+                self.offer(slot, &known);
+            }
             why
         };
+        if !live {
+            return Some(Verdict { allow: true, why });
+        }
         if let Frag::First { id } = ip.frag {
             flows.insert(&fragment_key(g, network, macs, ip, id));
         }

@@ -307,6 +307,13 @@ impl RouteTable {
         }
     }
 
+    /// The priority the route at place `idx` has for a frame `src -> dst`
+    /// (what [`RouteTable::lookup`] ranked it by), if it matches the frame.
+    pub fn priority_of(&self, idx: u32, src: MacAddr, dst: MacAddr) -> Option<u8> {
+        let r = self.route(idx)?;
+        Some(priority(r.src.class(src)?, r.dst.class(dst)?))
+    }
+
     /// The route of id `id`.
     pub fn route_by_id(&self, id: u32) -> Option<&Route> {
         if let Some(&i) = self.added.by_id.get(&id) {

@@ -182,20 +182,17 @@ impl Forwarder {
     /// (true); nothing leaves the host. One the table cannot answer is
     /// counted as flooded and routed as any broadcast (false).
     fn answer_at_edge(&mut self, plane: &Plane, ingress: PortId, frame: &mut [u8]) -> bool {
-        let PortId::Interface(id) = ingress else { return false };
-        let Some(q) = vnet_wire::neigh::question(frame) else { return false };
         let g = &self.global;
+        let owner = match edge_answer(plane, ingress, frame) {
+            Edge::Nothing => return false,
+            Edge::Flooded(_) => {
+                g.neigh_flooded.fetch_add(1, Relaxed);
+                return false;
+            }
+            Edge::Answer(_, owner) => owner,
+        };
+        let PortId::Interface(id) = ingress else { return false };
         let Some(iface) = plane.ifaces.get(&id) else { return false };
-        let ip = match q {
-            vnet_wire::neigh::Question::Arp(a) => std::net::IpAddr::V4(a),
-            vnet_wire::neigh::Question::Nd(a) => std::net::IpAddr::V6(a),
-        };
-        let asker = EthernetFrame::new_checked(&*frame).map(|e| e.src()).ok();
-        // The owner asking for its own address (a check of its own) is left to the network.
-        let Some(&owner) = plane.neighbors.get(&(iface.network, ip)).filter(|&&m| Some(m) != asker) else {
-            g.neigh_flooded.fetch_add(1, Relaxed);
-            return false;
-        };
         if !vnet_wire::neigh::answer(frame, owner) {
             return false;
         }
@@ -314,9 +311,8 @@ impl Forwarder {
 }
 
 /// Whether a frame may be routed at all: its offload header is one every
-/// port accepts, and, from an interface with a locked source MAC, it comes
-/// from that MAC; from a guarded interface, from one of its addresses.
-/// Counts what it refuses, and says why.
+/// port accepts, its source passes [`source_check`], and a VM's broadcast
+/// is within its interface's limit. Counts what it refuses, and says why.
 #[inline]
 fn admissible(
     g: &Global,
@@ -330,19 +326,73 @@ fn admissible(
         g.bad_offload_hdr.fetch_add(1, Relaxed);
         return Err(DropReason::BadOffloadHeader);
     }
-    // A VM's broadcasts keep within its interface's limit (counted there).
-    if !source_allowed(plane, ingress, src) {
-        g.spoofed_source_mac.fetch_add(1, Relaxed);
-        return Err(DropReason::SpoofedSourceMac);
-    }
     let PortId::Interface(id) = ingress else { return Ok(()) };
-    if !plane.source_ip_allowed(id, frame) {
-        g.spoofed_source_ip.fetch_add(1, Relaxed);
-        return Err(DropReason::SpoofedSourceIp);
+    let iface = plane.ifaces.get(&id);
+    // A standby interface's VM has arrived when it sends from its MAC.
+    if let Some(i) = iface {
+        i.note_arrival(src, plane.wake.as_ref());
     }
-    match !dst.is_group() || plane.ifaces.get(&id).is_none_or(|i| i.admit_group()) {
+    if let Err(reason) = source_check(plane, ingress, src, frame) {
+        let counter = match reason {
+            DropReason::SpoofedSourceMac => &g.spoofed_source_mac,
+            _ => &g.spoofed_source_ip,
+        };
+        counter.fetch_add(1, Relaxed);
+        return Err(reason);
+    }
+    // A VM's broadcasts keep within its interface's limit (counted there).
+    match !dst.is_group() || iface.is_none_or(|i| i.admit_group()) {
         true => Ok(()),
         false => Err(DropReason::BroadcastLimited),
+    }
+}
+
+/// The source checks of a frame from `ingress` with source MAC `src`:
+/// port security (an interface locked to a MAC takes frames from that MAC
+/// only), then the IP source guard (a guarded interface's VM sends from
+/// addresses it owns). A frame from a link meets neither. Nothing is
+/// counted or changed: the data path ([`admissible`]) and `vnetctl trace`
+/// ([`crate::trace`]) both ask this.
+#[inline]
+pub fn source_check(plane: &Plane, ingress: PortId, src: MacAddr, frame: &[u8]) -> Result<(), DropReason> {
+    let PortId::Interface(id) = ingress else { return Ok(()) };
+    if plane.ifaces.get(&id).is_some_and(|i| !i.may_send_from(src)) {
+        return Err(DropReason::SpoofedSourceMac);
+    }
+    if !plane.source_ip_allowed(id, frame) {
+        return Err(DropReason::SpoofedSourceIp);
+    }
+    Ok(())
+}
+
+/// What the edge makes of a frame from `ingress` ([`edge_answer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// Not a VM's ARP request or neighbour solicitation.
+    Nothing,
+    /// A question for this address the `neigh` table cannot answer: the
+    /// frame goes on as any broadcast.
+    Flooded(std::net::IpAddr),
+    /// Answered in place with this MAC: nothing leaves the host.
+    Answer(std::net::IpAddr, MacAddr),
+}
+
+/// The edge's answer to a VM's ARP request or neighbour solicitation, from
+/// the `neigh` table of its interface's network (the owner asking for its
+/// own address, a check of its own, is left to the network). Changes
+/// nothing: the data path and `vnetctl trace` both ask it.
+pub fn edge_answer(plane: &Plane, ingress: PortId, frame: &[u8]) -> Edge {
+    let PortId::Interface(id) = ingress else { return Edge::Nothing };
+    let Some(q) = vnet_wire::neigh::question(frame) else { return Edge::Nothing };
+    let Some(iface) = plane.ifaces.get(&id) else { return Edge::Nothing };
+    let ip = match q {
+        vnet_wire::neigh::Question::Arp(a) => std::net::IpAddr::V4(a),
+        vnet_wire::neigh::Question::Nd(a) => std::net::IpAddr::V6(a),
+    };
+    let asker = EthernetFrame::new_checked(frame).map(|e| e.src()).ok();
+    match plane.neighbors.get(&(iface.network, ip)).filter(|&&m| Some(m) != asker) {
+        Some(&owner) => Edge::Answer(ip, owner),
+        None => Edge::Flooded(ip),
     }
 }
 
@@ -371,15 +421,15 @@ fn f_failed(finished: Option<Finished>) -> bool {
 #[cold]
 fn unsent(plane: &Plane, to: PortId, len: usize) -> DropReason {
     match to {
-        PortId::Link(id)
-            if plane.links.get(&id).is_some_and(|l| {
-                l.facts().inbound != crate::codec::Inbound::Vnet && len > l.max_whole_frame()
-            }) =>
-        {
-            DropReason::MtuExceeded
-        }
+        PortId::Link(id) if plane.links.get(&id).is_some_and(|l| too_big(l, len)) => DropReason::MtuExceeded,
         _ => DropReason::TxFailed,
     }
+}
+
+/// Whether a frame of `len` bytes is too big for link `l`: larger than its
+/// largest whole frame, on a kind that cannot fragment (all but `vnet`).
+pub fn too_big(l: &crate::Link, len: usize) -> bool {
+    l.facts().inbound != crate::codec::Inbound::Vnet && len > l.max_whole_frame()
 }
 
 /// Port security: a frame from an interface carries the source MAC the

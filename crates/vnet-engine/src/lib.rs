@@ -33,6 +33,8 @@
 //!   a frame finished once in software.
 //! - [`rx`]: datagrams from links to frames (attribution, checks,
 //!   opening, reassembly), one direction through its files.
+//! - [`trace`]: `vnetctl trace`'s dry run: a frame through the decisions
+//!   [`forward`] makes (the same functions), each recorded, nothing sent.
 //! - [`sim`]: many hosts in one process on a virtual clock and a faulty wire.
 //!
 //! Dependencies run one way: `vnet-wire` (views) and `vnet-core` (routing)
@@ -54,6 +56,7 @@ pub mod relay;
 pub mod rx;
 pub mod secure;
 pub mod sim;
+pub mod trace;
 
 pub use dispatch::{DispatchStats, Dispatcher, CONTENDED};
 pub use forward::Forwarder;

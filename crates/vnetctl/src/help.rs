@@ -55,6 +55,17 @@ pub const GROUPS: &[Group] = &[
                 "Drops as they happen, one a line (--json: JSON lines), on both data paths; Ctrl-C ends.",
             ),
             e(
+                &["trace"],
+                "trace from VM|MAC|IP [mac MAC] [ip IP] to IP [mac MAC] [icmp|tcp|udp [port P]] [size BYTES] [--network N] [far ENDPOINT]",
+                "Every decision a frame from a VM (its interface's name, MAC or address; `mac`: a source MAC other than its own) to an address would meet, \
+                 in order, sent nowhere: source checks, policy (the rule), neighbour answer, route and priority, link \
+                 (kind, security, data path and why), encapsulation and MTU, the verdict; then the far host's part \
+                 (cluster mode: computed from the store's view; else `far ENDPOINT` asks that host's vnetd). A \
+                 failing step names its drop reason (as `monitor drops`) and the rule, route, link or interface. \
+                 --json: as JSON. `--network N`: the network the addresses are in, or a frame from another host \
+                 says.",
+            ),
+            e(
                 &["attach"],
                 "attach NAME tap|netdev|vhost-user DEV [mac MAC] [network ID] [group G]... [addresses IP[,IP...]] [standby] [interface options]",
                 "Attaches a VM's or container's NIC: an interface made to hold, idempotent (nothing changes if it \

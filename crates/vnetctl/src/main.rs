@@ -29,6 +29,7 @@ mod help;
 mod kube;
 mod monitor;
 mod onboard;
+mod trace;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -170,6 +171,9 @@ fn main() -> ExitCode {
     };
     if args.words.first().is_some_and(|w| w == "monitor") {
         return monitor::run(&mut c, &args.words[1..], args.json);
+    }
+    if args.words.first().is_some_and(|w| w == "trace") {
+        return trace::run(&mut c, &args.words[1..], args.json);
     }
     if args.words.len() == 2 && args.words[0] == "apply" {
         let path = &args.words[1];

@@ -315,6 +315,10 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str, parsed: Pars
             Command::Commit | Command::Abort => Reply::error("no transaction is open"),
             Command::Show { what, json } => Reply::data(lock(daemon).show(what, json)),
             Command::Drops(q) => Reply::data(lock(daemon).show_drops(q)),
+            Command::Trace(q) => match lock(daemon).trace(&q) {
+                Ok(body) => Reply::data(body),
+                Err(e) => Reply::error(&e),
+            },
             Command::Announce(mac) => Reply::data(lock(daemon).announce(mac)),
             Command::Save => match lock(daemon).save() {
                 Ok(body) => Reply::data(body),

@@ -149,15 +149,18 @@ impl Flows {
 
     /// The slot of `k` if it is a known flow (seen now).
     pub fn hit_slot(&self, k: &FlowKey) -> Option<usize> {
+        let i = self.find(k)?;
+        self.seen[i].store(self.now_s.load(Relaxed) + 1, Relaxed);
+        Some(i)
+    }
+
+    /// The slot of `k` if it is a known flow, changing nothing (not even
+    /// when it was last seen: a dry run's look).
+    pub fn find(&self, k: &FlowKey) -> Option<usize> {
         let (first, fp) = self.place(k);
         let now = self.now_s.load(Relaxed);
-        for i in first..first + WAYS {
-            if self.fingerprints[i].load(Relaxed) == fp && self.fresh(i, now, k.idle_s()) {
-                self.seen[i].store(now + 1, Relaxed);
-                return Some(i);
-            }
-        }
-        None
+        (first..first + WAYS)
+            .find(|&i| self.fingerprints[i].load(Relaxed) == fp && self.fresh(i, now, k.idle_s()))
     }
 
     /// Whether the flow in `slot` is due to be offered to a mirror: never

@@ -159,6 +159,11 @@ impl Isolation {
     /// isolation, counted (the rule that allowed it, or the policy that
     /// denied it).
     pub fn check(&self, f: &Facts, len: usize) -> Result<(), Denied> {
+        self.check_with(f, len, true)
+    }
+
+    /// [`Isolation::check`], counted only when `live` (a dry run's is not).
+    pub fn check_with(&self, f: &Facts, len: usize, live: bool) -> Result<(), Denied> {
         let L3::Ip(ip) = f.l3 else { return Ok(()) };
         if ip.proto == PROTO_ICMPV6 && ip.icmp == Icmp::None {
             return Ok(());
@@ -181,10 +186,11 @@ impl Isolation {
                 }
             };
             match selecting.iter().filter_map(rules).flatten().find(|a| a.matches(peer, &ip)) {
-                Some(a) => a.counters.add(len),
+                Some(a) if live => a.counters.add(len),
+                Some(_) => {}
                 None => {
                     let policy = selecting.first().map_or(0, |&i| i as usize);
-                    if let Some(p) = self.policies.get(policy) {
+                    if let Some(p) = self.policies.get(policy).filter(|_| live) {
                         p.denied.add(len);
                         p.denied.drop_one();
                     }

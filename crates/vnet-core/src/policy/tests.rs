@@ -647,3 +647,63 @@ fn isolation_is_met_beside_the_rules_and_replies_pass_by_the_flow() {
     assert!(d(&pkt(3, 4, 0, 1, 80)).allow, "hosts no policy selects are not isolated");
     assert!(d(&pkt(3, 2, 4, 0, 0)).allow, "ARP is not a NetworkPolicy's");
 }
+
+/// A policy's counters and flows: its rules', default's and state's
+/// (packets, drops), unclassifiable, orphan fragments, live flows.
+type Footprint = (Vec<(u64, u64)>, (u64, u64), (u64, u64), u64, u64, usize);
+
+/// What a policy's counters and flows say, to see that a dry run moved none.
+fn footprint(p: &PolicySet) -> Footprint {
+    let net = &p.nets[&NET];
+    let snap = |c: &Counters| {
+        let s = c.snapshot();
+        (s.packets, s.drops)
+    };
+    (
+        net.rules.iter().map(|r| snap(&r.counters)).collect(),
+        snap(&net.default_counters),
+        snap(&net.stateful),
+        net.unclassifiable.load(Relaxed),
+        net.orphan_fragments.load(Relaxed),
+        p.flows.live(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    /// `explain` (vnetctl trace's dry run) gives the verdict `decide` then
+    /// gives, for every packet of a random sequence, and moves no counter
+    /// and remembers no flow.
+    #[test]
+    fn a_dry_run_gives_the_verdict_the_data_path_gives_and_changes_nothing(
+        rules in prop::collection::vec(arb_rule(), 0..8),
+        default in any::<bool>(),
+        pkts in prop::collection::vec(arb_pkt(), 1..40),
+    ) {
+        let p = set(&rules, if default { Action::Allow } else { Action::Deny });
+        for x in &pkts {
+            let before = footprint(&p);
+            let dry = p.explain(NET, &frame(x));
+            prop_assert_eq!(footprint(&p), before, "a dry run of {:?} changed the policy's state", x);
+            let v = p.decide(NET, &frame(x));
+            prop_assert_eq!(dry, v, "{:?}", x);
+        }
+    }
+}
+
+#[test]
+fn a_dry_run_names_the_rule_and_a_flow_that_would_carry_the_packet() {
+    let rules = [R { allow: true, from: (1, 2, 0), to: (0, 0, 0), ether: None, proto: Some(6), ports: None }];
+    let p = set(&rules, Action::Deny);
+    let (req, reply) = (pkt(2, 4, 0, 40000, 80), pkt(4, 2, 0, 80, 40000));
+    assert_eq!(p.explain(NET, &frame(&req)), Verdict { allow: true, why: Why::Rule(0) });
+    assert_eq!(p.explain(NET, &frame(&reply)), Verdict { allow: false, why: Why::Default }, "no flow yet");
+    assert!(p.decide(NET, &frame(&req)).allow);
+    assert_eq!(
+        p.explain(NET, &frame(&reply)),
+        Verdict { allow: true, why: Why::Reply },
+        "the flow carries it"
+    );
+    assert_eq!(p.explain(NET, &frame(&req)), Verdict { allow: true, why: Why::Established });
+    assert_eq!(p.explain(8, &frame(&req)), Verdict { allow: true, why: Why::NoPolicy });
+}

@@ -30,3 +30,4 @@ mod pods;
 mod policy;
 mod qemu;
 mod security;
+mod trace;

@@ -22,6 +22,7 @@ mod policy;
 mod positions;
 mod show;
 mod sockets;
+mod trace;
 mod txn;
 mod views;
 
@@ -32,6 +33,7 @@ pub use file::FileError;
 use interfaces::Interfaces;
 use links::LinkSet;
 use sockets::LinkSockets;
+pub use trace::TraceError;
 
 use crate::iface::Attached;
 use crate::link::{self, Sockets};
