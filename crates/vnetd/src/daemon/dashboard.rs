@@ -105,4 +105,63 @@ mod tests {
             s["denies"].as_array().unwrap().iter().map(|r| r["rule"].as_str().unwrap()).collect();
         assert_eq!(rules, ["web", "(default)"], "{}", s["denies"]);
     }
+
+    /// The metric names (families) of Prometheus text: samples' and `# TYPE` lines'.
+    fn families(text: &str) -> std::collections::BTreeSet<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ").or((!l.starts_with('#')).then_some(l)))
+            .map(|l| l[..l.find(['{', ' ']).unwrap_or(l.len())].to_string())
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    /// Every `vnet_...` name in a Grafana dashboard's queries (`expr`,
+    /// `query`, `definition`, at any depth).
+    fn referenced(v: &Value, key: &str, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            Value::String(s) if ["expr", "query", "definition"].contains(&key) => {
+                let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+                for (i, _) in s.match_indices("vnet_") {
+                    if i == 0 || !ident(s[..i].chars().next_back().unwrap_or(' ')) {
+                        let end = s[i..].find(|c: char| !ident(c)).map_or(s.len(), |e| i + e);
+                        out.insert(s[i..end].to_string());
+                    }
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| referenced(x, key, out)),
+            Value::Object(m) => m.iter().for_each(|(k, x)| referenced(x, k, out)),
+            _ => {}
+        }
+    }
+
+    /// `packaging/grafana/vnet.json` names only metrics vnetd exports:
+    /// every family of `show metrics` with a link, a route and a policy,
+    /// the cluster's (`membership::Status`), and the interfaces' traffic
+    /// (`views::Traffic`, whose fields the interface rows carry).
+    #[test]
+    fn grafana_dashboard_names_only_exported_metrics() {
+        let mut d = Daemon::default();
+        let text = "listen udp 127.0.0.1:0\nlink h2 udp 127.0.0.2\nroute any any -> link h2\n\
+                    policy default allow\nrule web deny proto tcp port 80\n";
+        d.apply(&vnet_control::parse(text).unwrap()).unwrap();
+        let mut out = d.metrics();
+        crate::membership::Status::default().metrics(&mut out);
+        let mut exported = families(&out);
+        let traffic = serde_json::to_value(super::super::views::Traffic::default()).unwrap();
+        exported.extend(traffic.as_object().unwrap().keys().map(|k| format!("vnet_interface_{k}")));
+        let missing = |dashboard: &Value| {
+            let mut names = std::collections::BTreeSet::new();
+            referenced(dashboard, "", &mut names);
+            (names.len(), names.into_iter().filter(|n| !exported.contains(n)).collect::<Vec<_>>())
+        };
+        let dashboard: Value =
+            serde_json::from_str(include_str!("../../../../packaging/grafana/vnet.json")).unwrap();
+        let (n, unknown) = missing(&dashboard);
+        assert!(unknown.is_empty(), "not exported by vnetd: {unknown:?}");
+        assert!(n >= 15, "the dashboard names {n} metrics");
+        // The control: a query naming a metric vnetd does not export is found.
+        let mut probe = dashboard.clone();
+        probe["panels"][1]["targets"][0]["expr"] = "rate(vnet_link_tx_bytez[5m]) + vnet_link_up".into();
+        assert_eq!(missing(&probe).1, ["vnet_link_tx_bytez"]);
+    }
 }
