@@ -71,7 +71,9 @@
     var reach = {};
     s.routes.forEach(function (r) {
       var m = /^link (.*)$/.exec(r.to || "");
-      if (m && r.dst !== "any") { (reach[m[1]] = reach[m[1]] || []).push(r.dst); }
+      // A VM's MAC: not `any`, not a group address (broadcast, multicast).
+      var vm = /^[0-9a-f][02468ace]:/i.test(r.dst || "");
+      if (m && vm) { (reach[m[1]] = reach[m[1]] || []).push(r.dst); }
     });
     s.links.forEach(function (l) {
       need(typeof l.name === "string" && at[l.name], "a link to no host: " + l.name);
@@ -164,7 +166,7 @@
         return [l.name, l.kind, l.remote, l.state, k.path, k.sec + (l.cipher ? " (" + l.cipher + ")" : ""),
                 k.heard, l.keepalives_received, bytes(l.tx_bytes), bytes(l.rx_bytes), l.downs, l.datapath || "user"];
       }));
-    var names = {};
+    var names = { "ff:ff:ff:ff:ff:ff": "broadcast" };
     s.interfaces.forEach(function (i) { names[i.mac] = i.name; });
     table($("interfaces"), ["name", "kind", "mac", "addresses", "data path", "state", "tx", "rx"],
       s.interfaces.map(function (i) {
