@@ -21,7 +21,8 @@
 //! as it always did: scrapers name their targets as they like.
 //!
 //! HTTP/1.0, one response per connection, the request cut at 8 KB and 2 s,
-//! at most [`MAX_CONNECTIONS`] at once (`docs/SECURITY.md`, "Metrics").
+//! at most [`MAX_CONNECTIONS`] at once (`docs/SECURITY.md`, "The metrics
+//! listener and the dashboard").
 
 use crate::control::{MAX_CONNECTIONS, WRITE_TIMEOUT};
 use crate::daemon::Daemon;
