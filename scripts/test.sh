@@ -7,7 +7,7 @@
 # kernel (eBPF) path. Installs what it needs first.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-prepare qemu-system-x86 busybox-static cpio dpkg-dev man-db bash-completion python3 etcd-client util-linux libcap2-bin containernetworking-plugins podman runc iptables conntrack mmdebstrap systemd-container   # QEMU guests (lab/build-guest.sh); the package checks; python3, etcdctl, setpriv and capsh for lab tests; host-local, podman and runc for the CNI tests; iptables and conntrack for the NAT lab; the systemd test's Debian machine (lab/build-rootfs.sh, systemd-nspawn)
+prepare qemu-system-x86 busybox-static cpio dpkg-dev man-db bash-completion python3 etcd-client util-linux libcap2-bin containernetworking-plugins podman runc iptables conntrack mmdebstrap systemd-container chromium   # QEMU guests (lab/build-guest.sh); the package checks; python3, etcdctl, setpriv and capsh for lab tests; host-local, podman and runc for the CNI tests; iptables and conntrack for the NAT lab; the systemd test's Debian machine (lab/build-rootfs.sh, systemd-nspawn); headless Chromium for the dashboard's lab test
 prepare_libvirt
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
 

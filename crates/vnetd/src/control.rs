@@ -39,7 +39,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vnet_control::{parse_line, Class, Command, Located, Reply, Section};
 
 mod serve;
@@ -432,55 +431,10 @@ pub fn metrics_addr(s: &str) -> Result<SocketAddr, NotAnAddress> {
     s.parse().map_err(|_| NotAnAddress(s.to_string()))
 }
 
-/// Most bytes of an HTTP request the metrics endpoint reads.
-const MAX_HTTP_REQUEST: usize = 8 * 1024;
-
-/// Serves `GET /metrics` (the Prometheus text format of
-/// [`Daemon::metrics`]) on `addr`, for scrapers: HTTP/1.0, one response per
-/// connection, the request cut at 8 KB and 2 s, at most
-/// [`MAX_CONNECTIONS`] at once. Runs until the task is dropped.
-pub async fn serve_metrics(addr: SocketAddr, daemon: Arc<Mutex<Daemon>>) -> std::io::Result<()> {
-    let l = tokio::net::TcpListener::bind(addr).await?;
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let Ok((mut c, _)) = l.accept().await else { continue };
-        let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
-        let daemon = daemon.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let mut req = Vec::with_capacity(512);
-            let mut buf = [0u8; 1024];
-            let read = async {
-                while req.len() < MAX_HTTP_REQUEST && !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match c.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => req.extend_from_slice(&buf[..n]),
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), read).await;
-            let (status, body) = if req.starts_with(b"GET /metrics ") || req.starts_with(b"GET / ") {
-                let d = daemon.lock().unwrap_or_else(|p| p.into_inner());
-                ("200 OK", d.metrics())
-            } else {
-                ("404 Not Found", "only GET /metrics is served here\n".to_string())
-            };
-            let head = format!(
-                "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let reply = async {
-                c.write_all(head.as_bytes()).await?;
-                c.write_all(body.as_bytes()).await
-            };
-            let _ = tokio::time::timeout(WRITE_TIMEOUT, reply).await;
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A line's reply as its body and closing line.
     fn handled(d: &Mutex<Daemon>, s: &mut Session, line: &str) -> (String, String) {
@@ -494,7 +448,7 @@ mod tests {
     }
 
     #[test]
-    fn metrics_are_served_over_http_in_the_prometheus_format() {
+    fn metrics_are_in_the_prometheus_format() {
         let d = Mutex::new(Daemon::default());
         let mut s = session();
         for l in ["listen udp 127.0.0.1:0", "link b udp 127.0.0.2", "route any any -> link b"] {
@@ -554,31 +508,6 @@ mod tests {
         assert!(text.contains("vnet_route_cache_hits 0\n") && text.contains("vnet_link_polls 0\n"), "{text}");
         assert!(text.contains("vnet_spoofed_source_ip 0\n"), "the IP source guard's drops: {text}");
         assert!(text.lines().all(|l| l.starts_with('#') || l.split(' ').count() == 2), "{text}");
-        // The HTTP endpoint answers GET /metrics and nothing else.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let daemon = Arc::new(Mutex::new(std::mem::take(&mut *lock(&d))));
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let get = move |path: &str| {
-            use std::io::{Read, Write};
-            let mut c = std::net::TcpStream::connect(addr).unwrap();
-            write!(c, "GET {path} HTTP/1.0\r\n\r\n").unwrap();
-            let mut r = String::new();
-            c.read_to_string(&mut r).unwrap();
-            r
-        };
-        rt.block_on(async {
-            let server = tokio::spawn(serve_metrics(addr, daemon));
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            let (ok, missing) =
-                tokio::task::spawn_blocking(move || (get("/metrics"), get("/other"))).await.unwrap();
-            assert!(
-                ok.starts_with("HTTP/1.0 200 OK\r\n") && ok.contains("vnet_link_rx_packets{link=\"b\"} 0"),
-                "{ok}"
-            );
-            assert!(missing.starts_with("HTTP/1.0 404"), "{missing}");
-            server.abort();
-        });
     }
 
     #[test]

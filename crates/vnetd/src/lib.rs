@@ -39,6 +39,7 @@ pub mod paths;
 pub mod settings;
 pub mod shared;
 pub mod sys;
+pub mod web;
 pub mod workers;
 
 pub use control::Endpoint;

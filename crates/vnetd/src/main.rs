@@ -38,8 +38,9 @@ struct Args {
     /// Control endpoint: a connection idle this many seconds is closed.
     #[arg(long, default_value_t = control::IDLE_TIMEOUT.as_secs(), value_name = "SECS")]
     control_idle_timeout: u64,
-    /// Serve Prometheus metrics (`GET /metrics`) on PORT (of 127.0.0.1) or
-    /// ADDR:PORT, e.g. 9108 or 10.0.0.1:9108.
+    /// Serve Prometheus metrics (`GET /metrics`) and the read-only
+    /// dashboard (`GET /`, its document `GET /api/state.json`) on PORT (of
+    /// 127.0.0.1) or ADDR:PORT, e.g. 9108 or 10.0.0.1:9108.
     #[arg(long, value_parser = control::metrics_addr, value_name = "[ADDR:]PORT")]
     metrics: Option<std::net::SocketAddr>,
     /// A hand-over outside systemd: how long this vnetd waits for the next
@@ -446,7 +447,7 @@ fn spawn_background(daemon: &Arc<Mutex<Daemon>>, metrics: Option<std::net::Socke
     if let Some(addr) = metrics {
         let d = daemon.clone();
         tokio::spawn(async move {
-            if let Err(e) = control::serve_metrics(addr, d).await {
+            if let Err(e) = vnetd::web::serve(addr, d).await {
                 tracing::error!("metrics endpoint {addr}: {e}");
             }
         });

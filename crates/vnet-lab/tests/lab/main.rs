@@ -14,6 +14,7 @@ mod harness;
 
 mod basics;
 mod cluster;
+mod dashboard;
 mod drops;
 mod edge;
 mod guard;

@@ -93,7 +93,7 @@ impl Daemon {
 
     /// Drops by reason on each path: `{"no_route": {"user": N, "kernel": M}, ...}`,
     /// every reason listed (the kernel's from its `S_*` counters).
-    fn drop_counts(&self) -> Value {
+    pub(super) fn drop_counts(&self) -> Value {
         let mut kernel = [0u64; DropReason::COUNT];
         if let Some(k) = &self.kernel.path {
             for (i, (_, n)) in k.stats().into_iter().enumerate() {

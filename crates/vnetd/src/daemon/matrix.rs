@@ -53,8 +53,8 @@ impl Daemon {
         self.state.interfaces.values().find(|i| i.mac == Some(mac)).map(|i| i.name.as_str())
     }
 
-    /// The reply body of `show matrix [json]`.
-    pub fn show_matrix(&self, as_json: bool) -> String {
+    /// `show matrix json`: the top pairs, the rest, and each link's bytes.
+    pub(super) fn matrix_json(&self) -> Value {
         let m = self.merged_matrix();
         let (top, other) = m.top(TOP);
         let total: u64 = m.pairs.iter().map(|p| p.bytes).sum::<u64>() + m.other.1;
@@ -76,7 +76,7 @@ impl Daemon {
                 })
             })
             .collect();
-        let v = json!({
+        json!({
             "matrix": {
                 "pairs": rows,
                 "other": { "frames": other.0, "bytes": other.1 },
@@ -86,10 +86,19 @@ impl Daemon {
                 "capacity": { "user": vnet_engine::matrix::SLOTS, "kernel": crate::kernel::MATRIX_PAIRS },
                 "links": links,
             }
-        });
+        })
+    }
+
+    /// The reply body of `show matrix [json]`.
+    pub fn show_matrix(&self, as_json: bool) -> String {
         if as_json {
-            return v.to_string();
+            return self.matrix_json().to_string();
         }
+        let m = self.merged_matrix();
+        let (top, other) = m.top(TOP);
+        let total: u64 = m.pairs.iter().map(|p| p.bytes).sum::<u64>() + m.other.1;
+        let v = self.matrix_json();
+        let links = v["matrix"]["links"].as_array().cloned().unwrap_or_default();
         let name = |mac: MacAddr| match self.iface_of(mac) {
             Some(i) => format!("{mac} ({i})"),
             None => mac.to_string(),

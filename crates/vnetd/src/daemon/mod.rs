@@ -10,6 +10,7 @@
 mod attached;
 mod clustered;
 mod crew;
+mod dashboard;
 mod drops;
 mod fastpath;
 mod file;

@@ -143,7 +143,7 @@ impl Daemon {
         out
     }
 
-    fn routes_json(&self) -> Vec<Value> {
+    pub(super) fn routes_json(&self) -> Vec<Value> {
         super::views::rows(&self.route_views())
     }
 
@@ -151,7 +151,7 @@ impl Daemon {
         super::views::rows(&self.link_views())
     }
 
-    fn ifaces_json(&self) -> Vec<Value> {
+    pub(super) fn ifaces_json(&self) -> Vec<Value> {
         super::views::rows(&self.iface_views())
     }
 
