@@ -40,7 +40,7 @@ impl Names for Daemon {
                 let net = p.map_or(0, |p| plane.network_of(p));
                 let rule = plane.policy.nets.get(&net).and_then(|n| n.rules.get(index as usize));
                 match rule {
-                    Some(r) if plane.policy.generation as u32 == generation => r.name.clone(),
+                    Some(r) if plane.policy.generation as u32 == generation => r.name.to_string(),
                     _ => format!("#{index} (of a policy since replaced)"),
                 }
             }
