@@ -310,6 +310,8 @@ pub enum Command {
     },
     /// `show drops [N] [since SEQ] [json]` ([`crate::drops`]).
     Drops(crate::drops::DropsQuery),
+    /// `show flows [N] [since SEQ] [json]` ([`crate::flows`]).
+    Flows(crate::flows::FlowsQuery),
     /// `announce MAC`: send a broadcast RARP from MAC over every link, as a
     /// relocated VM's new host does so that learning switches and caches
     /// on the way re-learn where MAC lives.
@@ -406,6 +408,7 @@ impl Command {
         match self {
             Command::Show { .. }
             | Command::Drops(_)
+            | Command::Flows(_)
             | Command::Announce(_)
             | Command::Save
             | Command::Reload

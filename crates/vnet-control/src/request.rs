@@ -501,6 +501,8 @@ pub enum Request {
     },
     /// `show drops [N] [since SEQ] [json]`.
     Drops(crate::drops::DropsQuery),
+    /// `show flows [N] [since SEQ] [json]`.
+    Flows(crate::flows::FlowsQuery),
     Begin,
     Commit,
     Abort,
@@ -613,6 +615,7 @@ impl Request {
             }),
             Request::Show { what, json } => Command::Show { what: *what, json: *json },
             Request::Drops(q) => Command::Drops(*q),
+            Request::Flows(q) => Command::Flows(*q),
             Request::Begin => Command::Begin,
             Request::Commit => Command::Commit,
             Request::Abort => Command::Abort,
@@ -686,6 +689,7 @@ impl fmt::Display for Request {
                 write!(f, "show {}{}", show_word(*what), if *json { " json" } else { "" })
             }
             Request::Drops(q) => write!(f, "{q}"),
+            Request::Flows(q) => write!(f, "{q}"),
             Request::Begin => f.write_str("begin"),
             Request::Commit => f.write_str("commit"),
             Request::Abort => f.write_str("abort"),

@@ -34,6 +34,7 @@ fn each_commands_help_prints_its_own_usage_without_a_daemon() {
         (&["detach", "--help"], "usage: vnetctl detach NAME"),
         (&["help", "route"], "usage: vnetctl route SRC DST"),
         (&["show", "--help"], "usage: vnetctl show routes|"),
+        (&["monitor", "--help"], "usage: vnetctl monitor [drops|flows|all]"),
         (&["apply", "-h"], "usage: vnetctl apply FILE"),
         (&["move", "--help"], "usage: vnetctl move MAC"),
         (&["kube", "--help"], "usage: vnetctl kube daemonset"),

@@ -295,6 +295,7 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str) -> Reply {
             Command::Commit | Command::Abort => Reply::error("no transaction is open"),
             Command::Show { what, json } => Reply::data(lock(daemon).show(what, json)),
             Command::Drops(q) => Reply::data(lock(daemon).show_drops(q)),
+            Command::Flows(q) => Reply::data(lock(daemon).show_flows(q)),
             Command::Announce(mac) => Reply::data(lock(daemon).announce(mac)),
             Command::Save => match lock(daemon).save() {
                 Ok(body) => Reply::data(body),

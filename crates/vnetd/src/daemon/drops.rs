@@ -91,6 +91,16 @@ impl Daemon {
         out
     }
 
+    /// `show flows [N] [since SEQ] [json]`: the flow log's newest records
+    /// (none, saying why, without `--flow-log`).
+    pub fn show_flows(&self, q: vnet_control::flows::FlowsQuery) -> String {
+        match self.shared.flow_log.get() {
+            Some(log) => log.show(q),
+            None if q.json => json!({ "flows": [], "next": 0, "enabled": false }).to_string(),
+            None => "no flow log: vnetd runs without --flow-log (start it with --flow-log PATH, or - for standard output)\n".into(),
+        }
+    }
+
     /// Drops by reason on each path: `{"no_route": {"user": N, "kernel": M}, ...}`,
     /// every reason listed (the kernel's from its `S_*` counters).
     fn drop_counts(&self) -> Value {
