@@ -16,6 +16,7 @@ mod basics;
 mod cluster;
 mod drops;
 mod edge;
+mod flowlog;
 mod guard;
 mod integration;
 mod k8s;
