@@ -3,7 +3,8 @@
 //! its bytes each way within 1 % of what the VM's NIC sent and received
 //! (whole Ethernet frames, as the log counts them), on each pass (on the
 //! kernel pass the eBPF programs count it, joined with the engine's first
-//! packet); a flow a rule denies is one record naming that rule.
+//! packet); a flow a rule denies is one record naming that rule, streamed
+//! live by `vnetctl monitor flows` and listed by `show flows`.
 
 use super::harness::*;
 
@@ -43,6 +44,22 @@ mod both {
         for h in 0..2 {
             lab.apply(h, &rules).unwrap();
         }
+        // A monitor of denied flows, from now on.
+        let monitor = std::process::Command::new(vnet_lab::bin("vnetctl").unwrap())
+            .arg("--control")
+            .arg(format!("unix:{}", lab.hosts[0].control.display()))
+            .args(["--json", "monitor", "flows", "verdict", "deny", "count", "1"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A veth VM's host end (the kernel pass's) would send the VM its
+        // own IPv6 router solicitations and MLD reports, no flow's frames:
+        // off, so the NIC's counters count the flow's frames alone.
+        if let Some(hd) = &a.host_dev {
+            let key = format!("net.ipv6.conf.{hd}.disable_ipv6=1");
+            lab.ns_exec(&lab.hosts[0].ns, &["sysctl", "-q", "-w", &key]).unwrap();
+        }
         let (tx0, rx0) = (nic(&lab, &a, "tx_bytes"), nic(&lab, &a, "rx_bytes"));
         let (sent, got) = tcp_md5_ns(&lab, &a.ns, &b.ns, &b.ip.to_string(), 10);
         assert!(!sent.is_empty() && sent == got, "the transfer went through: {sent} / {got}");
@@ -81,7 +98,7 @@ mod both {
         );
         assert!(bytes >= 10 << 20, "at least the payload");
         assert!(within(bytes, tx, 1.0), "bytes {bytes} within 1 % of the {tx} the VM sent");
-        assert!(within(back, rx, 1.0), "bytes back {back} within 1 % of the {rx} the VM received");
+        assert!(within(back, rx, 1.0), "bytes back {back} within 1 % of the {rx} the VM received: {all:?}");
         assert_eq!((bulk["verdict"].as_str(), bulk["rule"].as_str()), (Some("allow"), Some("bulk")));
         let want_path = if lab.spec.datapath.as_deref() == Some("kernel") { "kernel" } else { "user" };
         assert_eq!(bulk["path"], want_path, "counted by the pass's data path");
@@ -93,6 +110,18 @@ mod both {
             (Some("deny"), Some("no-telnet"))
         );
         assert!(denied[0]["packets"].as_u64() >= Some(1) && denied[0]["packets_back"] == 0);
+        // The monitor printed the denied flow (and ended: `count 1`), as the log has it.
+        let mut monitor = monitor;
+        wait_until(10.0, "monitor flows shows the denied flow", || monitor.try_wait().unwrap().is_some());
+        let out = monitor.wait_with_output().unwrap();
+        let streamed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        println!("flowlog: monitor flows printed {streamed}");
+        assert_eq!((streamed["rule"].as_str(), streamed["dport"].as_u64()), (Some("no-telnet"), Some(23)));
+        let shown = json(&lab, 0, "flows");
+        assert!(
+            shown["flows"].as_array().unwrap().iter().any(|r| is_bulk(r) && r["sport"] == bulk["sport"]),
+            "{shown}"
+        );
         // The receiving host logs it too (both ways pass its policy).
         wait_until(15.0, "host 1 logs the transfer", || {
             records(&lab, 1).iter().any(|r| is_bulk(r) && r["bytes"].as_u64() >= Some(10 << 20))
