@@ -343,7 +343,41 @@ mod tests {
         assert_eq!(f.overflow(), 0);
         let plain = Flows::new(8);
         plain.deny(&key(2), None, 70);
+        plain.count(3, Dir::Forward, 70);
+        plain.open(3, Opened { key: key(3), rule: None, allow: true });
         plain.sweep(0, 0, &mut |_| panic!("no log, no records"));
         assert!(!plain.logs() && f.logs());
+    }
+
+    #[test]
+    fn a_guest_retrying_many_denied_flows_fills_only_the_denied_table_and_the_rest_is_counted() {
+        // The control: as many denied flows as the table has slots, each
+        // kept and recorded, nothing lost.
+        let f = Flows::logging(64, 8);
+        f.tick(1_000_000_000);
+        let one = |sport: u16| FlowKey { dport: sport, ..key(sport) };
+        for s in 0..8 {
+            f.deny(&one(s), None, 60);
+        }
+        assert_eq!(f.overflow(), 0);
+        // A flood of new denied flows: the table stays 8 slots, what it
+        // could not keep is counted, and the allowed flows' table is untouched.
+        let g = Flows::logging(64, 8);
+        g.tick(1_000_000_000);
+        for s in 0..10_000 {
+            g.deny(&one(s), None, 60);
+        }
+        assert!(g.overflow() >= 10_000 - 8, "{}", g.overflow());
+        g.tick(30_000_000_000);
+        let mut n = 0;
+        g.sweep(10, 60, &mut |r| {
+            assert!(!r.opened.allow);
+            n += 1;
+        });
+        assert!(n <= 8, "{n} records: at most the table's slots");
+        f.tick(30_000_000_000);
+        let mut m = 0;
+        f.sweep(10, 60, &mut |_| m += 1);
+        assert_eq!(m, 8);
     }
 }
