@@ -43,6 +43,7 @@ const SHARED: &[(&str, &str)] = &[
     ("gov_stats", "GovStats"),
     ("flow_key", "KernelFlowKey"),
     ("flow_val", "FlowVal"),
+    ("flow_cached", "FlowCached"),
     ("clock_val", "ClockVal"),
     ("drop_event", "DropEvent"),
 ];

@@ -18,6 +18,7 @@ pub mod docs;
 pub mod drops;
 pub mod endpoint;
 pub mod find;
+pub mod flows;
 pub mod keys;
 pub mod relocate;
 pub mod sys;

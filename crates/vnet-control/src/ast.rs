@@ -312,6 +312,8 @@ pub enum Command {
     Drops(crate::drops::DropsQuery),
     /// `trace from SRC to IP ...` ([`crate::trace`]): a frame's way, dry-run.
     Trace(Box<crate::trace::TraceQuery>),
+    /// `show flows [N] [since SEQ] [json]` ([`crate::flows`]).
+    Flows(crate::flows::FlowsQuery),
     /// `announce MAC`: send a broadcast RARP from MAC over every link, as a
     /// relocated VM's new host does so that learning switches and caches
     /// on the way re-learn where MAC lives.
@@ -409,6 +411,7 @@ impl Command {
             Command::Show { .. }
             | Command::Drops(_)
             | Command::Trace(_)
+            | Command::Flows(_)
             | Command::Announce(_)
             | Command::Save
             | Command::Reload

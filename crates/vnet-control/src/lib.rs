@@ -34,6 +34,7 @@ pub mod ast;
 pub mod attach;
 mod cursor;
 pub mod drops;
+pub mod flows;
 pub mod lex;
 pub mod neigh;
 pub mod parse;

@@ -184,6 +184,9 @@ impl<'a> Parser<'_, 'a> {
         if self.eat("drops") {
             return self.drops();
         }
+        if self.eat("flows") {
+            return self.flows();
+        }
         let what = match self.keyword(
             &[
                 "routes",
@@ -197,7 +200,7 @@ impl<'a> Parser<'_, 'a> {
                 "matrix",
                 "policy",
             ],
-            "`routes`, `links`, `interfaces`, `stats`, `global`, `config`, `metrics`, `cluster`, `matrix`, `policy` or `drops`",
+            "`routes`, `links`, `interfaces`, `stats`, `global`, `config`, `metrics`, `cluster`, `matrix`, `policy`, `drops` or `flows`",
         )? {
             "policy" => ShowWhat::Policy,
             "matrix" => ShowWhat::Matrix,
@@ -231,6 +234,29 @@ impl<'a> Parser<'_, 'a> {
         };
         let json = self.eat("json") || self.eat("--json");
         Ok(Command::Drops(DropsQuery { last, since, json }))
+    }
+
+    /// `flows [N] [since SEQ] [json]` after `show`.
+    fn flows(&mut self) -> Result<Command> {
+        use crate::flows::{FlowsQuery, DEFAULT_LAST, MAX_LAST};
+        let last = match self.peek().is_some_and(|t| t.text.starts_with(|c: char| c.is_ascii_digit())) {
+            true => self.number("a number of flow records (1-4096)", 1..=MAX_LAST)?,
+            false => DEFAULT_LAST,
+        };
+        let since = match self.eat("since") {
+            true => {
+                let pos = self.pos();
+                let t = self.next("a flow record number")?;
+                Some(
+                    t.text
+                        .parse::<u64>()
+                        .map_err(|_| Error::new(pos, "a flow record number", found(Some(&t))))?,
+                )
+            }
+            false => None,
+        };
+        let json = self.eat("json") || self.eat("--json");
+        Ok(Command::Flows(FlowsQuery { last, since, json }))
     }
 
     /// Palacios `add`: a link if the first word is an IP, else a route.

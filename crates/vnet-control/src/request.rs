@@ -503,6 +503,8 @@ pub enum Request {
     Drops(crate::drops::DropsQuery),
     /// `trace from ...` ([`Request::trace`]: checked).
     Trace(Box<crate::trace::TraceQuery>),
+    /// `show flows [N] [since SEQ] [json]`.
+    Flows(crate::flows::FlowsQuery),
     Begin,
     Commit,
     Abort,
@@ -624,6 +626,7 @@ impl Request {
             Request::Show { what, json } => Command::Show { what: *what, json: *json },
             Request::Drops(q) => Command::Drops(*q),
             Request::Trace(q) => Command::Trace(q.clone()),
+            Request::Flows(q) => Command::Flows(*q),
             Request::Begin => Command::Begin,
             Request::Commit => Command::Commit,
             Request::Abort => Command::Abort,
@@ -698,6 +701,7 @@ impl fmt::Display for Request {
             }
             Request::Drops(q) => write!(f, "{q}"),
             Request::Trace(q) => write!(f, "{q}"),
+            Request::Flows(q) => write!(f, "{q}"),
             Request::Begin => f.write_str("begin"),
             Request::Commit => f.write_str("commit"),
             Request::Abort => f.write_str("abort"),

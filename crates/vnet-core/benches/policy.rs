@@ -30,7 +30,7 @@ fn frame(sport: u16) -> Vec<u8> {
 fn set(rules: usize) -> PolicySet {
     let mut rs: Vec<Rule> = (0..rules - 1)
         .map(|i| Rule {
-            name: format!("r{i}"),
+            name: format!("r{i}").into(),
             action: Action::Allow,
             from: Selector::Net(IpAddr::V4(Ipv4Addr::new(10, 1 + (i / 250) as u8, (i % 250) as u8, 0)), 24),
             to: Selector::Any,

@@ -26,8 +26,10 @@
 //! whose first was not allowed is dropped: nothing reaches a VM by hiding
 //! what it is.
 
+pub mod account;
 pub mod flows;
 pub mod isolation;
+pub mod key;
 pub mod prefix;
 
 use crate::stats::Counters;
@@ -67,7 +69,8 @@ pub enum Selector {
 /// A compiled rule.
 #[derive(Debug)]
 pub struct Rule {
-    pub name: String,
+    /// Its name (shared: a flow log's record names it without a copy).
+    pub name: Arc<str>,
     pub action: Action,
     pub from: Selector,
     pub to: Selector,
@@ -98,6 +101,8 @@ pub struct NetPolicy {
     /// ([`isolation`]): a first packet passes when the rules and both its
     /// ends' isolation allow it.
     pub isolation: Option<Arc<Isolation>>,
+    /// What a flow log calls the default: `(default)`.
+    pub default_name: Arc<str>,
 }
 
 impl NetPolicy {
@@ -111,6 +116,7 @@ impl NetPolicy {
             unclassifiable: Arc::default(),
             orphan_fragments: Arc::default(),
             isolation: None,
+            default_name: Arc::from("(default)"),
         }
     }
 
@@ -181,8 +187,9 @@ pub trait FlowMirror: Send + Sync + std::fmt::Debug {
     /// within its idle time.
     fn fresh(&self, k: &FlowKey) -> bool;
     /// Flow `k` was allowed (or seen) now: the mirror may pass its further
-    /// packets and its replies. It may not keep it (full, or failing).
-    fn offer(&self, k: &FlowKey);
+    /// packets and its replies. It may not keep it (full, or failing):
+    /// whether it did.
+    fn offer(&self, k: &FlowKey) -> bool;
 }
 
 /// Every network's policy, as one snapshot.
@@ -237,6 +244,16 @@ impl Rule {
                 .is_some_and(|ip| matches!(ip.proto, PROTO_TCP | PROTO_UDP) && (lo..=hi).contains(&ip.dport)),
         }
     }
+}
+
+/// What a flow log's account of a first packet keeps: the rule that
+/// decided it (the default's name for the default; `None`: not known),
+/// the verdict, the packet's length.
+#[derive(Debug, Clone, Copy)]
+struct Logged<'a> {
+    rule: Option<&'a Arc<str>>,
+    allow: bool,
+    len: usize,
 }
 
 /// The flow key of an IP packet sent from MAC `src_mac` to `dst_mac` (the
@@ -314,28 +331,46 @@ impl PolicySet {
             }
         }
         let groups = (self.groups_of(network, f.src), self.groups_of(network, f.dst));
-        let (allow, why, counters) = match net.rules.iter().position(|r| r.matches(&f, groups)) {
-            Some(i) => (net.rules[i].action == Action::Allow, Why::Rule(i), &net.rules[i].counters),
-            None => (net.default == Action::Allow, Why::Default, &net.default_counters),
+        let (allow, why, counters, rule) = match net.rules.iter().position(|r| r.matches(&f, groups)) {
+            Some(i) => {
+                let r = &net.rules[i];
+                (r.action == Action::Allow, Why::Rule(i), &r.counters, Some(&r.name))
+            }
+            None => {
+                (net.default == Action::Allow, Why::Default, &net.default_counters, Some(&net.default_name))
+            }
         };
         if live {
             counters.add(len);
         }
+        let logged = |allowed| Logged { rule, allow: allowed, len };
         if !allow {
             if live {
                 counters.drop_one();
+                self.log_denied(network, macs, &f.l3, logged(false));
             }
             return Verdict { allow, why };
         }
         if let Some(iso) = &net.isolation {
             if let Err(d) = iso.check_with(&f, len, live) {
+                if live {
+                    self.log_denied(network, macs, &f.l3, Logged { rule: None, ..logged(false) });
+                }
                 return Verdict { allow: false, why: Why::Isolated(d) };
             }
         }
         if let (L3::Ip(ip), true) = (f.l3, live) {
-            self.remember(network, macs, &ip);
+            self.remember(network, macs, &ip, logged(true));
         }
         Verdict { allow, why }
+    }
+
+    /// A denied IP packet, in the flow log's denied flows.
+    fn log_denied(&self, network: u32, macs: (MacAddr, MacAddr), l3: &L3, l: Logged<'_>) {
+        if let (true, L3::Ip(ip)) = (self.flows.logs(), l3) {
+            let k = flow_key(self.generation, network, macs, ip);
+            self.flows.deny(&k, l.rule, l.len);
+        }
     }
 
     fn groups_of(&self, network: u32, mac: MacAddr) -> u64 {
@@ -396,12 +431,20 @@ impl PolicySet {
             } else if let Some(s) = hit(&k.reversed()) {
                 (Why::Reply, Some(s), k.reversed())
             } else if self.mirrored(&k) {
-                // A flow the mirror carried alone: known here again.
-                (Why::Established, live.then(|| flows.insert(&k)), k)
+                // A flow the mirror carried alone: known here again (its
+                // account opens with no rule: the rules did not see it).
+                let s = live.then(|| {
+                    let s = flows.insert(&k);
+                    flows.open(s, account::Opened { key: k, rule: None, allow: true });
+                    s
+                });
+                (Why::Established, s, k)
             } else {
                 return None;
             };
             if let (Some(slot), true) = (slot, live) {
+                let dir = if why == Why::Reply { account::Dir::Reverse } else { account::Dir::Forward };
+                flows.count(slot, dir, len);
                 self.offer(slot, &known);
             }
             why
@@ -416,8 +459,9 @@ impl PolicySet {
         Some(Verdict { allow: true, why })
     }
 
-    /// Remembers an allowed packet's flow (and its later fragments).
-    fn remember(&self, network: u32, macs: (MacAddr, MacAddr), ip: &Ip) {
+    /// Remembers an allowed packet's flow (and its later fragments), and
+    /// opens its account.
+    fn remember(&self, network: u32, macs: (MacAddr, MacAddr), ip: &Ip, l: Logged<'_>) {
         let g = self.generation;
         if let Frag::First { id } = ip.frag {
             self.flows.insert(&fragment_key(g, network, macs, ip, id));
@@ -426,6 +470,8 @@ impl PolicySet {
         if !matches!(ip.icmp, Icmp::Error { .. }) {
             let k = flow_key(g, network, macs, ip);
             let slot = self.flows.insert(&k);
+            self.flows.open(slot, account::Opened { key: k, rule: l.rule.cloned(), allow: l.allow });
+            self.flows.count(slot, account::Dir::Forward, l.len);
             self.offer(slot, &k);
         }
     }
@@ -438,8 +484,8 @@ impl PolicySet {
     /// Offers the mirror flow `k` (in `slot`) when it is due.
     fn offer(&self, slot: usize, k: &FlowKey) {
         if let Some(m) = &self.mirror {
-            if self.flows.due(slot) {
-                m.offer(k);
+            if self.flows.due(slot) && m.offer(k) {
+                self.flows.mirrored(slot);
             }
         }
     }

@@ -46,7 +46,7 @@ pub fn build(p: &Policies, extra: &Members, generation: u64, old: &PolicySet) ->
         }
     }
     let old_rules: FxHashMap<&str, &Arc<vnet_core::Counters>> =
-        old.nets.values().flat_map(|n| n.rules.iter().map(|r| (r.name.as_str(), &r.counters))).collect();
+        old.nets.values().flat_map(|n| n.rules.iter().map(|r| (&*r.name, &r.counters))).collect();
     let selector = |s: &Sel| match s {
         Sel::Any => Selector::Any,
         Sel::Mac(m) => Selector::Mac(*m),
@@ -62,7 +62,7 @@ pub fn build(p: &Policies, extra: &Members, generation: u64, old: &PolicySet) ->
                 .ordered(n)
                 .into_iter()
                 .map(|r| Rule {
-                    name: r.name.clone(),
+                    name: r.name.as_str().into(),
                     action: action(r.verb),
                     from: selector(&r.from),
                     to: selector(&r.to),
@@ -120,7 +120,7 @@ mod tests {
         let s = build(&p, &extra, 1, &PolicySet::default());
         let n3 = &s.nets[&3];
         assert_eq!(n3.default, Action::Deny);
-        assert_eq!(n3.rules.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["b", "a"]);
+        assert_eq!(n3.rules.iter().map(|r| &*r.name).collect::<Vec<_>>(), ["b", "a"]);
         assert_eq!(n3.rules[0].from, Selector::Group(1), "bits in name order: db 0, web 1");
         assert_eq!(s.nets[&4].default, Action::Allow, "a rule alone governs, allowing by default");
         let m = |n| MacAddr([0x52, 0x54, 0, 0, 0, n]);

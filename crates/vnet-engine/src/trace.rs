@@ -271,7 +271,7 @@ pub fn policy_step(plane: &Plane, ingress: PortId, frame: &[u8]) -> Step {
     let (object, detail) = match v.why {
         Why::Rule(i) => {
             let r = np.rules.get(i);
-            let name = r.map_or_else(|| format!("#{i}"), |r| r.name.clone());
+            let name = r.map_or_else(|| format!("#{i}"), |r| r.name.to_string());
             let does = r.map_or("decides", |r| act(r.action));
             (name.clone(), format!("rule {name} {does} it (the first that matches)"))
         }

@@ -50,9 +50,15 @@ pub const GROUPS: &[Group] = &[
                 "The last N drops (20 unless told), each with its reason, and the drops by reason.",
             ),
             e(
+                &["show", "flows"],
+                "show flows [N]",
+                "The flow log's last N records (20 unless told; vnetd --flow-log).",
+            ),
+            e(
                 &["monitor"],
-                "monitor [drops|all] [reason R] [interface NAME] [link NAME] [mac MAC] [ip IP] [port P] [path user|kernel] [count N]",
-                "Drops as they happen, one a line (--json: JSON lines), on both data paths; Ctrl-C ends.",
+                "monitor [drops|flows|all] [reason R] [interface NAME] [link NAME] [mac MAC] [ip IP] [port P] [path user|kernel] [verdict allow|deny] [rule NAME] [count N]",
+                "Drops, or the flow log's records (vnetd --flow-log), as they happen, one a line (--json: JSON \
+                 lines), on both data paths; Ctrl-C ends.",
             ),
             e(
                 &["trace"],

@@ -1,12 +1,13 @@
 //! `vnetctl monitor [drops|flows|all] [FILTER...] [json] [count N]`: the
-//! drops vnetd records, live, one a line (text, or JSON lines with
-//! `--json`), as `hubble observe` streams flows. It polls `show drops
-//! since SEQ json` ten times a second; each poll also keeps the kernel
-//! path's program sending its drop events (vnetd stops them a few seconds
-//! after the last poll). Filters, all of which a drop must match:
-//! `reason R`, `interface NAME`, `link NAME`, `mac MAC` (source or
+//! drops vnetd records, or the flow log's records (`vnetd --flow-log`), or
+//! both, live, one a line (text, or JSON lines with `--json`), as `hubble
+//! observe` streams flows. It polls `show drops since SEQ json` (and `show
+//! flows since SEQ json`) ten times a second; each drops poll also keeps
+//! the kernel path's program sending its drop events (vnetd stops them a
+//! few seconds after the last poll). Filters, all of which a record must
+//! match: `reason R`, `interface NAME`, `link NAME`, `mac MAC` (source or
 //! destination), `ip IP` (source or destination), `port P`, `path
-//! user|kernel`.
+//! user|kernel`, `verdict allow|deny` and `rule NAME` (flows).
 
 use serde_json::Value;
 use std::process::ExitCode;
@@ -14,17 +15,21 @@ use std::time::Duration;
 use vnet_client::client::Client;
 use vnet_client::request::Request;
 use vnet_control::drops::{DropsQuery, MAX_LAST};
+use vnet_control::flows::FlowsQuery;
 
 /// How often vnetd is asked for what is new.
 const POLL: Duration = Duration::from_millis(100);
 
 pub const USAGE: &str =
-    "usage: vnetctl [--json] monitor [drops|all] [reason R] [interface NAME] [link NAME] \
-                         [mac MAC] [ip IP] [port P] [path user|kernel] [count N]";
+    "usage: vnetctl [--json] monitor [drops|flows|all] [reason R] [interface NAME] [link NAME] \
+                         [mac MAC] [ip IP] [port P] [path user|kernel] [verdict allow|deny] [rule NAME] [count N]";
 
 /// What a drop must match to be shown.
 #[derive(Debug, Default, PartialEq)]
 struct Filter {
+    /// What to stream: drops, flow records.
+    drops: bool,
+    flows: bool,
     fields: Vec<(&'static str, String)>,
     count: Option<u64>,
     json: bool,
@@ -32,16 +37,16 @@ struct Filter {
 
 impl Filter {
     fn parse(words: &[String]) -> Result<Filter, String> {
-        let mut f = Filter::default();
+        let mut f = Filter { drops: true, ..Filter::default() };
         let mut w = words.iter().map(String::as_str).peekable();
-        match w.peek() {
-            Some(&"drops" | &"all") => {
-                w.next();
-            }
-            Some(&"flows") => {
-                return Err("flow events are not recorded yet: `monitor drops` shows drops".into());
-            }
-            _ => {}
+        (f.drops, f.flows) = match w.peek() {
+            Some(&"drops") => (true, false),
+            Some(&"flows") => (false, true),
+            Some(&"all") => (true, true),
+            _ => (true, false),
+        };
+        if matches!(w.peek(), Some(&"drops" | &"flows" | &"all")) {
+            w.next();
         }
         while let Some(k) = w.next() {
             if matches!(k, "json" | "--json") {
@@ -58,6 +63,9 @@ impl Filter {
                 "interface" => "interface",
                 "link" => "link",
                 "path" => "path",
+                "verdict" if matches!(v, "allow" | "deny") => "verdict",
+                "verdict" => return Err(format!("verdict `{v}`: allow or deny")),
+                "rule" => "rule",
                 "mac" => {
                     let m: vnet_wire::MacAddr = v.parse().map_err(|_| format!("mac `{v}`: a MAC address"))?;
                     f.fields.push(("mac", m.to_string()));
@@ -86,16 +94,49 @@ impl Filter {
     fn matches(&self, d: &Value) -> bool {
         let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
         let n = |k: &str| d.get(k).and_then(Value::as_u64).map(|p| p.to_string()).unwrap_or_default();
+        // A drop names its ends `src_ip` and `src_port`, a flow `src` and `sport`.
         self.fields.iter().all(|(k, v)| match *k {
             "mac" => s("src_mac") == v || s("dst_mac") == v,
-            "ip" => s("src_ip") == v || s("dst_ip") == v,
-            "port" => n("src_port") == *v || n("dst_port") == *v,
+            "ip" => [s("src_ip"), s("dst_ip"), s("src"), s("dst")].contains(&v.as_str()),
+            "port" => [n("src_port"), n("dst_port"), n("sport"), n("dport")].contains(v),
             k => s(k) == v,
         })
     }
 }
 
-/// Streams drops until interrupted (or `count` of them were shown).
+/// What a poll asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Drops,
+    Flows,
+}
+
+impl Kind {
+    fn request(self, last: u32, since: u64) -> Request {
+        match self {
+            Kind::Drops => Request::Drops(DropsQuery { last, since: Some(since), json: true }),
+            Kind::Flows => Request::Flows(FlowsQuery { last, since: Some(since), json: true }),
+        }
+    }
+
+    /// The reply's list.
+    fn list(self) -> &'static str {
+        match self {
+            Kind::Drops => "drops",
+            Kind::Flows => "flows",
+        }
+    }
+
+    fn text(self, v: &Value) -> String {
+        match self {
+            Kind::Drops => vnet_client::drops::entry_text(v),
+            Kind::Flows => vnet_client::flows::entry_text(v),
+        }
+    }
+}
+
+/// Streams drops, flow records or both until interrupted (or `count` of
+/// them were shown).
 pub fn run(c: &mut Client, words: &[String], json: bool) -> ExitCode {
     let mut f = match Filter::parse(words) {
         Ok(f) => f,
@@ -105,27 +146,41 @@ pub fn run(c: &mut Client, words: &[String], json: bool) -> ExitCode {
         }
     };
     f.json |= json;
-    // The first poll starts the watch and says where "now" is.
-    let mut since = match poll(c, 1, 0) {
-        Ok(v) => v["next"].as_u64().unwrap_or(0),
-        Err(code) => return code,
-    };
-    let mut shown = 0;
-    loop {
-        std::thread::sleep(POLL);
-        let v = match poll(c, MAX_LAST, since) {
+    let kinds = [(f.drops, Kind::Drops), (f.flows, Kind::Flows)].into_iter().filter(|(on, _)| *on);
+    // The first poll of each starts the watch and says where "now" is.
+    let mut cursors = Vec::new();
+    for (_, k) in kinds {
+        let v = match poll(c, k, 1, 0) {
             Ok(v) => v,
             Err(code) => return code,
         };
-        since = v["next"].as_u64().unwrap_or(since);
-        for d in v["drops"].as_array().into_iter().flatten().filter(|d| f.matches(d)) {
-            let line = if f.json { d.to_string() } else { vnet_client::drops::entry_text(d) };
-            if !out_line(&line) {
-                return ExitCode::SUCCESS;
-            }
-            shown += 1;
-            if f.count.is_some_and(|n| shown >= n) {
-                return ExitCode::SUCCESS;
+        if k == Kind::Flows && v["enabled"] == false {
+            eprintln!(
+                "vnetctl: monitor: vnetd runs without --flow-log, so it records no flows \
+                 (start it with --flow-log PATH, or - for standard output)"
+            );
+            return ExitCode::from(1);
+        }
+        cursors.push((k, v["next"].as_u64().unwrap_or(0)));
+    }
+    let mut shown = 0;
+    loop {
+        std::thread::sleep(POLL);
+        for (k, since) in &mut cursors {
+            let v = match poll(c, *k, MAX_LAST, *since) {
+                Ok(v) => v,
+                Err(code) => return code,
+            };
+            *since = v["next"].as_u64().unwrap_or(*since);
+            for d in v[k.list()].as_array().into_iter().flatten().filter(|d| f.matches(d)) {
+                let line = if f.json { d.to_string() } else { k.text(d) };
+                if !out_line(&line) {
+                    return ExitCode::SUCCESS;
+                }
+                shown += 1;
+                if f.count.is_some_and(|n| shown >= n) {
+                    return ExitCode::SUCCESS;
+                }
             }
         }
     }
@@ -139,10 +194,9 @@ fn out_line(line: &str) -> bool {
     o.write_all(line.as_bytes()).and_then(|()| o.write_all(b"\n")).and_then(|()| o.flush()).is_ok()
 }
 
-/// One `show drops N since SEQ json`.
-fn poll(c: &mut Client, last: u32, since: u64) -> Result<Value, ExitCode> {
-    let q = DropsQuery { last, since: Some(since), json: true };
-    match c.send(&Request::Drops(q)) {
+/// One `show drops|flows N since SEQ json`.
+fn poll(c: &mut Client, kind: Kind, last: u32, since: u64) -> Result<Value, ExitCode> {
+    match c.send(&kind.request(last, since)) {
         Ok(r) => match r.result {
             Ok(()) => serde_json::from_str(&r.body).map_err(|e| {
                 eprintln!("vnetctl: monitor: vnetd's answer is not JSON: {e}");
@@ -179,7 +233,21 @@ mod tests {
         assert!(Filter::parse(&words("all")).unwrap().matches(&other), "no filter: everything");
         let e = Filter::parse(&words("drops reason nope")).unwrap_err();
         assert!(e.contains("no_route") && e.contains("policy_denied"), "{e}");
-        assert!(Filter::parse(&words("flows")).unwrap_err().contains("not recorded yet"));
+        let flows = Filter::parse(&words("flows verdict deny rule no-ssh ip 10.0.0.2 port 22")).unwrap();
+        assert_eq!((flows.drops, flows.flows), (false, true));
+        let rec = serde_json::json!({"verdict": "deny", "rule": "no-ssh", "src": "10.0.0.1", "dst": "10.0.0.2",
+            "sport": 40000, "dport": 22});
+        assert!(flows.matches(&rec), "a flow's ends are `src`/`dst`, `sport`/`dport`");
+        assert!(!flows.matches(
+            &serde_json::json!({"verdict": "allow", "rule": "no-ssh", "dst": "10.0.0.2", "dport": 22})
+        ));
+        assert_eq!(Filter::parse(&words("all")).map(|f| (f.drops, f.flows)), Ok((true, true)));
+        assert_eq!(
+            Filter::parse(&words("")).map(|f| (f.drops, f.flows)),
+            Ok((true, false)),
+            "drops by default"
+        );
+        assert!(Filter::parse(&words("flows verdict maybe")).unwrap_err().contains("allow or deny"));
         assert!(Filter::parse(&words("drops mac nope")).is_err());
         assert!(Filter::parse(&words("drops port")).unwrap_err().contains("needs a value"));
         let m = Filter::parse(&words("mac 52:54:00:00:00:01")).unwrap();

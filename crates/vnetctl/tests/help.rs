@@ -36,6 +36,7 @@ fn each_commands_help_prints_its_own_usage_without_a_daemon() {
         (&["show", "--help"], "usage: vnetctl show routes|"),
         (&["trace", "--help"], "usage: vnetctl trace from VM|MAC|IP"),
         (&["help", "trace"], "usage: vnetctl trace from VM|MAC|IP"),
+        (&["monitor", "--help"], "usage: vnetctl monitor [drops|flows|all]"),
         (&["apply", "-h"], "usage: vnetctl apply FILE"),
         (&["move", "--help"], "usage: vnetctl move MAC"),
         (&["kube", "--help"], "usage: vnetctl kube daemonset"),

@@ -236,9 +236,28 @@ struct flow_key {
 } __attribute__((aligned(8)));
 
 /* When the flow was last seen (CLOCK_MONOTONIC ns; written by the
- * programs at most once a second, so a flow's CPUs share the line). */
+ * programs at most once a second, so a flow's CPUs share the line), and
+ * its frames and bytes each way (0: from the key's `src` end, 1: back),
+ * for vnetd's flow log: added from a CPU's flow_cache entry when the entry
+ * goes (atomically: one flow's CPUs share it), so a known flow's packet
+ * writes here at most once a second per CPU. */
 struct flow_val {
 	__u64 last;
+	__u64 packets[2];
+	__u64 bytes[2];
+};
+
+/* Entries of each CPU's flow_cache (flows.h). */
+#define FLOW_CACHE_SLOTS 16
+
+/* A flow a CPU found in `flows` lately (flow_cache, flows.h), and what
+ * that CPU forwarded of it since (not yet added to its flow_val; vnetd's
+ * flow log reads both). */
+struct flow_cached {
+	struct flow_key k;
+	__u64 at;
+	__u64 packets[2];
+	__u64 bytes[2];
 };
 
 /* The programs' clock for idle checks (`clock`, one entry): the coarse

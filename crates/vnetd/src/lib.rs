@@ -7,6 +7,7 @@
 //! - [`dataplane`]: the sources workers read into the engine.
 //! - [`shared`]: the plane, counters and clock every thread shares.
 //! - [`drops`]: both paths' drops gathered for `show drops` and `monitor`.
+//! - [`flowlog`]: flow logs (`--flow-log`), both paths' flows as JSON lines.
 //! - [`iface`]: interface kinds (`tap`, `netdev`, `vhost`), each a port.
 //! - [`link`]: link transports (`udp`) and the host's link sockets.
 //! - [`kernel`]: the eBPF fast path.
@@ -25,6 +26,7 @@ pub mod control;
 pub mod daemon;
 pub mod dataplane;
 pub mod drops;
+pub mod flowlog;
 pub mod handover;
 pub mod handshakes;
 pub mod iface;

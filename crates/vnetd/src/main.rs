@@ -437,6 +437,14 @@ fn spawn_background(daemon: &Arc<Mutex<Daemon>>, metrics: Option<std::net::Socke
         loop {
             every.tick().await;
             sweep.global.matrix.sweep();
+            // The flow log's second: the engine's closed accounts, the
+            // kernel path's scan (without the daemon's lock).
+            if let Some(log) = sweep.flow_log.get() {
+                let kernel = d.lock().unwrap_or_else(|p| p.into_inner()).kernel_flows();
+                let (wall_s, mono) =
+                    (vnetd::shared::wall_ns() / 1_000_000_000, vnetd::sys::bpf::monotonic_ns());
+                log.sweep(&sweep.plane.load().policy.flows, kernel.as_deref(), wall_s, mono);
+            }
             let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
             d.check_devices();
             if let Some(e) = d.save_handshakes() {

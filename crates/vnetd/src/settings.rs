@@ -60,6 +60,9 @@ pub struct Settings {
     /// a shared receive ring (as where the kernel refuses a ring).
     #[arg(long)]
     pub no_rx_ring: bool,
+    /// The flow log (`--flow-log` and its settings).
+    #[command(flatten)]
+    pub flow_log: crate::flowlog::FlowLogArgs,
     /// Where `key` came from, for what a refusal says: the config's
     /// `cluster` line rather than `--key`.
     #[arg(skip)]
@@ -75,6 +78,8 @@ pub enum SettingsError {
     Key { flag: &'static str, source: FileError },
     #[error("--worker-cpus: cpu {cpu} is not one this process may run on (allowed: {allowed})")]
     Cpu { cpu: usize, allowed: String },
+    #[error("--flow-log {0}")]
+    FlowLog(#[source] crate::flowlog::sink::SinkError),
 }
 
 impl Settings {

@@ -26,6 +26,8 @@ pub struct Shared {
     pub revoked: std::sync::atomic::AtomicBool,
     /// The drops gathered for `show drops`, and the watch on the kernel's.
     pub drop_log: std::sync::Mutex<crate::drops::DropLog>,
+    /// The flow log (`--flow-log`), if asked for: set once at the start.
+    pub flow_log: std::sync::OnceLock<Arc<crate::flowlog::FlowLog>>,
 }
 
 /// The wall clock, in nanoseconds since the Unix epoch: what secured
@@ -48,6 +50,7 @@ impl Shared {
             activated: Arc::new(tokio::sync::Notify::new()),
             revoked: std::sync::atomic::AtomicBool::new(false),
             drop_log: Default::default(),
+            flow_log: std::sync::OnceLock::new(),
         })
     }
 

@@ -15,11 +15,11 @@
 //! flow one eviction early, never one that was not allowed: a slot is
 //! cleared before it is reused, and a fingerprint is never partly written).
 
-use std::hash::{BuildHasher, Hash};
-use std::net::IpAddr;
+use super::account::{Accounts, Dir, FlowRecord, Opened};
+pub use super::key::FlowKey;
+use std::hash::BuildHasher;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64};
-use vnet_wire::MacAddr;
 
 /// Slots a key may be in.
 pub const WAYS: usize = 8;
@@ -29,49 +29,12 @@ pub const IDLE_S: u32 = 120;
 /// Seconds between two offers of one flow to a mirror ([`Flows::due`]).
 pub const OFFER_S: u32 = 10;
 
-/// What identifies a flow, or a fragmented packet's later fragments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FlowKey {
-    /// The policy's generation: a change of the rules starts every flow
-    /// afresh (the old keys are never found again, and age out).
-    pub generation: u64,
-    pub network: u32,
-    /// The frame's source and destination MACs: a flow is between two
-    /// ports' VMs (port security ties a source MAC to its interface), so
-    /// a flow allowed to one VM admits nothing sent to another with the
-    /// same addresses and ports, and no other VM's frame is in it.
-    pub src_mac: MacAddr,
-    pub dst_mac: MacAddr,
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    pub proto: u8,
-    pub sport: u16,
-    pub dport: u16,
-    /// A fragmented packet's identification (with `fragment`), else 0.
-    pub id: u32,
-    pub fragment: bool,
-}
-
-impl FlowKey {
-    /// The other direction's key.
-    pub fn reversed(self) -> FlowKey {
-        FlowKey {
-            src_mac: self.dst_mac,
-            dst_mac: self.src_mac,
-            src: self.dst,
-            dst: self.src,
-            sport: self.dport,
-            dport: self.sport,
-            ..self
-        }
-    }
-
-    fn idle_s(&self) -> u32 {
-        if self.proto == vnet_wire::ip::PROTO_TCP && !self.fragment {
-            TCP_IDLE_S
-        } else {
-            IDLE_S
-        }
+/// Seconds `k` is kept idle.
+fn idle_s(k: &FlowKey) -> u32 {
+    if k.proto == vnet_wire::ip::PROTO_TCP && !k.fragment {
+        TCP_IDLE_S
+    } else {
+        IDLE_S
     }
 }
 
@@ -88,6 +51,10 @@ pub struct Flows {
     now_s: AtomicU32,
     /// Flows overwritten while still fresh (the table was full there).
     pub evicted: AtomicU64,
+    /// With a flow log: each slot's account ([`super::account`]), and the
+    /// denied flows' own table (with its accounts).
+    accounts: Option<Accounts>,
+    denied: Option<Box<Flows>>,
 }
 
 impl std::fmt::Debug for Flows {
@@ -113,12 +80,90 @@ impl Flows {
             offered: (0..n).map(|_| AtomicU32::new(0)).collect(),
             now_s: AtomicU32::new(0),
             evicted: AtomicU64::new(0),
+            accounts: None,
+            denied: None,
         }
+    }
+
+    /// A table of `slots` slots whose flows are accounted for a flow log,
+    /// with a table of `denied` slots for the denied flows.
+    pub fn logging(slots: usize, denied: usize) -> Self {
+        let mut f = Flows::new(slots);
+        f.accounts = Some(Accounts::new(f.slots()));
+        let mut d = Flows::new(denied);
+        d.accounts = Some(Accounts::new(d.slots()));
+        f.denied = Some(Box::new(d));
+        f
+    }
+
+    /// Whether flows are accounted.
+    pub fn logs(&self) -> bool {
+        self.accounts.is_some()
+    }
+
+    /// The table's clock, in seconds.
+    pub fn now_s(&self) -> u32 {
+        self.now_s.load(Relaxed)
+    }
+
+    /// Opens the account of the new flow `opened` in `slot`.
+    pub fn open(&self, slot: usize, opened: Opened) {
+        if let Some(a) = &self.accounts {
+            a.open(slot, opened, self.now_s());
+        }
+    }
+
+    /// Counts a packet of `len` bytes of the flow in `slot`.
+    pub fn count(&self, slot: usize, dir: Dir, len: usize) {
+        if let Some(a) = &self.accounts {
+            a.count(slot, dir, len, self.now_s());
+        }
+    }
+
+    /// Notes that the flow in `slot` was kept by a mirror.
+    pub fn mirrored(&self, slot: usize) {
+        if let Some(a) = &self.accounts {
+            a.mirrored(slot);
+        }
+    }
+
+    /// Counts a denied packet of `len` bytes of flow `k` (denied by `rule`,
+    /// or by the default), in the denied flows' table.
+    pub fn deny(&self, k: &FlowKey, rule: Option<&std::sync::Arc<str>>, len: usize) {
+        let Some(d) = &self.denied else { return };
+        match d.hit_slot(k) {
+            Some(s) => d.count(s, Dir::Forward, len),
+            None => {
+                let s = d.insert(k);
+                d.open(s, Opened { key: *k, rule: rule.cloned(), allow: false });
+                d.count(s, Dir::Forward, len);
+            }
+        }
+    }
+
+    /// Closes the accounts idle for `idle_s` seconds or open for
+    /// `active_s`, the allowed flows' and the denied ones', into `out`.
+    pub fn sweep(&self, idle_s: u32, active_s: u32, out: &mut dyn FnMut(FlowRecord)) {
+        if let Some(a) = &self.accounts {
+            a.sweep(self.now_s(), idle_s, active_s, out);
+        }
+        if let Some(d) = &self.denied {
+            d.sweep(idle_s, active_s, out);
+        }
+    }
+
+    /// Open accounts lost to a full table (allowed and denied flows').
+    pub fn overflow(&self) -> u64 {
+        let own = self.accounts.as_ref().map_or(0, |a| a.overflow.load(Relaxed));
+        own + self.denied.as_ref().map_or(0, |d| d.overflow())
     }
 
     /// The clock: the time now, in nanoseconds of any monotonic clock.
     pub fn tick(&self, now_ns: u64) {
         self.now_s.store((now_ns / 1_000_000_000) as u32, Relaxed);
+        if let Some(d) = &self.denied {
+            d.tick(now_ns);
+        }
     }
 
     pub fn slots(&self) -> usize {
@@ -159,8 +204,7 @@ impl Flows {
     pub fn find(&self, k: &FlowKey) -> Option<usize> {
         let (first, fp) = self.place(k);
         let now = self.now_s.load(Relaxed);
-        (first..first + WAYS)
-            .find(|&i| self.fingerprints[i].load(Relaxed) == fp && self.fresh(i, now, k.idle_s()))
+        (first..first + WAYS).find(|&i| self.fingerprints[i].load(Relaxed) == fp && self.fresh(i, now, idle_s(k)))
     }
 
     /// Whether the flow in `slot` is due to be offered to a mirror: never
@@ -209,6 +253,7 @@ impl Flows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vnet_wire::MacAddr;
 
     fn key(sport: u16) -> FlowKey {
         FlowKey {
@@ -275,5 +320,66 @@ mod tests {
         assert!(!f.hit(&key(1)), "the least recently seen went");
         assert!(f.hit(&key(0)) && f.hit(&key(100)) && f.hit(&key(7)));
         assert_eq!(format!("{f:?}"), "Flows { slots: 8 }");
+    }
+
+    #[test]
+    fn a_logging_table_accounts_allowed_and_denied_flows_apart() {
+        let f = Flows::logging(64, 8);
+        f.tick(1_000_000_000);
+        let rule: std::sync::Arc<str> = "web".into();
+        let s = f.insert(&key(1));
+        f.open(s, Opened { key: key(1), rule: Some(rule.clone()), allow: true });
+        f.count(s, Dir::Forward, 100);
+        f.count(s, Dir::Reverse, 60);
+        for _ in 0..3 {
+            f.deny(&key(2), Some(&rule), 70);
+        }
+        f.tick(20_000_000_000);
+        let mut out = Vec::new();
+        f.sweep(10, 60, &mut |r| out.push(r));
+        out.sort_by_key(|r| r.opened.allow);
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[0].opened.allow, out[0].packets, out[0].bytes), (false, [3, 0], [210, 0]));
+        assert_eq!((out[1].opened.allow, out[1].packets, out[1].bytes), (true, [1, 1], [100, 60]));
+        assert_eq!(out[1].opened.rule.as_deref(), Some("web"));
+        assert_eq!(f.overflow(), 0);
+        let plain = Flows::new(8);
+        plain.deny(&key(2), None, 70);
+        plain.count(3, Dir::Forward, 70);
+        plain.open(3, Opened { key: key(3), rule: None, allow: true });
+        plain.sweep(0, 0, &mut |_| panic!("no log, no records"));
+        assert!(!plain.logs() && f.logs());
+    }
+
+    #[test]
+    fn a_guest_retrying_many_denied_flows_fills_only_the_denied_table_and_the_rest_is_counted() {
+        // The control: as many denied flows as the table has slots, each
+        // kept and recorded, nothing lost.
+        let f = Flows::logging(64, 8);
+        f.tick(1_000_000_000);
+        let one = |sport: u16| FlowKey { dport: sport, ..key(sport) };
+        for s in 0..8 {
+            f.deny(&one(s), None, 60);
+        }
+        assert_eq!(f.overflow(), 0);
+        // A flood of new denied flows: the table stays 8 slots, what it
+        // could not keep is counted, and the allowed flows' table is untouched.
+        let g = Flows::logging(64, 8);
+        g.tick(1_000_000_000);
+        for s in 0..10_000 {
+            g.deny(&one(s), None, 60);
+        }
+        assert!(g.overflow() >= 10_000 - 8, "{}", g.overflow());
+        g.tick(30_000_000_000);
+        let mut n = 0;
+        g.sweep(10, 60, &mut |r| {
+            assert!(!r.opened.allow);
+            n += 1;
+        });
+        assert!(n <= 8, "{n} records: at most the table's slots");
+        f.tick(30_000_000_000);
+        let mut m = 0;
+        f.sweep(10, 60, &mut |_| m += 1);
+        assert_eq!(m, 8);
     }
 }

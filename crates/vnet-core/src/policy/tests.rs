@@ -108,7 +108,7 @@ fn set(rules: &[R], default: Action) -> PolicySet {
         .iter()
         .enumerate()
         .map(|(i, r)| Rule {
-            name: format!("r{i}"),
+            name: format!("r{i}").into(),
             action: if r.allow { Action::Allow } else { Action::Deny },
             from: selector(r.from),
             to: selector(r.to),
@@ -385,9 +385,10 @@ impl FlowMirror for Kernel {
         f.contains(k) || f.contains(&k.reversed())
     }
 
-    fn offer(&self, k: &FlowKey) {
+    fn offer(&self, k: &FlowKey) -> bool {
         self.offered.lock().unwrap().push(*k);
         self.fresh.lock().unwrap().insert(*k);
+        true
     }
 }
 
@@ -706,4 +707,59 @@ fn a_dry_run_names_the_rule_and_a_flow_that_would_carry_the_packet() {
     );
     assert_eq!(p.explain(NET, &frame(&req)), Verdict { allow: true, why: Why::Established });
     assert_eq!(p.explain(8, &frame(&req)), Verdict { allow: true, why: Why::NoPolicy });
+}
+
+#[test]
+fn a_logging_table_gives_one_record_per_flow_with_its_rule_and_bytes_each_way() {
+    let rules = [
+        R {
+            allow: true,
+            from: (1, 2, 0),
+            to: (1, 4, 0),
+            ether: None,
+            proto: Some(6),
+            ports: Some((5432, 5432)),
+        },
+        R {
+            allow: false,
+            from: (0, 0, 0),
+            to: (0, 0, 0),
+            ether: None,
+            proto: Some(6),
+            ports: Some((22, 22)),
+        },
+    ];
+    let (mut p, kernel) = mirrored(&rules, Action::Deny);
+    p.flows = Arc::new(Flows::logging(4096, 64));
+    p.flows.tick(1_000_000_000);
+    let (req, rep) = (frame(&pkt(2, 4, 0, 40000, 5432)), frame(&pkt(4, 2, 0, 5432, 40000)));
+    for _ in 0..3 {
+        assert!(p.decide(NET, &req).allow && p.decide(NET, &rep).allow);
+    }
+    let ssh = frame(&pkt(2, 4, 0, 40001, 22));
+    assert!(!p.decide(NET, &ssh).allow && !p.decide(NET, &ssh).allow, "a retried SYN: one denied flow");
+    let mut out = Vec::new();
+    p.flows.sweep(10, 60, &mut |r| out.push(r));
+    assert!(out.is_empty(), "not idle yet");
+    p.flows.tick(12_000_000_000);
+    p.flows.sweep(10, 60, &mut |r| out.push(r));
+    out.sort_by_key(|r| r.opened.allow);
+    assert_eq!(out.len(), 2, "{out:?}");
+    let (denied, allowed) = (&out[0], &out[1]);
+    assert_eq!(allowed.opened.rule.as_deref(), Some("r0"));
+    assert_eq!(
+        (allowed.opened.key.sport, allowed.opened.key.dport),
+        (40000, 5432),
+        "as its first packet went"
+    );
+    assert_eq!(allowed.packets, [3, 3]);
+    assert_eq!(allowed.bytes, [3 * req.len() as u64, 3 * rep.len() as u64]);
+    assert!(allowed.mirrored && !kernel.offered.lock().unwrap().is_empty(), "the mirror kept it");
+    assert_eq!((denied.opened.rule.as_deref(), denied.opened.allow), (Some("r1"), false));
+    assert_eq!((denied.packets, denied.bytes), ([2, 0], [2 * ssh.len() as u64, 0]));
+    assert_eq!(p.flows.overflow(), 0);
+    // Without a log (the control): the same traffic accounts nothing.
+    let plain = set(&rules, Action::Deny);
+    plain.decide(NET, &req);
+    plain.flows.sweep(0, 0, &mut |r| panic!("no log: {r:?}"));
 }

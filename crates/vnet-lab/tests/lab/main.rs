@@ -17,6 +17,7 @@ mod cluster;
 mod dashboard;
 mod drops;
 mod edge;
+mod flowlog;
 mod guard;
 mod integration;
 mod k8s;

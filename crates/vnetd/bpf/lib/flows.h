@@ -21,8 +21,9 @@ static __always_inline __u64 mac_word(const __u8 *m)
 /* A flow's key in the order vnetd writes it (kernel::flows::canonical):
  * its lower end (address, then port, then MAC; as native words) first,
  * so both directions of a flow find one entry with one lookup. The MACs
- * go with their ends. */
-static __always_inline void canonical(struct flow_key *k)
+ * go with their ends. Returns the packet's way in that order (0: from
+ * the key's `src` end, 1: back), as flow_val counts it. */
+static __always_inline int canonical(struct flow_key *k)
 {
 	__u64 a0, a1, b0, b1;
 	__builtin_memcpy(&a0, k->src, 8);
@@ -35,7 +36,7 @@ static __always_inline void canonical(struct flow_key *k)
 		   : k->sport != k->dport ? k->sport > k->dport
 					  : sm > dm;
 	if (!swap)
-		return;
+		return 0;
 	__builtin_memcpy(k->src, &b0, 8);
 	__builtin_memcpy(k->src + 8, &b1, 8);
 	__builtin_memcpy(k->dst, &a0, 8);
@@ -45,6 +46,7 @@ static __always_inline void canonical(struct flow_key *k)
 	__u16 p = k->sport;
 	k->sport = k->dport;
 	k->dport = p;
+	return 1;
 }
 
 /* The coarse monotonic clock as the programs read it for a flow's idle
@@ -111,13 +113,7 @@ static __always_inline __u64 coarse_now(void)
  * room (its packets would be allowed again by the engine, whose flow it
  * is); a new policy generation is another key. A cached key is compared
  * whole (same_flow: generation, addresses, MACs, ports, protocol). */
-#define FLOW_CACHE_SLOTS 16
 #define FLOW_CACHE_NS 1000000000ULL
-
-struct flow_cached {
-	struct flow_key k;
-	__u64 at;
-};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -134,18 +130,38 @@ static __always_inline int same_flow(const struct flow_key *a, const struct flow
 	       x[6] == y[6] && x[7] == y[7];
 }
 
+/* Adds what a CPU's cache entry counted to flow value `v` (its flow's),
+ * and zeroes it there. */
+static __always_inline void flow_flush(struct flow_cached *c, struct flow_val *v)
+{
+	if (c->packets[0] | c->packets[1]) {
+		__sync_fetch_and_add(&v->packets[0], c->packets[0]);
+		__sync_fetch_and_add(&v->packets[1], c->packets[1]);
+		__sync_fetch_and_add(&v->bytes[0], c->bytes[0]);
+		__sync_fetch_and_add(&v->bytes[1], c->bytes[1]);
+	}
+	c->packets[0] = c->packets[1] = c->bytes[0] = c->bytes[1] = 0;
+}
+
 /* Whether `k` (either direction) is a flow the engine allowed, seen within
- * its idle time; seen now if so. `now` is coarse_now(), behind the clock
- * vnetd writes `last` with (a `last` ahead of it is fresh): idle times are
- * minutes, `last` is rewritten once a second. */
-static __always_inline int flow_fresh(struct flow_key *k, __u64 now)
+ * its idle time; seen now if so, and the packet (`len` bytes of frame)
+ * counted in the CPU's cache entry of the flow. `now` is coarse_now(),
+ * behind the clock vnetd writes `last` with (a `last` ahead of it is
+ * fresh): idle times are minutes, `last` is rewritten once a second. A
+ * cache entry that goes (to another flow, or past FLOW_CACHE_NS) first
+ * adds its counts to its flow's value: one more lookup when it was
+ * another flow's, none when it is this one's. */
+static __always_inline int flow_fresh(struct flow_key *k, __u64 now, __u32 len)
 {
 	__u64 idle = (k->proto == IPPROTO_TCP ? FLOW_TCP_IDLE_S : FLOW_IDLE_S) * 1000000000ULL;
-	canonical(k);
+	int dir = canonical(k) & 1;
 	__u32 slot = (k->sport ^ k->dport ^ k->src[15] ^ k->dst[15]) & (FLOW_CACHE_SLOTS - 1);
 	struct flow_cached *c = bpf_map_lookup_elem(&flow_cache, &slot);
-	if (c && now - c->at <= FLOW_CACHE_NS && same_flow(&c->k, k))
+	if (c && now - c->at <= FLOW_CACHE_NS && same_flow(&c->k, k)) {
+		c->packets[dir] += 1;
+		c->bytes[dir] += len;
 		return 1;
+	}
 	struct flow_val *v = bpf_map_lookup_elem(&flows, k);
 	if (!v)
 		return 0;
@@ -157,8 +173,21 @@ static __always_inline int flow_fresh(struct flow_key *k, __u64 now)
 			v->last = now;
 	}
 	if (c) {
+		if (same_flow(&c->k, k)) {
+			flow_flush(c, v);
+		} else if (c->packets[0] | c->packets[1]) {
+			struct flow_val *old = bpf_map_lookup_elem(&flows, &c->k);
+			if (old)
+				flow_flush(c, old);
+		}
 		__builtin_memcpy(&c->k, k, sizeof(*k));
 		c->at = now;
+		c->packets[0] = c->packets[1] = c->bytes[0] = c->bytes[1] = 0;
+		c->packets[dir] = 1;
+		c->bytes[dir] = len;
+	} else {
+		__sync_fetch_and_add(&v->packets[dir], 1);
+		__sync_fetch_and_add(&v->bytes[dir], len);
 	}
 	return 1;
 }
@@ -248,7 +277,9 @@ static __always_inline int flow_known(struct __sk_buff *skb, __u32 l3, __u16 pro
 	} else {
 		return 0;
 	}
-	return flow_fresh(&k, coarse_now());
+	/* The frame's length: from its Ethernet header (just before `l3`) to
+	 * the end, as the engine counts a frame. */
+	return flow_fresh(&k, coarse_now(), skb->len - l3 + ETH_HLEN);
 }
 
 #endif /* VNET_LIB_FLOWS_H */

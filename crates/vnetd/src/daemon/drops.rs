@@ -40,7 +40,7 @@ impl Names for Daemon {
                 let net = p.map_or(0, |p| plane.network_of(p));
                 let rule = plane.policy.nets.get(&net).and_then(|n| n.rules.get(index as usize));
                 match rule {
-                    Some(r) if plane.policy.generation as u32 == generation => r.name.clone(),
+                    Some(r) if plane.policy.generation as u32 == generation => r.name.to_string(),
                     _ => format!("#{index} (of a policy since replaced)"),
                 }
             }
@@ -89,6 +89,16 @@ impl Daemon {
             out.push('\n');
         }
         out
+    }
+
+    /// `show flows [N] [since SEQ] [json]`: the flow log's newest records
+    /// (none, saying why, without `--flow-log`).
+    pub fn show_flows(&self, q: vnet_control::flows::FlowsQuery) -> String {
+        match self.shared.flow_log.get() {
+            Some(log) => log.show(q),
+            None if q.json => json!({ "flows": [], "next": 0, "enabled": false }).to_string(),
+            None => "no flow log: vnetd runs without --flow-log (start it with --flow-log PATH, or - for standard output)\n".into(),
+        }
     }
 
     /// Drops by reason on each path: `{"no_route": {"user": N, "kernel": M}, ...}`,

@@ -124,7 +124,26 @@ impl Daemon {
         d.kernel.bpf_dir = Some(settings.pin_dir());
         d.kernel.routes = settings.kernel_routes as usize;
         d.shared.global.relay.store(settings.relay, std::sync::atomic::Ordering::Relaxed);
+        if let Some(log) =
+            crate::flowlog::FlowLog::start(&settings.flow_log).map_err(SettingsError::FlowLog)?
+        {
+            // The engine's flows accounted from the first policy on (a new
+            // generation keeps the table).
+            let policy = vnet_core::policy::PolicySet {
+                flows: Arc::new(crate::flowlog::FlowLog::flows()),
+                ..Default::default()
+            };
+            d.shared
+                .plane
+                .store(Arc::new(vnet_engine::Plane { policy: Arc::new(policy), ..Default::default() }));
+            let _ = d.shared.flow_log.set(log);
+        }
         Ok(d)
+    }
+
+    /// The kernel path's flows map, when it is loaded (the flow log scans it).
+    pub fn kernel_flows(&self) -> Option<Arc<crate::kernel::flows::KernelFlows>> {
+        self.kernel.path.as_ref().map(|k| k.flow_mirror())
     }
 
     /// This host's claim key (cluster mode's MAC claims), from its key pair.

@@ -145,8 +145,8 @@ impl Daemon {
                     .map(|r| {
                         let c = r.counters.snapshot();
                         json!({
-                            "name": r.name,
-                            "line": self.state.policies.rules.get(&r.name).map(|d| d.to_line()),
+                            "name": &*r.name,
+                            "line": self.state.policies.rules.get(&*r.name).map(|d| d.to_line()),
                             "action": r.action,
                             "packets": c.packets,
                             "bytes": c.bytes,
@@ -232,7 +232,7 @@ impl Daemon {
         }
         out.push_str("# TYPE vnet_policy_packets counter\n# TYPE vnet_policy_drops counter\n");
         for (n, net) in &plane.policy.nets {
-            let rows = net.rules.iter().map(|r| (r.name.as_str(), &*r.counters));
+            let rows = net.rules.iter().map(|r| (&*r.name, &*r.counters));
             for (rule, c) in rows.chain([("(default)", &*net.default_counters)]) {
                 let c = c.snapshot();
                 let l = format!("network=\"{n}\",rule=\"{rule}\"");

@@ -169,6 +169,11 @@ impl Daemon {
                 (self.last_transaction.0.as_nanos() as f64 / 1000.0).into(),
             );
             m.insert("last_transaction_routes_only".into(), self.last_transaction.1.into());
+            if let Some(log) = self.shared.flow_log.get() {
+                if let Value::Object(more) = log.stats(&self.shared.plane.load().policy.flows) {
+                    m.extend(more);
+                }
+            }
             if let Some(k) = &self.kernel.path {
                 m.insert("kernel_route_entries".into(), k.entries().into());
                 m.insert("kernel_route_capacity".into(), k.capacity.into());

@@ -14,7 +14,7 @@
 
 use super::maps::addr16;
 use super::{KernelError, Reason};
-use crate::sys::bpf::{monotonic_ns, ClockVal, FlowVal, GovStats, GovVal, KernelFlowKey};
+use crate::sys::bpf::{monotonic_ns, ClockVal, FlowCached, FlowVal, GovStats, GovVal, KernelFlowKey};
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, PerCpuValues};
 use aya::Ebpf;
 use std::collections::BTreeMap;
@@ -85,6 +85,10 @@ fn canonical(k: KernelFlowKey) -> KernelFlowKey {
 /// The programs' `flows` map, as the engine's mirror.
 pub struct KernelFlows {
     map: Mutex<BpfHashMap<MapData, KernelFlowKey, FlowVal>>,
+    /// The same map and the CPUs' caches of it, for the flow log's scan
+    /// (its own handle: a scan never holds up the engine's offers).
+    scan: Mutex<BpfHashMap<MapData, KernelFlowKey, FlowVal>>,
+    cache: Mutex<Option<PerCpuArray<MapData, FlowCached>>>,
     /// Flows written, and writes the kernel refused.
     pub offered: AtomicU64,
     pub failed: AtomicU64,
@@ -102,11 +106,96 @@ impl KernelFlows {
     pub fn open(ebpf: &Ebpf) -> Result<Self, Reason> {
         let no = || KernelError::NoMap("flows".into());
         let Some(Map::LruHashMap(data)) = ebpf.map("flows") else { return Err(no()) };
-        let fd = data.fd().as_fd().try_clone_to_owned().map_err(|e| super::io_error("the flows map")(e))?;
-        let data = MapData::from_fd(fd).map_err(super::map_error("flows"))?;
-        let map = BpfHashMap::try_from(Map::LruHashMap(data)).map_err(super::map_error("flows"))?;
-        Ok(KernelFlows { map: Mutex::new(map), offered: AtomicU64::new(0), failed: AtomicU64::new(0) })
+        let handle = || -> Result<BpfHashMap<MapData, KernelFlowKey, FlowVal>, Reason> {
+            let fd =
+                data.fd().as_fd().try_clone_to_owned().map_err(|e| super::io_error("the flows map")(e))?;
+            let data = MapData::from_fd(fd).map_err(super::map_error("flows"))?;
+            BpfHashMap::try_from(Map::LruHashMap(data)).map_err(super::map_error("flows"))
+        };
+        let (map, scan) = (handle()?, handle()?);
+        // Without the cache map (an older object): the scan reads the map alone.
+        let cache = match ebpf.map("flow_cache") {
+            Some(Map::PerCpuArray(c)) => c
+                .fd()
+                .as_fd()
+                .try_clone_to_owned()
+                .ok()
+                .and_then(|fd| MapData::from_fd(fd).ok())
+                .and_then(|d| PerCpuArray::try_from(Map::PerCpuArray(d)).ok()),
+            _ => None,
+        };
+        Ok(KernelFlows {
+            map: Mutex::new(map),
+            scan: Mutex::new(scan),
+            cache: Mutex::new(cache),
+            offered: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
     }
+
+    /// Every flow in the map (at most `max`), with what the programs
+    /// counted of it: its value's counts and those the CPUs' caches hold
+    /// yet. The map is read before the caches, so an entry a CPU adds to
+    /// its value meanwhile is missed by this scan (and found by the next),
+    /// never counted twice.
+    pub fn scan(&self, max: usize) -> Vec<KernelCount> {
+        let Ok(m) = self.scan.lock() else { return Vec::new() };
+        let mut out: Vec<KernelCount> = m
+            .iter()
+            .filter_map(Result::ok)
+            .take(max)
+            .map(|(key, v)| KernelCount { key, last_ns: v.last, packets: v.packets, bytes: v.bytes })
+            .collect();
+        drop(m);
+        let mut cached: std::collections::HashMap<KernelFlowKey, ([u64; 2], [u64; 2])> = Default::default();
+        if let Ok(c) = self.cache.lock() {
+            for slot in 0..super::maps::shared::FLOW_CACHE_SLOTS {
+                let Some(per) = c.as_ref().and_then(|c| c.get(&slot, 0).ok()) else { continue };
+                for e in per.iter().filter(|e| e.packets != [0, 0]) {
+                    let (p, b) = cached.entry(e.k).or_default();
+                    for d in 0..2 {
+                        p[d] += e.packets[d];
+                        b[d] += e.bytes[d];
+                    }
+                }
+            }
+        }
+        for o in &mut out {
+            if let Some((p, b)) = cached.get(&o.key) {
+                for d in 0..2 {
+                    o.packets[d] += p[d];
+                    o.bytes[d] += b[d];
+                }
+            }
+        }
+        out
+    }
+
+    /// Removes flow `key` from the map (one idle past its time: the
+    /// programs pass nothing by it any more).
+    pub fn remove(&self, key: &KernelFlowKey) {
+        if let Ok(mut m) = self.scan.lock() {
+            let _ = m.remove(key);
+        }
+    }
+}
+
+/// A flow of the programs' map and what they counted of it (0: from the
+/// key's `src` end, 1: back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelCount {
+    pub key: KernelFlowKey,
+    /// When the programs last saw it (CLOCK_MONOTONIC ns).
+    pub last_ns: u64,
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
+/// The programs' key of the engine's flow `k` (`None`: a flow they never
+/// look up), and whether `k`'s way is the key's (its `src` end first).
+pub fn key_of(k: &FlowKey) -> Option<(KernelFlowKey, bool)> {
+    let key = kernel_key(k)?;
+    Some((key, key.src == addr16(k.src) && key.sport == k.sport.to_be() && key.smac == k.src_mac.0))
 }
 
 impl FlowMirror for KernelFlows {
@@ -118,13 +207,30 @@ impl FlowMirror for KernelFlows {
         m.get(&key, 0).is_ok_and(|v| now.saturating_sub(v.last) <= idle)
     }
 
-    fn offer(&self, k: &FlowKey) {
-        let Some(key) = kernel_key(k) else { return };
-        let Ok(mut m) = self.map.lock() else { return };
-        match m.insert(key, FlowVal { last: monotonic_ns() }, 0) {
-            Ok(()) => self.offered.fetch_add(1, Relaxed),
-            Err(_) => self.failed.fetch_add(1, Relaxed),
+    fn offer(&self, k: &FlowKey) -> bool {
+        let Some(key) = kernel_key(k) else { return false };
+        let Ok(mut m) = self.map.lock() else { return false };
+        let now = monotonic_ns();
+        // A flow the programs saw within the last seconds is theirs: a
+        // write now would race their counts (they keep its `last`).
+        let val = match m.get(&key, 0) {
+            Ok(v) if now.saturating_sub(v.last) < 3_000_000_000 => {
+                self.offered.fetch_add(1, Relaxed);
+                return true;
+            }
+            Ok(v) => FlowVal { last: now, ..v },
+            Err(_) => FlowVal { last: now, ..FlowVal::default() },
         };
+        match m.insert(key, val, 0) {
+            Ok(()) => {
+                self.offered.fetch_add(1, Relaxed);
+                true
+            }
+            Err(_) => {
+                self.failed.fetch_add(1, Relaxed);
+                false
+            }
+        }
     }
 }
 

@@ -393,7 +393,8 @@ fn allowed(gen: u64) -> FlowKey {
 fn passes_a_known_flow_of_a_governed_network() {
     let mut k = lab();
     k.govern(NET, 5);
-    KernelFlows::open(&k.ebpf).expect("flows").offer(&allowed(5));
+    let flows = KernelFlows::open(&k.ebpf).expect("flows");
+    assert!(flows.offer(&allowed(5)));
     let f = frame(B);
     let r = k.run_vm(&f);
     assert_eq!(r.retval, TC_ACT_REDIRECT);
@@ -402,6 +403,19 @@ fn passes_a_known_flow_of_a_governed_network() {
         (k.stat("kernel_policy_flows"), k.stat("kernel_local"), k.stat("kernel_policy_to_user")),
         (1, 1, 0)
     );
+    // The flow log's counts: the frame, whole, once (the CPU's cache entry
+    // and the map's together); a second frame adds to them.
+    let counted = |flows: &KernelFlows| {
+        let s = flows.scan(16);
+        assert_eq!(s.len(), 1, "{s:?}");
+        (s[0].packets[0] + s[0].packets[1], s[0].bytes[0] + s[0].bytes[1])
+    };
+    assert_eq!(counted(&flows), (1, f.len() as u64));
+    k.run_vm(&f);
+    assert_eq!(counted(&flows), (2, 2 * f.len() as u64));
+    // A re-offer of a flow the programs carry keeps its counts.
+    assert!(flows.offer(&allowed(5)));
+    assert_eq!(counted(&flows), (2, 2 * f.len() as u64));
 }
 
 /// In a governed network, a frame of no flow the engine allowed (another

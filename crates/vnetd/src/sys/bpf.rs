@@ -180,7 +180,7 @@ pub struct GovStats {
 /// (addresses 16 bytes, IPv4 mapped; the frame's MACs; ports in network
 /// order).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct KernelFlowKey {
     pub net: u32,
     pub gen: u32,
@@ -194,11 +194,25 @@ pub struct KernelFlowKey {
     pub pad: [u8; 7],
 }
 
-/// `struct flow_val`: when the flow was last seen (CLOCK_MONOTONIC ns).
+/// `struct flow_val`: when the flow was last seen (CLOCK_MONOTONIC ns),
+/// and its frames and bytes each way (0: from the key's `src` end).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FlowVal {
     pub last: u64,
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
+/// `struct flow_cached`: a CPU's recent flow, and what that CPU forwarded
+/// of it not yet added to its `flow_val`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlowCached {
+    pub k: KernelFlowKey,
+    pub at: u64,
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
 }
 
 /// `struct clock_val`: the programs' clock for idle checks. The timer's
@@ -266,8 +280,10 @@ unsafe impl aya::Pod for GovVal {}
 unsafe impl aya::Pod for GovStats {}
 // SAFETY: as above (two u32, 44 bytes, two u16, eight bytes: 64 bytes, no padding).
 unsafe impl aya::Pod for KernelFlowKey {}
-// SAFETY: as above (a u64).
+// SAFETY: as above (five u64: 40 bytes).
 unsafe impl aya::Pod for FlowVal {}
+// SAFETY: as above (a 64-byte flow key and five u64: 104 bytes).
+unsafe impl aya::Pod for FlowCached {}
 // SAFETY: as above (three u64, two u32: 32 bytes).
 unsafe impl aya::Pod for ClockVal {}
 
