@@ -625,10 +625,11 @@ mod by_hand {
         apply_vnet(&lab, &kube);
         deploy(&kube, 30);
         wait_pods(&kube, 30, Duration::from_secs(240));
+        let (ipam, claims) = (etcd_keys(&kube, "ipam"), etcd_keys(&kube, "claims"));
         assert_eq!(
-            (etcd_keys(&kube, "ipam").len(), etcd_keys(&kube, "claims").len()),
+            (ipam.len(), claims.len()),
             (33, 33),
-            "an address and a claim a pod, and each node's gateway's"
+            "an address and a claim a pod, and each node's gateway's: {ipam:?} {claims:?}"
         );
 
         // Scale to 0: every address, claim, interface, veth and record goes.
