@@ -24,6 +24,10 @@
 //!   there (`nsenter -t HOLDER`), so three nodes share one machine as
 //!   three machines would not notice.
 //!
+//! - **vnet's store**: its own etcd, made by `vnetctl network init` on
+//!   node 0 as an admin makes one; each node joins it with its own token,
+//!   key and etcd user ([`join`]).
+//!
 //! Everything a node runs is in its cgroup tree `/NAME` ([`cgroup`]).
 //! Dropping a [`Kube`] stops the kubelets, removes every pod sandbox
 //! through its containerd (`crictl rmp -fa`: CNI `DEL` for each, and the
@@ -36,7 +40,9 @@
 mod cgroup;
 pub mod e2e;
 pub mod image;
+pub mod join;
 mod node;
+pub mod store;
 pub mod up;
 
 use crate::process::{spawn_logged, stop_child};
@@ -139,6 +145,8 @@ pub struct Kube {
     pub api: String,
     api_ip: IpAddr,
     control: Vec<Child>,
+    /// vnet's etcd and the admin's directory ([`store`]).
+    store: Option<store::Store>,
 }
 
 /// A kubeconfig for `user`'s certificate files.
@@ -156,9 +164,9 @@ fn kubeconfig(api: &str, user: &pki::HostFiles) -> String {
 impl Kube {
     /// Starts the control plane on `lab`'s etcd (a secured cluster lab)
     /// and a node on each of its hosts, with the lab's images imported,
-    /// and waits until every node is registered. The etcd user the
-    /// manifest's Secret names (`vnet-h0`) may then write every node's
-    /// keys ([`grant_node_keys`]).
+    /// and vnet's own etcd as `vnetctl network init` makes it, on node 0
+    /// ([`store::Store`]: each node joins it with its own credentials, [`join`]);
+    /// waits until every node is registered.
     pub fn start(lab: &Lab) -> Result<Kube> {
         if let Some(why) = unavailable() {
             return Err(Error::Other(why));
@@ -176,6 +184,7 @@ impl Kube {
             nodes: Vec::new(),
             sw: sw.to_string(),
             control: Vec::new(),
+            store: None,
         };
         kube.start_control_plane(lab, api_ip)?;
         for h in 0..lab.hosts.len() {
@@ -184,10 +193,16 @@ impl Kube {
         }
         kube.import_images()?;
         kube.wait_nodes_registered(Duration::from_secs(90))?;
-        if lab.spec.cluster.as_ref().is_some_and(crate::Cluster::secured) {
-            grant_node_keys(lab, &kube)?;
-        }
+        let (store, etcd) =
+            store::Store::start(lab, kube.dir.join("vnet-admin"), &kube.dir.join("vnet-etcd.log"))?;
+        kube.control.push(etcd);
+        kube.store = Some(store);
         Ok(kube)
+    }
+
+    /// vnet's etcd and the admin's directory ([`store`]).
+    pub fn store(&self) -> Result<&store::Store> {
+        self.store.as_ref().ok_or_else(|| Error::Other("the lab's vnet store is not started".into()))
     }
 
     fn start_control_plane(&mut self, lab: &Lab, api_ip: IpAddr) -> Result<()> {
@@ -612,27 +627,6 @@ fn cleanup_interrupted() {
     }
 }
 
-/// The manifest's one etcd user (the Secret's `vnet-h0`) may write the
-/// keys of each node, whose vnetd is named after it (`--host
-/// $NODE_NAME`): the lab's etcd grants a host's role only its own keys
-/// (`vnet_cluster::layout::host_grants`), for the lab's own host names
-/// (`h0`...). Until each node joins with its own credentials (issue 67),
-/// this user's role gets every node's grants.
-pub fn grant_node_keys(lab: &Lab, kube: &Kube) -> Result<()> {
-    let role = format!("vnet-{}-h0", lab.prefix);
-    for node in &kube.nodes {
-        for g in vnet_cluster::layout::host_grants(&lab.prefix, &node.name) {
-            let mut args = vec!["role", "grant-permission", role.as_str()];
-            if g.prefix {
-                args.push("--prefix=true");
-            }
-            args.extend([if g.write { "readwrite" } else { "read" }, g.key.as_str()]);
-            lab.etcdctl(&args)?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,7 +639,7 @@ mod tests {
         )
         .unwrap();
         let images: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("image: ")).collect();
-        assert_eq!(images.len(), 2, "the init container's and vnetd's: {images:?}");
+        assert_eq!(images.len(), 3, "the two init containers' and vnetd's: {images:?}");
         assert!(images.iter().all(|i| *i == format!("localhost/vnet:{VNET_TAG}")), "{images:?}");
     }
 
@@ -677,6 +671,26 @@ mod tests {
             text.contains("/host/opt/cni/bin/vnet-cni /host/opt/cni/bin/vnet-portmap;"),
             "removed by preStop"
         );
+    }
+
+    /// Each node logs in as its own etcd user, the one `vnetctl network
+    /// approve` makes for it (`host_user`), with the files its `join`
+    /// init container wrote (which runs before the CNI is installed): no
+    /// Secret, no credential shared between nodes.
+    #[test]
+    fn the_manifest_logs_each_node_in_as_its_own_joined_user() {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/vnet.yaml"),
+        )
+        .unwrap();
+        assert_eq!(vnet_cluster::layout::host_user("NET", "NODE"), "vnet/NET/NODE");
+        assert!(text.contains(r#"--etcd-user "vnet/$VNET_NETWORK/$NODE_NAME""#));
+        assert!(text.contains(r#"--etcd-password-file "$id.etcd-pw""#));
+        assert!(text.contains(r#"id="/var/lib/vnet/join/$VNET_NETWORK""#));
+        assert!(text.contains("vnetctl join --token-file /var/lib/vnet/join.token host \"$NODE_NAME\""));
+        assert!(!text.contains("secretKeyRef") && !text.contains("secretName"), "a Secret is read");
+        let (join, cni) = (text.find("- name: join").unwrap(), text.find("- name: install-cni").unwrap());
+        assert!(join < cni, "the node joins before its CNI is installed");
     }
 
     #[test]

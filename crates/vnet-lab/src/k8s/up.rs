@@ -1,7 +1,9 @@
 //! `vnet-lab k8s up`: the Kubernetes lab as a cluster to try things on,
 //! and the cluster `scripts/k8s-e2e.sh` runs Kubernetes' e2e suite
-//! against. Three nodes, vnet applied as a user applies it (the Secret,
-//! then `kubectl apply -f packaging/kubernetes/vnet.yaml`), CoreDNS as
+//! against. Three nodes, vnet applied as a user applies it (its etcd
+//! from `vnetctl network init`, a join token on each node, `kubectl apply
+//! -f packaging/kubernetes/vnet.yaml`, each node's join approved: see
+//! [`super::join`]), CoreDNS as
 //! kubeadm deploys it, each waited for; then the lab stays until Ctrl-C or
 //! SIGTERM, whose cleanup leaves nothing (the cgroup sweep of
 //! [`super::cgroup`], then the lab's namespaces and directory).
@@ -59,9 +61,10 @@ pub fn up(opts: &UpOpts) -> Result<Up> {
     } else {
         Vec::new()
     };
-    create_etcd_secret(&lab, &kube)?;
+    super::join::prepare_nodes(&kube)?;
     apply_vnet(&kube, opts.datapath.as_deref())?;
     let t0 = Instant::now();
+    super::join::approve_nodes(&kube, Duration::from_secs(90))?;
     wait_nodes_ready(&kube, Duration::from_secs(90))?;
     eprintln!("k8s: every node Ready {:.1?} after kubectl apply", t0.elapsed());
     api_server_reaches_pods(&lab, &kube)?;
@@ -107,28 +110,6 @@ fn api_server_reaches_pods(lab: &Lab, kube: &Kube) -> Result<()> {
     if !out.status.success() {
         return Err(Error::Other(format!("iptables on node 0: {}", String::from_utf8_lossy(&out.stderr))));
     }
-    Ok(())
-}
-
-/// The Secret the manifest reads: etcd's address, the network, a user of
-/// the network's role and its client certificate (host 0's of the lab).
-pub fn create_etcd_secret(lab: &Lab, kube: &Kube) -> Result<()> {
-    let f = |n: &str| lab.dir.join(n).display().to_string();
-    kube.kubectl(&[
-        "-n",
-        "kube-system",
-        "create",
-        "secret",
-        "generic",
-        "vnet-etcd",
-        &format!("--from-literal=endpoints={}", lab.etcd_url()),
-        &format!("--from-literal=network={}", lab.prefix),
-        "--from-literal=user=vnet-h0",
-        &format!("--from-file=password={}", f("h0.etcd-pw")),
-        &format!("--from-file=ca.pem={}", f("etcd-ca.pem")),
-        &format!("--from-file=cert.pem={}", f("etcd-h0.pem")),
-        &format!("--from-file=key.pem={}", f("etcd-h0.key")),
-    ])?;
     Ok(())
 }
 

@@ -272,6 +272,52 @@ mod both {
         assert_ping(&lab, &a, b.ip, 56);
         assert_no_ping(&lab, &a, c.ip);
     }
+
+    #[test]
+    #[ignore = "needs root, network namespaces and etcd: run with --ignored"]
+    fn two_hosts_joined_by_token_have_their_own_etcd_users_and_neither_writes_the_others_keys() {
+        // Issue 67, acceptance 4, the store's part (the Kubernetes lab's
+        // `k8s::by_hand::each_node_joins_with_its_own_etcd_user_...` does
+        // it for nodes): hosts 0 and 1 join as docs/QUICKSTART.md says (a
+        // token each, `vnetctl join`, the admin's `approve` of the printed
+        // fingerprint; the admin's machine is host 0), nothing granted by
+        // hand. Each then holds the login its vnetd would use.
+        use crate::onboarding::{succeeded, text, Onboard};
+        let o = Onboard::up();
+        let mut logins = Vec::new();
+        for (host, ns) in [("h0", o.admin.clone()), ("h1", o.host.clone())] {
+            let (token, _) = o.token(host, &[]);
+            let (fp, joining) = o.join_in(&ns, &token, host, "60");
+            o.request(host);
+            succeeded(&o.approve(host, &["key", &fp]), &format!("approve {host}"));
+            succeeded(&joining.join().unwrap(), &format!("{host}'s join"));
+            logins.push(o.joined_login(host));
+        }
+        assert_eq!(logins[0].0, "vnet/lab/h0");
+        assert_eq!(logins[1].0, "vnet/lab/h1");
+        assert_ne!(logins[0].0, logins[1].0, "each host its own etcd user");
+        let put = |login: &(String, String), key: &str| {
+            let out = o.etcdctl(Some(login), &["put", key, "probe"], None);
+            (out.status.success(), text(&out))
+        };
+        for (me, other) in [(0, 1), (1, 0)] {
+            // Positive control: a host's login writes its own key.
+            let (ok, said) = put(&logins[me], &format!("/vnet/lab/ipam/h{me}/probe"));
+            assert!(ok, "h{me} writes its own key: {said}");
+            for key in [
+                format!("/vnet/lab/ipam/h{other}/probe"),
+                format!("/vnet/lab/hosts/h{other}"),
+                format!("/vnet/lab/claims/h{other}/52:54:00:00:00:01"),
+            ] {
+                let (ok, said) = put(&logins[me], &key);
+                assert!(!ok && said.contains("permission denied"), "h{me} put {key}: {said}");
+                eprintln!("cluster: {}, put {key}: {}", logins[me].0, said.lines().last().unwrap_or(""));
+            }
+        }
+        // Positive control: etcd's root writes either host's key.
+        let (ok, said) = put(&o.root(), "/vnet/lab/ipam/h1/probe");
+        assert!(ok, "root writes h1's key: {said}");
+    }
 }
 
 /// On both passes, one test at a time (each says why).

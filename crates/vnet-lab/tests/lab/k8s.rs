@@ -30,22 +30,23 @@ fn kube_lab() -> (Lab, Kube) {
     (lab, kube)
 }
 
-/// The Secret the manifest reads: etcd's address, the network, a user of
-/// the network's role and its client certificate (host 0's of the lab).
-fn create_etcd_secret(lab: &Lab, kube: &Kube) {
-    vnet_lab::k8s::up::create_etcd_secret(lab, kube).unwrap();
+/// What the admin does first: the ConfigMap `vnet-network` and a join
+/// token on each node (`vnet_lab::k8s::join`).
+fn prepare_nodes(kube: &Kube) {
+    vnet_lab::k8s::join::prepare_nodes(kube).unwrap();
 }
 
-/// The Secret, then `kubectl apply -f` the manifest; waits until every
-/// node is `Ready` (60 s at most) and returns how long that took.
+/// The tokens, then `kubectl apply -f` the manifest, each node's join
+/// approved; waits until every node is `Ready` (60 s at most) and returns
+/// how long that took (from `kubectl apply`).
 fn apply_vnet(lab: &Lab, kube: &Kube) -> Duration {
     apply_vnet_with(lab, kube, &[])
 }
 
 /// [`apply_vnet`] with `lines` added to the ConfigMap's `vnet.conf` (as an
 /// operator edits it before applying the manifest).
-fn apply_vnet_with(lab: &Lab, kube: &Kube, lines: &[&str]) -> Duration {
-    create_etcd_secret(lab, kube);
+fn apply_vnet_with(_lab: &Lab, kube: &Kube, lines: &[&str]) -> Duration {
+    prepare_nodes(kube);
     let mut text = std::fs::read_to_string(manifest()).unwrap();
     let anchor = "  vnet.conf: |\n    listen udp 0.0.0.0:9000\n";
     assert!(text.contains(anchor), "the manifest's vnet.conf moved");
@@ -54,13 +55,16 @@ fn apply_vnet_with(lab: &Lab, kube: &Kube, lines: &[&str]) -> Duration {
     let path = kube.dir.join("vnet.yaml");
     std::fs::write(&path, text).unwrap();
     kube.kubectl(&["apply", "-f", path.to_str().unwrap()]).unwrap();
-    wait_ready(kube, Duration::from_secs(60))
+    let t0 = Instant::now();
+    vnet_lab::k8s::join::approve_nodes(kube, Duration::from_secs(60)).unwrap();
+    t0.elapsed() + wait_ready(kube, Duration::from_secs(60))
 }
 
-/// Keys under the network's `what/` prefix in etcd (`ipam`, `claims`).
-fn etcd_keys(lab: &Lab, what: &str) -> Vec<String> {
-    let out =
-        lab.etcdctl(&["get", "--prefix", "--keys-only", &format!("/vnet/{}/{what}/", lab.prefix)]).unwrap();
+/// Keys under the network's `what/` prefix in vnet's etcd (`ipam`, `claims`).
+fn etcd_keys(kube: &Kube, what: &str) -> Vec<String> {
+    let store = kube.store().unwrap();
+    let prefix = format!("/vnet/{}/{what}/", store.network);
+    let out = store.etcdctl_root(&["get", "--prefix", "--keys-only", &prefix]).unwrap();
     out.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
 }
 
@@ -437,6 +441,65 @@ mod by_hand {
         assert_eq!(ip("bad"), None, "pod bad runs");
     }
 
+    /// Issue 67, acceptance 4: each node joins with its own credentials,
+    /// as the manifest ships (its `join` init container runs `vnetctl
+    /// join` with the token the admin put on the node; the lab, as the
+    /// admin, approves the fingerprint the container's log shows). The
+    /// three nodes' etcd users differ, each node's vnetd is in the store
+    /// under its own record, and node 0's credentials (the user and
+    /// password its vnetd logs in with) cannot write node 1's keys: etcd
+    /// says `permission denied`. Positive controls: node 0's credentials
+    /// write node 0's own key, and etcd's root writes node 1's.
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn each_node_joins_with_its_own_etcd_user_which_cannot_write_another_nodes_keys() {
+        let (lab, kube) = kube_lab();
+        let took = apply_vnet(&lab, &kube);
+        eprintln!("k8s: every node joined, approved and Ready {took:.1?} after kubectl apply");
+        let store = kube.store().unwrap();
+        let logins: Vec<_> =
+            (0..kube.nodes.len()).map(|n| vnet_lab::k8s::join::node_login(&kube, n).unwrap()).collect();
+        for (n, (user, _)) in logins.iter().enumerate() {
+            assert_eq!(user, &format!("vnet/{}/{}", store.network, kube.nodes[n].name), "approve's name");
+        }
+        let users: std::collections::BTreeSet<&str> = logins.iter().map(|(u, _)| u.as_str()).collect();
+        assert_eq!(users.len(), 3, "three nodes, three etcd users: {users:?}");
+        eprintln!("k8s: the nodes' etcd users: {users:?}");
+        let p = format!("/vnet/{}", store.network);
+        let records =
+            store.etcdctl_root(&["get", "--prefix", "--keys-only", &format!("{p}/hosts/")]).unwrap();
+        for node in &kube.nodes {
+            assert!(records.lines().any(|l| l == format!("{p}/hosts/{}", node.name)), "{records}");
+        }
+
+        let (a, b) = (&kube.nodes[0].name, &kube.nodes[1].name);
+        let put = |login: &(String, String), key: &str| {
+            let o = store.etcdctl(Some(login), &["put", key, "probe"]).unwrap();
+            let said =
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            (o.status.success(), said.trim().to_string())
+        };
+        // Positive control: node 0's credentials write node 0's own key.
+        let (ok, said) = put(&logins[0], &format!("{p}/ipam/{a}/probe"));
+        assert!(ok, "node 0 writes its own key: {said}");
+        // Node 0's credentials on node 1's keys: refused by etcd.
+        for key in [
+            format!("{p}/ipam/{b}/probe"),
+            format!("{p}/hosts/{b}"),
+            format!("{p}/claims/{b}/52:54:00:00:00:01"),
+        ] {
+            let (ok, said) = put(&logins[0], &key);
+            assert!(!ok && said.contains("permission denied"), "node 0's user put {key}: {said}");
+            eprintln!("k8s: node 0's user, put {key}: {}", said.lines().last().unwrap_or(""));
+        }
+        // Positive control: etcd's root writes node 1's key.
+        let (ok, said) = put(&store.root().unwrap(), &format!("{p}/ipam/{b}/probe"));
+        assert!(ok, "root writes node 1's key: {said}");
+        for key in [format!("{p}/ipam/{a}/probe"), format!("{p}/ipam/{b}/probe")] {
+            store.etcdctl_root(&["del", &key]).unwrap();
+        }
+    }
+
     #[test]
     #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
     fn kubectl_apply_runs_vnet_on_three_nodes_and_thirty_pods_talk_across_them() {
@@ -562,10 +625,11 @@ mod by_hand {
         apply_vnet(&lab, &kube);
         deploy(&kube, 30);
         wait_pods(&kube, 30, Duration::from_secs(240));
+        let (ipam, claims) = (etcd_keys(&kube, "ipam"), etcd_keys(&kube, "claims"));
         assert_eq!(
-            (etcd_keys(&lab, "ipam").len(), etcd_keys(&lab, "claims").len()),
+            (ipam.len(), claims.len()),
             (33, 33),
-            "an address and a claim a pod, and each node's gateway's"
+            "an address and a claim a pod, and each node's gateway's: {ipam:?} {claims:?}"
         );
 
         // Scale to 0: every address, claim, interface, veth and record goes.
@@ -573,8 +637,8 @@ mod by_hand {
         kube.kubectl(&["scale", "deployment/pods", "--replicas=0"]).unwrap();
         wait_pods(&kube, 0, Duration::from_secs(120));
         let clean = |kube: &Kube| {
-            let mut left: Vec<String> = etcd_keys(&lab, "ipam");
-            left.extend(etcd_keys(&lab, "claims"));
+            let mut left: Vec<String> = etcd_keys(kube, "ipam");
+            left.extend(etcd_keys(kube, "claims"));
             for n in 0..kube.nodes.len() {
                 left.extend(
                     node_leftovers(kube, n).into_iter().map(|l| format!("{}: {l}", kube.nodes[n].name)),

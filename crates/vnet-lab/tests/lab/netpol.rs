@@ -23,11 +23,8 @@ fn vnet_on_kubernetes(user_path: bool, lines: &[&str]) -> (Lab, Kube) {
         ..Spec::default()
     });
     let kube = Kube::start(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));
-    // The manifest's one etcd user (the Secret's, host 0's) serves every
-    // node until each joins with its own: its role is given each node's
-    // own keys (the lab's grants name hosts h0, h1, h2, not the nodes).
-    vnet_lab::k8s::grant_node_keys(&lab, &kube).unwrap();
-    vnet_lab::k8s::up::create_etcd_secret(&lab, &kube).unwrap();
+    // Each node joins with its own token, key and etcd user.
+    vnet_lab::k8s::join::prepare_nodes(&kube).unwrap();
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/kubernetes/vnet.yaml");
     let mut text = std::fs::read_to_string(manifest).unwrap();
     if user_path {
@@ -44,6 +41,7 @@ fn vnet_on_kubernetes(user_path: bool, lines: &[&str]) -> (Lab, Kube) {
     let added: String = lines.iter().map(|l| format!("    {l}\n")).collect();
     text = text.replace(anchor, &format!("{anchor}{added}"));
     apply(&kube, "vnet.yaml", &text);
+    vnet_lab::k8s::join::approve_nodes(&kube, Duration::from_secs(60)).unwrap();
     let t0 = Instant::now();
     loop {
         let ready = kube.node_ready().unwrap();

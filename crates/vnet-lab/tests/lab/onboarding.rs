@@ -8,27 +8,28 @@ use super::harness::*;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-/// The admin's network, its etcd running, and the host's namespace.
-struct Onboard {
+/// The admin's network, its etcd running, and the host's namespace
+/// (also `cluster::both`'s two joined hosts).
+pub(super) struct Onboard {
     _lab: Lab,
-    admin: String,
-    host: String,
+    pub(super) admin: String,
+    pub(super) host: String,
     /// The lab's files (shared by both namespaces: only the network is theirs).
-    tmp: PathBuf,
+    pub(super) tmp: PathBuf,
     /// The admin's DIR.
     dir: String,
     url: String,
     root_pw: String,
 }
 
-fn text(o: &Output) -> String {
+pub(super) fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 impl Onboard {
     /// `network init`, then etcd started on the config it wrote: what
     /// `etcd` serves from its first start, before any other vnetctl command.
-    fn up() -> Onboard {
+    pub(super) fn up() -> Onboard {
         let lab = lab(Spec {
             hosts: 2,
             vms_per_host: 0,
@@ -72,7 +73,7 @@ impl Onboard {
         o
     }
 
-    fn root(&self) -> (String, String) {
+    pub(super) fn root(&self) -> (String, String) {
         ("root".into(), self.root_pw.clone())
     }
 
@@ -92,7 +93,12 @@ impl Onboard {
 
     /// etcdctl in the admin's namespace, as `user` (none: anonymous), the
     /// value from `stdin` if given.
-    fn etcdctl(&self, user: Option<&(String, String)>, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    pub(super) fn etcdctl(
+        &self,
+        user: Option<&(String, String)>,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Output {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.admin, "etcdctl", "--endpoints", &self.url])
             .arg(format!("--cacert={}/ca.pem", self.dir))
@@ -117,7 +123,7 @@ impl Onboard {
     }
 
     /// `network token DIR HOST ...` into a file; the token's etcd user.
-    fn token(&self, host: &str, extra: &[&str]) -> (PathBuf, (String, String)) {
+    pub(super) fn token(&self, host: &str, extra: &[&str]) -> (PathBuf, (String, String)) {
         let file =
             self.tmp.join(format!("{host}-{}.token", std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()));
         let mut args = vec!["network", "token", &self.dir, host, "file", file.to_str().unwrap()];
@@ -141,15 +147,36 @@ impl Onboard {
         dir: &str,
         wait: &str,
     ) -> (String, std::thread::JoinHandle<Output>) {
+        self.join_in(&self.host, token, dir, wait)
+    }
+
+    /// [`Onboard::join`] on the machine of namespace `ns` (the admin's
+    /// machine may be a host too).
+    pub(super) fn join_in(
+        &self,
+        ns: &str,
+        token: &std::path::Path,
+        dir: &str,
+        wait: &str,
+    ) -> (String, std::thread::JoinHandle<Output>) {
         let d = self.tmp.join(dir).display().to_string();
-        let c = self.vnetctl_cmd(
-            &self.host,
-            &["join", "--token-file", token.to_str().unwrap(), "dir", &d, "wait", wait],
-        );
+        let c =
+            self.vnetctl_cmd(ns, &["join", "--token-file", token.to_str().unwrap(), "dir", &d, "wait", wait]);
         spawn_join(c)
     }
 
-    fn approve(&self, host: &str, extra: &[&str]) -> Output {
+    /// The etcd login a host that joined into `dir` has: the `etcd-user`
+    /// of the `cluster` line `join` wrote and the password file it names
+    /// (what its vnetd logs in with).
+    pub(super) fn joined_login(&self, dir: &str) -> (String, String) {
+        let d = self.tmp.join(dir);
+        let conf = std::fs::read_to_string(d.join("lab.conf")).unwrap();
+        let user = conf.split_whitespace().skip_while(|w| *w != "etcd-user").nth(1).unwrap();
+        let pw = std::fs::read_to_string(d.join("lab.etcd-pw")).unwrap();
+        (user.to_string(), pw.trim().to_string())
+    }
+
+    pub(super) fn approve(&self, host: &str, extra: &[&str]) -> Output {
         let mut args = vec!["network", "approve", &self.dir, host];
         args.extend_from_slice(extra);
         self.vnetctl(&self.admin, &args)
@@ -172,7 +199,7 @@ impl Onboard {
     }
 
     /// Waits for host `host`'s request to be in etcd; returns it.
-    fn request(&self, host: &str) -> String {
+    pub(super) fn request(&self, host: &str) -> String {
         let key = format!("/vnet-join/lab/{host}");
         wait_until(10.0, "the join request is filed", || !self.get(&key).is_empty());
         self.get(&key)
@@ -192,7 +219,7 @@ fn refused(o: &Output, want: &str, what: &str) {
     eprintln!("onboarding: {what}: refused: {}", t.lines().last().unwrap_or(""));
 }
 
-fn succeeded(o: &Output, what: &str) -> String {
+pub(super) fn succeeded(o: &Output, what: &str) -> String {
     let t = text(o);
     assert!(o.status.success(), "{what}: {t}");
     t
