@@ -39,7 +39,8 @@ fn vtep_talks_both_ways(v6: bool) {
     let l = &json(&lab, 0, "links")["links"][0];
     assert_eq!((l["kind"].as_str(), l["network"].as_u64()), (Some("vxlan"), Some(42)), "{l}");
     assert_eq!(l["remote"], std::net::SocketAddr::new(lab.hosts[1].underlay_ip, 4789).to_string(), "{l}");
-    assert!(l["rx_packets"].as_u64().unwrap() > 1_000 && l["tx_packets"].as_u64().unwrap() > 1_000, "{l}");
+    // Bytes, not datagrams: a batch UDP GRO merged counts once.
+    assert!(l["rx_bytes"].as_u64().unwrap() > 1_000_000 && l["tx_bytes"].as_u64().unwrap() > 1_000_000, "{l}");
     assert_eq!(l["too_big"], 0, "{l}");
     assert_kernel_carried(&lab, 0);
     let g = json(&lab, 0, "stats")["global"].clone();
@@ -149,7 +150,9 @@ mod both {
         assert_stream(&mut lab, &a, &b, 3);
         let l = &json(&lab, 1, "links")["links"][0];
         assert_eq!(l["kind"], "vxlan", "{l}");
-        assert!(l["rx_packets"].as_u64().unwrap() > 1000, "{l}");
+        // Bytes, not datagrams: the receive side counts each batch UDP GRO
+        // merged as one (795 for 45 MB in a loaded CI run).
+        assert!(l["rx_bytes"].as_u64().unwrap() > 1_000_000, "{l}");
         assert_kernel_carried(&lab, 1);
     }
 
