@@ -204,7 +204,8 @@ impl Flows {
     pub fn find(&self, k: &FlowKey) -> Option<usize> {
         let (first, fp) = self.place(k);
         let now = self.now_s.load(Relaxed);
-        (first..first + WAYS).find(|&i| self.fingerprints[i].load(Relaxed) == fp && self.fresh(i, now, idle_s(k)))
+        (first..first + WAYS)
+            .find(|&i| self.fingerprints[i].load(Relaxed) == fp && self.fresh(i, now, idle_s(k)))
     }
 
     /// Whether the flow in `slot` is due to be offered to a mirror: never

@@ -40,7 +40,10 @@ fn vtep_talks_both_ways(v6: bool) {
     assert_eq!((l["kind"].as_str(), l["network"].as_u64()), (Some("vxlan"), Some(42)), "{l}");
     assert_eq!(l["remote"], std::net::SocketAddr::new(lab.hosts[1].underlay_ip, 4789).to_string(), "{l}");
     // Bytes, not datagrams: a batch UDP GRO merged counts once.
-    assert!(l["rx_bytes"].as_u64().unwrap() > 1_000_000 && l["tx_bytes"].as_u64().unwrap() > 1_000_000, "{l}");
+    assert!(
+        l["rx_bytes"].as_u64().unwrap() > 1_000_000 && l["tx_bytes"].as_u64().unwrap() > 1_000_000,
+        "{l}"
+    );
     assert_eq!(l["too_big"], 0, "{l}");
     assert_kernel_carried(&lab, 0);
     let g = json(&lab, 0, "stats")["global"].clone();
