@@ -438,12 +438,20 @@ fn spawn_background(daemon: &Arc<Mutex<Daemon>>, metrics: Option<std::net::Socke
             every.tick().await;
             sweep.global.matrix.sweep();
             // The flow log's second: the engine's closed accounts, the
-            // kernel path's scan (without the daemon's lock).
-            if let Some(log) = sweep.flow_log.get() {
+            // kernel path's scan (without the daemon's lock, and on a
+            // blocking thread: a scan of a full flows map is many system
+            // calls, which must not hold up this runtime's timers and
+            // control endpoint).
+            if sweep.flow_log.get().is_some() {
                 let kernel = d.lock().unwrap_or_else(|p| p.into_inner()).kernel_flows();
-                let (wall_s, mono) =
-                    (vnetd::shared::wall_ns() / 1_000_000_000, vnetd::sys::bpf::monotonic_ns());
-                log.sweep(&sweep.plane.load().policy.flows, kernel.as_deref(), wall_s, mono);
+                let s = sweep.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    let Some(log) = s.flow_log.get() else { return };
+                    let (wall_s, mono) =
+                        (vnetd::shared::wall_ns() / 1_000_000_000, vnetd::sys::bpf::monotonic_ns());
+                    log.sweep(&s.plane.load().policy.flows, kernel.as_deref(), wall_s, mono);
+                })
+                .await;
             }
             let mut d = d.lock().unwrap_or_else(|p| p.into_inner());
             d.check_devices();

@@ -143,12 +143,15 @@ impl Tracker {
                 dead.push(c.key);
             }
         }
+        // A set to look in: a guest that opened 65536 flows and let them
+        // all go idle at once must not make this scan quadratic.
+        let dead_set: std::collections::HashSet<&KernelFlowKey> = dead.iter().collect();
         let mut gone = Vec::new();
         for (k, f) in &mut self.flows {
             let pending = f.seen != f.reported || f.held.is_some();
             let quiet = now.saturating_sub(f.changed_s) >= u64::from(t.idle_s) + GRACE_S;
             let long = now.saturating_sub(f.start_s) >= u64::from(t.active_s);
-            let ends = !f.present || dead.contains(k);
+            let ends = !f.present || dead_set.contains(k);
             if pending && (quiet || long || ends) {
                 out(record(k, f, now));
             }

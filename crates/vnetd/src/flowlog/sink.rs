@@ -50,11 +50,30 @@ pub struct Sink {
     pub rotations: u64,
 }
 
+/// Opens the log for appending: never through a symbolic link (one
+/// planted where the log goes would have root append to any file), made
+/// 0600, and an existing file kept only when it is this process's user's
+/// (then made 0600: a file made beforehand by another user with other
+/// rights would let it read every flow).
 fn open(path: &Path) -> Result<(File, u64), SinkError> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     let err = |source| SinkError::Open { path: path.display().to_string(), source };
-    let f = OpenOptions::new().create(true).append(true).open(path).map_err(err)?;
-    let size = f.metadata().map_err(err)?.len();
-    Ok((f, size))
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(err)?;
+    let meta = f.metadata().map_err(err)?;
+    if !meta.is_file() || meta.uid() != crate::sys::process::effective_uid() {
+        let what = "not a regular file of vnetd's own user (owner and rights are checked)";
+        return Err(err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, what)));
+    }
+    if meta.mode() & 0o077 != 0 {
+        f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    }
+    Ok((f, meta.len()))
 }
 
 impl Sink {
@@ -126,6 +145,30 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 190);
         assert!(Sink::open(Target::File(dir.join("no/such/dir/f")), 10).is_err());
         assert_eq!("-".parse::<Target>().unwrap(), Target::Stdout);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A symbolic link planted where the log goes (a local user's, in a
+    /// directory they can write) is not followed; a file made beforehand
+    /// readable by others is made 0600. The control: a plain path opens.
+    #[test]
+    fn a_planted_link_is_not_followed_and_a_readable_file_is_made_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("vnet-flowlog-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious\n").unwrap();
+        let planted = dir.join("flows.jsonl");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        assert!(Sink::open(Target::File(planted.clone()), 100).is_err(), "a link followed");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+        let made = dir.join("made-before.jsonl");
+        std::fs::write(&made, b"").unwrap();
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut s = Sink::open(Target::File(made.clone()), 100).unwrap();
+        s.write(b"x\n").unwrap();
+        assert_eq!(std::fs::metadata(&made).unwrap().permissions().mode() & 0o777, 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

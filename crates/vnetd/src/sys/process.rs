@@ -46,3 +46,9 @@ pub fn set_umask(mask: u32) -> u32 {
     // cannot fail; it changes only the process's creation mask.
     unsafe { libc::umask(mask as libc::mode_t) as u32 }
 }
+
+/// This process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes nothing, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}

@@ -16,6 +16,9 @@
     if (text !== undefined) { e.textContent = String(text); }
     return e;
   }
+  // A map keyed by names from peers and the store: no prototype, so a host
+  // named "constructor" or "toString" finds nothing built in.
+  function dict() { return Object.create(null); }
   function clear(e) { while (e.firstChild) { e.removeChild(e.firstChild); } return e; }
   function need(ok, what) { if (!ok) { throw new Error("bad state document: " + what); } }
   function bytes(n) {
@@ -62,13 +65,13 @@
     var W = 560, H = 400, cx = W / 2, cy = H / 2, R = 150;
     var svg = el("svg:svg", { width: W, height: H, viewBox: "0 0 " + W + " " + H, id: "topology" });
     var others = s.hosts.filter(function (h) { return h !== s.host; });
-    var at = {};
+    var at = dict();
     at[s.host] = [cx, cy];
     others.forEach(function (h, i) {
       var a = -Math.PI / 2 + 2 * Math.PI * i / Math.max(others.length, 1);
       at[h] = [cx + R * Math.cos(a), cy + R * Math.sin(a)];
     });
-    var reach = {};
+    var reach = dict();
     s.routes.forEach(function (r) {
       var m = /^link (.*)$/.exec(r.to || "");
       // A VM's MAC: not `any`, not a group address (broadcast, multicast).
@@ -136,7 +139,7 @@
   // Drops by reason: the totals, and what the last minutes added (from the
   // samples this page took while open).
   function drops(d, now) {
-    var totals = {};
+    var totals = dict();
     Object.keys(d).forEach(function (r) { totals[r] = (d[r].user || 0) + (d[r].kernel || 0); });
     history.push({ t: now, totals: totals });
     while (history.length > 1 && history[0].t < now - WINDOW_MS) { history.shift(); }
@@ -166,7 +169,8 @@
         return [l.name, l.kind, l.remote, l.state, k.path, k.sec + (l.cipher ? " (" + l.cipher + ")" : ""),
                 k.heard, l.keepalives_received, bytes(l.tx_bytes), bytes(l.rx_bytes), l.downs, l.datapath || "user"];
       }));
-    var names = { "ff:ff:ff:ff:ff:ff": "broadcast" };
+    var names = dict();
+    names["ff:ff:ff:ff:ff:ff"] = "broadcast";
     s.interfaces.forEach(function (i) { names[i.mac] = i.name; });
     table($("interfaces"), ["name", "kind", "mac", "addresses", "data path", "state", "tx", "rx"],
       s.interfaces.map(function (i) {

@@ -60,7 +60,11 @@ pub enum Asked {
 
 /// What `req` (the request's bytes, up to the blank line) asks for.
 pub fn asked(req: &[u8]) -> Asked {
-    let text = String::from_utf8_lossy(req);
+    // A head cut short (by the size or time limit) is refused: what was
+    // cut might be its `Host`, and a rebinding page can size a request so
+    // that the cut falls just before it.
+    let Some(end) = req.windows(4).position(|w| w == b"\r\n\r\n") else { return Asked::Bad };
+    let text = String::from_utf8_lossy(&req[..end]);
     let mut lines = text.split("\r\n");
     let mut parts = lines.next().unwrap_or("").split(' ');
     let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next()) else {
@@ -85,6 +89,9 @@ pub fn asked(req: &[u8]) -> Asked {
     });
     match host {
         Some(h) if !host_is_an_address(h) => Asked::ForeignHost,
+        // HTTP/1.1 requires a Host (browsers always send one): one
+        // without it is not served the page or the document.
+        None if version != "HTTP/1.0" => Asked::ForeignHost,
         _ => asked,
     }
 }

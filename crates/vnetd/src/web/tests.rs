@@ -11,7 +11,9 @@ fn requests_are_routed_and_only_get_is_answered() {
     assert_eq!(asked(&get_req("/", Some("127.0.0.1:9108"))), Asked::Page);
     assert_eq!(asked(&get_req("/dashboard?x=1", Some("localhost:9108"))), Asked::Page);
     assert_eq!(asked(&get_req("/api/state.json", Some("[::1]:9108"))), Asked::State);
-    assert_eq!(asked(&get_req("/api/state.json", None)), Asked::State, "no Host: an HTTP/1.0 client");
+    let http10 = b"GET /api/state.json HTTP/1.0\r\nUser-Agent: t\r\n\r\n";
+    assert_eq!(asked(http10), Asked::State, "no Host: an HTTP/1.0 client");
+    assert_eq!(asked(&get_req("/api/state.json", None)), Asked::ForeignHost, "HTTP/1.1 without a Host");
     assert_eq!(asked(&get_req("/etc/passwd", None)), Asked::NotFound);
     for m in ["POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"] {
         let req = format!("{m} /api/state.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
@@ -39,6 +41,15 @@ fn a_rebound_name_gets_neither_the_page_nor_its_document() {
     }
     for odd in ["[::1", "[::1]x", "127.0.0.1:port", ""] {
         assert!(!host_is_an_address(odd), "{odd}");
+    }
+    // A request sized so that the read limit cuts it just before its
+    // Host (the rest of the head never read): refused, not served as a
+    // request without a Host. The same request whole is the control.
+    for path in ["/", "/api/state.json"] {
+        let whole = get_req(&format!("{path}?{}", "A".repeat(MAX_HTTP_REQUEST)), Some("evil.example"));
+        let cut = &whole[..whole.windows(2).position(|w| w == b"\r\n").unwrap() + 2];
+        assert_eq!(asked(cut), Asked::Bad, "{path}: a head cut before its Host");
+        assert_eq!(asked(&whole), Asked::ForeignHost, "{path}: the whole head");
     }
     // Scrapers name their targets as they like.
     assert_eq!(asked(&get_req("/metrics", Some("node1.example:9108"))), Asked::Metrics);
