@@ -170,7 +170,12 @@ fn respond(asked: Asked, daemon: &Mutex<Daemon>) -> (&'static str, String, &'sta
             plain,
             "the dashboard answers only a Host that is an IP address or localhost\n".into(),
         ),
-        Asked::Bad => ("400 Bad Request", String::new(), plain, "not an HTTP request\n".into()),
+        Asked::Bad => (
+            "400 Bad Request",
+            String::new(),
+            plain,
+            "not an HTTP request, or its head did not end within 8 KB and 2 s\n".into(),
+        ),
     }
 }
 
