@@ -167,6 +167,16 @@ pub fn trace(plane: &Plane, p: Probe<'_>) -> Trace {
         return t;
     }
     if let Some(q) = p.question {
+        // The ARP request meets the source checks and the policy before
+        // the edge answers it, as `forward` takes it (a policy that
+        // allows the frame but not ARP stops the flow here).
+        for mut step in [source(plane, p.ingress, src, q), policy_step(plane, p.ingress, q)] {
+            if !step.verdict.passes() {
+                step.detail = format!("the ARP request before it: {}", step.detail);
+                t.push(step);
+                return t;
+            }
+        }
         t.push(neighbour(plane, p.ingress, q));
     }
     let mut decisions = Vec::new();

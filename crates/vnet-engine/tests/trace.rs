@@ -244,3 +244,28 @@ fn a_probe_frame_is_what_the_rules_read() {
     assert!(trace::probe_frame((M1, M2), (IP1.into(), "fd00::2".parse().unwrap()), Proto::Icmp, 0).is_none());
     assert!(vnet_wire::neigh::question(&trace::arp_request(M1, IP1, IP2)).is_some());
 }
+
+/// The ARP request before the frame meets the policy as the data path
+/// takes it: a policy that allows the frame but not ARP stops the flow at
+/// the request (the trace says so, and the data path drops the request);
+/// the control: with a rule for ARP the same trace passes.
+#[test]
+fn an_arp_request_the_policy_denies_is_where_the_trace_stops() {
+    let mut net = pair();
+    net.apply(0, "policy default deny network 7\nrule web allow network 7 proto udp port 80\n").unwrap();
+    let t = from_vm(&net, 0, &udp(M1, M2, 80, 100));
+    assert_eq!(
+        failing(&t),
+        (Stage::Policy, Verdict::Drop(DropReason::PolicyDenied), "default".into()),
+        "{t:#?}"
+    );
+    let s = t.failure().unwrap();
+    assert!(s.detail.starts_with("the ARP request before it: "), "{s:?}");
+    assert!(!stages(&t).contains(&Stage::Neighbour) && !stages(&t).contains(&Stage::Route), "{t:#?}");
+    let q = trace::arp_request(M1, IP1, IP2);
+    assert_eq!(sent(&mut net, 0, &q, 0), [DropReason::PolicyDenied], "the data path drops the request");
+    net.apply(0, "rule arp allow network 7 ether arp\n").unwrap();
+    let t = from_vm(&net, 0, &udp(M1, M2, 80, 100));
+    assert!(t.failure().is_none(), "{t:#?}");
+    assert!(stages(&t).contains(&Stage::Neighbour));
+}
