@@ -29,6 +29,14 @@ git archive "$rev" | tar -x -C "$old"
 if [ -d target/release ]; then
     mkdir -p "$old/target"
     cp -al target/release "$old/target/release"
+    # The workspace's own crates are built again: their fingerprints and
+    # build scripts' outputs go. Cargo's fingerprints do not name the
+    # workspace's path, and git archive gives the old tree's files their
+    # commit's (older) times, so a kept fingerprint made this tree's
+    # vnetd build script look fresh there (it then checked the old
+    # vnet.h for this tree's structs and failed).
+    rm -rf "$old/target/release/.cargo-lock" "$old"/target/release/.fingerprint/vnet* \
+        "$old"/target/release/build/vnet* "$old"/target/release/deps/*vnet*
 fi
 echo "building the package of $rev (in $old)"
 (cd "$old" && env -u CARGO_TARGET_DIR bash scripts/package.sh | tail -1)
