@@ -2,42 +2,10 @@
 //! with their reasons (`vnetctl show drops`), or those numbered SEQ on
 //! (what `vnetctl monitor drops` polls for).
 
-use std::fmt;
+pub use crate::recent::{DEFAULT_LAST, MAX_LAST};
 
-/// Drops listed when no number is given.
-pub const DEFAULT_LAST: u32 = 20;
-/// The most drops one reply lists.
-pub const MAX_LAST: u32 = 4096;
-
-/// What `show drops` asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DropsQuery {
-    /// The newest `last` drops (of those numbered `since` on, if given).
-    pub last: u32,
-    /// Only drops numbered this or later: a monitor's poll, which also
-    /// tells vnetd someone watches (the kernel path then sends events).
-    pub since: Option<u64>,
-    pub json: bool,
-}
-
-impl Default for DropsQuery {
-    fn default() -> Self {
-        DropsQuery { last: DEFAULT_LAST, since: None, json: false }
-    }
-}
-
-impl fmt::Display for DropsQuery {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "show drops {}", self.last)?;
-        if let Some(s) = self.since {
-            write!(f, " since {s}")?;
-        }
-        if self.json {
-            f.write_str(" json")?;
-        }
-        Ok(())
-    }
-}
+/// What `show drops` asks for ([`crate::recent`]).
+pub type DropsQuery = crate::recent::RecentQuery;
 
 #[cfg(test)]
 mod tests {
@@ -55,7 +23,7 @@ mod tests {
         assert_eq!(one("show drops"), Command::Drops(DropsQuery::default()));
         let q = DropsQuery { last: 5, since: Some(1 << 40), json: true };
         assert_eq!(one("show drops 5 since 1099511627776 json"), Command::Drops(q));
-        assert_eq!(one(&q.to_string()), Command::Drops(q));
+        assert_eq!(one(&q.line("drops")), Command::Drops(q));
         assert_eq!(
             one("show drops json"),
             Command::Drops(DropsQuery { json: true, ..DropsQuery::default() })

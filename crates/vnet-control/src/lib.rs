@@ -39,6 +39,7 @@ pub mod lex;
 pub mod neigh;
 pub mod parse;
 pub mod policy;
+pub mod recent;
 pub mod reply;
 pub mod request;
 pub mod state;

@@ -219,44 +219,32 @@ impl<'a> Parser<'_, 'a> {
 
     /// `drops [N] [since SEQ] [json]` after `show`.
     fn drops(&mut self) -> Result<Command> {
-        use crate::drops::{DropsQuery, DEFAULT_LAST, MAX_LAST};
-        let last = match self.peek().is_some_and(|t| t.text.starts_with(|c: char| c.is_ascii_digit())) {
-            true => self.number("a number of drops (1-4096)", 1..=MAX_LAST)?,
-            false => DEFAULT_LAST,
-        };
-        let since = match self.eat("since") {
-            true => {
-                let pos = self.pos();
-                let t = self.next("a drop number")?;
-                Some(t.text.parse::<u64>().map_err(|_| Error::new(pos, "a drop number", found(Some(&t))))?)
-            }
-            false => None,
-        };
-        let json = self.eat("json") || self.eat("--json");
-        Ok(Command::Drops(DropsQuery { last, since, json }))
+        Ok(Command::Drops(self.recent(("a number of drops (1-4096)", "a drop number"))?))
     }
 
     /// `flows [N] [since SEQ] [json]` after `show`.
     fn flows(&mut self) -> Result<Command> {
-        use crate::flows::{FlowsQuery, DEFAULT_LAST, MAX_LAST};
+        Ok(Command::Flows(self.recent(("a number of flow records (1-4096)", "a flow record number"))?))
+    }
+
+    /// `[N] [since SEQ] [json]` of `show drops|flows` ([`crate::recent`]);
+    /// `(count, seq)`: what each number is called in an error.
+    fn recent(&mut self, (count, seq): (&str, &str)) -> Result<crate::recent::RecentQuery> {
+        use crate::recent::{RecentQuery, DEFAULT_LAST, MAX_LAST};
         let last = match self.peek().is_some_and(|t| t.text.starts_with(|c: char| c.is_ascii_digit())) {
-            true => self.number("a number of flow records (1-4096)", 1..=MAX_LAST)?,
+            true => self.number(count, 1..=MAX_LAST)?,
             false => DEFAULT_LAST,
         };
         let since = match self.eat("since") {
             true => {
                 let pos = self.pos();
-                let t = self.next("a flow record number")?;
-                Some(
-                    t.text
-                        .parse::<u64>()
-                        .map_err(|_| Error::new(pos, "a flow record number", found(Some(&t))))?,
-                )
+                let t = self.next(seq)?;
+                Some(t.text.parse::<u64>().map_err(|_| Error::new(pos, seq, found(Some(&t))))?)
             }
             false => None,
         };
         let json = self.eat("json") || self.eat("--json");
-        Ok(Command::Flows(FlowsQuery { last, since, json }))
+        Ok(RecentQuery { last, since, json })
     }
 
     /// Palacios `add`: a link if the first word is an IP, else a route.

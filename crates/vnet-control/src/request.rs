@@ -699,9 +699,9 @@ impl fmt::Display for Request {
             Request::Show { what, json } => {
                 write!(f, "show {}{}", show_word(*what), if *json { " json" } else { "" })
             }
-            Request::Drops(q) => write!(f, "{q}"),
+            Request::Drops(q) => f.write_str(&q.line("drops")),
             Request::Trace(q) => write!(f, "{q}"),
-            Request::Flows(q) => write!(f, "{q}"),
+            Request::Flows(q) => f.write_str(&q.line("flows")),
             Request::Begin => f.write_str("begin"),
             Request::Commit => f.write_str("commit"),
             Request::Abort => f.write_str("abort"),
