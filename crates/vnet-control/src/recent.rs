@@ -37,3 +37,39 @@ impl RecentQuery {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ast::{Class, Command};
+
+    fn one(line: &str) -> Command {
+        let mut v = crate::parse(line).expect("parses");
+        assert_eq!(v.len(), 1);
+        v.remove(0).item
+    }
+
+    /// `show drops` and `show flows`: each parses its count, cursor and
+    /// json, writes back the same line, refuses what is out of range, and
+    /// is a query.
+    #[test]
+    fn show_drops_and_flows_parse_their_count_cursor_and_json_and_write_back_the_same() {
+        let words = [("drops", Command::Drops as fn(RecentQuery) -> Command), ("flows", Command::Flows)];
+        for (word, command) in words {
+            assert_eq!(one(&format!("show {word}")), command(RecentQuery::default()));
+            let q = RecentQuery { last: 5, since: Some(1 << 40), json: true };
+            assert_eq!(one(&format!("show {word} 5 since 1099511627776 json")), command(q));
+            assert_eq!(one(&q.line(word)), command(q));
+            assert_eq!(
+                one(&format!("show {word} json")),
+                command(RecentQuery { json: true, ..RecentQuery::default() })
+            );
+            for bad in ["0", "4097", "since x", "3 extra"] {
+                let bad = format!("show {word} {bad}");
+                assert!(crate::parse(&bad).is_err(), "{bad}");
+            }
+            assert!(!command(q).is_change());
+            assert_eq!(one(&format!("show {word}")).class(), Class::Query);
+        }
+    }
+}
