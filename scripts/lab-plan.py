@@ -3,7 +3,8 @@
 
 Reads the lab's test list (`cargo test -p vnet-lab --test lab -- --ignored
 --list`) on stdin and writes one file of exact test names per step into
-DIR (argv[1]): user, user-alone, kernel, kernel-alone.
+DIR (argv[1]): user, user-alone, user-package, kernel, kernel-alone,
+kernel-package.
 
 Where a test runs is declared next to it: the lab's tests are in rooms by
 area (`crates/vnet-lab/tests/lab/*.rs`), and in each room in a module per
@@ -18,6 +19,12 @@ pass, so a test's full name is ROOM::PASS::NAME. The pass module says:
   kernel        the kernel pass only (the kernel path's own maps)
   kernel_alone  the kernel pass only, one at a time
   by_hand       no step: scripts/upgrade-test.sh or scripts/k8s-test.sh runs it
+
+The alone tests that install a package or boot the systemd test's machine
+(PACKAGE below, by exact name) go to the *-package steps instead: test.sh
+runs those last, after the package and the machine (built in the
+background meanwhile) are done, so the other alone tests need not wait for
+the build. A PACKAGE name that names no alone test fails the plan.
 
 A pass is a data path: every vnetd interface of the user pass is on the
 user path (VNET_LAB_DATAPATH=user), of the kernel pass on the kernel path;
@@ -37,6 +44,15 @@ STEPS = {
     "by_hand": [],
 }
 
+# The alone tests that need scripts/package.sh's and
+# scripts/previous-package.sh's packages or lab/build-rootfs.sh's machine
+# (`package_deb()`, `previous_package()`, `Machine::boot`).
+PACKAGE = {
+    "integration::both_alone::systemd_runs_the_package_reloads_restarts_and_upgrades_it_without_a_cut_and_stops_clean",
+    "integration::user_alone::the_installed_package_runs_the_demo_under_exactly_the_units_capabilities",
+    "life::both_alone::an_upgrade_from_the_previous_releases_package_in_cluster_mode_under_a_10ms_ping_and_a_tcp_stream",
+}
+
 
 def main() -> int:
     out = Path(sys.argv[1])
@@ -44,7 +60,7 @@ def main() -> int:
     if not names:
         print("lab-plan: the lab lists no test", file=sys.stderr)
         return 1
-    steps = {"user": [], "user-alone": [], "kernel": [], "kernel-alone": []}
+    steps = {s: [] for s in ("user", "user-alone", "user-package", "kernel", "kernel-alone", "kernel-package")}
     by_hand = 0
     for n in names:
         parts = n.split("::")
@@ -54,7 +70,11 @@ def main() -> int:
             return 1
         by_hand += not STEPS[parts[1]]
         for s in STEPS[parts[1]]:
-            steps[s].append(n)
+            steps[s.replace("-alone", "-package") if n in PACKAGE else s].append(n)
+    stale = sorted(PACKAGE - {n for n in names if n.split("::")[1].endswith("alone")})
+    if stale:
+        print(f"lab-plan: PACKAGE names no alone test: {', '.join(stale)}", file=sys.stderr)
+        return 1
     out.mkdir(parents=True, exist_ok=True)
     for step, tests in steps.items():
         (out / step).write_text("".join(t + "\n" for t in tests))

@@ -923,15 +923,26 @@ mod user {
         // (which takes no network key) brings nothing back either.
         lab.stop_vnetd(2).unwrap();
         lab.start_vnetd(2).unwrap();
+        let record = format!("/vnet/{}/hosts/h2", lab.prefix);
+        wait_until(10.0, "host 2 put its record again", || {
+            !lab.etcdctl(&["get", "--print-value-only", &record]).unwrap().trim().is_empty()
+        });
         lab.etcd_put(key, None).unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
+        // Hosts 0 and 1 have applied host 2's new record and the deletion
+        // (before, a 1.5 s sleep), so the checks below see what they did
+        // with them.
+        let took = wait_applied(&lab, &[0, 1], "host 2's record and the revocation's deletion", 5.0);
+        eprintln!("revocation: hosts 0 and 1 applied host 2's new record and the deletion {took:?} after it");
         for h in [0, 1] {
             assert!(
                 !link_names(&lab, h).contains(&"h2".to_string()),
                 "host {h} linked the revoked host again"
             );
         }
-        assert_eq!(lab.ping(&a, c.ip, 2, 56).unwrap().received, 0, "the revoked host's VM answered");
+        // The pings were sent (a ping that never ran passes "none answered").
+        let p = lab.ping(&a, c.ip, 2, 56).unwrap();
+        assert_eq!(p.sent, 2, "the ping to the revoked host's VM did not run: {p:?}");
+        assert_eq!(p.received, 0, "the revoked host's VM answered: {p:?}");
     }
 
     /// Issue 66: what `network revoke` cannot end. etcd checks a watch's
@@ -1230,7 +1241,11 @@ mod user {
             }
         }
         // Both NATs forget every mapping at once, under a 10 ms ping from
-        // host 0's VM to host 1's.
+        // host 0's VM to host 1's. Host 1's symmetric NAT then sends its
+        // datagrams from a new random port (`--random-fully`; the same one
+        // again is a chance of 1 in 28000), which host 0's link must follow:
+        // a gap alone is what a flush that changed nothing also passes.
+        let before = link_named(&lab, 0, "h1")["endpoint"].clone();
         let (r0, r1) = (format!("{}-r0", lab.prefix), format!("{}-r1", lab.prefix));
         let (out, _) = {
             let (a, b) = (vms[0].clone(), vms[1].clone());
@@ -1246,5 +1261,9 @@ mod user {
         let (r, gap) = ping_gap("NAT cluster: conntrack flushed on both NATs", &out, 600);
         eprintln!("NAT cluster: after the flush: {r:?}, longest gap {} ms", gap * 10);
         assert!(gap <= 200, "traffic stopped for {} ms after both NATs were flushed", gap * 10);
+        let after = link_named(&lab, 0, "h1");
+        eprintln!("NAT cluster: host 0 sent to host 1 at {before}, now at {}", after["endpoint"]);
+        assert_ne!(after["endpoint"], before, "host 0's link did not follow host 1's new port: {after}");
+        assert_ne!(after["path"], "relayed", "{after}");
     }
 }

@@ -496,6 +496,24 @@ pub fn wait_until_or(
     t0.elapsed()
 }
 
+/// Waits up to `secs` until hosts `hosts` have applied every event up to
+/// the store's revision now (each host's `show cluster` revision, the last
+/// event it applied, reaches etcd's): a readiness wait for "every host has
+/// seen what was written", where a check that nothing changed follows.
+pub fn wait_applied(lab: &Lab, hosts: &[usize], what: &str, secs: f64) -> Duration {
+    let out = lab.etcdctl(&["get", "-w", "json", "/vnet/"]).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("etcdctl get: {e}: {out}"));
+    let rev = v["header"]["revision"].as_u64().unwrap_or_else(|| panic!("no revision: {out}"));
+    let applied = |h: usize| lab.cluster_status(h).unwrap()["revision"].as_u64().unwrap_or(0);
+    wait_until_or(
+        secs,
+        &format!("hosts {hosts:?} applied revision {rev} ({what})"),
+        || hosts.iter().all(|&h| applied(h) >= rev),
+        || hosts.iter().map(|&h| format!("host {h}: revision {}", applied(h))).collect::<Vec<_>>().join(", "),
+    )
+}
+
 /// The names of host `h`'s links.
 pub fn link_names(lab: &Lab, h: usize) -> Vec<String> {
     let v = json(lab, h, "links");

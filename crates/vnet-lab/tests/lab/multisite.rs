@@ -253,7 +253,11 @@ mod both {
         // next probe or a new ARP cycle takes up to ~3 s more (our reading of
         // a 3.4 s gap CI saw once under load, on the user path; a kernel-path
         // run under load showed the like: not traced to the packet).
-        assert!(r.received >= 640 * 2 / 5, "{r:?}");
+        // Received: about twice the loss the test command measured (three
+        // tests at a time, 2026-12-07: 600, 606, 609, 579 and 604 of 640,
+        // the worst 61 lost; the bound was 256, two fifths). The gap stays
+        // wide (5-8 measured) for the ~3 s kernel ARP cycle above.
+        assert!(r.received >= 640 - 2 * 61, "{r:?}");
         assert!(gap <= 50, "a gap of {gap} pings (100 ms each) for a 1.5 s outage");
         assert!(tcp.status.success() && j.get("error").is_none(), "the TCP stream broke: {}", j);
         assert!(tail.len() >= 69, "iperf3 did not run its course: {tail:.0?}");

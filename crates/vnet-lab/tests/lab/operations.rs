@@ -124,7 +124,12 @@ mod both {
                 "pings went on while vnetd was dead ({gap} lost in a row): something stale forwarded"
             );
         }
-        assert!(gap * 10 < 2000, "traffic resumed {} ms after the kill", gap * 10);
+        // About twice what the test command measured (three tests at a
+        // time, 2026-12-07: 120-130 ms on the user path, whose TAP queues
+        // the VM's frames meanwhile; 310-320 ms on the kernel path, 420 on a
+        // busier machine); the bound was 2000 ms. A restart 1 s slower
+        // (the dead time 1300 ms) fails it on the kernel path (990 ms).
+        assert!(gap * 10 < 700, "traffic resumed {} ms after the kill", gap * 10);
         // The restarted vnetd adopted the VM's persistent TAP (or its veth) as
         // it was: same device, same index, the VM's address still on it.
         let a = lab.vm(0, 0).clone();
