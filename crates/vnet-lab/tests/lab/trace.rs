@@ -150,6 +150,13 @@ mod both {
         assert_eq!(stages(&t["here"]), here, "{t:#}");
         assert_eq!(t["here"]["frame"]["proto"], "udp port 7777", "{t:#}");
         assert_eq!(t["far"]["exits"], serde_json::json!(["vm0"]));
+        // Cut short (18 bytes: 4 of the IPv4 header): refused at its column.
+        let cut = &hex[..36];
+        let out = lab.vnetctl(0, &["trace", "hex", cut]).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("trace: vnetctl trace hex {cut}: {err}");
+        let want = "1:39: expected an IPv4 header (20 bytes) at byte 14, found 4 bytes from byte 14";
+        assert!(!out.status.success() && err.contains(want), "{err}");
         assert_ping(&lab, &a, b.ip, 56);
     }
 
