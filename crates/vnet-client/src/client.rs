@@ -94,10 +94,23 @@ impl Client {
         self.request(&r.line())
     }
 
+    /// [`Client::send`], its reply's body read to at most `max` bytes: for
+    /// a reply from a host this one does not run (a trace's far host). A
+    /// longer reply is an error, and the connection is of no further use.
+    pub fn send_bounded(&mut self, r: &vnet_control::request::Request, max: usize) -> io::Result<Reply> {
+        self.exchange(&r.line(), max)
+    }
+
     /// Sends one raw line, as a person typed it, and reads its reply. A
     /// line with a control character (a newline among them) is refused
     /// here, before anything is sent: it could hold a second command.
     pub fn request(&mut self, line: &str) -> io::Result<Reply> {
+        self.exchange(line, usize::MAX)
+    }
+
+    /// Writes `line` (refused if it holds a control character) and its
+    /// newline, and reads the reply, its body at most `max` bytes.
+    fn exchange(&mut self, line: &str, max: usize) -> io::Result<Reply> {
         if let Some(c) = line.chars().find(|c| !vnet_control::lex::allowed(*c)) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -111,21 +124,30 @@ impl Client {
         let sent = w.write_all(line.as_bytes()).and_then(|()| w.write_all(b"\n")).and_then(|()| w.flush());
         match sent {
             // vnetd refused the connection and closed it: its reason is still to be read.
-            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.read_reply().map_err(|_| e),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.read_reply(max).map_err(|_| e),
             Err(e) => Err(e),
-            Ok(()) => self.read_reply(),
+            Ok(()) => self.read_reply(max),
         }
     }
 
-    fn read_reply(&mut self) -> io::Result<Reply> {
+    /// Reads a reply, its body (and each line) at most `max` bytes.
+    fn read_reply(&mut self, max: usize) -> io::Result<Reply> {
+        use std::io::Read as _;
         let mut body = String::new();
         loop {
             let mut l = String::new();
-            if self.r.read_line(&mut l)? == 0 {
+            // The closing line too: room for `err` and a message.
+            let room = max.saturating_sub(body.len()).saturating_add(1024);
+            let n = (&mut self.r).take(room as u64).read_line(&mut l)?;
+            if n == 0 {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "vnetd closed the connection"));
             }
             if let Some(result) = Reply::closing(l.trim_end()) {
                 return Ok(Reply { body, result });
+            }
+            if body.len() + l.len() > max || (n == room && !l.ends_with('\n')) {
+                let e = format!("the reply is longer than {max} bytes: not read further");
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
             body.push_str(&l);
         }
@@ -188,5 +210,36 @@ mod tests {
         let mut c = Client { r: BufReader::new(Box::new(a)) };
         let e = c.request("show links\nlink evil udp 192.0.2.9:9000").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    }
+
+    /// A reply from a host this one does not run is read to a cap: past it
+    /// (an endless line, or too many), an error, not memory; the control:
+    /// a reply within it is read whole.
+    #[test]
+    fn a_bounded_reply_past_its_cap_is_refused_and_one_within_it_read() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut c = Client { r: BufReader::new(Box::new(a)) };
+        let req = vnet_control::request::Request::Save;
+        b.write_all(b"line one\nline two\nend ok\n").unwrap();
+        let r = c.send_bounded(&req, 100).unwrap();
+        assert_eq!((r.body.as_str(), r.result.is_ok()), ("line one\nline two\n", true));
+        let w = std::thread::spawn(move || {
+            let chunk = [b'x'; 4096];
+            for _ in 0..256 {
+                if b.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        });
+        let e = c.send_bounded(&req, 1000).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(e.to_string().contains("longer than 1000 bytes"), "{e}");
+        drop(c);
+        w.join().unwrap();
+        // Many short lines past the cap: refused too.
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut c = Client { r: BufReader::new(Box::new(a)) };
+        b.write_all(&b"step\n".repeat(300)).unwrap();
+        assert!(c.send_bounded(&req, 1000).is_err());
     }
 }

@@ -312,6 +312,8 @@ pub enum Command {
     Drops(crate::drops::DropsQuery),
     /// `trace from SRC to IP ...` ([`crate::trace`]): a frame's way, dry-run.
     Trace(Box<crate::trace::TraceQuery>),
+    /// `trace hex HEX ...` ([`crate::trace::TraceHex`]): a frame's bytes, dry-run.
+    TraceHex(Box<crate::trace::TraceHex>),
     /// `show flows [N] [since SEQ] [json]` ([`crate::flows`]).
     Flows(crate::flows::FlowsQuery),
     /// `announce MAC`: send a broadcast RARP from MAC over every link, as a
@@ -411,6 +413,7 @@ impl Command {
             Command::Show { .. }
             | Command::Drops(_)
             | Command::Trace(_)
+            | Command::TraceHex(_)
             | Command::Flows(_)
             | Command::Announce(_)
             | Command::Save

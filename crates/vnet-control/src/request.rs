@@ -503,6 +503,8 @@ pub enum Request {
     Drops(crate::drops::DropsQuery),
     /// `trace from ...` ([`Request::trace`]: checked).
     Trace(Box<crate::trace::TraceQuery>),
+    /// `trace hex ...` ([`Request::trace_hex`]: checked).
+    TraceHex(Box<crate::trace::TraceHex>),
     /// `show flows [N] [since SEQ] [json]`.
     Flows(crate::flows::FlowsQuery),
     Begin,
@@ -552,6 +554,30 @@ impl Request {
             Name::new(n)?;
         }
         Ok(Request::Trace(Box::new(q)))
+    }
+
+    /// A `trace hex` of `q`, checked as the parser checks it: an interface
+    /// it names is a [`Name`], the frame at most
+    /// [`crate::trace::MAX_HEX_FRAME`] bytes with its headers whole.
+    pub fn trace_hex(q: crate::trace::TraceHex) -> Result<Request, Invalid> {
+        match &q.via {
+            Some(crate::trace::Source::Interface(n)) => {
+                Name::new(n)?;
+            }
+            Some(crate::trace::Source::Ip(a)) => {
+                return Err(invalid("in", &a.to_string(), "an interface's name or a MAC"));
+            }
+            _ => {}
+        }
+        if q.frame.len() > crate::trace::MAX_HEX_FRAME {
+            let n = format!("{} bytes", q.frame.len());
+            return Err(invalid("hex", &n, "a frame of at most 16384 bytes"));
+        }
+        if let Some((byte, what, _)) = crate::trace::truncation(&q.frame) {
+            let cut = format!("{} bytes: {what} at byte {byte} cut short", q.frame.len());
+            return Err(invalid("hex", &cut, "a frame with its headers whole"));
+        }
+        Ok(Request::TraceHex(Box::new(q)))
     }
 
     /// A declaration of `i`, checked.
@@ -626,6 +652,7 @@ impl Request {
             Request::Show { what, json } => Command::Show { what: *what, json: *json },
             Request::Drops(q) => Command::Drops(*q),
             Request::Trace(q) => Command::Trace(q.clone()),
+            Request::TraceHex(q) => Command::TraceHex(q.clone()),
             Request::Flows(q) => Command::Flows(*q),
             Request::Begin => Command::Begin,
             Request::Commit => Command::Commit,
@@ -701,6 +728,7 @@ impl fmt::Display for Request {
             }
             Request::Drops(q) => f.write_str(&q.line("drops")),
             Request::Trace(q) => write!(f, "{q}"),
+            Request::TraceHex(q) => write!(f, "{q}"),
             Request::Flows(q) => f.write_str(&q.line("flows")),
             Request::Begin => f.write_str("begin"),
             Request::Commit => f.write_str("commit"),

@@ -8,6 +8,14 @@
 //! and the second `mac` give the source's address and the destination's
 //! MAC where no interface's `addresses` or `neigh` line names them; the
 //! first `mac`, a source MAC other than the interface's (a spoofed one).
+//!
+//! `trace hex HEX [in NAME|MAC] [network N] [json]`: the frame itself, as
+//! hex digits (Ethernet header first), coming in by interface NAME or the
+//! one whose VM has MAC (else the frame's source MAC's: a local VM's, or
+//! the link the routes send it to). Refused when it is not hex, or cut
+//! short: a header the frame announces (Ethernet, IPv4 or IPv6 and the
+//! length it says, ARP, TCP, UDP, ICMP) that does not fit, found with the
+//! data path's parsers ([`truncation`]), the error at that header's column.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -57,6 +65,103 @@ pub struct TraceQuery {
     /// another host, the network id its datagram says.
     pub network: Option<u32>,
     pub json: bool,
+}
+
+/// The most bytes a `trace hex` frame may have: its hex fits a control
+/// line (64 KiB) twice over.
+pub const MAX_HEX_FRAME: usize = 16 * 1024;
+
+/// What `trace hex` asks for: the frame as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHex {
+    /// The frame, Ethernet header first, at least its headers whole.
+    pub frame: Vec<u8>,
+    /// Where it comes in: an interface by name, or the one (or the link)
+    /// of a MAC; the frame's source MAC's unless given.
+    pub via: Option<Source>,
+    /// For a frame from another host, the network id its datagram says.
+    pub network: Option<u32>,
+    pub json: bool,
+}
+
+impl fmt::Display for TraceHex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("trace hex ")?;
+        for b in &self.frame {
+            write!(f, "{b:02x}")?;
+        }
+        match &self.via {
+            Some(Source::Interface(n)) => write!(f, " in {n}")?,
+            Some(Source::Mac(m)) => write!(f, " in {m}")?,
+            Some(Source::Ip(a)) => write!(f, " in {a}")?,
+            None => {}
+        }
+        if let Some(n) = self.network {
+            write!(f, " network {n}")?;
+        }
+        if self.json {
+            f.write_str(" json")?;
+        }
+        Ok(())
+    }
+}
+
+/// Where `frame` is cut short, read with the data path's parsers
+/// (`vnet_wire`'s views): the byte the header that does not fit starts
+/// at, what it needs, and how many bytes are there from it. `None` for a
+/// frame whose headers are whole (or which nothing here reads further:
+/// another EtherType, a later fragment, an IPv6 extension header; the
+/// trace says what the data path makes of those).
+pub fn truncation(f: &[u8]) -> Option<(usize, String, usize)> {
+    use vnet_wire::ip::{Ipv4Packet, Ipv6Packet};
+    use vnet_wire::{Error as Wire, EthernetFrame};
+    let short = |at: usize, what: &str, need: usize| {
+        Some((at, format!("{what} ({need} bytes)"), f.len().saturating_sub(at)))
+    };
+    if let Err(Wire::Truncated { need, .. }) = EthernetFrame::new_checked(f) {
+        return short(0, "an Ethernet header", need);
+    }
+    let at = vnet_wire::ethernet::HEADER_LEN;
+    let be16 = |i: usize| f.get(i..i + 2).map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+    let (proto, l4, end) = match be16(12) {
+        0x0800 => match Ipv4Packet::new_checked(&f[at..]) {
+            Err(Wire::Truncated { need, .. }) => return short(at, "an IPv4 header", need),
+            Err(_) => return None,
+            Ok(p) => {
+                let total = be16(at + 2);
+                if at + total > f.len() {
+                    return short(at, "the IPv4 packet its total length says", total);
+                }
+                if be16(at + 6) & 0x1fff != 0 {
+                    return None; // a later fragment: no transport header
+                }
+                (p.protocol(), at + p.header_len(), at + total)
+            }
+        },
+        0x86dd => match Ipv6Packet::new_checked(&f[at..]) {
+            Err(Wire::Truncated { need, .. }) => return short(at, "an IPv6 header", need),
+            Err(_) => return None,
+            Ok(p) => {
+                let total = 40 + be16(at + 4);
+                if at + total > f.len() {
+                    return short(at, "the IPv6 packet its payload length says", total);
+                }
+                (p.next_header(), at + 40, at + total)
+            }
+        },
+        0x0806 if f.len() < at + vnet_wire::arp::LEN => {
+            return short(at, "an ARP packet", vnet_wire::arp::LEN)
+        }
+        _ => return None,
+    };
+    let (what, need) = match proto {
+        vnet_wire::ip::PROTO_TCP => ("a TCP header", 20),
+        vnet_wire::ip::PROTO_UDP => ("a UDP header", 8),
+        1 | 58 => ("an ICMP header", 8),
+        _ => return None,
+    };
+    let have = end.saturating_sub(l4);
+    (have < need).then(|| (l4, format!("{what} ({need} bytes)"), have))
 }
 
 impl fmt::Display for TraceQuery {
@@ -155,5 +260,97 @@ mod tests {
             assert!(crate::parse(bad).is_err(), "{bad}");
         }
         assert!(!one("trace from vm0 to 10.88.1.1").is_change());
+    }
+
+    /// A UDP frame 52:54:00:00:00:01 10.0.0.1 > 52:54:00:00:00:02 10.0.0.2 port 53, 60 bytes.
+    fn udp_hex() -> String {
+        let mut f = vec![0x52, 0x54, 0, 0, 0, 2, 0x52, 0x54, 0, 0, 0, 1, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0, 0, 28, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
+        f.extend_from_slice(&[0x9c, 0x40, 0, 53, 0, 8, 0, 0]);
+        f.resize(60, 0);
+        f.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn refused(line: &str) -> crate::Error {
+        crate::parse(line).err().unwrap_or_else(|| panic!("{line}: accepted"))
+    }
+
+    #[test]
+    fn trace_hex_takes_a_whole_frame_and_writes_back_the_same() {
+        let hex = udp_hex();
+        let Command::Trace(_) = one("trace from vm0 to 10.0.0.2") else { panic!() };
+        let Command::TraceHex(t) = one(&format!("trace hex {hex}")) else { panic!() };
+        assert_eq!(
+            (t.frame.len(), t.frame[23], t.via.clone(), t.network, t.json),
+            (60, 17, None, None, false)
+        );
+        let line = format!("trace hex {hex} in vm0 network 7 json");
+        let Command::TraceHex(t) = one(&line) else { panic!() };
+        assert_eq!(
+            (t.via.clone(), t.network, t.json),
+            (Some(Source::Interface("vm0".into())), Some(7), true)
+        );
+        assert_eq!(t.to_string(), line, "written back the same");
+        let upper = format!("trace hex {} in 52:54:00:00:00:01", hex.to_uppercase());
+        let Command::TraceHex(u) = one(&upper) else { panic!() };
+        assert_eq!(u.frame, t.frame);
+        assert_eq!(u.via, Some(Source::Mac("52:54:00:00:00:01".parse().unwrap())));
+        assert!(!one(&line).is_change());
+        // Another EtherType: only its Ethernet header is read.
+        assert!(crate::parse("trace hex 02000000000202000000000188b5").is_ok());
+        let req = crate::request::Request::trace_hex(*t.clone()).unwrap();
+        assert_eq!(req.line(), line);
+    }
+
+    #[test]
+    fn a_bad_hex_or_a_frame_cut_short_is_refused_at_its_column() {
+        let hex = udp_hex();
+        // `trace hex ` is 10 characters: the frame's first digit is column 11.
+        let e = refused(&format!("trace hex {}zz{}", &hex[..6], &hex[8..]));
+        assert_eq!((e.pos.column, e.found.as_str()), (17, "`z`"), "{e}");
+        assert!(e.to_string().contains("expected a hex digit"), "{e}");
+        let e = refused(&format!("trace hex {}", &hex[..hex.len() - 1]));
+        assert!(e.expected.contains("two hex digits a byte"), "{e}");
+        // Cut in the Ethernet header, in the IPv4 header, in the UDP header.
+        let e = refused("trace hex 525400000002525400");
+        assert_eq!(e.pos.column, 11, "{e}");
+        assert!(e.expected.contains("an Ethernet header (14 bytes)") && e.found.contains("9 bytes"), "{e}");
+        let e = refused(&format!("trace hex {}", &hex[..2 * 30]));
+        assert_eq!(e.pos.column, 11 + 2 * 14, "{e}");
+        assert!(
+            e.expected.contains("IPv4 header (20 bytes) at byte 14") && e.found.contains("cut short"),
+            "{e}"
+        );
+        let e = refused(&format!("trace hex {}", &hex[..2 * 40]));
+        assert_eq!(e.pos.column, 11 + 2 * 14, "the packet its total length says: {e}");
+        assert!(e.expected.contains("total length says (28 bytes)"), "{e}");
+        // An IPv4 header saying 24 bytes in all: the UDP header (8) does not fit.
+        let mut short = hex.clone();
+        short.replace_range(32..36, "0018");
+        let e = refused(&format!("trace hex {short}"));
+        assert_eq!(e.pos.column, 11 + 2 * 34, "{e}");
+        assert!(
+            e.expected.contains("a UDP header (8 bytes) at byte 34") && e.found.contains("4 bytes"),
+            "{e}"
+        );
+        // The control: the whole frame, and a later fragment (no UDP header to read).
+        assert!(crate::parse(&format!("trace hex {hex}")).is_ok());
+        let mut frag = short.clone();
+        frag.replace_range(40..44, "0001");
+        assert!(crate::parse(&format!("trace hex {frag}")).is_ok(), "a later fragment");
+        // IPv6: a header cut short.
+        let v6 = "33330000000152540000000186dd6000000000083a40fd00";
+        let e = refused(&format!("trace hex {v6}"));
+        assert!(e.expected.contains("an IPv6 header (40 bytes) at byte 14"), "{e}");
+        // `in` names an interface or a MAC; too big a frame.
+        assert!(refused(&format!("trace hex {hex} in 10.0.0.1"))
+            .expected
+            .contains("an interface's name or a MAC"));
+        let big = "00".repeat(MAX_HEX_FRAME + 1);
+        assert!(refused(&format!("trace hex {big}")).expected.contains("at most 16384 bytes"));
+        let e = refused("trace hex");
+        assert!(e.expected.contains("hex digits"), "{e}");
+        let t = TraceHex { frame: vec![0; 10], via: None, network: None, json: false };
+        assert!(crate::request::Request::trace_hex(t).is_err(), "a typed request is checked as a line is");
     }
 }

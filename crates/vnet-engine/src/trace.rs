@@ -40,7 +40,8 @@ pub enum Stage {
     Datapath,
     /// The network's policy.
     Policy,
-    /// The ARP request before the frame: answered at the edge or flooded.
+    /// The ARP request (IPv4) or neighbour solicitation (IPv6) before the
+    /// frame: answered at the edge or flooded.
     Neighbour,
     /// The route that decided, and its priority.
     Route,
@@ -144,7 +145,9 @@ pub struct Probe<'a> {
     pub ingress: PortId,
     /// The frame (Ethernet header first, no offload header).
     pub frame: &'a [u8],
-    /// The ARP request the sender would send first (for the neighbour step).
+    /// The ARP request or neighbour solicitation the sender would send
+    /// first (for the neighbour step: [`arp_request`],
+    /// [`vnet_wire::neigh::solicitation`]).
     pub question: Option<&'a [u8]>,
     /// For a frame from a link: the network id its datagram says (the
     /// sending host's link's), checked as the way in checks it.
@@ -167,12 +170,16 @@ pub fn trace(plane: &Plane, p: Probe<'_>) -> Trace {
         return t;
     }
     if let Some(q) = p.question {
-        // The ARP request meets the source checks and the policy before
-        // the edge answers it, as `forward` takes it (a policy that
-        // allows the frame but not ARP stops the flow here).
+        // The question meets the source checks and the policy before the
+        // edge answers it, as `forward` takes it (a policy that allows
+        // the frame but not ARP or ICMPv6 stops the flow here).
+        let asked = match vnet_wire::neigh::question(q) {
+            Some(vnet_wire::neigh::Question::Nd(_)) => "the neighbour solicitation",
+            _ => "the ARP request",
+        };
         for mut step in [source(plane, p.ingress, src, q), policy_step(plane, p.ingress, q)] {
             if !step.verdict.passes() {
-                step.detail = format!("the ARP request before it: {}", step.detail);
+                step.detail = format!("{asked} before it: {}", step.detail);
                 t.push(step);
                 return t;
             }
@@ -303,7 +310,8 @@ pub fn policy_step(plane: &Plane, ingress: PortId, frame: &[u8]) -> Step {
     Step::new(Stage::Policy, verdict, object, detail)
 }
 
-/// The ARP request before the frame ([`forward::edge_answer`]).
+/// The ARP request or neighbour solicitation before the frame
+/// ([`forward::edge_answer`]).
 fn neighbour(plane: &Plane, ingress: PortId, question: &[u8]) -> Step {
     match forward::edge_answer(plane, ingress, question) {
         Edge::Answer(ip, mac) => Step::new(

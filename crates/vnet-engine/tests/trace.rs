@@ -269,3 +269,55 @@ fn an_arp_request_the_policy_denies_is_where_the_trace_stops() {
     assert!(t.failure().is_none(), "{t:#?}");
     assert!(stages(&t).contains(&Stage::Neighbour));
 }
+
+/// IPv6: the neighbour solicitation before the frame is the neighbour
+/// step, as the ARP request is for IPv4: answered at the edge by a `neigh`
+/// line (and the data path answers that same solicitation in place, with
+/// the owner's advertisement), or flooded without one (the control); a
+/// policy that allows the frame but not ICMPv6 stops at the solicitation.
+#[test]
+fn an_ipv6_trace_shows_the_neighbour_solicitation_answered_at_the_edge_or_flooded() {
+    let (s6, d6): (std::net::Ipv6Addr, std::net::Ipv6Addr) =
+        ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap());
+    let a6 = A.replace("addresses 10.0.0.1", "addresses fd00::1").replace("neigh 10.0.0.2", "neigh fd00::2");
+    let f = trace::probe_frame((M1, M2), (s6.into(), d6.into()), Proto::Udp(80), 100).unwrap();
+    let q = vnet_wire::neigh::solicitation(M1, s6, d6);
+    let run = |net: &Net| {
+        let p = Probe {
+            ingress: Port::Interface(id(net, 0, "vm")),
+            frame: &f,
+            question: Some(&q),
+            said_network: None,
+            now_ns: net.now_ns(),
+        };
+        trace::trace(&net.hosts[0].plane, p)
+    };
+    let mut net = hosts(&a6, B);
+    let t = run(&net);
+    use Stage::*;
+    assert_eq!(stages(&t), [Arrival, Source, Policy, Neighbour, Route, Link, Mtu], "{t:#?}");
+    assert!(t.failure().is_none(), "{t:#?}");
+    let n = &t.steps[3];
+    assert_eq!(n.object, "fd00::2");
+    assert!(n.detail.contains("answered here: fd00::2 is at 52:54:00:00:00:02"), "{n:?}");
+    // The data path: the same solicitation comes back as the owner's advertisement.
+    net.send(0, "vm", &q);
+    net.run(1000);
+    let back = net.take(0, "vm");
+    assert_eq!(back.len(), 1, "answered at the edge");
+    assert_eq!((back[0].frame[54], &back[0].frame[6..12]), (136, &M2.0[..]), "a neighbour advertisement");
+
+    // The control: without the `neigh` line it is flooded.
+    let net = hosts(&a6.replace("neigh fd00::2 52:54:00:00:00:02 network 7\n", ""), B);
+    let t = run(&net);
+    let n = t.steps.iter().find(|s| s.stage == Neighbour).unwrap();
+    assert!(n.detail.contains("fd00::2 is in no neigh line") && n.detail.contains("flooded"), "{n:?}");
+
+    // A policy allowing UDP 80 but not ICMPv6: the solicitation is denied.
+    let mut net = hosts(&a6, B);
+    net.apply(0, "policy default deny network 7\nrule web allow network 7 proto udp port 80\n").unwrap();
+    let t = run(&net);
+    assert_eq!(failing(&t), (Policy, Verdict::Drop(DropReason::PolicyDenied), "default".into()), "{t:#?}");
+    assert!(t.failure().unwrap().detail.starts_with("the neighbour solicitation before it: "), "{t:#?}");
+    assert!(vnet_wire::neigh::question(&q).is_some(), "the question the edge reads");
+}

@@ -21,7 +21,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod case;
-pub use case::{policy_requests, Case, Wire, POLICY_RULES};
+mod monitor;
+pub use case::{policy_requests, Case, Wire, MONITOR_ARGS, MONITOR_VNETD_ARGS, POLICY_RULES};
+use monitor::Monitors;
 
 /// Underlay conditions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -362,7 +364,11 @@ struct End {
 
 /// The lab a case is measured on, with `vms` VMs per host (native: none).
 fn spec_for(case: Case, cond: &Condition, vms: usize, vnetd_args: &[String]) -> Spec {
-    let case = case.unruled();
+    let mut vnetd_args = vnetd_args.to_vec();
+    if case.monitored() {
+        vnetd_args.extend(MONITOR_VNETD_ARGS.map(String::from));
+    }
+    let case = case.base();
     let no_vnet = (Links::Udp, Format::Raw);
     let (overlay, (links, format), dispatch, datapath) = match case {
         Case::Native => (Overlay::None, no_vnet, None, None),
@@ -374,7 +380,9 @@ fn spec_for(case: Case, cond: &Condition, vms: usize, vnetd_args: &[String]) -> 
         Case::VnetUser(w) => (Overlay::Vnet, w.lab(), None, None),
         Case::VnetUserPoll(w) => (Overlay::Vnet, w.lab(), Some("poll".to_string()), None),
         Case::VnetKernel(w) => (Overlay::Vnet, w.lab(), None, Some("kernel".to_string())),
-        Case::VnetUserRules(_) | Case::VnetKernelRules(_) => unreachable!("unruled above"),
+        Case::VnetUserRules(_) | Case::VnetKernelRules(_) | Case::VnetKernelMonitor(_) => {
+            unreachable!("the base case above")
+        }
     };
     Spec {
         hosts: 2,
@@ -392,16 +400,16 @@ fn spec_for(case: Case, cond: &Condition, vms: usize, vnetd_args: &[String]) -> 
             Case::VnetUser(w) | Case::VnetUserPoll(w) | Case::VnetKernel(w) => w.cipher(),
             _ => vnet_control::Cipher::Auto,
         },
-        vnetd_args: vnetd_args.to_vec(),
+        vnetd_args,
         ..Spec::default()
     }
 }
 
 /// A lab for `case`: up, and with the `*-rules100` cases' policy on every
-/// host.
+/// host; the `*-monitor` cases' monitors are started by [`Monitors::start`].
 fn lab_for(case: Case, cond: &Condition, vms: usize, opts: &Opts) -> crate::Result<Lab> {
     let lab = Lab::up(spec_for(case, cond, vms, &opts.vnetd_args)).map_err(|e| format!("lab: {e}"))?;
-    if case != case.unruled() {
+    if case.ruled() {
         let text: String = policy_requests()?.iter().map(|r| format!("{r}\n")).collect();
         for h in 0..lab.hosts.len() {
             lab.apply(h, &text).map_err(|e| format!("the policy: {e}"))?;
@@ -423,6 +431,8 @@ fn reach(lab: &Lab, a: &End, b: &End) -> crate::Result<()> {
 
 fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> crate::Result<Vec<Sample>> {
     let mut lab = lab_for(case, cond, 1, opts)?;
+    // Watching from before the warm-up to after the last measurement.
+    let monitors = Monitors::start(case, &lab)?;
     let (a, b) = if case == Case::Native {
         (
             End { ns: lab.hosts[0].ns.clone(), ip: lab.hosts[0].underlay_ip.to_string() },
@@ -480,6 +490,7 @@ fn measure(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> cra
         let lat0 = m.into_iter().filter(|s| s.metric == "mpi_lat_0B_us");
         out.extend(stolen(lat0.map(|s| sample("mpi_yield_lat_0B_us", "us", s.value)).collect(), st));
     }
+    monitors.finish()?;
     if opts.wants("many") {
         drop(lab);
         out.extend(many(case, cond, opts, log)?);
@@ -498,6 +509,7 @@ const MANY_STREAMS: usize = 2;
 fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> crate::Result<Vec<Sample>> {
     let mut lab =
         lab_for(case, cond, MANY_VMS, opts).map_err(|e| format!("lab ({MANY_VMS} VMs per host): {e}"))?;
+    let monitors = Monitors::start(case, &lab)?;
     let end = |h: usize, v: usize| {
         if case == Case::Native {
             End { ns: lab.hosts[h].ns.clone(), ip: lab.hosts[h].underlay_ip.to_string() }
@@ -544,6 +556,7 @@ fn many(case: Case, cond: &Condition, opts: &Opts, log: &mut StealLog) -> crate:
         }
         Ok((bps / 1e9, bytes, busy_seconds(t0, t1)))
     })?;
+    monitors.finish()?;
     Ok(stolen(
         vec![sample("many_gbps", "Gbit/s", gbps), sample("many_cpu_s_per_gb", "s/GB", cpu_s / (bytes / 1e9))],
         st,

@@ -137,6 +137,37 @@ pub fn answer(frame: &mut [u8], owner: MacAddr) -> bool {
     true
 }
 
+/// The neighbour solicitation `mac` (at `src`) sends for `target`, as
+/// Linux sends it: to the target's solicited-node group, hop limit 255,
+/// with the source link-layer address option and its checksum; the
+/// question [`question`] reads (`vnetctl trace` asks the edge with it).
+pub fn solicitation(mac: MacAddr, src: Ipv6Addr, target: Ipv6Addr) -> [u8; ND_FRAME] {
+    let t = target.octets();
+    let mut group = [0u8; 16];
+    group[..2].copy_from_slice(&[0xff, 0x02]);
+    group[11..13].copy_from_slice(&[0x01, 0xff]);
+    group[13..].copy_from_slice(&t[13..]);
+    let mut f = [0u8; ND_FRAME];
+    f[eth::DST].copy_from_slice(&[0x33, 0x33, 0xff, t[13], t[14], t[15]]);
+    f[eth::SRC].copy_from_slice(&mac.0);
+    f[eth::ETHERTYPE].copy_from_slice(&[0x86, 0xdd]);
+    f[IP6] = 0x60;
+    f[IP6 + 4..IP6 + 6].copy_from_slice(&ND_PAYLOAD.to_be_bytes());
+    f[IP6 + 6] = 58;
+    f[IP6 + 7] = 255;
+    f[IP6 + 8..IP6 + 24].copy_from_slice(&src.octets());
+    f[IP6 + 24..IP6 + 40].copy_from_slice(&group);
+    f[ICMP6] = 135;
+    f[ND_TARGET..ND_OPTION].copy_from_slice(&t);
+    f[ND_OPTION..ND_OPTION + 2].copy_from_slice(&[1, 1]);
+    f[ND_OPTION + 2..ND_FRAME].copy_from_slice(&mac.0);
+    let mut pseudo = sum16(&f[IP6 + 8..IP6 + 40], 0);
+    pseudo += u64::from(ND_PAYLOAD) + 58;
+    let c = !fold(sum16(&f[ICMP6..ND_FRAME], pseudo));
+    f[ICMP6 + 2..ICMP6 + 4].copy_from_slice(&c.to_be_bytes());
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,29 +187,8 @@ mod tests {
         f
     }
 
-    /// A neighbour solicitation as Linux sends it to the solicited-node group.
     fn solicitation(src: Ipv6Addr, target: Ipv6Addr) -> Vec<u8> {
-        let t = target.octets();
-        let group: Ipv6Addr = format!("ff02::1:ff{:02x}:{:02x}{:02x}", t[13], t[14], t[15]).parse().unwrap();
-        let mut f = vec![0u8; ND_FRAME];
-        f[0..6].copy_from_slice(&[0x33, 0x33, 0xff, t[13], t[14], t[15]]);
-        f[6..12].copy_from_slice(&ASKER.0);
-        f[12..14].copy_from_slice(&[0x86, 0xdd]);
-        f[14] = 0x60;
-        f[18..20].copy_from_slice(&ND_PAYLOAD.to_be_bytes());
-        f[20] = 58;
-        f[21] = 255;
-        f[22..38].copy_from_slice(&src.octets());
-        f[38..54].copy_from_slice(&group.octets());
-        f[54] = 135;
-        f[62..78].copy_from_slice(&t);
-        f[78..80].copy_from_slice(&[1, 1]);
-        f[80..86].copy_from_slice(&ASKER.0);
-        let mut pseudo = sum16(&f[22..54], 0);
-        pseudo += u64::from(ND_PAYLOAD) + 58;
-        let c = !fold(sum16(&f[54..], pseudo));
-        f[56..58].copy_from_slice(&c.to_be_bytes());
-        f
+        super::solicitation(ASKER, src, target).to_vec()
     }
 
     /// The ICMPv6 checksum of an ND frame verifies (sums to 0xffff).

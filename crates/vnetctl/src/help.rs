@@ -62,14 +62,16 @@ pub const GROUPS: &[Group] = &[
             ),
             e(
                 &["trace"],
-                "trace from VM|MAC|IP [mac MAC] [ip IP] to IP [mac MAC] [icmp|tcp|udp [port P]] [size BYTES] [--network N] [far ENDPOINT]",
+                "trace from VM|MAC|IP [mac MAC] [ip IP] to IP [mac MAC] [icmp|tcp|udp [port P]] [size BYTES] [--network N] [far ENDPOINT] | trace hex HEX [in VM|MAC] [--network N] [far ENDPOINT]",
                 "Every decision a frame from a VM (its interface's name, MAC or address; `mac`: a source MAC other than its own) to an address would meet, \
                  in order, sent nowhere: source checks, policy (the rule), neighbour answer, route and priority, link \
                  (kind, security, data path and why), encapsulation and MTU, the verdict; then the far host's part \
                  (cluster mode: computed from the store's view; else `far ENDPOINT` asks that host's vnetd). A \
                  failing step names its drop reason (as `monitor drops`) and the rule, route, link or interface. \
                  --json: as JSON. `--network N`: the network the addresses are in, or a frame from another host \
-                 says.",
+                 says. `hex HEX`: the frame's bytes (Ethernet header first), coming in by VM `in` (else its source \
+                 MAC's); a bad digit or a header cut short is refused at its column. To an IPv6 address the \
+                 neighbour step is the solicitation (answered here or flooded).",
             ),
             e(
                 &["attach"],

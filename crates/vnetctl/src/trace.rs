@@ -4,13 +4,37 @@
 //! vnetd is asked its part too: the trace line this host's reply gives for
 //! it (the frame as it arrives there, by MAC and address, with the network
 //! id this host's datagrams say), parsed back into a typed request before
-//! it is sent, so nothing another program chose is sent as text.
+//! it is sent, so nothing another program chose is sent as text. What
+//! the far host answers is another host's text: read to at most
+//! [`FAR_REPLY_MAX`] bytes, and printed with every control character (an
+//! escape sequence, a carriage return) and bidirectional override shown
+//! escaped ([`printable`]), never raw.
 
 use serde_json::Value;
 use std::process::ExitCode;
 use vnet_client::client::Client;
 use vnet_client::endpoint::Endpoint;
 use vnet_client::request::Request;
+
+/// The most bytes of the far host's reply read (a trace's reply is a few
+/// kilobytes; one of a `trace hex` frame holds its hex once more).
+pub const FAR_REPLY_MAX: usize = 256 * 1024;
+
+/// Another host's text as it may be shown on a terminal: lines and tabs
+/// kept, every other control character and the bidirectional controls
+/// (which reorder what a terminal shows) escaped as `\u{..}`.
+fn printable(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}');
+        if (c.is_control() && c != '\n' && c != '\t') || bidi {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// The words with `far ENDPOINT` taken out, and that endpoint.
 fn split_far(words: &[String]) -> Result<(Vec<String>, Option<Endpoint>), String> {
@@ -39,6 +63,10 @@ fn far_request(reply: &Value, json: bool) -> Result<Option<Request>, String> {
         Some(vnet_control::Command::Trace(mut q)) => {
             q.json = json;
             Request::trace(*q).map(Some).map_err(|e| e.to_string())
+        }
+        Some(vnet_control::Command::TraceHex(mut q)) => {
+            q.json = json;
+            Request::trace_hex(*q).map(Some).map_err(|e| e.to_string())
         }
         _ => Err("the far host's trace line is no trace".into()),
     }
@@ -80,14 +108,19 @@ pub fn run(c: &mut Client, words: &[String], json: bool) -> ExitCode {
             return Ok(body);
         };
         let mut fc = Client::connect(&ep).map_err(|e| (3, format!("far {ep}: {e}")))?;
-        let there = asked(&mut fc, &req.line()).map_err(|(code, e)| (code, format!("far {ep}: {e}")))?;
+        let there = match fc.send_bounded(&req, FAR_REPLY_MAX) {
+            Ok(r) => {
+                r.result.map(|()| r.body).map_err(|e| (1, format!("far {ep}: {}", printable(&e.to_string()))))
+            }
+            Err(e) => Err((3, format!("far {ep}: {e}"))),
+        }?;
         if json {
             let t: Value =
                 serde_json::from_str(&there).map_err(|e| (1, format!("far {ep}: the reply: {e}")))?;
             return Ok(serde_json::json!({ "here": v, "far": t }).to_string() + "\n");
         }
         body.push_str(&format!("far host ({ep}), asked `{}`:\n", req.line()));
-        body.push_str(&there);
+        body.push_str(&printable(&there));
         Ok(body)
     })();
     match result {
@@ -131,5 +164,25 @@ mod tests {
         assert!(far_request(&serde_json::json!({ "far": null }), false).unwrap().is_none());
         let bad = serde_json::json!({ "far": { "ask": "show routes\nroute any any -> link x" } });
         assert!(far_request(&bad, false).is_err());
+    }
+
+    #[test]
+    fn a_far_hosts_text_is_shown_with_its_control_characters_escaped() {
+        let evil = "  1 arrival pass\n\u{1b}]0;owned\u{7}\u{1b}[2J\rverdict: pass\u{202e}ssap\tok";
+        let shown = printable(evil);
+        assert!(!shown.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{shown:?}");
+        assert!(!shown.contains('\u{202e}'), "{shown:?}");
+        assert_eq!(
+            shown,
+            "  1 arrival pass\n\\u{1b}]0;owned\\u{7}\\u{1b}[2J\\u{d}verdict: pass\\u{202e}ssap\tok"
+        );
+        // The control: plain text (and other scripts) is shown as it is.
+        let plain = "  2 policy    pass   r\u{e9}gle: allows it\n";
+        assert_eq!(printable(plain), plain);
+        // A far line of `trace hex` is parsed back too.
+        let reply =
+            serde_json::json!({ "far": { "ask": "trace hex 02000000000202000000000188b5 network 7" } });
+        let r = far_request(&reply, false).unwrap().unwrap();
+        assert_eq!(r.line(), "trace hex 02000000000202000000000188b5 network 7");
     }
 }

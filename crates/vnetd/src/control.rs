@@ -318,6 +318,10 @@ fn handle_line(daemon: &Mutex<Daemon>, s: &mut Session, line: &str, parsed: Pars
                 Ok(body) => Reply::data(body),
                 Err(e) => Reply::error(&e),
             },
+            Command::TraceHex(q) => match lock(daemon).trace_hex(&q) {
+                Ok(body) => Reply::data(body),
+                Err(e) => Reply::error(&e),
+            },
             Command::Flows(q) => Reply::data(lock(daemon).show_flows(q)),
             Command::Announce(mac) => Reply::data(lock(daemon).announce(mac)),
             Command::Save => match lock(daemon).save() {

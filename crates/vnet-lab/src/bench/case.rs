@@ -113,7 +113,20 @@ pub enum Case {
     VnetUserRules(Wire),
     /// The kernel path with the same policy.
     VnetKernelRules(Wire),
+    /// The kernel path with `vnetctl monitor all` running against each
+    /// host's vnetd for the whole measurement (vnetd with `--flow-log -`,
+    /// which `monitor all` needs): what watching costs ([`MONITOR_ARGS`]).
+    VnetKernelMonitor(Wire),
 }
+
+/// What the `*-monitor` cases run against each host's vnetd:
+/// `vnetctl monitor all` (drops, and the flow log's records).
+pub const MONITOR_ARGS: [&str; 2] = ["monitor", "all"];
+
+/// The vnetd arguments the `*-monitor` cases add: `monitor all` streams the
+/// flow log's records too, and refuses to run without one. Standard output
+/// is the lab's vnetd log; a network without a policy has no flows to log.
+pub const MONITOR_VNETD_ARGS: [&str; 2] = ["--flow-log", "-"];
 
 /// The rules of the `*-rules100` cases.
 pub const POLICY_RULES: usize = 100;
@@ -162,16 +175,28 @@ impl Case {
             Case::VnetKernel(w) => format!("vnet-kernel-{}", w.word()),
             Case::VnetUserRules(w) => format!("vnet-user-{}-rules{POLICY_RULES}", w.word()),
             Case::VnetKernelRules(w) => format!("vnet-kernel-{}-rules{POLICY_RULES}", w.word()),
+            Case::VnetKernelMonitor(w) => format!("vnet-kernel-{}-monitor", w.word()),
         }
     }
 
-    /// The same case without a policy.
-    pub(super) fn unruled(self) -> Case {
+    /// The same case without what it adds to its lab: no policy, no monitor.
+    pub(super) fn base(self) -> Case {
         match self {
             Case::VnetUserRules(w) => Case::VnetUser(w),
-            Case::VnetKernelRules(w) => Case::VnetKernel(w),
+            Case::VnetKernelRules(w) | Case::VnetKernelMonitor(w) => Case::VnetKernel(w),
             c => c,
         }
+    }
+
+    /// Whether the case applies the `*-rules100` policy to every host.
+    pub(super) fn ruled(self) -> bool {
+        matches!(self, Case::VnetUserRules(_) | Case::VnetKernelRules(_))
+    }
+
+    /// Whether the case runs `vnetctl monitor all` against every host's
+    /// vnetd while it is measured.
+    pub fn monitored(self) -> bool {
+        matches!(self, Case::VnetKernelMonitor(_))
     }
 
     pub fn all() -> Vec<Case> {
@@ -206,13 +231,16 @@ impl Case {
         v.push(Case::VnetKernel(Wire::Vnet6));
         v.push(Case::VnetUser(Wire::VnetChaCha));
         v.push(Case::VnetUserRules(Wire::Vnet));
+        v.push(Case::VnetKernelMonitor(Wire::Vnet));
         v
     }
 
     /// The endpoints' MTU over an underlay of `mtu`.
     pub(super) fn endpoint_mtu(self, mtu: u32) -> u32 {
         match self {
-            Case::VnetUserRules(_) | Case::VnetKernelRules(_) => self.unruled().endpoint_mtu(mtu),
+            Case::VnetUserRules(_) | Case::VnetKernelRules(_) | Case::VnetKernelMonitor(_) => {
+                self.base().endpoint_mtu(mtu)
+            }
             Case::Native | Case::Routed | Case::Bridged => mtu,
             // Room for what each adds (WireGuard's 60 bytes over IPv4 and
             // its padding; tinc's sequence number, MAC, cipher padding and

@@ -127,6 +127,29 @@ fn send(
     sent_at(&out.stdout)
 }
 
+/// The machine's CPU time from /proc/stat's `cpu` line, in ticks (1/100 s):
+/// user, nice, system, idle, iowait, irq, softirq, steal.
+fn machine_cpu() -> Vec<u64> {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let line = s.lines().next().unwrap_or_default();
+    let mut v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    v.resize(8, 0);
+    v
+}
+
+/// CPU seconds of the kernel's `ksoftirqd/N` threads (the softirq work the
+/// kernel defers from where it was raised), summed.
+fn ksoftirqd_s() -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0.0 };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.starts_with("ksoftirqd/"))
+        })
+        .map(cpu_s)
+        .sum()
+}
+
 /// The Unix time a script printed.
 fn sent_at(stdout: &[u8]) -> SystemTime {
     let secs: f64 = String::from_utf8_lossy(stdout).trim().parse().unwrap();
@@ -218,6 +241,7 @@ mod both_alone {
         let (rss0, cpu0) = (rss_kb(pid), cpu_s(pid));
         let g0 = json(&lab, 0, "global")["global"].clone();
         let lost0 = json(&lab, 0, "drops 1")["lost"].as_u64().unwrap();
+        let (stat0, ksoft0, lines0) = (machine_cpu(), ksoftirqd_s(), m0.lines());
         let secs = 5.0;
         let flood = lab
             .ns_exec(
@@ -227,22 +251,33 @@ mod both_alone {
             .unwrap();
         let sent: u64 = String::from_utf8_lossy(&flood.stdout).trim().parse().unwrap_or(0);
         let (rss1, cpu1) = (rss_kb(pid), cpu_s(pid));
+        let (stat1, ksoft1) = (machine_cpu(), ksoftirqd_s());
         let g1 = json(&lab, 0, "global")["global"].clone();
         let lost1 = json(&lab, 0, "drops 1")["lost"].as_u64().unwrap();
+        // What the monitor had printed of the flood by its end (it polls
+        // every 100 ms: the last poll's worth may still be on its way).
+        let delivered = m0.lines() - lines0;
         let d = |k: &str| g1[k].as_u64().unwrap_or(0) - g0[k].as_u64().unwrap_or(0);
+        let dropped = d("spoofed_source_ip") + d("kernel_spoofed_source_ip");
+        let cpu = |i: usize| (stat1[i] - stat0[i]) as f64 / 100.0;
         println!(
-            "drops: flood: {sent} frames in {secs} s ({:.0}/s); vnetd RSS {rss0} -> {rss1} kB, CPU {:.2} s; \
-             dropped user {} kernel {}; kernel events sent {} limited {} lost {}; user records overwritten unread {}; \
-             monitor lines {}",
+            "drops: flood: {sent} frames sent in {secs} s ({:.0}/s), {dropped} dropped ({:.0}/s: user {} kernel {}); \
+             vnetd RSS {rss0} -> {rss1} kB, vnetd CPU {:.2} s; machine CPU in the flood: softirq {:.2} s, \
+             system {:.2} s, user {:.2} s, ksoftirqd threads {:.2} s; kernel events sent {} limited {} lost {}; \
+             user records overwritten unread {}; monitor lines by the flood's end {delivered}",
             sent as f64 / secs,
-            cpu1 - cpu0,
+            dropped as f64 / secs,
             d("spoofed_source_ip"),
             d("kernel_spoofed_source_ip"),
+            cpu1 - cpu0,
+            cpu(6),
+            cpu(2),
+            cpu(0) + cpu(1),
+            ksoft1 - ksoft0,
             d("kernel_drop_events"),
             d("kernel_drop_events_limited"),
             d("kernel_drop_events_lost"),
             lost1 - lost0,
-            m0.lines(),
         );
         assert!(sent > 10_000, "the flood sent {sent}");
         assert!(rss1 < rss0 + 16 * 1024, "vnetd's memory grew by {} kB under a flood of drops", rss1 - rss0);

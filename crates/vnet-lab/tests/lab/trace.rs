@@ -74,6 +74,20 @@ fn words(a: &Vm, b: &Vm, extra: &str) -> String {
     format!("from vm0 {extra} ip {} to {} mac {} udp port 7777", a.ip, b.ip, b.mac)
 }
 
+/// A UDP frame from VM `a` to VM `b`, port `port`, 60 bytes, as hex.
+fn udp_hex(a: &Vm, b: &Vm, port: u16) -> String {
+    let mac = |m: &str| m.split(':').map(|x| u8::from_str_radix(x, 16).unwrap()).collect::<Vec<u8>>();
+    let mut f = [mac(&b.mac), mac(&a.mac), vec![0x08, 0x00]].concat();
+    f.extend_from_slice(&[0x45, 0, 0, 28, 0, 1, 0x40, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&a.ip.octets());
+    f.extend_from_slice(&b.ip.octets());
+    f.extend_from_slice(&[0x9c, 0x40]);
+    f.extend_from_slice(&port.to_be_bytes());
+    f.extend_from_slice(&[0, 8, 0, 0]);
+    f.resize(60, 0);
+    f.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// Host `h`'s config line for link `name`.
 fn link_line(lab: &Lab, h: usize, name: &str) -> String {
     let r = lab.control(h, "show config").unwrap();
@@ -125,6 +139,24 @@ mod both {
         }
         assert_eq!(t["here"]["exits"], serde_json::json!(["h1"]));
         assert_eq!(t["far"]["exits"], serde_json::json!(["vm0"]));
+
+        // The same pair, the frame given as bytes (`trace hex`), on both
+        // hosts: no neighbour step (the bytes are the frame itself).
+        let hex = udp_hex(&a, &b, 7777);
+        show(&lab, &format!("hex {hex}"));
+        let t = trace(&lab, &format!("hex {hex}"));
+        assert_passes(&t, "the working pair, as bytes");
+        let here = ["arrival", "source", "policy", "route", "link", "datapath", "mtu"];
+        assert_eq!(stages(&t["here"]), here, "{t:#}");
+        assert_eq!(t["here"]["frame"]["proto"], "udp port 7777", "{t:#}");
+        assert_eq!(t["far"]["exits"], serde_json::json!(["vm0"]));
+        // Cut short (18 bytes: 4 of the IPv4 header): refused at its column.
+        let cut = &hex[..36];
+        let out = lab.vnetctl(0, &["trace", "hex", cut]).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        println!("trace: vnetctl trace hex {cut}: {err}");
+        let want = "1:39: expected an IPv4 header (20 bytes) at byte 14, found 4 bytes from byte 14";
+        assert!(!out.status.success() && err.contains(want), "{err}");
         assert_ping(&lab, &a, b.ip, 56);
     }
 

@@ -9,11 +9,12 @@ use super::Daemon;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use vnet_control::trace::{Source, TraceQuery, L4, MIN_SIZE};
+use vnet_control::trace::{Source, TraceHex, TraceQuery, L4, MIN_SIZE};
 use vnet_core::{MacSpec, Port};
 use vnet_engine::trace::{self, Probe, Proto, Stage, Step, Trace, Verdict};
 use vnet_engine::Plane;
-use vnet_wire::MacAddr;
+use vnet_wire::classify::L3;
+use vnet_wire::{EthernetFrame, MacAddr};
 
 /// Why a trace could not be made (the frame is not described well enough).
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +42,8 @@ pub enum TraceError {
     UnknownDestination(IpAddr),
     #[error("the source's and the destination's addresses are of two families")]
     Families,
+    #[error("not an Ethernet frame from an interface or a MAC")]
+    NotAFrame,
 }
 
 /// The far host's part of a trace.
@@ -64,8 +67,22 @@ struct Far {
 struct Resolved {
     ingress: Port,
     macs: (MacAddr, MacAddr),
-    ips: (IpAddr, IpAddr),
+    /// The addresses (none for a `trace hex` frame that is not IP).
+    ips: Option<(IpAddr, IpAddr)>,
     network: u32,
+}
+
+/// What a trace runs besides the plane: the frame, the question before it,
+/// the network id a datagram says, the frame in words, the far host's line.
+struct Run<'a> {
+    frame: &'a [u8],
+    question: Option<&'a [u8]>,
+    said: Option<u32>,
+    /// What the frame carries, in words (`udp port 53`).
+    what: String,
+    /// The line that asks the far host, given the link's network id.
+    ask: &'a dyn Fn(u32) -> String,
+    json: bool,
 }
 
 impl Daemon {
@@ -79,37 +96,109 @@ impl Daemon {
             L4::Udp(p) => Proto::Udp(p),
         };
         let size = q.size.unwrap_or(MIN_SIZE) as usize;
-        let frame = trace::probe_frame(r.macs, r.ips, proto, size).ok_or(TraceError::Families)?;
-        let question = match r.ips {
-            (IpAddr::V4(s), IpAddr::V4(d)) if !r.ingress.is_link() => {
-                Some(trace::arp_request(r.macs.0, s, d))
-            }
+        let ips = r.ips.ok_or(TraceError::Families)?;
+        let frame = trace::probe_frame(r.macs, ips, proto, size).ok_or(TraceError::Families)?;
+        // The question the VM asks first: an ARP request, a neighbour solicitation.
+        let question = match ips {
+            _ if r.ingress.is_link() => None,
+            (IpAddr::V4(s), IpAddr::V4(d)) => Some(trace::arp_request(r.macs.0, s, d)),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Some(vnet_wire::neigh::solicitation(r.macs.0, s, d).to_vec()),
             _ => None,
         };
-        let said = q.network.filter(|_| r.ingress.is_link());
-        let probe = Probe {
-            ingress: r.ingress,
+        let ask = |network: u32| {
+            let far = TraceQuery {
+                from: Source::Mac(r.macs.0),
+                from_mac: None,
+                from_ip: Some(ips.0),
+                to: ips.1,
+                to_mac: Some(r.macs.1),
+                l4: q.l4,
+                size: Some(frame.len().max(MIN_SIZE as usize) as u32),
+                network: Some(network),
+                json: false,
+            };
+            far.to_string()
+        };
+        let run = Run {
             frame: &frame,
             question: question.as_deref(),
-            said_network: said,
+            said: q.network.filter(|_| r.ingress.is_link()),
+            what: proto_words(q.l4),
+            ask: &ask,
+            json: q.json,
+        };
+        Ok(self.run(&plane, &r, run))
+    }
+
+    /// `trace hex ...`: the frame as given, from where it comes in (the
+    /// interface named, else its source MAC's interface or link).
+    pub fn trace_hex(&self, q: &TraceHex) -> Result<String, TraceError> {
+        let plane = self.shared.plane.load();
+        let eth = EthernetFrame::new_checked(&q.frame[..]).map_err(|_| TraceError::NotAFrame)?;
+        let (src, dst) = (eth.src(), eth.dst());
+        let local = match &q.via {
+            Some(Source::Interface(n)) => {
+                Some(self.state.iface_by_name(n).ok_or_else(|| TraceError::NoInterface(n.clone()))?)
+            }
+            Some(Source::Mac(m)) => self.state.interfaces.values().find(|i| i.mac == Some(*m)),
+            Some(Source::Ip(_)) => return Err(TraceError::NotAFrame),
+            None => self.state.interfaces.values().find(|i| i.mac == Some(src)),
+        };
+        let by = match &q.via {
+            Some(Source::Mac(m)) => *m,
+            _ => src,
+        };
+        let (ingress, network) = self.ingress(&plane, by, local)?;
+        let facts = vnet_wire::classify::classify(&q.frame);
+        let (ips, what) = match facts.map(|f| (f.ether, f.l3)) {
+            Ok((_, L3::Ip(ip))) => (Some((ip.src, ip.dst)), ip_words(&ip)),
+            Ok((_, L3::Arp { target, .. })) => (None, format!("arp for {target}")),
+            Ok((ether, L3::Other)) => (None, format!("ethertype 0x{ether:04x}")),
+            Err(e) => (None, format!("unclassifiable ({})", e.0)),
+        };
+        let r = Resolved { ingress, macs: (src, dst), ips, network };
+        let ask = |network: u32| {
+            TraceHex { frame: q.frame.clone(), via: None, network: Some(network), json: false }.to_string()
+        };
+        let run = Run {
+            frame: &q.frame,
+            question: None,
+            said: q.network.filter(|_| ingress.is_link()),
+            what,
+            ask: &ask,
+            json: q.json,
+        };
+        Ok(self.run(&plane, &r, run))
+    }
+
+    /// The dry run of a resolved frame, then the data paths and the far
+    /// host's part: the reply's body.
+    fn run(&self, plane: &Plane, r: &Resolved, run: Run<'_>) -> String {
+        let probe = Probe {
+            ingress: r.ingress,
+            frame: run.frame,
+            question: run.question,
+            said_network: run.said,
             now_ns: self.shared.now_ns(),
         };
-        let mut t = trace::trace(&plane, probe);
-        self.datapaths(&plane, &r, frame.len(), &mut t);
-        let far = self.far(&plane, &r, q, &frame, &t);
+        let mut t = trace::trace(plane, probe);
+        self.datapaths(plane, r, run.frame.len(), &mut t);
+        let far = self.far(plane, r, run.ask, run.frame, &t);
+        let (src, dst) =
+            r.ips.map_or((String::new(), String::new()), |(s, d)| (s.to_string(), d.to_string()));
         let head = json!({
             "src_mac": r.macs.0.to_string(), "dst_mac": r.macs.1.to_string(),
-            "src": r.ips.0.to_string(), "dst": r.ips.1.to_string(),
-            "proto": proto_words(q.l4), "bytes": frame.len(), "network": r.network,
+            "src": src, "dst": dst,
+            "proto": run.what, "bytes": run.frame.len(), "network": r.network,
         });
-        let exits: Vec<String> = t.exits.iter().map(|p| trace::port_name(&plane, *p)).collect();
+        let exits: Vec<String> = t.exits.iter().map(|p| trace::port_name(plane, *p)).collect();
         let verdict = verdict_of(&t);
-        if q.json {
+        if run.json {
             let v =
                 json!({ "frame": head, "steps": t.steps, "verdict": verdict, "exits": exits, "far": far });
-            return Ok(v.to_string());
+            return v.to_string();
         }
-        Ok(text(&head, &t, &verdict, &far))
+        text(&head, &t, &verdict, &far)
     }
 
     /// The port the frame comes in by, its MACs, addresses and network.
@@ -127,15 +216,7 @@ impl Daemon {
                 (m, by_mac(m))
             }
         };
-        let (ingress, network) = match local {
-            Some(i) => (Port::Interface(i.id), i.network),
-            None => {
-                // From another host: by the link this host's routes send its MAC to.
-                let to = st.routes.values().find(|r| r.dst == MacSpec::Addr(src_mac) && r.to.is_link());
-                let to = to.map(|r| r.to).ok_or(TraceError::Nowhere(src_mac))?;
-                (to, plane.network_of(to))
-            }
-        };
+        let (ingress, network) = self.ingress(plane, src_mac, local)?;
         let network = q.network.filter(|_| local.is_some()).unwrap_or(network);
         // A spoofed source: the interface's frame, from another MAC.
         let src_mac = q.from_mac.filter(|_| local.is_some()).unwrap_or(src_mac);
@@ -159,7 +240,23 @@ impl Daemon {
             Some(m) => m,
             None => self.mac_of(plane, Some(network), q.to).ok_or(TraceError::UnknownDestination(q.to))?,
         };
-        Ok(Resolved { ingress, macs: (src_mac, dst_mac), ips: (src_ip, q.to), network })
+        Ok(Resolved { ingress, macs: (src_mac, dst_mac), ips: Some((src_ip, q.to)), network })
+    }
+
+    /// Where a frame from `mac` comes in: the local interface `local`, or
+    /// from another host, by the link this host's routes send `mac` to.
+    fn ingress(
+        &self,
+        plane: &Plane,
+        mac: MacAddr,
+        local: Option<&vnet_control::InterfaceDef>,
+    ) -> Result<(Port, u32), TraceError> {
+        if let Some(i) = local {
+            return Ok((Port::Interface(i.id), i.network));
+        }
+        let to = self.state.routes.values().find(|r| r.dst == MacSpec::Addr(mac) && r.to.is_link());
+        let to = to.map(|r| r.to).ok_or(TraceError::Nowhere(mac))?;
+        Ok((to, plane.network_of(to)))
     }
 
     /// The MAC of address `a`: a local interface's `addresses`, or the
@@ -233,27 +330,23 @@ impl Daemon {
     /// The far host's part, when the frame leaves by a link: in cluster
     /// mode computed from the store's view (the claim, the network's
     /// policy and groups this host holds); else the line to ask it with.
-    fn far(&self, plane: &Plane, r: &Resolved, q: &TraceQuery, frame: &[u8], t: &Trace) -> Option<Far> {
+    fn far(
+        &self,
+        plane: &Plane,
+        r: &Resolved,
+        ask: &dyn Fn(u32) -> String,
+        frame: &[u8],
+        t: &Trace,
+    ) -> Option<Far> {
         let link = t.exits.iter().copied().find(Port::is_link)?;
         let Port::Link(id) = link else { return None };
         let l = plane.links.get(&id)?;
         let network = l.def.network();
-        let ask = TraceQuery {
-            from: Source::Mac(r.macs.0),
-            from_mac: None,
-            from_ip: Some(r.ips.0),
-            to: r.ips.1,
-            to_mac: Some(r.macs.1),
-            l4: q.l4,
-            size: Some(frame.len().max(MIN_SIZE as usize) as u32),
-            network: Some(network),
-            json: false,
-        };
         let mut far = Far {
             host: l.def.transport.peer(),
             link: l.def.name.clone(),
             network,
-            ask: ask.to_string(),
+            ask: ask(network),
             computed_from: None,
             steps: None,
         };
@@ -288,6 +381,16 @@ impl Daemon {
         far.computed_from = Some("the store's view");
         far.steps = Some(steps);
         Some(far)
+    }
+}
+
+/// A `trace hex` frame's IP part in words.
+fn ip_words(ip: &vnet_wire::classify::Ip) -> String {
+    match ip.proto {
+        6 => format!("tcp port {}", ip.dport),
+        17 => format!("udp port {}", ip.dport),
+        1 | 58 => "icmp".into(),
+        p => format!("ip proto {p}"),
     }
 }
 
