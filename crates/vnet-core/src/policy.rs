@@ -31,131 +31,21 @@ pub mod flows;
 pub mod isolation;
 pub mod key;
 pub mod prefix;
+pub mod rules;
+pub mod verdict;
 
-use crate::stats::Counters;
 pub use flows::{FlowKey, Flows};
 pub use isolation::Isolation;
+use key::fragment_key;
+pub use key::flow_key;
 pub use prefix::in_prefix;
+pub use rules::{Action, NetPolicy, Rule, Selector};
 use rustc_hash::FxHashMap;
-use std::net::IpAddr;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use vnet_wire::classify::{classify, Facts, Frag, Icmp, Ip, L3};
-use vnet_wire::ip::{PROTO_TCP, PROTO_UDP};
+pub use verdict::{FlowMirror, Verdict, Why};
+use vnet_wire::classify::{classify, Frag, Icmp, Ip, L3};
 use vnet_wire::MacAddr;
-
-/// What a rule or a default does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    Allow,
-    Deny,
-}
-
-/// One end of a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Selector {
-    Any,
-    /// Matches no frame.
-    Nothing,
-    Mac(MacAddr),
-    /// A group, by its bit in [`PolicySet::groups`]' masks.
-    Group(u8),
-    /// An IPv4 or IPv6 prefix (ARP's addresses are IPv4's).
-    Net(IpAddr, u8),
-}
-
-/// A compiled rule.
-#[derive(Debug)]
-pub struct Rule {
-    /// Its name (shared: a flow log's record names it without a copy).
-    pub name: Arc<str>,
-    pub action: Action,
-    pub from: Selector,
-    pub to: Selector,
-    /// EtherType (under any VLAN tags).
-    pub ether: Option<u16>,
-    /// IP protocol: matches IPv4 and IPv6 packets only.
-    pub proto: Option<u8>,
-    /// Destination ports, inclusive: TCP and UDP packets only.
-    pub ports: Option<(u16, u16)>,
-    /// Packets it decided (denied ones also as `drops`).
-    pub counters: Arc<Counters>,
-}
-
-/// One network's policy.
-#[derive(Debug)]
-pub struct NetPolicy {
-    pub default: Action,
-    pub rules: Vec<Rule>,
-    /// Packets the default decided (denied ones also as `drops`).
-    pub default_counters: Arc<Counters>,
-    /// Packets passed by state: further packets of an allowed flow,
-    /// replies, related ICMP errors, later fragments.
-    pub stateful: Arc<Counters>,
-    /// Packets dropped as unreadable, and later fragments of no allowed first.
-    pub unclassifiable: Arc<AtomicU64>,
-    pub orphan_fragments: Arc<AtomicU64>,
-    /// Kubernetes' NetworkPolicies of the network, met beside the rules
-    /// ([`isolation`]): a first packet passes when the rules and both its
-    /// ends' isolation allow it.
-    pub isolation: Option<Arc<Isolation>>,
-    /// What a flow log calls the default: `(default)`.
-    pub default_name: Arc<str>,
-}
-
-impl NetPolicy {
-    /// A network's policy with every counter at zero.
-    pub fn new(default: Action, rules: Vec<Rule>) -> Self {
-        NetPolicy {
-            default,
-            rules,
-            default_counters: Arc::default(),
-            stateful: Arc::default(),
-            unclassifiable: Arc::default(),
-            orphan_fragments: Arc::default(),
-            isolation: None,
-            default_name: Arc::from("(default)"),
-        }
-    }
-
-    /// The same, counting on in `old`'s network-wide counters.
-    pub fn counting_as(self, old: &NetPolicy) -> Self {
-        NetPolicy {
-            default_counters: old.default_counters.clone(),
-            stateful: old.stateful.clone(),
-            unclassifiable: old.unclassifiable.clone(),
-            orphan_fragments: old.orphan_fragments.clone(),
-            ..self
-        }
-    }
-}
-
-/// Why a verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
-    /// The network has no policy.
-    NoPolicy,
-    /// The rule at this index.
-    Rule(usize),
-    Default,
-    /// A further packet of an allowed flow.
-    Established,
-    /// A reply of an allowed flow.
-    Reply,
-    /// An ICMP error about an allowed flow.
-    Related,
-    /// A later fragment of an allowed packet.
-    Fragment,
-    /// Unreadable ([`vnet_wire::classify::Unclassifiable`]).
-    Unclassifiable,
-    /// A later fragment whose first was not allowed.
-    OrphanFragment,
-    /// Allowed by the rules (or the default), denied by a NetworkPolicy's
-    /// isolation of one end ([`isolation`]).
-    Isolated(isolation::Denied),
-}
 
 /// Whether a judgement counts and remembers (the data path) or changes
 /// nothing (a dry run: `vnetctl trace`).
@@ -163,33 +53,6 @@ pub enum Why {
 enum Mode {
     Live,
     DryRun,
-}
-
-/// A decision: allowed or not, and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verdict {
-    pub allow: bool,
-    pub why: Why,
-}
-
-/// A second table of allowed flows kept beside [`Flows`] by a data path
-/// that forwards a flow's further packets and replies itself, without
-/// the engine (vnetd's kernel path: its eBPF `flows` map). The engine
-/// judges every new flow and offers the mirror each flow it allows
-/// (again every [`flows::OFFER_S`] seconds while the engine still sees
-/// it); the mirror passes nothing it was not offered. The engine asks the
-/// mirror before it judges a packet it knows no flow for: a flow the
-/// mirror carried alone for longer than the engine's idle time is still
-/// the flow it was. So a flow is known while either table saw it within
-/// its idle time, whichever path its packets took.
-pub trait FlowMirror: Send + Sync + std::fmt::Debug {
-    /// Whether `k` or its reply (`k` reversed) is a flow the mirror saw
-    /// within its idle time.
-    fn fresh(&self, k: &FlowKey) -> bool;
-    /// Flow `k` was allowed (or seen) now: the mirror may pass its further
-    /// packets and its replies. It may not keep it (full, or failing):
-    /// whether it did.
-    fn offer(&self, k: &FlowKey) -> bool;
 }
 
 /// Every network's policy, as one snapshot.
@@ -207,45 +70,6 @@ pub struct PolicySet {
     pub mirror: Option<Arc<dyn FlowMirror>>,
 }
 
-impl Rule {
-    /// Whether the rule matches a frame with facts `f` (whose ends' groups
-    /// are `groups`: source's, destination's).
-    pub fn matches(&self, f: &Facts, groups: (u64, u64)) -> bool {
-        let (src_ip, dst_ip) = match f.l3 {
-            L3::Arp { sender, target } => (Some(IpAddr::V4(sender)), Some(IpAddr::V4(target))),
-            L3::Ip(ip) => (Some(ip.src), Some(ip.dst)),
-            L3::Other => (None, None),
-        };
-        let end = |s: Selector, mac: MacAddr, g: u64, ip: Option<IpAddr>| match s {
-            Selector::Any => true,
-            Selector::Nothing => false,
-            Selector::Mac(m) => m == mac,
-            Selector::Group(bit) => g & 1u64.checked_shl(u32::from(bit)).unwrap_or(0) != 0,
-            Selector::Net(n, len) => ip.is_some_and(|ip| in_prefix(ip, n, len)),
-        };
-        if !end(self.from, f.src, groups.0, src_ip) || !end(self.to, f.dst, groups.1, dst_ip) {
-            return false;
-        }
-        if self.ether.is_some_and(|e| e != f.ether) {
-            return false;
-        }
-        let ip = match f.l3 {
-            L3::Ip(ip) => Some(ip),
-            _ => None,
-        };
-        if let Some(p) = self.proto {
-            if ip.is_none_or(|ip| ip.proto != p) {
-                return false;
-            }
-        }
-        match self.ports {
-            None => true,
-            Some((lo, hi)) => ip
-                .is_some_and(|ip| matches!(ip.proto, PROTO_TCP | PROTO_UDP) && (lo..=hi).contains(&ip.dport)),
-        }
-    }
-}
-
 /// What a flow log's account of a first packet keeps: the rule that
 /// decided it (the default's name for the default; `None`: not known),
 /// the verdict, the packet's length.
@@ -254,35 +78,6 @@ struct Logged<'a> {
     rule: Option<&'a Arc<str>>,
     allow: bool,
     len: usize,
-}
-
-/// The flow key of an IP packet sent from MAC `src_mac` to `dst_mac` (the
-/// frame's): ICMP echo keys on its identifier, the request's as its source
-/// port and the reply's as its destination port, so a reply's key is its
-/// request's reversed.
-pub fn flow_key(generation: u64, network: u32, (src_mac, dst_mac): (MacAddr, MacAddr), ip: &Ip) -> FlowKey {
-    let (sport, dport) = match ip.icmp {
-        Icmp::Echo { request: true, id } => (id, 0),
-        Icmp::Echo { request: false, id } => (0, id),
-        _ => (ip.sport, ip.dport),
-    };
-    FlowKey {
-        generation,
-        network,
-        src_mac,
-        dst_mac,
-        src: ip.src,
-        dst: ip.dst,
-        proto: ip.proto,
-        sport,
-        dport,
-        id: 0,
-        fragment: false,
-    }
-}
-
-fn fragment_key(generation: u64, network: u32, macs: (MacAddr, MacAddr), ip: &Ip, id: u32) -> FlowKey {
-    FlowKey { sport: 0, dport: 0, id, fragment: true, ..flow_key(generation, network, macs, ip) }
 }
 
 impl PolicySet {

@@ -1,7 +1,8 @@
 use super::*;
+use crate::stats::Counters;
 use proptest::prelude::*;
 use std::collections::HashSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 const NET: u32 = 7;
 
