@@ -75,6 +75,20 @@ class Probe(unittest.TestCase):
         })
         self.assertEqual(found, [])
 
+    def test_a_test_modules_own_file_is_no_source(self):
+        # `#[cfg(test)] mod tests;` (and `#[path]`) files are tests: neither
+        # sized nor scanned for functions; the same declared without
+        # `#[cfg(test)]` is a source (the positive control).
+        self.crate({
+            "lib.rs": "mod a;\n#[cfg(test)]\nmod tests;\nmod kept;\n",
+            "a.rs": "#[cfg(test)]\n#[path = \"a_run.rs\"]\nmod run;\n",
+            "a_run.rs": "fn t() {}\n",
+            "tests.rs": "fn t() {}\n",
+            "kept.rs": "fn k() {}\n",
+        })
+        self.assertEqual(sorted(shape.sources()), [
+            "crates/probe/src/a.rs", "crates/probe/src/kept.rs", "crates/probe/src/lib.rs"])
+
     def test_tests_do_not_count(self):
         found = self.crate({
             "lib.rs": "mod a;\nmod b;\n",
