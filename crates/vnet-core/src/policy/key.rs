@@ -70,6 +70,12 @@ pub fn flow_key(generation: u64, network: u32, (src_mac, dst_mac): (MacAddr, Mac
 
 /// The key of a fragmented packet's later fragments (`id`: its
 /// identification).
-pub(super) fn fragment_key(generation: u64, network: u32, macs: (MacAddr, MacAddr), ip: &Ip, id: u32) -> FlowKey {
+pub(super) fn fragment_key(
+    generation: u64,
+    network: u32,
+    macs: (MacAddr, MacAddr),
+    ip: &Ip,
+    id: u32,
+) -> FlowKey {
     FlowKey { sport: 0, dport: 0, id, fragment: true, ..flow_key(generation, network, macs, ip) }
 }

@@ -1,11 +1,15 @@
 //! A network's rules ([`NetPolicy`]): each [`Rule`] matches on a frame's
 //! ends ([`Selector`]), its EtherType, IP protocol and destination ports,
 //! and allows or denies ([`Action`]); the first that matches decides,
-//! else the network's default.
+//! else the network's default. What they allow, its ends' NetworkPolicy
+//! isolation may still deny ([`Rules`]: the judgement of a packet no
+//! flow carries).
 
 use super::isolation::Isolation;
 use super::prefix::in_prefix;
+use super::verdict::{Judge, Judged, Verdict, Why};
 use crate::stats::Counters;
+use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -136,5 +140,50 @@ impl Rule {
             Some((lo, hi)) => ip
                 .is_some_and(|ip| matches!(ip.proto, PROTO_TCP | PROTO_UDP) && (lo..=hi).contains(&ip.dport)),
         }
+    }
+}
+
+/// The judgement of one frame of `network` by its rules, then by its
+/// ends' isolation ([`Judge`]); `live`: counted in the rules' counters (a
+/// dry run counts nothing).
+pub struct Rules<'a> {
+    pub network: u32,
+    pub net: &'a NetPolicy,
+    pub facts: &'a Facts,
+    /// Each MAC's groups ([`super::PolicySet::groups`]).
+    pub groups: &'a FxHashMap<(u32, MacAddr), u64>,
+    pub len: usize,
+    pub live: bool,
+}
+
+impl<'a> Judge<'a> for Rules<'a> {
+    fn judge(&mut self) -> Judged<'a> {
+        let (net, f, len, live) = (self.net, self.facts, self.len, self.live);
+        let group = |mac: MacAddr| self.groups.get(&(self.network, mac)).copied().unwrap_or(0);
+        let groups = (group(f.src), group(f.dst));
+        let (allow, why, counters, rule) = match net.rules.iter().position(|r| r.matches(f, groups)) {
+            Some(i) => {
+                let r = &net.rules[i];
+                (r.action == Action::Allow, Why::Rule(i), &r.counters, Some(&r.name))
+            }
+            None => {
+                (net.default == Action::Allow, Why::Default, &net.default_counters, Some(&net.default_name))
+            }
+        };
+        if live {
+            counters.add(len);
+        }
+        if !allow {
+            if live {
+                counters.drop_one();
+            }
+            return Judged { verdict: Verdict { allow, why }, rule };
+        }
+        if let Some(iso) = &net.isolation {
+            if let Err(d) = iso.check_with(f, len, live) {
+                return Judged { verdict: Verdict { allow: false, why: Why::Isolated(d) }, rule: None };
+            }
+        }
+        Judged { verdict: Verdict { allow, why }, rule }
     }
 }

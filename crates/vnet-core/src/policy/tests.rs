@@ -391,6 +391,14 @@ impl FlowMirror for Kernel {
         self.fresh.lock().unwrap().insert(*k);
         true
     }
+
+    fn known_or<'a>(&self, k: &FlowKey, keep: bool, judge: &mut dyn Judge<'a>) -> Known<'a> {
+        if self.fresh(k) {
+            return Known::Fresh { kept: keep && self.offer(k) };
+        }
+        let judged = judge.judge();
+        Known::Judged { judged, kept: keep && judged.verdict.allow && self.offer(k) }
+    }
 }
 
 impl Kernel {
