@@ -3,7 +3,7 @@
 pub use crate::transport::{Cipher, Format, IfName, PeerKey, Security, Transport};
 use crate::Pos;
 use std::net::{IpAddr, SocketAddr};
-use vnet_core::MacSpec;
+use vnet_model::MacSpec;
 use vnet_wire::MacAddr;
 
 /// Broadcast and multicast frames a second an interface's VM may send

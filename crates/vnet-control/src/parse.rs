@@ -723,7 +723,7 @@ fn check_interface(pos: Pos, mac: Option<MacAddr>, standby: bool, groups: &[Stri
 mod tests {
     use super::*;
     use crate::ast::PeerKey;
-    use vnet_core::MacSpec;
+    use vnet_model::MacSpec;
 
     fn one(s: &str) -> Command {
         parse(s).unwrap().remove(0).item

@@ -597,8 +597,8 @@ impl Request {
                     To::Link(n) => Target::Link(Ref { pos: at(37), by: LinkRef::Name(n.to_string()) }),
                 };
                 Command::Route {
-                    src: vnet_core::MacSpec::Any,
-                    dst: vnet_core::MacSpec::Addr(*dst),
+                    src: vnet_model::MacSpec::Any,
+                    dst: vnet_model::MacSpec::Addr(*dst),
                     to,
                     from: From::Any,
                 }
