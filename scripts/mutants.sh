@@ -17,7 +17,7 @@ ensure_cargo
 command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
 list=0
 if [ "${1:-}" = --list ]; then list=1; shift; fi
-crates=(vnet-wire vnet-core vnet-control vnet-engine vnet-cluster)
+crates=(vnet-wire vnet-model vnet-core vnet-control vnet-engine vnet-cluster)
 [ $# -gt 0 ] && crates=("$1")
 shard=${2:-}
 # vnet-cluster's scale test at 50 hosts, not 1000: the same checks, 2 s

@@ -99,12 +99,38 @@ def code_lines(path):
     return len(without_tests(path).rstrip().split("\n"))
 
 
+def test_file(path):
+    """Whether `path` is a test module's file: declared `#[cfg(test)] mod
+    NAME;` by its parent module (or under such a file)."""
+    d, f = os.path.split(path)
+    if f in ("lib.rs", "main.rs") or os.path.basename(d) == "bin":
+        return False
+    # A `#[path = "f.rs"]` declaration beside it.
+    for g in os.listdir(d):
+        if g.endswith(".rs") and g != f:
+            for m in re.finditer(r"((?:#\[[^\]]*\]\s*)+)(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*;", read(os.path.join(d, g))):
+                pa = re.search(r"#\[path\s*=\s*\"([^\"]*)\"\]", m.group(1))
+                if pa and os.path.normpath(os.path.join(d, pa.group(1))) == os.path.normpath(path):
+                    return "#[cfg(test)]" in m.group(1).replace(" ", "") or test_file(os.path.join(d, g))
+    name, here = (os.path.basename(d), os.path.dirname(d)) if f == "mod.rs" else (f[:-3], d)
+    parents = [os.path.join(here, x) for x in ("mod.rs", "lib.rs", "main.rs")] + [here + ".rs"]
+    for parent in parents:
+        if os.path.exists(parent):
+            s = strip(read(parent))
+            decl = re.search(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+%s\s*;" % name, s)
+            if decl:
+                return "#[cfg(test)]" in decl.group(1).replace(" ", "") or test_file(parent)
+    return False
+
+
 def sources():
+    """Every source file outside tests (`tests/`, `benches/`, a test
+    module's own file), and each crate's build script."""
     for crate in sorted(os.listdir(os.path.join(ROOT, "crates"))):
         src = os.path.join(ROOT, "crates", crate, "src")
         for d, _, files in os.walk(src):
             for f in files:
-                if f.endswith(".rs"):
+                if f.endswith(".rs") and not test_file(os.path.join(d, f)):
                     yield os.path.relpath(os.path.join(d, f), ROOT)
         for extra in ("build.rs",):
             p = os.path.join(ROOT, "crates", crate, extra)

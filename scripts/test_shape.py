@@ -2,8 +2,8 @@
 """scripts/shape.py's own tests: each probe is a small crate written to a
 temporary tree, with the cycle shape.py must find (or must not); and
 docs/ARCHITECTURE.md's "Two walks" checked against the tree (each file
-named exists, none stepped into twice in its walk, no file entered again
-but the re-entries KNOWN_REENTRIES names with why they stay).
+named exists, none stepped into twice in its walk, no file entered again:
+KNOWN_REENTRIES, the re-entries allowed with why, is empty).
 
 Usage: python3 scripts/test_shape.py   (scripts/test.sh runs it before shape.py)"""
 import importlib.util, os, re, tempfile, textwrap, unittest
@@ -75,6 +75,20 @@ class Probe(unittest.TestCase):
         })
         self.assertEqual(found, [])
 
+    def test_a_test_modules_own_file_is_no_source(self):
+        # `#[cfg(test)] mod tests;` (and `#[path]`) files are tests: neither
+        # sized nor scanned for functions; the same declared without
+        # `#[cfg(test)]` is a source (the positive control).
+        self.crate({
+            "lib.rs": "mod a;\n#[cfg(test)]\nmod tests;\nmod kept;\n",
+            "a.rs": "#[cfg(test)]\n#[path = \"a_run.rs\"]\nmod run;\n",
+            "a_run.rs": "fn t() {}\n",
+            "tests.rs": "fn t() {}\n",
+            "kept.rs": "fn k() {}\n",
+        })
+        self.assertEqual(sorted(shape.sources()), [
+            "crates/probe/src/a.rs", "crates/probe/src/kept.rs", "crates/probe/src/lib.rs"])
+
     def test_tests_do_not_count(self):
         found = self.crate({
             "lib.rs": "mod a;\nmod b;\n",
@@ -93,19 +107,10 @@ AGAIN = re.compile(r"^\s+- again `([^`]+)`")
 
 # The re-entries the code still makes, by the walk's title and the file,
 # each with why it stays. Any other `again` line fails, and so does one of
-# these the walk no longer names (the list only shrinks).
-KNOWN_REENTRIES = {
-    # A flow's first packet: the engine's flow table and the kernel's
-    # `flows` map (its mirror) are asked before the rules, and told after
-    # them. Asking after the rules would run them for every packet of a
-    # known flow, and give a flow the kernel knows the rules' verdict
-    # (their counters, the NetworkPolicies' isolation) instead of
-    # "established": not the same behaviour.
-    ("A policy decision", "crates/vnet-core/src/policy/flows.rs"):
-        "`remember`: a flow the rules allowed, inserted after they judged it",
-    ("A policy decision", "crates/vnetd/src/kernel/flows.rs"):
-        "`offer`: the flow written into the kernel's `flows` map after the rules",
-}
+# these the walk no longer names (the list only shrinks). Empty since the
+# policy decision's flows nest (`Flows::judge` asks the kernel's mirror,
+# which asks the rules): no walk enters a file twice.
+KNOWN_REENTRIES = {}
 
 
 def walks(text):

@@ -3,8 +3,20 @@
 pub use crate::transport::{Cipher, Format, IfName, PeerKey, Security, Transport};
 use crate::Pos;
 use std::net::{IpAddr, SocketAddr};
-use vnet_core::MacSpec;
+use vnet_model::MacSpec;
 use vnet_wire::MacAddr;
+
+/// Broadcast and multicast frames a second an interface's VM may send
+/// unless its `broadcast-limit` says otherwise: far above what ARP,
+/// neighbour discovery and DHCP need, far below a storm (a VM in a
+/// forwarding loop sends hundreds of thousands a second).
+pub const DEFAULT_BROADCAST_LIMIT: u32 = 1000;
+
+/// The most policy groups an interface may be in (`group G`, repeated).
+pub const MAX_IFACE_GROUPS: usize = 16;
+
+/// The most addresses an interface's `addresses` names.
+pub const MAX_IFACE_ADDRESSES: usize = 64;
 
 /// A command and where it started.
 #[derive(Debug, Clone, PartialEq)]

@@ -29,7 +29,7 @@
 use crate::ast::{Command, From, IfaceRef, Ref, Target};
 use crate::state::{InterfaceDef, State};
 use crate::{Located, Pos};
-use vnet_core::{MacSpec, Port, SourceFilter};
+use vnet_model::{MacSpec, Port, SourceFilter};
 use vnet_wire::MacAddr;
 
 /// The commands that make the interface `decl` (a [`Command::Interface`])

@@ -6,7 +6,7 @@
 use crate::lex::{found, Token};
 use crate::{Error, Pos, Result};
 use std::net::{IpAddr, SocketAddr};
-use vnet_core::MacSpec;
+use vnet_model::MacSpec;
 use vnet_wire::MacAddr;
 
 /// A cursor over one line's tokens: what every part of the grammar reads

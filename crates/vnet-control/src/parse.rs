@@ -15,11 +15,7 @@ use vnet_wire::MacAddr;
 mod policy;
 mod trace;
 
-/// Broadcast and multicast frames a second an interface's VM may send
-/// unless its `broadcast-limit` says otherwise: far above what ARP,
-/// neighbour discovery and DHCP need, far below a storm (a VM in a
-/// forwarding loop sends hundreds of thousands a second).
-pub const DEFAULT_BROADCAST_LIMIT: u32 = 1000;
+pub use crate::ast::{DEFAULT_BROADCAST_LIMIT, MAX_IFACE_ADDRESSES, MAX_IFACE_GROUPS};
 
 pub use crate::transport::{DEFAULT_LINK_MTU, DEFAULT_PORT};
 
@@ -680,12 +676,6 @@ impl<'a> Parser<'_, 'a> {
     }
 }
 
-/// The most policy groups an interface may be in (`group G`, repeated).
-pub const MAX_IFACE_GROUPS: usize = 16;
-
-/// The most addresses an interface's `addresses` names.
-pub const MAX_IFACE_ADDRESSES: usize = 64;
-
 /// An option a vhost-user interface cannot have: `mtu`, `netns` (the
 /// guest sets its own MTU; the socket has no namespace), `datapath kernel`.
 fn check_vhost_option(kind: IfaceKind, o: &str, datapath: Option<Datapath>, opt_pos: Pos) -> Result<()> {
@@ -733,7 +723,7 @@ fn check_interface(pos: Pos, mac: Option<MacAddr>, standby: bool, groups: &[Stri
 mod tests {
     use super::*;
     use crate::ast::PeerKey;
-    use vnet_core::MacSpec;
+    use vnet_model::MacSpec;
 
     fn one(s: &str) -> Command {
         parse(s).unwrap().remove(0).item

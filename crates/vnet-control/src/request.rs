@@ -335,12 +335,12 @@ impl Interface {
         let pos = crate::Pos::default();
         for (i, a) in self.addresses.iter().enumerate() {
             let again = self.addresses[..i].contains(a);
-            if crate::neigh::check_ip(pos, *a).is_err() || again || i >= crate::parse::MAX_IFACE_ADDRESSES {
+            if crate::neigh::check_ip(pos, *a).is_err() || again || i >= crate::ast::MAX_IFACE_ADDRESSES {
                 return Err(invalid("addresses", &a.to_string(), "at most 64 unicast addresses, each once"));
             }
         }
         let distinct: std::collections::BTreeSet<&str> = self.groups.iter().map(Name::as_str).collect();
-        if self.groups.len() > crate::parse::MAX_IFACE_GROUPS || distinct.len() != self.groups.len() {
+        if self.groups.len() > crate::ast::MAX_IFACE_GROUPS || distinct.len() != self.groups.len() {
             return Err(invalid("group", n, "at most 16 groups, each once"));
         }
         if let Dev::VhostUser(_) = self.dev {
@@ -623,8 +623,8 @@ impl Request {
                     To::Link(n) => Target::Link(Ref { pos: at(37), by: LinkRef::Name(n.to_string()) }),
                 };
                 Command::Route {
-                    src: vnet_core::MacSpec::Any,
-                    dst: vnet_core::MacSpec::Addr(*dst),
+                    src: vnet_model::MacSpec::Any,
+                    dst: vnet_model::MacSpec::Addr(*dst),
                     to,
                     from: From::Any,
                 }

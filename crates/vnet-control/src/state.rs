@@ -12,7 +12,7 @@ use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use vnet_core::{MacSpec, Port, SourceFilter};
+use vnet_model::{MacSpec, Port, SourceFilter};
 use vnet_wire::MacAddr;
 
 pub use crate::ast::Format as LinkFormat;

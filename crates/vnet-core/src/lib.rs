@@ -35,7 +35,7 @@
 pub mod cache;
 pub mod drop;
 pub mod policy;
-pub mod spec;
+pub use vnet_model::spec;
 pub mod stats;
 pub mod table;
 

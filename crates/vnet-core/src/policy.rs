@@ -31,131 +31,20 @@ pub mod flows;
 pub mod isolation;
 pub mod key;
 pub mod prefix;
+pub mod rules;
+pub mod verdict;
 
-use crate::stats::Counters;
 pub use flows::{FlowKey, Flows};
 pub use isolation::Isolation;
+pub use key::flow_key;
 pub use prefix::in_prefix;
+pub use rules::{Action, NetPolicy, Rule, Rules, Selector};
 use rustc_hash::FxHashMap;
-use std::net::IpAddr;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use vnet_wire::classify::{classify, Facts, Frag, Icmp, Ip, L3};
-use vnet_wire::ip::{PROTO_TCP, PROTO_UDP};
+pub use verdict::{FlowMirror, Judge, Judged, Known, Verdict, Why};
+use vnet_wire::classify::{classify, L3};
 use vnet_wire::MacAddr;
-
-/// What a rule or a default does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Action {
-    Allow,
-    Deny,
-}
-
-/// One end of a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Selector {
-    Any,
-    /// Matches no frame.
-    Nothing,
-    Mac(MacAddr),
-    /// A group, by its bit in [`PolicySet::groups`]' masks.
-    Group(u8),
-    /// An IPv4 or IPv6 prefix (ARP's addresses are IPv4's).
-    Net(IpAddr, u8),
-}
-
-/// A compiled rule.
-#[derive(Debug)]
-pub struct Rule {
-    /// Its name (shared: a flow log's record names it without a copy).
-    pub name: Arc<str>,
-    pub action: Action,
-    pub from: Selector,
-    pub to: Selector,
-    /// EtherType (under any VLAN tags).
-    pub ether: Option<u16>,
-    /// IP protocol: matches IPv4 and IPv6 packets only.
-    pub proto: Option<u8>,
-    /// Destination ports, inclusive: TCP and UDP packets only.
-    pub ports: Option<(u16, u16)>,
-    /// Packets it decided (denied ones also as `drops`).
-    pub counters: Arc<Counters>,
-}
-
-/// One network's policy.
-#[derive(Debug)]
-pub struct NetPolicy {
-    pub default: Action,
-    pub rules: Vec<Rule>,
-    /// Packets the default decided (denied ones also as `drops`).
-    pub default_counters: Arc<Counters>,
-    /// Packets passed by state: further packets of an allowed flow,
-    /// replies, related ICMP errors, later fragments.
-    pub stateful: Arc<Counters>,
-    /// Packets dropped as unreadable, and later fragments of no allowed first.
-    pub unclassifiable: Arc<AtomicU64>,
-    pub orphan_fragments: Arc<AtomicU64>,
-    /// Kubernetes' NetworkPolicies of the network, met beside the rules
-    /// ([`isolation`]): a first packet passes when the rules and both its
-    /// ends' isolation allow it.
-    pub isolation: Option<Arc<Isolation>>,
-    /// What a flow log calls the default: `(default)`.
-    pub default_name: Arc<str>,
-}
-
-impl NetPolicy {
-    /// A network's policy with every counter at zero.
-    pub fn new(default: Action, rules: Vec<Rule>) -> Self {
-        NetPolicy {
-            default,
-            rules,
-            default_counters: Arc::default(),
-            stateful: Arc::default(),
-            unclassifiable: Arc::default(),
-            orphan_fragments: Arc::default(),
-            isolation: None,
-            default_name: Arc::from("(default)"),
-        }
-    }
-
-    /// The same, counting on in `old`'s network-wide counters.
-    pub fn counting_as(self, old: &NetPolicy) -> Self {
-        NetPolicy {
-            default_counters: old.default_counters.clone(),
-            stateful: old.stateful.clone(),
-            unclassifiable: old.unclassifiable.clone(),
-            orphan_fragments: old.orphan_fragments.clone(),
-            ..self
-        }
-    }
-}
-
-/// Why a verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
-    /// The network has no policy.
-    NoPolicy,
-    /// The rule at this index.
-    Rule(usize),
-    Default,
-    /// A further packet of an allowed flow.
-    Established,
-    /// A reply of an allowed flow.
-    Reply,
-    /// An ICMP error about an allowed flow.
-    Related,
-    /// A later fragment of an allowed packet.
-    Fragment,
-    /// Unreadable ([`vnet_wire::classify::Unclassifiable`]).
-    Unclassifiable,
-    /// A later fragment whose first was not allowed.
-    OrphanFragment,
-    /// Allowed by the rules (or the default), denied by a NetworkPolicy's
-    /// isolation of one end ([`isolation`]).
-    Isolated(isolation::Denied),
-}
 
 /// Whether a judgement counts and remembers (the data path) or changes
 /// nothing (a dry run: `vnetctl trace`).
@@ -163,33 +52,6 @@ pub enum Why {
 enum Mode {
     Live,
     DryRun,
-}
-
-/// A decision: allowed or not, and why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Verdict {
-    pub allow: bool,
-    pub why: Why,
-}
-
-/// A second table of allowed flows kept beside [`Flows`] by a data path
-/// that forwards a flow's further packets and replies itself, without
-/// the engine (vnetd's kernel path: its eBPF `flows` map). The engine
-/// judges every new flow and offers the mirror each flow it allows
-/// (again every [`flows::OFFER_S`] seconds while the engine still sees
-/// it); the mirror passes nothing it was not offered. The engine asks the
-/// mirror before it judges a packet it knows no flow for: a flow the
-/// mirror carried alone for longer than the engine's idle time is still
-/// the flow it was. So a flow is known while either table saw it within
-/// its idle time, whichever path its packets took.
-pub trait FlowMirror: Send + Sync + std::fmt::Debug {
-    /// Whether `k` or its reply (`k` reversed) is a flow the mirror saw
-    /// within its idle time.
-    fn fresh(&self, k: &FlowKey) -> bool;
-    /// Flow `k` was allowed (or seen) now: the mirror may pass its further
-    /// packets and its replies. It may not keep it (full, or failing):
-    /// whether it did.
-    fn offer(&self, k: &FlowKey) -> bool;
 }
 
 /// Every network's policy, as one snapshot.
@@ -205,84 +67,6 @@ pub struct PolicySet {
     pub flows: Arc<Flows>,
     /// Where the flows are also kept, if anywhere ([`FlowMirror`]).
     pub mirror: Option<Arc<dyn FlowMirror>>,
-}
-
-impl Rule {
-    /// Whether the rule matches a frame with facts `f` (whose ends' groups
-    /// are `groups`: source's, destination's).
-    pub fn matches(&self, f: &Facts, groups: (u64, u64)) -> bool {
-        let (src_ip, dst_ip) = match f.l3 {
-            L3::Arp { sender, target } => (Some(IpAddr::V4(sender)), Some(IpAddr::V4(target))),
-            L3::Ip(ip) => (Some(ip.src), Some(ip.dst)),
-            L3::Other => (None, None),
-        };
-        let end = |s: Selector, mac: MacAddr, g: u64, ip: Option<IpAddr>| match s {
-            Selector::Any => true,
-            Selector::Nothing => false,
-            Selector::Mac(m) => m == mac,
-            Selector::Group(bit) => g & 1u64.checked_shl(u32::from(bit)).unwrap_or(0) != 0,
-            Selector::Net(n, len) => ip.is_some_and(|ip| in_prefix(ip, n, len)),
-        };
-        if !end(self.from, f.src, groups.0, src_ip) || !end(self.to, f.dst, groups.1, dst_ip) {
-            return false;
-        }
-        if self.ether.is_some_and(|e| e != f.ether) {
-            return false;
-        }
-        let ip = match f.l3 {
-            L3::Ip(ip) => Some(ip),
-            _ => None,
-        };
-        if let Some(p) = self.proto {
-            if ip.is_none_or(|ip| ip.proto != p) {
-                return false;
-            }
-        }
-        match self.ports {
-            None => true,
-            Some((lo, hi)) => ip
-                .is_some_and(|ip| matches!(ip.proto, PROTO_TCP | PROTO_UDP) && (lo..=hi).contains(&ip.dport)),
-        }
-    }
-}
-
-/// What a flow log's account of a first packet keeps: the rule that
-/// decided it (the default's name for the default; `None`: not known),
-/// the verdict, the packet's length.
-#[derive(Debug, Clone, Copy)]
-struct Logged<'a> {
-    rule: Option<&'a Arc<str>>,
-    allow: bool,
-    len: usize,
-}
-
-/// The flow key of an IP packet sent from MAC `src_mac` to `dst_mac` (the
-/// frame's): ICMP echo keys on its identifier, the request's as its source
-/// port and the reply's as its destination port, so a reply's key is its
-/// request's reversed.
-pub fn flow_key(generation: u64, network: u32, (src_mac, dst_mac): (MacAddr, MacAddr), ip: &Ip) -> FlowKey {
-    let (sport, dport) = match ip.icmp {
-        Icmp::Echo { request: true, id } => (id, 0),
-        Icmp::Echo { request: false, id } => (0, id),
-        _ => (ip.sport, ip.dport),
-    };
-    FlowKey {
-        generation,
-        network,
-        src_mac,
-        dst_mac,
-        src: ip.src,
-        dst: ip.dst,
-        proto: ip.proto,
-        sport,
-        dport,
-        id: 0,
-        fragment: false,
-    }
-}
-
-fn fragment_key(generation: u64, network: u32, macs: (MacAddr, MacAddr), ip: &Ip, id: u32) -> FlowKey {
-    FlowKey { sport: 0, dport: 0, id, fragment: true, ..flow_key(generation, network, macs, ip) }
 }
 
 impl PolicySet {
@@ -311,6 +95,8 @@ impl PolicySet {
 
     /// The one judgement both [`PolicySet::decide`] and
     /// [`PolicySet::explain`] make; `mode` says whether it leaves traces.
+    /// An IP packet meets the flows first ([`Flows::judge`]), which ask
+    /// the rules when they know no flow of it; anything else, the rules.
     fn judge(&self, network: u32, frame: &[u8], mode: Mode) -> Verdict {
         let live = mode == Mode::Live;
         let Some(net) = self.nets.get(&network) else { return Verdict { allow: true, why: Why::NoPolicy } };
@@ -324,170 +110,19 @@ impl PolicySet {
             }
         };
         let len = frame.len();
-        let macs = (f.src, f.dst);
-        if let L3::Ip(ip) = f.l3 {
-            if let Some(v) = self.by_state(network, net, macs, &ip, (len, mode)) {
-                return v;
-            }
-        }
-        let groups = (self.groups_of(network, f.src), self.groups_of(network, f.dst));
-        let (allow, why, counters, rule) = match net.rules.iter().position(|r| r.matches(&f, groups)) {
-            Some(i) => {
-                let r = &net.rules[i];
-                (r.action == Action::Allow, Why::Rule(i), &r.counters, Some(&r.name))
-            }
-            None => {
-                (net.default == Action::Allow, Why::Default, &net.default_counters, Some(&net.default_name))
-            }
+        let mut rules = Rules { network, net, facts: &f, groups: &self.groups, len, live };
+        let L3::Ip(ip) = f.l3 else { return rules.judge().verdict };
+        let p = flows::Packet {
+            generation: self.generation,
+            network,
+            macs: (f.src, f.dst),
+            ip: &ip,
+            len,
+            live,
+            stateful: &net.stateful,
+            orphan_fragments: &net.orphan_fragments,
         };
-        if live {
-            counters.add(len);
-        }
-        let logged = |allowed| Logged { rule, allow: allowed, len };
-        if !allow {
-            if live {
-                counters.drop_one();
-                self.log_denied(network, macs, &f.l3, logged(false));
-            }
-            return Verdict { allow, why };
-        }
-        if let Some(iso) = &net.isolation {
-            if let Err(d) = iso.check_with(&f, len, live) {
-                if live {
-                    self.log_denied(network, macs, &f.l3, Logged { rule: None, ..logged(false) });
-                }
-                return Verdict { allow: false, why: Why::Isolated(d) };
-            }
-        }
-        if let (L3::Ip(ip), true) = (f.l3, live) {
-            self.remember(network, macs, &ip, logged(true));
-        }
-        Verdict { allow, why }
-    }
-
-    /// A denied IP packet, in the flow log's denied flows.
-    fn log_denied(&self, network: u32, macs: (MacAddr, MacAddr), l3: &L3, l: Logged<'_>) {
-        if let (true, L3::Ip(ip)) = (self.flows.logs(), l3) {
-            let k = flow_key(self.generation, network, macs, ip);
-            self.flows.deny(&k, l.rule, l.len);
-        }
-    }
-
-    fn groups_of(&self, network: u32, mac: MacAddr) -> u64 {
-        self.groups.get(&(network, mac)).copied().unwrap_or(0)
-    }
-
-    /// A verdict from the flows (None: the rules decide). `macs`: the
-    /// frame's source and destination MACs; `len`: its length. A dry run
-    /// looks the flows up without refreshing, inserting or counting.
-    fn by_state(
-        &self,
-        network: u32,
-        net: &NetPolicy,
-        macs: (MacAddr, MacAddr),
-        ip: &Ip,
-        (len, mode): (usize, Mode),
-    ) -> Option<Verdict> {
-        let live = mode == Mode::Live;
-        let g = self.generation;
-        let flows = &self.flows;
-        let hit = |k: &FlowKey| if live { flows.hit_slot(k) } else { flows.find(k) };
-        let why = if let Frag::Later { id } = ip.frag {
-            if hit(&fragment_key(g, network, macs, ip, id)).is_none() {
-                if live {
-                    net.orphan_fragments.fetch_add(1, Relaxed);
-                }
-                return Some(Verdict { allow: false, why: Why::OrphanFragment });
-            }
-            Why::Fragment
-        } else if let Icmp::Error { src, dst, proto, sport, dport } = ip.icmp {
-            // Related only between the quoted flow's own ends: the error
-            // comes from the quoted packet's far end (its MAC) and goes to
-            // its sender (MAC and address). A third VM's error about a
-            // known flow meets the rules.
-            let about = FlowKey {
-                generation: g,
-                network,
-                src_mac: macs.1,
-                dst_mac: macs.0,
-                src,
-                dst,
-                proto,
-                sport,
-                dport,
-                id: 0,
-                fragment: false,
-            };
-            if ip.dst != src
-                || !(hit(&about).is_some() || hit(&about.reversed()).is_some() || self.mirrored(&about))
-            {
-                return None;
-            }
-            Why::Related
-        } else {
-            let k = flow_key(g, network, macs, ip);
-            let (why, slot, known) = if let Some(s) = hit(&k) {
-                (Why::Established, Some(s), k)
-            } else if let Some(s) = hit(&k.reversed()) {
-                (Why::Reply, Some(s), k.reversed())
-            } else if self.mirrored(&k) {
-                // A flow the mirror carried alone: known here again (its
-                // account opens with no rule: the rules did not see it).
-                let s = live.then(|| {
-                    let s = flows.insert(&k);
-                    flows.open(s, account::Opened { key: k, rule: None, allow: true });
-                    s
-                });
-                (Why::Established, s, k)
-            } else {
-                return None;
-            };
-            if let (Some(slot), true) = (slot, live) {
-                let dir = if why == Why::Reply { account::Dir::Reverse } else { account::Dir::Forward };
-                flows.count(slot, dir, len);
-                self.offer(slot, &known);
-            }
-            why
-        };
-        if !live {
-            return Some(Verdict { allow: true, why });
-        }
-        if let Frag::First { id } = ip.frag {
-            flows.insert(&fragment_key(g, network, macs, ip, id));
-        }
-        net.stateful.add(len);
-        Some(Verdict { allow: true, why })
-    }
-
-    /// Remembers an allowed packet's flow (and its later fragments), and
-    /// opens its account.
-    fn remember(&self, network: u32, macs: (MacAddr, MacAddr), ip: &Ip, l: Logged<'_>) {
-        let g = self.generation;
-        if let Frag::First { id } = ip.frag {
-            self.flows.insert(&fragment_key(g, network, macs, ip, id));
-        }
-        // An ICMP error opens no flow of its own; everything else does.
-        if !matches!(ip.icmp, Icmp::Error { .. }) {
-            let k = flow_key(g, network, macs, ip);
-            let slot = self.flows.insert(&k);
-            self.flows.open(slot, account::Opened { key: k, rule: l.rule.cloned(), allow: l.allow });
-            self.flows.count(slot, account::Dir::Forward, l.len);
-            self.offer(slot, &k);
-        }
-    }
-
-    /// Whether the mirror knows `k` (or its reply).
-    fn mirrored(&self, k: &FlowKey) -> bool {
-        self.mirror.as_ref().is_some_and(|m| m.fresh(k))
-    }
-
-    /// Offers the mirror flow `k` (in `slot`) when it is due.
-    fn offer(&self, slot: usize, k: &FlowKey) {
-        if let Some(m) = &self.mirror {
-            if self.flows.due(slot) && m.offer(k) {
-                self.flows.mirrored(slot);
-            }
-        }
+        self.flows.judge(&p, self.mirror.as_deref(), &mut rules)
     }
 }
 

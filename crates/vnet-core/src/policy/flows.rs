@@ -14,12 +14,23 @@
 //! reader may see a new fingerprint with the old time for an instant (a
 //! flow one eviction early, never one that was not allowed: a slot is
 //! cleared before it is reused, and a fingerprint is never partly written).
+//!
+//! The table judges an IP packet of a governed network ([`Flows::judge`]):
+//! a packet of a flow it knows passes by state; one it does not is judged
+//! by the rules (a [`Judge`]), asked through the mirror when there is one
+//! ([`FlowMirror::known_or`]: the kernel's flows asked before the rules,
+//! told after them), and remembered here when allowed.
 
 use super::account::{Accounts, Dir, FlowRecord, Opened};
 pub use super::key::FlowKey;
+use super::key::{flow_key, fragment_key};
+use super::verdict::{FlowMirror, Judge, Judged, Known, Verdict, Why};
+use crate::stats::Counters;
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64};
+use vnet_wire::classify::{Frag, Icmp, Ip};
+use vnet_wire::MacAddr;
 
 /// Slots a key may be in.
 pub const WAYS: usize = 8;
@@ -248,6 +259,186 @@ impl Flows {
         self.fingerprints[victim].store(fp, Relaxed);
         self.seen[victim].store(now + 1, Relaxed);
         victim
+    }
+}
+
+/// An IP packet of a governed network, as [`Flows::judge`] judges it.
+#[derive(Debug, Clone, Copy)]
+pub struct Packet<'a> {
+    /// The policy's generation ([`FlowKey::generation`]).
+    pub generation: u64,
+    pub network: u32,
+    /// The frame's source and destination MACs.
+    pub macs: (MacAddr, MacAddr),
+    pub ip: &'a Ip,
+    pub len: usize,
+    /// Whether the judgement counts and remembers (the data path) or
+    /// changes nothing (a dry run: `vnetctl trace`).
+    pub live: bool,
+    /// The network's counters: packets passed by state, and later
+    /// fragments of no allowed first.
+    pub stateful: &'a Counters,
+    pub orphan_fragments: &'a AtomicU64,
+}
+
+impl Flows {
+    /// The verdict on `p`: passed by state (a further packet or a reply of
+    /// a known flow, an ICMP error about one between its own ends, a later
+    /// fragment of an allowed first), or else `judge`'s, asked through
+    /// `mirror` when there is one ([`FlowMirror::known_or`]); an allowed
+    /// packet's flow remembered (and its first fragment's later ones), a
+    /// denied one counted in the flow log's denied flows. A dry run looks
+    /// the flows up without refreshing, inserting or counting.
+    pub fn judge(
+        &self,
+        p: &Packet<'_>,
+        mirror: Option<&dyn FlowMirror>,
+        judge: &mut dyn Judge<'_>,
+    ) -> Verdict {
+        let (ip, g, live) = (p.ip, p.generation, p.live);
+        let hit = |k: &FlowKey| if live { self.hit_slot(k) } else { self.find(k) };
+        let why = if let Frag::Later { id } = ip.frag {
+            if hit(&fragment_key(g, p.network, p.macs, ip, id)).is_none() {
+                if live {
+                    p.orphan_fragments.fetch_add(1, Relaxed);
+                }
+                return Verdict { allow: false, why: Why::OrphanFragment };
+            }
+            Why::Fragment
+        } else if let Some(about) = quoted(p) {
+            // Related only between the quoted flow's own ends: the error
+            // comes from the quoted packet's far end (its MAC) and goes to
+            // its sender (MAC and address). A third VM's error about a
+            // known flow meets the rules.
+            if ip.dst != about.src {
+                return self.judged(p, judge.judge(), None);
+            }
+            if hit(&about).is_none() && hit(&about.reversed()).is_none() {
+                if let Known::Judged { judged, .. } = ask(mirror, &about, false, judge) {
+                    return self.judged(p, judged, None);
+                }
+            }
+            Why::Related
+        } else {
+            let k = flow_key(g, p.network, p.macs, ip);
+            let (why, slot, known, kept) = if let Some(s) = hit(&k) {
+                (Why::Established, Some(s), k, None)
+            } else if let Some(s) = hit(&k.reversed()) {
+                (Why::Reply, Some(s), k.reversed(), None)
+            } else {
+                match ask(mirror, &k, live, judge) {
+                    Known::Judged { judged, kept } => return self.judged(p, judged, mirror.map(|_| kept)),
+                    Known::Fresh { kept } => {
+                        // A flow the mirror carried alone: known here again
+                        // (its account opens with no rule: the rules did
+                        // not see it).
+                        let s = live.then(|| {
+                            let s = self.insert(&k);
+                            self.open(s, Opened { key: k, rule: None, allow: true });
+                            s
+                        });
+                        (Why::Established, s, k, Some(kept))
+                    }
+                }
+            };
+            if let (Some(slot), true) = (slot, live) {
+                let dir = if why == Why::Reply { Dir::Reverse } else { Dir::Forward };
+                self.count(slot, dir, p.len);
+                self.offered_to(mirror, slot, &known, kept);
+            }
+            why
+        };
+        if !live {
+            return Verdict { allow: true, why };
+        }
+        if let Frag::First { id } = ip.frag {
+            self.insert(&fragment_key(g, p.network, p.macs, ip, id));
+        }
+        p.stateful.add(p.len);
+        Verdict { allow: true, why }
+    }
+
+    /// `p` as `judged` (by the rules): a denied packet counted in the flow
+    /// log's denied flows; an allowed one's flow remembered (and its later
+    /// fragments), its account opened. `kept`: whether the mirror kept it
+    /// (`None`: no mirror, or none asked to keep it).
+    fn judged(&self, p: &Packet<'_>, judged: Judged<'_>, kept: Option<bool>) -> Verdict {
+        let (ip, g, v) = (p.ip, p.generation, judged.verdict);
+        if !p.live {
+            return v;
+        }
+        if !v.allow {
+            if self.logs() {
+                self.deny(&flow_key(g, p.network, p.macs, ip), judged.rule, p.len);
+            }
+            return v;
+        }
+        if let Frag::First { id } = ip.frag {
+            self.insert(&fragment_key(g, p.network, p.macs, ip, id));
+        }
+        // An ICMP error opens no flow of its own; everything else does.
+        if !matches!(ip.icmp, Icmp::Error { .. }) {
+            let k = flow_key(g, p.network, p.macs, ip);
+            let slot = self.insert(&k);
+            self.open(slot, Opened { key: k, rule: judged.rule.cloned(), allow: true });
+            self.count(slot, Dir::Forward, p.len);
+            if let Some(kept) = kept {
+                self.noted_offer(slot, kept);
+            }
+        }
+        v
+    }
+
+    /// Flow `k` (in `slot`) and the mirror: offered to it when due
+    /// (`kept`: `None`, not asked yet), or, offered already as it was
+    /// asked, noted.
+    fn offered_to(&self, mirror: Option<&dyn FlowMirror>, slot: usize, k: &FlowKey, kept: Option<bool>) {
+        let Some(m) = mirror else { return };
+        match kept {
+            Some(kept) => self.noted_offer(slot, kept),
+            None => {
+                if self.due(slot) && m.offer(k) {
+                    self.mirrored(slot);
+                }
+            }
+        }
+    }
+
+    /// The flow in `slot` was just offered to the mirror (`kept`: and kept
+    /// by it): its next offer due in [`OFFER_S`] seconds.
+    fn noted_offer(&self, slot: usize, kept: bool) {
+        self.due(slot);
+        if kept {
+            self.mirrored(slot);
+        }
+    }
+}
+
+/// The flow an ICMP error `p` quotes, keyed as its sender sent it (from
+/// the error's destination MAC to its source MAC); `None`: not an ICMP error.
+fn quoted(p: &Packet<'_>) -> Option<FlowKey> {
+    let Icmp::Error { src, dst, proto, sport, dport } = p.ip.icmp else { return None };
+    Some(FlowKey {
+        generation: p.generation,
+        network: p.network,
+        src_mac: p.macs.1,
+        dst_mac: p.macs.0,
+        src,
+        dst,
+        proto,
+        sport,
+        dport,
+        id: 0,
+        fragment: false,
+    })
+}
+
+/// `k` as `mirror` knows it, or else `judge`'s judgement (with no mirror:
+/// judged); `keep`: a flow fresh or allowed offered to the mirror.
+fn ask<'a>(mirror: Option<&dyn FlowMirror>, k: &FlowKey, keep: bool, judge: &mut dyn Judge<'a>) -> Known<'a> {
+    match mirror {
+        Some(m) => m.known_or(k, keep, judge),
+        None => Known::Judged { judged: judge.judge(), kept: false },
     }
 }
 

@@ -2,6 +2,7 @@
 //! account's.
 
 use std::net::IpAddr;
+use vnet_wire::classify::{Icmp, Ip};
 use vnet_wire::MacAddr;
 
 /// What identifies a flow, or a fragmented packet's later fragments.
@@ -40,4 +41,41 @@ impl FlowKey {
             ..self
         }
     }
+}
+
+/// The flow key of an IP packet sent from MAC `src_mac` to `dst_mac` (the
+/// frame's): ICMP echo keys on its identifier, the request's as its source
+/// port and the reply's as its destination port, so a reply's key is its
+/// request's reversed.
+pub fn flow_key(generation: u64, network: u32, (src_mac, dst_mac): (MacAddr, MacAddr), ip: &Ip) -> FlowKey {
+    let (sport, dport) = match ip.icmp {
+        Icmp::Echo { request: true, id } => (id, 0),
+        Icmp::Echo { request: false, id } => (0, id),
+        _ => (ip.sport, ip.dport),
+    };
+    FlowKey {
+        generation,
+        network,
+        src_mac,
+        dst_mac,
+        src: ip.src,
+        dst: ip.dst,
+        proto: ip.proto,
+        sport,
+        dport,
+        id: 0,
+        fragment: false,
+    }
+}
+
+/// The key of a fragmented packet's later fragments (`id`: its
+/// identification).
+pub(super) fn fragment_key(
+    generation: u64,
+    network: u32,
+    macs: (MacAddr, MacAddr),
+    ip: &Ip,
+    id: u32,
+) -> FlowKey {
+    FlowKey { sport: 0, dport: 0, id, fragment: true, ..flow_key(generation, network, macs, ip) }
 }

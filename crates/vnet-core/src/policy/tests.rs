@@ -1,7 +1,8 @@
 use super::*;
+use crate::stats::Counters;
 use proptest::prelude::*;
 use std::collections::HashSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 const NET: u32 = 7;
 
@@ -389,6 +390,14 @@ impl FlowMirror for Kernel {
         self.offered.lock().unwrap().push(*k);
         self.fresh.lock().unwrap().insert(*k);
         true
+    }
+
+    fn known_or<'a>(&self, k: &FlowKey, keep: bool, judge: &mut dyn Judge<'a>) -> Known<'a> {
+        if self.fresh(k) {
+            return Known::Fresh { kept: keep && self.offer(k) };
+        }
+        let judged = judge.judge();
+        Known::Judged { judged, kept: keep && judged.verdict.allow && self.offer(k) }
     }
 }
 

@@ -7,9 +7,9 @@
 //! a governed network only as a further packet or a reply of a flow the
 //! engine offered to [`KernelFlows`]; everything else of that network goes
 //! to the engine, which judges it and offers what it allows. The engine
-//! asks [`KernelFlows::fresh`] before it judges a packet it knows no flow
-//! for, so a flow the kernel carried alone past the engine's idle time is
-//! still known. One meaning on both paths; the kernel path's speed for
+//! asks [`KernelFlows`] (`known_or`: `fresh`, else the rules, then `offer`)
+//! about a packet it knows no flow for, so a flow the kernel carried alone
+//! past the engine's idle time is still known. One meaning on both paths; the kernel path's speed for
 //! every packet of an allowed flow but its first (docs/POLICY.md).
 
 use super::maps::addr16;
@@ -22,7 +22,7 @@ use std::os::fd::AsFd as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use vnet_core::policy::flows::{IDLE_S, TCP_IDLE_S};
-use vnet_core::policy::{FlowKey, FlowMirror, PolicySet};
+use vnet_core::policy::{FlowKey, FlowMirror, Judge, Known, PolicySet};
 use vnet_wire::classify::{PROTO_ICMP, PROTO_ICMPV6};
 use vnet_wire::ip::{PROTO_TCP, PROTO_UDP};
 
@@ -231,6 +231,18 @@ impl FlowMirror for KernelFlows {
                 false
             }
         }
+    }
+
+    /// Asked by the engine's table for a flow it does not know: the map
+    /// first (a flow the programs carried alone), else the rules, and
+    /// what they allow written into the map (with `keep`) before the
+    /// engine remembers it.
+    fn known_or<'a>(&self, k: &FlowKey, keep: bool, judge: &mut dyn Judge<'a>) -> Known<'a> {
+        if self.fresh(k) {
+            return Known::Fresh { kept: keep && self.offer(k) };
+        }
+        let judged = judge.judge();
+        Known::Judged { judged, kept: keep && judged.verdict.allow && self.offer(k) }
     }
 }
 
