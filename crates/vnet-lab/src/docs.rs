@@ -123,6 +123,22 @@ pub enum DocError {
     OutputDiffers { want: String },
 }
 
+impl DocError {
+    /// The same error with its line counted `by` lines further (a section's
+    /// line made the page's).
+    pub fn shifted(self, by: usize) -> DocError {
+        use DocError::*;
+        match self {
+            UnknownFence { line, info } => UnknownFence { line: line + by, info },
+            UnknownPlace { line, on, known } => UnknownPlace { line: line + by, on, known },
+            UnknownLabStep { line, word, known } => UnknownLabStep { line: line + by, word, known },
+            NoReason { line } => NoReason { line: line + by },
+            StrayOutput { line } => StrayOutput { line: line + by },
+            e @ (NoSection(_) | OutputDiffers { .. }) => e,
+        }
+    }
+}
+
 /// The blocks of a walkthrough: every fence of `text` classified, with
 /// `on=` places from `places` and `lab=` steps from `lab_steps` only.
 pub fn walkthrough(text: &str, places: &[&str], lab_steps: &[&str]) -> Result<Vec<Block>, DocError> {
@@ -269,6 +285,7 @@ mod tests {
         assert!(matches!(e, Err(DocError::NoReason { line: 5 })), "{e:?}");
         let e = walkthrough("```text output\nx\n```\n", &[], &[]);
         assert!(matches!(e, Err(DocError::StrayOutput { line: 1 })), "{e:?}");
+        assert_eq!(e.unwrap_err().shifted(100), DocError::StrayOutput { line: 101 });
     }
 
     #[test]

@@ -47,7 +47,7 @@ fn blocks() -> Vec<Block> {
     }
     let offset = text[..text.find(walk).unwrap()].lines().count();
     docs::walkthrough(walk, PLACES, LAB_STEPS)
-        .map_err(|e| format!("docs/INTEGRATION.md (the walkthrough starts at line {}): {e}", offset + 1))
+        .map_err(|e| format!("docs/INTEGRATION.md, {}", e.shifted(offset)))
         .unwrap()
         .into_iter()
         .map(|b| Block { line: b.line + offset, ..b })
