@@ -24,6 +24,7 @@
 pub mod bench;
 mod cni;
 mod config;
+pub mod docs;
 mod error;
 mod etcd;
 mod guest;

@@ -158,7 +158,7 @@ pub fn add_busybox(root: &Path) -> Result<()> {
     for applet in [
         "sh", "cp", "mv", "rm", "ls", "cat", "mkdir", "sleep", "ping", "nc", "md5sum", "dd", "head", "ip",
         "hostname", "kill", "test", "echo", "wc", "grep", "sed", "chmod", "true", "date", "seq", "wget",
-        "httpd", "nslookup",
+        "httpd", "nslookup", "timeout",
     ] {
         let link = root.join("bin").join(applet);
         if !link.exists() {

@@ -168,6 +168,18 @@ impl Kube {
     /// ([`store::Store`]: each node joins it with its own credentials, [`join`]);
     /// waits until every node is registered.
     pub fn start(lab: &Lab) -> Result<Kube> {
+        let mut kube = Kube::start_without_store(lab)?;
+        let (store, etcd) =
+            store::Store::start(lab, kube.dir.join("vnet-admin"), &kube.dir.join("vnet-etcd.log"))?;
+        kube.control.push(etcd);
+        kube.store = Some(store);
+        Ok(kube)
+    }
+
+    /// [`Kube::start`] without vnet's etcd (the caller makes it as an admin
+    /// would: `docs/INTEGRATION.md`'s walkthrough), its images imported and
+    /// its nodes registered.
+    pub fn start_without_store(lab: &Lab) -> Result<Kube> {
         if let Some(why) = unavailable() {
             return Err(Error::Other(why));
         }
@@ -193,10 +205,6 @@ impl Kube {
         }
         kube.import_images()?;
         kube.wait_nodes_registered(Duration::from_secs(90))?;
-        let (store, etcd) =
-            store::Store::start(lab, kube.dir.join("vnet-admin"), &kube.dir.join("vnet-etcd.log"))?;
-        kube.control.push(etcd);
-        kube.store = Some(store);
         Ok(kube)
     }
 

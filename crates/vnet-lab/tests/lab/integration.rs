@@ -447,27 +447,11 @@ fn virsh_migrate_live(vhost: bool) {
 
 // ---- docs/QUICKSTART.md, run as it is written ----
 
-/// The `sh` blocks of `docs/QUICKSTART.md`, by the word after `on=`, in order.
+/// The `sh` blocks of `docs/QUICKSTART.md`, by the word after `on=`, in
+/// order (`vnet_lab::docs`, which the Kubernetes walkthrough's test reads too).
 fn quickstart_blocks() -> Vec<(String, String)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/QUICKSTART.md");
-    let text = std::fs::read_to_string(path).unwrap();
-    type Block = (String, String);
-    let (mut out, mut cur): (Vec<Block>, Option<Block>) = (Vec::new(), None);
-    for line in text.lines() {
-        match cur.as_mut() {
-            Some(_) if line.trim_start().starts_with("```") => out.extend(cur.take()),
-            Some((_, body)) => {
-                body.push_str(line);
-                body.push('\n');
-            }
-            None => {
-                if let Some(on) = line.strip_prefix("```sh on=") {
-                    cur = Some((on.trim().to_string(), String::new()));
-                }
-            }
-        }
-    }
-    out
+    vnet_lab::docs::sh_on_blocks(&std::fs::read_to_string(path).unwrap())
 }
 
 /// A machine of the quickstart: a lab namespace with a mount namespace of

@@ -307,6 +307,16 @@ fn apply_yaml(kube: &Kube, name: &str, yaml: &str) {
 mod by_hand {
     use super::*;
 
+    /// Issue 67's point 6: docs/INTEGRATION.md's Kubernetes walkthrough,
+    /// every block run as written on a fresh lab cluster, from vnet's
+    /// image and etcd to Services, DNS and a NetworkPolicy
+    /// (`k8s_walkthrough.rs`).
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn walkthrough_of_integration_md_runs_as_written() {
+        super::super::k8s_walkthrough::run();
+    }
+
     /// A pod's labels are its policy groups on every node: vnet-cni asks
     /// vnetd for the labels the network names (`groupLabels`:
     /// `vnet.dev/group`), vnetd asks the API as its service account, the

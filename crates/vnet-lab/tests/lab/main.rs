@@ -22,6 +22,7 @@ mod guard;
 mod integration;
 mod k8s;
 mod k8s_up;
+mod k8s_walkthrough;
 mod life;
 mod links;
 mod multisite;
