@@ -31,5 +31,6 @@ mod operations;
 mod pods;
 mod policy;
 mod qemu;
+mod quickstart;
 mod security;
 mod trace;
