@@ -39,6 +39,14 @@ impl Machine {
     /// Boots a machine in host `h`'s network namespace and waits until its
     /// systemd says the system is running.
     pub fn boot(lab: &mut Lab, h: usize) -> Result<Machine> {
+        let mut m = Machine::start(lab, h)?;
+        m.wait_running(lab, h)?;
+        Ok(m)
+    }
+
+    /// Starts host `h`'s machine (its init running) without waiting for it
+    /// to boot: several boot at once, then [`Machine::wait_running`] each.
+    pub fn start(lab: &mut Lab, h: usize) -> Result<Machine> {
         let repo = bench::repo_dir();
         let script = repo.join("lab/build-rootfs.sh");
         let built = run(&[
@@ -91,6 +99,13 @@ impl Machine {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(m)
+    }
+
+    /// Waits until the machine's systemd says the system is running (host
+    /// `h`'s: its log is nspawn's in the lab's directory).
+    pub fn wait_running(&mut self, lab: &Lab, h: usize) -> Result<()> {
+        let (m, t0) = (self, Instant::now());
         // Until its systemd answers (its bus socket comes a moment after
         // it starts), then until it has started what it starts at boot.
         let (up, state) = loop {
@@ -112,7 +127,7 @@ impl Machine {
                 m.log(lab, h)
             )));
         }
-        Ok(m)
+        Ok(())
     }
 
     /// nspawn's own output for host `h`'s machine.

@@ -81,6 +81,24 @@ enum K8sCmd {
         #[arg(long)]
         ready_file: Option<std::path::PathBuf>,
     },
+    /// Builds vnet's image (`localhost/vnet:TAG`, the manifest's) as an OCI
+    /// archive `ctr images import` and `skopeo copy oci-archive:` take,
+    /// from the vnetd, vnetctl and vnet-cni beside this program
+    /// (`scripts/k8s-image.sh` runs it from the release build).
+    Image {
+        /// The image's tag.
+        #[arg(long, default_value = "0.1.0")]
+        tag: String,
+        /// The static `portmap` plugin (`scripts/k8s-build.sh --portmap`).
+        #[arg(long)]
+        portmap: std::path::PathBuf,
+        /// Where to write the archive.
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Leave the programs' debugging information out.
+        #[arg(long)]
+        strip: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -316,6 +334,7 @@ fn main() -> ExitCode {
         Cmd::K8s(K8sCmd::Up { datapath, e2e_images, ready_file }) => {
             k8s_up(&vnet_lab::k8s::up::UpOpts { datapath, e2e_images }, ready_file.as_deref())
         }
+        Cmd::K8s(K8sCmd::Image { tag, portmap, out, strip }) => k8s_image(&tag, &portmap, &out, strip),
     };
     // A Ctrl-C's cleanup is under way (the lab failed under it): it exits.
     while vnet_lab::interrupted() {
@@ -646,4 +665,23 @@ fn compare(
         )));
     }
     Ok(())
+}
+
+/// `vnet-lab k8s image`: the archive, its size printed.
+fn k8s_image(tag: &str, portmap: &std::path::Path, out: &std::path::Path, strip: bool) -> vnet_lab::Result<()> {
+    let work = tempfile_dir(out)?;
+    let r = vnet_lab::k8s::image::vnet_image(tag, &vnet_lab::bin, portmap, strip, &work, out);
+    let _ = std::fs::remove_dir_all(&work);
+    let tar = r?;
+    let size = std::fs::metadata(&tar).map(|m| m.len()).unwrap_or(0);
+    println!("{}: localhost/vnet:{tag}, {:.1} MB", tar.display(), size as f64 / 1e6);
+    Ok(())
+}
+
+/// A fresh working directory beside `out` (removed by the caller).
+fn tempfile_dir(out: &std::path::Path) -> vnet_lab::Result<std::path::PathBuf> {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let dir = parent.join(format!(".vnet-image-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| vnet_lab::Error::Other(format!("{}: {e}", dir.display())))?;
+    Ok(dir)
 }

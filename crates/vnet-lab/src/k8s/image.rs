@@ -121,6 +121,53 @@ pub fn build(spec: &ImageSpec, work: &Path, out: &Path) -> Result<PathBuf> {
     Ok(out.to_path_buf())
 }
 
+/// vnet's image, `localhost/vnet:TAG`, at `out`: Debian's static busybox
+/// (the init containers' `sh` and `cp`), `vnetd` and `vnetctl` in
+/// `/usr/bin`, `vnet-cni` and the reference `portmap` plugin (static, from
+/// `scripts/k8s-build.sh`) as `/usr/lib/cni/vnet-cni` and
+/// `/usr/lib/cni/vnet-portmap`, with every shared library they load. vnet's
+/// programs come from `bin` (`bin(NAME)` gives a program's path: the lab
+/// passes [`crate::bin`], this build's). With `strip`, their debugging
+/// information is left out (`strip --strip-debug` on the copies): the
+/// release build keeps it, the image need not.
+pub fn vnet_image(
+    tag: &str,
+    bin: &dyn Fn(&str) -> Result<PathBuf>,
+    portmap: &Path,
+    strip: bool,
+    work: &Path,
+    out: &Path,
+) -> Result<PathBuf> {
+    let root = work.join(format!("vnet-root-{tag}"));
+    if root.exists() {
+        std::fs::remove_dir_all(&root).map_err(io("removing an old image root"))?;
+    }
+    std::fs::create_dir_all(&root).map_err(io("making an image root"))?;
+    add_busybox(&root)?;
+    let programs = [("vnetd", "/usr/bin/vnetd"), ("vnetctl", "/usr/bin/vnetctl"), ("vnet-cni", "/usr/lib/cni/vnet-cni")];
+    for (b, to) in programs {
+        add_binary(&root, &bin(b)?, to)?;
+        if strip {
+            let copy = root.join(to.trim_start_matches('/'));
+            let st = Command::new("strip").arg("--strip-debug").arg(&copy).status().map_err(io("running strip"))?;
+            if !st.success() {
+                return Err(Error::Other(format!("strip --strip-debug {}: {st}", copy.display())));
+            }
+        }
+    }
+    if !portmap.is_file() {
+        return Err(Error::Other(format!(
+            "{} not found: scripts/k8s-build.sh --portmap builds it",
+            portmap.display()
+        )));
+    }
+    copy_into(&root, portmap, "/usr/lib/cni/vnet-portmap")?;
+    let name = format!("localhost/vnet:{tag}");
+    let tar = build(&ImageSpec { name: &name, root: &root, entrypoint: &["/usr/bin/vnetd"], cmd: &[] }, work, out)?;
+    std::fs::remove_dir_all(&root).map_err(io("removing an image root"))?;
+    Ok(tar)
+}
+
 /// Copies `bin` into `root` at `to` (a path inside the image) with every
 /// shared library `ldd` says it loads, at the same paths.
 pub fn add_binary(root: &Path, bin: &Path, to: &str) -> Result<()> {

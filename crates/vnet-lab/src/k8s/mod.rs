@@ -480,21 +480,9 @@ impl Kube {
     /// and imports it into every node.
     pub fn import_vnet_image(&self, tag: &str) -> Result<()> {
         let work = self.dir.join("images");
-        let root = work.join(format!("vnet-root-{tag}"));
-        std::fs::create_dir_all(&root).map_err(io("making an image root"))?;
-        image::add_busybox(&root)?;
-        for b in ["vnetd", "vnetctl"] {
-            image::add_binary(&root, &crate::bin(b)?, &format!("/usr/bin/{b}"))?;
-        }
-        image::add_binary(&root, &crate::bin("vnet-cni")?, "/usr/lib/cni/vnet-cni")?;
-        // The reference portmap plugin the manifest chains (hostPort), static.
-        image::copy_into(&root, &self.bin.join("portmap"), "/usr/lib/cni/vnet-portmap")?;
-        let name = format!("localhost/vnet:{tag}");
-        let tar = image::build(
-            &image::ImageSpec { name: &name, root: &root, entrypoint: &["/usr/bin/vnetd"], cmd: &[] },
-            &work,
-            &work.join(format!("vnet-{tag}.tar")),
-        )?;
+        std::fs::create_dir_all(&work).map_err(io("making the images' directory"))?;
+        let out = work.join(format!("vnet-{tag}.tar"));
+        let tar = image::vnet_image(tag, &crate::bin, &self.bin.join("portmap"), false, &work, &out)?;
         self.import(&tar)
     }
 

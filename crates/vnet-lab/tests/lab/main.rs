@@ -32,5 +32,6 @@ mod operations;
 mod pods;
 mod policy;
 mod qemu;
+mod quickstart;
 mod security;
 mod trace;
