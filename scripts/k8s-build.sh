@@ -16,7 +16,8 @@
 #   e2e.test       Kubernetes' e2e suite (go test -c k8s.io/kubernetes/test/e2e)
 #   agnhost        its test image's program (k8s.io/kubernetes/test/images/agnhost),
 #                  and the image's localhost.crt and localhost.key
-# Usage: scripts/k8s-build.sh [--print-dir | --e2e]
+# With --portmap, only portmap (what scripts/k8s-image.sh needs).
+# Usage: scripts/k8s-build.sh [--print-dir | --e2e | --portmap]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib.sh
@@ -67,6 +68,7 @@ portmap() {
         "github.com/containernetworking/plugins/plugins/meta/portmap@$CNI_PLUGINS_VERSION"
     echo "$want" >"$OUT/.portmap"
 }
+[ "${1:-}" = --portmap ] && { portmap; exit 0; }
 
 ver=${K8S_VERSION#v}
 ldflags="-s -w"
