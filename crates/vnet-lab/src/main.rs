@@ -668,7 +668,12 @@ fn compare(
 }
 
 /// `vnet-lab k8s image`: the archive, its size printed.
-fn k8s_image(tag: &str, portmap: &std::path::Path, out: &std::path::Path, strip: bool) -> vnet_lab::Result<()> {
+fn k8s_image(
+    tag: &str,
+    portmap: &std::path::Path,
+    out: &std::path::Path,
+    strip: bool,
+) -> vnet_lab::Result<()> {
     let work = tempfile_dir(out)?;
     let r = vnet_lab::k8s::image::vnet_image(tag, &vnet_lab::bin, portmap, strip, &work, out);
     let _ = std::fs::remove_dir_all(&work);

@@ -144,12 +144,17 @@ pub fn vnet_image(
     }
     std::fs::create_dir_all(&root).map_err(io("making an image root"))?;
     add_busybox(&root)?;
-    let programs = [("vnetd", "/usr/bin/vnetd"), ("vnetctl", "/usr/bin/vnetctl"), ("vnet-cni", "/usr/lib/cni/vnet-cni")];
+    let programs =
+        [("vnetd", "/usr/bin/vnetd"), ("vnetctl", "/usr/bin/vnetctl"), ("vnet-cni", "/usr/lib/cni/vnet-cni")];
     for (b, to) in programs {
         add_binary(&root, &bin(b)?, to)?;
         if strip {
             let copy = root.join(to.trim_start_matches('/'));
-            let st = Command::new("strip").arg("--strip-debug").arg(&copy).status().map_err(io("running strip"))?;
+            let st = Command::new("strip")
+                .arg("--strip-debug")
+                .arg(&copy)
+                .status()
+                .map_err(io("running strip"))?;
             if !st.success() {
                 return Err(Error::Other(format!("strip --strip-debug {}: {st}", copy.display())));
             }
@@ -163,7 +168,8 @@ pub fn vnet_image(
     }
     copy_into(&root, portmap, "/usr/lib/cni/vnet-portmap")?;
     let name = format!("localhost/vnet:{tag}");
-    let tar = build(&ImageSpec { name: &name, root: &root, entrypoint: &["/usr/bin/vnetd"], cmd: &[] }, work, out)?;
+    let tar =
+        build(&ImageSpec { name: &name, root: &root, entrypoint: &["/usr/bin/vnetd"], cmd: &[] }, work, out)?;
     std::fs::remove_dir_all(&root).map_err(io("removing an image root"))?;
     Ok(tar)
 }
