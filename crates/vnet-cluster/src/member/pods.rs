@@ -216,9 +216,11 @@ impl Member {
             return Ok(false);
         }
         // A live host holds it: only a pod's claim, and only from a
-        // holder whose claim no pod backs.
+        // holder whose claim no pod backs. This host's own claims are its
+        // interfaces' (it knows them; the API may not have their pods'
+        // addresses yet): backed.
         let held = self.pod_claims.get(&mac).filter(|c| c.host == holder);
-        if !backed || held.is_some() {
+        if !backed || held.is_some() || holder == self.me {
             let pod = held.and_then(|c| self.backing(c).ok().flatten());
             let e = RecordError::PodStays { holder: holder.to_string(), claimant: r.host.clone(), pod };
             self.wait_for_pod(mac, r);
@@ -361,6 +363,12 @@ mod tests {
         assert_eq!(m.stats.pods_refused, 2, "another node's address, another node's pod's MAC");
         assert_eq!(m.neighbors().get(&(0, ip(3))), Some(&mac(3)), "b's address is answered with b's MAC");
         assert!(!m.mac_groups().contains_key(&mac(9)));
+        // On the holder's own node too, db's MAC stays its own.
+        let mut holder = kube_view(&nk, "h3");
+        sync(&mut holder, &s);
+        holder.set_pods(facts.clone(), &mut Vec::new());
+        assert_eq!(holder.owner(mac(3)), Some("h3"));
+        assert!(why(&holder, "h2", mac(3)).contains("a pod does not move"), "{}", why(&holder, "h2", mac(3)));
         // A relist judges the same way (the API's pods kept).
         let (kvs, rev) = s.range(m.prefix());
         m.relist(&kvs, rev, &mut Vec::new());

@@ -653,7 +653,7 @@ mod by_hand {
         let t0 = Instant::now();
         for node in [0, 1] {
             loop {
-                let v = node_json(&kube, node, "cluster");
+                let v = node_json(&kube, node, "cluster")["cluster"].clone();
                 let q = v["quarantined"].to_string();
                 let refused = v["counters"]["pods_refused"].as_u64().unwrap_or(0);
                 let all = forged.iter().all(|(k, why)| {
@@ -674,7 +674,7 @@ mod by_hand {
         }
         assert!(reaches("web"), "after: web does not reach db (its MAC or address taken by node 2)");
         assert!(!reaches("other"), "after: other reaches db");
-        let v = node_json(&kube, 0, "cluster");
+        let v = node_json(&kube, 0, "cluster")["cluster"].clone();
         assert!(
             v["address_conflicts"].as_array().is_none_or(|a| a.is_empty()),
             "db's address made a conflict: {v}"
