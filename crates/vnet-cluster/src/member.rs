@@ -21,8 +21,10 @@ use std::collections::BTreeMap;
 
 mod claims;
 mod kept;
+mod pods;
 mod relist;
 pub use kept::{Kept, KeptError};
+pub use pods::{PodFacts, PodPlace};
 use std::net::{IpAddr, SocketAddr};
 use vnet_control::{canonical, PeerKey};
 use vnet_wire::MacAddr;
@@ -83,6 +85,9 @@ pub struct Policy {
     /// The most revocations held, of hosts and of certificates each (a
     /// revocation beyond is refused, not held).
     pub max_revoked: usize,
+    /// Kubernetes (`vnetd --kube`): other hosts' claims are bound to the
+    /// API's pods, and MACs' groups are their pods' ([`Member::set_pods`]).
+    pub kube: bool,
 }
 
 impl Default for Policy {
@@ -95,6 +100,7 @@ impl Default for Policy {
             max_hosts: 65_536,
             max_macs: 4 << 20,
             max_revoked: 65_536,
+            kube: false,
         }
     }
 }
@@ -164,6 +170,16 @@ pub enum RecordError {
     Policy(TrustError),
     #[error("`policy`: serial {serial} is not higher than the one held ({held})")]
     StalePolicy { serial: u64, held: u64 },
+    #[error("the Kubernetes API's pods are not listed yet: the claim waits for them")]
+    PodsNotListed,
+    #[error("no pod the Kubernetes API shows has address {0} (yet): the claim waits for one")]
+    PodUnknown(IpAddr),
+    #[error("the Kubernetes API places the pod with address {addr} on node `{node}`, not `{host}`")]
+    PodElsewhere { addr: IpAddr, node: String, host: String },
+    #[error("its addresses are two pods' ({a}, {b}): a claim is one pod's interface")]
+    PodsDiffer { a: String, b: String },
+    #[error("host `{holder}` holds the MAC{}: on Kubernetes a pod does not move, and `{claimant}`'s claim takes it only when no pod backs the holder's", .pod.as_ref().map(|p| format!(" for pod {p}, which the API still places there")).unwrap_or_default())]
+    PodStays { holder: String, claimant: String, pod: Option<String> },
 }
 
 /// What a member counted.
@@ -175,6 +191,10 @@ pub struct MemberStats {
     pub unknown_keys: u64,
     /// Of those, claims naming a group their host's certificate does not allow.
     pub groups_refused: u64,
+    /// Of those, claims the Kubernetes API contradicts (`--kube`: another
+    /// node's pod's address, two pods' addresses, a MAC a pod elsewhere
+    /// still holds).
+    pub pods_refused: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
     pub relists: u64,
     /// Signed policies refused for a serial not above the one held (a
@@ -236,6 +256,12 @@ pub struct Member {
     kept_version: u64,
     /// Signed networks: each live host's certificate id (this one's too).
     cert_ids: FxHashMap<u32, String>,
+    /// Kubernetes: the API's pods as last told (none: not yet), other
+    /// hosts' claims waiting for them (or refused by them) by (host, MAC),
+    /// and the claims taken that a pod backs, by MAC ([`pods`]).
+    pods: Option<std::sync::Arc<PodFacts>>,
+    pod_waiting: FxHashMap<(String, MacAddr), MacRecord>,
+    pod_claims: FxHashMap<MacAddr, MacRecord>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
     quarantine: BTreeMap<String, RecordError>,
     /// Signed networks: when each host's certificate expires (by host id).
@@ -292,6 +318,9 @@ impl Member {
             policy_version: 0,
             kept_version: 0,
             cert_ids: FxHashMap::default(),
+            pods: None,
+            pod_waiting: FxHashMap::default(),
+            pod_claims: FxHashMap::default(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
             now_s: 0,
@@ -526,6 +555,7 @@ impl Member {
             Err(e) => {
                 self.stats.bad_records += 1;
                 self.stats.groups_refused += u64::from(matches!(e, RecordError::GroupNotAllowed { .. }));
+                self.stats.pods_refused += u64::from(e.refused_by_api());
                 self.hold(ev.key().to_string(), e);
             }
         }
@@ -570,7 +600,12 @@ impl Member {
     /// claim names (the claimant's interface's); in a signed network only
     /// those its holder's certificate allows now (a claim naming another is
     /// not taken, [`RecordError::GroupNotAllowed`]). This host's MACs too.
+    /// On Kubernetes (`kube`), the groups of each MAC's pod by the API,
+    /// whatever the claims name ([`Member::set_pods`]).
     pub fn mac_groups(&self) -> BTreeMap<MacAddr, Vec<String>> {
+        if self.policy.kube {
+            return self.pod_groups();
+        }
         let signed = self.policy.network_key.is_some();
         let mut out = BTreeMap::new();
         for (m, gs) in &self.claim_groups {

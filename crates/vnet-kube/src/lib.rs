@@ -5,7 +5,9 @@
 //! `vnetctl kube daemonset` (does the DaemonSet remain?) and vnetd
 //! (`pod-labels NAMESPACE/NAME`: the labels vnet-cni turns into a pod's
 //! policy groups; and, with `--kube-network-policy`, the pods, namespaces
-//! and NetworkPolicies it translates into isolation, [`netpol`]).
+//! and NetworkPolicies it translates into isolation, [`netpol`]; with
+//! `--kube`, where each pod runs, which binds the cluster's claims,
+//! [`placement`]).
 //!
 //! A hand-written client rather than kube-rs: vnet asks a few GETs and
 //! three watches of the API and needs none of its types or configuration
@@ -13,6 +15,7 @@
 
 pub mod netpol;
 pub mod objects;
+pub mod placement;
 pub mod watch;
 
 use http_body_util::{BodyExt, Empty, Limited};

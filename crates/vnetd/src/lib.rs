@@ -15,6 +15,7 @@
 //! - [`settings`]: how vnetd runs (one struct, its flags), given to [`Daemon::new`].
 //! - [`cluster`]: cluster mode, the etcd watch that programs this host;
 //!   [`membership`]: what it reports; [`ipam`]: addresses it allocates.
+//!   [`kube_pods`]: the API's pods its claims are bound to (`--kube`).
 //! - [`handshakes`]: secured links' handshake timestamps, kept across restarts.
 //! - [`control`]: the control endpoint and its line protocol.
 //! - [`client`], [`relocate`], [`keys`], [`docs`]: re-exported from
@@ -33,6 +34,7 @@ pub mod iface;
 pub mod ipam;
 pub mod kernel;
 pub mod kube;
+pub mod kube_pods;
 pub mod link;
 pub mod listing;
 pub mod membership;

@@ -98,7 +98,9 @@ struct Args {
     /// Cluster mode: the network's public key (`vnetctl netkey`), base64 or
     /// a file holding it. Every host record must carry a certificate it
     /// signed and every MAC claim its host's signature; every link is
-    /// secured (needs --key and --host-cert).
+    /// secured (needs --key and --host-cert), unless
+    /// --cluster-link-options says `security none` (plain links, which
+    /// the kernel path forwards; records and claims are still checked).
     #[arg(long, value_name = "KEY|FILE", requires = "cluster")]
     network_key: Option<String>,
     /// Cluster mode: this host's certificate (`vnetctl sign`), published
@@ -111,6 +113,19 @@ struct Args {
     /// watch).
     #[arg(long, requires = "cluster")]
     kube_network_policy: bool,
+    /// Cluster mode in a Kubernetes pod (vnet's DaemonSet): another host's
+    /// claim counts only for a pod the API schedules to that host (its
+    /// node's name is its --host), with the pod's addresses, in the
+    /// groups of its labels (--kube-group-label); watched as the pod's
+    /// service account (pods: list and watch). This host's interfaces'
+    /// groups are not held to its certificate's.
+    #[arg(long, requires = "cluster")]
+    kube: bool,
+    /// With --kube: a label key whose value, in the pod's namespace
+    /// (`NAMESPACE.VALUE`), is one of the pod's groups, as vnet-cni's
+    /// `groupLabels` under `groupScope: namespace` (repeat for several).
+    #[arg(long, value_name = "KEY", requires = "kube")]
+    kube_group_label: Vec<String>,
     /// How vnetd runs: its CPUs, sockets, key, state and kernel maps.
     #[command(flatten)]
     daemon: vnetd::Settings,
@@ -169,8 +184,9 @@ fn start(args: &Args) -> Result<Ready, String> {
     });
     let cluster = cluster_config(args, &daemon, claim_key)?;
     // Signed: this host's interfaces may be only in the groups its
-    // certificate allows (its claims naming others are quarantined).
-    if let Some(c) = &cluster {
+    // certificate allows (its claims naming others are quarantined). On
+    // Kubernetes (--kube) a pod's groups are its labels', by the API.
+    if let Some(c) = cluster.as_ref().filter(|_| !args.kube) {
         let cert = c.network_key.as_ref().zip(c.cert.as_deref()).and_then(|(nk, t)| nk.verify(t).ok());
         if let Some(cert) = cert {
             daemon
@@ -302,7 +318,12 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
                 .with_access(access);
         let control = args.control.to_string();
         let cluster_status = cluster.as_ref().map(|_| status.clone());
-        if let Some(cfg) = cluster {
+        if let Some(mut cfg) = cluster {
+            if args.kube {
+                let (tx, rx) = vnetd::kube_pods::channel();
+                cfg.kube_pods = Some(rx);
+                tokio::spawn(vnetd::kube_pods::run(args.kube_group_label.clone(), tx));
+            }
             if args.kube_network_policy {
                 tokio::spawn(vnetd::netpol::run(daemon.clone(), cfg.link_options.network));
             }
@@ -610,7 +631,10 @@ fn cluster_settings(
             let (nk, cert) =
                 vnetd::cluster::load_trust(k, args.host_cert.as_deref(), &network, &host, addr, daemon)
                     .map_err(|e| e.to_string())?;
-            if !link_options.require_key() {
+            // Secured unless the options say `security none` (plain links,
+            // which the kernel path forwards: records and claims are
+            // still signed and checked, frames on the wire are not).
+            if link_options.protect == vnet_cluster::apply::Protect::AsKeyed {
                 link_options.protect = vnet_cluster::apply::Protect::Encrypt;
             }
             (Some(nk), Some(cert))
@@ -641,5 +665,6 @@ fn cluster_settings(
         relay: relay_flag,
         kept_file,
         kept,
+        kube_pods: None,
     })
 }

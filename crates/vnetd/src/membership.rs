@@ -66,6 +66,8 @@ pub struct Counters {
     /// Of those, claims naming a group their host's certificate does not
     /// allow (signed networks).
     pub groups_refused: u64,
+    /// Of those, claims the Kubernetes API contradicts (`--kube`).
+    pub pods_refused: u64,
     /// This host's own record found changed or deleted by another writer,
     /// and put back.
     pub records_restored: u64,
@@ -227,6 +229,7 @@ impl Status {
                 "announces": c.announces,
                 "bad_records": c.bad_records,
                 "groups_refused": c.groups_refused,
+                "pods_refused": c.pods_refused,
                 "records_restored": c.records_restored,
                 "conflicts": c.conflicts,
                 "stale_policies": c.stale_policies,
@@ -303,8 +306,8 @@ impl Status {
         let c = &self.counters;
         s.push_str(&format!(
             "events {} relists {} transactions {} transaction_errors {} store_errors {} leases_lost {} \
-             macs_claimed {} macs_released {} announces {} bad_records {} groups_refused {} records_restored {} stale_policies {} \
-             neighbors_withdrawn {}\n",
+             macs_claimed {} macs_released {} announces {} bad_records {} groups_refused {} pods_refused {} records_restored {} \
+             stale_policies {} neighbors_withdrawn {}\n",
             c.events,
             c.relists,
             c.transactions,
@@ -316,6 +319,7 @@ impl Status {
             c.announces,
             c.bad_records,
             c.groups_refused,
+            c.pods_refused,
             c.records_restored,
             c.stale_policies,
             c.neighbors_withdrawn
@@ -375,6 +379,7 @@ impl Status {
             ("announces_total", c.announces),
             ("bad_records_total", c.bad_records),
             ("groups_refused_total", c.groups_refused),
+            ("pods_refused_total", c.pods_refused),
             ("records_restored_total", c.records_restored),
             ("mac_conflicts_total", c.conflicts),
             ("stale_policies_total", c.stale_policies),
@@ -399,6 +404,7 @@ mod tests {
         s.set_health(Health::Up, None);
         s.last = Some(Convergence { at_ms: now_ms(), revision: 42, events: 3, lines: 2, took_us: 150 });
         s.counters.groups_refused = 2;
+        s.counters.pods_refused = 3;
         let j = s.json();
         assert_eq!(j["counters"]["groups_refused"], 2);
         assert_eq!(j["store"], "up");
@@ -408,7 +414,8 @@ mod tests {
         let t = s.text();
         assert!(t.contains("store up") && t.contains("hosts 2: h1 h2") && t.contains("150 us"), "{t}");
         assert!(t.contains("quarantined /vnet/lab/hosts/x: `public_key` is not a key"), "{t}");
-        assert!(t.contains(" groups_refused 2 "), "{t}");
+        assert!(t.contains(" groups_refused 2 pods_refused 3 "), "{t}");
+        assert_eq!(j["counters"]["pods_refused"], 3);
         assert_eq!(j["quarantined"][0]["key"], "/vnet/lab/hosts/x");
         let now = now_ms() / 1000;
         s.expiries =
@@ -421,6 +428,7 @@ mod tests {
         assert!(m.contains("vnet_cluster_store_up 1\n") && m.contains("vnet_cluster_revision 42\n"), "{m}");
         assert!(m.contains("vnet_cluster_quarantined_records 1\n"), "{m}");
         assert!(m.contains("vnet_cluster_groups_refused_total 2\n"), "{m}");
+        assert!(m.contains("vnet_cluster_pods_refused_total 3\n"), "{m}");
         assert!(m.contains("vnet_cluster_certificates_expiring_30d 1\n"), "{m}");
         assert!(m.contains("vnet_cluster_mac_conflicts 0\n"), "{m}");
         let mac: vnet_wire::MacAddr = "52:54:00:00:00:09".parse().unwrap();

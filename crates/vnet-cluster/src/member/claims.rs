@@ -37,6 +37,9 @@ impl Member {
         if !self.unverified.is_empty() {
             self.unverified.remove(&(host.to_string(), mac));
         }
+        if !self.pod_waiting.is_empty() {
+            self.pod_waiting.remove(&(host.to_string(), mac));
+        }
         if self.conflicts.get(&mac).is_some_and(|(_, c, _)| c == host) {
             self.conflicts.remove(&mac);
             return Ok(());
@@ -45,6 +48,18 @@ impl Member {
             return Ok(());
         }
         self.delete_mac(mac, out);
+        // Kubernetes: a pod's claim that waited for this holder's to go.
+        let mut waited: Vec<(String, MacRecord)> = Vec::new();
+        for ((h, m), r) in &self.pod_waiting {
+            if *m == mac {
+                waited.push((h.clone(), r.clone()));
+            }
+        }
+        waited.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (h, r) in waited {
+            self.pod_waiting.remove(&(h.clone(), mac));
+            self.retake(&h, mac, r, out);
+        }
         let Some((_, claimant, r)) = self.conflicts.remove(&mac) else { return Ok(()) };
         let key = claim_key(&self.network, &claimant, mac);
         match self.take_claim(mac, r, out) {
@@ -65,7 +80,17 @@ impl Member {
     /// host than a live holder is taken only at a higher epoch (a
     /// migration), and at the same epoch is a conflict, held and shown,
     /// that moves nothing.
-    fn take_claim(&mut self, mac: MacAddr, r: MacRecord, out: &mut Vec<Change>) -> Result<(), RecordError> {
+    ///
+    /// On Kubernetes (`kube`), another host's claim must also be its pod's
+    /// by the API, and no claim moves a MAC a pod elsewhere backs
+    /// ([`super::pods`]); the certificate's groups are not asked (the
+    /// API's are the MAC's).
+    pub(super) fn take_claim(
+        &mut self,
+        mac: MacAddr,
+        r: MacRecord,
+        out: &mut Vec<Change>,
+    ) -> Result<(), RecordError> {
         if !valid_name(&r.host) || !(r.iface.is_empty() || valid_name(&r.iface)) {
             return Err(RecordError::ClaimNames);
         }
@@ -89,7 +114,10 @@ impl Member {
             };
             // Only groups the holder's certificate allows (tried again when
             // its record, a new certificate, comes).
-            let disallowed = r.groups.iter().find(|g| peer.is_none_or(|p| !p.groups.contains(g))).cloned();
+            let disallowed = match self.policy.kube {
+                true => None,
+                false => r.groups.iter().find(|g| peer.is_none_or(|p| !p.groups.contains(g))).cloned(),
+            };
             // This host's claim replaces its own waiting one, no other's.
             self.unverified.remove(&(r.host.clone(), mac));
             if !verify_claim(&claim_key, &self.network, mac, &r) {
@@ -108,8 +136,14 @@ impl Member {
             }
             stamp = Some((r.at_ms, claimant));
         }
+        // Kubernetes: a pod's claim may take a MAC from a live holder that
+        // no pod backs (checked there), whatever the epochs.
+        let pod_move = match self.policy.kube && r.host != self.me {
+            true => self.check_pod_claim(mac, &r)?,
+            false => false,
+        };
         let held = self.epoch(mac);
-        if let Some(&h) = self.macs.get(&mac) {
+        if let Some(&h) = self.macs.get(&mac).filter(|_| !pod_move) {
             if r.epoch > held.saturating_add(MAX_EPOCH_STEP) {
                 return Err(RecordError::EpochJump { epoch: r.epoch, held });
             }
@@ -136,6 +170,13 @@ impl Member {
             self.epochs.insert(mac, r.epoch);
         }
         self.conflicts.remove(&mac);
+        if self.policy.kube {
+            self.pod_waiting.remove(&(r.host.clone(), mac));
+            match r.host != self.me && !r.addrs.is_empty() {
+                true => self.pod_claims.insert(mac, r.clone()),
+                false => self.pod_claims.remove(&mac),
+            };
+        }
         keep_per_mac(&mut self.claim_groups, mac, r.groups, &mut self.groups_version);
         keep_per_mac(&mut self.addrs, mac, r.addrs, &mut self.addrs_version);
         self.put_mac(mac, h, out);
@@ -193,7 +234,8 @@ impl Member {
         }
     }
 
-    fn delete_mac(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
+    pub(super) fn delete_mac(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
+        self.pod_claims.remove(&mac);
         keep_per_mac(&mut self.claim_groups, mac, Vec::new(), &mut self.groups_version);
         keep_per_mac(&mut self.addrs, mac, Vec::new(), &mut self.addrs_version);
         let Some(o) = self.macs.remove(&mac) else { return };

@@ -38,6 +38,8 @@ impl Member {
         next.policy_version = self.policy_version;
         next.kept_version = self.kept_version;
         next.now_s = self.now_s;
+        // Kubernetes: the API's pods are the caller's, not the store's.
+        next.pods = self.pods.take();
         next.stats.relists += 1;
         let mut ignored = Vec::new();
         for i in self.listing_order(kvs) {

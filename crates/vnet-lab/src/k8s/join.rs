@@ -116,4 +116,181 @@ mod tests {
         assert_eq!(super::fingerprint(log), Some("6f5d1cb8"));
         assert_eq!(super::fingerprint("vnet join: n1 is in network x\n"), None);
     }
+
+    use std::io::BufRead;
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+
+    /// The manifest's `join` init container's script (its folded `args`).
+    fn join_script() -> String {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/vnet.yaml"),
+        )
+        .unwrap();
+        let at = text.find("- name: join").unwrap();
+        let lines: Vec<&str> = text[at..].lines().skip_while(|l| l.trim() != "- >-").skip(1).collect();
+        let body: Vec<&str> =
+            lines.iter().take_while(|l| !l.trim_start().starts_with("env:")).map(|l| l.trim()).collect();
+        body.join(" ")
+    }
+
+    /// A node's /var/lib/vnet in a directory of its own, the script with
+    /// its paths there, and a `vnetctl` that does what `join` does to the
+    /// files (refuses a directory with the network's files in it, as the
+    /// real one does; makes them all when `FAKE_JOIN=ok`, nothing and
+    /// fails when `fail`), noting what it was given.
+    struct Node {
+        dir: PathBuf,
+    }
+
+    impl Node {
+        fn new(name: &str) -> Node {
+            let dir = std::env::temp_dir().join(format!("vnet-join-script-{}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("lib/join")).unwrap();
+            std::fs::create_dir_all(dir.join("bin")).unwrap();
+            let fake = r#"#!/bin/sh
+echo "$@" > "$NODE/args"
+if test -e "$NODE/lib/join.token"; then echo yes > "$NODE/token-at-join"; fi
+cat > "$NODE/stdin"
+for f in conf key etcd-pw cert; do
+  if test -e "$NODE/lib/join/lab.$f"; then echo "lab.$f exists" >&2; exit 1; fi
+done
+test "$FAKE_JOIN" = ok || exit 1
+for f in .key .etcd-pw .cert .pub -etcd-ca.pem .conf; do echo x > "$NODE/lib/join/lab$f"; done
+"#;
+            let bin = dir.join("bin/vnetctl");
+            std::fs::write(&bin, fake).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+            Node { dir }
+        }
+
+        fn put(&self, rel: &str) {
+            std::fs::write(self.dir.join(rel), "x\n").unwrap();
+        }
+
+        fn has(&self, rel: &str) -> bool {
+            self.dir.join(rel).exists()
+        }
+
+        fn command(&self, fake: &str) -> Command {
+            let script = join_script().replace("/var/lib/vnet", &self.dir.join("lib").display().to_string());
+            // The image's shell (Debian's static busybox), where it is here.
+            let mut c = match Path::new("/bin/busybox").is_file() {
+                true => {
+                    let mut c = Command::new("/bin/busybox");
+                    c.arg("sh");
+                    c
+                }
+                false => Command::new("/bin/sh"),
+            };
+            c.args(["-c", &script])
+                .env("PATH", format!("{}:/usr/bin:/bin", self.dir.join("bin").display()))
+                .env("NODE", &self.dir)
+                .env("NODE_NAME", "n1")
+                .env("VNET_NETWORK", "lab")
+                .env("FAKE_JOIN", fake)
+                .stdin(Stdio::null());
+            c
+        }
+
+        fn run(&self, fake: &str) -> (bool, String) {
+            let o = self.command(fake).output().unwrap();
+            (
+                o.status.success(),
+                format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            )
+        }
+    }
+
+    impl Drop for Node {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// Issue 67's review: the token stayed on the node when the join
+    /// failed, and a join cut short after approval (a certificate, no
+    /// `.conf`) made the container fail for ever. The token is now read
+    /// once and removed before `vnetctl join` runs: a failed join leaves
+    /// none, and `join` had it on standard input. Positive control: a
+    /// join that succeeds gets the same token and makes every file.
+    #[test]
+    fn the_join_script_removes_the_token_whatever_the_join_does() {
+        let n = Node::new("fail");
+        std::fs::write(n.dir.join("lib/join.token"), "TOKEN-1\n").unwrap();
+        let (ok, said) = n.run("fail");
+        assert!(!ok, "a failed join fails the container: {said}");
+        assert!(!n.has("lib/join.token"), "the token stayed after a failed join: {said}");
+        assert!(!n.has("token-at-join"), "the token was still a file while join ran");
+        assert_eq!(std::fs::read_to_string(n.dir.join("stdin")).unwrap(), "TOKEN-1\n");
+        assert!(std::fs::read_to_string(n.dir.join("args"))
+            .unwrap()
+            .starts_with("join --token-file - host n1 dir "));
+        // The control: the same, joined.
+        let n = Node::new("ok");
+        std::fs::write(n.dir.join("lib/join.token"), "TOKEN-2\n").unwrap();
+        let (ok, said) = n.run("ok");
+        assert!(ok, "{said}");
+        assert!(!n.has("lib/join.token") && n.has("lib/join/lab.cert") && n.has("lib/join/lab.conf"));
+        assert_eq!(std::fs::read_to_string(n.dir.join("stdin")).unwrap(), "TOKEN-2\n");
+    }
+
+    /// A join cut short: a certificate and a key but no network key and
+    /// no `.conf` (the real `join` refuses a directory with them). They
+    /// are removed and the node joins anew (the control: without the
+    /// script's cleaning, the fake join refuses, as the real one does).
+    /// A node with every file vnetd uses (the `.conf` is join's own and
+    /// unused here) is in: no join, and a token left for it is removed.
+    #[test]
+    fn a_join_cut_short_is_made_anew_and_a_joined_node_goes_on() {
+        let n = Node::new("half");
+        n.put("lib/join/lab.cert");
+        n.put("lib/join/lab.key");
+        std::fs::write(n.dir.join("lib/join.token"), "TOKEN-3\n").unwrap();
+        let refused = Command::new(n.dir.join("bin/vnetctl"))
+            .env("NODE", &n.dir)
+            .env("FAKE_JOIN", "ok")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!refused.status.success(), "the control: join refuses the leftovers");
+        let (ok, said) = n.run("ok");
+        assert!(ok, "{said}");
+        assert!(n.has("lib/join/lab.conf") && !n.has("lib/join.token"), "{said}");
+        let n = Node::new("in");
+        for f in ["lab.key", "lab.etcd-pw", "lab.cert", "lab.pub", "lab-etcd-ca.pem"] {
+            n.put(&format!("lib/join/{f}"));
+        }
+        n.put("lib/join.token");
+        let (ok, said) = n.run("fail");
+        assert!(ok && said.contains("n1 is in network lab"), "{said}");
+        assert!(!n.has("args"), "join ran for a node that is in");
+        assert!(!n.has("lib/join.token"), "a token left for a joined node stays");
+    }
+
+    /// A node without a token (its first join failed, or the admin has
+    /// not made one yet) waits for one, saying so, rather than failing
+    /// in a loop; the token's arrival lets it join.
+    #[test]
+    fn a_node_without_a_token_waits_for_one() {
+        let n = Node::new("wait");
+        n.put("lib/join/lab.key");
+        let mut child = n.command("ok").stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.contains("waits for its join token"), "{line}");
+        assert!(!n.has("lib/join/lab.key"), "the leftover key stays");
+        std::fs::write(n.dir.join("lib/join.token"), "TOKEN-4\n").unwrap();
+        let t0 = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(t0.elapsed() < std::time::Duration::from_secs(20), "no join 20 s after the token came");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        assert!(status.success() && n.has("lib/join/lab.conf") && !n.has("lib/join.token"));
+    }
 }

@@ -683,7 +683,14 @@ mod tests {
         assert!(text.contains(r#"--etcd-user "vnet/$VNET_NETWORK/$NODE_NAME""#));
         assert!(text.contains(r#"--etcd-password-file "$id.etcd-pw""#));
         assert!(text.contains(r#"id="/var/lib/vnet/join/$VNET_NETWORK""#));
-        assert!(text.contains("vnetctl join --token-file /var/lib/vnet/join.token host \"$NODE_NAME\""));
+        assert!(text.contains("vnetctl join --token-file - host \"$NODE_NAME\" dir \"$d\" wait 3600 <&3"));
+        // The signed network, as the static cluster runs it: the node's
+        // key and certificate, the network's key, claims bound to the API.
+        for arg in
+            [r#"--key "$id.key""#, r#"--network-key "$id.pub""#, r#"--host-cert "$id.cert""#, "--kube "]
+        {
+            assert!(text.contains(arg), "vnetd without {arg}");
+        }
         assert!(!text.contains("secretKeyRef") && !text.contains("secretName"), "a Secret is read");
         let (join, cni) = (text.find("- name: join").unwrap(), text.find("- name: install-cni").unwrap());
         assert!(join < cni, "the node joins before its CNI is installed");

@@ -82,16 +82,42 @@ impl Store {
     }
 
     /// `etcdctl ARGS` against vnet's etcd as `login` (none: anonymous),
-    /// whatever its status (a refusal is data).
+    /// whatever its status (a refusal is data). The password is never on
+    /// a command line (`/proc/PID/cmdline` is every user's to read): the
+    /// user alone is (`--user NAME`), and etcdctl, which then asks for
+    /// the password, reads it from standard input (docs/QUICKSTART.md
+    /// does the same at a terminal).
     pub fn etcdctl(&self, login: Option<&Login>, args: &[&str]) -> Result<Output> {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.ns, "etcdctl", "--endpoints", &self.url])
             .arg(format!("--cacert={}", self.dir.join("ca.pem").display()))
             .env("ETCDCTL_API", "3");
-        if let Some((u, p)) = login {
-            c.arg(format!("--user={u}:{p}"));
+        if let Some((u, _)) = login {
+            c.arg(format!("--user={u}"));
         }
-        c.args(args).stdin(Stdio::null()).output().map_err(io("running etcdctl"))
+        c.args(args);
+        let secret = login.map(|(_, p)| p.as_str()).filter(|p| !p.is_empty());
+        if let Some(p) = secret {
+            if argv_holds(&c, p) {
+                return Err(Error::Other("etcdctl: a password on its command line".into()));
+            }
+        }
+        c.stdin(if secret.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().map_err(io("running etcdctl"))?;
+        if let (Some(p), Some(mut stdin)) = (secret, child.stdin.take()) {
+            use std::io::Write;
+            // etcdctl asks once; a refused write is its early exit, seen below.
+            let _ = writeln!(stdin, "{p}");
+        }
+        let mut out = child.wait_with_output().map_err(io("running etcdctl"))?;
+        // Its prompt is on standard output, before the answer.
+        if secret.is_some() && out.stdout.starts_with(b"Password: ") {
+            let rest = &out.stdout[b"Password: ".len()..];
+            out.stdout = rest.strip_prefix(b"\n").unwrap_or(rest).to_vec();
+        }
+        Ok(out)
     }
 
     /// `etcdctl ARGS` as root; fails unless it exits 0.
@@ -105,5 +131,56 @@ impl Store {
             )));
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// Whether `secret` is in `cmd`'s program or arguments.
+fn argv_holds(cmd: &Command, secret: &str) -> bool {
+    std::iter::once(cmd.get_program()).chain(cmd.get_args()).any(|a| a.to_string_lossy().contains(secret))
+}
+
+/// The processes of this machine (every namespace's: `/proc` is the
+/// host's) whose command line holds one of `secrets`, as `PID: ARGV`:
+/// what any user of a node sees with `ps`.
+pub fn secrets_in_argv(secrets: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let argv = String::from_utf8_lossy(&raw).replace('\0', " ");
+        if secrets.iter().any(|s| !s.is_empty() && argv.contains(s)) {
+            found.push(format!("{pid}: {}", argv.trim_end()));
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The scan finds a process with a secret in its argv (the positive
+    /// control: `sh -c 'sleep 30; true' probe-SECRET`), and the guard refuses
+    /// a command line that holds a password.
+    #[test]
+    fn a_secret_on_a_command_line_is_found_and_refused() {
+        let secret = format!("s3cret-{}", std::process::id());
+        assert!(secrets_in_argv(&[&secret]).is_empty());
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30; true", &format!("probe-{secret}")])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let found = secrets_in_argv(&[&secret]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.iter().any(|f| f.starts_with(&format!("{}: ", child.id()))), "{found:?}");
+        let mut c = Command::new("etcdctl");
+        c.arg(format!("--user=root:{secret}"));
+        assert!(argv_holds(&c, &secret));
+        let mut c = Command::new("etcdctl");
+        c.arg("--user=root");
+        assert!(!argv_holds(&c, &secret), "the user alone");
     }
 }

@@ -508,6 +508,190 @@ mod by_hand {
         for key in [format!("{p}/ipam/{a}/probe"), format!("{p}/ipam/{b}/probe")] {
             store.etcdctl_root(&["del", &key]).unwrap();
         }
+        no_password_in_any_argv(&kube, &logins);
+    }
+
+    /// No process of the lab or of vnet (vnetd, etcd, the admin's and the
+    /// nodes' etcdctl) shows etcd's root password or a node's password on
+    /// its command line (`/proc/PID/cmdline`, every user's to read: `ps`),
+    /// scanned without pause while root's and the nodes' etcdctl run.
+    /// The positive control: a process started in that window with the
+    /// root password in its argv is seen.
+    fn no_password_in_any_argv(kube: &Kube, logins: &[(String, String)]) {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let store = kube.store().unwrap();
+        let root = store.root().unwrap();
+        let mut secrets: Vec<String> = logins.iter().map(|(_, pw)| pw.clone()).collect();
+        secrets.push(root.1.clone());
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let scanner = {
+            let (stop, secrets) = (stop.clone(), secrets.clone());
+            std::thread::spawn(move || {
+                let s: Vec<&str> = secrets.iter().map(String::as_str).collect();
+                let (mut seen, mut scans) = (std::collections::BTreeSet::new(), 0u32);
+                while !stop.load(Ordering::Relaxed) {
+                    seen.extend(vnet_lab::k8s::store::secrets_in_argv(&s));
+                    scans += 1;
+                }
+                (seen, scans)
+            })
+        };
+        let p = format!("/vnet/{}/", store.network);
+        for _ in 0..5 {
+            store.etcdctl_root(&["get", "--prefix", "--keys-only", &p]).unwrap();
+            for login in logins {
+                store.etcdctl(Some(login), &["get", "--prefix", "--keys-only", &p]).unwrap();
+            }
+        }
+        let probe = format!("probe-{}", root.1);
+        let mut control =
+            std::process::Command::new("sh").args(["-c", "sleep 1; true", &probe]).spawn().unwrap();
+        control.wait().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        let (seen, scans) = scanner.join().unwrap();
+        eprintln!("k8s: {scans} scans of every process's argv while etcdctl ran as root and as each node");
+        assert!(seen.iter().any(|s| s.contains(&probe)), "the control was not seen: {seen:?}");
+        let leaked: Vec<&String> = seen.iter().filter(|s| !s.contains(&probe)).collect();
+        assert!(leaked.is_empty(), "a password on a command line: {leaked:?}");
+    }
+
+    /// Issue 67's review, finding 1: the manifest ran vnetd unsigned, so a
+    /// node whose credentials were stolen could claim any pod's address
+    /// or MAC. It runs signed now, with every other node's claim bound to
+    /// the API (`--kube`). With node 2's own credentials (its key from
+    /// `/var/lib/vnet/join`, its etcd user), signed as node 2 and put by
+    /// etcd (which lets node 2 write its own keys: the guard is vnetd's),
+    /// the attacker claims (a) a new MAC with db's address (db runs on
+    /// node 1) and (b) db's own MAC at a higher epoch (a migration's),
+    /// naming node 2's pod's address. Every other node quarantines both,
+    /// counted (`pods_refused`), with the API's reason, and web (node 0)
+    /// still reaches db on 5432 through the rule for `default.web` to
+    /// `default.db` (groups from the API's labels: the positive control,
+    /// as before, now across signed nodes), while node 2's pod, labelled
+    /// no group, does not.
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn a_stolen_node_credential_claims_no_other_nodes_pod_address_or_mac() {
+        use vnet_cluster::layout::MacRecord;
+        let (lab, kube) = kube_lab();
+        apply_vnet_with(
+            &lab,
+            &kube,
+            &[
+                "policy default deny",
+                "rule arp allow ether arp",
+                "rule web-db allow from group default.web to group default.db proto tcp port 5432",
+            ],
+        );
+        let serve =
+            "mkdir -p /www && echo db > /www/index.html && httpd -p 8080 -h /www && httpd -f -p 5432 -h /www";
+        let pod = |name: &str, node: usize, group: Option<&str>, script: &str| {
+            let labels = match group {
+                Some(g) => format!("{{app: pods, vnet.dev/group: \"{g}\"}}"),
+                None => "{app: pods}".to_string(),
+            };
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {labels}}}\n\
+                 spec:\n  nodeName: {}\n  terminationGracePeriodSeconds: 1\n  containers:\n  \
+                 - {{name: c, image: \"{BUSYBOX_IMAGE}\", imagePullPolicy: IfNotPresent, command: [sh, -c, \"{script}\"]}}\n",
+                kube.nodes[node].name
+            )
+        };
+        let yaml = [
+            pod("web", 0, Some("web"), "sleep 1000000"),
+            pod("db", 1, Some("db"), serve),
+            pod("other", 2, None, "sleep 1000000"),
+        ]
+        .join("---\n");
+        apply_yaml(&kube, "stolen-pods.yaml", &yaml);
+        let pods = wait_pods(&kube, 3, Duration::from_secs(120));
+        let ip = |name: &str| pods.iter().find(|p| p.name == name).map(|p| p.ip.clone()).unwrap();
+        let (db, other) = (ip("db"), ip("other"));
+        let reaches = |from: &str| {
+            let out = exec(&kube, from, &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {db} 5432"));
+            String::from_utf8_lossy(&out.stdout).lines().last() == Some("db")
+        };
+        assert!(reaches("web"), "before: web does not reach db");
+        assert!(!reaches("other"), "before: other (no group) reaches db");
+        // db's claim, as node 1 put it.
+        let store = kube.store().unwrap();
+        let (n1, n2) = (kube.nodes[1].name.clone(), kube.nodes[2].name.clone());
+        let p = format!("/vnet/{}", store.network);
+        let listed = store.etcdctl_root(&["get", "--prefix", &format!("{p}/claims/{n1}/")]).unwrap();
+        let lines: Vec<&str> = listed.lines().collect();
+        let (db_mac, db_claim) = lines
+            .chunks(2)
+            .find_map(|kv| {
+                let r: MacRecord = serde_json::from_str(kv.get(1)?).ok()?;
+                let mac: vnet_wire::MacAddr = kv[0].rsplit('/').next()?.parse().ok()?;
+                r.addrs.iter().any(|a| a.to_string() == db).then_some((mac, r))
+            })
+            .unwrap_or_else(|| panic!("no claim of node 1 names db's {db}: {listed}"));
+        // Node 2's credentials, as a thief has them.
+        let login = vnet_lab::k8s::join::node_login(&kube, 2).unwrap();
+        let key =
+            std::fs::read_to_string(kube.nodes[2].dir.join(format!("lib-vnet/join/{}.key", store.network)))
+                .unwrap();
+        let claim_key =
+            vnet_cluster::trust::ClaimKey::derive(&vnetd::keys::parse_private(key.trim()).unwrap().private())
+                .unwrap();
+        let forge = |mac: vnet_wire::MacAddr, epoch: u64, addr: &str, groups: &[&str]| {
+            let mut r = MacRecord {
+                host: n2.clone(),
+                iface: "vcforged".into(),
+                at_ms: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+                    as u64,
+                network: db_claim.network,
+                epoch,
+                addrs: vec![addr.parse().unwrap()],
+                groups: groups.iter().map(|g| g.to_string()).collect(),
+                sig: None,
+            };
+            r.sig = Some(claim_key.sign(&store.network, mac, &r));
+            let key = format!("{p}/claims/{n2}/{mac}");
+            let o = store
+                .etcdctl(Some(&login), &["put", &key, &String::from_utf8(r.to_json()).unwrap()])
+                .unwrap();
+            assert!(o.status.success(), "etcd refused node 2's own key (the control): {o:?}");
+            key
+        };
+        let stolen: vnet_wire::MacAddr = "02:00:5e:00:00:99".parse().unwrap();
+        let forged = [
+            (forge(stolen, 0, &db, &["default.db"]), format!("on node `{n1}`, not `{n2}`")),
+            (forge(db_mac, db_claim.epoch + 1, &other, &[]), "a pod does not move".to_string()),
+        ];
+        let t0 = Instant::now();
+        for node in [0, 1] {
+            loop {
+                let v = node_json(&kube, node, "cluster")["cluster"].clone();
+                let q = v["quarantined"].to_string();
+                let refused = v["counters"]["pods_refused"].as_u64().unwrap_or(0);
+                let all = forged.iter().all(|(k, why)| {
+                    v["quarantined"].as_array().into_iter().flatten().any(|e| {
+                        e["key"] == *k && e["why"].as_str().is_some_and(|w| w.contains(why.as_str()))
+                    })
+                });
+                if all && refused >= 2 {
+                    eprintln!("k8s: node {node} refused both forged claims (pods_refused {refused}) {:.1?} after the put", t0.elapsed());
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "node {node}: forged claims not refused: pods_refused {refused}, {q}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        assert!(reaches("web"), "after: web does not reach db (its MAC or address taken by node 2)");
+        assert!(!reaches("other"), "after: other reaches db");
+        let v = node_json(&kube, 0, "cluster")["cluster"].clone();
+        assert!(
+            v["address_conflicts"].as_array().is_none_or(|a| a.is_empty()),
+            "db's address made a conflict: {v}"
+        );
+        for (k, _) in &forged {
+            store.etcdctl_root(&["del", k]).unwrap();
+        }
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub struct Config {
     /// ([`super::kept`]), and what was kept there by the last run.
     pub kept_file: Option<std::path::PathBuf>,
     pub kept: Option<vnet_cluster::member::Kept>,
+    /// Kubernetes (`--kube`): the API's pods, which other hosts' claims
+    /// are bound to ([`crate::kube_pods`]).
+    pub kube_pods: Option<crate::kube_pods::Receiver>,
 }
 
 /// Why `--cluster`'s URLs are not a store's.

@@ -86,6 +86,7 @@ pub async fn run(
         require_key: cfg.link_options.require_key(),
         tenant: cfg.link_options.network,
         have_key: lock(&daemon).public_key().is_some(),
+        kube: cfg.kube_pods.is_some(),
         ..Policy::default()
     };
     let mut member = Member::with_policy(&cfg.network, &cfg.host, policy);
@@ -101,30 +102,7 @@ pub async fn run(
             "cluster: the network's trust state kept by the last run is held"
         );
     }
-    let mut host = Host {
-        member,
-        cfg,
-        daemon,
-        status,
-        published: BTreeMap::new(),
-        unclaimed: BTreeMap::new(),
-        unclaimed_rev: 0,
-        reflected: None,
-        unnamed: None,
-        relay_key: None,
-        lease: None,
-        endpoint: 0,
-        retry: None,
-        logged: None,
-        refused: BTreeMap::new(),
-        seen: u64::MAX,
-        own: Vec::new(),
-        neighbors_version: 0,
-        policy_version: 0,
-        groups_version: 0,
-        kept_version: 0,
-        kept_failed: None,
-    };
+    let mut host = Host::new(member, cfg, daemon, status);
     let mut backoff = Duration::from_millis(100);
     let mut said = None;
     loop {
@@ -175,6 +153,17 @@ async fn next_request(rx: &mut Option<crate::ipam::Receiver>) -> Option<crate::i
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// The API's pods when they change (`--kube`), or never.
+async fn next_pods(
+    rx: &mut Option<crate::kube_pods::Receiver>,
+) -> Option<Arc<vnet_cluster::member::PodFacts>> {
+    let Some(rx) = rx else { return std::future::pending().await };
+    if rx.changed().await.is_err() {
+        return std::future::pending().await;
+    }
+    rx.borrow_and_update().clone()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -256,6 +245,34 @@ struct Host {
 }
 
 impl Host {
+    /// A host with `member` as its view, nothing published yet.
+    fn new(member: Member, cfg: Config, daemon: Arc<Mutex<Daemon>>, status: membership::Shared) -> Host {
+        Host {
+            member,
+            cfg,
+            daemon,
+            status,
+            published: BTreeMap::new(),
+            unclaimed: BTreeMap::new(),
+            unclaimed_rev: 0,
+            reflected: None,
+            unnamed: None,
+            relay_key: None,
+            lease: None,
+            endpoint: 0,
+            retry: None,
+            logged: None,
+            refused: BTreeMap::new(),
+            seen: u64::MAX,
+            own: Vec::new(),
+            neighbors_version: 0,
+            policy_version: 0,
+            groups_version: 0,
+            kept_version: 0,
+            kept_failed: None,
+        }
+    }
+
     /// The next session talks to the next of the store's endpoints (this
     /// one may be a member that is down).
     fn next_endpoint(&mut self) {
@@ -301,8 +318,16 @@ impl Host {
         let mut seen = u64::MAX;
         let mut expire_every = Instant::now();
         let activated = lock(&self.daemon).shared().activated.clone();
+        let mut pods = self.cfg.kube_pods.clone();
         loop {
             tokio::select! {
+                Some(facts) = next_pods(&mut pods) => {
+                    // The API's pods changed: other hosts' claims judged anew.
+                    let (t0, mut changes) = (Instant::now(), Vec::new());
+                    self.member.set_pods(facts, &mut changes);
+                    self.converge(&changes, 0, t0);
+                    self.release_pins();
+                }
                 _ = activated.notified() => {
                     // A migrated VM arrived here: its claim goes out now.
                     seen = lock(&self.daemon).generation();
@@ -520,15 +545,21 @@ impl Host {
         self.member.relist(&kvs, rev, &mut changes);
         lock(&self.status).counters.relists += 1;
         self.converge(&changes, kvs.len() as u64, t0);
-        // A hand-over's pinned programs forwarded with the predecessor's
-        // maps until this vnetd's held the store's view (the other hosts'
-        // links and routes, listed just now): now they do.
-        if self.retry.is_none() {
-            if let Some(said) = lock(&self.daemon).release_pins() {
-                tracing::info!("{said} (after the store's view was applied)");
-            }
-        }
+        self.release_pins();
         Ok(rev)
+    }
+
+    /// A hand-over's pinned programs forwarded with the predecessor's
+    /// maps until this vnetd's held the store's view (the other hosts'
+    /// links and routes): now they do. With `--kube`, also the API's pods
+    /// (until they are listed, no other node's pod is routed here).
+    fn release_pins(&mut self) {
+        if self.retry.is_some() || (self.member.bound_to_pods() && self.member.pods().is_none()) {
+            return;
+        }
+        if let Some(said) = lock(&self.daemon).release_pins() {
+            tracing::info!("{said} (after the store's view was applied)");
+        }
     }
 
     /// `nat` links: whether this host's public address, as a peer reflects
@@ -642,6 +673,7 @@ impl Host {
         s.counters.bad_records = self.member.stats.bad_records;
         s.counters.stale_policies = self.member.stats.stale_policies;
         s.counters.groups_refused = self.member.stats.groups_refused;
+        s.counters.pods_refused = self.member.stats.pods_refused;
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         // The hosts refused as of this batch: a host whose record the batch
         // carries is judged anew.
