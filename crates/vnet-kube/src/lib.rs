@@ -5,14 +5,17 @@
 //! `vnetctl kube daemonset` (does the DaemonSet remain?) and vnetd
 //! (`pod-labels NAMESPACE/NAME`: the labels vnet-cni turns into a pod's
 //! policy groups; and, with `--kube-network-policy`, the pods, namespaces
-//! and NetworkPolicies it translates into isolation, [`netpol`]).
+//! and NetworkPolicies it translates into isolation, [`netpol`], and the
+//! Services and EndpointSlices whose backends it judges Service traffic
+//! by, [`services`]).
 //!
 //! A hand-written client rather than kube-rs: vnet asks a few GETs and
-//! three watches of the API and needs none of its types or configuration
+//! five watches of the API and needs none of its types or configuration
 //! files; hyper and rustls (already vnet's) carry them.
 
 pub mod netpol;
 pub mod objects;
+pub mod services;
 pub mod watch;
 
 use http_body_util::{BodyExt, Empty, Limited};
