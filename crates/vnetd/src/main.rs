@@ -303,10 +303,10 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
         let control = args.control.to_string();
         let cluster_status = cluster.as_ref().map(|_| status.clone());
         if let Some(cfg) = cluster {
-            if args.kube_network_policy {
-                tokio::spawn(vnetd::netpol::run(daemon.clone(), cfg.link_options.network));
-            }
             let (tx, rx) = vnetd::ipam::channel();
+            if args.kube_network_policy {
+                tokio::spawn(vnetd::netpol::run(daemon.clone(), cfg.link_options.network, tx.clone()));
+            }
             limits = limits.with_ipam(tx);
             tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status, Some(rx)));
         }
