@@ -96,6 +96,7 @@ pub fn make(host: &str, tmp: &str, ns: &File, ifname: &str, mtu: Option<u32>) ->
         let up = LinkUnspec::new_with_index(me.header.index).up().build();
         h.link().set(up).execute().await.map_err(io(format!("setting {host_s} up")))
     })?;
+    quiet(host)?;
     let (tmp, ifname) = (tmp.to_string(), ifname.to_string());
     in_netns(ns, move |h| async move {
         let l =
@@ -108,6 +109,26 @@ pub fn make(host: &str, tmp: &str, ns: &File, ifname: &str, mtu: Option<u32>) ->
             .map_err(io(format!("naming the container's interface {ifname}")))?;
         Ok(mac_of(&l))
     })
+}
+
+/// Keeps the node's own IP stack off `name`, an end vnetd attaches (a
+/// port of its switch, not an interface of the node): the node answers no
+/// ARP request arriving on it (`arp_ignore` 8; by default Linux answers
+/// for any of its addresses on any interface, so a pod asking for its
+/// gateway got this end's MAC too, and on the user path, where vnetd
+/// reads the frames beside the node's stack, the node then took the pod's
+/// packets straight, never judged by vnetd), and no IPv6 (neighbour
+/// discovery alike). Where IPv6 is off the node's, its file is absent.
+pub fn quiet(name: &str) -> Result<()> {
+    let arp = format!("/proc/sys/net/ipv4/conf/{name}/arp_ignore");
+    std::fs::write(&arp, "8").map_err(|e| Error::with(Code::Io, format!("writing 8 to {arp}"), e))?;
+    let v6 = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
+    match std::fs::write(&v6, "1") {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::with(Code::Io, format!("writing 1 to {v6}"), e))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Gives `ifname` in `ns` the addresses and routes of an IPAM result.
@@ -232,6 +253,7 @@ pub fn make_here(attached: &str, node: &str, mtu: Option<u32>) -> Result<String>
         }
         Ok(mac)
     })
+    .and_then(|mac| quiet(attached).map(|()| mac))
 }
 
 /// Gives link `name` of this namespace the address `ip/len` (the kernel

@@ -5,17 +5,19 @@
 //! `vnetctl kube daemonset` (does the DaemonSet remain?) and vnetd
 //! (`pod-labels NAMESPACE/NAME`: the labels vnet-cni turns into a pod's
 //! policy groups; and, with `--kube-network-policy`, the pods, namespaces
-//! and NetworkPolicies it translates into isolation, [`netpol`]; with
-//! `--kube`, where each pod runs, which binds the cluster's claims,
-//! [`placement`]).
+//! and NetworkPolicies it translates into isolation, [`netpol`], and the
+//! Services and EndpointSlices whose backends it judges Service traffic
+//! by, [`services`]; with `--kube`, where each pod runs, which binds the
+//! cluster's claims, [`placement`]).
 //!
 //! A hand-written client rather than kube-rs: vnet asks a few GETs and
-//! three watches of the API and needs none of its types or configuration
+//! six watches of the API and needs none of its types or configuration
 //! files; hyper and rustls (already vnet's) carry them.
 
 pub mod netpol;
 pub mod objects;
 pub mod placement;
+pub mod services;
 pub mod watch;
 
 use http_body_util::{BodyExt, Empty, Limited};

@@ -271,3 +271,146 @@ pub fn network_policy(obj: &serde_json::Value) -> Result<NetworkPolicy, ObjectEr
     let spec = PolicySpec::deserialize(&obj["spec"]).map_err(shape("NetworkPolicy"))?;
     Ok(NetworkPolicy { namespace: m.namespace, name: m.name, spec })
 }
+
+/// A Service's port: its name (empty for a lone unnamed port), protocol
+/// and number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePort {
+    pub name: String,
+    pub proto: u8,
+    pub port: u16,
+}
+
+/// A Service with a cluster address (headless and `ExternalName` ones
+/// have none: nothing to judge in their place).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    pub namespace: String,
+    pub name: String,
+    pub cluster_ips: Vec<IpAddr>,
+    pub ports: Vec<ServicePort>,
+}
+
+/// An endpoint of an EndpointSlice: its addresses and conditions (left
+/// out: `ready` is true, `serving` is `ready`, as the API says).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub ips: Vec<IpAddr>,
+    pub ready: bool,
+    pub serving: bool,
+}
+
+/// An EndpointSlice: the Service it belongs to (its
+/// `kubernetes.io/service-name` label), its endpoints and its ports (each
+/// Service port's number on these endpoints, by the Service port's name,
+/// named target ports resolved by the controller that wrote it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSlice {
+    pub namespace: String,
+    pub service: String,
+    pub endpoints: Vec<Endpoint>,
+    pub ports: Vec<ServicePort>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawServicePort {
+    #[serde(default)]
+    name: Option<String>,
+    protocol: Option<String>,
+    port: Option<i64>,
+}
+
+impl RawServicePort {
+    fn read(&self) -> Option<ServicePort> {
+        Some(ServicePort {
+            name: self.name.clone().unwrap_or_default(),
+            proto: protocol(self.protocol.as_deref())?,
+            port: u16::try_from(self.port?).ok().filter(|&p| p > 0)?,
+        })
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ServiceSpec {
+    #[serde(rename = "clusterIP")]
+    cluster_ip: Option<String>,
+    #[serde(default, rename = "clusterIPs")]
+    cluster_ips: Vec<String>,
+    #[serde(default)]
+    ports: Vec<RawServicePort>,
+}
+
+/// A Service from the API's JSON (`None` and unparsable cluster addresses
+/// and ports left out).
+pub fn service(obj: &serde_json::Value) -> Result<Service, ObjectError> {
+    let m = meta(obj)?;
+    if m.name.is_empty() || m.namespace.is_empty() {
+        return Err(ObjectError::Unnamed("Service"));
+    }
+    let spec = match obj.get("spec") {
+        Some(s) => ServiceSpec::deserialize(s).map_err(shape("Service"))?,
+        None => ServiceSpec::default(),
+    };
+    let mut cluster_ips: Vec<IpAddr> = spec.cluster_ips.iter().filter_map(|a| a.parse().ok()).collect();
+    if cluster_ips.is_empty() {
+        cluster_ips.extend(spec.cluster_ip.as_deref().and_then(|a| a.parse::<IpAddr>().ok()));
+    }
+    let ports = spec.ports.iter().filter_map(RawServicePort::read).collect();
+    Ok(Service { namespace: m.namespace, name: m.name, cluster_ips, ports })
+}
+
+#[derive(Deserialize, Default)]
+struct Conditions {
+    ready: Option<bool>,
+    serving: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct RawEndpoint {
+    #[serde(default)]
+    addresses: Vec<String>,
+    #[serde(default)]
+    conditions: Conditions,
+}
+
+#[derive(Deserialize)]
+struct RawSlice {
+    #[serde(default)]
+    endpoints: Vec<RawEndpoint>,
+    #[serde(default)]
+    ports: Option<Vec<RawServicePort>>,
+}
+
+/// The label naming an EndpointSlice's Service.
+pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
+
+/// An EndpointSlice from the API's JSON (one of no Service: `service`
+/// empty; unparsable addresses and ports left out).
+pub fn endpoint_slice(obj: &serde_json::Value) -> Result<EndpointSlice, ObjectError> {
+    let m = meta(obj)?;
+    if m.name.is_empty() || m.namespace.is_empty() {
+        return Err(ObjectError::Unnamed("EndpointSlice"));
+    }
+    let raw = RawSlice::deserialize(obj).map_err(shape("EndpointSlice"))?;
+    let endpoints = raw
+        .endpoints
+        .iter()
+        .map(|e| {
+            let ready = e.conditions.ready.unwrap_or(true);
+            Endpoint {
+                ips: e.addresses.iter().filter_map(|a| a.parse().ok()).collect(),
+                ready,
+                serving: e.conditions.serving.unwrap_or(ready),
+            }
+        })
+        .collect();
+    let ports = raw.ports.iter().flatten().filter_map(RawServicePort::read).collect();
+    Ok(EndpointSlice {
+        namespace: m.namespace,
+        service: m.labels.get(SERVICE_NAME).cloned().unwrap_or_default(),
+        endpoints,
+        ports,
+    })
+}

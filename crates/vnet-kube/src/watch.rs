@@ -62,6 +62,14 @@ pub fn namespaces() -> Kind<objects::Namespace> {
 pub fn network_policies() -> Kind<objects::NetworkPolicy> {
     Kind { path: "/apis/networking.k8s.io/v1/networkpolicies", parse: objects::network_policy }
 }
+/// Services and EndpointSlices, as NetworkPolicy judges Service traffic
+/// by them.
+pub fn services() -> Kind<objects::Service> {
+    Kind { path: "/api/v1/services", parse: objects::service }
+}
+pub fn endpoint_slices() -> Kind<objects::EndpointSlice> {
+    Kind { path: "/apis/discovery.k8s.io/v1/endpointslices", parse: objects::endpoint_slice }
+}
 
 /// The objects of one kind, by `NAMESPACE/NAME` (a namespace's: `NAME`).
 #[derive(Debug, Clone)]

@@ -362,7 +362,7 @@ async fn ipam(to: Option<&crate::ipam::Sender>, op: vnet_control::IpamOp) -> Rep
         return Reply::error("ipam needs cluster mode (in static mode, use host-local)");
     };
     let (reply, answer) = tokio::sync::oneshot::channel();
-    if to.try_send(crate::ipam::Request { op, reply }).is_err() {
+    if to.try_send(crate::ipam::Request { op: op.into(), reply }).is_err() {
         return Reply::error("ipam: too many requests waiting; try again");
     }
     match tokio::time::timeout(IPAM_TIMEOUT, answer).await {

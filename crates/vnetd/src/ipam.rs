@@ -23,11 +23,25 @@ use tokio::sync::{mpsc, oneshot};
 use vnet_cluster::ipam::{host_prefix, key, parse_key, pool_name, prefix, winner, Allocation, Pool};
 use vnet_control::IpamOp;
 
-/// One control client's request, and where its answer goes.
+/// One request, and where its answer goes.
 #[derive(Debug)]
 pub struct Request {
-    pub op: IpamOp,
+    pub op: Op,
     pub reply: oneshot::Sender<Result<Reply, IpamError>>,
+}
+
+/// What is asked: a control client's `ipam` line, or the nodes' gateway
+/// addresses (`--kube-network-policy`'s translators of Services).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Control(IpamOp),
+    Gateways,
+}
+
+impl From<IpamOp> for Op {
+    fn from(op: IpamOp) -> Op {
+        Op::Control(op)
+    }
 }
 
 /// What a request did.
@@ -37,6 +51,8 @@ pub enum Reply {
     Allocated { addr: IpAddr, prefix_len: u8 },
     /// `del`: how many addresses the owner held here and released.
     Released(usize),
+    /// Every host's node gateway address ([`is_gateway`]).
+    Gateways(Vec<IpAddr>),
 }
 
 impl Reply {
@@ -46,6 +62,7 @@ impl Reply {
         match self {
             Reply::Allocated { addr, prefix_len } => format!("{addr}/{prefix_len}\n"),
             Reply::Released(n) => format!("released {n}\n"),
+            Reply::Gateways(a) => a.iter().map(|a| format!("{a}\n")).collect(),
         }
     }
 }
@@ -81,17 +98,45 @@ pub(crate) async fn serve(
     network: &str,
     host: &str,
     lease: i64,
-    op: &IpamOp,
+    op: &Op,
     races: &mut u64,
 ) -> Result<Reply, IpamError> {
     match op {
-        IpamOp::Add { subnet, owner, range } => {
+        Op::Gateways => gateways(c, network).await.map(Reply::Gateways),
+        Op::Control(IpamOp::Add { subnet, owner, range }) => {
             let pool = Pool::new(subnet, *range)?;
             let addr = add(c, network, (host, lease), &pool, owner, races).await?;
             Ok(Reply::Allocated { addr, prefix_len: pool.len })
         }
-        IpamOp::Del { owner } => del(c, network, host, owner).await.map(Reply::Released),
+        Op::Control(IpamOp::Del { owner }) => del(c, network, host, owner).await.map(Reply::Released),
     }
+}
+
+/// Whether `owner` is a node's gateway's (vnet-cni's `isDefaultGateway`:
+/// `CNI-NETWORK/node-gateway-MAC/gw`). Owners are written by the hosts'
+/// vnet-cni: a pod's is `CNI-NETWORK/CONTAINER-ID/IFNAME`, both chosen by
+/// the runtime, not by a pod's author.
+pub fn is_gateway(owner: &str) -> bool {
+    let mut parts = owner.split('/');
+    matches!(
+        (parts.next(), parts.next(), parts.next(), parts.next()),
+        (Some(_), Some(id), Some("gw"), None) if id.starts_with("node-gateway-")
+    )
+}
+
+/// Every host's node gateway address in the network's pools, sorted.
+async fn gateways(c: &mut Client, network: &str) -> Result<Vec<IpAddr>, IpamError> {
+    let (listed, _) = crate::listing::list(c, &prefix(network)).await?;
+    let mut out: Vec<IpAddr> = listed
+        .iter()
+        .filter_map(|kv| {
+            let (_, _, a) = parse_key(network, kv.key_str().ok()?)?;
+            Allocation::from_json(kv.value()).filter(|v| is_gateway(&v.owner)).map(|_| a)
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 /// `races` counts the addresses another host took at once (each given up).
@@ -206,4 +251,18 @@ pub(crate) async fn keep(
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Only vnet-cni's gateway owners are gateways: a pod's owner, even
+    /// one whose container id begins alike, is not.
+    #[test]
+    fn only_a_node_gateways_owner_is_a_gateway() {
+        assert!(super::is_gateway("vnet/node-gateway-5254000000aa/gw"));
+        assert!(!super::is_gateway("vnet/3f2a9c/eth0"), "a pod's");
+        assert!(!super::is_gateway("vnet/node-gateway-5254000000aa/eth0"), "not the gateway's interface");
+        assert!(!super::is_gateway("vnet/node-gateway-5254000000aa/gw/x"));
+        assert!(!super::is_gateway("vnet/gw"));
+    }
 }

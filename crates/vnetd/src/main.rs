@@ -324,10 +324,10 @@ fn run(args: &Args, ready: Ready) -> std::process::ExitCode {
                 cfg.kube_pods = Some(rx);
                 tokio::spawn(vnetd::kube_pods::run(args.kube_group_label.clone(), tx));
             }
-            if args.kube_network_policy {
-                tokio::spawn(vnetd::netpol::run(daemon.clone(), cfg.link_options.network));
-            }
             let (tx, rx) = vnetd::ipam::channel();
+            if args.kube_network_policy {
+                tokio::spawn(vnetd::netpol::run(daemon.clone(), cfg.link_options.network, tx.clone()));
+            }
             limits = limits.with_ipam(tx);
             tokio::spawn(vnetd::cluster::run(cfg, daemon.clone(), status, Some(rx)));
         }

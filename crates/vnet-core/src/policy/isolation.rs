@@ -18,6 +18,18 @@
 //! addresses (the node's own, its address on the pods' LAN included: a
 //! pod cannot block its own node, as Kubernetes says) pass this check too.
 //!
+//! Services (ClusterIP): a pod's packet to a Service's address and port
+//! ([`Isolation::services`]) is judged on this first leg, where its true
+//! source is known, as if the pod had sent it to each of the Service's
+//! backends (its address and target port): it passes only when the
+//! sender's egress and every backend's ingress allow it (kube-proxy picks
+//! the backend after this check); a Service with no backend passes (the
+//! node's kube-proxy rejects it). The second leg, from the translating
+//! node's address to the backend it picked, passes the check when that
+//! address is one of `translators` (the other nodes' addresses on the
+//! pods' LAN) and the destination one of `backends` (a Service's backend
+//! address, protocol and target port): it was judged at its source.
+//!
 //! Sans-IO: built by the control plane (vnetd's NetworkPolicy watch),
 //! asked by [`super::PolicySet::decide`] for the first packet of a flow.
 
@@ -139,6 +151,23 @@ pub struct Isolation {
     /// Addresses whose packets (either way) this check passes: the
     /// node's own.
     pub exempt: FxHashSet<IpAddr>,
+    /// Each Service's address, protocol and port: the backends kube-proxy
+    /// may pick for it (address, target port), judged in its place.
+    pub services: FxHashMap<ServicePort, Vec<(IpAddr, u16)>>,
+    /// Every backend of `services` (address, protocol, target port).
+    pub backends: FxHashSet<ServicePort>,
+    /// The addresses that translate Services (the other nodes' on the
+    /// pods' LAN): their packets to a backend in `backends` pass, judged
+    /// on their first leg.
+    pub translators: FxHashSet<IpAddr>,
+}
+
+/// A Service's (or a backend's) address, protocol and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServicePort {
+    pub ip: IpAddr,
+    pub proto: u8,
+    pub port: u16,
 }
 
 /// Why the check denied a packet.
@@ -163,6 +192,8 @@ impl Isolation {
     }
 
     /// [`Isolation::check`], counted only when `live` (a dry run's is not).
+    /// A packet to a Service is judged for each of its backends (counted
+    /// once for each).
     pub fn check_with(&self, f: &Facts, len: usize, live: bool) -> Result<(), Denied> {
         let L3::Ip(ip) = f.l3 else { return Ok(()) };
         if ip.proto == PROTO_ICMPV6 && ip.icmp == Icmp::None {
@@ -171,7 +202,24 @@ impl Isolation {
         if self.exempt.contains(&ip.src) || self.exempt.contains(&ip.dst) {
             return Ok(());
         }
-        // The sender's egress, then the receiver's ingress.
+        let to = ServicePort { ip: ip.dst, proto: ip.proto, port: ip.dport };
+        let ported = matches!(ip.proto, PROTO_TCP | PROTO_UDP);
+        if ported {
+            if let Some(backends) = self.services.get(&to) {
+                for &(dst, dport) in backends {
+                    self.judge(&Ip { dst, dport, ..ip }, len, live)?;
+                }
+                return Ok(());
+            }
+            if self.translators.contains(&ip.src) && self.backends.contains(&to) {
+                return Ok(());
+            }
+        }
+        self.judge(&ip, len, live)
+    }
+
+    /// The sender's egress, then the receiver's ingress.
+    fn judge(&self, ip: &Ip, len: usize, live: bool) -> Result<(), Denied> {
         for (direction, own, peer) in
             [(Direction::Egress, ip.src, ip.dst), (Direction::Ingress, ip.dst, ip.src)]
         {
@@ -185,7 +233,7 @@ impl Isolation {
                     p.ingress.as_ref()
                 }
             };
-            match selecting.iter().filter_map(rules).flatten().find(|a| a.matches(peer, &ip)) {
+            match selecting.iter().filter_map(rules).flatten().find(|a| a.matches(peer, ip)) {
                 Some(a) if live => a.counters.add(len),
                 Some(_) => {}
                 None => {
@@ -218,6 +266,9 @@ impl Isolation {
             && self.ingress_of == o.ingress_of
             && self.egress_of == o.egress_of
             && self.exempt == o.exempt
+            && self.services == o.services
+            && self.backends == o.backends
+            && self.translators == o.translators
     }
 
     /// The same, counting on in `old`'s counters: each policy's by its

@@ -161,9 +161,88 @@ fn start_pods(kube: &Kube) -> impl Fn(&str) -> String {
 /// (busybox's nc; one try: every node enforces what was applied before
 /// this is asked).
 fn reach(kube: &Kube, ns: &str, from: &str, to: &str) -> bool {
-    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {to} 8080");
+    reach_port(kube, ns, from, to, 8080)
+}
+
+/// [`reach`] on `port` (a Service's).
+fn reach_port(kube: &Kube, ns: &str, from: &str, to: &str, port: u16) -> bool {
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 2 {to} {port}");
     let out = kube.kubectl_output(&["-n", ns, "exec", from, "--", "sh", "-c", &script]).unwrap();
     String::from_utf8_lossy(&out.stdout).lines().last().is_some_and(|l| !l.is_empty())
+}
+
+/// ClusterIP Services `db` and `cache` in prod (port 80 to the pods' port
+/// `http`), each reached from prod/web once kube-proxy and every node's
+/// vnetd have it (30 s at most); returns each one's address by name.
+fn services(kube: &Kube) -> impl Fn(&str) -> String {
+    let yaml: Vec<String> = ["db", "cache"]
+        .iter()
+        .map(|app| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {app}, namespace: prod}}\n\
+                 spec: {{selector: {{app: {app}}}, ports: [{{name: web, port: 80, targetPort: http}}]}}\n"
+            )
+        })
+        .collect();
+    apply(kube, "services.yaml", &yaml.join("---\n"));
+    let mut ips = std::collections::BTreeMap::new();
+    for app in ["db", "cache"] {
+        let s = kube.get_json(&["-n", "prod", "get", "service", app]).unwrap();
+        let ip = s["spec"]["clusterIP"].as_str().unwrap().to_string();
+        let t0 = Instant::now();
+        while !reach_port(kube, "prod", "web", &ip, 80) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "prod/{app}'s Service {ip} not reached in 30 s");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        ips.insert(app.to_string(), ip);
+    }
+    // Every node's vnetd watches every Service and trusts the two other
+    // nodes' gateways as translators.
+    let all = kube.get_json(&["get", "services", "-A"]).unwrap()["items"].as_array().map_or(0, Vec::len);
+    let t0 = Instant::now();
+    loop {
+        let seen: Vec<(u64, u64)> = (0..kube.nodes.len())
+            .map(|n| {
+                let k = &policy(kube, n)["kubernetes"];
+                let objects = k["watches"]["services"]["objects"].as_u64().unwrap_or(0);
+                (objects, k["translators"]["addresses"].as_u64().unwrap_or(0))
+            })
+            .collect();
+        let others = kube.nodes.len() as u64 - 1;
+        if seen.iter().all(|&(o, t)| o == all as u64 && t == others) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "vnetd's Services and translators: {seen:?}, {all} Services"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    move |app: &str| ips[app].clone()
+}
+
+/// What each node's vnetd holds of the cluster, and node 0's trace of a
+/// TCP packet from prod/web (at `web`) to `to`:`port` through its
+/// gateway (the MAC its neighbour table has last), for a failure's log.
+fn explain(kube: &Kube, web: &str, to: &str, port: u16) {
+    for n in 0..kube.nodes.len() {
+        eprintln!("k8s: node {n}: {}", policy(kube, n)["kubernetes"]);
+    }
+    let neigh = kube.kubectl_output(&["-n", "prod", "exec", "web", "--", "ip", "neigh"]).unwrap();
+    let neigh = String::from_utf8_lossy(&neigh.stdout).to_string();
+    eprintln!("k8s: prod/web's neighbours: {neigh}");
+    let mac = neigh.split_whitespace().skip_while(|w| *w != "lladdr").nth(1).unwrap_or("00:00:00:00:00:00");
+    let t = kube.nodes[0]
+        .command(vnet_lab::bin("vnetctl").unwrap())
+        .args(["--control", "unix:/run/vnet/vnet.sock", "trace", "from", web, "to", to, "mac", mac])
+        .args(["tcp", "port", &port.to_string()])
+        .output()
+        .unwrap();
+    eprintln!(
+        "k8s: node 0 trace:\n{}{}",
+        String::from_utf8_lossy(&t.stdout),
+        String::from_utf8_lossy(&t.stderr)
+    );
 }
 
 mod by_hand {
@@ -204,6 +283,12 @@ mod by_hand {
         // Before any policy: everyone reaches everyone.
         assert!(reach("prod", "web", &db) && reach("other", "db", &db) && reach("prod", "web", &cache));
         assert!(reach("prod", "web", &other_db), "on one node too");
+        // prod's db and cache behind ClusterIP Services (port 80 to the
+        // named port `http`): reached through them once kube-proxy and
+        // every vnetd have them.
+        let svc = services(&kube);
+        let (db_svc, cache_svc) = (svc("db"), svc("cache"));
+        let via = |ns: &str, from: &str, to: &str| reach_port(&kube, ns, from, to, 80);
 
         // 1. Default deny ingress for prod's db: only it is isolated.
         let deny = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
@@ -215,6 +300,11 @@ mod by_hand {
         assert!(!reach("prod", "web", &db), "prod/web reaches the isolated prod/db");
         assert!(reach("prod", "web", &cache), "positive control: prod/cache, not selected, is reached");
         assert!(reach("prod", "db", &cache), "and prod/db's egress is not isolated");
+        if via("prod", "web", &db_svc) {
+            explain(&kube, &ip("prod/web"), &db_svc, 80);
+            panic!("prod/web reaches the isolated prod/db through its Service");
+        }
+        assert!(via("prod", "web", &cache_svc), "positive control: prod/cache through its Service");
 
         // 2. An allow rule by pod label and namespace label, to the named
         // port: prod's web pods (namespace team: shop) reach db, other's
@@ -229,6 +319,12 @@ mod by_hand {
         assert!(reach("prod", "web", &db), "prod/web reaches prod/db by allow-web");
         assert!(!reach("other", "web", &db), "other/web: a web pod of a namespace not labelled team: shop");
         assert!(!reach("other", "db", &db), "other/db: no rule");
+        // Through db's Service: judged as if sent to db at its target port
+        // (prod/web on node 0, db on node 1: node 0 translates, and its
+        // second leg passes on node 1); other/web (node 2) still denied.
+        assert!(via("prod", "web", &db_svc), "prod/web reaches prod/db through its Service by allow-web");
+        assert!(!via("other", "web", &db_svc), "other/web does not through the Service either");
+        assert!(!via("other", "db", &db_svc), "nor other/db (node 0, as prod/web's translator)");
 
         // 3. Issue 66: a rule for prod's `db` pods is not met by a pod
         // labelled db in another namespace.

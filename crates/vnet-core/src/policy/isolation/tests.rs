@@ -179,3 +179,93 @@ fn counters_follow_a_policy_by_name_into_the_next_set() {
     assert_eq!(p.denied.snapshot().drops, 1);
     assert_eq!(new.policies[0].denied.snapshot().drops, 0);
 }
+
+/// Service `10.96.0.N:80/TCP` with `backends` (pod number, target port).
+fn service(iso: &mut Isolation, n: u8, backends: &[(u8, u16)]) {
+    let sp = |ip, port| ServicePort { ip, proto: 6, port };
+    let to = sp(IpAddr::V4(Ipv4Addr::new(10, 96, 0, n)), 80);
+    let eps: Vec<(IpAddr, u16)> = backends.iter().map(|&(b, p)| (ip(b), p)).collect();
+    iso.backends.extend(eps.iter().map(|&(a, p)| sp(a, p)));
+    iso.services.insert(to, eps);
+}
+
+/// A first packet from pod `s` to Service `10.96.0.N` port `dport`.
+fn to_service(s: u8, n: u8, dport: u16) -> Facts {
+    let mut f = pkt(s, 200, 6, dport);
+    if let L3::Ip(ip) = &mut f.l3 {
+        ip.dst = IpAddr::V4(Ipv4Addr::new(10, 96, 0, n));
+    }
+    f
+}
+
+/// A Service connection is judged on its first leg as if the pod had sent
+/// it to the backend's address and target port: an isolated backend whose
+/// policy admits pod 1 to port 8080 takes pod 1 through its Service and
+/// not pod 3; the same policy on port 9090 (the Service's target port is
+/// 8080) takes neither; pod 3 without the Service map reaches the
+/// ClusterIP (judged against it: the hole this closes).
+#[test]
+fn an_isolated_backend_takes_a_service_connection_only_as_its_policy_allows() {
+    let ports = |p| vec![PortMatch { proto: 6, ports: Ports::Range(p, p) }];
+    let mut iso = set(vec![policy("a/p", Some(vec![allow(vec![pods(&[1])], ports(8080))]), None)], &[&[2]]);
+    assert!(iso.check(&to_service(3, 1, 80), 60).is_ok(), "control: no Service map, judged as sent");
+    service(&mut iso, 1, &[(2, 8080)]);
+    assert!(iso.check(&to_service(1, 1, 80), 60).is_ok(), "pod 1, allowed, through the Service");
+    assert_eq!(
+        iso.check(&to_service(3, 1, 80), 60),
+        Err(Denied { direction: Direction::Ingress, policy: 0 }),
+        "pod 3, denied, through the Service"
+    );
+    assert!(iso.check(&to_service(3, 1, 81), 60).is_ok(), "another port of the address: not the Service's");
+    let mut other = set(vec![policy("a/p", Some(vec![allow(vec![pods(&[1])], ports(9090))]), None)], &[&[2]]);
+    service(&mut other, 1, &[(2, 8080)]);
+    assert!(other.check(&to_service(1, 1, 80), 60).is_err(), "judged at the target port, not the Service's");
+}
+
+/// kube-proxy picks the backend after the check: a Service passes only if
+/// every backend would take it; one with none passes (kube-proxy rejects).
+/// The sender's egress is judged against the backends, not the ClusterIP.
+#[test]
+fn a_service_passes_only_when_every_backend_would_take_it() {
+    let mut iso = set(
+        vec![
+            policy("a/open", Some(vec![allow(vec![], vec![])]), None),
+            policy("a/closed", Some(vec![]), None),
+            policy("a/out", None, Some(vec![allow(vec![pods(&[2])], vec![])])),
+        ],
+        &[&[2], &[3], &[5]],
+    );
+    service(&mut iso, 1, &[(2, 8080)]);
+    assert!(iso.check(&to_service(1, 1, 80), 60).is_ok(), "control: one backend, which takes it");
+    service(&mut iso, 1, &[(2, 8080), (3, 8080)]);
+    assert_eq!(
+        iso.check(&to_service(1, 1, 80), 60),
+        Err(Denied { direction: Direction::Ingress, policy: 1 }),
+        "two backends, one of which denies"
+    );
+    service(&mut iso, 2, &[]);
+    assert!(iso.check(&to_service(5, 2, 80), 60).is_ok(), "no backend: passes");
+    service(&mut iso, 3, &[(2, 8080)]);
+    assert!(iso.check(&to_service(5, 3, 80), 60).is_ok(), "egress allowed to the backend, not the ClusterIP");
+    service(&mut iso, 4, &[(4, 8080)]);
+    assert_eq!(
+        iso.check(&to_service(5, 4, 80), 60),
+        Err(Denied { direction: Direction::Egress, policy: 2 }),
+        "egress to a backend it does not allow"
+    );
+}
+
+/// The second leg: another node's address (a translator) reaches a
+/// Service's backend at its target port, judged at its source; not at
+/// another port, nor as an address that is no translator (the control).
+#[test]
+fn the_second_leg_from_a_translator_to_a_backend_passes() {
+    let mut iso = set(vec![policy("a/deny", Some(vec![]), None)], &[&[2]]);
+    service(&mut iso, 1, &[(2, 8080)]);
+    assert!(iso.check(&pkt(9, 2, 6, 8080), 60).is_err(), "control: not a translator");
+    iso.translators.insert(ip(9));
+    assert!(iso.check(&pkt(9, 2, 6, 8080), 60).is_ok(), "a translator to a backend");
+    assert!(iso.check(&pkt(9, 2, 6, 22), 60).is_err(), "a translator to a port no Service's");
+    assert!(iso.check(&pkt(9, 2, 17, 8080), 60).is_err(), "nor another protocol");
+    assert!(iso.check(&pkt(2, 9, 6, 8080), 60).is_ok(), "control: to it, pod 2 is not isolated for egress");
+}
