@@ -14,16 +14,45 @@ fn manifest() -> String {
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/kubernetes/vnet.yaml").to_string()
 }
 
-/// A secured cluster lab of three hosts with no vnetd of the lab's (the
-/// DaemonSet runs them), and Kubernetes on it.
-fn kube_lab() -> (Lab, Kube) {
-    let lab = lab(Spec {
+/// The lab the Kubernetes tests run on: three hosts of a secured
+/// cluster, no VMs and no vnetd of the lab's (the DaemonSet runs them).
+pub(crate) fn kube_spec() -> Spec {
+    Spec {
         hosts: 3,
         vms_per_host: 0,
         cluster: Some(vnet_lab::Cluster::default()),
         no_vnetd: true,
         ..Spec::default()
-    });
+    }
+}
+
+/// A pod on node `node` of `kube` running busybox's `sh -c script`, in
+/// namespace `default`, labelled `app: APP` and, with `group`, with
+/// vnet's group label (the YAML `kubectl apply` takes).
+fn labelled_pod(
+    kube: &Kube,
+    app: &str,
+    name: &str,
+    node: usize,
+    group: Option<&str>,
+    script: &str,
+) -> String {
+    let labels = match group {
+        Some(g) => format!("{{app: {app}, vnet.dev/group: \"{g}\"}}"),
+        None => format!("{{app: {app}}}"),
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {labels}}}\n\
+         spec:\n  nodeName: {}\n  terminationGracePeriodSeconds: 1\n  containers:\n  \
+         - {{name: c, image: \"{BUSYBOX_IMAGE}\", imagePullPolicy: IfNotPresent, command: [sh, -c, \"{script}\"]}}\n",
+        kube.nodes[node].name
+    )
+}
+
+/// A secured cluster lab of three hosts with no vnetd of the lab's (the
+/// DaemonSet runs them), and Kubernetes on it.
+fn kube_lab() -> (Lab, Kube) {
+    let lab = lab(kube_spec());
     let t0 = Instant::now();
     let kube = Kube::start(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));
     eprintln!("k8s: control plane and 3 nodes registered in {:.1?}", t0.elapsed());
@@ -341,16 +370,7 @@ mod by_hand {
             ],
         );
         let pod = |name: &str, node: usize, group: Option<&str>, script: &str| {
-            let labels = match group {
-                Some(g) => format!("{{app: policy, vnet.dev/group: \"{g}\"}}"),
-                None => "{app: policy}".to_string(),
-            };
-            format!(
-                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {labels}}}\n\
-                 spec:\n  nodeName: {}\n  terminationGracePeriodSeconds: 1\n  containers:\n  \
-                 - {{name: c, image: \"{BUSYBOX_IMAGE}\", imagePullPolicy: IfNotPresent, command: [sh, -c, \"{script}\"]}}\n",
-                kube.nodes[node].name
-            )
+            labelled_pod(&kube, "policy", name, node, group, script)
         };
         let serve =
             "mkdir -p /www && echo db > /www/index.html && httpd -p 8080 -h /www && httpd -f -p 5432 -h /www";
@@ -586,16 +606,7 @@ mod by_hand {
         let serve =
             "mkdir -p /www && echo db > /www/index.html && httpd -p 8080 -h /www && httpd -f -p 5432 -h /www";
         let pod = |name: &str, node: usize, group: Option<&str>, script: &str| {
-            let labels = match group {
-                Some(g) => format!("{{app: pods, vnet.dev/group: \"{g}\"}}"),
-                None => "{app: pods}".to_string(),
-            };
-            format!(
-                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default, labels: {labels}}}\n\
-                 spec:\n  nodeName: {}\n  terminationGracePeriodSeconds: 1\n  containers:\n  \
-                 - {{name: c, image: \"{BUSYBOX_IMAGE}\", imagePullPolicy: IfNotPresent, command: [sh, -c, \"{script}\"]}}\n",
-                kube.nodes[node].name
-            )
+            labelled_pod(&kube, "pods", name, node, group, script)
         };
         let yaml = [
             pod("web", 0, Some("web"), "sleep 1000000"),

@@ -304,13 +304,7 @@ pub fn run() {
         blocks.iter().filter(|b| matches!(b.step, Step::Lab { .. })).count(),
     );
     eprintln!("walkthrough: {} blocks read ({ran} to run, {not_run} the lab's own steps)", blocks.len());
-    let lab = lab(Spec {
-        hosts: 3,
-        vms_per_host: 0,
-        cluster: Some(vnet_lab::Cluster::default()),
-        no_vnetd: true,
-        ..Spec::default()
-    });
+    let lab = lab(super::k8s::kube_spec());
     let _etcd = PageEtcd(lab.hosts[0].ns.clone());
     let t0 = Instant::now();
     let kube = Kube::start_without_store(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));

@@ -15,13 +15,7 @@ use vnet_lab::k8s::{Kube, BUSYBOX_IMAGE};
 /// encrypted; `lines` are added to the ConfigMap's `vnet.conf`. Returns
 /// once every node is `Ready`.
 fn vnet_on_kubernetes(user_path: bool, lines: &[&str]) -> (Lab, Kube) {
-    let lab = lab(Spec {
-        hosts: 3,
-        vms_per_host: 0,
-        cluster: Some(vnet_lab::Cluster::default()),
-        no_vnetd: true,
-        ..Spec::default()
-    });
+    let lab = lab(super::k8s::kube_spec());
     let kube = Kube::start(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));
     // Each node joins with its own token, key and etcd user.
     vnet_lab::k8s::join::prepare_nodes(&kube).unwrap();
