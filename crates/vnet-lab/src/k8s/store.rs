@@ -172,7 +172,14 @@ mod tests {
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        let found = secrets_in_argv(&[&secret]);
+        // Until the child has exec'd sh (before, its command line is still
+        // the test's, without the probe), at most 5 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut found = secrets_in_argv(&[&secret]);
+        while found.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            found = secrets_in_argv(&[&secret]);
+        }
         let _ = child.kill();
         let _ = child.wait();
         assert!(found.iter().any(|f| f.starts_with(&format!("{}: ", child.id()))), "{found:?}");
