@@ -131,19 +131,8 @@ impl Member {
         // Kubernetes: a pod's claim may take a MAC from a live holder that
         // no pod backs, or whose claim is younger (checked there), whatever
         // the epochs.
-        let created = match created {
-            0 => self
-                .held_created
-                .get(&mac)
-                .copied()
-                .filter(|_| self.owner(mac) == Some(&*r.host))
-                .unwrap_or(0),
-            c => c,
-        };
-        let pod_move = match self.policy.kube {
-            true => self.check_pod_claim(mac, &r, created)?,
-            false => false,
-        };
+        let created = self.created_of(mac, &r.host, created);
+        let pod_move = self.policy.kube && self.check_pod_claim(mac, &r, created)?;
         let held = self.epoch(mac);
         if let Some(&h) = self.macs.get(&mac).filter(|_| !pod_move) {
             if r.epoch > held.saturating_add(MAX_EPOCH_STEP) {

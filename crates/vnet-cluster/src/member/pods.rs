@@ -328,6 +328,15 @@ impl Member {
         Err(e)
     }
 
+    /// A claim's create revision: `created`, or when not known (0, this
+    /// host's own put again) the one kept for `host`'s claim holding `mac`.
+    pub(super) fn created_of(&self, mac: MacAddr, host: &str, created: u64) -> u64 {
+        match created {
+            0 => self.held_created.get(&mac).copied().filter(|_| self.owner(mac) == Some(host)).unwrap_or(0),
+            c => c,
+        }
+    }
+
     /// Kubernetes: the host whose claim of `mac`, older than `created`,
     /// waits for the API to hear of its pod (not one the API refuses):
     /// it holds the MAC against `host`'s younger claim.
