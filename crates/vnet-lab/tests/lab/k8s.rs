@@ -706,8 +706,9 @@ mod by_hand {
         // The review of NetworkPolicy on Services: a new pod's MAC before
         // the API gives its address. Node 2's credential watches node 1's
         // claims (it may read them) and claims a new pod's MAC the moment
-        // node 1's claim appears, before the API has the pod's address,
-        // naming its own pod's address (which the API backs). Every other
+        // node 1's claim appears, naming its own pod's address (which the
+        // API backs): before the API has the new pod's address if it is
+        // quick enough (that window is `vnet-cluster`'s unit test's). Every other
         // node keeps it from the MAC (node 1's older claim reserves it, a
         // pod has one MAC, a pod does not move), and the new pod gets its
         // network on node 1: web reaches it by `default.db`.
