@@ -88,6 +88,9 @@ pub struct Policy {
     /// Kubernetes (`vnetd --kube`): other hosts' claims are bound to the
     /// API's pods, and MACs' groups are their pods' ([`Member::set_pods`]).
     pub kube: bool,
+    /// Kubernetes: the most claims of one host that wait for the API
+    /// (past it a claim is not kept waiting: `pods_waiting_dropped`).
+    pub max_pod_waiting: usize,
 }
 
 impl Default for Policy {
@@ -101,6 +104,7 @@ impl Default for Policy {
             max_macs: 4 << 20,
             max_revoked: 65_536,
             kube: false,
+            max_pod_waiting: 1024,
         }
     }
 }
@@ -178,6 +182,10 @@ pub enum RecordError {
     PodElsewhere { addr: IpAddr, node: String, host: String },
     #[error("its addresses are two pods' ({a}, {b}): a claim is one pod's interface")]
     PodsDiffer { a: String, b: String },
+    #[error("host `{first}`'s claim of this MAC is older (etcd create revision) and waits for the Kubernetes API: `{claimant}`'s waits behind it")]
+    PodReserved { first: String, claimant: String },
+    #[error("pod {pod} has MAC {mac} already: a pod has one MAC")]
+    PodHasMac { pod: String, mac: MacAddr },
     #[error("host `{holder}` holds the MAC{}: on Kubernetes a pod does not move, and `{claimant}`'s claim takes it only when no pod backs the holder's", .pod.as_ref().map(|p| format!(" for pod {p}, which the API still places there")).unwrap_or_default())]
     PodStays { holder: String, claimant: String, pod: Option<String> },
 }
@@ -195,6 +203,10 @@ pub struct MemberStats {
     /// node's pod's address, two pods' addresses, a MAC a pod elsewhere
     /// still holds).
     pub pods_refused: u64,
+    /// Kubernetes: claims not kept waiting for the API because their host
+    /// has [`Policy::max_pod_waiting`] waiting already (or all hosts
+    /// together `max_macs`): taken only when put again.
+    pub pods_waiting_dropped: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
     pub relists: u64,
     /// Signed policies refused for a serial not above the one held (a
@@ -227,7 +239,8 @@ pub struct Member {
     claimed_at: FxHashMap<MacAddr, (u64, u64)>,
     /// Signed networks: claims by hosts not (validly) known yet, by
     /// (host, MAC): each host's claim of a MAC waits on its own.
-    unverified: FxHashMap<(String, MacAddr), MacRecord>,
+    /// With each claim's create revision.
+    unverified: FxHashMap<(String, MacAddr), (u64, MacRecord)>,
     /// The addresses each claimed MAC's claim names (none: not kept).
     addrs: FxHashMap<MacAddr, Box<[IpAddr]>>,
     /// The groups each claimed MAC's claim names (none: not kept).
@@ -241,7 +254,8 @@ pub struct Member {
     /// Claims of a held MAC by another host at no higher epoch, by MAC:
     /// (holder, claimant), at most [`CONFLICTS_SHOWN`].
     /// The claimant's claim is kept: it is taken if the holder's goes.
-    conflicts: BTreeMap<MacAddr, (String, String, MacRecord)>,
+    /// With the claimant's claim's create revision.
+    conflicts: BTreeMap<MacAddr, (String, String, u64, MacRecord)>,
     /// Signed networks: hosts and certificate ids revoked by the network
     /// key. Kept while the process runs, whatever happens to their keys (a
     /// writer to the store without the network key cannot take one back).
@@ -258,10 +272,17 @@ pub struct Member {
     cert_ids: FxHashMap<u32, String>,
     /// Kubernetes: the API's pods as last told (none: not yet), other
     /// hosts' claims waiting for them (or refused by them) by (host, MAC),
-    /// and the claims taken that a pod backs, by MAC ([`pods`]).
+    /// and the claims taken that a pod backs, by MAC ([`pods`]); each
+    /// with its create revision. Waiting claims are counted per host
+    /// (each host's bounded), and each held MAC's claim's create revision
+    /// is kept (claims of one MAC are ordered by it).
     pods: Option<std::sync::Arc<PodFacts>>,
-    pod_waiting: FxHashMap<(String, MacAddr), MacRecord>,
-    pod_claims: FxHashMap<MacAddr, MacRecord>,
+    pod_waiting: BTreeMap<(MacAddr, String), (u64, MacRecord)>,
+    waiting_per_host: FxHashMap<String, usize>,
+    pod_claims: FxHashMap<MacAddr, PodClaim>,
+    held_created: FxHashMap<MacAddr, u64>,
+    /// Kubernetes: the MAC each pod's claim holds (one a pod).
+    by_pod: FxHashMap<String, MacAddr>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
     quarantine: BTreeMap<String, RecordError>,
     /// Signed networks: when each host's certificate expires (by host id).
@@ -270,6 +291,15 @@ pub struct Member {
     /// [`Member::expire`]; 0 until then (no certificate counts as expired).
     now_s: u64,
     pub stats: MemberStats,
+}
+
+/// Kubernetes: another host's claim taken that a pod backs, with its
+/// key's create revision and its pod (`NAMESPACE/NAME`).
+#[derive(Debug, Clone)]
+struct PodClaim {
+    created: u64,
+    pod: String,
+    r: MacRecord,
 }
 
 /// The policy taken: its serial and lines, the signed value it came in
@@ -319,8 +349,11 @@ impl Member {
             kept_version: 0,
             cert_ids: FxHashMap::default(),
             pods: None,
-            pod_waiting: FxHashMap::default(),
+            pod_waiting: BTreeMap::new(),
+            waiting_per_host: FxHashMap::default(),
             pod_claims: FxHashMap::default(),
+            held_created: FxHashMap::default(),
+            by_pod: FxHashMap::default(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
             now_s: 0,
@@ -432,7 +465,7 @@ impl Member {
 
     /// MACs claimed by two hosts at one epoch: (MAC, holder, claimant).
     pub fn conflicts(&self) -> impl Iterator<Item = (MacAddr, &str, &str)> {
-        self.conflicts.iter().map(|(m, (h, c, _))| (*m, h.as_str(), c.as_str()))
+        self.conflicts.iter().map(|(m, (h, c, ..))| (*m, h.as_str(), c.as_str()))
     }
 
     /// Hosts and certificate ids revoked.
@@ -533,8 +566,8 @@ impl Member {
                 }
                 Ok(())
             }
-            (Key::Claim { host, mac }, Event::Put { value, .. }) => {
-                self.put_mac_record(host, mac, value, out)
+            (Key::Claim { host, mac }, Event::Put { value, created, .. }) => {
+                self.put_mac_record(host, mac, value, *created, out)
             }
             (Key::Claim { host, mac }, Event::Delete { .. }) => self.delete_claim(host, mac, out),
             (Key::RevokedHost(_) | Key::RevokedCert(_), Event::Put { value, .. }) => {

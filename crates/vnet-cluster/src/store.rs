@@ -9,8 +9,19 @@ use std::collections::{BTreeMap, VecDeque};
 /// A change, as a watch delivers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    Put { key: String, value: Vec<u8>, rev: u64 },
-    Delete { key: String, rev: u64 },
+    /// `created`: the revision that created the key (etcd's
+    /// `create_revision`; 0: not known), which orders competing claims on
+    /// Kubernetes.
+    Put {
+        key: String,
+        value: Vec<u8>,
+        rev: u64,
+        created: u64,
+    },
+    Delete {
+        key: String,
+        rev: u64,
+    },
 }
 
 impl Event {
@@ -120,7 +131,7 @@ impl MemStore {
         self.rev += 1;
         let created = self.kv.get(key).map_or(self.rev, |e| e.created);
         self.kv.insert(key.to_string(), Entry { value: value.clone(), lease, created });
-        self.log.push_back(Event::Put { key: key.to_string(), value, rev: self.rev });
+        self.log.push_back(Event::Put { key: key.to_string(), value, rev: self.rev, created });
         Some(self.rev)
     }
 

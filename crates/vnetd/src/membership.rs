@@ -68,6 +68,9 @@ pub struct Counters {
     pub groups_refused: u64,
     /// Of those, claims the Kubernetes API contradicts (`--kube`).
     pub pods_refused: u64,
+    /// Claims not kept waiting for the API: their node had as many
+    /// waiting as it may (`--kube`).
+    pub pods_waiting_dropped: u64,
     /// This host's own record found changed or deleted by another writer,
     /// and put back.
     pub records_restored: u64,
@@ -230,6 +233,7 @@ impl Status {
                 "bad_records": c.bad_records,
                 "groups_refused": c.groups_refused,
                 "pods_refused": c.pods_refused,
+                "pods_waiting_dropped": c.pods_waiting_dropped,
                 "records_restored": c.records_restored,
                 "conflicts": c.conflicts,
                 "stale_policies": c.stale_policies,
@@ -306,7 +310,7 @@ impl Status {
         let c = &self.counters;
         s.push_str(&format!(
             "events {} relists {} transactions {} transaction_errors {} store_errors {} leases_lost {} \
-             macs_claimed {} macs_released {} announces {} bad_records {} groups_refused {} pods_refused {} records_restored {} \
+             macs_claimed {} macs_released {} announces {} bad_records {} groups_refused {} pods_refused {} pods_waiting_dropped {} records_restored {} \
              stale_policies {} neighbors_withdrawn {}\n",
             c.events,
             c.relists,
@@ -320,6 +324,7 @@ impl Status {
             c.bad_records,
             c.groups_refused,
             c.pods_refused,
+            c.pods_waiting_dropped,
             c.records_restored,
             c.stale_policies,
             c.neighbors_withdrawn
@@ -380,6 +385,7 @@ impl Status {
             ("bad_records_total", c.bad_records),
             ("groups_refused_total", c.groups_refused),
             ("pods_refused_total", c.pods_refused),
+            ("pods_waiting_dropped_total", c.pods_waiting_dropped),
             ("records_restored_total", c.records_restored),
             ("mac_conflicts_total", c.conflicts),
             ("stale_policies_total", c.stale_policies),
@@ -405,6 +411,7 @@ mod tests {
         s.last = Some(Convergence { at_ms: now_ms(), revision: 42, events: 3, lines: 2, took_us: 150 });
         s.counters.groups_refused = 2;
         s.counters.pods_refused = 3;
+        s.counters.pods_waiting_dropped = 4;
         let j = s.json();
         assert_eq!(j["counters"]["groups_refused"], 2);
         assert_eq!(j["store"], "up");
@@ -414,7 +421,8 @@ mod tests {
         let t = s.text();
         assert!(t.contains("store up") && t.contains("hosts 2: h1 h2") && t.contains("150 us"), "{t}");
         assert!(t.contains("quarantined /vnet/lab/hosts/x: `public_key` is not a key"), "{t}");
-        assert!(t.contains(" groups_refused 2 pods_refused 3 "), "{t}");
+        assert!(t.contains(" groups_refused 2 pods_refused 3 pods_waiting_dropped 4 "), "{t}");
+        assert_eq!(j["counters"]["pods_waiting_dropped"], 4);
         assert_eq!(j["counters"]["pods_refused"], 3);
         assert_eq!(j["quarantined"][0]["key"], "/vnet/lab/hosts/x");
         let now = now_ms() / 1000;
@@ -429,6 +437,7 @@ mod tests {
         assert!(m.contains("vnet_cluster_quarantined_records 1\n"), "{m}");
         assert!(m.contains("vnet_cluster_groups_refused_total 2\n"), "{m}");
         assert!(m.contains("vnet_cluster_pods_refused_total 3\n"), "{m}");
+        assert!(m.contains("vnet_cluster_pods_waiting_dropped_total 4\n"), "{m}");
         assert!(m.contains("vnet_cluster_certificates_expiring_30d 1\n"), "{m}");
         assert!(m.contains("vnet_cluster_mac_conflicts 0\n"), "{m}");
         let mac: vnet_wire::MacAddr = "52:54:00:00:00:09".parse().unwrap();

@@ -10,19 +10,21 @@ use std::net::IpAddr;
 use vnet_wire::MacAddr;
 
 impl Member {
-    /// Parses a MAC record and takes it as a claim ([`Member::take_claim`]).
+    /// Parses a MAC record (its key created at revision `created`) and
+    /// takes it as a claim ([`Member::take_claim`]).
     pub(super) fn put_mac_record(
         &mut self,
         host: &str,
         mac: MacAddr,
         value: &[u8],
+        created: u64,
         out: &mut Vec<Change>,
     ) -> Result<(), RecordError> {
         let r: MacRecord = serde_json::from_slice(value).map_err(|e| RecordError::Json(e.to_string()))?;
         if r.host != host {
             return Err(RecordError::ClaimKeyHost { named: r.host, key: host.to_string() });
         }
-        self.take_claim(mac, r, out)
+        self.take_claim(mac, r, created, out)
     }
 
     /// Host `host`'s claim of `mac` deleted: if it held the MAC, the MAC
@@ -37,10 +39,8 @@ impl Member {
         if !self.unverified.is_empty() {
             self.unverified.remove(&(host.to_string(), mac));
         }
-        if !self.pod_waiting.is_empty() {
-            self.pod_waiting.remove(&(host.to_string(), mac));
-        }
-        if self.conflicts.get(&mac).is_some_and(|(_, c, _)| c == host) {
+        self.unwait(mac, host);
+        if self.conflicts.get(&mac).is_some_and(|(_, c, ..)| c == host) {
             self.conflicts.remove(&mac);
             return Ok(());
         }
@@ -48,21 +48,12 @@ impl Member {
             return Ok(());
         }
         self.delete_mac(mac, out);
-        // Kubernetes: a pod's claim that waited for this holder's to go.
-        let mut waited: Vec<(String, MacRecord)> = Vec::new();
-        for ((h, m), r) in &self.pod_waiting {
-            if *m == mac {
-                waited.push((h.clone(), r.clone()));
-            }
-        }
-        waited.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (h, r) in waited {
-            self.pod_waiting.remove(&(h.clone(), mac));
-            self.retake(&h, mac, r, out);
-        }
-        let Some((_, claimant, r)) = self.conflicts.remove(&mac) else { return Ok(()) };
+        // Kubernetes: the claims that waited for this holder's to go, the
+        // oldest (by create revision) first.
+        self.retake_waiting(mac, out);
+        let Some((_, claimant, created, r)) = self.conflicts.remove(&mac) else { return Ok(()) };
         let key = claim_key(&self.network, &claimant, mac);
-        match self.take_claim(mac, r, out) {
+        match self.take_claim(mac, r, created, out) {
             Ok(()) => {
                 self.quarantine.remove(&key);
             }
@@ -82,13 +73,14 @@ impl Member {
     /// that moves nothing.
     ///
     /// On Kubernetes (`kube`), another host's claim must also be its pod's
-    /// by the API, and no claim moves a MAC a pod elsewhere backs
-    /// ([`super::pods`]); the certificate's groups are not asked (the
-    /// API's are the MAC's).
+    /// by the API, and claims of one MAC are ordered by `created` (their
+    /// key's etcd create revision, 0 when not known) ([`super::pods`]);
+    /// the certificate's groups are not asked (the API's are the MAC's).
     pub(super) fn take_claim(
         &mut self,
         mac: MacAddr,
         r: MacRecord,
+        created: u64,
         out: &mut Vec<Change>,
     ) -> Result<(), RecordError> {
         if !valid_name(&r.host) || !(r.iface.is_empty() || valid_name(&r.iface)) {
@@ -109,7 +101,7 @@ impl Member {
         if self.policy.network_key.is_some() {
             let peer = self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref());
             let Some(claim_key) = peer.and_then(|p| p.claim_key) else {
-                self.wait_for_host(mac, &r);
+                self.wait_for_host(mac, &r, created);
                 return Err(RecordError::ClaimHost(r.host));
             };
             // Only groups the holder's certificate allows (tried again when
@@ -124,7 +116,7 @@ impl Member {
                 return Err(RecordError::ClaimSignature(r.host));
             }
             if let Some(group) = disallowed {
-                self.wait_for_host(mac, &r);
+                self.wait_for_host(mac, &r, created);
                 return Err(RecordError::GroupNotAllowed { group, host: r.host });
             }
             let (held_ms, held_by) = self.claimed_at.get(&mac).copied().unwrap_or((0, 0));
@@ -137,11 +129,10 @@ impl Member {
             stamp = Some((r.at_ms, claimant));
         }
         // Kubernetes: a pod's claim may take a MAC from a live holder that
-        // no pod backs (checked there), whatever the epochs.
-        let pod_move = match self.policy.kube && r.host != self.me {
-            true => self.check_pod_claim(mac, &r)?,
-            false => false,
-        };
+        // no pod backs, or whose claim is younger (checked there), whatever
+        // the epochs.
+        let created = self.created_of(mac, &r.host, created);
+        let pod_move = self.policy.kube && self.check_pod_claim(mac, &r, created)?;
         let held = self.epoch(mac);
         if let Some(&h) = self.macs.get(&mac).filter(|_| !pod_move) {
             if r.epoch > held.saturating_add(MAX_EPOCH_STEP) {
@@ -154,7 +145,7 @@ impl Member {
             if holder != r.host && (r.epoch < held || (r.epoch == held && live)) {
                 let (holder, claimant) = (holder.to_string(), r.host.clone());
                 if self.conflicts.len() < CONFLICTS_SHOWN || self.conflicts.contains_key(&mac) {
-                    self.conflicts.insert(mac, (holder.clone(), claimant.clone(), r));
+                    self.conflicts.insert(mac, (holder.clone(), claimant.clone(), created, r));
                 }
                 return Err(RecordError::Conflict { holder, claimant, epoch: held });
             }
@@ -171,11 +162,7 @@ impl Member {
         }
         self.conflicts.remove(&mac);
         if self.policy.kube {
-            self.pod_waiting.remove(&(r.host.clone(), mac));
-            match r.host != self.me && !r.addrs.is_empty() {
-                true => self.pod_claims.insert(mac, r.clone()),
-                false => self.pod_claims.remove(&mac),
-            };
+            self.hold_pod_claim(mac, &r, created);
         }
         keep_per_mac(&mut self.claim_groups, mac, r.groups, &mut self.groups_version);
         keep_per_mac(&mut self.addrs, mac, r.addrs, &mut self.addrs_version);
@@ -185,10 +172,10 @@ impl Member {
 
     /// Signed networks: `r` waits for its host's record (a place while
     /// fewer than `max_macs` wait; its own earlier claim it replaces).
-    fn wait_for_host(&mut self, mac: MacAddr, r: &MacRecord) {
+    fn wait_for_host(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
         let k = (r.host.clone(), mac);
         if self.unverified.len() < self.policy.max_macs || self.unverified.contains_key(&k) {
-            self.unverified.insert(k, r.clone());
+            self.unverified.insert(k, (created, r.clone()));
         }
     }
 
@@ -198,16 +185,16 @@ impl Member {
         if self.unverified.is_empty() {
             return;
         }
-        let mut waiting: Vec<(MacAddr, MacRecord)> = self
+        let mut waiting: Vec<(MacAddr, u64, MacRecord)> = self
             .unverified
             .iter()
             .filter(|((h, _), _)| h == host)
-            .map(|((_, m), r)| (*m, r.clone()))
+            .map(|((_, m), (c, r))| (*m, *c, r.clone()))
             .collect();
-        waiting.sort_unstable_by_key(|(m, _)| *m);
-        for (mac, r) in waiting {
+        waiting.sort_unstable_by_key(|(m, ..)| *m);
+        for (mac, created, r) in waiting {
             let key = claim_key(&self.network, &r.host, mac);
-            match self.take_claim(mac, r, out) {
+            match self.take_claim(mac, r, created, out) {
                 Ok(()) => {
                     self.quarantine.remove(&key);
                 }
@@ -235,7 +222,12 @@ impl Member {
     }
 
     pub(super) fn delete_mac(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
-        self.pod_claims.remove(&mac);
+        self.held_created.remove(&mac);
+        if let Some(c) = self.pod_claims.remove(&mac) {
+            if self.by_pod.get(&c.pod) == Some(&mac) {
+                self.by_pod.remove(&c.pod);
+            }
+        }
         keep_per_mac(&mut self.claim_groups, mac, Vec::new(), &mut self.groups_version);
         keep_per_mac(&mut self.addrs, mac, Vec::new(), &mut self.addrs_version);
         let Some(o) = self.macs.remove(&mac) else { return };

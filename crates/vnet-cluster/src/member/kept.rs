@@ -308,7 +308,10 @@ mod tests {
         // The revoked host's record is refused.
         let mut out = Vec::new();
         let value = br#"{"addr":"10.0.0.3:9000"}"#.to_vec();
-        m.apply(&Event::Put { key: crate::layout::host_key("n", "h3"), value, rev: 99 }, &mut out);
+        m.apply(
+            &Event::Put { key: crate::layout::host_key("n", "h3"), value, rev: 99, created: 99 },
+            &mut out,
+        );
         assert!(!m.live("h3"));
         // A deleted key withdraws nothing; a newer policy is kept anew.
         s.put(&policy_key("n"), policy(&nk, 7), None);

@@ -26,7 +26,7 @@
 //! the claim names; a claim without a pod has none. The facts come from
 //! the caller (vnetd's watch of the pods): nothing here does I/O.
 
-use super::{Change, Member, RecordError};
+use super::{Change, Member, PodClaim, RecordError};
 use crate::layout::{claim_key, MacRecord};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -115,7 +115,10 @@ impl RecordError {
     pub fn refused_by_api(&self) -> bool {
         matches!(
             self,
-            RecordError::PodElsewhere { .. } | RecordError::PodsDiffer { .. } | RecordError::PodStays { .. }
+            RecordError::PodElsewhere { .. }
+                | RecordError::PodsDiffer { .. }
+                | RecordError::PodStays { .. }
+                | RecordError::PodHasMac { .. }
         )
     }
 }
@@ -123,9 +126,11 @@ impl RecordError {
 impl Member {
     /// Kubernetes: the API's pods as they are now. Claims taken that the
     /// API no longer backs go (their routes, addresses and groups) and
-    /// wait; claims that waited are checked again; every MAC's groups are
-    /// derived anew. Before the first call every other host's claim
-    /// naming an address waits ([`RecordError::PodsNotListed`]).
+    /// wait, as does the younger of two claims one pod now backs; claims
+    /// that waited are checked again, each MAC's oldest first (by create
+    /// revision); every MAC's groups are derived anew. Before the first
+    /// call every other host's claim naming an address waits
+    /// ([`RecordError::PodsNotListed`]).
     pub fn set_pods(&mut self, facts: Arc<PodFacts>, out: &mut Vec<Change>) {
         if self.pods.as_deref() == Some(&*facts) {
             return;
@@ -133,22 +138,42 @@ impl Member {
         self.pods = Some(facts);
         self.groups_version += 1;
         let mut gone: Vec<(MacAddr, RecordError)> = Vec::new();
-        for (mac, r) in &self.pod_claims {
-            if let Err(e) = self.backing(r) {
-                gone.push((*mac, e));
+        let mut kept: Vec<(u64, MacAddr, String)> = Vec::new();
+        for (mac, c) in &self.pod_claims {
+            match self.backing(&c.r) {
+                Ok(Some(pod)) => kept.push((c.created, *mac, pod)),
+                Ok(None) => {}
+                Err(e) => gone.push((*mac, e)),
+            }
+        }
+        // One MAC a pod: the oldest claim keeps it.
+        kept.sort_unstable();
+        self.by_pod.clear();
+        for (_, mac, pod) in kept {
+            match self.by_pod.get(&pod) {
+                Some(&first) => gone.push((mac, RecordError::PodHasMac { pod, mac: first })),
+                None => {
+                    if let Some(c) = self.pod_claims.get_mut(&mac) {
+                        c.pod.clone_from(&pod);
+                    }
+                    self.by_pod.insert(pod, mac);
+                }
             }
         }
         gone.sort_unstable_by_key(|(m, _)| *m);
         for (mac, e) in gone {
-            let Some(r) = self.pod_claims.remove(&mac) else { continue };
+            let Some(c) = self.pod_claims.remove(&mac) else { continue };
             self.delete_mac(mac, out);
-            self.hold(claim_key(&self.network, &r.host, mac), e);
-            self.wait_for_pod(mac, &r);
+            self.stats.pods_refused += u64::from(matches!(e, RecordError::PodHasMac { .. }));
+            self.hold(claim_key(&self.network, &c.r.host, mac), e);
+            self.wait_for_pod(mac, &c.r, c.created);
         }
-        let mut waiting: Vec<((String, MacAddr), MacRecord)> = self.pod_waiting.drain().collect();
-        waiting.sort_unstable_by(|a, b| (a.0 .1, &a.0 .0).cmp(&(b.0 .1, &b.0 .0)));
-        for ((host, mac), r) in waiting {
-            self.retake(&host, mac, r, out);
+        let waiting = std::mem::take(&mut self.pod_waiting);
+        self.waiting_per_host.clear();
+        let mut waiting: Vec<((MacAddr, String), (u64, MacRecord))> = waiting.into_iter().collect();
+        waiting.sort_unstable_by(|a, b| (a.0 .0, a.1 .0, &a.0 .1).cmp(&(b.0 .0, b.1 .0, &b.0 .1)));
+        for ((mac, host), (created, r)) in waiting {
+            self.retake(&host, mac, r, created, out);
         }
     }
 
@@ -162,14 +187,41 @@ impl Member {
         self.pods.as_deref()
     }
 
+    /// Claims waiting for the API (or refused by it), of all hosts.
+    pub fn pods_waiting(&self) -> usize {
+        self.pod_waiting.len()
+    }
+
     /// Takes `r` again (a claim that waited), keeping the quarantine true.
-    pub(super) fn retake(&mut self, host: &str, mac: MacAddr, r: MacRecord, out: &mut Vec<Change>) {
+    pub(super) fn retake(
+        &mut self,
+        host: &str,
+        mac: MacAddr,
+        r: MacRecord,
+        created: u64,
+        out: &mut Vec<Change>,
+    ) {
         let key = claim_key(&self.network, host, mac);
-        match self.take_claim(mac, r, out) {
+        match self.take_claim(mac, r, created, out) {
             Ok(()) => {
                 self.quarantine.remove(&key);
             }
             Err(e) => self.hold(key, e),
+        }
+    }
+
+    /// The claims of `mac` that waited, taken again, oldest first.
+    pub(super) fn retake_waiting(&mut self, mac: MacAddr, out: &mut Vec<Change>) {
+        let mut waited: Vec<(u64, String, MacRecord)> = self
+            .pod_waiting
+            .range((mac, String::new())..)
+            .take_while(|((m, _), _)| *m == mac)
+            .map(|((_, h), (c, r))| (*c, h.clone(), r.clone()))
+            .collect();
+        waited.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (created, h, r) in waited {
+            self.unwait(mac, &h);
+            self.retake(&h, mac, r, created, out);
         }
     }
 
@@ -197,44 +249,158 @@ impl Member {
         Ok(pod.map(|p| p.pod.clone()))
     }
 
-    /// Kubernetes: whether claim `r` (checked, signed) of `mac` may be
-    /// taken by the API's pods; what it must wait for or why it is
-    /// refused otherwise (the claim then waits, checked again on the
-    /// API's next change). Returns whether it takes the MAC from a live
-    /// holder no pod backs (a move the epochs are not asked about).
-    pub(super) fn check_pod_claim(&mut self, mac: MacAddr, r: &MacRecord) -> Result<bool, RecordError> {
-        let backed = match self.backing(r) {
-            Ok(b) => b.is_some(),
-            Err(e) => {
-                self.wait_for_pod(mac, r);
-                return Err(e);
-            }
+    /// Kubernetes: whether claim `r` of `mac` (checked, signed; its key
+    /// created at revision `created`, 0 when not known) may be taken by
+    /// the API's pods and the order of the MAC's claims; what it must
+    /// wait for or why it is refused otherwise (the claim then waits,
+    /// checked again on the API's next change or when the MAC's holder
+    /// goes). Returns whether it takes the MAC from a live holder (a move
+    /// the epochs are not asked about). This host's own claims are its
+    /// interfaces' (it knows them; the API may not have their pods'
+    /// addresses yet): backed when they name an address, never made to
+    /// wait; they take a MAC only from a holder no pod backs or a younger
+    /// claim, and otherwise meet the epochs (a conflict).
+    pub(super) fn check_pod_claim(
+        &mut self,
+        mac: MacAddr,
+        r: &MacRecord,
+        created: u64,
+    ) -> Result<bool, RecordError> {
+        let own = r.host == self.me;
+        let pod = match own {
+            true => (!r.addrs.is_empty()).then(String::new),
+            false => self.backing(r).inspect_err(|_| self.wait_for_pod(mac, r, created))?,
         };
+        let takes = self.holder_gives_way(mac, r, created, pod.as_deref())?;
+        if !own {
+            // An older claim of the MAC waiting for the API holds it for itself.
+            if let Some(first) = self.reserved_by(mac, &r.host, created) {
+                self.wait_for_pod(mac, r, created);
+                return Err(RecordError::PodReserved { first, claimant: r.host.clone() });
+            }
+            // One MAC a pod: another MAC its pod's claim holds stays.
+            let other = pod.as_ref().and_then(|p| self.by_pod.get(p)).copied().filter(|&m| m != mac);
+            if let (Some(pod), Some(other)) = (pod, other) {
+                self.wait_for_pod(mac, r, created);
+                return Err(RecordError::PodHasMac { pod, mac: other });
+            }
+        }
+        if takes {
+            // The holder's claim gives way: it waits (taken again if this one goes).
+            if let Some(c) = self.pod_claims.get(&mac).filter(|c| c.r.host != r.host).cloned() {
+                let e =
+                    RecordError::PodStays { holder: r.host.clone(), claimant: c.r.host.clone(), pod: None };
+                self.hold(claim_key(&self.network, &c.r.host, mac), e);
+                self.wait_for_pod(mac, &c.r, c.created);
+            }
+        }
+        Ok(takes)
+    }
+
+    /// Kubernetes: whether a live other host holding `mac` gives it to
+    /// claim `r` (of `pod`, `None`: no pod's): only to a pod's claim,
+    /// from a holder whose claim no pod backs or is younger, never from
+    /// this host. Another host's claim it does not go to waits (an
+    /// error); this host's meets the epochs.
+    fn holder_gives_way(
+        &mut self,
+        mac: MacAddr,
+        r: &MacRecord,
+        created: u64,
+        pod: Option<&str>,
+    ) -> Result<bool, RecordError> {
         let Some(&h) = self.macs.get(&mac) else { return Ok(false) };
         let holder = &*self.names[h as usize];
         if holder == r.host || self.records[h as usize].is_none() {
             return Ok(false);
         }
-        // A live host holds it: only a pod's claim, and only from a
-        // holder whose claim no pod backs. This host's own claims are its
-        // interfaces' (it knows them; the API may not have their pods'
-        // addresses yet): backed.
-        let held = self.pod_claims.get(&mac).filter(|c| c.host == holder);
-        if !backed || held.is_some() || holder == self.me {
-            let pod = held.and_then(|c| self.backing(c).ok().flatten());
-            let e = RecordError::PodStays { holder: holder.to_string(), claimant: r.host.clone(), pod };
-            self.wait_for_pod(mac, r);
-            return Err(e);
+        let held = self.pod_claims.get(&mac).filter(|c| c.r.host == holder);
+        let younger = created != 0 && self.held_created.get(&mac).is_some_and(|&c| c > created);
+        if pod.is_some() && holder != self.me && (held.is_none() || younger) {
+            return Ok(true);
         }
-        Ok(true)
+        if r.host == self.me {
+            return Ok(false);
+        }
+        let pod = held.map(|c| c.pod.clone());
+        let e = RecordError::PodStays { holder: holder.to_string(), claimant: r.host.clone(), pod };
+        self.wait_for_pod(mac, r, created);
+        Err(e)
     }
 
-    /// Kubernetes: `r` waits for the API (a place while fewer than
-    /// `max_macs` wait; its own earlier claim it replaces).
-    fn wait_for_pod(&mut self, mac: MacAddr, r: &MacRecord) {
-        let k = (r.host.clone(), mac);
-        if self.pod_waiting.len() < self.policy.max_macs || self.pod_waiting.contains_key(&k) {
-            self.pod_waiting.insert(k, r.clone());
+    /// A claim's create revision: `created`, or when not known (0, this
+    /// host's own put again) the one kept for `host`'s claim holding `mac`.
+    pub(super) fn created_of(&self, mac: MacAddr, host: &str, created: u64) -> u64 {
+        match created {
+            0 => self.held_created.get(&mac).copied().filter(|_| self.owner(mac) == Some(host)).unwrap_or(0),
+            c => c,
+        }
+    }
+
+    /// Kubernetes: the host whose claim of `mac`, older than `created`,
+    /// waits for the API to hear of its pod (not one the API refuses):
+    /// it holds the MAC against `host`'s younger claim.
+    fn reserved_by(&self, mac: MacAddr, host: &str, created: u64) -> Option<String> {
+        let waits = |w: &MacRecord| {
+            matches!(self.backing(w), Err(RecordError::PodsNotListed | RecordError::PodUnknown(_)))
+        };
+        self.pod_waiting
+            .range((mac, String::new())..)
+            .take_while(|((m, _), _)| *m == mac)
+            .find(|((_, h), (c, w))| h != host && *c != 0 && *c < created && waits(w))
+            .map(|((_, h), _)| h.clone())
+    }
+
+    /// Kubernetes: `r` taken; another host's claim a pod backs is kept
+    /// with its pod (the pod's MAC), this host's and those naming no
+    /// address are not; the claim's create revision is kept.
+    pub(super) fn hold_pod_claim(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
+        self.unwait(mac, &r.host);
+        if let Some(c) = self.pod_claims.remove(&mac) {
+            if self.by_pod.get(&c.pod) == Some(&mac) {
+                self.by_pod.remove(&c.pod);
+            }
+        }
+        self.held_created.insert(mac, created);
+        let pod = match r.host != self.me {
+            true => self.backing(r).ok().flatten(),
+            false => None,
+        };
+        if let Some(pod) = pod {
+            self.by_pod.insert(pod.clone(), mac);
+            self.pod_claims.insert(mac, PodClaim { created, pod, r: r.clone() });
+        }
+    }
+
+    /// Kubernetes: `r` waits for the API (a place while its host has fewer
+    /// than `max_pod_waiting` waiting and all hosts fewer than
+    /// `max_macs`; its own earlier claim it replaces; else counted in
+    /// `pods_waiting_dropped`).
+    fn wait_for_pod(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
+        let k = (mac, r.host.clone());
+        if let Some(w) = self.pod_waiting.get_mut(&k) {
+            *w = (created, r.clone());
+            return;
+        }
+        let n = self.waiting_per_host.get(&r.host).copied().unwrap_or(0);
+        if n >= self.policy.max_pod_waiting || self.pod_waiting.len() >= self.policy.max_macs {
+            self.stats.pods_waiting_dropped += 1;
+            return;
+        }
+        self.pod_waiting.insert(k, (created, r.clone()));
+        *self.waiting_per_host.entry(r.host.clone()).or_default() += 1;
+    }
+
+    /// Kubernetes: `host`'s claim of `mac` waits no more.
+    pub(super) fn unwait(&mut self, mac: MacAddr, host: &str) {
+        if self.pod_waiting.is_empty() || self.pod_waiting.remove(&(mac, host.to_string())).is_none() {
+            return;
+        }
+        if let Some(n) = self.waiting_per_host.get_mut(host) {
+            *n -= 1;
+            if *n == 0 {
+                self.waiting_per_host.remove(host);
+            }
         }
     }
 
@@ -458,5 +624,178 @@ mod tests {
         assert_eq!(m.route_of(mac(4)), None);
         assert!(why(&m, "h2", mac(4)).contains("two pods'"), "{}", why(&m, "h2", mac(4)));
         assert_eq!(m.stats.pods_refused, 1);
+    }
+
+    /// The store's events since the view's revision, as a view would take
+    /// them that did not know the keys' create revisions (0): the guard
+    /// off, for the controls.
+    fn sync_unordered(m: &mut Member, s: &MemStore) {
+        let evs: Vec<crate::store::Event> = s.watch(m.prefix(), m.revision() + 1).unwrap().cloned().collect();
+        for e in evs {
+            let e = match e {
+                crate::store::Event::Put { key, value, rev, .. } => {
+                    crate::store::Event::Put { key, value, rev, created: 0 }
+                }
+                d => d,
+            };
+            m.apply(&e, &mut Vec::new());
+        }
+    }
+
+    /// The review's hole: a new pod's MAC, claimed by its node (h3) before
+    /// the API gives the pod's address, is claimed by a stolen node
+    /// credential (h2) right after, (a) naming h2's own pod's address
+    /// (which the API backs) and (b) naming none. Each younger claim
+    /// waits behind the older one that waits for the API (`PodReserved`),
+    /// holds nothing, and when the API places the pod on h3, h3's claim
+    /// takes the MAC and h2's stay refused; a relist (by create revision)
+    /// judges the same. Positive control: the same events taken without
+    /// the keys' create revisions (the order this guard adds) let h2 hold
+    /// the MAC of (a), and h3's rightful claim is then refused while h2's
+    /// pod lives.
+    #[test]
+    fn a_claim_waiting_for_the_api_holds_its_mac_against_younger_claims() {
+        let nk = NetworkKey::generate().unwrap();
+        let mut s = store(&nk);
+        // h2's pod q (10.244.0.5), with no claim of its own: the thief's to spend.
+        let before = Arc::new(PodFacts::new([pod("q", "h2", 5, &[])]));
+        let after = Arc::new(PodFacts::new([
+            pod("q", "h2", 5, &[]),
+            pod("p", "h3", 7, &["default.db"]),
+            pod("r", "h3", 8, &[]),
+        ]));
+        s.put_claim(mac(7), claim(3, mac(7), 0, &[7], &[]), None);
+        s.put_claim(mac(8), claim(3, mac(8), 0, &[8], &[]), None);
+        s.put_claim(mac(7), claim(2, mac(7), 0, &[5], &[]), None);
+        s.put_claim(mac(8), claim(2, mac(8), 0, &[], &[]), None);
+        let mut m = kube_view(&nk, "h1");
+        m.set_pods(before.clone(), &mut Vec::new());
+        sync(&mut m, &s);
+        assert_eq!((m.route_of(mac(7)), m.route_of(mac(8))), (None, None), "reserved: no one holds them");
+        for mc in [mac(7), mac(8)] {
+            assert!(why(&m, "h3", mc).contains("no pod"), "{}", why(&m, "h3", mc));
+            assert!(why(&m, "h2", mc).contains("`h3`'s claim of this MAC is older"), "{}", why(&m, "h2", mc));
+        }
+        assert_eq!(m.pods_waiting(), 4);
+        m.set_pods(after.clone(), &mut Vec::new());
+        assert_eq!((m.route_of(mac(7)), m.route_of(mac(8))), (Some("h3"), Some("h3")));
+        assert_eq!(m.neighbors().get(&(0, ip(7))), Some(&mac(7)));
+        assert_eq!(m.mac_groups().get(&mac(7)), Some(&vec!["default.db".to_string()]));
+        assert!(why(&m, "h2", mac(7)).contains("a pod does not move"), "{}", why(&m, "h2", mac(7)));
+        // A relist takes each MAC's claims by create revision: the same.
+        let (kvs, rev) = s.range(m.prefix());
+        let created: Vec<u64> = kvs.iter().map(|(k, _)| s.created(k).unwrap()).collect();
+        m.relist_created(&kvs, &created, rev, &mut Vec::new());
+        assert_eq!((m.route_of(mac(7)), m.route_of(mac(8))), (Some("h3"), Some("h3")));
+        // The control: the same race, the create revisions not known.
+        let mut plain = kube_view(&nk, "h1");
+        plain.set_pods(before, &mut Vec::new());
+        sync_unordered(&mut plain, &s);
+        assert_eq!(plain.route_of(mac(7)), Some("h2"), "without the order, h2 holds the new pod's MAC");
+        plain.set_pods(after, &mut Vec::new());
+        assert_eq!(plain.route_of(mac(7)), Some("h2"), "{}", why(&plain, "h3", mac(7)));
+        assert!(
+            why(&plain, "h3", mac(7)).contains("host `h2` holds the MAC"),
+            "{}",
+            why(&plain, "h3", mac(7))
+        );
+        assert_eq!(
+            plain.neighbors().get(&(0, ip(5))),
+            Some(&mac(7)),
+            "q's address answered with the stolen MAC"
+        );
+    }
+
+    /// A thief's claim first, at a higher epoch, naming the new pod's
+    /// address before the API has it: it reserves the MAC while both
+    /// wait, and when the API places the pod on h3, it is refused (the
+    /// API contradicts it: it never holds the MAC) and h3's younger claim
+    /// at epoch 0 takes it. On h3 itself, a thief's claim naming no
+    /// address that came first gives way to h3's own claim of its pod.
+    #[test]
+    fn the_claim_the_api_backs_wins_over_an_older_one_it_contradicts_whatever_its_epoch() {
+        let nk = NetworkKey::generate().unwrap();
+        let mut s = store(&nk);
+        s.put_claim(mac(7), claim(2, mac(7), 9, &[7], &[]), None);
+        s.put_claim(mac(7), claim(3, mac(7), 0, &[7], &[]), None);
+        let mut m = kube_view(&nk, "h1");
+        m.set_pods(Arc::new(PodFacts::new([])), &mut Vec::new());
+        sync(&mut m, &s);
+        assert_eq!(m.route_of(mac(7)), None);
+        assert!(why(&m, "h3", mac(7)).contains("no pod"), "{}", why(&m, "h3", mac(7)));
+        m.set_pods(Arc::new(PodFacts::new([pod("p", "h3", 7, &[])])), &mut Vec::new());
+        assert_eq!(m.route_of(mac(7)), Some("h3"), "{}", why(&m, "h3", mac(7)));
+        assert!(why(&m, "h2", mac(7)).contains("on node `h3`, not `h2`"), "{}", why(&m, "h2", mac(7)));
+        // h3's own view: h2's claim of mac 9 without an address came
+        // first and was taken; h3's claim of its pod's MAC takes it.
+        s.put_claim(mac(9), claim(2, mac(9), 0, &[], &[]), None);
+        let mut own = kube_view(&nk, "h3");
+        sync(&mut own, &s);
+        assert_eq!(own.owner(mac(9)), Some("h2"));
+        s.put_claim(mac(9), claim(3, mac(9), 0, &[6], &[]), None);
+        sync(&mut own, &s);
+        assert_eq!(own.owner(mac(9)), Some("h3"), "{}", why(&own, "h3", mac(9)));
+        assert_eq!(own.conflicts().count(), 0, "no conflict: h3 gives up nothing");
+    }
+
+    /// One MAC a pod: a node's second claim for a pod whose claim holds a
+    /// MAC already is refused (counted), so a node cannot spend its own
+    /// pod's address on a MAC it steals. Positive control: the same
+    /// claim, put again once the pod's first claim is gone, is taken.
+    #[test]
+    fn a_pod_has_one_mac() {
+        let nk = NetworkKey::generate().unwrap();
+        let mut s = store(&nk);
+        s.put_claim(mac(50), claim(2, mac(50), 0, &[5], &[]), None);
+        let mut m = kube_view(&nk, "h1");
+        m.set_pods(Arc::new(PodFacts::new([pod("q", "h2", 5, &[])])), &mut Vec::new());
+        sync(&mut m, &s);
+        assert_eq!(m.route_of(mac(50)), Some("h2"));
+        s.put_claim(mac(51), claim(2, mac(51), 0, &[5], &[]), None);
+        sync(&mut m, &s);
+        assert_eq!(m.route_of(mac(51)), None);
+        assert!(
+            why(&m, "h2", mac(51)).contains("has MAC 52:54:00:00:00:32 already"),
+            "{}",
+            why(&m, "h2", mac(51))
+        );
+        assert_eq!(m.stats.pods_refused, 1);
+        assert_eq!(m.neighbors().get(&(0, ip(5))), Some(&mac(50)));
+        // The control: q's first claim gone, the same claim is taken.
+        s.delete_claims(mac(50));
+        s.put_claim(mac(51), claim(2, mac(51), 0, &[5], &[]), None);
+        sync(&mut m, &s);
+        assert_eq!((m.route_of(mac(50)), m.route_of(mac(51))), (None, Some("h2")));
+    }
+
+    /// Claims waiting for the API are bounded per node: h2 fills its own
+    /// bound (the rest dropped, counted) and h3's claim still waits and is
+    /// taken when the API shows its pod. Positive control: bounded only in
+    /// total, h2's claims fill it and h3's is dropped, never taken.
+    #[test]
+    fn claims_waiting_for_the_api_are_bounded_per_node() {
+        let nk = NetworkKey::generate().unwrap();
+        let mut s = store(&nk);
+        for i in 20..23u8 {
+            s.put_claim(mac(i.into()), claim(2, mac(i.into()), 0, &[i], &[]), None);
+        }
+        s.put_claim(mac(7), claim(3, mac(7), 0, &[7], &[]), None);
+        let facts = Arc::new(PodFacts::new([pod("p", "h3", 7, &[])]));
+        let view = |per_node: usize| {
+            let mut m = kube_view(&nk, "h1");
+            m.policy.max_pod_waiting = per_node;
+            m.policy.max_macs = 3;
+            m.set_pods(Arc::new(PodFacts::new([])), &mut Vec::new());
+            sync(&mut m, &s);
+            m
+        };
+        let mut m = view(2);
+        assert_eq!((m.pods_waiting(), m.stats.pods_waiting_dropped), (3, 1), "h2's third dropped, h3's kept");
+        m.set_pods(facts.clone(), &mut Vec::new());
+        assert_eq!(m.route_of(mac(7)), Some("h3"));
+        let mut plain = view(usize::MAX);
+        assert_eq!((plain.pods_waiting(), plain.stats.pods_waiting_dropped), (3, 1), "h3's dropped");
+        plain.set_pods(facts, &mut Vec::new());
+        assert_eq!(plain.route_of(mac(7)), None, "h3's claim starved by h2's");
     }
 }

@@ -10,7 +10,9 @@
 //! same epoch is a conflict, as in a watch. Of claims at one epoch, the
 //! host that held the MAC before the relist is taken first, so a
 //! relist keeps a holder; in a view that starts empty, the one listed
-//! first (a tie of two hosts' claims is a conflict either way).
+//! first (a tie of two hosts' claims is a conflict either way). On
+//! Kubernetes (`kube`) each MAC's claims are taken in the order their
+//! keys were created (etcd's create revision), as a watch brings them.
 
 use super::{Change, Member, Peer};
 use crate::layout::{parse_key, Key, MacRecord};
@@ -25,6 +27,19 @@ impl Member {
     /// The listing is taken in [`Member::listing_order`], so the holder
     /// of each MAC is what the epoch rule says, whatever the hosts' names.
     pub fn relist(&mut self, kvs: &[(String, Vec<u8>)], rev: u64, out: &mut Vec<Change>) {
+        self.relist_created(kvs, &[], rev, out)
+    }
+
+    /// [`Member::relist`] with each key's create revision (`created[i]`
+    /// is `kvs[i]`'s; a key without one is taken as not known, 0), which
+    /// orders competing claims on Kubernetes.
+    pub fn relist_created(
+        &mut self,
+        kvs: &[(String, Vec<u8>)],
+        created: &[u64],
+        rev: u64,
+        out: &mut Vec<Change>,
+    ) {
         let mut next = Member::with_policy(&self.network, &self.me, self.policy.clone());
         next.stats = self.stats;
         next.claimed_at = std::mem::take(&mut self.claimed_at);
@@ -42,9 +57,13 @@ impl Member {
         next.pods = self.pods.take();
         next.stats.relists += 1;
         let mut ignored = Vec::new();
-        for i in self.listing_order(kvs) {
+        let created_of = |i: usize| created.get(i).copied().unwrap_or(0);
+        for i in self.listing_order(kvs, &created_of) {
             let (k, v) = &kvs[i];
-            next.apply(&Event::Put { key: k.clone(), value: v.clone(), rev }, &mut ignored);
+            next.apply(
+                &Event::Put { key: k.clone(), value: v.clone(), rev, created: created_of(i) },
+                &mut ignored,
+            );
         }
         next.revision = rev;
         // The addresses were derived anew: a version past the old one.
@@ -77,9 +96,9 @@ impl Member {
 
     /// The order a listing is taken in: every key but claims as listed,
     /// then the claims by MAC, each MAC's by (epoch, not this view's
-    /// holder, place in the listing). Only a MAC claimed more than once
-    /// has its claims' epochs read.
-    fn listing_order(&self, kvs: &[(String, Vec<u8>)]) -> Vec<usize> {
+    /// holder, place in the listing); on Kubernetes by create revision.
+    /// Only a MAC claimed more than once has its claims' epochs read.
+    fn listing_order(&self, kvs: &[(String, Vec<u8>)], created: &dyn Fn(usize) -> u64) -> Vec<usize> {
         let mut order = Vec::with_capacity(kvs.len());
         let mut claims: Vec<(MacAddr, usize)> = Vec::new();
         for (i, (k, _)) in kvs.iter().enumerate() {
@@ -95,6 +114,9 @@ impl Member {
                 .map(|&(mac, i)| {
                     if same.len() == 1 {
                         return ((0, false), i);
+                    }
+                    if self.policy.kube {
+                        return ((created(i), false), i);
                     }
                     let (k, v) = &kvs[i];
                     let epoch = serde_json::from_slice::<MacRecord>(v).map_or(0, |r| r.epoch);

@@ -703,6 +703,79 @@ mod by_hand {
         for (k, _) in &forged {
             store.etcdctl_root(&["del", k]).unwrap();
         }
+        // The review of NetworkPolicy on Services: a new pod's MAC before
+        // the API gives its address. Node 2's credential watches node 1's
+        // claims (it may read them) and claims a new pod's MAC the moment
+        // node 1's claim appears, naming its own pod's address (which the
+        // API backs): before the API has the new pod's address if it is
+        // quick enough (that window is `vnet-cluster`'s unit test's). Every other
+        // node keeps it from the MAC (node 1's older claim reserves it, a
+        // pod has one MAC, a pod does not move), and the new pod gets its
+        // network on node 1: web reaches it by `default.db`.
+        let known = |out: &std::process::Output| -> std::collections::BTreeSet<String> {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect()
+        };
+        let watched = format!("{p}/claims/{n1}/");
+        let list = || store.etcdctl(Some(&login), &["get", "--prefix", "--keys-only", &watched]).unwrap();
+        let before = known(&list());
+        let (late_mac, forged_late, took) = std::thread::scope(|sc| {
+            let t0 = Instant::now();
+            let thief = sc.spawn(move || loop {
+                assert!(t0.elapsed() < Duration::from_secs(120), "node 1 claimed no new MAC");
+                let now = known(&list());
+                if let Some(k) = now.difference(&before).next() {
+                    let t = Instant::now();
+                    let mac: vnet_wire::MacAddr = k.rsplit('/').next().unwrap().parse().unwrap();
+                    let key = forge(mac, 0, &other, &[]);
+                    return (mac, key, t.elapsed());
+                }
+            });
+            apply_yaml(&kube, "stolen-late.yaml", &pod("late", 1, Some("db"), serve));
+            thief.join().unwrap()
+        });
+        let pods = wait_pods(&kube, 4, Duration::from_secs(120));
+        let late = pods.iter().find(|p| p.name == "late").map(|p| p.ip.clone()).unwrap();
+        eprintln!("k8s: node 2 claimed the new pod's MAC {late_mac} {took:.1?} after it saw node 1's claim");
+        let t0 = Instant::now();
+        let reasons = ["is older", "a pod does not move", "has MAC"];
+        for node in [0, 1] {
+            loop {
+                let v = node_json(&kube, node, "cluster")["cluster"].clone();
+                let why =
+                    v["quarantined"].as_array().into_iter().flatten().find(|e| e["key"] == *forged_late);
+                let why = why.and_then(|e| e["why"].as_str()).unwrap_or_default().to_string();
+                if reasons.iter().any(|r| why.contains(r)) {
+                    eprintln!("k8s: node {node} keeps node 2 from the new pod's MAC: {why}");
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "node {node}: the forged claim not held back: {v}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        let reaches_late = |from: &str| {
+            let out =
+                exec(&kube, from, &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {late} 5432"));
+            String::from_utf8_lossy(&out.stdout).lines().last() == Some("db")
+        };
+        let t0 = Instant::now();
+        while !reaches_late("web") {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "web does not reach the new pod (its MAC node 2's?)"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        eprintln!("k8s: web reaches the new pod on node 1 through its MAC, node 2's claim of it held back");
+        let v = node_json(&kube, 0, "cluster")["cluster"].clone();
+        assert!(v["quarantined"].to_string().contains(&forged_late), "{v}");
+        store.etcdctl_root(&["del", &forged_late]).unwrap();
     }
 
     #[test]

@@ -68,7 +68,11 @@ impl Host {
             p.rev = rev;
             p.facts = facts;
         }
-        Ok(Some(Event::Put { key, value, rev }))
+        // Its create revision: this put's when fresh (no one held it, so
+        // the key is new), else not known here (0: the view keeps the one
+        // the watch brought).
+        let created = if fresh { rev } else { 0 };
+        Ok(Some(Event::Put { key, value, rev, created }))
     }
 
     /// The value of a MAC's key naming this host and interface `iface`:

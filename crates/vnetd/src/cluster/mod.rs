@@ -465,7 +465,10 @@ impl Host {
                 continue;
             };
             let e = match ev.event_type() {
-                EventType::Put => Event::Put { key: key.to_string(), value: kv.value().to_vec(), rev },
+                EventType::Put => {
+                    let created = kv.create_revision().max(0) as u64;
+                    Event::Put { key: key.to_string(), value: kv.value().to_vec(), rev, created }
+                }
                 EventType::Delete => Event::Delete { key: key.to_string(), rev },
             };
             own_changed |=
@@ -537,12 +540,15 @@ impl Host {
         let prefix = self.member.prefix().to_string();
         let (listed, rev) = self.wait(crate::listing::list(c, &prefix)).await.map_err(etcd("list"))?;
         let rev = rev.max(0) as u64;
-        let kvs: Vec<(String, Vec<u8>)> = listed
+        let (kvs, created): (Vec<(String, Vec<u8>)>, Vec<u64>) = listed
             .into_iter()
-            .filter_map(|kv| Some((kv.key_str().ok()?.to_string(), kv.value().to_vec())))
-            .collect();
+            .filter_map(|kv| {
+                let created = kv.create_revision().max(0) as u64;
+                Some(((kv.key_str().ok()?.to_string(), kv.value().to_vec()), created))
+            })
+            .unzip();
         let mut changes = Vec::new();
-        self.member.relist(&kvs, rev, &mut changes);
+        self.member.relist_created(&kvs, &created, rev, &mut changes);
         lock(&self.status).counters.relists += 1;
         self.converge(&changes, kvs.len() as u64, t0);
         self.release_pins();
@@ -632,7 +638,7 @@ impl Host {
         // Taken at once (its claims are checked against it), not when the watch brings it.
         let rev = r.header().map_or(0, |h| h.revision().max(0) as u64);
         let mut changes = Vec::new();
-        self.member.apply(&Event::Put { key, value, rev }, &mut changes);
+        self.member.apply(&Event::Put { key, value, rev, created: 0 }, &mut changes);
         self.converge(&changes, 1, Instant::now());
         Ok(())
     }
@@ -674,6 +680,7 @@ impl Host {
         s.counters.stale_policies = self.member.stats.stale_policies;
         s.counters.groups_refused = self.member.stats.groups_refused;
         s.counters.pods_refused = self.member.stats.pods_refused;
+        s.counters.pods_waiting_dropped = self.member.stats.pods_waiting_dropped;
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         // The hosts refused as of this batch: a host whose record the batch
         // carries is judged anew.
