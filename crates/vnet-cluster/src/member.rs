@@ -20,6 +20,7 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 mod claims;
+mod gateways;
 mod kept;
 mod pods;
 mod relist;
@@ -55,6 +56,9 @@ pub struct Peer {
     /// The groups its certificate allows its claims to name (signed
     /// networks; none: it may name none) ([`Member::mac_groups`]).
     pub groups: Box<[String]>,
+    /// Its node gateway's address and MAC, as its record names them (in
+    /// a signed network, signed by its claim key) ([`Member::gateways`]).
+    pub gateway: Option<(IpAddr, MacAddr)>,
 }
 
 /// What must change on this host.
@@ -116,6 +120,12 @@ pub enum RecordError {
     Key,
     #[error("`kinds`: at most 8 words of 1 to 16 letters")]
     Kinds,
+    #[error("`gateway`: not a unicast address and MAC signed by the host's claim key")]
+    Gateway,
+    #[error("MAC {mac} is host `{host}`'s node gateway (its record names it): no other host claims it")]
+    GatewayMac { mac: MacAddr, host: String },
+    #[error("address {addr} is host `{host}`'s node gateway (its record names it): no other host claims it")]
+    GatewayAddr { addr: IpAddr, host: String },
     #[error("the host has a key but this host has none (vnetd --key), so no secured link can be made")]
     NoOwnKey,
     #[error("this network's links are secured and the record has no `public_key`")]
@@ -195,6 +205,9 @@ pub struct MemberStats {
     /// node's pod's address, two pods' addresses, a MAC a pod elsewhere
     /// still holds).
     pub pods_refused: u64,
+    /// Of those, claims of another live host's node gateway MAC or
+    /// address ([`RecordError::GatewayMac`], [`RecordError::GatewayAddr`]).
+    pub gateway_claims: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
     pub relists: u64,
     /// Signed policies refused for a serial not above the one held (a
@@ -262,6 +275,10 @@ pub struct Member {
     pods: Option<std::sync::Arc<PodFacts>>,
     pod_waiting: FxHashMap<(String, MacAddr), MacRecord>,
     pod_claims: FxHashMap<MacAddr, MacRecord>,
+    /// Live hosts' gateways by MAC and by address (a thief's record may
+    /// name another's: several) ([`gateways`]).
+    gateway_macs: FxHashMap<MacAddr, Vec<u32>>,
+    gateway_addrs: FxHashMap<IpAddr, Vec<u32>>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
     quarantine: BTreeMap<String, RecordError>,
     /// Signed networks: when each host's certificate expires (by host id).
@@ -321,6 +338,8 @@ impl Member {
             pods: None,
             pod_waiting: FxHashMap::default(),
             pod_claims: FxHashMap::default(),
+            gateway_macs: FxHashMap::default(),
+            gateway_addrs: FxHashMap::default(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
             now_s: 0,
@@ -556,6 +575,8 @@ impl Member {
                 self.stats.bad_records += 1;
                 self.stats.groups_refused += u64::from(matches!(e, RecordError::GroupNotAllowed { .. }));
                 self.stats.pods_refused += u64::from(e.refused_by_api());
+                self.stats.gateway_claims +=
+                    u64::from(matches!(e, RecordError::GatewayMac { .. } | RecordError::GatewayAddr { .. }));
                 self.hold(ev.key().to_string(), e);
             }
         }
@@ -672,6 +693,7 @@ impl Member {
             id = Some(cid);
             groups = cert.groups.into_boxed_slice();
         }
+        let gateway = self.check_gateway(name, &r, claim_key)?;
         if name != self.me {
             let required = self.policy.require_key || self.policy.network_key.is_some();
             match key {
@@ -680,7 +702,7 @@ impl Member {
                 _ => {}
             }
         }
-        Ok((Peer { addr: r.addr, key, claim_key, relay: r.relay, groups }, not_after, id))
+        Ok((Peer { addr: r.addr, key, claim_key, relay: r.relay, groups, gateway }, not_after, id))
     }
 
     fn put_host_record(
@@ -735,6 +757,8 @@ impl Member {
             self.by_ip.insert(canonical(p.addr.ip()), h);
         }
         let name = self.names[h as usize].to_string();
+        let gateway = peer.as_ref().and_then(|p| p.gateway);
+        self.index_gateway(h, old.as_ref().and_then(|p| p.gateway), gateway);
         self.records[h as usize] = peer.clone();
         if name != self.me {
             match &peer {
@@ -755,6 +779,9 @@ impl Member {
                     out.push(Change::Link { host: name.clone(), peer: None });
                 }
             }
+        }
+        if let Some((_, m)) = gateway {
+            self.take_back_gateway(h, m, out);
         }
         if self.records[h as usize].is_some() {
             self.take_unverified(&name, out);
@@ -1509,6 +1536,7 @@ mod tests {
                 public_key: None,
                 cert: None,
                 relay: false,
+                gateway: None,
             };
             s.put(&host_key("n", "b"), r.to_json(), None);
             sync(&mut m, &s);
@@ -1552,6 +1580,7 @@ mod tests {
             public_key: Some(vnet_control::PeerKey([h; 32]).to_string()),
             cert: Some(cert.to_string()),
             relay: false,
+            gateway: None,
         }
         .to_json()
     }
@@ -1632,7 +1661,15 @@ mod tests {
 
     fn keyed(i: u8, key: &str) -> Vec<u8> {
         let addr = format!("10.0.0.{i}:9000").parse().unwrap();
-        HostRecord { addr, kinds: vec![], public_key: Some(key.into()), cert: None, relay: false }.to_json()
+        HostRecord {
+            addr,
+            kinds: vec![],
+            public_key: Some(key.into()),
+            cert: None,
+            relay: false,
+            gateway: None,
+        }
+        .to_json()
     }
 
     #[test]

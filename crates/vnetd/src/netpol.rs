@@ -17,8 +17,12 @@
 //! Service traffic is judged on its first leg: the Services and
 //! EndpointSlices watched too give the engine each ClusterIP port's
 //! backends ([`vnet_kube::services`]), and the other nodes' gateway
-//! addresses, read from the IPAM every [`GATEWAYS_EVERY`], are the
-//! translators whose second leg to a backend passes. Until Services and
+//! addresses are the translators whose second leg to a backend passes:
+//! each live host's gateway as its record names it (signed by its claim
+//! key in a signed network), kept only where the host holds that address
+//! in the IPAM under its gateway owner and MAC, read every
+//! [`GATEWAYS_EVERY`] ([`crate::ipam::translators`]): a value in the
+//! IPAM alone makes nothing a translator. Until Services and
 //! EndpointSlices are listed, Service traffic is judged as sent (and its
 //! second leg as from the translating node's address).
 
@@ -32,8 +36,9 @@ use vnet_kube::watch::{self, Store};
 
 /// How long a burst of changes is gathered before one translation.
 const GATHER: Duration = Duration::from_millis(50);
-/// How often the nodes' gateway addresses are read from the IPAM (a node
-/// that joins is a translator of Services this long after at most).
+/// How often the nodes' gateway addresses are read (their records and the
+/// IPAM; a node that joins is a translator of Services this long after at
+/// most).
 pub const GATEWAYS_EVERY: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -196,7 +201,7 @@ fn translate(
         "watches": watches,
         "translation": report,
         "services": services.1,
-        "translators": {"addresses": iso.translators.len(), "last_error": gateways.1},
+        "translators": {"addresses": iso.translators.len(), "gateways": gateways.0, "last_error": gateways.1},
     });
     let iso = (!iso.policies.is_empty()).then_some(iso);
     if let Err(e) = lock(daemon).set_isolation(network, iso, status) {
