@@ -53,10 +53,15 @@ struct Stores {
     policies: Arc<Mutex<Store<NetworkPolicy>>>,
     services: Arc<Mutex<Store<Service>>>,
     slices: Arc<Mutex<Store<EndpointSlice>>>,
-    /// The nodes' gateway addresses, as the IPAM last gave them, and why
-    /// the last reading failed.
-    gateways: Arc<Mutex<(Vec<std::net::IpAddr>, Option<String>)>>,
+    /// The nodes' gateway addresses, as the last reading gave them
+    /// ([`crate::ipam::translators`]), why the last reading failed, and
+    /// how many readings were made.
+    gateways: Arc<Mutex<Readings>>,
 }
+
+/// The translators as last read, why the last reading failed, and the
+/// readings made.
+type Readings = (Vec<std::net::IpAddr>, Option<String>, u64);
 
 /// A store's state for `show policy`.
 fn store_json<T>(s: &Store<T>) -> serde_json::Value {
@@ -82,7 +87,7 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>, network: u32, ipam: crate::ipam::Se
     tokio::spawn(watch::reflect(api, watch::network_policies(), stores.policies.clone(), changed.clone()));
     tokio::spawn(watch::reflect(api, watch::services(), stores.services.clone(), changed.clone()));
     tokio::spawn(watch::reflect(api, watch::endpoint_slices(), stores.slices.clone(), changed.clone()));
-    tokio::spawn(gateways(ipam, stores.gateways.clone(), changed.clone()));
+    tokio::spawn(gateways(ipam, stores.gateways.clone(), changed.clone(), daemon.clone()));
     let mut refused = std::collections::BTreeMap::new();
     loop {
         changed.notified().await;
@@ -92,11 +97,13 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>, network: u32, ipam: crate::ipam::Se
 }
 
 /// Keeps `into` the nodes' gateway addresses, read from the IPAM every
-/// [`GATEWAYS_EVERY`]; `changed` told when they change.
+/// [`GATEWAYS_EVERY`]; `changed` told when they change (the count of
+/// readings in `daemon`'s status at once).
 async fn gateways(
     ipam: crate::ipam::Sender,
-    into: Arc<Mutex<(Vec<std::net::IpAddr>, Option<String>)>>,
+    into: Arc<Mutex<Readings>>,
     changed: Arc<Notify>,
+    daemon: Arc<Mutex<Daemon>>,
 ) {
     use crate::ipam::{Op, Reply, Request};
     // One request at a time: one etcd has not answered yet is waited on
@@ -126,7 +133,18 @@ async fn gateways(
                 }
             },
         };
-        note(&mut lock(&into), read, &changed);
+        let readings = {
+            let mut g = lock(&into);
+            note(&mut g, read, &changed);
+            g.2
+        };
+        {
+            let mut d = lock(&daemon);
+            let status = d.isolation_status_mut();
+            if status["translators"].is_object() {
+                status["translators"]["readings"] = readings.into();
+            }
+        }
         if pending.is_none() {
             tokio::time::sleep(GATEWAYS_EVERY).await;
         }
@@ -134,11 +152,8 @@ async fn gateways(
 }
 
 /// Keeps a reading of the gateways in `g`; `changed` told of a change.
-fn note(
-    g: &mut (Vec<std::net::IpAddr>, Option<String>),
-    read: Result<Vec<std::net::IpAddr>, String>,
-    changed: &Notify,
-) {
+fn note(g: &mut Readings, read: Result<Vec<std::net::IpAddr>, String>, changed: &Notify) {
+    g.2 += 1;
     match read {
         Ok(a) => {
             g.1 = None;
@@ -201,7 +216,12 @@ fn translate(
         "watches": watches,
         "translation": report,
         "services": services.1,
-        "translators": {"addresses": iso.translators.len(), "gateways": gateways.0, "last_error": gateways.1},
+        "translators": {
+            "addresses": iso.translators.len(),
+            "gateways": gateways.0,
+            "last_error": gateways.1,
+            "readings": gateways.2,
+        },
     });
     let iso = (!iso.policies.is_empty()).then_some(iso);
     if let Err(e) = lock(daemon).set_isolation(network, iso, status) {
