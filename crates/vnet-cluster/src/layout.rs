@@ -183,8 +183,9 @@ pub struct HostRecord {
     pub relay: bool,
     /// Its node gateway on the pods' network (vnet-cni's
     /// `isDefaultGateway`): the one address whose traffic to a Service's
-    /// backends every host trusts as translated (`--kube-network-policy`),
-    /// and the one MAC and address no other host may claim. Signed by
+    /// backends every host trusts as translated (`--kube-network-policy`,
+    /// where the IPAM confirms it), and a MAC that, while its host holds
+    /// it, no other host's claim takes. Signed by
     /// the host's claim key in a signed network ([`crate::trust`]). A
     /// record without it (a host of an older version) has no gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]

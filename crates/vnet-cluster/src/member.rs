@@ -122,10 +122,8 @@ pub enum RecordError {
     Kinds,
     #[error("`gateway`: not a unicast address and MAC signed by the host's claim key")]
     Gateway,
-    #[error("MAC {mac} is host `{host}`'s node gateway (its record names it): no other host claims it")]
+    #[error("MAC {mac} is host `{host}`'s node gateway (it holds it and its record names it): no other host takes it")]
     GatewayMac { mac: MacAddr, host: String },
-    #[error("address {addr} is host `{host}`'s node gateway (its record names it): no other host claims it")]
-    GatewayAddr { addr: IpAddr, host: String },
     #[error("the host has a key but this host has none (vnetd --key), so no secured link can be made")]
     NoOwnKey,
     #[error("this network's links are secured and the record has no `public_key`")]
@@ -205,8 +203,8 @@ pub struct MemberStats {
     /// node's pod's address, two pods' addresses, a MAC a pod elsewhere
     /// still holds).
     pub pods_refused: u64,
-    /// Of those, claims of another live host's node gateway MAC or
-    /// address ([`RecordError::GatewayMac`], [`RecordError::GatewayAddr`]).
+    /// Of those, claims of a MAC another live host holds as its node
+    /// gateway ([`RecordError::GatewayMac`]).
     pub gateway_claims: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
     pub relists: u64,
@@ -275,10 +273,6 @@ pub struct Member {
     pods: Option<std::sync::Arc<PodFacts>>,
     pod_waiting: FxHashMap<(String, MacAddr), MacRecord>,
     pod_claims: FxHashMap<MacAddr, MacRecord>,
-    /// Live hosts' gateways by MAC and by address (a thief's record may
-    /// name another's: several) ([`gateways`]).
-    gateway_macs: FxHashMap<MacAddr, Vec<u32>>,
-    gateway_addrs: FxHashMap<IpAddr, Vec<u32>>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
     quarantine: BTreeMap<String, RecordError>,
     /// Signed networks: when each host's certificate expires (by host id).
@@ -338,8 +332,6 @@ impl Member {
             pods: None,
             pod_waiting: FxHashMap::default(),
             pod_claims: FxHashMap::default(),
-            gateway_macs: FxHashMap::default(),
-            gateway_addrs: FxHashMap::default(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
             now_s: 0,
@@ -575,8 +567,7 @@ impl Member {
                 self.stats.bad_records += 1;
                 self.stats.groups_refused += u64::from(matches!(e, RecordError::GroupNotAllowed { .. }));
                 self.stats.pods_refused += u64::from(e.refused_by_api());
-                self.stats.gateway_claims +=
-                    u64::from(matches!(e, RecordError::GatewayMac { .. } | RecordError::GatewayAddr { .. }));
+                self.stats.gateway_claims += u64::from(matches!(e, RecordError::GatewayMac { .. }));
                 self.hold(ev.key().to_string(), e);
             }
         }
@@ -757,8 +748,6 @@ impl Member {
             self.by_ip.insert(canonical(p.addr.ip()), h);
         }
         let name = self.names[h as usize].to_string();
-        let gateway = peer.as_ref().and_then(|p| p.gateway);
-        self.index_gateway(h, old.as_ref().and_then(|p| p.gateway), gateway);
         self.records[h as usize] = peer.clone();
         if name != self.me {
             match &peer {
@@ -779,9 +768,6 @@ impl Member {
                     out.push(Change::Link { host: name.clone(), peer: None });
                 }
             }
-        }
-        if let Some((_, m)) = gateway {
-            self.take_back_gateway(h, m, out);
         }
         if self.records[h as usize].is_some() {
             self.take_unverified(&name, out);

@@ -1,6 +1,6 @@
 //! Node gateways (vnet-cni's `isDefaultGateway`) as the hosts' records
 //! name them: the only addresses `--kube-network-policy` may take as
-//! translators of Services, and MACs and addresses no other host claims.
+//! translators of Services, and MACs no other host takes.
 //!
 //! A host's record names at most one gateway, its address and MAC, signed
 //! in a signed network by the host's claim key (which the host's etcd
@@ -10,15 +10,17 @@
 //! whose address the host holds in the IPAM as the winning allocation of
 //! its gateway owner (`vnetd` `ipam.rs`).
 //!
-//! A claim of a live host's gateway MAC by another host is refused and
-//! counted ([`super::MemberStats::gateway_claims`]), whatever its epoch
-//! and whether or not a pod backs it; so is another host's claim naming a
-//! gateway's address. A host whose own record also names the MAC (a
-//! thief copying it) may claim it only while no other live host holds it:
-//! a gateway's MAC never moves. A record naming a gateway whose MAC
-//! another host (not naming it) holds takes it back from that host.
+//! A MAC a live host holds and its record names as its gateway does not
+//! move: another host's claim of it is refused and counted
+//! ([`super::MemberStats::gateway_claims`]), whatever its epoch and
+//! whether or not a pod backs it. A host names its gateway only once it
+//! holds its MAC (vnetd), so naming another's MAC (a thief's record)
+//! protects nothing the namer does not hold. The gateway's address needs
+//! no rule here on Kubernetes (`kube`): a claim naming an address counts
+//! only for a pod the API places on the claimant, and a gateway is no pod
+//! (such a claim waits, [`RecordError::PodUnknown`]).
 
-use super::{Change, Member, RecordError};
+use super::{Member, RecordError};
 use crate::layout::{HostRecord, MacRecord};
 use crate::trust::verify_gateway;
 use std::net::IpAddr;
@@ -68,77 +70,15 @@ impl Member {
         out
     }
 
-    /// Host `h`'s record's gateway goes from `old` to `new` in the index.
-    pub(super) fn index_gateway(
-        &mut self,
-        h: u32,
-        old: Option<(IpAddr, MacAddr)>,
-        new: Option<(IpAddr, MacAddr)>,
-    ) {
-        if old == new {
-            return;
-        }
-        if let Some((a, m)) = old {
-            unindex(&mut self.gateway_macs, m, h);
-            unindex(&mut self.gateway_addrs, a, h);
-        }
-        if let Some((a, m)) = new {
-            self.gateway_macs.entry(m).or_default().push(h);
-            self.gateway_addrs.entry(a).or_default().push(h);
-        }
-    }
-
-    /// Whether claim `r` of `mac` may stand against the live hosts'
-    /// gateways: not another's gateway MAC (unless the claimant's record
-    /// names it too and no other live host holds it), nor address.
+    /// Whether claim `r` of `mac` may stand: not if another live host
+    /// holds `mac` and its record names it as its gateway.
     pub(super) fn check_gateway_claim(&self, mac: MacAddr, r: &MacRecord) -> Result<(), RecordError> {
-        let other = |hs: Option<&Vec<u32>>| {
-            hs.into_iter().flatten().map(|&h| &*self.names[h as usize]).find(|n| *n != r.host)
-        };
-        if let Some(host) = other(self.gateway_macs.get(&mac)) {
-            let own = self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref());
-            let names_it = own.and_then(|p| p.gateway).is_some_and(|(_, m)| m == mac);
-            let held = self.macs.get(&mac).filter(|&&h| *self.names[h as usize] != *r.host);
-            let held_live = held.is_some_and(|&h| self.records[h as usize].is_some());
-            if !names_it || held_live {
-                return Err(RecordError::GatewayMac { mac, host: host.to_string() });
-            }
-        }
-        for a in &r.addrs {
-            if let Some(host) = other(self.gateway_addrs.get(a)) {
-                return Err(RecordError::GatewayAddr { addr: *a, host: host.to_string() });
-            }
-        }
-        Ok(())
-    }
-
-    /// Host `h`'s record, just taken, names gateway MAC `mac`: another
-    /// live host's hold of it (taken while `h` had no record) goes, and a
-    /// claim of `h`'s that waited as a conflict is taken.
-    pub(super) fn take_back_gateway(&mut self, h: u32, mac: MacAddr, out: &mut Vec<Change>) {
-        let Some(&holder) = self.macs.get(&mac) else { return };
-        let name = self.names[holder as usize].to_string();
-        if holder == h || name == self.me {
-            return;
-        }
-        let names_it =
-            self.records[holder as usize].as_ref().and_then(|p| p.gateway).is_some_and(|(_, m)| m == mac);
-        if names_it {
-            return;
-        }
-        let key = crate::layout::claim_key(&self.network, &name, mac);
-        self.stats.gateway_claims += 1;
-        self.stats.bad_records += 1;
-        self.hold(key, RecordError::GatewayMac { mac, host: self.names[h as usize].to_string() });
-        let _ = self.delete_claim(&name, mac, out);
-    }
-}
-
-fn unindex<K: std::hash::Hash + Eq>(map: &mut rustc_hash::FxHashMap<K, Vec<u32>>, k: K, h: u32) {
-    if let Some(hs) = map.get_mut(&k) {
-        hs.retain(|&x| x != h);
-        if hs.is_empty() {
-            map.remove(&k);
+        let Some(&h) = self.macs.get(&mac) else { return Ok(()) };
+        let holder = &*self.names[h as usize];
+        let gateway = self.records[h as usize].as_ref().and_then(|p| p.gateway);
+        match holder != r.host && gateway.is_some_and(|(_, m)| m == mac) {
+            true => Err(RecordError::GatewayMac { mac, host: holder.to_string() }),
+            false => Ok(()),
         }
     }
 }
@@ -228,15 +168,15 @@ mod tests {
         assert_eq!(open.gateways(), [("h2", gw_ip(), mac(7))]);
     }
 
-    /// h3's gateway MAC (mac 7, claimed by h3): h2's claim of it at a
-    /// higher epoch (a migration, else), h2's claim of another MAC
-    /// naming the gateway's address, and h2's claim of it after copying
-    /// it into its own record are refused and counted; h3 keeps it.
-    /// Positive control: h3's record without the gateway, the same
-    /// migration moves the MAC to h2. A thief that took it while h3 had
-    /// no record loses it when h3's record comes.
+    /// h3's gateway MAC (mac 7, held by h3): h2's claim of it at a
+    /// higher epoch (a migration, else) and h2's claim after naming it in
+    /// its own record are refused and counted; h3 keeps it. h2's record
+    /// naming h3's other MAC (8, no gateway) protects nothing: h3 keeps it
+    /// and h2's claim of it is the conflict it always was. Positive
+    /// control: h3's record without the gateway, the same migration moves
+    /// the MAC to h2.
     #[test]
-    fn a_claim_of_a_live_hosts_gateway_mac_or_address_is_refused_and_counted() {
+    fn a_claim_of_a_live_hosts_gateway_mac_is_refused_and_counted() {
         let nk = NetworkKey::generate().unwrap();
         for guarded in [true, false] {
             let mut m = signed_view(&nk, "h1");
@@ -245,6 +185,7 @@ mod tests {
             let gw = guarded.then_some((mac(7), Some(3)));
             s.put(&host_key("n", "h3"), record(Some(&nk), 3, gw), None);
             s.put_claim(mac(7), claim(3, mac(7), 0, &[]), None);
+            s.put_claim(mac(8), claim(3, mac(8), 0, &[]), None);
             sync(&mut m, &s);
             assert_eq!(m.route_of(mac(7)), Some("h3"));
             s.put_claim(mac(7), claim(2, mac(7), 1, &[]), None);
@@ -256,26 +197,60 @@ mod tests {
             assert_eq!((m.route_of(mac(7)), m.stats.gateway_claims), (Some("h3"), 1));
             let w = why(&m, &claim_key("n", "h2", mac(7)));
             assert!(w.contains("is host `h3`'s node gateway"), "{w}");
-            s.put_claim(mac(8), claim(2, mac(8), 0, &[gw_ip()]), None);
-            sync(&mut m, &s);
-            assert_eq!((m.route_of(mac(8)), m.stats.gateway_claims), (None, 2));
-            assert!(m.neighbors().is_empty(), "{:?}", m.neighbors());
             // A thief's record copying h3's gateway: still h3's.
             s.put(&host_key("n", "h2"), record(Some(&nk), 2, Some((mac(7), Some(2)))), None);
             s.put_claim(mac(7), claim(2, mac(7), 2, &[]), None);
             sync(&mut m, &s);
-            assert_eq!((m.route_of(mac(7)), m.stats.gateway_claims), (Some("h3"), 3));
+            assert_eq!((m.route_of(mac(7)), m.stats.gateway_claims), (Some("h3"), 2));
+            // Naming h3's MAC 8 protects nothing for h2, nor takes it.
+            s.put(&host_key("n", "h2"), record(Some(&nk), 2, Some((mac(8), Some(2)))), None);
+            s.put_claim(mac(8), claim(3, mac(8), 0, &[]), None);
+            s.put_claim(mac(8), claim(2, mac(8), 0, &[]), None);
+            sync(&mut m, &s);
+            assert_eq!((m.route_of(mac(8)), m.stats.gateway_claims), (Some("h3"), 2));
+            let mut fresh = signed_view(&nk, "h1");
+            sync(&mut fresh, &s);
+            assert_eq!(
+                (fresh.route_of(mac(7)), fresh.route_of(mac(8))),
+                (Some("h3"), Some("h3")),
+                "a new view"
+            );
         }
-        // Taken while h3 had no record: given back when it comes.
-        let mut m = signed_view(&nk, "h1");
-        let mut s = MemStore::new();
-        s.put(&host_key("n", "h2"), record(Some(&nk), 2, None), None);
-        s.put_claim(mac(7), claim(2, mac(7), 1, &[]), None);
-        sync(&mut m, &s);
-        assert_eq!(m.route_of(mac(7)), Some("h2"));
-        s.put_claim(mac(7), claim(3, mac(7), 0, &[]), None);
-        s.put(&host_key("n", "h3"), record(Some(&nk), 3, Some((mac(7), Some(3)))), None);
-        sync(&mut m, &s);
-        assert_eq!((m.route_of(mac(7)), m.stats.gateway_claims), (Some("h3"), 1));
+    }
+
+    /// On Kubernetes (`kube`), a pod's claim takes a MAC from a live
+    /// holder no pod backs (a node's gateway interface): h2's pod's claim
+    /// of h3's gateway MAC. Refused and counted where h3's record names
+    /// it; the control, h3's record without it, lets the pod's claim take
+    /// it (the review's finding).
+    #[test]
+    fn a_pods_claim_takes_no_live_nodes_gateway_mac() {
+        use super::super::{PodFacts, PodPlace};
+        let nk = NetworkKey::generate().unwrap();
+        let pod_ip = IpAddr::from([10, 244, 0, 4]);
+        for guarded in [true, false] {
+            let mut m = signed_view(&nk, "h1");
+            m.policy.kube = true;
+            let mut s = MemStore::new();
+            s.put(&host_key("n", "h2"), record(Some(&nk), 2, None), None);
+            let gw = guarded.then_some((mac(7), Some(3)));
+            s.put(&host_key("n", "h3"), record(Some(&nk), 3, gw), None);
+            s.put_claim(mac(7), claim(3, mac(7), 0, &[]), None);
+            sync(&mut m, &s);
+            let d = PodPlace {
+                pod: "default/d".into(),
+                node: "h2".into(),
+                ips: vec![pod_ip],
+                groups: vec![],
+                terminating: false,
+            };
+            m.set_pods(std::sync::Arc::new(PodFacts::new([d])), &mut Vec::new());
+            s.put_claim(mac(7), claim(2, mac(7), 0, &[pod_ip]), None);
+            sync(&mut m, &s);
+            match guarded {
+                true => assert_eq!((m.route_of(mac(7)), m.stats.gateway_claims), (Some("h3"), 1)),
+                false => assert_eq!(m.route_of(mac(7)), Some("h2"), "control: the pod's claim takes it"),
+            }
+        }
     }
 }

@@ -230,8 +230,10 @@ struct Host {
     /// The daemon's generation when local interfaces were last routed.
     seen: u64,
     /// This host's node gateway (address, MAC) as its own IPAM allocations
-    /// hold it ([`crate::ipam::own_gateway`]): its record names it, signed.
+    /// hold it ([`crate::ipam::own_gateway`]), and the one its record
+    /// last named, signed ([`Host::named_gateway`]).
     gateway: Option<(std::net::IpAddr, MacAddr)>,
+    named: Option<(std::net::IpAddr, MacAddr)>,
     /// The host record this host last put: another writer's change to it
     /// (or its deletion) is undone at once.
     own: Vec<u8>,
@@ -269,6 +271,7 @@ impl Host {
             seen: u64::MAX,
             own: Vec::new(),
             gateway: None,
+            named: None,
             neighbors_version: 0,
             policy_version: 0,
             groups_version: 0,
@@ -369,7 +372,7 @@ impl Host {
                         expire_every = Instant::now();
                         self.expire_certificates();
                     }
-                    if self.reflect() {
+                    if self.reflect() || self.named_gateway() != self.named {
                         self.put_host(&mut c, lease).await?;
                     }
                     let generation = lock(&self.daemon).generation();
@@ -620,7 +623,7 @@ impl Host {
                 public_key: d.public_key(),
                 cert: self.cfg.cert.clone(),
                 relay: self.cfg.relay,
-                gateway: self.gateway.map(|(addr, mac)| vnet_cluster::layout::Gateway {
+                gateway: self.named_gateway().map(|(addr, mac)| vnet_cluster::layout::Gateway {
                     addr,
                     mac,
                     sig: self
@@ -631,6 +634,7 @@ impl Host {
                 }),
             }
         };
+        self.named = record.gateway.as_ref().map(|g| (g.addr, g.mac));
         let (key, value) = (host_key(&self.cfg.network, &self.cfg.host), record.to_json());
         let r = self
             .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
@@ -658,8 +662,6 @@ impl Host {
         let r = crate::ipam::serve(c, (&network, &me, lease), &req.op, &signed, &mut races).await;
         lock(&self.status).counters.address_races += races;
         if req.op.moves_gateway() && r.is_ok() {
-            // This host's record names its gateway before the plugin
-            // attaches it (its claim is checked against it).
             self.refresh_gateway(c, lease).await?;
         }
         // The client may have given up waiting.
@@ -678,16 +680,25 @@ impl Host {
     }
 
     /// Reads this host's gateway from its allocations again; its record
-    /// is put again if it changed.
+    /// is put again if what it names changes.
     async fn refresh_gateway(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
         let (network, me) = (self.cfg.network.clone(), self.cfg.host.clone());
         let now = self.wait(crate::ipam::own_gateway(c, &network, &me)).await.map_err(etcd("own gateway"))?;
         if now != self.gateway {
-            tracing::info!(gateway = ?now, "cluster: this host's node gateway, named in its record");
+            tracing::info!(gateway = ?now, "cluster: this host's node gateway (its record names it once it holds the MAC)");
             self.gateway = now;
+        }
+        if self.named_gateway() != self.named {
             self.put_host(c, lease).await?;
         }
         Ok(())
+    }
+
+    /// The gateway this host's record names: its own, once the view gives
+    /// this host its MAC (its claim taken), so a record never protects a
+    /// MAC its host does not hold (`vnet_cluster::member` `gateways`).
+    fn named_gateway(&self) -> Option<(std::net::IpAddr, MacAddr)> {
+        self.gateway.filter(|(_, m)| self.member.owner(*m) == Some(self.member.me()))
     }
 
     /// Brings the daemon to the view: `changes` (or, after a refused
