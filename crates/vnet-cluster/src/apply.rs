@@ -386,6 +386,7 @@ mod tests {
             claim_key: None,
             relay: false,
             groups: Box::default(),
+            gateway: None,
         }
     }
     use crate::layout::fixtures::Claims;
@@ -635,6 +636,7 @@ mod tests {
             claim_key: None,
             relay: false,
             groups: Box::default(),
+            gateway: None,
         };
         let with = LinkOptions { relay: Some(r), ..o };
         assert!(
@@ -739,6 +741,7 @@ mod tests {
             public_key: Some(evil),
             cert: None,
             relay: false,
+            gateway: None,
         };
         s.put(&host_key("n", "b"), v.to_json(), None);
         let mut out = Vec::new();

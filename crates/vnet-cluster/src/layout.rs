@@ -181,6 +181,44 @@ pub struct HostRecord {
     /// cannot reach each other directly.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub relay: bool,
+    /// Its node gateway on the pods' network (vnet-cni's
+    /// `isDefaultGateway`): the one address whose traffic to a Service's
+    /// backends every host trusts as translated (`--kube-network-policy`,
+    /// where the IPAM confirms it), and a MAC that, while its host holds
+    /// it, no other host's claim takes. Signed by
+    /// the host's claim key in a signed network ([`crate::trust`]). A
+    /// record without it (a host of an older version) has no gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Gateway>,
+}
+
+/// A host's node gateway, as its record names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gateway {
+    /// Its address, held in the IPAM by the host under the owner
+    /// `CNI-NETWORK/node-gateway-MAC/gw`.
+    pub addr: std::net::IpAddr,
+    /// The MAC of its interface on the network (`vcHEX`).
+    #[serde(with = "mac_text")]
+    pub mac: MacAddr,
+    /// The host's claim key's signature ([`crate::trust::ClaimKey::sign_gateway`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig: Option<String>,
+}
+
+/// A MAC as JSON text (`52:54:00:12:34:56`).
+mod mac_text {
+    use vnet_wire::MacAddr;
+
+    pub fn serialize<S: serde::Serializer>(m: &MacAddr, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(m)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<MacAddr, D::Error> {
+        let t = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
+        t.parse().map_err(|_| serde::de::Error::custom("expected a MAC (52:54:00:12:34:56)"))
+    }
 }
 
 /// Who has a VM MAC: a host's claim.
@@ -265,7 +303,8 @@ pub(crate) mod fixtures {
     /// A plain host record at 10.0.0.I:9000.
     pub fn host(i: u8) -> Vec<u8> {
         let addr = format!("10.0.0.{i}:9000").parse().unwrap();
-        HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false }.to_json()
+        HostRecord { addr, kinds: vec![], public_key: None, cert: None, relay: false, gateway: None }
+            .to_json()
     }
 
     /// The key of the claim `value` (a claim's JSON) of `mac`: under the

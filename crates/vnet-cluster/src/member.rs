@@ -20,6 +20,7 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
 mod claims;
+mod gateways;
 mod kept;
 mod pods;
 mod relist;
@@ -55,6 +56,9 @@ pub struct Peer {
     /// The groups its certificate allows its claims to name (signed
     /// networks; none: it may name none) ([`Member::mac_groups`]).
     pub groups: Box<[String]>,
+    /// Its node gateway's address and MAC, as its record names them (in
+    /// a signed network, signed by its claim key) ([`Member::gateways`]).
+    pub gateway: Option<(IpAddr, MacAddr)>,
 }
 
 /// What must change on this host.
@@ -120,6 +124,10 @@ pub enum RecordError {
     Key,
     #[error("`kinds`: at most 8 words of 1 to 16 letters")]
     Kinds,
+    #[error("`gateway`: not a unicast address and MAC signed by the host's claim key")]
+    Gateway,
+    #[error("MAC {mac} is host `{host}`'s node gateway (it holds it and its record names it): no other host takes it")]
+    GatewayMac { mac: MacAddr, host: String },
     #[error("the host has a key but this host has none (vnetd --key), so no secured link can be made")]
     NoOwnKey,
     #[error("this network's links are secured and the record has no `public_key`")]
@@ -207,6 +215,9 @@ pub struct MemberStats {
     /// has [`Policy::max_pod_waiting`] waiting already (or all hosts
     /// together `max_macs`): taken only when put again.
     pub pods_waiting_dropped: u64,
+    /// Of those, claims of a MAC another live host holds as its node
+    /// gateway ([`RecordError::GatewayMac`]).
+    pub gateway_claims: u64,
     /// Full listings taken (start, compaction, the store back after an outage).
     pub relists: u64,
     /// Signed policies refused for a serial not above the one held (a
@@ -589,6 +600,7 @@ impl Member {
                 self.stats.bad_records += 1;
                 self.stats.groups_refused += u64::from(matches!(e, RecordError::GroupNotAllowed { .. }));
                 self.stats.pods_refused += u64::from(e.refused_by_api());
+                self.stats.gateway_claims += u64::from(matches!(e, RecordError::GatewayMac { .. }));
                 self.hold(ev.key().to_string(), e);
             }
         }
@@ -705,6 +717,7 @@ impl Member {
             id = Some(cid);
             groups = cert.groups.into_boxed_slice();
         }
+        let gateway = self.check_gateway(name, &r, claim_key)?;
         if name != self.me {
             let required = self.policy.require_key || self.policy.network_key.is_some();
             match key {
@@ -713,7 +726,7 @@ impl Member {
                 _ => {}
             }
         }
-        Ok((Peer { addr: r.addr, key, claim_key, relay: r.relay, groups }, not_after, id))
+        Ok((Peer { addr: r.addr, key, claim_key, relay: r.relay, groups, gateway }, not_after, id))
     }
 
     fn put_host_record(
@@ -1542,6 +1555,7 @@ mod tests {
                 public_key: None,
                 cert: None,
                 relay: false,
+                gateway: None,
             };
             s.put(&host_key("n", "b"), r.to_json(), None);
             sync(&mut m, &s);
@@ -1585,6 +1599,7 @@ mod tests {
             public_key: Some(vnet_control::PeerKey([h; 32]).to_string()),
             cert: Some(cert.to_string()),
             relay: false,
+            gateway: None,
         }
         .to_json()
     }
@@ -1665,7 +1680,15 @@ mod tests {
 
     fn keyed(i: u8, key: &str) -> Vec<u8> {
         let addr = format!("10.0.0.{i}:9000").parse().unwrap();
-        HostRecord { addr, kinds: vec![], public_key: Some(key.into()), cert: None, relay: false }.to_json()
+        HostRecord {
+            addr,
+            kinds: vec![],
+            public_key: Some(key.into()),
+            cert: None,
+            relay: false,
+            gateway: None,
+        }
+        .to_json()
     }
 
     #[test]

@@ -42,6 +42,7 @@ use crate::layout::MacRecord;
 const CERT_TAG: &[u8] = b"vnet host certificate v1\0";
 const CLAIM_TAG: &[u8] = b"vnet mac claim v1\0";
 const CLAIM_TAG_V2: &[u8] = b"vnet mac claim v2\0";
+const GATEWAY_TAG: &[u8] = b"vnet node gateway v1\0";
 const REVOKE_TAG: &[u8] = b"vnet revocation v1\0";
 const POLICY_TAG: &[u8] = b"vnet policy v1\0";
 /// A certificate's longest text, and the most addresses it may name.
@@ -372,6 +373,33 @@ impl ClaimKey {
     pub fn sign(&self, network: &str, mac: MacAddr, r: &MacRecord) -> String {
         b64().encode(self.0.sign(&claim_bytes(network, mac, r)).as_ref())
     }
+
+    /// The signature (base64) of host `host`'s node gateway (`mac`,
+    /// `addr`) in the cluster network `network` (its record's `gateway`).
+    pub fn sign_gateway(&self, network: &str, host: &str, mac: MacAddr, addr: IpAddr) -> String {
+        b64().encode(self.0.sign(&gateway_bytes(network, host, mac, addr)).as_ref())
+    }
+}
+
+/// The bytes a node gateway's signature covers: the tag, then
+/// `network\0host\0mac\0address`.
+fn gateway_bytes(network: &str, host: &str, mac: MacAddr, addr: IpAddr) -> Vec<u8> {
+    let mut b = GATEWAY_TAG.to_vec();
+    b.extend_from_slice(format!("{network}\0{host}\0{mac}\0{addr}").as_bytes());
+    b
+}
+
+/// Whether `sig` is `claim_key`'s signature of host `host`'s node gateway
+/// (`mac`, `addr`) in the cluster network `network`.
+pub fn verify_gateway(
+    claim_key: &[u8; 32],
+    (network, host): (&str, &str),
+    mac: MacAddr,
+    addr: IpAddr,
+    sig: Option<&str>,
+) -> bool {
+    let Some(Ok(sig)) = sig.map(|s| b64().decode(s)) else { return false };
+    UnparsedPublicKey::new(&ED25519, claim_key).verify(&gateway_bytes(network, host, mac, addr), &sig).is_ok()
 }
 
 /// Whether `r.sig` is `claim_key`'s signature of claim `r`.

@@ -58,7 +58,14 @@ impl Host {
     /// Its record (`put_host`).
     fn join(&mut self, st: &mut Checked, i: u8) {
         let addr = format!("10.0.0.{i}:9000").parse().unwrap();
-        let r = HostRecord { addr, kinds: vec!["udp".into()], public_key: None, cert: None, relay: false };
+        let r = HostRecord {
+            addr,
+            kinds: vec!["udp".into()],
+            public_key: None,
+            cert: None,
+            relay: false,
+            gateway: None,
+        };
         st.put(&self.name.clone(), &host_key(NET, &self.name), r.to_json());
     }
 

@@ -35,7 +35,8 @@ fn mac(h: usize, v: usize) -> MacAddr {
 
 fn record(h: usize) -> Vec<u8> {
     let addr = format!("10.{}.{}.{}:9000", h >> 16 & 255, h >> 8 & 255, h & 255).parse().unwrap();
-    HostRecord { addr, kinds: vec!["udp".into()], public_key: None, cert: None, relay: false }.to_json()
+    HostRecord { addr, kinds: vec!["udp".into()], public_key: None, cert: None, relay: false, gateway: None }
+        .to_json()
 }
 
 /// Puts host `h` and its `vms` MACs under a new lease; returns the lease.
@@ -388,6 +389,7 @@ fn a_signed_network_of_a_thousand_hosts_takes_signed_records_and_quarantines_the
             public_key: Some(static_key(h).to_string()),
             cert: Some(cert),
             relay: false,
+            gateway: None,
         }
     };
     let signed = |h: usize, at: &str| signed_until(h, at, None);

@@ -22,6 +22,7 @@ use std::net::IpAddr;
 use tokio::sync::{mpsc, oneshot};
 use vnet_cluster::ipam::{host_prefix, key, parse_key, pool_name, prefix, winner, Allocation, Pool};
 use vnet_control::IpamOp;
+use vnet_wire::MacAddr;
 
 /// One request, and where its answer goes.
 #[derive(Debug)]
@@ -38,6 +39,26 @@ pub enum Op {
     Gateways,
 }
 
+impl Op {
+    /// Whether it adds or releases a node gateway's address (this host's
+    /// record names its gateway: read again after it).
+    pub fn moves_gateway(&self) -> bool {
+        match self {
+            Op::Control(IpamOp::Add { owner, .. } | IpamOp::Del { owner }) => is_gateway(owner),
+            Op::Gateways => false,
+        }
+    }
+}
+
+/// A live host's gateway as its record names it (checked and, in a
+/// signed network, signed by its claim key: [`vnet_cluster::Member::gateways`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signed {
+    pub host: String,
+    pub addr: IpAddr,
+    pub mac: MacAddr,
+}
+
 impl From<IpamOp> for Op {
     fn from(op: IpamOp) -> Op {
         Op::Control(op)
@@ -51,7 +72,8 @@ pub enum Reply {
     Allocated { addr: IpAddr, prefix_len: u8 },
     /// `del`: how many addresses the owner held here and released.
     Released(usize),
-    /// Every host's node gateway address ([`is_gateway`]).
+    /// The translators: each live host's signed gateway address that the
+    /// IPAM confirms ([`translators`]).
     Gateways(Vec<IpAddr>),
 }
 
@@ -93,16 +115,17 @@ pub fn channel() -> (Sender, Receiver) {
 const TRIES: usize = 32;
 
 /// Serves one request against etcd.
+/// `signed`: the live hosts' gateways as their records name them (read
+/// for [`Op::Gateways`] only).
 pub(crate) async fn serve(
     c: &mut Client,
-    network: &str,
-    host: &str,
-    lease: i64,
+    (network, host, lease): (&str, &str, i64),
     op: &Op,
+    signed: &[Signed],
     races: &mut u64,
 ) -> Result<Reply, IpamError> {
     match op {
-        Op::Gateways => gateways(c, network).await.map(Reply::Gateways),
+        Op::Gateways => gateways(c, network, signed).await.map(Reply::Gateways),
         Op::Control(IpamOp::Add { subnet, owner, range }) => {
             let pool = Pool::new(subnet, *range)?;
             let addr = add(c, network, (host, lease), &pool, owner, races).await?;
@@ -124,19 +147,116 @@ pub fn is_gateway(owner: &str) -> bool {
     )
 }
 
-/// Every host's node gateway address in the network's pools, sorted.
-async fn gateways(c: &mut Client, network: &str) -> Result<Vec<IpAddr>, IpamError> {
-    let (listed, _) = crate::listing::list(c, &prefix(network)).await?;
-    let mut out: Vec<IpAddr> = listed
+/// The MAC a gateway owner names (`CNI-NETWORK/node-gateway-HEX/gw`).
+pub fn gateway_mac(owner: &str) -> Option<MacAddr> {
+    if !is_gateway(owner) {
+        return None;
+    }
+    let hex = owner.split('/').nth(1)?.strip_prefix("node-gateway-")?;
+    if hex.len() != 12 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut m = [0u8; 6];
+    for (i, b) in m.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(MacAddr(m))
+}
+
+/// Whether `addr` is inside the subnet a pool's name says (`10.244.0.0_16`).
+fn in_pool(pool: &str, addr: IpAddr) -> bool {
+    let Some((net, len)) = pool.split_once('_') else { return false };
+    match (net.parse::<IpAddr>(), len.parse::<u8>()) {
+        (Ok(net), Ok(len)) => net.is_ipv4() == addr.is_ipv4() && vnet_core::policy::in_prefix(addr, net, len),
+        _ => false,
+    }
+}
+
+/// One allocation key as listed: its host, pool, address, etcd
+/// `create_revision`, and its value if it is one.
+pub struct Listed<'a> {
+    pub host: &'a str,
+    pub pool: &'a str,
+    pub addr: IpAddr,
+    pub created: i64,
+    pub value: Option<Allocation>,
+}
+
+/// The translators: of `signed` (at most one per live host), each address
+/// that is in the pool it is allocated from, whose winning allocation
+/// there ([`winner`]) is its host's, held by its host's gateway owner
+/// naming the same MAC. A value in the IPAM alone makes nothing a
+/// translator; a record's gateway at an address its host does not hold,
+/// or under another owner, neither. Sorted.
+pub fn translators(signed: &[Signed], listed: &[Listed<'_>]) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = signed
         .iter()
-        .filter_map(|kv| {
-            let (_, _, a) = parse_key(network, kv.key_str().ok()?)?;
-            Allocation::from_json(kv.value()).filter(|v| is_gateway(&v.owner)).map(|_| a)
+        .filter(|g| {
+            let at = || listed.iter().filter(|l| l.addr == g.addr && in_pool(l.pool, g.addr));
+            at().any(|l| {
+                let won = winner(at().filter(|o| o.pool == l.pool).map(|o| (o.host, o.created)));
+                let held = l
+                    .value
+                    .as_ref()
+                    .is_some_and(|v| v.host == g.host && gateway_mac(&v.owner) == Some(g.mac));
+                l.host == g.host && won == Some(l.host) && held
+            })
         })
+        .map(|g| g.addr)
         .collect();
     out.sort_unstable();
     out.dedup();
-    Ok(out)
+    out
+}
+
+/// The translators ([`translators`]) as etcd holds the IPAM now.
+async fn gateways(c: &mut Client, network: &str, signed: &[Signed]) -> Result<Vec<IpAddr>, IpamError> {
+    if signed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (listed, _) = crate::listing::list(c, &prefix(network)).await?;
+    let wanted: HashSet<IpAddr> = signed.iter().map(|g| g.addr).collect();
+    let keys: Vec<Listed<'_>> = listed
+        .iter()
+        .filter_map(|kv| {
+            let (host, pool, addr) = parse_key(network, kv.key_str().ok()?)?;
+            wanted.contains(&addr).then(|| Listed {
+                host,
+                pool,
+                addr,
+                created: kv.create_revision(),
+                value: Allocation::from_json(kv.value()),
+            })
+        })
+        .collect();
+    Ok(translators(signed, &keys))
+}
+
+/// This host's node gateway by its own allocations: the lowest address
+/// held under a gateway owner, inside its pool, with the MAC the owner
+/// names (its record names it, [`vnet_cluster::layout::Gateway`]).
+pub(crate) async fn own_gateway(
+    c: &mut Client,
+    network: &str,
+    host: &str,
+) -> Result<Option<(IpAddr, MacAddr)>, etcd_client::Error> {
+    let (listed, _) = crate::listing::list(c, &host_prefix(network, host)).await?;
+    let mut held: Vec<(IpAddr, MacAddr)> = listed
+        .iter()
+        .filter_map(|kv| {
+            let (h, pool, a) = parse_key(network, kv.key_str().ok()?)?;
+            let v = Allocation::from_json(kv.value()).filter(|v| v.host == host && h == host)?;
+            in_pool(pool, a).then_some((a, gateway_mac(&v.owner)?))
+        })
+        .collect();
+    held.sort_unstable();
+    if held.len() > 1 {
+        tracing::warn!(
+            gateways = held.len(),
+            "ipam: this host holds several node gateway addresses; its record names the lowest"
+        );
+    }
+    Ok(held.into_iter().next())
 }
 
 /// `races` counts the addresses another host took at once (each given up).
@@ -264,5 +384,66 @@ mod tests {
         assert!(!super::is_gateway("vnet/node-gateway-5254000000aa/eth0"), "not the gateway's interface");
         assert!(!super::is_gateway("vnet/node-gateway-5254000000aa/gw/x"));
         assert!(!super::is_gateway("vnet/gw"));
+    }
+
+    #[test]
+    fn a_gateway_owner_names_its_mac() {
+        let m = super::gateway_mac("vnet/node-gateway-5254000000aa/gw").unwrap();
+        assert_eq!(m.to_string(), "52:54:00:00:00:aa");
+        assert_eq!(super::gateway_mac("vnet/node-gateway-5254000000aa/eth0"), None);
+        assert_eq!(super::gateway_mac("vnet/node-gateway-5254000000a/gw"), None, "11 digits");
+        assert_eq!(super::gateway_mac("vnet/node-gateway-5254000000ag/gw"), None);
+        assert_eq!(super::gateway_mac("vnet/node-gateway-+254000000aa/gw"), None);
+    }
+
+    /// Node 2's etcd credential writes, under its own prefix, a gateway
+    /// allocation for an address it controls (10.244.0.66, its pod's, or
+    /// any): without node 2's record naming it, signed, it is no
+    /// translator. Node 2's record naming an address another host won, or
+    /// held under a pod's owner, or under another MAC, or outside its pool,
+    /// neither. The positive control: the same allocation with node 2's
+    /// signed record naming it is a translator (as every gateway value
+    /// was before, read from the IPAM alone), and so is node 1's.
+    #[test]
+    fn only_a_signed_gateway_the_ipam_confirms_is_a_translator() {
+        use super::{translators, Allocation, Listed, Signed};
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let mac = |s: &str| s.parse::<vnet_wire::MacAddr>().unwrap();
+        let alloc = |host: &'static str, pool: &'static str, addr: &str, created: i64, owner: &str| Listed {
+            host,
+            pool,
+            addr: ip(addr),
+            created,
+            value: Some(Allocation { host: host.into(), owner: owner.into() }),
+        };
+        let pool = "10.244.0.0_16";
+        let gw1 = "vnet/node-gateway-020000000001/gw";
+        let gw2 = "vnet/node-gateway-020000000002/gw";
+        let listed = [
+            alloc("n1", pool, "10.244.0.1", 5, gw1),
+            // Node 2's forgery: a gateway value for an address it controls.
+            alloc("n2", pool, "10.244.0.66", 9, gw2),
+            // Node 2's copy of node 1's address, created later: n1 wins.
+            alloc("n2", pool, "10.244.0.1", 7, gw2),
+            alloc("n2", pool, "10.244.0.70", 11, "vnet/3f2a9c/eth0"),
+            alloc("n2", "10.88.0.0_24", "10.244.0.71", 12, gw2),
+        ];
+        let signed =
+            |host: &str, addr: &str, m: &str| Signed { host: host.into(), addr: ip(addr), mac: mac(m) };
+        let n1 = signed("n1", "10.244.0.1", "02:00:00:00:00:01");
+        assert_eq!(translators(std::slice::from_ref(&n1), &listed), [ip("10.244.0.1")]);
+        assert!(translators(&[], &listed).is_empty(), "the IPAM alone makes no translator");
+        for (addr, m) in [
+            ("10.244.0.1", "02:00:00:00:00:02"),  // node 1 won it
+            ("10.244.0.70", "02:00:00:00:00:02"), // a pod's owner
+            ("10.244.0.66", "02:00:00:00:00:09"), // another MAC than the owner's
+            ("10.244.0.71", "02:00:00:00:00:02"), // outside its pool
+        ] {
+            let forged = [n1.clone(), signed("n2", addr, m)];
+            assert_eq!(translators(&forged, &listed), [ip("10.244.0.1")], "n2 naming {addr} {m}");
+        }
+        // The control: node 2's record names its allocation, signed.
+        let both = [n1, signed("n2", "10.244.0.66", "02:00:00:00:00:02")];
+        assert_eq!(translators(&both, &listed), [ip("10.244.0.1"), ip("10.244.0.66")]);
     }
 }

@@ -71,6 +71,8 @@ pub struct Counters {
     /// Claims not kept waiting for the API: their node had as many
     /// waiting as it may (`--kube`).
     pub pods_waiting_dropped: u64,
+    /// Of those, claims of another live host's node gateway MAC or address.
+    pub gateway_claims: u64,
     /// This host's own record found changed or deleted by another writer,
     /// and put back.
     pub records_restored: u64,
@@ -234,6 +236,7 @@ impl Status {
                 "groups_refused": c.groups_refused,
                 "pods_refused": c.pods_refused,
                 "pods_waiting_dropped": c.pods_waiting_dropped,
+                "gateway_claims": c.gateway_claims,
                 "records_restored": c.records_restored,
                 "conflicts": c.conflicts,
                 "stale_policies": c.stale_policies,
@@ -311,7 +314,7 @@ impl Status {
         s.push_str(&format!(
             "events {} relists {} transactions {} transaction_errors {} store_errors {} leases_lost {} \
              macs_claimed {} macs_released {} announces {} bad_records {} groups_refused {} pods_refused {} pods_waiting_dropped {} records_restored {} \
-             stale_policies {} neighbors_withdrawn {}\n",
+             stale_policies {} neighbors_withdrawn {} gateway_claims {}\n",
             c.events,
             c.relists,
             c.transactions,
@@ -327,7 +330,8 @@ impl Status {
             c.pods_waiting_dropped,
             c.records_restored,
             c.stale_policies,
-            c.neighbors_withdrawn
+            c.neighbors_withdrawn,
+            c.gateway_claims
         ));
         for (k, why) in &self.quarantined {
             s.push_str(&format!("quarantined {k}: {why}\n"));
@@ -386,6 +390,7 @@ impl Status {
             ("groups_refused_total", c.groups_refused),
             ("pods_refused_total", c.pods_refused),
             ("pods_waiting_dropped_total", c.pods_waiting_dropped),
+            ("gateway_claims_refused_total", c.gateway_claims),
             ("records_restored_total", c.records_restored),
             ("mac_conflicts_total", c.conflicts),
             ("stale_policies_total", c.stale_policies),
@@ -412,6 +417,7 @@ mod tests {
         s.counters.groups_refused = 2;
         s.counters.pods_refused = 3;
         s.counters.pods_waiting_dropped = 4;
+        s.counters.gateway_claims = 5;
         let j = s.json();
         assert_eq!(j["counters"]["groups_refused"], 2);
         assert_eq!(j["store"], "up");
@@ -438,6 +444,8 @@ mod tests {
         assert!(m.contains("vnet_cluster_groups_refused_total 2\n"), "{m}");
         assert!(m.contains("vnet_cluster_pods_refused_total 3\n"), "{m}");
         assert!(m.contains("vnet_cluster_pods_waiting_dropped_total 4\n"), "{m}");
+        assert!(m.contains("vnet_cluster_gateway_claims_refused_total 5\n"), "{m}");
+        assert!(t.contains(" gateway_claims 5\n") && j["counters"]["gateway_claims"] == 5, "{t}");
         assert!(m.contains("vnet_cluster_certificates_expiring_30d 1\n"), "{m}");
         assert!(m.contains("vnet_cluster_mac_conflicts 0\n"), "{m}");
         let mac: vnet_wire::MacAddr = "52:54:00:00:00:09".parse().unwrap();

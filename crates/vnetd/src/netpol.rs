@@ -17,8 +17,12 @@
 //! Service traffic is judged on its first leg: the Services and
 //! EndpointSlices watched too give the engine each ClusterIP port's
 //! backends ([`vnet_kube::services`]), and the other nodes' gateway
-//! addresses, read from the IPAM every [`GATEWAYS_EVERY`], are the
-//! translators whose second leg to a backend passes. Until Services and
+//! addresses are the translators whose second leg to a backend passes:
+//! each live host's gateway as its record names it (signed by its claim
+//! key in a signed network), kept only where the host holds that address
+//! in the IPAM under its gateway owner and MAC, read every
+//! [`GATEWAYS_EVERY`] ([`crate::ipam::translators`]): a value in the
+//! IPAM alone makes nothing a translator. Until Services and
 //! EndpointSlices are listed, Service traffic is judged as sent (and its
 //! second leg as from the translating node's address).
 
@@ -32,8 +36,9 @@ use vnet_kube::watch::{self, Store};
 
 /// How long a burst of changes is gathered before one translation.
 const GATHER: Duration = Duration::from_millis(50);
-/// How often the nodes' gateway addresses are read from the IPAM (a node
-/// that joins is a translator of Services this long after at most).
+/// How often the nodes' gateway addresses are read (their records and the
+/// IPAM; a node that joins is a translator of Services this long after at
+/// most).
 pub const GATEWAYS_EVERY: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -48,10 +53,15 @@ struct Stores {
     policies: Arc<Mutex<Store<NetworkPolicy>>>,
     services: Arc<Mutex<Store<Service>>>,
     slices: Arc<Mutex<Store<EndpointSlice>>>,
-    /// The nodes' gateway addresses, as the IPAM last gave them, and why
-    /// the last reading failed.
-    gateways: Arc<Mutex<(Vec<std::net::IpAddr>, Option<String>)>>,
+    /// The nodes' gateway addresses, as the last reading gave them
+    /// ([`crate::ipam::translators`]), why the last reading failed, and
+    /// how many readings were made.
+    gateways: Arc<Mutex<Readings>>,
 }
+
+/// The translators as last read, why the last reading failed, and the
+/// readings made.
+type Readings = (Vec<std::net::IpAddr>, Option<String>, u64);
 
 /// A store's state for `show policy`.
 fn store_json<T>(s: &Store<T>) -> serde_json::Value {
@@ -77,7 +87,7 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>, network: u32, ipam: crate::ipam::Se
     tokio::spawn(watch::reflect(api, watch::network_policies(), stores.policies.clone(), changed.clone()));
     tokio::spawn(watch::reflect(api, watch::services(), stores.services.clone(), changed.clone()));
     tokio::spawn(watch::reflect(api, watch::endpoint_slices(), stores.slices.clone(), changed.clone()));
-    tokio::spawn(gateways(ipam, stores.gateways.clone(), changed.clone()));
+    tokio::spawn(gateways(ipam, stores.gateways.clone(), changed.clone(), daemon.clone()));
     let mut refused = std::collections::BTreeMap::new();
     loop {
         changed.notified().await;
@@ -87,11 +97,13 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>, network: u32, ipam: crate::ipam::Se
 }
 
 /// Keeps `into` the nodes' gateway addresses, read from the IPAM every
-/// [`GATEWAYS_EVERY`]; `changed` told when they change.
+/// [`GATEWAYS_EVERY`]; `changed` told when they change (the count of
+/// readings in `daemon`'s status at once).
 async fn gateways(
     ipam: crate::ipam::Sender,
-    into: Arc<Mutex<(Vec<std::net::IpAddr>, Option<String>)>>,
+    into: Arc<Mutex<Readings>>,
     changed: Arc<Notify>,
+    daemon: Arc<Mutex<Daemon>>,
 ) {
     use crate::ipam::{Op, Reply, Request};
     // One request at a time: one etcd has not answered yet is waited on
@@ -121,7 +133,18 @@ async fn gateways(
                 }
             },
         };
-        note(&mut lock(&into), read, &changed);
+        let readings = {
+            let mut g = lock(&into);
+            note(&mut g, read, &changed);
+            g.2
+        };
+        {
+            let mut d = lock(&daemon);
+            let status = d.isolation_status_mut();
+            if status["translators"].is_object() {
+                status["translators"]["readings"] = readings.into();
+            }
+        }
         if pending.is_none() {
             tokio::time::sleep(GATEWAYS_EVERY).await;
         }
@@ -129,11 +152,8 @@ async fn gateways(
 }
 
 /// Keeps a reading of the gateways in `g`; `changed` told of a change.
-fn note(
-    g: &mut (Vec<std::net::IpAddr>, Option<String>),
-    read: Result<Vec<std::net::IpAddr>, String>,
-    changed: &Notify,
-) {
+fn note(g: &mut Readings, read: Result<Vec<std::net::IpAddr>, String>, changed: &Notify) {
+    g.2 += 1;
     match read {
         Ok(a) => {
             g.1 = None;
@@ -196,7 +216,12 @@ fn translate(
         "watches": watches,
         "translation": report,
         "services": services.1,
-        "translators": {"addresses": iso.translators.len(), "last_error": gateways.1},
+        "translators": {
+            "addresses": iso.translators.len(),
+            "gateways": gateways.0,
+            "last_error": gateways.1,
+            "readings": gateways.2,
+        },
     });
     let iso = (!iso.policies.is_empty()).then_some(iso);
     if let Err(e) = lock(daemon).set_isolation(network, iso, status) {

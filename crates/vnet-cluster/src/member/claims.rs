@@ -97,6 +97,7 @@ impl Member {
         if r.groups.len() > crate::layout::MAX_GROUPS || !r.groups.iter().all(name) {
             return Err(RecordError::ClaimGroups(crate::layout::MAX_GROUPS));
         }
+        self.check_gateway_claim(mac, &r)?;
         let mut stamp = None;
         if self.policy.network_key.is_some() {
             let peer = self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref());

@@ -398,6 +398,79 @@ mod by_hand {
         assert!(!reach(&kube, "prod", "web", &cache), "nor prod/web (group prod.web)");
     }
 
+    /// Each node's translators as its vnetd last read them, and how many
+    /// readings it made.
+    fn translators(kube: &Kube) -> Vec<(Vec<String>, u64)> {
+        (0..kube.nodes.len())
+            .map(|n| {
+                let t = policy(kube, n)["kubernetes"]["translators"].clone();
+                let list = t["gateways"].as_array().into_iter().flatten();
+                (
+                    list.filter_map(|a| a.as_str().map(str::to_string)).collect(),
+                    t["readings"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
+    /// Node 2's credential (a thief's: its etcd user) writes, under its
+    /// own IPAM prefix, a node gateway value for an address it controls
+    /// (its pod prod/cache's): no node takes it for a translator (only a
+    /// host's gateway its record names, signed, is one), and prod/cache
+    /// still does not reach the isolated prod/db's target port. The
+    /// positive control: the nodes' real gateways are translators (two on
+    /// each node, read from their records), and prod/web reaches db
+    /// through its Service, node 0 translating, as allow-web allows.
+    /// Before the fix, every node read the forged value as a gateway
+    /// and the second leg from cache to db:8080 passed.
+    #[test]
+    #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
+    fn a_gateway_value_a_stolen_node_credential_writes_in_the_ipam_makes_no_translator() {
+        let (_lab, kube) = vnet_on_kubernetes(false, &[]);
+        let ip = start_pods(&kube);
+        let (db, cache) = (ip("prod/db"), ip("prod/cache"));
+        let db_svc = services(&kube)("db");
+        let allow = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
+                     metadata: {name: allow-web, namespace: prod}\n\
+                     spec:\n  podSelector: {matchLabels: {app: db}}\n  ingress:\n  \
+                     - from: [{podSelector: {matchLabels: {app: web}}}]\n    ports: [{port: http}]\n";
+        apply(&kube, "allow.yaml", allow);
+        wait_enforced(&kube, &["prod/allow-web"]);
+        assert!(reach_port(&kube, "prod", "web", &db_svc, 80), "control: prod/web through db's Service");
+        assert!(!reach(&kube, "prod", "cache", &db), "before: prod/cache reaches the isolated prod/db");
+        let real = translators(&kube);
+        eprintln!("k8s: the nodes' gateways, from their records: {real:?}");
+        assert!(real.iter().all(|(g, _)| g.len() == 3 && !g.contains(&cache)), "{real:?}");
+        // The forgery, with node 2's etcd login, on cache's own key.
+        let store = kube.store().unwrap();
+        let n2 = kube.nodes[2].name.clone();
+        let mine = format!("/vnet/{}/ipam/{n2}/", store.network);
+        let keys = store.etcdctl_root(&["get", "--prefix", "--keys-only", &mine]).unwrap();
+        let key =
+            keys.lines().find(|k| k.ends_with(&format!("/{cache}"))).unwrap_or_else(|| panic!("{keys}"));
+        let value = serde_json::json!({"host": n2, "owner": "vnet/node-gateway-02deadbeef02/gw"}).to_string();
+        let login = vnet_lab::k8s::join::node_login(&kube, 2).unwrap();
+        let o = store.etcdctl(Some(&login), &["put", key, &value]).unwrap();
+        assert!(o.status.success(), "etcd refused node 2's own key (the control): {o:?}");
+        // Two readings after the put on every node: one began after it.
+        let t0 = Instant::now();
+        let after = loop {
+            let now = translators(&kube);
+            if now.iter().zip(&real).all(|(n, r)| n.1 >= r.1 + 2) {
+                break now;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(45), "no two readings in 45 s: {now:?}");
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        eprintln!("k8s: translators {:.1?} after the forged value: {after:?}", t0.elapsed());
+        assert!(after.iter().zip(&real).all(|(a, r)| a.0 == r.0), "{after:?} against {real:?}");
+        assert!(!reach(&kube, "prod", "cache", &db), "prod/cache, its address a forged gateway, reaches db");
+        assert!(
+            reach_port(&kube, "prod", "web", &db_svc, 80),
+            "control: prod/web through db's Service still"
+        );
+    }
+
     #[test]
     #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
     fn network_policy_on_the_kernel_path() {

@@ -229,6 +229,11 @@ struct Host {
     refused: BTreeMap<String, String>,
     /// The daemon's generation when local interfaces were last routed.
     seen: u64,
+    /// This host's node gateway (address, MAC) as its own IPAM allocations
+    /// hold it ([`crate::ipam::own_gateway`]), and the one its record
+    /// last named, signed ([`Host::named_gateway`]).
+    gateway: Option<(std::net::IpAddr, MacAddr)>,
+    named: Option<(std::net::IpAddr, MacAddr)>,
     /// The host record this host last put: another writer's change to it
     /// (or its deletion) is undone at once.
     own: Vec<u8>,
@@ -265,6 +270,8 @@ impl Host {
             refused: BTreeMap::new(),
             seen: u64::MAX,
             own: Vec::new(),
+            gateway: None,
+            named: None,
             neighbors_version: 0,
             policy_version: 0,
             groups_version: 0,
@@ -294,9 +301,10 @@ impl Host {
         let ttl = lease_ttl(self.cfg.ttl);
         let (mut c, lease) = self.connect(ttl).await?;
         let (mut keeper, mut kept) = self.wait(c.lease_keep_alive(lease)).await.map_err(etcd("keepalive"))?;
-
-        let mut rev = self.announce(&mut c, lease).await?;
         let (network, me) = (self.cfg.network.clone(), self.cfg.host.clone());
+        self.gateway =
+            self.wait(crate::ipam::own_gateway(&mut c, &network, &me)).await.map_err(etcd("own gateway"))?;
+        let mut rev = self.announce(&mut c, lease).await?;
         let kept_addresses = self
             .wait(crate::ipam::keep(&mut c, &network, &me, lease))
             .await
@@ -346,13 +354,7 @@ impl Host {
                     }
                     self.on_events(&mut c, lease, &resp, &own_key).await?;
                 }
-                Some(req) = next_request(ipam) => {
-                    let mut races = 0;
-                    let r = crate::ipam::serve(&mut c, &network, &me, lease, &req.op, &mut races).await;
-                    lock(&self.status).counters.address_races += races;
-                    // The client may have given up waiting.
-                    let _ = req.reply.send(r);
-                }
+                Some(req) = next_request(ipam) => self.on_ipam(&mut c, lease, req).await?,
                 _ = keep_every.tick() => {
                     keeper.keep_alive().await.map_err(etcd("keepalive"))?;
                 }
@@ -370,7 +372,7 @@ impl Host {
                         expire_every = Instant::now();
                         self.expire_certificates();
                     }
-                    if self.reflect() {
+                    if self.reflect() || self.named_gateway() != self.named {
                         self.put_host(&mut c, lease).await?;
                     }
                     let generation = lock(&self.daemon).generation();
@@ -627,8 +629,18 @@ impl Host {
                 public_key: d.public_key(),
                 cert: self.cfg.cert.clone(),
                 relay: self.cfg.relay,
+                gateway: self.named_gateway().map(|(addr, mac)| vnet_cluster::layout::Gateway {
+                    addr,
+                    mac,
+                    sig: self
+                        .cfg
+                        .claim_key
+                        .as_ref()
+                        .map(|k| k.sign_gateway(&self.cfg.network, &self.cfg.host, mac, addr)),
+                }),
             }
         };
+        self.named = record.gateway.as_ref().map(|g| (g.addr, g.mac));
         let (key, value) = (host_key(&self.cfg.network, &self.cfg.host), record.to_json());
         let r = self
             .wait(c.put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(lease))))
@@ -641,6 +653,58 @@ impl Host {
         self.member.apply(&Event::Put { key, value, rev, created: 0 }, &mut changes);
         self.converge(&changes, 1, Instant::now());
         Ok(())
+    }
+
+    /// Serves one `ipam` request against etcd.
+    async fn on_ipam(
+        &mut self,
+        c: &mut Client,
+        lease: i64,
+        req: crate::ipam::Request,
+    ) -> Result<(), SessionError> {
+        let (network, me) = (self.cfg.network.clone(), self.cfg.host.clone());
+        let mut races = 0;
+        let signed = self.signed_gateways(&req.op);
+        let r = crate::ipam::serve(c, (&network, &me, lease), &req.op, &signed, &mut races).await;
+        lock(&self.status).counters.address_races += races;
+        if req.op.moves_gateway() && r.is_ok() {
+            self.refresh_gateway(c, lease).await?;
+        }
+        // The client may have given up waiting.
+        let _ = req.reply.send(r);
+        Ok(())
+    }
+
+    /// The live hosts' gateways as their records name them, for a request
+    /// of the translators (none for another request).
+    fn signed_gateways(&self, op: &crate::ipam::Op) -> Vec<crate::ipam::Signed> {
+        if *op != crate::ipam::Op::Gateways {
+            return Vec::new();
+        }
+        let all = self.member.gateways().into_iter();
+        all.map(|(host, addr, mac)| crate::ipam::Signed { host: host.to_string(), addr, mac }).collect()
+    }
+
+    /// Reads this host's gateway from its allocations again; its record
+    /// is put again if what it names changes.
+    async fn refresh_gateway(&mut self, c: &mut Client, lease: i64) -> Result<(), SessionError> {
+        let (network, me) = (self.cfg.network.clone(), self.cfg.host.clone());
+        let now = self.wait(crate::ipam::own_gateway(c, &network, &me)).await.map_err(etcd("own gateway"))?;
+        if now != self.gateway {
+            tracing::info!(gateway = ?now, "cluster: this host's node gateway (its record names it once it holds the MAC)");
+            self.gateway = now;
+        }
+        if self.named_gateway() != self.named {
+            self.put_host(c, lease).await?;
+        }
+        Ok(())
+    }
+
+    /// The gateway this host's record names: its own, once the view gives
+    /// this host its MAC (its claim taken), so a record never protects a
+    /// MAC its host does not hold (`vnet_cluster::member` `gateways`).
+    fn named_gateway(&self) -> Option<(std::net::IpAddr, MacAddr)> {
+        self.gateway.filter(|(_, m)| self.member.owner(*m) == Some(self.member.me()))
     }
 
     /// Brings the daemon to the view: `changes` (or, after a refused
@@ -681,6 +745,7 @@ impl Host {
         s.counters.groups_refused = self.member.stats.groups_refused;
         s.counters.pods_refused = self.member.stats.pods_refused;
         s.counters.pods_waiting_dropped = self.member.stats.pods_waiting_dropped;
+        s.counters.gateway_claims = self.member.stats.gateway_claims;
         s.quarantined = self.member.quarantined().map(|(k, e)| (k.to_string(), e.to_string())).collect();
         // The hosts refused as of this batch: a host whose record the batch
         // carries is judged anew.

@@ -91,6 +91,12 @@ impl Daemon {
         self.cluster.isolation.status = status;
     }
 
+    /// The status `show policy` shows of it, to update in place (a part
+    /// that changes without a translation).
+    pub fn isolation_status_mut(&mut self) -> &mut Value {
+        &mut self.cluster.isolation.status
+    }
+
     /// Cluster mode: the groups each MAC of vnet network `network` (the
     /// cluster's) is in by its claim (in a signed network, within what its
     /// holder's certificate allows). They are its groups in that network
