@@ -186,6 +186,29 @@ impl Status {
 
     pub fn json(&self) -> Value {
         let c = &self.counters;
+        // Apart from the rest: one json! of both passes serde_json's macro
+        // recursion limit.
+        let counters = json!({
+        "events": c.events,
+        "relists": c.relists,
+        "transactions": c.transactions,
+        "transaction_errors": c.transaction_errors,
+        "store_errors": c.store_errors,
+        "leases_lost": c.leases_lost,
+        "macs_claimed": c.macs_claimed,
+        "macs_released": c.macs_released,
+        "announces": c.announces,
+        "bad_records": c.bad_records,
+        "groups_refused": c.groups_refused,
+        "pods_refused": c.pods_refused,
+        "pods_waiting_dropped": c.pods_waiting_dropped,
+        "gateway_claims": c.gateway_claims,
+        "records_restored": c.records_restored,
+        "conflicts": c.conflicts,
+        "stale_policies": c.stale_policies,
+        "address_races": c.address_races,
+        "neighbors_withdrawn": c.neighbors_withdrawn,
+        });
         json!({
             "network": self.network,
             "host": self.host,
@@ -222,27 +245,7 @@ impl Status {
                 "lines": l.lines,
                 "took_us": l.took_us,
             })),
-            "counters": {
-                "events": c.events,
-                "relists": c.relists,
-                "transactions": c.transactions,
-                "transaction_errors": c.transaction_errors,
-                "store_errors": c.store_errors,
-                "leases_lost": c.leases_lost,
-                "macs_claimed": c.macs_claimed,
-                "macs_released": c.macs_released,
-                "announces": c.announces,
-                "bad_records": c.bad_records,
-                "groups_refused": c.groups_refused,
-                "pods_refused": c.pods_refused,
-                "pods_waiting_dropped": c.pods_waiting_dropped,
-                "gateway_claims": c.gateway_claims,
-                "records_restored": c.records_restored,
-                "conflicts": c.conflicts,
-                "stale_policies": c.stale_policies,
-                "address_races": c.address_races,
-                "neighbors_withdrawn": c.neighbors_withdrawn,
-            },
+            "counters": counters,
         })
     }
 
