@@ -96,6 +96,9 @@ pub struct Closing {
     pub backends: Vec<IpAddr>,
 }
 
+/// A Service's key and its backends (address, target port).
+type Entry = (ServicePort, Vec<(IpAddr, u16)>);
+
 /// The engine's map: each Service port's backends, and every backend.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Map {
@@ -147,10 +150,7 @@ fn closed_key(svc: &Service, k: ServicePort) -> ServicePort {
 
 /// One Service's keys with their backends (`entries`), and what of it is
 /// not translated (SCTP ports; ports without a backend).
-fn service_entries(
-    svc: &Service,
-    slices: &[&EndpointSlice],
-) -> (Vec<(ServicePort, Vec<(IpAddr, u16)>)>, Vec<Closing>) {
+fn service_entries(svc: &Service, slices: &[&EndpointSlice]) -> (Vec<Entry>, Vec<Closing>) {
     let addrs: Vec<IpAddr> = svc.cluster_ips.iter().chain(&svc.external_ips).copied().collect();
     let (mut entries, mut empty, mut sctp) = (Vec::new(), Vec::new(), Vec::new());
     let mut sctp_backends = Vec::new();
