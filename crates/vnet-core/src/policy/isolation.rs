@@ -21,7 +21,8 @@
 //! Services: a pod's packet to a Service's address and port
 //! ([`Isolation::services`]: its cluster, external and load balancer
 //! addresses; at a node's address (one of [`Isolation::nodes`]) its node
-//! ports, keyed by the unspecified address of the family) is judged on
+//! ports, keyed by the unspecified address of the family; this node's
+//! own addresses and the translators are nodes' too) is judged on
 //! this first leg, where its true source is known, as if the pod had sent
 //! it to each of the Service's backends (its address and target port): it
 //! passes only when the sender's egress and every backend's ingress allow
@@ -229,7 +230,12 @@ impl Isolation {
         }
         let ported = matches!(ip.proto, PROTO_TCP | PROTO_UDP);
         let to = ServicePort { ip: ip.dst, proto: ip.proto, port: if ported { ip.dport } else { 0 } };
-        let at_node = self.nodes.contains(&ip.dst);
+        // kube-proxy takes a node port at every address of its node: the
+        // nodes' own, this node's (exempt) and the others' on the pods'
+        // LAN (the translators).
+        let at_node = self.nodes.contains(&ip.dst)
+            || self.exempt.contains(&ip.dst)
+            || self.translators.contains(&ip.dst);
         let node_key = node_port(ip.dst, to.proto, to.port);
         let service = if ported { self.services.get(&to) } else { None };
         let service = service.or_else(|| if ported && at_node { self.services.get(&node_key) } else { None });

@@ -272,20 +272,25 @@ fn the_second_leg_from_a_translator_to_a_backend_passes() {
 }
 
 /// A node port is judged at every node's address, this node's own
-/// (exempt) included, before the exemption; a closed key denies and
-/// counts. Controls: the node's other ports, and the same address when it
-/// is no node's.
+/// (exempt) and another node's gateway (a translator) included, before
+/// the exemption; a closed key denies and counts. Controls: the node's
+/// other ports, and the same address when it is no node's.
 #[test]
 fn a_node_port_is_judged_at_the_nodes_own_address_and_a_closed_key_counts() {
     let mut iso = set(vec![policy("a/deny", Some(vec![]), None)], &[&[2]]);
     let node = ip(9);
-    iso.exempt.insert(node);
     iso.services.insert(node_port(node, 6, 30080), vec![(ip(2), 8080)]);
     assert!(iso.check(&pkt(1, 9, 6, 30080), 60).is_ok(), "control: not a node's address (yet)");
     iso.nodes.insert(node);
-    assert_eq!(iso.check(&pkt(1, 9, 6, 30080), 60), Err(Denied { direction: Direction::Ingress, policy: 0 }));
+    let denied = Err(Denied { direction: Direction::Ingress, policy: 0 });
+    assert_eq!(iso.check(&pkt(1, 9, 6, 30080), 60), denied);
     assert!(iso.check(&pkt(1, 9, 6, 22), 60).is_ok(), "control: the node's other ports");
+    iso.exempt.insert(ip(8));
+    assert_eq!(iso.check(&pkt(1, 8, 6, 30080), 60), denied, "this node's own address (exempt)");
+    assert!(iso.check(&pkt(1, 8, 6, 22), 60).is_ok(), "control: its other ports, exempt");
+    iso.translators.insert(ip(7));
+    assert_eq!(iso.check(&pkt(1, 7, 6, 30080), 60), denied, "another node's gateway");
     iso.closed.insert(node_port(node, 17, 30053), 0);
     assert!(iso.check(&pkt(1, 9, 17, 30053), 60).is_err(), "a closed node port");
-    assert_eq!(iso.policies[0].denied.snapshot().drops, 2);
+    assert_eq!(iso.policies[0].denied.snapshot().drops, 4);
 }

@@ -99,6 +99,7 @@ fn a_nodeport_external_and_load_balancer_address_is_judged_like_a_cluster_addres
         assert_eq!(iso.check(&packet(ip(3), to, 6, port), 60), deny, "prod/cache to {to}:{port}");
         assert_eq!(iso.check(&packet(ip(1), to, 6, port), 60), Ok(()), "prod/web to {to}:{port}");
     }
+    assert_eq!(iso.check(&packet(ip(3), translator, 6, 30080), 60), deny, "another node's gateway");
     assert_eq!(iso.check(&packet(ip(3), v4(172, 16, 0, 1), 6, 22), 60), Ok(()), "its node, no node port");
     assert_eq!(iso.check(&packet(ip(3), v4(172, 16, 0, 2), 6, 22), 60), Ok(()), "another node: no pod");
     assert_eq!(iso.check(&packet(translator, ip(2), 6, 8002), 60), Ok(()), "the second leg");
