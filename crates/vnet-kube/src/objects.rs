@@ -272,13 +272,14 @@ pub fn network_policy(obj: &serde_json::Value) -> Result<NetworkPolicy, ObjectEr
     Ok(NetworkPolicy { namespace: m.namespace, name: m.name, spec })
 }
 
-/// A Service's port: its name (empty for a lone unnamed port), protocol
-/// and number.
+/// A Service's port: its name (empty for a lone unnamed port), protocol,
+/// number and node port (0: none; an EndpointSlice's ports have none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServicePort {
     pub name: String,
     pub proto: u8,
     pub port: u16,
+    pub node_port: u16,
 }
 
 /// A Service with a cluster address (headless and `ExternalName` ones
@@ -289,6 +290,9 @@ pub struct Service {
     pub name: String,
     pub cluster_ips: Vec<IpAddr>,
     pub ports: Vec<ServicePort>,
+    /// Its other addresses that kube-proxy translates on every node, at
+    /// its ports: `spec.externalIPs` and `status.loadBalancer.ingress[].ip`.
+    pub external_ips: Vec<IpAddr>,
 }
 
 /// An endpoint of an EndpointSlice: its addresses and conditions (left
@@ -319,6 +323,7 @@ struct RawServicePort {
     name: Option<String>,
     protocol: Option<String>,
     port: Option<i64>,
+    node_port: Option<i64>,
 }
 
 impl RawServicePort {
@@ -327,6 +332,7 @@ impl RawServicePort {
             name: self.name.clone().unwrap_or_default(),
             proto: protocol(self.protocol.as_deref())?,
             port: u16::try_from(self.port?).ok().filter(|&p| p > 0)?,
+            node_port: self.node_port.and_then(|p| u16::try_from(p).ok()).unwrap_or(0),
         })
     }
 }
@@ -340,10 +346,30 @@ struct ServiceSpec {
     cluster_ips: Vec<String>,
     #[serde(default)]
     ports: Vec<RawServicePort>,
+    #[serde(default, rename = "externalIPs")]
+    external_ips: Vec<String>,
 }
 
-/// A Service from the API's JSON (`None` and unparsable cluster addresses
-/// and ports left out).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ServiceStatus {
+    #[serde(default)]
+    load_balancer: LoadBalancerStatus,
+}
+
+#[derive(Deserialize, Default)]
+struct LoadBalancerStatus {
+    #[serde(default)]
+    ingress: Vec<LoadBalancerIngress>,
+}
+
+#[derive(Deserialize, Default)]
+struct LoadBalancerIngress {
+    ip: Option<String>,
+}
+
+/// A Service from the API's JSON (`None` and unparsable addresses and
+/// ports left out).
 pub fn service(obj: &serde_json::Value) -> Result<Service, ObjectError> {
     let m = meta(obj)?;
     if m.name.is_empty() || m.namespace.is_empty() {
@@ -358,7 +384,59 @@ pub fn service(obj: &serde_json::Value) -> Result<Service, ObjectError> {
         cluster_ips.extend(spec.cluster_ip.as_deref().and_then(|a| a.parse::<IpAddr>().ok()));
     }
     let ports = spec.ports.iter().filter_map(RawServicePort::read).collect();
-    Ok(Service { namespace: m.namespace, name: m.name, cluster_ips, ports })
+    let status = match obj.get("status") {
+        Some(s) => ServiceStatus::deserialize(s).map_err(shape("Service"))?,
+        None => ServiceStatus::default(),
+    };
+    let lb = status.load_balancer.ingress.iter().filter_map(|i| i.ip.as_deref());
+    let mut external_ips: Vec<IpAddr> =
+        spec.external_ips.iter().map(String::as_str).chain(lb).filter_map(|a| a.parse().ok()).collect();
+    external_ips.sort_unstable();
+    external_ips.dedup();
+    Ok(Service { namespace: m.namespace, name: m.name, cluster_ips, ports, external_ips })
+}
+
+/// A node's addresses, as a pod may reach its NodePorts: its
+/// `status.addresses` of type `InternalIP` and `ExternalIP`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub addresses: Vec<IpAddr>,
+}
+
+#[derive(Deserialize, Default)]
+struct NodeStatus {
+    #[serde(default)]
+    addresses: Vec<NodeAddress>,
+}
+
+#[derive(Deserialize)]
+struct NodeAddress {
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    address: String,
+}
+
+/// A Node from the API's JSON (other kinds of address, and unparsable
+/// ones, left out).
+pub fn node(obj: &serde_json::Value) -> Result<Node, ObjectError> {
+    let m = meta(obj)?;
+    if m.name.is_empty() {
+        return Err(ObjectError::Unnamed("Node"));
+    }
+    let status = match obj.get("status") {
+        Some(s) => NodeStatus::deserialize(s).map_err(shape("Node"))?,
+        None => NodeStatus::default(),
+    };
+    let mut addresses: Vec<IpAddr> = status
+        .addresses
+        .iter()
+        .filter(|a| matches!(a.kind.as_str(), "InternalIP" | "ExternalIP"))
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    Ok(Node { addresses })
 }
 
 #[derive(Deserialize, Default)]

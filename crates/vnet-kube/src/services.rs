@@ -1,9 +1,11 @@
-//! Services (ClusterIP) to the backends NetworkPolicy judges in their
-//! place ([`vnet_core::policy::isolation`]'s `services` and `backends`):
-//! each cluster address, protocol and port of a Service, with the
-//! addresses and target ports of the endpoints kube-proxy may pick for it
-//! (its EndpointSlices' ready endpoints, or when none is ready its serving
-//! ones, as kube-proxy falls back to terminating endpoints).
+//! Services to the backends NetworkPolicy judges in their place
+//! ([`vnet_core::policy::isolation`]'s `services`, `backends`, `nodes` and
+//! `closed`): each address, protocol and port a pod may reach a Service
+//! at (its cluster addresses, its `externalIPs` and load balancer
+//! addresses at its ports, and every node's address at its node ports),
+//! with the addresses and target ports of the endpoints kube-proxy may
+//! pick for it (its EndpointSlices' ready endpoints, or when none is ready
+//! its serving ones, as kube-proxy falls back to terminating endpoints).
 //!
 //! A Service port's target port on an endpoint is the number of the
 //! EndpointSlice's port of the same name and protocol (the Service port's
@@ -11,30 +13,38 @@
 //! a numeric `targetPort` as it is, a named one resolved in each pod (pods
 //! whose container ports differ land in different slices).
 //!
-//! Bounded: at most [`Limits`]' Service ports and backends; a Service
-//! past them is left out (named in the [`Report`]): a packet to it is
-//! judged as sent (against its cluster address) and its translated second
-//! leg as from the translating node's address, which an isolated backend
-//! does not take (closed, never open).
+//! Bounded: at most [`Limits`]' Service ports and backends, in all and
+//! in one namespace, taken in turns (each namespace's first Service, then
+//! each one's second, ...), so one namespace cannot starve the others. A
+//! Service not translated (past the bounds, a port without a backend
+//! known, an SCTP port: vnet reads no SCTP port) is denied where its
+//! destination may be isolated ([`install`]): closed, never open.
 
-use crate::objects::{EndpointSlice, Service};
+use crate::objects::{EndpointSlice, Node, Pod, Service};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use vnet_core::policy::isolation::ServicePort;
+use std::sync::Arc;
+use vnet_core::policy::isolation::{node_port, Isolation, Policy, ServicePort};
+
+/// SCTP's protocol number.
+const PROTO_SCTP: u8 = 132;
 
 /// How much one translation of Services may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Cluster address, protocol and port triples.
+    /// Address, protocol and port triples.
     pub ports: usize,
     /// Backends, all of them together.
     pub backends: usize,
+    /// The same, of one namespace's Services.
+    pub ns_ports: usize,
+    pub ns_backends: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { ports: 1 << 16, backends: 1 << 20 }
+        Limits { ports: 1 << 16, backends: 1 << 20, ns_ports: 1 << 12, ns_backends: 1 << 16 }
     }
 }
 
@@ -44,19 +54,63 @@ pub struct Report {
     pub services: usize,
     pub ports: usize,
     pub backends: usize,
-    /// Services left out, and why.
+    /// Node addresses (NodePorts are judged at each).
+    pub nodes: usize,
+    /// Services left out (past the bounds, or with SCTP ports), and why.
     pub left_out: BTreeMap<String, String>,
+    /// Services with a port without a backend known.
+    pub without_backends: usize,
 }
+
+/// Why a Service (or part of it) is not translated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Untranslated {
+    /// Past the bounds.
+    LeftOut,
+    /// A port without a ready or serving backend known (its slices not
+    /// seen yet, or none): denied wherever anything is isolated.
+    NoBackends,
+    /// SCTP ports, whose numbers vnet does not read.
+    Sctp,
+}
+
+impl Untranslated {
+    /// The name of the policy counting what it denies (`show policy`).
+    pub fn policy_name(self) -> &'static str {
+        match self {
+            Untranslated::LeftOut => "(Service left out: past the bounds)",
+            Untranslated::NoBackends => "(Service without backends)",
+            Untranslated::Sctp => "(Service SCTP port)",
+        }
+    }
+}
+
+/// A Service, or part of it, not translated: denied at `keys` (isolation's
+/// `closed` keys) where its destination may be isolated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closing {
+    pub namespace: String,
+    pub why: Untranslated,
+    pub keys: Vec<ServicePort>,
+    /// Its backends' addresses, as far as known.
+    pub backends: Vec<IpAddr>,
+}
+
+/// A Service's key and its backends (address, target port).
+type Entry = (ServicePort, Vec<(IpAddr, u16)>);
 
 /// The engine's map: each Service port's backends, and every backend.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Map {
     pub services: FxHashMap<ServicePort, Vec<(IpAddr, u16)>>,
     pub backends: FxHashSet<ServicePort>,
+    pub nodes: FxHashSet<IpAddr>,
+    /// What was not translated, for [`install`].
+    pub closing: Vec<Closing>,
 }
 
-/// The backends of `svc`'s port `p` on cluster address `ip`, from its
-/// `slices`: ready endpoints, or serving ones when none is ready.
+/// The backends of `svc`'s port `p` for addresses of `ip`'s family, from
+/// its `slices`: ready endpoints, or serving ones when none is ready.
 fn port_backends(
     ip: IpAddr,
     p: &crate::objects::ServicePort,
@@ -84,36 +138,151 @@ fn port_backends(
     }
 }
 
-/// Translates `services` (any order) with their `slices`, within `limits`.
-pub fn translate(services: &[Service], slices: &[EndpointSlice], limits: Limits) -> (Map, Report) {
+/// The key that closes `k` of `svc`: every packet to a cluster address
+/// (no other Service has it), or the address (the unspecified one: a node
+/// port), protocol and port (SCTP's: 0, vnet reads none) of another.
+fn closed_key(svc: &Service, k: ServicePort) -> ServicePort {
+    if svc.cluster_ips.contains(&k.ip) {
+        return ServicePort { ip: k.ip, proto: 0, port: 0 };
+    }
+    ServicePort { port: if k.proto == PROTO_SCTP { 0 } else { k.port }, ..k }
+}
+
+/// One Service's keys with their backends (`entries`), and what of it is
+/// not translated (SCTP ports; ports without a backend).
+fn service_entries(svc: &Service, slices: &[&EndpointSlice]) -> (Vec<Entry>, Vec<Closing>) {
+    let addrs: Vec<IpAddr> = svc.cluster_ips.iter().chain(&svc.external_ips).copied().collect();
+    let (mut entries, mut empty, mut sctp) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sctp_backends = Vec::new();
+    for p in &svc.ports {
+        let mut keys: Vec<(ServicePort, IpAddr)> =
+            addrs.iter().map(|&ip| (ServicePort { ip, proto: p.proto, port: p.port }, ip)).collect();
+        if p.node_port != 0 {
+            for ip in &svc.cluster_ips {
+                keys.push((node_port(*ip, p.proto, p.node_port), *ip));
+            }
+        }
+        for (key, ip) in keys {
+            let backends = port_backends(ip, p, slices);
+            if p.proto == PROTO_SCTP {
+                sctp_backends.extend(backends.iter().map(|b| b.0));
+                sctp.push(closed_key(svc, key));
+            } else if backends.is_empty() {
+                empty.push(closed_key(svc, key));
+            } else {
+                entries.push((key, backends));
+            }
+        }
+    }
+    let mut closing = Vec::new();
+    for (why, mut keys, backends) in
+        [(Untranslated::NoBackends, empty, vec![]), (Untranslated::Sctp, sctp, sctp_backends)]
+    {
+        if !keys.is_empty() {
+            keys.sort_unstable();
+            keys.dedup();
+            closing.push(Closing { namespace: svc.namespace.clone(), why, keys, backends });
+        }
+    }
+    (entries, closing)
+}
+
+/// `services` in turns: each namespace's first (by name), then each
+/// one's second, and so on.
+fn in_turns(services: &[Service]) -> Vec<&Service> {
+    let mut sorted: Vec<&Service> = services.iter().filter(|s| !s.cluster_ips.is_empty()).collect();
+    sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut turn: FxHashMap<&str, usize> = FxHashMap::default();
+    let mut ranked: Vec<(usize, &Service)> = sorted
+        .into_iter()
+        .map(|s| {
+            let t = turn.entry(s.namespace.as_str()).or_default();
+            *t += 1;
+            (*t, s)
+        })
+        .collect();
+    ranked.sort_by(|a, b| (a.0, &a.1.namespace).cmp(&(b.0, &b.1.namespace)));
+    ranked.into_iter().map(|(_, s)| s).collect()
+}
+
+/// Ports and backends held, in all and by namespace.
+#[derive(Default)]
+struct Held<'a> {
+    ports: usize,
+    backends: usize,
+    by_ns: FxHashMap<&'a str, (usize, usize)>,
+}
+
+impl<'a> Held<'a> {
+    /// Takes `ports` and `backends` for namespace `ns` within `limits`, or
+    /// says which bound it passes.
+    fn take(&mut self, ns: &'a str, ports: usize, backends: usize, limits: Limits) -> Result<(), String> {
+        let n = self.by_ns.entry(ns).or_default();
+        if n.0 + ports > limits.ns_ports {
+            return Err(format!("past the limit of {} Service ports in a namespace", limits.ns_ports));
+        }
+        if n.1 + backends > limits.ns_backends {
+            return Err(format!("past the limit of {} backends in a namespace", limits.ns_backends));
+        }
+        if self.ports + ports > limits.ports {
+            return Err(format!("past the limit of {} Service ports", limits.ports));
+        }
+        if self.backends + backends > limits.backends {
+            return Err(format!("past the limit of {} backends", limits.backends));
+        }
+        *n = (n.0 + ports, n.1 + backends);
+        self.ports += ports;
+        self.backends += backends;
+        Ok(())
+    }
+}
+
+/// Translates `services` (any order) with their `slices` and the `nodes`'
+/// addresses, within `limits`.
+pub fn translate(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    nodes: &[Node],
+    limits: Limits,
+) -> (Map, Report) {
     let mut by_service: FxHashMap<(&str, &str), Vec<&EndpointSlice>> = FxHashMap::default();
     for s in slices.iter().filter(|s| !s.service.is_empty()) {
         by_service.entry((s.namespace.as_str(), s.service.as_str())).or_default().push(s);
     }
-    let mut sorted: Vec<&Service> = services.iter().filter(|s| !s.cluster_ips.is_empty()).collect();
-    sorted.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    let mut map = Map::default();
-    let mut report = Report::default();
+    let mut map =
+        Map { nodes: nodes.iter().flat_map(|n| n.addresses.iter().copied()).collect(), ..Map::default() };
+    let mut report = Report { nodes: map.nodes.len(), ..Report::default() };
+    let mut held = Held::default();
     let none = Vec::new();
-    for svc in sorted {
+    for svc in in_turns(services) {
         let slices = by_service.get(&(svc.namespace.as_str(), svc.name.as_str())).unwrap_or(&none);
-        let mut entries = Vec::new();
-        for ip in &svc.cluster_ips {
-            for p in &svc.ports {
-                let key = ServicePort { ip: *ip, proto: p.proto, port: p.port };
-                entries.push((key, port_backends(*ip, p, slices)));
+        let (entries, closing) = service_entries(svc, slices);
+        let id = format!("{}/{}", svc.namespace, svc.name);
+        let count: usize = entries.iter().map(|(_, b)| b.len()).sum();
+        if let Err(why) = held.take(&svc.namespace, entries.len(), count, limits) {
+            let mut keys: Vec<ServicePort> = entries.iter().map(|(k, _)| closed_key(svc, *k)).collect();
+            keys.extend(closing.iter().flat_map(|c| c.keys.iter().copied()));
+            keys.sort_unstable();
+            keys.dedup();
+            let backends = entries.iter().flat_map(|(_, b)| b.iter().map(|b| b.0)).collect();
+            map.closing.push(Closing {
+                namespace: svc.namespace.clone(),
+                why: Untranslated::LeftOut,
+                keys,
+                backends,
+            });
+            report.left_out.insert(id, why);
+            continue;
+        }
+        for c in &closing {
+            match c.why {
+                Untranslated::Sctp => {
+                    report.left_out.insert(id.clone(), "SCTP ports (vnet reads no SCTP port)".into());
+                }
+                _ => report.without_backends += 1,
             }
         }
-        let count: usize = entries.iter().map(|(_, b)| b.len()).sum();
-        let id = format!("{}/{}", svc.namespace, svc.name);
-        if report.ports + entries.len() > limits.ports {
-            report.left_out.insert(id, format!("past the limit of {} Service ports", limits.ports));
-            continue;
-        }
-        if report.backends + count > limits.backends {
-            report.left_out.insert(id, format!("past the limit of {} backends", limits.backends));
-            continue;
-        }
+        map.closing.extend(closing);
         report.services += 1;
         report.ports += entries.len();
         report.backends += count;
@@ -127,6 +296,50 @@ pub fn translate(services: &[Service], slices: &[EndpointSlice], limits: Limits)
         }
     }
     (map, report)
+}
+
+/// Puts `map` into `iso` (translated from `pods`, whose NetworkPolicies
+/// it holds): the Services, and the ones not translated closed where
+/// their destination may be isolated for ingress (one of their backends
+/// known, or any pod of their namespace; a port without a backend
+/// wherever anything is), each reason counted by a policy of its own
+/// ([`Untranslated::policy_name`]). Returns how many were closed.
+pub fn install(iso: &mut Isolation, map: Map, pods: &[Pod]) -> usize {
+    iso.services = map.services;
+    iso.backends = map.backends;
+    iso.nodes = map.nodes;
+    if iso.is_empty() {
+        return 0;
+    }
+    let isolated: FxHashSet<&str> = pods
+        .iter()
+        .filter(|p| p.ips.iter().any(|a| iso.ingress_of.contains_key(a)))
+        .map(|p| p.namespace.as_str())
+        .collect();
+    let mut by_why: BTreeMap<Untranslated, u32> = BTreeMap::new();
+    let mut closed = 0;
+    for c in map.closing {
+        let close = c.why == Untranslated::NoBackends
+            || isolated.contains(c.namespace.as_str())
+            || c.backends.iter().any(|b| iso.ingress_of.contains_key(b));
+        if !close {
+            continue;
+        }
+        let policy = *by_why.entry(c.why).or_insert_with(|| {
+            iso.policies.push(Policy {
+                name: c.why.policy_name().to_string(),
+                ingress: Some(Vec::new()),
+                egress: None,
+                denied: Arc::default(),
+            });
+            u32::try_from(iso.policies.len() - 1).unwrap_or(u32::MAX)
+        });
+        closed += 1;
+        for k in c.keys {
+            iso.closed.entry(k).or_insert(policy);
+        }
+    }
+    closed
 }
 
 #[cfg(test)]

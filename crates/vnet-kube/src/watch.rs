@@ -70,6 +70,10 @@ pub fn services() -> Kind<objects::Service> {
 pub fn endpoint_slices() -> Kind<objects::EndpointSlice> {
     Kind { path: "/apis/discovery.k8s.io/v1/endpointslices", parse: objects::endpoint_slice }
 }
+/// Nodes, for their addresses: where a pod reaches a NodePort.
+pub fn nodes() -> Kind<objects::Node> {
+    Kind { path: "/api/v1/nodes", parse: objects::node }
+}
 
 /// The objects of one kind, by `NAMESPACE/NAME` (a namespace's: `NAME`).
 #[derive(Debug, Clone)]

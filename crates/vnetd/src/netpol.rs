@@ -14,24 +14,27 @@
 //! leaves the last translation in force. No NetworkPolicy at all leaves
 //! the network ungoverned (the kernel path's flows untouched).
 //!
-//! Service traffic is judged on its first leg: the Services and
-//! EndpointSlices watched too give the engine each ClusterIP port's
-//! backends ([`vnet_kube::services`]), and the other nodes' gateway
-//! addresses are the translators whose second leg to a backend passes:
-//! each live host's gateway as its record names it (signed by its claim
-//! key in a signed network), kept only where the host holds that address
-//! in the IPAM under its gateway owner and MAC, read every
-//! [`GATEWAYS_EVERY`] ([`crate::ipam::translators`]): a value in the
-//! IPAM alone makes nothing a translator. Until Services and
-//! EndpointSlices are listed, Service traffic is judged as sent (and its
-//! second leg as from the translating node's address).
+//! Service traffic is judged on its first leg: the Services,
+//! EndpointSlices and Nodes watched too give the engine each Service
+//! address and port's backends (cluster, external and load balancer
+//! addresses, node ports at every node's address: [`vnet_kube::services`]),
+//! and the other nodes' gateway addresses are the translators whose second
+//! leg to a backend passes: each live host's gateway as its record names
+//! it (signed by its claim key in a signed network), kept only where the
+//! host holds that address in the IPAM under its gateway owner and MAC,
+//! read every [`GATEWAYS_EVERY`] ([`crate::ipam::translators`]): a value
+//! in the IPAM alone makes nothing a translator. A Service not translated
+//! is denied where its destination may be isolated. The first translation
+//! is given only once every watch has listed (until then nothing is
+//! isolated: no translator is trusted either, the engine has no isolation
+//! at all).
 
 use crate::daemon::Daemon;
 use serde_json::json;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Notify;
-use vnet_kube::objects::{EndpointSlice, Namespace, NetworkPolicy, Pod, Service};
+use vnet_kube::objects::{EndpointSlice, Namespace, NetworkPolicy, Node, Pod, Service};
 use vnet_kube::watch::{self, Store};
 
 /// How long a burst of changes is gathered before one translation.
@@ -53,6 +56,7 @@ struct Stores {
     policies: Arc<Mutex<Store<NetworkPolicy>>>,
     services: Arc<Mutex<Store<Service>>>,
     slices: Arc<Mutex<Store<EndpointSlice>>>,
+    nodes: Arc<Mutex<Store<Node>>>,
     /// The nodes' gateway addresses, as the last reading gave them
     /// ([`crate::ipam::translators`]), why the last reading failed, and
     /// how many readings were made.
@@ -87,6 +91,7 @@ pub async fn run(daemon: Arc<Mutex<Daemon>>, network: u32, ipam: crate::ipam::Se
     tokio::spawn(watch::reflect(api, watch::network_policies(), stores.policies.clone(), changed.clone()));
     tokio::spawn(watch::reflect(api, watch::services(), stores.services.clone(), changed.clone()));
     tokio::spawn(watch::reflect(api, watch::endpoint_slices(), stores.slices.clone(), changed.clone()));
+    tokio::spawn(watch::reflect(api, watch::nodes(), stores.nodes.clone(), changed.clone()));
     tokio::spawn(gateways(ipam, stores.gateways.clone(), changed.clone(), daemon.clone()));
     let mut refused = std::collections::BTreeMap::new();
     loop {
@@ -171,6 +176,27 @@ fn note(g: &mut Readings, read: Result<Vec<std::net::IpAddr>, String>, changed: 
     }
 }
 
+/// The watches' state for `show policy`, and whether every one has
+/// listed once.
+fn watches(stores: &Stores) -> (serde_json::Value, bool) {
+    let (pods, nss, pols) = (lock(&stores.pods), lock(&stores.namespaces), lock(&stores.policies));
+    let (svcs, slices, nodes) = (lock(&stores.services), lock(&stores.slices), lock(&stores.nodes));
+    let all = [pods.synced, nss.synced, pols.synced, svcs.synced, slices.synced, nodes.synced];
+    let v = json!({
+        "pods": store_json(&*pods),
+        "namespaces": store_json(&*nss),
+        "networkpolicies": store_json(&*pols),
+        "services": store_json(&*svcs),
+        "endpointslices": store_json(&*slices),
+        "nodes": store_json(&*nodes),
+    });
+    (v, all.iter().all(|s| *s))
+}
+
+fn values<T: Clone>(s: &Mutex<Store<T>>) -> Vec<T> {
+    lock(s).objects.values().cloned().collect()
+}
+
 /// One translation of what the stores hold, given to the daemon (once
 /// every kind was listed). The policies refused are logged when they
 /// change (`refused`: the last translation's).
@@ -180,25 +206,21 @@ fn translate(
     stores: &Stores,
     refused: &mut std::collections::BTreeMap<String, String>,
 ) {
-    let (pods, nss, pols) = (lock(&stores.pods), lock(&stores.namespaces), lock(&stores.policies));
-    let watches = json!({
-        "pods": store_json(&*pods),
-        "namespaces": store_json(&*nss),
-        "networkpolicies": store_json(&*pols),
-    });
-    if !(pods.synced && nss.synced && pols.synced) {
-        drop((pods, nss, pols));
+    let (watches, synced) = watches(stores);
+    if !synced {
         lock(daemon).set_isolation_status(watches);
         return;
     }
-    let p: Vec<Pod> = pods.objects.values().cloned().collect();
-    let n: Vec<Namespace> = nss.objects.values().cloned().collect();
-    let np: Vec<NetworkPolicy> = pols.objects.values().cloned().collect();
-    drop((pods, nss, pols));
+    let p: Vec<Pod> = values(&stores.pods);
+    let n: Vec<Namespace> = values(&stores.namespaces);
+    let np: Vec<NetworkPolicy> = values(&stores.policies);
     let (mut iso, report) = vnet_kube::netpol::translate(&p, &n, &np, vnet_kube::netpol::Limits::default());
-    let (services, watches) = service_map(stores, watches);
-    iso.services = services.0.services;
-    iso.backends = services.0.backends;
+    let governed = !iso.policies.is_empty();
+    let (s, e, nodes): (Vec<Service>, Vec<EndpointSlice>, Vec<Node>) =
+        (values(&stores.services), values(&stores.slices), values(&stores.nodes));
+    let (map, services) =
+        vnet_kube::services::translate(&s, &e, &nodes, vnet_kube::services::Limits::default());
+    let closed = vnet_kube::services::install(&mut iso, map, &p);
     match crate::sys::netdev::local_addresses() {
         Ok(a) => iso.exempt.extend(a),
         Err(e) => tracing::warn!("network policy: this node's addresses: {e}"),
@@ -215,7 +237,8 @@ fn translate(
     let status = json!({
         "watches": watches,
         "translation": report,
-        "services": services.1,
+        "services": services,
+        "closed_services": closed,
         "translators": {
             "addresses": iso.translators.len(),
             "gateways": gateways.0,
@@ -223,32 +246,39 @@ fn translate(
             "readings": gateways.2,
         },
     });
-    let iso = (!iso.policies.is_empty()).then_some(iso);
+    let iso = governed.then_some(iso);
     if let Err(e) = lock(daemon).set_isolation(network, iso, status) {
         tracing::warn!("network policy: not applied: {e}");
     }
 }
 
-/// The Services' backends (empty until Services and EndpointSlices are
-/// listed), and the watches' state with theirs.
-fn service_map(
-    stores: &Stores,
-    mut watches: serde_json::Value,
-) -> ((vnet_kube::services::Map, vnet_kube::services::Report), serde_json::Value) {
-    let (svcs, slices) = (lock(&stores.services), lock(&stores.slices));
-    watches["services"] = store_json(&*svcs);
-    watches["endpointslices"] = store_json(&*slices);
-    if !(svcs.synced && slices.synced) {
-        return (Default::default(), watches);
-    }
-    let s: Vec<Service> = svcs.objects.values().cloned().collect();
-    let e: Vec<EndpointSlice> = slices.objects.values().cloned().collect();
-    drop((svcs, slices));
-    (vnet_kube::services::translate(&s, &e, vnet_kube::services::Limits::default()), watches)
-}
-
 #[cfg(test)]
 mod tests {
+    /// No translation is given until every watch listed once: with the
+    /// Nodes (or any one kind) not listed yet, Services would be judged
+    /// without their node ports; all six listed, it is given (the
+    /// control).
+    #[test]
+    fn the_first_translation_waits_for_every_watch() {
+        let stores = super::Stores::default();
+        let set = |s: &super::Stores, v: bool| {
+            super::lock(&s.pods).synced = v;
+            super::lock(&s.namespaces).synced = v;
+            super::lock(&s.policies).synced = v;
+            super::lock(&s.services).synced = v;
+            super::lock(&s.slices).synced = v;
+        };
+        set(&stores, true);
+        let (v, synced) = super::watches(&stores);
+        assert!(!synced, "the Nodes not listed");
+        assert_eq!(v["nodes"]["synced"], false);
+        super::lock(&stores.nodes).synced = true;
+        assert!(super::watches(&stores).1, "every watch listed");
+        super::lock(&stores.slices).synced = false;
+        assert!(!super::watches(&stores).1, "the EndpointSlices not listed");
+        set(&stores, false);
+    }
+
     #[test]
     fn this_nodes_addresses_are_read() {
         let a = crate::sys::netdev::local_addresses().unwrap();

@@ -18,17 +18,25 @@
 //! addresses (the node's own, its address on the pods' LAN included: a
 //! pod cannot block its own node, as Kubernetes says) pass this check too.
 //!
-//! Services (ClusterIP): a pod's packet to a Service's address and port
-//! ([`Isolation::services`]) is judged on this first leg, where its true
-//! source is known, as if the pod had sent it to each of the Service's
-//! backends (its address and target port): it passes only when the
-//! sender's egress and every backend's ingress allow it (kube-proxy picks
-//! the backend after this check); a Service with no backend passes (the
-//! node's kube-proxy rejects it). The second leg, from the translating
-//! node's address to the backend it picked, passes the check when that
-//! address is one of `translators` (the other nodes' addresses on the
-//! pods' LAN) and the destination one of `backends` (a Service's backend
-//! address, protocol and target port): it was judged at its source.
+//! Services: a pod's packet to a Service's address and port
+//! ([`Isolation::services`]: its cluster, external and load balancer
+//! addresses; at a node's address (one of [`Isolation::nodes`]) its node
+//! ports, keyed by the unspecified address of the family; this node's
+//! own addresses and the translators are nodes' too) is judged on
+//! this first leg, where its true source is known, as if the pod had sent
+//! it to each of the Service's backends (its address and target port): it
+//! passes only when the sender's egress and every backend's ingress allow
+//! it (kube-proxy picks the backend after this check); a Service with no
+//! backend is denied. A Service the control plane could not translate
+//! (past its bounds, without backends, SCTP) whose destination may be
+//! isolated is in [`Isolation::closed`]: denied, counted by the policy it
+//! names. These come before the node's exemption: a pod reaching a
+//! NodePort at its own node's address is judged too. The second leg, from
+//! the translating node's address to the backend it picked, passes the
+//! check when that address is one of `translators` (the other nodes'
+//! addresses on the pods' LAN) and the destination one of `backends` (a
+//! Service's backend address, protocol and target port): it was judged at
+//! its source.
 //!
 //! Sans-IO: built by the control plane (vnetd's NetworkPolicy watch),
 //! asked by [`super::PolicySet::decide`] for the first packet of a flow.
@@ -160,6 +168,24 @@ pub struct Isolation {
     /// pods' LAN): their packets to a backend in `backends` pass, judged
     /// on their first leg.
     pub translators: FxHashSet<IpAddr>,
+    /// The nodes' addresses, where `services`' node port keys (address
+    /// unspecified) and `closed`'s apply.
+    pub nodes: FxHashSet<IpAddr>,
+    /// Services not translated, denied: a cluster address (protocol and
+    /// port 0: every packet to it), another address, protocol and port
+    /// (SCTP's port 0: vnet reads none), or a node port (the unspecified
+    /// address of its family), with the policy in `policies` that counts
+    /// what it denied.
+    pub closed: FxHashMap<ServicePort, u32>,
+}
+
+/// The key of node port `port` (`proto`) for addresses of `ip`'s family.
+pub fn node_port(ip: IpAddr, proto: u8, port: u16) -> ServicePort {
+    let ip = match ip {
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    };
+    ServicePort { ip, proto, port }
 }
 
 /// A Service's (or a backend's) address, protocol and port.
@@ -199,21 +225,43 @@ impl Isolation {
         if ip.proto == PROTO_ICMPV6 && ip.icmp == Icmp::None {
             return Ok(());
         }
-        if self.exempt.contains(&ip.src) || self.exempt.contains(&ip.dst) {
+        if self.exempt.contains(&ip.src) {
             return Ok(());
         }
-        let to = ServicePort { ip: ip.dst, proto: ip.proto, port: ip.dport };
         let ported = matches!(ip.proto, PROTO_TCP | PROTO_UDP);
-        if ported {
-            if let Some(backends) = self.services.get(&to) {
-                for &(dst, dport) in backends {
-                    self.judge(&Ip { dst, dport, ..ip }, len, live)?;
-                }
-                return Ok(());
+        let to = ServicePort { ip: ip.dst, proto: ip.proto, port: if ported { ip.dport } else { 0 } };
+        // kube-proxy takes a node port at every address of its node: the
+        // nodes' own, this node's (exempt) and the others' on the pods'
+        // LAN (the translators).
+        let at_node = self.nodes.contains(&ip.dst)
+            || self.exempt.contains(&ip.dst)
+            || self.translators.contains(&ip.dst);
+        let node_key = node_port(ip.dst, to.proto, to.port);
+        let service = if ported { self.services.get(&to) } else { None };
+        let service = service.or_else(|| if ported && at_node { self.services.get(&node_key) } else { None });
+        if let Some(backends) = service {
+            if backends.is_empty() {
+                return Err(Denied { direction: Direction::Ingress, policy: usize::MAX });
             }
-            if self.translators.contains(&ip.src) && self.backends.contains(&to) {
-                return Ok(());
+            for &(dst, dport) in backends {
+                self.judge(&Ip { dst, dport, ..ip }, len, live)?;
             }
+            return Ok(());
+        }
+        let closed = self.closed.get(&ServicePort { ip: ip.dst, proto: 0, port: 0 });
+        let closed = closed.or_else(|| self.closed.get(&to));
+        if let Some(&policy) = closed.or_else(|| if at_node { self.closed.get(&node_key) } else { None }) {
+            if let Some(p) = self.policies.get(policy as usize).filter(|_| live) {
+                p.denied.add(len);
+                p.denied.drop_one();
+            }
+            return Err(Denied { direction: Direction::Ingress, policy: policy as usize });
+        }
+        if self.exempt.contains(&ip.dst) {
+            return Ok(());
+        }
+        if ported && self.translators.contains(&ip.src) && self.backends.contains(&to) {
+            return Ok(());
         }
         self.judge(&ip, len, live)
     }
@@ -269,6 +317,8 @@ impl Isolation {
             && self.services == o.services
             && self.backends == o.backends
             && self.translators == o.translators
+            && self.nodes == o.nodes
+            && self.closed == o.closed
     }
 
     /// The same, counting on in `old`'s counters: each policy's by its

@@ -223,7 +223,8 @@ fn an_isolated_backend_takes_a_service_connection_only_as_its_policy_allows() {
 }
 
 /// kube-proxy picks the backend after the check: a Service passes only if
-/// every backend would take it; one with none passes (kube-proxy rejects).
+/// every backend would take it; one with none is denied (kube-proxy may
+/// know a backend vnet does not yet).
 /// The sender's egress is judged against the backends, not the ClusterIP.
 #[test]
 fn a_service_passes_only_when_every_backend_would_take_it() {
@@ -244,7 +245,7 @@ fn a_service_passes_only_when_every_backend_would_take_it() {
         "two backends, one of which denies"
     );
     service(&mut iso, 2, &[]);
-    assert!(iso.check(&to_service(5, 2, 80), 60).is_ok(), "no backend: passes");
+    assert!(iso.check(&to_service(5, 2, 80), 60).is_err(), "no backend: denied (kube-proxy may know one)");
     service(&mut iso, 3, &[(2, 8080)]);
     assert!(iso.check(&to_service(5, 3, 80), 60).is_ok(), "egress allowed to the backend, not the ClusterIP");
     service(&mut iso, 4, &[(4, 8080)]);
@@ -268,4 +269,28 @@ fn the_second_leg_from_a_translator_to_a_backend_passes() {
     assert!(iso.check(&pkt(9, 2, 6, 22), 60).is_err(), "a translator to a port no Service's");
     assert!(iso.check(&pkt(9, 2, 17, 8080), 60).is_err(), "nor another protocol");
     assert!(iso.check(&pkt(2, 9, 6, 8080), 60).is_ok(), "control: to it, pod 2 is not isolated for egress");
+}
+
+/// A node port is judged at every node's address, this node's own
+/// (exempt) and another node's gateway (a translator) included, before
+/// the exemption; a closed key denies and counts. Controls: the node's
+/// other ports, and the same address when it is no node's.
+#[test]
+fn a_node_port_is_judged_at_the_nodes_own_address_and_a_closed_key_counts() {
+    let mut iso = set(vec![policy("a/deny", Some(vec![]), None)], &[&[2]]);
+    let node = ip(9);
+    iso.services.insert(node_port(node, 6, 30080), vec![(ip(2), 8080)]);
+    assert!(iso.check(&pkt(1, 9, 6, 30080), 60).is_ok(), "control: not a node's address (yet)");
+    iso.nodes.insert(node);
+    let denied = Err(Denied { direction: Direction::Ingress, policy: 0 });
+    assert_eq!(iso.check(&pkt(1, 9, 6, 30080), 60), denied);
+    assert!(iso.check(&pkt(1, 9, 6, 22), 60).is_ok(), "control: the node's other ports");
+    iso.exempt.insert(ip(8));
+    assert_eq!(iso.check(&pkt(1, 8, 6, 30080), 60), denied, "this node's own address (exempt)");
+    assert!(iso.check(&pkt(1, 8, 6, 22), 60).is_ok(), "control: its other ports, exempt");
+    iso.translators.insert(ip(7));
+    assert_eq!(iso.check(&pkt(1, 7, 6, 30080), 60), denied, "another node's gateway");
+    iso.closed.insert(node_port(node, 17, 30053), 0);
+    assert!(iso.check(&pkt(1, 9, 17, 30053), 60).is_err(), "a closed node port");
+    assert_eq!(iso.policies[0].denied.snapshot().drops, 4);
 }
