@@ -257,10 +257,10 @@ impl Isolation {
     /// the address it is judged as, from `owned`: each address with the
     /// MAC that owns it (the network's `neigh` table: vnet-cni's lines
     /// for its pods, the cluster's claims for the other nodes'). A MAC
-    /// that owns several addresses (a dual-stack pod's) is judged as the
-    /// one with the most isolation (ingress and egress, then ingress,
-    /// then egress, then none), the lowest of those: never as an address
-    /// less isolated than one of its own.
+    /// that owns several addresses (a dual-stack pod's, isolated alike) is
+    /// judged as one of those isolated both ways, else for ingress, else
+    /// for egress, else any: the lowest of the first kind it has, so
+    /// never as an address that is not isolated while one of its own is.
     pub fn link_locals(&self, owned: impl IntoIterator<Item = (IpAddr, MacAddr)>) -> LinkLocals {
         let rank = |ip: &IpAddr| {
             let level = match (self.ingress_of.contains_key(ip), self.egress_of.contains_key(ip)) {
