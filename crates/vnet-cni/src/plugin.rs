@@ -150,6 +150,11 @@ fn add(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<Outcome> {
         if let (true, Some(section)) = (conf.is_default_gateway, &conf.ipam) {
             via_node(&mut out, gateway::ensure(conf, &mut c, section)?);
         }
+        if rec.socket.is_none() && !addresses(&out).iter().any(std::net::IpAddr::is_ipv6) {
+            // No IPv6 address: no IPv6 at all (its link-local address is
+            // in no NetworkPolicy entry).
+            veth::no_ipv6(&ns, ifname)?;
+        }
         if rec.socket.is_none() && !out.ips.is_empty() {
             veth::configure(&ns, ifname, &out.ips, &out.routes)?;
         }
@@ -405,6 +410,10 @@ fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
         if !veth::exists(&r.name)? {
             return Err(not(format!("the veth {} is gone", r.name)));
         }
+        // Made by an older plugin, its host end may still answer ARP for
+        // the node (`arp_ignore` 0): kept off the node's stack again (as
+        // vnetd does for each it attaches).
+        veth::quiet(&r.name)?;
         let ns = File::open(netns)
             .map_err(|e| Error::with(Code::UnknownContainer, format!("network namespace {netns}"), e))?;
         let (mac, addrs) = veth::inspect(&ns, ifname)?
@@ -416,6 +425,11 @@ fn check(env: &Env, conf: &NetConf, stdin: &[u8]) -> Result<()> {
             if !addrs.contains(&ip.address) {
                 return Err(not(format!("{ifname} lacks {}", ip.address)));
             }
+        }
+        // And IPv6 off again in a pod given no IPv6 address (one made by an
+        // older plugin kept it on).
+        if !addresses(&prev).iter().any(std::net::IpAddr::is_ipv6) {
+            veth::no_ipv6(&ns, ifname)?;
         }
     }
     if let Some(ipam) = &conf.ipam {

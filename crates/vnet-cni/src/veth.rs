@@ -43,14 +43,44 @@ where
     F: FnOnce(Handle) -> Fut + Send + 'static,
     Fut: Future<Output = Result<T>>,
 {
+    on_thread_in(ns, move || block(f))
+}
+
+/// Runs `f` on a thread of its own that entered the namespace `ns` (what
+/// it opens under `/proc/sys/net` is that namespace's: the thread's).
+fn on_thread_in<T: Send + 'static>(ns: &File, f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     let ns = ns.try_clone().map_err(|e| Error::with(Code::Io, "the network namespace", e))?;
     std::thread::spawn(move || {
         nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
             .map_err(|e| Error::with(Code::Io, "entering the container's network namespace", e))?;
-        block(f)
+        f()
     })
     .join()
     .unwrap_or_else(|_| Err(Error::new(Code::Io, "the namespace thread failed")))
+}
+
+/// Turns IPv6 off in the namespace `ns` (a pod given no IPv6 address):
+/// `net.ipv6.conf.{all,default,IFNAME}.disable_ipv6` 1, as `sysctl` would
+/// there, written by a thread inside it. Its interfaces lose every IPv6
+/// address, the link-local one (from its MAC) and `::1` included, and
+/// make none later: a pod with IPv6 on has an `fe80::` address the
+/// pods' NetworkPolicy entries (`status.podIPs`) never name. Where the
+/// kernel has no IPv6, there is nothing to turn off.
+pub fn no_ipv6(ns: &File, ifname: &str) -> Result<()> {
+    let ifname = ifname.to_string();
+    on_thread_in(ns, move || {
+        // (`CNI_IFNAME` has no `/` and is not `.` or `..`: one file.)
+        for (i, conf) in ["all", "default", ifname.as_str()].into_iter().enumerate() {
+            let path = std::path::Path::new("/proc/sys/net/ipv6/conf").join(conf).join("disable_ipv6");
+            match std::fs::write(&path, "1") {
+                // No `all`: a kernel without IPv6.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && i == 0 => return Ok(()),
+                Err(e) => return Err(Error::with(Code::Io, format!("writing 1 to {}", path.display()), e)),
+                Ok(()) => {}
+            }
+        }
+        Ok(())
+    })
 }
 
 async fn by_name(h: &Handle, name: &str) -> Result<Option<LinkMessage>> {

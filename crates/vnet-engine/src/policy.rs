@@ -10,6 +10,7 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use vnet_control::policy::{Policies, RuleDef, Sel, Verb};
+use vnet_core::policy::isolation::LinkLocals;
 use vnet_core::policy::{Action, Isolation, NetPolicy, PolicySet, Rule, Selector};
 use vnet_wire::MacAddr;
 
@@ -87,8 +88,15 @@ pub fn build(p: &Policies, extra: &Members, generation: u64, old: &PolicySet) ->
 /// Puts `iso` (Kubernetes' NetworkPolicies, translated) on vnet network
 /// `network` of `set`, which it governs (allowing by default when it has
 /// no policy of its own): a first packet passes when the network's rules
-/// and both ends' isolation allow it.
-pub fn isolate(set: &mut PolicySet, network: u32, iso: Arc<Isolation>, old: &PolicySet) {
+/// and both ends' isolation allow it, the pods' link-local addresses
+/// judged as their pods' (`link_locals`, [`Isolation::link_locals`]).
+pub fn isolate(
+    set: &mut PolicySet,
+    network: u32,
+    iso: Arc<Isolation>,
+    link_locals: Arc<LinkLocals>,
+    old: &PolicySet,
+) {
     let net = set.nets.entry(network).or_insert_with(|| {
         let n = NetPolicy::new(Action::Allow, Vec::new());
         match old.nets.get(&network) {
@@ -97,6 +105,7 @@ pub fn isolate(set: &mut PolicySet, network: u32, iso: Arc<Isolation>, old: &Pol
         }
     });
     net.isolation = Some(iso);
+    net.link_locals = link_locals;
 }
 
 #[cfg(test)]

@@ -38,6 +38,18 @@
 //! Service's backend address, protocol and target port): it was judged at
 //! its source.
 //!
+//! IPv6 link-local addresses: isolation is keyed by the pods' addresses
+//! (`status.podIPs`), which never hold a pod's `fe80::` address; without
+//! more, a connection to a pod's link-local address (or from it) met no
+//! entry and passed an isolated pod's default deny. A [`LinkLocals`] map,
+//! built by the control plane from the `neigh` table (each pod's address
+//! with its MAC), gives each pod's link-local address (modified EUI-64 of
+//! its MAC: the only `fe80::` address the IP source guard lets a guarded
+//! port send from) its pod's address, and the check judges it as that
+//! address: its ingress and egress entries, its place among a rule's pod
+//! peers and named ports. A Service or translator is never a link-local
+//! address: those are met as sent.
+//!
 //! Sans-IO: built by the control plane (vnetd's NetworkPolicy watch),
 //! asked by [`super::PolicySet::decide`] for the first packet of a flow.
 
@@ -48,6 +60,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use vnet_wire::classify::{Facts, Icmp, Ip, L3};
 use vnet_wire::ip::{PROTO_TCP, PROTO_UDP};
+use vnet_wire::MacAddr;
 
 /// ICMPv6's protocol number.
 const PROTO_ICMPV6: u8 = 58;
@@ -188,6 +201,23 @@ pub fn node_port(ip: IpAddr, proto: u8, port: u16) -> ServicePort {
     ServicePort { ip, proto, port }
 }
 
+/// Each pod's IPv6 link-local address (`fe80::/10`, from its MAC) and the
+/// pod address it is judged as ([`Isolation::link_locals`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkLocals(pub FxHashMap<IpAddr, IpAddr>);
+
+impl LinkLocals {
+    /// The address `ip` is judged as: its pod's, when it is a pod's
+    /// link-local address; else itself (an IPv4 address costs one match).
+    #[inline]
+    pub fn judged_as(&self, ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V6(v) if v.segments()[0] & 0xffc0 == 0xfe80 => self.0.get(&ip).copied().unwrap_or(ip),
+            _ => ip,
+        }
+    }
+}
+
 /// A Service's (or a backend's) address, protocol and port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServicePort {
@@ -214,13 +244,14 @@ impl Isolation {
     /// isolation, counted (the rule that allowed it, or the policy that
     /// denied it).
     pub fn check(&self, f: &Facts, len: usize) -> Result<(), Denied> {
-        self.check_with(f, len, true)
+        self.check_with(f, &LinkLocals::default(), len, true)
     }
 
-    /// [`Isolation::check`], counted only when `live` (a dry run's is not).
+    /// [`Isolation::check`], counted only when `live` (a dry run's is not),
+    /// with the pods' link-local addresses judged as their pods' (`ll`).
     /// A packet to a Service is judged for each of its backends (counted
     /// once for each).
-    pub fn check_with(&self, f: &Facts, len: usize, live: bool) -> Result<(), Denied> {
+    pub fn check_with(&self, f: &Facts, ll: &LinkLocals, len: usize, live: bool) -> Result<(), Denied> {
         let L3::Ip(ip) = f.l3 else { return Ok(()) };
         if ip.proto == PROTO_ICMPV6 && ip.icmp == Icmp::None {
             return Ok(());
@@ -263,7 +294,41 @@ impl Isolation {
         if ported && self.translators.contains(&ip.src) && self.backends.contains(&to) {
             return Ok(());
         }
+        let ip = Ip { src: ll.judged_as(ip.src), dst: ll.judged_as(ip.dst), ..ip };
+        if self.exempt.contains(&ip.src) || self.exempt.contains(&ip.dst) {
+            return Ok(());
+        }
         self.judge(&ip, len, live)
+    }
+
+    /// Each pod's link-local address (the modified EUI-64 of its MAC) and
+    /// the address it is judged as, from `owned`: each address with the
+    /// MAC that owns it (the network's `neigh` table: vnet-cni's lines
+    /// for its pods, the cluster's claims for the other nodes'). A MAC
+    /// that owns several addresses (a dual-stack pod's, isolated alike) is
+    /// judged as one of those isolated both ways, else for ingress, else
+    /// for egress, else any: the lowest of the first kind it has, so
+    /// never as an address that is not isolated while one of its own is.
+    pub fn link_locals(&self, owned: impl IntoIterator<Item = (IpAddr, MacAddr)>) -> LinkLocals {
+        let rank = |ip: &IpAddr| {
+            let level = match (self.ingress_of.contains_key(ip), self.egress_of.contains_key(ip)) {
+                (true, true) => 0,
+                (true, false) => 1,
+                (false, true) => 2,
+                (false, false) => 3,
+            };
+            (level, *ip)
+        };
+        let mut best: FxHashMap<MacAddr, IpAddr> = FxHashMap::default();
+        for (ip, mac) in owned {
+            let e = best.entry(mac).or_insert(ip);
+            if rank(&ip) < rank(e) {
+                *e = ip;
+            }
+        }
+        LinkLocals(
+            best.into_iter().map(|(mac, ip)| (IpAddr::V6(vnet_wire::guard::link_local(mac)), ip)).collect(),
+        )
     }
 
     /// The sender's egress, then the receiver's ingress.

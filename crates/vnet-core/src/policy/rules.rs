@@ -5,7 +5,7 @@
 //! isolation may still deny ([`Rules`]: the judgement of a packet no
 //! flow carries).
 
-use super::isolation::Isolation;
+use super::isolation::{Isolation, LinkLocals};
 use super::prefix::in_prefix;
 use super::verdict::{Judge, Judged, Verdict, Why};
 use crate::stats::Counters;
@@ -73,6 +73,9 @@ pub struct NetPolicy {
     /// ([`super::isolation`]): a first packet passes when the rules and both its
     /// ends' isolation allow it.
     pub isolation: Option<Arc<Isolation>>,
+    /// The pods' IPv6 link-local addresses, judged by the isolation as
+    /// their pods' addresses ([`super::isolation`]).
+    pub link_locals: Arc<LinkLocals>,
     /// What a flow log calls the default: `(default)`.
     pub default_name: Arc<str>,
 }
@@ -88,6 +91,7 @@ impl NetPolicy {
             unclassifiable: Arc::default(),
             orphan_fragments: Arc::default(),
             isolation: None,
+            link_locals: Arc::default(),
             default_name: Arc::from("(default)"),
         }
     }
@@ -180,7 +184,7 @@ impl<'a> Judge<'a> for Rules<'a> {
             return Judged { verdict: Verdict { allow, why }, rule };
         }
         if let Some(iso) = &net.isolation {
-            if let Err(d) = iso.check_with(f, len, live) {
+            if let Err(d) = iso.check_with(f, &net.link_locals, len, live) {
                 return Judged { verdict: Verdict { allow: false, why: Why::Isolated(d) }, rule: None };
             }
         }

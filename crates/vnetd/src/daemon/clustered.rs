@@ -8,6 +8,7 @@
 use crate::membership;
 use std::sync::Arc;
 use vnet_control::{Error, State};
+use vnet_core::policy::isolation::LinkLocals;
 use vnet_core::policy::PolicySet;
 use vnet_engine::policy::Members;
 
@@ -18,8 +19,14 @@ pub(super) type GuardInputs = Vec<(u32, Option<vnet_wire::MacAddr>, u32, Vec<std
 /// The policy set last built and what it was built from: the declarations
 /// (the state's and the cluster's signed policy, merged), the generation
 /// of the cluster's groups, the interfaces' groups (`group G`), and the
-/// generation of the NetworkPolicies' isolation.
-pub(super) type PolicyBuilt = (vnet_control::policy::Policies, u64, Members, u64, Arc<PolicySet>);
+/// generation of the NetworkPolicies' isolation, and the pods'
+/// link-local addresses it was given.
+pub(super) type PolicyBuilt =
+    (vnet_control::policy::Policies, u64, Members, u64, Arc<LinkLocals>, Arc<PolicySet>);
+
+/// The pods' link-local addresses last built, and what from: the engine's
+/// `neigh` table and the isolation's generation.
+pub(super) type LinkLocalsBuilt = (vnet_engine::plane::Neighbors, u64, Arc<LinkLocals>);
 
 /// `--kube-network-policy`: the isolation in force (its network), a count
 /// of its changes, and the watch's and translation's state.
@@ -58,6 +65,8 @@ pub(super) struct Clustered {
         Option<(GuardInputs, vnet_control::neigh::Neighbors, vnet_engine::plane::Guards)>,
     /// The policy set last built, and what it was built from.
     pub(super) policy_built: Option<PolicyBuilt>,
+    /// The isolation's link-local addresses last built.
+    pub(super) link_locals_built: Option<LinkLocalsBuilt>,
     /// The Kubernetes NetworkPolicies' isolation (`--kube-network-policy`).
     pub(super) isolation: Isolating,
 }

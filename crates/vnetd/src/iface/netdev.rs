@@ -66,12 +66,44 @@ pub enum Rx {
     HandOff(Arc<File>, String),
 }
 
+/// Whether `dev` is named as vnet-cni names the veth ends it makes for
+/// vnetd (a pod's host end, the node gateway's attached end: `vc` and 10
+/// lowercase hex digits, `vnet_cni::veth::names`).
+pub fn made_by_vnet_cni(dev: &str) -> bool {
+    dev.len() == 12
+        && dev.starts_with("vc")
+        && dev.bytes().skip(2).all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Keeps the node's IP stack off `dev`, one of vnet-cni's veth ends in
+/// this namespace (a port of vnetd's switch, not an interface of the
+/// node's), as vnet-cni does when it makes one: the node answers no ARP
+/// arriving on it (`arp_ignore` 8; the user path's bypass of the policy,
+/// docs/INTEGRATION.md) and has no IPv6 on it. Done at each attach, so
+/// the ends of pods an older vnet-cni made (`arp_ignore` 0) are kept off
+/// once the new vnetd attaches them again. Where IPv6 is off the node's,
+/// its file is absent.
+pub fn keep_off_the_stack(dev: &str) -> std::io::Result<()> {
+    let conf = |v: &str| std::path::Path::new("/proc/sys/net").join(v).join("conf").join(dev);
+    std::fs::write(conf("ipv4").join("arp_ignore"), "8")?;
+    match std::fs::write(conf("ipv6").join("disable_ipv6"), "1") {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
 /// Opens a packet socket to read the device (and its receive ring) and one
-/// to send to it, sets the MTU if asked, and brings the device up.
+/// to send to it, sets the MTU if asked, and brings the device up (one of
+/// vnet-cni's veth ends kept off the node's stack first).
 pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
     let (dev, mtu, offload) = (def.dev.clone(), def.mtu, def.offload);
     let ns = def.netns.clone().unwrap_or_else(|| "-".into());
     let (nd, refused) = super::io::in_ns(def, move || {
+        if made_by_vnet_cni(&dev) {
+            if let Err(e) = keep_off_the_stack(&dev) {
+                tracing::warn!(device = %dev, "not kept off the node's IP stack (arp_ignore 8, IPv6 off): {e}");
+            }
+        }
         let tx = sys::open_packet_tx(&dev)?;
         if let Some((f, ring)) = handed_over(&ns, &dev, offload) {
             if offload {

@@ -294,3 +294,91 @@ fn a_node_port_is_judged_at_the_nodes_own_address_and_a_closed_key_counts() {
     assert!(iso.check(&pkt(1, 9, 17, 30053), 60).is_err(), "a closed node port");
     assert_eq!(iso.policies[0].denied.snapshot().drops, 4);
 }
+
+/// A first packet from pod `s`'s IPv6 link-local address to pod `d`'s
+/// (each the modified EUI-64 of its MAC, as a pod's kernel makes it and
+/// the IP source guard lets it send).
+fn ll_pkt(s: u8, d: u8, proto: u8, dport: u16) -> Facts {
+    let mut f = pkt(s, d, proto, dport);
+    f.ether = 0x86dd;
+    if let L3::Ip(ip) = &mut f.l3 {
+        ip.src = IpAddr::V6(vnet_wire::guard::link_local(mac(s)));
+        ip.dst = IpAddr::V6(vnet_wire::guard::link_local(mac(d)));
+    }
+    f
+}
+
+/// Pods 1 to 4, each address with its MAC (the `neigh` table).
+fn owned() -> Vec<(IpAddr, MacAddr)> {
+    (1..=4).map(|n| (ip(n), mac(n))).collect()
+}
+
+/// The review's hole: isolation is keyed by the pods' addresses, which
+/// never hold a pod's `fe80::` address. Pod 2 under a default deny for
+/// ingress: pod 3 reaches it on its link-local address without the map
+/// (the attack as it was), not with it, neither to the address nor from
+/// it; pod 2's own addresses are denied either way (the control that the
+/// policy is in force).
+#[test]
+fn a_pods_link_local_address_is_judged_as_the_pod() {
+    let iso = set(vec![policy("a/deny", Some(vec![]), None)], &[&[2]]);
+    let ll = iso.link_locals(owned());
+    assert_eq!(ll.0.len(), 4);
+    assert_eq!(ll.judged_as(IpAddr::V6(vnet_wire::guard::link_local(mac(2)))), ip(2));
+    assert_eq!(ll.judged_as(ip(2)), ip(2), "an IPv4 address is itself");
+    let denied = Err(Denied { direction: Direction::Ingress, policy: 0 });
+    let none = LinkLocals::default();
+    assert_eq!(iso.check_with(&pkt(3, 2, 6, 80), &none, 60, true), denied, "control: the policy holds");
+    assert!(iso.check_with(&ll_pkt(3, 2, 6, 80), &none, 60, true).is_ok(), "the hole, without the map");
+    assert_eq!(iso.check_with(&ll_pkt(3, 2, 6, 80), &ll, 60, true), denied, "to its link-local");
+    assert_eq!(iso.check_with(&ll_pkt(3, 2, 17, 53), &ll, 60, true), denied, "UDP too");
+    let mut mixed = ll_pkt(3, 2, 6, 80);
+    if let L3::Ip(ip) = &mut mixed.l3 {
+        ip.src = super::tests::ip(3);
+    }
+    assert_eq!(iso.check_with(&mixed, &ll, 60, true), denied, "from its IPv4 address to its link-local");
+    assert!(iso.check_with(&ll_pkt(3, 4, 6, 80), &ll, 60, true).is_ok(), "control: pod 4 is not isolated");
+    assert!(iso.check_with(&ll_pkt(2, 3, 6, 80), &ll, 60, true).is_ok(), "nor pod 2 for egress");
+}
+
+/// Judged as the pod, a link-local address is what the pod is: a rule
+/// admitting pod 1 to the named port `http` admits it from and to the
+/// link-local addresses too, and not pod 3; an egress deny holds on a
+/// link-local source (without the map it did not).
+#[test]
+fn a_link_local_address_meets_the_rules_as_its_pod() {
+    let named = Ports::Named(Arc::new([(ip(2), 8080)].into_iter().collect()));
+    let http = vec![PortMatch { proto: 6, ports: named }];
+    let iso = set(
+        vec![
+            policy("a/http", Some(vec![allow(vec![pods(&[1])], http)]), None),
+            policy("a/no-out", None, Some(vec![])),
+        ],
+        &[&[2], &[4]],
+    );
+    let ll = iso.link_locals(owned());
+    assert!(iso.check_with(&ll_pkt(1, 2, 6, 8080), &ll, 60, true).is_ok(), "pod 1 to pod 2's http");
+    assert!(iso.check_with(&ll_pkt(1, 2, 6, 8081), &ll, 60, true).is_err(), "not another port");
+    assert!(iso.check_with(&ll_pkt(3, 2, 6, 8080), &ll, 60, true).is_err(), "nor pod 3");
+    let none = LinkLocals::default();
+    assert!(iso.check_with(&ll_pkt(4, 1, 6, 80), &none, 60, true).is_ok(), "the hole: pod 4's egress");
+    assert_eq!(
+        iso.check_with(&ll_pkt(4, 1, 6, 80), &ll, 60, true),
+        Err(Denied { direction: Direction::Egress, policy: 1 })
+    );
+}
+
+/// A MAC owning several addresses (a dual-stack pod's) is judged as its
+/// most isolated one, whichever order the table gives them in; an
+/// address of no MAC in the table (another `fe80::` one) is itself.
+#[test]
+fn a_macs_link_local_takes_its_most_isolated_address() {
+    let iso = set(vec![policy("a/deny", Some(vec![]), None)], &[&[2]]);
+    let v6 = IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 9));
+    for owned in [vec![(v6, mac(2)), (ip(2), mac(2))], vec![(ip(2), mac(2)), (v6, mac(2))]] {
+        let ll = iso.link_locals(owned);
+        assert_eq!(ll.judged_as(IpAddr::V6(vnet_wire::guard::link_local(mac(2)))), ip(2));
+    }
+    let other = IpAddr::V6(std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 7));
+    assert_eq!(iso.link_locals(owned()).judged_as(other), other);
+}
