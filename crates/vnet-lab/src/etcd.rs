@@ -166,7 +166,7 @@ impl Lab {
     pub fn etcd_leader(&self) -> Result<usize> {
         let running: Vec<usize> = (0..self.etcd.len()).filter(|&i| self.etcd[i].is_some()).collect();
         let urls: Vec<String> = running.iter().map(|&i| self.etcd_member_url(i)).collect();
-        let out = self.etcdctl_at(&urls.join(","), &["endpoint", "status", "-w", "json"])?;
+        let out = self.etcdctl_at(&urls.join(","), &["endpoint", "status", "-w", "json"], None)?;
         let v: serde_json::Value = serde_json::from_str(&out)
             .map_err(|e| Error::Other(format!("etcdctl endpoint status: {e}: {out}")))?;
         let rows = v.as_array().cloned().unwrap_or_default();
@@ -208,11 +208,20 @@ impl Lab {
     /// Runs `etcdctl ARGS` against the lab's etcd as its root user (by
     /// certificate, when secured).
     pub fn etcdctl(&self, args: &[&str]) -> Result<String> {
-        self.etcdctl_at(&self.etcd_url(), args)
+        self.etcdctl_at(&self.etcd_url(), args, None)
     }
 
-    /// [`Lab::etcdctl`] against `endpoints` (some members' URLs).
-    fn etcdctl_at(&self, endpoints: &str, args: &[&str]) -> Result<String> {
+    /// `etcdctl user add USER` with its password on etcdctl's standard
+    /// input (`--interactive=false`), never on its command line
+    /// (`/proc/PID/cmdline` is every user's to read), as the Kubernetes
+    /// lab's store does.
+    pub fn etcd_user_add(&self, user: &str, password: &str) -> Result<String> {
+        self.etcdctl_at(&self.etcd_url(), &["user", "add", user, "--interactive=false"], Some(password))
+    }
+
+    /// [`Lab::etcdctl`] against `endpoints` (some members' URLs), with
+    /// `stdin` (a line) on its standard input.
+    fn etcdctl_at(&self, endpoints: &str, args: &[&str], stdin: Option<&str>) -> Result<String> {
         let sw =
             self.switch.clone().ok_or_else(|| Error::Other("a cluster lab has a switch namespace".into()))?;
         let mut all: Vec<String> = vec!["etcdctl".into(), format!("--endpoints={endpoints}")];
@@ -224,7 +233,10 @@ impl Lab {
         }
         all.extend(args.iter().map(|a| a.to_string()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        let out = self.ns_output(&sw, &all)?;
+        let out = match stdin {
+            None => self.ns_output(&sw, &all)?,
+            Some(line) => ns_output_with_stdin(&sw, &all, line)?,
+        };
         if !out.status.success() {
             return Err(Error::Other(format!(
                 "etcdctl {}: {}",
@@ -248,7 +260,7 @@ impl Lab {
         // Kept (0600) for `vnetctl network` commands run on the lab's etcd ([`Lab::admin_dir`]).
         vnetd::keys::write_secret(&self.dir.join("root.pw"), &root_pw)
             .map_err(|e| Error::Other(e.to_string()))?;
-        self.etcdctl(&["user", "add", "root", &format!("--new-user-password={root_pw}")])?;
+        self.etcd_user_add("root", &root_pw)?;
         for h in 0..self.hosts.len() {
             let (user, role) = (format!("vnet-h{h}"), format!("vnet-{}-h{h}", self.prefix));
             self.etcdctl(&["role", "add", &role])?;
@@ -263,7 +275,7 @@ impl Lab {
             }
             let pw = std::fs::read_to_string(self.dir.join(format!("h{h}.etcd-pw")))
                 .map_err(io("reading a password"))?;
-            self.etcdctl(&["user", "add", &user, &format!("--new-user-password={}", pw.trim())])?;
+            self.etcd_user_add(&user, pw.trim())?;
             self.etcdctl(&["user", "grant-role", &user, &role])?;
         }
         self.etcdctl(&["auth", "enable"])?;
@@ -316,7 +328,7 @@ impl Lab {
         }
         let pw = std::fs::read_to_string(self.dir.join(format!("h{h}.etcd-pw")))
             .map_err(io("reading a password"))?;
-        self.etcdctl(&["user", "add", &user, &format!("--new-user-password={}", pw.trim())])?;
+        self.etcd_user_add(&user, pw.trim())?;
         self.etcdctl(&["user", "grant-role", &user, &user])?;
         self.cluster_overrides.retain(|(k, name, _)| !(*k == h && *name == "etcd-user"));
         self.cluster_overrides.push((h, "etcd-user", Some(user.clone())));
@@ -457,11 +469,18 @@ impl Lab {
             format!("--cacert={}", f("etcd-ca.pem".into())),
             format!("--cert={}", f(format!("etcd-h{h}.pem"))),
             format!("--key={}", f(format!("etcd-h{h}.key"))),
-            format!("--user={}:{}", self.etcd_user(h), pw.trim()),
+            // The user alone: etcdctl asks for the password and reads it
+            // from standard input (never on a command line).
+            format!("--user={}", self.etcd_user(h)),
         ];
         all.extend(args.iter().map(|a| a.to_string()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        self.ns_output(&sw, &all)
+        let mut out = ns_output_with_stdin(&sw, &all, pw.trim())?;
+        // Its prompt is on standard output, before the answer.
+        if let Some(rest) = out.stdout.strip_prefix(b"Password: ") {
+            out.stdout = rest.strip_prefix(b"\n").unwrap_or(rest).to_vec();
+        }
+        Ok(out)
     }
 
     /// Host `h`'s etcd user: the lab's `vnet-hN`, or the one vnetd was told
@@ -501,6 +520,25 @@ impl Lab {
 }
 
 /// The path of `prog` on `PATH`.
+/// `ip netns exec NS ARGS` with `line` on its standard input.
+fn ns_output_with_stdin(ns: &str, args: &[&str], line: &str) -> Result<std::process::Output> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(io(format!("running {}", args.join(" "))))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A refused write is the program's early exit, seen in its status.
+        let _ = writeln!(stdin, "{line}");
+    }
+    child.wait_with_output().map_err(io(format!("running {}", args.join(" "))))
+}
+
 fn which(prog: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(prog)).find(|p| p.is_file())

@@ -193,10 +193,24 @@ mod both {
                 answered(&lab, h) > before
             });
         }
-        std::thread::sleep(std::time::Duration::from_secs(1));
+        // The capture's positive control and its readiness (not a 1 s
+        // sleep): each VM's request for an address no host answers for,
+        // sent after the pings, is flooded to B and captured; tcpdump
+        // writes in order, so a request for B's address would be there too.
+        let nobody = "10.88.9.99";
         for vm in [&a, &c] {
-            let crossed = arp_requests_from(&pcap, &vm.mac);
-            assert!(crossed.is_empty(), "{}'s ARP requests reached B: {crossed:?}", vm.ip);
+            let _ = lab.ns_exec(&vm.ns, &["ping", "-n", "-q", "-c", "1", "-W", "1", nobody]);
+        }
+        let asked = |vm: &Vm, ip: &str| -> Vec<String> {
+            let who = format!("who-has {ip} ");
+            arp_requests_from(&pcap, &vm.mac).into_iter().filter(|l| l.contains(&who)).collect()
+        };
+        wait_until(5.0, "B's capture has A's and C's requests for an address nobody answers", || {
+            [&a, &c].iter().all(|vm| !asked(vm, nobody).is_empty())
+        });
+        for vm in [&a, &c] {
+            let crossed = asked(vm, &b.ip.to_string());
+            assert!(crossed.is_empty(), "{}'s ARP requests for B reached B: {crossed:?}", vm.ip);
         }
         // Withdrawn on host 1: no host answers for it any more.
         lab.apply(1, &format!("delete neigh {}\n", b.ip)).unwrap();
