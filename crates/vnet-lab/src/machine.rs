@@ -106,12 +106,15 @@ impl Machine {
     pub fn wait_running(&mut self, lab: &Lab, h: usize) -> Result<()> {
         let (m, t0) = (self, Instant::now());
         // Until its systemd answers (its bus socket comes a moment after
-        // it starts), then until it has started what it starts at boot.
+        // it starts; before it makes /run/systemd/system, systemctl says
+        // `offline`: seen once, on a machine loaded by builds), then until
+        // it has started what it starts at boot.
         let (up, state) = loop {
             let up = m.exec(&["systemctl", "is-system-running", "--wait"])?;
             let state = String::from_utf8_lossy(&up.stdout).trim().to_string();
             let gone = m.nspawn.as_mut().is_some_and(|c| !matches!(c.try_wait(), Ok(None)));
-            if !state.is_empty() || gone || t0.elapsed() > Duration::from_secs(60) {
+            let answered = !state.is_empty() && state != "offline";
+            if answered || gone || t0.elapsed() > Duration::from_secs(60) {
                 break (up, state);
             }
             std::thread::sleep(Duration::from_millis(100));
