@@ -46,11 +46,14 @@ STEPS = {
 
 # The alone tests that need scripts/package.sh's and
 # scripts/previous-package.sh's packages or lab/build-rootfs.sh's machine
-# (`package_deb()`, `previous_package()`, `Machine::boot`).
+# (`package_deb()`, `previous_package()`, `Machine::boot`, `Machine::start`: the
+# quickstart's five machines, which ran in user-alone before the build it
+# needs was waited for).
 PACKAGE = {
     "integration::both_alone::systemd_runs_the_package_reloads_restarts_and_upgrades_it_without_a_cut_and_stops_clean",
     "integration::user_alone::the_installed_package_runs_the_demo_under_exactly_the_units_capabilities",
     "life::both_alone::an_upgrade_from_the_previous_releases_package_in_cluster_mode_under_a_10ms_ping_and_a_tcp_stream",
+    "quickstart::user_alone::quickstart_runs_verbatim_on_machines_with_systemd_and_the_package_and_the_vms_ping",
 }
 
 

@@ -21,8 +21,23 @@ tests() {
   local limit=$1 out rc=0
   shift
   out=$(mktemp "${TMPDIR:-/tmp}/vnet-tests.XXXXXX")
-  timeout --kill-after=60 "$limit" "$@" 2>&1 | tee "$out" || rc=$?
+  timeout --kill-after=60 "$limit" "$@" 2>&1 | timed | tee "$out" || rc=$?
   checked "$out" "$rc" "$limit" "$@"
+}
+# `timed` appends to each test's result line (`test NAME ... ok`) the
+# seconds since the previous one and since the command started: with one
+# test at a time, the first is how long that test took (the slowest tests
+# of a step, read from the log). A line cut off by the time limit is kept.
+timed() {
+  local line t t0=${EPOCHREALTIME/./} last=${EPOCHREALTIME/./}
+  while IFS= read -r line || [ -n "$line" ]; do
+    if [[ $line =~ (^test\ .*\ \.\.\.\ |^)(ok|FAILED)$ ]]; then
+      t=${EPOCHREALTIME/./}
+      line+=" (+$(((t - last) / 1000000)).$(((t - last) / 100000 % 10)) s, at $(((t - t0) / 1000000)) s)"
+      last=$t
+    fi
+    printf '%s\n' "$line"
+  done
 }
 # `checked OUTPUT RC LIMIT COMMAND...`: the checks of `tests` on a finished
 # command's output (then removed) and exit status.
@@ -161,8 +176,7 @@ lab user user 3 1500
 step "namespace integration tests (root), kernel (eBPF) path"
 lab kernel kernel 3 1200
 step "user path: QEMU guests (TCG) on TAP and vhost-user, the floods and the timing bounds, one at a time"
-# (+150 s: the quickstart on five machines with systemd, here since issue 68: 145 s alone.)
-lab user user-alone 1 1050
+lab user user-alone 1 900
 step "kernel path: the floods, the timing bounds and a QEMU guest's migration, one at a time"
 lab kernel kernel-alone 1 600
 step "the background: the fuzz step, clippy, the packages and the systemd test's machine"
@@ -171,8 +185,8 @@ waited_tests fuzz-lines
 waited clippy
 waited package
 waited rootfs
-step "user path: the package under systemd, its capabilities, the upgrade from the previous release's, one at a time"
-lab user user-package 1 300
+step "user path: the package under systemd, its capabilities, the upgrade from the previous release's, the quickstart on five machines, one at a time"
+lab user user-package 1 450
 step "kernel path: the package under systemd and the upgrade from the previous release's, one at a time"
 lab kernel kernel-package 1 300
 left=$(ip netns list | grep -c "^vl$VNET_LAB_TAG-" || true)

@@ -568,6 +568,7 @@ impl Drop for Lab {
         if self.bpffs {
             let _ = Command::new("umount").arg(self.dir.join("bpf")).status();
         }
+        process::unmount_under(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
         process::dirs().retain(|d| *d != self.dir);
     }

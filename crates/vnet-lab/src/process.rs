@@ -124,11 +124,28 @@ pub fn install_signal_cleanup() {
         for d in std::mem::take(&mut *dirs()) {
             // A lab's bpffs (hand-overs) first, or the directory stays.
             let _ = Command::new("umount").arg("-l").arg(d.join("bpf")).stderr(Stdio::null()).status();
+            unmount_under(&d);
             let _ = std::fs::remove_dir_all(d);
         }
         eprintln!("vnet-lab: interrupted; lab removed");
         std::process::exit(130);
     });
+}
+
+/// Unmounts (lazily) whatever is mounted under directory `dir`, deepest
+/// first (a lab's machines' overlay roots, before the lab's directory is
+/// removed: removing it then removes only what the machines wrote).
+pub(crate) fn unmount_under(dir: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut under: Vec<&str> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| Path::new(m).starts_with(dir) && Path::new(m) != dir)
+        .collect();
+    under.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in under {
+        let _ = Command::new("umount").arg("-l").arg(m).stderr(Stdio::null()).status();
+    }
 }
 
 /// Runs a command, failing with its stderr if it exits non-zero.
