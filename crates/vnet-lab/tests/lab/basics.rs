@@ -39,9 +39,9 @@ fn two_hosts_ping_both_ways(format: Format) {
 
 /// Sends (argv[1] = send) VLAN-tagged frames (VLAN 77, an IPv4/UDP packet
 /// inside) from device argv[2] to MAC argv[3], or prints (argv[1] =
-/// catch) every frame device argv[2] receives for argv[3] seconds that
-/// carries the marker, with the VLAN tag it arrived with (inline, or as
-/// the kernel's auxiliary data).
+/// catch) `ready` once its socket is bound, then every frame device
+/// argv[2] receives for argv[3] seconds that carries the marker, with the
+/// VLAN tag it arrived with (inline, or as the kernel's auxiliary data).
 const VLAN: &str = r#"
 import socket, struct, sys, time
 mode, dev = sys.argv[1], sys.argv[2]
@@ -57,6 +57,7 @@ if mode == 'send':
 else:
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); s.bind((dev, 0))
     s.setsockopt(263, 8, 1)  # SOL_PACKET, PACKET_AUXDATA
+    print('ready', flush=True)
     s.settimeout(0.2); end = time.time() + float(sys.argv[3])
     while time.time() < end:
         try:
@@ -102,15 +103,24 @@ fn vlan_tags_kept(spec: Spec, ring: Option<bool>) {
     assert_ping(&lab, &a, b.ip, 56);
     let (script, out) = (lab.dir.join("vlan.py"), lab.dir.join("vlan.txt"));
     std::fs::write(&script, VLAN).unwrap();
-    let catch = format!("python3 {} catch {} 4 > {}", script.display(), b.dev, out.display());
+    let catch = format!("python3 {} catch {} 20 > {}", script.display(), b.dev, out.display());
     lab.spawn(&b.ns, &["sh", "-c", &catch]).unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    // The catcher's socket bound (it says so), not a guess of how long
+    // python takes to start on a loaded machine.
+    wait_until(15.0, "the VLAN catcher's socket bound", || read().starts_with("ready\n"));
     let sent =
         lab.ns_exec(&a.ns, &["python3", script.to_str().unwrap(), "send", &a.dev, &b.mac, &a.mac]).unwrap();
     assert!(sent.status.success(), "{sent:?}");
-    std::thread::sleep(Duration::from_secs(4));
-    let got = std::fs::read_to_string(&out).unwrap_or_default();
-    let tags: Vec<&str> = got.lines().collect();
+    // Five were sent: wait for four (or the deadline, then the asserts say what came).
+    let t0 = std::time::Instant::now();
+    while read().lines().filter(|l| l.starts_with("tag=")).count() < 4
+        && t0.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let got = read();
+    let tags: Vec<&str> = got.lines().filter(|l| *l != "ready").collect();
     assert!(tags.len() >= 4, "tagged frames lost: {got:?}");
     assert!(tags.iter().all(|t| *t == "tag=77"), "the tag was lost or changed (ring {ring:?}): {got:?}");
 }
