@@ -22,8 +22,10 @@
 //! leg to a backend passes: each live host's gateway as its record names
 //! it (signed by its claim key in a signed network), kept only where the
 //! host holds that address in the IPAM under its gateway owner and MAC,
-//! read every [`GATEWAYS_EVERY`] ([`crate::ipam::translators`]): a value
-//! in the IPAM alone makes nothing a translator. A Service not translated
+//! read every [`GATEWAYS_EVERY`] ([`crate::ipam::translators`]), and
+//! where the API gives no pod that address: a value in the IPAM alone
+//! makes nothing a translator. Readings failed [`FAILED_READINGS`] times
+//! in a row drop them all. A Service not translated
 //! is denied where its destination may be isolated. The first translation
 //! is given only once every watch has listed (until then nothing is
 //! isolated: no translator is trusted either, the engine has no isolation
