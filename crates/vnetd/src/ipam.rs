@@ -5,7 +5,7 @@
 //! - `add`: the owner's address if it holds one in the pool already (a
 //!   retried `ADD`); else an address no host holds, put under this host's
 //!   own prefix (`/vnet/NET/ipam/HOST/`, the only one its etcd role may
-//!   write); then the pool's keys for that address are read again, and if
+//!   write); then every pool's keys for that address are read again, and if
 //!   another host's key for it was created first
 //!   ([`vnet_cluster::ipam::winner`]) this host gives its key up and tries
 //!   the next (a lost race, logged), so two hosts never hold one address.
@@ -57,6 +57,9 @@ pub struct Signed {
     pub host: String,
     pub addr: IpAddr,
     pub mac: MacAddr,
+    /// Whether the member view's owner of `mac` is `host` (the gateway's
+    /// MAC held by its host: [`vnet_cluster::Member::owner`]).
+    pub mac_held: bool,
 }
 
 impl From<IpamOp> for Op {
@@ -172,6 +175,23 @@ fn in_pool(pool: &str, addr: IpAddr) -> bool {
     }
 }
 
+/// How many bits a gateway's pool leaves to its hosts at least: a pool
+/// of 16 addresses or more (a /28 in IPv4, a /124 in IPv6).
+const GATEWAY_POOL_HOST_BITS: u32 = 4;
+
+/// Whether `pool` may hold a node gateway at `addr`: a pool vnetd itself
+/// would name (`SUBNET_LEN`, the subnet's first address, the prefix
+/// lengths [`Pool::new`] takes) of at least 16 addresses, containing
+/// `addr`. vnetd is not told the network's pools (each `ipam add` names
+/// its own); this keeps out a pool made up to hold one address alone
+/// (`10.244.0.5_32`).
+fn gateway_pool(pool: &str, addr: IpAddr) -> bool {
+    let Some((net, len)) = pool.split_once('_') else { return false };
+    let Ok(p) = Pool::new(&format!("{net}/{len}"), None) else { return false };
+    let width = if addr.is_ipv4() { 32 } else { 128 };
+    pool_name(&p) == pool && u32::from(p.len) + GATEWAY_POOL_HOST_BITS <= width && in_pool(pool, addr)
+}
+
 /// One allocation key as listed: its host, pool, address, etcd
 /// `create_revision`, and its value if it is one.
 pub struct Listed<'a> {
@@ -183,24 +203,33 @@ pub struct Listed<'a> {
 }
 
 /// The translators: of `signed` (at most one per live host), each address
-/// that is in the pool it is allocated from, whose winning allocation
-/// there ([`winner`]) is its host's, held by its host's gateway owner
-/// naming the same MAC. A value in the IPAM alone makes nothing a
-/// translator; a record's gateway at an address its host does not hold,
-/// or under another owner, neither. Sorted.
-pub fn translators(signed: &[Signed], listed: &[Listed<'_>]) -> Vec<IpAddr> {
+/// whose host holds its MAC in the member view, and whose winning
+/// allocation among every pool's keys for it ([`winner`]: the first
+/// created, whatever its pool) is its host's, held by its host's gateway
+/// owner naming the same MAC, in a [`gateway_pool`] that is, where the
+/// host holds pods' addresses (`pod_pools`: host and pool of each
+/// allocation that is no gateway's), one of theirs. A value in the IPAM
+/// alone makes nothing a translator; a record's gateway at an address
+/// its host does not hold, or under another owner, neither. Sorted.
+pub fn translators(
+    signed: &[Signed],
+    listed: &[Listed<'_>],
+    pod_pools: &HashSet<(&str, &str)>,
+) -> Vec<IpAddr> {
+    let pod_pool = |host: &str, pool: &str| {
+        !pod_pools.iter().any(|(h, _)| *h == host) || pod_pools.contains(&(host, pool))
+    };
     let mut out: Vec<IpAddr> = signed
         .iter()
         .filter(|g| {
-            let at = || listed.iter().filter(|l| l.addr == g.addr && in_pool(l.pool, g.addr));
-            at().any(|l| {
-                let won = winner(at().filter(|o| o.pool == l.pool).map(|o| (o.host, o.created)));
-                let held = l
-                    .value
-                    .as_ref()
-                    .is_some_and(|v| v.host == g.host && gateway_mac(&v.owner) == Some(g.mac));
-                l.host == g.host && won == Some(l.host) && held
-            })
+            let at = listed.iter().filter(|l| l.addr == g.addr);
+            let Some(won) = at.min_by(|a, b| (a.created, a.host).cmp(&(b.created, b.host))) else {
+                return false;
+            };
+            let held =
+                won.value.as_ref().is_some_and(|v| v.host == g.host && gateway_mac(&v.owner) == Some(g.mac));
+            let pool = gateway_pool(won.pool, g.addr) && pod_pool(won.host, won.pool);
+            g.mac_held && won.host == g.host && held && pool
         })
         .map(|g| g.addr)
         .collect();
@@ -216,24 +245,25 @@ async fn gateways(c: &mut Client, network: &str, signed: &[Signed]) -> Result<Ve
     }
     let (listed, _) = crate::listing::list(c, &prefix(network)).await?;
     let wanted: HashSet<IpAddr> = signed.iter().map(|g| g.addr).collect();
-    let keys: Vec<Listed<'_>> = listed
-        .iter()
-        .filter_map(|kv| {
-            let (host, pool, addr) = parse_key(network, kv.key_str().ok()?)?;
-            wanted.contains(&addr).then(|| Listed {
-                host,
-                pool,
-                addr,
-                created: kv.create_revision(),
-                value: Allocation::from_json(kv.value()),
-            })
-        })
-        .collect();
-    Ok(translators(signed, &keys))
+    let mut pod_pools = HashSet::new();
+    let mut keys = Vec::new();
+    for kv in &listed {
+        let Some((host, pool, addr)) = kv.key_str().ok().and_then(|k| parse_key(network, k)) else {
+            continue;
+        };
+        let value = Allocation::from_json(kv.value());
+        if value.as_ref().is_some_and(|v| !is_gateway(&v.owner)) {
+            pod_pools.insert((host, pool));
+        }
+        if wanted.contains(&addr) {
+            keys.push(Listed { host, pool, addr, created: kv.create_revision(), value });
+        }
+    }
+    Ok(translators(signed, &keys, &pod_pools))
 }
 
 /// This host's node gateway by its own allocations: the lowest address
-/// held under a gateway owner, inside its pool, with the MAC the owner
+/// held under a gateway owner, inside its pool ([`gateway_pool`]), with the MAC the owner
 /// names (its record names it, [`vnet_cluster::layout::Gateway`]).
 pub(crate) async fn own_gateway(
     c: &mut Client,
@@ -246,7 +276,7 @@ pub(crate) async fn own_gateway(
         .filter_map(|kv| {
             let (h, pool, a) = parse_key(network, kv.key_str().ok()?)?;
             let v = Allocation::from_json(kv.value()).filter(|v| v.host == host && h == host)?;
-            in_pool(pool, a).then_some((a, gateway_mac(&v.owner)?))
+            gateway_pool(pool, a).then_some((a, gateway_mac(&v.owner)?))
         })
         .collect();
     held.sort_unstable();
@@ -273,10 +303,9 @@ async fn add(
     let mut taken = HashSet::new();
     for kv in &listed {
         let Some((h, p, a)) = kv.key_str().ok().and_then(|k| parse_key(network, k)) else { continue };
-        if p != name {
-            continue;
-        }
-        if h == host && Allocation::from_json(kv.value()).is_some_and(|v| v.owner == owner) {
+        // An address held in any pool (another pool's key, even one made
+        // up) is taken: the holder is the first key whatever its pool.
+        if p == name && h == host && Allocation::from_json(kv.value()).is_some_and(|v| v.owner == owner) {
             return Ok(a);
         }
         taken.insert(a);
@@ -302,7 +331,7 @@ async fn add(
             if !c.txn(txn).await?.succeeded() {
                 continue;
             }
-            let holder = holder(c, network, &name, a).await?;
+            let holder = holder(c, network, a).await?;
             if holder.as_deref() == Some(host) {
                 return Ok(a);
             }
@@ -316,17 +345,12 @@ async fn add(
     }
 }
 
-/// The host whose key for `addr` in pool `name` was created first.
-async fn holder(
-    c: &mut Client,
-    network: &str,
-    name: &str,
-    addr: IpAddr,
-) -> Result<Option<String>, IpamError> {
+/// The host whose key for `addr`, in any pool, was created first.
+async fn holder(c: &mut Client, network: &str, addr: IpAddr) -> Result<Option<String>, IpamError> {
     let (listed, _) = crate::listing::list(c, &prefix(network)).await?;
     let keys = listed.iter().filter_map(|kv| {
-        let (h, p, a) = parse_key(network, kv.key_str().ok()?)?;
-        (p == name && a == addr).then_some((h, kv.create_revision()))
+        let (h, _, a) = parse_key(network, kv.key_str().ok()?)?;
+        (a == addr).then_some((h, kv.create_revision()))
     });
     Ok(winner(keys).map(str::to_string))
 }
@@ -428,8 +452,13 @@ mod tests {
             alloc("n2", pool, "10.244.0.70", 11, "vnet/3f2a9c/eth0"),
             alloc("n2", "10.88.0.0_24", "10.244.0.71", 12, gw2),
         ];
-        let signed =
-            |host: &str, addr: &str, m: &str| Signed { host: host.into(), addr: ip(addr), mac: mac(m) };
+        let signed = |host: &str, addr: &str, m: &str| Signed {
+            host: host.into(),
+            addr: ip(addr),
+            mac: mac(m),
+            mac_held: true,
+        };
+        let translators = |s: &[Signed], l: &[Listed<'_>]| translators(s, l, &Default::default());
         let n1 = signed("n1", "10.244.0.1", "02:00:00:00:00:01");
         assert_eq!(translators(std::slice::from_ref(&n1), &listed), [ip("10.244.0.1")]);
         assert!(translators(&[], &listed).is_empty(), "the IPAM alone makes no translator");
@@ -445,5 +474,64 @@ mod tests {
         // The control: node 2's record names its allocation, signed.
         let both = [n1, signed("n2", "10.244.0.66", "02:00:00:00:00:02")];
         assert_eq!(translators(&both, &listed), [ip("10.244.0.1"), ip("10.244.0.66")]);
+    }
+
+    /// The second review's attack: node X, alone in a pool it makes up
+    /// (`10.244.0.5_32`), holds a pod's address 10.244.0.5 under a gateway
+    /// owner, and its record names it, signed. Not a translator: the pool
+    /// is no pool vnetd hands out from; in a real pool, the pod's key
+    /// (created first, in whatever pool) wins; in a /28 that is not the
+    /// pool X's pods are in, neither; nor where the member view does not
+    /// give X the MAC. The controls: the same gateway in X's pods' pool,
+    /// its key first, with X holding the MAC, is one, and a /28 pool of a
+    /// host with no pod yet is taken.
+    #[test]
+    fn a_gateway_in_a_made_up_pool_or_over_a_pods_key_is_no_translator() {
+        use super::{translators, Allocation, Listed, Signed};
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let gw = "vnet/node-gateway-0200000000aa/gw";
+        let alloc = |host: &'static str, pool: &'static str, created: i64, owner: &str| Listed {
+            host,
+            pool,
+            addr: ip("10.244.0.5"),
+            created,
+            value: Some(Allocation { host: host.into(), owner: owner.into() }),
+        };
+        let x = |mac_held| Signed {
+            host: "x".into(),
+            addr: ip("10.244.0.5"),
+            mac: "02:00:00:00:00:aa".parse().unwrap(),
+            mac_held,
+        };
+        let pods: std::collections::HashSet<(&str, &str)> =
+            [("x", "10.244.0.0_16"), ("n1", "10.244.0.0_16")].into();
+        let none = Default::default();
+        // Alone in a pool of one address: no translator, even with no pod
+        // key for the address at all.
+        let alone = [alloc("x", "10.244.0.5_32", 9, gw)];
+        assert!(translators(&[x(true)], &alone, &none).is_empty(), "a /32 pool");
+        for bad in ["10.244.0.4_30", "10.244.0.1_28", "10.244.0.0_x", "10.244.0.0_33", "::_120"] {
+            let l = [alloc("x", bad, 9, gw)];
+            assert!(translators(&[x(true)], &l, &none).is_empty(), "pool {bad}");
+        }
+        // A pod's key for the address, another host's or X's own, created
+        // first in the real pool: the made-up pool's gateway key loses.
+        for pod_host in ["n1", "x"] {
+            let l =
+                [alloc(pod_host, "10.244.0.0_16", 5, "vnet/3f2a9c/eth0"), alloc("x", "10.244.0.0_28", 9, gw)];
+            assert!(translators(&[x(true)], &l, &pods).is_empty(), "a pod of {pod_host} holds it");
+        }
+        // A /28 alone, X's pods being in the /16.
+        let l = [alloc("x", "10.244.0.0_28", 9, gw)];
+        assert!(translators(&[x(true)], &l, &pods).is_empty(), "not X's pods' pool");
+        // In X's pods' pool, first, but the MAC not X's in the member view.
+        let l = [alloc("x", "10.244.0.0_16", 9, gw)];
+        assert!(translators(&[x(false)], &l, &pods).is_empty(), "the MAC not held by X");
+        // The controls.
+        assert_eq!(translators(&[x(true)], &l, &pods), [ip("10.244.0.5")], "X's gateway");
+        let l = [alloc("x", "10.244.0.0_28", 9, gw)];
+        assert_eq!(translators(&[x(true)], &l, &none), [ip("10.244.0.5")], "a /28, no pod yet");
+        let l = [alloc("x", "10.244.0.0_16", 5, gw), alloc("n1", "10.244.0.0_16", 7, "vnet/3f2a9c/eth0")];
+        assert_eq!(translators(&[x(true)], &l, &pods), [ip("10.244.0.5")], "X's key first");
     }
 }

@@ -22,8 +22,10 @@
 //! leg to a backend passes: each live host's gateway as its record names
 //! it (signed by its claim key in a signed network), kept only where the
 //! host holds that address in the IPAM under its gateway owner and MAC,
-//! read every [`GATEWAYS_EVERY`] ([`crate::ipam::translators`]): a value
-//! in the IPAM alone makes nothing a translator. A Service not translated
+//! read every [`GATEWAYS_EVERY`] ([`crate::ipam::translators`]), and
+//! where the API gives no pod that address: a value in the IPAM alone
+//! makes nothing a translator. Readings failed [`FAILED_READINGS`] times
+//! in a row drop them all. A Service not translated
 //! is denied where its destination may be isolated. The first translation
 //! is given only once every watch has listed (until then nothing is
 //! isolated: no translator is trusted either, the engine has no isolation
@@ -63,9 +65,21 @@ struct Stores {
     gateways: Arc<Mutex<Readings>>,
 }
 
-/// The translators as last read, why the last reading failed, and the
-/// readings made.
-type Readings = (Vec<std::net::IpAddr>, Option<String>, u64);
+/// How many readings of the gateways in a row may fail before the last
+/// ones are no longer trusted (no translator then: fail closed).
+const FAILED_READINGS: u32 = 3;
+
+/// The translators as last read, why the last reading failed, the
+/// readings made, those failed in a row, and how many times the last
+/// translators were dropped after [`FAILED_READINGS`] failures.
+#[derive(Debug, Clone, Default)]
+struct Readings {
+    gateways: Vec<std::net::IpAddr>,
+    last_error: Option<String>,
+    readings: u64,
+    failed_in_row: u32,
+    dropped: u64,
+}
 
 /// A store's state for `show policy`.
 fn store_json<T>(s: &Store<T>) -> serde_json::Value {
@@ -141,7 +155,7 @@ async fn gateways(
         let readings = {
             let mut g = lock(&into);
             note(&mut g, read, &changed);
-            g.2
+            g.readings
         };
         {
             let mut d = lock(&daemon);
@@ -157,21 +171,35 @@ async fn gateways(
 }
 
 /// Keeps a reading of the gateways in `g`; `changed` told of a change.
+/// A failed reading leaves the last ones trusted, until
+/// [`FAILED_READINGS`] in a row: then none is (fail closed, counted).
 fn note(g: &mut Readings, read: Result<Vec<std::net::IpAddr>, String>, changed: &Notify) {
-    g.2 += 1;
+    g.readings += 1;
     match read {
         Ok(a) => {
-            g.1 = None;
-            if a != g.0 {
-                g.0 = a;
+            g.last_error = None;
+            g.failed_in_row = 0;
+            if a != g.gateways {
+                g.gateways = a;
                 changed.notify_one();
             }
         }
         Err(e) => {
-            if g.1.as_ref() != Some(&e) {
-                tracing::warn!("network policy: the nodes' gateways: {e}; the last ones stay trusted");
+            g.failed_in_row = g.failed_in_row.saturating_add(1);
+            if g.failed_in_row >= FAILED_READINGS && !g.gateways.is_empty() {
+                tracing::warn!(
+                    failed = g.failed_in_row,
+                    "network policy: the nodes' gateways: {e}; the last ones are no longer trusted"
+                );
+                g.gateways.clear();
+                g.dropped += 1;
+                changed.notify_one();
+            } else if g.last_error.as_ref() != Some(&e) {
+                tracing::warn!(
+                    "network policy: the nodes' gateways: {e}; the last ones stay trusted for now"
+                );
             }
-            g.1 = Some(e);
+            g.last_error = Some(e);
         }
     }
 }
@@ -225,9 +253,11 @@ fn translate(
         Ok(a) => iso.exempt.extend(a),
         Err(e) => tracing::warn!("network policy: this node's addresses: {e}"),
     }
-    // The other nodes' gateways (this node's own is exempt already).
+    // The other nodes' gateways (this node's own is exempt already), none
+    // at an address the API gives a pod.
     let gateways = lock(&stores.gateways).clone();
-    iso.translators.extend(gateways.0.iter().copied().filter(|a| !iso.exempt.contains(a)));
+    let (kept, pods_at) = no_pods(&gateways.gateways, &p);
+    iso.translators.extend(kept.into_iter().filter(|a| !iso.exempt.contains(a)));
     if report.refused != *refused {
         for (policy, why) in &report.refused {
             tracing::warn!(policy, "network policy refused (its pods isolated, nothing allowed): {why}");
@@ -241,15 +271,32 @@ fn translate(
         "closed_services": closed,
         "translators": {
             "addresses": iso.translators.len(),
-            "gateways": gateways.0,
-            "last_error": gateways.1,
-            "readings": gateways.2,
+            "gateways": gateways.gateways,
+            "at_pods_addresses": pods_at,
+            "last_error": gateways.last_error,
+            "readings": gateways.readings,
+            "failed_in_row": gateways.failed_in_row,
+            "dropped": gateways.dropped,
         },
     });
     let iso = governed.then_some(iso);
     if let Err(e) = lock(daemon).set_isolation(network, iso, status) {
         tracing::warn!("network policy: not applied: {e}");
     }
+}
+
+/// Of the gateways, those at no address the API gives a pod (a node's
+/// record naming a pod's address, its own pod's or another's, as its
+/// gateway would let that pod past isolation to every Service backend),
+/// and those refused.
+fn no_pods(gateways: &[std::net::IpAddr], pods: &[Pod]) -> (Vec<std::net::IpAddr>, Vec<std::net::IpAddr>) {
+    let at: std::collections::HashSet<std::net::IpAddr> =
+        pods.iter().flat_map(|p| p.ips.iter().copied()).collect();
+    let (refused, kept): (Vec<_>, Vec<_>) = gateways.iter().copied().partition(|a| at.contains(a));
+    if !refused.is_empty() {
+        tracing::debug!(?refused, "network policy: a node's gateway at a pod's address is no translator");
+    }
+    (kept, refused)
 }
 
 #[cfg(test)]
@@ -283,5 +330,51 @@ mod tests {
     fn this_nodes_addresses_are_read() {
         let a = crate::sys::netdev::local_addresses().unwrap();
         assert!(a.contains(&std::net::Ipv4Addr::LOCALHOST.into()), "{a:?}");
+    }
+
+    /// A node's record names its own pod's address (10.244.0.5) as its
+    /// gateway: no translator, the API giving that address to a pod. The
+    /// control: the other node's gateway, at no pod's address, is one.
+    #[test]
+    fn a_gateway_at_a_pods_address_is_no_translator() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let pod = vnet_kube::objects::Pod {
+            namespace: "default".into(),
+            name: "attacker".into(),
+            labels: Default::default(),
+            ips: vec![ip("10.244.0.5")],
+            host_network: false,
+            ports: Vec::new(),
+        };
+        let gateways = [ip("10.244.0.1"), ip("10.244.0.5")];
+        let (kept, refused) = super::no_pods(&gateways, std::slice::from_ref(&pod));
+        assert_eq!((kept, refused), (vec![ip("10.244.0.1")], vec![ip("10.244.0.5")]));
+        let (kept, _) = super::no_pods(&gateways, &[]);
+        assert_eq!(kept, gateways, "no pod there: both");
+    }
+
+    /// etcd unreadable: the last gateways stay trusted for two failed
+    /// readings (the control), not after the third in a row (fail closed,
+    /// counted); a good reading in between starts the count again.
+    #[test]
+    fn the_gateways_are_dropped_after_three_failed_readings() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let changed = tokio::sync::Notify::new();
+        let mut g = super::Readings::default();
+        super::note(&mut g, Ok(vec![ip("10.244.0.1")]), &changed);
+        for _ in 0..2 {
+            super::note(&mut g, Err("etcd down".into()), &changed);
+        }
+        assert_eq!(g.gateways, [ip("10.244.0.1")], "still trusted after 2");
+        super::note(&mut g, Ok(vec![ip("10.244.0.1")]), &changed);
+        super::note(&mut g, Err("etcd down".into()), &changed);
+        super::note(&mut g, Err("etcd down".into()), &changed);
+        assert_eq!(g.gateways, [ip("10.244.0.1")], "the count started again");
+        super::note(&mut g, Err("etcd down".into()), &changed);
+        assert!(g.gateways.is_empty(), "dropped after 3 in a row");
+        assert_eq!((g.failed_in_row, g.dropped, g.readings), (3, 1, 7));
+        assert_eq!(g.last_error.as_deref(), Some("etcd down"));
+        super::note(&mut g, Ok(vec![ip("10.244.0.1")]), &changed);
+        assert_eq!((g.gateways.len(), g.failed_in_row), (1, 0), "read again");
     }
 }

@@ -682,7 +682,14 @@ impl Host {
             return Vec::new();
         }
         let all = self.member.gateways().into_iter();
-        all.map(|(host, addr, mac)| crate::ipam::Signed { host: host.to_string(), addr, mac }).collect()
+        let held = |host: &str, mac| self.member.owner(mac) == Some(host);
+        all.map(|(host, addr, mac)| crate::ipam::Signed {
+            host: host.to_string(),
+            addr,
+            mac,
+            mac_held: held(host, mac),
+        })
+        .collect()
     }
 
     /// Reads this host's gateway from its allocations again; its record

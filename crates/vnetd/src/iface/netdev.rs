@@ -92,18 +92,29 @@ pub fn keep_off_the_stack(dev: &str) -> std::io::Result<()> {
     }
 }
 
+/// Keeps `dev` off the node's stack ([`keep_off_the_stack`]) if it is one
+/// of vnet-cni's veth ends; an error (with what failed) if that fails: the
+/// end is not attached (one the node answers ARP on would bypass the
+/// policy, docs/INTEGRATION.md).
+fn off_the_stack(dev: &str) -> std::io::Result<()> {
+    if !made_by_vnet_cni(dev) {
+        return Ok(());
+    }
+    keep_off_the_stack(dev).map_err(|e| {
+        let why =
+            format!("{dev}: not attached: not kept off the node's IP stack (arp_ignore 8, IPv6 off): {e}");
+        std::io::Error::new(e.kind(), why)
+    })
+}
+
 /// Opens a packet socket to read the device (and its receive ring) and one
 /// to send to it, sets the MTU if asked, and brings the device up (one of
-/// vnet-cni's veth ends kept off the node's stack first).
+/// vnet-cni's veth ends kept off the node's stack first, or not opened).
 pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
     let (dev, mtu, offload) = (def.dev.clone(), def.mtu, def.offload);
     let ns = def.netns.clone().unwrap_or_else(|| "-".into());
     let (nd, refused) = super::io::in_ns(def, move || {
-        if made_by_vnet_cni(&dev) {
-            if let Err(e) = keep_off_the_stack(&dev) {
-                tracing::warn!(device = %dev, "not kept off the node's IP stack (arp_ignore 8, IPv6 off): {e}");
-            }
-        }
+        off_the_stack(&dev)?;
         let tx = sys::open_packet_tx(&dev)?;
         if let Some((f, ring)) = handed_over(&ns, &dev, offload) {
             if offload {
@@ -229,5 +240,25 @@ impl Port for Netdev {
 
     fn send(&self, _: &mut Scratch, payload: Payload<'_>) -> bool {
         super::io::write_frame(&self.tx, payload, &self.refused_logged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// One of vnet-cni's veth ends that cannot be kept off the node's
+    /// stack (here: no such device's settings) is refused with a clear
+    /// error, not attached; the control: a device not vnet-cni's is not
+    /// touched and passes.
+    #[test]
+    fn a_veth_end_not_kept_off_the_stack_is_not_attached() {
+        let dev = "vc0123456789";
+        assert!(super::made_by_vnet_cni(dev));
+        let e = super::off_the_stack(dev).unwrap_err();
+        assert!(
+            e.to_string().contains("vc0123456789: not attached: not kept off the node's IP stack"),
+            "{e}"
+        );
+        assert!(super::keep_off_the_stack(dev).is_err(), "the same without the guard: only a log before");
+        assert!(super::off_the_stack("vnetnosuch0").is_ok(), "not vnet-cni's: untouched");
     }
 }
