@@ -70,16 +70,44 @@ impl Member {
         out
     }
 
-    /// Whether claim `r` of `mac` may stand: not if another live host
-    /// holds `mac` and its record names it as its gateway.
-    pub(super) fn check_gateway_claim(&self, mac: MacAddr, r: &MacRecord) -> Result<(), RecordError> {
+    /// Whether claim `r` of `mac` (its key created at revision `created`)
+    /// may stand: not if another live host holds `mac` and its record
+    /// names it as its gateway, and on Kubernetes the holder's claim names
+    /// no address and is not younger than `r` if a pod backs `r` (then
+    /// `r` waits, taken again when the holder's record or claim changes).
+    pub(super) fn check_gateway_claim(
+        &mut self,
+        mac: MacAddr,
+        r: &MacRecord,
+        created: u64,
+    ) -> Result<(), RecordError> {
         let Some(&h) = self.macs.get(&mac) else { return Ok(()) };
         let holder = &*self.names[h as usize];
         let gateway = self.records[h as usize].as_ref().and_then(|p| p.gateway);
-        match holder != r.host && gateway.is_some_and(|(_, m)| m == mac) {
-            true => Err(RecordError::GatewayMac { mac, host: holder.to_string() }),
-            false => Ok(()),
+        if holder == r.host || !gateway.is_some_and(|(_, m)| m == mac) {
+            return Ok(());
         }
+        let e = RecordError::GatewayMac { mac, host: holder.to_string() };
+        if !self.policy.kube {
+            return Err(e);
+        }
+        if self.addrs.contains_key(&mac) || self.pod_claim_older(mac, r, created) {
+            return Ok(());
+        }
+        self.wait_for_pod(mac, r, created);
+        Err(e)
+    }
+
+    /// Kubernetes: whether `r` is a claim the API backs (this host's: one
+    /// naming an address) whose key was created before the holder's of
+    /// `mac` (both known).
+    fn pod_claim_older(&self, mac: MacAddr, r: &MacRecord, created: u64) -> bool {
+        let backed = match r.host == self.me {
+            true => !r.addrs.is_empty(),
+            false => matches!(self.backing(r), Ok(Some(_))),
+        };
+        let held = self.held_created.get(&mac).copied().unwrap_or(0);
+        backed && created != 0 && held != 0 && created < held
     }
 }
 

@@ -168,6 +168,7 @@ impl Member {
             self.hold(claim_key(&self.network, &c.r.host, mac), e);
             self.wait_for_pod(mac, &c.r, c.created);
         }
+        self.prune_vacated();
         let waiting = std::mem::take(&mut self.pod_waiting);
         self.waiting_per_host.clear();
         let mut waiting: Vec<((MacAddr, String), (u64, MacRecord))> = waiting.into_iter().collect();
@@ -206,7 +207,10 @@ impl Member {
             Ok(()) => {
                 self.quarantine.remove(&key);
             }
-            Err(e) => self.hold(key, e),
+            Err(e) => {
+                self.count_gateway_claim(&e);
+                self.hold(key, e);
+            }
         }
     }
 
@@ -273,6 +277,11 @@ impl Member {
         };
         let takes = self.holder_gives_way(mac, r, created, pod.as_deref())?;
         if !own {
+            // A MAC kept for its pod's node while its claim is gone.
+            if let Some(e) = self.vacated_for(mac, &r.host) {
+                self.wait_for_pod(mac, r, created);
+                return Err(e);
+            }
             // An older claim of the MAC waiting for the API holds it for itself.
             if let Some(first) = self.reserved_by(mac, &r.host, created) {
                 self.wait_for_pod(mac, r, created);
@@ -356,6 +365,7 @@ impl Member {
     /// address are not; the claim's create revision is kept.
     pub(super) fn hold_pod_claim(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
         self.unwait(mac, &r.host);
+        self.unvacate(mac, &r.host);
         if let Some(c) = self.pod_claims.remove(&mac) {
             if self.by_pod.get(&c.pod) == Some(&mac) {
                 self.by_pod.remove(&c.pod);
@@ -376,7 +386,7 @@ impl Member {
     /// than `max_pod_waiting` waiting and all hosts fewer than
     /// `max_macs`; its own earlier claim it replaces; else counted in
     /// `pods_waiting_dropped`).
-    fn wait_for_pod(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
+    pub(super) fn wait_for_pod(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
         let k = (mac, r.host.clone());
         if let Some(w) = self.pod_waiting.get_mut(&k) {
             *w = (created, r.clone());
