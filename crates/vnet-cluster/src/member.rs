@@ -193,6 +193,8 @@ pub enum RecordError {
     PodsDiffer { a: String, b: String },
     #[error("host `{first}`'s claim of this MAC is older (etcd create revision) and waits for the Kubernetes API: `{claimant}`'s waits behind it")]
     PodReserved { first: String, claimant: String },
+    #[error("the MAC is kept for node `{node}`, whose claim of it went while the Kubernetes API still places its pod there: `{claimant}`'s claim waits")]
+    PodVacated { node: String, claimant: String },
     #[error("pod {pod} has MAC {mac} already: a pod has one MAC")]
     PodHasMac { pod: String, mac: MacAddr },
     #[error("host `{holder}` holds the MAC{}: on Kubernetes a pod does not move, and `{claimant}`'s claim takes it only when no pod backs the holder's", .pod.as_ref().map(|p| format!(" for pod {p}, which the API still places there")).unwrap_or_default())]
@@ -778,7 +780,8 @@ impl Member {
         // A gateway no more (or its host gone): claims of its MAC refused
         // for it are taken again.
         let old_gateway = old.as_ref().and_then(|o| o.gateway).map(|(_, m)| m);
-        let gateway_freed = old_gateway.filter(|&m| peer.as_ref().and_then(|p| p.gateway).map(|(_, g)| g) != Some(m));
+        let gateway_freed =
+            old_gateway.filter(|&m| peer.as_ref().and_then(|p| p.gateway).map(|(_, g)| g) != Some(m));
         let was = self.routed(h);
         let freed = old.as_ref().map(|o| canonical(o.addr.ip()));
         if let Some(ip) = freed {

@@ -435,7 +435,7 @@ impl Member {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::tests::{mac, signed_cert, signed_record, signed_view, sync};
     use super::*;
     use crate::layout::fixtures::Claims;
@@ -444,11 +444,11 @@ mod tests {
     use crate::trust::{ClaimKey, NetworkKey};
     use crate::Policy;
 
-    fn ip(last: u8) -> IpAddr {
+    pub(crate) fn ip(last: u8) -> IpAddr {
         IpAddr::from([10, 244, 0, last])
     }
 
-    fn pod(name: &str, node: &str, last: u8, groups: &[&str]) -> PodPlace {
+    pub(crate) fn pod(name: &str, node: &str, last: u8, groups: &[&str]) -> PodPlace {
         PodPlace {
             pod: format!("default/{name}"),
             node: node.into(),
@@ -460,7 +460,7 @@ mod tests {
 
     /// Host `h{h}`'s signed claim of `m` at `epoch`, naming `addrs` (the
     /// last bytes of 10.244.0.x) and `groups`.
-    fn claim(h: u8, m: MacAddr, epoch: u64, addrs: &[u8], groups: &[&str]) -> Vec<u8> {
+    pub(crate) fn claim(h: u8, m: MacAddr, epoch: u64, addrs: &[u8], groups: &[&str]) -> Vec<u8> {
         let mut r = MacRecord {
             host: format!("h{h}"),
             iface: "vc0".into(),
@@ -476,7 +476,7 @@ mod tests {
 
     /// Three signed hosts, as `network approve` certifies Kubernetes nodes
     /// (no group in any certificate).
-    fn store(nk: &NetworkKey) -> MemStore {
+    pub(crate) fn store(nk: &NetworkKey) -> MemStore {
         let mut s = MemStore::new();
         for h in 1..=3 {
             s.put(&host_key("n", &format!("h{h}")), signed_record(h, h, &signed_cert(nk, h, h, None)), None);
@@ -484,13 +484,13 @@ mod tests {
         s
     }
 
-    fn kube_view(nk: &NetworkKey, me: &str) -> Member {
+    pub(crate) fn kube_view(nk: &NetworkKey, me: &str) -> Member {
         let mut m = signed_view(nk, me);
         m.policy.kube = true;
         m
     }
 
-    fn why(m: &Member, h: &str, mac: MacAddr) -> String {
+    pub(crate) fn why(m: &Member, h: &str, mac: MacAddr) -> String {
         let k = claim_key("n", h, mac);
         m.quarantined().find(|(q, _)| *q == k).map(|(_, e)| e.to_string()).unwrap_or_default()
     }
