@@ -24,6 +24,7 @@ mod gateways;
 mod kept;
 mod pods;
 mod relist;
+mod vacated;
 pub use kept::{Kept, KeptError};
 pub use pods::{PodFacts, PodPlace};
 use std::net::{IpAddr, SocketAddr};
@@ -192,6 +193,8 @@ pub enum RecordError {
     PodsDiffer { a: String, b: String },
     #[error("host `{first}`'s claim of this MAC is older (etcd create revision) and waits for the Kubernetes API: `{claimant}`'s waits behind it")]
     PodReserved { first: String, claimant: String },
+    #[error("the MAC is kept for node `{node}`, whose claim of it went while the Kubernetes API still places its pod there: `{claimant}`'s claim waits")]
+    PodVacated { node: String, claimant: String },
     #[error("pod {pod} has MAC {mac} already: a pod has one MAC")]
     PodHasMac { pod: String, mac: MacAddr },
     #[error("host `{holder}` holds the MAC{}: on Kubernetes a pod does not move, and `{claimant}`'s claim takes it only when no pod backs the holder's", .pod.as_ref().map(|p| format!(" for pod {p}, which the API still places there")).unwrap_or_default())]
@@ -294,6 +297,9 @@ pub struct Member {
     held_created: FxHashMap<MacAddr, u64>,
     /// Kubernetes: the MAC each pod's claim holds (one a pod).
     by_pod: FxHashMap<String, MacAddr>,
+    /// Kubernetes: MACs whose pod's claim was deleted while the API still
+    /// places the pod on its host: kept for that host ([`vacated`]).
+    vacated: BTreeMap<MacAddr, PodClaim>,
     /// Keys whose record was not taken, and why (at most [`QUARANTINE_SHOWN`]).
     quarantine: BTreeMap<String, RecordError>,
     /// Signed networks: when each host's certificate expires (by host id).
@@ -365,6 +371,7 @@ impl Member {
             pod_claims: FxHashMap::default(),
             held_created: FxHashMap::default(),
             by_pod: FxHashMap::default(),
+            vacated: BTreeMap::new(),
             quarantine: BTreeMap::new(),
             not_after: FxHashMap::default(),
             now_s: 0,
@@ -600,7 +607,7 @@ impl Member {
                 self.stats.bad_records += 1;
                 self.stats.groups_refused += u64::from(matches!(e, RecordError::GroupNotAllowed { .. }));
                 self.stats.pods_refused += u64::from(e.refused_by_api());
-                self.stats.gateway_claims += u64::from(matches!(e, RecordError::GatewayMac { .. }));
+                self.count_gateway_claim(&e);
                 self.hold(ev.key().to_string(), e);
             }
         }
@@ -770,6 +777,11 @@ impl Member {
         if old == peer {
             return;
         }
+        // A gateway no more (or its host gone): claims of its MAC refused
+        // for it are taken again.
+        let old_gateway = old.as_ref().and_then(|o| o.gateway).map(|(_, m)| m);
+        let gateway_freed =
+            old_gateway.filter(|&m| peer.as_ref().and_then(|p| p.gateway).map(|(_, g)| g) != Some(m));
         let was = self.routed(h);
         let freed = old.as_ref().map(|o| canonical(o.addr.ip()));
         if let Some(ip) = freed {
@@ -804,6 +816,9 @@ impl Member {
         }
         if self.records[h as usize].is_some() {
             self.take_unverified(&name, out);
+        }
+        if let Some(m) = gateway_freed.filter(|_| self.policy.kube) {
+            self.retake_waiting(m, out);
         }
         // An address freed: a record that waited for it is taken now.
         // Its certificate is checked again: one that expired while it

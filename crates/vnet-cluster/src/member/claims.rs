@@ -47,7 +47,12 @@ impl Member {
         if self.owner(mac) != Some(host) {
             return Ok(());
         }
+        // Kubernetes: a pod's MAC stays its node's while the API places it there.
+        let backed = self.pod_claims.get(&mac).filter(|c| c.r.host == host).cloned();
         self.delete_mac(mac, out);
+        if let Some(c) = backed {
+            self.vacate(mac, c);
+        }
         // Kubernetes: the claims that waited for this holder's to go, the
         // oldest (by create revision) first.
         self.retake_waiting(mac, out);
@@ -59,6 +64,7 @@ impl Member {
             }
             Err(e) => {
                 self.stats.bad_records += 1;
+                self.count_gateway_claim(&e);
                 self.hold(key, e);
             }
         }
@@ -97,7 +103,6 @@ impl Member {
         if r.groups.len() > crate::layout::MAX_GROUPS || !r.groups.iter().all(name) {
             return Err(RecordError::ClaimGroups(crate::layout::MAX_GROUPS));
         }
-        self.check_gateway_claim(mac, &r)?;
         let mut stamp = None;
         if self.policy.network_key.is_some() {
             let peer = self.ids.get(r.host.as_str()).and_then(|&h| self.records[h as usize].as_ref());
@@ -133,6 +138,13 @@ impl Member {
         // no pod backs, or whose claim is younger (checked there), whatever
         // the epochs.
         let created = self.created_of(mac, &r.host, created);
+        let created = match self.policy.kube {
+            true => self.vacated_created(mac, &r.host, created),
+            false => created,
+        };
+        // After the signature: a write without the host's key counts no
+        // gateway claim.
+        self.check_gateway_claim(mac, &r, created)?;
         let pod_move = self.policy.kube && self.check_pod_claim(mac, &r, created)?;
         let held = self.epoch(mac);
         if let Some(&h) = self.macs.get(&mac).filter(|_| !pod_move) {
@@ -199,7 +211,10 @@ impl Member {
                 Ok(()) => {
                     self.quarantine.remove(&key);
                 }
-                Err(e) => self.hold(key, e),
+                Err(e) => {
+                    self.count_gateway_claim(&e);
+                    self.hold(key, e);
+                }
             }
         }
     }

@@ -12,8 +12,11 @@
 //!
 //! A MAC a live host holds and its record names as its gateway does not
 //! move: another host's claim of it is refused and counted
-//! ([`super::MemberStats::gateway_claims`]), whatever its epoch and
-//! whether or not a pod backs it. A host names its gateway only once it
+//! ([`super::MemberStats::gateway_claims`]), whatever its epoch. On
+//! Kubernetes (`kube`) only while the holder's claim names no address
+//! and is not younger than the claim if the API backs it (an older pod
+//! claim takes the MAC); the refused claim waits, taken again when the
+//! holder's record or claim changes. A host names its gateway only once it
 //! holds its MAC (vnetd), so naming another's MAC (a thief's record)
 //! protects nothing the namer does not hold. The gateway's address needs
 //! no rule here on Kubernetes (`kube`): a claim naming an address counts
@@ -70,21 +73,49 @@ impl Member {
         out
     }
 
-    /// Whether claim `r` of `mac` may stand: not if another live host
-    /// holds `mac` and its record names it as its gateway.
-    pub(super) fn check_gateway_claim(&self, mac: MacAddr, r: &MacRecord) -> Result<(), RecordError> {
+    /// Whether claim `r` of `mac` (its key created at revision `created`)
+    /// may stand: not if another live host holds `mac` and its record
+    /// names it as its gateway, and on Kubernetes the holder's claim names
+    /// no address and is not younger than `r` if a pod backs `r` (then
+    /// `r` waits, taken again when the holder's record or claim changes).
+    pub(super) fn check_gateway_claim(
+        &mut self,
+        mac: MacAddr,
+        r: &MacRecord,
+        created: u64,
+    ) -> Result<(), RecordError> {
         let Some(&h) = self.macs.get(&mac) else { return Ok(()) };
         let holder = &*self.names[h as usize];
         let gateway = self.records[h as usize].as_ref().and_then(|p| p.gateway);
-        match holder != r.host && gateway.is_some_and(|(_, m)| m == mac) {
-            true => Err(RecordError::GatewayMac { mac, host: holder.to_string() }),
-            false => Ok(()),
+        if holder == r.host || gateway.is_none_or(|(_, m)| m != mac) {
+            return Ok(());
         }
+        let e = RecordError::GatewayMac { mac, host: holder.to_string() };
+        if !self.policy.kube {
+            return Err(e);
+        }
+        if self.addrs.contains_key(&mac) || self.pod_claim_older(mac, r, created) {
+            return Ok(());
+        }
+        self.wait_for_pod(mac, r, created);
+        Err(e)
+    }
+
+    /// Kubernetes: whether `r` is a claim the API backs (this host's: one
+    /// naming an address) whose key was created before the holder's of
+    /// `mac` (both known).
+    fn pod_claim_older(&self, mac: MacAddr, r: &MacRecord, created: u64) -> bool {
+        let backed = match r.host == self.me {
+            true => !r.addrs.is_empty(),
+            false => matches!(self.backing(r), Ok(Some(_))),
+        };
+        let held = self.held_created.get(&mac).copied().unwrap_or(0);
+        backed && created != 0 && held != 0 && created < held
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::tests::{mac, signed_cert, signed_view, sync};
     use super::*;
     use crate::layout::fixtures::Claims;
@@ -98,7 +129,7 @@ mod tests {
 
     /// Host `h{h}`'s record (certified by `nk` when given), naming
     /// gateway (`gw_ip`, `mac(7)`) signed by host `h{signer}`'s claim key.
-    fn record(nk: Option<&NetworkKey>, h: u8, gateway: Option<(MacAddr, Option<u8>)>) -> Vec<u8> {
+    pub(crate) fn record(nk: Option<&NetworkKey>, h: u8, gateway: Option<(MacAddr, Option<u8>)>) -> Vec<u8> {
         let gateway = gateway.map(|(m, signer)| Gateway {
             addr: gw_ip(),
             mac: m,

@@ -168,6 +168,7 @@ impl Member {
             self.hold(claim_key(&self.network, &c.r.host, mac), e);
             self.wait_for_pod(mac, &c.r, c.created);
         }
+        self.prune_vacated();
         let waiting = std::mem::take(&mut self.pod_waiting);
         self.waiting_per_host.clear();
         let mut waiting: Vec<((MacAddr, String), (u64, MacRecord))> = waiting.into_iter().collect();
@@ -206,7 +207,10 @@ impl Member {
             Ok(()) => {
                 self.quarantine.remove(&key);
             }
-            Err(e) => self.hold(key, e),
+            Err(e) => {
+                self.count_gateway_claim(&e);
+                self.hold(key, e);
+            }
         }
     }
 
@@ -273,6 +277,11 @@ impl Member {
         };
         let takes = self.holder_gives_way(mac, r, created, pod.as_deref())?;
         if !own {
+            // A MAC kept for its pod's node while its claim is gone.
+            if let Some(e) = self.vacated_for(mac, &r.host) {
+                self.wait_for_pod(mac, r, created);
+                return Err(e);
+            }
             // An older claim of the MAC waiting for the API holds it for itself.
             if let Some(first) = self.reserved_by(mac, &r.host, created) {
                 self.wait_for_pod(mac, r, created);
@@ -356,6 +365,7 @@ impl Member {
     /// address are not; the claim's create revision is kept.
     pub(super) fn hold_pod_claim(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
         self.unwait(mac, &r.host);
+        self.unvacate(mac, &r.host);
         if let Some(c) = self.pod_claims.remove(&mac) {
             if self.by_pod.get(&c.pod) == Some(&mac) {
                 self.by_pod.remove(&c.pod);
@@ -376,7 +386,7 @@ impl Member {
     /// than `max_pod_waiting` waiting and all hosts fewer than
     /// `max_macs`; its own earlier claim it replaces; else counted in
     /// `pods_waiting_dropped`).
-    fn wait_for_pod(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
+    pub(super) fn wait_for_pod(&mut self, mac: MacAddr, r: &MacRecord, created: u64) {
         let k = (mac, r.host.clone());
         if let Some(w) = self.pod_waiting.get_mut(&k) {
             *w = (created, r.clone());
@@ -425,7 +435,7 @@ impl Member {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::tests::{mac, signed_cert, signed_record, signed_view, sync};
     use super::*;
     use crate::layout::fixtures::Claims;
@@ -434,11 +444,11 @@ mod tests {
     use crate::trust::{ClaimKey, NetworkKey};
     use crate::Policy;
 
-    fn ip(last: u8) -> IpAddr {
+    pub(crate) fn ip(last: u8) -> IpAddr {
         IpAddr::from([10, 244, 0, last])
     }
 
-    fn pod(name: &str, node: &str, last: u8, groups: &[&str]) -> PodPlace {
+    pub(crate) fn pod(name: &str, node: &str, last: u8, groups: &[&str]) -> PodPlace {
         PodPlace {
             pod: format!("default/{name}"),
             node: node.into(),
@@ -450,7 +460,7 @@ mod tests {
 
     /// Host `h{h}`'s signed claim of `m` at `epoch`, naming `addrs` (the
     /// last bytes of 10.244.0.x) and `groups`.
-    fn claim(h: u8, m: MacAddr, epoch: u64, addrs: &[u8], groups: &[&str]) -> Vec<u8> {
+    pub(crate) fn claim(h: u8, m: MacAddr, epoch: u64, addrs: &[u8], groups: &[&str]) -> Vec<u8> {
         let mut r = MacRecord {
             host: format!("h{h}"),
             iface: "vc0".into(),
@@ -466,7 +476,7 @@ mod tests {
 
     /// Three signed hosts, as `network approve` certifies Kubernetes nodes
     /// (no group in any certificate).
-    fn store(nk: &NetworkKey) -> MemStore {
+    pub(crate) fn store(nk: &NetworkKey) -> MemStore {
         let mut s = MemStore::new();
         for h in 1..=3 {
             s.put(&host_key("n", &format!("h{h}")), signed_record(h, h, &signed_cert(nk, h, h, None)), None);
@@ -474,13 +484,13 @@ mod tests {
         s
     }
 
-    fn kube_view(nk: &NetworkKey, me: &str) -> Member {
+    pub(crate) fn kube_view(nk: &NetworkKey, me: &str) -> Member {
         let mut m = signed_view(nk, me);
         m.policy.kube = true;
         m
     }
 
-    fn why(m: &Member, h: &str, mac: MacAddr) -> String {
+    pub(crate) fn why(m: &Member, h: &str, mac: MacAddr) -> String {
         let k = claim_key("n", h, mac);
         m.quarantined().find(|(q, _)| *q == k).map(|(_, e)| e.to_string()).unwrap_or_default()
     }

@@ -55,6 +55,8 @@ impl Member {
         next.now_s = self.now_s;
         // Kubernetes: the API's pods are the caller's, not the store's.
         next.pods = self.pods.take();
+        // And the MACs kept for their pods' nodes (the store has no trace).
+        next.vacated = std::mem::take(&mut self.vacated);
         next.stats.relists += 1;
         let mut ignored = Vec::new();
         let created_of = |i: usize| created.get(i).copied().unwrap_or(0);
