@@ -13,12 +13,21 @@
 //! a numeric `targetPort` as it is, a named one resolved in each pod (pods
 //! whose container ports differ land in different slices).
 //!
+//! An external or load balancer address that would shadow something is
+//! dropped (counted in [`Report::dropped_addresses`]): a pod's, a cluster
+//! address, one no single host has elsewhere (unspecified, loopback,
+//! link-local, multicast, broadcast). Two Services at one key: both
+//! Services' backends, merged.
+//!
 //! Bounded: at most [`Limits`]' Service ports and backends, in all and
 //! in one namespace, taken in turns (each namespace's first Service, then
-//! each one's second, ...), so one namespace cannot starve the others. A
-//! Service not translated (past the bounds, a port without a backend
-//! known, an SCTP port: vnet reads no SCTP port) is denied where its
-//! destination may be isolated ([`install`]): closed, never open.
+//! each one's second, ...), so one namespace cannot starve the others; a
+//! Service's keys counted before any is built. A Service not translated
+//! (past the bounds, a port without a backend known, an SCTP port: vnet
+//! reads no SCTP port) is denied where its destination may be isolated
+//! ([`install`]): closed, never open; one left out at its cluster
+//! addresses (every port), its other addresses and node ports by port
+//! within a bound (past it: an external address whole, a node's not).
 
 use crate::objects::{EndpointSlice, Node, Pod, Service};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -357,10 +366,11 @@ pub fn translate(
 }
 
 /// Leaves `svc` (with its checked `external` addresses) out, named `id`
-/// (`why`): closed at each of its addresses whole, but at an external one
-/// that is a node's (and at its node ports) by port, as long as what is
-/// closed by port stays within the budget (`held.closed`); past it those
-/// are counted in `report.unclosed_ports`.
+/// (`why`): closed at each of its cluster addresses whole, at its external
+/// addresses and node ports by port as long as what is closed by port
+/// stays within the budget (`held.closed`). Past it, an external address
+/// is closed whole, but a node's (and the node ports) is not closed:
+/// counted in `report.unclosed_ports`.
 fn leave_out(
     map: &mut Map,
     report: &mut Report,
@@ -370,14 +380,11 @@ fn leave_out(
     backends: Vec<IpAddr>,
 ) {
     let port = |p: &crate::objects::ServicePort| if p.proto == PROTO_SCTP { 0 } else { p.port };
-    let mut keys: Vec<ServicePort> = Vec::new();
+    let whole = |ip| ServicePort { ip, proto: 0, port: 0 };
+    let mut keys: Vec<ServicePort> = svc.cluster_ips.iter().map(|&ip| whole(ip)).collect();
     let mut by_port: Vec<ServicePort> = Vec::new();
-    for &ip in svc.cluster_ips.iter().chain(external) {
-        if map.nodes.contains(&ip) {
-            by_port.extend(svc.ports.iter().map(|p| ServicePort { ip, proto: p.proto, port: port(p) }));
-        } else {
-            keys.push(ServicePort { ip, proto: 0, port: 0 });
-        }
+    for &ip in external {
+        by_port.extend(svc.ports.iter().map(|p| ServicePort { ip, proto: p.proto, port: port(p) }));
     }
     for p in svc.ports.iter().filter(|p| p.node_port != 0) {
         by_port.extend(svc.cluster_ips.iter().map(|ip| node_port(*ip, p.proto, p.node_port)));
@@ -388,7 +395,11 @@ fn leave_out(
         held.closed -= by_port.len();
         keys.extend(by_port);
     } else {
-        report.unclosed_ports.insert(id.clone(), by_port.len());
+        keys.extend(external.iter().filter(|a| !map.nodes.contains(a)).map(|&ip| whole(ip)));
+        let unclosed = by_port.iter().filter(|k| k.ip.is_unspecified() || map.nodes.contains(&k.ip)).count();
+        if unclosed > 0 {
+            report.unclosed_ports.insert(id.clone(), unclosed);
+        }
     }
     keys.sort_unstable();
     keys.dedup();

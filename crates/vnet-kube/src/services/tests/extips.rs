@@ -123,8 +123,9 @@ fn many_ports(n: u16, node_ports: bool) -> serde_json::Value {
 
 /// One Service, 5000 ports and 40 external addresses (16 of each kind
 /// read): its keys are counted before any is built, past the namespace's
-/// bound it is left out and closed by address (17 keys), not by key; the
-/// control, bounds lifted: 85000 keys, all closed one by one.
+/// bound it is left out and closed by address (33 keys), not by key (a
+/// small one, within the bound of what is closed by port, by port); the
+/// control, bounds lifted: 160001 keys, all closed one by one.
 #[test]
 fn a_service_multiplying_its_keys_is_counted_before_built_and_closed_by_address() {
     let external: Vec<String> = (0..20).map(|i| format!("192.0.2.{i}")).collect();
@@ -140,6 +141,12 @@ fn a_service_multiplying_its_keys_is_counted_before_built_and_closed_by_address(
     assert_eq!(keys, 33, "one key for each address");
     let whole = ServicePort { ip: v4(192, 0, 2, 3), proto: 0, port: 0 };
     assert!(map.closing[0].keys.contains(&whole));
+    let few = vec![ext("prod", "few", 1, many_ports(2, false), &["192.0.2.1"], &[])];
+    let (map, report) = translate(&few, &[], &[], &[], Limits { ns_ports: 1, ..Limits::default() });
+    assert!(report.left_out.contains_key("prod/few"));
+    let at = |port| ServicePort { ip: v4(192, 0, 2, 1), proto: 6, port };
+    let cluster = ServicePort { ip: cluster_ip(1), proto: 0, port: 0 };
+    assert_eq!(map.closing[0].keys, [cluster, at(1), at(2)], "within the bound: by port");
     let lifted =
         Limits { ports: usize::MAX, backends: usize::MAX, ns_ports: usize::MAX, ns_backends: usize::MAX };
     let (map, _) = translate(&big, &[], &[], &[], lifted);
@@ -158,7 +165,7 @@ fn a_left_out_services_ports_closed_one_by_one_stay_within_a_bound() {
     .unwrap();
     let big = vec![ext("prod", "big", 1, many_ports(600, true), &["172.16.0.1"], &[])];
     let small = Limits { ports: 1000, ns_ports: 10, ..Limits::default() };
-    let (map, report) = translate(&big, &[], &[node.clone()], &[], small);
+    let (map, report) = translate(&big, &[], std::slice::from_ref(&node), &[], small);
     assert!(report.left_out.contains_key("prod/big"));
     assert_eq!(report.unclosed_ports["prod/big"], 1200, "{report:?}");
     assert_eq!(map.closing[0].keys, [ServicePort { ip: cluster_ip(1), proto: 0, port: 0 }]);
