@@ -32,8 +32,8 @@
 //! isolated is in [`Isolation::closed`]: denied, counted by the policy it
 //! names. A destination that is an isolated pod's address is judged as
 //! that pod, never as a Service's (an external address given a pod's
-//! would shadow its policy). These come before the node's exemption: a pod reaching a
-//! NodePort at its own node's address is judged too. The second leg, from
+//! would shadow its policy). These come before the node's exemption: a
+//! pod reaching a NodePort at its own node's address is judged too. The second leg, from
 //! the translating node's address to the backend it picked, passes the
 //! check when that address is one of `translators` (the other nodes'
 //! addresses on the pods' LAN) and the destination one of `backends` (a
