@@ -291,9 +291,21 @@ pub struct Service {
     pub cluster_ips: Vec<IpAddr>,
     pub ports: Vec<ServicePort>,
     /// Its other addresses that kube-proxy translates on every node, at
-    /// its ports: `spec.externalIPs` and `status.loadBalancer.ingress[].ip`.
+    /// its ports: `spec.externalIPs` and `status.loadBalancer.ingress[].ip`
+    /// (at most [`MAX_EXTERNAL_IPS`] of each).
     pub external_ips: Vec<IpAddr>,
+    /// The external and load balancer addresses past [`MAX_EXTERNAL_IPS`],
+    /// left out.
+    pub external_over: usize,
 }
+
+/// At most this many of a Service's `externalIPs`, and as many of its load
+/// balancer addresses, are read (each one multiplies its ports' keys).
+pub const MAX_EXTERNAL_IPS: usize = 16;
+
+/// At most this many cluster addresses (one of each family, as the API
+/// allows).
+const MAX_CLUSTER_IPS: usize = 2;
 
 /// An endpoint of an EndpointSlice: its addresses and conditions (left
 /// out: `ready` is true, `serving` is `ready`, as the API says).
@@ -379,7 +391,8 @@ pub fn service(obj: &serde_json::Value) -> Result<Service, ObjectError> {
         Some(s) => ServiceSpec::deserialize(s).map_err(shape("Service"))?,
         None => ServiceSpec::default(),
     };
-    let mut cluster_ips: Vec<IpAddr> = spec.cluster_ips.iter().filter_map(|a| a.parse().ok()).collect();
+    let mut cluster_ips: Vec<IpAddr> =
+        spec.cluster_ips.iter().filter_map(|a| a.parse().ok()).take(MAX_CLUSTER_IPS).collect();
     if cluster_ips.is_empty() {
         cluster_ips.extend(spec.cluster_ip.as_deref().and_then(|a| a.parse::<IpAddr>().ok()));
     }
@@ -388,12 +401,16 @@ pub fn service(obj: &serde_json::Value) -> Result<Service, ObjectError> {
         Some(s) => ServiceStatus::deserialize(s).map_err(shape("Service"))?,
         None => ServiceStatus::default(),
     };
-    let lb = status.load_balancer.ingress.iter().filter_map(|i| i.ip.as_deref());
+    let lb: Vec<IpAddr> =
+        status.load_balancer.ingress.iter().filter_map(|i| i.ip.as_deref()?.parse().ok()).collect();
+    let ext: Vec<IpAddr> = spec.external_ips.iter().filter_map(|a| a.parse().ok()).collect();
+    let external_over =
+        ext.len().saturating_sub(MAX_EXTERNAL_IPS) + lb.len().saturating_sub(MAX_EXTERNAL_IPS);
     let mut external_ips: Vec<IpAddr> =
-        spec.external_ips.iter().map(String::as_str).chain(lb).filter_map(|a| a.parse().ok()).collect();
+        ext.into_iter().take(MAX_EXTERNAL_IPS).chain(lb.into_iter().take(MAX_EXTERNAL_IPS)).collect();
     external_ips.sort_unstable();
     external_ips.dedup();
-    Ok(Service { namespace: m.namespace, name: m.name, cluster_ips, ports, external_ips })
+    Ok(Service { namespace: m.namespace, name: m.name, cluster_ips, ports, external_ips, external_over })
 }
 
 /// A node's addresses, as a pod may reach its NodePorts: its

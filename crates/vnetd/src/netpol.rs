@@ -247,7 +247,7 @@ fn translate(
     let (s, e, nodes): (Vec<Service>, Vec<EndpointSlice>, Vec<Node>) =
         (values(&stores.services), values(&stores.slices), values(&stores.nodes));
     let (map, services) =
-        vnet_kube::services::translate(&s, &e, &nodes, vnet_kube::services::Limits::default());
+        vnet_kube::services::translate(&s, &e, &nodes, &p, vnet_kube::services::Limits::default());
     let closed = vnet_kube::services::install(&mut iso, map, &p);
     match crate::sys::netdev::local_addresses() {
         Ok(a) => iso.exempt.extend(a),

@@ -30,8 +30,10 @@
 //! backend is denied. A Service the control plane could not translate
 //! (past its bounds, without backends, SCTP) whose destination may be
 //! isolated is in [`Isolation::closed`]: denied, counted by the policy it
-//! names. These come before the node's exemption: a pod reaching a
-//! NodePort at its own node's address is judged too. The second leg, from
+//! names. A destination that is an isolated pod's address is judged as
+//! that pod, never as a Service's (an external address given a pod's
+//! would shadow its policy). These come before the node's exemption: a
+//! pod reaching a NodePort at its own node's address is judged too. The second leg, from
 //! the translating node's address to the backend it picked, passes the
 //! check when that address is one of `translators` (the other nodes'
 //! addresses on the pods' LAN) and the destination one of `backends` (a
@@ -268,7 +270,11 @@ impl Isolation {
             || self.exempt.contains(&ip.dst)
             || self.translators.contains(&ip.dst);
         let node_key = node_port(ip.dst, to.proto, to.port);
-        let service = if ported { self.services.get(&to) } else { None };
+        // An isolated pod's address is judged as that pod, never as a
+        // Service's key (the control plane drops such external addresses;
+        // this holds whatever it was given).
+        let pod = self.ingress_of.contains_key(&ip.dst) || self.egress_of.contains_key(&ip.dst);
+        let service = if ported && !pod { self.services.get(&to) } else { None };
         let service = service.or_else(|| if ported && at_node { self.services.get(&node_key) } else { None });
         if let Some(backends) = service {
             if backends.is_empty() {
@@ -279,8 +285,8 @@ impl Isolation {
             }
             return Ok(());
         }
-        let closed = self.closed.get(&ServicePort { ip: ip.dst, proto: 0, port: 0 });
-        let closed = closed.or_else(|| self.closed.get(&to));
+        let closed = if pod { None } else { self.closed.get(&ServicePort { ip: ip.dst, proto: 0, port: 0 }) };
+        let closed = closed.or_else(|| if pod { None } else { self.closed.get(&to) });
         if let Some(&policy) = closed.or_else(|| if at_node { self.closed.get(&node_key) } else { None }) {
             if let Some(p) = self.policies.get(policy as usize).filter(|_| live) {
                 p.denied.add(len);

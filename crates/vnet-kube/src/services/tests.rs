@@ -68,7 +68,7 @@ fn a_service_port_maps_to_its_endpoints_target_ports_numeric_and_named() {
         ),
         slice("prod", "named", &[(2, true, true)], json!([{"name": "web", "port": 8002}])),
     ];
-    let (map, report) = translate(&services, &slices, &[], Limits::default());
+    let (map, report) = translate(&services, &slices, &[], &[], Limits::default());
     assert_eq!(map.services[&key(cluster_ip(1), 80)], vec![(ip(1), 8080), (ip(2), 8080)]);
     assert_eq!(map.services[&key(cluster_ip(2), 80)], vec![(ip(1), 8001), (ip(2), 8002)]);
     let dns = ServicePort { ip: cluster_ip(2), proto: 17, port: 53 };
@@ -103,7 +103,7 @@ fn ready_endpoints_then_serving_ones_and_headless_services_left_out() {
         slice("prod", "b", &[(3, false, true), (4, false, false)], p.clone()),
         slice("prod", "headless", &[(5, true, true)], p),
     ];
-    let (map, _) = translate(&services, &slices, &[], Limits::default());
+    let (map, _) = translate(&services, &slices, &[], &[], Limits::default());
     assert_eq!(map.services[&key(cluster_ip(1), 80)], vec![(ip(1), 80)], "ready only");
     assert_eq!(map.services[&key(cluster_ip(2), 80)], vec![(ip(3), 80)], "none ready: serving");
     assert!(!map.services.contains_key(&key(cluster_ip(3), 80)), "no slice: no backend");
@@ -124,11 +124,11 @@ fn a_service_past_the_limits_is_left_out_and_named() {
     let slices =
         vec![slice("prod", "a", &[(1, true, true)], p.clone()), slice("prod", "b", &[(2, true, true)], p)];
     let (map, report) =
-        translate(&services, &slices, &[], Limits { ports: 3, backends: 100, ..Limits::default() });
+        translate(&services, &slices, &[], &[], Limits { ports: 3, backends: 100, ..Limits::default() });
     assert_eq!(map.services.len(), 2);
     assert!(report.left_out["prod/b"].contains("3 Service ports"), "{report:?}");
     let (map, report) =
-        translate(&services, &slices, &[], Limits { ports: 100, backends: 3, ..Limits::default() });
+        translate(&services, &slices, &[], &[], Limits { ports: 100, backends: 3, ..Limits::default() });
     assert_eq!(map.services.len(), 2);
     assert!(report.left_out["prod/b"].contains("3 backends"), "{report:?}");
     assert!(!map.backends.contains(&key(ip(2), 80)));
@@ -164,7 +164,7 @@ fn an_isolated_backend_takes_a_service_connection_only_as_its_policy_allows() {
         slice("prod", "both", &[(2, true, true)], json!([{"name": "web", "port": 8002}])),
         slice("prod", "both", &[(3, true, true)], json!([{"name": "web", "port": 8003}])),
     ];
-    let (map, _) = translate(&services, &slices, &[], Limits::default());
+    let (map, _) = translate(&services, &slices, &[], &[], Limits::default());
     iso.services = map.services;
     iso.backends = map.backends;
     let to = |from: u8, n: u8| packet(ip(from), cluster_ip(n), 6, 80);
@@ -212,4 +212,5 @@ fn packet(src: IpAddr, dst: IpAddr, proto: u8, dport: u16) -> vnet_wire::classif
     }
 }
 
+mod extips;
 mod holes;

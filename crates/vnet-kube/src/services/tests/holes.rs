@@ -84,7 +84,7 @@ fn a_nodeport_external_and_load_balancer_address_is_judged_like_a_cluster_addres
     iso.exempt.insert(v4(172, 16, 0, 1));
     let translator = v4(10, 244, 0, 250);
     iso.translators.insert(translator);
-    let (map, report) = translate(&[db_service(true)], &slices, &nodes(), Limits::default());
+    let (map, report) = translate(&[db_service(true)], &slices, &nodes(), &pods, Limits::default());
     assert_eq!((report.nodes, report.ports), (3, 4), "{report:?}");
     assert_eq!(install(&mut iso, map, &pods), 0);
     let deny = Err(Denied { direction: Direction::Ingress, policy: 0 });
@@ -107,7 +107,7 @@ fn a_nodeport_external_and_load_balancer_address_is_judged_like_a_cluster_addres
 
     let mut before = isolation(&pods, &namespaces);
     before.translators.insert(translator);
-    let (map, _) = translate(&[db_service(false)], &slices, &[], Limits::default());
+    let (map, _) = translate(&[db_service(false)], &slices, &[], &[], Limits::default());
     install(&mut before, map, &pods);
     for (to, port) in [(v4(172, 16, 0, 2), 30080), (v4(192, 0, 2, 10), 80)] {
         assert_eq!(
@@ -155,7 +155,7 @@ fn a_service_left_out_is_denied_where_its_destination_is_isolated() {
         slice("other", "x", &[(4, true, true)], json!([{"port": 80}])),
     ];
     let none = Limits { ports: 0, ..Limits::default() };
-    let (map, report) = translate(&services, &slices, &[], none);
+    let (map, report) = translate(&services, &slices, &[], &[], none);
     assert_eq!(report.left_out.len(), 2, "{report:?}");
     let mut iso = isolation(&pods, &namespaces);
     assert_eq!(install(&mut iso, map, &pods), 1);
@@ -193,7 +193,7 @@ fn a_service_without_backends_and_an_sctp_port_are_denied() {
         &[(2, true, true)],
         json!([{"name": "web", "port": 8002}, {"name": "s", "port": 9, "protocol": "SCTP"}]),
     )];
-    let (map, report) = translate(&services, &slices, &[], Limits::default());
+    let (map, report) = translate(&services, &slices, &[], &[], Limits::default());
     assert_eq!(report.without_backends, 1, "{report:?}");
     assert!(report.left_out["prod/mixed"].contains("SCTP"), "{report:?}");
     let mut iso = isolation(&pods, &namespaces);
@@ -210,7 +210,7 @@ fn a_service_without_backends_and_an_sctp_port_are_denied() {
     assert_eq!(iso.check(&packet(ip(1), cluster_ip(5), 132, 0), 60), Ok(()), "SCTP: the hole");
 
     slices.push(slice("other", "none", &[(4, true, true)], json!([{"port": 80}])));
-    let (map, _) = translate(&services, &slices, &[], Limits::default());
+    let (map, _) = translate(&services, &slices, &[], &[], Limits::default());
     let mut iso = isolation(&pods, &namespaces);
     install(&mut iso, map, &pods);
     assert_eq!(iso.check(&packet(ip(1), cluster_ip(4), 6, 80), 60), Ok(()), "its slice seen");
@@ -230,13 +230,13 @@ fn one_namespace_cannot_starve_the_others() {
     let z0 = key(cluster_ip(20), 80);
 
     let total = Limits { ports: 3, backends: 100, ns_ports: 100, ns_backends: 100 };
-    let (map, report) = translate(&services, &slices, &[], total);
+    let (map, report) = translate(&services, &slices, &[], &[], total);
     assert!(map.services.contains_key(&z0), "{report:?}");
     assert!(map.services.contains_key(&key(cluster_ip(11), 80)), "aaa/a1, in its turn");
     assert_eq!(report.left_out.keys().collect::<Vec<_>>(), ["aaa/a2", "aaa/a3", "aaa/a4"]);
 
     let per_ns = Limits { ports: 100, backends: 100, ns_ports: 2, ns_backends: 100 };
-    let (map, report) = translate(&services, &slices, &[], per_ns);
+    let (map, report) = translate(&services, &slices, &[], &[], per_ns);
     assert!(map.services.contains_key(&z0));
     assert_eq!(report.left_out.len(), 3);
     assert!(report.left_out["aaa/a4"].contains("2 Service ports in a namespace"), "{report:?}");
