@@ -19,16 +19,7 @@ fn ext(ns: &str, name: &str, n: u8, ports: serde_json::Value, external: &[&str],
 }
 
 /// `prod/db` (pod 2) isolated for ingress, admitting `web` pods to `http`.
-fn db_isolated(pods: &[objects::Pod], namespaces: &[objects::Namespace]) -> Isolation {
-    let policies = vec![np(
-        "prod",
-        "db",
-        json!({"podSelector": {"matchLabels": {"app": "db"}},
-               "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}],
-                            "ports": [{"port": "http"}]}]}),
-    )];
-    crate::netpol::translate(pods, namespaces, &policies, crate::netpol::Limits::default()).0
-}
+use super::holes::isolation as db_isolated;
 
 /// A tenant's Service with `externalIPs: [db's address]` at db's port,
 /// backed by its own open pod (`cache`): with the pods known the address

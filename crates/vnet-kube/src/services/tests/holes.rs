@@ -34,7 +34,7 @@ fn nodes() -> Vec<objects::Node> {
 
 /// `prod/db` (pod 2) isolated for ingress, admitting `web` pods to its
 /// port `http`.
-fn isolation(pods: &[objects::Pod], namespaces: &[objects::Namespace]) -> Isolation {
+pub(super) fn isolation(pods: &[objects::Pod], namespaces: &[objects::Namespace]) -> Isolation {
     let policies = vec![np(
         "prod",
         "db",
