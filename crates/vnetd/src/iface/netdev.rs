@@ -93,9 +93,9 @@ pub fn keep_off_the_stack(dev: &str) -> std::io::Result<()> {
 }
 
 /// Keeps `dev` off the node's stack ([`keep_off_the_stack`]) if it is one
-/// of vnet-cni's veth ends; an error (with what failed) if that fails: the
-/// end is not attached (one the node answers ARP on would bypass the
-/// policy, docs/INTEGRATION.md).
+/// of vnet-cni's veth ends; an error (with what failed) if that fails
+/// (one the node answers ARP on would bypass the policy,
+/// docs/INTEGRATION.md).
 fn off_the_stack(dev: &str) -> std::io::Result<()> {
     if !made_by_vnet_cni(dev) {
         return Ok(());
@@ -109,12 +109,18 @@ fn off_the_stack(dev: &str) -> std::io::Result<()> {
 
 /// Opens a packet socket to read the device (and its receive ring) and one
 /// to send to it, sets the MTU if asked, and brings the device up (one of
-/// vnet-cni's veth ends kept off the node's stack first, or not opened).
+/// vnet-cni's veth ends kept off the node's stack first, a failure logged).
 pub fn open(def: &InterfaceDef, g: &Global) -> std::io::Result<Netdev> {
     let (dev, mtu, offload) = (def.dev.clone(), def.mtu, def.offload);
     let ns = def.netns.clone().unwrap_or_else(|| "-".into());
     let (nd, refused) = super::io::in_ns(def, move || {
-        off_the_stack(&dev)?;
+        // Logged, not refused: where /proc/sys is read-only to vnetd (its
+        // container in the Kubernetes manifest), refusing cut every new pod
+        // off (the lab's pods stayed ContainerCreating); vnet-cni has set
+        // both on the pod's end at ADD already.
+        if let Err(e) = off_the_stack(&dev) {
+            tracing::warn!("{e}");
+        }
         let tx = sys::open_packet_tx(&dev)?;
         if let Some((f, ring)) = handed_over(&ns, &dev, offload) {
             if offload {
