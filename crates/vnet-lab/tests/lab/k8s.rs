@@ -426,7 +426,30 @@ mod by_hand {
             "{}",
             said("web (group web, node 0) does not reach db (group db, node 1) on 5432")
         );
+        // 8080's positive control: db serves it (asked from db itself, its
+        // own address: no vnet on the way), and web's attempt is dropped by
+        // node 0's or node 1's policy default, counted: so the refusal
+        // below is the policy's, not a port where nothing listens.
+        let own = exec(&kube, "db", &format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {db} 8080"));
+        let own = String::from_utf8_lossy(&own.stdout).to_string();
+        assert_eq!(own.lines().last(), Some("db"), "db does not serve 8080 itself: {own:?}");
+        let default_drops = || -> u64 {
+            [0, 1]
+                .iter()
+                .map(|&n| node_json(&kube, n, "policy")["policy"][0]["default_drops"].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let before = default_drops();
         assert!(!get("web", 8080), "web reaches db on 8080, which no rule allows");
+        let after = default_drops();
+        eprintln!(
+            "k8s: web -> db:8080 refused, the policy defaults dropped {} packets meanwhile",
+            after.saturating_sub(before)
+        );
+        assert!(
+            after > before,
+            "web's 8080 attempt was not dropped by a policy (default drops {before} -> {after})"
+        );
         assert!(!get("other", 5432), "other (no group, node 2) reaches db on 5432");
         // Where each node counted: web's node allowed the flow by the rule
         // as it left (db's group by db's claim), db's node as it arrived
