@@ -112,13 +112,14 @@ fn vlan_tags_kept(spec: Spec, ring: Option<bool>) {
     let sent =
         lab.ns_exec(&a.ns, &["python3", script.to_str().unwrap(), "send", &a.dev, &b.mac, &a.mac]).unwrap();
     assert!(sent.status.success(), "{sent:?}");
-    // Five were sent: wait for four (or the deadline, then the asserts say what came).
-    let t0 = std::time::Instant::now();
-    while read().lines().filter(|l| l.starts_with("tag=")).count() < 4
-        && t0.elapsed() < Duration::from_secs(10)
-    {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Five were sent: wait for four.
+    let caught = || read().lines().filter(|l| l.starts_with("tag=")).count();
+    wait_until_or(
+        10.0,
+        "tagged frames lost: four of five caught",
+        || caught() >= 4,
+        || format!("{:?}", read()),
+    );
     let got = read();
     let tags: Vec<&str> = got.lines().filter(|l| *l != "ready").collect();
     assert!(tags.len() >= 4, "tagged frames lost: {got:?}");
