@@ -122,8 +122,17 @@ impl Machine {
         if state != "running" {
             let failed =
                 m.exec(&["systemctl", "--failed", "--no-legend"]).map(|o| o.stdout).unwrap_or_default();
+            // Each failed unit's own journal: why it failed, not only that.
+            let mut why = String::new();
+            let failed_text = String::from_utf8_lossy(&failed).into_owned();
+            let units = failed_text.lines().filter_map(|l| l.split_whitespace().find(|w| w.contains('.')));
+            for unit in units {
+                let o = m.exec(&["journalctl", "-b", "-u", unit, "--no-pager", "-n", "20"]);
+                let text = o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+                why.push_str(&format!("\n{unit}'s journal:\n{text}"));
+            }
             return Err(Error::Other(format!(
-                "the machine's systemd says `{state}` ({}), not running: {}\nnspawn: {}",
+                "the machine's systemd says `{state}` ({}), not running: {}{why}\nnspawn: {}",
                 String::from_utf8_lossy(&up.stderr).trim(),
                 String::from_utf8_lossy(&failed),
                 m.log(lab, h)
