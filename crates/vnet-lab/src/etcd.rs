@@ -23,6 +23,7 @@ use crate::{
 };
 use std::net::IpAddr;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::path::PathBuf;
 use std::process::Child;
 use std::process::Command;
@@ -537,6 +538,19 @@ fn ns_output_with_stdin(ns: &str, args: &[&str], line: &str) -> Result<std::proc
         let _ = writeln!(stdin, "{line}");
     }
     child.wait_with_output().map_err(io(format!("running {}", args.join(" "))))
+}
+
+/// The start of a command (`sh -ec SCRIPT sh USER FILE`, then
+/// etcdctl's own arguments) that runs etcdctl logged in as `user` with
+/// the password read from `password_file` into its environment
+/// (`ETCDCTL_USER`, which `/proc/PID/environ` shows its own user only):
+/// for an etcdctl whose standard input is not free for the password
+/// ([`Lab::etcdctl_as`] gives it there), a watch kept running.
+pub fn etcdctl_login(user: &str, password_file: &Path) -> Vec<String> {
+    let script = r#"u=$1; f=$2; shift 2; ETCDCTL_USER="$u:$(cat "$f")" exec etcdctl "$@""#;
+    let mut all: Vec<String> = ["sh", "-ec", script, "sh", user].iter().map(|s| s.to_string()).collect();
+    all.push(password_file.display().to_string());
+    all
 }
 
 fn which(prog: &str) -> Option<PathBuf> {

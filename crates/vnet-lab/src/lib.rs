@@ -48,6 +48,7 @@ pub use cni::{cni_path, CniRun, Podman};
 pub use config::config_for;
 pub(crate) use error::io;
 pub use error::{Error, Result};
+pub use etcd::etcdctl_login;
 pub use guest::{console_line, guest_files, GUEST_MEM};
 pub use libvirt::{lab_emulator, Events, Libvirt, LibvirtPki};
 pub use machine::Machine;

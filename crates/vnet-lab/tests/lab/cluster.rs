@@ -274,18 +274,14 @@ mod both_alone {
             }
         }
         assert!(text.contains("https://"), "{text}");
-        let pw = std::fs::read_to_string(lab.dir.join("h0.etcd-pw")).unwrap();
-        let as_h0 = |args: &[&str]| {
-            let mut all = vec![format!("--user=vnet-h0:{}", pw.trim())];
-            all.extend(args.iter().map(|a| a.to_string()));
-            let all: Vec<&str> = all.iter().map(String::as_str).collect();
-            lab.etcdctl(&all)
-        };
         let own =
-            as_h0(&["get", "--prefix", "--keys-only", &format!("/vnet/{}/hosts/", lab.prefix)]).unwrap();
-        assert!(own.contains("/hosts/h4"), "{own}");
-        let e = as_h0(&["put", "/vnet/another-network/hosts/x", "{}"]).unwrap_err().to_string();
-        assert!(e.contains("permission denied"), "{e}");
+            lab.etcdctl_as(0, &["get", "--prefix", "--keys-only", &format!("/vnet/{}/hosts/", lab.prefix)]);
+        let own = own.unwrap();
+        let text = String::from_utf8_lossy(&own.stdout);
+        assert!(own.status.success() && text.contains("/hosts/h4"), "{own:?}");
+        let e = lab.etcdctl_as(0, &["put", "/vnet/another-network/hosts/x", "{}"]).unwrap();
+        let said = String::from_utf8_lossy(&e.stderr);
+        assert!(!e.status.success() && said.contains("permission denied"), "{e:?}");
 
         // A sixth host joins; nobody else is told anything.
         let t0 = std::time::Instant::now();
@@ -785,17 +781,18 @@ mod user {
         wait_converged(&lab, 2, 1);
         let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
         let f = |n: &str| lab.dir.join(n).display().to_string();
-        let pw = std::fs::read_to_string(lab.dir.join("h0.etcd-pw")).unwrap();
         for i in 0..4 {
             let key = format!("/vnet/{}/claims/h0/junk{i}", lab.prefix);
+            // The login from the password's file into etcdctl's
+            // environment, not its command line.
             let script = format!(
-                "head -c 1200000 /dev/zero | tr '\\0' x | etcdctl --endpoints={} --cacert={} --cert={} --key={} \
-                 --user=vnet-h0:{} put {key} >/dev/null",
+                "head -c 1200000 /dev/zero | tr '\\0' x | ETCDCTL_USER=\"vnet-h0:$(cat {})\" etcdctl \
+                 --endpoints={} --cacert={} --cert={} --key={} put {key} >/dev/null",
+                f("h0.etcd-pw"),
                 lab.etcd_url(),
                 f("etcd-ca.pem"),
                 f("etcd-h0.pem"),
                 f("etcd-h0.key"),
-                pw.trim()
             );
             let out = lab.ns_output(lab.switch_ns().unwrap(), &["sh", "-c", &script]).unwrap();
             assert!(out.status.success(), "h0's put {i}: {}", String::from_utf8_lossy(&out.stderr));
@@ -989,27 +986,20 @@ mod user {
         wait_converged(&lab, 2, 0);
         let p = format!("/vnet/{}", lab.prefix);
         let f = |n: &str| lab.dir.join(n).display().to_string();
-        let pw = std::fs::read_to_string(lab.dir.join("h2.etcd-pw")).unwrap();
-        let login = [
+        let mut login = vnet_lab::etcdctl_login(&user, &lab.dir.join("h2.etcd-pw"));
+        login.extend([
             format!("--endpoints={}", lab.etcd_url()),
             format!("--cacert={}", f("etcd-ca.pem")),
             format!("--cert={}", f("etcd-h2.pem")),
             format!("--key={}", f("etcd-h2.key")),
-            format!("--user={user}:{}", pw.trim()),
-        ];
+        ]);
         let watch_log = lab.dir.join("h2-watch.log");
         let prefix = format!("{p}/");
-        let mut args: Vec<&str> = vec!["etcdctl"];
-        args.extend(login.iter().map(String::as_str));
+        let mut args: Vec<&str> = login.iter().map(String::as_str).collect();
         args.extend(["watch", "--prefix", &prefix]);
         let sw = lab.switch_ns().unwrap().to_string();
         lab.spawn_logged(&sw, &args, &watch_log).unwrap();
-        let as_h2 = |args: &[&str]| {
-            let mut all: Vec<&str> = vec!["etcdctl"];
-            all.extend(login.iter().map(String::as_str));
-            all.extend(args);
-            lab.ns_output(lab.switch_ns().unwrap(), &all).unwrap()
-        };
+        let as_h2 = |args: &[&str]| lab.etcdctl_as(2, args).unwrap();
         let seen = |v: &str| std::fs::read_to_string(&watch_log).unwrap_or_default().contains(v);
         let probe = format!("{p}/watch-probe");
         wait_until(10.0, "h2's watch receives a put (its control)", || {

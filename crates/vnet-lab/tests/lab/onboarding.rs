@@ -104,7 +104,8 @@ impl Onboard {
             .arg(format!("--cacert={}/ca.pem", self.dir))
             .env("ETCDCTL_API", "3");
         if let Some((u, p)) = user {
-            c.arg(format!("--user={u}:{p}"));
+            // In etcdctl's environment, not on its command line.
+            c.env("ETCDCTL_USER", format!("{u}:{p}"));
         }
         c.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
