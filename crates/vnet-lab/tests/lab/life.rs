@@ -186,7 +186,9 @@ mod both {
         assert!(r.ok, "ADD before the outage: {}\n{}", r.out, r.stderr);
         let held = ipam_keys(&lab);
         assert_eq!(held.len(), 1, "{held:?}");
-        const PINGS: u32 = 1000;
+        // 10 s of pings 20 ms apart: the twenty moves take about 7 s (their
+        // loss is reported, not asserted; the moves' own checks are).
+        const PINGS: u32 = 500;
         let ping = in_background(
             &a.ns,
             &["ping", "-n", "-i", "0.02", "-c", &PINGS.to_string(), "-W", "1", &b.ip.to_string()],
@@ -326,7 +328,9 @@ mod both_alone {
         wait_converged(&lab, 3, 2);
         let (a, b) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone());
         assert_ping(&lab, &a, b.ip, 56);
-        const PINGS: u32 = 1000;
+        // 10 s of pings 20 ms apart: the twenty moves take about 7 s (their
+        // loss is reported, not asserted; the moves' own checks are).
+        const PINGS: u32 = 500;
         let ping = in_background(
             &a.ns,
             &["ping", "-n", "-i", "0.02", "-c", &PINGS.to_string(), "-W", "1", &b.ip.to_string()],
