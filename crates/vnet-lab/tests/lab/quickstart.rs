@@ -275,7 +275,7 @@ mod user_alone {
         let show = |h: usize| ok(&ms[h], "show cluster", sh(&ms[h], &[], &check));
         // `vnetctl join` returns once its vnetd is ready: the others see its
         // record as soon as it is put. Bound 100 ms (was 5 s): measured 6-27 ms
-        // (eleven runs, 2026-12-07), mostly the look itself (`vnetctl show cluster`
+        // (sixteen runs, 2026-12-07), mostly the look itself (`vnetctl show cluster`
         // in the machine, through nsenter), which a loaded machine slows.
         let t0 = std::time::Instant::now();
         let status = loop {
@@ -292,9 +292,10 @@ mod user_alone {
             "not within 100 ms: {status}"
         );
         // The page: every other host links to it, encrypted, within a second.
-        // Bound 1 s (was 5 s): measured 410-502 ms (three runs, 2026-12-07),
-        // over a ping run's own 400 ms (3 pings 200 ms apart): the first run
-        // must pass (a failed one takes 2 s more, -W 2).
+        // Bound 1 s (was 5 s): the first ping run must pass (a failed one
+        // takes 2 s more, -W 2). Measured 410-502 ms (eight runs, 2026-12-07),
+        // over a ping run's own 400 ms (3 pings 200 ms apart); 1.02 and 1.05 s
+        // at load 13, their first run passing.
         let pinged = wait_until(1.0, "h1's VM pings h2's and h3's", || {
             ping_pairs(&[(vms[0].clone(), vms[1].ip), (vms[0].clone(), vms[2].ip)]).is_empty()
         });
@@ -349,10 +350,11 @@ fn revoke_h3(ms: &[Machine], vms: &[Vm], revoke: &str, check: &str) {
         [1, 2, 4].iter().all(|&h| !hosts_line(h).split_whitespace().any(|w| w == "h3"))
     });
     eprintln!("quickstart: network revoke returned in {said:?}; every other host dropped h3 {took:?} after it returned");
-    // Bound 100 ms (was 2 s): measured 19-41 ms (nine runs, 2026-12-07),
-    // each look three `vnetctl show cluster` in the machines, 20 ms apart.
+    // Bound 250 ms (was 2 s): measured 17-106 ms (fourteen runs, 2026-12-07;
+    // 83 and 106 ms at load 13-14): each look is three `vnetctl show
+    // cluster` in the machines (nsenter), 20 ms apart.
     assert!(
-        took < Duration::from_millis(100),
+        took < Duration::from_millis(250),
         "the other hosts dropped h3 {took:?} after the revoke returned"
     );
     for h in [1, 2, 4] {
