@@ -190,8 +190,9 @@ fn compare_text(b: &Block, ms: &[Machine], joined: &str, fingerprint: &str) {
 mod user_alone {
     use super::*;
 
-    // Alone: five machines with systemd, and the package (built meanwhile
-    // in the background).
+    // Alone: five machines with systemd, the package (built meanwhile in
+    // the background), and time bounds (h3's record seen, the VMs linked,
+    // the revoked h3 dropped) at about twice what was measured.
     #[test]
     #[ignore = "needs root, network namespaces, systemd-nspawn and etcd: run with --ignored"]
     fn quickstart_runs_verbatim_on_machines_with_systemd_and_the_package_and_the_vms_ping() {
@@ -273,24 +274,35 @@ mod user_alone {
         let check = block("check");
         let show = |h: usize| ok(&ms[h], "show cluster", sh(&ms[h], &[], &check));
         // `vnetctl join` returns once its vnetd is ready: the others see its
-        // record as soon as it is put, within the bound (5 s).
+        // record as soon as it is put. Bound 100 ms (was 5 s): measured 6-27 ms
+        // (sixteen runs, 2026-12-07), mostly the look itself (`vnetctl show cluster`
+        // in the machine, through nsenter), which a loaded machine slows.
         let t0 = std::time::Instant::now();
         let status = loop {
             let s = show(1);
             let seen = s.contains("store up") && s.contains("hosts 3: h1 h2 h3");
-            if seen || t0.elapsed() > Duration::from_secs(5) {
+            if seen || t0.elapsed() > Duration::from_millis(100) {
                 break s;
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(10));
         };
-        assert!(status.contains("store up") && status.contains("hosts 3: h1 h2 h3"), "{status}");
         eprintln!("quickstart: h1 saw h3's record {:?} after h3 joined", t0.elapsed());
-        wait_until(5.0, "h1's VM pings h2's and h3's", || {
+        assert!(
+            status.contains("store up") && status.contains("hosts 3: h1 h2 h3"),
+            "not within 100 ms: {status}"
+        );
+        // The page: every other host links to it, encrypted, within a second.
+        // Bound 1 s (was 5 s): the first ping run must pass (a failed one
+        // takes 2 s more, -W 2). Measured 410-502 ms (eight runs, 2026-12-07),
+        // over a ping run's own 400 ms (3 pings 200 ms apart); 1.02 and 1.05 s
+        // at load 13, their first run passing.
+        let pinged = wait_until(1.0, "h1's VM pings h2's and h3's", || {
             ping_pairs(&[(vms[0].clone(), vms[1].ip), (vms[0].clone(), vms[2].ip)]).is_empty()
         });
+        eprintln!("quickstart: h1's VM pinged h2's and h3's {pinged:?} after h3's record was seen");
         // The fourth host: the same commands; nothing changes on the others.
         join_host(4);
-        wait_until(5.0, "h4's VM pings h1's, h2's and h3's", || {
+        let pinged = wait_until(1.0, "h4's VM pings h1's, h2's and h3's", || {
             ping_pairs(&[
                 (vms[3].clone(), vms[0].ip),
                 (vms[3].clone(), vms[1].ip),
@@ -298,6 +310,7 @@ mod user_alone {
             ])
             .is_empty()
         });
+        eprintln!("quickstart: h4's VM pinged h1's, h2's and h3's {pinged:?} after h4 joined");
         let links = ok(&ms[4], "show links", sh(&ms[4], &[], "vnetctl --json show links"));
         let v: serde_json::Value = serde_json::from_str(&links).unwrap();
         let all = v["links"].as_array().unwrap();
@@ -337,16 +350,25 @@ fn revoke_h3(ms: &[Machine], vms: &[Vm], revoke: &str, check: &str) {
         [1, 2, 4].iter().all(|&h| !hosts_line(h).split_whitespace().any(|w| w == "h3"))
     });
     eprintln!("quickstart: network revoke returned in {said:?}; every other host dropped h3 {took:?} after it returned");
-    assert!(took < Duration::from_secs(2), "the other hosts dropped h3 {took:?} after the revoke returned");
+    // Bound 250 ms (was 2 s): measured 17-106 ms (fourteen runs, 2026-12-07;
+    // 83 and 106 ms at load 13-14): each look is three `vnetctl show
+    // cluster` in the machines (nsenter), 20 ms apart.
+    assert!(
+        took < Duration::from_millis(250),
+        "the other hosts dropped h3 {took:?} after the revoke returned"
+    );
     for h in [1, 2, 4] {
         let routes = ok(&ms[h], "show routes", sh(&ms[h], &[], "vnetctl --json show routes")).to_lowercase();
         assert!(!routes.contains(&vms[2].mac.to_lowercase()), "h{h} routes h3's VM: {routes}");
     }
     assert!(!ping_pairs(&[(vms[0].clone(), vms[2].ip)]).is_empty(), "h1's VM pings the revoked h3's");
-    wait_until(15.0, "h3's store session is refused", || !show(3).contains("store up"));
-    wait_until(5.0, "h3 says it was revoked", || {
+    let refused = wait_until(15.0, "h3's store session is refused", || !show(3).contains("store up"));
+    let told = wait_until(5.0, "h3 says it was revoked", || {
         show(3).contains("this host was revoked by the network's admin")
     });
+    eprintln!(
+        "quickstart: h3's store session refused {refused:?} after, and h3 said why {told:?} after that"
+    );
     let log = journal(&ms[3]);
     assert!(log.contains("this host was revoked by the network's admin"), "{log}");
 }
