@@ -122,10 +122,10 @@ impl Machine {
         if state != "running" {
             let failed =
                 m.exec(&["systemctl", "--failed", "--no-legend"]).map(|o| o.stdout).unwrap_or_default();
+            let failed = String::from_utf8_lossy(&failed).into_owned();
             // Each failed unit's own journal: why it failed, not only that.
             let mut why = String::new();
-            let failed_text = String::from_utf8_lossy(&failed).into_owned();
-            let units = failed_text.lines().filter_map(|l| l.split_whitespace().find(|w| w.contains('.')));
+            let units = failed.lines().filter_map(|l| l.split_whitespace().find(|w| w.contains('.')));
             for unit in units {
                 let o = m.exec(&["journalctl", "-b", "-u", unit, "--no-pager", "-n", "20"]);
                 let text = o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
@@ -134,7 +134,7 @@ impl Machine {
             return Err(Error::Other(format!(
                 "the machine's systemd says `{state}` ({}), not running: {}{why}\nnspawn: {}",
                 String::from_utf8_lossy(&up.stderr).trim(),
-                String::from_utf8_lossy(&failed),
+                failed,
                 m.log(lab, h)
             )));
         }
