@@ -324,7 +324,7 @@ mod both_alone {
     // outage (two clean-clone runs three tests at a time, beside the
     // package's release build, lost one at 3.0 s and six at 42 s, away
     // from any event).
-    /// The soak (`scripts/soak.sh MINUTES`; CI runs its 2-minute form): three
+    /// The soak (`scripts/soak.sh MINUTES`; CI runs its 1-minute form): three
     /// hosts under mixed traffic (a ping every 100 ms, a TCP stream, a UDP
     /// stream, broadcasts) while a route is added or deleted every 100 ms, a
     /// host's underlay goes down for a second every 10 s and the ping's target
@@ -334,11 +334,11 @@ mod both_alone {
     /// malformed, failing its offload, crossing networks or from a spoofed
     /// MAC (`no_route` and `unknown_source` are what moves cost: reported);
     /// vnetd's RSS does not grow (slope after the first third, and a bound).
-    /// `VNET_SOAK_SECS` (default 120) sets the length.
+    /// `VNET_SOAK_SECS` (default 60) sets the length.
     #[test]
     #[ignore = "needs root and network namespaces: run with --ignored"]
     fn soak_mixed_traffic_under_route_churn_link_flaps_and_relocations() {
-        let secs: u64 = std::env::var("VNET_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(120);
+        let secs: u64 = std::env::var("VNET_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
         let mut lab = lab(Spec { hosts: 3, veth_hosts: vec![0, 1, 2], ..Spec::default() });
         let (a, b, c) = (lab.vm(0, 0).clone(), lab.vm(1, 0).clone(), lab.vm(2, 0).clone());
         assert_ping(&lab, &a, b.ip, 56);
