@@ -314,8 +314,18 @@ pub fn hand_overs_under_traffic(
     );
     let log = lab.log(0);
     let said = ["hand-over", "took over", "anew"];
-    for l in log.lines().filter(|l| said.iter().any(|w| l.contains(w))) {
+    // A hand-over that took half a second or more (2.2 s once in a
+    // clean-clone run, 40-60 ms otherwise): host 0's whole log, to see
+    // where its time went, and the machine's pressure then.
+    let slow = gaps.iter().any(|&g| g >= 500);
+    for l in log.lines().filter(|l| slow || said.iter().any(|w| l.contains(w))) {
         eprintln!("  h0: {l}");
+    }
+    if slow {
+        for p in ["cpu", "io", "memory"] {
+            let text = std::fs::read_to_string(format!("/proc/pressure/{p}")).unwrap_or_default();
+            eprintln!("  /proc/pressure/{p}: {}", text.replace('\n', "; "));
+        }
     }
     let seqs = ping_seqs(&out);
     let missing: Vec<u32> = (1..=pings).filter(|s| seqs.binary_search(s).is_err()).collect();
