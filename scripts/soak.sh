@@ -2,10 +2,10 @@
 # The soak: three lab hosts under mixed traffic (ping, TCP, UDP,
 # broadcasts) while routes change every ~100 ms, an underlay goes down for
 # a second every 10 s and a VM relocates every 10 s, for MINUTES (default
-# 2; CI runs the test's 1-minute form). Checks no panic, every ping sent and none lost away
-# from a move or an outage, no frame malformed, refused by network or
-# spoofed, and that vnetd's RSS does not grow; the report goes to
-# results/soak-DATE.txt.
+# 2; CI runs the test's 1-minute form). Checks no panic, every ping sent
+# and none lost away from a move or an outage, no frame malformed, refused
+# by network or spoofed, and that vnetd's RSS does not grow; the report
+# goes to results/soak-DATE.txt.
 # Usage: sudo scripts/soak.sh [MINUTES]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"

@@ -186,6 +186,9 @@ mod both {
         assert!(r.ok, "ADD before the outage: {}\n{}", r.out, r.stderr);
         let held = ipam_keys(&lab);
         assert_eq!(held.len(), 1, "{held:?}");
+        // 20 s of pings 20 ms apart: they must outlast the outage (STORE_DOWN) and
+        // the operations after it, for the tail check (the last second's
+        // pings, the store back) to fall after the outage.
         const PINGS: u32 = 1000;
         let ping = in_background(
             &a.ns,
