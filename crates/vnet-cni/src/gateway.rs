@@ -17,7 +17,11 @@
 //! The first `ADD` of a node makes it, the `DEL` (or `GC`) that leaves no
 //! attachment removes it (both under a lock in the state directory); the
 //! node's address is held in the `vnet` IPAM by an owner naming the node's
-//! MAC.
+//! MAC. That MAC is also written in the state directory (on disk): a
+//! reboot takes the pair with no `DEL`, and the next gateway (a new pair,
+//! a new MAC) first gives back the address the one before held, which
+//! nothing else names (the Kubernetes lab's node reboot left one an
+//! address otherwise).
 
 use crate::record;
 use crate::spec::{Code, Error, NetConf, Result};
@@ -59,6 +63,47 @@ fn lock(conf: &NetConf) -> Result<nix::fcntl::Flock<std::fs::File>> {
         .map_err(|(_, e)| Error::with(Code::Io, format!("locking {}", p.display()), e))
 }
 
+/// Where the MAC of the gateway made last is kept (beside the lock).
+fn mac_file(conf: &NetConf) -> std::path::PathBuf {
+    std::path::Path::new(&conf.state_dir).join(format!(".{}.gateway.mac", conf.name))
+}
+
+/// The MAC of the gateway made last, if one is recorded.
+fn recorded_mac(conf: &NetConf) -> Option<String> {
+    let text = std::fs::read_to_string(mac_file(conf)).ok()?;
+    let mac = text.trim();
+    // Only a MAC's text: anything else is no record.
+    mac.parse::<vnet_wire::MacAddr>().ok().map(|_| mac.to_string())
+}
+
+/// Records `mac` as the gateway's (written whole, then renamed).
+fn record_mac(conf: &NetConf, mac: &str) -> Result<()> {
+    let p = mac_file(conf);
+    let tmp = p.with_extension("mac.tmp");
+    std::fs::write(&tmp, format!("{mac}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &p))
+        .map_err(|e| Error::with(Code::Io, format!("writing {}", p.display()), e))
+}
+
+/// Gives back the address of a gateway that went with no `DEL` (its pair
+/// gone: a reboot), by the MAC recorded when it was made; then forgets it.
+fn release_recorded(conf: &NetConf, c: &mut Client) -> Result<()> {
+    if let Some(mac) = recorded_mac(conf) {
+        ipam::vnet_del(c, owner(&conf.name, &mac)?)?;
+    }
+    forget_mac(conf)
+}
+
+fn forget_mac(conf: &NetConf) -> Result<()> {
+    let p = mac_file(conf);
+    match std::fs::remove_file(&p) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::with(Code::Io, format!("removing {}", p.display()), e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The IPAM owner of the node's address: the node's end's MAC names the
 /// node (a node's name is not the plugin's to know).
 fn owner(network: &str, mac: &str) -> Result<req::Owner> {
@@ -76,8 +121,10 @@ pub fn ensure(conf: &NetConf, c: &mut Client, section: &Value) -> Result<IpAddr>
         // Half made (a failed first ADD): made again.
         veth::delete(&node)?;
     }
+    release_recorded(conf, c)?;
     let mac = veth::make_here(&attached, &node, conf.mtu)?;
     let made = (|| {
+        record_mac(conf, &mac)?;
         let out = ipam::vnet_add(c, section, owner(&conf.name, &mac)?)?;
         let cidr = out.ips.first().map(|i| i.address.clone()).unwrap_or_default();
         let (ip, len) = cidr
@@ -119,6 +166,7 @@ pub fn release(conf: &NetConf, c: Option<&mut Client>, section: &Value) -> Resul
     }
     let (attached, node) = devices(&conf.name);
     match c {
+        Some(c) if !veth::exists(&node)? => release_recorded(conf, c),
         Some(c) => remove(conf, c, section, &attached, &node),
         // vnetd down: what it held goes with it; the address stays until
         // the host's lease ends.
@@ -148,8 +196,15 @@ fn remove(conf: &NetConf, c: &mut Client, section: &Value, attached: &str, node:
         // Never attached (a failed first ADD) is no error.
         let _ = request(c, &Request::Detach(n));
     }
-    if let Err(e) = owner(&conf.name, &mac).and_then(|o| ipam::vnet_del(c, o)) {
-        first.get_or_insert(e);
+    match owner(&conf.name, &mac).and_then(|o| ipam::vnet_del(c, o)) {
+        Err(e) => {
+            first.get_or_insert(e);
+        }
+        Ok(()) => {
+            if let Err(e) = forget_mac(conf) {
+                first.get_or_insert(e);
+            }
+        }
     }
     if let Err(e) = veth::delete(node) {
         first.get_or_insert(e);
@@ -245,6 +300,30 @@ fn rules(conf: &NetConf, section: &Value, node: &str, ip: IpAddr, op: Op) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gateways_mac_is_recorded_read_back_and_forgotten_and_nothing_else_is_a_record() {
+        let dir = std::env::temp_dir().join(format!("vnet-cni-gwmac-{}", std::process::id()));
+        let raw = br#"{"cniVersion":"1.1.0","name":"vnet","type":"vnet-cni","isDefaultGateway":true,
+            "ipam":{"type":"vnet","subnet":"10.244.0.0/16"}}"#;
+        let (mut conf, _) = crate::spec::parse_conf(raw).unwrap();
+        conf.state_dir = dir.display().to_string();
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(recorded_mac(&conf), None, "no gateway made yet");
+        record_mac(&conf, "02:aa:bb:cc:dd:ee").unwrap();
+        assert_eq!(recorded_mac(&conf).as_deref(), Some("02:aa:bb:cc:dd:ee"));
+        assert_eq!(
+            owner(&conf.name, "02:aa:bb:cc:dd:ee").unwrap().to_string(),
+            "vnet/node-gateway-02aabbccddee/gw"
+        );
+        forget_mac(&conf).unwrap();
+        assert_eq!(recorded_mac(&conf), None);
+        forget_mac(&conf).unwrap();
+        // A file someone else wrote there names no owner.
+        std::fs::write(mac_file(&conf), "vnet/other-pod/eth0\n").unwrap();
+        assert_eq!(recorded_mac(&conf), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn the_node_gets_a_pair_of_its_own_and_rules_of_checked_words() {
