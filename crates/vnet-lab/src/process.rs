@@ -207,6 +207,15 @@ pub(crate) fn spawn_logged(mut cmd: Command, log: &Path, what: &str) -> Result<C
     Ok(child)
 }
 
+/// Waits for `c`, killed already (a node's power cut kills its whole
+/// cgroup tree at once), and forgets its pid.
+pub(crate) fn reap_killed(mut c: Child) {
+    let pid = c.id();
+    let _ = c.kill();
+    let _ = c.wait();
+    registry().1.retain(|p| *p != pid);
+}
+
 pub(crate) fn stop_child(mut c: Child) {
     let pid = c.id();
     let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();

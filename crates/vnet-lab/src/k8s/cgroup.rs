@@ -111,6 +111,11 @@ fn procs(root: &Path) -> Vec<String> {
     v
 }
 
+/// The processes of node `name`'s tree (its own programs and its pods').
+pub(super) fn node_procs(name: &str) -> Vec<String> {
+    procs(&freezer(name))
+}
+
 /// Writes `state` (FROZEN or THAWED) to the freezer at `root` and waits
 /// (2 s at most) until the tree is in it.
 fn set_freezer(root: &Path, state: &str) {

@@ -369,6 +369,17 @@ impl Kube {
         r
     }
 
+    /// The pids of the processes named `comm` (as `/proc/PID/comm` has
+    /// it) that run on node `n` (in its cgroup tree): what a test kills as
+    /// a crash would (vnetd, say).
+    pub fn pids_named(&self, n: usize, comm: &str) -> Vec<u32> {
+        cgroup::node_procs(&self.nodes[n].name)
+            .iter()
+            .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm))
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+
     /// `kubectl ... -o json`, parsed.
     pub fn get_json(&self, args: &[&str]) -> Result<serde_json::Value> {
         let mut a = args.to_vec();

@@ -4,7 +4,7 @@
 use super::{
     cgroup, cleanup_interrupted, node_name, nodes, tail, Kube, Node, DNS_IP, PAUSE_IMAGE, SERVICE_CIDR,
 };
-use crate::process::{on_signal, spawn_logged};
+use crate::process::{on_signal, reap_killed, spawn_logged};
 use crate::{io, Error, Lab, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,6 +66,75 @@ impl Kube {
         self.start_kubelet(&mut node)?;
         self.start_proxy(&mut node)?;
         Ok(node)
+    }
+
+    /// Node `n` rebooted, as a power cut and a boot do it. The cut: every
+    /// process of the node killed at once (its cgroup tree frozen and
+    /// killed: the kubelet, containerd, kube-proxy, the shims, every pod's
+    /// containers, vnetd among them), and with its last process its mount
+    /// namespace goes, so its `/sys/fs/bpf` (every pin) and the pods'
+    /// network namespaces (their veths) go too. What a boot starts without:
+    /// `/run` (`/run/vnet`, `/run/containerd`, `/run/netns`, containerd's
+    /// state), every network device but `boot_links` (the node's own as the
+    /// lab made them; vnet's go), each one's clsact qdisc (TC programs),
+    /// and the iptables and ip6tables rules. What it keeps, its disk:
+    /// `/var/lib/kubelet`, containerd's root (its pods' records),
+    /// `/var/lib/vnet`, `/var/lib/cni`, the CNI directories. Then the node
+    /// boots as it first started: its namespaces, containerd (waited for
+    /// until it answers), the kubelet and kube-proxy. Not reset: the
+    /// network namespace's sysctls (the lab host's namespace stays).
+    pub fn reboot(&mut self, lab: &Lab, n: usize, boot_links: &[String]) -> Result<()> {
+        let name = self.nodes[n].name.clone();
+        let kept = cgroup::sweep(&name);
+        if !kept.is_empty() {
+            return Err(Error::Other(format!("{name}'s power cut left {kept:?}")));
+        }
+        let node = &mut self.nodes[n];
+        for c in [node.proxy.take(), node.kubelet.take(), node.containerd.take()].into_iter().flatten() {
+            reap_killed(c);
+        }
+        let _ = node.holder.kill();
+        let _ = node.holder.wait();
+        let dir = node.dir.clone();
+        nodes().retain(|(d, _)| *d != dir);
+        for d in ["run-vnet", "run-containerd", "netns", "containerd/state"] {
+            let p = dir.join(d);
+            if p.exists() {
+                std::fs::remove_dir_all(&p).map_err(io(format!("clearing {}", p.display())))?;
+            }
+        }
+        std::fs::remove_file(dir.join("holder.ready")).map_err(io("removing holder.ready"))?;
+        let ns = &lab.hosts[n].ns;
+        let ip = |args: &[&str]| Command::new("ip").arg("-n").arg(ns).args(args).output();
+        let links = ip(&["-o", "link", "show"]).map_err(io("running ip link"))?;
+        for l in String::from_utf8_lossy(&links.stdout).lines() {
+            let Some(link) = l.split(": ").nth(1).and_then(|x| x.split('@').next()) else { continue };
+            if link == "lo" || boot_links.iter().any(|b| b == link) {
+                let _ = Command::new("tc").args(["-n", ns, "qdisc", "del", "dev", link, "clsact"]).output();
+            } else {
+                let out = ip(&["link", "del", link]).map_err(io("running ip link del"))?;
+                // A veth's peer may have gone with the one before it.
+                let gone = String::from_utf8_lossy(&out.stderr).contains("Cannot find device");
+                if !out.status.success() && !gone {
+                    return Err(Error::Other(format!("{name}: ip link del {link}: {out:?}")));
+                }
+            }
+        }
+        for tool in ["iptables", "ip6tables"] {
+            for table in ["filter", "nat", "mangle", "raw"] {
+                for op in ["-F", "-X"] {
+                    let out = Command::new("ip")
+                        .args(["netns", "exec", ns, tool, "-w", "-t", table, op])
+                        .output()
+                        .map_err(io(format!("running {tool}")))?;
+                    if !out.status.success() {
+                        return Err(Error::Other(format!("{name}: {tool} -t {table} {op}: {out:?}")));
+                    }
+                }
+            }
+        }
+        self.nodes[n] = self.start_node(lab, n)?;
+        Ok(())
     }
 
     /// Starts (again) `node`'s containerd and waits until it answers.

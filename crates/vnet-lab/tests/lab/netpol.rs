@@ -19,21 +19,7 @@ fn vnet_on_kubernetes(user_path: bool, lines: &[&str]) -> (Lab, Kube) {
     let kube = Kube::start(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));
     // Each node joins with its own token, key and etcd user.
     vnet_lab::k8s::join::prepare_nodes(&kube).unwrap();
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../packaging/kubernetes/vnet.yaml");
-    let mut text = std::fs::read_to_string(manifest).unwrap();
-    if user_path {
-        for (from, to) in [
-            ("\"datapath\": \"kernel\"", "\"datapath\": \"user\""),
-            ("link-options: \"\"", "link-options: \"security encrypt\""),
-        ] {
-            assert!(text.contains(from), "the manifest's {from} moved");
-            text = text.replace(from, to);
-        }
-    }
-    let anchor = "  vnet.conf: |\n    listen udp 0.0.0.0:9000\n";
-    assert!(text.contains(anchor), "the manifest's vnet.conf moved");
-    let added: String = lines.iter().map(|l| format!("    {l}\n")).collect();
-    text = text.replace(anchor, &format!("{anchor}{added}"));
+    let text = super::k8s::manifest_text(user_path, lines);
     apply(&kube, "vnet.yaml", &text);
     vnet_lab::k8s::join::approve_nodes(&kube, Duration::from_secs(60)).unwrap();
     let t0 = Instant::now();
