@@ -77,7 +77,11 @@ ip netns exec "$NETNS" "$BIN/e2e.test" --kubeconfig="$KUBECONFIG" --kubectl-path
     >"$out/e2e.log" 2>&1 || status=$?
 e2e_s=$(($(date +%s) - t0))
 
-python3 - "$out/report.json" "$focus" "$skip" <<'EOF'
+# The verdict from the report, not from e2e.test's status alone (Ginkgo
+# exits 0 when the focus matches nothing, or when every test skipped
+# itself): no test run, a failure or a skip fails the script.
+verdict=0
+python3 - "$out/report.json" "$focus" "$skip" <<'EOF' || verdict=$?
 import json, re, sys
 report, focus = sys.argv[1], re.compile(sys.argv[2])
 skip = re.compile(sys.argv[3]) if sys.argv[3] else None
@@ -112,6 +116,10 @@ for l in lines:
     print(l)
 print(f"k8s-e2e: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
       + (f", {left_out} left out by VNET_E2E_SKIP" if skip else ""))
+if counts["passed"] == 0:
+    sys.exit("k8s-e2e: no test passed: the focus matched nothing, or nothing ran")
+if counts["failed"] or counts["skipped"]:
+    sys.exit("k8s-e2e: a test failed or skipped itself")
 EOF
 
 # The lab's exit on SIGTERM, and what it left (nothing, or fail).
@@ -125,4 +133,5 @@ left=$(
 [ -z "$left" ] || { echo "k8s-e2e: the lab left: $left"; exit 1; }
 echo "k8s-e2e: the lab removed on SIGTERM, nothing left (namespaces, cgroups, processes)"
 echo "k8s-e2e: suite $e2e_s s, in all $(($(date +%s) - started)) s, e2e.test status $status (log: $out/e2e.log)"
-exit $status
+[ "$status" = 0 ] || exit "$status"
+exit "$verdict"
