@@ -114,8 +114,13 @@ fn owner(network: &str, mac: &str) -> Result<req::Owner> {
 pub fn ensure(conf: &NetConf, c: &mut Client, section: &Value) -> Result<IpAddr> {
     let _held = lock(conf)?;
     let (attached, node) = devices(&conf.name);
-    if let Some((_, addrs)) = veth::inspect_here(&node)? {
+    if let Some((mac, addrs)) = veth::inspect_here(&node)? {
         if let Some(ip) = addrs.iter().find_map(|a| a.split('/').next()?.parse().ok()) {
+            // A gateway made before its MAC was recorded (an upgrade):
+            // recorded now, so a reboot gives its address back too.
+            if recorded_mac(conf).is_none() {
+                record_mac(conf, &mac)?;
+            }
             return Ok(ip);
         }
         // Half made (a failed first ADD): made again.
