@@ -68,19 +68,38 @@ fn mac_file(conf: &NetConf) -> std::path::PathBuf {
     std::path::Path::new(&conf.state_dir).join(format!(".{}.gateway.mac", conf.name))
 }
 
-/// The MAC of the gateway made last, if one is recorded.
+/// The MAC of the gateway made last, if one is recorded: a regular file
+/// (a link is not followed) whose first 64 bytes are a MAC's text;
+/// anything else is no record.
 fn recorded_mac(conf: &NetConf) -> Option<String> {
-    let text = std::fs::read_to_string(mac_file(conf)).ok()?;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(mac_file(conf))
+        .ok()?;
+    let mut text = String::new();
+    f.take(64).read_to_string(&mut text).ok()?;
     let mac = text.trim();
-    // Only a MAC's text: anything else is no record.
     mac.parse::<vnet_wire::MacAddr>().ok().map(|_| mac.to_string())
 }
 
-/// Records `mac` as the gateway's (written whole, then renamed).
+/// Records `mac` as the gateway's: written whole to a new file (no link
+/// followed, none left from before), then renamed over the record.
 fn record_mac(conf: &NetConf, mac: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let p = mac_file(conf);
     let tmp = p.with_extension("mac.tmp");
-    std::fs::write(&tmp, format!("{mac}\n"))
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(format!("{mac}\n").as_bytes()))
         .and_then(|()| std::fs::rename(&tmp, &p))
         .map_err(|e| Error::with(Code::Io, format!("writing {}", p.display()), e))
 }
@@ -96,6 +115,11 @@ fn release_recorded(conf: &NetConf, c: &mut Client) -> Result<()> {
 
 fn forget_mac(conf: &NetConf) -> Result<()> {
     let p = mac_file(conf);
+    // The name is the plugin's own: whatever else sits there goes too.
+    if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+        return std::fs::remove_dir_all(&p)
+            .map_err(|e| Error::with(Code::Io, format!("removing {}", p.display()), e));
+    }
     match std::fs::remove_file(&p) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             Err(Error::with(Code::Io, format!("removing {}", p.display()), e))
@@ -116,10 +140,14 @@ pub fn ensure(conf: &NetConf, c: &mut Client, section: &Value) -> Result<IpAddr>
     let (attached, node) = devices(&conf.name);
     if let Some((mac, addrs)) = veth::inspect_here(&node)? {
         if let Some(ip) = addrs.iter().find_map(|a| a.split('/').next()?.parse().ok()) {
-            // A gateway made before its MAC was recorded (an upgrade):
-            // recorded now, so a reboot gives its address back too.
-            if recorded_mac(conf).is_none() {
-                record_mac(conf, &mac)?;
+            // A gateway made before its MAC was recorded (an upgrade), or
+            // a record naming another (an older version's pair gone since):
+            // the other's address given back, this one's recorded, so a
+            // reboot gives it back too. Best effort: the gateway works.
+            if recorded_mac(conf).as_deref() != Some(mac.as_str()) {
+                if let Err(e) = release_recorded(conf, c).and_then(|()| record_mac(conf, &mac)) {
+                    eprintln!("vnet-cni: the node gateway's MAC not recorded: {e}");
+                }
             }
             return Ok(ip);
         }
@@ -327,6 +355,25 @@ mod tests {
         // A file someone else wrote there names no owner.
         std::fs::write(mac_file(&conf), "vnet/other-pod/eth0\n").unwrap();
         assert_eq!(recorded_mac(&conf), None);
+        // A link there is not followed, read or written through.
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, "02:11:22:33:44:55\n").unwrap();
+        std::fs::remove_file(mac_file(&conf)).unwrap();
+        std::os::unix::fs::symlink(&target, mac_file(&conf)).unwrap();
+        assert_eq!(recorded_mac(&conf), None, "read through a link");
+        std::os::unix::fs::symlink(&target, mac_file(&conf).with_extension("mac.tmp")).unwrap();
+        record_mac(&conf, "02:aa:bb:cc:dd:ee").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "02:11:22:33:44:55\n",
+            "written through a link"
+        );
+        assert_eq!(recorded_mac(&conf).as_deref(), Some("02:aa:bb:cc:dd:ee"));
+        // A directory in its place goes, rather than stopping every gateway.
+        forget_mac(&conf).unwrap();
+        std::fs::create_dir(mac_file(&conf)).unwrap();
+        forget_mac(&conf).unwrap();
+        assert!(!mac_file(&conf).exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
