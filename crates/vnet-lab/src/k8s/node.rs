@@ -81,9 +81,15 @@ impl Kube {
     /// `/var/lib/kubelet`, containerd's root (its pods' records),
     /// `/var/lib/vnet`, `/var/lib/cni`, the CNI directories. Then the node
     /// boots as it first started: its namespaces, containerd (waited for
-    /// until it answers), the kubelet and kube-proxy. Not reset: the
-    /// network namespace's sysctls (the lab host's namespace stays).
+    /// until it answers), the kubelet and kube-proxy. Not reset, as the
+    /// lab host's network namespace stays: its sysctls, conntrack entries,
+    /// policy routing rules, the iptables chains' policies, and the
+    /// addresses and routes of `boot_links`. Node 0 is refused: the lab's
+    /// own rule there (`k8s up`'s masquerade for the API server) would go.
     pub fn reboot(&mut self, lab: &Lab, n: usize, boot_links: &[String]) -> Result<()> {
+        if n == 0 {
+            return Err(Error::Other("node 0 carries the lab's own rules: reboot another".into()));
+        }
         let name = self.nodes[n].name.clone();
         let kept = cgroup::sweep(&name);
         if !kept.is_empty() {
@@ -113,8 +119,10 @@ impl Kube {
                 let _ = Command::new("tc").args(["-n", ns, "qdisc", "del", "dev", link, "clsact"]).output();
             } else {
                 let out = ip(&["link", "del", link]).map_err(io("running ip link del"))?;
-                // A veth's peer may have gone with the one before it.
-                let gone = String::from_utf8_lossy(&out.stderr).contains("Cannot find device");
+                // A veth's peer may have gone with the one before it, a
+                // pod's with its namespace meanwhile.
+                let err = String::from_utf8_lossy(&out.stderr);
+                let gone = err.contains("Cannot find device") || err.contains("No such device");
                 if !out.status.success() && !gone {
                     return Err(Error::Other(format!("{name}: ip link del {link}: {out:?}")));
                 }

@@ -220,9 +220,19 @@ impl Pinger {
         }
     }
 
-    /// Waits for the ping to end; returns what it answered.
+    /// Waits for the ping to end (its count at 10 ms and a minute more at
+    /// most: a `kubectl exec` that stalls is killed and fails the test);
+    /// returns what it answered.
     fn finish(mut self) -> Replies {
-        let _ = self.child.wait();
+        let deadline = Instant::now() + Duration::from_millis(u64::from(self.count) * 10 + 60_000);
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the 10 ms ping of {} did not end in time", self.count);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.reader.join();
         let answered = std::mem::take(&mut *self.answered.lock().unwrap());
         Replies { count: self.count, answered }
@@ -1606,7 +1616,8 @@ spec:
         // the address the pod's new sandbox has, and the pings.)
         let mut readdressed = None;
         let (regained, pods_after) = loop {
-            let all_ready = kube.node_ready().unwrap().iter().all(|(_, r)| r == "True");
+            // (An API call that fails while the node boots is asked again.)
+            let all_ready = kube.node_ready().is_ok_and(|r| r.iter().all(|(_, r)| r == "True"));
             let now = running_pods(&kube);
             let new_address = now.iter().any(|p| p.node == kube.nodes[1].name && p.ip != p1.ip);
             if new_address {
