@@ -483,6 +483,26 @@ pub fn tcp_md5_ns(lab: &Lab, from: &str, to: &str, to_ip: &str, mb: u32) -> (Str
 
 // ---- Cluster mode: a real etcd (Debian's etcd-server) in the lab ----
 
+/// A directory of the test's own under the temporary directory, removed
+/// however the test ends (its drop).
+pub struct Scratch(pub std::path::PathBuf);
+
+impl Scratch {
+    /// `TMP/NAME-PID`, made (empty).
+    pub fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Waits up to `secs` for `ok`; returns how long it took, or panics with `what`.
 pub fn wait_until(secs: f64, what: &str, ok: impl FnMut() -> bool) -> Duration {
     wait_until_or(secs, what, ok, String::new)

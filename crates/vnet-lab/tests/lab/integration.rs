@@ -1513,14 +1513,8 @@ mod by_hand {
                 .unwrap_or_else(|_| panic!("{var}: the package's path (scripts/upgrade-test.sh sets it)"))
         };
         let (from, to) = (deb("VNET_UPGRADE_FROM"), deb("VNET_UPGRADE_TO"));
-        /// The unpacked packages, removed however the test ends.
-        struct Unpacked(std::path::PathBuf);
-        impl Drop for Unpacked {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-        let dir = Unpacked(std::env::temp_dir().join(format!("vnet-upgrade-{}", std::process::id())));
+        // The unpacked packages, removed however the test ends.
+        let dir = Scratch::new("vnet-upgrade");
         let unpack = |deb: &str, sub: &str| {
             let d = dir.0.join(sub);
             std::fs::create_dir_all(&d).unwrap();

@@ -1521,6 +1521,52 @@ spec:
         assert!(!events.contains("MissingClusterDNS"), "{events}");
     }
 
+    /// The manifest's image is set as Kubernetes users set one, without
+    /// editing it: `packaging/kubernetes` is a kustomize base, and an
+    /// overlay's `images:` renames `localhost/vnet` (a registry's name and
+    /// tag) in every container, the init containers too, and changes
+    /// nothing else (`kubectl kustomize`, the same renderer `kubectl
+    /// apply -k` uses; no cluster needed). The control: the base alone
+    /// renders the manifest's own image in each of them.
+    #[test]
+    #[ignore = "needs scripts/k8s-build.sh's kubectl: scripts/k8s-test.sh runs it"]
+    fn an_overlay_sets_the_manifests_image_in_every_container_and_changes_nothing_else() {
+        let kubectl = vnet_lab::k8s::bin_dir().join("kubectl");
+        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes");
+        let base = base.canonicalize().unwrap();
+        let overlay = Scratch::new("vnet-k8s-overlay");
+        // Kustomize takes a base by a relative path only.
+        let up = "../".repeat(overlay.0.components().count() - 1);
+        let relative = format!("{up}{}", base.display().to_string().trim_start_matches('/'));
+        std::fs::write(
+            overlay.0.join("kustomization.yaml"),
+            format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\n\
+                 images:\n  - name: localhost/vnet\n    newName: registry.example.com/net/vnet\n    \
+                 newTag: \"9.9.9\"\n",
+                relative
+            ),
+        )
+        .unwrap();
+        let render = |dir: &std::path::Path| {
+            let out = std::process::Command::new(&kubectl).arg("kustomize").arg(dir).output().unwrap();
+            assert!(out.status.success(), "kubectl kustomize {}: {out:?}", dir.display());
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let (ours, theirs) = (render(&base), render(&overlay.0));
+        let images = |text: &str| -> Vec<String> {
+            text.lines().filter_map(|l| l.trim().strip_prefix("image: ")).map(str::to_string).collect()
+        };
+        let own = format!("localhost/vnet:{}", vnet_lab::k8s::VNET_TAG);
+        assert_eq!(images(&ours), vec![own.clone(); 3], "the base: the manifest's image in its 3 containers");
+        let set = "registry.example.com/net/vnet:9.9.9";
+        assert_eq!(images(&theirs), vec![set.to_string(); 3], "the overlay's image in every container");
+        assert_eq!(theirs.replace(set, &own), ours, "the overlay changed more than the image");
+        let kinds = |text: &str| text.lines().filter(|l| l.starts_with("kind: ")).count();
+        let manifest = std::fs::read_to_string(manifest()).unwrap();
+        assert_eq!(kinds(&ours), kinds(&manifest), "every object of vnet.yaml in the base");
+    }
+
     /// Issue 67's faults users meet, on the kernel path (the manifest's).
     #[test]
     #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]

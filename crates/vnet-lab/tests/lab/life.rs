@@ -473,14 +473,8 @@ mod both_alone {
         let (from, to) = (previous_package(), package_deb());
         let (vf, vt) = (deb_version(&from), deb_version(&to));
         assert_ne!(vf, vt, "the previous package's version is this one's");
-        /// The unpacked packages, removed however the test ends.
-        struct Unpacked(PathBuf);
-        impl Drop for Unpacked {
-            fn drop(&mut self) {
-                let _ = std::fs::remove_dir_all(&self.0);
-            }
-        }
-        let dir = Unpacked(std::env::temp_dir().join(format!("vnet-cluster-upgrade-{}", std::process::id())));
+        // The unpacked packages, removed however the test ends.
+        let dir = Scratch::new("vnet-cluster-upgrade");
         let (old, new) = (unpacked_vnetd(&from, &dir.0.join("old")), unpacked_vnetd(&to, &dir.0.join("new")));
         assert_ne!(
             std::fs::read(&old).unwrap(),
