@@ -19,11 +19,12 @@
 # (default '\[sig-network\].*\[Conformance\]'; `netpol`: every `Netpol`
 # test but the SCTP connectivity ones, which vnet's classifier cannot judge;
 # VNET_E2E_SKIP=REGEX skips the tests it matches (`--ginkgo.skip`);
-# VNET_E2E_DATAPATH=user for the user path.)
+# VNET_E2E_DATAPATH=user for the user path; VNET_K8S_PROXY_MODE=nftables
+# for kube-proxy's nftables mode, iptables by default as kubeadm's.)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 prepare runc iptables busybox-static containernetworking-plugins util-linux gcc libc6-dev \
-    bind9-dnsutils netcat-openbsd curl bash
+    bind9-dnsutils netcat-openbsd curl bash nftables
 cd "$(dirname "$0")/.."
 started=$(date +%s)
 focus=${1:-'\[sig-network\].*\[Conformance\]'}
@@ -46,7 +47,7 @@ cargo build -q -p vnetd -p vnetctl -p vnet-cni -p vnet-lab --bins
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 out="$PWD/target/k8s/e2e-$(date -u +%Y%m%dT%H%M%S)"
 mkdir -p "$out"
-echo "k8s-e2e: results in $out"
+echo "k8s-e2e: results in $out (kube-proxy: ${VNET_K8S_PROXY_MODE:-iptables}, pods: ${VNET_E2E_DATAPATH:-kernel} path)"
 
 datapath=()
 [ -n "${VNET_E2E_DATAPATH:-}" ] && datapath=(--datapath "$VNET_E2E_DATAPATH")

@@ -77,7 +77,7 @@ impl Kube {
     /// `/run` (`/run/vnet`, `/run/containerd`, `/run/netns`, containerd's
     /// state), every network device but `boot_links` (the node's own as the
     /// lab made them; vnet's go), each one's clsact qdisc (TC programs),
-    /// and the iptables and ip6tables rules. What it keeps, its disk:
+    /// and the iptables, ip6tables and nftables rules. What it keeps, its disk:
     /// `/var/lib/kubelet`, containerd's root (its pods' records),
     /// `/var/lib/vnet`, `/var/lib/cni`, the CNI directories. Then the node
     /// boots as it first started: its namespaces, containerd (waited for
@@ -126,6 +126,13 @@ impl Kube {
                 if !out.status.success() && !gone {
                     return Err(Error::Other(format!("{name}: ip link del {link}: {out:?}")));
                 }
+            }
+        }
+        // kube-proxy's nftables mode keeps a table of its own.
+        if Path::new("/usr/sbin/nft").exists() {
+            let out = Command::new("ip").args(["netns", "exec", ns, "nft", "flush", "ruleset"]).output();
+            if !out.as_ref().is_ok_and(|o| o.status.success()) {
+                return Err(Error::Other(format!("{name}: nft flush ruleset: {out:?}")));
             }
         }
         for tool in ["iptables", "ip6tables"] {
@@ -202,7 +209,7 @@ impl Kube {
         Ok(())
     }
 
-    /// Starts `node`'s kube-proxy (iptables, in the node's network
+    /// Starts `node`'s kube-proxy (iptables, or nftables: [`proxy_mode`]; in the node's network
     /// namespace), so that Services answer there as on any node: the
     /// `kubernetes` Service (KUBERNETES_SERVICE_HOST in every pod) reaches
     /// the apiserver. The node's route to the service network goes to the
@@ -225,7 +232,8 @@ impl Kube {
         let mut cmd = node.command(self.bin.join("kube-proxy"));
         cmd.arg(format!("--kubeconfig={}", self.dir.join("kube-proxy.conf").display()))
             .arg(format!("--hostname-override={}", node.name))
-            .args(["--proxy-mode=iptables", "--conntrack-max-per-core=0"])
+            .arg(format!("--proxy-mode={}", proxy_mode()?))
+            .arg("--conntrack-max-per-core=0")
             .args(["--metrics-bind-address=127.0.0.1:10249", "--healthz-bind-address=127.0.0.1:10256"])
             .env("PATH", path_with(&self.bin));
         node.proxy = Some(spawn_logged(
@@ -234,6 +242,22 @@ impl Kube {
             "kube-proxy",
         )?);
         Ok(())
+    }
+}
+
+/// kube-proxy's mode: `iptables` (kubeadm's default), or what
+/// `VNET_K8S_PROXY_MODE` says: `iptables` or `nftables` (which needs the
+/// `nft` program, Debian's `nftables`).
+pub fn proxy_mode() -> Result<&'static str> {
+    match std::env::var("VNET_K8S_PROXY_MODE").as_deref() {
+        Err(_) | Ok("" | "iptables") => Ok("iptables"),
+        Ok("nftables") if Path::new("/usr/sbin/nft").exists() => Ok("nftables"),
+        Ok("nftables") => Err(Error::Other(
+            "VNET_K8S_PROXY_MODE=nftables needs /usr/sbin/nft (apt install nftables)".into(),
+        )),
+        Ok(other) => {
+            Err(Error::Other(format!("VNET_K8S_PROXY_MODE: expected iptables or nftables, found `{other}`")))
+        }
     }
 }
 

@@ -447,9 +447,19 @@ fn wait_service_ready(kube: &Kube, name: &str, ips: &[String], port: u16) -> Dur
             .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
             .filter_map(|a| a.as_str().map(str::to_string))
             .collect();
-        let rules = kube.nodes[0].command("iptables-save").args(["-t", "nat"]).output();
-        let rules = rules.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-        let in_rules = |ip: &String| rules.contains(&format!("--to-destination {ip}:{port}"));
+        // kube-proxy's rules in either mode: iptables' `--to-destination
+        // IP:PORT`, nftables' `dnat to IP:PORT` (its table `kube-proxy`).
+        let mut rules = String::new();
+        for (program, args) in
+            [("iptables-save", &["-t", "nat"][..]), ("nft", &["list", "table", "ip", "kube-proxy"])]
+        {
+            let out = kube.nodes[0].command(program).args(args).output();
+            rules += &out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        }
+        let in_rules = |ip: &String| {
+            rules.contains(&format!("--to-destination {ip}:{port}"))
+                || rules.contains(&format!("dnat to {ip}:{port}"))
+        };
         if ips.iter().all(|ip| ready.contains(ip) && in_rules(ip)) {
             return t0.elapsed();
         }
