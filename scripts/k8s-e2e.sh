@@ -69,6 +69,20 @@ done
 echo "k8s-e2e: lab up in $(($(date +%s) - t0)) s"
 # shellcheck disable=SC1091
 source "$out/ready"
+# kube-proxy runs in the mode asked on every node: its rules are there
+# (nftables: its table `ip kube-proxy`; iptables: the chain KUBE-SERVICES).
+mode=${VNET_K8S_PROXY_MODE:-iptables}
+mapfile -t node_ns < <(ip netns list | awk -v p="$PREFIX-h" 'index($1, p) == 1 {print $1}')
+[ "${#node_ns[@]}" = 3 ] || die "expected the lab's 3 node namespaces ($PREFIX-h*), found: ${node_ns[*]}"
+for ns in "${node_ns[@]}"; do
+    t0=$(date +%s)
+    until if [ "$mode" = nftables ]; then ip netns exec "$ns" nft list table ip kube-proxy >/dev/null 2>&1
+          else ip netns exec "$ns" iptables-save -t nat | grep -q -- '-N KUBE-SERVICES'; fi; do
+        [ $(($(date +%s) - t0)) -lt 60 ] || die "kube-proxy's $mode rules not on $ns within 60 s"
+        sleep 1
+    done
+    echo "k8s-e2e: $ns: kube-proxy's $mode rules in place"
+done
 
 t0=$(date +%s)
 status=0
