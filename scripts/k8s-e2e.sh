@@ -77,7 +77,7 @@ mapfile -t node_ns < <(ip netns list | awk -v p="$PREFIX-h" 'index($1, p) == 1 {
 for ns in "${node_ns[@]}"; do
     t0=$(date +%s)
     until if [ "$mode" = nftables ]; then ip netns exec "$ns" nft list table ip kube-proxy >/dev/null 2>&1
-          else ip netns exec "$ns" iptables-save -t nat | grep -q -- '-N KUBE-SERVICES'; fi; do
+          else ip netns exec "$ns" iptables -w -t nat -S KUBE-SERVICES >/dev/null 2>&1; fi; do
         [ $(($(date +%s) - t0)) -lt 60 ] || die "kube-proxy's $mode rules not on $ns within 60 s"
         sleep 1
     done
