@@ -230,6 +230,17 @@ impl Lab {
         run(&a)
     }
 
+    /// The names of namespace `ns`'s network devices (`ip -o link show`,
+    /// a veth's without its `@PEER`).
+    pub fn ns_link_names(&self, ns: &str) -> Result<Vec<String>> {
+        let out = self.ns_output(ns, &["ip", "-o", "link", "show"])?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n).to_string())
+            .collect())
+    }
+
     /// Runs `args` inside `ns` and returns its output whatever its status.
     pub fn ns_output(&self, ns: &str, args: &[&str]) -> Result<Output> {
         Command::new("ip")

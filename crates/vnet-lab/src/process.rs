@@ -207,8 +207,8 @@ pub(crate) fn spawn_logged(mut cmd: Command, log: &Path, what: &str) -> Result<C
     Ok(child)
 }
 
-/// Waits for `c`, killed already (a node's power cut kills its whole
-/// cgroup tree at once), and forgets its pid.
+/// Kills `c` (if it still runs: a node's power cut kills its whole cgroup
+/// tree at once), waits for it and forgets its pid.
 pub(crate) fn reap_killed(mut c: Child) {
     let pid = c.id();
     let _ = c.kill();
@@ -227,7 +227,5 @@ pub(crate) fn stop_child(mut c: Child) {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let _ = c.kill();
-    let _ = c.wait();
-    registry().1.retain(|p| *p != pid);
+    reap_killed(c);
 }

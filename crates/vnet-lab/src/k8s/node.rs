@@ -111,14 +111,15 @@ impl Kube {
         }
         std::fs::remove_file(dir.join("holder.ready")).map_err(io("removing holder.ready"))?;
         let ns = &lab.hosts[n].ns;
-        let ip = |args: &[&str]| Command::new("ip").arg("-n").arg(ns).args(args).output();
-        let links = ip(&["-o", "link", "show"]).map_err(io("running ip link"))?;
-        for l in String::from_utf8_lossy(&links.stdout).lines() {
-            let Some(link) = l.split(": ").nth(1).and_then(|x| x.split('@').next()) else { continue };
+        for link in lab.ns_link_names(ns)? {
+            let link = link.as_str();
             if link == "lo" || boot_links.iter().any(|b| b == link) {
                 let _ = Command::new("tc").args(["-n", ns, "qdisc", "del", "dev", link, "clsact"]).output();
             } else {
-                let out = ip(&["link", "del", link]).map_err(io("running ip link del"))?;
+                let out = Command::new("ip")
+                    .args(["-n", ns, "link", "del", link])
+                    .output()
+                    .map_err(io("running ip link del"))?;
                 // A veth's peer may have gone with the one before it, a
                 // pod's with its namespace meanwhile.
                 let err = String::from_utf8_lossy(&out.stderr);
@@ -129,7 +130,7 @@ impl Kube {
             }
         }
         // kube-proxy's nftables mode keeps a table of its own.
-        if Path::new("/usr/sbin/nft").exists() {
+        if Path::new(NFT).exists() {
             let out = Command::new("ip").args(["netns", "exec", ns, "nft", "flush", "ruleset"]).output();
             if !out.as_ref().is_ok_and(|o| o.status.success()) {
                 return Err(Error::Other(format!("{name}: nft flush ruleset: {out:?}")));
@@ -245,13 +246,16 @@ impl Kube {
     }
 }
 
+/// Debian's `nft` (the `nftables` package).
+const NFT: &str = "/usr/sbin/nft";
+
 /// kube-proxy's mode: `iptables` (kubeadm's default), or what
 /// `VNET_K8S_PROXY_MODE` says: `iptables` or `nftables` (which needs the
 /// `nft` program, Debian's `nftables`).
 pub fn proxy_mode() -> Result<&'static str> {
     match std::env::var("VNET_K8S_PROXY_MODE").as_deref() {
         Err(_) | Ok("" | "iptables") => Ok("iptables"),
-        Ok("nftables") if Path::new("/usr/sbin/nft").exists() => Ok("nftables"),
+        Ok("nftables") if Path::new(NFT).exists() => Ok("nftables"),
         Ok("nftables") => Err(Error::Other(
             "VNET_K8S_PROXY_MODE=nftables needs /usr/sbin/nft (apt install nftables)".into(),
         )),

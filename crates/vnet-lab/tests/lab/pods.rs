@@ -226,14 +226,12 @@ mod both {
         let first = gateways(&lab);
         assert_eq!(first.len(), 1, "the first gateway's allocation: {first:?}");
         // The pair goes as a reboot takes it: no DEL, vnetd still running.
-        let links = lab.ns_output(&lab.hosts[0].ns, &["ip", "-o", "link", "show"]).unwrap();
-        let links = String::from_utf8_lossy(&links.stdout).to_string();
+        let links = lab.ns_link_names(&lab.hosts[0].ns).unwrap();
         let vg = links
-            .lines()
-            .filter_map(|l| l.split(": ").nth(1)?.split('@').next())
+            .iter()
             .find(|n| n.starts_with("vg"))
-            .unwrap_or_else(|| panic!("no gateway pair: {links}"))
-            .to_string();
+            .unwrap_or_else(|| panic!("no gateway pair: {links:?}"))
+            .clone();
         lab.ns_exec(&lab.hosts[0].ns.clone(), &["ip", "link", "del", &vg]).unwrap();
         let (ns2, gw2) = add(&mut lab, 2);
         let now = gateways(&lab);
@@ -323,14 +321,12 @@ mod both {
             );
         }
         // The low finding: pod 0's veth host end, on host 0.
-        let links = lab.ns_output(&lab.hosts[0].ns, &["ip", "-o", "link", "show"]).unwrap();
-        let links = String::from_utf8_lossy(&links.stdout).to_string();
+        let links = lab.ns_link_names(&lab.hosts[0].ns).unwrap();
         let end = links
-            .lines()
-            .filter_map(|l| l.split(": ").nth(1))
-            .map(|n| n.split('@').next().unwrap_or(n).to_string())
+            .iter()
             .find(|n| n.starts_with("vc"))
-            .unwrap_or_else(|| panic!("no veth end on host 0: {links}"));
+            .unwrap_or_else(|| panic!("no veth end on host 0: {links:?}"))
+            .clone();
         let host = lab.hosts[0].ns.clone();
         let off = |lab: &Lab| {
             (
