@@ -51,7 +51,7 @@ fn labelled_pod(
 
 /// A secured cluster lab of three hosts with no vnetd of the lab's (the
 /// DaemonSet runs them), and Kubernetes on it.
-fn kube_lab() -> (Lab, Kube) {
+pub(crate) fn kube_lab() -> (Lab, Kube) {
     let lab = lab(kube_spec());
     let t0 = Instant::now();
     let kube = Kube::start(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));
@@ -68,19 +68,14 @@ fn prepare_nodes(kube: &Kube) {
 /// The tokens, then `kubectl apply -f` the manifest, each node's join
 /// approved; waits until every node is `Ready` (60 s at most) and returns
 /// how long that took (from `kubectl apply`).
-fn apply_vnet(lab: &Lab, kube: &Kube) -> Duration {
-    apply_vnet_with(lab, kube, &[])
+fn apply_vnet(_lab: &Lab, kube: &Kube) -> Duration {
+    apply_vnet_on(kube, false, &[])
 }
 
 /// [`apply_vnet`] with `lines` added to the ConfigMap's `vnet.conf` (as an
-/// operator edits it before applying the manifest).
-fn apply_vnet_with(_lab: &Lab, kube: &Kube, lines: &[&str]) -> Duration {
-    apply_vnet_on(kube, false, lines)
-}
-
-/// [`apply_vnet_with`] with the pods on the user path and every link
-/// encrypted when `user_path` ([`manifest_text`]).
-fn apply_vnet_on(kube: &Kube, user_path: bool, lines: &[&str]) -> Duration {
+/// operator edits it before applying the manifest) and, when `user_path`,
+/// the pods on the user path and every link encrypted ([`manifest_text`]).
+pub(crate) fn apply_vnet_on(kube: &Kube, user_path: bool, lines: &[&str]) -> Duration {
     prepare_nodes(kube);
     let path = kube.dir.join("vnet.yaml");
     std::fs::write(&path, manifest_text(user_path, lines)).unwrap();
@@ -176,12 +171,20 @@ fn pings_each_node(kube: &Kube, pods: &[Pod]) -> Result<(), String> {
 /// A ping every 10 ms from one pod to another (busybox's, through
 /// `kubectl exec`), each reply read as it comes: which of its sequence
 /// numbers were answered, so a test sees where the gap fell and that the
-/// ping ended answered.
+/// ping ended answered. Dropped before it ends (a failed test), its
+/// `kubectl exec` is killed.
 struct Pinger {
     child: std::process::Child,
     count: u32,
     answered: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<u32>>>,
-    reader: std::thread::JoinHandle<()>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Pinger {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Pinger {
@@ -208,32 +211,26 @@ impl Pinger {
                 }
             }
         });
-        Pinger { child, count, answered, reader }
+        Pinger { child, count, answered, reader: Some(reader) }
     }
 
     /// Waits until `n` pings were answered (the ping runs), 30 s at most.
     fn wait_answered(&self, n: usize) {
-        let t0 = Instant::now();
-        while self.answered.lock().unwrap().len() < n {
-            assert!(t0.elapsed() < Duration::from_secs(30), "no {n} answers to the 10 ms ping in 30 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(30.0, &format!("{n} answers to the 10 ms ping"), || {
+            self.answered.lock().unwrap().len() >= n
+        });
     }
 
     /// Waits for the ping to end (its count at 10 ms and a minute more at
-    /// most: a `kubectl exec` that stalls is killed and fails the test);
-    /// returns what it answered.
+    /// most: a `kubectl exec` that stalls fails the test, and the drop
+    /// kills it); returns what it answered.
     fn finish(mut self) -> Replies {
-        let deadline = Instant::now() + Duration::from_millis(u64::from(self.count) * 10 + 60_000);
-        while self.child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("the 10 ms ping of {} did not end in time", self.count);
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let secs = f64::from(self.count) * 0.01 + 60.0;
+        let what = format!("the end of the 10 ms ping of {}", self.count);
+        wait_until(secs, &what, || self.child.try_wait().unwrap().is_some());
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
         }
-        let _ = self.reader.join();
         let answered = std::mem::take(&mut *self.answered.lock().unwrap());
         Replies { count: self.count, answered }
     }
@@ -471,7 +468,8 @@ fn wait_service_ready(kube: &Kube, name: &str, ips: &[String], port: u16) -> Dur
     }
 }
 
-fn apply_yaml(kube: &Kube, name: &str, yaml: &str) {
+/// Applies `yaml` (written to the lab's directory as `name`).
+pub(crate) fn apply_yaml(kube: &Kube, name: &str, yaml: &str) {
     let path = kube.dir.join(name);
     std::fs::write(&path, yaml).unwrap();
     kube.kubectl(&["apply", "-f", path.to_str().unwrap()]).unwrap();
@@ -501,10 +499,10 @@ mod by_hand {
     #[test]
     #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
     fn pod_labels_are_policy_groups_on_every_node() {
-        let (lab, kube) = kube_lab();
-        apply_vnet_with(
-            &lab,
+        let (_lab, kube) = kube_lab();
+        apply_vnet_on(
             &kube,
+            false,
             &[
                 "policy default deny",
                 "rule arp allow ether arp",
@@ -760,10 +758,10 @@ mod by_hand {
     #[ignore = "needs root, namespaces, etcd and scripts/k8s-build.sh's programs: scripts/k8s-test.sh runs it"]
     fn a_stolen_node_credential_claims_no_other_nodes_pod_address_or_mac() {
         use vnet_cluster::layout::MacRecord;
-        let (lab, kube) = kube_lab();
-        apply_vnet_with(
-            &lab,
+        let (_lab, kube) = kube_lab();
+        apply_vnet_on(
             &kube,
+            false,
             &[
                 "policy default deny",
                 "rule arp allow ether arp",
@@ -1630,17 +1628,22 @@ spec:
         assert!(killed.unwrap().success(), "kill -KILL {}", old[0]);
         let control = ["--control", "unix:/run/vnet/vnet.sock", "show", "cluster"];
         let vnetctl = vnet_lab::bin("vnetctl").unwrap();
-        let back = loop {
-            let new = kube.pids_named(1, "vnetd");
-            let answers = !new.is_empty()
-                && !new.contains(&old[0])
-                && kube.nodes[1].command(&vnetctl).args(control).output().is_ok_and(|o| o.status.success());
-            if answers {
-                break t0.elapsed();
-            }
-            assert!(t0.elapsed() < Duration::from_secs(60), "node 1's vnetd not back in 60 s: {new:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        wait_until_or(
+            60.0,
+            "node 1's vnetd back and answering",
+            || {
+                let new = kube.pids_named(1, "vnetd");
+                !new.is_empty()
+                    && !new.contains(&old[0])
+                    && kube.nodes[1]
+                        .command(&vnetctl)
+                        .args(control)
+                        .output()
+                        .is_ok_and(|o| o.status.success())
+            },
+            || format!("node 1's vnetd: {:?}", kube.pids_named(1, "vnetd")),
+        );
+        let back = t0.elapsed();
         let (into, beside) = (into.finish(), beside.finish());
         eprintln!(
             "k8s ({path} path): node 1's vnetd killed (SIGKILL), a new one answering after {back:.1?}; \
@@ -1670,39 +1673,31 @@ spec:
         let booted = t0.elapsed();
         // (The API's Ready and Running lag a power cut: they are read for
         // the address the pod's new sandbox has, and the pings.)
-        let mut readdressed = None;
-        let (regained, pods_after) = loop {
-            // (An API call that fails while the node boots is asked again.)
-            let all_ready = kube.node_ready().is_ok_and(|r| r.iter().all(|(_, r)| r == "True"));
-            let now = running_pods(&kube);
-            let new_address = now.iter().any(|p| p.node == kube.nodes[1].name && p.ip != p1.ip);
-            if new_address {
-                readdressed.get_or_insert(t0.elapsed());
-            }
-            if all_ready && new_address && now.len() == 3 && pings_each_node(&kube, &now).is_ok() {
-                break (t0.elapsed(), now);
-            }
-            if t0.elapsed() > Duration::from_secs(240) {
+        let (mut readdressed, mut pods_after) = (None, Vec::new());
+        wait_until_or(
+            240.0,
+            "node 1's pod back after its reboot, every pod reaching every other node",
+            || {
+                // (An API call that fails while the node boots is asked again.)
+                let all_ready = kube.node_ready().is_ok_and(|r| r.iter().all(|(_, r)| r == "True"));
+                let now = running_pods(&kube);
+                let new_address = now.iter().any(|p| p.node == kube.nodes[1].name && p.ip != p1.ip);
+                if new_address {
+                    readdressed.get_or_insert(t0.elapsed());
+                }
+                let back = all_ready && new_address && now.len() == 3 && pings_each_node(&kube, &now).is_ok();
+                pods_after = now;
+                back
+            },
+            || {
+                let now = running_pods(&kube);
                 let wide = kube.kubectl(&["get", "pods", "-A", "-o", "wide"]).unwrap_or_default();
                 hold(&kube);
-                panic!(
-                    "node 1's pod not back in 240 s after its reboot: {now:?}\n{wide}\n{:?}",
-                    pings_each_node(&kube, &now)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
+                format!("{now:?}\n{wide}\n{:?}", pings_each_node(&kube, &now))
+            },
+        );
+        let regained = t0.elapsed();
         let p1_after = pods_after.iter().find(|p| p.node == kube.nodes[1].name).unwrap().clone();
-        // Nothing left of the sandboxes the power cut took: an address and a
-        // claim a pod, and each node's gateway's.
-        let t1 = Instant::now();
-        let keys = loop {
-            let keys = (etcd_keys(&kube, "ipam"), etcd_keys(&kube, "claims"));
-            if (keys.0.len(), keys.1.len()) == (6, 6) || t1.elapsed() > Duration::from_secs(60) {
-                break keys;
-            }
-            std::thread::sleep(Duration::from_millis(500));
-        };
         let beside = beside.finish();
         eprintln!(
             "k8s ({path} path): node 1 rebooted (power cut and boot in {booted:.1?}): its pod in a new sandbox \
@@ -1715,7 +1710,18 @@ spec:
             p1_after.ip,
             beside.said()
         );
-        assert_eq!((keys.0.len(), keys.1.len()), (6, 6), "ipam and claims after the reboot: {keys:?}");
+        // Nothing left of the sandboxes the power cut took: an address and a
+        // claim a pod, and each node's gateway's.
+        let keys = || (etcd_keys(&kube, "ipam"), etcd_keys(&kube, "claims"));
+        wait_until_or(
+            60.0,
+            "6 addresses and 6 claims after the reboot (a pod's and a gateway's on each node)",
+            || {
+                let (ipam, claims) = keys();
+                (ipam.len(), claims.len()) == (6, 6)
+            },
+            || format!("ipam and claims after the reboot: {:?}", keys()),
+        );
         assert_eq!(beside.lost(), 0, "between nodes 2 and 0 while node 1 rebooted: {}", beside.said());
     }
 }

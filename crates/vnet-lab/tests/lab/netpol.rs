@@ -6,6 +6,7 @@
 //! `scripts/k8s-test.sh network_policy` (it builds Kubernetes first).
 
 use super::harness::*;
+use super::k8s::apply_yaml;
 use std::time::Instant;
 use vnet_lab::k8s::{Kube, BUSYBOX_IMAGE};
 
@@ -15,30 +16,10 @@ use vnet_lab::k8s::{Kube, BUSYBOX_IMAGE};
 /// encrypted; `lines` are added to the ConfigMap's `vnet.conf`. Returns
 /// once every node is `Ready`.
 fn vnet_on_kubernetes(user_path: bool, lines: &[&str]) -> (Lab, Kube) {
-    let lab = lab(super::k8s::kube_spec());
-    let kube = Kube::start(&lab).unwrap_or_else(|e| panic!("kubernetes: {e}"));
+    let (lab, kube) = super::k8s::kube_lab();
     // Each node joins with its own token, key and etcd user.
-    vnet_lab::k8s::join::prepare_nodes(&kube).unwrap();
-    let text = super::k8s::manifest_text(user_path, lines);
-    apply(&kube, "vnet.yaml", &text);
-    vnet_lab::k8s::join::approve_nodes(&kube, Duration::from_secs(60)).unwrap();
-    let t0 = Instant::now();
-    loop {
-        let ready = kube.node_ready().unwrap();
-        if ready.len() == kube.nodes.len() && ready.iter().all(|(_, r)| r == "True") {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "nodes not Ready in 60 s: {ready:?}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    super::k8s::apply_vnet_on(&kube, user_path, lines);
     (lab, kube)
-}
-
-/// Applies `yaml` (written to the lab's directory as `name`).
-fn apply(kube: &Kube, name: &str, yaml: &str) {
-    let path = kube.dir.join(name);
-    std::fs::write(&path, yaml).unwrap();
-    kube.kubectl(&["apply", "-f", path.to_str().unwrap()]).unwrap();
 }
 
 /// A pod `ns/name` labelled `app: APP` (and `vnet.dev/group: APP`, the
@@ -106,7 +87,7 @@ fn wait_enforced(kube: &Kube, names: &[&str]) -> Duration {
 fn start_pods(kube: &Kube) -> impl Fn(&str) -> String {
     let namespaces = "apiVersion: v1\nkind: Namespace\nmetadata: {name: prod, labels: {team: shop}}\n---\n\
                       apiVersion: v1\nkind: Namespace\nmetadata: {name: other}\n";
-    apply(kube, "namespaces.yaml", namespaces);
+    apply_yaml(kube, "namespaces.yaml", namespaces);
     let pods = [
         ("prod", "web", "web", 0),
         ("prod", "db", "db", 1),
@@ -116,7 +97,7 @@ fn start_pods(kube: &Kube) -> impl Fn(&str) -> String {
     ];
     let yaml: Vec<String> =
         pods.iter().map(|&(ns, name, app, node)| pod(kube, ns, name, app, node)).collect();
-    apply(kube, "pods.yaml", &yaml.join("---\n"));
+    apply_yaml(kube, "pods.yaml", &yaml.join("---\n"));
     let t0 = Instant::now();
     let mut ips = std::collections::BTreeMap::new();
     for (ns, name, ..) in pods {
@@ -164,7 +145,7 @@ fn services(kube: &Kube) -> impl Fn(&str) -> String {
             )
         })
         .collect();
-    apply(kube, "services.yaml", &yaml.join("---\n"));
+    apply_yaml(kube, "services.yaml", &yaml.join("---\n"));
     let mut ips = std::collections::BTreeMap::new();
     for app in ["db", "cache"] {
         let s = kube.get_json(&["-n", "prod", "get", "service", app]).unwrap();
@@ -298,7 +279,7 @@ mod by_hand {
         let deny = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
                     metadata: {name: deny-db, namespace: prod}\n\
                     spec: {podSelector: {matchLabels: {app: db}}, policyTypes: [Ingress]}\n";
-        apply(&kube, "deny.yaml", deny);
+        apply_yaml(&kube, "deny.yaml", deny);
         wait_enforced(&kube, &["prod/deny-db"]);
         assert!(!reach(&kube, "prod", "web", &ip("prod/db")), "the policy holds on db's address");
         assert!(!reach(&kube, "prod", "web", &to_db), "prod/web reaches the isolated prod/db at {to_db}");
@@ -370,7 +351,7 @@ mod by_hand {
         let deny = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
                     metadata: {name: deny-db, namespace: prod}\n\
                     spec: {podSelector: {matchLabels: {app: db}}, policyTypes: [Ingress]}\n";
-        apply(&kube, "deny.yaml", deny);
+        apply_yaml(&kube, "deny.yaml", deny);
         let took = wait_enforced(&kube, &["prod/deny-db"]);
         eprintln!("k8s: deny-db enforced on every node {took:.1?} after kubectl apply");
         assert!(!reach("prod", "web", &db), "prod/web reaches the isolated prod/db");
@@ -390,7 +371,7 @@ mod by_hand {
                      spec:\n  podSelector: {matchLabels: {app: db}}\n  ingress:\n  \
                      - from: [{namespaceSelector: {matchLabels: {team: shop}}, podSelector: {matchLabels: {app: web}}}]\n    \
                      ports: [{port: http}]\n";
-        apply(&kube, "allow.yaml", allow);
+        apply_yaml(&kube, "allow.yaml", allow);
         wait_enforced(&kube, &["prod/allow-web", "prod/deny-db"]);
         assert!(reach("prod", "web", &db), "prod/web reaches prod/db by allow-web");
         assert!(!reach("other", "web", &db), "other/web: a web pod of a namespace not labelled team: shop");
@@ -408,7 +389,7 @@ mod by_hand {
                        metadata: {name: cache-from-db, namespace: prod}\n\
                        spec:\n  podSelector: {matchLabels: {app: cache}}\n  ingress:\n  \
                        - from: [{podSelector: {matchLabels: {app: db}}}]\n";
-        apply(&kube, "from-db.yaml", from_db);
+        apply_yaml(&kube, "from-db.yaml", from_db);
         wait_enforced(&kube, &["prod/allow-web", "prod/cache-from-db", "prod/deny-db"]);
         assert!(reach("prod", "db", &cache), "prod/db reaches prod/cache");
         assert!(
@@ -420,7 +401,7 @@ mod by_hand {
         let no_out = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
                       metadata: {name: web-no-egress, namespace: prod}\n\
                       spec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Egress]}\n";
-        apply(&kube, "no-out.yaml", no_out);
+        apply_yaml(&kube, "no-out.yaml", no_out);
         wait_enforced(&kube, &["prod/allow-web", "prod/cache-from-db", "prod/deny-db", "prod/web-no-egress"]);
         assert!(!reach("prod", "web", &db), "prod/web's egress is denied, whatever db's ingress allows");
         assert!(!reach("prod", "web", &other_db), "and to other/db on its own node");
@@ -474,7 +455,7 @@ mod by_hand {
         let ip = start_pods(&kube);
         let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: db-np, namespace: prod}\n\
                    spec: {type: NodePort, selector: {app: db}, ports: [{name: web, port: 80, targetPort: http, nodePort: 30081}]}\n";
-        apply(&kube, "db-np.yaml", svc);
+        apply_yaml(&kube, "db-np.yaml", svc);
         let node2 = kube.nodes[2].ip.to_string();
         let via = || reach_port(&kube, "prod", "web", &node2, 30081);
         let t0 = Instant::now();
@@ -498,7 +479,7 @@ mod by_hand {
         let deny = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n\
                     metadata: {name: deny-db, namespace: prod}\n\
                     spec: {podSelector: {matchLabels: {app: db}}, policyTypes: [Ingress]}\n";
-        apply(&kube, "deny.yaml", deny);
+        apply_yaml(&kube, "deny.yaml", deny);
         wait_enforced(&kube, &["prod/deny-db"]);
         assert!(!reach(&kube, "prod", "web", &ip("prod/db")), "directly: denied");
         if via() {
@@ -577,7 +558,7 @@ mod by_hand {
                      metadata: {name: allow-web, namespace: prod}\n\
                      spec:\n  podSelector: {matchLabels: {app: db}}\n  ingress:\n  \
                      - from: [{podSelector: {matchLabels: {app: web}}}]\n    ports: [{port: http}]\n";
-        apply(&kube, "allow.yaml", allow);
+        apply_yaml(&kube, "allow.yaml", allow);
         wait_enforced(&kube, &["prod/allow-web"]);
         assert!(reach_port(&kube, "prod", "web", &db_svc, 80), "control: prod/web through db's Service");
         assert!(!reach(&kube, "prod", "cache", &db), "before: prod/cache reaches the isolated prod/db");
